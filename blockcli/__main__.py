@@ -1,0 +1,3 @@
+from blockcli.cli import main
+
+main()

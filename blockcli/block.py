@@ -1,0 +1,588 @@
+"""The decoder block in NumPy: LayerNorm/RMSNorm, MultiHeadAttention, MLP, DecoderBlock, Model.
+
+Shapes: B batch, T sequence, d model width, h query heads, h_kv key/value heads, d_h head width,
+d_ff MLP width, V vocabulary. Linear layers compute y = x @ W + b with W shaped (in, out).
+
+Pre-norm (the default), as in the reference chapter:
+    H = X + MHA(LN1(X))
+    Y = H + MLP(LN2(H))
+post-norm: H = LN1(X + MHA(X)), Y = LN2(H + MLP(H)); parallel (GPT-NeoX): Y = X + MHA(LN1(X)) + MLP(LN2(X)).
+
+Every layer declares its parameter shapes from the config alone (`parameter_shapes`), so counts
+and memory estimates never need to allocate. The forward pass can report each operation to a
+`record` callback (see `blockcli.trace`); with none given it costs nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from blockcli import ops as F
+from blockcli.config import BlockConfig, Config, InputError, ModelConfig
+from blockcli.ops import STANDARD_OPS, Array, Ops
+
+Shape = tuple[int, ...]
+Record = Callable[..., None]  # record(key, op, out, inputs, kind=..., params=...)
+
+# Attention tables larger than this are computed in query chunks unless told otherwise.
+CHUNK_TABLE_BYTES = 64 * 2**20
+ATTENTION_MODES = ("auto", "full", "chunked")
+
+
+def _ignore(*_args: Any, **_kwargs: Any) -> None:
+    """The record callback used when nobody is tracing."""
+
+
+def linear(x: Array, w: Array, b: Array | None) -> Array:
+    """x (..., n_in) @ W (n_in, n_out) + b, as one GEMM over all leading axes."""
+    out = (x.reshape(-1, x.shape[-1]) @ w).reshape(*x.shape[:-1], w.shape[1])
+    if b is not None:
+        out += b
+    return out
+
+
+# ----------------------------------------------------------------------------- parameter shapes
+
+
+def norm_shapes(prefix: str, d: int, cfg: BlockConfig) -> dict[str, Shape]:
+    shapes = {f"{prefix}_gamma": (d,)}
+    if cfg.bias.norm:
+        shapes[f"{prefix}_beta"] = (d,)
+    return shapes
+
+
+def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    d, q_width, kv_width = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    shapes: dict[str, Shape] = {}
+    for name, width in (("q", q_width), ("k", kv_width), ("v", kv_width)):
+        shapes[f"w_{name}"] = (d, width)
+        if cfg.bias.qkv:
+            shapes[f"b_{name}"] = (width,)
+    shapes["w_o"] = (q_width, d)
+    if cfg.bias.out:
+        shapes["b_o"] = (d,)
+    return shapes
+
+
+def mlp_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    d, d_ff = cfg.d_model, cfg.d_ff
+    shapes: dict[str, Shape] = {"w_1": (d, d_ff)}
+    if cfg.bias.mlp:
+        shapes["b_1"] = (d_ff,)
+    if cfg.gated:
+        shapes["w_3"] = (d, d_ff)
+        if cfg.bias.mlp:
+            shapes["b_3"] = (d_ff,)
+    shapes["w_2"] = (d_ff, d)
+    if cfg.bias.mlp:
+        shapes["b_2"] = (d,)
+    return shapes
+
+
+def block_parameter_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    """Every parameter of one block, in forward order: ln1, attention, ln2, MLP."""
+    return {**norm_shapes("ln1", cfg.d_model, cfg), **attention_shapes(cfg),
+            **norm_shapes("ln2", cfg.d_model, cfg), **mlp_shapes(cfg)}
+
+
+def model_parameter_shapes(config: Config) -> dict[str, Shape]:
+    """Every parameter of the model: embeddings, blocks.{i}.*, final norm, LM head."""
+    model, block = config.model, config.block
+    assert model is not None
+    d = block.d_model
+    shapes: dict[str, Shape] = {"wte": (model.vocab_size, d)}
+    if model.positions == "learned":
+        shapes["wpe"] = (model.max_positions + model.position_offset, d)
+    for i in range(model.n_layers):
+        shapes.update({f"blocks.{i}.{k}": s for k, s in block_parameter_shapes(block).items()})
+    if model.final_norm:
+        shapes.update(norm_shapes("ln_f", d, block))
+    if not model.tie_embeddings:
+        shapes["lm_head"] = (d, model.vocab_size)
+    if model.lm_head_bias:
+        shapes["lm_head_bias"] = (model.vocab_size,)
+    return shapes
+
+
+def parameter_bytes(shapes: Mapping[str, Shape], dtype: str) -> int:
+    return sum(math.prod(s) for s in shapes.values()) * np.dtype(dtype).itemsize
+
+
+# ----------------------------------------------------------------------------- weights
+
+
+def init_parameters(shapes: Mapping[str, Shape], seed: int, dtype: str) -> dict[str, Array]:
+    """Deterministic weights from a seed, drawn in float64 so float32 and float64 runs share them.
+
+    Matrices ~ N(0, 1/fan_in) keep activations at unit scale; biases, shifts and the deviation of
+    scales from 1 are N(0, 0.1²), so that no parameter is a silent zero the checks cannot see.
+    """
+    rng = np.random.default_rng(seed)
+    params = {}
+    for name, shape in shapes.items():
+        base = name.rsplit(".", 1)[-1]
+        if len(shape) == 2 and base in ("wte", "wpe"):
+            values = rng.standard_normal(shape)
+        elif len(shape) == 2:
+            values = rng.standard_normal(shape) / math.sqrt(shape[0])
+        elif base.endswith("_gamma"):
+            values = 1.0 + 0.1 * rng.standard_normal(shape)
+        else:
+            values = 0.1 * rng.standard_normal(shape)
+        params[name] = values.astype(dtype)
+    return params
+
+
+def check_parameters(given: Mapping[str, Any], shapes: Mapping[str, Shape], dtype: str,
+                     source: str) -> dict[str, Array]:
+    """Match user weights to the declared shapes: every key present, no extras, shapes exact."""
+    missing = [k for k in shapes if k not in given]
+    if missing:
+        raise InputError(f"{source}: missing weight '{missing[0]}' (expected shape {shapes[missing[0]]})"
+                         + (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
+    extra = [k for k in given if k not in shapes]
+    if extra:
+        raise InputError(f"{source}: unexpected weight '{extra[0]}' for this config "
+                         f"(expected keys: {', '.join(shapes)})")
+    params = {}
+    for key, shape in shapes.items():
+        value = np.asarray(given[key])
+        if value.dtype.kind not in "fiu":
+            raise InputError(f"{source}: weight '{key}' has dtype {value.dtype}, expected a real number array")
+        if value.shape != shape:
+            raise InputError(f"{source}: weight '{key}' has shape {value.shape}, expected {shape}")
+        if not np.all(np.isfinite(value)):
+            raise InputError(f"{source}: weight '{key}' contains NaN or Inf")
+        params[key] = value.astype(dtype)
+    return params
+
+
+# GPT-2 checkpoint names → blockcli's flat keys (c_attn packs q|k|v along its output axis).
+GPT2_NAMES = {
+    "ln_1.weight": "ln1_gamma", "ln_1.bias": "ln1_beta",
+    "attn.c_proj.weight": "w_o", "attn.c_proj.bias": "b_o",
+    "ln_2.weight": "ln2_gamma", "ln_2.bias": "ln2_beta",
+    "mlp.c_fc.weight": "w_1", "mlp.c_fc.bias": "b_1",
+    "mlp.c_proj.weight": "w_2", "mlp.c_proj.bias": "b_2",
+}
+
+
+def from_gpt2_names(weights: Mapping[str, Array], source: str) -> dict[str, Array]:
+    """Rename one GPT-2 checkpoint block (optionally under an `h.N.` prefix) to blockcli keys."""
+    prefixes = {k.split(".", 2)[0] + "." + k.split(".", 2)[1] + "." for k in weights
+                if k.startswith("h.") and k.count(".") >= 3}
+    if len(prefixes) > 1:
+        raise InputError(f"{source}: holds several GPT-2 blocks ({', '.join(sorted(prefixes))}); "
+                         f"blockcli loads one block")
+    prefix = prefixes.pop() if prefixes else ""
+    out: dict[str, Array] = {}
+    for key, value in weights.items():
+        name = key[len(prefix):] if prefix and key.startswith(prefix) else key
+        if name in ("attn.c_attn.weight", "attn.c_attn.bias"):
+            arr = np.asarray(value)
+            if arr.shape[-1] % 3:
+                raise InputError(f"{source}: weight '{key}' has shape {arr.shape}, expected its last "
+                                 f"axis to pack q|k|v (a multiple of 3)")
+            letter = "w" if name.endswith("weight") else "b"
+            for part, chunk in zip("qkv", np.split(arr, 3, axis=-1)):
+                out[f"{letter}_{part}"] = chunk
+        elif name in GPT2_NAMES:
+            out[GPT2_NAMES[name]] = value
+        elif name.endswith(("attn.bias", "attn.masked_bias")):
+            continue  # GPT-2's stored causal-mask buffers, not parameters
+        else:
+            out[key] = value  # left as is: reported as unexpected by check_parameters
+    return out
+
+
+def load_npz(path: str | Path) -> dict[str, Array]:
+    """Read an .npz of arrays without ever unpickling; every problem becomes one InputError line."""
+    import zipfile
+
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            if not isinstance(data, np.lib.npyio.NpzFile):
+                raise InputError(f"{path}: is a single .npy array, expected an .npz archive of named weights")
+            return {key: data[key] for key in data.files}
+    except InputError:
+        raise
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, expected an .npz file") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except ValueError as exc:
+        if "pickle" in str(exc).lower():
+            raise InputError(f"{path}: holds pickled object arrays, which blockcli refuses to load") from None
+        raise InputError(f"{path}: not a valid .npz file ({exc})") from None
+    except (zipfile.BadZipFile, EOFError, OSError) as exc:
+        raise InputError(f"{path}: not a valid .npz file ({exc})") from None
+
+
+def resolve_weights(weights: str | Path | Mapping[str, Any] | None, shapes: Mapping[str, Shape],
+                    seed: int, dtype: str) -> dict[str, Array]:
+    if weights is None:
+        return init_parameters(shapes, seed, dtype)
+    source = "weights"
+    if isinstance(weights, (str, Path)):
+        source = str(weights)
+        weights = load_npz(weights)
+    if any(k.endswith(("c_attn.weight", "ln_1.weight")) for k in weights):
+        weights = from_gpt2_names(weights, source)
+    return check_parameters(weights, shapes, dtype, source)
+
+
+# ----------------------------------------------------------------------------- layers
+
+
+@dataclass
+class Norm:
+    """LayerNorm or RMSNorm over the feature axis."""
+
+    kind: str
+    gamma: Array  # (d,)
+    beta: Array | None  # (d,)
+    eps: float
+    ops: Ops = STANDARD_OPS
+
+    def __call__(self, x: Array) -> Array:
+        fn = self.ops.layer_norm if self.kind == "layernorm" else self.ops.rms_norm
+        return fn(x, self.gamma, self.beta, self.eps)
+
+
+@dataclass
+class KVCache:
+    """Keys and values seen so far by one attention layer, (B, h_kv, T_seen, d_h) each."""
+
+    k: Array | None = None
+    v: Array | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
+
+    def append(self, k: Array, v: Array) -> tuple[Array, Array]:
+        self.k = k if self.k is None else np.concatenate([self.k, k], axis=2)
+        self.v = v if self.v is None else np.concatenate([self.v, v], axis=2)
+        return self.k, self.v
+
+
+@dataclass
+class MultiHeadAttention:
+    """Causal multi-head self-attention with grouped-query K/V and optional RoPE."""
+
+    cfg: BlockConfig
+    p: Mapping[str, Array]
+    ops: Ops = STANDARD_OPS
+    attention: str = "auto"  # auto | full | chunked
+    chunk_bytes: int = CHUNK_TABLE_BYTES
+
+    def __call__(self, x: Array, rec: Record = _ignore, cache: KVCache | None = None) -> Array:
+        cfg, p, ops = self.cfg, self.p, self.ops
+        h, h_kv = cfg.n_heads, cfg.n_kv_heads
+        B, T, _ = x.shape
+        start = cache.length if cache is not None else 0
+
+        q = linear(x, p["w_q"], p.get("b_q"))  # (B, T, h·d_h)
+        rec("q_proj", "Q projection", q, (x, p["w_q"]), kind="linear", params=("w_q", "b_q"))
+        k = linear(x, p["w_k"], p.get("b_k"))  # (B, T, h_kv·d_h)
+        rec("k_proj", "K projection", k, (x, p["w_k"]), kind="linear", params=("w_k", "b_k"))
+        v = linear(x, p["w_v"], p.get("b_v"))  # (B, T, h_kv·d_h)
+        rec("v_proj", "V projection", v, (x, p["w_v"]), kind="linear", params=("w_v", "b_v"))
+
+        q = ops.split_heads(q, h)  # (B, h, T, d_h)
+        k = ops.split_heads(k, h_kv)  # (B, h_kv, T, d_h)
+        v = ops.split_heads(v, h_kv)  # (B, h_kv, T, d_h)
+        rec("q", "split heads Q", q, (x,), kind="reshape")
+        rec("k", "split heads K", k, (x,), kind="reshape")
+        rec("v", "split heads V", v, (x,), kind="reshape")
+
+        if cfg.rope:
+            cos, sin = F.rope_tables(np.arange(start, start + T), cfg.rope_dims, cfg.rope_theta, x.dtype)
+            q = F.apply_rope(q, cos, sin)  # (B, h, T, d_h)
+            k = F.apply_rope(k, cos, sin)  # (B, h_kv, T, d_h)
+            rec("q_rope", "RoPE on Q", q, (q,), kind="rope")
+            rec("k_rope", "RoPE on K", k, (k,), kind="rope")
+
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, h_kv, T_seen, d_h)
+        if h_kv != h:  # grouped-query: each K/V head serves h / h_kv query heads
+            k = np.repeat(k, h // h_kv, axis=1)  # (B, h, T_k, d_h)
+            v = np.repeat(v, h // h_kv, axis=1)  # (B, h, T_k, d_h)
+
+        heads = self._attend(q, k, v, start, rec)  # (B, h, T, d_h)
+        concat = ops.combine_heads(heads)  # (B, T, h·d_h)
+        rec("attn_concat", "combine heads", concat, (heads,), kind="reshape")
+        out = ops.project_out(concat, p["w_o"], p.get("b_o"))  # (B, T, d)
+        rec("attn_out", "output projection", out, (concat, p["w_o"]), kind="linear", params=("w_o", "b_o"))
+        return out
+
+    def _attend(self, q: Array, k: Array, v: Array, start: int, rec: Record) -> Array:
+        """softmax(mask(Q·Kᵀ/√d_h))·V, whole table or in query chunks (same result)."""
+        B, h, T_q, _ = q.shape
+        T_k = k.shape[2]
+        table_bytes = B * h * T_q * T_k * q.itemsize
+        chunked = self.attention == "chunked" or (self.attention == "auto" and table_bytes > self.chunk_bytes)
+        if not chunked:
+            scores = self.ops.attention_scores(q, k)  # (B, h, T_q, T_k)
+            rec("scores", "scores Q·Kᵀ/√d_h", scores, (q, k), kind="matmul")
+            allowed = self.ops.causal_mask(T_q, T_k, start)  # (T_q, T_k)
+            masked, weights = self.ops.attention_weights(scores, allowed)
+            rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
+            rec("attn_weights", "softmax over keys", weights, (masked,), kind="softmax")
+            heads = weights @ v  # (B, h, T_q, d_h)
+            rec("attn_heads", "weights·V", heads, (weights, v), kind="matmul")
+            return heads
+        heads = self._attend_chunked(q, k, v, start)
+        rec("attn_heads", "chunked attention: softmax(mask(Q·Kᵀ/√d_h))·V", heads, (q, k, v), kind="attention")
+        return heads
+
+    def _attend_chunked(self, q: Array, k: Array, v: Array, start: int) -> Array:
+        """Query blocks of C rows: each sees keys [0, start + end) only, never the full table."""
+        B, h, T_q, d_h = q.shape
+        rows = max(1, self.chunk_bytes // max(1, B * h * k.shape[2] * q.itemsize))
+        heads = np.empty_like(q)  # (B, h, T_q, d_h)
+        for lo in range(0, T_q, rows):
+            hi = min(T_q, lo + rows)
+            visible = start + hi  # keys beyond the last query of the chunk are all in the future
+            scores = self.ops.attention_scores(q[:, :, lo:hi], k[:, :, :visible])  # (B, h, C, T_vis)
+            allowed = self.ops.causal_mask(hi - lo, visible, start + lo)
+            _, weights = self.ops.attention_weights(scores, allowed)
+            heads[:, :, lo:hi] = weights @ v[:, :, :visible]  # (B, h, C, d_h)
+        return heads
+
+
+@dataclass
+class MLP:
+    """Expand, activate, contract: act(x W_1 + b_1) [· (x W_3 + b_3) when gated] W_2 + b_2."""
+
+    cfg: BlockConfig
+    p: Mapping[str, Array]
+
+    def __call__(self, x: Array, rec: Record = _ignore) -> Array:
+        p = self.p
+        pre = linear(x, p["w_1"], p.get("b_1"))  # (B, T, d_ff)
+        rec("mlp_pre", "MLP expand", pre, (x, p["w_1"]), kind="linear", params=("w_1", "b_1"))
+        act = F.ACTIVATION_FUNCTIONS[self.cfg.activation](pre)  # (B, T, d_ff)
+        if self.cfg.gated:
+            up = linear(x, p["w_3"], p.get("b_3"))  # (B, T, d_ff)
+            rec("mlp_up", "MLP up (gate partner)", up, (x, p["w_3"]), kind="linear", params=("w_3", "b_3"))
+            act = act * up
+        rec("mlp_act", f"activation ({self.cfg.activation})", act, (pre,), kind=self.cfg.activation)
+        out = linear(act, p["w_2"], p.get("b_2"))  # (B, T, d)
+        rec("mlp_out", "MLP contract", out, (act, p["w_2"]), kind="linear", params=("w_2", "b_2"))
+        return out
+
+
+@dataclass
+class DecoderBlock:
+    """One decoder block: two norms, attention and MLP joined by residual additions."""
+
+    cfg: BlockConfig
+    params: dict[str, Array]
+    ops: Ops = STANDARD_OPS
+    attention: str = "auto"
+    ln1: Norm = field(init=False)
+    attn: MultiHeadAttention = field(init=False)
+    ln2: Norm = field(init=False)
+    mlp: MLP = field(init=False)
+
+    def __post_init__(self) -> None:
+        cfg, p = self.cfg, self.params
+        self.ln1 = Norm(cfg.norm, p["ln1_gamma"], p.get("ln1_beta"), cfg.norm_eps, self.ops)
+        self.attn = MultiHeadAttention(cfg, p, self.ops, self.attention)
+        self.ln2 = Norm(cfg.norm, p["ln2_gamma"], p.get("ln2_beta"), cfg.norm_eps, self.ops)
+        self.mlp = MLP(cfg, p)
+
+    @classmethod
+    def from_config(cls, config: Config | BlockConfig, weights: str | Path | Mapping[str, Any] | None = None,
+                    *, dtype: str | None = None, seed: int | None = None, ops: Ops = STANDARD_OPS,
+                    attention: str = "auto") -> "DecoderBlock":
+        """Build a block: weights from an .npz path, a name → array mapping, or None (seeded init)."""
+        block_cfg = config.block if isinstance(config, Config) else config
+        run = config.run if isinstance(config, Config) else None
+        dtype = dtype or (run.dtype if run else "float64")
+        seed = seed if seed is not None else (run.seed if run else 0)
+        params = resolve_weights(weights, block_parameter_shapes(block_cfg), seed, dtype)
+        return cls(block_cfg, params, ops, attention)
+
+    parameter_shapes = staticmethod(block_parameter_shapes)
+
+    def __call__(self, x: Array, rec: Record = _ignore, cache: KVCache | None = None,
+                 train: bool = False, rng: np.random.Generator | None = None) -> Array:
+        """x (B, T, d) → y (B, T, d). `train` applies dropout to the two branch outputs."""
+        check_block_input(x, self.cfg.d_model)
+        add, norm = self.ops.residual_add, self.cfg.norm
+        drop = _dropout(self.cfg.dropout, rng) if train and self.cfg.dropout else (lambda a: a)
+        if self.cfg.placement == "pre":
+            n1 = self.ln1(x)  # (B, T, d)
+            rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
+            a = drop(self.attn(n1, rec, cache))  # (B, T, d)
+            h = add(x, a)  # (B, T, d)
+            rec("h", "residual add", h, (x, a), kind="add")
+            n2 = self.ln2(h)  # (B, T, d)
+            rec("ln2_out", "LN2", n2, (h,), kind=norm, params=("ln2_gamma", "ln2_beta"))
+            m = drop(self.mlp(n2, rec))  # (B, T, d)
+            y = add(h, m)  # (B, T, d)
+            rec("y", "residual add", y, (h, m), kind="add")
+        elif self.cfg.placement == "post":
+            a = drop(self.attn(x, rec, cache))
+            s1 = add(x, a)
+            rec("h_pre", "residual add", s1, (x, a), kind="add")
+            h = self.ln1(s1)
+            rec("h", "LN1 (post)", h, (s1,), kind=norm, params=("ln1_gamma", "ln1_beta"))
+            m = drop(self.mlp(h, rec))
+            s2 = add(h, m)
+            rec("y_pre", "residual add", s2, (h, m), kind="add")
+            y = self.ln2(s2)
+            rec("y", "LN2 (post)", y, (s2,), kind=norm, params=("ln2_gamma", "ln2_beta"))
+        else:  # parallel: both branches read x
+            n1 = self.ln1(x)
+            rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
+            a = drop(self.attn(n1, rec, cache))
+            h = add(x, a)
+            rec("h", "residual add (attention)", h, (x, a), kind="add")
+            n2 = self.ln2(x)
+            rec("ln2_out", "LN2", n2, (x,), kind=norm, params=("ln2_gamma", "ln2_beta"))
+            m = drop(self.mlp(n2, rec))
+            y = add(h, m)
+            rec("y", "residual add (MLP)", y, (h, m), kind="add")
+        return y
+
+    def new_cache(self) -> KVCache:
+        return KVCache()
+
+    def step(self, x_new: Array, cache: KVCache, rec: Record = _ignore) -> Array:
+        """Incremental decoding: the outputs for tokens appended after those already in `cache`."""
+        return self(x_new, rec, cache)
+
+
+def _dropout(rate: float, rng: np.random.Generator | None) -> Callable[[Array], Array]:
+    rng = rng or np.random.default_rng()
+
+    def drop(a: Array) -> Array:
+        keep = rng.random(a.shape) >= rate
+        return np.where(keep, a / (1.0 - rate), 0).astype(a.dtype)
+
+    return drop
+
+
+def check_block_input(x: Any, d_model: int) -> None:
+    if not isinstance(x, np.ndarray) or x.ndim != 3 or x.shape[-1] != d_model:
+        shape = getattr(x, "shape", type(x).__name__)
+        raise InputError(f"input: expected an array of shape (B, T, d={d_model}), got {shape}")
+
+
+# ----------------------------------------------------------------------------- model
+
+
+@dataclass
+class Model:
+    """Token embedding + positions → N blocks → final norm → logits (B, T, V)."""
+
+    config: Config
+    params: dict[str, Array]
+    ops: Ops = STANDARD_OPS
+    attention: str = "auto"
+    blocks: list[DecoderBlock] = field(init=False)
+
+    def __post_init__(self) -> None:
+        model = self.config.model
+        assert model is not None, "Model needs a config with a model section"
+        self.blocks = []
+        for i in range(model.n_layers):
+            prefix = f"blocks.{i}."
+            p = {k[len(prefix):]: v for k, v in self.params.items() if k.startswith(prefix)}
+            self.blocks.append(DecoderBlock(self.config.block, p, self.ops, self.attention))
+        b = self.config.block
+        self.ln_f = (Norm(b.norm, self.params["ln_f_gamma"], self.params.get("ln_f_beta"), b.norm_eps, self.ops)
+                     if model.final_norm else None)
+
+    @classmethod
+    def from_config(cls, config: Config, weights: str | Path | Mapping[str, Any] | None = None, *,
+                    dtype: str | None = None, seed: int | None = None, ops: Ops = STANDARD_OPS,
+                    attention: str = "auto") -> "Model":
+        if config.model is None:
+            raise InputError(f"{config.name}: has no 'model' section; a model needs n_layers and vocab_size")
+        dtype = dtype or config.run.dtype
+        seed = config.run.seed if seed is None else seed
+        params = resolve_weights(weights, model_parameter_shapes(config), seed, dtype)
+        return cls(config, params, ops, attention)
+
+    @property
+    def model_config(self) -> ModelConfig:
+        assert self.config.model is not None
+        return self.config.model
+
+    def embed(self, ids: Array, start: int = 0, rec: Record = _ignore) -> Array:
+        """Token ids (B, T) → X_0 (B, T, d): E[ids] plus positions (none for rope/none)."""
+        m, d = self.model_config, self.config.block.d_model
+        check_token_ids(ids, m.vocab_size)
+        T = ids.shape[1]
+        positions = np.arange(start, start + T)
+        if m.positions == "learned" and start + T > m.max_positions:
+            raise InputError(f"input: sequence of {start + T} tokens exceeds model.max_positions={m.max_positions}")
+        wte = self.params["wte"]
+        x = wte[ids]  # (B, T, d)
+        rec("tok_emb", "token embedding", x, (ids, wte), kind="gather", params=("wte",))
+        if m.positions == "learned":
+            x = x + self.params["wpe"][positions + m.position_offset]  # (B, T, d) + (T, d)
+            rec("embed", "add learned positions", x, (x,), kind="add", params=("wpe",))
+        elif m.positions == "sinusoidal":
+            x = x + F.sinusoidal_positions(positions, d, x.dtype)
+            rec("embed", "add sinusoidal positions", x, (x,), kind="add")
+        return x
+
+    def head(self, x: Array, rec: Record = _ignore) -> Array:
+        """Final norm and vocabulary projection: (B, T, d) → (B, T, V)."""
+        if self.ln_f is not None:
+            x = self.ln_f(x)
+            rec("ln_f_out", "final norm", x, (x,), kind=self.config.block.norm, params=("ln_f_gamma", "ln_f_beta"))
+        if self.model_config.tie_embeddings:
+            w = self.params["wte"].T  # (d, V): the embedding table reused
+            params: tuple[str, ...] = ("wte (tied)",)
+        else:
+            w, params = self.params["lm_head"], ("lm_head",)
+        logits = linear(x, w, self.params.get("lm_head_bias"))  # (B, T, V)
+        rec("logits", "LM head", logits, (x, w), kind="linear", params=params + ("lm_head_bias",))
+        return logits
+
+    def __call__(self, ids: Array, rec: Record = _ignore, caches: list[KVCache] | None = None) -> Array:
+        start = caches[0].length if caches else 0
+        x = self.embed(ids, start, rec)
+        for i, block in enumerate(self.blocks):
+            x = block(x, _prefixed(rec, i), caches[i] if caches else None)
+        return self.head(x, rec)
+
+    def new_cache(self) -> list[KVCache]:
+        return [KVCache() for _ in self.blocks]
+
+    def step(self, ids_new: Array, caches: list[KVCache], rec: Record = _ignore) -> Array:
+        """Incremental decoding: logits for tokens appended after those already in `caches`."""
+        return self(ids_new, rec, caches)
+
+
+def _prefixed(rec: Record, layer: int) -> Record:
+    if rec is _ignore:
+        return rec
+
+    def inner(key: str, *args: Any, **kwargs: Any) -> None:
+        rec(f"blocks.{layer}.{key}", *args, layer=layer, **kwargs)
+
+    return inner
+
+
+def check_token_ids(ids: Any, vocab_size: int) -> None:
+    if not isinstance(ids, np.ndarray) or ids.ndim != 2 or ids.dtype.kind not in "iu":
+        shape = getattr(ids, "shape", type(ids).__name__)
+        raise InputError(f"input: expected integer token ids of shape (B, T), got {shape} "
+                         f"{getattr(ids, 'dtype', '')}".rstrip())
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise InputError(f"input: token ids must lie in [0, {vocab_size}), found {ids.min()}..{ids.max()}")

@@ -1,0 +1,388 @@
+"""Block configs: YAML (or a preset name) → validated, frozen dataclasses.
+
+This is the only module that imports yaml. Every problem a user can cause raises
+`ConfigError`, whose message is one line that starts with the field path
+(`block.n_heads: ...`) or the file name, and says what was expected.
+
+Conventions: sizes are positive integers; float fields also accept numeric strings
+such as "1e-5", because YAML 1.1 loaders read `1e-5` (no dot) as a string.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import asdict, dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+NORMS = ("layernorm", "rmsnorm")
+ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu")
+GATED_ACTIVATIONS = ("swiglu", "geglu")
+PLACEMENTS = ("pre", "post", "parallel")
+POSITIONS = ("learned", "sinusoidal", "rope", "none")
+DTYPES = ("float32", "float64")
+BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
+MAX_SIZE = 10**12  # far beyond any real model; keeps arithmetic and messages sane
+
+
+class InputError(ValueError):
+    """Something the user supplied (config, weights, input, option) is invalid: exit code 2."""
+
+
+class ConfigError(InputError):
+    """A config the user wrote is invalid; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Bias:
+    qkv: bool = True
+    out: bool = True
+    mlp: bool = True
+    norm: bool = True  # the LayerNorm shift beta (and an RMSNorm shift, if asked for)
+
+
+@dataclass(frozen=True)
+class BlockConfig:
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    n_kv_heads: int = 0  # 0 in the constructor means "same as n_heads"; resolved by parse
+    head_dim: int = 0  # 0 means d_model // n_heads
+    norm: str = "layernorm"
+    norm_eps: float = 1e-5
+    activation: str = "gelu_tanh"
+    bias: Bias = field(default_factory=Bias)
+    placement: str = "pre"
+    rope: float = 0.0  # fraction of each head rotated; 0 is off, 1 is the whole head
+    rope_theta: float = 10000.0
+    dropout: float = 0.0
+
+    @property
+    def gated(self) -> bool:
+        return self.activation in GATED_ACTIVATIONS
+
+    @property
+    def rope_dims(self) -> int:
+        """Rotated dimensions per head (even), as GPT-NeoX's int(head_dim * rotary_pct)."""
+        return int(self.head_dim * self.rope) // 2 * 2
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    n_layers: int = 12
+    vocab_size: int = 50257
+    positions: str = "learned"
+    max_positions: int = 1024
+    position_offset: int = 0  # extra rows at the start of a learned table (OPT: 2)
+    tie_embeddings: bool = True
+    final_norm: bool = True
+    lm_head_bias: bool = False
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    batch: int = 2
+    seq_len: int = 5
+    dtype: str = "float32"
+    seed: int = 7
+
+
+@dataclass(frozen=True)
+class About:
+    description: str = ""
+    source: str = ""
+    parameters: int | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    block: BlockConfig
+    model: ModelConfig | None = None
+    run: RunConfig = field(default_factory=RunConfig)
+    about: About = field(default_factory=About)
+    name: str = "default"  # preset name, file path, or "default"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as plain data shaped like the YAML (what `--impl` targets receive)."""
+        data: dict[str, Any] = {"block": asdict(self.block), "run": asdict(self.run)}
+        if self.model is not None:
+            data["model"] = asdict(self.model)
+        return data
+
+
+DEFAULT_YAML_NAME = "default"
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def preset_names() -> list[str]:
+    """Names of the packaged presets, sorted."""
+    folder = resources.files("blockcli.presets")
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def _read_preset(name: str) -> str:
+    return resources.files("blockcli.presets").joinpath(f"{name}.yaml").read_text("utf-8")
+
+
+def load_config(source: str | Path | Mapping[str, Any] | None = None) -> Config:
+    """Load a config from a YAML path, a preset name, a Hugging Face config.json, or a mapping.
+
+    None gives the built-in default: the reference chapter's block (d=512, h=8, d_ff=2048).
+    """
+    if source is None:
+        return parse_config({}, name=DEFAULT_YAML_NAME)
+    if isinstance(source, Mapping):
+        return parse_config(source, name="<mapping>")
+    text_source = str(source)
+    path = Path(text_source)
+    if path.suffix.lower() == ".json":
+        from blockcli.hf import config_from_hf  # lazy: only for HF configs
+
+        return config_from_hf(path)
+    looks_like_path = path.suffix.lower() in (".yaml", ".yml") or "/" in text_source or path.exists()
+    if not looks_like_path:
+        if text_source in preset_names():
+            return parse_config(_parse_yaml(_read_preset(text_source), text_source), name=text_source)
+        close = difflib.get_close_matches(text_source, preset_names(), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else "; run 'blockcli presets' to list them"
+        raise ConfigError(f"{text_source}: no such file or preset{hint}")
+    return parse_config(_parse_yaml(read_text_file(path), str(path)), name=str(path))
+
+
+def read_text_file(path: Path) -> str:
+    """Read a UTF-8 text file, turning every OS problem into a one-line ConfigError."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, expected a file") from None
+    except PermissionError:
+        raise ConfigError(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if b"\x00" in raw:
+        raise ConfigError(f"{path}: binary file, expected YAML text")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def _parse_yaml(text: str, where: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"{where}: YAML syntax error{at}: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: invalid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: YAML nested too deeply") from None
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def parse_config(data: Any, name: str = "<mapping>") -> Config:
+    """Validate plain data (as loaded from YAML) into a Config; raise ConfigError on the first problem."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{name}: top level must be a mapping with 'block', 'model', 'run' sections, "
+                          f"got {_kind(data)}")
+    _check_keys(data, ("block", "model", "run", "about"), "")
+    block = _parse_block(_section(data, "block"))
+    model_data = data.get("model")
+    model = None if model_data is None else _parse_model(_section(data, "model"))
+    if model is not None:
+        block = _reconcile_rope(block, model)
+    run = _parse_run(_section(data, "run"))
+    about = _parse_about(_section(data, "about"))
+    return Config(block=block, model=model, run=run, about=about, name=name)
+
+
+def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key}: expected a mapping, got {_kind(value)}")
+    return value
+
+
+def _check_keys(data: Mapping[str, Any], allowed: tuple[str, ...], prefix: str) -> None:
+    for key in data:
+        if not isinstance(key, str) or key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; expected one of: {', '.join(allowed)}"
+            raise ConfigError(f"{prefix}{key}: unknown field{hint}")
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a bool ({value})"
+    if isinstance(value, (int, float)):
+        return f"a number ({value})"
+    if isinstance(value, str):
+        return f"a string ('{value}')"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
+def _int(data: Mapping[str, Any], key: str, path: str, default: int, minimum: int = 1) -> int:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, float) and value.is_integer() and math.isfinite(value):
+            value = int(value)  # 4096.0 is what a JSON writer sometimes emits
+        else:
+            raise ConfigError(f"{path}.{key}: expected an integer, got {_kind(value)}")
+    if value < minimum:
+        raise ConfigError(f"{path}.{key}: expected an integer >= {minimum}, got {value}")
+    if value > MAX_SIZE:
+        raise ConfigError(f"{path}.{key}: expected at most {MAX_SIZE:,}, got {value:.3g}")
+    return value
+
+
+def _float(data: Mapping[str, Any], key: str, path: str, default: float,
+           low: float, high: float, low_open: bool = False) -> float:
+    value = data.get(key, default)
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ConfigError(f"{path}.{key}: expected a number, got {_kind(value)}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{path}.{key}: expected a number, got {_kind(value)}")
+    value = float(value)
+    too_low = value <= low if low_open else value < low
+    if not math.isfinite(value) or too_low or value > high:
+        bound = "(" if low_open else "["
+        raise ConfigError(f"{path}.{key}: expected a number in {bound}{low:g}, {high:g}], got {value:g}")
+    return value
+
+
+def _bool(data: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{path}.{key}: expected true or false, got {_kind(value)}")
+    return value
+
+
+def _choice(data: Mapping[str, Any], key: str, path: str, default: str, allowed: tuple[str, ...]) -> str:
+    value = data.get(key, default)
+    if not isinstance(value, str) or value not in allowed:
+        raise ConfigError(f"{path}.{key}: expected one of {', '.join(allowed)}; got {_kind(value)}")
+    return value
+
+
+def _parse_bias(value: Any) -> Bias:
+    if isinstance(value, bool):
+        return Bias(value, value, value, value)
+    if isinstance(value, Mapping):
+        _check_keys(value, BIAS_GROUPS, "block.bias.")
+        return Bias(**{g: _bool(value, g, "block.bias", True) for g in BIAS_GROUPS})
+    raise ConfigError(f"block.bias: expected true, false or a mapping of {', '.join(BIAS_GROUPS)}, "
+                      f"got {_kind(value)}")
+
+
+def _parse_rope(value: Any) -> float:
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    return _float({"rope": value}, "rope", "block", 0.0, 0.0, 1.0)
+
+
+def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
+    fields = ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "norm", "norm_eps", "activation",
+              "bias", "placement", "rope", "rope_theta", "dropout")
+    _check_keys(data, fields, "block.")
+    p = "block"
+    d_model = _int(data, "d_model", p, 512)
+    n_heads = _int(data, "n_heads", p, 8)
+    n_kv_heads = _int(data, "n_kv_heads", p, n_heads)
+    if "head_dim" in data:
+        head_dim = _int(data, "head_dim", p, 1)
+    elif d_model % n_heads:
+        raise ConfigError(f"block.n_heads: d_model={d_model} is not divisible by n_heads={n_heads} "
+                          f"(or set block.head_dim explicitly)")
+    else:
+        head_dim = d_model // n_heads
+    if n_kv_heads > n_heads or n_heads % n_kv_heads:
+        raise ConfigError(f"block.n_kv_heads: n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}")
+    rope = _parse_rope(data.get("rope", False))
+    block = BlockConfig(
+        d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
+        d_ff=_int(data, "d_ff", p, 2048),
+        norm=_choice(data, "norm", p, "layernorm", NORMS),
+        norm_eps=_float(data, "norm_eps", p, 1e-5, 0.0, 1.0, low_open=True),
+        activation=_choice(data, "activation", p, "gelu_tanh", ACTIVATIONS),
+        bias=_parse_bias(data.get("bias", True)),
+        placement=_choice(data, "placement", p, "pre", PLACEMENTS),
+        rope=rope,
+        rope_theta=_float(data, "rope_theta", p, 10000.0, 0.0, 1e12, low_open=True),
+        dropout=_float(data, "dropout", p, 0.0, 0.0, 1.0),
+    )
+    if block.dropout >= 1.0:
+        raise ConfigError("block.dropout: expected a number in [0, 1), got 1")
+    if rope and block.rope_dims == 0:
+        raise ConfigError(f"block.rope: a fraction of {rope:g} of head_dim={head_dim} rotates no "
+                          f"dimension pair; expected at least 2/head_dim")
+    return block
+
+
+def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
+    fields = ("n_layers", "vocab_size", "positions", "max_positions", "position_offset",
+              "tie_embeddings", "final_norm", "lm_head_bias")
+    _check_keys(data, fields, "model.")
+    p = "model"
+    return ModelConfig(
+        n_layers=_int(data, "n_layers", p, 12),
+        vocab_size=_int(data, "vocab_size", p, 50257),
+        positions=_choice(data, "positions", p, "learned", POSITIONS),
+        max_positions=_int(data, "max_positions", p, 1024),
+        position_offset=_int(data, "position_offset", p, 0, minimum=0),
+        tie_embeddings=_bool(data, "tie_embeddings", p, True),
+        final_norm=_bool(data, "final_norm", p, True),
+        lm_head_bias=_bool(data, "lm_head_bias", p, False),
+    )
+
+
+def _reconcile_rope(block: BlockConfig, model: ModelConfig) -> BlockConfig:
+    """`positions: rope` means the blocks rotate q and k; block.rope picks the fraction (default all)."""
+    if model.positions == "rope":
+        return block if block.rope else replace(block, rope=1.0)
+    if block.rope:
+        raise ConfigError(f"block.rope: rotary positions are on but model.positions is "
+                          f"'{model.positions}'; set model.positions: rope")
+    return block
+
+
+def _parse_run(data: Mapping[str, Any]) -> RunConfig:
+    _check_keys(data, ("batch", "seq_len", "dtype", "seed"), "run.")
+    return RunConfig(
+        batch=_int(data, "batch", "run", 2),
+        seq_len=_int(data, "seq_len", "run", 5),
+        dtype=_choice(data, "dtype", "run", "float32", DTYPES),
+        seed=_int(data, "seed", "run", 7, minimum=0),
+    )
+
+
+def _parse_about(data: Mapping[str, Any]) -> About:
+    _check_keys(data, ("description", "source", "parameters"), "about.")
+    for key in ("description", "source"):
+        if not isinstance(data.get(key, ""), str):
+            raise ConfigError(f"about.{key}: expected a string, got {_kind(data[key])}")
+    parameters = _int(data, "parameters", "about", 1) if "parameters" in data else None
+    return About(data.get("description", ""), data.get("source", ""), parameters)

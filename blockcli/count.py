@@ -1,0 +1,319 @@
+"""Closed-form parameter counts, and their reconciliation with the arrays the code creates.
+
+The formula is written once here, from the hyperparameters, as polynomials in the shape
+symbols (d, h, h_kv, d_h, d_ff, V, P, L): that gives both the number and the expression
+shown beside it (`4·d² + 4·d`). It shares nothing with the layers' `parameter_shapes`, which
+is what makes comparing the two a real check (checklist item 10).
+
+Conventions: tied embeddings are counted once (the LM head row says "tied" and adds 0);
+"non-embedding" excludes the token and position tables; FLOPs are 2 × multiply-adds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from blockcli.block import DecoderBlock, block_parameter_shapes, model_parameter_shapes
+from blockcli.config import BlockConfig, Config
+
+# A polynomial: monomial (sorted tuple of symbols) → integer coefficient.
+Poly = Counter
+ALLOCATE_LIMIT = 8_000_000  # a block up to this size is really built to reconcile against its arrays
+
+
+def term(coef: int, *symbols: str) -> Poly:
+    return Poly({tuple(sorted(symbols)): coef})
+
+
+def evaluate(poly: Poly, values: Mapping[str, int]) -> int:
+    return sum(c * math.prod(values[s] for s in mono) for mono, c in poly.items())
+
+
+_ORDER = {"L": 0, "V": 1, "P": 2, "d": 3, "h": 4, "h_kv": 5, "d_h": 6, "d_ff": 7}
+
+
+def render(poly: Poly) -> str:
+    """4·d² + 4·d: monomials by degree, symbols in a fixed order, powers as superscripts."""
+    parts = []
+    for mono in sorted((m for m in poly if poly[m]), key=lambda m: (-len(m), [_ORDER[s] for s in m])):
+        counts = Counter(mono)
+        symbols = "·".join(s + ("²" if counts[s] == 2 else "³" if counts[s] == 3 else "")
+                           for s in sorted(counts, key=_ORDER.__getitem__))
+        coef = poly[mono]
+        parts.append(symbols if coef == 1 else f"{coef}·{symbols}" if symbols else str(coef))
+    return " + ".join(parts) or "0"
+
+
+@dataclass(frozen=True)
+class Component:
+    """One row of the breakdown: a tensor group, its shape, and where its count comes from."""
+
+    name: str  # stable id, e.g. "attn.q"
+    label: str  # what a person reads, e.g. "Q projection"
+    shape: str  # e.g. "(512, 512) + (512,)"
+    weights: int
+    biases: int
+    expression: str
+    keys: tuple[str, ...] = ()  # the parameter names this row covers
+    kind: str = "tensor"  # tensor | subtotal | total | tied
+    arrays: int | None = None  # the count measured from arrays or declared shapes
+
+    @property
+    def count(self) -> int:
+        return self.weights + self.biases
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    formula: int
+    arrays: int
+    method: str  # "arrays" (a block really built) or "declared shapes" (nothing allocated)
+    mismatches: tuple[str, ...] = ()
+
+    @property
+    def match(self) -> bool:
+        return self.formula == self.arrays and not self.mismatches
+
+
+@dataclass(frozen=True)
+class ParameterCount:
+    config: Config
+    components: tuple[Component, ...]
+    per_block: int
+    total: int
+    non_embedding: int
+    reconciled: Reconciliation
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def n_layers(self) -> int:
+        return self.config.model.n_layers if self.config.model else 1
+
+
+# ----------------------------------------------------------------------------- the formula
+
+
+def symbol_values(config: Config) -> dict[str, int]:
+    b, m = config.block, config.model
+    values = {"d": b.d_model, "h": b.n_heads, "h_kv": b.n_kv_heads, "d_h": b.head_dim, "d_ff": b.d_ff}
+    if m is not None:
+        values.update(V=m.vocab_size, L=m.n_layers, P=m.max_positions + m.position_offset)
+    return values
+
+
+@dataclass(frozen=True)
+class Row:
+    """A formula row before evaluation: weight and bias polynomials plus its parameter keys."""
+
+    name: str
+    label: str
+    weights: Poly
+    biases: Poly
+    keys: tuple[str, ...]
+
+
+def block_formula(b: BlockConfig) -> list[Row]:
+    """The hand count of one block, row by row in forward order."""
+    q_width = ("d",) if b.n_heads * b.head_dim == b.d_model else ("h", "d_h")
+    kv_width = ("d",) if b.n_kv_heads * b.head_dim == b.d_model else ("h_kv", "d_h")
+    no = Poly()
+
+    def norm(prefix: str, label: str) -> Row:
+        shift = term(1, "d") if b.bias.norm else no
+        return Row(prefix, label, term(1, "d"), shift, (f"{prefix}_gamma", f"{prefix}_beta"))
+
+    def proj(name: str, label: str, width: tuple[str, ...], bias: bool, out: bool = False) -> Row:
+        matrix = term(1, *width, "d")
+        bias_poly = (term(1, "d") if out else term(1, *width)) if bias else no
+        letter = name[-1]
+        return Row(name, label, matrix, bias_poly, (f"w_{letter}", f"b_{letter}"))
+
+    rows = [
+        norm("ln1", f"{_norm_name(b)} 1"),
+        proj("attn.q", "Q projection", q_width, b.bias.qkv),
+        proj("attn.k", "K projection", kv_width, b.bias.qkv),
+        proj("attn.v", "V projection", kv_width, b.bias.qkv),
+        proj("attn.o", "output projection W_O", q_width, b.bias.out, out=True),
+        norm("ln2", f"{_norm_name(b)} 2"),
+    ]
+    mlp_bias = b.bias.mlp
+    rows.append(Row("mlp.1", "MLP gate (w_1, activated)" if b.gated else "MLP expansion",
+                    term(1, "d", "d_ff"), term(1, "d_ff") if mlp_bias else no, ("w_1", "b_1")))
+    if b.gated:
+        rows.append(Row("mlp.3", "MLP up (w_3)", term(1, "d", "d_ff"), term(1, "d_ff") if mlp_bias else no,
+                        ("w_3", "b_3")))
+    rows.append(Row("mlp.2", "MLP contraction", term(1, "d", "d_ff"), term(1, "d") if mlp_bias else no,
+                    ("w_2", "b_2")))
+    return rows
+
+
+def _norm_name(b: BlockConfig) -> str:
+    return "LayerNorm" if b.norm == "layernorm" else "RMSNorm"
+
+
+Formula = Callable[[BlockConfig], list[Row]]
+
+
+# ----------------------------------------------------------------------------- the breakdown
+
+
+def count_parameters(config: Config, formula: Formula = block_formula,
+                     allocate_limit: int = ALLOCATE_LIMIT) -> ParameterCount:
+    """Exact breakdown for one block, and for the whole model when the config has one."""
+    values = symbol_values(config)
+    rows = formula(config.block)
+    arrays = _block_arrays(config, allocate_limit)
+    method = "arrays" if arrays is not None else "declared shapes"
+    if arrays is None:
+        arrays = {k: math.prod(s) for k, s in block_parameter_shapes(config.block).items()}
+
+    components: list[Component] = []
+    mismatches: list[str] = []
+    groups = {"attn": (Poly(), Poly()), "mlp": (Poly(), Poly()), "ln": (Poly(), Poly())}
+    block_w, block_b = Poly(), Poly()
+    for row in rows:
+        w, bias = evaluate(row.weights, values), evaluate(row.biases, values)
+        measured = sum(arrays.get(k, 0) for k in row.keys)
+        if measured != w + bias:
+            mismatches.append(f"{row.name}: formula {w + bias:,} vs arrays {measured:,}")
+        components.append(Component(row.name, row.label, _shapes_text(row.keys, config.block), w, bias,
+                                    render(row.weights + row.biases), row.keys, arrays=measured))
+        group_w, group_b = groups["ln" if row.name.startswith("ln") else row.name.split(".")[0]]
+        for poly in (group_w, block_w):
+            poly.update(row.weights)
+        for poly in (group_b, block_b):
+            poly.update(row.biases)
+
+    covered = {k for row in rows for k in row.keys}
+    mismatches.extend(f"{k}: array not in the formula" for k in arrays if k not in covered)
+    block_poly = block_w + block_b
+    per_block = evaluate(block_poly, values)
+    for name, label, (w, bias) in (("attention", "attention (Q, K, V, O)", groups["attn"]),
+                                   ("mlp", "MLP", groups["mlp"]), ("norms", "two norms", groups["ln"]),
+                                   ("block", "block total", (block_w, block_b))):
+        components.append(Component(name, label, "", evaluate(w, values), evaluate(bias, values),
+                                    render(w + bias), kind="total" if name == "block" else "subtotal"))
+
+    total, non_embedding = per_block, per_block
+    formula_total, arrays_total = per_block, sum(arrays.values())
+    if config.model is not None:
+        model_rows, total, non_embedding = _model_rows(config, block_poly, values)
+        components.extend(model_rows)
+        formula_total = total
+        declared = sum(math.prod(s) for s in model_parameter_shapes(config).values())
+        arrays_total = declared + (sum(arrays.values()) - sum(math.prod(s) for s in
+                                   block_parameter_shapes(config.block).values())) * config.model.n_layers
+        method += " of one block; declared shapes of the model"
+
+    reconciled = Reconciliation(formula_total, arrays_total, method, tuple(mismatches))
+    result = ParameterCount(config, tuple(components), per_block, total, non_embedding, reconciled)
+    result.extras.update(extras(result))
+    return result
+
+
+def _model_rows(config: Config, block_poly: Poly, values: Mapping[str, int]) -> tuple[list[Component], int, int]:
+    m, b = config.model, config.block
+    assert m is not None
+    d = b.d_model
+    rows = [Component("embed.tokens", "token embedding", f"({m.vocab_size:,}, {d:,})",
+                      m.vocab_size * d, 0, "V·d", ("wte",))]
+    pos = 0
+    if m.positions == "learned":
+        P = m.max_positions + m.position_offset
+        pos = P * d
+        note = "P·d" if not m.position_offset else f"P·d (P = {m.max_positions:,} + offset {m.position_offset})"
+        rows.append(Component("embed.positions", "position embedding", f"({P:,}, {d:,})", pos, 0, note, ("wpe",)))
+    layers = evaluate(block_poly, values) * m.n_layers
+    rows.append(Component("blocks", f"{m.n_layers} blocks", f"{m.n_layers} × block", layers, 0,
+                          f"L·({render(block_poly)})", kind="subtotal"))
+    final = 0
+    if m.final_norm:
+        shift = d if b.bias.norm else 0
+        final = d + shift
+        rows.append(Component("final_norm", f"final {_norm_name(b)}", f"({d:,},)" + (" × 2" if shift else ""),
+                              d, shift, "2·d" if shift else "d", ("ln_f_gamma", "ln_f_beta")))
+    head_bias = m.vocab_size if m.lm_head_bias else 0
+    if m.tie_embeddings:
+        rows.append(Component("lm_head", "LM head (tied to token embedding)", f"({d:,}, {m.vocab_size:,})",
+                              0, head_bias, "0 (tied)" + (" + V" if head_bias else ""), ("lm_head_bias",),
+                              kind="tied"))
+    else:
+        rows.append(Component("lm_head", "LM head", f"({d:,}, {m.vocab_size:,})", d * m.vocab_size, head_bias,
+                              "d·V" + (" + V" if head_bias else ""), ("lm_head", "lm_head_bias")))
+    head = rows[-1].count
+    total = m.vocab_size * d + pos + layers + final + head
+    non_embedding = total - m.vocab_size * d - pos
+    rows.append(Component("total", "model total", "", total, 0, "", kind="total"))
+    rows.append(Component("non_embedding", "non-embedding total", "", non_embedding, 0,
+                          "total − token − position embeddings", kind="total"))
+    return rows, total, non_embedding
+
+
+def _shapes_text(keys: tuple[str, ...], b: BlockConfig) -> str:
+    shapes = block_parameter_shapes(b)
+    return " + ".join(str(shapes[k]) for k in keys if k in shapes)
+
+
+def _block_arrays(config: Config, limit: int) -> dict[str, int] | None:
+    """Sizes of the arrays a real block creates, or None when the block is too large to build here."""
+    if sum(math.prod(s) for s in block_parameter_shapes(config.block).values()) > limit:
+        return None
+    block = DecoderBlock.from_config(config, dtype="float32")
+    return {k: v.size for k, v in block.params.items()}
+
+
+# ----------------------------------------------------------------------------- what else people ask
+
+
+def extras(result: ParameterCount) -> dict:
+    """FLOPs per token, parameter memory, K/V cache size."""
+    cfg = result.config
+    b, T = cfg.block, cfg.run.seq_len
+    L = result.n_layers
+    attention_term = 4 * L * T * b.n_heads * b.head_dim  # Q·Kᵀ and weights·V over a full T×T table
+    tied_head = 2 * b.d_model * cfg.model.vocab_size if cfg.model and cfg.model.tie_embeddings else 0
+    flops = 2 * result.non_embedding + tied_head + attention_term
+    kv_per_token = 2 * L * b.n_kv_heads * b.head_dim
+    itemsize = 4 if cfg.run.dtype == "float32" else 8
+    return {
+        "flops_per_token": flops,
+        "flops_convention": ("FLOPs = 2 × multiply-adds: 2 × non-embedding parameters"
+                             + (" + 2·d·V for the tied LM head" if tied_head else "")
+                             + f" + 4·L·T·h·d_h for the attention scores and mixing at T={T} (full table)"),
+        "memory_bytes": {"float32": 4 * result.total, "bfloat16": 2 * result.total, "int8": result.total},
+        "kv_cache": {"dtype": cfg.run.dtype, "seq_len": T, "bytes_per_token": kv_per_token * itemsize,
+                     "bytes": kv_per_token * itemsize * T * cfg.run.batch, "batch": cfg.run.batch},
+    }
+
+
+# ----------------------------------------------------------------------------- budgets for CI
+
+_SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+
+
+def parse_amount(text: str) -> tuple[int, int]:
+    """'3152384', '3,152,384', '3.15M' → (value, tolerance). A suffixed decimal is exact to its last digit."""
+    from blockcli.config import InputError
+
+    raw = text.strip().replace(",", "").replace("_", "")
+    scale = 1
+    if raw and raw[-1].upper() in _SUFFIXES:
+        scale = _SUFFIXES[raw[-1].upper()]
+        raw = raw[:-1]
+    try:
+        if "." in raw:
+            whole, frac = raw.split(".")
+            if not (whole + frac).isdigit():
+                raise ValueError
+            value = int(whole or "0") * scale + int(frac) * scale // 10 ** len(frac)
+            tolerance = scale // 10 ** len(frac) // 2 if scale > 1 else 0
+        else:
+            if not raw.isdigit():
+                raise ValueError
+            value, tolerance = int(raw) * scale, (scale // 2 if scale > 1 else 0)
+    except ValueError:
+        raise InputError(f"expected a parameter count such as 3152384, 3,152,384 or 3.15M; got '{text}'") from None
+    return value, tolerance

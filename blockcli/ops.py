@@ -1,0 +1,171 @@
+"""Pure NumPy primitives of the decoder block, and the `Ops` table the block takes them from.
+
+Shape legend, used in every module: B batch, T sequence length, d model width, h query heads,
+h_kv key/value heads, d_h head width, d_ff MLP width, V vocabulary.
+
+Conventions pinned here (implementations disagree on them):
+- LayerNorm uses the biased variance with eps inside the square root (GPT-2, PyTorch).
+- `gelu_tanh` is the tanh approximation (GPT-2's "gelu_new"); `gelu` is the exact erf form.
+- Softmax subtracts the row maximum, so very large logits stay finite.
+- The causal mask lets query t see keys s <= t (the diagonal is visible).
+- RoPE follows the GPT-NeoX / Hugging Face "rotate half" layout: dimension i pairs with i + r/2.
+
+The block calls its operations through an `Ops` instance. The checklist's seeded bugs
+(`blockcli.mutants`) are `Ops` with exactly one field swapped, so a bug differs from the
+real block by one operation and there is only one block to maintain.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+Array = np.ndarray
+
+# ----------------------------------------------------------------------------- activations
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_erf = np.frompyfunc(math.erf, 1, 1)  # NumPy has no erf; math.erf is exact to double precision
+
+
+def gelu_tanh(x: Array) -> Array:
+    return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+
+
+def gelu(x: Array) -> Array:
+    """Exact GELU, x·Φ(x). Elementwise math.erf: exact, but slower than the tanh form."""
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)).astype(x.dtype))
+
+
+def relu(x: Array) -> Array:
+    return np.maximum(x, 0)
+
+
+def silu(x: Array) -> Array:
+    # x·sigmoid(x), written to stay finite for large |x|
+    return x * (0.5 * (1.0 + np.tanh(0.5 * x)))
+
+
+ACTIVATION_FUNCTIONS: dict[str, Callable[[Array], Array]] = {
+    "gelu_tanh": gelu_tanh, "gelu": gelu, "relu": relu, "silu": silu,
+    "swiglu": silu, "geglu": gelu_tanh,  # gated forms: the activation on the w_1 branch
+}
+
+# ----------------------------------------------------------------------------- norms
+
+
+def layer_norm(x: Array, gamma: Array, beta: Array | None, eps: float) -> Array:
+    """Normalise over the feature axis: γ·(x − μ)/√(σ² + ε) + β, σ² the biased variance."""
+    mean = x.mean(axis=-1, keepdims=True)  # (B, T, 1)
+    centred = x - mean
+    var = np.mean(centred * centred, axis=-1, keepdims=True)  # (B, T, 1)
+    out = centred / np.sqrt(var + eps)
+    out = out * gamma
+    return out if beta is None else out + beta
+
+
+def rms_norm(x: Array, gamma: Array, beta: Array | None, eps: float) -> Array:
+    """γ·x/√(mean(x²) + ε) (+ β if the config asks for a shift)."""
+    ms = np.mean(x * x, axis=-1, keepdims=True)  # (B, T, 1)
+    out = x / np.sqrt(ms + eps) * gamma
+    return out if beta is None else out + beta
+
+
+# ----------------------------------------------------------------------------- attention pieces
+
+
+def softmax(x: Array, axis: int = -1) -> Array:
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    np.exp(shifted, out=shifted)
+    shifted /= np.sum(shifted, axis=axis, keepdims=True)
+    return shifted
+
+
+def split_heads(x: Array, n_heads: int) -> Array:
+    """(B, T, n·d_h) → (B, n, T, d_h): head i takes feature columns i·d_h … (i+1)·d_h − 1."""
+    B, T, width = x.shape
+    return x.reshape(B, T, n_heads, width // n_heads).transpose(0, 2, 1, 3)
+
+
+def combine_heads(x: Array) -> Array:
+    """(B, h, T, d_h) → (B, T, h·d_h), heads in order: the inverse of split_heads."""
+    B, h, T, d_h = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(B, T, h * d_h)
+
+
+def attention_scores(q: Array, k: Array) -> Array:
+    """Q·Kᵀ/√d_h: (B, h, T_q, d_h) × (B, h, T_k, d_h) → (B, h, T_q, T_k)."""
+    scores = q @ k.swapaxes(-1, -2)
+    scores *= 1.0 / math.sqrt(q.shape[-1])
+    return scores
+
+
+def causal_mask(t_q: int, t_k: int, offset: int = 0) -> Array:
+    """(T_q, T_k) booleans, True where query t (at absolute position offset + t) may see key s <= it."""
+    return np.arange(t_k)[None, :] <= (offset + np.arange(t_q))[:, None]
+
+
+def attention_weights(scores: Array, allowed: Array) -> tuple[Array, Array]:
+    """Mask, then softmax over the key axis. Returns (masked scores, weights), both (B, h, T_q, T_k)."""
+    masked = np.where(allowed, scores, -np.inf)
+    return masked, softmax(masked, axis=-1)
+
+
+def project_out(concat: Array, w_o: Array, b_o: Array | None) -> Array:
+    """Concatenated heads (B, T, h·d_h) → residual stream (B, T, d) through W_O."""
+    out = concat @ w_o
+    return out if b_o is None else out + b_o
+
+
+def residual_add(x: Array, update: Array) -> Array:
+    """x + update, for two tensors of exactly the same shape (B, T, d)."""
+    return x + update
+
+
+def rope_tables(positions: Array, rot_dims: int, theta: float, dtype: np.dtype) -> tuple[Array, Array]:
+    """cos and sin tables (T, rot_dims/2) for rotary positions."""
+    inv_freq = theta ** (-np.arange(0, rot_dims, 2, dtype=np.float64) / rot_dims)  # (r/2,)
+    angles = positions.astype(np.float64)[:, None] * inv_freq[None, :]  # (T, r/2)
+    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+
+
+def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
+    """Rotate the first r dims of each head of x (B, n, T, d_h); pairs are (i, i + r/2)."""
+    half = cos.shape[-1]
+    first, second, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
+    rotated = (first * cos - second * sin, second * cos + first * sin)
+    return np.concatenate(rotated + (rest,), axis=-1)
+
+
+def sinusoidal_positions(positions: Array, d: int, dtype: np.dtype) -> Array:
+    """The fixed sin/cos table (T, d): PE[t, 2i] = sin(t/10000^(2i/d)), PE[t, 2i+1] = cos(…)."""
+    inv = 10000.0 ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # (ceil(d/2),)
+    angles = positions.astype(np.float64)[:, None] * inv[None, :]  # (T, ceil(d/2))
+    table = np.empty((len(positions), d), dtype=np.float64)
+    table[:, 0::2] = np.sin(angles)
+    table[:, 1::2] = np.cos(angles[:, : d // 2])
+    return table.astype(dtype)
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class Ops:
+    """The operations the block is built from; a seeded bug replaces exactly one of them."""
+
+    layer_norm: Callable[[Array, Array, Array | None, float], Array] = layer_norm
+    rms_norm: Callable[[Array, Array, Array | None, float], Array] = rms_norm
+    split_heads: Callable[[Array, int], Array] = split_heads
+    combine_heads: Callable[[Array], Array] = combine_heads
+    attention_scores: Callable[[Array, Array], Array] = attention_scores
+    causal_mask: Callable[[int, int, int], Array] = causal_mask
+    attention_weights: Callable[[Array, Array], tuple[Array, Array]] = attention_weights
+    project_out: Callable[[Array, Array, Array | None], Array] = project_out
+    residual_add: Callable[[Array, Array], Array] = residual_add
+
+
+STANDARD_OPS = Ops()

@@ -1,0 +1,467 @@
+"""Slow, independent reference implementation of the blockcli decoder block / model.
+
+Written directly from the written contract (see the docstrings below), *not* from
+blockcli's source.  Nothing here imports blockcli or shares code with it.
+
+Style: explicit Python loops over batch, tokens, heads, key positions and output
+features; numpy is only used for tiny vector operations (dot products of two 1-D
+vectors, elementwise add).  All arithmetic is float64.  It is meant to be obviously
+correct, not fast: keep the sizes in tests small.
+
+Public functions
+----------------
+resolve_block(block_cfg)            -> dict with every default filled in
+resolve_model(model_cfg)            -> dict with every default filled in
+block_param_shapes(block_cfg)       -> {name: shape} of one block's weights
+model_param_shapes(block_cfg, model_cfg) -> {name: shape} of a whole model's weights
+block_forward(block_cfg, weights, x, rope=None, rms_beta=False)
+                                    -> (B, T, d) float64
+model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False)
+                                    -> (B, T, V) float64
+layer_norm_vec / rms_norm_vec / rope_vec / activation helpers are also exposed.
+
+``rms_beta``: the contract is ambiguous about whether an RMSNorm gets a ``beta``
+when ``bias.norm`` is true (the weight-key table says beta only for layernorm, the
+semantics paragraph says "beta too if bias.norm").  By default the reference
+follows the weight-key table (no beta for rmsnorm); pass ``rms_beta=True`` to use
+the other reading.
+"""
+
+import math
+
+import numpy as np
+
+BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
+NORMS = ("layernorm", "rmsnorm")
+ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu")
+GATED = ("swiglu", "geglu")
+PLACEMENTS = ("pre", "post", "parallel")
+POSITIONS = ("learned", "sinusoidal", "rope", "none")
+
+
+# --------------------------------------------------------------------------- config
+
+
+def resolve_block(cfg):
+    """Fill in defaults of a ``block:`` mapping and validate it."""
+    d = int(cfg["d_model"])
+    h = int(cfg["n_heads"])
+    h_kv = int(cfg.get("n_kv_heads", h))
+    d_h = int(cfg.get("head_dim", d // h))
+    d_ff = int(cfg["d_ff"])
+    norm = cfg["norm"]
+    if norm not in NORMS:
+        raise ValueError("bad norm %r" % (norm,))
+    act = cfg["activation"]
+    if act not in ACTIVATIONS:
+        raise ValueError("bad activation %r" % (act,))
+    placement = cfg["placement"]
+    if placement not in PLACEMENTS:
+        raise ValueError("bad placement %r" % (placement,))
+    if h % h_kv != 0:
+        raise ValueError("n_heads must be a multiple of n_kv_heads")
+
+    bias_cfg = cfg["bias"]
+    if isinstance(bias_cfg, bool):
+        bias = {g: bias_cfg for g in BIAS_GROUPS}
+    else:
+        # The contract does not say what a missing group means; demand all four.
+        bias = {g: bool(bias_cfg[g]) for g in BIAS_GROUPS}
+
+    rope_cfg = cfg.get("rope", False)
+    if isinstance(rope_cfg, bool):
+        rope = 1.0 if rope_cfg else 0.0
+    else:
+        rope = float(rope_cfg)
+        if not (0.0 < rope <= 1.0):
+            raise ValueError("rope fraction must be in (0, 1]")
+
+    return {
+        "d_model": d,
+        "n_heads": h,
+        "n_kv_heads": h_kv,
+        "head_dim": d_h,
+        "d_ff": d_ff,
+        "norm": norm,
+        "norm_eps": float(cfg.get("norm_eps", 1e-5)),
+        "activation": act,
+        "bias": bias,
+        "placement": placement,
+        "rope": rope,  # fraction of each head's dims rotated; 0.0 = no RoPE
+        "rope_theta": float(cfg.get("rope_theta", 10000.0)),
+    }
+
+
+def resolve_model(cfg):
+    """Fill in defaults of a ``model:`` mapping and validate it."""
+    positions = cfg["positions"]
+    if positions not in POSITIONS:
+        raise ValueError("bad positions %r" % (positions,))
+    return {
+        "n_layers": int(cfg["n_layers"]),
+        "vocab_size": int(cfg["vocab_size"]),
+        "positions": positions,
+        "max_positions": int(cfg["max_positions"]),
+        "position_offset": int(cfg.get("position_offset", 0)),
+        "tie_embeddings": bool(cfg["tie_embeddings"]),
+        "final_norm": bool(cfg.get("final_norm", True)),
+        "lm_head_bias": bool(cfg.get("lm_head_bias", False)),
+    }
+
+
+def _has_norm_beta(b, rms_beta=False):
+    if not b["bias"]["norm"]:
+        return False
+    return b["norm"] == "layernorm" or rms_beta
+
+
+def block_param_shapes(block_cfg, rms_beta=False):
+    """Names and shapes of one block's weights, straight from the key table."""
+    b = resolve_block(block_cfg)
+    d, h, h_kv, d_h, d_ff = (b["d_model"], b["n_heads"], b["n_kv_heads"],
+                             b["head_dim"], b["d_ff"])
+    shapes = {}
+    for ln in ("ln1", "ln2"):
+        shapes[ln + "_gamma"] = (d,)
+        if _has_norm_beta(b, rms_beta):
+            shapes[ln + "_beta"] = (d,)
+    shapes["w_q"] = (d, h * d_h)
+    shapes["w_k"] = (d, h_kv * d_h)
+    shapes["w_v"] = (d, h_kv * d_h)
+    if b["bias"]["qkv"]:
+        shapes["b_q"] = (h * d_h,)
+        shapes["b_k"] = (h_kv * d_h,)
+        shapes["b_v"] = (h_kv * d_h,)
+    shapes["w_o"] = (h * d_h, d)
+    if b["bias"]["out"]:
+        shapes["b_o"] = (d,)
+    shapes["w_1"] = (d, d_ff)
+    shapes["w_2"] = (d_ff, d)
+    if b["bias"]["mlp"]:
+        shapes["b_1"] = (d_ff,)
+        shapes["b_2"] = (d,)
+    if b["activation"] in GATED:
+        shapes["w_3"] = (d, d_ff)
+        if b["bias"]["mlp"]:
+            shapes["b_3"] = (d_ff,)
+    return shapes
+
+
+def model_param_shapes(block_cfg, model_cfg, rms_beta=False):
+    """Names and shapes of a whole model's weights, straight from the key table."""
+    b = resolve_block(block_cfg)
+    m = resolve_model(model_cfg)
+    d, V = b["d_model"], m["vocab_size"]
+    shapes = {"wte": (V, d)}
+    if m["positions"] == "learned":
+        shapes["wpe"] = (m["max_positions"] + m["position_offset"], d)
+    one = block_param_shapes(block_cfg, rms_beta=rms_beta)
+    for i in range(m["n_layers"]):
+        for k, s in one.items():
+            shapes["blocks.%d.%s" % (i, k)] = s
+    if m["final_norm"]:
+        shapes["ln_f_gamma"] = (d,)
+        if _has_norm_beta(b, rms_beta):
+            shapes["ln_f_beta"] = (d,)
+    if not m["tie_embeddings"]:
+        shapes["lm_head"] = (d, V)
+    if m["lm_head_bias"]:
+        shapes["lm_head_bias"] = (V,)
+    return shapes
+
+
+# ------------------------------------------------------------------ scalar / vector ops
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def gelu_erf(x):
+    return 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
+def relu(x):
+    return x if x > 0.0 else 0.0
+
+
+def sigmoid(x):
+    if x >= 0.0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def silu(x):
+    return x * sigmoid(x)
+
+
+ACT_FN = {
+    "gelu_tanh": gelu_tanh,
+    "gelu": gelu_erf,
+    "relu": relu,
+    "silu": silu,
+    "swiglu": silu,      # gate activation of the gated variants
+    "geglu": gelu_tanh,
+}
+
+
+def linear_vec(vec, w, bias):
+    """y[j] = sum_i vec[i] * w[i, j] + bias[j]   (w shaped (in, out))."""
+    n_in, n_out = w.shape
+    assert len(vec) == n_in
+    out = np.zeros(n_out, dtype=np.float64)
+    for j in range(n_out):
+        out[j] = float(np.dot(vec, w[:, j]))
+        if bias is not None:
+            out[j] += float(bias[j])
+    return out
+
+
+def layer_norm_vec(vec, gamma, beta, eps):
+    n = len(vec)
+    mu = math.fsum(float(v) for v in vec) / n
+    var = math.fsum((float(v) - mu) ** 2 for v in vec) / n
+    inv = 1.0 / math.sqrt(var + eps)
+    out = np.zeros(n, dtype=np.float64)
+    for i in range(n):
+        out[i] = float(gamma[i]) * (float(vec[i]) - mu) * inv
+        if beta is not None:
+            out[i] += float(beta[i])
+    return out
+
+
+def rms_norm_vec(vec, gamma, beta, eps):
+    n = len(vec)
+    ms = math.fsum(float(v) ** 2 for v in vec) / n
+    inv = 1.0 / math.sqrt(ms + eps)
+    out = np.zeros(n, dtype=np.float64)
+    for i in range(n):
+        out[i] = float(gamma[i]) * float(vec[i]) * inv
+        if beta is not None:
+            out[i] += float(beta[i])
+    return out
+
+
+def rope_vec(vec, pos, fraction, theta):
+    """Rotate-half RoPE on the first r = int(d_h * fraction) dims of one head vector."""
+    d_h = len(vec)
+    r = int(d_h * fraction)
+    out = np.array(vec, dtype=np.float64, copy=True)
+    if r == 0:
+        return out
+    if r % 2 != 0:
+        raise ValueError("rotary dims must be even (d_h=%d, fraction=%r)" % (d_h, fraction))
+    half = r // 2
+    for i in range(half):
+        inv_freq = theta ** (-2.0 * i / r)
+        ang = pos * inv_freq
+        c, s = math.cos(ang), math.sin(ang)
+        x1 = float(vec[i])
+        x2 = float(vec[i + half])
+        out[i] = x1 * c - x2 * s
+        out[i + half] = x2 * c + x1 * s
+    return out
+
+
+def sinusoidal_vec(t, d):
+    """PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(same)."""
+    pe = np.zeros(d, dtype=np.float64)
+    for i in range((d + 1) // 2):
+        ang = t / (10000.0 ** (2.0 * i / d))
+        pe[2 * i] = math.sin(ang)
+        if 2 * i + 1 < d:
+            pe[2 * i + 1] = math.cos(ang)
+    return pe
+
+
+def softmax_list(xs):
+    m = max(xs)
+    es = [math.exp(v - m) for v in xs]
+    z = math.fsum(es)
+    return [e / z for e in es]
+
+
+# ----------------------------------------------------------------------- block pieces
+
+
+def _w(weights, name, prefix):
+    return np.asarray(weights[prefix + name], dtype=np.float64)
+
+
+def _wopt(weights, name, prefix, present):
+    if not present:
+        return None
+    return np.asarray(weights[prefix + name], dtype=np.float64)
+
+
+def _norm(b, weights, which, prefix, vec, rms_beta):
+    gamma = _w(weights, which + "_gamma", prefix)
+    beta = _wopt(weights, which + "_beta", prefix, _has_norm_beta(b, rms_beta))
+    if b["norm"] == "layernorm":
+        return layer_norm_vec(vec, gamma, beta, b["norm_eps"])
+    return rms_norm_vec(vec, gamma, beta, b["norm_eps"])
+
+
+def _attention(b, weights, prefix, tokens, rope_fraction):
+    """Causal multi-head (grouped-query) attention over one sequence.
+
+    tokens: list of T vectors (d,) -- already normalised where the placement says so.
+    Token t sits at position t.
+    """
+    h, h_kv, d_h = b["n_heads"], b["n_kv_heads"], b["head_dim"]
+    qkv_b = b["bias"]["qkv"]
+    w_q, w_k, w_v = (_w(weights, n, prefix) for n in ("w_q", "w_k", "w_v"))
+    b_q = _wopt(weights, "b_q", prefix, qkv_b)
+    b_k = _wopt(weights, "b_k", prefix, qkv_b)
+    b_v = _wopt(weights, "b_v", prefix, qkv_b)
+    w_o = _w(weights, "w_o", prefix)
+    b_o = _wopt(weights, "b_o", prefix, b["bias"]["out"])
+    group = h // h_kv
+    T = len(tokens)
+
+    # project, then split heads: q_heads[t][i] is a (d_h,) vector
+    q_heads, k_heads, v_heads = [], [], []
+    for t in range(T):
+        q = linear_vec(tokens[t], w_q, b_q)
+        k = linear_vec(tokens[t], w_k, b_k)
+        v = linear_vec(tokens[t], w_v, b_v)
+        qh = [q[i * d_h:(i + 1) * d_h] for i in range(h)]
+        kh = [k[i * d_h:(i + 1) * d_h] for i in range(h_kv)]
+        vh = [v[i * d_h:(i + 1) * d_h] for i in range(h_kv)]
+        if rope_fraction > 0.0:
+            qh = [rope_vec(x, t, rope_fraction, b["rope_theta"]) for x in qh]
+            kh = [rope_vec(x, t, rope_fraction, b["rope_theta"]) for x in kh]
+        q_heads.append(qh)
+        k_heads.append(kh)
+        v_heads.append(vh)
+
+    scale = 1.0 / math.sqrt(d_h)
+    out = []
+    for t in range(T):
+        concat = np.zeros(h * d_h, dtype=np.float64)
+        for j in range(h):
+            g = j // group
+            scores = []
+            for s in range(t + 1):  # causal: keys 0..t
+                scores.append(float(np.dot(q_heads[t][j], k_heads[s][g])) * scale)
+            p = softmax_list(scores)
+            head_out = np.zeros(d_h, dtype=np.float64)
+            for s in range(t + 1):
+                head_out = head_out + p[s] * v_heads[s][g]
+            concat[j * d_h:(j + 1) * d_h] = head_out
+        out.append(linear_vec(concat, w_o, b_o))
+    return out
+
+
+def _mlp(b, weights, prefix, vec):
+    mlp_b = b["bias"]["mlp"]
+    w_1 = _w(weights, "w_1", prefix)
+    b_1 = _wopt(weights, "b_1", prefix, mlp_b)
+    w_2 = _w(weights, "w_2", prefix)
+    b_2 = _wopt(weights, "b_2", prefix, mlp_b)
+    act = ACT_FN[b["activation"]]
+    a = linear_vec(vec, w_1, b_1)
+    hidden = np.array([act(float(z)) for z in a], dtype=np.float64)
+    if b["activation"] in GATED:
+        w_3 = _w(weights, "w_3", prefix)
+        b_3 = _wopt(weights, "b_3", prefix, mlp_b)
+        up = linear_vec(vec, w_3, b_3)
+        hidden = np.array([hidden[i] * up[i] for i in range(len(up))], dtype=np.float64)
+    return linear_vec(hidden, w_2, b_2)
+
+
+def _block_sequence(b, weights, prefix, xs, rope_fraction, rms_beta):
+    """One block over one sequence: xs is a list of T (d,) vectors."""
+    T = len(xs)
+    if b["placement"] == "pre":
+        n1 = [_norm(b, weights, "ln1", prefix, xs[t], rms_beta) for t in range(T)]
+        a = _attention(b, weights, prefix, n1, rope_fraction)
+        hs = [xs[t] + a[t] for t in range(T)]
+        ys = []
+        for t in range(T):
+            n2 = _norm(b, weights, "ln2", prefix, hs[t], rms_beta)
+            ys.append(hs[t] + _mlp(b, weights, prefix, n2))
+        return ys
+    if b["placement"] == "post":
+        a = _attention(b, weights, prefix, xs, rope_fraction)
+        hs = [_norm(b, weights, "ln1", prefix, xs[t] + a[t], rms_beta) for t in range(T)]
+        ys = []
+        for t in range(T):
+            m = _mlp(b, weights, prefix, hs[t])
+            ys.append(_norm(b, weights, "ln2", prefix, hs[t] + m, rms_beta))
+        return ys
+    if b["placement"] == "parallel":
+        n1 = [_norm(b, weights, "ln1", prefix, xs[t], rms_beta) for t in range(T)]
+        a = _attention(b, weights, prefix, n1, rope_fraction)
+        ys = []
+        for t in range(T):
+            n2 = _norm(b, weights, "ln2", prefix, xs[t], rms_beta)
+            ys.append(xs[t] + a[t] + _mlp(b, weights, prefix, n2))
+        return ys
+    raise ValueError(b["placement"])
+
+
+# ------------------------------------------------------------------------ public API
+
+
+def block_forward(block_cfg, weights, x, rope=None, rms_beta=False, prefix=""):
+    """Evaluate one decoder block.  x: (B, T, d) -> (B, T, d) float64.
+
+    rope: override the rotary fraction (None = take it from block_cfg).
+    """
+    b = resolve_block(block_cfg)
+    frac = b["rope"] if rope is None else float(rope)
+    x = np.asarray(x, dtype=np.float64)
+    B, T, d = x.shape
+    assert d == b["d_model"]
+    y = np.zeros((B, T, d), dtype=np.float64)
+    for bi in range(B):
+        xs = [np.array(x[bi, t], dtype=np.float64) for t in range(T)]
+        ys = _block_sequence(b, weights, prefix, xs, frac, rms_beta)
+        for t in range(T):
+            y[bi, t] = ys[t]
+    return y
+
+
+def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False):
+    """Evaluate the full model.  ids: int (B, T) -> logits (B, T, V) float64."""
+    b = resolve_block(block_cfg)
+    m = resolve_model(model_cfg)
+    d, V = b["d_model"], m["vocab_size"]
+    ids = np.asarray(ids)
+    B, T = ids.shape
+    wte = _w(weights, "wte", "")
+    # "rope positions mean the blocks apply RoPE": use the block's fraction if it
+    # sets one, otherwise rotate the whole head.  Other position kinds: whatever
+    # the block config says (tests keep block.rope false for them).
+    if m["positions"] == "rope":
+        frac = b["rope"] if b["rope"] > 0.0 else 1.0
+    else:
+        frac = b["rope"]
+
+    logits = np.zeros((B, T, V), dtype=np.float64)
+    for bi in range(B):
+        hs = []
+        for t in range(T):
+            tok = int(ids[bi, t])
+            vec = np.array(wte[tok], dtype=np.float64)
+            if m["positions"] == "learned":
+                vec = vec + _w(weights, "wpe", "")[t + m["position_offset"]]
+            elif m["positions"] == "sinusoidal":
+                vec = vec + sinusoidal_vec(t, d)
+            hs.append(vec)
+        for layer in range(m["n_layers"]):
+            hs = _block_sequence(b, weights, "blocks.%d." % layer, hs, frac, rms_beta)
+        for t in range(T):
+            vec = hs[t]
+            if m["final_norm"]:
+                vec = _norm(b, weights, "ln_f", "", vec, rms_beta)
+            if m["tie_embeddings"]:
+                row = np.array([float(np.dot(vec, wte[v])) for v in range(V)])
+            else:
+                row = linear_vec(vec, _w(weights, "lm_head", ""), None)
+            if m["lm_head_bias"]:
+                row = row + _w(weights, "lm_head_bias", "")
+            logits[bi, t] = row
+    return logits

@@ -1,0 +1,478 @@
+"""Compare blockcli's DecoderBlock / Model against the slow reference in reference.py.
+
+Every expected value comes from tests/reference.py (written from the contract, no
+blockcli code).  Weights are random arrays generated here and handed to both sides,
+or read back from blockcli's ``params`` when it initialises them itself.
+"""
+
+import copy
+import os
+import sys
+import zlib
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference as ref  # noqa: E402
+
+from blockcli import DecoderBlock, Model  # noqa: E402
+from blockcli.config import parse_config  # noqa: E402
+
+TOL64 = 1e-12
+TOL32_REL = 1e-4  # float32 vs float64: max|diff| <= TOL32_REL * max(1, max|ref|)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+BASE_BLOCK = {
+    "d_model": 16,
+    "n_heads": 4,
+    "d_ff": 32,
+    "norm": "layernorm",
+    "activation": "gelu_tanh",
+    "bias": True,
+    "placement": "pre",
+    "rope": False,
+    "dropout": 0.0,
+}
+
+
+def block_dict(**over):
+    b = copy.deepcopy(BASE_BLOCK)
+    b.update(over)
+    return b
+
+
+def make_cfg(block, model=None, batch=2, seq_len=5, dtype="float64", seed=0):
+    mapping = {
+        "block": copy.deepcopy(block),
+        "run": {"batch": batch, "seq_len": seq_len, "dtype": dtype, "seed": seed},
+    }
+    if model is not None:
+        mapping["model"] = copy.deepcopy(model)
+    return parse_config(mapping)
+
+
+def random_weights(shapes, seed):
+    """normal*0.2 for everything; norm gains around 1 so the norms do something."""
+    rng = np.random.default_rng(seed)
+    w = {}
+    for name in sorted(shapes):
+        shape = shapes[name]
+        if name.endswith("_gamma"):
+            w[name] = 1.0 + 0.2 * rng.standard_normal(shape)
+        else:
+            w[name] = 0.2 * rng.standard_normal(shape)
+    return w
+
+
+def random_x(B, T, d, seed):
+    return np.random.default_rng(1000 + seed).standard_normal((B, T, d))
+
+
+def maxdiff(a, b):
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    assert a.shape == b.shape, (a.shape, b.shape)
+    return float(np.max(np.abs(a - b))) if a.size else 0.0
+
+
+def np_params(params):
+    return {k: np.asarray(v, dtype=np.float64) for k, v in params.items()}
+
+
+def check_param_names(params, expected_shapes):
+    got = {k: tuple(np.shape(v)) for k, v in params.items()}
+    exp = {k: tuple(v) for k, v in expected_shapes.items()}
+    missing = sorted(set(exp) - set(got))
+    extra = sorted(set(got) - set(exp))
+    assert not missing and not extra, "missing=%s extra=%s" % (missing, extra)
+    bad = {k: (got[k], exp[k]) for k in exp if got[k] != exp[k]}
+    assert not bad, "wrong shapes (got, expected): %s" % bad
+
+
+# ------------------------------------------------------------------- block configs
+
+BLOCK_CASES = {
+    "base_gelu_tanh_pre_layernorm": block_dict(),
+    "single_head": block_dict(d_model=8, n_heads=1, d_ff=16),
+    "head_dim_1_default": block_dict(d_model=4, n_heads=4, d_ff=8),
+    "head_dim_1_explicit": block_dict(d_model=8, n_heads=4, head_dim=1, d_ff=12),
+    "gqa_4_2": block_dict(n_heads=4, n_kv_heads=2),
+    "mqa_4_1": block_dict(n_heads=4, n_kv_heads=1),
+    "head_dim_ne_d_over_h": block_dict(d_model=12, n_heads=4, head_dim=5, d_ff=20),
+    "rmsnorm_nobias_silu": block_dict(norm="rmsnorm", bias=False, activation="silu"),
+    "rmsnorm_groupbias": block_dict(
+        norm="rmsnorm", bias={"qkv": True, "out": False, "mlp": True, "norm": False}),
+    "swiglu": block_dict(activation="swiglu"),
+    "swiglu_nobias": block_dict(activation="swiglu", bias=False, norm="rmsnorm"),
+    "geglu": block_dict(activation="geglu"),
+    "gelu_exact": block_dict(activation="gelu"),
+    "relu": block_dict(activation="relu"),
+    "silu": block_dict(activation="silu"),
+    "post_norm": block_dict(placement="post"),
+    "post_norm_rms_swiglu": block_dict(placement="post", norm="rmsnorm", bias=False,
+                                       activation="swiglu"),
+    "parallel": block_dict(placement="parallel"),
+    "rope_full": block_dict(rope=True),
+    "rope_full_theta500": block_dict(rope=True, rope_theta=500.0),
+    "rope_half_dh8": block_dict(d_model=16, n_heads=2, rope=0.5),
+    "rope_half_dh4": block_dict(rope=0.5),
+    "no_bias": block_dict(bias=False),
+    "bias_qkv_norm_only": block_dict(
+        bias={"qkv": True, "out": False, "mlp": False, "norm": True}),
+    "bias_out_mlp_only": block_dict(
+        bias={"qkv": False, "out": True, "mlp": True, "norm": False}),
+    "bias_mlp_only_geglu": block_dict(
+        activation="geglu", bias={"qkv": False, "out": False, "mlp": True, "norm": False}),
+    "norm_eps_1e-2": block_dict(norm_eps=1e-2),
+    "combo_gqa_rope_swiglu_rms_parallel": block_dict(
+        d_model=24, n_heads=6, n_kv_heads=2, head_dim=8, d_ff=40, rope=0.5,
+        activation="swiglu", norm="rmsnorm", placement="parallel", bias=False,
+        rope_theta=1000.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BLOCK_CASES))
+def test_block_forward_matches_reference(name):
+    bd = BLOCK_CASES[name]
+    B, T = 2, 5
+    cfg = make_cfg(bd, batch=B, seq_len=T)
+    shapes = ref.block_param_shapes(bd)
+    w = random_weights(shapes, seed=zlib.crc32(name.encode()) % 1000)
+    blk = DecoderBlock.from_config(cfg, weights=w)
+    check_param_names(blk.params, shapes)
+    x = random_x(B, T, bd["d_model"], seed=1)
+    y = np.asarray(blk(x))
+    assert y.shape == (B, T, bd["d_model"])
+    assert y.dtype == np.float64
+    y_ref = ref.block_forward(bd, w, x)
+    assert maxdiff(y, y_ref) <= TOL64, maxdiff(y, y_ref)
+
+
+@pytest.mark.parametrize("name", ["base_gelu_tanh_pre_layernorm", "single_head",
+                                  "head_dim_1_default", "rope_full", "mqa_4_1"])
+def test_block_single_token(name):
+    bd = BLOCK_CASES[name]
+    cfg = make_cfg(bd, batch=3, seq_len=1)
+    w = random_weights(ref.block_param_shapes(bd), seed=7)
+    blk = DecoderBlock.from_config(cfg, weights=w)
+    x = random_x(3, 1, bd["d_model"], seed=2)
+    y = np.asarray(blk(x))
+    assert y.shape == (3, 1, bd["d_model"])
+    assert maxdiff(y, ref.block_forward(bd, w, x)) <= TOL64
+
+
+@pytest.mark.parametrize("name", ["base_gelu_tanh_pre_layernorm",
+                                  "combo_gqa_rope_swiglu_rms_parallel",
+                                  "bias_qkv_norm_only", "post_norm"])
+def test_block_default_init_matches_reference(name):
+    """weights=None: blockcli initialises; the reference runs on blk.params."""
+    bd = BLOCK_CASES[name]
+    cfg = make_cfg(bd, batch=2, seq_len=4, seed=3)
+    blk = DecoderBlock.from_config(cfg, weights=None)
+    check_param_names(blk.params, ref.block_param_shapes(bd))
+    params = np_params(blk.params)
+    x = random_x(2, 4, bd["d_model"], seed=3)
+    y = np.asarray(blk(x))
+    assert maxdiff(y, ref.block_forward(bd, params, x)) <= TOL64
+
+
+def test_block_default_init_is_seeded():
+    bd = BLOCK_CASES["base_gelu_tanh_pre_layernorm"]
+    p1 = DecoderBlock.from_config(make_cfg(bd, seed=5)).params
+    p2 = DecoderBlock.from_config(make_cfg(bd, seed=5)).params
+    for k in p1:
+        assert np.array_equal(p1[k], p2[k]), k
+
+
+def test_rmsnorm_with_norm_bias_reports_reading():
+    """Contract is ambiguous here: the key table says beta only for layernorm, the
+    semantics say RMSNorm adds beta when bias.norm.  Accept either reading as long
+    as params and forward are consistent with it."""
+    bd = block_dict(norm="rmsnorm", bias=True)
+    cfg = make_cfg(bd)
+    blk = DecoderBlock.from_config(cfg, weights=None)
+    rms_beta = "ln1_beta" in blk.params
+    check_param_names(blk.params, ref.block_param_shapes(bd, rms_beta=rms_beta))
+    # make beta non-zero (if present) to exercise it
+    w = random_weights(ref.block_param_shapes(bd, rms_beta=rms_beta), seed=11)
+    blk = DecoderBlock.from_config(cfg, weights=w)
+    x = random_x(2, 5, 16, seed=4)
+    y = np.asarray(blk(x))
+    assert maxdiff(y, ref.block_forward(bd, w, x, rms_beta=rms_beta)) <= TOL64
+
+
+# -------------------------------------------------------------------------- model
+
+MODEL_BLOCK = block_dict(d_model=16, n_heads=4, d_ff=24)
+MODEL_BASE = {"n_layers": 2, "vocab_size": 13, "max_positions": 8}
+
+MODEL_CASES = {
+    "learned_offset2_tied": (MODEL_BLOCK, dict(MODEL_BASE, positions="learned",
+                                               position_offset=2, tie_embeddings=True)),
+    "learned_untied_lmbias": (MODEL_BLOCK, dict(MODEL_BASE, positions="learned",
+                                                tie_embeddings=False, lm_head_bias=True)),
+    "sinusoidal_untied": (MODEL_BLOCK, dict(MODEL_BASE, positions="sinusoidal",
+                                            tie_embeddings=False)),
+    "rope_tied": (block_dict(d_model=16, n_heads=4, d_ff=24, rope=True),
+                  dict(MODEL_BASE, positions="rope", tie_embeddings=True)),
+    "rope_gqa_swiglu_rms_untied": (
+        block_dict(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, rope=True,
+                   activation="swiglu", norm="rmsnorm", bias=False),
+        dict(MODEL_BASE, positions="rope", tie_embeddings=False)),
+    "none_untied_no_final_norm": (MODEL_BLOCK, dict(MODEL_BASE, positions="none",
+                                                    tie_embeddings=False, final_norm=False)),
+    "none_tied": (MODEL_BLOCK, dict(MODEL_BASE, positions="none", tie_embeddings=True)),
+    "tied_with_lm_head_bias": (MODEL_BLOCK, dict(MODEL_BASE, positions="learned",
+                                                 tie_embeddings=True, lm_head_bias=True)),
+    "post_norm_learned": (block_dict(d_model=16, n_heads=4, d_ff=24, placement="post"),
+                          dict(MODEL_BASE, positions="learned", tie_embeddings=False)),
+}
+
+
+def random_ids(B, T, V, seed):
+    return np.random.default_rng(2000 + seed).integers(0, V, size=(B, T))
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_CASES))
+def test_model_logits_match_reference(name):
+    bd, md = MODEL_CASES[name]
+    B, T = 2, 6
+    cfg = make_cfg(bd, model=md, batch=B, seq_len=T)
+    shapes = ref.model_param_shapes(bd, md)
+    w = random_weights(shapes, seed=zlib.crc32(name.encode()) % 1000)
+    m = Model.from_config(cfg, weights=w)
+    check_param_names(m.params, shapes)
+    ids = random_ids(B, T, md["vocab_size"], seed=1)
+    logits = np.asarray(m(ids))
+    assert logits.shape == (B, T, md["vocab_size"])
+    assert maxdiff(logits, ref.model_forward(bd, md, w, ids)) <= TOL64
+
+
+@pytest.mark.parametrize("name", ["learned_offset2_tied", "rope_tied", "sinusoidal_untied"])
+def test_model_default_init_matches_reference(name):
+    bd, md = MODEL_CASES[name]
+    cfg = make_cfg(bd, model=md, batch=2, seq_len=5, seed=4)
+    m = Model.from_config(cfg, weights=None)
+    check_param_names(m.params, ref.model_param_shapes(bd, md))
+    ids = random_ids(2, 5, md["vocab_size"], seed=2)
+    logits = np.asarray(m(ids))
+    assert maxdiff(logits, ref.model_forward(bd, md, np_params(m.params), ids)) <= TOL64
+
+
+# ------------------------------------------------------------------------ causality
+
+CAUSAL_BLOCKS = ["base_gelu_tanh_pre_layernorm", "rope_half_dh4", "gqa_4_2", "post_norm",
+                 "parallel", "combo_gqa_rope_swiglu_rms_parallel"]
+
+
+@pytest.mark.parametrize("name", CAUSAL_BLOCKS)
+def test_block_last_token_change_leaves_prefix_bit_identical(name):
+    bd = BLOCK_CASES[name]
+    B, T = 2, 6
+    cfg = make_cfg(bd, batch=B, seq_len=T)
+    w = random_weights(ref.block_param_shapes(bd), seed=21)
+    blk = DecoderBlock.from_config(cfg, weights=w)
+    x = random_x(B, T, bd["d_model"], seed=5)
+    x2 = x.copy()
+    x2[:, -1, :] = np.random.default_rng(99).standard_normal((B, bd["d_model"]))
+    y1 = np.asarray(blk(x))
+    y2 = np.asarray(blk(x2))
+    assert np.array_equal(y1[:, :-1], y2[:, :-1])
+    assert not np.array_equal(y1[:, -1], y2[:, -1])
+
+
+@pytest.mark.parametrize("name", ["learned_offset2_tied", "rope_gqa_swiglu_rms_untied"])
+def test_model_last_token_change_leaves_prefix_bit_identical(name):
+    bd, md = MODEL_CASES[name]
+    B, T = 2, 6
+    m = Model.from_config(make_cfg(bd, model=md, batch=B, seq_len=T),
+                          weights=random_weights(ref.model_param_shapes(bd, md), seed=22))
+    ids = random_ids(B, T, md["vocab_size"], seed=3)
+    ids2 = ids.copy()
+    ids2[:, -1] = (ids2[:, -1] + 1) % md["vocab_size"]
+    l1 = np.asarray(m(ids))
+    l2 = np.asarray(m(ids2))
+    assert np.array_equal(l1[:, :-1], l2[:, :-1])
+    assert not np.array_equal(l1[:, -1], l2[:, -1])
+
+
+# ------------------------------------------------------------------------- K/V cache
+
+CACHE_BLOCKS = ["base_gelu_tanh_pre_layernorm", "rope_full", "rope_half_dh8", "mqa_4_1",
+                "post_norm", "parallel", "combo_gqa_rope_swiglu_rms_parallel"]
+
+
+def _run_block_chunks(blk, x, chunk):
+    cache = blk.new_cache()
+    outs = []
+    T = x.shape[1]
+    for t in range(0, T, chunk):
+        piece = x[:, t:t + chunk]
+        y_t = np.asarray(blk.step(piece, cache))
+        assert y_t.shape == piece.shape
+        outs.append(y_t)
+    return np.concatenate(outs, axis=1)
+
+
+@pytest.mark.parametrize("chunk", [1, 2])
+@pytest.mark.parametrize("name", CACHE_BLOCKS)
+def test_block_incremental_decoding_matches_full(name, chunk):
+    bd = BLOCK_CASES[name]
+    B, T = 2, 7  # T odd: the last chunk of 2 is a single token
+    cfg = make_cfg(bd, batch=B, seq_len=T)
+    w = random_weights(ref.block_param_shapes(bd), seed=31)
+    blk = DecoderBlock.from_config(cfg, weights=w)
+    x = random_x(B, T, bd["d_model"], seed=6)
+    full = np.asarray(blk(x))
+    inc = _run_block_chunks(blk, x, chunk)
+    assert maxdiff(inc, full) <= TOL64
+    assert maxdiff(inc, ref.block_forward(bd, w, x)) <= TOL64
+
+
+@pytest.mark.parametrize("chunk", [1, 2])
+@pytest.mark.parametrize("name", ["learned_offset2_tied", "sinusoidal_untied",
+                                  "rope_gqa_swiglu_rms_untied"])
+def test_model_incremental_decoding_matches_full(name, chunk):
+    bd, md = MODEL_CASES[name]
+    B, T = 2, 7
+    w = random_weights(ref.model_param_shapes(bd, md), seed=32)
+    m = Model.from_config(make_cfg(bd, model=md, batch=B, seq_len=T), weights=w)
+    ids = random_ids(B, T, md["vocab_size"], seed=4)
+    full = np.asarray(m(ids))
+    caches = m.new_cache()
+    outs = []
+    for t in range(0, T, chunk):
+        lt = np.asarray(m.step(ids[:, t:t + chunk], caches))
+        assert lt.shape == (B, min(chunk, T - t), md["vocab_size"])
+        outs.append(lt)
+    inc = np.concatenate(outs, axis=1)
+    assert maxdiff(inc, full) <= TOL64
+    assert maxdiff(inc, ref.model_forward(bd, md, w, ids)) <= TOL64
+
+
+# --------------------------------------------------------------------------- float32
+
+@pytest.mark.parametrize("name", ["base_gelu_tanh_pre_layernorm", "rope_full",
+                                  "combo_gqa_rope_swiglu_rms_parallel", "post_norm"])
+def test_block_float32_close_to_float64_reference(name):
+    bd = BLOCK_CASES[name]
+    B, T = 2, 5
+    w = random_weights(ref.block_param_shapes(bd), seed=41)
+    blk32 = DecoderBlock.from_config(make_cfg(bd, batch=B, seq_len=T, dtype="float32"),
+                                     weights=w)
+    for k, v in blk32.params.items():
+        assert np.asarray(v).dtype == np.float32, k
+    x = random_x(B, T, bd["d_model"], seed=7)
+    y32 = np.asarray(blk32(x.astype(np.float32)))
+    assert y32.dtype == np.float32
+    y_ref = ref.block_forward(bd, w, x)
+    assert maxdiff(y32, y_ref) <= TOL32_REL * max(1.0, float(np.max(np.abs(y_ref))))
+
+
+def test_model_float32_close_to_float64_reference():
+    bd, md = MODEL_CASES["rope_tied"]
+    B, T = 2, 5
+    w = random_weights(ref.model_param_shapes(bd, md), seed=42)
+    m32 = Model.from_config(make_cfg(bd, model=md, batch=B, seq_len=T, dtype="float32"),
+                            weights=w)
+    ids = random_ids(B, T, md["vocab_size"], seed=5)
+    l32 = np.asarray(m32(ids))
+    assert l32.dtype == np.float32
+    l_ref = ref.model_forward(bd, md, w, ids)
+    assert maxdiff(l32, l_ref) <= TOL32_REL * max(1.0, float(np.max(np.abs(l_ref))))
+
+
+# ------------------------------------------------- sanity checks of the reference itself
+
+def test_reference_rope_position0_is_identity_and_preserves_norm():
+    v = np.random.default_rng(0).standard_normal(8)
+    assert np.array_equal(ref.rope_vec(v, 0, 1.0, 10000.0), v)
+    r = ref.rope_vec(v, 3, 0.5, 10000.0)
+    assert np.array_equal(r[4:], v[4:])
+    assert abs(np.dot(r[:4], r[:4]) - np.dot(v[:4], v[:4])) < 1e-12
+    # pair (0, 2) rotated by angle 3 * theta^0 = 3
+    c, s = np.cos(3.0), np.sin(3.0)
+    assert abs(r[0] - (v[0] * c - v[2] * s)) < 1e-15
+    assert abs(r[2] - (v[2] * c + v[0] * s)) < 1e-15
+
+
+def test_reference_single_token_attention_is_value_projection():
+    """With T=1 the softmax weight is 1: attention = (x W_v + b_v) W_o + b_o."""
+    bd = block_dict(d_model=8, n_heads=2, d_ff=8)
+    w = random_weights(ref.block_param_shapes(bd), seed=3)
+    x = np.random.default_rng(3).standard_normal(8)
+    out = ref._attention(ref.resolve_block(bd), w, "", [x], 0.0)[0]
+    expect = (x @ w["w_v"] + w["b_v"]) @ w["w_o"] + w["b_o"]
+    assert np.max(np.abs(out - expect)) < 1e-12
+
+
+# ------------------------------------------------------ blockcli.ops norms (direct)
+
+def test_ops_layer_norm_standardises_each_token():
+    from blockcli import ops
+    rng = np.random.default_rng(8)
+    x = 3.0 + 2.5 * rng.standard_normal((2, 5, 16))
+    d = x.shape[-1]
+    for beta in (None, np.zeros(d)):
+        y = np.asarray(ops.layer_norm(x, np.ones(d), beta, 1e-5))
+        assert y.shape == x.shape
+        assert np.max(np.abs(y.mean(-1))) < 1e-12
+        assert np.max(np.abs(y.var(-1) - 1.0)) < 1e-4
+    gamma, beta = 1.0 + 0.2 * rng.standard_normal(d), 0.2 * rng.standard_normal(d)
+    y = np.asarray(ops.layer_norm(x, gamma, beta, 1e-5))
+    for b in range(2):
+        for t in range(5):
+            assert maxdiff(y[b, t], ref.layer_norm_vec(x[b, t], gamma, beta, 1e-5)) <= TOL64
+
+
+def test_ops_rms_norm_matches_reference():
+    from blockcli import ops
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((2, 4, 8))
+    gamma = 1.0 + 0.2 * rng.standard_normal(8)
+    y = np.asarray(ops.rms_norm(x, gamma, None, 1e-5))
+    for b in range(2):
+        for t in range(4):
+            assert maxdiff(y[b, t], ref.rms_norm_vec(x[b, t], gamma, None, 1e-5)) <= TOL64
+
+
+# ------------------------------------------------------- randomised configurations
+
+from hypothesis import given, settings, HealthCheck, strategies as st  # noqa: E402
+
+
+@st.composite
+def block_configs(draw):
+    h_kv = draw(st.sampled_from([1, 2]))
+    h = h_kv * draw(st.sampled_from([1, 2, 3]))
+    d_h = draw(st.sampled_from([1, 2, 4, 6]))
+    d = draw(st.sampled_from([4, 6, 8]))
+    rope_opts = [False] + [f for f in (True, 0.5) if int(d_h * float(f)) % 2 == 0
+                           and int(d_h * float(f)) > 0]
+    norm = draw(st.sampled_from(["layernorm", "rmsnorm"]))
+    bias = {g: draw(st.booleans()) for g in ("qkv", "out", "mlp", "norm")}
+    if norm == "rmsnorm":
+        bias["norm"] = False  # ambiguous corner, covered separately
+    bd = {
+        "d_model": d, "n_heads": h, "n_kv_heads": h_kv, "head_dim": d_h,
+        "d_ff": draw(st.sampled_from([4, 10])), "norm": norm,
+        "activation": draw(st.sampled_from(list(ref.ACTIVATIONS))),
+        "bias": bias, "placement": draw(st.sampled_from(list(ref.PLACEMENTS))),
+        "rope": draw(st.sampled_from(rope_opts)), "dropout": 0.0,
+    }
+    return bd, draw(st.integers(1, 2)), draw(st.integers(1, 4)), draw(st.integers(0, 10**6))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(block_configs())
+def test_random_block_configs_match_reference(case):
+    bd, B, T, seed = case
+    shapes = ref.block_param_shapes(bd)
+    w = random_weights(shapes, seed=seed)
+    blk = DecoderBlock.from_config(make_cfg(bd, batch=B, seq_len=T), weights=w)
+    check_param_names(blk.params, shapes)
+    x = random_x(B, T, d=bd["d_model"], seed=seed)
+    assert maxdiff(np.asarray(blk(x)), ref.block_forward(bd, w, x)) <= TOL64
