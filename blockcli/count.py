@@ -200,7 +200,7 @@ def count_parameters(config: Config, formula: Formula = block_formula,
     total, non_embedding = per_block, per_block
     formula_total, arrays_total = per_block, sum(arrays.values())
     if config.model is not None:
-        model_rows, total, non_embedding = _model_rows(config, block_poly, values)
+        model_rows, total, non_embedding = _model_rows(config, (block_w, block_b), values)
         components.extend(model_rows)
         formula_total = total
         declared = sum(math.prod(s) for s in model_parameter_shapes(config).values())
@@ -214,9 +214,12 @@ def count_parameters(config: Config, formula: Formula = block_formula,
     return result
 
 
-def _model_rows(config: Config, block_poly: Poly, values: Mapping[str, int]) -> tuple[list[Component], int, int]:
+def _model_rows(config: Config, block: tuple[Poly, Poly],
+                values: Mapping[str, int]) -> tuple[list[Component], int, int]:
     m, b = config.model, config.block
     assert m is not None
+    block_poly = block[0] + block[1]
+    block_w, block_b = (evaluate(p, values) * m.n_layers for p in block)
     d = b.d_model
     rows = [Component("embed.tokens", "token embedding", f"({m.vocab_size:,}, {d:,})",
                       m.vocab_size * d, 0, "V·d", ("wte",))]
@@ -226,8 +229,8 @@ def _model_rows(config: Config, block_poly: Poly, values: Mapping[str, int]) -> 
         pos = P * d
         note = "P·d" if not m.position_offset else f"P·d (P = {m.max_positions:,} + offset {m.position_offset})"
         rows.append(Component("embed.positions", "position embedding", f"({P:,}, {d:,})", pos, 0, note, ("wpe",)))
-    layers = evaluate(block_poly, values) * m.n_layers
-    rows.append(Component("blocks", f"{m.n_layers} blocks", f"{m.n_layers} × block", layers, 0,
+    layers = block_w + block_b
+    rows.append(Component("blocks", f"{m.n_layers} blocks", f"{m.n_layers} × block", block_w, block_b,
                           f"L·({render(block_poly)})", kind="subtotal"))
     final = 0
     if m.final_norm:
@@ -243,13 +246,14 @@ def _model_rows(config: Config, block_poly: Poly, values: Mapping[str, int]) -> 
     else:
         rows.append(Component("lm_head", "LM head", f"({d:,}, {m.vocab_size:,})", d * m.vocab_size, head_bias,
                               "d·V" + (" + V" if head_bias else ""), ("lm_head", "lm_head_bias")))
-    head = rows[-1].count
-    total = m.vocab_size * d + pos + layers + final + head
-    non_embedding = total - m.vocab_size * d - pos
-    rows.append(Component("total", "model total", "", total, 0, "", kind="total"))
-    rows.append(Component("non_embedding", "non-embedding total", "", non_embedding, 0,
+    weights = sum(r.weights for r in rows)
+    biases = sum(r.biases for r in rows)
+    total = weights + biases
+    embeddings = m.vocab_size * d + pos
+    rows.append(Component("total", "model total", "", weights, biases, "", kind="total"))
+    rows.append(Component("non_embedding", "non-embedding total", "", weights - embeddings, biases,
                           "total − token − position embeddings", kind="total"))
-    return rows, total, non_embedding
+    return rows, total, total - embeddings
 
 
 def _shapes_text(keys: tuple[str, ...], b: BlockConfig) -> str:

@@ -1,0 +1,248 @@
+"""Packaged model presets: exact parameter totals.
+
+For every preset in blockcli/presets/ four things must agree:
+
+1. a published figure (its source is named on each case below);
+2. a hand formula written in this file from the hyperparameters of the model's
+   Hugging Face ``config.json`` (transcribed here, not read from blockcli or from
+   the YAML);
+3. ``blockcli.count.count_parameters(blockcli.config.load_config(name)).total``;
+4. ``about.parameters`` in the preset's YAML file.
+
+The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
+for the config, counting each tensor once: a tied LM head is not counted a second
+time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 13
+totals below were also reproduced by instantiating the configs on the meta device
+with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+PRESET_DIR = Path(__file__).resolve().parents[1] / "blockcli" / "presets"
+
+
+# --------------------------------------------------------------------------
+# Hand formulas, one per architecture family, written from the HF modeling code.
+# d = hidden size, L = layers, V = vocab rows, ff = MLP inner size.
+# --------------------------------------------------------------------------
+
+
+def linear(n_in: int, n_out: int, bias: bool) -> int:
+    return n_in * n_out + (n_out if bias else 0)
+
+
+def gpt2_total(*, d: int, L: int, V: int, n_pos: int) -> int:
+    """GPT2LMHeadModel: wte + wpe, pre-LN blocks with biases everywhere, ln_f, head tied to wte."""
+    block = (
+        2 * d                      # ln_1 (weight, bias)
+        + linear(d, 3 * d, True)   # attn.c_attn (fused q, k, v)
+        + linear(d, d, True)       # attn.c_proj
+        + 2 * d                    # ln_2
+        + linear(d, 4 * d, True)   # mlp.c_fc (n_inner = 4d)
+        + linear(4 * d, d, True)   # mlp.c_proj
+    )
+    return V * d + n_pos * d + L * block + 2 * d  # + ln_f; lm_head shares wte
+
+
+def opt_total(*, d: int, L: int, V: int, ff: int, n_pos: int, pos_offset: int) -> int:
+    """OPTForCausalLM (do_layer_norm_before, word_embed_proj_dim == d): tied head."""
+    block = (
+        4 * linear(d, d, True)     # q_proj, k_proj, v_proj, out_proj
+        + 2 * d                    # self_attn_layer_norm
+        + linear(d, ff, True)      # fc1
+        + linear(ff, d, True)      # fc2
+        + 2 * d                    # final_layer_norm (per block)
+    )
+    return V * d + (n_pos + pos_offset) * d + L * block + 2 * d  # + decoder.final_layer_norm
+
+
+def neox_total(*, d: int, L: int, V: int, ff: int) -> int:
+    """GPTNeoXForCausalLM: biases everywhere, two LayerNorms per block, untied embed_out without bias."""
+    block = (
+        2 * d + 2 * d              # input_layernorm, post_attention_layernorm
+        + linear(d, 3 * d, True)   # attention.query_key_value
+        + linear(d, d, True)       # attention.dense
+        + linear(d, ff, True)      # mlp.dense_h_to_4h
+        + linear(ff, d, True)      # mlp.dense_4h_to_h
+    )
+    return V * d + L * block + 2 * d + V * d  # embed_in + blocks + final_layer_norm + embed_out
+
+
+def gated_rms_total(
+    *, d: int, L: int, V: int, ff: int, n_heads: int, n_kv: int, head_dim: int,
+    tied: bool, qkv_bias: bool = False,
+) -> int:
+    """Llama / Mistral / Qwen2 / Gemma: RMSNorm (weight only), gated 3-matrix MLP, no MLP/out biases."""
+    q, kv = n_heads * head_dim, n_kv * head_dim
+    block = (
+        linear(d, q, qkv_bias)     # q_proj
+        + 2 * linear(d, kv, qkv_bias)  # k_proj, v_proj
+        + linear(q, d, False)      # o_proj
+        + 3 * d * ff               # gate_proj, up_proj, down_proj
+        + 2 * d                    # input_layernorm, post_attention_layernorm
+    )
+    head = 0 if tied else V * d
+    return V * d + L * block + d + head  # embed_tokens + blocks + final norm + lm_head
+
+
+# --------------------------------------------------------------------------
+# The cases. Hyperparameters are those of each model's HF config.json.
+# --------------------------------------------------------------------------
+
+CASES = [
+    pytest.param(
+        "gpt2", 124_439_808,
+        gpt2_total(d=768, L=12, V=50257, n_pos=1024),
+        {"d_model": 768, "n_heads": 12, "d_ff": 3072, "n_layers": 12, "vocab_size": 50257},
+        # KerasHub gpt2_presets.py "gpt2_base_en" params (keras-team/keras-hub).
+        # The HF Hub API's safetensors total for openai-community/gpt2 is 137,022,720: the
+        # checkpoint also stores 12 attn.bias causal-mask buffers of 1024*1024 (12,582,912).
+        id="gpt2[KerasHub gpt2_base_en=124439808]",
+    ),
+    pytest.param(
+        "gpt2-medium", 354_823_168,
+        gpt2_total(d=1024, L=24, V=50257, n_pos=1024),
+        {"d_model": 1024, "n_heads": 16, "d_ff": 4096, "n_layers": 24, "vocab_size": 50257},
+        # KerasHub gpt2_presets.py "gpt2_medium_en" params.
+        id="gpt2-medium[KerasHub gpt2_medium_en=354823168]",
+    ),
+    pytest.param(
+        "gpt2-large", 774_030_080,
+        gpt2_total(d=1280, L=36, V=50257, n_pos=1024),
+        {"d_model": 1280, "n_heads": 20, "d_ff": 5120, "n_layers": 36, "vocab_size": 50257},
+        # KerasHub gpt2_presets.py "gpt2_large_en" params.
+        id="gpt2-large[KerasHub gpt2_large_en=774030080]",
+    ),
+    pytest.param(
+        "gpt2-xl", 1_557_611_200,
+        gpt2_total(d=1600, L=48, V=50257, n_pos=1024),
+        {"d_model": 1600, "n_heads": 25, "d_ff": 6400, "n_layers": 48, "vocab_size": 50257},
+        # KerasHub gpt2_presets.py "gpt2_extra_large_en" params.
+        id="gpt2-xl[KerasHub gpt2_extra_large_en=1557611200]",
+    ),
+    pytest.param(
+        "opt-125m", 125_239_296,
+        opt_total(d=768, L=12, V=50272, ff=3072, n_pos=2048, pos_offset=2),
+        {"d_model": 768, "n_heads": 12, "d_ff": 3072, "n_layers": 12, "vocab_size": 50272,
+         "max_positions": 2048, "position_offset": 2},
+        # AMD Quark LLM depth-wise pruning tutorial: "the original model has 125239296
+        # parameters" (facebook/opt-125m, HF OPTForCausalLM). KerasHub's opt_125m_en says
+        # 125,237,760 = this minus 2*768: its position table has no +2 offset rows.
+        id="opt-125m[AMD Quark tutorial=125239296]",
+    ),
+    pytest.param(
+        "pythia-160m", 162_322_944,
+        neox_total(d=768, L=12, V=50304, ff=3072),
+        {"d_model": 768, "n_heads": 12, "d_ff": 3072, "n_layers": 12, "vocab_size": 50304},
+        # EleutherAI Pythia model card / README: 85,056,000 non-embedding parameters for 160M,
+        # plus untied embed_in and embed_out of 50304*768 each = 162,322,944.
+        id="pythia-160m[EleutherAI card 85056000 non-emb + 2x50304x768]",
+    ),
+    pytest.param(
+        "llama-2-7b", 6_738_415_616,
+        gated_rms_total(d=4096, L=32, V=32000, ff=11008, n_heads=32, n_kv=32, head_dim=128, tied=False),
+        {"d_model": 4096, "n_heads": 32, "d_ff": 11008, "n_layers": 32, "vocab_size": 32000},
+        # KerasHub llama_presets.py "llama2_7b_en" params; HF Hub API safetensors for
+        # meta-llama/Llama-2-7b-hf: F16 6,738,415,616 (+ F32 2,048 = 32 stored inv_freq buffers).
+        id="llama-2-7b[KerasHub llama2_7b_en / HF safetensors F16=6738415616]",
+    ),
+    pytest.param(
+        "llama-2-13b", 13_015_864_320,
+        gated_rms_total(d=5120, L=40, V=32000, ff=13824, n_heads=40, n_kv=40, head_dim=128, tied=False),
+        {"d_model": 5120, "n_heads": 40, "d_ff": 13824, "n_layers": 40, "vocab_size": 32000},
+        # HF Hub safetensors BF16 count of cais/HarmBench-Llama-2-13b-cls, a Llama-2-13b fine-tune
+        # with identical shapes (quoted in public repos); no first-party exact figure was found.
+        id="llama-2-13b[HF safetensors of a Llama-2-13b fine-tune=13015864320]",
+    ),
+    pytest.param(
+        "llama-2-70b", 68_976_648_192,
+        gated_rms_total(d=8192, L=80, V=32000, ff=28672, n_heads=64, n_kv=8, head_dim=128, tied=False),
+        {"d_model": 8192, "n_heads": 64, "n_kv_heads": 8, "d_ff": 28672, "n_layers": 80, "vocab_size": 32000},
+        # Together AI fine-tuning client's parameter table: "togethercomputer/llama-2-70b": 68976648192.
+        id="llama-2-70b[Together AI client table=68976648192]",
+    ),
+    pytest.param(
+        "llama-3-8b", 8_030_261_248,
+        gated_rms_total(d=4096, L=32, V=128256, ff=14336, n_heads=32, n_kv=8, head_dim=128, tied=False),
+        {"d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "d_ff": 14336, "n_layers": 32, "vocab_size": 128256},
+        # HF Hub API safetensors for meta-llama/Meta-Llama-3-8B: BF16 8,030,261,248.
+        id="llama-3-8b[HF safetensors BF16=8030261248]",
+    ),
+    pytest.param(
+        "mistral-7b", 7_241_732_096,
+        gated_rms_total(d=4096, L=32, V=32000, ff=14336, n_heads=32, n_kv=8, head_dim=128, tied=False),
+        {"d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "d_ff": 14336, "n_layers": 32, "vocab_size": 32000},
+        # KerasHub mistral_presets.py "mistral_7b_en" params (Mistral-7B-v0.1).
+        id="mistral-7b[KerasHub mistral_7b_en=7241732096]",
+    ),
+    pytest.param(
+        "qwen2-0.5b", 494_032_768,
+        gated_rms_total(d=896, L=24, V=151936, ff=4864, n_heads=14, n_kv=2, head_dim=64, tied=True, qkv_bias=True),
+        {"d_model": 896, "n_heads": 14, "n_kv_heads": 2, "d_ff": 4864, "n_layers": 24, "vocab_size": 151936},
+        # KerasHub qwen_presets.py "qwen2.5_0.5b_en" params and HF Hub safetensors BF16 of
+        # Qwen/Qwen2.5-0.5B-Instruct: 494,032,768. Qwen2.5-0.5B has the same shapes as Qwen2-0.5B
+        # (its config differs only in max_position_embeddings / sliding_window, which hold no weights).
+        id="qwen2-0.5b[KerasHub qwen2.5_0.5b_en (same shapes)=494032768]",
+    ),
+    pytest.param(
+        "gemma-2b", 2_506_172_416,
+        gated_rms_total(d=2048, L=18, V=256000, ff=16384, n_heads=8, n_kv=1, head_dim=256, tied=True),
+        {"d_model": 2048, "n_heads": 8, "n_kv_heads": 1, "head_dim": 256, "d_ff": 16384, "n_layers": 18,
+         "vocab_size": 256000},
+        # KerasHub gemma_presets.py "gemma_2b_en" params.
+        id="gemma-2b[KerasHub gemma_2b_en=2506172416]",
+    ),
+]
+
+PRESET_NAMES = [c.values[0] for c in CASES]
+
+
+def _preset_yaml(name: str) -> dict:
+    path = PRESET_DIR / f"{name}.yaml"
+    assert path.is_file(), f"missing preset file {path}"
+    with path.open(encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+@pytest.mark.parametrize("name, published, hand, shape", CASES)
+def test_hand_formula_reproduces_published_figure(name, published, hand, shape):
+    assert hand == published
+
+
+@pytest.mark.parametrize("name, published, hand, shape", CASES)
+def test_yaml_about_parameters_is_published_figure(name, published, hand, shape):
+    assert _preset_yaml(name)["about"]["parameters"] == published
+
+
+@pytest.mark.parametrize("name, published, hand, shape", CASES)
+def test_yaml_shape_matches_hand_formula_inputs(name, published, hand, shape):
+    # Ties the YAML to the hyperparameters the hand formula above was written from.
+    doc = _preset_yaml(name)
+    block, model = doc["block"], doc["model"]
+    effective = {
+        **block,
+        **model,
+        "n_kv_heads": block.get("n_kv_heads", block["n_heads"]),
+        "head_dim": block.get("head_dim", block["d_model"] // block["n_heads"]),
+    }
+    for key, want in shape.items():
+        assert effective[key] == want, key
+
+
+@pytest.mark.parametrize("name, published, hand, shape", CASES)
+def test_blockcli_counts_published_figure(name, published, hand, shape):
+    from blockcli.config import load_config
+    from blockcli.count import count_parameters
+
+    total = count_parameters(load_config(name)).total
+    assert total == published == hand
+
+
+def test_every_required_preset_is_packaged():
+    packaged = {p.stem for p in PRESET_DIR.glob("*.yaml")}
+    assert set(PRESET_NAMES) <= packaged
