@@ -290,26 +290,27 @@ class MultiHeadAttention:
         B, T, _ = x.shape
         start = cache.length if cache is not None else 0
 
-        q = linear(x, p["w_q"], p.get("b_q"))  # (B, T, h·d_h)
-        rec("q_proj", "Q projection", q, (x, p["w_q"]), kind="linear", params=("w_q", "b_q"))
-        k = linear(x, p["w_k"], p.get("b_k"))  # (B, T, h_kv·d_h)
-        rec("k_proj", "K projection", k, (x, p["w_k"]), kind="linear", params=("w_k", "b_k"))
-        v = linear(x, p["w_v"], p.get("b_v"))  # (B, T, h_kv·d_h)
-        rec("v_proj", "V projection", v, (x, p["w_v"]), kind="linear", params=("w_v", "b_v"))
+        q_flat = linear(x, p["w_q"], p.get("b_q"))  # (B, T, h·d_h)
+        rec("q_proj", "Q projection", q_flat, (x, p["w_q"]), kind="linear", params=("w_q", "b_q"))
+        k_flat = linear(x, p["w_k"], p.get("b_k"))  # (B, T, h_kv·d_h)
+        rec("k_proj", "K projection", k_flat, (x, p["w_k"]), kind="linear", params=("w_k", "b_k"))
+        v_flat = linear(x, p["w_v"], p.get("b_v"))  # (B, T, h_kv·d_h)
+        rec("v_proj", "V projection", v_flat, (x, p["w_v"]), kind="linear", params=("w_v", "b_v"))
 
-        q = ops.split_heads(q, h)  # (B, h, T, d_h)
-        k = ops.split_heads(k, h_kv)  # (B, h_kv, T, d_h)
-        v = ops.split_heads(v, h_kv)  # (B, h_kv, T, d_h)
-        rec("q", "split heads Q", q, (x,), kind="reshape")
-        rec("k", "split heads K", k, (x,), kind="reshape")
-        rec("v", "split heads V", v, (x,), kind="reshape")
+        q = ops.split_heads(q_flat, h)  # (B, h, T, d_h)
+        rec("q", "split heads Q", q, (q_flat,), kind="reshape")
+        k = ops.split_heads(k_flat, h_kv)  # (B, h_kv, T, d_h)
+        rec("k", "split heads K", k, (k_flat,), kind="reshape")
+        v = ops.split_heads(v_flat, h_kv)  # (B, h_kv, T, d_h)
+        rec("v", "split heads V", v, (v_flat,), kind="reshape")
 
         if cfg.rope:
             cos, sin = F.rope_tables(np.arange(start, start + T), cfg.rope_dims, cfg.rope_theta, x.dtype)
-            q = F.apply_rope(q, cos, sin)  # (B, h, T, d_h)
-            k = F.apply_rope(k, cos, sin)  # (B, h_kv, T, d_h)
-            rec("q_rope", "RoPE on Q", q, (q,), kind="rope")
-            rec("k_rope", "RoPE on K", k, (k,), kind="rope")
+            q_rot = F.apply_rope(q, cos, sin)  # (B, h, T, d_h)
+            rec("q_rope", "RoPE on Q", q_rot, (q,), kind="rope")
+            k_rot = F.apply_rope(k, cos, sin)  # (B, h_kv, T, d_h)
+            rec("k_rope", "RoPE on K", k_rot, (k,), kind="rope")
+            q, k = q_rot, k_rot
 
         if cache is not None:
             k, v = cache.append(k, v)  # (B, h_kv, T_seen, d_h)
@@ -530,21 +531,26 @@ class Model:
         if m.positions == "learned" and start + T > m.max_positions:
             raise InputError(f"input: sequence of {start + T} tokens exceeds model.max_positions={m.max_positions}")
         wte = self.params["wte"]
-        x = wte[ids]  # (B, T, d)
-        rec("tok_emb", "token embedding", x, (ids, wte), kind="gather", params=("wte",))
+        tokens = wte[ids]  # (B, T, d)
+        rec("tok_emb", "token embedding", tokens, (ids, wte), kind="gather", params=("wte",))
         if m.positions == "learned":
-            x = x + self.params["wpe"][positions + m.position_offset]  # (B, T, d) + (T, d)
-            rec("embed", "add learned positions", x, (x,), kind="add", params=("wpe",))
+            table = self.params["wpe"][positions + m.position_offset]  # (T, d)
+            x = tokens + table  # (B, T, d)
+            rec("embed", "add learned positions", x, (tokens, table), kind="add", params=("wpe",))
         elif m.positions == "sinusoidal":
-            x = x + F.sinusoidal_positions(positions, d, x.dtype)
-            rec("embed", "add sinusoidal positions", x, (x,), kind="add")
+            table = F.sinusoidal_positions(positions, d, tokens.dtype)  # (T, d)
+            x = tokens + table  # (B, T, d)
+            rec("embed", "add sinusoidal positions", x, (tokens, table), kind="add")
+        else:
+            x = tokens  # rope rotates q and k inside attention; none adds nothing
         return x
 
     def head(self, x: Array, rec: Record = _ignore) -> Array:
         """Final norm and vocabulary projection: (B, T, d) → (B, T, V)."""
         if self.ln_f is not None:
-            x = self.ln_f(x)
-            rec("ln_f_out", "final norm", x, (x,), kind=self.config.block.norm, params=("ln_f_gamma", "ln_f_beta"))
+            normed = self.ln_f(x)  # (B, T, d)
+            rec("ln_f_out", "final norm", normed, (x,), kind=self.config.block.norm, params=("ln_f_gamma", "ln_f_beta"))
+            x = normed
         if self.model_config.tie_embeddings:
             w = self.params["wte"].T  # (d, V): the embedding table reused
             params: tuple[str, ...] = ("wte (tied)",)

@@ -167,6 +167,146 @@ def presets(json_out: JsonOpt = False) -> None:
     run_guarded(body)
 
 
+
+
+# ----------------------------------------------------------------------------- trace
+
+
+class TraceFormat(str, Enum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+    mermaid = "mermaid"
+
+
+class AttentionMode(str, Enum):
+    auto = "auto"
+    full = "full"
+    chunked = "chunked"
+
+
+class Dtype(str, Enum):
+    float32 = "float32"
+    float64 = "float64"
+
+
+def _refuse_overwrite(path: Optional[Path], force: bool, option: str) -> None:
+    if path is not None and path.exists() and not force:
+        raise InputError(f"{option} {path}: file exists; pass --force to overwrite it")
+
+
+@app.command()
+def trace(
+    config: ConfigArg = None,
+    batch: Annotated[Optional[int], typer.Option(help="Override run.batch.", min=1)] = None,
+    seq: Annotated[Optional[int], typer.Option(help="Override run.seq_len.", min=1)] = None,
+    dtype: Annotated[Optional[Dtype], typer.Option(help="Override run.dtype.")] = None,
+    weights: Annotated[Optional[Path], typer.Option(
+        help="Block weights (.npz) under blockcli's keys or GPT-2 names (for a model: the model's keys).")] = None,
+    input_file: Annotated[Optional[Path], typer.Option(
+        "--input", help="Input .npy: (B, T, d) floats for a block, (B, T) token ids for a model.")] = None,
+    save: Annotated[Optional[Path], typer.Option(help="Write y and every intermediate to this .npz.")] = None,
+    force: Annotated[bool, typer.Option(help="Allow --save/--export-* to overwrite an existing file.")] = False,
+    shapes_only: Annotated[bool, typer.Option(help="Report the rows analytically; allocate nothing.")] = False,
+    attention: Annotated[AttentionMode, typer.Option(
+        help="full: whole (B, h, T, T) table; chunked: query blocks; auto: chunked when the table is large."
+    )] = AttentionMode.auto,
+    all_layers: Annotated[bool, typer.Option(help="For a model, list every layer instead of one ×N group.")] = False,
+    show_attention: Annotated[Optional[str], typer.Option(
+        metavar="[LAYER:]HEAD", help="Draw this head's attention weights for the first sequence.")] = None,
+    json_out: JsonOpt = False,
+    fmt: Annotated[TraceFormat, typer.Option("--format", "-f", help="Output format.")] = TraceFormat.table,
+    export_svg: Annotated[Optional[Path], typer.Option(help="Also write the rendered table as SVG.")] = None,
+    export_html: Annotated[Optional[Path], typer.Option(help="Also write the rendered table as HTML.")] = None,
+) -> None:
+    """Per-operation shape table of a real forward pass, with FLOPs and memory."""
+
+    def body() -> int:
+        from blockcli import render
+        from blockcli.config import load_config
+        from blockcli.inputs import load_input, save_npz
+        from blockcli.trace import (analytic_trace, available_bytes, collapse_layers, forward_bytes_estimate,
+                                    run_trace, with_run)
+
+        for path, option in ((save, "--save"), (export_svg, "--export-svg"), (export_html, "--export-html")):
+            _refuse_overwrite(path, force, option)
+        cfg = load_config(config)
+        x = load_input(input_file, cfg) if input_file is not None else None
+        if x is not None:
+            batch_, seq_ = x.shape[0], x.shape[1]
+        else:
+            batch_, seq_ = batch, seq
+        cfg = with_run(cfg, batch_, seq_, dtype.value if dtype else None)
+        head = _parse_head(show_attention, cfg) if show_attention else None
+        mode = attention.value
+        if (save or head) and mode == "auto":
+            mode = "full"  # the intermediates to save or draw exist only when the whole table is built
+        demanded = weights is not None or x is not None or save is not None
+        estimate = forward_bytes_estimate(cfg, mode)
+        notes = []
+        if shapes_only and not demanded:
+            result = analytic_trace(cfg, mode)
+        elif estimate > available_bytes():
+            if demanded or head:
+                raise InputError(
+                    f"a real forward pass needs about {render.human_bytes(estimate)} but "
+                    f"{render.human_bytes(available_bytes())} is available; try a smaller --seq or --batch, "
+                    f"--attention chunked, or --shapes-only")
+            result = analytic_trace(cfg, mode)
+            notes.append(f"a real pass would need about {render.human_bytes(estimate)}, more than is available: "
+                         f"rows are analytic (shapes only)")
+        else:
+            result = run_trace(cfg, weights=weights, x=x, attention=mode, keep=bool(save or head))
+        result.notes.extend(notes)
+        if shapes_only and demanded:
+            result.notes.append("--shapes-only ignored: --weights/--input/--save need a real pass")
+        rows = result.rows
+        if cfg.model and not all_layers:
+            rows = collapse_layers(rows, cfg.model.n_layers)
+
+        chosen = TraceFormat.json if json_out else fmt
+        if chosen is TraceFormat.json:
+            print_out(render.to_json(render.trace_json(result, rows)))
+        elif chosen is TraceFormat.markdown:
+            print_out(render.trace_markdown(result, rows))
+        elif chosen is TraceFormat.mermaid:
+            print_out(render.trace_mermaid(result, rows))
+        else:
+            out = console(record=bool(export_svg or export_html))
+            out.print(render.trace_table(result, rows))
+            if head is not None:
+                layer, index = head
+                key = f"blocks.{layer}.attn_weights" if cfg.model else "attn_weights"
+                out.print(render.attention_heatmap(result.arrays[key][0, index],
+                                                   f"attention weights, head {index}"
+                                                   + (f" of layer {layer}" if cfg.model else "")
+                                                   + ", first sequence"))
+            if export_svg:
+                out.save_svg(str(export_svg), title="blockcli trace", clear=False)
+            if export_html:
+                out.save_html(str(export_html), clear=False)
+        if save is not None:
+            save_npz(save, {"y": result.output, **result.arrays}, force)
+        return EXIT_OK
+
+    run_guarded(body)
+
+
+def _parse_head(spec: str, cfg: Any) -> tuple[int, int]:
+    """'HEAD' or 'LAYER:HEAD' → (layer, head), checked against the config."""
+    layer_text, _, head_text = spec.rpartition(":")
+    try:
+        layer, head = int(layer_text or 0), int(head_text)
+    except ValueError:
+        raise InputError(f"--show-attention: expected HEAD or LAYER:HEAD as integers, got '{spec}'") from None
+    layers = cfg.model.n_layers if cfg.model else 1
+    if not 0 <= layer < layers:
+        raise InputError(f"--show-attention: layer {layer} is out of range 0..{layers - 1}")
+    if not 0 <= head < cfg.block.n_heads:
+        raise InputError(f"--show-attention: head {head} is out of range 0..{cfg.block.n_heads - 1}")
+    return layer, head
+
+
 def main() -> None:
     """Entry point of the `blockcli` script and `python -m blockcli`."""
     app()

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from blockcli.count import ParameterCount
+from blockcli.trace import OpRow, Trace
 
 BAR_WIDTH = 12
 
@@ -147,3 +148,119 @@ def presets_table(rows: Sequence[tuple[str, str, str, int | None]]) -> Table:
     for name, description, source, parameters in rows:
         table.add_row(name, f"{parameters:,}" if parameters else "", description, source)
     return table
+
+
+# ----------------------------------------------------------------------------- trace
+
+TRACE_HEADERS = ("#", "operation", "inputs", "output", "symbolic", "params", "FLOPs", "bytes")
+FLOPS_NOTE = ("FLOPs = 2 × multiply-adds for matmuls (scores count the full T×T table; the causal half is in "
+              "brackets) plus fixed per-element costs for elementwise ops")
+
+
+def _shape(shape: Sequence[int]) -> str:
+    return "(" + ", ".join(str(n) for n in shape) + ")"
+
+
+def trace_json(trace: Trace, rows: Sequence[OpRow]) -> dict[str, Any]:
+    return {
+        "config": trace.config.name, "mode": trace.mode, "attention": trace.attention,
+        "batch": trace.batch, "seq_len": trace.seq_len, "dtype": trace.dtype,
+        "ops": [{"step": r.step, "key": r.key, "op": r.op, "kind": r.kind, "layer": r.layer, "repeat": r.repeat,
+                 "input_shapes": [list(s) for s in r.input_shapes], "output_shape": list(r.output_shape),
+                 "symbolic": r.symbolic, "params": r.params, "flops": r.flops, "matmul_flops": r.matmul_flops,
+                 "causal_matmul_flops": r.causal_flops, "bytes": r.bytes} for r in rows],
+        "totals": trace.totals, "flops_convention": FLOPS_NOTE, "notes": trace.notes,
+    }
+
+
+def _trace_rows(rows: Sequence[OpRow]) -> list[list[str]]:
+    out = []
+    for r in rows:
+        flops = f"{r.flops:,}" + (f" ({r.causal_flops:,})" if r.causal_flops is not None else "")
+        name = r.op + (f" ×{r.repeat}" if r.repeat > 1 else "")
+        if r.layer is not None and r.repeat == 1:
+            name = f"[{r.layer}] {name}"
+        out.append([str(r.step), name, " ".join(_shape(s) for s in r.input_shapes), _shape(r.output_shape),
+                    r.symbolic, f"{r.params:,}" if r.params else "", flops, human_bytes(r.bytes)])
+    return out
+
+
+def trace_header(trace: Trace) -> str:
+    b = trace.config.block
+    what = "model" if trace.config.model else "block"
+    how = ("real forward pass" if trace.mode == "executed"
+           else "shapes only (analytic: nothing allocated)")
+    return (f"Trace of {trace.config.name} ({what}): {how}, B={trace.batch}, T={trace.seq_len}, {trace.dtype}, "
+            f"d={b.d_model}, h={b.n_heads}, h_kv={b.n_kv_heads}, d_h={b.head_dim}, d_ff={b.d_ff}, "
+            f"{trace.attention} attention")
+
+
+def trace_footer_lines(trace: Trace) -> list[str]:
+    t = trace.totals
+    peak = "measured" if t["peak_measured"] else "estimated"
+    lines = [
+        f"total FLOPs {t['flops']:,} ({human(t['flops'])}); matmul FLOPs {t['matmul_flops']:,} "
+        f"(causal half {t['causal_matmul_flops']:,})",
+        f"parameters {t['parameters']:,}; peak activation memory {human_bytes(t['peak_activation_bytes'])} ({peak}); "
+        f"largest score table {human_bytes(t['largest_score_table_bytes'])}; "
+        f"K/V cache {human_bytes(t['kv_cache_bytes'])}",
+        FLOPS_NOTE,
+    ]
+    return lines + trace.notes
+
+
+def trace_table(trace: Trace, rows: Sequence[OpRow]) -> Group:
+    table = Table(title=trace_header(trace), title_justify="left", header_style="bold")
+    for h in TRACE_HEADERS:
+        table.add_column(h, justify="right" if h in ("#", "params", "FLOPs", "bytes") else "left",
+                         overflow="fold")
+    for r, cells in zip(rows, _trace_rows(rows)):
+        table.add_row(*cells, end_section=r.key.endswith(".y") or r.key == "y")
+    return Group(table, Text("\n".join(trace_footer_lines(trace))))
+
+
+def trace_markdown(trace: Trace, rows: Sequence[OpRow]) -> str:
+    return (f"**{trace_header(trace)}**\n\n" + markdown_table(TRACE_HEADERS, _trace_rows(rows), "rllllrrr")
+            + "\n" + "\n".join(f"- {line}" for line in trace_footer_lines(trace)) + "\n")
+
+
+def trace_mermaid(trace: Trace, rows: Sequence[OpRow]) -> str:
+    """The data flow of the pass as a Mermaid flowchart, each edge labelled with the shape it carries."""
+    shown = {r.step for r in rows}
+    by_step = {r.step: r for r in trace.rows}
+    # a hidden step (another layer) stands in for its layer-0 twin, which is shown
+    layer0 = {r.key.split(".", 2)[-1]: r.step for r in rows if r.repeat > 1}
+    input_shape = (trace.batch, trace.seq_len) + (() if trace.config.model else (trace.config.block.d_model,))
+    lines = ["flowchart TD", f'    s0["input {_shape(input_shape)}"]']
+    for r in rows:
+        label = r.op.replace('"', "'") + (f" ×{r.repeat}" if r.repeat > 1 else "")
+        lines.append(f'    s{r.step}["{label}"]')
+        for src, shape in zip(r.sources, r.input_shapes):
+            if src is None:
+                continue
+            if src not in shown and src:
+                src = layer0.get(by_step[src].key.split(".", 2)[-1], src)
+            lines.append(f'    s{src} -->|"{_shape(shape)}"| s{r.step}')
+    last = rows[-1]
+    lines.append(f'    s{last.step} -->|"{_shape(last.output_shape)}"| out["output"]')
+    return "\n".join(lines) + "\n"
+
+
+def attention_heatmap(weights: Any, title: str) -> Group:
+    """One head's (T, T) attention weights as shaded cells; the causal triangle shows as blank."""
+    T = weights.shape[0]
+    shades = " ░▒▓█"
+    text = Text()
+    width = len(str(T - 1))
+    text.append(" " * (width + 1) + " ".join(str(s).rjust(2) for s in range(T)) + "   key →\n", style="dim")
+    for t in range(T):
+        text.append(str(t).rjust(width) + " ", style="dim")
+        for s in range(T):
+            w = float(weights[t, s])
+            cell = shades[min(4, int(w * 4.999))] * 2 if w > 0 else " ·"
+            level = int(90 + 165 * w)
+            text.append(cell, style=f"rgb({level},{level},{level})" if w > 0 else "dim")
+            text.append(" ")
+        text.append("\n")
+    text.append("query ↓   (darker blocks = larger weight; · = masked, exactly 0)", style="dim")
+    return Group(Text(title, style="bold"), text)

@@ -1,0 +1,75 @@
+"""Reading user input arrays (.npy) and writing results (.npz) safely.
+
+Never unpickles; validates rank, dtype and finiteness; writes through a temporary file in the
+target folder and renames it into place, so an interrupted run leaves no half-written file and
+an existing file is replaced only when the caller was told to force it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from blockcli.config import Config, InputError
+
+
+def load_input(path: Path, config: Config) -> np.ndarray:
+    """(B, T, d) floats for a block, (B, T) integer token ids for a model."""
+    try:
+        x = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise InputError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a directory, expected an .npy file") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except ValueError as exc:
+        if "pickle" in str(exc).lower():
+            raise InputError(f"{path}: holds a pickled object array, which blockcli refuses to load") from None
+        raise InputError(f"{path}: not a valid .npy file ({exc})") from None
+    except (OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{path}: not a valid .npy file ({exc})") from None
+    if not isinstance(x, np.ndarray):
+        x.close()
+        raise InputError(f"{path}: is an .npz archive, expected a single .npy array")
+    if config.model is not None:
+        if x.ndim != 2 or x.dtype.kind not in "iu":
+            raise InputError(f"{path}: expected integer token ids of shape (B, T), got {x.dtype} {x.shape}")
+        if x.size and (x.min() < 0 or x.max() >= config.model.vocab_size):
+            raise InputError(f"{path}: token ids must lie in [0, {config.model.vocab_size}), "
+                             f"found {x.min()}..{x.max()}")
+    else:
+        d = config.block.d_model
+        if x.ndim != 3 or x.shape[-1] != d:
+            raise InputError(f"{path}: expected shape (B, T, d={d}), got {x.shape}")
+        if x.dtype.kind not in "fiu":
+            raise InputError(f"{path}: expected real numbers, got dtype {x.dtype}")
+        if not np.all(np.isfinite(x)):
+            raise InputError(f"{path}: contains NaN or Inf")
+    if 0 in x.shape:
+        raise InputError(f"{path}: is empty (shape {x.shape})")
+    return x
+
+
+def save_npz(path: Path, arrays: Mapping[str, Any], force: bool = False) -> None:
+    """Write arrays to `path` atomically; refuse to replace an existing file unless `force`."""
+    if path.exists() and not force:
+        raise InputError(f"{path}: file exists; pass --force to overwrite it")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"{path}: folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=".blockcli-", suffix=".npz", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
