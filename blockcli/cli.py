@@ -307,6 +307,76 @@ def _parse_head(spec: str, cfg: Any) -> tuple[int, int]:
     return layer, head
 
 
+# ----------------------------------------------------------------------------- verify
+
+
+@app.command()
+def verify(
+    configs: Annotated[Optional[list[str]], typer.Argument(
+        metavar="[CONFIG_OR_PRESET]...", help="One or more configs or presets (default: the built-in block).")] = None,
+    only: Annotated[Optional[str], typer.Option(help="Run only these checks, e.g. 4,8.")] = None,
+    skip: Annotated[Optional[str], typer.Option(help="Skip these checks, e.g. 12,13.")] = None,
+    weights: Annotated[Optional[Path], typer.Option(help="Block weights (.npz) to verify instead of seeded ones.")] = None,
+    inject: Annotated[Optional[str], typer.Option(metavar="NAME",
+                                                  help="Run the checklist on a seeded bug (exits 1).")] = None,
+    mutants: Annotated[bool, typer.Option("--mutants", help="Run every seeded bug; print the bug × check matrix.")] = False,
+    list_mutants: Annotated[bool, typer.Option("--list-mutants", help="List the seeded bugs and exit.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """The ten-item implementation checklist as behavioural checks, with exit codes for CI."""
+
+    def body() -> int:
+        from blockcli import render
+        from blockcli.config import load_config
+        from blockcli.mutants import MUTANTS, find_mutant
+        from blockcli.verify import parse_selection
+        from blockcli.verify import verify as run_checks
+
+        if list_mutants:
+            if json_out:
+                print_out(render.to_json([{"name": m.name, "description": m.description,
+                                           "expected": list(m.expected)} for m in MUTANTS]))
+            else:
+                print_out("\n".join(f"{m.name}  {m.description}" for m in MUTANTS))
+            return EXIT_OK
+        chosen_only, chosen_skip = parse_selection(only), parse_selection(skip)
+        sources = configs or [None]
+        if mutants:
+            if len(sources) > 1:
+                raise InputError("--mutants runs on one config at a time")
+            cfg = load_config(sources[0])
+            rows = [(m, run_checks(cfg, weights=weights, ops=m.ops, formula=m.formula, only=chosen_only,
+                                   skip=chosen_skip)) for m in MUTANTS]
+            if json_out:
+                print_out(render.to_json(render.mutants_json(rows)))
+            else:
+                console().print(render.mutants_matrix(rows))
+            return EXIT_OK if all(not r.passed for _, r in rows) else EXIT_FAILED
+        mutant = find_mutant(inject) if inject else None
+        extra = {"ops": mutant.ops, "formula": mutant.formula} if mutant else {}
+        loaded = [load_config(s) for s in sources]  # every config is checked before any runs
+        reports = [run_checks(cfg, weights=weights, only=chosen_only, skip=chosen_skip, **extra) for cfg in loaded]
+        if json_out:
+            data = ([render.verify_json(r) for r in reports])
+            print_out(render.to_json(data[0] if len(data) == 1 else
+                                     {"passed": all(r.passed for r in reports), "configs": data}))
+        elif len(reports) == 1:
+            title = f"Checklist for {reports[0].config.name}" + (f" with seeded bug '{inject}'" if inject else "")
+            console().print(render.verify_table(reports[0], title))
+        else:
+            out = console()
+            for r in reports:
+                out.print(render.verify_summary(r), style="green" if r.passed else "bold red", highlight=False)
+                for c in r.checks:
+                    if c.passed is False:
+                        out.print(f"  {c.id}. {c.name}: {c.measured} — hint: {c.hint}", highlight=False)
+                for note in r.notes:
+                    out.print(f"  note: {note}", style="dim", highlight=False)
+        return EXIT_OK if all(r.passed for r in reports) else EXIT_FAILED
+
+    run_guarded(body)
+
+
 def main() -> None:
     """Entry point of the `blockcli` script and `python -m blockcli`."""
     app()

@@ -96,8 +96,9 @@ class ParameterCount:
 # ----------------------------------------------------------------------------- the formula
 
 
-def symbol_values(config: Config) -> dict[str, int]:
-    b, m = config.block, config.model
+def symbol_values(config: Config | BlockConfig) -> dict[str, int]:
+    b = config.block if isinstance(config, Config) else config
+    m = config.model if isinstance(config, Config) else None
     values = {"d": b.d_model, "h": b.n_heads, "h_kv": b.n_kv_heads, "d_h": b.head_dim, "d_ff": b.d_ff}
     if m is not None:
         values.update(V=m.vocab_size, L=m.n_layers, P=m.max_positions + m.position_offset)

@@ -16,7 +16,9 @@ from rich.table import Table
 from rich.text import Text
 
 from blockcli.count import ParameterCount
+from blockcli.mutants import Mutant
 from blockcli.trace import OpRow, Trace
+from blockcli.verify import Report
 
 BAR_WIDTH = 12
 
@@ -264,3 +266,71 @@ def attention_heatmap(weights: Any, title: str) -> Group:
         text.append("\n")
     text.append("query ↓   (darker blocks = larger weight; · = masked, exactly 0)", style="dim")
     return Group(Text(title, style="bold"), text)
+
+
+# ----------------------------------------------------------------------------- verify
+
+STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "SKIP": "yellow"}
+
+
+def verify_json(report: Report) -> dict[str, Any]:
+    return {
+        "config": report.config.name, "passed": report.passed, "notes": report.notes,
+        "checks": [{"id": c.id, "name": c.name, "status": c.status, "passed": c.passed, "measured": c.measured,
+                    "tolerance": c.tolerance, "hint": c.hint} for c in report.checks],
+    }
+
+
+def verify_summary(report: Report) -> str:
+    counts = {s: sum(c.status == s for c in report.checks) for s in ("PASS", "FAIL", "SKIP")}
+    failed = [str(c.id) for c in report.checks if c.passed is False]
+    verdict = "PASS" if report.passed else "FAIL"
+    text = f"{verdict} {report.config.name}: {counts['PASS']} passed, {counts['FAIL']} failed"
+    if counts["SKIP"]:
+        text += f", {counts['SKIP']} skipped"
+    return text + (f" (items {', '.join(failed)})" if failed else "")
+
+
+def verify_table(report: Report, title: str = "") -> Group:
+    table = Table(title=title or f"Checklist for {report.config.name}", title_justify="left", header_style="bold")
+    for h, justify in (("#", "right"), ("check", "left"), ("result", "left"), ("measured", "left"),
+                       ("tolerance", "left")):
+        table.add_column(h, justify=justify, overflow="fold")
+    for c in report.checks:
+        table.add_row(str(c.id), c.name, Text(c.status, style=STATUS_STYLE[c.status]), c.measured, c.tolerance,
+                      end_section=c.id == 10)
+    parts: list[Any] = [table]
+    for c in report.checks:
+        if c.passed is False:
+            parts.append(Text(f"  {c.id}. hint: {c.hint}", style="red"))
+    parts += [Text(f"note: {n}", style="dim") for n in report.notes]
+    parts.append(Text(verify_summary(report), style="bold green" if report.passed else "bold red"))
+    return Group(*parts)
+
+
+def mutants_json(rows: Sequence[tuple[Mutant, Report]]) -> dict[str, Any]:
+    return {
+        "passed": all(not r.passed for _, r in rows),
+        "mutants": [{"name": m.name, "description": m.description, "expected": list(m.expected),
+                     "caught_by": [c.id for c in r.checks if c.passed is False]} for m, r in rows],
+    }
+
+
+def mutants_matrix(rows: Sequence[tuple[Mutant, Report]]) -> Group:
+    ids = [c.id for c in rows[0][1].checks] if rows else []
+    table = Table(title="Seeded bugs × checks (✗ = the check failed, i.e. caught the bug)", title_justify="left",
+                  header_style="bold")
+    table.add_column("seeded bug")
+    for i in ids:
+        table.add_column(str(i), justify="center")
+    table.add_column("caught")
+    for mutant, report in rows:
+        status = {c.id: c.passed for c in report.checks}
+        cells = [Text("✗", style="bold red" if i in mutant.expected else "red") if status[i] is False
+                 else Text("·", style="dim") for i in ids]
+        caught = not report.passed
+        table.add_row(mutant.name, *cells, Text("yes" if caught else "NO", style="green" if caught else "bold red"))
+    missed = [m.name for m, r in rows if r.passed]
+    verdict = (Text(f"every seeded bug is caught ({len(rows)} bugs)", style="bold green") if not missed
+               else Text(f"NOT caught: {', '.join(missed)}", style="bold red"))
+    return Group(table, verdict)

@@ -1,0 +1,122 @@
+"""Seeded bugs: the real block with exactly one operation swapped for a classic mistake.
+
+Each mutant replaces one field of `Ops` (or the hand-count formula), so it differs from the
+truth by one operation and there is only one block to maintain. `expected` names the checklist
+items that are meant to catch it; the tests assert them, and `verify --mutants` shows the matrix.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from blockcli import ops as F
+from blockcli.count import Formula, Poly, Row, block_formula
+from blockcli.config import BlockConfig, InputError
+from blockcli.ops import STANDARD_OPS, Array, Ops
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    description: str
+    expected: tuple[int, ...]  # checklist items meant to catch it
+    ops: Ops = STANDARD_OPS
+    formula: Formula = block_formula
+
+
+def _split_without_transpose(x: Array, n_heads: int) -> Array:
+    B, T, width = x.shape
+    return x.reshape(B, n_heads, T, width // n_heads)  # wrong axes: mixes time and head features
+
+
+def _softmax_over_queries(scores: Array, allowed: Array) -> tuple[Array, Array]:
+    masked = np.where(allowed, scores, -np.inf)
+    return masked, F.softmax(masked, axis=-2)
+
+
+def _mask_after_softmax(scores: Array, allowed: Array) -> tuple[Array, Array]:
+    return scores, np.where(allowed, F.softmax(scores.copy(), axis=-1), 0.0)
+
+
+def _mask_hiding_diagonal(t_q: int, t_k: int, offset: int = 0) -> Array:
+    return np.arange(t_k)[None, :] < (offset + np.arange(t_q))[:, None]
+
+
+def _no_mask(t_q: int, t_k: int, offset: int = 0) -> Array:
+    return np.ones((t_q, t_k), dtype=bool)
+
+
+def _skip_output_projection(concat: Array, w_o: Array, b_o: Array | None) -> Array:
+    return concat
+
+
+def _combine_reversed(x: Array) -> Array:
+    return F.combine_heads(x[:, ::-1])
+
+
+def _residual_broadcast(x: Array, update: Array) -> Array:
+    return x + update[:, -1:, :]  # (B, 1, d) broadcast across time
+
+
+def _norm_over(axis: int, rms: bool):
+    def norm(x: Array, gamma: Array, beta: Array | None, eps: float) -> Array:
+        if rms:
+            out = x / np.sqrt(np.mean(x * x, axis=axis, keepdims=True) + eps) * gamma
+        else:
+            mean = x.mean(axis=axis, keepdims=True)
+            out = (x - mean) / np.sqrt(x.var(axis=axis, keepdims=True) + eps) * gamma
+        return out if beta is None else out + beta
+
+    return norm
+
+
+def _unscaled_scores(q: Array, k: Array) -> Array:
+    return q @ k.swapaxes(-1, -2)
+
+
+def _formula_without_biases(cfg: BlockConfig) -> list[Row]:
+    return [replace(row, biases=Poly()) for row in block_formula(cfg)]
+
+
+def _ops(**changes: Any) -> Ops:
+    return replace(STANDARD_OPS, **changes)
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant("split-no-transpose", "head split reshapes (B, T, d) straight to (B, h, T, d_h) without the transpose",
+           (2,), _ops(split_heads=_split_without_transpose)),
+    Mutant("softmax-query-axis", "softmax normalises score columns (the query axis) instead of rows",
+           (3, 8), _ops(attention_weights=_softmax_over_queries)),
+    Mutant("mask-after-softmax", "causal mask applied after softmax, so rows no longer sum to 1",
+           (3, 4, 8, 9), _ops(attention_weights=_mask_after_softmax)),
+    Mutant("mask-hides-diagonal", "causal mask excludes the diagonal: the first query sees nothing (NaN)",
+           (4, 9), _ops(causal_mask=_mask_hiding_diagonal)),
+    Mutant("no-mask", "no causal mask: every query sees future keys", (4, 8), _ops(causal_mask=_no_mask)),
+    Mutant("missing-wo", "output projection W_O forgotten: concatenated heads go straight to the residual",
+           (5,), _ops(project_out=_skip_output_projection)),
+    Mutant("heads-wrong-order", "heads concatenated in reverse order", (5,), _ops(combine_heads=_combine_reversed)),
+    Mutant("residual-broadcast", "residual adds the last token's update (B, 1, d) to every position",
+           (6, 8), _ops(residual_add=_residual_broadcast)),
+    Mutant("norm-time-axis", "LayerNorm statistics taken over the time axis", (7, 8),
+           _ops(layer_norm=_norm_over(1, False), rms_norm=_norm_over(1, True))),
+    Mutant("norm-batch-axis", "LayerNorm statistics taken over the batch axis", (7,),
+           _ops(layer_norm=_norm_over(0, False), rms_norm=_norm_over(0, True))),
+    Mutant("unscaled-scores", "scores not divided by √d_h", (12,), _ops(attention_scores=_unscaled_scores)),
+    Mutant("count-forgets-biases", "hand parameter count leaves out every bias and shift", (10,),
+           formula=_formula_without_biases),
+)
+
+
+def find_mutant(name: str) -> Mutant:
+    for mutant in MUTANTS:
+        if mutant.name == name:
+            return mutant
+    import difflib
+
+    close = difflib.get_close_matches(name, [m.name for m in MUTANTS], n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else "; see `blockcli verify --list-mutants`"
+    raise InputError(f"--inject: no seeded bug named '{name}'{hint}")

@@ -1,0 +1,101 @@
+"""A slow, obviously correct decoder block: loops over batch, heads and positions.
+
+It shares no code with `ops` or `block` on purpose: `verify` compares the vectorised block with
+it (the check that catches a missing 1/√d_h, for one). Only small vector operations use NumPy.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import numpy as np
+
+from blockcli.config import BlockConfig
+
+
+def _norm(v: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None, kind: str, eps: float) -> np.ndarray:
+    n = len(v)
+    if kind == "layernorm":
+        mu = sum(v) / n
+        var = sum((a - mu) ** 2 for a in v) / n
+        out = (v - mu) / math.sqrt(var + eps) * gamma
+    else:
+        out = v / math.sqrt(sum(a * a for a in v) / n + eps) * gamma
+    return out if beta is None else out + beta
+
+
+def _act(name: str, u: float) -> float:
+    if name in ("gelu_tanh", "geglu"):
+        return 0.5 * u * (1 + math.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u**3)))
+    if name == "gelu":
+        return 0.5 * u * (1 + math.erf(u / math.sqrt(2)))
+    if name == "relu":
+        return max(u, 0.0)
+    return u / (1 + math.exp(-u)) if u > -700 else 0.0  # silu, swiglu
+
+
+def _rotate(vec: np.ndarray, pos: int, cfg: BlockConfig) -> np.ndarray:
+    r = cfg.rope_dims
+    out = vec.copy()
+    for i in range(r // 2):
+        angle = pos * cfg.rope_theta ** (-2 * i / r)
+        a, b = vec[i], vec[i + r // 2]
+        out[i] = a * math.cos(angle) - b * math.sin(angle)
+        out[i + r // 2] = b * math.cos(angle) + a * math.sin(angle)
+    return out
+
+
+def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
+    """n (T, d) of one sequence → attention output (T, d), head by head, query by query."""
+    T = n.shape[0]
+    d_h, group = cfg.head_dim, cfg.n_heads // cfg.n_kv_heads
+    zero = np.zeros
+    q = n @ p["w_q"] + p.get("b_q", zero(p["w_q"].shape[1]))
+    k = n @ p["w_k"] + p.get("b_k", zero(p["w_k"].shape[1]))
+    v = n @ p["w_v"] + p.get("b_v", zero(p["w_v"].shape[1]))
+    concat = np.zeros((T, cfg.n_heads * d_h))
+    for head in range(cfg.n_heads):
+        kv = head // group
+        qs, ks, vs = (a[:, c * d_h:(c + 1) * d_h] for a, c in ((q, head), (k, kv), (v, kv)))
+        if cfg.rope:
+            qs = np.array([_rotate(qs[t], t, cfg) for t in range(T)])
+            ks = np.array([_rotate(ks[t], t, cfg) for t in range(T)])
+        for t in range(T):
+            logits = [float(qs[t] @ ks[s]) / math.sqrt(d_h) for s in range(t + 1)]  # keys s <= t only
+            top = max(logits)
+            e = [math.exp(a - top) for a in logits]
+            z = sum(e)
+            concat[t, head * d_h:(head + 1) * d_h] = sum((e[s] / z) * vs[s] for s in range(t + 1))
+    return concat @ p["w_o"] + p.get("b_o", 0.0)
+
+
+def _mlp(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
+    pre = n @ p["w_1"] + p.get("b_1", 0.0)
+    act = np.vectorize(lambda u: _act(cfg.activation, u))(pre)
+    if cfg.gated:
+        act = act * (n @ p["w_3"] + p.get("b_3", 0.0))
+    return act @ p["w_2"] + p.get("b_2", 0.0)
+
+
+def reference_block(x: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
+    """y for x (B, T, d), one sequence and one token at a time, in float64."""
+    x = np.asarray(x, dtype=np.float64)
+    p = {k: np.asarray(v, dtype=np.float64) for k, v in p.items()}
+
+    def norm(which: str, a: np.ndarray) -> np.ndarray:
+        return np.array([_norm(row, p[f"{which}_gamma"], p.get(f"{which}_beta"), cfg.norm, cfg.norm_eps)
+                         for row in a])
+
+    y = np.empty_like(x)
+    for b in range(x.shape[0]):
+        xb = x[b]
+        if cfg.placement == "pre":
+            h = xb + _attention(norm("ln1", xb), p, cfg)
+            y[b] = h + _mlp(norm("ln2", h), p, cfg)
+        elif cfg.placement == "post":
+            h = norm("ln1", xb + _attention(xb, p, cfg))
+            y[b] = norm("ln2", h + _mlp(h, p, cfg))
+        else:
+            y[b] = xb + _attention(norm("ln1", xb), p, cfg) + _mlp(norm("ln2", xb), p, cfg)
+    return y
