@@ -1,0 +1,687 @@
+"""Hugging Face `config.json` → blockcli config (and back out as commented YAML).
+
+`config_from_hf(path)` reads a `config.json` as saved by HF transformers and maps it onto
+blockcli's schema: a plain mapping shaped like a preset YAML (`about`, `block`, `model`,
+`run`) that `blockcli.config.parse_config` validates. `hf_to_mapping` is that mapping step on
+already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only config.py
+imports yaml) that `load_config` reads back to an equal Config.
+
+Supported `model_type`s: gpt2, llama, mistral, qwen2, gemma, gpt_neox, opt.
+
+The rule for every key of the JSON object is one of three, and never "silently dropped":
+
+1. **mapped**: it determines a blockcli field (sizes, norm, activation, biases, positions, ...);
+2. **ignored on purpose**: it cannot change the architecture or the inference-time function
+   (token ids, dtype, `use_cache`, initializer ranges, `architectures`, generation settings,
+   and dropout rates, which only act in training; blockcli's presets describe the model in
+   eval mode, so `block.dropout` stays 0). Each family has an explicit allow-list;
+3. **an error**: anything else, including a known field at a value blockcli cannot express
+   (`rope_scaling` not null, `word_embed_proj_dim != hidden_size`, an exact-erf gated GELU,
+   `layer_norm_elementwise_affine: false`, ...), and any key this module does not know.
+   The message names the field: ``<file>: field 'rope_scaling' = {...} cannot be represented
+   in blockcli's schema (why)``.
+
+Defaults for absent optional fields are those of the HF config class of the family (e.g.
+`rms_norm_eps` 1e-6 for Llama, `head_dim` 256 for Gemma, `num_key_value_heads` 8 for Mistral,
+`tie_word_embeddings` true for GPT-2/OPT/Gemma). Sizes (width, heads, layers, MLP width,
+vocabulary, context length) have no default here: a config.json without them is an error.
+
+Sliding-window attention (Mistral `sliding_window`; Qwen2 with `use_sliding_window: true`; a
+`layer_types` entry `sliding_attention`) is the one accepted field that blockcli does not model
+as such. A window of W tokens changes no parameter and no shape, and attention limited to the
+last W keys is *identical* to plain causal attention for every sequence of at most W tokens.
+So a window is accepted when it is at least `run.seq_len` (8 here), and recorded in
+`about.description` ("plain causal attention; identical to the HF model up to W tokens").
+A smaller window is an error. This keeps Mistral-7B-v0.1 (window 4096, context 32768)
+loadable, as the packaged `mistral-7b` preset already models it.
+
+Behaviour fixed by the model type rather than by a field is recorded in `about.description`
+where blockcli does not model it: Gemma multiplies embeddings by sqrt(d_model) and its RMSNorm
+computes x·(1 + w) (neither changes a parameter count or shape).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from blockcli.config import MAX_SIZE, Config, ConfigError, parse_config
+
+RUN_DEFAULTS = {"batch": 1, "seq_len": 8, "dtype": "float32", "seed": 0}
+SECTION_ORDER = ("about", "block", "model", "run")
+
+_MISSING = object()
+
+# Keys every PretrainedConfig may carry that never change the network: bookkeeping, token ids,
+# task heads' labels, generation settings. Ignored for every family.
+COMMON_IGNORED = frozenset({
+    "_name_or_path", "architectures", "auto_map", "model_type", "transformers_version", "torch_dtype",
+    "dtype", "use_cache", "initializer_range", "bos_token_id", "eos_token_id", "pad_token_id",
+    "sep_token_id", "unk_token_id", "decoder_start_token_id", "tokenizer_class", "prefix",
+    "task_specific_params", "id2label", "label2id", "num_labels", "problem_type", "finetuning_task",
+    "return_dict", "output_attentions", "output_hidden_states", "torchscript", "use_return_dict",
+    "is_decoder", "tie_encoder_decoder", "chunk_size_feed_forward", "gradient_checkpointing",
+    "_commit_hash", "_attn_implementation", "_attn_implementation_autoset",
+    # generation defaults stored in older config.json files
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+    "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+    "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
+    "suppress_tokens", "begin_suppress_tokens",
+})
+
+# Keys accepted only at the value that means "a plain decoder-only LM"; anything else is an error.
+COMMON_NEUTRAL: dict[str, tuple[Any, str]] = {
+    "is_encoder_decoder": (False, "blockcli models decoder-only stacks"),
+    "add_cross_attention": (False, "blockcli's blocks have no cross-attention"),
+    "pruned_heads": ({}, "blockcli gives every layer the same number of heads"),
+    "quantization_config": (None, "blockcli counts and runs unquantized weights"),
+}
+
+# Activation names (HF ACT2FN keys) → blockcli names, for plain (non-gated) MLPs.
+PLAIN_ACTIVATIONS = {
+    "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
+    "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu",
+}
+# For gated MLPs act(x·W_gate) * (x·W_up): which act gives which blockcli gated activation.
+GATED_ACTIVATIONS = {
+    "silu": "swiglu", "swish": "swiglu",
+    "gelu_pytorch_tanh": "geglu", "gelu_new": "geglu", "gelu_fast": "geglu",
+}
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def config_from_hf(path: str | Path) -> Config:
+    """Read a Hugging Face config.json and return the validated blockcli Config."""
+    path = Path(path)
+    where = str(path)
+    data = _parse_json(_read_text(path), where)
+    mapping = hf_to_mapping(data, where)
+    try:
+        return parse_config(mapping, name=where)
+    except ConfigError as exc:  # a mapped value blockcli rejects: say which file it came from
+        raise ConfigError(f"{where}: {exc} (after mapping the Hugging Face config onto blockcli's schema)") from None
+
+
+def hf_to_mapping(data: Any, where: str) -> dict[str, Any]:
+    """Map a parsed HF config (a dict) onto a plain blockcli mapping; ConfigError on anything unrepresentable."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: top level must be a JSON object (a Hugging Face config.json), "
+                          f"got {_json_kind(data)}")
+    if "model_type" not in data:
+        raise ConfigError(f"{where}: field 'model_type' is missing; expected one of: {', '.join(sorted(FAMILIES))}")
+    model_type = data["model_type"]
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
+        close = difflib.get_close_matches(str(model_type), list(FAMILIES), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(f"{where}: field 'model_type' = {_short(model_type)} is not a supported model family "
+                          f"(supported: {', '.join(sorted(FAMILIES))}){hint}")
+    family = FAMILIES[model_type]
+    fields = _Fields(data, where, family.title)
+    block, model = family.mapper(fields)
+    fields.check_leftovers(family.ignored)
+
+    run = dict(RUN_DEFAULTS)
+    run["seq_len"] = min(run["seq_len"], model["max_positions"], *fields.window_limits)
+    description = f"{family.title} (model_type '{model_type}') from a Hugging Face config.json"
+    if fields.notes:
+        description += "; " + "; ".join(fields.notes)
+    about = {"description": description, "source": where}
+    return {"about": about, "block": block, "model": model, "run": run}
+
+
+def to_yaml(config_mapping: Mapping[str, Any], comment: str = "") -> str:
+    """Render a blockcli mapping (as from `hf_to_mapping`) as YAML text with `comment` as a header.
+
+    Values must be None, bools, ints, finite floats, strings, or mappings of those (one level,
+    as in `block.bias`). Floats are written so that YAML 1.1 loaders read them back as floats
+    (`1.0e-05`, never `1e-05`, which PyYAML reads as a string). Sections come out in the order
+    about, block, model, run, then any others in mapping order.
+    """
+    lines = [f"# {line}".rstrip() for line in comment.splitlines()] if comment else []
+    keys = [k for k in SECTION_ORDER if k in config_mapping]
+    keys += [k for k in config_mapping if k not in SECTION_ORDER]
+    for key in keys:
+        lines.extend(_yaml_entry(key, config_mapping[key], 0))
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- reading the file
+
+
+def _read_text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, expected a config.json file") from None
+    except PermissionError:
+        raise ConfigError(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if b"\x00" in raw:
+        raise ConfigError(f"{path}: binary file, expected a JSON config.json")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def _parse_json(text: str, where: str) -> Any:
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in seen:
+                raise ConfigError(f"{where}: field '{key}' appears twice in one JSON object")
+            seen[key] = value
+        return seen
+
+    def no_constant(name: str) -> Any:
+        raise ConfigError(f"{where}: invalid JSON: {name} is not a JSON number")
+
+    try:
+        return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise ConfigError(f"{where}: JSON nested too deeply") from None
+
+
+# --------------------------------------------------------------------------- field access
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, (int, float)):
+        return f"a number ({value})"
+    if isinstance(value, str):
+        return f"a string ({_short(value)})"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class _Fields:
+    """Typed access to the JSON object's keys; remembers which keys were looked at."""
+
+    def __init__(self, data: Mapping[str, Any], where: str, family: str) -> None:
+        self.data, self.where, self.family = data, where, family
+        self.used: set[str] = set()
+        self.notes: list[str] = []
+        self.window_limits: list[int] = []
+
+    # -- errors
+
+    def unrepresentable(self, key: str, value: Any, why: str) -> ConfigError:
+        return ConfigError(f"{self.where}: field '{key}' = {_short(value)} cannot be represented in "
+                           f"blockcli's schema ({why})")
+
+    def invalid(self, key: str, value: Any, expected: str) -> ConfigError:
+        return ConfigError(f"{self.where}: field '{key}': expected {expected}, got {_json_kind(value)}")
+
+    # -- access
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def raw(self, key: str, default: Any = _MISSING, why: str = "") -> Any:
+        """The value; `default` when absent (or null, when the default is not _MISSING)."""
+        self.used.add(key)
+        value = self.data.get(key)
+        if value is None:
+            if default is _MISSING:
+                what = "missing" if key not in self.data else "null"
+                raise ConfigError(f"{self.where}: field '{key}' is {what}; a {self.family} config.json "
+                                  f"needs it{f' ({why})' if why else ''}")
+            return default
+        return value
+
+    def int(self, key: str, default: Any = _MISSING, why: str = "", minimum: int = 1) -> int:
+        value = self.raw(key, default, why)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 4096.0 from some JSON writers
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.invalid(key, value, "an integer")
+        if value < minimum:
+            raise self.invalid(key, value, f"an integer >= {minimum}")
+        if value > MAX_SIZE:
+            raise self.invalid(key, value, f"an integer <= {MAX_SIZE:,}")
+        return value
+
+    def float(self, key: str, default: Any = _MISSING, low: float = 0.0, high: float = 1.0,
+              low_open: bool = True) -> float:
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.invalid(key, value, "a number")
+        value = float(value)
+        if not math.isfinite(value) or (value <= low if low_open else value < low) or value > high:
+            raise self.invalid(key, value, f"a number in {'(' if low_open else '['}{low:g}, {high:g}]")
+        return value
+
+    def bool(self, key: str, default: Any = _MISSING) -> bool:
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise self.invalid(key, value, "true or false")
+        return value
+
+    def str(self, key: str, default: Any = _MISSING) -> str:
+        value = self.raw(key, default)
+        if not isinstance(value, str):
+            raise self.invalid(key, value, "a string")
+        return value
+
+    def neutral(self, key: str, neutral: Any, why: str) -> None:
+        """Accept `key` only if absent or equal to `neutral` (null counts as absent when neutral is None)."""
+        self.used.add(key)
+        if key not in self.data:
+            return
+        value = self.data[key]
+        if value is None and neutral is None:
+            return
+        if isinstance(value, bool) != isinstance(neutral, bool) or value != neutral:
+            raise self.unrepresentable(key, value, why)
+
+    def ignore(self, *keys: str) -> None:
+        self.used.update(keys)
+
+    def check_leftovers(self, ignored: frozenset[str]) -> None:
+        for key, (neutral, why) in COMMON_NEUTRAL.items():
+            if key not in self.used:
+                self.neutral(key, neutral, why)
+        for key, value in self.data.items():
+            if key not in self.used and key not in ignored and key not in COMMON_IGNORED:
+                raise self.unrepresentable(
+                    key, value, f"not a field blockcli knows for a {self.family} config; it might change "
+                                f"the architecture, so it is not ignored")
+
+
+# --------------------------------------------------------------------------- shared pieces
+
+
+def _plain_activation(f: _Fields, key: str, default: str) -> str:
+    name = f.str(key, default)
+    if name not in PLAIN_ACTIVATIONS:
+        raise f.unrepresentable(key, name, f"blockcli's activations are gelu_tanh (gelu_new, gelu_pytorch_tanh, "
+                                           f"gelu_fast), gelu, relu and silu")
+    return PLAIN_ACTIVATIONS[name]
+
+
+def _gated_activation(f: _Fields, key: str, default: str, exact_gelu_is_tanh: bool = False) -> str:
+    name = f.str(key, default)
+    if exact_gelu_is_tanh and name == "gelu":
+        return "geglu"
+    if name not in GATED_ACTIVATIONS:
+        why = ("blockcli's gated activations are swiglu (silu) and geglu, whose GELU is the tanh approximation"
+               if name == "gelu" else "blockcli's gated activations are swiglu (silu) and geglu (tanh GELU)")
+        raise f.unrepresentable(key, name, why)
+    return GATED_ACTIVATIONS[name]
+
+
+def _rope_base(f: _Fields, theta_keys: tuple[str, ...], default: float,
+               fraction_keys: tuple[str, ...] = (), fraction_default: float = 1.0) -> tuple[float, float]:
+    """(rope_theta, rotated fraction) from top-level keys or transformers 5's `rope_parameters`."""
+    f.neutral("rope_scaling", None, "blockcli's RoPE has a single base frequency theta and no scaling")
+    theta = _first(f, theta_keys, lambda k: f.float(k, low=0.0, high=1e12), default)
+    fraction = _first(f, fraction_keys, lambda k: f.float(k, low=0.0, high=1.0, low_open=False), fraction_default)
+    params = f.raw("rope_parameters", None)
+    if params is None:
+        return theta, fraction
+    if not isinstance(params, Mapping):
+        raise f.invalid("rope_parameters", params, "an object")
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type != "default":
+        raise f.unrepresentable("rope_parameters", dict(params),
+                                f"rope_type {rope_type!r}: blockcli's RoPE has one base frequency and no scaling")
+    inner = _Fields(params, f.where, f.family)
+    inner.ignore("rope_type", "type")
+    got_theta = inner.float("rope_theta", theta, low=0.0, high=1e12)
+    got_fraction = inner.float("partial_rotary_factor", fraction, low=0.0, high=1.0, low_open=False)
+    for key, value in params.items():
+        if key not in inner.used:
+            raise f.unrepresentable(f"rope_parameters.{key}", value, "blockcli's RoPE has only theta and a fraction")
+    for key, top, nested in (("rope_theta", theta, got_theta), ("partial_rotary_factor", fraction, got_fraction)):
+        if f.has(key) and top != nested:
+            raise f.unrepresentable(f"rope_parameters.{key}", nested, f"it disagrees with the top-level '{key}'")
+    return got_theta, got_fraction
+
+
+def _first(f: _Fields, keys: tuple[str, ...], read: Callable[[str], Any], default: Any) -> Any:
+    """Read the first present of several alias keys; every alias present must agree."""
+    found = [(k, read(k)) for k in keys if f.data.get(k) is not None]
+    f.ignore(*keys)
+    if not found:
+        return default
+    for key, value in found[1:]:
+        if value != found[0][1]:
+            raise f.unrepresentable(key, f.data[key], f"it disagrees with '{found[0][0]}' = {f.data[found[0][0]]!r}")
+    return found[0][1]
+
+
+def _divides(f: _Fields, width_key: str, width: int, heads_key: str, heads: int) -> int:
+    if width % heads:
+        raise ConfigError(f"{f.where}: field '{heads_key}' = {heads} does not divide '{width_key}' = {width} "
+                          f"(a {f.family} model needs whole heads)")
+    return width // heads
+
+
+def _window(f: _Fields, key: str, window: Any, max_positions: int) -> None:
+    """An active sliding window: fine (and noted) if no run here can reach past it; see the module doc."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise f.invalid(key, window, "a positive integer or null")
+    if window >= max_positions:
+        return  # never narrower than the longest sequence: plain causal attention exactly
+    if window < RUN_DEFAULTS["seq_len"]:
+        raise f.unrepresentable(key, window, f"blockcli's attention is plain causal; a window of {window} tokens "
+                                             f"differs from it already at run.seq_len={RUN_DEFAULTS['seq_len']}")
+    f.window_limits.append(window)
+    f.notes.append(f"{key}={window} is not modelled: plain causal attention, identical to the Hugging Face "
+                   f"model for sequences of at most {window} tokens")
+
+
+def _bias(qkv: bool, out: bool, mlp: bool, norm: bool) -> bool | dict[str, bool]:
+    groups = {"qkv": qkv, "out": out, "mlp": mlp, "norm": norm}
+    return qkv if len(set(groups.values())) == 1 else groups
+
+
+def _model(n_layers: int, vocab: int, positions: str, max_positions: int, tie: bool,
+           final_norm: bool = True, position_offset: int = 0) -> dict[str, Any]:
+    model: dict[str, Any] = {"n_layers": n_layers, "vocab_size": vocab, "positions": positions,
+                             "max_positions": max_positions}
+    if positions == "learned":
+        model["position_offset"] = position_offset
+    model.update(tie_embeddings=tie, final_norm=final_norm, lm_head_bias=False)
+    return model
+
+
+# --------------------------------------------------------------------------- families
+
+
+def _gpt2(f: _Fields) -> tuple[dict, dict]:
+    d = f.int("n_embd")
+    heads = f.int("n_head")
+    head_dim = _divides(f, "n_embd", d, "n_head", heads)
+    d_ff = f.int("n_inner", 4 * d)  # null means 4·n_embd
+    f.neutral("scale_attn_weights", True, "blockcli always scales attention scores by 1/sqrt(head_dim)")
+    f.neutral("scale_attn_by_inverse_layer_idx", False, "blockcli's blocks do not depend on the layer index")
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": heads, "head_dim": head_dim, "d_ff": d_ff,
+        "norm": "layernorm", "norm_eps": f.float("layer_norm_epsilon", 1e-5),
+        "activation": _plain_activation(f, "activation_function", "gelu_new"),
+        "bias": True, "placement": "pre", "rope": False,
+    }
+    model = _model(f.int("n_layer"), f.int("vocab_size"), "learned", f.int("n_positions"),
+                   f.bool("tie_word_embeddings", True))
+    return block, model
+
+
+def _opt(f: _Fields) -> tuple[dict, dict]:
+    d = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    head_dim = _divides(f, "hidden_size", d, "num_attention_heads", heads)
+    proj = f.int("word_embed_proj_dim", d)
+    if proj != d:
+        raise f.unrepresentable("word_embed_proj_dim", proj, f"OPT then adds project_in/project_out matrices "
+                                                             f"between {proj} and hidden_size {d}; blockcli's "
+                                                             f"embeddings have width d_model")
+    f.neutral("layer_norm_elementwise_affine", True, "blockcli's LayerNorms always have a scale gamma")
+    pre = f.bool("do_layer_norm_before", True)
+    remove_final = f.bool("_remove_final_layer_norm", False)
+    bias = f.bool("enable_bias", True)
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": heads, "head_dim": head_dim, "d_ff": f.int("ffn_dim"),
+        "norm": "layernorm", "norm_eps": 1e-5,  # OPT uses torch.nn.LayerNorm's default eps
+        "activation": _plain_activation(f, "activation_function", "relu"),
+        # enable_bias switches the linear layers' biases; the LayerNorms keep their shift.
+        "bias": _bias(bias, bias, bias, True),
+        "placement": "pre" if pre else "post", "rope": False,
+    }
+    model = _model(f.int("num_hidden_layers"), f.int("vocab_size"), "learned", f.int("max_position_embeddings"),
+                   f.bool("tie_word_embeddings", True), final_norm=pre and not remove_final, position_offset=2)
+    return block, model
+
+
+def _neox(f: _Fields) -> tuple[dict, dict]:
+    d = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    head_dim = _divides(f, "hidden_size", d, "num_attention_heads", heads)
+    theta, fraction = _rope_base(f, ("rotary_emb_base", "rope_theta"), 10000.0,
+                                 ("rotary_pct", "partial_rotary_factor"), 0.25)
+    rotated = int(head_dim * fraction)
+    if rotated % 2:
+        raise f.unrepresentable("rotary_pct", fraction, f"it rotates {rotated} of {head_dim} dimensions per head; "
+                                                        f"rotary pairs need an even number")
+    attn_bias = f.bool("attention_bias", True)
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": heads, "head_dim": head_dim,
+        "d_ff": f.int("intermediate_size"), "norm": "layernorm", "norm_eps": f.float("layer_norm_eps", 1e-5),
+        "activation": _plain_activation(f, "hidden_act", "gelu"),
+        "bias": _bias(attn_bias, attn_bias, True, True),
+        "placement": "parallel" if f.bool("use_parallel_residual", True) else "pre",
+        "rope": fraction if rotated else False,
+    }
+    if rotated:
+        block["rope_theta"] = theta
+    model = _model(f.int("num_hidden_layers"), f.int("vocab_size"), "rope" if rotated else "none",
+                   f.int("max_position_embeddings"), f.bool("tie_word_embeddings", False))
+    return block, model
+
+
+def _gated_rms(f: _Fields, *, kv_default: int | None, eps_default: float, act_default: str, tie_default: bool,
+               head_dim_default: int | None = None, qkv_bias: bool | None = None, out_bias: bool | None = None,
+               mlp_bias: bool | None = None, exact_gelu_is_tanh: bool = False) -> tuple[dict, dict]:
+    """Llama, Mistral, Qwen2, Gemma: RMSNorm, gated MLP, RoPE over the whole head, untied or tied head.
+
+    A bias argument of None means "read it from the config" (Llama's attention_bias/mlp_bias,
+    Gemma's attention_bias); a bool fixes it for the family (Qwen2: q/k/v yes, o no).
+    """
+    d = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    # HF: an absent key takes the config class's default, an explicit null means "= heads".
+    kv = f.int("num_key_value_heads", heads if kv_default is None or f.has("num_key_value_heads") else kv_default)
+    if heads % kv:
+        raise ConfigError(f"{f.where}: field 'num_key_value_heads' = {kv} does not divide "
+                          f"'num_attention_heads' = {heads}")
+    head_dim = f.int("head_dim", head_dim_default if head_dim_default and not f.has("head_dim") else d // heads)
+    if head_dim_default is None and not f.data.get("head_dim") and d % heads:
+        _divides(f, "hidden_size", d, "num_attention_heads", heads)
+    theta, _ = _rope_base(f, ("rope_theta",), 10000.0)
+    attention_bias = f.bool("attention_bias", False) if qkv_bias is None else qkv_bias
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
+        "d_ff": f.int("intermediate_size"), "norm": "rmsnorm", "norm_eps": f.float("rms_norm_eps", eps_default),
+        "activation": None,  # filled below, keeping the preset's field order
+        "bias": _bias(attention_bias, attention_bias if out_bias is None else out_bias,
+                      f.bool("mlp_bias", False) if mlp_bias is None else mlp_bias, False),
+        "placement": "pre", "rope": True, "rope_theta": theta,
+    }
+    max_positions = f.int("max_position_embeddings")
+    model = _model(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", max_positions,
+                   f.bool("tie_word_embeddings", tie_default))
+    return block, model
+
+
+def _activation_into(block: dict, value: str) -> dict:
+    block["activation"] = value
+    return block
+
+
+def _layer_types(f: _Fields, n_layers: int, window: Any, max_positions: int) -> bool:
+    """transformers >= 4.53 `layer_types`: True if any layer uses sliding attention."""
+    types = f.raw("layer_types", None)
+    if types is None:
+        return False
+    if not isinstance(types, list) or len(types) != n_layers:
+        raise f.invalid("layer_types", types, f"an array of {n_layers} layer types")
+    allowed = ("full_attention", "sliding_attention")
+    for item in types:
+        if item not in allowed:
+            raise f.unrepresentable("layer_types", item, "blockcli's layers use full (or window-limited) attention")
+    sliding = "sliding_attention" in types
+    if sliding and window is None:
+        raise f.invalid("sliding_window", window, "a window size, since layer_types has sliding_attention layers")
+    return sliding
+
+
+def _llama(f: _Fields) -> tuple[dict, dict]:
+    f.ignore("pretraining_tp")  # splits the same matmuls into slices: the same function
+    block, model = _gated_rms(f, kv_default=None, eps_default=1e-6, act_default="silu", tie_default=False)
+    return _activation_into(block, _gated_activation(f, "hidden_act", "silu")), model
+
+
+def _mistral(f: _Fields) -> tuple[dict, dict]:
+    block, model = _gated_rms(f, kv_default=8, eps_default=1e-6, act_default="silu", tie_default=False,
+                              qkv_bias=False, out_bias=False, mlp_bias=False)
+    window = f.raw("sliding_window", None)
+    sliding = _layer_types(f, model["n_layers"], window, model["max_positions"])
+    if window is not None and (sliding or not f.has("layer_types")):
+        _window(f, "sliding_window", window, model["max_positions"])
+    return _activation_into(block, _gated_activation(f, "hidden_act", "silu")), model
+
+
+def _qwen2(f: _Fields) -> tuple[dict, dict]:
+    block, model = _gated_rms(f, kv_default=32, eps_default=1e-6, act_default="silu", tie_default=False,
+                              qkv_bias=True, out_bias=False, mlp_bias=False)
+    use_window = f.bool("use_sliding_window", False)
+    window = f.raw("sliding_window", None)
+    f.ignore("max_window_layers")  # which layers get the window; only read when the window is on
+    if use_window:
+        max_window_layers = f.int("max_window_layers", 28, minimum=0)
+        if max_window_layers < model["n_layers"]:
+            if window is None:
+                raise f.invalid("sliding_window", window, "a window size, since use_sliding_window is true")
+            _window(f, "sliding_window", window, model["max_positions"])
+    elif _layer_types(f, model["n_layers"], window, model["max_positions"]):
+        _window(f, "sliding_window", window, model["max_positions"])
+    return _activation_into(block, _gated_activation(f, "hidden_act", "silu")), model
+
+
+def _gemma(f: _Fields) -> tuple[dict, dict]:
+    block, model = _gated_rms(f, kv_default=16, eps_default=1e-6, act_default="gelu_pytorch_tanh", tie_default=True,
+                              head_dim_default=256, mlp_bias=False)
+    # HF Gemma runs `hidden_activation` (default gelu_pytorch_tanh); `hidden_act` is the legacy
+    # field, and the original gemma-2b config's "gelu" means JAX's default, tanh-approximate GELU.
+    legacy = _gated_activation(f, "hidden_act", "gelu_pytorch_tanh", exact_gelu_is_tanh=True)
+    activation = _gated_activation(f, "hidden_activation", legacy if f.data.get("hidden_activation") is None
+                                   else "gelu_pytorch_tanh") if f.data.get("hidden_activation") is not None else legacy
+    f.ignore("hidden_activation")
+    f.notes.append("HF Gemma also scales embeddings by sqrt(d_model) and computes RMSNorm as x*(1+w): "
+                   "no parameters, not modelled")
+    return _activation_into(block, activation), model
+
+
+class _Family:
+    def __init__(self, title: str, mapper: Callable[[_Fields], tuple[dict, dict]], ignored: set[str]) -> None:
+        self.title, self.mapper, self.ignored = title, mapper, frozenset(ignored)
+
+
+_LLAMA_LIKE_IGNORED = {"attention_dropout"}  # training-only
+
+FAMILIES: dict[str, _Family] = {
+    "gpt2": _Family("GPT-2", _gpt2, {
+        "n_ctx",  # legacy duplicate of n_positions, unused by HF GPT-2
+        "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",  # training-only dropout
+        "reorder_and_upcast_attn",  # numerics of fp16 training, same function
+        # GPT2DoubleHeadsModel / sequence-classification heads, not part of the LM
+        "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+    }),
+    "opt": _Family("OPT", _opt, {
+        "dropout", "attention_dropout", "activation_dropout", "layerdrop",  # training-only
+        "init_std",
+    }),
+    "gpt_neox": _Family("GPT-NeoX", _neox, {
+        "attention_dropout", "hidden_dropout", "classifier_dropout",  # training-only
+        "use_memory_efficient_attention",
+    }),
+    "llama": _Family("LLaMA", _llama, _LLAMA_LIKE_IGNORED),
+    "mistral": _Family("Mistral", _mistral, _LLAMA_LIKE_IGNORED),
+    "qwen2": _Family("Qwen2", _qwen2, _LLAMA_LIKE_IGNORED),
+    "gemma": _Family("Gemma", _gemma, _LLAMA_LIKE_IGNORED),
+}
+
+
+# --------------------------------------------------------------------------- YAML writing
+
+
+def _yaml_entry(key: Any, value: Any, indent: int) -> list[str]:
+    pad = " " * indent
+    name = _yaml_key(key)
+    if isinstance(value, Mapping):
+        if not value:
+            return [f"{pad}{name}: {{}}"]
+        lines = [f"{pad}{name}:"]
+        for sub_key, sub_value in value.items():
+            lines.extend(_yaml_entry(sub_key, sub_value, indent + 2))
+        return lines
+    return [f"{pad}{name}: {_yaml_scalar(value)}"]
+
+
+def _yaml_key(key: Any) -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"to_yaml: keys must be strings, got {key!r}")
+    if key and (key[0].isalpha() or key[0] == "_") and all(c.isalnum() or c in "_-" for c in key) \
+            and key.isascii() and key.lower() not in _YAML_SPECIAL_WORDS:
+        return key
+    return _yaml_string(key)
+
+
+# Plain scalars PyYAML (YAML 1.1) would not read back as the same string.
+_YAML_SPECIAL_WORDS = frozenset({"null", "true", "false", "yes", "no", "on", "off", "y", "n", "nan", "inf"})
+
+
+def _yaml_scalar(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise TypeError(f"to_yaml: non-finite float {value!r}")
+        text = repr(value)
+        if "e" in text or "E" in text:
+            mantissa, exponent = text.lower().split("e")
+            if "." not in mantissa:
+                mantissa += ".0"
+            if exponent[0] not in "+-":
+                exponent = "+" + exponent
+            text = f"{mantissa}e{exponent}"
+        elif "." not in text:
+            text += ".0"
+        return text
+    if isinstance(value, str):
+        return _yaml_string(value)
+    raise TypeError(f"to_yaml: cannot write {type(value).__name__} value {value!r}")
+
+
+def _yaml_string(text: str) -> str:
+    """A double-quoted YAML scalar: printable ASCII kept, everything else escaped."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif 0x20 <= code < 0x7F:
+            out.append(ch)
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return '"' + "".join(out) + '"'

@@ -1,0 +1,29 @@
+"""Hypothesis strategies for random valid block configs, across every variant the schema allows."""
+
+from hypothesis import strategies as st
+
+
+@st.composite
+def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
+    n_kv = draw(st.integers(1, max_heads))
+    n_heads = n_kv * draw(st.integers(1, max(1, max_heads // n_kv)))
+    rope = draw(st.sampled_from([False, True, 0.5]))
+    head_dim = draw(st.integers(1, max_head_dim)) * (2 if rope else 1)
+    explicit = draw(st.booleans())
+    block = {
+        "d_model": draw(st.integers(2, 24)) if explicit else n_heads * head_dim,
+        "n_heads": n_heads,
+        "n_kv_heads": n_kv,
+        "d_ff": draw(st.integers(1, 40)),
+        "norm": draw(st.sampled_from(["layernorm", "rmsnorm"])),
+        "activation": draw(st.sampled_from(["gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu"])),
+        "placement": draw(st.sampled_from(["pre", "post", "parallel"])),
+        "rope": rope,
+        "bias": draw(st.one_of(st.booleans(), st.fixed_dictionaries(
+            {g: st.booleans() for g in ("qkv", "out", "mlp", "norm")}))),
+    }
+    if explicit:
+        block["head_dim"] = head_dim
+    if rope == 0.5 and head_dim < 4:
+        block["rope"] = True
+    return block

@@ -1,0 +1,153 @@
+"""Parameter counts: the chapters' worked figures, formula against arrays, output formats, CI budgets."""
+
+import csv
+import io
+import json
+import math
+
+import pytest
+from hypothesis import given, strategies as st
+from typer.testing import CliRunner
+
+from blockcli.block import DecoderBlock, Model
+from blockcli.cli import app
+from blockcli.config import load_config, parse_config
+from blockcli.count import count_parameters, parse_amount
+from conftest import CONFIGS
+from strategies import block_mappings
+
+runner = CliRunner()
+
+
+def components(result):
+    return {c.name: c for c in result.components}
+
+
+def test_reference_chapter_table():
+    # shared/reference 000 §17: d=512, h=8, d_ff=2048, LayerNorm, biases
+    rows = components(count_parameters(load_config()))
+    assert rows["attention"].count == 4 * 512**2 + 4 * 512 == 1_050_624
+    assert rows["mlp"].count == 2 * 512 * 2048 + 2048 + 512 == 2_099_712
+    assert rows["norms"].count == 2 * (512 + 512) == 2_048
+    assert rows["block"].count == 3_152_384
+    assert rows["attention"].expression == "4·d² + 4·d"
+
+
+def test_rmsnorm_block_without_attention_biases():
+    # shared/reference 001: d=256, h=8, d_ff=1024, RMSNorm scale only, no attention biases, MLP biases
+    cfg = parse_config({"block": {"d_model": 256, "n_heads": 8, "d_ff": 1024, "norm": "rmsnorm",
+                                  "bias": {"qkv": False, "out": False, "mlp": True, "norm": False}}})
+    assert count_parameters(cfg).total == 788_224
+
+
+def test_matrices_only_twelve_d_squared():
+    # shared/reference 004: d=768, matrices only (no biases, no norms): 12·d² = 7,077,888
+    cfg = parse_config({"block": {"d_model": 768, "n_heads": 12, "d_ff": 3072, "bias": False}})
+    rows = components(count_parameters(cfg))
+    assert rows["attention"].weights + rows["mlp"].weights == 12 * 768**2 == 7_077_888
+
+
+def test_grouped_query_shapes_and_counts():
+    cfg = parse_config({"block": {"d_model": 64, "n_heads": 8, "n_kv_heads": 2, "d_ff": 100, "bias": False,
+                                  "activation": "swiglu", "norm": "rmsnorm"}})
+    rows = components(count_parameters(cfg))
+    assert rows["attn.k"].shape == "(64, 16)" and rows["attn.k"].count == 64 * 16
+    assert rows["attn.q"].count == 64 * 64
+    assert rows["mlp.3"].count == 64 * 100  # the third (gate partner) matrix
+    assert count_parameters(cfg).total == 2 * 64 * 64 + 2 * 64 * 16 + 3 * 64 * 100 + 2 * 64
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_example_config_matches_its_stated_count(path):
+    cfg = load_config(path)
+    assert cfg.about.parameters is not None, "each example config states its expected count"
+    result = count_parameters(cfg)
+    assert result.total == cfg.about.parameters
+    assert result.reconciled.match
+
+
+def test_tied_head_counted_once():
+    cfg = load_config("gpt2")
+    rows = components(count_parameters(cfg))
+    assert rows["lm_head"].count == 0 and rows["lm_head"].kind == "tied"
+    untied = parse_config({"block": {"d_model": 768, "n_heads": 12, "d_ff": 3072},
+                           "model": {"n_layers": 12, "vocab_size": 50257, "tie_embeddings": False}})
+    assert count_parameters(untied).total - count_parameters(cfg).total == 768 * 50257
+
+
+@given(block_mappings(), st.booleans(), st.booleans())
+def test_formula_equals_arrays_for_random_configs(block, with_model, tie):
+    data = {"block": block}
+    if with_model:
+        data["model"] = {"n_layers": 2, "vocab_size": 11, "max_positions": 9, "position_offset": 2,
+                         "tie_embeddings": tie, "positions": "rope" if block["rope"] else "learned",
+                         "lm_head_bias": not tie}
+    cfg = parse_config(data)
+    result = count_parameters(cfg)
+    assert result.reconciled.match, result.reconciled.mismatches
+    net = (Model if with_model else DecoderBlock).from_config(cfg)
+    assert result.total == sum(a.size for a in net.params.values())
+    layer0 = {k.removeprefix("blocks.0."): v for k, v in net.params.items() if not k.startswith("blocks.")
+              or k.startswith("blocks.0.")}
+    for c in result.components:
+        if c.kind == "tensor" and c.keys:
+            assert c.count == sum(layer0[k].size for k in c.keys if k in layer0)
+
+
+def test_large_model_is_counted_from_declared_shapes_without_allocating():
+    result = count_parameters(load_config("llama-2-70b"))
+    assert result.total == 68_976_648_192  # Meta's Llama-2-70b-hf as instantiated by transformers
+    assert "declared shapes" in result.reconciled.method and result.reconciled.match
+
+
+def test_extras_flops_memory_kv_cache():
+    cfg = load_config("llama-2-7b")
+    result = count_parameters(cfg)
+    b, T, L = cfg.block, cfg.run.seq_len, cfg.model.n_layers
+    non_embedding = 6_738_415_616 - 32000 * 4096  # untied head stays in
+    assert result.non_embedding == non_embedding
+    assert result.extras["flops_per_token"] == 2 * non_embedding + 4 * L * T * 32 * 128
+    assert result.extras["kv_cache"]["bytes_per_token"] == 2 * L * 32 * 128 * 4  # float32 run
+    assert result.extras["memory_bytes"]["bfloat16"] == 2 * 6_738_415_616
+
+
+@pytest.mark.parametrize("text,value,tol", [("3152384", 3152384, 0), ("3,152,384", 3152384, 0),
+                                            ("3.15M", 3150000, 5000), ("7B", 7 * 10**9, 5 * 10**8),
+                                            ("1_000", 1000, 0)])
+def test_parse_amount(text, value, tol):
+    assert parse_amount(text) == (value, tol)
+
+
+def test_json_matches_table_and_has_stable_keys():
+    out = runner.invoke(app, ["count", "--json"])
+    assert out.exit_code == 0
+    data = json.loads(out.stdout)
+    for key in ("total", "per_block", "n_layers", "components", "reconciled"):
+        assert key in data
+    assert data["total"] == 3_152_384 and data["reconciled"]["match"] is True
+    assert {"formula", "arrays", "match"} <= set(data["reconciled"])
+    table = runner.invoke(app, ["count"]).stdout
+    for comp in data["components"]:
+        assert {"name", "shape", "weights", "biases", "count"} <= set(comp)
+        assert f"{comp['count']:,}" in table
+
+
+def test_markdown_and_csv():
+    md = runner.invoke(app, ["count", "--format", "markdown"]).stdout
+    assert md.startswith("| component |") and "3,152,384" in md
+    rows = list(csv.DictReader(io.StringIO(runner.invoke(app, ["count", "--format", "csv"]).stdout)))
+    assert {r["name"]: int(r["count"]) for r in rows}["block"] == 3_152_384
+
+
+@pytest.mark.parametrize("args,code", [(["--expect", "3152384"], 0), (["--expect", "3,152,384"], 0),
+                                       (["--expect", "3.15M"], 0), (["--expect", "3152385"], 1),
+                                       (["--expect", "3.1M"], 1), (["--expect", "3.2M"], 0), (["--max", "4M"], 0), (["--max", "3M"], 1),
+                                       (["--expect", "lots"], 2)])
+def test_expect_and_max_exit_codes(args, code):
+    assert runner.invoke(app, ["count", *args]).exit_code == code
+
+
+def test_presets_listing():
+    out = runner.invoke(app, ["presets", "--json"])
+    names = {p["name"] for p in json.loads(out.stdout)}
+    assert {"gpt2", "llama-2-7b", "gemma-2b", "opt-125m", "pythia-160m"} <= names

@@ -1,0 +1,209 @@
+"""trace: shapes of every step, FLOPs against the closed form, saved intermediates against an
+independent loop reference, chunked attention, and the analytic (shapes-only) rows."""
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+from typer.testing import CliRunner
+
+import reference as ref
+from blockcli.block import DecoderBlock
+from blockcli.cli import app
+from blockcli.config import load_config, parse_config
+from blockcli.trace import analytic_trace, run_trace, with_run
+from conftest import ROOT
+from strategies import block_mappings
+
+runner = CliRunner()
+
+
+def shapes(trace):
+    return {r.key: r.output_shape for r in trace.rows}
+
+
+def test_worked_example_shapes():
+    # shared/reference 004: B=2, n=5, d=12, H=3 → heads (2, 3, 5, 4), scores (2, 3, 5, 5)
+    s = shapes(run_trace(load_config(ROOT / "configs" / "worked-shapes.yaml")))
+    assert s["ln1_out"] == (2, 5, 12)
+    assert s["q_proj"] == s["k_proj"] == s["v_proj"] == (2, 5, 12)
+    assert s["q"] == s["k"] == s["v"] == (2, 3, 5, 4)
+    assert s["scores"] == s["masked_scores"] == s["attn_weights"] == (2, 3, 5, 5)
+    assert s["attn_heads"] == (2, 3, 5, 4)
+    assert s["attn_concat"] == s["attn_out"] == s["h"] == (2, 5, 12)
+    assert s["mlp_pre"] == s["mlp_act"] == (2, 5, 48)
+    assert s["mlp_out"] == s["y"] == (2, 5, 12)
+
+
+def test_row_order_follows_the_forward_pass():
+    keys = [r.key for r in run_trace(load_config()).rows]
+    assert keys == ["ln1_out", "q_proj", "k_proj", "v_proj", "q", "k", "v", "scores", "masked_scores",
+                    "attn_weights", "attn_heads", "attn_concat", "attn_out", "h", "ln2_out", "mlp_pre",
+                    "mlp_act", "mlp_out", "y"]
+
+
+def test_grouped_query_shapes():
+    cfg = parse_config({"block": {"d_model": 32, "n_heads": 8, "n_kv_heads": 2, "d_ff": 40, "rope": True},
+                        "run": {"batch": 3, "seq_len": 6}})
+    s = shapes(run_trace(cfg))
+    assert s["k_proj"] == s["v_proj"] == (3, 6, 8)
+    assert s["k"] == s["v"] == s["k_rope"] == (3, 2, 6, 4)
+    assert s["q"] == s["q_rope"] == (3, 8, 6, 4)
+    assert s["scores"] == (3, 8, 6, 6)
+
+
+def closed_form_matmul_flops(B, T, d, h, h_kv, d_h, d_ff, k):
+    # the issue's closed form: 2·B·T·(d·(h + 2·h_kv)·d_h + h·d_h·d + k·d·d_ff) + 4·B·h·T²·d_h
+    return 2 * B * T * (d * (h + 2 * h_kv) * d_h + h * d_h * d + k * d * d_ff) + 4 * B * h * T**2 * d_h
+
+
+@pytest.mark.parametrize("block", [
+    {"d_model": 512, "n_heads": 8, "d_ff": 2048},
+    {"d_model": 64, "n_heads": 8, "n_kv_heads": 2, "d_ff": 96, "activation": "swiglu", "bias": False},
+    {"d_model": 48, "n_heads": 4, "head_dim": 16, "d_ff": 20, "activation": "geglu", "placement": "parallel"},
+])
+def test_matmul_flops_equal_closed_form(block):
+    cfg = parse_config({"block": block, "run": {"batch": 3, "seq_len": 7}})
+    b = cfg.block
+    expected = closed_form_matmul_flops(3, 7, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, b.d_ff,
+                                        3 if b.gated else 2)
+    for trace in (run_trace(cfg), run_trace(cfg, attention="chunked"), analytic_trace(cfg)):
+        assert trace.totals["matmul_flops"] == expected
+
+
+def test_causal_half_of_the_score_products():
+    trace = run_trace(with_run(load_config(), 1, 4))
+    row = next(r for r in trace.rows if r.key == "scores")
+    # 4 queries see 1 + 2 + 3 + 4 = 10 of 16 keys
+    assert row.causal_flops == row.matmul_flops * 10 // 16 == 2 * 8 * 10 * 64
+
+
+def independent_intermediates(x, p, d_h, n_heads, eps):
+    """Loop reference of every saved intermediate of the default (pre-norm, LayerNorm, tanh-GELU) block."""
+    B, T, d = x.shape
+    out = {k: [] for k in ("ln1_out", "scores", "attn_weights", "attn_concat", "attn_out", "h", "ln2_out",
+                           "mlp_pre", "mlp_act", "mlp_out", "y")}
+    q = np.zeros((B, n_heads, T, d_h)); k = np.zeros_like(q); v = np.zeros_like(q)
+    scores = np.zeros((B, n_heads, T, T)); weights = np.zeros_like(scores)
+    concat = np.zeros((B, T, n_heads * d_h))
+    ln1 = np.zeros_like(x); attn_out = np.zeros_like(x); h = np.zeros_like(x); ln2 = np.zeros_like(x)
+    pre = np.zeros((B, T, p["w_1"].shape[1])); act = np.zeros_like(pre); mlp = np.zeros_like(x); y = np.zeros_like(x)
+    for b in range(B):
+        for t in range(T):
+            ln1[b, t] = ref.layer_norm_vec(x[b, t], p["ln1_gamma"], p["ln1_beta"], eps)
+            qt, kt, vt = (ref.linear_vec(ln1[b, t], p[f"w_{n}"], p[f"b_{n}"]) for n in "qkv")
+            for i in range(n_heads):
+                q[b, i, t], k[b, i, t], v[b, i, t] = (a[i * d_h:(i + 1) * d_h] for a in (qt, kt, vt))
+        for i in range(n_heads):
+            for t in range(T):
+                for s in range(T):
+                    scores[b, i, t, s] = float(np.dot(q[b, i, t], k[b, i, s])) / math.sqrt(d_h)
+                probs = ref.softmax_list([scores[b, i, t, s] for s in range(t + 1)])
+                for s in range(t + 1):
+                    weights[b, i, t, s] = probs[s]
+                concat[b, t, i * d_h:(i + 1) * d_h] = sum(weights[b, i, t, s] * v[b, i, s] for s in range(t + 1))
+        for t in range(T):
+            attn_out[b, t] = ref.linear_vec(concat[b, t], p["w_o"], p["b_o"])
+            h[b, t] = x[b, t] + attn_out[b, t]
+            ln2[b, t] = ref.layer_norm_vec(h[b, t], p["ln2_gamma"], p["ln2_beta"], eps)
+            pre[b, t] = ref.linear_vec(ln2[b, t], p["w_1"], p["b_1"])
+            act[b, t] = [ref.gelu_tanh(float(u)) for u in pre[b, t]]
+            mlp[b, t] = ref.linear_vec(act[b, t], p["w_2"], p["b_2"])
+            y[b, t] = h[b, t] + mlp[b, t]
+    return {"ln1_out": ln1, "q": q, "k": k, "v": v, "scores": scores, "attn_weights": weights,
+            "attn_concat": concat, "attn_out": attn_out, "h": h, "ln2_out": ln2, "mlp_pre": pre,
+            "mlp_act": act, "mlp_out": mlp, "y": y}
+
+
+def test_save_matches_independent_reference_intermediate_by_intermediate(tmp_path):
+    cfg_path = tmp_path / "b.yaml"
+    cfg_path.write_text("block: {d_model: 12, n_heads: 3, d_ff: 20}\nrun: {batch: 2, seq_len: 5, dtype: float64}\n")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 5, 12))
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out.npz"
+    result = runner.invoke(app, ["trace", str(cfg_path), "--input", str(tmp_path / "x.npy"), "--save", str(out),
+                                 "--format", "json"])
+    assert result.exit_code == 0, result.output
+    cfg = load_config(cfg_path)
+    params = DecoderBlock.from_config(cfg).params  # the same seeded weights trace used
+    expected = independent_intermediates(x, {k: v.astype(float) for k, v in params.items()}, 4, 3, 1e-5)
+    with np.load(out) as saved:
+        for name, value in expected.items():
+            assert saved[name].shape == value.shape, name
+            assert np.max(np.abs(saved[name] - value)) < 1e-12, name
+    # refuses to overwrite without --force, and the file is unchanged
+    before = out.read_bytes()
+    again = runner.invoke(app, ["trace", str(cfg_path), "--save", str(out)])
+    assert again.exit_code == 2 and "--force" in again.stderr
+    assert out.read_bytes() == before
+    assert runner.invoke(app, ["trace", str(cfg_path), "--save", str(out), "--force"]).exit_code == 0
+
+
+@pytest.mark.parametrize("block", [
+    {"d_model": 24, "n_heads": 4, "d_ff": 30},
+    {"d_model": 32, "n_heads": 8, "n_kv_heads": 2, "d_ff": 40, "rope": True, "norm": "rmsnorm"},
+    {"d_model": 16, "n_heads": 2, "d_ff": 24, "placement": "post", "activation": "swiglu"},
+])
+def test_chunked_attention_equals_full_table(block):
+    cfg = parse_config({"block": block, "run": {"batch": 2, "seq_len": 37, "dtype": "float64"}})
+    full = DecoderBlock.from_config(cfg, attention="full")
+    chunked = DecoderBlock.from_config(cfg, attention="chunked")
+    chunked.attn.chunk_bytes = 2 * cfg.block.n_heads * 37 * 8 * 5  # five query rows per chunk
+    x = np.random.default_rng(0).standard_normal((2, 37, cfg.block.d_model))
+    assert np.max(np.abs(full(x) - chunked(x))) < 1e-12
+
+
+@given(block_mappings(), st.booleans(), st.integers(1, 3), st.integers(1, 6),
+       st.sampled_from(["full", "chunked"]))
+def test_analytic_rows_equal_executed_rows(block, with_model, batch, seq, attention):
+    data = {"block": block, "run": {"batch": batch, "seq_len": seq}}
+    if with_model:
+        data["model"] = {"n_layers": 2, "vocab_size": 13, "max_positions": 8,
+                         "positions": "rope" if block["rope"] else "learned", "tie_embeddings": seq % 2 == 0}
+    cfg = parse_config(data)
+    executed = [dataclasses.replace(r, sources=[]) for r in run_trace(cfg, attention=attention).rows]
+    analytic = [dataclasses.replace(r, sources=[]) for r in analytic_trace(cfg, attention).rows]
+    assert executed == analytic
+
+
+def test_json_output_keys():
+    data = json.loads(runner.invoke(app, ["trace", "--json"]).stdout)
+    assert data["mode"] == "executed"
+    for op in data["ops"]:
+        assert {"op", "input_shapes", "output_shape", "symbolic", "flops", "bytes"} <= set(op)
+    assert {"flops", "matmul_flops"} <= set(data["totals"])
+
+
+def test_overrides_and_model_collapse():
+    data = json.loads(runner.invoke(app, ["trace", str(ROOT / "configs" / "tiny-gpt.yaml"),
+                                          "--batch", "1", "--seq", "3", "--json"]).stdout)
+    assert data["batch"] == 1 and data["seq_len"] == 3
+    repeated = [op for op in data["ops"] if op["repeat"] == 4]
+    assert repeated and all(op["key"].startswith("blocks.*.") for op in repeated)
+    assert data["ops"][-1]["output_shape"] == [1, 3, 1000]  # logits (B, T, V)
+    every = json.loads(runner.invoke(app, ["trace", str(ROOT / "configs" / "tiny-gpt.yaml"), "--all-layers",
+                                           "--json"]).stdout)
+    assert {op["layer"] for op in every["ops"]} == {None, 0, 1, 2, 3}
+
+
+def test_too_large_falls_back_to_shapes_only_and_demanded_pass_is_refused(tmp_path, monkeypatch):
+    result = runner.invoke(app, ["trace", "llama-2-70b", "--json"])
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert data["mode"] == "analytic" and data["notes"]
+    monkeypatch.setenv("BLOCKCLI_MEMORY_LIMIT", "1000")
+    refused = runner.invoke(app, ["trace", "--save", str(tmp_path / "o.npz")])
+    assert refused.exit_code == 2 and "--seq" in refused.stderr
+    assert not (tmp_path / "o.npz").exists()
+
+
+def test_mermaid_and_heatmap():
+    mermaid = runner.invoke(app, ["trace", "--format", "mermaid"]).stdout
+    assert mermaid.startswith("flowchart TD") and '|"(2, 8, 5, 5)"|' in mermaid
+    heat = runner.invoke(app, ["trace", "--show-attention", "3"])
+    assert heat.exit_code == 0 and "head 3" in heat.stdout
+    assert runner.invoke(app, ["trace", "--show-attention", "9"]).exit_code == 2

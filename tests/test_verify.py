@@ -1,0 +1,106 @@
+"""verify: the checklist passes on the real block, every seeded bug is caught by the check meant
+for it, and the exit codes and JSON a CI job relies on."""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from typer.testing import CliRunner
+
+from blockcli.cli import app
+from blockcli.config import load_config, parse_config
+from blockcli.mutants import MUTANTS
+from blockcli.verify import NAMES, verify
+from conftest import CONFIGS
+from strategies import block_mappings
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_example_config_passes(path):
+    report = verify(load_config(path))
+    assert [c.id for c in report.checks] == list(range(1, 14))
+    assert all(c.passed for c in report.checks), [(c.id, c.measured) for c in report.checks if not c.passed]
+
+
+@settings(max_examples=25)
+@given(block_mappings())
+def test_random_valid_configs_pass(block):
+    report = verify(parse_config({"block": block, "run": {"batch": 2, "seq_len": 5}}))
+    assert report.passed, [(c.id, c.measured) for c in report.checks if not c.passed]
+
+
+# Which items must catch which seeded bug (cell by cell where the expectation is clear).
+MEANT = {
+    "split-no-transpose": {2}, "softmax-query-axis": {3, 8}, "mask-after-softmax": {3, 4, 8, 9},
+    "mask-hides-diagonal": {4, 9}, "no-mask": {4, 8}, "missing-wo": {5}, "heads-wrong-order": {5},
+    "residual-broadcast": {6, 8}, "norm-time-axis": {7, 8}, "norm-batch-axis": {7},
+    "unscaled-scores": {12}, "count-forgets-biases": {10},
+}
+# Items a bug cannot touch: structure (1), and the count (10) for bugs in the forward pass.
+UNTOUCHED = {name: {1} | ({10} if name != "count-forgets-biases" else set()) for name in MEANT}
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_each_seeded_bug_is_caught_by_its_check(mutant):
+    report = verify(load_config(), ops=mutant.ops, formula=mutant.formula)
+    failed = {c.id for c in report.checks if c.passed is False}
+    assert MEANT[mutant.name] <= failed
+    assert not failed & UNTOUCHED[mutant.name]
+    assert set(mutant.expected) == MEANT[mutant.name]
+    assert not report.passed
+
+
+def test_every_required_bug_is_seeded():
+    assert set(MEANT) == {m.name for m in MUTANTS}
+
+
+def test_exit_codes_and_json():
+    ok = runner.invoke(app, ["verify", "--json"])
+    assert ok.exit_code == 0
+    data = json.loads(ok.stdout)
+    assert data["passed"] is True and len(data["checks"]) == 13
+    for check in data["checks"]:
+        assert {"id", "name", "passed", "measured", "tolerance"} <= set(check)
+    bad = runner.invoke(app, ["verify", "--inject", "no-mask", "--json"])
+    assert bad.exit_code == 1
+    failed = {c["id"] for c in json.loads(bad.stdout)["checks"] if not c["passed"]}
+    assert {4, 8} <= failed
+    assert runner.invoke(app, ["verify", "--inject", "nosuch"]).exit_code == 2
+    assert runner.invoke(app, ["verify", "no-such-preset"]).exit_code == 2
+
+
+def test_only_and_skip():
+    data = json.loads(runner.invoke(app, ["verify", "--only", "4,8", "--json"]).stdout)
+    assert [c["id"] for c in data["checks"]] == [4, 8]
+    data = json.loads(runner.invoke(app, ["verify", "--skip", "12,13", "--json"]).stdout)
+    assert [c["id"] for c in data["checks"]] == list(range(1, 12))
+    assert runner.invoke(app, ["verify", "--only", "99"]).exit_code == 2
+
+
+def test_several_configs_one_summary_line_each():
+    args = ["verify"] + [str(p) for p in CONFIGS]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0
+    lines = [l for l in result.stdout.splitlines() if l.startswith(("PASS", "FAIL"))]
+    assert len(lines) == len(CONFIGS)
+
+
+def test_mutant_matrix_and_listing():
+    listed = runner.invoke(app, ["verify", "--list-mutants"]).stdout.splitlines()
+    assert [line.split()[0] for line in listed] == [m.name for m in MUTANTS]
+    result = runner.invoke(app, ["verify", "--mutants", "--json"])
+    assert result.exit_code == 0
+    rows = {m["name"]: set(m["caught_by"]) for m in json.loads(result.stdout)["mutants"]}
+    for name, meant in MEANT.items():
+        assert meant <= rows[name]
+
+
+def test_large_preset_is_verified_on_a_scaled_copy():
+    report = verify(load_config("llama-2-70b"))
+    assert report.passed and any("scaled" in n for n in report.notes)
+
+
+def test_names_cover_the_chapter_checklist():
+    assert len(NAMES) == 13 and all(NAMES[i] for i in range(1, 11))
