@@ -206,12 +206,12 @@ def trace(
     input_file: Annotated[Optional[Path], typer.Option(
         "--input", help="Input .npy: (B, T, d) floats for a block, (B, T) token ids for a model.")] = None,
     save: Annotated[Optional[Path], typer.Option(help="Write y and every intermediate to this .npz.")] = None,
-    force: Annotated[bool, typer.Option(help="Allow --save/--export-* to overwrite an existing file.")] = False,
-    shapes_only: Annotated[bool, typer.Option(help="Report the rows analytically; allocate nothing.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Allow --save/--export-* to overwrite an existing file.")] = False,
+    shapes_only: Annotated[bool, typer.Option("--shapes-only", help="Report the rows analytically; allocate nothing.")] = False,
     attention: Annotated[AttentionMode, typer.Option(
         help="full: whole (B, h, T, T) table; chunked: query blocks; auto: chunked when the table is large."
     )] = AttentionMode.auto,
-    all_layers: Annotated[bool, typer.Option(help="For a model, list every layer instead of one ×N group.")] = False,
+    all_layers: Annotated[bool, typer.Option("--all-layers", help="For a model, list every layer instead of one ×N group.")] = False,
     show_attention: Annotated[Optional[str], typer.Option(
         metavar="[LAYER:]HEAD", help="Draw this head's attention weights for the first sequence.")] = None,
     json_out: JsonOpt = False,

@@ -167,7 +167,7 @@ def count_parameters(config: Config, formula: Formula = block_formula,
     values = symbol_values(config)
     rows = formula(config.block)
     arrays = _block_arrays(config, allocate_limit)
-    method = "arrays" if arrays is not None else "declared shapes"
+    method = "arrays" if arrays is not None else "declared shapes (nothing allocated)"
     if arrays is None:
         arrays = {k: math.prod(s) for k, s in block_parameter_shapes(config.block).items()}
 
@@ -207,7 +207,8 @@ def count_parameters(config: Config, formula: Formula = block_formula,
         declared = sum(math.prod(s) for s in model_parameter_shapes(config).values())
         arrays_total = declared + (sum(arrays.values()) - sum(math.prod(s) for s in
                                    block_parameter_shapes(config.block).values())) * config.model.n_layers
-        method += " of one block; declared shapes of the model"
+        method = ("arrays of one block, declared shapes of the rest" if method == "arrays"
+                  else "declared shapes (nothing allocated)")
 
     reconciled = Reconciliation(formula_total, arrays_total, method, tuple(mismatches))
     result = ParameterCount(config, tuple(components), per_block, total, non_embedding, reconciled)

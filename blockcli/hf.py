@@ -128,7 +128,7 @@ def hf_to_mapping(data: Any, where: str) -> dict[str, Any]:
     fields.check_leftovers(family.ignored)
 
     run = dict(RUN_DEFAULTS)
-    run["seq_len"] = min(run["seq_len"], model["max_positions"], *fields.window_limits)
+    run["seq_len"] = min(run["seq_len"], model["max_positions"])
     description = f"{family.title} (model_type '{model_type}') from a Hugging Face config.json"
     if fields.notes:
         description += "; " + "; ".join(fields.notes)
@@ -225,7 +225,6 @@ class _Fields:
         self.data, self.where, self.family = data, where, family
         self.used: set[str] = set()
         self.notes: list[str] = []
-        self.window_limits: list[int] = []
 
     # -- errors
 
@@ -390,7 +389,6 @@ def _window(f: _Fields, key: str, window: Any, max_positions: int) -> None:
     if window < RUN_DEFAULTS["seq_len"]:
         raise f.unrepresentable(key, window, f"blockcli's attention is plain causal; a window of {window} tokens "
                                              f"differs from it already at run.seq_len={RUN_DEFAULTS['seq_len']}")
-    f.window_limits.append(window)
     f.notes.append(f"{key}={window} is not modelled: plain causal attention, identical to the Hugging Face "
                    f"model for sequences of at most {window} tokens")
 
@@ -483,107 +481,123 @@ def _neox(f: _Fields) -> tuple[dict, dict]:
     return block, model
 
 
-def _gated_rms(f: _Fields, *, kv_default: int | None, eps_default: float, act_default: str, tie_default: bool,
-               head_dim_default: int | None = None, qkv_bias: bool | None = None, out_bias: bool | None = None,
-               mlp_bias: bool | None = None, exact_gelu_is_tanh: bool = False) -> tuple[dict, dict]:
-    """Llama, Mistral, Qwen2, Gemma: RMSNorm, gated MLP, RoPE over the whole head, untied or tied head.
+def _gated_rms(f: _Fields, activation: Callable[[_Fields], str], *, kv_default: int | None,
+               tie_default: bool, head_dim_default: int | None = None, qkv_bias: bool | None = None,
+               out_bias: bool | None = None, mlp_bias: bool | None = None) -> tuple[dict, dict]:
+    """Llama, Mistral, Qwen2, Gemma: RMSNorm, gated MLP, RoPE over the whole head.
 
-    A bias argument of None means "read it from the config" (Llama's attention_bias/mlp_bias,
-    Gemma's attention_bias); a bool fixes it for the family (Qwen2: q/k/v yes, o no).
+    A bias argument of None means "read it from the config" (`attention_bias` for q/k/v and o,
+    `mlp_bias`); a bool fixes it for the family (Qwen2: q/k/v yes, o no). RMSNorm has no shift.
+    `kv_default` is the HF config class's default for an absent `num_key_value_heads` (None:
+    the number of query heads); an explicit null always means "as many as query heads".
     """
     d = f.int("hidden_size")
     heads = f.int("num_attention_heads")
-    # HF: an absent key takes the config class's default, an explicit null means "= heads".
-    kv = f.int("num_key_value_heads", heads if kv_default is None or f.has("num_key_value_heads") else kv_default)
+    if f.has("num_key_value_heads") or kv_default is None:
+        kv = f.int("num_key_value_heads", heads)
+    else:
+        kv = f.int("num_key_value_heads", kv_default)
     if heads % kv:
         raise ConfigError(f"{f.where}: field 'num_key_value_heads' = {kv} does not divide "
                           f"'num_attention_heads' = {heads}")
-    head_dim = f.int("head_dim", head_dim_default if head_dim_default and not f.has("head_dim") else d // heads)
-    if head_dim_default is None and not f.data.get("head_dim") and d % heads:
-        _divides(f, "hidden_size", d, "num_attention_heads", heads)
+    if f.data.get("head_dim") is not None or head_dim_default is not None:
+        head_dim = f.int("head_dim", head_dim_default)
+    else:
+        f.ignore("head_dim")
+        head_dim = _divides(f, "hidden_size", d, "num_attention_heads", heads)
     theta, _ = _rope_base(f, ("rope_theta",), 10000.0)
     attention_bias = f.bool("attention_bias", False) if qkv_bias is None else qkv_bias
     block = {
         "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
-        "d_ff": f.int("intermediate_size"), "norm": "rmsnorm", "norm_eps": f.float("rms_norm_eps", eps_default),
-        "activation": None,  # filled below, keeping the preset's field order
+        "d_ff": f.int("intermediate_size"), "norm": "rmsnorm", "norm_eps": f.float("rms_norm_eps", 1e-6),
+        "activation": activation(f),
         "bias": _bias(attention_bias, attention_bias if out_bias is None else out_bias,
                       f.bool("mlp_bias", False) if mlp_bias is None else mlp_bias, False),
         "placement": "pre", "rope": True, "rope_theta": theta,
     }
-    max_positions = f.int("max_position_embeddings")
-    model = _model(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", max_positions,
+    model = _model(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", f.int("max_position_embeddings"),
                    f.bool("tie_word_embeddings", tie_default))
     return block, model
 
 
-def _activation_into(block: dict, value: str) -> dict:
-    block["activation"] = value
-    return block
+def _silu_gate(f: _Fields) -> str:
+    return _gated_activation(f, "hidden_act", "silu")
 
 
-def _layer_types(f: _Fields, n_layers: int, window: Any, max_positions: int) -> bool:
-    """transformers >= 4.53 `layer_types`: True if any layer uses sliding attention."""
+def _layer_types(f: _Fields, n_layers: int) -> bool | None:
+    """transformers >= 4.53 `layer_types`: whether any layer uses sliding attention (None if absent)."""
     types = f.raw("layer_types", None)
     if types is None:
-        return False
+        return None
     if not isinstance(types, list) or len(types) != n_layers:
         raise f.invalid("layer_types", types, f"an array of {n_layers} layer types")
-    allowed = ("full_attention", "sliding_attention")
     for item in types:
-        if item not in allowed:
+        if item not in ("full_attention", "sliding_attention"):
             raise f.unrepresentable("layer_types", item, "blockcli's layers use full (or window-limited) attention")
-    sliding = "sliding_attention" in types
-    if sliding and window is None:
-        raise f.invalid("sliding_window", window, "a window size, since layer_types has sliding_attention layers")
-    return sliding
+    return "sliding_attention" in types
+
+
+def _sliding(f: _Fields, model: dict, active: bool) -> None:
+    window = f.raw("sliding_window", None)
+    if not active:
+        return
+    if window is None:
+        raise f.invalid("sliding_window", window, "a window size, since this config turns sliding attention on")
+    _window(f, "sliding_window", window, model["max_positions"])
 
 
 def _llama(f: _Fields) -> tuple[dict, dict]:
     f.ignore("pretraining_tp")  # splits the same matmuls into slices: the same function
-    block, model = _gated_rms(f, kv_default=None, eps_default=1e-6, act_default="silu", tie_default=False)
-    return _activation_into(block, _gated_activation(f, "hidden_act", "silu")), model
+    return _gated_rms(f, _silu_gate, kv_default=None, tie_default=False)
 
 
 def _mistral(f: _Fields) -> tuple[dict, dict]:
-    block, model = _gated_rms(f, kv_default=8, eps_default=1e-6, act_default="silu", tie_default=False,
+    block, model = _gated_rms(f, _silu_gate, kv_default=8, tie_default=False,
                               qkv_bias=False, out_bias=False, mlp_bias=False)
-    window = f.raw("sliding_window", None)
-    sliding = _layer_types(f, model["n_layers"], window, model["max_positions"])
-    if window is not None and (sliding or not f.has("layer_types")):
-        _window(f, "sliding_window", window, model["max_positions"])
-    return _activation_into(block, _gated_activation(f, "hidden_act", "silu")), model
+    sliding = _layer_types(f, model["n_layers"])
+    _sliding(f, model, f.data.get("sliding_window") is not None if sliding is None else sliding)
+    return block, model
 
 
 def _qwen2(f: _Fields) -> tuple[dict, dict]:
-    block, model = _gated_rms(f, kv_default=32, eps_default=1e-6, act_default="silu", tie_default=False,
+    block, model = _gated_rms(f, _silu_gate, kv_default=32, tie_default=False,
                               qkv_bias=True, out_bias=False, mlp_bias=False)
     use_window = f.bool("use_sliding_window", False)
-    window = f.raw("sliding_window", None)
-    f.ignore("max_window_layers")  # which layers get the window; only read when the window is on
-    if use_window:
-        max_window_layers = f.int("max_window_layers", 28, minimum=0)
-        if max_window_layers < model["n_layers"]:
-            if window is None:
-                raise f.invalid("sliding_window", window, "a window size, since use_sliding_window is true")
-            _window(f, "sliding_window", window, model["max_positions"])
-    elif _layer_types(f, model["n_layers"], window, model["max_positions"]):
-        _window(f, "sliding_window", window, model["max_positions"])
-    return _activation_into(block, _gated_activation(f, "hidden_act", "silu")), model
+    # Layers from index max_window_layers on get the window (read only when the window is on).
+    f.ignore("max_window_layers")
+    sliding = _layer_types(f, model["n_layers"])
+    if sliding is None:
+        sliding = use_window and f.int("max_window_layers", 28, minimum=0) < model["n_layers"]
+    _sliding(f, model, sliding)
+    return block, model
+
+
+def _gemma_gate(f: _Fields) -> str:
+    """HF Gemma runs `hidden_activation` (default gelu_pytorch_tanh); `hidden_act` is the legacy field.
+
+    The original gemma-2b config says hidden_act "gelu", meaning JAX's default (tanh-approximate)
+    GELU, so "gelu" there maps to geglu. An explicit `hidden_activation: gelu` is exact-erf GELU:
+    not blockcli's geglu, so an error.
+    """
+    legacy = _gated_activation(f, "hidden_act", "gelu_pytorch_tanh", exact_gelu_is_tanh=True)
+    if f.data.get("hidden_activation") is None:
+        f.ignore("hidden_activation")
+        if legacy != "geglu":
+            raise f.unrepresentable("hidden_act", f.data["hidden_act"],
+                                    "without hidden_activation, HF Gemma runs gelu_pytorch_tanh whatever hidden_act "
+                                    "says; set hidden_activation to say which activation the model uses")
+        return legacy
+    current = _gated_activation(f, "hidden_activation", "gelu_pytorch_tanh")
+    if f.has("hidden_act") and legacy != current:
+        raise f.unrepresentable("hidden_act", f.data["hidden_act"],
+                                f"it disagrees with hidden_activation = {f.data['hidden_activation']!r}")
+    return current
 
 
 def _gemma(f: _Fields) -> tuple[dict, dict]:
-    block, model = _gated_rms(f, kv_default=16, eps_default=1e-6, act_default="gelu_pytorch_tanh", tie_default=True,
-                              head_dim_default=256, mlp_bias=False)
-    # HF Gemma runs `hidden_activation` (default gelu_pytorch_tanh); `hidden_act` is the legacy
-    # field, and the original gemma-2b config's "gelu" means JAX's default, tanh-approximate GELU.
-    legacy = _gated_activation(f, "hidden_act", "gelu_pytorch_tanh", exact_gelu_is_tanh=True)
-    activation = _gated_activation(f, "hidden_activation", legacy if f.data.get("hidden_activation") is None
-                                   else "gelu_pytorch_tanh") if f.data.get("hidden_activation") is not None else legacy
-    f.ignore("hidden_activation")
     f.notes.append("HF Gemma also scales embeddings by sqrt(d_model) and computes RMSNorm as x*(1+w): "
                    "no parameters, not modelled")
-    return _activation_into(block, activation), model
+    return _gated_rms(f, _gemma_gate, kv_default=16, tie_default=True, head_dim_default=256, mlp_bias=False)
 
 
 class _Family:
@@ -635,14 +649,17 @@ def _yaml_entry(key: Any, value: Any, indent: int) -> list[str]:
 def _yaml_key(key: Any) -> str:
     if not isinstance(key, str):
         raise TypeError(f"to_yaml: keys must be strings, got {key!r}")
-    if key and (key[0].isalpha() or key[0] == "_") and all(c.isalnum() or c in "_-" for c in key) \
-            and key.isascii() and key.lower() not in _YAML_SPECIAL_WORDS:
-        return key
-    return _yaml_string(key)
+    return key if _plain_ok(key) else _yaml_string(key)
 
 
-# Plain scalars PyYAML (YAML 1.1) would not read back as the same string.
-_YAML_SPECIAL_WORDS = frozenset({"null", "true", "false", "yes", "no", "on", "off", "y", "n", "nan", "inf"})
+# Words a YAML 1.1 loader (PyYAML) reads as something other than the same string.
+_YAML_SPECIAL_WORDS = frozenset({"null", "true", "false", "yes", "no", "on", "off", "y", "n"})
+
+
+def _plain_ok(text: str) -> bool:
+    """Whether `text` can be written unquoted and read back as the same string: identifier-like words."""
+    return (bool(text) and text.isascii() and (text[0].isalpha() or text[0] == "_")
+            and all(c.isalnum() or c in "_.-" for c in text) and text.lower() not in _YAML_SPECIAL_WORDS)
 
 
 def _yaml_scalar(value: Any) -> str:
@@ -667,7 +684,7 @@ def _yaml_scalar(value: Any) -> str:
             text += ".0"
         return text
     if isinstance(value, str):
-        return _yaml_string(value)
+        return value if _plain_ok(value) else _yaml_string(value)
     raise TypeError(f"to_yaml: cannot write {type(value).__name__} value {value!r}")
 
 

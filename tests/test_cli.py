@@ -1,0 +1,60 @@
+"""The command line as a whole: entry points, help, and a README that documents everything that exists."""
+
+import dataclasses
+import re
+import subprocess
+import sys
+
+import typer.main
+from typer.testing import CliRunner
+
+import blockcli
+from blockcli.cli import app
+from blockcli.config import About, BlockConfig, ModelConfig, RunConfig
+from conftest import ROOT
+
+runner = CliRunner()
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def commands():
+    return typer.main.get_command(app).commands
+
+
+def test_version_and_module_entry_point():
+    assert runner.invoke(app, ["--version"]).stdout.strip() == f"blockcli {blockcli.__version__}"
+    out = subprocess.run([sys.executable, "-m", "blockcli", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == f"blockcli {blockcli.__version__}"
+
+
+def test_help_lists_every_command():
+    text = runner.invoke(app, ["--help"]).stdout
+    for name in commands():
+        assert name in text
+
+
+def test_every_command_and_option_is_in_the_readme():
+    for name, command in commands().items():
+        assert f"blockcli {name}" in README, f"README never shows 'blockcli {name}'"
+        for param in command.params:
+            for opt in param.opts:
+                if opt.startswith("--") and opt != "--help":
+                    assert opt in README, f"README does not document {name} {opt}"
+
+
+def test_every_config_field_is_in_the_readme():
+    for section, cls in (("about", About), ("block", BlockConfig), ("model", ModelConfig), ("run", RunConfig)):
+        for field in dataclasses.fields(cls):
+            assert re.search(rf"\b{field.name}\b", README), f"README does not document {section}.{field.name}"
+
+
+def test_exit_codes_are_documented():
+    for code in ("| 0 |", "| 1 |", "| 2 |", "| 130 |"):
+        assert code in README
+
+
+def test_readme_quickstart_commands_are_the_ci_commands():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "pip install --quiet '.[test]' && pytest" in ci
+    assert "$ pip install '.[test]' && pytest" in README
+    assert "$ pip install . && blockcli count" in README
