@@ -188,8 +188,12 @@ def _parse_json(text: str, where: str) -> Any:
 
     try:
         return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
+    except ConfigError:
+        raise
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{where}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except ValueError:  # Python's limit on digits in an integer literal (4300)
+        raise ConfigError(f"{where}: invalid JSON: a number has too many digits") from None
     except RecursionError:
         raise ConfigError(f"{where}: JSON nested too deeply") from None
 
@@ -203,7 +207,8 @@ def _json_kind(value: Any) -> str:
     if isinstance(value, bool):
         return f"a boolean ({str(value).lower()})"
     if isinstance(value, (int, float)):
-        return f"a number ({value})"
+        text = str(value)
+        return f"a number ({text if len(text) <= 24 else text[:8] + f'... ({len(text)} characters)'})"
     if isinstance(value, str):
         return f"a string ({_short(value)})"
     if isinstance(value, Mapping):
@@ -269,7 +274,10 @@ class _Fields:
         value = self.raw(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self.invalid(key, value, "a number")
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:  # an integer beyond the float range
+            raise self.invalid(key, value, f"a number in ({low:g}, {high:g}]") from None
         if not math.isfinite(value) or (value <= low if low_open else value < low) or value > high:
             raise self.invalid(key, value, f"a number in {'(' if low_open else '['}{low:g}, {high:g}]")
         return value
