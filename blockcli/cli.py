@@ -377,6 +377,38 @@ def verify(
     run_guarded(body)
 
 
+# ----------------------------------------------------------------------------- convert
+
+
+@app.command()
+def convert(
+    hf_config: Annotated[Path, typer.Argument(metavar="CONFIG_JSON", help="A Hugging Face config.json.")],
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the YAML here instead of stdout.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Allow --output to overwrite an existing file.")] = False,
+) -> None:
+    """Print the blockcli YAML equivalent of a Hugging Face config.json."""
+
+    def body() -> int:
+        from blockcli.count import count_parameters
+        from blockcli.hf import read_hf, to_yaml
+
+        _refuse_overwrite(output, force, "--output")
+        mapping, cfg = read_hf(hf_config)
+        total = count_parameters(cfg).total
+        mapping["about"]["parameters"] = total
+        text = to_yaml(mapping, f"Converted by `blockcli convert {hf_config.name}`.\n"
+                                f"Expected parameters: {total:,}.")
+        if output is None:
+            print_out(text)
+        else:
+            from blockcli.inputs import save_text
+
+            save_text(output, text, force)
+        return EXIT_OK
+
+    run_guarded(body)
+
+
 def main() -> None:
     """Entry point of the `blockcli` script and `python -m blockcli`."""
     app()

@@ -99,12 +99,17 @@ GATED_ACTIVATIONS = {
 
 def config_from_hf(path: str | Path) -> Config:
     """Read a Hugging Face config.json and return the validated blockcli Config."""
+    return read_hf(path)[1]
+
+
+def read_hf(path: str | Path) -> tuple[dict[str, Any], Config]:
+    """Read a Hugging Face config.json: the blockcli mapping (for `to_yaml`) and its validated Config."""
     path = Path(path)
     where = str(path)
     data = _parse_json(_read_text(path), where)
     mapping = hf_to_mapping(data, where)
     try:
-        return parse_config(mapping, name=where)
+        return mapping, parse_config(mapping, name=where)
     except ConfigError as exc:  # a mapped value blockcli rejects: say which file it came from
         raise ConfigError(f"{where}: {exc} (after mapping the Hugging Face config onto blockcli's schema)") from None
 

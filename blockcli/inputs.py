@@ -11,7 +11,7 @@ import os
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, BinaryIO, Callable, Mapping
 
 import numpy as np
 
@@ -58,6 +58,15 @@ def load_input(path: Path, config: Config) -> np.ndarray:
 
 def save_npz(path: Path, arrays: Mapping[str, Any], force: bool = False) -> None:
     """Write arrays to `path` atomically; refuse to replace an existing file unless `force`."""
+    write_atomically(path, lambda f: np.savez(f, **arrays), force)
+
+
+def save_text(path: Path, text: str, force: bool = False) -> None:
+    write_atomically(path, lambda f: f.write(text.encode("utf-8")), force)
+
+
+def write_atomically(path: Path, write: Callable[[BinaryIO], Any], force: bool = False) -> None:
+    """Write through a temporary file in the target folder, then rename it into place."""
     if path.exists() and not force:
         raise InputError(f"{path}: file exists; pass --force to overwrite it")
     if path.is_dir():
@@ -65,10 +74,13 @@ def save_npz(path: Path, arrays: Mapping[str, Any], force: bool = False) -> None
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise InputError(f"{path}: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".blockcli-", suffix=".npz", dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".blockcli-", suffix=path.suffix, dir=folder)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write here ({exc.strerror or exc})") from None
     try:
         with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
+            write(f)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -58,3 +58,21 @@ def test_readme_quickstart_commands_are_the_ci_commands():
     assert "pip install --quiet '.[test]' && pytest" in ci
     assert "$ pip install '.[test]' && pytest" in README
     assert "$ pip install . && blockcli count" in README
+
+
+def test_convert_prints_yaml_that_counts_the_same(tmp_path):
+    # GPT-2 small's published config.json (the fields that matter); 124,439,808 parameters as
+    # transformers instantiates GPT2LMHeadModel (tied head counted once)
+    src = tmp_path / "config.json"
+    src.write_text('{"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024, '
+                   '"vocab_size": 50257, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-05}')
+    out = runner.invoke(app, ["convert", str(src)])
+    assert out.exit_code == 0 and out.stdout.startswith("# Converted")
+    target = tmp_path / "gpt2.yaml"
+    target.write_text(out.stdout)
+    assert runner.invoke(app, ["count", str(target), "--expect", "124,439,808"]).exit_code == 0
+    written = tmp_path / "written.yaml"
+    assert runner.invoke(app, ["convert", str(src), "--output", str(written)]).exit_code == 0
+    assert written.read_text() == out.stdout
+    refused = runner.invoke(app, ["convert", str(src), "--output", str(written)])
+    assert refused.exit_code == 2 and "--force" in refused.stderr

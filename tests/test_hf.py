@@ -1,0 +1,686 @@
+"""Hugging Face config.json import: `blockcli.hf` (reached through `load_config(path.json)`).
+
+The configs below are transcriptions of the published `config.json` files on the Hugging Face
+Hub (the URL is on each). For each one:
+
+1. `count_parameters(load_config(path)).total` is the model's published parameter count
+   (sources as in tests/test_presets.py: KerasHub presets' parameter counts, HF Hub safetensors
+   totals, the EleutherAI Pythia card, an AMD Quark tutorial for OPT-125m);
+2. the imported block and model sections equal the packaged preset's, field by field;
+3. `to_yaml` of the mapping is YAML that `load_config` reads back to an equal Config.
+
+Then the error contract: every problem is one line of `ConfigError` naming the file and the
+field, never a traceback; a field blockcli cannot represent is named, never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from blockcli.config import ConfigError, load_config
+from blockcli.count import count_parameters
+from blockcli.hf import config_from_hf, hf_to_mapping, to_yaml
+
+# --------------------------------------------------------------------------- published configs
+
+GPT2 = {  # https://huggingface.co/openai-community/gpt2/blob/main/config.json
+    "activation_function": "gelu_new",
+    "architectures": ["GPT2LMHeadModel"],
+    "attn_pdrop": 0.1,
+    "bos_token_id": 50256,
+    "embd_pdrop": 0.1,
+    "eos_token_id": 50256,
+    "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05,
+    "model_type": "gpt2",
+    "n_ctx": 1024,
+    "n_embd": 768,
+    "n_head": 12,
+    "n_layer": 12,
+    "n_positions": 1024,
+    "resid_pdrop": 0.1,
+    "summary_activation": None,
+    "summary_first_dropout": 0.1,
+    "summary_proj_to_labels": True,
+    "summary_type": "cls_index",
+    "summary_use_proj": True,
+    "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
+    "vocab_size": 50257,
+}
+
+LLAMA_2_7B = {  # https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json
+    "_name_or_path": "meta-llama/Llama-2-7b-hf",
+    "architectures": ["LlamaForCausalLM"],
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 11008,
+    "max_position_embeddings": 4096,
+    "model_type": "llama",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 32,
+    "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "transformers_version": "4.31.0.dev0",
+    "use_cache": True,
+    "vocab_size": 32000,
+}
+
+MISTRAL_7B = {  # https://huggingface.co/mistralai/Mistral-7B-v0.1/blob/main/config.json
+    "architectures": ["MistralForCausalLM"],
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "initializer_range": 0.02,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 32768,
+    "model_type": "mistral",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "sliding_window": 4096,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.34.0.dev0",
+    "use_cache": True,
+    "vocab_size": 32000,
+}
+
+QWEN2_05B = {  # https://huggingface.co/Qwen/Qwen2-0.5B/blob/main/config.json
+    "architectures": ["Qwen2ForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 151643,
+    "eos_token_id": 151643,
+    "hidden_act": "silu",
+    "hidden_size": 896,
+    "initializer_range": 0.02,
+    "intermediate_size": 4864,
+    "max_position_embeddings": 131072,
+    "max_window_layers": 24,
+    "model_type": "qwen2",
+    "num_attention_heads": 14,
+    "num_hidden_layers": 24,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0,
+    "sliding_window": 131072,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.40.1",
+    "use_cache": True,
+    "use_sliding_window": False,
+    "vocab_size": 151936,
+}
+
+PYTHIA_160M = {  # https://huggingface.co/EleutherAI/pythia-160m/blob/main/config.json
+    "architectures": ["GPTNeoXForCausalLM"],
+    "bos_token_id": 0,
+    "eos_token_id": 0,
+    "hidden_act": "gelu",
+    "hidden_size": 768,
+    "initializer_range": 0.02,
+    "intermediate_size": 3072,
+    "layer_norm_eps": 1e-05,
+    "max_position_embeddings": 2048,
+    "model_type": "gpt_neox",
+    "num_attention_heads": 12,
+    "num_hidden_layers": 12,
+    "rotary_emb_base": 10000,
+    "rotary_pct": 0.25,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "transformers_version": "4.24.0",
+    "use_cache": True,
+    "use_parallel_residual": True,
+    "vocab_size": 50304,
+}
+
+OPT_125M = {  # https://huggingface.co/facebook/opt-125m/blob/main/config.json
+    "_name_or_path": "facebook/opt-125m",
+    "_remove_final_layer_norm": False,
+    "activation_dropout": 0.0,
+    "activation_function": "relu",
+    "architectures": ["OPTForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 2,
+    "do_layer_norm_before": True,
+    "dropout": 0.1,
+    "eos_token_id": 2,
+    "ffn_dim": 3072,
+    "hidden_size": 768,
+    "init_std": 0.02,
+    "layerdrop": 0.0,
+    "max_position_embeddings": 2048,
+    "model_type": "opt",
+    "num_attention_heads": 12,
+    "num_hidden_layers": 12,
+    "pad_token_id": 1,
+    "prefix": "</s>",
+    "torch_dtype": "float16",
+    "transformers_version": "4.21.0.dev0",
+    "use_cache": True,
+    "vocab_size": 50272,
+    "word_embed_proj_dim": 768,
+}
+
+GEMMA_2B = {  # https://huggingface.co/google/gemma-2b/blob/main/config.json
+    "architectures": ["GemmaForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 2,
+    "eos_token_id": 1,
+    "head_dim": 256,
+    "hidden_act": "gelu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 16384,
+    "max_position_embeddings": 8192,
+    "model_type": "gemma",
+    "num_attention_heads": 8,
+    "num_hidden_layers": 18,
+    "num_key_value_heads": 1,
+    "pad_token_id": 0,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 10000.0,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.38.0.dev0",
+    "use_cache": True,
+    "vocab_size": 256000,
+}
+
+# (HF config, packaged preset with the same architecture, published parameter count and its source)
+CASES = [
+    # KerasHub gpt2_presets.py "gpt2_base_en" (HF GPT2LMHeadModel, tied head counted once).
+    pytest.param(GPT2, "gpt2", 124_439_808, id="gpt2"),
+    # KerasHub llama_presets.py "llama2_7b_en"; HF Hub safetensors F16 total of Llama-2-7b-hf.
+    pytest.param(LLAMA_2_7B, "llama-2-7b", 6_738_415_616, id="llama-2-7b"),
+    # KerasHub mistral_presets.py "mistral_7b_en" (Mistral-7B-v0.1).
+    pytest.param(MISTRAL_7B, "mistral-7b", 7_241_732_096, id="mistral-7b-v0.1"),
+    # KerasHub qwen_presets.py "qwen2.5_0.5b_en" / HF safetensors of Qwen2.5-0.5B-Instruct (same shapes).
+    pytest.param(QWEN2_05B, "qwen2-0.5b", 494_032_768, id="qwen2-0.5b"),
+    # EleutherAI Pythia README: 85,056,000 non-embedding + 2 x 50304 x 768 untied embeddings.
+    pytest.param(PYTHIA_160M, "pythia-160m", 162_322_944, id="pythia-160m"),
+    # AMD Quark depth-wise pruning tutorial: "the original model has 125239296 parameters".
+    pytest.param(OPT_125M, "opt-125m", 125_239_296, id="opt-125m"),
+    # KerasHub gemma_presets.py "gemma_2b_en".
+    pytest.param(GEMMA_2B, "gemma-2b", 2_506_172_416, id="gemma-2b"),
+]
+
+
+def write_json(tmp_path: Path, data: Any, name: str = "config.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    return path
+
+
+def hf_error(source: Path | str) -> str:
+    """Load `source` and return the ConfigError message; fail on success or on any other exception."""
+    try:
+        load_config(source)
+    except ConfigError as exc:
+        message = str(exc)
+    except BaseException as exc:  # noqa: BLE001 - any other exception is the bug being tested for
+        pytest.fail(f"expected ConfigError, got {type(exc).__name__}: {exc}")
+    else:
+        pytest.fail(f"expected ConfigError for {source}, but it loaded")
+    assert "\n" not in message, f"message is not one line: {message!r}"
+    assert message.startswith(str(source)), f"message does not name the file: {message!r}"
+    return message
+
+
+def with_fields(base: dict, **changes: Any) -> dict:
+    data = dict(base)
+    for key, value in changes.items():
+        if value is _DROP:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    return data
+
+
+_DROP = object()
+
+
+# --------------------------------------------------------------------------- published models
+
+
+@pytest.mark.parametrize("hf, preset, published", CASES)
+def test_published_parameter_count(tmp_path: Path, hf: dict, preset: str, published: int) -> None:
+    config = load_config(write_json(tmp_path, hf))
+    assert count_parameters(config).total == published
+
+
+@pytest.mark.parametrize("hf, preset, published", CASES)
+def test_mapping_equals_packaged_preset_field_by_field(tmp_path: Path, hf: dict, preset: str,
+                                                       published: int) -> None:
+    imported = load_config(write_json(tmp_path, hf))
+    packaged = load_config(preset)
+    for section in ("block", "model"):
+        got, want = asdict(getattr(imported, section)), asdict(getattr(packaged, section))
+        assert got.keys() == want.keys()
+        for key in want:
+            assert got[key] == want[key], f"{section}.{key}: imported {got[key]!r}, preset {want[key]!r}"
+
+
+@pytest.mark.parametrize("hf, preset, published", CASES)
+def test_to_yaml_round_trips(tmp_path: Path, hf: dict, preset: str, published: int) -> None:
+    path = write_json(tmp_path, hf)
+    original = config_from_hf(path)
+    text = to_yaml(hf_to_mapping(hf, str(path)), f"imported from {path}\nsecond comment line")
+    assert text.startswith("# imported from ")
+    assert "# second comment line\n" in text
+    yaml_path = tmp_path / "imported.yaml"
+    yaml_path.write_text(text, encoding="utf-8")
+    again = load_config(yaml_path)
+    assert (again.block, again.model, again.run, again.about) == \
+           (original.block, original.model, original.run, original.about)
+
+
+@pytest.mark.parametrize("hf, preset, published", CASES)
+def test_run_and_about_sections(tmp_path: Path, hf: dict, preset: str, published: int) -> None:
+    path = write_json(tmp_path, hf)
+    config = load_config(path)
+    assert (config.run.batch, config.run.seq_len, config.run.dtype, config.run.seed) == (1, 8, "float32", 0)
+    assert config.about.source == str(path)
+    assert f"model_type '{hf['model_type']}'" in config.about.description
+    assert config.name == str(path)
+
+
+def test_hf_to_mapping_is_plain_data_shaped_like_the_yaml() -> None:
+    mapping = hf_to_mapping(QWEN2_05B, "qwen.json")
+    assert list(mapping) == ["about", "block", "model", "run"]
+    assert mapping["block"]["bias"] == {"qkv": True, "out": False, "mlp": False, "norm": False}
+    assert mapping["block"]["activation"] == "swiglu"
+    assert mapping["model"]["tie_embeddings"] is True
+    json.dumps(mapping)  # nothing but JSON-able scalars and mappings
+
+
+def test_mistral_sliding_window_is_recorded_not_dropped() -> None:
+    about = hf_to_mapping(MISTRAL_7B, "m.json")["about"]["description"]
+    assert "sliding_window=4096" in about and "4096 tokens" in about
+
+
+def test_gemma_unmodelled_behaviour_is_recorded() -> None:
+    assert "sqrt(d_model)" in hf_to_mapping(GEMMA_2B, "g.json")["about"]["description"]
+
+
+# --------------------------------------------------------------------------- family details
+
+
+def block_of(data: dict) -> dict:
+    return hf_to_mapping(data, "x.json")["block"]
+
+
+def model_of(data: dict) -> dict:
+    return hf_to_mapping(data, "x.json")["model"]
+
+
+@pytest.mark.parametrize("name, expected", [("gelu_new", "gelu_tanh"), ("gelu", "gelu"), ("relu", "relu"),
+                                            ("gelu_pytorch_tanh", "gelu_tanh"), ("silu", "silu")])
+def test_gpt2_activations(name: str, expected: str) -> None:
+    assert block_of(with_fields(GPT2, activation_function=name))["activation"] == expected
+
+
+def test_gpt2_defaults_n_inner_and_tie() -> None:
+    data = with_fields(GPT2, n_inner=None, tie_word_embeddings=_DROP, activation_function=_DROP)
+    assert block_of(data)["d_ff"] == 4 * 768
+    assert block_of(data)["activation"] == "gelu_tanh"
+    assert model_of(data)["tie_embeddings"] is True
+    assert block_of(with_fields(GPT2, n_inner=1000))["d_ff"] == 1000
+
+
+def test_gpt2_max_positions_below_eight_shortens_the_run(tmp_path: Path) -> None:
+    config = load_config(write_json(tmp_path, with_fields(GPT2, n_positions=4)))
+    assert config.run.seq_len == 4 and config.model.max_positions == 4
+
+
+def test_llama_biases_and_gqa() -> None:
+    data = with_fields(LLAMA_2_7B, attention_bias=True, mlp_bias=False, num_key_value_heads=8)
+    block = block_of(data)
+    assert block["bias"] == {"qkv": True, "out": True, "mlp": False, "norm": False}
+    assert block["n_kv_heads"] == 8
+    assert block_of(with_fields(LLAMA_2_7B, mlp_bias=True))["bias"] == \
+        {"qkv": False, "out": False, "mlp": True, "norm": False}
+
+
+def test_llama_defaults() -> None:
+    data = with_fields(LLAMA_2_7B, num_key_value_heads=_DROP, rms_norm_eps=_DROP, tie_word_embeddings=_DROP,
+                       hidden_act=_DROP)
+    block = block_of(data)
+    assert (block["n_kv_heads"], block["norm_eps"], block["rope_theta"], block["activation"]) == \
+        (32, 1e-6, 10000.0, "swiglu")
+    assert model_of(data)["tie_embeddings"] is False
+
+
+def test_llama_explicit_head_dim() -> None:
+    block = block_of(with_fields(LLAMA_2_7B, head_dim=64))
+    assert block["head_dim"] == 64
+
+
+def test_llama_3_rope_theta(tmp_path: Path) -> None:
+    # https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json
+    data = with_fields(LLAMA_2_7B, intermediate_size=14336, num_key_value_heads=8, vocab_size=128256,
+                       max_position_embeddings=8192, rope_theta=500000.0, bos_token_id=128000, eos_token_id=128001)
+    imported, packaged = load_config(write_json(tmp_path, data)), load_config("llama-3-8b")
+    assert (imported.block, imported.model) == (packaged.block, packaged.model)
+    assert count_parameters(imported).total == 8_030_261_248
+
+
+def test_transformers_5_rope_parameters() -> None:
+    data = with_fields(LLAMA_2_7B, rope_scaling=_DROP, rope_parameters={"rope_type": "default", "rope_theta": 5e5})
+    assert block_of(data)["rope_theta"] == 5e5
+
+
+def test_neox_sequential_residual_and_rotary() -> None:
+    block = block_of(with_fields(PYTHIA_160M, use_parallel_residual=False, rotary_pct=1.0, rotary_emb_base=20000))
+    assert (block["placement"], block["rope"], block["rope_theta"]) == ("pre", 1.0, 20000.0)
+
+
+def test_neox_attention_bias_false() -> None:
+    assert block_of(with_fields(PYTHIA_160M, attention_bias=False))["bias"] == \
+        {"qkv": False, "out": False, "mlp": True, "norm": True}
+
+
+def test_opt_post_norm_has_no_final_norm() -> None:
+    data = with_fields(OPT_125M, do_layer_norm_before=False)
+    assert block_of(data)["placement"] == "post"
+    assert model_of(data)["final_norm"] is False
+    assert model_of(with_fields(OPT_125M, _remove_final_layer_norm=True))["final_norm"] is False
+
+
+def test_opt_enable_bias_false_keeps_layernorm_shift() -> None:
+    assert block_of(with_fields(OPT_125M, enable_bias=False))["bias"] == \
+        {"qkv": False, "out": False, "mlp": False, "norm": True}
+
+
+@pytest.mark.parametrize("act, hidden_activation", [("gelu", None), ("gelu_pytorch_tanh", None),
+                                                    ("gelu", "gelu_pytorch_tanh")])
+def test_gemma_activation_is_geglu(act: str, hidden_activation: str | None) -> None:
+    data = with_fields(GEMMA_2B, hidden_act=act, hidden_activation=hidden_activation)
+    assert block_of(data)["activation"] == "geglu"
+
+
+def test_gemma_head_dim_default_is_256() -> None:
+    assert block_of(with_fields(GEMMA_2B, head_dim=_DROP))["head_dim"] == 256
+
+
+def test_qwen2_sliding_window_off_is_ignored_and_on_is_recorded() -> None:
+    assert "sliding" not in hf_to_mapping(QWEN2_05B, "q.json")["about"]["description"]
+    on = with_fields(QWEN2_05B, use_sliding_window=True, sliding_window=4096, max_window_layers=21)
+    assert "sliding_window=4096" in hf_to_mapping(on, "q.json")["about"]["description"]
+
+
+def test_layer_types_all_full_attention() -> None:
+    data = with_fields(QWEN2_05B, sliding_window=None, layer_types=["full_attention"] * 24)
+    assert "sliding" not in hf_to_mapping(data, "q.json")["about"]["description"]
+
+
+def test_sliding_window_at_least_context_is_plain_causal() -> None:
+    data = with_fields(MISTRAL_7B, sliding_window=32768)
+    assert "sliding" not in hf_to_mapping(data, "m.json")["about"]["description"]
+
+
+def test_integral_float_sizes_accepted() -> None:
+    assert block_of(with_fields(GPT2, n_embd=768.0))["d_model"] == 768
+
+
+def test_utf8_bom_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(GPT2).encode())
+    assert load_config(path).block.d_model == 768
+
+
+# --------------------------------------------------------------------------- to_yaml
+
+
+def test_to_yaml_float_formatting_and_strings(tmp_path: Path) -> None:
+    mapping = {
+        "about": {"description": 'quote " backslash \\ tab \t newline \n é ✓ 😀', "source": "yes"},
+        "block": {"d_model": 16, "n_heads": 2, "d_ff": 32, "norm_eps": 1e-05, "dropout": 2.5e-07,
+                  "bias": {"qkv": True, "out": False, "mlp": True, "norm": False}},
+        "model": {"n_layers": 1, "vocab_size": 10, "max_positions": 8},
+        "run": {"batch": 1, "seq_len": 4, "dtype": "float64", "seed": 0},
+    }
+    text = to_yaml(mapping, "")
+    assert "norm_eps: 1.0e-05" in text and "dropout: 2.5e-07" in text
+    assert to_yaml({"x": {"a": 1e20, "b": 10000.0, "c": None}}) == "x:\n  a: 1.0e+20\n  b: 10000.0\n  c: null\n"
+    path = tmp_path / "c.yaml"
+    path.write_text(text, encoding="utf-8")
+    config = load_config(path)
+    assert config.about.description == mapping["about"]["description"]
+    assert config.about.source == "yes"
+    assert config.block.norm_eps == 1e-05 and config.block.dropout == 2.5e-07
+    assert (config.block.bias.qkv, config.block.bias.out) == (True, False)
+    assert config.run.dtype == "float64"
+
+
+@pytest.mark.parametrize("text", ["yes", "No", "ON", "off", "y", "N", "null", "True", "~", "", "1e-5", "0x10",
+                                  "12", ".inf", "a: b", "- x", "#c", "x #y", "rope", "gelu_tanh", "float32",
+                                  "a.b-c", " lead", "trail ", "'q'", "[1]", "{a}", "*ref", "&anchor", "!tag", "%d",
+                                  "@x", "`x", "Ÿ", "\u2028"])
+def test_to_yaml_strings_read_back_as_the_same_string(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(to_yaml({"about": {"description": text}}), encoding="utf-8")
+    assert load_config(path).about.description == text
+
+
+def test_to_yaml_plain_words_are_unquoted() -> None:
+    text = to_yaml(hf_to_mapping(GPT2, "g.json"))
+    assert "  norm: layernorm\n" in text and "  dtype: float32\n" in text and "  activation: gelu_tanh\n" in text
+
+
+def test_to_yaml_rejects_unsupported_values() -> None:
+    with pytest.raises(TypeError):
+        to_yaml({"block": {"d_model": [1, 2]}})
+    with pytest.raises(TypeError):
+        to_yaml({"block": {"norm_eps": float("nan")}})
+
+
+def test_hf_module_does_not_import_yaml() -> None:
+    code = ("import sys, blockcli.hf as h; h.to_yaml(h.hf_to_mapping({'model_type': 'gpt2', 'n_embd': 8, "
+            "'n_head': 2, 'n_layer': 1, 'n_positions': 8, 'vocab_size': 10}, 'x'), 'c'); "
+            "assert 'yaml' not in sys.modules, 'yaml imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("base, key, value", [
+    (LLAMA_2_7B, "rope_scaling", {"type": "linear", "factor": 2.0}),
+    (LLAMA_2_7B, "rope_scaling", {"factor": 8.0, "rope_type": "llama3", "low_freq_factor": 1.0}),
+    (MISTRAL_7B, "num_local_experts", 8),  # Mixtral-style MoE field
+    (MISTRAL_7B, "num_experts_per_tok", 2),
+    (QWEN2_05B, "attention_bias", True),  # not a Qwen2 field: unknown, so not guessed at
+    (OPT_125M, "word_embed_proj_dim", 512),  # OPT-350m
+    (OPT_125M, "layer_norm_elementwise_affine", False),
+    (GPT2, "scale_attn_by_inverse_layer_idx", True),
+    (GPT2, "add_cross_attention", True),
+    (GPT2, "activation_function", "quick_gelu"),
+    (GPT2, "quantization_config", {"load_in_8bit": True}),
+    (LLAMA_2_7B, "hidden_act", "gelu"),  # exact-erf gated GELU is not blockcli's geglu
+    (LLAMA_2_7B, "some_future_field", 1),
+    (GEMMA_2B, "hidden_activation", "gelu"),
+    (GEMMA_2B, "hidden_act", "silu"),
+    (PYTHIA_160M, "rotary_pct", 0.3),  # 19.2 -> 19 rotated dims: odd
+    (MISTRAL_7B, "sliding_window", 4),  # narrower than the run's 8 tokens
+])
+def test_unrepresentable_field_is_named(tmp_path: Path, base: dict, key: str, value: Any) -> None:
+    path = write_json(tmp_path, with_fields(base, **{key: value}))
+    message = hf_error(path)
+    assert f"field '{key}'" in message
+    assert "cannot be represented in blockcli's schema (" in message
+
+
+def test_transformers_5_rope_parameters_with_scaling_is_an_error(tmp_path: Path) -> None:
+    data = with_fields(LLAMA_2_7B, rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0})
+    assert "field 'rope_parameters'" in hf_error(write_json(tmp_path, data))
+
+
+def test_invalid_json_names_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{\n  "model_type": "gpt2",\n  "n_embd": 768,,\n}\n', encoding="utf-8")
+    message = hf_error(path)
+    assert "invalid JSON at line 3, column" in message
+
+
+def test_truncated_json(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "gpt2", "n_embd": ', encoding="utf-8")
+    assert "invalid JSON at line 1" in hf_error(path)
+
+
+def test_nan_is_not_json(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(GPT2)[:-1] + ', "layer_norm_epsilon": NaN}', encoding="utf-8")
+    assert "NaN" in hf_error(path)
+
+
+def test_duplicate_key(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(GPT2)[:-1] + ', "n_embd": 1024}', encoding="utf-8")
+    assert "field 'n_embd' appears twice" in hf_error(path)
+
+
+@pytest.mark.parametrize("model_type, hint", [("bert", ""), ("llama4", "did you mean 'llama'"),
+                                              ("gpt-2", "did you mean 'gpt2'")])
+def test_unknown_model_type(tmp_path: Path, model_type: str, hint: str) -> None:
+    message = hf_error(write_json(tmp_path, with_fields(GPT2, model_type=model_type)))
+    assert f"field 'model_type' = '{model_type}' is not a supported model family" in message
+    assert hint in message
+
+
+def test_missing_model_type(tmp_path: Path) -> None:
+    assert "field 'model_type' is missing" in hf_error(write_json(tmp_path, with_fields(GPT2, model_type=_DROP)))
+
+
+@pytest.mark.parametrize("base, key", [(GPT2, "n_embd"), (LLAMA_2_7B, "intermediate_size"),
+                                       (OPT_125M, "ffn_dim"), (PYTHIA_160M, "num_hidden_layers"),
+                                       (GEMMA_2B, "vocab_size"), (QWEN2_05B, "max_position_embeddings")])
+def test_missing_required_field(tmp_path: Path, base: dict, key: str) -> None:
+    assert f"field '{key}' is missing" in hf_error(write_json(tmp_path, with_fields(base, **{key: _DROP})))
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("n_embd", "768", "expected an integer"), ("n_embd", True, "expected an integer"),
+    ("n_embd", 0, "expected an integer >= 1"), ("n_head", 7, "does not divide"),
+    ("n_layer", None, "is null"), ("layer_norm_epsilon", "small", "expected a number"),
+    ("layer_norm_epsilon", 0, "expected a number in (0, 1]"), ("tie_word_embeddings", "yes", "true or false"),
+    ("n_embd", 10**15, "expected an integer <="),
+])
+def test_bad_values_name_the_field(tmp_path: Path, key: str, value: Any, expected: str) -> None:
+    message = hf_error(write_json(tmp_path, with_fields(GPT2, **{key: value})))
+    assert f"field '{key}'" in message and expected in message
+
+
+@pytest.mark.parametrize("key, literal", [("n_embd", "9" * 400), ("n_embd", "1e400"), ("n_embd", "-" + "9" * 400),
+                                          ("layer_norm_epsilon", "9" * 400), ("layer_norm_epsilon", "1e400"),
+                                          ("n_embd", "9" * 5000)])
+def test_huge_numbers(tmp_path: Path, key: str, literal: str) -> None:
+    path = tmp_path / "config.json"
+    text = json.dumps(with_fields(GPT2, **{key: 0})).replace(f'"{key}": 0', f'"{key}": {literal}')
+    path.write_text(text, encoding="utf-8")
+    message = hf_error(path)
+    assert len(message) < 300
+    assert f"field '{key}'" in message or "too many digits" in message
+
+
+def test_kv_heads_must_divide_heads(tmp_path: Path) -> None:
+    message = hf_error(write_json(tmp_path, with_fields(LLAMA_2_7B, num_key_value_heads=5)))
+    assert "field 'num_key_value_heads' = 5 does not divide" in message
+
+
+@pytest.mark.parametrize("data, kind", [([1, 2], "an array"), ("gpt2", "a string"), (None, "null"), (3, "a number")])
+def test_top_level_not_an_object(tmp_path: Path, data: Any, kind: str) -> None:
+    message = hf_error(write_json(tmp_path, data))
+    assert "top level must be a JSON object" in message and kind in message
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    assert "file not found" in hf_error(tmp_path / "nope" / "config.json")
+
+
+def test_directory_named_json(tmp_path: Path) -> None:
+    folder = tmp_path / "model.json"
+    folder.mkdir()
+    assert "is a directory" in hf_error(folder)
+
+
+def test_binary_and_non_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\x00\x01\x02")
+    assert "binary file" in hf_error(path)
+    path.write_bytes(b'{"model_type": "\xff"}')
+    assert "not UTF-8" in hf_error(path)
+
+
+def test_deeply_nested_json(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    hf_error(path)
+
+
+def test_neox_rotary_pct_zero_means_no_positions(tmp_path: Path) -> None:
+    # HF rotates int(head_dim * 0.0) = 0 dimensions: no positional signal at all.
+    data = with_fields(PYTHIA_160M, rotary_pct=0.0)
+    mapping = hf_to_mapping(data, "p.json")
+    assert mapping["model"]["positions"] == "none" and mapping["block"]["rope"] is False
+    assert load_config(write_json(tmp_path, data)).block.rope == 0.0
+
+
+def test_blockcli_rejection_after_mapping_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Defensive path: should the mapping ever hold a value parse_config rejects, the message still names the file.
+    import blockcli.hf
+
+    monkeypatch.setattr(blockcli.hf, "hf_to_mapping", lambda data, where: {"block": {"d_model": -1}})
+    message = hf_error(write_json(tmp_path, GPT2))
+    assert "block.d_model" in message
+
+
+# --------------------------------------------------------------------------- fuzz: never a traceback
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    max_leaves=6,
+)
+BASES = [c.values[0] for c in CASES]
+ALL_KEYS = sorted({k for base in BASES for k in base} | {"rope_parameters", "layer_types", "head_dim",
+                                                            "hidden_activation", "use_sliding_window"})
+
+
+@given(base=st.sampled_from(BASES), key=st.sampled_from(ALL_KEYS), value=JSON_VALUES)
+def test_any_value_in_any_field_loads_or_is_a_one_line_config_error(base: dict, key: str, value: Any) -> None:
+    data = with_fields(base, **{key: value})
+    try:
+        mapping = hf_to_mapping(data, "fuzz.json")
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("fuzz.json: ")
+        return
+    from blockcli.config import parse_config
+
+    try:
+        parse_config(mapping, name="fuzz.json")
+    except ConfigError as exc:  # config_from_hf prefixes the file name to these
+        assert "\n" not in str(exc)
