@@ -206,9 +206,10 @@ def load_npz(path: str | Path) -> dict[str, Array]:
 
     path = Path(path)
     try:
-        with np.load(path, allow_pickle=False) as data:
-            if not isinstance(data, np.lib.npyio.NpzFile):
-                raise InputError(f"{path}: is a single .npy array, expected an .npz archive of named weights")
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise InputError(f"{path}: is a single .npy array, expected an .npz archive of named weights")
+        with data:
             return {key: data[key] for key in data.files}
     except InputError:
         raise

@@ -112,8 +112,8 @@ def count(
         from blockcli.config import load_config
         from blockcli.count import count_parameters, parse_amount
 
-        expected = parse_amount(expect) if expect is not None else None
-        budget = parse_amount(max_total)[0] if max_total is not None else None
+        expected = parse_amount(expect, "--expect") if expect is not None else None
+        budget = parse_amount(max_total, "--max")[0] if max_total is not None else None
         result = count_parameters(load_config(config))
         chosen = CountFormat.json if json_out else fmt
         if chosen is CountFormat.json:
@@ -190,9 +190,16 @@ class Dtype(str, Enum):
     float64 = "float64"
 
 
-def _refuse_overwrite(path: Optional[Path], force: bool, option: str) -> None:
-    if path is not None and path.exists() and not force:
+def _check_output(path: Optional[Path], force: bool, option: str) -> None:
+    """Before any work: an output file must not exist (unless --force) and its folder must."""
+    if path is None:
+        return
+    if path.exists() and not force:
         raise InputError(f"{option} {path}: file exists; pass --force to overwrite it")
+    if path.is_dir():
+        raise InputError(f"{option} {path}: is a directory")
+    if not (path.parent if str(path.parent) else Path(".")).is_dir():
+        raise InputError(f"{option} {path}: folder {path.parent} does not exist")
 
 
 @app.command()
@@ -229,7 +236,7 @@ def trace(
                                     run_trace, with_run)
 
         for path, option in ((save, "--save"), (export_svg, "--export-svg"), (export_html, "--export-html")):
-            _refuse_overwrite(path, force, option)
+            _check_output(path, force, option)
         cfg = load_config(config)
         x = load_input(input_file, cfg) if input_file is not None else None
         if x is not None:
@@ -339,7 +346,7 @@ def verify(
             else:
                 print_out("\n".join(f"{m.name}  {m.description}" for m in MUTANTS))
             return EXIT_OK
-        chosen_only, chosen_skip = parse_selection(only), parse_selection(skip)
+        chosen_only, chosen_skip = parse_selection(only, "--only"), parse_selection(skip, "--skip")
         sources = configs or [None]
         if mutants:
             if len(sources) > 1:
@@ -392,7 +399,7 @@ def convert(
         from blockcli.count import count_parameters
         from blockcli.hf import read_hf, to_yaml
 
-        _refuse_overwrite(output, force, "--output")
+        _check_output(output, force, "--output")
         mapping, cfg = read_hf(hf_config)
         total = count_parameters(cfg).total
         mapping["about"]["parameters"] = total
@@ -410,5 +417,21 @@ def convert(
 
 
 def main() -> None:
-    """Entry point of the `blockcli` script and `python -m blockcli`."""
-    app()
+    """Entry point of the `blockcli` script and `python -m blockcli`.
+
+    Runs the app outside Click's standalone mode so that a usage error (unknown option, bad
+    choice) is reported like every other input error: one line on stderr, exit code 2.
+    """
+    try:
+        code = app(standalone_mode=False)
+    except Exception as exc:
+        if not any(cls.__name__ == "UsageError" for cls in type(exc).__mro__):
+            raise
+        where = f"{exc.ctx.command_path}: " if getattr(exc, "ctx", None) is not None else ""
+        message = " ".join(exc.format_message().split())
+        sys.stderr.write(f"blockcli: error: {where}{message} (see --help)\n")
+        sys.exit(EXIT_USAGE)
+    except KeyboardInterrupt:
+        sys.stderr.write("blockcli: error: interrupted\n")
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(code if isinstance(code, int) else EXIT_OK)

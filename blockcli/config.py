@@ -183,9 +183,12 @@ def _parse_yaml(text: str, where: str) -> Any:
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         raise ConfigError(f"{where}: YAML syntax error{at}: {exc.problem or exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: invalid YAML: {exc}") from None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
     except RecursionError:
         raise ConfigError(f"{where}: YAML nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer with more digits than Python converts
+        raise ConfigError(f"{where}: invalid YAML value: {str(exc).splitlines()[0]}") from None
 
 
 # --------------------------------------------------------------------------- validation
@@ -231,6 +234,8 @@ def _kind(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return f"a bool ({value})"
+    if isinstance(value, int) and abs(value) > 10**15:
+        return f"a {int(value.bit_length() * 0.30103) + 1}-digit integer"
     if isinstance(value, (int, float)):
         return f"a number ({value})"
     if isinstance(value, str):
@@ -252,7 +257,7 @@ def _int(data: Mapping[str, Any], key: str, path: str, default: int, minimum: in
     if value < minimum:
         raise ConfigError(f"{path}.{key}: expected an integer >= {minimum}, got {value}")
     if value > MAX_SIZE:
-        raise ConfigError(f"{path}.{key}: expected at most {MAX_SIZE:,}, got {value:.3g}")
+        raise ConfigError(f"{path}.{key}: expected at most {MAX_SIZE:,}, got {_kind(value)}")
     return value
 
 
@@ -266,7 +271,10 @@ def _float(data: Mapping[str, Any], key: str, path: str, default: float,
             raise ConfigError(f"{path}.{key}: expected a number, got {_kind(value)}") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{path}.{key}: expected a number, got {_kind(value)}")
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:
+        raise ConfigError(f"{path}.{key}: expected a number in range, got {_kind(value)}") from None
     too_low = value <= low if low_open else value < low
     if not math.isfinite(value) or too_low or value > high:
         bound = "(" if low_open else "["

@@ -300,7 +300,7 @@ def extras(result: ParameterCount) -> dict:
 _SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 
 
-def parse_amount(text: str) -> tuple[int, int]:
+def parse_amount(text: str, option: str = "count") -> tuple[int, int]:
     """'3152384', '3,152,384', '3.15M' → (value, tolerance). A suffixed decimal is exact to its last digit."""
     from blockcli.config import InputError
 
@@ -321,5 +321,6 @@ def parse_amount(text: str) -> tuple[int, int]:
                 raise ValueError
             value, tolerance = int(raw) * scale, (scale // 2 if scale > 1 else 0)
     except ValueError:
-        raise InputError(f"expected a parameter count such as 3152384, 3,152,384 or 3.15M; got '{text}'") from None
+        raise InputError(f"{option}: expected a parameter count such as 3152384, 3,152,384 or 3.15M; "
+                         f"got '{text}'") from None
     return value, tolerance

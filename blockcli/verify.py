@@ -335,16 +335,16 @@ def verification_config(config: Config) -> tuple[Config, list[str]]:
     return cfg, notes
 
 
-def parse_selection(text: str | None) -> set[int] | None:
+def parse_selection(text: str | None, option: str = "checks") -> set[int] | None:
     if text is None:
         return None
     try:
         ids = {int(part) for part in text.replace(" ", "").split(",") if part}
     except ValueError:
-        raise InputError(f"expected check numbers such as 4,8; got '{text}'") from None
+        raise InputError(f"{option}: expected check numbers such as 4,8; got '{text}'") from None
     unknown = sorted(ids - set(CHECKS))
     if unknown:
-        raise InputError(f"no check numbered {unknown[0]}; checks are 1–{max(CHECKS)}")
+        raise InputError(f"{option}: no check numbered {unknown[0]}; checks are 1–{max(CHECKS)}")
     return ids
 
 
