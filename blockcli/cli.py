@@ -328,6 +328,9 @@ def verify(
                                                   help="Run the checklist on a seeded bug (exits 1).")] = None,
     mutants: Annotated[bool, typer.Option("--mutants", help="Run every seeded bug; print the bug × check matrix.")] = False,
     list_mutants: Annotated[bool, typer.Option("--list-mutants", help="List the seeded bugs and exit.")] = False,
+    impl: Annotated[Optional[str], typer.Option(
+        metavar="FILE.py:Name", help="Check your own block: Name(weights, config) called on x (B, T, d).")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds each call of an --impl target may take.", min=0)] = 60.0,
     json_out: JsonOpt = False,
 ) -> None:
     """The ten-item implementation checklist as behavioural checks, with exit codes for CI."""
@@ -359,8 +362,12 @@ def verify(
             else:
                 console().print(render.mutants_matrix(rows))
             return EXIT_OK if all(not r.passed for _, r in rows) else EXIT_FAILED
+        if impl and (inject or mutants):
+            raise InputError("--impl checks your block; --inject and --mutants check blockcli's seeded bugs")
         mutant = find_mutant(inject) if inject else None
-        extra = {"ops": mutant.ops, "formula": mutant.formula} if mutant else {}
+        extra: dict[str, Any] = {"ops": mutant.ops, "formula": mutant.formula} if mutant else {}
+        if impl:
+            extra.update(impl=impl, timeout=timeout)
         loaded = [load_config(s) for s in sources]  # every config is checked before any runs
         reports = [run_checks(cfg, weights=weights, only=chosen_only, skip=chosen_skip, **extra) for cfg in loaded]
         if json_out:
@@ -368,7 +375,8 @@ def verify(
             print_out(render.to_json(data[0] if len(data) == 1 else
                                      {"passed": all(r.passed for r in reports), "configs": data}))
         elif len(reports) == 1:
-            title = f"Checklist for {reports[0].config.name}" + (f" with seeded bug '{inject}'" if inject else "")
+            title = (f"Checklist for {reports[0].config.name}" + (f" with seeded bug '{inject}'" if inject else "")
+                     + (f" on {impl}" if impl else ""))
             console().print(render.verify_table(reports[0], title))
         else:
             out = console()

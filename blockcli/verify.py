@@ -16,8 +16,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from blockcli.block import DecoderBlock, block_parameter_shapes
-from blockcli.config import Config, InputError
+from blockcli.block import DecoderBlock, block_parameter_shapes, resolve_weights
+from blockcli.config import BlockConfig, Config, InputError
 from blockcli.count import Formula, block_formula, evaluate, symbol_values
 from blockcli.ops import STANDARD_OPS, Ops
 from blockcli.reference import reference_block
@@ -34,8 +34,12 @@ NAMES = {
     9: "attention rows finite and summing to 1",
     10: "hand parameter count equals the arrays",
     11: "K/V-cache decoding equals the full pass",
-    12: "vectorised block equals a slow per-head reference",
+    12: "agrees with an independent reference (blockcli's slow loop; for --impl, blockcli's block)",
     13: "float32 agrees with float64",
+    14: "output has the input's shape",
+    15: "one sequence's output ignores the other sequences",
+    16: "deterministic: two calls give the same output",
+    17: "finite output for large-magnitude inputs",
 }
 
 HINTS = {
@@ -52,6 +56,10 @@ HINTS = {
     11: "cached keys/values must be appended along time and RoPE positions offset by the cache length",
     12: "compare scale 1/√d_h, head grouping, activation and residual order with the equations",
     13: "look for float64-only constants or an unstable softmax/normalisation",
+    14: "return y of shape (B, T, d): the residual stream keeps its width",
+    15: "no statistic (norm, softmax, mean) may run over the batch axis",
+    16: "no hidden state, randomness (dropout at evaluation) or in-place update of the weights",
+    17: "subtract the row maximum before exp in softmax; keep eps inside the square root",
 }
 
 # Tolerances (float64 unless stated).
@@ -59,6 +67,8 @@ EXACT = 1e-12  # same computation, different association of sums
 PERTURB = 1e-9  # batched perturbation runs: BLAS may round differently across batch sizes
 STATS = 1e-6  # normalised mean ≈ 0, rows sum to 1
 FLOAT32 = 1e-4  # relative agreement of float32 with float64
+AGREE = 1e-9  # a user's float64 block against blockcli's, relative to the output's scale
+LARGE = 1e4  # the input scale of check 17
 
 MAX_VERIFY_SEQ = 32
 SCALE_LIMIT = 40_000_000  # blocks with more parameters are verified on a scaled copy
@@ -89,12 +99,35 @@ class Report:
         return all(c.passed is not False for c in self.checks)
 
 
-class Context:
-    """One forward pass with every intermediate kept, plus what the checks need to poke the block."""
+class Skip(Exception):
+    """A check that cannot run on this subject; the message says why (reported as SKIP, never PASS)."""
 
-    def __init__(self, block: DecoderBlock, x: np.ndarray, formula: Formula) -> None:
-        self.block, self.x, self.formula = block, x, formula
-        self.cfg = block.cfg
+
+@dataclass
+class Subject:
+    """What is being verified: blockcli's own block, a seeded bug, or a user's implementation."""
+
+    forward: Callable[[np.ndarray], np.ndarray]  # x (B, T, d) float64 → y (B, T, d)
+    weights: dict[str, np.ndarray]  # the weights it was built from, under blockcli's keys
+    intermediates: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None  # None: a black box
+    parameters: Callable[[], dict[str, np.ndarray]] | None = None  # the arrays it exposes, if any
+    forward32: Callable[[np.ndarray], np.ndarray] | None = None  # the same subject in float32
+    block: DecoderBlock | None = None  # set when the subject is blockcli's block (or a seeded bug)
+    name: str = "blockcli"
+
+
+def block_subject(block: DecoderBlock) -> Subject:
+    def intermediates(x: np.ndarray) -> dict[str, np.ndarray]:
+        return Recording(block, x).inter
+
+    single = DecoderBlock(block.cfg, {k: v.astype(np.float32) for k, v in block.params.items()}, block.ops)
+    return Subject(block, block.params, intermediates, lambda: block.params, single, block)
+
+
+class Recording:
+    """One forward pass of a blockcli block with every intermediate and operand shape kept."""
+
+    def __init__(self, block: DecoderBlock, x: np.ndarray) -> None:
         self.inter: dict[str, np.ndarray] = {}
         self.inputs: dict[str, list[tuple[int, ...]]] = {}
         self.y = block(x, self._record)
@@ -104,9 +137,37 @@ class Context:
         self.inputs[key] = [tuple(a.shape) for a in inputs]
 
 
+class Context:
+    """A subject run once on x, with blockcli's own block on the same weights as the truth."""
+
+    def __init__(self, subject: Subject, cfg: BlockConfig, x: np.ndarray, formula: Formula) -> None:
+        self.subject, self.cfg, self.x, self.formula = subject, cfg, x, formula
+        truth = Recording(DecoderBlock(cfg, subject.weights, attention="full"), x)
+        self.truth, self.truth_y = truth.inter, truth.y
+        if subject.block is not None:
+            run = Recording(subject.block, x)
+            self.y, self.inter, self.inputs = run.y, run.inter, run.inputs
+        else:
+            self.y = subject.forward(x)
+            self.inter = subject.intermediates(x) if subject.intermediates else {}
+            self.inputs = {}
+
+    def need(self, *keys: str) -> list[np.ndarray]:
+        missing = [k for k in keys if k not in self.inter]
+        if missing:
+            raise Skip(f"needs the intermediate{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                       f"(return them with return_intermediates=True)")
+        return [self.inter[k] for k in keys]
+
+
 def _max(a: Any) -> float:
     a = np.asarray(a, dtype=np.float64)
     return float(np.max(np.abs(a))) if a.size else 0.0
+
+
+def _diff(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a − b|, or inf when the shapes differ (never a silent broadcast)."""
+    return _max(np.asarray(a) - np.asarray(b)) if np.shape(a) == np.shape(b) else math.inf
 
 
 def _within(value: float, tol: float) -> bool:
@@ -121,7 +182,7 @@ def _fmt(value: float) -> str:
 
 
 def check_divisibility(c: Context) -> tuple[bool, str, str]:
-    b, p = c.cfg, c.block.params
+    b, p = c.cfg, c.subject.weights
     widths = (p["w_q"].shape[1], p["w_k"].shape[1])
     ok = (widths == (b.n_heads * b.head_dim, b.n_kv_heads * b.head_dim) and b.n_heads % b.n_kv_heads == 0)
     div = f"d_model % n_heads = {b.d_model % b.n_heads}" if b.n_heads * b.head_dim == b.d_model else \
@@ -131,17 +192,22 @@ def check_divisibility(c: Context) -> tuple[bool, str, str]:
 
 def check_head_split(c: Context) -> tuple[bool, str, str]:
     b, (B, T, _) = c.cfg, c.x.shape
+    heads = {"q": b.n_heads, "k": b.n_kv_heads, "v": b.n_kv_heads}
+    split = dict(zip(heads, c.need(*heads)))
     worst, shapes_ok = 0.0, True
-    for name, heads in (("q", b.n_heads), ("k", b.n_kv_heads), ("v", b.n_kv_heads)):
-        split, flat = c.inter[name], c.inter[f"{name}_proj"]
-        shapes_ok &= split.shape == (B, heads, T, b.head_dim)
-        if split.shape != (B, heads, T, b.head_dim):
+    for name, n in heads.items():
+        shapes_ok &= split[name].shape == (B, n, T, b.head_dim)
+        if split[name].shape != (B, n, T, b.head_dim):
             continue
-        for i in range(heads):  # head i must hold columns i·d_h … (i+1)·d_h − 1 of the projection
-            worst = max(worst, _max(split[:, i] - flat[..., i * b.head_dim:(i + 1) * b.head_dim]))
-    q_shape = c.inter["q"].shape
-    return shapes_ok and _within(worst, EXACT), f"Q {q_shape}; max |head − column slice| {_fmt(worst)}", \
-        f"shape exact; {EXACT:g}"
+        flat = c.inter.get(f"{name}_proj", c.truth[f"{name}_proj"])  # the projection (B, T, n·d_h)
+        # head i must hold columns i·d_h … (i+1)·d_h − 1 of the projection (a user's q and k may be rotated)
+        candidates = [c.truth.get(f"{name}_rope")] if name in "qk" and b.rope else []
+        error = max(_diff(split[name][:, i], flat[..., i * b.head_dim:(i + 1) * b.head_dim]) for i in range(n))
+        for rotated in candidates:
+            error = min(error, _diff(split[name], rotated))
+        worst = max(worst, error)
+    return shapes_ok and _within(worst, EXACT * 100), \
+        f"Q {split['q'].shape}; max |head − column slice| {_fmt(worst)}", f"shape exact; {EXACT * 100:g}"
 
 
 def _softmax_keys(masked: np.ndarray) -> np.ndarray:
@@ -150,72 +216,84 @@ def _softmax_keys(masked: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def _masked(c: Context) -> np.ndarray:
+    """The scores after the causal mask: recorded, or the subject's scores masked the standard way."""
+    if "masked_scores" in c.inter:
+        return c.inter["masked_scores"]
+    (scores,) = c.need("scores")
+    T = scores.shape[-1]
+    return np.where(np.tril(np.ones((T, T), dtype=bool)), scores, -np.inf)
+
+
 def check_softmax_axis(c: Context) -> tuple[bool, str, str]:
-    w, masked = c.inter["attn_weights"], c.inter["masked_scores"]
+    (w,) = c.need("attn_weights")
     rows = _max(w.sum(axis=-1) - 1.0)
-    diff = _max(w - _softmax_keys(masked))
-    return _within(rows, STATS) and _within(diff, EXACT), \
-        f"max |row sum − 1| {_fmt(rows)}; max |w − softmax_keys(masked)| {_fmt(diff)}", f"{STATS:g}; {EXACT:g}"
+    diff = _diff(w, _softmax_keys(_masked(c)))
+    return _within(rows, STATS) and _within(diff, EXACT * 100), \
+        f"max |row sum − 1| {_fmt(rows)}; max |w − softmax_keys(masked)| {_fmt(diff)}", f"{STATS:g}; {EXACT * 100:g}"
 
 
 def check_causal_mask(c: Context) -> tuple[bool, str, str]:
-    w, scores, masked = c.inter["attn_weights"], c.inter["scores"], c.inter["masked_scores"]
+    (w,) = c.need("attn_weights")
     T = w.shape[-1]
     upper = np.triu(np.ones((T, T), dtype=bool), k=1)
     above = _max(w[..., upper])
     diag = float(np.min(np.diagonal(w, axis1=-2, axis2=-1))) if T else 1.0
     rows = _max(w.sum(axis=-1) - 1.0)
-    # before softmax: the masked scores keep every visible score and hide every future one
-    before = bool(np.all(np.isneginf(masked[..., upper])) and np.array_equal(masked[..., ~upper], scores[..., ~upper]))
+    measured = (f"max weight above diagonal {_fmt(above)}; min diagonal weight {_fmt(diag)}; "
+                f"max |row sum − 1| {_fmt(rows)}")
+    before = True
+    if "scores" in c.inter and "masked_scores" in c.inter:
+        # before softmax: the masked scores keep every visible score and hide every future one
+        scores, masked = c.inter["scores"], c.inter["masked_scores"]
+        before = bool(np.all(np.isneginf(masked[..., upper])) and np.array_equal(masked[..., ~upper],
+                                                                                  scores[..., ~upper]))
+        measured += f"; mask applied to scores: {'yes' if before else 'no'}"
     ok = above == 0.0 and diag > 0 and _within(rows, STATS) and before
-    return ok, (f"max weight above diagonal {_fmt(above)}; min diagonal weight {_fmt(diag)}; "
-                f"max |row sum − 1| {_fmt(rows)}; mask applied to scores: {'yes' if before else 'no'}"), \
-        f"above = 0 exactly; diagonal > 0; {STATS:g}"
+    return ok, measured, f"above = 0 exactly; diagonal > 0; {STATS:g}"
 
 
 def check_concat(c: Context) -> tuple[bool, str, str]:
     b, (B, T, _) = c.cfg, c.x.shape
-    heads, concat, out = c.inter["attn_heads"], c.inter["attn_concat"], c.inter["attn_out"]
-    p = c.block.params
+    (concat,) = c.need("attn_concat")
+    heads = c.inter.get("attn_heads", c.truth["attn_heads"])
     shape_ok = concat.shape == (B, T, b.n_heads * b.head_dim)
-    order = max((_max(concat[..., i * b.head_dim:(i + 1) * b.head_dim] - heads[:, i]) for i in range(b.n_heads)),
+    order = max((_diff(concat[..., i * b.head_dim:(i + 1) * b.head_dim], heads[:, i]) for i in range(b.n_heads)),
                 default=0.0) if shape_ok else math.inf
-    expected = concat @ p["w_o"] + p.get("b_o", 0.0) if shape_ok else None
-    wo = _max(out - expected) if expected is not None and out.shape == expected.shape else math.inf
-    return shape_ok and _within(order, EXACT) and _within(wo, EXACT), \
-        f"concat {concat.shape}; max |slice i − head i| {_fmt(order)}; max |out − concat·W_O − b_O| {_fmt(wo)}", \
-        f"shape exact; {EXACT:g}"
-
-
-def _residual_pairs(c: Context) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    i = c.inter
-    if c.cfg.placement == "post":
-        return [("h_pre", c.x, i["attn_out"]), ("y_pre", i["h"], i["mlp_out"])]
-    return [("h", c.x, i["attn_out"]), ("y", i["h"], i["mlp_out"])]
+    measured = f"concat {concat.shape}; max |slice i − head i| {_fmt(order)}"
+    wo = 0.0
+    if "attn_out" in c.inter:
+        p = c.subject.weights
+        wo = _diff(c.inter["attn_out"], concat @ p["w_o"] + p.get("b_o", 0.0)) if shape_ok else math.inf
+        measured += f"; max |out − concat·W_O − b_O| {_fmt(wo)}"
+    return shape_ok and _within(order, EXACT * 100) and _within(wo, EXACT * 100), measured, \
+        f"shape exact; {EXACT * 100:g}"
 
 
 def check_residual(c: Context) -> tuple[bool, str, str]:
-    worst, shapes = 0.0, []
-    ok = True
-    for key, left, right in _residual_pairs(c):
-        result = c.inter[key]
-        operands = c.inputs[key]
-        ok &= len(set(operands)) == 1 and operands[0] == result.shape == left.shape == right.shape
+    post = c.cfg.placement == "post"
+    first, second = ("h_pre", "y_pre") if post else ("h", "y")
+    h, attn_out, mlp_out = c.need(first, "attn_out", "mlp_out")
+    pairs = [(first, h, c.x, attn_out)]
+    if second in c.inter:
+        pairs.append((second, c.inter[second], c.inter["h"], mlp_out))
+    worst, ok, shapes = 0.0, True, []
+    for key, result, left, right in pairs:
+        operands = c.inputs.get(key, [left.shape, right.shape])
+        ok &= len(set(operands)) == 1 and operands[0] == result.shape == c.x.shape
         shapes.append(f"{key}: {' + '.join(str(s) for s in operands)}")
-        if result.shape == left.shape == right.shape:
-            worst = max(worst, _max(result - (left + right)))
-        else:
-            worst = math.inf
+        worst = max(worst, _diff(result, left + right) if left.shape == right.shape else math.inf)
     return ok and _within(worst, EXACT), f"{'; '.join(shapes)}; max |sum − (a + b)| {_fmt(worst)}", \
         f"shapes equal; {EXACT:g}"
 
 
 def check_norm_axis(c: Context) -> tuple[bool, str, str]:
-    b, p = c.cfg, c.block.params
-    norm = c.block.ln1
-    out = norm(c.x)  # (B, T, d)
-    beta = p.get("ln1_beta", 0.0)
-    x_hat = (out - beta) / p["ln1_gamma"]  # undo scale and shift
+    b, p = c.cfg, c.subject.weights
+    norm_input = c.x if b.placement != "post" else None
+    if norm_input is None:
+        raise Skip("post-norm: the first norm's input is the residual sum, checked through item 6 and 12")
+    (out,) = c.need("ln1_out")
+    x_hat = (out - p.get("ln1_beta", 0.0)) / p["ln1_gamma"]  # undo scale and shift
     # The exact per-token target: variance σ²/(σ² + ε) for LayerNorm, RMS √(m/(m + ε)) for RMSNorm,
     # with σ² and m = mean(x²) taken over the features of the input token.
     if b.norm == "layernorm":
@@ -228,54 +306,63 @@ def check_norm_axis(c: Context) -> tuple[bool, str, str]:
         mean = 0.0
         spread = _max(np.sqrt((x_hat**2).mean(axis=-1)) - np.sqrt(ms / (ms + b.norm_eps)))
         stats = f"max |token RMS − √(m/(m+ε))| {_fmt(spread)}"
-    ok_stats = _within(mean, STATS) and _within(spread, STATS)
-    moved = c.x.copy()
-    moved[-1, -1] = moved[-1, -1] * 3.0 + 1.0  # change one token of one sequence
-    other = norm(moved)
-    leak = _max((other - out)[:-1]) + _max((other - out)[-1, :-1])
-    return ok_stats and leak == 0.0, f"{stats}; other tokens changed by {_fmt(leak)}", \
-        f"{STATS:g}; others unchanged exactly"
+    ok = _within(mean, STATS) and _within(spread, STATS)
+    if c.subject.block is not None:  # blockcli's norm can be run alone: move one token, watch the others
+        norm = c.subject.block.ln1
+        moved = c.x.copy()
+        moved[-1, -1] = moved[-1, -1] * 3.0 + 1.0
+        change = norm(moved) - norm(c.x)
+        leak = _max(change[:-1]) + _max(change[-1, :-1])
+        ok &= leak == 0.0
+        stats += f"; other tokens changed by {_fmt(leak)}"
+    return ok, stats, f"{STATS:g}; others unchanged exactly"
 
 
 def check_causality(c: Context) -> tuple[bool, str, str]:
-    """Perturb each position in turn (all at once, stacked along the batch) and compare earlier outputs."""
+    """Perturb each position in turn and compare every earlier output."""
     B, T, d = c.x.shape
     rng = np.random.default_rng(12345)
     stacked = np.repeat(c.x[None], T, axis=0)  # (T, B, T, d): copy j has token j changed
     for j in range(T):
         stacked[j, :, j] = rng.standard_normal((B, d))
-    y = c.block(stacked.reshape(T * B, T, d)).reshape(T, B, T, d)
+    if c.subject.block is not None:  # one batched pass: blockcli's block is known to batch cleanly
+        y = c.subject.forward(stacked.reshape(T * B, T, d)).reshape(T, B, T, d)
+    else:  # a black box: one call per position, so batch mixing is not mistaken for leaking
+        y = np.stack([c.subject.forward(stacked[j]) for j in range(T)])
     worst, where = 0.0, -1
     for j in range(1, T):
-        diff = _max(y[j, :, :j] - c.y[:, :j])
+        diff = _diff(y[j, :, :j], c.y[:, :j])
         if not diff <= worst:  # also catches NaN
             worst, where = diff, j
     first = f" (perturbing position {where})" if where >= 0 and worst > 0 else ""
     return _within(worst, PERTURB), f"max change at earlier positions {_fmt(worst)}{first}, all {T} positions", \
-        f"{PERTURB:g} (batched runs)"
+        f"{PERTURB:g}"
 
 
 def check_rows(c: Context) -> tuple[bool, str, str]:
-    w = c.inter["attn_weights"]
+    (w,) = c.need("attn_weights")
     finite = bool(np.all(np.isfinite(w)))
     rows = _max(w.sum(axis=-1) - 1.0) if finite else math.inf
     return finite and _within(rows, STATS), f"all finite: {finite}; max |row sum − 1| {_fmt(rows)}", f"{STATS:g}"
 
 
 def check_count(c: Context) -> tuple[bool, str, str]:
+    if c.subject.parameters is None:
+        raise Skip("the implementation exposes no parameters() method or params attribute")
+    arrays = {k: int(np.asarray(v).size) for k, v in c.subject.parameters().items()}
     values = symbol_values(c.cfg)
-    arrays = {k: v.size for k, v in c.block.params.items()}
-    bad, hand_total = [], 0
     rows = c.formula(c.cfg)
-    for row in rows:
-        hand = evaluate(row.weights + row.biases, values)
-        hand_total += hand
-        real = sum(arrays.get(k, 0) for k in row.keys)
-        if hand != real:
-            bad.append(f"{row.name} {hand:,} vs {real:,}")
-    covered = {k for row in rows for k in row.keys}
-    bad += [f"{k} not counted" for k in arrays if k not in covered]
+    hand_total = sum(evaluate(row.weights + row.biases, values) for row in rows)
     total = sum(arrays.values())
+    bad = []
+    covered = {k for row in rows for k in row.keys}
+    if set(arrays) <= covered:  # blockcli's keys: compare component by component
+        for row in rows:
+            hand, real = evaluate(row.weights + row.biases, values), sum(arrays.get(k, 0) for k in row.keys)
+            if hand != real:
+                bad.append(f"{row.name} {hand:,} vs {real:,}")
+    elif hand_total != total:
+        bad.append("totals differ (names are not blockcli's, so components are not compared)")
     return not bad, f"hand {hand_total:,} vs arrays {total:,}" + (f" ({'; '.join(bad)})" if bad else ""), "exact"
 
 
@@ -283,30 +370,72 @@ def check_count(c: Context) -> tuple[bool, str, str]:
 
 
 def check_cache(c: Context) -> tuple[bool, str, str]:
-    cache = c.block.new_cache()
-    steps = [c.block.step(c.x[:, t:t + 1], cache) for t in range(c.x.shape[1])]
-    diff = _max(np.concatenate(steps, axis=1) - c.y)
+    block = c.subject.block
+    if block is None:
+        raise Skip("an --impl target has no K/V-cache interface")
+    cache = block.new_cache()
+    steps = [block.step(c.x[:, t:t + 1], cache) for t in range(c.x.shape[1])]
+    diff = _diff(np.concatenate(steps, axis=1), c.y)
     return _within(diff, EXACT * 100), f"max |cached − full| {_fmt(diff)}", f"{EXACT * 100:g}"
 
 
 def check_reference(c: Context) -> tuple[bool, str, str]:
-    ref = reference_block(c.x, c.block.params, c.cfg)
-    diff = _max(c.y - ref)
-    return _within(diff, EXACT * 100), f"max |block − reference| {_fmt(diff)}", f"{EXACT * 100:g}"
+    """blockcli's block against the slow loop reference; a user's block against blockcli's."""
+    if c.subject.block is not None:
+        diff = _diff(c.y, reference_block(c.x, c.subject.weights, c.cfg))
+        return _within(diff, EXACT * 100), f"max |block − slow reference| {_fmt(diff)}", f"{EXACT * 100:g}"
+    diff = _diff(c.y, c.truth_y)
+    rel = diff / max(_max(c.truth_y), 1.0)
+    measured = f"max |y − blockcli| {_fmt(diff)} (relative {_fmt(rel)})"
+    if not _within(rel, AGREE) and c.inter:
+        for key in c.truth:  # forward order: the first intermediate the implementation got wrong
+            if key in c.inter and not _within(_diff(c.inter[key], c.truth[key]) / max(_max(c.truth[key]), 1.0),
+                                              AGREE):
+                measured += f"; first diverging intermediate: {key}"
+                break
+    return _within(rel, AGREE), measured, f"{AGREE:g} relative (float64)"
 
 
 def check_float32(c: Context) -> tuple[bool, str, str]:
-    single = DecoderBlock(c.cfg, {k: v.astype(np.float32) for k, v in c.block.params.items()}, c.block.ops)
-    y32 = single(c.x.astype(np.float32)).astype(np.float64)
-    scale = max(_max(c.y), 1.0)
-    rel = _max(y32 - c.y) / scale
+    if c.subject.forward32 is None:
+        raise Skip("no float32 instance of the implementation")
+    y32 = np.asarray(c.subject.forward32(c.x.astype(np.float32)), dtype=np.float64)
+    rel = _diff(y32, c.y) / max(_max(c.y), 1.0)
     return _within(rel, FLOAT32), f"max |y32 − y64| / max|y64| {_fmt(rel)}", f"{FLOAT32:g} relative"
+
+
+def check_output_shape(c: Context) -> tuple[bool, str, str]:
+    y = c.y
+    ok = isinstance(y, np.ndarray) and y.shape == c.x.shape and y.dtype.kind == "f"
+    return ok, f"input {c.x.shape}, output {getattr(y, 'shape', type(y).__name__)} {getattr(y, 'dtype', '')}", \
+        "shape equal; floating point"
+
+
+def check_batch_independence(c: Context) -> tuple[bool, str, str]:
+    other = c.x.copy()
+    other[1:] = np.random.default_rng(999).standard_normal(other[1:].shape)
+    diff = _diff(c.subject.forward(other)[0], c.y[0])
+    return _within(diff, PERTURB), f"first sequence changed by {_fmt(diff)} when the others changed", f"{PERTURB:g}"
+
+
+def check_determinism(c: Context) -> tuple[bool, str, str]:
+    again = c.subject.forward(c.x.copy())
+    same = bool(np.array_equal(again, c.y))
+    return same, "two calls on the same input are bit-identical" if same else \
+        f"two calls differ by {_fmt(_diff(again, c.y))}", "bit-identical"
+
+
+def check_large_inputs(c: Context) -> tuple[bool, str, str]:
+    y = c.subject.forward(c.x * LARGE)
+    finite = bool(np.all(np.isfinite(y)))
+    return finite, f"output finite for inputs scaled by {LARGE:g}: {finite}", "no NaN or Inf"
 
 
 CHECKS: dict[int, Callable[[Context], tuple[bool, str, str]]] = {
     1: check_divisibility, 2: check_head_split, 3: check_softmax_axis, 4: check_causal_mask, 5: check_concat,
     6: check_residual, 7: check_norm_axis, 8: check_causality, 9: check_rows, 10: check_count,
-    11: check_cache, 12: check_reference, 13: check_float32,
+    11: check_cache, 12: check_reference, 13: check_float32, 14: check_output_shape,
+    15: check_batch_independence, 16: check_determinism, 17: check_large_inputs,
 }
 
 
@@ -349,36 +478,60 @@ def parse_selection(text: str | None, option: str = "checks") -> set[int] | None
 
 
 def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, formula: Formula = block_formula,
-           only: set[int] | None = None, skip: set[int] | None = None) -> Report:
-    """Build the block (or its scaled copy), run it, and run the selected checks."""
+           only: set[int] | None = None, skip: set[int] | None = None, impl: str | None = None,
+           timeout: float = 60.0) -> Report:
+    """Build the subject (blockcli's block, a seeded bug, or a user's `impl`), run it, run the checks."""
     cfg, notes = verification_config(config)
-    if weights is not None and notes and any("scaled" in n for n in notes):
+    if weights is not None and any("scaled" in n for n in notes):
         raise InputError("the block is too large to verify with the given --weights on this machine")
-    block = DecoderBlock.from_config(cfg, weights, dtype="float64", ops=ops, attention="full")
+    params = resolve_weights(weights, block_parameter_shapes(cfg.block), cfg.run.seed, "float64")
+    if impl is None:
+        subject = block_subject(DecoderBlock(cfg.block, params, ops, attention="full"))
+    else:
+        from blockcli.impl import impl_subject
+
+        subject = impl_subject(impl, params, cfg, timeout)
     x = np.random.default_rng(cfg.run.seed + 1).standard_normal((cfg.run.batch, cfg.run.seq_len, cfg.block.d_model))
     selected = [i for i in CHECKS if (only is None or i in only) and not (skip and i in skip)]
+    return Report(config, run_checks(subject, cfg.block, x, formula, selected), notes)
+
+
+class SubjectError(Exception):
+    """The subject itself failed (raised, timed out, returned the wrong thing); the message says how."""
+
+
+def run_checks(subject: Subject, cfg: BlockConfig, x: np.ndarray, formula: Formula,
+               selected: Iterable[int]) -> list[Check]:
     checks = []
     with np.errstate(all="ignore"):
         try:
-            context: Context | None = Context(block, x, formula)
+            context: Any = Context(subject, cfg, x, formula)
             failure = ""
         except Exception as exc:  # a broken block may raise anywhere in its forward pass
-            context, failure = None, f"forward pass raised {type(exc).__name__}: {exc}"
+            context, failure = _Structure(subject, cfg, formula), _failure(exc)
         for i in selected:
-            if context is None and i not in (1, 10):
+            if failure and i not in (1, 10):
                 checks.append(Check(i, NAMES[i], False, failure, "", HINTS[i]))
                 continue
             try:
-                passed, measured, tolerance = CHECKS[i](context or _Bare(block, formula))
+                passed, measured, tolerance = CHECKS[i](context)
+            except Skip as reason:
+                checks.append(Check(i, NAMES[i], None, str(reason), ""))
+                continue
             except Exception as exc:
-                passed, measured, tolerance = False, f"check raised {type(exc).__name__}: {exc}", ""
+                passed, measured, tolerance = False, _failure(exc), ""
             checks.append(Check(i, NAMES[i], passed, measured, tolerance, "" if passed else HINTS[i]))
-    return Report(config, checks, notes)
+    return checks
 
 
-class _Bare:
+def _failure(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, SubjectError) else f"forward pass raised {type(exc).__name__}: {exc}"
+
+
+@dataclass
+class _Structure:
     """What the structural checks (1 and 10) need when the forward pass itself failed."""
 
-    def __init__(self, block: DecoderBlock, formula: Formula) -> None:
-        self.block, self.cfg, self.formula = block, block.cfg, formula
-
+    subject: Subject
+    cfg: BlockConfig
+    formula: Formula

@@ -20,7 +20,7 @@ runner = CliRunner()
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_every_example_config_passes(path):
     report = verify(load_config(path))
-    assert [c.id for c in report.checks] == list(range(1, 14))
+    assert [c.id for c in report.checks] == list(range(1, 18))
     assert all(c.passed for c in report.checks), [(c.id, c.measured) for c in report.checks if not c.passed]
 
 
@@ -60,7 +60,7 @@ def test_exit_codes_and_json():
     ok = runner.invoke(app, ["verify", "--json"])
     assert ok.exit_code == 0
     data = json.loads(ok.stdout)
-    assert data["passed"] is True and len(data["checks"]) == 13
+    assert data["passed"] is True and len(data["checks"]) == 17
     for check in data["checks"]:
         assert {"id", "name", "passed", "measured", "tolerance"} <= set(check)
     bad = runner.invoke(app, ["verify", "--inject", "no-mask", "--json"])
@@ -75,7 +75,7 @@ def test_only_and_skip():
     data = json.loads(runner.invoke(app, ["verify", "--only", "4,8", "--json"]).stdout)
     assert [c["id"] for c in data["checks"]] == [4, 8]
     data = json.loads(runner.invoke(app, ["verify", "--skip", "12,13", "--json"]).stdout)
-    assert [c["id"] for c in data["checks"]] == list(range(1, 12))
+    assert [c["id"] for c in data["checks"]] == [i for i in range(1, 18) if i not in (12, 13)]
     assert runner.invoke(app, ["verify", "--only", "99"]).exit_code == 2
 
 
@@ -103,4 +103,4 @@ def test_large_preset_is_verified_on_a_scaled_copy():
 
 
 def test_names_cover_the_chapter_checklist():
-    assert len(NAMES) == 13 and all(NAMES[i] for i in range(1, 11))
+    assert len(NAMES) == 17 and all(NAMES[i] for i in range(1, 11))

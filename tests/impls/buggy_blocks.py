@@ -1,0 +1,119 @@
+"""User implementations for `verify --impl` tests: one correct block and the classic bugs.
+
+Written for the tests, independently of blockcli: a plain pre-norm block whose steps each
+have a broken variant selected by the class attribute `bug`.
+"""
+
+import math
+
+import numpy as np
+
+
+class Correct:
+    bug = None
+
+    def __init__(self, weights, config):
+        self.w = dict(weights)
+        self.h = config["block"]["n_heads"]
+        self.eps = config["block"]["norm_eps"]
+
+    def parameters(self):
+        return self.w
+
+    def norm(self, x, g, b):
+        axis = {"norm-time-axis": 1, "norm-batch-axis": 0}.get(self.bug, -1)
+        mu = x.mean(axis=axis, keepdims=True)
+        var = ((x - mu) ** 2).mean(axis=axis, keepdims=True)
+        return g * (x - mu) / np.sqrt(var + self.eps) + b
+
+    def __call__(self, x, return_intermediates=False):
+        w, h, bug = self.w, self.h, self.bug
+        B, T, d = x.shape
+        n1 = self.norm(x, w["ln1_gamma"], w["ln1_beta"])
+        flat = {n: n1 @ w["w_" + n] + w["b_" + n] for n in "qkv"}
+        d_h = flat["q"].shape[-1] // h
+        if bug == "split-no-transpose":
+            q, k, v = (flat[n].reshape(B, h, T, d_h) for n in "qkv")
+        else:
+            q, k, v = (flat[n].reshape(B, T, h, d_h).transpose(0, 2, 1, 3) for n in "qkv")
+        scale = 1.0 if bug == "unscaled-scores" else 1.0 / math.sqrt(d_h)
+        scores = np.einsum("bhtd,bhsd->bhts", q, k) * scale
+        t, s = np.arange(T)[:, None], np.arange(T)[None, :]
+        visible = {"no-mask": np.ones((T, T), bool), "mask-hides-diagonal": s < t}.get(bug, s <= t)
+        if bug == "mask-after-softmax":
+            masked = scores
+        else:
+            masked = np.where(visible, scores, -np.inf)
+        axis = -2 if bug == "softmax-query-axis" else -1
+        e = np.exp(masked - masked.max(axis=axis, keepdims=True))
+        weights = e / e.sum(axis=axis, keepdims=True)
+        if bug == "mask-after-softmax":
+            weights = np.where(visible, weights, 0.0)
+        heads = np.einsum("bhts,bhsd->bhtd", weights, v)
+        combined = heads[:, ::-1] if bug == "heads-wrong-order" else heads
+        concat = combined.transpose(0, 2, 1, 3).reshape(B, T, h * d_h)
+        attn_out = concat if bug == "missing-wo" else concat @ w["w_o"] + w["b_o"]
+        hidden = x + (attn_out[:, -1:, :] if bug == "residual-broadcast" else attn_out)
+        n2 = self.norm(hidden, w["ln2_gamma"], w["ln2_beta"])
+        u = n2 @ w["w_1"] + w["b_1"]
+        act = 0.5 * u * (1 + np.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u**3)))
+        mlp_out = act @ w["w_2"] + w["b_2"]
+        y = hidden + mlp_out
+        if not return_intermediates:
+            return y
+        return y, {"ln1_out": n1, "q": q, "k": k, "v": v, "scores": scores, "masked_scores": masked,
+                   "attn_weights": weights, "attn_heads": heads, "attn_concat": concat, "attn_out": attn_out,
+                   "h": hidden, "mlp_out": mlp_out}
+
+
+def _bugged(name):
+    return type(name, (Correct,), {"bug": name})
+
+
+SplitNoTranspose = _bugged("split-no-transpose")
+SoftmaxQueryAxis = _bugged("softmax-query-axis")
+MaskAfterSoftmax = _bugged("mask-after-softmax")
+MaskHidesDiagonal = _bugged("mask-hides-diagonal")
+NoMask = _bugged("no-mask")
+MissingWo = _bugged("missing-wo")
+HeadsWrongOrder = _bugged("heads-wrong-order")
+ResidualBroadcast = _bugged("residual-broadcast")
+NormTimeAxis = _bugged("norm-time-axis")
+NormBatchAxis = _bugged("norm-batch-axis")
+UnscaledScores = _bugged("unscaled-scores")
+
+
+class CountsWithoutBiases(Correct):
+    """Exposes only the matrices and scales: the parameter count misses every bias and shift."""
+
+    def parameters(self):
+        return {k: v for k, v in self.w.items() if not k.startswith("b_") and not k.endswith("_beta")}
+
+
+class BlackBox(Correct):
+    """No intermediates: the items that need them are skipped, never passed."""
+
+    def __call__(self, x):
+        return Correct.__call__(self, x)
+
+
+class Raises(Correct):
+    def __call__(self, x, return_intermediates=False):
+        raise ValueError("shapes do not align in my attention")
+
+
+class WrongShape(Correct):
+    def __call__(self, x):
+        return Correct.__call__(self, x)[:, :-1]
+
+
+class Slow(Correct):
+    def __call__(self, x):
+        import time
+
+        time.sleep(5)
+        return Correct.__call__(self, x)
+
+
+def wrong_signature(weights):
+    return Correct(weights, {})
