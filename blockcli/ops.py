@@ -78,7 +78,8 @@ def rms_norm(x: Array, gamma: Array, beta: Array | None, eps: float) -> Array:
 
 
 def softmax(x: Array, axis: int = -1) -> Array:
-    shifted = x - np.max(x, axis=axis, keepdims=True)
+    with np.errstate(over="ignore"):  # a row spanning ±1e308 overflows to -inf, whose exp is a clean 0
+        shifted = x - np.max(x, axis=axis, keepdims=True)
     np.exp(shifted, out=shifted)
     shifted /= np.sum(shifted, axis=axis, keepdims=True)
     return shifted

@@ -95,6 +95,7 @@ class Recorder:
         self.keep = keep
         self.rows: list[OpRow] = []
         self.arrays: dict[str, np.ndarray] = {}
+        self.first_nonfinite: OpRow | None = None
         # Data flow: which step produced each live array (an entry goes when its array dies,
         # so a reused id never points at the wrong step).
         self._producer: dict[int, int] = {}
@@ -122,6 +123,9 @@ class Recorder:
             matmul_flops=matmul, causal_flops=causal, bytes=int(out.nbytes),
             sources=[self._producer.get(id(a)) for a in inputs]))
         self._track(out, len(self.rows))
+        if (self.first_nonfinite is None and kind != "mask" and isinstance(out, np.ndarray)
+                and not np.isfinite(out).all()):  # the masked scores hold -inf on purpose
+            self.first_nonfinite = self.rows[-1]
         if self.keep and isinstance(out, np.ndarray):
             self.arrays[key] = out
 
@@ -255,14 +259,31 @@ def run_trace(config: Config, *, weights: Any = None, x: np.ndarray | None = Non
     try:
         tracemalloc.reset_peak()
         baseline = tracemalloc.get_traced_memory()[0]
-        out = net(x, rec)
+        try:
+            with np.errstate(over="raise", invalid="raise"):  # overflow is an error, never a quiet NaN or 0
+                out = net(x, rec)
+        except FloatingPointError as exc:
+            last = rec.rows[-1] if rec.rows else None
+            where = f"after step {last.step} ({last.op}, {last.key})" if last else "in the first step"
+            raise InputError(f"the forward pass overflowed {where} in {config.run.dtype} ({exc}); "
+                             + _overflow_hint(config)) from None
         peak = tracemalloc.get_traced_memory()[1] - baseline
     finally:
         tracemalloc.stop()
+    bad = rec.first_nonfinite
+    if bad is not None:
+        raise InputError(f"the forward pass overflowed: non-finite values first appear at step {bad.step} "
+                         f"({bad.op}, {bad.key}) in {config.run.dtype}; " + _overflow_hint(config))
     chunked = any(r.kind == "attention" for r in rec.rows)
     return Trace(config, rec.rows, "executed", x.shape[0], x.shape[1], config.run.dtype,
                  "chunked" if chunked else "full", arrays=rec.arrays, output=out,
                  peak_bytes=peak, peak_measured=True)
+
+
+def _overflow_hint(config: Config) -> str:
+    if config.run.dtype == "float32":
+        return "use --dtype float64 or smaller inputs or weights"
+    return "use smaller inputs or weights"
 
 
 def analytic_trace(config: Config, attention: str = "auto") -> Trace:

@@ -1,0 +1,43 @@
+"""Numerical robustness and interrupts: overflow is reported, never printed as NaN tables;
+Ctrl-C exits 130 and leaves no half-written file."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+from typer.testing import CliRunner
+
+from blockcli.cli import app
+
+runner = CliRunner()
+
+
+def test_float32_overflow_is_reported_not_tabulated(tmp_path):
+    x = np.random.default_rng(0).standard_normal((1, 4, 512)).astype(np.float32) * np.float32(1e30)
+    np.save(tmp_path / "x.npy", x)
+    result = runner.invoke(app, ["trace", "--input", str(tmp_path / "x.npy"), "--save", str(tmp_path / "o.npz")])
+    assert result.exit_code == 2
+    assert "overflow" in result.stderr and "--dtype float64" in result.stderr
+    assert result.stdout == "" and not (tmp_path / "o.npz").exists()
+    # the same input in float64 is representable, and the table prints
+    ok = runner.invoke(app, ["trace", "--input", str(tmp_path / "x.npy"), "--dtype", "float64", "--json"])
+    assert ok.exit_code == 0
+
+
+def test_ctrl_c_exits_130_and_leaves_no_file(tmp_path):
+    cfg = tmp_path / "big.yaml"
+    cfg.write_text("block: {d_model: 1024, n_heads: 16, d_ff: 4096}\nrun: {batch: 1, seq_len: 8192}\n")
+    out = tmp_path / "out.npz"
+    env = dict(os.environ, BLOCKCLI_MEMORY_LIMIT=str(64 * 2**30))
+    proc = subprocess.Popen([sys.executable, "-m", "blockcli", "trace", str(cfg), "--attention", "chunked",
+                             "--save", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(3.0)  # well into the forward pass, which takes many seconds
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines() == ["blockcli: error: interrupted"]
+    assert "Traceback" not in stdout + stderr
+    assert list(tmp_path.iterdir()) == [cfg]
