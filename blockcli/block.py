@@ -24,6 +24,7 @@ import numpy as np
 
 from blockcli import ops as F
 from blockcli.config import BlockConfig, Config, InputError, ModelConfig
+from blockcli.inputs import load_npz
 from blockcli.ops import STANDARD_OPS, Array, Ops
 
 Shape = tuple[int, ...]
@@ -198,33 +199,6 @@ def from_gpt2_names(weights: Mapping[str, Array], source: str) -> dict[str, Arra
         else:
             out[key] = value  # left as is: reported as unexpected by check_parameters
     return out
-
-
-def load_npz(path: str | Path) -> dict[str, Array]:
-    """Read an .npz of arrays without ever unpickling; every problem becomes one InputError line."""
-    import zipfile
-
-    path = Path(path)
-    try:
-        data = np.load(path, allow_pickle=False)
-        if not isinstance(data, np.lib.npyio.NpzFile):
-            raise InputError(f"{path}: is a single .npy array, expected an .npz archive of named weights")
-        with data:
-            return {key: data[key] for key in data.files}
-    except InputError:
-        raise
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, expected an .npz file") from None
-    except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
-    except ValueError as exc:
-        if "pickle" in str(exc).lower():
-            raise InputError(f"{path}: holds pickled object arrays, which blockcli refuses to load") from None
-        raise InputError(f"{path}: not a valid .npz file ({exc})") from None
-    except (zipfile.BadZipFile, EOFError, OSError) as exc:
-        raise InputError(f"{path}: not a valid .npz file ({exc})") from None
 
 
 def resolve_weights(weights: str | Path | Mapping[str, Any] | None, shapes: Mapping[str, Shape],

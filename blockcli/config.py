@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import difflib
 import math
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 NORMS = ("layernorm", "rmsnorm")
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu")
@@ -153,22 +154,29 @@ def load_config(source: str | Path | Mapping[str, Any] | None = None) -> Config:
     return parse_config(_parse_yaml(read_text_file(path), str(path)), name=str(path))
 
 
-def read_text_file(path: Path) -> str:
-    """Read a UTF-8 text file, turning every OS problem into a one-line ConfigError."""
+@contextmanager
+def reading(path: Path, expected: str, error: type[InputError] = InputError) -> Iterator[None]:
+    """Turn every OS problem of opening or reading `path` into one error line."""
     try:
-        raw = path.read_bytes()
+        yield
     except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
+        raise error(f"{path}: file not found") from None
     except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, expected a file") from None
+        raise error(f"{path}: is a directory, expected {expected}") from None
     except PermissionError:
-        raise ConfigError(f"{path}: permission denied") from None
+        raise error(f"{path}: permission denied") from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def read_text_file(path: Path, expected: str = "a YAML config") -> str:
+    """Read a UTF-8 text file (a BOM is allowed); binary or undecodable content is an InputError."""
+    with reading(path, expected, ConfigError):
+        raw = path.read_bytes()
     if b"\x00" in raw:
-        raise ConfigError(f"{path}: binary file, expected YAML text")
+        raise ConfigError(f"{path}: binary file, expected {expected}")
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 

@@ -48,7 +48,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from blockcli.config import MAX_SIZE, Config, ConfigError, parse_config
+from blockcli.config import MAX_SIZE, Config, ConfigError, parse_config, read_text_file
 
 RUN_DEFAULTS = {"batch": 1, "seq_len": 8, "dtype": "float32", "seed": 0}
 SECTION_ORDER = ("about", "block", "model", "run")
@@ -106,7 +106,7 @@ def read_hf(path: str | Path) -> tuple[dict[str, Any], Config]:
     """Read a Hugging Face config.json: the blockcli mapping (for `to_yaml`) and its validated Config."""
     path = Path(path)
     where = str(path)
-    data = _parse_json(_read_text(path), where)
+    data = _parse_json(read_text_file(path, "a Hugging Face config.json"), where)
     mapping = hf_to_mapping(data, where)
     try:
         return mapping, parse_config(mapping, name=where)
@@ -158,25 +158,6 @@ def to_yaml(config_mapping: Mapping[str, Any], comment: str = "") -> str:
 
 
 # --------------------------------------------------------------------------- reading the file
-
-
-def _read_text(path: Path) -> str:
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{path}: is a directory, expected a config.json file") from None
-    except PermissionError:
-        raise ConfigError(f"{path}: permission denied") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if b"\x00" in raw:
-        raise ConfigError(f"{path}: binary file, expected a JSON config.json")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
 def _parse_json(text: str, where: str) -> Any:

@@ -15,25 +15,45 @@ from typing import Any, BinaryIO, Callable, Mapping
 
 import numpy as np
 
-from blockcli.config import Config, InputError
+from blockcli.config import Config, InputError, reading
+
+
+def _load(path: Path, expected: str) -> Any:
+    """np.load without pickle; every problem becomes one InputError line naming the file."""
+    with reading(path, expected):
+        try:
+            return np.load(path, allow_pickle=False)
+        except ValueError as exc:
+            if "pickle" in str(exc).lower():
+                raise InputError(f"{path}: holds pickled object arrays, which blockcli refuses to load") from None
+            raise InputError(f"{path}: not a valid {expected} ({exc})") from None
+        except (EOFError, zipfile.BadZipFile) as exc:
+            raise InputError(f"{path}: not a valid {expected} ({exc})") from None
+        except OSError as exc:
+            if isinstance(exc, (FileNotFoundError, IsADirectoryError, PermissionError)):
+                raise
+            raise InputError(f"{path}: not a valid {expected} ({exc})") from None
+
+
+def load_npz(path: str | Path) -> dict[str, np.ndarray]:
+    """Named arrays from an .npz archive (weights)."""
+    path = Path(path)
+    data = _load(path, ".npz archive")
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise InputError(f"{path}: is a single .npy array, expected an .npz archive of named weights")
+    with data:
+        try:
+            return {key: data[key] for key in data.files}
+        except ValueError as exc:  # a member holding pickled objects is refused when it is read
+            raise InputError(f"{path}: holds pickled object arrays, which blockcli refuses to load"
+                             if "pickle" in str(exc).lower() else f"{path}: not a valid .npz archive ({exc})") from None
+        except (EOFError, OSError, zipfile.BadZipFile) as exc:
+            raise InputError(f"{path}: not a valid .npz archive ({exc})") from None
 
 
 def load_input(path: Path, config: Config) -> np.ndarray:
     """(B, T, d) floats for a block, (B, T) integer token ids for a model."""
-    try:
-        x = np.load(path, allow_pickle=False)
-    except FileNotFoundError:
-        raise InputError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, expected an .npy file") from None
-    except PermissionError:
-        raise InputError(f"{path}: permission denied") from None
-    except ValueError as exc:
-        if "pickle" in str(exc).lower():
-            raise InputError(f"{path}: holds a pickled object array, which blockcli refuses to load") from None
-        raise InputError(f"{path}: not a valid .npy file ({exc})") from None
-    except (OSError, EOFError, zipfile.BadZipFile) as exc:
-        raise InputError(f"{path}: not a valid .npy file ({exc})") from None
+    x = _load(path, ".npy file")
     if not isinstance(x, np.ndarray):
         x.close()
         raise InputError(f"{path}: is an .npz archive, expected a single .npy array")
