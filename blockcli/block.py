@@ -30,8 +30,10 @@ from blockcli.ops import STANDARD_OPS, Array, Ops
 Shape = tuple[int, ...]
 Record = Callable[..., None]  # record(key, op, out, inputs, kind=..., params=...)
 
-# Attention tables larger than this are computed in query chunks unless told otherwise.
+# In auto mode a traced pass builds the full score table up to this size, then works in blocks.
 CHUNK_TABLE_BYTES = 64 * 2**20
+# The score block of the blocked kernel (all heads): small enough to stay in cache.
+BLOCK_BYTES = 4 * 2**20
 ATTENTION_MODES = ("auto", "full", "chunked")
 
 
@@ -251,13 +253,30 @@ class KVCache:
 
 @dataclass
 class MultiHeadAttention:
-    """Causal multi-head self-attention with grouped-query K/V and optional RoPE."""
+    """Causal multi-head self-attention with grouped-query K/V and optional RoPE.
+
+    W_Q, W_K and W_V are stored side by side in one (d, (h + 2·h_kv)·d_h) matrix, so the three
+    projections are one GEMM; `p["w_q"]` and friends are views into it, so the parameters a user
+    reads or edits in place are the ones the block uses.
+    """
 
     cfg: BlockConfig
-    p: Mapping[str, Array]
+    p: dict[str, Array]
     ops: Ops = STANDARD_OPS
     attention: str = "auto"  # auto | full | chunked
-    chunk_bytes: int = CHUNK_TABLE_BYTES
+    chunk_bytes: int = CHUNK_TABLE_BYTES  # auto: a full score table above this is computed in blocks
+    block_bytes: int = BLOCK_BYTES  # the score block of the blocked kernel, all heads together
+
+    def __post_init__(self) -> None:
+        p = self.p
+        self.w_qkv = np.concatenate([p["w_q"], p["w_k"], p["w_v"]], axis=1)  # (d, (h + 2·h_kv)·d_h)
+        self.b_qkv = np.concatenate([p["b_q"], p["b_k"], p["b_v"]]) if "b_q" in p else None
+        q_width, kv_width = p["w_q"].shape[1], p["w_k"].shape[1]
+        bounds = {"q": (0, q_width), "k": (q_width, q_width + kv_width), "v": (q_width + kv_width, None)}
+        for name, (lo, hi) in bounds.items():
+            p[f"w_{name}"] = self.w_qkv[:, lo:hi]
+            if self.b_qkv is not None:
+                p[f"b_{name}"] = self.b_qkv[lo:hi]
 
     def __call__(self, x: Array, rec: Record = _ignore, cache: KVCache | None = None) -> Array:
         cfg, p, ops = self.cfg, self.p, self.ops
@@ -265,11 +284,13 @@ class MultiHeadAttention:
         B, T, _ = x.shape
         start = cache.length if cache is not None else 0
 
-        q_flat = linear(x, p["w_q"], p.get("b_q"))  # (B, T, h·d_h)
+        qkv = linear(x, self.w_qkv, self.b_qkv)  # (B, T, (h + 2·h_kv)·d_h): one GEMM for Q, K and V
+        q_width, kv_width = p["w_q"].shape[1], p["w_k"].shape[1]
+        q_flat = qkv[..., :q_width]  # (B, T, h·d_h)
         rec("q_proj", "Q projection", q_flat, (x, p["w_q"]), kind="linear", params=("w_q", "b_q"))
-        k_flat = linear(x, p["w_k"], p.get("b_k"))  # (B, T, h_kv·d_h)
+        k_flat = qkv[..., q_width:q_width + kv_width]  # (B, T, h_kv·d_h)
         rec("k_proj", "K projection", k_flat, (x, p["w_k"]), kind="linear", params=("w_k", "b_k"))
-        v_flat = linear(x, p["w_v"], p.get("b_v"))  # (B, T, h_kv·d_h)
+        v_flat = qkv[..., q_width + kv_width:]  # (B, T, h_kv·d_h)
         rec("v_proj", "V projection", v_flat, (x, p["w_v"]), kind="linear", params=("w_v", "b_v"))
 
         q = ops.split_heads(q_flat, h)  # (B, h, T, d_h)
@@ -289,10 +310,6 @@ class MultiHeadAttention:
 
         if cache is not None:
             k, v = cache.append(k, v)  # (B, h_kv, T_seen, d_h)
-        if h_kv != h:  # grouped-query: each K/V head serves h / h_kv query heads
-            k = np.repeat(k, h // h_kv, axis=1)  # (B, h, T_k, d_h)
-            v = np.repeat(v, h // h_kv, axis=1)  # (B, h, T_k, d_h)
-
         heads = self._attend(q, k, v, start, rec)  # (B, h, T, d_h)
         concat = ops.combine_heads(heads)  # (B, T, h·d_h)
         rec("attn_concat", "combine heads", concat, (heads,), kind="reshape")
@@ -301,12 +318,19 @@ class MultiHeadAttention:
         return out
 
     def _attend(self, q: Array, k: Array, v: Array, start: int, rec: Record) -> Array:
-        """softmax(mask(Q·Kᵀ/√d_h))·V, whole table or in query chunks (same result)."""
+        """softmax(mask(Q·Kᵀ/√d_h))·V for q (B, h, T_q, d_h) and k, v (B, h_kv, T_k, d_h).
+
+        `full` builds the whole (B, h, T_q, T_k) table from the `Ops` table, one recorded step at a
+        time: the obviously correct path, which traces and seeded bugs use. Otherwise the blocked
+        kernel computes the same numbers without ever holding the table (tests hold them equal).
+        """
         B, h, T_q, _ = q.shape
         T_k = k.shape[2]
-        table_bytes = B * h * T_q * T_k * q.itemsize
-        chunked = self.attention == "chunked" or (self.attention == "auto" and table_bytes > self.chunk_bytes)
-        if not chunked:
+        full_fits = B * h * T_q * T_k * q.itemsize <= self.chunk_bytes
+        if self.attention == "full" or (self.attention == "auto" and full_fits and rec is not _ignore):
+            if k.shape[1] != h:  # grouped-query: each K/V head serves h / h_kv query heads
+                k = np.repeat(k, h // k.shape[1], axis=1)  # (B, h, T_k, d_h)
+                v = np.repeat(v, h // v.shape[1], axis=1)  # (B, h, T_k, d_h)
             scores = self.ops.attention_scores(q, k)  # (B, h, T_q, T_k)
             rec("scores", "scores Q·Kᵀ/√d_h", scores, (q, k), kind="matmul")
             allowed = self.ops.causal_mask(T_q, T_k, start)  # (T_q, T_k)
@@ -316,23 +340,47 @@ class MultiHeadAttention:
             heads = weights @ v  # (B, h, T_q, d_h)
             rec("attn_heads", "weights·V", heads, (weights, v), kind="matmul")
             return heads
-        heads = self._attend_chunked(q, k, v, start)
-        rec("attn_heads", "chunked attention: softmax(mask(Q·Kᵀ/√d_h))·V", heads, (q, k, v), kind="attention")
+        if self.ops is not STANDARD_OPS:
+            raise NotImplementedError("a seeded bug runs on the full table (attention='full')")
+        heads = self._attend_blocked(q, k, v, start)
+        per_head = (B, h) + k.shape[2:]  # K and V as each query head sees them, for the record
+        rec("attn_heads", "blocked attention: softmax(mask(Q·Kᵀ/√d_h))·V", heads,
+            (q, np.broadcast_to(k[:, :1], per_head), np.broadcast_to(v[:, :1], per_head)), kind="attention")
         return heads
 
-    def _attend_chunked(self, q: Array, k: Array, v: Array, start: int) -> Array:
-        """Query blocks of C rows: each sees keys [0, start + end) only, never the full table."""
-        B, h, T_q, d_h = q.shape
-        rows = max(1, self.chunk_bytes // max(1, B * h * k.shape[2] * q.itemsize))
-        heads = np.empty_like(q)  # (B, h, T_q, d_h)
-        for lo in range(0, T_q, rows):
-            hi = min(T_q, lo + rows)
-            visible = start + hi  # keys beyond the last query of the chunk are all in the future
-            scores = self.ops.attention_scores(q[:, :, lo:hi], k[:, :, :visible])  # (B, h, C, T_vis)
-            allowed = self.ops.causal_mask(hi - lo, visible, start + lo)
-            _, weights = self.ops.attention_weights(scores, allowed)
-            heads[:, :, lo:hi] = weights @ v[:, :, :visible]  # (B, h, C, d_h)
-        return heads
+    def _attend_blocked(self, q: Array, k: Array, v: Array, start: int) -> Array:
+        """Query blocks of all heads at once, sized to `block_bytes` of scores.
+
+        Each block sees keys [0, start + end of block) only (the rest are all in the future), the
+        1/√d_h scale is folded into Q once, only the block's diagonal square needs the mask, the
+        softmax runs in place in one reused buffer, and rows are normalised after ·V (d_h columns
+        instead of T_k). Grouped-query heads share their K/V head without copying it.
+        """
+        B, h, T, d_h = q.shape
+        h_kv, T_k = k.shape[1], k.shape[2]
+        group = h // h_kv
+        dtype = np.result_type(q, k)
+        qs = np.multiply(q, 1.0 / math.sqrt(d_h), dtype=dtype)  # (B, h, T, d_h), contiguous
+        out = np.empty((B, T, h, d_h), dtype=dtype)  # written in the combined-heads layout
+        rows = int(min(T, max(1, self.block_bytes // (h * T_k * q.itemsize))))
+        future = np.triu(np.full((rows, rows), -np.inf, dtype=dtype), k=1)  # (C, C)
+        buf = np.empty(h * rows * T_k, dtype=dtype)
+        for b in range(B):
+            for lo in range(0, T, rows):
+                hi = min(T, lo + rows)
+                c, visible = hi - lo, start + hi
+                q_blk = qs[b, :, lo:hi].reshape(h_kv, group * c, d_h)  # (h_kv, g·C, d_h)
+                s = buf[:h * c * visible].reshape(h_kv, group * c, visible)
+                np.matmul(q_blk, k[b, :, :visible].swapaxes(-1, -2), out=s)  # (h_kv, g·C, T_vis)
+                s4 = s.reshape(h_kv, group, c, visible)
+                s4[..., visible - c:] += future[:c, :c]  # the diagonal square; earlier keys all visible
+                s -= s.max(axis=-1, keepdims=True)
+                np.exp(s, out=s)
+                total = s.sum(axis=-1, keepdims=True)  # (h_kv, g·C, 1)
+                mixed = s @ v[b, :, :visible]  # (h_kv, g·C, d_h)
+                mixed /= total
+                out[b, lo:hi] = mixed.reshape(h, c, d_h).transpose(1, 0, 2)
+        return out.transpose(0, 2, 1, 3)  # (B, h, T, d_h) view of the (B, T, h, d_h) buffer
 
 
 @dataclass
@@ -371,7 +419,8 @@ class DecoderBlock:
     mlp: MLP = field(init=False)
 
     def __post_init__(self) -> None:
-        cfg, p = self.cfg, self.params
+        self.params = p = dict(self.params)  # the block's own mapping: attention rewrites its QKV entries
+        cfg = self.cfg
         self.ln1 = Norm(cfg.norm, p["ln1_gamma"], p.get("ln1_beta"), cfg.norm_eps, self.ops)
         self.attn = MultiHeadAttention(cfg, p, self.ops, self.attention)
         self.ln2 = Norm(cfg.norm, p["ln2_gamma"], p.get("ln2_beta"), cfg.norm_eps, self.ops)
@@ -476,7 +525,9 @@ class Model:
         for i in range(model.n_layers):
             prefix = f"blocks.{i}."
             p = {k[len(prefix):]: v for k, v in self.params.items() if k.startswith(prefix)}
-            self.blocks.append(DecoderBlock(self.config.block, p, self.ops, self.attention))
+            block = DecoderBlock(self.config.block, p, self.ops, self.attention)
+            self.params.update({prefix + k: v for k, v in block.params.items()})  # share, never copy
+            self.blocks.append(block)
         b = self.config.block
         self.ln_f = (Norm(b.norm, self.params["ln_f_gamma"], self.params.get("ln_f_beta"), b.norm_eps, self.ops)
                      if model.final_norm else None)

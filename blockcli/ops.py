@@ -32,7 +32,17 @@ _erf = np.frompyfunc(math.erf, 1, 1)  # NumPy has no erf; math.erf is exact to d
 
 
 def gelu_tanh(x: Array) -> Array:
-    return 0.5 * x * (1.0 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+    """0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), with one temporary (x³ as x·x·x: no pow)."""
+    t = x * x
+    t *= 0.044715
+    t += 1.0
+    t *= x  # x + 0.044715·x³
+    t *= _SQRT_2_OVER_PI
+    np.tanh(t, out=t)
+    t += 1.0
+    t *= x
+    t *= 0.5
+    return t
 
 
 def gelu(x: Array) -> Array:

@@ -336,7 +336,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool) -> None:
             rec("k_rope", "RoPE on K", S(B, h_kv, T, d_h), (S(B, h_kv, T, d_h),), kind="rope")
         q, k = S(B, h, T, d_h), S(B, h, T, d_h)
         if chunked:
-            rec("attn_heads", "chunked attention: softmax(mask(Q·Kᵀ/√d_h))·V", q, (q, k, k), kind="attention")
+            rec("attn_heads", "blocked attention: softmax(mask(Q·Kᵀ/√d_h))·V", q, (q, k, k), kind="attention")
         else:
             rec("scores", "scores Q·Kᵀ/√d_h", S(B, h, T, T), (q, k), kind="matmul")
             rec("masked_scores", "causal mask", S(B, h, T, T), (S(B, h, T, T),), kind="mask")

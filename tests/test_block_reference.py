@@ -363,21 +363,16 @@ def test_model_incremental_decoding_matches_full(name, chunk):
 @pytest.mark.parametrize("name", ["base_gelu_tanh_pre_layernorm",
                                   "combo_gqa_rope_swiglu_rms_parallel"])
 def test_block_chunked_attention_matches_reference(name, table_rows):
-    """blockcli can compute attention in query chunks (not part of the core contract:
-    skipped if the knob is absent).  Force small chunks and compare, full and cached."""
+    """blockcli computes attention in query blocks that never hold the full table.
+    Force small blocks and compare, full and cached."""
     bd = BLOCK_CASES[name]
     B, T = 2, 7
     cfg = make_cfg(bd, batch=B, seq_len=T)
     w = random_weights(ref.block_param_shapes(bd), seed=51)
-    try:
-        blk = DecoderBlock.from_config(cfg, weights=w, attention="chunked")
-    except TypeError:
-        pytest.skip("no attention= option")
-    if not hasattr(getattr(blk, "attn", None), "chunk_bytes"):
-        pytest.skip("no chunk_bytes knob")
+    blk = DecoderBlock.from_config(cfg, weights=w, attention="chunked")
     h = bd["n_heads"]
-    # rows per chunk = chunk_bytes // (B * h * T_k * itemsize); aim for `table_rows` rows
-    blk.attn.chunk_bytes = table_rows * B * h * T * 8
+    # rows per block = block_bytes // (h * T_k * itemsize); aim for `table_rows` rows
+    blk.attn.block_bytes = table_rows * h * T * 8
     x = random_x(B, T, bd["d_model"], seed=8)
     y_ref = ref.block_forward(bd, w, x)
     assert maxdiff(np.asarray(blk(x)), y_ref) <= TOL64

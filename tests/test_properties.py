@@ -37,7 +37,7 @@ def test_cached_decoding_equals_full_pass(block, seq, chunk):
 def test_chunked_attention_equals_full_table(block, seq, rows):
     full, cfg = build(block, seq, "full")
     chunked = DecoderBlock(cfg.block, full.params, attention="chunked")
-    chunked.attn.chunk_bytes = 2 * cfg.block.n_heads * seq * 8 * rows  # `rows` query rows per chunk
+    chunked.attn.block_bytes = cfg.block.n_heads * seq * 8 * rows  # `rows` query rows per block
     x = inputs(cfg)
     assert np.max(np.abs(chunked(x) - full(x))) < 1e-12
 

@@ -152,7 +152,7 @@ def test_chunked_attention_equals_full_table(block):
     cfg = parse_config({"block": block, "run": {"batch": 2, "seq_len": 37, "dtype": "float64"}})
     full = DecoderBlock.from_config(cfg, attention="full")
     chunked = DecoderBlock.from_config(cfg, attention="chunked")
-    chunked.attn.chunk_bytes = 2 * cfg.block.n_heads * 37 * 8 * 5  # five query rows per chunk
+    chunked.attn.block_bytes = cfg.block.n_heads * 37 * 8 * 5  # five query rows per block
     x = np.random.default_rng(0).standard_normal((2, 37, cfg.block.d_model))
     assert np.max(np.abs(full(x) - chunked(x))) < 1e-12
 
