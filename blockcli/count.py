@@ -16,8 +16,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from blockcli.block import DecoderBlock, block_parameter_shapes, model_parameter_shapes
 from blockcli.config import BlockConfig, Config
+from blockcli.shapes import block_parameter_shapes, model_parameter_shapes
 
 # A polynomial: monomial (sorted tuple of symbols) → integer coefficient.
 Poly = Counter
@@ -267,6 +267,8 @@ def _block_arrays(config: Config, limit: int) -> dict[str, int] | None:
     """Sizes of the arrays a real block creates, or None when the block is too large to build here."""
     if sum(math.prod(s) for s in block_parameter_shapes(config.block).values()) > limit:
         return None
+    from blockcli.block import DecoderBlock  # NumPy only when a block is really built
+
     block = DecoderBlock.from_config(config, dtype="float32")
     return {k: v.size for k, v in block.params.items()}
 

@@ -9,16 +9,15 @@ from __future__ import annotations
 import csv
 import io
 import json
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
+if TYPE_CHECKING:  # rich and the NumPy-based modules load only when a table is drawn
+    from rich.console import Group
 
-from blockcli.count import ParameterCount
-from blockcli.mutants import Mutant
-from blockcli.trace import OpRow, Trace
-from blockcli.verify import Report
+    from blockcli.count import ParameterCount
+    from blockcli.mutants import Mutant
+    from blockcli.trace import OpRow, Trace
+    from blockcli.verify import Report
 
 BAR_WIDTH = 12
 
@@ -127,6 +126,10 @@ def count_footer_lines(result: ParameterCount) -> list[str]:
 
 
 def count_table(result: ParameterCount) -> Group:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     title = f"Parameters of {result.config.name}"
     table = Table(title=title, title_justify="left", header_style="bold")
     for header in COUNT_HEADERS:
@@ -144,6 +147,8 @@ def count_table(result: ParameterCount) -> Group:
 
 
 def presets_table(rows: Sequence[tuple[str, str, str, int | None]]) -> Table:
+    from rich.table import Table
+
     table = Table(title="Packaged presets", title_justify="left", header_style="bold")
     for header in ("name", "parameters", "description", "source"):
         table.add_column(header, justify="right" if header == "parameters" else "left")
@@ -212,6 +217,10 @@ def trace_footer_lines(trace: Trace) -> list[str]:
 
 
 def trace_table(trace: Trace, rows: Sequence[OpRow]) -> Group:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title=trace_header(trace), title_justify="left", header_style="bold")
     for h in TRACE_HEADERS:
         table.add_column(h, justify="right" if h in ("#", "params", "FLOPs", "bytes") else "left",
@@ -250,6 +259,9 @@ def trace_mermaid(trace: Trace, rows: Sequence[OpRow]) -> str:
 
 def attention_heatmap(weights: Any, title: str) -> Group:
     """One head's (T, T) attention weights as shaded cells; the causal triangle shows as blank."""
+    from rich.console import Group
+    from rich.text import Text
+
     T = weights.shape[0]
     shades = " ░▒▓█"
     text = Text()
@@ -292,6 +304,10 @@ def verify_summary(report: Report) -> str:
 
 
 def verify_table(report: Report, title: str = "") -> Group:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title=title or f"Checklist for {report.config.name}", title_justify="left", header_style="bold")
     for h, justify in (("#", "right"), ("check", "left"), ("result", "left"), ("measured", "left"),
                        ("tolerance", "left")):
@@ -317,6 +333,10 @@ def mutants_json(rows: Sequence[tuple[Mutant, Report]]) -> dict[str, Any]:
 
 
 def mutants_matrix(rows: Sequence[tuple[Mutant, Report]]) -> Group:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     ids = [c.id for c in rows[0][1].checks] if rows else []
     table = Table(title="Seeded bugs × checks (✗ = the check failed, i.e. caught the bug)", title_justify="left",
                   header_style="bold")

@@ -1,0 +1,71 @@
+"""The parameter shapes every layer declares, from the config alone (no NumPy, nothing allocated).
+
+`count` reconciles its closed-form formula against these for configs too large to build, and
+`block` creates exactly these arrays. Weight matrices are (in, out): y = x @ W + b.
+"""
+
+from __future__ import annotations
+
+from blockcli.config import BlockConfig, Config
+
+Shape = tuple[int, ...]
+
+
+def norm_shapes(prefix: str, d: int, cfg: BlockConfig) -> dict[str, Shape]:
+    shapes = {f"{prefix}_gamma": (d,)}
+    if cfg.bias.norm:
+        shapes[f"{prefix}_beta"] = (d,)
+    return shapes
+
+
+def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    d, q_width, kv_width = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    shapes: dict[str, Shape] = {}
+    for name, width in (("q", q_width), ("k", kv_width), ("v", kv_width)):
+        shapes[f"w_{name}"] = (d, width)
+        if cfg.bias.qkv:
+            shapes[f"b_{name}"] = (width,)
+    shapes["w_o"] = (q_width, d)
+    if cfg.bias.out:
+        shapes["b_o"] = (d,)
+    return shapes
+
+
+def mlp_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    d, d_ff = cfg.d_model, cfg.d_ff
+    shapes: dict[str, Shape] = {"w_1": (d, d_ff)}
+    if cfg.bias.mlp:
+        shapes["b_1"] = (d_ff,)
+    if cfg.gated:
+        shapes["w_3"] = (d, d_ff)
+        if cfg.bias.mlp:
+            shapes["b_3"] = (d_ff,)
+    shapes["w_2"] = (d_ff, d)
+    if cfg.bias.mlp:
+        shapes["b_2"] = (d,)
+    return shapes
+
+
+def block_parameter_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    """Every parameter of one block, in forward order: ln1, attention, ln2, MLP."""
+    return {**norm_shapes("ln1", cfg.d_model, cfg), **attention_shapes(cfg),
+            **norm_shapes("ln2", cfg.d_model, cfg), **mlp_shapes(cfg)}
+
+
+def model_parameter_shapes(config: Config) -> dict[str, Shape]:
+    """Every parameter of the model: embeddings, blocks.{i}.*, final norm, LM head."""
+    model, block = config.model, config.block
+    assert model is not None
+    d = block.d_model
+    shapes: dict[str, Shape] = {"wte": (model.vocab_size, d)}
+    if model.positions == "learned":
+        shapes["wpe"] = (model.max_positions + model.position_offset, d)
+    for i in range(model.n_layers):
+        shapes.update({f"blocks.{i}.{k}": s for k, s in block_parameter_shapes(block).items()})
+    if model.final_norm:
+        shapes.update(norm_shapes("ln_f", d, block))
+    if not model.tie_embeddings:
+        shapes["lm_head"] = (d, model.vocab_size)
+    if model.lm_head_bias:
+        shapes["lm_head_bias"] = (model.vocab_size,)
+    return shapes
