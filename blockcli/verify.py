@@ -120,7 +120,8 @@ def block_subject(block: DecoderBlock) -> Subject:
     def intermediates(x: np.ndarray) -> dict[str, np.ndarray]:
         return Recording(block, x).inter
 
-    single = DecoderBlock(block.cfg, {k: v.astype(np.float32) for k, v in block.params.items()}, block.ops)
+    single = DecoderBlock(block.cfg, {k: v.astype(np.float32) for k, v in block.params.items()}, block.ops,
+                          block.attention)
     return Subject(block, block.params, intermediates, lambda: block.params, single, block)
 
 
