@@ -26,7 +26,7 @@ from blockcli import ops as F
 from blockcli.config import BlockConfig, Config, InputError, ModelConfig
 from blockcli.inputs import load_npz
 from blockcli.ops import STANDARD_OPS, Array, Ops
-from blockcli.shapes import Shape, block_parameter_shapes, model_parameter_shapes, norm_shapes
+from blockcli.shapes import Shape, block_parameter_shapes, model_parameter_shapes
 
 Record = Callable[..., None]  # record(key, op, out, inputs, kind=..., params=...)
 

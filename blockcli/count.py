@@ -231,13 +231,10 @@ def _model_rows(config: Config, block: tuple[Poly, Poly],
         pos = P * d
         note = "P·d" if not m.position_offset else f"P·d (P = {m.max_positions:,} + offset {m.position_offset})"
         rows.append(Component("embed.positions", "position embedding", f"({P:,}, {d:,})", pos, 0, note, ("wpe",)))
-    layers = block_w + block_b
     rows.append(Component("blocks", f"{m.n_layers} blocks", f"{m.n_layers} × block", block_w, block_b,
                           f"L·({render(block_poly)})", kind="subtotal"))
-    final = 0
     if m.final_norm:
         shift = d if b.bias.norm else 0
-        final = d + shift
         rows.append(Component("final_norm", f"final {_norm_name(b)}", f"({d:,},)" + (" × 2" if shift else ""),
                               d, shift, "2·d" if shift else "d", ("ln_f_gamma", "ln_f_beta")))
     head_bias = m.vocab_size if m.lm_head_bias else 0

@@ -311,8 +311,8 @@ class _Fields:
 def _plain_activation(f: _Fields, key: str, default: str) -> str:
     name = f.str(key, default)
     if name not in PLAIN_ACTIVATIONS:
-        raise f.unrepresentable(key, name, f"blockcli's activations are gelu_tanh (gelu_new, gelu_pytorch_tanh, "
-                                           f"gelu_fast), gelu, relu and silu")
+        raise f.unrepresentable(key, name, "blockcli's activations are gelu_tanh (gelu_new, gelu_pytorch_tanh, "
+                                           "gelu_fast), gelu, relu and silu")
     return PLAIN_ACTIVATIONS[name]
 
 

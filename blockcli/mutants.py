@@ -7,7 +7,6 @@ items that are meant to catch it; the tests assert them, and `verify --mutants` 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any
 

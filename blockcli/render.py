@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 if TYPE_CHECKING:  # rich and the NumPy-based modules load only when a table is drawn
     from rich.console import Group
+    from rich.table import Table
 
     from blockcli.count import ParameterCount
     from blockcli.mutants import Mutant

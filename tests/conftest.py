@@ -1,9 +1,14 @@
 """Shared test helpers. The suite's hypothesis profile: fast by default, BLOCKCLI_SLOW=1 for more examples."""
 
 import os
+import reprlib
 from pathlib import Path
+from typing import Any, Callable
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from blockcli.config import ConfigError
 
 settings.register_profile("fast", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("slow", max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -11,3 +16,19 @@ settings.load_profile("slow" if os.environ.get("BLOCKCLI_SLOW") else "fast")
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+
+
+def config_error_message(load: Callable[[], Any], what: Any = "") -> str:
+    """Run `load`; return its ConfigError message, failing the test on success, on any other
+    exception (the bug being tested for), or on a message that is not one line."""
+    try:
+        load()
+    except ConfigError as exc:
+        message = str(exc)
+    except BaseException as exc:  # noqa: BLE001
+        pytest.fail(f"expected ConfigError, got {type(exc).__name__}: {exc}")
+    else:
+        pytest.fail(f"expected ConfigError for {reprlib.repr(what)}, but it loaded")
+    assert "\n" not in message, f"message is not one line: {message!r}"
+    assert message.strip(), "empty message"
+    return message

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from blockcli.config import ConfigError, load_config, parse_config
+from conftest import config_error_message
 
 SMALL = {"block": {"d_model": 16, "n_heads": 2, "d_ff": 32}, "run": {"batch": 2, "seq_len": 4}}
 
@@ -26,20 +27,8 @@ SMALL = {"block": {"d_model": 16, "n_heads": 2, "d_ff": 32}, "run": {"batch": 2,
 def config_error(source: Any) -> str:
     """Load `source` (a mapping goes through parse_config, anything else through load_config)
     and return the ConfigError message; fail if it loads or raises anything else."""
-    try:
-        if isinstance(source, dict):
-            parse_config(source)
-        else:
-            load_config(source)
-    except ConfigError as exc:
-        message = str(exc)
-    except BaseException as exc:  # noqa: BLE001 - any other exception is the bug being tested for
-        pytest.fail(f"expected ConfigError, got {type(exc).__name__}: {exc}")
-    else:
-        pytest.fail(f"expected ConfigError for {source!r:.200}, but it loaded")
-    assert "\n" not in message, f"message is not one line: {message!r}"
-    assert message.strip(), "empty message"
-    return message
+    load = (lambda: parse_config(source)) if isinstance(source, dict) else (lambda: load_config(source))
+    return config_error_message(load, source)
 
 
 def write(tmp_path: Path, text: str | bytes, name: str = "config.yaml") -> Path:

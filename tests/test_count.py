@@ -3,7 +3,6 @@
 import csv
 import io
 import json
-import math
 
 import pytest
 from hypothesis import given, strategies as st
@@ -103,7 +102,7 @@ def test_large_model_is_counted_from_declared_shapes_without_allocating():
 def test_extras_flops_memory_kv_cache():
     cfg = load_config("llama-2-7b")
     result = count_parameters(cfg)
-    b, T, L = cfg.block, cfg.run.seq_len, cfg.model.n_layers
+    T, L = cfg.run.seq_len, cfg.model.n_layers
     non_embedding = 6_738_415_616 - 32000 * 4096  # untied head stays in
     assert result.non_embedding == non_embedding
     assert result.extras["flops_per_token"] == 2 * non_embedding + 4 * L * T * 32 * 128

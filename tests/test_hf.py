@@ -27,6 +27,7 @@ import pytest
 from blockcli.config import ConfigError, load_config
 from blockcli.count import count_parameters
 from blockcli.hf import config_from_hf, hf_to_mapping, to_yaml
+from conftest import config_error_message
 
 # --------------------------------------------------------------------------- published configs
 
@@ -232,15 +233,7 @@ def write_json(tmp_path: Path, data: Any, name: str = "config.json") -> Path:
 
 def hf_error(source: Path | str) -> str:
     """Load `source` and return the ConfigError message; fail on success or on any other exception."""
-    try:
-        load_config(source)
-    except ConfigError as exc:
-        message = str(exc)
-    except BaseException as exc:  # noqa: BLE001 - any other exception is the bug being tested for
-        pytest.fail(f"expected ConfigError, got {type(exc).__name__}: {exc}")
-    else:
-        pytest.fail(f"expected ConfigError for {source}, but it loaded")
-    assert "\n" not in message, f"message is not one line: {message!r}"
+    message = config_error_message(lambda: load_config(source), str(source))
     assert message.startswith(str(source)), f"message does not name the file: {message!r}"
     return message
 

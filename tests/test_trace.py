@@ -84,8 +84,6 @@ def test_causal_half_of_the_score_products():
 def independent_intermediates(x, p, d_h, n_heads, eps):
     """Loop reference of every saved intermediate of the default (pre-norm, LayerNorm, tanh-GELU) block."""
     B, T, d = x.shape
-    out = {k: [] for k in ("ln1_out", "scores", "attn_weights", "attn_concat", "attn_out", "h", "ln2_out",
-                           "mlp_pre", "mlp_act", "mlp_out", "y")}
     q = np.zeros((B, n_heads, T, d_h)); k = np.zeros_like(q); v = np.zeros_like(q)
     scores = np.zeros((B, n_heads, T, T)); weights = np.zeros_like(scores)
     concat = np.zeros((B, T, n_heads * d_h))
