@@ -205,3 +205,12 @@ def test_mermaid_and_heatmap():
     heat = runner.invoke(app, ["trace", "--show-attention", "3"])
     assert heat.exit_code == 0 and "head 3" in heat.stdout
     assert runner.invoke(app, ["trace", "--show-attention", "9"]).exit_code == 2
+
+
+def test_export_svg_and_html(tmp_path):
+    svg, html = tmp_path / "t.svg", tmp_path / "t.html"
+    result = runner.invoke(app, ["trace", "--export-svg", str(svg), "--export-html", str(html)])
+    assert result.exit_code == 0
+    assert svg.read_text().lstrip().startswith("<svg") and "scores Q·Kᵀ/√d_h" in html.read_text()
+    again = runner.invoke(app, ["trace", "--export-svg", str(svg)])
+    assert again.exit_code == 2 and "--force" in again.stderr
