@@ -258,13 +258,15 @@ class MultiHeadAttention:
         """softmax(mask(Q·Kᵀ/√d_h))·V for q (B, h, T_q, d_h) and k, v (B, h_kv, T_k, d_h).
 
         `full` builds the whole (B, h, T_q, T_k) table from the `Ops` table, one recorded step at a
-        time: the obviously correct path, which traces and seeded bugs use. Otherwise the blocked
-        kernel computes the same numbers without ever holding the table (tests hold them equal).
+        time: the obviously correct path, which traces and seeded bugs (any non-standard `Ops`)
+        use. Otherwise the blocked kernel computes the same numbers without ever holding the
+        table (tests hold them equal).
         """
         B, h, T_q, _ = q.shape
         T_k = k.shape[2]
         full_fits = B * h * T_q * T_k * q.itemsize <= self.chunk_bytes
-        if self.attention == "full" or (self.attention == "auto" and full_fits and rec is not _ignore):
+        traced_and_fits = self.attention == "auto" and full_fits and rec is not _ignore
+        if self.attention == "full" or self.ops is not STANDARD_OPS or traced_and_fits:
             if k.shape[1] != h:  # grouped-query: each K/V head serves h / h_kv query heads
                 k = np.repeat(k, h // k.shape[1], axis=1)  # (B, h, T_k, d_h)
                 v = np.repeat(v, h // v.shape[1], axis=1)  # (B, h, T_k, d_h)
@@ -277,8 +279,6 @@ class MultiHeadAttention:
             heads = weights @ v  # (B, h, T_q, d_h)
             rec("attn_heads", "weights·V", heads, (weights, v), kind="matmul")
             return heads
-        if self.ops is not STANDARD_OPS:
-            raise NotImplementedError("a seeded bug runs on the full table (attention='full')")
         heads = self._attend_blocked(q, k, v, start)
         per_head = (B, h) + k.shape[2:]  # K and V as each query head sees them, for the record
         rec("attn_heads", "blocked attention: softmax(mask(Q·Kᵀ/√d_h))·V", heads,

@@ -167,8 +167,6 @@ def presets(json_out: JsonOpt = False) -> None:
     run_guarded(body)
 
 
-
-
 # ----------------------------------------------------------------------------- trace
 
 
@@ -216,7 +214,8 @@ def trace(
     force: Annotated[bool, typer.Option("--force", help="Allow --save/--export-* to overwrite an existing file.")] = False,
     shapes_only: Annotated[bool, typer.Option("--shapes-only", help="Report the rows analytically; allocate nothing.")] = False,
     attention: Annotated[AttentionMode, typer.Option(
-        help="full: whole (B, h, T, T) table; chunked: query blocks; auto: chunked when the table is large."
+        help="full: the whole (B, h, T, T) table; chunked: query blocks, never the whole table; "
+             "auto: the whole table up to 64 MiB."
     )] = AttentionMode.auto,
     all_layers: Annotated[bool, typer.Option("--all-layers", help="For a model, list every layer instead of one ×N group.")] = False,
     show_attention: Annotated[Optional[str], typer.Option(
