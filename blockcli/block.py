@@ -8,7 +8,7 @@ Pre-norm (the default), as in the reference chapter:
     Y = H + MLP(LN2(H))
 post-norm: H = LN1(X + MHA(X)), Y = LN2(H + MLP(H)); parallel (GPT-NeoX): Y = X + MHA(LN1(X)) + MLP(LN2(X)).
 
-Every layer declares its parameter shapes from the config alone (`parameter_shapes`), so counts
+Every layer declares its parameter shapes from the config alone (`blockcli.shapes`), so counts
 and memory estimates never need to allocate. The forward pass can report each operation to a
 `record` callback (see `blockcli.trace`); with none given it costs nothing.
 """
@@ -34,7 +34,6 @@ Record = Callable[..., None]  # record(key, op, out, inputs, kind=..., params=..
 # at most this much of it at a time (measured: smaller blocks starve BLAS at T=4096).
 CHUNK_TABLE_BYTES = 64 * 2**20
 BLOCK_ROWS = 256  # query rows per block at most: more blocks skip more of the future (measured best)
-ATTENTION_MODES = ("auto", "full", "chunked")
 
 
 def _ignore(*_args: Any, **_kwargs: Any) -> None:
@@ -267,22 +266,21 @@ class MultiHeadAttention:
         full_fits = B * h * T_q * T_k * q.itemsize <= self.chunk_bytes
         traced_and_fits = self.attention == "auto" and full_fits and rec is not _ignore
         if self.attention == "full" or self.ops is not STANDARD_OPS or traced_and_fits:
-            if k.shape[1] != h:  # grouped-query: each K/V head serves h / h_kv query heads
-                k = np.repeat(k, h // k.shape[1], axis=1)  # (B, h, T_k, d_h)
-                v = np.repeat(v, h // v.shape[1], axis=1)  # (B, h, T_k, d_h)
-            scores = self.ops.attention_scores(q, k)  # (B, h, T_q, T_k)
+            k_all, v_all = k, v  # grouped-query: each K/V head serves h / h_kv query heads
+            if k.shape[1] != h:
+                k_all = np.repeat(k, h // k.shape[1], axis=1)  # (B, h, T_k, d_h)
+                v_all = np.repeat(v, h // v.shape[1], axis=1)  # (B, h, T_k, d_h)
+            scores = self.ops.attention_scores(q, k_all)  # (B, h, T_q, T_k)
             rec("scores", "scores Q·Kᵀ/√d_h", scores, (q, k), kind="matmul")
             allowed = self.ops.causal_mask(T_q, T_k, start)  # (T_q, T_k)
             masked, weights = self.ops.attention_weights(scores, allowed)
             rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
             rec("attn_weights", "softmax over keys", weights, (masked,), kind="softmax")
-            heads = weights @ v  # (B, h, T_q, d_h)
+            heads = weights @ v_all  # (B, h, T_q, d_h)
             rec("attn_heads", "weights·V", heads, (weights, v), kind="matmul")
             return heads
         heads = self._attend_blocked(q, k, v, start)
-        per_head = (B, h) + k.shape[2:]  # K and V as each query head sees them, for the record
-        rec("attn_heads", "blocked attention: softmax(mask(Q·Kᵀ/√d_h))·V", heads,
-            (q, np.broadcast_to(k[:, :1], per_head), np.broadcast_to(v[:, :1], per_head)), kind="attention")
+        rec("attn_heads", "blocked attention: softmax(mask(Q·Kᵀ/√d_h))·V", heads, (q, k, v), kind="attention")
         return heads
 
     def _attend_blocked(self, q: Array, k: Array, v: Array, start: int) -> Array:
@@ -374,8 +372,6 @@ class DecoderBlock:
         seed = seed if seed is not None else (run.seed if run else 0)
         params = resolve_weights(weights, block_parameter_shapes(block_cfg), seed, dtype)
         return cls(block_cfg, params, ops, attention)
-
-    parameter_shapes = staticmethod(block_parameter_shapes)
 
     def __call__(self, x: Array, rec: Record = _ignore, cache: KVCache | None = None,
                  train: bool = False, rng: np.random.Generator | None = None) -> Array:

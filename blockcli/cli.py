@@ -234,6 +234,14 @@ def trace(
         from blockcli.trace import (analytic_trace, available_bytes, collapse_layers, forward_bytes_estimate,
                                     run_trace, with_run)
 
+        chosen = TraceFormat.json if json_out else fmt
+        drawn = [o for o, v in (("--export-svg", export_svg), ("--export-html", export_html),
+                                ("--show-attention", show_attention)) if v]
+        if drawn and chosen is not TraceFormat.table:
+            raise InputError(f"{drawn[0]} draws the table; it cannot be combined with --format {chosen.value}")
+        if show_attention and (shapes_only or attention is AttentionMode.chunked):
+            raise InputError("--show-attention needs the attention weights of a real full-table pass; "
+                             "drop --shapes-only and --attention chunked")
         for path, option in ((save, "--save"), (export_svg, "--export-svg"), (export_html, "--export-html")):
             _check_output(path, force, option)
         cfg = load_config(config)
@@ -270,7 +278,6 @@ def trace(
         if cfg.model and not all_layers:
             rows = collapse_layers(rows, cfg.model.n_layers)
 
-        chosen = TraceFormat.json if json_out else fmt
         if chosen is TraceFormat.json:
             print_out(render.to_json(render.trace_json(result, rows)))
         elif chosen is TraceFormat.markdown:
@@ -348,21 +355,27 @@ def verify(
             else:
                 print_out("\n".join(f"{m.name}  {m.description}" for m in MUTANTS))
             return EXIT_OK
+        if impl and (inject or mutants):
+            raise InputError("--impl checks your block; --inject and --mutants check blockcli's seeded bugs")
+        if inject and mutants:
+            raise InputError("--inject runs one seeded bug and --mutants all of them; choose one")
         chosen_only, chosen_skip = parse_selection(only, "--only"), parse_selection(skip, "--skip")
         sources = configs or [None]
         if mutants:
             if len(sources) > 1:
                 raise InputError("--mutants runs on one config at a time")
             cfg = load_config(sources[0])
+            from blockcli.verify import verification_config
+
+            small = verification_config(cfg)[0].block
+            skipped = {m.name: why for m in MUTANTS if (why := m.inapplicable(small))}
             rows = [(m, run_checks(cfg, weights=weights, ops=m.ops, formula=m.formula, only=chosen_only,
-                                   skip=chosen_skip)) for m in MUTANTS]
+                                   skip=chosen_skip)) for m in MUTANTS if m.name not in skipped]
             if json_out:
-                print_out(render.to_json(render.mutants_json(rows)))
+                print_out(render.to_json(render.mutants_json(rows, skipped)))
             else:
-                console().print(render.mutants_matrix(rows))
+                console().print(render.mutants_matrix(rows, skipped))
             return EXIT_OK if all(not r.passed for _, r in rows) else EXIT_FAILED
-        if impl and (inject or mutants):
-            raise InputError("--impl checks your block; --inject and --mutants check blockcli's seeded bugs")
         mutant = find_mutant(inject) if inject else None
         extra: dict[str, Any] = {"ops": mutant.ops, "formula": mutant.formula} if mutant else {}
         if impl:
@@ -370,7 +383,7 @@ def verify(
         loaded = [load_config(s) for s in sources]  # every config is checked before any runs
         reports = [run_checks(cfg, weights=weights, only=chosen_only, skip=chosen_skip, **extra) for cfg in loaded]
         if json_out:
-            data = ([render.verify_json(r) for r in reports])
+            data = [render.verify_json(r) for r in reports]
             print_out(render.to_json(data[0] if len(data) == 1 else
                                      {"passed": all(r.passed for r in reports), "configs": data}))
         elif len(reports) == 1:

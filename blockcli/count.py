@@ -59,7 +59,6 @@ class Component:
     expression: str
     keys: tuple[str, ...] = ()  # the parameter names this row covers
     kind: str = "tensor"  # tensor | subtotal | total | tied
-    arrays: int | None = None  # the count measured from arrays or declared shapes
 
     @property
     def count(self) -> int:
@@ -181,7 +180,7 @@ def count_parameters(config: Config, formula: Formula = block_formula,
         if measured != w + bias:
             mismatches.append(f"{row.name}: formula {w + bias:,} vs arrays {measured:,}")
         components.append(Component(row.name, row.label, _shapes_text(row.keys, config.block), w, bias,
-                                    render(row.weights + row.biases), row.keys, arrays=measured))
+                                    render(row.weights + row.biases), row.keys))
         group_w, group_b = groups["ln" if row.name.startswith("ln") else row.name.split(".")[0]]
         for poly in (group_w, block_w):
             poly.update(row.weights)
@@ -223,27 +222,27 @@ def _model_rows(config: Config, block: tuple[Poly, Poly],
     block_poly = block[0] + block[1]
     block_w, block_b = (evaluate(p, values) * m.n_layers for p in block)
     d = b.d_model
-    rows = [Component("embed.tokens", "token embedding", f"({m.vocab_size:,}, {d:,})",
+    rows = [Component("embed.tokens", "token embedding", str((m.vocab_size, d)),
                       m.vocab_size * d, 0, "V·d", ("wte",))]
     pos = 0
     if m.positions == "learned":
         P = m.max_positions + m.position_offset
         pos = P * d
         note = "P·d" if not m.position_offset else f"P·d (P = {m.max_positions:,} + offset {m.position_offset})"
-        rows.append(Component("embed.positions", "position embedding", f"({P:,}, {d:,})", pos, 0, note, ("wpe",)))
+        rows.append(Component("embed.positions", "position embedding", str((P, d)), pos, 0, note, ("wpe",)))
     rows.append(Component("blocks", f"{m.n_layers} blocks", f"{m.n_layers} × block", block_w, block_b,
                           f"L·({render(block_poly)})", kind="subtotal"))
     if m.final_norm:
         shift = d if b.bias.norm else 0
-        rows.append(Component("final_norm", f"final {_norm_name(b)}", f"({d:,},)" + (" × 2" if shift else ""),
+        rows.append(Component("final_norm", f"final {_norm_name(b)}", str((d,)) + (f" + {(d,)}" if shift else ""),
                               d, shift, "2·d" if shift else "d", ("ln_f_gamma", "ln_f_beta")))
     head_bias = m.vocab_size if m.lm_head_bias else 0
     if m.tie_embeddings:
-        rows.append(Component("lm_head", "LM head (tied to token embedding)", f"({d:,}, {m.vocab_size:,})",
+        rows.append(Component("lm_head", "LM head (tied to token embedding)", str((d, m.vocab_size)),
                               0, head_bias, "0 (tied)" + (" + V" if head_bias else ""), ("lm_head_bias",),
                               kind="tied"))
     else:
-        rows.append(Component("lm_head", "LM head", f"({d:,}, {m.vocab_size:,})", d * m.vocab_size, head_bias,
+        rows.append(Component("lm_head", "LM head", str((d, m.vocab_size)), d * m.vocab_size, head_bias,
                               "d·V" + (" + V" if head_bias else ""), ("lm_head", "lm_head_bias")))
     weights = sum(r.weights for r in rows)
     biases = sum(r.biases for r in rows)
@@ -303,23 +302,19 @@ def parse_amount(text: str, option: str = "count") -> tuple[int, int]:
     """'3152384', '3,152,384', '3.15M' → (value, tolerance). A suffixed decimal is exact to its last digit."""
     from blockcli.config import InputError
 
-    raw = text.strip().replace(",", "").replace("_", "")
+    raw = text.strip().replace("_", "")
     scale = 1
     if raw and raw[-1].upper() in _SUFFIXES:
         scale = _SUFFIXES[raw[-1].upper()]
         raw = raw[:-1]
-    try:
-        if "." in raw:
-            whole, frac = raw.split(".")
-            if not (whole + frac).isdigit():
-                raise ValueError
-            value = int(whole or "0") * scale + int(frac) * scale // 10 ** len(frac)
-            tolerance = scale // 10 ** len(frac) // 2 if scale > 1 else 0
-        else:
-            if not raw.isdigit():
-                raise ValueError
-            value, tolerance = int(raw) * scale, (scale // 2 if scale > 1 else 0)
-    except ValueError:
+    whole, _, frac = raw.partition(".")
+    grouped = "," in whole
+    digits = whole.replace(",", "")
+    well_formed = (digits.isdigit() and not raw.endswith(".") and (not frac or frac.isdigit()) and (scale > 1 or not frac)
+                   and (not grouped or all(len(g) == 3 for g in whole.split(",")[1:]) and 1 <= len(whole.split(",")[0]) <= 3))
+    if not well_formed:
         raise InputError(f"{option}: expected a parameter count such as 3152384, 3,152,384 or 3.15M; "
-                         f"got '{text}'") from None
-    return value, tolerance
+                         f"got '{text}'")
+    unit = scale // 10 ** len(frac) if frac else scale
+    value = int(digits) * scale + (int(frac) * unit if frac else 0)
+    return value, (unit // 2 if unit > 1 else 0)

@@ -183,5 +183,4 @@ def impl_subject(spec: str, weights: Mapping[str, np.ndarray], config: Config, t
         intermediates=user.intermediates if user.accepts_intermediates else None,
         parameters=(lambda: exposed) if exposed is not None else None,
         forward32=single.forward,
-        name=spec,
     )

@@ -8,7 +8,7 @@ items that are meant to catch it; the tests assert them, and `verify --mutants` 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -18,6 +18,10 @@ from blockcli.config import BlockConfig, InputError
 from blockcli.ops import STANDARD_OPS, Array, Ops
 
 
+def _always(cfg: BlockConfig) -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Mutant:
     name: str
@@ -25,6 +29,21 @@ class Mutant:
     expected: tuple[int, ...]  # checklist items meant to catch it
     ops: Ops = STANDARD_OPS
     formula: Formula = block_formula
+    # why this bug cannot show in a config (None: it can), e.g. forgetting biases a config has none of
+    inapplicable: Callable[[BlockConfig], str | None] = _always
+
+
+def _one_head(cfg: BlockConfig) -> str | None:
+    return "with one head, splitting and combining heads is the identity" if cfg.n_heads == 1 else None
+
+
+def _no_bias(cfg: BlockConfig) -> str | None:
+    b = cfg.bias
+    return None if (b.qkv or b.out or b.mlp or b.norm) else "the config has no biases or shifts to forget"
+
+
+def _unit_head(cfg: BlockConfig) -> str | None:
+    return "with head_dim 1, 1/√d_h is 1" if cfg.head_dim == 1 else None
 
 
 def _split_without_transpose(x: Array, n_heads: int) -> Array:
@@ -87,7 +106,7 @@ def _ops(**changes: Any) -> Ops:
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("split-no-transpose", "head split reshapes (B, T, d) straight to (B, h, T, d_h) without the transpose",
-           (2,), _ops(split_heads=_split_without_transpose)),
+           (2,), _ops(split_heads=_split_without_transpose), inapplicable=_one_head),
     Mutant("softmax-query-axis", "softmax normalises score columns (the query axis) instead of rows",
            (3, 8), _ops(attention_weights=_softmax_over_queries)),
     Mutant("mask-after-softmax", "causal mask applied after softmax, so rows no longer sum to 1",
@@ -97,16 +116,18 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("no-mask", "no causal mask: every query sees future keys", (4, 8), _ops(causal_mask=_no_mask)),
     Mutant("missing-wo", "output projection W_O forgotten: concatenated heads go straight to the residual",
            (5,), _ops(project_out=_skip_output_projection)),
-    Mutant("heads-wrong-order", "heads concatenated in reverse order", (5,), _ops(combine_heads=_combine_reversed)),
+    Mutant("heads-wrong-order", "heads concatenated in reverse order", (5,), _ops(combine_heads=_combine_reversed),
+           inapplicable=_one_head),
     Mutant("residual-broadcast", "residual adds the last token's update (B, 1, d) to every position",
            (6, 8), _ops(residual_add=_residual_broadcast)),
     Mutant("norm-time-axis", "LayerNorm statistics taken over the time axis", (7, 8),
            _ops(layer_norm=_norm_over(1, False), rms_norm=_norm_over(1, True))),
     Mutant("norm-batch-axis", "LayerNorm statistics taken over the batch axis", (7,),
            _ops(layer_norm=_norm_over(0, False), rms_norm=_norm_over(0, True))),
-    Mutant("unscaled-scores", "scores not divided by √d_h", (12,), _ops(attention_scores=_unscaled_scores)),
+    Mutant("unscaled-scores", "scores not divided by √d_h", (12,), _ops(attention_scores=_unscaled_scores),
+           inapplicable=_unit_head),
     Mutant("count-forgets-biases", "hand parameter count leaves out every bias and shift", (10,),
-           formula=_formula_without_biases),
+           formula=_formula_without_biases, inapplicable=_no_bias),
 )
 
 

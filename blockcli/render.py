@@ -259,7 +259,7 @@ def trace_mermaid(trace: Trace, rows: Sequence[OpRow]) -> str:
 
 
 def attention_heatmap(weights: Any, title: str) -> Group:
-    """One head's (T, T) attention weights as shaded cells; the causal triangle shows as blank."""
+    """One head's (T, T) attention weights as shaded cells; the masked triangle shows as `·`."""
     from rich.console import Group
     from rich.text import Text
 
@@ -325,15 +325,16 @@ def verify_table(report: Report, title: str = "") -> Group:
     return Group(*parts)
 
 
-def mutants_json(rows: Sequence[tuple[Mutant, Report]]) -> dict[str, Any]:
+def mutants_json(rows: Sequence[tuple[Mutant, Report]], skipped: dict[str, str]) -> dict[str, Any]:
     return {
         "passed": all(not r.passed for _, r in rows),
+        "not_applicable": [{"name": name, "reason": why} for name, why in skipped.items()],
         "mutants": [{"name": m.name, "description": m.description, "expected": list(m.expected),
                      "caught_by": [c.id for c in r.checks if c.passed is False]} for m, r in rows],
     }
 
 
-def mutants_matrix(rows: Sequence[tuple[Mutant, Report]]) -> Group:
+def mutants_matrix(rows: Sequence[tuple[Mutant, Report]], skipped: dict[str, str]) -> Group:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -354,4 +355,5 @@ def mutants_matrix(rows: Sequence[tuple[Mutant, Report]]) -> Group:
     missed = [m.name for m, r in rows if r.passed]
     verdict = (Text(f"every seeded bug is caught ({len(rows)} bugs)", style="bold green") if not missed
                else Text(f"NOT caught: {', '.join(missed)}", style="bold red"))
-    return Group(table, verdict)
+    notes = [Text(f"not applicable to this config: {name} ({why})", style="dim") for name, why in skipped.items()]
+    return Group(table, *notes, verdict)

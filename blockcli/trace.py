@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from blockcli.block import (CHUNK_TABLE_BYTES, DecoderBlock, Model, block_parameter_shapes,
+from blockcli.block import (BLOCK_ROWS, CHUNK_TABLE_BYTES, DecoderBlock, Model, block_parameter_shapes,
                             model_parameter_shapes)
 from blockcli.config import Config, InputError
 
@@ -43,10 +43,6 @@ SYMBOLIC = {
     "mlp_pre": "(B, T, d_ff)", "mlp_up": "(B, T, d_ff)", "mlp_act": "(B, T, d_ff)", "mlp_out": "(B, T, d)",
     "ln_f_out": "(B, T, d)", "logits": "(B, T, V)",
 }
-
-SAVE_NAMES = ("ln1_out", "q", "k", "v", "scores", "attn_weights", "attn_concat", "attn_out", "h",
-              "ln2_out", "mlp_pre", "mlp_act", "mlp_out")
-
 
 @dataclass
 class OpRow:
@@ -81,10 +77,6 @@ class ShapeOnly:
     @property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
 
 
 class Recorder:
@@ -135,9 +127,8 @@ def _matmul_flops(kind: str, out: Any, inputs: Sequence[Any]) -> tuple[int, int 
     if kind == "linear":
         return 2 * out.size * inputs[0].shape[-1], None
     if kind == "matmul":  # scores (q, k) or weights·V (weights, v): 2·B·h·T_q·T_k·d_h either way
-        a, b = inputs
-        t_q, t_k = a.shape[-2], b.shape[-2]
-        d_h = a.shape[-1] if a.shape[-1] == b.shape[-1] else b.shape[-1]
+        a, b = inputs  # b is K or V, (B, h_kv, T_k, d_h): its last axis is d_h either way
+        t_q, t_k, d_h = a.shape[-2], b.shape[-2], b.shape[-1]
         full = 2 * math.prod(a.shape[:-2]) * t_q * t_k * d_h
         return full, int(full * _causal_fraction(t_q, t_k))
     if kind == "attention":  # chunked: both products at once
@@ -185,7 +176,9 @@ class Trace:
             "parameters": sum(math.prod(s) for s in shapes.values()),
             "peak_activation_bytes": self.peak_bytes,
             "peak_measured": self.peak_measured,
-            "largest_score_table_bytes": self.batch * b.n_heads * self.seq_len ** 2 * itemsize,
+            "largest_score_table_bytes": (self.batch * b.n_heads * self.seq_len ** 2 * itemsize
+                                          if self.attention == "full" else
+                                          b.n_heads * min(self.seq_len, BLOCK_ROWS) * self.seq_len * itemsize),
             "kv_cache_bytes": 2 * layers * self.batch * self.seq_len * b.n_kv_heads * b.head_dim * itemsize,
         }
 
@@ -203,6 +196,10 @@ def with_run(config: Config, batch: int | None = None, seq_len: int | None = Non
         raise InputError(f"--dtype: expected float32 or float64, got '{dtype}'")
     run = replace(config.run, batch=batch or config.run.batch, seq_len=seq_len or config.run.seq_len,
                   dtype=dtype or config.run.dtype)
+    m = config.model
+    if m is not None and m.positions == "learned" and run.seq_len > m.max_positions:
+        raise InputError(f"sequence of {run.seq_len} tokens exceeds model.max_positions={m.max_positions} "
+                         f"(learned positions); use a smaller --seq")
     return replace(config, run=run)
 
 
@@ -225,6 +222,8 @@ def available_bytes() -> int:
     """Memory this process may use: BLOCKCLI_MEMORY_LIMIT if set, else MemAvailable."""
     limit = os.environ.get("BLOCKCLI_MEMORY_LIMIT")
     if limit:
+        if not limit.strip().isdigit():
+            raise InputError(f"BLOCKCLI_MEMORY_LIMIT: expected a number of bytes, got '{limit}'")
         return int(limit)
     try:
         with open("/proc/meminfo") as f:
@@ -334,7 +333,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool) -> None:
         if b.rope:
             rec("q_rope", "RoPE on Q", S(B, h, T, d_h), (S(B, h, T, d_h),), kind="rope")
             rec("k_rope", "RoPE on K", S(B, h_kv, T, d_h), (S(B, h_kv, T, d_h),), kind="rope")
-        q, k = S(B, h, T, d_h), S(B, h, T, d_h)
+        q, k = S(B, h, T, d_h), S(B, h_kv, T, d_h)
         if chunked:
             rec("attn_heads", "blocked attention: softmax(mask(Q·Kᵀ/√d_h))·V", q, (q, k, k), kind="attention")
         else:

@@ -113,7 +113,6 @@ class Subject:
     parameters: Callable[[], dict[str, np.ndarray]] | None = None  # the arrays it exposes, if any
     forward32: Callable[[np.ndarray], np.ndarray] | None = None  # the same subject in float32
     block: DecoderBlock | None = None  # set when the subject is blockcli's block (or a seeded bug)
-    name: str = "blockcli"
 
 
 def block_subject(block: DecoderBlock) -> Subject:
@@ -207,8 +206,11 @@ def check_head_split(c: Context) -> tuple[bool, str, str]:
         for rotated in candidates:
             error = min(error, _diff(split[name], rotated))
         worst = max(worst, error)
-    return shapes_ok and _within(worst, EXACT * 100), \
-        f"Q {split['q'].shape}; max |head − column slice| {_fmt(worst)}", f"shape exact; {EXACT * 100:g}"
+    shapes = "; ".join(f"{n.upper()} {split[n].shape}" + ("" if split[n].shape == (B, heads[n], T, b.head_dim)
+                                                          else f" (expected {(B, heads[n], T, b.head_dim)})")
+                       for n in heads)
+    return shapes_ok and _within(worst, EXACT * 100), f"{shapes}; max |head − column slice| {_fmt(worst)}", \
+        f"shape exact; {EXACT * 100:g}"
 
 
 def _softmax_keys(masked: np.ndarray) -> np.ndarray:
@@ -457,6 +459,8 @@ def verification_config(config: Config) -> tuple[Config, list[str]]:
         k = max(2, b.d_model // 256)
         step = 2 if b.rope else 1
         head_dim = max(step * 2, b.head_dim // k // step * step)
+        while b.rope and int(head_dim * b.rope) // 2 * 2 < 2:  # keep at least one rotated pair
+            head_dim += step
         d_model = b.n_heads * head_dim if b.n_heads * b.head_dim == b.d_model else max(1, b.d_model // k)
         small = replace(b, d_model=d_model, head_dim=head_dim, d_ff=max(1, b.d_ff // k))
         notes.append(f"the block has {size:,} parameters: verified on a copy with the same structure scaled down "
@@ -472,6 +476,8 @@ def parse_selection(text: str | None, option: str = "checks") -> set[int] | None
         ids = {int(part) for part in text.replace(" ", "").split(",") if part}
     except ValueError:
         raise InputError(f"{option}: expected check numbers such as 4,8; got '{text}'") from None
+    if not ids:
+        raise InputError(f"{option}: expected at least one check number, such as 4,8")
     unknown = sorted(ids - set(CHECKS))
     if unknown:
         raise InputError(f"{option}: no check numbered {unknown[0]}; checks are 1–{max(CHECKS)}")
@@ -485,7 +491,10 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
     cfg, notes = verification_config(config)
     if weights is not None and any("scaled" in n for n in notes):
         raise InputError("the block is too large to verify with the given --weights on this machine")
-    params = resolve_weights(weights, block_parameter_shapes(cfg.block), cfg.run.seed, "float64")
+    try:
+        params = resolve_weights(weights, block_parameter_shapes(cfg.block), cfg.run.seed, "float64")
+    except InputError as exc:
+        raise InputError(f"{exc} (verify checks one block: --weights takes one block's keys)") from None
     if impl is None:
         subject = block_subject(DecoderBlock(cfg.block, params, ops, attention="full"))
     else:
@@ -511,6 +520,9 @@ def run_checks(subject: Subject, cfg: BlockConfig, x: np.ndarray, formula: Formu
         except Exception as exc:  # a broken block may raise anywhere in its forward pass
             context, failure = _Structure(subject, cfg, formula), _failure(exc)
         for i in selected:
+            if failure and i == 11 and subject.block is None:
+                checks.append(Check(i, NAMES[i], None, "an --impl target has no K/V-cache interface", ""))
+                continue
             if failure and i not in (1, 10):
                 checks.append(Check(i, NAMES[i], False, failure, "", HINTS[i]))
                 continue

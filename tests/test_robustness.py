@@ -11,6 +11,7 @@ import numpy as np
 from typer.testing import CliRunner
 
 from blockcli.cli import app
+from conftest import ROOT
 
 runner = CliRunner()
 
@@ -41,3 +42,35 @@ def test_ctrl_c_exits_130_and_leaves_no_file(tmp_path):
     assert stderr.strip().splitlines() == ["blockcli: error: interrupted"]
     assert "Traceback" not in stdout + stderr
     assert list(tmp_path.iterdir()) == [cfg]
+
+
+def test_combinations_that_cannot_work_are_refused_up_front(tmp_path, monkeypatch):
+    cases = [
+        (["trace", "--show-attention", "1", "--attention", "chunked"], "--show-attention"),
+        (["trace", "--show-attention", "0", "--shapes-only"], "--show-attention"),
+        (["trace", "--format", "json", "--export-svg", str(tmp_path / "t.svg")], "--export-svg"),
+        (["verify", "--impl", "examples/my_block.py:MyBlock", "--mutants"], "--impl"),
+        (["verify", "--inject", "no-mask", "--mutants"], "--inject"),
+        (["verify", "--only", ","], "--only"),
+        (["count", "--expect", "3152384.4"], "--expect"),
+        (["trace", "configs/tiny-gpt.yaml", "--seq", "300", "--shapes-only"], "max_positions"),
+    ]
+    monkeypatch.chdir(ROOT)
+    for args, named in cases:
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, args
+        assert named in result.stderr, (args, result.stderr)
+    assert not list(tmp_path.iterdir())
+    monkeypatch.setenv("BLOCKCLI_MEMORY_LIMIT", "1G")
+    result = runner.invoke(app, ["trace"])
+    assert result.exit_code == 2 and "BLOCKCLI_MEMORY_LIMIT" in result.stderr
+
+
+def test_mutants_not_applicable_to_a_config_are_listed_not_failed():
+    import json
+
+    result = runner.invoke(app, ["verify", str(ROOT / "configs" / "gqa-swiglu-rope.yaml"), "--mutants", "--json"])
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert [m["name"] for m in data["not_applicable"]] == ["count-forgets-biases"]
+    assert all(m["caught_by"] for m in data["mutants"])
