@@ -24,7 +24,7 @@ import numpy as np
 
 from blockcli import ops as F
 from blockcli.config import BlockConfig, Config, InputError, ModelConfig
-from blockcli.inputs import load_npz
+from blockcli.inputs import check_token_ids, load_npz
 from blockcli.ops import STANDARD_OPS, Array, Ops
 from blockcli.shapes import Shape, block_parameter_shapes, model_parameter_shapes
 
@@ -34,6 +34,12 @@ Record = Callable[..., None]  # record(key, op, out, inputs, kind=..., params=..
 # at most this much of it at a time (measured: smaller blocks starve BLAS at T=4096).
 CHUNK_TABLE_BYTES = 64 * 2**20
 BLOCK_ROWS = 256  # query rows per block at most: more blocks skip more of the future (measured best)
+
+
+def full_table(attention: str, table_bytes: int, traced: bool, chunk_bytes: int = CHUNK_TABLE_BYTES) -> bool:
+    """Whether attention builds the whole (B, h, T_q, T_k) score table: always for `full`, never for
+    `chunked`, and for `auto` only in a traced pass whose table fits in `chunk_bytes`."""
+    return attention == "full" or (attention == "auto" and traced and table_bytes <= chunk_bytes)
 
 
 def _ignore(*_args: Any, **_kwargs: Any) -> None:
@@ -263,9 +269,8 @@ class MultiHeadAttention:
         """
         B, h, T_q, _ = q.shape
         T_k = k.shape[2]
-        full_fits = B * h * T_q * T_k * q.itemsize <= self.chunk_bytes
-        traced_and_fits = self.attention == "auto" and full_fits and rec is not _ignore
-        if self.attention == "full" or self.ops is not STANDARD_OPS or traced_and_fits:
+        table_bytes = B * h * T_q * T_k * q.itemsize
+        if self.ops is not STANDARD_OPS or full_table(self.attention, table_bytes, rec is not _ignore, self.chunk_bytes):
             k_all, v_all = k, v  # grouped-query: each K/V head serves h / h_kv query heads
             if k.shape[1] != h:
                 k_all = np.repeat(k, h // k.shape[1], axis=1)  # (B, h, T_k, d_h)
@@ -542,12 +547,3 @@ def _prefixed(rec: Record, layer: int) -> Record:
         rec(f"blocks.{layer}.{key}", *args, layer=layer, **kwargs)
 
     return inner
-
-
-def check_token_ids(ids: Any, vocab_size: int) -> None:
-    if not isinstance(ids, np.ndarray) or ids.ndim != 2 or ids.dtype.kind not in "iu":
-        shape = getattr(ids, "shape", type(ids).__name__)
-        raise InputError(f"input: expected integer token ids of shape (B, T), got {shape} "
-                         f"{getattr(ids, 'dtype', '')}".rstrip())
-    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
-        raise InputError(f"input: token ids must lie in [0, {vocab_size}), found {ids.min()}..{ids.max()}")

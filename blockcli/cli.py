@@ -188,18 +188,6 @@ class Dtype(str, Enum):
     float64 = "float64"
 
 
-def _check_output(path: Optional[Path], force: bool, option: str) -> None:
-    """Before any work: an output file must not exist (unless --force) and its folder must."""
-    if path is None:
-        return
-    if path.exists() and not force:
-        raise InputError(f"{option} {path}: file exists; pass --force to overwrite it")
-    if path.is_dir():
-        raise InputError(f"{option} {path}: is a directory")
-    if not (path.parent if str(path.parent) else Path(".")).is_dir():
-        raise InputError(f"{option} {path}: folder {path.parent} does not exist")
-
-
 @app.command()
 def trace(
     config: ConfigArg = None,
@@ -230,7 +218,7 @@ def trace(
     def body() -> int:
         from blockcli import render
         from blockcli.config import load_config
-        from blockcli.inputs import load_input, save_npz
+        from blockcli.inputs import check_writable, load_input, save_npz
         from blockcli.trace import (analytic_trace, available_bytes, collapse_layers, forward_bytes_estimate,
                                     run_trace, with_run)
 
@@ -243,7 +231,8 @@ def trace(
             raise InputError("--show-attention needs the attention weights of a real full-table pass; "
                              "drop --shapes-only and --attention chunked")
         for path, option in ((save, "--save"), (export_svg, "--export-svg"), (export_html, "--export-html")):
-            _check_output(path, force, option)
+            if path is not None:
+                check_writable(path, force, option)
         cfg = load_config(config)
         x = load_input(input_file, cfg) if input_file is not None else None
         if x is not None:
@@ -419,7 +408,10 @@ def convert(
         from blockcli.count import count_parameters
         from blockcli.hf import read_hf, to_yaml
 
-        _check_output(output, force, "--output")
+        if output is not None:
+            from blockcli.inputs import check_writable
+
+            check_writable(output, force, "--output")
         mapping, cfg = read_hf(hf_config)
         total = count_parameters(cfg).total
         mapping["about"]["parameters"] = total

@@ -270,7 +270,7 @@ def _int(data: Mapping[str, Any], key: str, path: str, default: int, minimum: in
 
 
 def _float(data: Mapping[str, Any], key: str, path: str, default: float,
-           low: float, high: float, low_open: bool = False) -> float:
+           low: float, high: float, low_open: bool = False, high_open: bool = False) -> float:
     value = data.get(key, default)
     if isinstance(value, str):
         try:
@@ -284,9 +284,10 @@ def _float(data: Mapping[str, Any], key: str, path: str, default: float,
     except OverflowError:
         raise ConfigError(f"{path}.{key}: expected a number in range, got {_kind(value)}") from None
     too_low = value <= low if low_open else value < low
-    if not math.isfinite(value) or too_low or value > high:
-        bound = "(" if low_open else "["
-        raise ConfigError(f"{path}.{key}: expected a number in {bound}{low:g}, {high:g}], got {value:g}")
+    too_high = value >= high if high_open else value > high
+    if not math.isfinite(value) or too_low or too_high:
+        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise ConfigError(f"{path}.{key}: expected a number in {interval}, got {value:g}")
     return value
 
 
@@ -348,10 +349,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         placement=_choice(data, "placement", p, "pre", PLACEMENTS),
         rope=rope,
         rope_theta=_float(data, "rope_theta", p, 10000.0, 0.0, 1e12, low_open=True),
-        dropout=_float(data, "dropout", p, 0.0, 0.0, 1.0),
+        dropout=_float(data, "dropout", p, 0.0, 0.0, 1.0, high_open=True),
     )
-    if block.dropout >= 1.0:
-        raise ConfigError("block.dropout: expected a number in [0, 1), got 1")
     if rope and block.rope_dims == 0:
         raise ConfigError(f"block.rope: a fraction of {rope:g} of head_dim={head_dim} rotates no "
                           f"dimension pair; expected at least 2/head_dim")

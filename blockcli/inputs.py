@@ -58,11 +58,7 @@ def load_input(path: Path, config: Config) -> np.ndarray:
         x.close()
         raise InputError(f"{path}: is an .npz archive, expected a single .npy array")
     if config.model is not None:
-        if x.ndim != 2 or x.dtype.kind not in "iu":
-            raise InputError(f"{path}: expected integer token ids of shape (B, T), got {x.dtype} {x.shape}")
-        if x.size and (x.min() < 0 or x.max() >= config.model.vocab_size):
-            raise InputError(f"{path}: token ids must lie in [0, {config.model.vocab_size}), "
-                             f"found {x.min()}..{x.max()}")
+        check_token_ids(x, config.model.vocab_size, str(path))
     else:
         d = config.block.d_model
         if x.ndim != 3 or x.shape[-1] != d:
@@ -76,6 +72,16 @@ def load_input(path: Path, config: Config) -> np.ndarray:
     return x
 
 
+def check_token_ids(ids: Any, vocab_size: int, source: str = "input") -> None:
+    """Token ids must be an integer (B, T) array with every id in [0, vocab_size)."""
+    if not isinstance(ids, np.ndarray) or ids.ndim != 2 or ids.dtype.kind not in "iu":
+        shape = getattr(ids, "shape", type(ids).__name__)
+        raise InputError(f"{source}: expected integer token ids of shape (B, T), got {getattr(ids, 'dtype', '')} "
+                         f"{shape}")
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise InputError(f"{source}: token ids must lie in [0, {vocab_size}), found {ids.min()}..{ids.max()}")
+
+
 def save_npz(path: Path, arrays: Mapping[str, Any], force: bool = False) -> None:
     """Write arrays to `path` atomically; refuse to replace an existing file unless `force`."""
     write_atomically(path, lambda f: np.savez(f, **arrays), force)
@@ -85,15 +91,21 @@ def save_text(path: Path, text: str, force: bool = False) -> None:
     write_atomically(path, lambda f: f.write(text.encode("utf-8")), force)
 
 
+def check_writable(path: Path, force: bool = False, label: str = "") -> None:
+    """An output file must not exist (unless forced), must not be a directory, and its folder must exist."""
+    where = f"{label} {path}" if label else str(path)
+    if path.is_dir():
+        raise InputError(f"{where}: is a directory")
+    if path.exists() and not force:
+        raise InputError(f"{where}: file exists; pass --force to overwrite it")
+    if not (path.parent if str(path.parent) else Path(".")).is_dir():
+        raise InputError(f"{where}: folder {path.parent} does not exist")
+
+
 def write_atomically(path: Path, write: Callable[[BinaryIO], Any], force: bool = False) -> None:
     """Write through a temporary file in the target folder, then rename it into place."""
-    if path.exists() and not force:
-        raise InputError(f"{path}: file exists; pass --force to overwrite it")
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory")
+    check_writable(path, force)
     folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"{path}: folder {folder} does not exist")
     try:
         fd, tmp = tempfile.mkstemp(prefix=".blockcli-", suffix=path.suffix, dir=folder)
     except OSError as exc:

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from blockcli.block import (BLOCK_ROWS, CHUNK_TABLE_BYTES, DecoderBlock, Model, block_parameter_shapes,
+from blockcli.block import (BLOCK_ROWS, CHUNK_TABLE_BYTES, DecoderBlock, Model, block_parameter_shapes, full_table,
                             model_parameter_shapes)
 from blockcli.config import Config, InputError
 
@@ -210,7 +210,7 @@ def forward_bytes_estimate(config: Config, attention: str = "auto") -> int:
     shapes = model_parameter_shapes(config) if m else block_parameter_shapes(b)
     params = sum(math.prod(s) for s in shapes.values())
     table = B * b.n_heads * T * T
-    if attention == "chunked" or (attention == "auto" and table * itemsize > CHUNK_TABLE_BYTES):
+    if not full_table(attention, table * itemsize, traced=True):
         table = min(table, CHUNK_TABLE_BYTES // itemsize)
     per_layer = (8 * B * T * b.d_model + 3 * B * T * b.d_ff
                  + 3 * B * T * (b.n_heads + 2 * b.n_kv_heads) * b.head_dim + 3 * table)
@@ -293,8 +293,7 @@ def analytic_trace(config: Config, attention: str = "auto") -> Trace:
     S = lambda *shape: ShapeOnly(tuple(shape), dt)  # noqa: E731
     shapes = model_parameter_shapes(config) if m else block_parameter_shapes(b)
     rec = Recorder({k: math.prod(s) for k, s in shapes.items()})
-    chunked = attention == "chunked" or (attention == "auto" and B * b.n_heads * T * T * dt.itemsize
-                                         > CHUNK_TABLE_BYTES)
+    chunked = not full_table(attention, B * b.n_heads * T * T * dt.itemsize, traced=True)
     if m:
         ids, wte = ShapeOnly((B, T), np.dtype(np.int64)), S(m.vocab_size, b.d_model)
         rec("tok_emb", "token embedding", S(B, T, b.d_model), (ids, wte), kind="gather", params=("wte",))
