@@ -113,9 +113,6 @@ class Config:
         return data
 
 
-DEFAULT_YAML_NAME = "default"
-
-
 # --------------------------------------------------------------------------- loading
 
 
@@ -135,7 +132,7 @@ def load_config(source: str | Path | Mapping[str, Any] | None = None) -> Config:
     None gives the built-in default: the reference chapter's block (d=512, h=8, d_ff=2048).
     """
     if source is None:
-        return parse_config({}, name=DEFAULT_YAML_NAME)
+        return parse_config({}, name="default")
     if isinstance(source, Mapping):
         return parse_config(source, name="<mapping>")
     text_source = str(source)
