@@ -333,7 +333,7 @@ def verify(
     def body() -> int:
         from blockcli import render
         from blockcli.config import load_config
-        from blockcli.mutants import MUTANTS, find_mutant
+        from blockcli.mutants import MUTANTS, find_mutant, run_mutants
         from blockcli.verify import parse_selection
         from blockcli.verify import verify as run_checks
 
@@ -353,13 +353,8 @@ def verify(
         if mutants:
             if len(sources) > 1:
                 raise InputError("--mutants runs on one config at a time")
-            cfg = load_config(sources[0])
-            from blockcli.verify import verification_config
-
-            small = verification_config(cfg)[0].block
-            skipped = {m.name: why for m in MUTANTS if (why := m.inapplicable(small))}
-            rows = [(m, run_checks(cfg, weights=weights, ops=m.ops, formula=m.formula, only=chosen_only,
-                                   skip=chosen_skip)) for m in MUTANTS if m.name not in skipped]
+            rows, skipped = run_mutants(load_config(sources[0]), weights=weights, only=chosen_only,
+                                        skip=chosen_skip)
             if json_out:
                 print_out(render.to_json(render.mutants_json(rows, skipped)))
             else:
@@ -380,14 +375,7 @@ def verify(
                      + (f" on {impl}" if impl else ""))
             console().print(render.verify_table(reports[0], title))
         else:
-            out = console()
-            for r in reports:
-                out.print(render.verify_summary(r), style="green" if r.passed else "bold red", highlight=False)
-                for c in r.checks:
-                    if c.passed is False:
-                        out.print(f"  {c.id}. {c.name}: {c.measured} — hint: {c.hint}", highlight=False)
-                for note in r.notes:
-                    out.print(f"  note: {note}", style="dim", highlight=False)
+            console().print(render.verify_summaries(reports))
         return EXIT_OK if all(r.passed for r in reports) else EXIT_FAILED
 
     run_guarded(body)

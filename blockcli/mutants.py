@@ -14,7 +14,7 @@ import numpy as np
 
 from blockcli import ops as F
 from blockcli.count import Formula, Poly, Row, block_formula
-from blockcli.config import BlockConfig, InputError
+from blockcli.config import BlockConfig, Config, InputError
 from blockcli.ops import STANDARD_OPS, Array, Ops
 
 
@@ -140,3 +140,13 @@ def find_mutant(name: str) -> Mutant:
     close = difflib.get_close_matches(name, [m.name for m in MUTANTS], n=1)
     hint = f"; did you mean '{close[0]}'?" if close else "; see `blockcli verify --list-mutants`"
     raise InputError(f"--inject: no seeded bug named '{name}'{hint}")
+
+
+def run_mutants(config: Config, **options: Any) -> tuple[list[tuple[Mutant, Any]], dict[str, str]]:
+    """The checklist on every seeded bug that can show in this config: ([(mutant, report)], {name: why not})."""
+    from blockcli.verify import verification_config, verify
+
+    block = verification_config(config)[0].block  # the block the checks really run on
+    skipped = {m.name: why for m in MUTANTS if (why := m.inapplicable(block))}
+    rows = [(m, verify(config, ops=m.ops, formula=m.formula, **options)) for m in MUTANTS if m.name not in skipped]
+    return rows, skipped

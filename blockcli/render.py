@@ -325,6 +325,19 @@ def verify_table(report: Report, title: str = "") -> Group:
     return Group(*parts)
 
 
+def verify_summaries(reports: Sequence[Report]) -> Group:
+    """One summary line per config, then its failures and notes."""
+    from rich.console import Group
+    from rich.text import Text
+
+    lines = []
+    for r in reports:
+        lines.append(Text(verify_summary(r), style="green" if r.passed else "bold red"))
+        lines += [Text(f"  {c.id}. {c.name}: {c.measured} — hint: {c.hint}") for c in r.checks if c.passed is False]
+        lines += [Text(f"  note: {note}", style="dim") for note in r.notes]
+    return Group(*lines)
+
+
 def mutants_json(rows: Sequence[tuple[Mutant, Report]], skipped: dict[str, str]) -> dict[str, Any]:
     return {
         "passed": all(not r.passed for _, r in rows),
