@@ -26,14 +26,27 @@ from blockcli import ops as F
 from blockcli.config import BlockConfig, Config, InputError, ModelConfig
 from blockcli.inputs import check_token_ids, load_npz
 from blockcli.ops import STANDARD_OPS, Array, Ops
+from blockcli.parallel import share_out
 from blockcli.shapes import Shape, block_parameter_shapes, model_parameter_shapes
 
 Record = Callable[..., None]  # record(key, op, out, inputs, kind=..., params=...)
 
-# In auto mode a traced pass builds the full score table up to this size; the blocked kernel holds
-# at most this much of it at a time (measured: smaller blocks starve BLAS at T=4096).
+# In auto mode a traced pass builds the full score table up to this size; above it, and in every
+# untraced pass, the blocked kernel works in tiles that never hold the table.
 CHUNK_TABLE_BYTES = 64 * 2**20
-BLOCK_ROWS = 256  # query rows per block at most: more blocks skip more of the future (measured best)
+# One attention tile's scores at most: small enough to stay in cache through the softmax's passes
+# (measured on 2 cores: 1-4 MiB tiles 25% faster than 64 MiB ones at T=4096).
+TILE_BYTES = 2 * 2**20
+TILE_ROWS = 128  # query rows per attention tile at most (measured best among 64, 128, 256)
+
+
+def attention_tile(n_heads: int, n_kv_heads: int, t_q: int, t_k: int, itemsize: int,
+                   tile_bytes: int = TILE_BYTES) -> tuple[int, int]:
+    """(query rows, K/V heads) of one tile of the blocked kernel. A tile holds the scores of its
+    K/V heads' query groups against t_k keys: at most `tile_bytes` unless one row alone is more."""
+    row_bytes = n_heads // n_kv_heads * t_k * itemsize  # one query row of one K/V head's group
+    rows = int(min(t_q, TILE_ROWS, max(1, tile_bytes // row_bytes)))
+    return rows, int(min(n_kv_heads, max(1, tile_bytes // (rows * row_bytes))))
 
 
 def full_table(attention: str, table_bytes: int, traced: bool, chunk_bytes: int = CHUNK_TABLE_BYTES) -> bool:
@@ -44,14 +57,6 @@ def full_table(attention: str, table_bytes: int, traced: bool, chunk_bytes: int 
 
 def _ignore(*_args: Any, **_kwargs: Any) -> None:
     """The record callback used when nobody is tracing."""
-
-
-def linear(x: Array, w: Array, b: Array | None) -> Array:
-    """x (..., n_in) @ W (n_in, n_out) + b, as one GEMM over all leading axes."""
-    out = (x.reshape(-1, x.shape[-1]) @ w).reshape(*x.shape[:-1], w.shape[1])
-    if b is not None:
-        out += b
-    return out
 
 
 def parameter_bytes(shapes: Mapping[str, Shape], dtype: str) -> int:
@@ -206,8 +211,8 @@ class MultiHeadAttention:
     p: dict[str, Array]
     ops: Ops = STANDARD_OPS
     attention: str = "auto"  # auto | full | chunked
-    chunk_bytes: int = CHUNK_TABLE_BYTES  # auto: a full score table above this is computed in blocks
-    block_bytes: int = CHUNK_TABLE_BYTES  # the score block of the blocked kernel, all heads together
+    chunk_bytes: int = CHUNK_TABLE_BYTES  # auto: a full score table above this is computed in tiles
+    tile_bytes: int = TILE_BYTES  # the scores of one tile of the blocked kernel
 
     def __post_init__(self) -> None:
         p = self.p
@@ -226,7 +231,7 @@ class MultiHeadAttention:
         B, T, _ = x.shape
         start = cache.length if cache is not None else 0
 
-        qkv = linear(x, self.w_qkv, self.b_qkv)  # (B, T, (h + 2·h_kv)·d_h): one GEMM for Q, K and V
+        qkv = F.linear(x, self.w_qkv, self.b_qkv)  # (B, T, (h + 2·h_kv)·d_h): one GEMM for Q, K and V
         q_width, kv_width = p["w_q"].shape[1], p["w_k"].shape[1]
         q_flat = qkv[..., :q_width]  # (B, T, h·d_h)
         rec("q_proj", "Q projection", q_flat, (x, p["w_q"]), kind="linear", params=("w_q", "b_q"))
@@ -289,38 +294,43 @@ class MultiHeadAttention:
         return heads
 
     def _attend_blocked(self, q: Array, k: Array, v: Array, start: int) -> Array:
-        """Query blocks of all heads at once, sized to `block_bytes` of scores.
+        """Tiles of query rows × K/V heads (`attention_tile`), shared among the cores.
 
-        Each block sees keys [0, start + end of block) only (the rest are all in the future), the
-        1/√d_h scale is folded into Q once, only the block's diagonal square needs the mask, the
-        softmax runs in place in one reused buffer, and rows are normalised after ·V (d_h columns
-        instead of T_k). Grouped-query heads share their K/V head without copying it.
+        A tile sees keys [0, start + end of its rows) only (the rest are all in the future), the
+        1/√d_h scale is folded into Q once, only the tile's diagonal square needs the mask, the
+        softmax runs in place in one buffer per worker, and rows are normalised after ·V (d_h
+        columns instead of T_k). Grouped-query heads share their K/V head without copying it.
         """
         B, h, T, d_h = q.shape
         h_kv, T_k = k.shape[1], k.shape[2]
         group = h // h_kv
         dtype = np.result_type(q, k)
-        qs = np.multiply(q, 1.0 / math.sqrt(d_h), dtype=dtype)  # (B, h, T, d_h), contiguous
-        out = np.empty((B, T, h, d_h), dtype=dtype)  # written in the combined-heads layout
-        rows = int(min(T, BLOCK_ROWS, max(1, self.block_bytes // (h * T_k * q.itemsize))))
+        qs = np.multiply(q, 1.0 / math.sqrt(d_h), dtype=dtype).reshape(B, h_kv, group, T, d_h)
+        out = np.empty((B, T, h_kv, group, d_h), dtype=dtype)  # written in the combined-heads layout
+        rows, heads = attention_tile(h, h_kv, T, T_k, q.itemsize, self.tile_bytes)
         future = np.triu(np.full((rows, rows), -np.inf, dtype=dtype), k=1)  # (C, C)
-        buf = np.empty(h * rows * T_k, dtype=dtype)
-        for b in range(B):
-            for lo in range(0, T, rows):
+
+        def run(tiles: list[tuple[int, int, int]]) -> None:
+            buf = np.empty(heads * group * rows * T_k, dtype=dtype)
+            for b, g, lo in tiles:
                 hi = min(T, lo + rows)
-                c, visible = hi - lo, start + hi
-                q_blk = qs[b, :, lo:hi].reshape(h_kv, group * c, d_h)  # (h_kv, g·C, d_h)
-                s = buf[:h * c * visible].reshape(h_kv, group * c, visible)
-                np.matmul(q_blk, k[b, :, :visible].swapaxes(-1, -2), out=s)  # (h_kv, g·C, T_vis)
-                s4 = s.reshape(h_kv, group, c, visible)
-                s4[..., visible - c:] += future[:c, :c]  # the diagonal square; earlier keys all visible
+                c, visible, kv = hi - lo, start + hi, slice(g, min(h_kv, g + heads))
+                n = kv.stop - g
+                q_tile = qs[b, kv, :, lo:hi].reshape(n, group * c, d_h)  # (n, g·C, d_h)
+                s = buf[:n * group * c * visible].reshape(n, group * c, visible)
+                np.matmul(q_tile, k[b, kv, :visible].swapaxes(-1, -2), out=s)  # (n, g·C, T_vis)
+                s.reshape(n, group, c, visible)[..., visible - c:] += future[:c, :c]  # the diagonal square
                 s -= s.max(axis=-1, keepdims=True)
                 np.exp(s, out=s)
-                total = s.sum(axis=-1, keepdims=True)  # (h_kv, g·C, 1)
-                mixed = s @ v[b, :, :visible]  # (h_kv, g·C, d_h)
+                total = s.sum(axis=-1, keepdims=True)  # (n, g·C, 1)
+                mixed = s @ v[b, kv, :visible]  # (n, g·C, d_h)
                 mixed /= total
-                out[b, lo:hi] = mixed.reshape(h, c, d_h).transpose(1, 0, 2)
-        return out.transpose(0, 2, 1, 3)  # (B, h, T, d_h) view of the (B, T, h, d_h) buffer
+                out[b, lo:hi, kv] = mixed.reshape(n, group, c, d_h).transpose(2, 0, 1, 3)
+
+        tiles = [(b, g, lo) for b in range(B) for g in range(0, h_kv, heads) for lo in range(0, T, rows)]
+        share_out(run, tiles, cost=lambda tile: start + min(T, tile[2] + rows),
+                  work=2 * B * h * T * (start + T / 2) * d_h)  # Q·Kᵀ and weights·V, causal half
+        return out.reshape(B, T, h, d_h).transpose(0, 2, 1, 3)  # (B, h, T, d_h) view
 
 
 @dataclass
@@ -331,16 +341,32 @@ class MLP:
     p: Mapping[str, Array]
 
     def __call__(self, x: Array, rec: Record = _ignore) -> Array:
+        """x (B, T, d) → (B, T, d). Untraced, the rows go through in tiles of ROW_TILE shared among
+        the cores: the same arithmetic per row, without ever holding the (B, T, d_ff) activation."""
+        n, (d, d_ff) = math.prod(x.shape[:-1]), self.p["w_1"].shape
+        if rec is not _ignore or n <= F.ROW_TILE:
+            return self._rows(x, rec)
+        flat = x.reshape(n, d)  # (B·T, d)
+        out = np.empty((n, d), dtype=np.result_type(x, self.p["w_1"], self.p["w_2"]))
+
+        def run(starts: list[int]) -> None:
+            for lo in starts:
+                out[lo:lo + F.ROW_TILE] = self._rows(flat[lo:lo + F.ROW_TILE])
+
+        share_out(run, range(0, n, F.ROW_TILE), cost=lambda lo: 1, work=n * d * d_ff * (3 if self.cfg.gated else 2))
+        return out.reshape(x.shape)
+
+    def _rows(self, x: Array, rec: Record = _ignore) -> Array:
         p = self.p
-        pre = linear(x, p["w_1"], p.get("b_1"))  # (B, T, d_ff)
+        pre = F.linear(x, p["w_1"], p.get("b_1"))  # (…, d_ff)
         rec("mlp_pre", "MLP expand", pre, (x, p["w_1"]), kind="linear", params=("w_1", "b_1"))
-        act = F.ACTIVATION_FUNCTIONS[self.cfg.activation](pre)  # (B, T, d_ff)
+        act = F.ACTIVATION_FUNCTIONS[self.cfg.activation](pre)  # (…, d_ff)
         if self.cfg.gated:
-            up = linear(x, p["w_3"], p.get("b_3"))  # (B, T, d_ff)
+            up = F.linear(x, p["w_3"], p.get("b_3"))  # (…, d_ff)
             rec("mlp_up", "MLP up (gate partner)", up, (x, p["w_3"]), kind="linear", params=("w_3", "b_3"))
             act = act * up
         rec("mlp_act", f"activation ({self.cfg.activation})", act, (pre,), kind=self.cfg.activation)
-        out = linear(act, p["w_2"], p.get("b_2"))  # (B, T, d)
+        out = F.linear(act, p["w_2"], p.get("b_2"))  # (…, d)
         rec("mlp_out", "MLP contract", out, (act, p["w_2"]), kind="linear", params=("w_2", "b_2"))
         return out
 
@@ -520,7 +546,7 @@ class Model:
             params: tuple[str, ...] = ("wte (tied)",)
         else:
             w, params = self.params["lm_head"], ("lm_head",)
-        logits = linear(x, w, self.params.get("lm_head_bias"))  # (B, T, V)
+        logits = F.linear(x, w, self.params.get("lm_head_bias"))  # (B, T, V)
         rec("logits", "LM head", logits, (x, w), kind="linear", params=params + ("lm_head_bias",))
         return logits
 

@@ -23,7 +23,30 @@ from typing import Callable
 
 import numpy as np
 
+from blockcli.parallel import share_out
+
 Array = np.ndarray
+ROW_TILE = 256  # rows per tile of a linear layer or the MLP: its (rows, d_ff) activation stays in cache
+
+# ----------------------------------------------------------------------------- linear layers
+
+
+def linear(x: Array, w: Array, b: Array | None) -> Array:
+    """x (..., n_in) @ W (n_in, n_out) + b, as GEMMs over tiles of ROW_TILE rows shared among the cores."""
+    flat = x.reshape(-1, x.shape[-1])  # (N, n_in)
+    n = flat.shape[0]
+    out = np.empty((n, w.shape[1]), dtype=np.result_type(flat, w))  # (N, n_out)
+
+    def run(starts: list[int]) -> None:
+        for lo in starts:
+            rows = out[lo:lo + ROW_TILE]
+            np.matmul(flat[lo:lo + ROW_TILE], w, out=rows)
+            if b is not None:
+                rows += b
+
+    share_out(run, range(0, n, ROW_TILE), cost=lambda lo: 1, work=n * w.shape[0] * w.shape[1])
+    return out.reshape(*x.shape[:-1], w.shape[1])
+
 
 # ----------------------------------------------------------------------------- activations
 
@@ -127,8 +150,7 @@ def attention_weights(scores: Array, allowed: Array) -> tuple[Array, Array]:
 
 def project_out(concat: Array, w_o: Array, b_o: Array | None) -> Array:
     """Concatenated heads (B, T, h·d_h) → residual stream (B, T, d) through W_O."""
-    out = concat @ w_o
-    return out if b_o is None else out + b_o
+    return linear(concat, w_o, b_o)
 
 
 def residual_add(x: Array, update: Array) -> Array:

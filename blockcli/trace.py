@@ -20,8 +20,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from blockcli.block import (BLOCK_ROWS, CHUNK_TABLE_BYTES, DecoderBlock, Model, block_parameter_shapes, full_table,
-                            model_parameter_shapes)
+from blockcli.block import (CHUNK_TABLE_BYTES, DecoderBlock, Model, attention_tile, block_parameter_shapes,
+                            full_table, model_parameter_shapes)
 from blockcli.config import Config, InputError
 
 # Per-element FLOPs of the elementwise operations (a convention, stated in the README).
@@ -168,6 +168,8 @@ class Trace:
         itemsize = np.dtype(self.dtype).itemsize
         layers = cfg.model.n_layers if cfg.model else 1
         shapes = model_parameter_shapes(cfg) if cfg.model else block_parameter_shapes(b)
+        T = self.seq_len
+        rows, heads = attention_tile(b.n_heads, b.n_kv_heads, T, T, itemsize)
         return {
             "flops": sum(r.flops for r in self.rows),
             "matmul_flops": sum(r.matmul_flops for r in self.rows),
@@ -176,9 +178,8 @@ class Trace:
             "parameters": sum(math.prod(s) for s in shapes.values()),
             "peak_activation_bytes": self.peak_bytes,
             "peak_measured": self.peak_measured,
-            "largest_score_table_bytes": (self.batch * b.n_heads * self.seq_len ** 2 * itemsize
-                                          if self.attention == "full" else
-                                          b.n_heads * min(self.seq_len, BLOCK_ROWS) * self.seq_len * itemsize),
+            "largest_score_table_bytes": (self.batch * b.n_heads * T * T if self.attention == "full" else
+                                          heads * b.n_heads // b.n_kv_heads * rows * T) * itemsize,
             "kv_cache_bytes": 2 * layers * self.batch * self.seq_len * b.n_kv_heads * b.head_dim * itemsize,
         }
 

@@ -32,3 +32,13 @@ def config_error_message(load: Callable[[], Any], what: Any = "") -> str:
     assert "\n" not in message, f"message is not one line: {message!r}"
     assert message.strip(), "empty message"
     return message
+
+
+@pytest.fixture
+def shared_tiles(monkeypatch):
+    """Every linear layer, attention and MLP, however small, cuts its work into tiles of a few rows
+    and shares them among 3 threads (whatever this machine's core count): tiny tests take the threaded path."""
+    from blockcli import ops, parallel
+    monkeypatch.setattr(parallel, "SHARED_WORK", 0)
+    monkeypatch.setattr(ops, "ROW_TILE", 3)
+    monkeypatch.setattr(parallel, "worker_count", lambda: 3)

@@ -362,17 +362,16 @@ def test_model_incremental_decoding_matches_full(name, chunk):
 @pytest.mark.parametrize("table_rows", [1, 3])
 @pytest.mark.parametrize("name", ["base_gelu_tanh_pre_layernorm",
                                   "combo_gqa_rope_swiglu_rms_parallel"])
-def test_block_chunked_attention_matches_reference(name, table_rows):
-    """blockcli computes attention in query blocks that never hold the full table.
-    Force small blocks and compare, full and cached."""
+def test_block_chunked_attention_matches_reference(name, table_rows, shared_tiles):
+    """blockcli computes attention in tiles that never hold the full table, shared among threads.
+    Force small tiles and compare, full and cached."""
     bd = BLOCK_CASES[name]
     B, T = 2, 7
     cfg = make_cfg(bd, batch=B, seq_len=T)
     w = random_weights(ref.block_param_shapes(bd), seed=51)
     blk = DecoderBlock.from_config(cfg, weights=w, attention="chunked")
-    h = bd["n_heads"]
-    # rows per block = block_bytes // (h * T_k * itemsize); aim for `table_rows` rows
-    blk.attn.block_bytes = table_rows * h * T * 8
+    # a tile holds `table_rows` query rows of one K/V head's query group
+    blk.attn.tile_bytes = table_rows * cfg.block.n_heads // cfg.block.n_kv_heads * T * 8
     x = random_x(B, T, bd["d_model"], seed=8)
     y_ref = ref.block_forward(bd, w, x)
     assert maxdiff(np.asarray(blk(x)), y_ref) <= TOL64

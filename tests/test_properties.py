@@ -1,7 +1,7 @@
 """Properties over random valid configs, across every variant the schema allows (hypothesis)."""
 
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from blockcli import ops
 from blockcli.block import DecoderBlock, Model
@@ -33,11 +33,13 @@ def test_cached_decoding_equals_full_pass(block, seq, chunk):
     assert np.max(np.abs(np.concatenate(steps, axis=1) - blk(x))) < 1e-10
 
 
-@given(block_mappings(), st.integers(2, 12), st.integers(1, 5))
-def test_chunked_attention_equals_full_table(block, seq, rows):
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])  # the fixture only patches constants
+@given(block_mappings(), st.integers(2, 12), st.integers(1, 5), st.integers(1, 3))
+def test_tiled_threaded_pass_equals_full_table(shared_tiles, block, seq, rows, kv_heads):
     full, cfg = build(block, seq, "full")
     chunked = DecoderBlock(cfg.block, full.params, attention="chunked")
-    chunked.attn.block_bytes = cfg.block.n_heads * seq * 8 * rows  # `rows` query rows per block
+    # tiles of `rows` query rows × `kv_heads` K/V heads (with their query groups), shared among 3 threads
+    chunked.attn.tile_bytes = kv_heads * cfg.block.n_heads // cfg.block.n_kv_heads * seq * 8 * rows
     x = inputs(cfg)
     assert np.max(np.abs(chunked(x) - full(x))) < 1e-12
 

@@ -146,11 +146,11 @@ def test_save_matches_independent_reference_intermediate_by_intermediate(tmp_pat
     {"d_model": 32, "n_heads": 8, "n_kv_heads": 2, "d_ff": 40, "rope": True, "norm": "rmsnorm"},
     {"d_model": 16, "n_heads": 2, "d_ff": 24, "placement": "post", "activation": "swiglu"},
 ])
-def test_chunked_attention_equals_full_table(block):
+def test_chunked_attention_equals_full_table(block, shared_tiles):
     cfg = parse_config({"block": block, "run": {"batch": 2, "seq_len": 37, "dtype": "float64"}})
     full = DecoderBlock.from_config(cfg, attention="full")
     chunked = DecoderBlock.from_config(cfg, attention="chunked")
-    chunked.attn.block_bytes = cfg.block.n_heads * 37 * 8 * 5  # five query rows per block
+    chunked.attn.tile_bytes = cfg.block.n_heads // cfg.block.n_kv_heads * 37 * 8 * 5  # 5 rows, 1 K/V head
     x = np.random.default_rng(0).standard_normal((2, 37, cfg.block.d_model))
     assert np.max(np.abs(full(x) - chunked(x))) < 1e-12
 

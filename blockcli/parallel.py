@@ -1,0 +1,90 @@
+"""Sharing a forward pass's heavy tiles among the CPU cores.
+
+BLAS spreads each matrix product over every core, but NumPy's elementwise passes (the softmax's
+exp and reductions, the activation) run on one. The attention and MLP kernels therefore cut
+their work into independent tiles and hand them to one Python thread per core (NumPy releases
+the GIL inside its loops), while BLAS is held to one thread so the two kinds of threading do
+not fight over the cores. threadpoolctl does the holding for whichever BLAS NumPy was built
+with; it is imported only when a pass is big enough to share out, so `blockcli count` never
+pays for it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable, Sequence, TypeVar
+
+import numpy as np
+
+Tile = TypeVar("Tile")
+# Work below this many multiply-adds (about 50 µs on one core) stays on the calling thread, where
+# handing it out would cost more than it saves.
+SHARED_WORK = 2**22
+_state: dict[str, Any] = {}  # the threadpoolctl controller and the thread pool, made on first use
+_local = threading.local()  # .worker is True in the pool's threads: work they share out stays with them
+
+
+def _mark_worker() -> None:
+    _local.worker = True
+
+
+def _controller() -> Any:
+    if "controller" not in _state:
+        from threadpoolctl import ThreadpoolController
+        _state["controller"] = ThreadpoolController()
+    return _state["controller"]
+
+
+def worker_count() -> int:
+    """Threads to share tiles among: as many as BLAS uses (so OPENBLAS_NUM_THREADS=1 and the like
+    turn sharing off), at most the cores this process may run on; 1 if no BLAS can be held."""
+    blas = _controller().select(user_api="blas").info()
+    if not blas:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, max(lib["num_threads"] for lib in blas)))
+
+
+def _pool(workers: int) -> Any:
+    if _state.get("workers") != workers:
+        from concurrent.futures import ThreadPoolExecutor
+        if "pool" in _state:
+            _state["pool"].shutdown()
+        _state["pool"] = ThreadPoolExecutor(workers, thread_name_prefix="blockcli", initializer=_mark_worker)
+        _state["workers"] = workers
+    return _state["pool"]
+
+
+def share_out(run: Callable[[list[Tile]], None], tiles: Sequence[Tile], cost: Callable[[Tile], int],
+              work: float) -> None:
+    """Call `run` on disjoint lists of `tiles` that together cover them all, one list per worker.
+
+    Lists are balanced by `cost` (largest tile first, each to the least-loaded worker). `run`
+    must write only its own tiles' outputs; it gets each list whole, so it can allocate its
+    scratch buffers once. `work` is the multiply-adds of all the tiles: below SHARED_WORK, in
+    a worker already, or with one worker, `run` gets every tile here, on the calling thread.
+    """
+    shared = work >= SHARED_WORK and len(tiles) > 1 and not getattr(_local, "worker", False)
+    workers = min(len(tiles), worker_count()) if shared else 1
+    if workers == 1:
+        run(list(tiles))
+        return
+    plans: list[list[Tile]] = [[] for _ in range(workers)]
+    loads = [0] * workers
+    for tile in sorted(tiles, key=cost, reverse=True):
+        w = loads.index(min(loads))
+        plans[w].append(tile)
+        loads[w] += cost(tile)
+    errors = np.geterr()  # NumPy's error state is per thread: the workers follow the caller's
+
+    def in_worker(plan: list[Tile]) -> None:
+        with np.errstate(**errors):
+            run(plan)
+
+    with _controller().limit(limits=1, user_api="blas"):
+        futures = [_pool(workers).submit(in_worker, plan) for plan in plans]
+        failures = [future.exception() for future in futures]  # waits for every worker
+    for failure in failures:
+        if failure is not None:
+            raise failure

@@ -1,0 +1,118 @@
+"""The threaded, tiled fast path: share_out's contract, and the pass it runs equal to the slow references."""
+
+import threading
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info
+
+import reference as ref
+from blockcli import DecoderBlock, parallel
+from blockcli.config import parse_config
+from test_block_reference import maxdiff, random_weights, random_x
+
+
+def _recording_run():
+    plans = []
+    lock = threading.Lock()
+
+    def run(tiles):
+        with lock:
+            plans.append((threading.get_ident(), list(tiles)))
+    return run, plans
+
+
+def test_share_out_gives_every_tile_to_exactly_one_worker_balanced_by_cost(shared_tiles):
+    tiles = list(range(20))
+    run, plans = _recording_run()
+    parallel.share_out(run, tiles, cost=lambda t: t + 1, work=1)
+    handed = sorted(t for _, plan in plans for t in plan)
+    assert handed == tiles
+    assert len(plans) == 3 and threading.get_ident() not in {ident for ident, _ in plans}
+    loads = [sum(t + 1 for t in plan) for _, plan in plans]
+    assert max(loads) - min(loads) <= 20  # within the largest single tile's cost
+
+
+def test_small_work_stays_on_the_calling_thread(monkeypatch):
+    monkeypatch.setattr(parallel, "worker_count", lambda: 3)
+    run, plans = _recording_run()
+    parallel.share_out(run, list(range(8)), cost=lambda t: 1, work=parallel.SHARED_WORK - 1)
+    assert plans == [(threading.get_ident(), list(range(8)))]
+
+
+def test_work_shared_from_inside_a_worker_stays_in_that_worker(shared_tiles):
+    inner = []
+
+    def run(tiles):
+        for _ in tiles:
+            parallel.share_out(lambda sub: inner.append((threading.get_ident(), sub)), [0, 1, 2],
+                               cost=lambda t: 1, work=1)
+    outer_threads = set()
+    parallel.share_out(lambda tiles: (outer_threads.add(threading.get_ident()), run(tiles)), [0, 1, 2],
+                       cost=lambda t: 1, work=1)
+    assert all(sub == [0, 1, 2] for _, sub in inner) and len(inner) == 3
+    assert {ident for ident, _ in inner} <= outer_threads
+
+
+def test_a_worker_error_reaches_the_caller(shared_tiles):
+    def run(tiles):
+        if 7 in tiles:
+            raise ValueError("tile 7 failed")
+    with pytest.raises(ValueError, match="tile 7 failed"):
+        parallel.share_out(run, list(range(10)), cost=lambda t: 1, work=1)
+
+
+def test_workers_follow_the_callers_numpy_error_state(shared_tiles):
+    seen = []
+    with np.errstate(over="raise", invalid="ignore"):
+        parallel.share_out(lambda tiles: seen.append(np.geterr()), list(range(6)), cost=lambda t: 1, work=1)
+    assert len(seen) == 3 and all(e["over"] == "raise" and e["invalid"] == "ignore" for e in seen)
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError):
+        parallel.share_out(lambda tiles: np.exp(np.array([1000.0])), list(range(6)), cost=lambda t: 1, work=1)
+
+
+def _blas_threads():
+    return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+
+def test_blas_runs_one_thread_inside_workers_and_gets_its_threads_back(monkeypatch):
+    before = _blas_threads()
+    if not before:
+        pytest.skip("NumPy's BLAS is not one threadpoolctl can see")
+    monkeypatch.setattr(parallel, "worker_count", lambda: 2)
+    inside = []
+    parallel.share_out(lambda tiles: inside.append(_blas_threads()), [0, 1], cost=lambda t: 1,
+                       work=parallel.SHARED_WORK)
+    assert inside == [[1] * len(before)] * 2
+    assert _blas_threads() == before
+
+
+def test_worker_count_follows_blas_threads():
+    from threadpoolctl import threadpool_limits
+    with threadpool_limits(limits=1, user_api="blas"):
+        assert parallel.worker_count() == 1  # OPENBLAS_NUM_THREADS=1 and friends turn sharing off
+
+
+# The benchmark's three shapes (S, M, L) with their head counts and d_ff = 4·d kept, the head width
+# and lengths shrunk; float64, so the threaded tiles must equal the loop reference to 1e-12.
+STRUCTURES = {
+    "S": dict(block={"d_model": 64, "n_heads": 8, "d_ff": 256}, B=4, T=40),
+    "M": dict(block={"d_model": 96, "n_heads": 12, "d_ff": 384}, B=2, T=70),
+    "L": dict(block={"d_model": 128, "n_heads": 16, "d_ff": 512}, B=1, T=150),
+}
+REFERENCE_DEFAULTS = {"norm": "layernorm", "activation": "gelu_tanh", "bias": True, "placement": "pre",
+                      "rope": False, "dropout": 0.0}
+
+
+@pytest.mark.parametrize("name", sorted(STRUCTURES))
+def test_fast_path_equals_references_at_the_benchmark_structures(name, shared_tiles):
+    spec = STRUCTURES[name]
+    bd = dict(REFERENCE_DEFAULTS, **spec["block"])
+    cfg = parse_config({"block": spec["block"], "run": {"batch": spec["B"], "seq_len": spec["T"], "dtype": "float64"}})
+    w = random_weights(ref.block_param_shapes(bd), seed=3)
+    x = random_x(spec["B"], spec["T"], bd["d_model"], seed=4)
+    fast = DecoderBlock.from_config(cfg, weights=w, attention="chunked")
+    fast.attn.tile_bytes = 7 * spec["T"] * 8  # 7 query rows of one head per tile: many tiles, three threads
+    y = fast(x)
+    assert maxdiff(y, ref.block_forward(bd, w, x)) <= 1e-12
+    assert maxdiff(y, DecoderBlock.from_config(cfg, weights=w, attention="full")(x)) <= 1e-12
