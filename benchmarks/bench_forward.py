@@ -14,6 +14,9 @@ In one process and one run it times `DecoderBlock(x)` against
 at configs S, M, L in float32 and float64. Timings are interleaved: every round runs each
 contender once, in a rotating order, so machine noise (a shared 2-core VM) hits all of them alike;
 the figures are medians over the rounds, after one warm-up call each (the correctness check).
+Before each timed call the process sleeps SETTLE_SECONDS, so the idle threads the previous
+contender left behind (OpenBLAS's and PyTorch's OpenMP workers spin for a while after their last
+job) are asleep and do not steal the cores from the next one.
 
 It also reports the tracemalloc peak of one blockcli forward pass against a footprint of
 weights + activations + one chunk of scores, a per-operation time breakdown of blockcli's pass
@@ -48,7 +51,8 @@ from typing import Any, Callable
 import numpy as np
 
 import blockcli
-from blockcli.block import CHUNK_TABLE_BYTES, DecoderBlock, block_parameter_shapes, parameter_bytes
+from blockcli.block import DecoderBlock, attention_tile, block_parameter_shapes, parameter_bytes
+from blockcli.parallel import worker_count
 from blockcli.config import parse_config
 from blockcli.trace import analytic_trace
 
@@ -63,6 +67,7 @@ REPEATS = {("S", "float32"): 15, ("S", "float64"): 11, ("M", "float32"): 9, ("M"
            ("L", "float32"): 5, ("L", "float64"): 3}
 QUICK_REPEATS = 5
 BREAKDOWN_RUNS = {"S": 5, "M": 3, "L": 1}
+SETTLE_SECONDS = 0.3  # before each timed call: longer than OpenBLAS's spin (2^28 cycles, ~0.1 s)
 GEMM_N = 2048  # the square matmul that stands for "the machine's GEMM throughput"
 STARTUP_RUNS, QUICK_STARTUP_RUNS = 7, 3
 TOLERANCE = {"float32": 2e-3, "float64": 1e-8}  # max |blockcli − naive| allowed
@@ -144,14 +149,12 @@ def environment() -> dict[str, Any]:
         "blockcli_bytecode_cached": (Path(blockcli.__file__).parent / "__pycache__").is_dir(),
         "threadpools": None, "torch": None, "loadavg_start": loadavg(), "background_cpu_busy": cpu_busy_fraction(),
     }
-    try:
-        import threadpoolctl
+    import threadpoolctl  # a blockcli dependency
 
-        env["threadpools"] = [{k: p.get(k) for k in ("user_api", "internal_api", "num_threads", "version",
-                                                     "architecture", "threading_layer", "prefix")}
-                              for p in threadpoolctl.threadpool_info()]
-    except ImportError:
-        env["threadpools"] = "threadpoolctl not installed: see os_cpu_count and env"
+    env["threadpools"] = [{k: p.get(k) for k in ("user_api", "internal_api", "num_threads", "version",
+                                                 "architecture", "threading_layer", "prefix")}
+                          for p in threadpoolctl.threadpool_info()]
+    env["blockcli_workers"] = worker_count()
     if torch is not None:
         env["torch"] = {"version": torch.__version__, "num_threads": torch.get_num_threads(),
                         "num_interop_threads": torch.get_num_interop_threads(),
@@ -178,14 +181,12 @@ def print_environment(env: dict[str, Any]) -> None:
     say(f"os.cpu_count() = {env['os_cpu_count']}, CPUs in affinity mask = {env['affinity_cpus']}")
     say("thread env: " + ", ".join(f"{k}={v if v is not None else 'unset'}" for k, v in env["env"].items()))
     say(f"OPENBLAS_CORETYPE = {env['env']['OPENBLAS_CORETYPE'] or 'unset'}")
-    if isinstance(env["threadpools"], list):
-        for p in env["threadpools"]:
-            say(f"threadpool: {p['internal_api']} {p.get('version') or ''} ({p['prefix']}) "
-                f"num_threads={p['num_threads']}"
-                + (f" arch={p['architecture']}" if p.get("architecture") else "")
-                + (f" layer={p['threading_layer']}" if p.get("threading_layer") else ""))
-    else:
-        say(f"threadpools: {env['threadpools']}")
+    for p in env["threadpools"]:
+        say(f"threadpool: {p['internal_api']} {p.get('version') or ''} ({p['prefix']}) "
+            f"num_threads={p['num_threads']}"
+            + (f" arch={p['architecture']}" if p.get("architecture") else "")
+            + (f" layer={p['threading_layer']}" if p.get("threading_layer") else ""))
+    say(f"blockcli shares its tiles among {env['blockcli_workers']} worker thread(s), BLAS held to 1 meanwhile")
     if env["torch"]:
         t = env["torch"]
         say(f"torch {t['version']}: num_threads={t['num_threads']}, interop={t['num_interop_threads']}, "
@@ -290,8 +291,8 @@ def footprint(cfg, params_bytes: int) -> dict[str, int]:
 
     activations: the largest set of (B, T, ·) tensors a lean pre-norm pass must hold at once —
     attention phase: x, LN1 out, q, k, v, attention heads; MLP phase: x, h, LN2 out, MLP hidden
-    (×2 gated), MLP out. One chunk: blockcli's own query chunk (CHUNK_TABLE_BYTES worth of whole
-    rows) when it chunks, else the whole (B, h, T, T) table.
+    (×2 gated), MLP out. One chunk: the scores blockcli's untraced pass holds at once, one
+    attention tile per worker thread (it never builds the whole (B, h, T, T) table).
     """
     b, r = cfg.block, cfg.run
     B, T, d, h, h_kv, d_h, d_ff = r.batch, r.seq_len, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, b.d_ff
@@ -299,11 +300,8 @@ def footprint(cfg, params_bytes: int) -> dict[str, int]:
     attn_phase = B * T * (2 * d + (h + 2 * h_kv) * d_h + h * d_h)
     mlp_phase = B * T * (4 * d + (2 if b.gated else 1) * d_ff)
     table = B * h * T * T * item
-    if table > CHUNK_TABLE_BYTES:  # blockcli's "auto" rule and chunk size
-        rows = max(1, CHUNK_TABLE_BYTES // (B * h * T * item))
-        chunk = B * h * min(rows, T) * T * item
-    else:
-        chunk = table
+    rows, kv_heads = attention_tile(h, h_kv, T, T, item)
+    chunk = worker_count() * kv_heads * (h // h_kv) * rows * T * item
     activations = max(attn_phase, mlp_phase) * item
     return {"weights": params_bytes, "activations": activations, "scores_chunk": chunk,
             "full_table": table, "total": params_bytes + activations + chunk}
@@ -431,6 +429,7 @@ def bench_case(name: str, dtype: str, repeats: int, gemm: dict[str, np.ndarray])
     names = list(contenders)
     for i in range(repeats):
         for key in names[i % len(names):] + names[:i % len(names)]:  # rotate the order every round
+            time.sleep(SETTLE_SECONDS)
             times[key].append(timed(contenders[key], others))
     res["background_cpu_share"] = {"median": median(others), "max": max(others)} if others else None
     med = {k: median(v) for k, v in times.items()}
@@ -503,7 +502,7 @@ def print_case(r: dict[str, Any]) -> None:
     say(f"  memory: blockcli peak {fmt_b(m['blockcli_peak_total'])} = weights+input {fmt_b(m['resident_before'])} "
         f"+ {fmt_b(m['blockcli_peak_call'])} allocated in the call (naive allocates {fmt_b(m['naive_peak_call'])})")
     say(f"          footprint weights {fmt_b(fp['weights'])} + activations {fmt_b(fp['activations'])} "
-        f"+ one scores chunk {fmt_b(fp['scores_chunk'])} = {fmt_b(fp['total'])} "
+        f"+ one score tile per worker {fmt_b(fp['scores_chunk'])} = {fmt_b(fp['total'])} "
         f"(full table {fmt_b(fp['full_table'])}) → peak is {m['ratio_to_footprint']:.2f}× footprint")
     total = sum(row["seconds"] for row in r["breakdown"])
     say("  blockcli per-op time: " + ", ".join(

@@ -202,7 +202,7 @@ def trace(
     force: Annotated[bool, typer.Option("--force", help="Allow --save/--export-* to overwrite an existing file.")] = False,
     shapes_only: Annotated[bool, typer.Option("--shapes-only", help="Report the rows analytically; allocate nothing.")] = False,
     attention: Annotated[AttentionMode, typer.Option(
-        help="full: the whole (B, h, T, T) table; chunked: query blocks, never the whole table; "
+        help="full: the whole (B, h, T, T) table; chunked: tiles of query rows, never the whole table; "
              "auto: the whole table up to 64 MiB."
     )] = AttentionMode.auto,
     all_layers: Annotated[bool, typer.Option("--all-layers", help="For a model, list every layer instead of one ×N group.")] = False,
