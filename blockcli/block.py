@@ -177,8 +177,16 @@ class Norm:
     ops: Ops = STANDARD_OPS
 
     def __call__(self, x: Array) -> Array:
+        """x (…, d) → (…, d). With the standard ops, in row tiles shared among the cores (a seeded
+        bug may normalise across rows, so it gets the whole tensor)."""
         fn = self.ops.layer_norm if self.kind == "layernorm" else self.ops.rms_norm
-        return fn(x, self.gamma, self.beta, self.eps)
+        if self.ops is not STANDARD_OPS:
+            return fn(x, self.gamma, self.beta, self.eps)
+
+        def fill(rows: Array, out: Array) -> None:
+            out[...] = fn(rows, self.gamma, self.beta, self.eps)
+
+        return F.by_rows(fill, x, x.shape[-1], np.result_type(x, self.gamma), work=4 * x.size)
 
 
 @dataclass
@@ -346,18 +354,15 @@ class MLP:
     def __call__(self, x: Array, rec: Record = _ignore) -> Array:
         """x (B, T, d) → (B, T, d). Untraced, the rows go through in tiles of ROW_TILE shared among
         the cores: the same arithmetic per row, without ever holding the (B, T, d_ff) activation."""
-        n, (d, d_ff) = math.prod(x.shape[:-1]), self.p["w_1"].shape
-        if rec is not _ignore or n <= F.ROW_TILE:
+        if rec is not _ignore:
             return self._rows(x, rec)
-        flat = x.reshape(n, d)  # (B·T, d)
-        out = np.empty((n, d), dtype=np.result_type(x, self.p["w_1"], self.p["w_2"]))
 
-        def run(starts: list[int]) -> None:
-            for lo in starts:
-                out[lo:lo + F.ROW_TILE] = self._rows(flat[lo:lo + F.ROW_TILE])
+        def fill(rows: Array, out: Array) -> None:
+            out[...] = self._rows(rows)
 
-        share_out(run, range(0, n, F.ROW_TILE), cost=lambda lo: 1, work=n * d * d_ff * (3 if self.cfg.gated else 2))
-        return out.reshape(x.shape)
+        d, d_ff = self.p["w_1"].shape
+        return F.by_rows(fill, x, d, np.result_type(x, self.p["w_1"], self.p["w_2"]),
+                         work=x.size * d_ff * (3 if self.cfg.gated else 2))
 
     def _rows(self, x: Array, rec: Record = _ignore) -> Array:
         p = self.p

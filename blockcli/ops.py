@@ -28,24 +28,31 @@ from blockcli.parallel import share_out
 Array = np.ndarray
 ROW_TILE = 256  # rows per tile of a linear layer or the MLP: its (rows, d_ff) activation stays in cache
 
-# ----------------------------------------------------------------------------- linear layers
+# ----------------------------------------------------------------------------- row tiles
 
 
-def linear(x: Array, w: Array, b: Array | None) -> Array:
-    """x (..., n_in) @ W (n_in, n_out) + b, as GEMMs over tiles of ROW_TILE rows shared among the cores."""
-    flat = x.reshape(-1, x.shape[-1])  # (N, n_in)
-    n = flat.shape[0]
-    out = np.empty((n, w.shape[1]), dtype=np.result_type(flat, w))  # (N, n_out)
+def by_rows(fill: Callable[[Array, Array], None], x: Array, width: int, dtype: np.dtype, work: float) -> Array:
+    """(…, width) output of a row-wise operation on x (…, n), in tiles of ROW_TILE rows shared among
+    the cores: fill(rows (r, n), out (r, width)) writes one tile. `work`: multiply-adds in all."""
+    flat = x.reshape(-1, x.shape[-1])  # (N, n)
+    out = np.empty((flat.shape[0], width), dtype=dtype)  # (N, width)
 
     def run(starts: list[int]) -> None:
         for lo in starts:
-            rows = out[lo:lo + ROW_TILE]
-            np.matmul(flat[lo:lo + ROW_TILE], w, out=rows)
-            if b is not None:
-                rows += b
+            fill(flat[lo:lo + ROW_TILE], out[lo:lo + ROW_TILE])
 
-    share_out(run, range(0, n, ROW_TILE), cost=lambda lo: 1, work=n * w.shape[0] * w.shape[1])
-    return out.reshape(*x.shape[:-1], w.shape[1])
+    share_out(run, range(0, flat.shape[0], ROW_TILE), cost=lambda lo: 1, work=work)
+    return out.reshape(*x.shape[:-1], width)
+
+
+def linear(x: Array, w: Array, b: Array | None) -> Array:
+    """x (…, n_in) @ W (n_in, n_out) + b, as one GEMM per row tile."""
+    def fill(rows: Array, out: Array) -> None:
+        np.matmul(rows, w, out=out)
+        if b is not None:
+            out += b
+
+    return by_rows(fill, x, w.shape[1], np.result_type(x, w), work=x.size * w.shape[1])
 
 
 # ----------------------------------------------------------------------------- activations

@@ -1,12 +1,12 @@
 """Sharing a forward pass's heavy tiles among the CPU cores.
 
 BLAS spreads each matrix product over every core, but NumPy's elementwise passes (the softmax's
-exp and reductions, the activation) run on one. The attention and MLP kernels therefore cut
-their work into independent tiles and hand them to one Python thread per core (NumPy releases
-the GIL inside its loops), while BLAS is held to one thread so the two kinds of threading do
-not fight over the cores. threadpoolctl does the holding for whichever BLAS NumPy was built
-with; it is imported only when a pass is big enough to share out, so `blockcli count` never
-pays for it.
+exp and reductions, the norms, the activation) run on one, and BLAS's idle threads spin for a
+while after each product, slowing whatever runs next. So the attention kernel and the row-wise
+layers (linear, norms, MLP) cut their work into independent tiles and hand them to one Python
+thread per core (NumPy releases the GIL inside its loops), while BLAS is held to one thread.
+threadpoolctl does the holding for whichever BLAS NumPy was built with; it is imported only
+when a pass is big enough to share out, so `blockcli count` never pays for it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,20 @@ Tile = TypeVar("Tile")
 SHARED_WORK = 2**22
 _state: dict[str, Any] = {}  # the threadpoolctl controller and the thread pool, made on first use
 _local = threading.local()  # .worker is True in the pool's threads: work they share out stays with them
+# One sharing at a time: two callers' BLAS limits would otherwise restore each other's settings
+# out of order (and they would only compete for the same cores).
+_sharing = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of the pool's threads, and no thread to release a held lock."""
+    global _sharing
+    _state.clear()
+    _sharing = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _mark_worker() -> None:
@@ -82,7 +96,7 @@ def share_out(run: Callable[[list[Tile]], None], tiles: Sequence[Tile], cost: Ca
         with np.errstate(**errors):
             run(plan)
 
-    with _controller().limit(limits=1, user_api="blas"):
+    with _sharing, _controller().limit(limits=1, user_api="blas"):
         futures = [_pool(workers).submit(in_worker, plan) for plan in plans]
         failures = [future.exception() for future in futures]  # waits for every worker
     for failure in failures:

@@ -1,6 +1,7 @@
 """The threaded, tiled fast path: share_out's contract, and the pass it runs equal to the slow references."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -116,3 +117,37 @@ def test_fast_path_equals_references_at_the_benchmark_structures(name, shared_ti
     y = fast(x)
     assert maxdiff(y, ref.block_forward(bd, w, x)) <= 1e-12
     assert maxdiff(y, DecoderBlock.from_config(cfg, weights=w, attention="full")(x)) <= 1e-12
+
+
+def test_concurrent_callers_leave_blas_as_they_found_it(shared_tiles):
+    before = _blas_threads()
+    callers = [threading.Thread(target=parallel.share_out, args=(lambda tiles: np.ones((64, 64)) @ np.ones((64, 64)),
+                                                                 list(range(12)), lambda t: 1, 1)) for _ in range(4)]
+    for c in callers:
+        c.start()
+    for c in callers:
+        c.join()
+    assert _blas_threads() == before
+
+
+def _share_in_child(queue):
+    handed = []
+    parallel.share_out(lambda tiles: handed.extend(tiles), list(range(9)), cost=lambda t: 1, work=1)
+    queue.put(sorted(handed))
+
+
+def test_a_forked_child_shares_with_threads_of_its_own(shared_tiles):
+    import multiprocessing
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    # the parent's pool has its threads (each plan takes long enough that all three start)
+    parallel.share_out(lambda tiles: time.sleep(0.05), list(range(9)), cost=lambda t: 1, work=1)
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_share_in_child, args=(queue,))
+    child.start()
+    child.join(timeout=30)
+    if child.is_alive():
+        child.kill()
+    assert child.exitcode == 0, "the child hung or failed sharing out"
+    assert queue.get(timeout=5) == list(range(9))
