@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -321,7 +321,7 @@ class MultiHeadAttention:
         rows, heads = attention_tile(h, h_kv, T, T_k, q.itemsize, self.tile_bytes)
         future = np.triu(np.full((rows, rows), -np.inf, dtype=dtype), k=1)  # (C, C)
 
-        def run(tiles: list[tuple[int, int, int]]) -> None:
+        def run(tiles: Iterable[tuple[int, int, int]]) -> None:
             buf = np.empty(heads * group * rows * T_k, dtype=dtype)
             for b, g, lo in tiles:
                 hi = min(T, lo + rows)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -37,7 +37,7 @@ def by_rows(fill: Callable[[Array, Array], None], x: Array, width: int, dtype: n
     flat = x.reshape(-1, x.shape[-1])  # (N, n)
     out = np.empty((flat.shape[0], width), dtype=dtype)  # (N, width)
 
-    def run(starts: list[int]) -> None:
+    def run(starts: Iterable[int]) -> None:
         for lo in starts:
             fill(flat[lo:lo + ROW_TILE], out[lo:lo + ROW_TILE])
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 
@@ -70,34 +70,45 @@ def _pool(workers: int) -> Any:
     return _state["pool"]
 
 
-def share_out(run: Callable[[list[Tile]], None], tiles: Sequence[Tile], cost: Callable[[Tile], int],
-              work: float) -> None:
-    """Call `run` on disjoint lists of `tiles` that together cover them all, one list per worker.
+class _Pull:
+    """A thread-safe iterator over tiles: each worker pulls its next tile when it is free, so a
+    core that another process slows down simply takes fewer tiles."""
 
-    Lists are balanced by `cost` (largest tile first, each to the least-loaded worker). `run`
-    must write only its own tiles' outputs; it gets each list whole, so it can allocate its
-    scratch buffers once. `work` is the multiply-adds of all the tiles: below SHARED_WORK, in
-    a worker already, or with one worker, `run` gets every tile here, on the calling thread.
+    def __init__(self, tiles: Iterable[Tile]) -> None:
+        self._tiles = iter(tiles)
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> Iterator[Tile]:
+        return self
+
+    def __next__(self) -> Tile:
+        with self._lock:
+            return next(self._tiles)
+
+
+def share_out(run: Callable[[Iterable[Tile]], None], tiles: Sequence[Tile], cost: Callable[[Tile], float],
+              work: float) -> None:
+    """Have one `run` per worker pull tiles, largest `cost` first, until every tile is done.
+
+    `run` must write only the outputs of the tiles it pulls; it is called once per worker, so
+    it can allocate its scratch buffers once. `work` is the multiply-adds of all the tiles:
+    below SHARED_WORK, in a worker already, or with one worker, `run` gets every tile here, on
+    the calling thread.
     """
     shared = work >= SHARED_WORK and len(tiles) > 1 and not getattr(_local, "worker", False)
     workers = min(len(tiles), worker_count()) if shared else 1
     if workers == 1:
-        run(list(tiles))
+        run(tiles)
         return
-    plans: list[list[Tile]] = [[] for _ in range(workers)]
-    loads = [0] * workers
-    for tile in sorted(tiles, key=cost, reverse=True):
-        w = loads.index(min(loads))
-        plans[w].append(tile)
-        loads[w] += cost(tile)
+    queue = _Pull(sorted(tiles, key=cost, reverse=True))
     errors = np.geterr()  # NumPy's error state is per thread: the workers follow the caller's
 
-    def in_worker(plan: list[Tile]) -> None:
+    def in_worker() -> None:
         with np.errstate(**errors):
-            run(plan)
+            run(queue)
 
     with _sharing, _controller().limit(limits=1, user_api="blas"):
-        futures = [_pool(workers).submit(in_worker, plan) for plan in plans]
+        futures = [_pool(workers).submit(in_worker) for _ in range(workers)]
         failures = [future.exception() for future in futures]  # waits for every worker
     for failure in failures:
         if failure is not None:

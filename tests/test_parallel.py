@@ -13,32 +13,46 @@ from blockcli.config import parse_config
 from test_block_reference import maxdiff, random_weights, random_x
 
 
-def _recording_run():
-    plans = []
+def _recording_run(pause_first=0.0):
+    """A run that records (thread, tile) in pull order; the first run to start can stall."""
+    pulls, runs = [], []
     lock = threading.Lock()
 
     def run(tiles):
         with lock:
-            plans.append((threading.get_ident(), list(tiles)))
-    return run, plans
+            first = not runs
+            runs.append(threading.get_ident())
+        for tile in tiles:
+            with lock:
+                pulls.append((threading.get_ident(), tile))
+            if first and pause_first:
+                time.sleep(pause_first)
+    return run, pulls, runs
 
 
-def test_share_out_gives_every_tile_to_exactly_one_worker_balanced_by_cost(shared_tiles):
+def test_share_out_hands_every_tile_once_largest_first(shared_tiles):
     tiles = list(range(20))
-    run, plans = _recording_run()
-    parallel.share_out(run, tiles, cost=lambda t: t + 1, work=1)
-    handed = sorted(t for _, plan in plans for t in plan)
-    assert handed == tiles
-    assert len(plans) == 3 and threading.get_ident() not in {ident for ident, _ in plans}
-    loads = [sum(t + 1 for t in plan) for _, plan in plans]
-    assert max(loads) - min(loads) <= 20  # within the largest single tile's cost
+    run, pulls, runs = _recording_run()
+    parallel.share_out(run, tiles, cost=lambda t: (t * 7) % 20, work=1)
+    assert sorted(t for _, t in pulls) == tiles
+    for ident in set(runs):  # each worker pulls from one queue ordered by falling cost
+        costs = [(t * 7) % 20 for i, t in pulls if i == ident]
+        assert costs == sorted(costs, reverse=True)
+    assert len(runs) == 3 and threading.get_ident() not in runs
+
+
+def test_a_stalled_worker_takes_fewer_tiles(shared_tiles):
+    run, pulls, runs = _recording_run(pause_first=0.3)
+    parallel.share_out(run, list(range(30)), cost=lambda t: 1, work=1)
+    stalled = [t for ident, t in pulls if ident == runs[0]]
+    assert len(stalled) == 1 and len(pulls) == 30  # the others pulled the rest meanwhile
 
 
 def test_small_work_stays_on_the_calling_thread(monkeypatch):
     monkeypatch.setattr(parallel, "worker_count", lambda: 3)
-    run, plans = _recording_run()
+    run, pulls, runs = _recording_run()
     parallel.share_out(run, list(range(8)), cost=lambda t: 1, work=parallel.SHARED_WORK - 1)
-    assert plans == [(threading.get_ident(), list(range(8)))]
+    assert runs == [threading.get_ident()] and [t for _, t in pulls] == list(range(8))
 
 
 def test_work_shared_from_inside_a_worker_stays_in_that_worker(shared_tiles):
