@@ -74,10 +74,10 @@ def load_input(path: Path, config: Config) -> np.ndarray:
 
 def check_token_ids(ids: Any, vocab_size: int, source: str = "input") -> None:
     """Token ids must be an integer (B, T) array with every id in [0, vocab_size)."""
-    if not isinstance(ids, np.ndarray) or ids.ndim != 2 or ids.dtype.kind not in "iu":
+    if not isinstance(ids, np.ndarray) or ids.ndim != 2 or ids.dtype.kind not in "iu" or 0 in ids.shape:
         shape = getattr(ids, "shape", type(ids).__name__)
-        raise InputError(f"{source}: expected integer token ids of shape (B, T), got {getattr(ids, 'dtype', '')} "
-                         f"{shape}")
+        raise InputError(f"{source}: expected integer token ids of shape (B, T) with B, T >= 1, got "
+                         f"{getattr(ids, 'dtype', '')} {shape}")
     if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
         raise InputError(f"{source}: token ids must lie in [0, {vocab_size}), found {ids.min()}..{ids.max()}")
 

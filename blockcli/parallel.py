@@ -21,7 +21,8 @@ Tile = TypeVar("Tile")
 # Work below this many multiply-adds (about 50 µs on one core) stays on the calling thread, where
 # handing it out would cost more than it saves.
 SHARED_WORK = 2**22
-_state: dict[str, Any] = {}  # the threadpoolctl controller and the thread pool, made on first use
+# The threadpoolctl controller, the thread pool and its size, and the BLAS limit while one is held
+_state: dict[str, Any] = {}
 _local = threading.local()  # .worker is True in the pool's threads: work they share out stays with them
 # One sharing at a time: two callers' BLAS limits would otherwise restore each other's settings
 # out of order (and they would only compete for the same cores).
@@ -29,8 +30,11 @@ _sharing = threading.Lock()
 
 
 def _after_fork_in_child() -> None:
-    """A forked child has none of the pool's threads, and no thread to release a held lock."""
+    """A forked child has none of the pool's threads, no thread to release a held lock, and no
+    sharing in progress that would lift a BLAS limit it inherited."""
     global _sharing
+    if "held" in _state:
+        _state["held"].restore_original_limits()
     _state.clear()
     _sharing = threading.Lock()
 
@@ -72,7 +76,7 @@ def _pool(workers: int) -> Any:
 
 class _Pull:
     """A thread-safe iterator over tiles: each worker pulls its next tile when it is free, so a
-    core that another process slows down simply takes fewer tiles."""
+    core that another process slows down simply takes fewer tiles. Once closed, it is exhausted."""
 
     def __init__(self, tiles: Iterable[Tile]) -> None:
         self._tiles = iter(tiles)
@@ -85,6 +89,10 @@ class _Pull:
         with self._lock:
             return next(self._tiles)
 
+    def close(self) -> None:
+        with self._lock:
+            self._tiles = iter(())
+
 
 def share_out(run: Callable[[Iterable[Tile]], None], tiles: Sequence[Tile], cost: Callable[[Tile], float],
               work: float) -> None:
@@ -93,23 +101,47 @@ def share_out(run: Callable[[Iterable[Tile]], None], tiles: Sequence[Tile], cost
     `run` must write only the outputs of the tiles it pulls; it is called once per worker, so
     it can allocate its scratch buffers once. `work` is the multiply-adds of all the tiles:
     below SHARED_WORK, in a worker already, or with one worker, `run` gets every tile here, on
-    the calling thread.
+    the calling thread. If a worker fails, or the caller is interrupted (Ctrl-C), the others
+    finish the tile in hand and stop; the first failure is raised here.
     """
-    shared = work >= SHARED_WORK and len(tiles) > 1 and not getattr(_local, "worker", False)
-    workers = min(len(tiles), worker_count()) if shared else 1
-    if workers == 1:
+    if work < SHARED_WORK or len(tiles) < 2 or getattr(_local, "worker", False):
         run(tiles)
         return
-    queue = _Pull(sorted(tiles, key=cost, reverse=True))
-    errors = np.geterr()  # NumPy's error state is per thread: the workers follow the caller's
+    with _sharing:
+        workers = worker_count()  # read inside the lock: another caller's limit is lifted by now
+        if workers == 1:
+            run(tiles)
+            return
+        queue = _Pull(sorted(tiles, key=cost, reverse=True))
+        errors, call = np.geterr(), np.geterrcall()  # NumPy's error state is per thread
 
-    def in_worker() -> None:
-        with np.errstate(**errors):
-            run(queue)
+        def in_worker() -> None:
+            try:
+                with np.errstate(call=call, **errors):
+                    run(queue)
+            except BaseException:
+                queue.close()
+                raise
 
-    with _sharing, _controller().limit(limits=1, user_api="blas"):
-        futures = [_pool(workers).submit(in_worker) for _ in range(workers)]
-        failures = [future.exception() for future in futures]  # waits for every worker
-    for failure in failures:
-        if failure is not None:
-            raise failure
+        futures: list[Any] = []
+        with _controller().limit(limits=1, user_api="blas") as _state["held"]:
+            try:
+                futures += [_pool(workers).submit(in_worker) for _ in range(min(workers, len(tiles)))]
+                _wait(futures)
+            except BaseException:  # interrupted (Ctrl-C) while handing out or waiting
+                queue.close()
+                _wait(futures)
+                raise
+            finally:
+                del _state["held"]
+    for future in futures:
+        if future.exception() is not None:
+            raise future.exception()
+
+
+def _wait(futures: list[Any]) -> None:
+    """Wait until every future is done, waking every 0.1 s: a Ctrl-C that arrives just before a
+    blocking wait would otherwise be noticed only when that wait ends."""
+    from concurrent.futures import wait
+    while futures:
+        _, futures = wait(futures, timeout=0.1)

@@ -502,3 +502,20 @@ def test_random_block_configs_match_reference(case):
     check_param_names(blk.params, shapes)
     x = random_x(B, T, d=bd["d_model"], seed=seed)
     assert maxdiff(np.asarray(blk(x)), ref.block_forward(bd, w, x)) <= TOL64
+
+
+@pytest.mark.parametrize("shape", [(2, 0, 16), (0, 5, 16), (2, 5, 15), (2, 5)])
+def test_block_refuses_an_input_it_cannot_run_naming_the_shape(shape):
+    from blockcli.config import InputError
+    blk = DecoderBlock.from_config(make_cfg(BASE_BLOCK))
+    with pytest.raises(InputError, match=r"expected an array of shape \(B, T, d=16\)") as err:
+        blk(np.zeros(shape))
+    assert str(shape) in str(err.value)
+
+
+@pytest.mark.parametrize("shape", [(1, 0), (0, 3)])
+def test_model_refuses_empty_token_ids(shape):
+    from blockcli.config import InputError
+    model = Model.from_config(make_cfg(BASE_BLOCK, model={"n_layers": 1, "vocab_size": 11, "max_positions": 8}))
+    with pytest.raises(InputError, match=r"token ids of shape \(B, T\) with B, T >= 1"):
+        model(np.zeros(shape, dtype=np.int64))

@@ -82,6 +82,10 @@ def test_workers_follow_the_callers_numpy_error_state(shared_tiles):
     with np.errstate(over="raise", invalid="ignore"):
         parallel.share_out(lambda tiles: seen.append(np.geterr()), list(range(6)), cost=lambda t: 1, work=1)
     assert len(seen) == 3 and all(e["over"] == "raise" and e["invalid"] == "ignore" for e in seen)
+    calls = []
+    with np.errstate(over="call", call=lambda kind, flag: calls.append(kind)):
+        parallel.share_out(lambda tiles: np.exp(np.array([1000.0])), list(range(6)), cost=lambda t: 1, work=1)
+    assert calls == ["overflow"] * 3
     with np.errstate(over="raise"), pytest.raises(FloatingPointError):
         parallel.share_out(lambda tiles: np.exp(np.array([1000.0])), list(range(6)), cost=lambda t: 1, work=1)
 
@@ -165,3 +169,85 @@ def test_a_forked_child_shares_with_threads_of_its_own(shared_tiles):
         child.kill()
     assert child.exitcode == 0, "the child hung or failed sharing out"
     assert queue.get(timeout=5) == list(range(9))
+
+
+def _counting_run(trigger):
+    """A run that calls trigger() on tile 99 (the largest, pulled first), taking 20 ms a tile."""
+    done = []
+
+    def run(tiles):
+        for tile in tiles:
+            if tile == 99:
+                trigger()
+            time.sleep(0.02)
+            done.append(tile)
+    return run, done
+
+
+def test_a_failing_worker_stops_the_others_early(shared_tiles):
+    def fail():
+        raise ValueError("tile 99 failed")
+    run, done = _counting_run(fail)
+    with pytest.raises(ValueError, match="tile 99 failed"):
+        parallel.share_out(run, list(range(100)), cost=lambda t: t, work=1)
+    assert len(done) < 50  # the tiles in hand when the queue closed, not all the other 99
+
+
+def test_ctrl_c_while_waiting_stops_the_workers_and_reaches_the_caller(shared_tiles):
+    import signal
+    main = threading.main_thread().ident
+    before = _blas_threads()
+    run, done = _counting_run(lambda: signal.pthread_kill(main, signal.SIGINT))
+    with pytest.raises(KeyboardInterrupt):
+        parallel.share_out(run, list(range(100)), cost=lambda t: t, work=1)
+    assert len(done) < 50  # noticed within one 0.1 s wake-up, not after all 100 tiles
+    assert _blas_threads() == before  # the limit was lifted on the way out
+
+
+def test_a_child_forked_during_sharing_gets_blas_threads_back(shared_tiles):
+    import multiprocessing
+    if "fork" not in multiprocessing.get_all_start_methods() or not _blas_threads():
+        pytest.skip("needs fork and a BLAS threadpoolctl can see")
+    before = _blas_threads()
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+
+    def fork_from_a_worker(tiles):
+        for tile in tiles:
+            if tile == 0:  # BLAS is held to one thread right now
+                child = ctx.Process(target=lambda: queue.put(_blas_threads()))
+                child.start()
+                child.join(timeout=30)
+    parallel.share_out(fork_from_a_worker, [0, 1, 2], cost=lambda t: 1, work=1)
+    assert queue.get(timeout=5) == before
+
+
+def test_a_caller_waiting_for_another_gets_every_worker(monkeypatch):
+    if not _blas_threads() or max(_blas_threads()) < 2:
+        pytest.skip("needs a BLAS with two threads or more")
+    monkeypatch.setattr(parallel, "SHARED_WORK", 0)
+    release = threading.Event()
+    seen = []
+
+    def slow(tiles):
+        for _ in tiles:
+            release.wait(5)
+
+    first = threading.Thread(target=parallel.share_out, args=(slow, [0, 1], lambda t: 1, 1))
+    first.start()
+    time.sleep(0.2)  # the first caller now holds BLAS at one thread
+    second = threading.Thread(target=lambda: parallel.share_out(
+        lambda tiles: seen.append(threading.get_ident()), [0, 1], cost=lambda t: 1, work=1))
+    second.start()
+    time.sleep(0.2)
+    release.set()
+    first.join()
+    second.join()
+    assert len(seen) == 2  # shared among the workers, not run alone on the caller's thread
+
+
+def test_fewer_tiles_than_workers_reuse_the_pool(shared_tiles):
+    parallel.share_out(lambda tiles: list(tiles), list(range(6)), cost=lambda t: 1, work=1)
+    pool = parallel._state["pool"]
+    parallel.share_out(lambda tiles: list(tiles), [0, 1], cost=lambda t: 1, work=1)
+    assert parallel._state["pool"] is pool
