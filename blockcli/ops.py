@@ -62,16 +62,16 @@ _erf = np.frompyfunc(math.erf, 1, 1)  # NumPy has no erf; math.erf is exact to d
 
 
 def gelu_tanh(x: Array) -> Array:
-    """0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), with one temporary (x³ as x·x·x: no pow)."""
+    """0.5·x·(1 + tanh(u)), u = √(2/π)·(x + 0.044715·x³), computed as x / (1 + exp(−2u)) (the same
+    function: 0.5·(1 + tanh u) is the logistic of 2u) with one temporary and no pow or tanh."""
     t = x * x
-    t *= 0.044715
+    t *= -2.0 * _SQRT_2_OVER_PI * 0.044715
+    t += -2.0 * _SQRT_2_OVER_PI
+    t *= x  # −2u
+    with np.errstate(over="ignore", under="ignore"):  # exp(−2u) = inf for x ≪ 0: x/inf = −0, the limit
+        np.exp(t, out=t)
     t += 1.0
-    t *= x  # x + 0.044715·x³
-    t *= _SQRT_2_OVER_PI
-    np.tanh(t, out=t)
-    t += 1.0
-    t *= x
-    t *= 0.5
+    np.divide(x, t, out=t)
     return t
 
 
