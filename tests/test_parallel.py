@@ -9,8 +9,7 @@ from threadpoolctl import threadpool_info
 
 import reference as ref
 from blockcli import DecoderBlock, parallel
-from blockcli.config import parse_config
-from test_block_reference import maxdiff, random_weights, random_x
+from test_block_reference import block_dict, make_cfg, maxdiff, random_weights, random_x
 
 
 def _recording_run(pause_first=0.0):
@@ -119,15 +118,13 @@ STRUCTURES = {
     "M": dict(block={"d_model": 96, "n_heads": 12, "d_ff": 384}, B=2, T=70),
     "L": dict(block={"d_model": 128, "n_heads": 16, "d_ff": 512}, B=1, T=150),
 }
-REFERENCE_DEFAULTS = {"norm": "layernorm", "activation": "gelu_tanh", "bias": True, "placement": "pre",
-                      "rope": False, "dropout": 0.0}
 
 
 @pytest.mark.parametrize("name", sorted(STRUCTURES))
 def test_fast_path_equals_references_at_the_benchmark_structures(name, shared_tiles):
     spec = STRUCTURES[name]
-    bd = dict(REFERENCE_DEFAULTS, **spec["block"])
-    cfg = parse_config({"block": spec["block"], "run": {"batch": spec["B"], "seq_len": spec["T"], "dtype": "float64"}})
+    bd = block_dict(**spec["block"])  # the reference's base block at this size: one dict for both sides
+    cfg = make_cfg(bd, batch=spec["B"], seq_len=spec["T"])
     w = random_weights(ref.block_param_shapes(bd), seed=3)
     x = random_x(spec["B"], spec["T"], bd["d_model"], seed=4)
     fast = DecoderBlock.from_config(cfg, weights=w, attention="chunked")
