@@ -25,6 +25,7 @@ import numpy as np
 from blockcli import ops as F
 from blockcli.config import BlockConfig, Config, InputError, ModelConfig
 from blockcli.inputs import check_token_ids, load_npz
+from blockcli.checkpoint import is_checkpoint_path
 from blockcli.ops import STANDARD_OPS, Array, Ops
 from blockcli.parallel import share_out
 from blockcli.shapes import Shape, block_parameter_shapes, model_parameter_shapes
@@ -151,19 +152,57 @@ def from_gpt2_names(weights: Mapping[str, Array], source: str) -> dict[str, Arra
 
 
 def resolve_weights(weights: str | Path | Mapping[str, Any] | None, shapes: Mapping[str, Shape],
-                    seed: int, dtype: str) -> dict[str, Array]:
+                    seed: int, dtype: str, *, config: Config | None = None, layer: int | None = None,
+                    notes: list[str] | None = None) -> dict[str, Array]:
+    """The parameters for `shapes`: seeded, or from weights (an .npz, a model folder or .safetensors
+    file, or a name → array mapping). `layer` picks one block out of a whole model's weights;
+    `config` tells a checkpoint which model it holds (else its own config.json does); `notes`
+    collects what the caller should be told (dtype widening, the layer taken)."""
     if weights is None:
+        if layer is not None:
+            raise InputError("--layer picks one block of a model's weights; give --weights or a model folder")
         return init_parameters(shapes, seed, dtype)
     source = "weights"
     if isinstance(weights, (str, Path)):
         source = str(weights)
-        weights = load_npz(weights)
+        if is_checkpoint_path(Path(weights)):
+            from blockcli.checkpoint import load_weights  # safetensors only for checkpoints
+
+            weights = load_weights(Path(weights), config, dtype, notes if notes is not None else [])
+        else:
+            weights = load_npz(weights)
     if any(k.endswith(("c_attn.weight", "ln_1.weight")) for k in weights):
         weights = from_gpt2_names(weights, source)
+    if "wte" not in shapes:  # one block: take it out of a whole model's weights
+        weights = _one_block(weights, layer, source, notes)
+    elif layer is not None:
+        raise InputError("--layer picks one block, but the whole model is being run")
     return check_parameters(weights, shapes, dtype, source)
 
 
+def _one_block(weights: Mapping[str, Any], layer: int | None, source: str, notes: list[str] | None) -> Mapping[str, Any]:
+    layers = sorted({int(k.split(".")[1]) for k in weights if k.startswith("blocks.") and k.split(".")[1].isdigit()})
+    if not layers:
+        if layer is not None:
+            raise InputError(f"{source}: holds one block's weights; --layer picks a block of a whole model's")
+        return weights
+    if layer is None:
+        raise InputError(f"{source}: holds the weights of {len(layers)} blocks; pick one with --layer N "
+                         f"(0..{layers[-1]})")
+    if layer not in layers:
+        raise InputError(f"--layer {layer}: {source} holds blocks 0..{layers[-1]}")
+    prefix = f"blocks.{layer}."
+    if notes is not None:
+        notes.append(f"weights of layer {layer} of {len(layers)}")
+    return {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+
+
 # ----------------------------------------------------------------------------- layers
+
+
+def norm_scale(gamma: Array, unit_offset: bool) -> Array:
+    """What a norm multiplies by: gamma, or 1 + gamma for a unit-offset norm (Gemma's RMSNorm)."""
+    return gamma + 1.0 if unit_offset else gamma
 
 
 @dataclass
@@ -175,16 +214,18 @@ class Norm:
     beta: Array | None  # (d,)
     eps: float
     ops: Ops = STANDARD_OPS
+    unit_offset: bool = False  # scale by 1 + gamma (Gemma stores the scale's offset from 1)
 
     def __call__(self, x: Array) -> Array:
         """x (…, d) → (…, d). With the standard ops, in row tiles shared among the cores (a seeded
         bug may normalise across rows, so it gets the whole tensor)."""
         fn = self.ops.layer_norm if self.kind == "layernorm" else self.ops.rms_norm
+        scale = norm_scale(self.gamma, self.unit_offset)  # (d,), computed per call: edits of gamma count
         if self.ops is not STANDARD_OPS:
-            return fn(x, self.gamma, self.beta, self.eps)
+            return fn(x, scale, self.beta, self.eps)
 
         def fill(rows: Array, out: Array) -> None:
-            out[...] = fn(rows, self.gamma, self.beta, self.eps)
+            out[...] = fn(rows, scale, self.beta, self.eps)
 
         return F.by_rows(fill, x, x.shape[-1], np.result_type(x, self.gamma), work=4 * x.size)
 
@@ -291,6 +332,8 @@ class MultiHeadAttention:
             scores = self.ops.attention_scores(q, k_all)  # (B, h, T_q, T_k)
             rec("scores", "scores Q·Kᵀ/√d_h", scores, (q, k), kind="matmul")
             allowed = self.ops.causal_mask(T_q, T_k, start)  # (T_q, T_k)
+            if self.cfg.sliding_window:
+                allowed = allowed & F.window_mask(T_q, T_k, start, self.cfg.sliding_window)
             masked, weights = self.ops.attention_weights(scores, allowed)
             rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
             rec("attn_weights", "softmax over keys", weights, (masked,), kind="softmax")
@@ -320,26 +363,40 @@ class MultiHeadAttention:
         out = np.empty((B, T, h_kv, group, d_h), dtype=dtype)  # written in the combined-heads layout
         rows, heads = attention_tile(h, h_kv, T, T_k, q.itemsize, self.tile_bytes)
         future = np.triu(np.full((rows, rows), -np.inf, dtype=dtype), k=1)  # (C, C)
+        window = self.cfg.sliding_window
+
+        def keys(lo: int, hi: int) -> tuple[int, int]:
+            """The keys [first, last) that some query row in [lo, hi) may see."""
+            return (max(0, start + lo - window + 1) if window else 0), start + hi
 
         def run(tiles: Iterable[tuple[int, int, int]]) -> None:
             buf = np.empty(heads * group * rows * T_k, dtype=dtype)
             for b, g, lo in tiles:
                 hi = min(T, lo + rows)
-                c, visible, kv = hi - lo, start + hi, slice(g, min(h_kv, g + heads))
-                n = kv.stop - g
+                (first, last), kv = keys(lo, hi), slice(g, min(h_kv, g + heads))
+                c, seen, n = hi - lo, last - first, kv.stop - g
                 q_tile = qs[b, kv, :, lo:hi].reshape(n, group * c, d_h)  # (n, g·C, d_h)
-                s = buf[:n * group * c * visible].reshape(n, group * c, visible)
-                np.matmul(q_tile, k[b, kv, :visible].swapaxes(-1, -2), out=s)  # (n, g·C, T_vis)
-                s.reshape(n, group, c, visible)[..., visible - c:] += future[:c, :c]  # the diagonal square
+                s = buf[:n * group * c * seen].reshape(n, group * c, seen)
+                np.matmul(q_tile, k[b, kv, first:last].swapaxes(-1, -2), out=s)  # (n, g·C, T_seen)
+                if window:  # the band of the window, as in the full path
+                    allowed = F.causal_mask(c, seen, start + lo - first) & F.window_mask(c, seen, start + lo - first,
+                                                                                         window)  # (C, T_seen)
+                    s.reshape(n, group, c, seen)[...] += np.where(allowed, 0.0, -np.inf).astype(dtype)
+                else:
+                    s.reshape(n, group, c, seen)[..., seen - c:] += future[:c, :c]  # the diagonal square
                 s -= s.max(axis=-1, keepdims=True)
                 np.exp(s, out=s)
                 total = s.sum(axis=-1, keepdims=True)  # (n, g·C, 1)
-                mixed = s @ v[b, kv, :visible]  # (n, g·C, d_h)
+                mixed = s @ v[b, kv, first:last]  # (n, g·C, d_h)
                 mixed /= total
                 out[b, lo:hi, kv] = mixed.reshape(n, group, c, d_h).transpose(2, 0, 1, 3)
 
+        def cost(tile: tuple[int, int, int]) -> int:
+            first, last = keys(tile[2], min(T, tile[2] + rows))
+            return last - first
+
         tiles = [(b, g, lo) for b in range(B) for g in range(0, h_kv, heads) for lo in range(0, T, rows)]
-        share_out(run, tiles, cost=lambda tile: start + min(T, tile[2] + rows),
+        share_out(run, tiles, cost=cost,
                   work=2 * B * h * T * (start + T / 2) * d_h)  # Q·Kᵀ and weights·V, causal half
         return out.reshape(B, T, h, d_h).transpose(0, 2, 1, 3)  # (B, h, T, d_h) view
 
@@ -387,6 +444,7 @@ class DecoderBlock:
     params: dict[str, Array]
     ops: Ops = STANDARD_OPS
     attention: str = "auto"
+    notes: list[str] = field(default_factory=list)  # what loading the weights had to say
     ln1: Norm = field(init=False)
     attn: MultiHeadAttention = field(init=False)
     ln2: Norm = field(init=False)
@@ -395,22 +453,25 @@ class DecoderBlock:
     def __post_init__(self) -> None:
         self.params = p = dict(self.params)  # the block's own mapping: attention rewrites its QKV entries
         cfg = self.cfg
-        self.ln1 = Norm(cfg.norm, p["ln1_gamma"], p.get("ln1_beta"), cfg.norm_eps, self.ops)
+        self.ln1 = Norm(cfg.norm, p["ln1_gamma"], p.get("ln1_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset)
         self.attn = MultiHeadAttention(cfg, p, self.ops, self.attention)
-        self.ln2 = Norm(cfg.norm, p["ln2_gamma"], p.get("ln2_beta"), cfg.norm_eps, self.ops)
+        self.ln2 = Norm(cfg.norm, p["ln2_gamma"], p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset)
         self.mlp = MLP(cfg, p)
 
     @classmethod
     def from_config(cls, config: Config | BlockConfig, weights: str | Path | Mapping[str, Any] | None = None,
                     *, dtype: str | None = None, seed: int | None = None, ops: Ops = STANDARD_OPS,
-                    attention: str = "auto") -> "DecoderBlock":
-        """Build a block: weights from an .npz path, a name → array mapping, or None (seeded init)."""
+                    attention: str = "auto", layer: int | None = None) -> "DecoderBlock":
+        """Build a block: weights from an .npz, a model folder or .safetensors file (block `layer`
+        of the model), a name → array mapping, or None (seeded init)."""
         block_cfg = config.block if isinstance(config, Config) else config
         run = config.run if isinstance(config, Config) else None
         dtype = dtype or (run.dtype if run else "float64")
         seed = seed if seed is not None else (run.seed if run else 0)
-        params = resolve_weights(weights, block_parameter_shapes(block_cfg), seed, dtype)
-        return cls(block_cfg, params, ops, attention)
+        notes: list[str] = []
+        params = resolve_weights(weights, block_parameter_shapes(block_cfg), seed, dtype, layer=layer, notes=notes,
+                                 config=config if isinstance(config, Config) and config.model else None)
+        return cls(block_cfg, params, ops, attention, notes)
 
     def __call__(self, x: Array, rec: Record = _ignore, cache: KVCache | None = None,
                  train: bool = False, rng: np.random.Generator | None = None) -> Array:
@@ -488,6 +549,7 @@ class Model:
     params: dict[str, Array]
     ops: Ops = STANDARD_OPS
     attention: str = "auto"
+    notes: list[str] = field(default_factory=list)  # what loading the weights had to say
     blocks: list[DecoderBlock] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -501,8 +563,8 @@ class Model:
             self.params.update({prefix + k: v for k, v in block.params.items()})  # share, never copy
             self.blocks.append(block)
         b = self.config.block
-        self.ln_f = (Norm(b.norm, self.params["ln_f_gamma"], self.params.get("ln_f_beta"), b.norm_eps, self.ops)
-                     if model.final_norm else None)
+        self.ln_f = (Norm(b.norm, self.params["ln_f_gamma"], self.params.get("ln_f_beta"), b.norm_eps, self.ops,
+                          b.norm_unit_offset) if model.final_norm else None)
 
     @classmethod
     def from_config(cls, config: Config, weights: str | Path | Mapping[str, Any] | None = None, *,
@@ -512,8 +574,9 @@ class Model:
             raise InputError(f"{config.name}: has no 'model' section; a model needs n_layers and vocab_size")
         dtype = dtype or config.run.dtype
         seed = config.run.seed if seed is None else seed
-        params = resolve_weights(weights, model_parameter_shapes(config), seed, dtype)
-        return cls(config, params, ops, attention)
+        notes: list[str] = []
+        params = resolve_weights(weights, model_parameter_shapes(config), seed, dtype, config=config, notes=notes)
+        return cls(config, params, ops, attention, notes)
 
     @property
     def model_config(self) -> ModelConfig:
@@ -530,7 +593,10 @@ class Model:
             raise InputError(f"input: sequence of {start + T} tokens exceeds model.max_positions={m.max_positions}")
         wte = self.params["wte"]
         tokens = wte[ids]  # (B, T, d)
-        rec("tok_emb", "token embedding", tokens, (ids, wte), kind="gather", params=("wte",))
+        if m.embedding_multiplier != 1.0:  # in the run's dtype, as the reference implementations do
+            tokens *= np.asarray(m.embedding_multiplier, dtype=tokens.dtype)
+        rec("tok_emb", "token embedding" + (f" × {m.embedding_multiplier:g}" if m.embedding_multiplier != 1.0 else ""),
+            tokens, (ids, wte), kind="gather", params=("wte",))
         if m.positions == "learned":
             table = self.params["wpe"][positions + m.position_offset]  # (T, d)
             x = tokens + table  # (B, T, d)

@@ -7,6 +7,7 @@ Data goes to stdout, diagnostics to stderr as one line `blockcli: error: …`.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Callable, NoReturn, Optional
@@ -114,7 +115,13 @@ def count(
 
         expected = parse_amount(expect, "--expect") if expect is not None else None
         budget = parse_amount(max_total, "--max")[0] if max_total is not None else None
-        result = count_parameters(load_config(config))
+        from blockcli.checkpoint import checkpoint_sizes, is_checkpoint_path
+
+        cfg = load_config(config)
+        # a model folder: reconcile with its tensors, read from the headers alone
+        stored = checkpoint_sizes(Path(config), cfg) if config and is_checkpoint_path(Path(config)) else None
+        result = count_parameters(cfg, checkpoint=stored[0] if stored else None,
+                                  checkpoint_info=stored[1] if stored else None)
         chosen = CountFormat.json if json_out else fmt
         if chosen is CountFormat.json:
             print_out(render.to_json(render.count_json(result)))
@@ -195,7 +202,10 @@ def trace(
     seq: Annotated[Optional[int], typer.Option(help="Override run.seq_len.", min=1)] = None,
     dtype: Annotated[Optional[Dtype], typer.Option(help="Override run.dtype.")] = None,
     weights: Annotated[Optional[Path], typer.Option(
-        help="Block weights (.npz) under blockcli's keys or GPT-2 names (for a model: the model's keys).")] = None,
+        help="Weights: an .npz under blockcli's keys or GPT-2 names (for a model: the model's keys), or a "
+             "Hugging Face model folder or .safetensors file. Default for a model folder: its own weights.")] = None,
+    layer: Annotated[Optional[int], typer.Option(
+        help="Trace only block N of the model, with that layer's weights.", min=0)] = None,
     input_file: Annotated[Optional[Path], typer.Option(
         "--input", help="Input .npy: (B, T, d) floats for a block, (B, T) token ids for a model.")] = None,
     save: Annotated[Optional[Path], typer.Option(help="Write y and every intermediate to this .npz.")] = None,
@@ -234,6 +244,15 @@ def trace(
             if path is not None:
                 check_writable(path, force, option)
         cfg = load_config(config)
+        chosen_weights, implicit = own_weights(config, weights)
+        notes = [f"weights: the model folder's own ({config})"] if implicit else []
+        if layer is not None:
+            if cfg.model is None and chosen_weights is None:
+                raise InputError("--layer picks one block of a model; this config has no model section")
+            if cfg.model is not None:
+                if layer >= cfg.model.n_layers:
+                    raise InputError(f"--layer {layer}: the model has layers 0..{cfg.model.n_layers - 1}")
+                cfg = replace(cfg, model=None)  # one block: the residual stream in, the residual stream out
         x = load_input(input_file, cfg) if input_file is not None else None
         if x is not None:
             batch_, seq_ = x.shape[0], x.shape[1]
@@ -246,7 +265,6 @@ def trace(
             mode = "full"  # the intermediates to save or draw exist only when the whole table is built
         demanded = weights is not None or x is not None or save is not None
         estimate = forward_bytes_estimate(cfg, mode)
-        notes = []
         if shapes_only and not demanded:
             result = analytic_trace(cfg, mode)
         elif estimate > available_bytes():
@@ -259,7 +277,7 @@ def trace(
             notes.append(f"a real pass would need about {render.human_bytes(estimate)}, more than is available: "
                          f"rows are analytic (shapes only)")
         else:
-            result = run_trace(cfg, weights=weights, x=x, attention=mode, keep=bool(save or head))
+            result = run_trace(cfg, weights=chosen_weights, x=x, attention=mode, keep=bool(save or head), layer=layer)
         result.notes.extend(notes)
         if shapes_only and demanded:
             result.notes.append("--shapes-only ignored: --weights/--input/--save need a real pass")
@@ -277,11 +295,11 @@ def trace(
             out = console(record=bool(export_svg or export_html))
             out.print(render.trace_table(result, rows))
             if head is not None:
-                layer, index = head
-                key = f"blocks.{layer}.attn_weights" if cfg.model else "attn_weights"
+                head_layer, index = head
+                key = f"blocks.{head_layer}.attn_weights" if cfg.model else "attn_weights"
                 out.print(render.attention_heatmap(result.arrays[key][0, index],
                                                    f"attention weights, head {index}"
-                                                   + (f" of layer {layer}" if cfg.model else "")
+                                                   + (f" of layer {head_layer}" if cfg.model else "")
                                                    + ", first sequence"))
             if export_svg:
                 out.save_svg(str(export_svg), title="blockcli trace", clear=False)
@@ -292,6 +310,19 @@ def trace(
         return EXIT_OK
 
     run_guarded(body)
+
+
+def own_weights(config: Optional[str], weights: Optional[Path]) -> tuple[Optional[Path], bool]:
+    """The weights to use, and whether they are a model folder's own: a folder (or .safetensors
+    file) given as the config brings its weights unless --weights names others."""
+    if weights is not None or config is None:
+        return weights, False
+    from blockcli.checkpoint import is_checkpoint_path, weight_files
+
+    path = Path(config)
+    if is_checkpoint_path(path) and weight_files(path):
+        return path, True
+    return None, False
 
 
 def _parse_head(spec: str, cfg: Any) -> tuple[int, int]:
@@ -318,7 +349,11 @@ def verify(
         metavar="[CONFIG_OR_PRESET]...", help="One or more configs or presets (default: the built-in block).")] = None,
     only: Annotated[Optional[str], typer.Option(help="Run only these checks, e.g. 4,8.")] = None,
     skip: Annotated[Optional[str], typer.Option(help="Skip these checks, e.g. 12,13.")] = None,
-    weights: Annotated[Optional[Path], typer.Option(help="Block weights (.npz) to verify instead of seeded ones.")] = None,
+    weights: Annotated[Optional[Path], typer.Option(
+        help="Weights to verify instead of seeded ones: one block's .npz, or a model's (.npz, Hugging Face model "
+             "folder or .safetensors file) with --layer. Default for a model folder: its own weights.")] = None,
+    layer: Annotated[Optional[int], typer.Option(
+        help="Which block of a model's weights to verify (default for a model folder: 0).", min=0)] = None,
     inject: Annotated[Optional[str], typer.Option(metavar="NAME",
                                                   help="Run the checklist on a seeded bug (exits 1).")] = None,
     mutants: Annotated[bool, typer.Option("--mutants", help="Run every seeded bug; print the bug × check matrix.")] = False,
@@ -365,7 +400,13 @@ def verify(
         if impl:
             extra.update(impl=impl, timeout=timeout)
         loaded = [load_config(s) for s in sources]  # every config is checked before any runs
-        reports = [run_checks(cfg, weights=weights, only=chosen_only, skip=chosen_skip, **extra) for cfg in loaded]
+        subjects = []
+        for source, cfg in zip(sources, loaded):
+            chosen, implicit = own_weights(source, weights)
+            which = layer if layer is not None or not implicit else 0
+            subjects.append((cfg, chosen, which))
+        reports = [run_checks(cfg, weights=w, layer=which, only=chosen_only, skip=chosen_skip, **extra)
+                   for cfg, w, which in subjects]
         if json_out:
             data = [render.verify_json(r) for r in reports]
             print_out(render.to_json(data[0] if len(data) == 1 else

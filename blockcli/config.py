@@ -59,6 +59,8 @@ class BlockConfig:
     rope: float = 0.0  # fraction of each head rotated; 0 is off, 1 is the whole head
     rope_theta: float = 10000.0
     dropout: float = 0.0
+    norm_unit_offset: bool = False  # the norms scale by (1 + gamma) instead of gamma (Gemma)
+    sliding_window: int = 0  # a query sees at most this many keys, itself included; 0: every earlier key
 
     @property
     def gated(self) -> bool:
@@ -80,6 +82,7 @@ class ModelConfig:
     tie_embeddings: bool = True
     final_norm: bool = True
     lm_head_bias: bool = False
+    embedding_multiplier: float = 1.0  # token embeddings are multiplied by this (Gemma: sqrt(d_model))
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,8 @@ def _read_preset(name: str) -> str:
 
 
 def load_config(source: str | Path | Mapping[str, Any] | None = None) -> Config:
-    """Load a config from a YAML path, a preset name, a Hugging Face config.json, or a mapping.
+    """Load a config from a YAML path, a preset name, a Hugging Face config.json or model folder
+    (its config.json; also for a .safetensors file beside one), or a mapping.
 
     None gives the built-in default: the reference chapter's block (d=512, h=8, d_ff=2048).
     """
@@ -137,6 +141,8 @@ def load_config(source: str | Path | Mapping[str, Any] | None = None) -> Config:
         return parse_config(source, name="<mapping>")
     text_source = str(source)
     path = Path(text_source)
+    if path.is_dir() or path.suffix.lower() == ".safetensors":  # a model folder, or weights beside config.json
+        path = model_folder_config(path)
     if path.suffix.lower() == ".json":
         from blockcli.hf import config_from_hf  # lazy: only for HF configs
 
@@ -149,6 +155,17 @@ def load_config(source: str | Path | Mapping[str, Any] | None = None) -> Config:
         hint = f"; did you mean '{close[0]}'?" if close else "; run 'blockcli presets' to list them"
         raise ConfigError(f"{text_source}: no such file or preset{hint}")
     return parse_config(_parse_yaml(read_text_file(path), str(path)), name=str(path))
+
+
+def model_folder_config(path: Path) -> Path:
+    """The config.json that describes a model folder or a .safetensors file beside it."""
+    folder = path if path.is_dir() else path.parent
+    config = folder / "config.json"
+    if not config.is_file():
+        what = "model folder" if path.is_dir() else "safetensors file"
+        raise ConfigError(f"{path}: a {what} needs the model's config.json beside its weights "
+                          f"(none in {folder}); a YAML config is a file")
+    return config
 
 
 @contextmanager
@@ -320,7 +337,7 @@ def _parse_rope(value: Any) -> float:
 
 def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     fields = ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "norm", "norm_eps", "activation",
-              "bias", "placement", "rope", "rope_theta", "dropout")
+              "bias", "placement", "rope", "rope_theta", "dropout", "norm_unit_offset", "sliding_window")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -347,6 +364,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         rope=rope,
         rope_theta=_float(data, "rope_theta", p, 10000.0, 0.0, 1e12, low_open=True),
         dropout=_float(data, "dropout", p, 0.0, 0.0, 1.0, high_open=True),
+        norm_unit_offset=_bool(data, "norm_unit_offset", p, False),
+        sliding_window=_int(data, "sliding_window", p, 0, minimum=0),
     )
     if rope and block.rope_dims == 0:
         raise ConfigError(f"block.rope: a fraction of {rope:g} of head_dim={head_dim} rotates no "
@@ -356,7 +375,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
 
 def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
     fields = ("n_layers", "vocab_size", "positions", "max_positions", "position_offset",
-              "tie_embeddings", "final_norm", "lm_head_bias")
+              "tie_embeddings", "final_norm", "lm_head_bias", "embedding_multiplier")
     _check_keys(data, fields, "model.")
     p = "model"
     return ModelConfig(
@@ -368,6 +387,7 @@ def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
         tie_embeddings=_bool(data, "tie_embeddings", p, True),
         final_norm=_bool(data, "final_norm", p, True),
         lm_head_bias=_bool(data, "lm_head_bias", p, False),
+        embedding_multiplier=_float(data, "embedding_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
     )
 
 

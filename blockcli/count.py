@@ -161,8 +161,16 @@ Formula = Callable[[BlockConfig], list[Row]]
 
 
 def count_parameters(config: Config, formula: Formula = block_formula,
-                     allocate_limit: int = ALLOCATE_LIMIT) -> ParameterCount:
-    """Exact breakdown for one block, and for the whole model when the config has one."""
+                     allocate_limit: int = ALLOCATE_LIMIT, checkpoint: Mapping[str, int] | None = None,
+                     checkpoint_info: Mapping[str, object] | None = None) -> ParameterCount:
+    """Exact breakdown for one block, and for the whole model when the config has one.
+
+    `checkpoint` (model key → stored size, as `blockcli.checkpoint.stored_sizes` reads them from
+    a checkpoint's headers) makes the reconciliation against those tensors, row by row and layer
+    by layer, instead of against arrays blockcli builds; `checkpoint_info` describes the files.
+    """
+    if checkpoint is not None:
+        return _with_checkpoint(count_parameters(config, formula, 0), formula, checkpoint, checkpoint_info or {})
     values = symbol_values(config)
     rows = formula(config.block)
     arrays = _block_arrays(config, allocate_limit)
@@ -213,6 +221,37 @@ def count_parameters(config: Config, formula: Formula = block_formula,
     result = ParameterCount(config, tuple(components), per_block, total, non_embedding, reconciled)
     result.extras.update(extras(result))
     return result
+
+
+def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[str, int],
+                     info: Mapping[str, object]) -> ParameterCount:
+    """The same breakdown, reconciled with a checkpoint's tensors: every block row in every layer,
+    every model-level row, and nothing stored that no row accounts for."""
+    config = result.config
+    assert config.model is not None
+    values = symbol_values(config)
+    mismatches: list[str] = []
+    covered: set[str] = set()
+    for row in formula(config.block):
+        expected = evaluate(row.weights + row.biases, values)
+        for i in range(config.model.n_layers):
+            keys = [f"blocks.{i}.{k}" for k in row.keys]
+            covered.update(keys)
+            found = sum(stored.get(k, 0) for k in keys)
+            if found != expected:
+                mismatches.append(f"layer {i} {row.name}: formula {expected:,} vs checkpoint {found:,}")
+    for c in result.components:
+        if c.name.startswith(("embed.", "final_norm", "lm_head")):
+            covered.update(c.keys)
+            found = sum(stored.get(k, 0) for k in c.keys)
+            if found != c.count:
+                mismatches.append(f"{c.name}: formula {c.count:,} vs checkpoint {found:,}")
+    mismatches.extend(f"{k}: stored tensor not in the formula" for k in stored if k not in covered)
+    reconciled = Reconciliation(result.total, sum(stored.values()), "checkpoint", tuple(mismatches))
+    checked = ParameterCount(config, result.components, result.per_block, result.total, result.non_embedding,
+                             reconciled, dict(result.extras))
+    checked.extras["checkpoint"] = dict(info)
+    return checked
 
 
 def _model_rows(config: Config, block: tuple[Poly, Poly],

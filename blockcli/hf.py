@@ -27,17 +27,13 @@ Defaults for absent optional fields are those of the HF config class of the fami
 vocabulary, context length) have no default here: a config.json without them is an error.
 
 Sliding-window attention (Mistral `sliding_window`; Qwen2 with `use_sliding_window: true`; a
-`layer_types` entry `sliding_attention`) is the one accepted field that blockcli does not model
-as such. A window of W tokens changes no parameter and no shape, and attention limited to the
-last W keys is *identical* to plain causal attention for every sequence of at most W tokens.
-So a window is accepted when it is at least `run.seq_len` (8 here), and recorded in
-`about.description` ("plain causal attention; identical to the HF model up to W tokens").
-A smaller window is an error. This keeps Mistral-7B-v0.1 (window 4096, context 32768)
-loadable, as the packaged `mistral-7b` preset already models it.
+`layer_types` list of `sliding_attention`) is modelled as `block.sliding_window`: each query sees
+the last W keys, itself included. A window at least `max_position_embeddings` wide can never bind
+and is dropped. A window on some layers only (Qwen2's `max_window_layers`, mixed `layer_types`)
+is an error: blockcli's layers are all alike.
 
-Behaviour fixed by the model type rather than by a field is recorded in `about.description`
-where blockcli does not model it: Gemma multiplies embeddings by sqrt(d_model) and its RMSNorm
-computes x·(1 + w) (neither changes a parameter count or shape).
+Gemma multiplies token embeddings by sqrt(hidden_size) (`model.embedding_multiplier`) and its
+RMSNorm scales by (1 + w) (`block.norm_unit_offset`).
 """
 
 from __future__ import annotations
@@ -374,17 +370,11 @@ def _divides(f: _Fields, width_key: str, width: int, heads_key: str, heads: int)
     return width // heads
 
 
-def _window(f: _Fields, key: str, window: Any, max_positions: int) -> None:
-    """An active sliding window: fine (and noted) if no run here can reach past it; see the module doc."""
+def _window(f: _Fields, key: str, window: Any, max_positions: int) -> int:
+    """An active sliding window as block.sliding_window; 0 when it is too wide to ever bind."""
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise f.invalid(key, window, "a positive integer or null")
-    if window >= max_positions:
-        return  # never narrower than the longest sequence: plain causal attention exactly
-    if window < RUN_DEFAULTS["seq_len"]:
-        raise f.unrepresentable(key, window, f"blockcli's attention is plain causal; a window of {window} tokens "
-                                             f"differs from it already at run.seq_len={RUN_DEFAULTS['seq_len']}")
-    f.notes.append(f"{key}={window} is not modelled: plain causal attention, identical to the Hugging Face "
-                   f"model for sequences of at most {window} tokens")
+    return 0 if window >= max_positions else window
 
 
 def _bias(qkv: bool, out: bool, mlp: bool, norm: bool) -> bool | dict[str, bool]:
@@ -519,7 +509,7 @@ def _silu_gate(f: _Fields) -> str:
 
 
 def _layer_types(f: _Fields, n_layers: int) -> bool | None:
-    """transformers >= 4.53 `layer_types`: whether any layer uses sliding attention (None if absent)."""
+    """transformers >= 4.53 `layer_types`: whether the layers use sliding attention (None if absent)."""
     types = f.raw("layer_types", None)
     if types is None:
         return None
@@ -527,17 +517,22 @@ def _layer_types(f: _Fields, n_layers: int) -> bool | None:
         raise f.invalid("layer_types", types, f"an array of {n_layers} layer types")
     for item in types:
         if item not in ("full_attention", "sliding_attention"):
-            raise f.unrepresentable("layer_types", item, "blockcli's layers use full (or window-limited) attention")
-    return "sliding_attention" in types
+            raise f.unrepresentable("layer_types", item, "blockcli's layers use full or sliding-window attention")
+    if len(set(types)) > 1:
+        raise f.unrepresentable("layer_types", types, "some layers slide and some do not; blockcli's layers are all "
+                                                      "alike")
+    return types[0] == "sliding_attention"
 
 
-def _sliding(f: _Fields, model: dict, active: bool) -> None:
+def _sliding(f: _Fields, block: dict, model: dict, active: bool) -> None:
     window = f.raw("sliding_window", None)
     if not active:
         return
     if window is None:
         raise f.invalid("sliding_window", window, "a window size, since this config turns sliding attention on")
-    _window(f, "sliding_window", window, model["max_positions"])
+    width = _window(f, "sliding_window", window, model["max_positions"])
+    if width:
+        block["sliding_window"] = width
 
 
 def _llama(f: _Fields) -> tuple[dict, dict]:
@@ -549,7 +544,7 @@ def _mistral(f: _Fields) -> tuple[dict, dict]:
     block, model = _gated_rms(f, _silu_gate, kv_default=8, tie_default=False,
                               qkv_bias=False, out_bias=False, mlp_bias=False)
     sliding = _layer_types(f, model["n_layers"])
-    _sliding(f, model, f.data.get("sliding_window") is not None if sliding is None else sliding)
+    _sliding(f, block, model, f.data.get("sliding_window") is not None if sliding is None else sliding)
     return block, model
 
 
@@ -560,9 +555,13 @@ def _qwen2(f: _Fields) -> tuple[dict, dict]:
     # Layers from index max_window_layers on get the window (read only when the window is on).
     f.ignore("max_window_layers")
     sliding = _layer_types(f, model["n_layers"])
-    if sliding is None:
-        sliding = use_window and f.int("max_window_layers", 28, minimum=0) < model["n_layers"]
-    _sliding(f, model, sliding)
+    if sliding is None and use_window:
+        first = f.int("max_window_layers", 28, minimum=0)
+        if 0 < first < model["n_layers"]:
+            raise f.unrepresentable("max_window_layers", first, f"the window applies to layers {first} and up only; "
+                                                                f"blockcli's layers are all alike")
+        sliding = first == 0
+    _sliding(f, block, model, bool(sliding))
     return block, model
 
 
@@ -589,9 +588,14 @@ def _gemma_gate(f: _Fields) -> str:
 
 
 def _gemma(f: _Fields) -> tuple[dict, dict]:
-    f.notes.append("HF Gemma also scales embeddings by sqrt(d_model) and computes RMSNorm as x*(1+w): "
-                   "no parameters, not modelled")
-    return _gated_rms(f, _gemma_gate, kv_default=16, tie_default=True, head_dim_default=256, mlp_bias=False)
+    # transformers 5 writes `use_bidirectional_attention: null`; true would make attention non-causal
+    if f.data.get("use_bidirectional_attention") is not None:
+        f.neutral("use_bidirectional_attention", False, "blockcli's attention is causal")
+    f.ignore("use_bidirectional_attention")
+    block, model = _gated_rms(f, _gemma_gate, kv_default=16, tie_default=True, head_dim_default=256, mlp_bias=False)
+    block["norm_unit_offset"] = True  # RMSNorm scales by (1 + w)
+    model["embedding_multiplier"] = math.sqrt(block["d_model"])
+    return block, model
 
 
 class _Family:

@@ -149,6 +149,12 @@ def causal_mask(t_q: int, t_k: int, offset: int = 0) -> Array:
     return np.arange(t_k)[None, :] <= (offset + np.arange(t_q))[:, None]
 
 
+def window_mask(t_q: int, t_k: int, offset: int, window: int) -> Array:
+    """(T_q, T_k) booleans, True where key s lies among the `window` latest positions up to query t
+    (s > offset + t − window), as sliding-window attention (Mistral) keeps them."""
+    return np.arange(t_k)[None, :] > (offset + np.arange(t_q))[:, None] - window
+
+
 def attention_weights(scores: Array, allowed: Array) -> tuple[Array, Array]:
     """Mask, then softmax over the key axis. Returns (masked scores, weights), both (B, h, T_q, T_k)."""
     masked = np.where(allowed, scores, -np.inf)

@@ -62,11 +62,13 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
             qs = np.array([_rotate(qs[t], t, cfg) for t in range(T)])
             ks = np.array([_rotate(ks[t], t, cfg) for t in range(T)])
         for t in range(T):
-            logits = [float(qs[t] @ ks[s]) / math.sqrt(d_h) for s in range(t + 1)]  # keys s <= t only
+            first = max(0, t - cfg.sliding_window + 1) if cfg.sliding_window else 0  # the window's oldest key
+            seen = range(first, t + 1)  # keys s <= t only
+            logits = [float(qs[t] @ ks[s]) / math.sqrt(d_h) for s in seen]
             top = max(logits)
             e = [math.exp(a - top) for a in logits]
             z = sum(e)
-            concat[t, head * d_h:(head + 1) * d_h] = sum((e[s] / z) * vs[s] for s in range(t + 1))
+            concat[t, head * d_h:(head + 1) * d_h] = sum((e[i] / z) * vs[s] for i, s in enumerate(seen))
     return concat @ p["w_o"] + p.get("b_o", 0.0)
 
 
@@ -84,8 +86,8 @@ def reference_block(x: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig
     p = {k: np.asarray(v, dtype=np.float64) for k, v in p.items()}
 
     def norm(which: str, a: np.ndarray) -> np.ndarray:
-        return np.array([_norm(row, p[f"{which}_gamma"], p.get(f"{which}_beta"), cfg.norm, cfg.norm_eps)
-                         for row in a])
+        gamma = p[f"{which}_gamma"] + (1.0 if cfg.norm_unit_offset else 0.0)  # Gemma scales by 1 + w
+        return np.array([_norm(row, gamma, p.get(f"{which}_beta"), cfg.norm, cfg.norm_eps) for row in a])
 
     y = np.empty_like(x)
     for b in range(x.shape[0]):

@@ -116,8 +116,15 @@ def count_footer_lines(result: ParameterCount) -> list[str]:
     check = "match" if rec.match else "MISMATCH: " + "; ".join(rec.mismatches or [f"{rec.formula:,} vs {rec.arrays:,}"])
     kv = ex["kv_cache"]
     mem = ex["memory_bytes"]
-    return [
-        f"formula {rec.formula:,} vs {rec.method} {rec.arrays:,}: {check}",
+    lines = [f"formula {rec.formula:,} vs {'checkpoint tensors' if rec.method == 'checkpoint' else rec.method} "
+             f"{rec.arrays:,}: {check}"]
+    if "checkpoint" in ex:
+        ck = ex["checkpoint"]
+        files = ck["files"][0] if len(ck["files"]) == 1 else f"{len(ck['files'])} shards"
+        dtypes = ", ".join(f"{name} ({count:,})" for name, count in ck["stored_dtypes"].items())
+        lines.append(f"checkpoint: {ck['tensors']} tensors in {files}, {human_bytes(ck['bytes_on_disk'])} on disk; "
+                     f"stored as {dtypes}" + "".join(f"; {n}" for n in ck["notes"]))
+    return lines + [
         f"forward FLOPs per token: {ex['flops_per_token']:,} ({human(ex['flops_per_token'])}); {ex['flops_convention']}",
         f"parameter memory: {human_bytes(mem['float32'])} float32, {human_bytes(mem['bfloat16'])} bfloat16, "
         f"{human_bytes(mem['int8'])} int8",

@@ -246,13 +246,16 @@ def seeded_input(config: Config) -> np.ndarray:
 
 
 def run_trace(config: Config, *, weights: Any = None, x: np.ndarray | None = None,
-              attention: str = "auto", keep: bool = False) -> Trace:
-    """Run a real forward pass and record every operation."""
+              attention: str = "auto", keep: bool = False, layer: int | None = None) -> Trace:
+    """Run a real forward pass and record every operation; `layer` picks a block of a model's weights."""
     if x is None:
         x = seeded_input(config)
     elif config.model is None:
         x = x.astype(config.run.dtype)
-    net = (Model if config.model else DecoderBlock).from_config(config, weights, attention=attention)
+    if config.model:
+        net: Model | DecoderBlock = Model.from_config(config, weights, attention=attention)
+    else:
+        net = DecoderBlock.from_config(config, weights, attention=attention, layer=layer)
     sizes = {k: v.size for k, v in net.params.items()}
     rec = Recorder(sizes, keep=keep, pass_input=x)
     tracemalloc.start()
@@ -277,7 +280,7 @@ def run_trace(config: Config, *, weights: Any = None, x: np.ndarray | None = Non
     chunked = any(r.kind == "attention" for r in rec.rows)
     return Trace(config, rec.rows, "executed", x.shape[0], x.shape[1], config.run.dtype,
                  "chunked" if chunked else "full", arrays=rec.arrays, output=out,
-                 peak_bytes=peak, peak_measured=True)
+                 peak_bytes=peak, peak_measured=True, notes=list(net.notes))
 
 
 def _overflow_hint(config: Config) -> str:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from blockcli.block import DecoderBlock, block_parameter_shapes, resolve_weights
+from blockcli.block import DecoderBlock, block_parameter_shapes, norm_scale, resolve_weights
 from blockcli.config import BlockConfig, Config, InputError
 from blockcli.count import Formula, block_formula, evaluate, symbol_values
 from blockcli.ops import STANDARD_OPS, Ops
@@ -239,18 +239,21 @@ def check_softmax_axis(c: Context) -> tuple[bool, str, str]:
 def check_causal_mask(c: Context) -> tuple[bool, str, str]:
     (w,) = c.need("attn_weights")
     T = w.shape[-1]
-    upper = np.triu(np.ones((T, T), dtype=bool), k=1)
-    above = _max(w[..., upper])
+    hidden = np.triu(np.ones((T, T), dtype=bool), k=1)
+    if c.cfg.sliding_window:  # keys older than the window are hidden as well as future ones
+        hidden |= np.tril(np.ones((T, T), dtype=bool), k=-c.cfg.sliding_window)
+    above = _max(w[..., hidden])
     diag = float(np.min(np.diagonal(w, axis1=-2, axis2=-1))) if T else 1.0
     rows = _max(w.sum(axis=-1) - 1.0)
-    measured = (f"max weight above diagonal {_fmt(above)}; min diagonal weight {_fmt(diag)}; "
+    where = "outside the window or above the diagonal" if c.cfg.sliding_window else "above diagonal"
+    measured = (f"max weight {where} {_fmt(above)}; min diagonal weight {_fmt(diag)}; "
                 f"max |row sum − 1| {_fmt(rows)}")
     before = True
     if "scores" in c.inter and "masked_scores" in c.inter:
-        # before softmax: the masked scores keep every visible score and hide every future one
+        # before softmax: the masked scores keep every visible score and hide every hidden one
         scores, masked = c.inter["scores"], c.inter["masked_scores"]
-        before = bool(np.all(np.isneginf(masked[..., upper])) and np.array_equal(masked[..., ~upper],
-                                                                                  scores[..., ~upper]))
+        before = bool(np.all(np.isneginf(masked[..., hidden])) and np.array_equal(masked[..., ~hidden],
+                                                                                  scores[..., ~hidden]))
         measured += f"; mask applied to scores: {'yes' if before else 'no'}"
     ok = above == 0.0 and diag > 0 and _within(rows, STATS) and before
     return ok, measured, f"above = 0 exactly; diagonal > 0; {STATS:g}"
@@ -296,7 +299,7 @@ def check_norm_axis(c: Context) -> tuple[bool, str, str]:
     if norm_input is None:
         raise Skip("post-norm: the first norm's input is the residual sum, checked through item 6 and 12")
     (out,) = c.need("ln1_out")
-    x_hat = (out - p.get("ln1_beta", 0.0)) / p["ln1_gamma"]  # undo scale and shift
+    x_hat = (out - p.get("ln1_beta", 0.0)) / norm_scale(p["ln1_gamma"], b.norm_unit_offset)  # undo scale and shift
     # The exact per-token target: variance σ²/(σ² + ε) for LayerNorm, RMS √(m/(m + ε)) for RMSNorm,
     # with σ² and m = mean(x²) taken over the features of the input token.
     if b.norm == "layernorm":
@@ -486,15 +489,14 @@ def parse_selection(text: str | None, option: str = "checks") -> set[int] | None
 
 def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, formula: Formula = block_formula,
            only: set[int] | None = None, skip: set[int] | None = None, impl: str | None = None,
-           timeout: float = 60.0) -> Report:
-    """Build the subject (blockcli's block, a seeded bug, or a user's `impl`), run it, run the checks."""
+           timeout: float = 60.0, layer: int | None = None) -> Report:
+    """Build the subject (blockcli's block, a seeded bug, or a user's `impl`), run it, run the checks.
+    `layer` picks one block out of a whole model's weights."""
     cfg, notes = verification_config(config)
     if weights is not None and any("scaled" in n for n in notes):
         raise InputError("the block is too large to verify with the given --weights on this machine")
-    try:
-        params = resolve_weights(weights, block_parameter_shapes(cfg.block), cfg.run.seed, "float64")
-    except InputError as exc:
-        raise InputError(f"{exc} (verify checks one block: --weights takes one block's keys)") from None
+    params = resolve_weights(weights, block_parameter_shapes(cfg.block), cfg.run.seed, "float64", layer=layer,
+                             notes=notes, config=config if config.model else None)
     if impl is None:
         subject = block_subject(DecoderBlock(cfg.block, params, ops, attention="full"))
     else:

@@ -89,6 +89,8 @@ def resolve_block(cfg):
         "placement": placement,
         "rope": rope,  # fraction of each head's dims rotated; 0.0 = no RoPE
         "rope_theta": float(cfg.get("rope_theta", 10000.0)),
+        "sliding_window": int(cfg.get("sliding_window", 0)),  # 0 = every earlier key
+        "norm_unit_offset": bool(cfg.get("norm_unit_offset", False)),
     }
 
 
@@ -106,6 +108,7 @@ def resolve_model(cfg):
         "tie_embeddings": bool(cfg["tie_embeddings"]),
         "final_norm": bool(cfg.get("final_norm", True)),
         "lm_head_bias": bool(cfg.get("lm_head_bias", False)),
+        "embedding_multiplier": float(cfg.get("embedding_multiplier", 1.0)),
     }
 
 
@@ -297,6 +300,8 @@ def _wopt(weights, name, prefix, present):
 
 def _norm(b, weights, which, prefix, vec, rms_beta):
     gamma = _w(weights, which + "_gamma", prefix)
+    if b["norm_unit_offset"]:  # Gemma: the stored weight is the scale's offset from 1
+        gamma = np.array([1.0 + float(g) for g in gamma])
     beta = _wopt(weights, which + "_beta", prefix, _has_norm_beta(b, rms_beta))
     if b["norm"] == "layernorm":
         return layer_norm_vec(vec, gamma, beta, b["norm_eps"])
@@ -337,18 +342,21 @@ def _attention(b, weights, prefix, tokens, rope_fraction):
         v_heads.append(vh)
 
     scale = 1.0 / math.sqrt(d_h)
+    window = b["sliding_window"]
     out = []
     for t in range(T):
         concat = np.zeros(h * d_h, dtype=np.float64)
+        # causal: keys 0..t; with a sliding window W, only the last W of them (t-W+1..t)
+        keys = [s for s in range(t + 1) if not window or t - s < window]
         for j in range(h):
             g = j // group
             scores = []
-            for s in range(t + 1):  # causal: keys 0..t
+            for s in keys:
                 scores.append(float(np.dot(q_heads[t][j], k_heads[s][g])) * scale)
             p = softmax_list(scores)
             head_out = np.zeros(d_h, dtype=np.float64)
-            for s in range(t + 1):
-                head_out = head_out + p[s] * v_heads[s][g]
+            for i, s in enumerate(keys):
+                head_out = head_out + p[i] * v_heads[s][g]
             concat[j * d_h:(j + 1) * d_h] = head_out
         out.append(linear_vec(concat, w_o, b_o))
     return out
@@ -445,7 +453,7 @@ def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False):
         hs = []
         for t in range(T):
             tok = int(ids[bi, t])
-            vec = np.array(wte[tok], dtype=np.float64)
+            vec = np.array(wte[tok], dtype=np.float64) * m["embedding_multiplier"]
             if m["positions"] == "learned":
                 vec = vec + _w(weights, "wpe", "")[t + m["position_offset"]]
             elif m["positions"] == "sinusoidal":

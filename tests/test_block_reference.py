@@ -127,6 +127,11 @@ BLOCK_CASES = {
     "bias_mlp_only_geglu": block_dict(
         activation="geglu", bias={"qkv": False, "out": False, "mlp": True, "norm": False}),
     "norm_eps_1e-2": block_dict(norm_eps=1e-2),
+    "sliding_window_2": block_dict(sliding_window=2),
+    "sliding_window_1_sees_itself_only": block_dict(sliding_window=1),
+    "sliding_window_gqa_rope": block_dict(sliding_window=3, n_kv_heads=2, rope=True, norm="rmsnorm", bias=False),
+    "unit_offset_rmsnorm": block_dict(norm="rmsnorm", norm_unit_offset=True, bias=False, activation="geglu"),
+    "unit_offset_layernorm_post": block_dict(norm_unit_offset=True, placement="post"),
     "combo_gqa_rope_swiglu_rms_parallel": block_dict(
         d_model=24, n_heads=6, n_kv_heads=2, head_dim=8, d_ff=40, rope=0.5,
         activation="swiglu", norm="rmsnorm", placement="parallel", bias=False,
@@ -233,6 +238,10 @@ MODEL_CASES = {
                          dict(MODEL_BASE, positions="sinusoidal", tie_embeddings=False)),
     "post_norm_learned": (block_dict(d_model=16, n_heads=4, d_ff=24, placement="post"),
                           dict(MODEL_BASE, positions="learned", tie_embeddings=False)),
+    "gemma_like_scaled_embeddings_unit_offset_window": (
+        block_dict(d_model=16, n_heads=4, n_kv_heads=1, d_ff=24, rope=True, activation="geglu", norm="rmsnorm",
+                   bias=False, norm_unit_offset=True, sliding_window=3),
+        dict(MODEL_BASE, positions="rope", tie_embeddings=True, embedding_multiplier=4.0)),
 }
 
 

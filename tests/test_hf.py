@@ -305,13 +305,24 @@ def test_hf_to_mapping_is_plain_data_shaped_like_the_yaml() -> None:
     json.dumps(mapping)  # nothing but JSON-able scalars and mappings
 
 
-def test_mistral_sliding_window_is_recorded_not_dropped() -> None:
-    about = hf_to_mapping(MISTRAL_7B, "m.json")["about"]["description"]
-    assert "sliding_window=4096" in about and "4096 tokens" in about
+def test_mistral_sliding_window_is_modelled() -> None:
+    assert block_of(MISTRAL_7B)["sliding_window"] == 4096
 
 
-def test_gemma_unmodelled_behaviour_is_recorded() -> None:
-    assert "sqrt(d_model)" in hf_to_mapping(GEMMA_2B, "g.json")["about"]["description"]
+def test_gemma_embedding_scale_and_unit_offset_norm_are_modelled() -> None:
+    mapping = hf_to_mapping(GEMMA_2B, "g.json")
+    assert mapping["block"]["norm_unit_offset"] is True
+    assert mapping["model"]["embedding_multiplier"] == 2048 ** 0.5
+
+
+@pytest.mark.parametrize("value", [None, False])
+def test_gemma_use_bidirectional_attention_off_is_accepted(value: Any) -> None:
+    assert block_of(with_fields(GEMMA_2B, use_bidirectional_attention=value))["norm_unit_offset"] is True
+
+
+def test_gemma_bidirectional_attention_is_refused(tmp_path: Path) -> None:
+    message = hf_error(write_json(tmp_path, with_fields(GEMMA_2B, use_bidirectional_attention=True)))
+    assert "field 'use_bidirectional_attention'" in message and "causal" in message
 
 
 # --------------------------------------------------------------------------- family details
@@ -414,10 +425,20 @@ def test_gemma_head_dim_default_is_256() -> None:
     assert block_of(with_fields(GEMMA_2B, head_dim=_DROP))["head_dim"] == 256
 
 
-def test_qwen2_sliding_window_off_is_ignored_and_on_is_recorded() -> None:
-    assert "sliding" not in hf_to_mapping(QWEN2_05B, "q.json")["about"]["description"]
+def test_qwen2_sliding_window_off_is_ignored_and_on_every_layer_is_modelled() -> None:
+    assert "sliding_window" not in block_of(QWEN2_05B)
+    on = with_fields(QWEN2_05B, use_sliding_window=True, sliding_window=4096, max_window_layers=0)
+    assert block_of(on)["sliding_window"] == 4096
+
+
+def test_qwen2_window_on_some_layers_only_is_refused(tmp_path: Path) -> None:
     on = with_fields(QWEN2_05B, use_sliding_window=True, sliding_window=4096, max_window_layers=21)
-    assert "sliding_window=4096" in hf_to_mapping(on, "q.json")["about"]["description"]
+    assert "field 'max_window_layers' = 21" in hf_error(write_json(tmp_path, on))
+
+
+def test_mixed_layer_types_are_refused(tmp_path: Path) -> None:
+    data = with_fields(MISTRAL_7B, layer_types=["full_attention"] * 31 + ["sliding_attention"])
+    assert "field 'layer_types'" in hf_error(write_json(tmp_path, data))
 
 
 def test_layer_types_all_full_attention() -> None:
@@ -513,7 +534,6 @@ def test_hf_module_does_not_import_yaml() -> None:
     (GEMMA_2B, "hidden_activation", "gelu"),
     (GEMMA_2B, "hidden_act", "silu"),
     (PYTHIA_160M, "rotary_pct", 0.3),  # 19.2 -> 19 rotated dims: odd
-    (MISTRAL_7B, "sliding_window", 4),  # narrower than the run's 8 tokens
 ])
 def test_unrepresentable_field_is_named(tmp_path: Path, base: dict, key: str, value: Any) -> None:
     path = write_json(tmp_path, with_fields(base, **{key: value}))
@@ -612,8 +632,8 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_directory_named_json(tmp_path: Path) -> None:
     folder = tmp_path / "model.json"
-    folder.mkdir()
-    assert "is a directory" in hf_error(folder)
+    folder.mkdir()  # a folder is read as a model folder, whose config.json is missing
+    assert "a model folder needs the model's config.json" in hf_error(folder)
 
 
 def test_binary_and_non_utf8(tmp_path: Path) -> None:

@@ -1,0 +1,380 @@
+"""Hugging Face model folders: `config.json` beside safetensors weights, single file or sharded.
+
+`open_checkpoint(path)` finds the files and reads every tensor's name, shape and dtype from the
+headers alone (no tensor data): that is all `count` needs, so a 7B checkpoint counts in
+milliseconds. `match_tensors` lines the stored tensors up with the keys a config calls for,
+through the family's `TensorMap` (`blockcli.tensor_names`), and names every stored tensor the
+map does not account for, every expected one that is missing and every shape that contradicts
+config.json. `load_model_weights` then reads the values under blockcli's keys.
+
+The `safetensors` package (the format's own library) validates each file and reads tensors;
+NumPy has no bfloat16, so BF16 tensors are read as raw 16-bit words and widened to float32
+exactly (a bfloat16 is the top half of a float32). Pickled checkpoints (`pytorch_model.bin`,
+`.pt`, `.pth`) are refused, never unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+from blockcli.config import Config, InputError, load_config, reading
+from blockcli.shapes import Shape, model_parameter_shapes
+from blockcli.tensor_names import LINEAR, NEOX_QKV, SAME, SPLIT, TENSOR_MAPS, Tensor, TensorMap
+
+if TYPE_CHECKING:
+    import numpy as np  # imported where values are read: counting from headers needs no NumPy
+
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+PICKLED = ("*.bin", "*.pt", "*.pth", "*.ckpt")
+# safetensors dtype → bytes per element, for the dtypes blockcli can run (others are refused on load)
+FLOAT_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
+ITEMSIZE = {**FLOAT_DTYPES, "I64": 8, "U64": 8, "I32": 4, "U32": 4, "I16": 2, "U16": 2, "I8": 1, "U8": 1,
+            "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One tensor as its file's header describes it."""
+
+    name: str
+    shape: Shape
+    dtype: str  # safetensors' name: F32, BF16, ...
+    file: Path
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    folder: Path
+    config_file: Path | None  # config.json, when there is one
+    files: tuple[Path, ...]  # the safetensors files, in index order
+    tensors: dict[str, Stored]  # every stored tensor by name, from the headers
+
+    @property
+    def disk_bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.files)
+
+    @property
+    def dtypes(self) -> dict[str, int]:
+        """Stored dtype → number of elements stored in it."""
+        out: dict[str, int] = {}
+        for t in self.tensors.values():
+            out[t.dtype] = out.get(t.dtype, 0) + t.size
+        return out
+
+    def describe(self) -> str:
+        files = self.files[0].name if len(self.files) == 1 else f"{len(self.files)} shards"
+        return f"{self.folder} ({files})"
+
+
+# ----------------------------------------------------------------------------- finding the files
+
+
+def is_checkpoint_path(path: Path) -> bool:
+    """A model folder or a .safetensors file (rather than a YAML/JSON config or an .npz)."""
+    return path.is_dir() or path.suffix.lower() == ".safetensors"
+
+
+def weight_files(path: Path) -> tuple[Path, ...]:
+    """The safetensors files of a folder (through its index when sharded) or the one file given."""
+    if not path.is_dir():
+        with reading(path, "a .safetensors file"):
+            path.stat()
+        return (path,)
+    index = path / INDEX
+    if index.exists():
+        return tuple(dict.fromkeys(_read_index(index).values()))
+    if (path / SINGLE).exists():
+        return (path / SINGLE,)
+    found = tuple(sorted(path.glob("*.safetensors")))
+    if found:
+        return found
+    pickled = sorted(p.name for pattern in PICKLED for p in path.glob(pattern))
+    if pickled:
+        raise InputError(f"{path}: holds {pickled[0]}, a pickled PyTorch checkpoint, which blockcli never loads "
+                         f"(unpickling can run code); convert it to safetensors first, e.g. "
+                         f"model.save_pretrained(folder) with transformers")
+    return ()
+
+
+def _read_index(index: Path) -> dict[str, Path]:
+    """tensor name → shard file, from model.safetensors.index.json; every shard must exist."""
+    with reading(index, "a safetensors index"):
+        text = index.read_text("utf-8")
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{index}: not valid JSON ({exc})") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise InputError(f"{index}: expected an object with a non-empty 'weight_map' of tensor name → shard file")
+    shards: dict[str, Path] = {}
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str) or Path(shard).name != shard:
+            raise InputError(f"{index}: tensor '{name}' maps to {shard!r}, expected a file name in this folder")
+        file = index.parent / shard
+        if not file.is_file():
+            raise InputError(f"{index}: names shard {shard} (for tensor '{name}'), which is not in {index.parent}")
+        shards[name] = file
+    return shards
+
+
+def open_checkpoint(path: str | Path) -> Checkpoint:
+    """Headers of every weight file under `path` (a folder or a .safetensors file): no data read."""
+    path = Path(path)
+    files = weight_files(path)
+    folder = path if path.is_dir() else path.parent
+    config = folder / "config.json"
+    tensors: dict[str, Stored] = {}
+    for file in files:
+        for stored in _header(file):
+            if stored.name in tensors:
+                raise InputError(f"{file}: tensor '{stored.name}' is stored twice (also in {tensors[stored.name].file})")
+            tensors[stored.name] = stored
+    index = folder / INDEX
+    if path.is_dir() and index.exists():
+        for name, shard in _read_index(index).items():
+            if name not in tensors or tensors[name].file != shard:
+                raise InputError(f"{index}: lists tensor '{name}' in {shard.name}, but that file's header has no such "
+                                 f"tensor")
+        unlisted = [n for n in tensors if n not in _read_index(index)]
+        if unlisted:
+            raise InputError(f"{tensors[unlisted[0]].file}: tensor '{unlisted[0]}' is not listed in {INDEX}")
+    return Checkpoint(folder, config if config.is_file() else None, files, tensors)
+
+
+def _header(file: Path) -> Iterator[Stored]:
+    from safetensors import SafetensorError, safe_open
+
+    with reading(file, "a .safetensors file"):
+        try:
+            with safe_open(str(file), framework="np") as f:
+                names = list(f.keys())
+                described = [(n, tuple(f.get_slice(n).get_shape()), f.get_slice(n).get_dtype()) for n in names]
+        except SafetensorError as exc:
+            raise InputError(f"{file}: not a valid safetensors file ({exc})") from None
+    for name, shape, dtype in described:
+        yield Stored(name, shape, str(dtype), file)
+
+
+# ----------------------------------------------------------------------------- matching names
+
+
+@dataclass(frozen=True)
+class Match:
+    """A stored tensor and the blockcli keys it fills."""
+
+    entry: Tensor  # with {i} filled in
+    stored: Stored
+
+
+def family_of(ckpt: Checkpoint) -> str:
+    """The model_type its config.json names; a checkpoint without one must use blockcli's own keys."""
+    if ckpt.config_file is None:
+        raise InputError(f"{ckpt.describe()}: no config.json beside the weights, so its tensor names cannot be "
+                         f"mapped; put the model's config.json beside it")
+    with reading(ckpt.config_file, "a Hugging Face config.json"):
+        text = ckpt.config_file.read_text("utf-8")
+    try:
+        model_type = json.loads(text).get("model_type")
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        raise InputError(f"{ckpt.config_file}: not a JSON object (a Hugging Face config.json)") from None
+    if model_type not in TENSOR_MAPS:
+        raise InputError(f"{ckpt.config_file}: model_type {model_type!r} is not a family blockcli maps checkpoint "
+                         f"tensors for (supported: {', '.join(sorted(TENSOR_MAPS))})")
+    return model_type
+
+
+def _entries(tmap: TensorMap, n_layers: int) -> Iterator[Tensor]:
+    for entry in tmap.tensors:
+        if "{i}" in entry.name:
+            for i in range(n_layers):
+                yield Tensor(tuple(k.format(i=i) for k in entry.keys), entry.name.format(i=i), entry.layout, entry.top)
+        else:
+            yield entry
+
+
+def _is_buffer(name: str, tmap: TensorMap, n_layers: int) -> bool:
+    return any(name == pattern.format(i=i) for pattern in tmap.buffers for i in range(n_layers))
+
+
+def stored_shape(entry: Tensor, shapes: Mapping[str, Shape]) -> Shape:
+    """The shape a tensor must have in the checkpoint for blockcli's expected `shapes` of its keys."""
+    parts = [shapes[k] for k in entry.keys]
+    if entry.layout == SAME:
+        return parts[0]
+    if entry.layout == LINEAR:
+        return parts[0][::-1]
+    if entry.layout == SPLIT:  # Q | K | V along the last axis
+        return parts[0][:-1] + (sum(p[-1] for p in parts),)
+    if len(parts[0]) == 2:  # NEOX_QKV: nn.Linear rows, three projections' outputs interleaved per head
+        return (sum(p[1] for p in parts), parts[0][0])
+    return (sum(p[0] for p in parts),)
+
+
+def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[str]]:
+    """Every expected tensor with its stored one, and notes on stored tensors set aside.
+
+    Raises one InputError naming the file and tensor for anything the config does not explain:
+    a stored tensor no entry accounts for, an expected tensor that is missing, a shape that
+    contradicts config.json.
+    """
+    if config.model is None:
+        raise InputError(f"{ckpt.describe()}: holds a whole model; its config needs a 'model' section")
+    tmap = TENSOR_MAPS[family_of(ckpt)]
+    shapes = model_parameter_shapes(config)
+    n_layers = config.model.n_layers
+    names = set(ckpt.tensors)
+
+    def find(entry: Tensor) -> str | None:
+        candidates = (entry.name,) if entry.top else (tmap.prefix + entry.name, entry.name)
+        return next((c for c in candidates if c in names), None)
+
+    matches: list[Match] = []
+    missing: list[str] = []
+    claimed: set[str] = set()
+    notes: list[str] = []
+    for entry in _entries(tmap, n_layers):
+        wanted = [k in shapes for k in entry.keys]
+        name = find(entry)
+        if not any(wanted):
+            if name is not None and entry.keys == ("lm_head",) and config.model.tie_embeddings:
+                claimed.add(name)  # a stored copy of a tied head: the embedding is what the model uses
+                notes.append(f"'{name}' is a stored copy of the tied token embedding; not counted, not used")
+            continue
+        if name is None:
+            missing.append(tmap.prefix + entry.name if not entry.top else entry.name)
+            continue
+        claimed.add(name)
+        stored = ckpt.tensors[name]
+        expected = stored_shape(entry, shapes)
+        if stored.shape != expected:
+            raise InputError(f"{stored.file}: tensor '{name}' has shape {stored.shape}; {config.name} implies "
+                             f"{expected}")
+        matches.append(Match(entry, stored))
+    unexpected = sorted(n for n in names - claimed if not _is_buffer(_strip(n, tmap), tmap, n_layers))
+    problems = [f"missing tensor '{n}'" for n in missing]
+    problems += [f"unexpected tensor '{n}' (in {ckpt.tensors[n].file.name})" for n in unexpected]
+    if problems:
+        shown = "; ".join(problems[:4]) + (f"; and {len(problems) - 4} more" if len(problems) > 4 else "")
+        raise InputError(f"{ckpt.describe()}: tensors do not match {config.name}: {shown}")
+    return matches, notes
+
+
+def _strip(name: str, tmap: TensorMap) -> str:
+    return name[len(tmap.prefix):] if name.startswith(tmap.prefix) else name
+
+
+def stored_sizes(matches: list[Match]) -> dict[str, int]:
+    """blockcli key → number of parameters, from the stored shapes alone."""
+    sizes: dict[str, int] = {}
+    for m in matches:
+        for key in m.entry.keys:
+            sizes[key] = m.stored.size // len(m.entry.keys)
+    return sizes
+
+
+def checkpoint_sizes(path: Path, config: Config) -> tuple[dict[str, int], dict[str, Any]] | None:
+    """For `count`: stored sizes under blockcli's keys and a description of the files, from the
+    headers alone; None when the folder holds no weights (only a config.json)."""
+    ckpt = open_checkpoint(path)
+    if not ckpt.tensors:
+        return None
+    matches, notes = match_tensors(ckpt, config)
+    info = {"path": str(path), "files": [f.name for f in ckpt.files], "tensors": len(ckpt.tensors),
+            "bytes_on_disk": ckpt.disk_bytes, "stored_dtypes": ckpt.dtypes, "notes": notes}
+    return stored_sizes(matches), info
+
+
+# ----------------------------------------------------------------------------- loading values
+
+
+def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]) -> dict[str, np.ndarray]:
+    """Every model parameter under blockcli's keys, in blockcli's layouts and `dtype`.
+
+    `config` (with a model section) says which model the tensors must make up; None takes the
+    checkpoint's own config.json. A safetensors file without a config.json beside it holds
+    blockcli's own keys, and is returned as it is (checked by the caller like an .npz).
+    """
+    ckpt = open_checkpoint(path)
+    if not ckpt.tensors:
+        raise InputError(f"{path}: holds no safetensors weights")
+    if ckpt.config_file is None and not path.is_dir():
+        return {name: read_tensor(stored).astype(dtype) for name, stored in ckpt.tensors.items()}
+    if config is None or config.model is None:
+        config = load_config(path)
+    matches, found = match_tensors(ckpt, config)
+    notes.extend(found)
+    b = config.block
+    params = {}
+    for m in matches:
+        value = read_tensor(m.stored)
+        for key, part in zip(m.entry.keys, _unpack(value, m.entry.layout, b.n_heads)):
+            params[key] = part.astype(dtype)
+    narrow = sorted({m.stored.dtype for m in matches} - {"F32", "F64"})
+    if narrow:
+        notes.append(f"weights stored as {', '.join(narrow)} were widened to {dtype} (exactly)")
+    return params
+
+
+def read_tensor(stored: Stored) -> np.ndarray:
+    """One tensor's values as float32/float64 (float16 and bfloat16 widened exactly); finite only."""
+    import numpy as np
+
+    if stored.dtype not in FLOAT_DTYPES:
+        raise InputError(f"{stored.file}: tensor '{stored.name}' is stored as {stored.dtype}; blockcli loads "
+                         f"floating-point weights (F32, F64, F16, BF16), not quantized ones")
+    if stored.dtype == "BF16":
+        words = _raw(stored).view("<u2").astype(np.uint32) << 16  # a bfloat16 is a float32's top 16 bits
+        value = words.view(np.float32).reshape(stored.shape)
+    else:
+        from safetensors import SafetensorError, safe_open
+
+        with reading(stored.file, "a .safetensors file"):
+            try:
+                with safe_open(str(stored.file), framework="np") as f:
+                    value = f.get_tensor(stored.name)
+            except SafetensorError as exc:
+                raise InputError(f"{stored.file}: cannot read tensor '{stored.name}' ({exc})") from None
+    if not np.all(np.isfinite(value)):
+        raise InputError(f"{stored.file}: tensor '{stored.name}' contains NaN or Inf")
+    return value
+
+
+def _raw(stored: Stored) -> np.ndarray:
+    """The bytes of one tensor, located through the file's header (already validated by safetensors)."""
+    import numpy as np
+
+    with reading(stored.file, "a .safetensors file"), open(stored.file, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        header: dict[str, Any] = json.loads(f.read(length))
+        start, end = header[stored.name]["data_offsets"]
+        f.seek(8 + length + start)
+        data = f.read(end - start)
+    if len(data) != end - start:
+        raise InputError(f"{stored.file}: tensor '{stored.name}' is cut short (file truncated)")
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def _unpack(value: np.ndarray, layout: str, n_heads: int) -> list[np.ndarray]:
+    """A stored tensor → its blockcli arrays, (in, out) for matrices."""
+    if layout == SAME:
+        return [value]
+    if layout == LINEAR:
+        return [value.T]
+    if layout == SPLIT:
+        width = value.shape[-1] // 3
+        return [value[..., j * width:(j + 1) * width] for j in range(3)]
+    # NEOX_QKV: output rows [q_0 k_0 v_0 | q_1 k_1 v_1 | ...], each block d_h rows
+    per_head = value.reshape(n_heads, 3, -1, *value.shape[1:])  # (h, 3, d_h[, d])
+    parts = [per_head[:, j].reshape(-1, *value.shape[1:]) for j in range(3)]  # (h·d_h[, d]) each
+    return [p.T if p.ndim == 2 else p for p in parts]

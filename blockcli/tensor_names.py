@@ -1,0 +1,133 @@
+"""Each family's checkpoint tensor names, mapped onto blockcli's parameter keys. Data only.
+
+A checkpoint saved by Hugging Face transformers names its tensors after the family's modules
+(`model.layers.0.self_attn.q_proj.weight`); blockcli's `Model` calls the same array
+`blocks.0.w_q`, shaped (in, out). Each family below is one `TensorMap`: for every stored
+tensor, the blockcli key (or keys, for a fused tensor) it fills and the layout it is stored in:
+
+    SAME      stored exactly as blockcli holds it: vectors, embedding tables (V, d), and GPT-2's
+              Conv1D matrices, which are already (in, out)
+    LINEAR    torch.nn.Linear's (out, in): transposed on load
+    SPLIT     GPT-2's `c_attn`: Q | K | V side by side along the last axis (Conv1D layout)
+    NEOX_QKV  GPT-NeoX's `query_key_value`: nn.Linear whose output rows are grouped per head,
+              [q_0 k_0 v_0 | q_1 k_1 v_1 | ...], each d_h wide
+
+Names are relative to the family's base model (`prefix`): transformers saves
+`transformer.h.0...` from GPT2LMHeadModel but `h.0...` from GPT2Model, and both are read. A
+tensor marked `top` (the LM head) lives outside the base model. `{i}` is the layer index.
+A tensor the config does not call for (a bias of a bias-free config, the LM head of a tied
+model) is simply not expected. `buffers` are stored tensors that are not parameters (causal-mask
+and rotary-frequency buffers of older checkpoints): recognised, never loaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SAME, LINEAR, SPLIT, NEOX_QKV = "same", "linear", "split", "neox_qkv"
+
+
+@dataclass(frozen=True)
+class Tensor:
+    keys: tuple[str, ...]  # blockcli keys it fills: one, or Q, K, V for a fused tensor
+    name: str  # the stored name, relative to the base model unless `top`
+    layout: str = SAME
+    top: bool = False
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    prefix: str  # the base model's attribute path in the *ForCausalLM checkpoint
+    tensors: tuple[Tensor, ...]
+    buffers: tuple[str, ...] = ()  # name patterns ({i} = a layer index) of non-parameter tensors
+
+
+def _t(keys: str, name: str, layout: str = SAME, top: bool = False) -> Tensor:
+    return Tensor(tuple(keys.split()), name, layout, top)
+
+
+_QKV = "blocks.{i}.w_q blocks.{i}.w_k blocks.{i}.w_v"
+_QKV_BIAS = "blocks.{i}.b_q blocks.{i}.b_k blocks.{i}.b_v"
+
+GPT2 = TensorMap("transformer.", (
+    _t("wte", "wte.weight"),
+    _t("wpe", "wpe.weight"),
+    _t("blocks.{i}.ln1_gamma", "h.{i}.ln_1.weight"),
+    _t("blocks.{i}.ln1_beta", "h.{i}.ln_1.bias"),
+    _t(_QKV, "h.{i}.attn.c_attn.weight", SPLIT),
+    _t(_QKV_BIAS, "h.{i}.attn.c_attn.bias", SPLIT),
+    _t("blocks.{i}.w_o", "h.{i}.attn.c_proj.weight"),
+    _t("blocks.{i}.b_o", "h.{i}.attn.c_proj.bias"),
+    _t("blocks.{i}.ln2_gamma", "h.{i}.ln_2.weight"),
+    _t("blocks.{i}.ln2_beta", "h.{i}.ln_2.bias"),
+    _t("blocks.{i}.w_1", "h.{i}.mlp.c_fc.weight"),
+    _t("blocks.{i}.b_1", "h.{i}.mlp.c_fc.bias"),
+    _t("blocks.{i}.w_2", "h.{i}.mlp.c_proj.weight"),
+    _t("blocks.{i}.b_2", "h.{i}.mlp.c_proj.bias"),
+    _t("ln_f_gamma", "ln_f.weight"),
+    _t("ln_f_beta", "ln_f.bias"),
+    _t("lm_head", "lm_head.weight", LINEAR, top=True),
+), buffers=("h.{i}.attn.bias", "h.{i}.attn.masked_bias"))
+
+OPT = TensorMap("model.", (
+    _t("wte", "decoder.embed_tokens.weight"),
+    _t("wpe", "decoder.embed_positions.weight"),  # max_positions + 2 rows: OPT's offset
+    _t("blocks.{i}.ln1_gamma", "decoder.layers.{i}.self_attn_layer_norm.weight"),
+    _t("blocks.{i}.ln1_beta", "decoder.layers.{i}.self_attn_layer_norm.bias"),
+    *(_t(f"blocks.{{i}}.w_{x}", f"decoder.layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkv"),
+    *(_t(f"blocks.{{i}}.b_{x}", f"decoder.layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkv"),
+    _t("blocks.{i}.w_o", "decoder.layers.{i}.self_attn.out_proj.weight", LINEAR),
+    _t("blocks.{i}.b_o", "decoder.layers.{i}.self_attn.out_proj.bias"),
+    _t("blocks.{i}.ln2_gamma", "decoder.layers.{i}.final_layer_norm.weight"),
+    _t("blocks.{i}.ln2_beta", "decoder.layers.{i}.final_layer_norm.bias"),
+    _t("blocks.{i}.w_1", "decoder.layers.{i}.fc1.weight", LINEAR),
+    _t("blocks.{i}.b_1", "decoder.layers.{i}.fc1.bias"),
+    _t("blocks.{i}.w_2", "decoder.layers.{i}.fc2.weight", LINEAR),
+    _t("blocks.{i}.b_2", "decoder.layers.{i}.fc2.bias"),
+    _t("ln_f_gamma", "decoder.final_layer_norm.weight"),
+    _t("ln_f_beta", "decoder.final_layer_norm.bias"),
+    _t("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
+GPT_NEOX = TensorMap("gpt_neox.", (
+    _t("wte", "embed_in.weight"),
+    _t("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight"),
+    _t("blocks.{i}.ln1_beta", "layers.{i}.input_layernorm.bias"),
+    _t(_QKV, "layers.{i}.attention.query_key_value.weight", NEOX_QKV),
+    _t(_QKV_BIAS, "layers.{i}.attention.query_key_value.bias", NEOX_QKV),
+    _t("blocks.{i}.w_o", "layers.{i}.attention.dense.weight", LINEAR),
+    _t("blocks.{i}.b_o", "layers.{i}.attention.dense.bias"),
+    _t("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
+    _t("blocks.{i}.ln2_beta", "layers.{i}.post_attention_layernorm.bias"),
+    _t("blocks.{i}.w_1", "layers.{i}.mlp.dense_h_to_4h.weight", LINEAR),
+    _t("blocks.{i}.b_1", "layers.{i}.mlp.dense_h_to_4h.bias"),
+    _t("blocks.{i}.w_2", "layers.{i}.mlp.dense_4h_to_h.weight", LINEAR),
+    _t("blocks.{i}.b_2", "layers.{i}.mlp.dense_4h_to_h.bias"),
+    _t("ln_f_gamma", "final_layer_norm.weight"),
+    _t("ln_f_beta", "final_layer_norm.bias"),
+    _t("lm_head", "embed_out.weight", LINEAR, top=True),
+), buffers=("layers.{i}.attention.bias", "layers.{i}.attention.masked_bias",
+            "layers.{i}.attention.rotary_emb.inv_freq"))
+
+# Llama, Mistral, Qwen2 and Gemma share their module names; Gemma's norm weights are the offset w
+# of its (1 + w) scale, which `block.norm_unit_offset` says.
+LLAMA = TensorMap("model.", (
+    _t("wte", "embed_tokens.weight"),
+    _t("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight"),
+    *(_t(f"blocks.{{i}}.w_{x}", f"layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkvo"),
+    *(_t(f"blocks.{{i}}.b_{x}", f"layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkvo"),
+    _t("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
+    _t("blocks.{i}.w_1", "layers.{i}.mlp.gate_proj.weight", LINEAR),
+    _t("blocks.{i}.b_1", "layers.{i}.mlp.gate_proj.bias"),
+    _t("blocks.{i}.w_3", "layers.{i}.mlp.up_proj.weight", LINEAR),
+    _t("blocks.{i}.b_3", "layers.{i}.mlp.up_proj.bias"),
+    _t("blocks.{i}.w_2", "layers.{i}.mlp.down_proj.weight", LINEAR),
+    _t("blocks.{i}.b_2", "layers.{i}.mlp.down_proj.bias"),
+    _t("ln_f_gamma", "norm.weight"),
+    _t("lm_head", "lm_head.weight", LINEAR, top=True),
+), buffers=("layers.{i}.self_attn.rotary_emb.inv_freq",))
+
+TENSOR_MAPS: dict[str, TensorMap] = {
+    "gpt2": GPT2, "opt": OPT, "gpt_neox": GPT_NEOX,
+    "llama": LLAMA, "mistral": LLAMA, "qwen2": LLAMA, "gemma": LLAMA,
+}
