@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,15 +118,16 @@ def _read_index(index: Path) -> dict[str, Path]:
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise InputError(f"{index}: expected an object with a non-empty 'weight_map' of tensor name → shard file")
-    shards: dict[str, Path] = {}
+    files: dict[str, Path] = {}  # each shard checked once
     for name, shard in weight_map.items():
+        if shard in files:
+            continue
         if not isinstance(shard, str) or Path(shard).name != shard:
             raise InputError(f"{index}: tensor '{name}' maps to {shard!r}, expected a file name in this folder")
-        file = index.parent / shard
-        if not file.is_file():
+        files[shard] = index.parent / shard
+        if not files[shard].is_file():
             raise InputError(f"{index}: names shard {shard} (for tensor '{name}'), which is not in {index.parent}")
-        shards[name] = file
-    return shards
+    return {name: files[shard] for name, shard in weight_map.items()}
 
 
 def open_checkpoint(path: str | Path) -> Checkpoint:
@@ -142,11 +144,12 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
             tensors[stored.name] = stored
     index = folder / INDEX
     if path.is_dir() and index.exists():
-        for name, shard in _read_index(index).items():
+        listed = _read_index(index)
+        for name, shard in listed.items():
             if name not in tensors or tensors[name].file != shard:
                 raise InputError(f"{index}: lists tensor '{name}' in {shard.name}, but that file's header has no such "
                                  f"tensor")
-        unlisted = [n for n in tensors if n not in _read_index(index)]
+        unlisted = [n for n in tensors if n not in listed]
         if unlisted:
             raise InputError(f"{tensors[unlisted[0]].file}: tensor '{unlisted[0]}' is not listed in {INDEX}")
     return Checkpoint(folder, config if config.is_file() else None, files, tensors)
@@ -203,8 +206,8 @@ def _entries(tmap: TensorMap, n_layers: int) -> Iterator[Tensor]:
             yield entry
 
 
-def _is_buffer(name: str, tmap: TensorMap, n_layers: int) -> bool:
-    return any(name == pattern.format(i=i) for pattern in tmap.buffers for i in range(n_layers))
+def _is_buffer(name: str, tmap: TensorMap) -> bool:
+    return any(re.fullmatch(re.escape(pattern).replace(r"\{i\}", r"\d+"), name) for pattern in tmap.buffers)
 
 
 def stored_shape(entry: Tensor, shapes: Mapping[str, Shape]) -> Shape:
@@ -261,7 +264,7 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
             raise InputError(f"{stored.file}: tensor '{name}' has shape {stored.shape}; {config.name} implies "
                              f"{expected}")
         matches.append(Match(entry, stored))
-    unexpected = sorted(n for n in names - claimed if not _is_buffer(_strip(n, tmap), tmap, n_layers))
+    unexpected = sorted(n for n in names - claimed if not _is_buffer(_strip(n, tmap), tmap))
     problems = [f"missing tensor '{n}'" for n in missing]
     problems += [f"unexpected tensor '{n}' (in {ckpt.tensors[n].file.name})" for n in unexpected]
     if problems:

@@ -427,7 +427,8 @@ def verify(
 
 @app.command()
 def convert(
-    hf_config: Annotated[Path, typer.Argument(metavar="CONFIG_JSON", help="A Hugging Face config.json.")],
+    hf_config: Annotated[Path, typer.Argument(metavar="CONFIG_JSON",
+                                              help="A Hugging Face config.json, or a model folder holding one.")],
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the YAML here instead of stdout.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Allow --output to overwrite an existing file.")] = False,
 ) -> None:
@@ -441,7 +442,12 @@ def convert(
             from blockcli.inputs import check_writable
 
             check_writable(output, force, "--output")
-        mapping, cfg = read_hf(hf_config)
+        source = hf_config
+        if source.is_dir() or source.suffix.lower() == ".safetensors":
+            from blockcli.config import model_folder_config
+
+            source = model_folder_config(source)
+        mapping, cfg = read_hf(source)
         total = count_parameters(cfg).total
         mapping["about"]["parameters"] = total
         text = to_yaml(mapping, f"Converted by `blockcli convert {hf_config.name}`.\n"

@@ -1,0 +1,456 @@
+"""Hugging Face model folders: parity with transformers, header-only counts, bad checkpoints.
+
+Every expected number here comes from outside blockcli: the fixtures in tests/fixtures/hf/ were
+computed by transformers itself (tests/fixtures/hf/generate.py: its logits, each layer's output,
+one K/V-cached decode step, and its parameter total), the Llama-2-7B total is the published
+figure, and bfloat16 widening is checked on values chosen to be exact in bfloat16.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from blockcli import DecoderBlock, Model, load_config
+from blockcli.config import ConfigError, InputError
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
+FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "gemma"]
+TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
+
+
+def expected(name: str) -> dict[str, np.ndarray]:
+    with np.load(FIXTURES / name / "expected.npz") as data:
+        return {k: data[k] for k in data.files}
+
+
+def relative(got: np.ndarray, want: np.ndarray) -> float:
+    assert got.shape == want.shape, (got.shape, want.shape)
+    return float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "blockcli", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, env={**os.environ, "COLUMNS": "200"})
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-500:], proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("blockcli: error: "), proc.stderr
+    return lines[0]
+
+
+# ----------------------------------------------------------------------------- parity with transformers
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", FAMILIES)
+def test_logits_layers_and_decode_step_equal_transformers(name: str, dtype: str) -> None:
+    folder, want = FIXTURES / name, expected(name)
+    model = Model.from_config(load_config(folder), weights=folder, dtype=dtype)
+    ids = want["input_ids"]
+    tol = TOLERANCE[dtype]
+    assert relative(model(ids), want[f"logits_{dtype}"]) <= tol
+
+    x = model.embed(ids)
+    for i, block in enumerate(model.blocks):
+        x = block(x)
+        assert relative(x, want[f"layers_{dtype}"][i]) <= tol, f"layer {i}"
+
+    caches = model.new_cache()
+    model.step(ids[:, :-1], caches)
+    assert relative(model.step(ids[:, -1:], caches), want[f"decode_logits_{dtype}"]) <= tol
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_full_score_table_path_equals_transformers(name: str) -> None:
+    """The path traces and seeded bugs take (the whole table from the Ops table) agrees too."""
+    folder, want = FIXTURES / name, expected(name)
+    model = Model.from_config(load_config(folder), weights=folder, dtype="float64", attention="full")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) <= 1e-9
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_one_layer_from_the_folder_maps_the_previous_layers_output(name: str) -> None:
+    """DecoderBlock for layer 1 alone, fed transformers' layer-0 output, gives its layer-1 output."""
+    folder, want = FIXTURES / name, expected(name)
+    block = DecoderBlock.from_config(load_config(folder), weights=folder, dtype="float64", layer=1)
+    assert relative(block(want["layers_float64"][0]), want["layers_float64"][1]) <= 1e-9
+    assert "weights of layer 1 of 2" in block.notes
+
+
+def test_bfloat16_checkpoint_is_widened_exactly_and_says_so() -> None:
+    folder, want = FIXTURES / "llama-bf16", expected("llama-bf16")
+    model = Model.from_config(load_config(folder), weights=folder, dtype="float32")
+    assert relative(model(want["input_ids"]), want["logits_float32"]) <= 1e-4
+    assert any("BF16 were widened to float32" in n for n in model.notes)
+
+
+@pytest.mark.parametrize("name, switch_off", [
+    ("mistral", {"sliding_window": 0}),  # the fixture's window (4) is shorter than its 7 tokens
+    ("gemma", {"norm_unit_offset": False}),
+])
+def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict) -> None:
+    """Without the feature the logits are far from transformers': the fixture really exercises it."""
+    folder, want = FIXTURES / name, expected(name)
+    config = load_config(folder)
+    changed = config.__class__(**{**config.__dict__, "block": config.block.__class__(
+        **{**config.block.__dict__, **switch_off})})
+    model = Model.from_config(changed, weights=folder, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
+
+
+def test_gemma_embedding_multiplier_matters() -> None:
+    folder, want = FIXTURES / "gemma", expected("gemma")
+    config = load_config(folder)
+    assert config.model.embedding_multiplier == math.sqrt(32)
+    plain = config.__class__(**{**config.__dict__, "model": config.model.__class__(
+        **{**config.model.__dict__, "embedding_multiplier": 1.0})})
+    model = Model.from_config(plain, weights=folder, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
+
+
+def test_gpt2_names_without_the_base_prefix_and_legacy_buffers_load(tmp_path: Path) -> None:
+    """Hub GPT-2 checkpoints were saved from GPT2Model (`h.0.…`, no `transformer.`) with mask buffers."""
+    from safetensors.numpy import load_file, save_file
+
+    folder = tmp_path / "gpt2"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "gpt2" / "config.json", folder)
+    tensors = load_file(FIXTURES / "gpt2" / "model.safetensors")
+    renamed = {k.removeprefix("transformer."): v for k, v in tensors.items()}
+    renamed["h.0.attn.bias"] = np.tril(np.ones((1, 1, 64, 64), dtype=np.float32))
+    renamed["h.1.attn.masked_bias"] = np.array(-1e4, dtype=np.float32)
+    save_file(renamed, folder / "model.safetensors")
+    want = expected("gpt2")
+    model = Model.from_config(load_config(folder), weights=folder, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) <= 1e-9
+
+
+# ----------------------------------------------------------------------------- count DIR
+
+
+@pytest.mark.parametrize("name", FAMILIES + ["llama-bf16"])
+def test_count_dir_equals_transformers_total_and_matches_the_checkpoint(name: str) -> None:
+    proc = cli("count", FIXTURES / name, "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["total"] == int(expected(name)["parameters"])
+    assert data["reconciled"]["method"] == "checkpoint" and data["reconciled"]["match"]
+    assert data["reconciled"]["arrays"] == data["total"]
+    assert data["checkpoint"]["stored_dtypes"] == {"BF16" if name.endswith("bf16") else "F32": data["total"]}
+    table = cli("count", FIXTURES / name)
+    assert f"formula {data['total']:,} vs checkpoint tensors {data['total']:,}: match" in table.stdout
+
+
+def test_count_of_the_sharded_folder_names_its_shards() -> None:
+    data = json.loads(cli("count", FIXTURES / "qwen2", "--json").stdout)
+    assert data["checkpoint"]["files"] == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
+    total_bytes = sum(f.stat().st_size for f in (FIXTURES / "qwen2").glob("*.safetensors"))
+    assert data["checkpoint"]["bytes_on_disk"] == total_bytes
+
+
+def _write_safetensors(path: Path, tensors: dict[str, tuple[str, tuple[int, ...]]], data: bytes | None = None) -> None:
+    """A safetensors file by the format's definition: u64 header length, JSON header, data. With no
+    `data` the data region is a hole: the file has its real size but costs no disk."""
+    itemsize = {"F32": 4, "BF16": 2, "F16": 2}
+    header, offset = {}, 0
+    for name, (dtype, shape) in tensors.items():
+        size = math.prod(shape) * itemsize[dtype]
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        if data is None:
+            f.truncate(8 + len(raw) + offset)
+        else:
+            assert len(data) == offset
+            f.write(data)
+
+
+LLAMA_2_7B = {  # https://huggingface.co/meta-llama/Llama-2-7b-hf/blob/main/config.json
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+    "num_attention_heads": 32, "num_key_value_heads": 32, "num_hidden_layers": 32, "vocab_size": 32000,
+    "max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "hidden_act": "silu", "tie_word_embeddings": False,
+    "torch_dtype": "float16", "rope_theta": 10000.0, "rope_scaling": None, "attention_bias": False,
+    "pretraining_tp": 1, "bos_token_id": 1, "eos_token_id": 2, "initializer_range": 0.02, "use_cache": True,
+    "transformers_version": "4.31.0.dev0",
+}
+
+
+def sparse_llama_7b(folder: Path) -> None:
+    """Llama-2-7B as two real-size fp16 shards and an index, every byte of data a hole."""
+    d, f, V, L = 4096, 11008, 32000, 32
+    names: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (V, d)}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        names.update({p + "input_layernorm.weight": (d,), p + "post_attention_layernorm.weight": (d,)})
+        names.update({p + f"self_attn.{x}_proj.weight": (d, d) for x in "qkvo"})
+        names.update({p + "mlp.gate_proj.weight": (f, d), p + "mlp.up_proj.weight": (f, d),
+                      p + "mlp.down_proj.weight": (d, f)})
+    names.update({"model.norm.weight": (d,), "lm_head.weight": (V, d)})
+    items = list(names.items())
+    shards = {"model-00001-of-00002.safetensors": items[: len(items) // 2],
+              "model-00002-of-00002.safetensors": items[len(items) // 2:]}
+    weight_map = {}
+    for shard, part in shards.items():
+        _write_safetensors(folder / shard, {n: ("F16", s) for n, s in part})
+        weight_map.update({n: shard for n, _ in part})
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    (folder / "config.json").write_text(json.dumps(LLAMA_2_7B))
+
+
+def test_sparse_7b_sharded_checkpoint_counts_from_headers_alone(tmp_path: Path, monkeypatch) -> None:
+    sparse_llama_7b(tmp_path)
+    size = sum(f.stat().st_size for f in tmp_path.glob("*.safetensors"))
+    assert size > 13_000_000_000  # real size on paper, holes on disk
+    from blockcli import checkpoint, count
+
+    def no_data(*_args, **_kwargs):
+        raise AssertionError("count read tensor data")
+
+    monkeypatch.setattr(checkpoint, "read_tensor", no_data)
+    config = load_config(tmp_path)
+    sizes, info = checkpoint.checkpoint_sizes(tmp_path, config)
+    result = count.count_parameters(config, checkpoint=sizes, checkpoint_info=info)
+    assert result.total == 6_738_415_616  # Llama-2-7B, as published
+    assert result.reconciled.method == "checkpoint" and result.reconciled.match
+    assert info["stored_dtypes"] == {"F16": 6_738_415_616} and info["bytes_on_disk"] == size
+
+
+def test_sparse_7b_count_cli(tmp_path: Path) -> None:
+    sparse_llama_7b(tmp_path)
+    proc = cli("count", tmp_path, "--expect", "6,738,415,616")
+    assert proc.returncode == 0, proc.stderr
+    assert "vs checkpoint tensors 6,738,415,616: match" in proc.stdout
+    assert "2 shards" in proc.stdout
+
+
+# ----------------------------------------------------------------------------- bad checkpoints
+
+
+def fixture_copy(tmp_path: Path, name: str = "llama") -> Path:
+    folder = tmp_path / name
+    shutil.copytree(FIXTURES / name, folder)
+    (folder / "expected.npz").unlink()
+    return folder
+
+
+def rewrite(folder: Path, change) -> None:
+    """Load the single-file checkpoint, let `change` edit the dict of arrays, save it again."""
+    from safetensors.numpy import load_file, save_file
+
+    path = folder / "model.safetensors"
+    tensors = load_file(path)
+    change(tensors)
+    save_file(tensors, path)
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+BAD_CASES = {
+    "missing tensor": (lambda t: t.pop("model.layers.1.mlp.up_proj.weight"),
+                       ["missing tensor 'model.layers.1.mlp.up_proj.weight'"]),
+    "unexpected tensor": (lambda t: t.update({"model.layers.0.self_attn.q_norm.weight": np.ones(8, np.float32)}),
+                          ["unexpected tensor 'model.layers.0.self_attn.q_norm.weight'", "model.safetensors"]),
+    "shape contradicts config": (lambda t: t.update({"model.layers.0.mlp.down_proj.weight": np.ones((32, 48),
+                                                                                                   np.float32)}),
+                                 ["model.safetensors", "'model.layers.0.mlp.down_proj.weight'", "(32, 48)",
+                                  "implies (32, 64)"]),
+}
+
+
+@pytest.mark.parametrize("command", ["count", "trace", "verify"])
+@pytest.mark.parametrize("case", sorted(BAD_CASES))
+def test_bad_checkpoint_is_one_line_naming_file_and_tensor(tmp_path: Path, case: str, command: str) -> None:
+    change, needles = BAD_CASES[case]
+    folder = fixture_copy(tmp_path)
+    rewrite(folder, change)
+    before = snapshot(tmp_path)
+    line = one_error_line(cli(command, folder, cwd=tmp_path))
+    for needle in needles:
+        assert needle in line
+    assert snapshot(tmp_path) == before
+
+
+def test_non_finite_value_is_named_when_loaded(tmp_path: Path) -> None:
+    folder = fixture_copy(tmp_path)
+
+    def poison(t):
+        t["model.layers.1.self_attn.k_proj.weight"][3, 5] = np.nan
+
+    rewrite(folder, poison)
+    line = one_error_line(cli("trace", folder))
+    assert "model.safetensors" in line and "'model.layers.1.self_attn.k_proj.weight' contains NaN or Inf" in line
+    assert cli("count", folder).returncode == 0  # count reads headers only: the values do not matter to it
+
+
+def test_index_naming_an_absent_shard(tmp_path: Path) -> None:
+    folder = fixture_copy(tmp_path, "qwen2")
+    (folder / "model-00002-of-00003.safetensors").unlink()
+    line = one_error_line(cli("count", folder))
+    assert "model.safetensors.index.json" in line and "model-00002-of-00003.safetensors" in line
+
+
+def test_index_listing_a_tensor_its_shard_lacks(tmp_path: Path) -> None:
+    folder = fixture_copy(tmp_path, "qwen2")
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    name = next(iter(index["weight_map"]))
+    index["weight_map"][name] = "model-00003-of-00003.safetensors" if not index["weight_map"][name].startswith(
+        "model-00003") else "model-00001-of-00003.safetensors"
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    line = one_error_line(cli("count", folder))
+    assert "model.safetensors.index.json" in line and f"'{name}'" in line
+
+
+def test_truncated_file(tmp_path: Path) -> None:
+    folder = fixture_copy(tmp_path)
+    path = folder / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:-100])
+    line = one_error_line(cli("count", folder))
+    assert str(path) in line and "not a valid safetensors file" in line
+
+
+def test_header_that_lies_about_sizes(tmp_path: Path) -> None:
+    folder = fixture_copy(tmp_path)
+    path = folder / "model.safetensors"
+    raw = path.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + length])
+    header["model.norm.weight"]["shape"] = [64]  # twice the bytes its offsets cover
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + length:])
+    line = one_error_line(cli("count", folder))
+    assert str(path) in line and "not a valid safetensors file" in line
+
+
+def test_garbage_file(tmp_path: Path) -> None:
+    folder = fixture_copy(tmp_path)
+    (folder / "model.safetensors").write_bytes(b"definitely not a checkpoint" * 10)
+    assert "not a valid safetensors file" in one_error_line(cli("trace", folder))
+
+
+class _Marker:
+    """Unpickling this touches a file: the proof that something ran pickle.load."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.path),))
+
+
+def test_pytorch_model_bin_is_refused_and_never_unpickled(tmp_path: Path) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "llama" / "config.json", folder)
+    marker = tmp_path / "unpickled"
+    (folder / "pytorch_model.bin").write_bytes(pickle.dumps(_Marker(str(marker))))
+    for command in ("count", "trace", "verify"):
+        line = one_error_line(cli(command, folder))
+        assert "pytorch_model.bin" in line and "convert it to safetensors" in line
+    assert not marker.exists()
+
+
+def test_folder_without_config_json(tmp_path: Path) -> None:
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "llama" / "model.safetensors", folder)
+    line = one_error_line(cli("count", folder))
+    assert "needs the model's config.json" in line
+
+
+def test_folder_with_only_config_json_counts_from_the_config(tmp_path: Path) -> None:
+    folder = tmp_path / "config-only"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "llama" / "config.json", folder)
+    data = json.loads(cli("count", folder, "--json").stdout)
+    assert data["total"] == int(expected("llama")["parameters"])
+    assert data["reconciled"]["method"] != "checkpoint" and "checkpoint" not in data
+
+
+def test_quantized_dtype_is_refused_on_load(tmp_path: Path) -> None:
+    folder = fixture_copy(tmp_path)
+    rewrite(folder, lambda t: t.update({"model.norm.weight": np.ones(32, np.int8)}))
+    line = one_error_line(cli("trace", folder))
+    assert "'model.norm.weight' is stored as I8" in line
+
+
+# ----------------------------------------------------------------------------- safetensors of blockcli's own keys
+
+
+def test_bf16_and_f16_values_are_widened_exactly(tmp_path: Path) -> None:
+    """No config.json beside it: blockcli's own keys. Values exact in bfloat16 (8 significant bits)."""
+    config = load_config({"block": {"d_model": 4, "n_heads": 2, "d_ff": 8, "norm": "rmsnorm", "bias": False,
+                                    "activation": "relu"}})
+    rng = np.random.default_rng(0)
+    from blockcli.shapes import block_parameter_shapes
+
+    shapes = block_parameter_shapes(config.block)
+    values = {k: (rng.integers(-128, 128, size=s) / 64.0) for k, s in shapes.items()}  # 8 significant bits
+    data, spec = b"", {}
+    for k, v in values.items():
+        if k.startswith("w_"):  # bfloat16: the top 16 bits of the float32
+            spec[k] = ("BF16", v.shape)
+            data += (v.astype("<f4").view("<u4") >> 16).astype("<u2").tobytes()
+        else:
+            spec[k] = ("F16", v.shape)
+            data += v.astype("<f2").tobytes()
+    path = tmp_path / "block.safetensors"
+    _write_safetensors(path, spec, data)
+    block = DecoderBlock.from_config(config, weights=path, dtype="float64")
+    for k, v in values.items():
+        assert np.array_equal(block.params[k], v), k
+
+
+def test_layer_option_errors() -> None:
+    folder = FIXTURES / "llama"
+    assert "the model has layers 0..1" in one_error_line(cli("trace", folder, "--layer", "2"))
+    with pytest.raises(InputError, match=r"pick one with --layer N \(0..1\)"):
+        DecoderBlock.from_config(load_config(folder), weights=folder)
+    with pytest.raises(InputError, match="--layer picks one block"):
+        DecoderBlock.from_config(load_config(folder), layer=1)
+
+
+def test_cli_trace_and_verify_run_the_folder_weights() -> None:
+    folder = FIXTURES / "mistral"
+    trace = cli("trace", folder, "--layer", "1", "--format", "json")
+    assert trace.returncode == 0, trace.stderr
+    notes = json.loads(trace.stdout)["notes"]
+    assert any("layer 1 of 2" in n for n in notes) and any("model folder's own" in n for n in notes)
+    verify = cli("verify", folder, "--json")
+    assert verify.returncode == 0, verify.stderr
+    assert json.loads(verify.stdout)["passed"] is True
+
+
+def test_converted_yaml_with_the_folder_weights_gives_transformers_logits(tmp_path: Path) -> None:
+    folder, want = FIXTURES / "gemma", expected("gemma")
+    yaml_path = tmp_path / "gemma.yaml"
+    proc = cli("convert", folder, "--output", yaml_path)
+    assert proc.returncode == 0, proc.stderr
+    from_json = cli("convert", folder / "config.json").stdout
+    assert from_json.split("\n", 1)[1] == yaml_path.read_text().split("\n", 1)[1]  # all but the "Converted by" line
+    model = Model.from_config(load_config(yaml_path), weights=folder, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) <= 1e-9
+
+
+def test_load_config_of_a_safetensors_file_reads_its_config_json() -> None:
+    assert load_config(FIXTURES / "gemma" / "model.safetensors") == load_config(FIXTURES / "gemma")
+    with pytest.raises(ConfigError):
+        load_config(FIXTURES / "nope.safetensors")
