@@ -297,7 +297,8 @@ class MultiHeadAttention:
         rec("v", "split heads V", v, (v_flat,), kind="reshape")
 
         if cfg.rope:
-            cos, sin = F.rope_tables(np.arange(start, start + T), cfg.rope_dims, cfg.rope_theta, x.dtype)
+            cos, sin = F.rope_tables(np.arange(start, start + T), cfg.rope_dims, cfg.rope_theta, x.dtype,
+                                     cfg.rope_scaling)  # (T, r/2) each
             q_rot = F.apply_rope(q, cos, sin)  # (B, h, T, d_h)
             rec("q_rope", "RoPE on Q", q_rot, (q,), kind="rope")
             k_rot = F.apply_rope(k, cos, sin)  # (B, h_kv, T, d_h)

@@ -35,6 +35,19 @@ ConfigArg = Annotated[
                         "Default: the reference chapter's block (d=512, h=8, d_ff=2048)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (same as --format json).")]
+AllowFieldOpt = Annotated[Optional[list[str]], typer.Option(
+    "--allow-field", metavar="NAME",
+    help="Accept this unknown config.json field unchecked, at your own risk (repeatable); a note says so.")]
+
+
+def loaded(source: Optional[str], allow_field: Optional[list[str]]) -> Any:
+    """load_config with --allow-field, its notes on stderr."""
+    from blockcli.config import load_config
+
+    cfg = load_config(source, tuple(allow_field or ()))
+    for note in cfg.notes:
+        sys.stderr.write(f"blockcli: note: {note}\n")
+    return cfg
 
 
 class CountFormat(str, Enum):
@@ -105,19 +118,19 @@ def count(
     expect: Annotated[Optional[str], typer.Option(
         help="Exit 1 unless the total equals this (3152384, 3,152,384, or 3.15M to that precision).")] = None,
     max_total: Annotated[Optional[str], typer.Option("--max", help="Exit 1 if the total exceeds this budget.")] = None,
+    allow_field: AllowFieldOpt = None,
 ) -> None:
     """Exact parameter breakdown per component, for one block and for whole models."""
 
     def body() -> int:
         from blockcli import render
-        from blockcli.config import load_config
         from blockcli.count import count_parameters, parse_amount
 
         expected = parse_amount(expect, "--expect") if expect is not None else None
         budget = parse_amount(max_total, "--max")[0] if max_total is not None else None
         from blockcli.checkpoint import checkpoint_sizes, is_checkpoint_path
 
-        cfg = load_config(config)
+        cfg = loaded(config, allow_field)
         # a model folder: reconcile with its tensors, read from the headers alone
         stored = checkpoint_sizes(Path(config), cfg) if config and is_checkpoint_path(Path(config)) else None
         result = count_parameters(cfg, checkpoint=stored[0] if stored else None,
@@ -222,12 +235,12 @@ def trace(
     fmt: Annotated[TraceFormat, typer.Option("--format", "-f", help="Output format.")] = TraceFormat.table,
     export_svg: Annotated[Optional[Path], typer.Option(help="Also write the rendered table as SVG.")] = None,
     export_html: Annotated[Optional[Path], typer.Option(help="Also write the rendered table as HTML.")] = None,
+    allow_field: AllowFieldOpt = None,
 ) -> None:
     """Per-operation shape table of a real forward pass, with FLOPs and memory."""
 
     def body() -> int:
         from blockcli import render
-        from blockcli.config import load_config
         from blockcli.inputs import check_writable, load_input, save_npz
         from blockcli.trace import (analytic_trace, available_bytes, collapse_layers, forward_bytes_estimate,
                                     run_trace, with_run)
@@ -243,7 +256,7 @@ def trace(
         for path, option in ((save, "--save"), (export_svg, "--export-svg"), (export_html, "--export-html")):
             if path is not None:
                 check_writable(path, force, option)
-        cfg = load_config(config)
+        cfg = loaded(config, allow_field)
         chosen_weights, implicit = own_weights(config, weights)
         notes = [f"weights: the model folder's own ({config})"] if implicit else []
         if layer is not None:
@@ -362,12 +375,12 @@ def verify(
         metavar="FILE.py:Name", help="Check your own block: Name(weights, config) called on x (B, T, d).")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds each call of an --impl target may take.", min=0)] = 60.0,
     json_out: JsonOpt = False,
+    allow_field: AllowFieldOpt = None,
 ) -> None:
     """The ten-item implementation checklist as behavioural checks, with exit codes for CI."""
 
     def body() -> int:
         from blockcli import render
-        from blockcli.config import load_config
         from blockcli.mutants import MUTANTS, find_mutant, run_mutants
         from blockcli.verify import parse_selection
         from blockcli.verify import verify as run_checks
@@ -388,7 +401,7 @@ def verify(
         if mutants:
             if len(sources) > 1:
                 raise InputError("--mutants runs on one config at a time")
-            rows, skipped = run_mutants(load_config(sources[0]), weights=weights, only=chosen_only,
+            rows, skipped = run_mutants(loaded(sources[0], allow_field), weights=weights, only=chosen_only,
                                         skip=chosen_skip)
             if json_out:
                 print_out(render.to_json(render.mutants_json(rows, skipped)))
@@ -399,9 +412,9 @@ def verify(
         extra: dict[str, Any] = {"ops": mutant.ops, "formula": mutant.formula} if mutant else {}
         if impl:
             extra.update(impl=impl, timeout=timeout)
-        loaded = [load_config(s) for s in sources]  # every config is checked before any runs
+        configs_ = [loaded(s, allow_field) for s in sources]  # every config is checked before any runs
         subjects = []
-        for source, cfg in zip(sources, loaded):
+        for source, cfg in zip(sources, configs_):
             chosen, implicit = own_weights(source, weights)
             which = layer if layer is not None or not implicit else 0
             subjects.append((cfg, chosen, which))
@@ -431,6 +444,7 @@ def convert(
                                               help="A Hugging Face config.json, or a model folder holding one.")],
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the YAML here instead of stdout.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Allow --output to overwrite an existing file.")] = False,
+    allow_field: AllowFieldOpt = None,
 ) -> None:
     """Print the blockcli YAML equivalent of a Hugging Face config.json."""
 
@@ -447,7 +461,9 @@ def convert(
             from blockcli.config import model_folder_config
 
             source = model_folder_config(source)
-        mapping, cfg = read_hf(source)
+        mapping, cfg = read_hf(source, tuple(allow_field or ()))
+        for note in cfg.notes:
+            sys.stderr.write(f"blockcli: note: {note}\n")
         total = count_parameters(cfg).total
         mapping["about"]["parameters"] = total
         text = to_yaml(mapping, f"Converted by `blockcli convert {hf_config.name}`.\n"

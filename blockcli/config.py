@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 import math
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -44,6 +44,36 @@ class Bias:
     norm: bool = True  # the LayerNorm shift beta (and an RMSNorm shift, if asked for)
 
 
+ROPE_SCALINGS = ("linear", "dynamic", "llama3", "yarn", "longrope")
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """How RoPE's frequencies are stretched for long contexts, as transformers' `rope_type`s do it.
+
+    linear: every frequency / factor. dynamic (NTK): past original_max_positions the base grows
+    with the pass's length. llama3: low frequencies / factor, high ones kept, a smooth blend
+    between (low_freq_factor, high_freq_factor). yarn: a ramp between interpolated and original
+    frequencies (beta_fast, beta_slow, truncate), and cos/sin times an attention factor (from
+    mscale, mscale_all_dim, or given). longrope: per-frequency short_factor, or long_factor once a
+    pass reaches past original_max_positions, and an attention factor. 0 means "not given".
+    """
+
+    type: str
+    factor: float = 1.0
+    original_max_positions: int = 0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float = 0.0
+    mscale_all_dim: float = 0.0
+    attention_factor: float = 0.0
+    truncate: bool = True
+    short_factor: tuple[float, ...] = ()
+    long_factor: tuple[float, ...] = ()
+
+
 @dataclass(frozen=True)
 class BlockConfig:
     d_model: int = 512
@@ -58,6 +88,7 @@ class BlockConfig:
     placement: str = "pre"
     rope: float = 0.0  # fraction of each head rotated; 0 is off, 1 is the whole head
     rope_theta: float = 10000.0
+    rope_scaling: RopeScaling | None = None
     dropout: float = 0.0
     norm_unit_offset: bool = False  # the norms scale by (1 + gamma) instead of gamma (Gemma)
     sliding_window: int = 0  # a query sees at most this many keys, itself included; 0: every earlier key
@@ -107,6 +138,7 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
     about: About = field(default_factory=About)
     name: str = "default"  # preset name, file path, or "default"
+    notes: tuple[str, ...] = ()  # what loading it has to tell the user (fields accepted by --allow-field)
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain data shaped like the YAML (what `--impl` targets receive)."""
@@ -129,11 +161,12 @@ def _read_preset(name: str) -> str:
     return resources.files("blockcli.presets").joinpath(f"{name}.yaml").read_text("utf-8")
 
 
-def load_config(source: str | Path | Mapping[str, Any] | None = None) -> Config:
+def load_config(source: str | Path | Mapping[str, Any] | None = None, allow_fields: tuple[str, ...] = ()) -> Config:
     """Load a config from a YAML path, a preset name, a Hugging Face config.json or model folder
     (its config.json; also for a .safetensors file beside one), or a mapping.
 
     None gives the built-in default: the reference chapter's block (d=512, h=8, d_ff=2048).
+    `allow_fields` names config.json fields to accept unchecked (the user's risk; noted in `notes`).
     """
     if source is None:
         return parse_config({}, name="default")
@@ -146,7 +179,7 @@ def load_config(source: str | Path | Mapping[str, Any] | None = None) -> Config:
     if path.suffix.lower() == ".json":
         from blockcli.hf import config_from_hf  # lazy: only for HF configs
 
-        return config_from_hf(path)
+        return config_from_hf(path, allow_fields)
     looks_like_path = path.suffix.lower() in (".yaml", ".yml") or "/" in text_source or path.exists()
     if not looks_like_path:
         if text_source in preset_names():
@@ -229,6 +262,7 @@ def parse_config(data: Any, name: str = "<mapping>") -> Config:
     model = None if model_data is None else _parse_model(_section(data, "model"))
     if model is not None:
         block = _reconcile_rope(block, model)
+    _check_rope_scaling(block)
     run = _parse_run(_section(data, "run"))
     about = _parse_about(_section(data, "about"))
     return Config(block=block, model=model, run=run, about=about, name=name)
@@ -337,7 +371,8 @@ def _parse_rope(value: Any) -> float:
 
 def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     fields = ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "norm", "norm_eps", "activation",
-              "bias", "placement", "rope", "rope_theta", "dropout", "norm_unit_offset", "sliding_window")
+              "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "norm_unit_offset",
+              "sliding_window")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -363,6 +398,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         placement=_choice(data, "placement", p, "pre", PLACEMENTS),
         rope=rope,
         rope_theta=_float(data, "rope_theta", p, 10000.0, 0.0, 1e12, low_open=True),
+        rope_scaling=_parse_rope_scaling(data.get("rope_scaling")),
         dropout=_float(data, "dropout", p, 0.0, 0.0, 1.0, high_open=True),
         norm_unit_offset=_bool(data, "norm_unit_offset", p, False),
         sliding_window=_int(data, "sliding_window", p, 0, minimum=0),
@@ -371,6 +407,59 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         raise ConfigError(f"block.rope: a fraction of {rope:g} of head_dim={head_dim} rotates no "
                           f"dimension pair; expected at least 2/head_dim")
     return block
+
+
+def _check_rope_scaling(block: BlockConfig) -> None:
+    scaling = block.rope_scaling
+    if scaling is None:
+        return
+    if not block.rope:
+        raise ConfigError("block.rope_scaling: rotary positions are off; set block.rope (or model.positions: rope)")
+    if scaling.type == "longrope":
+        for key in ("short_factor", "long_factor"):
+            if len(getattr(scaling, key)) != block.rope_dims // 2:
+                raise ConfigError(f"block.rope_scaling.{key}: expected {block.rope_dims // 2} factors (one per "
+                                  f"rotated pair), got {len(getattr(scaling, key))}")
+
+
+# what each kind needs besides its type (the rest have defaults)
+_ROPE_SCALING_NEEDS = {"linear": ("factor",), "dynamic": ("factor", "original_max_positions"),
+                       "llama3": ("factor", "original_max_positions"), "yarn": ("factor", "original_max_positions"),
+                       "longrope": ("factor", "original_max_positions", "short_factor", "long_factor")}
+
+
+def _parse_rope_scaling(value: Any) -> RopeScaling | None:
+    if value is None:
+        return None
+    p = "block.rope_scaling"
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{p}: expected a mapping with a 'type' ({', '.join(ROPE_SCALINGS)}), got {_kind(value)}")
+    _check_keys(value, tuple(f.name for f in fields(RopeScaling)), p + ".")
+    kind = _choice(value, "type", p, "", ROPE_SCALINGS)
+    for key in _ROPE_SCALING_NEEDS[kind]:
+        if key not in value:
+            raise ConfigError(f"{p}.{key}: required for type {kind}")
+    factors = {}
+    for key in ("short_factor", "long_factor"):
+        items = value.get(key, [])
+        if not isinstance(items, list) or not items and key in value:
+            raise ConfigError(f"{p}.{key}: expected a non-empty list of numbers, got {_kind(items)}")
+        factors[key] = tuple(_float({key: x}, key, p, 1.0, 0.0, 1e6, low_open=True) for x in items)
+    return RopeScaling(
+        type=kind,
+        factor=_float(value, "factor", p, 1.0, 0.0, 1e6, low_open=True),
+        original_max_positions=_int(value, "original_max_positions", p, 0,
+                                    minimum=1 if "original_max_positions" in _ROPE_SCALING_NEEDS[kind] else 0),
+        low_freq_factor=_float(value, "low_freq_factor", p, 1.0, 0.0, 1e6, low_open=True),
+        high_freq_factor=_float(value, "high_freq_factor", p, 4.0, 0.0, 1e6, low_open=True),
+        beta_fast=_float(value, "beta_fast", p, 32.0, 0.0, 1e6, low_open=True),
+        beta_slow=_float(value, "beta_slow", p, 1.0, 0.0, 1e6, low_open=True),
+        mscale=_float(value, "mscale", p, 0.0, 0.0, 1e6),
+        mscale_all_dim=_float(value, "mscale_all_dim", p, 0.0, 0.0, 1e6),
+        attention_factor=_float(value, "attention_factor", p, 0.0, 0.0, 1e6),
+        truncate=_bool(value, "truncate", p, True),
+        **factors,
+    )
 
 
 def _parse_model(data: Mapping[str, Any]) -> ModelConfig:

@@ -44,6 +44,8 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from dataclasses import replace
+
 from blockcli.config import MAX_SIZE, Config, ConfigError, parse_config, read_text_file
 
 RUN_DEFAULTS = {"batch": 1, "seq_len": 8, "dtype": "float32", "seed": 0}
@@ -68,6 +70,8 @@ COMMON_IGNORED = frozenset({
     "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
     "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
     "suppress_tokens", "begin_suppress_tokens",
+    # metadata of exporters and converters, never read by the modelling code
+    "transformers.js_config", "is_llama_config",
 })
 
 # Keys accepted only at the value that means "a plain decoder-only LM"; anything else is an error.
@@ -93,24 +97,36 @@ GATED_ACTIVATIONS = {
 # --------------------------------------------------------------------------- entry points
 
 
-def config_from_hf(path: str | Path) -> Config:
+def config_from_hf(path: str | Path, allow_fields: tuple[str, ...] = ()) -> Config:
     """Read a Hugging Face config.json and return the validated blockcli Config."""
-    return read_hf(path)[1]
+    return read_hf(path, allow_fields)[1]
 
 
-def read_hf(path: str | Path) -> tuple[dict[str, Any], Config]:
-    """Read a Hugging Face config.json: the blockcli mapping (for `to_yaml`) and its validated Config."""
+def read_hf(path: str | Path, allow_fields: tuple[str, ...] = ()) -> tuple[dict[str, Any], Config]:
+    """Read a Hugging Face config.json: the blockcli mapping (for `to_yaml`) and its validated Config.
+    `allow_fields` are unknown fields the user accepts unchecked (`--allow-field`); the Config's
+    notes say which were used."""
     path = Path(path)
     where = str(path)
     data = _parse_json(read_text_file(path, "a Hugging Face config.json"), where)
-    mapping = hf_to_mapping(data, where)
+    mapping = hf_to_mapping(data, where, allow_fields)
+    accepted = tuple(f"{where}: field '{k}' accepted unchecked (--allow-field): blockcli assumes it changes nothing"
+                     for k in allow_fields if k in data and k not in _known_keys(data))
     try:
-        return mapping, parse_config(mapping, name=where)
+        return mapping, replace(parse_config(mapping, name=where), notes=accepted)
     except ConfigError as exc:  # a mapped value blockcli rejects: say which file it came from
         raise ConfigError(f"{where}: {exc} (after mapping the Hugging Face config onto blockcli's schema)") from None
 
 
-def hf_to_mapping(data: Any, where: str) -> dict[str, Any]:
+def _known_keys(data: Mapping[str, Any]) -> set[str]:
+    """The keys of `data` its family maps or ignores on purpose (everything but unknown fields)."""
+    family = FAMILIES[data["model_type"]]
+    fields = _Fields(data, "", family.title)
+    family.mapper(fields)
+    return fields.used | set(family.ignored) | COMMON_IGNORED | set(COMMON_NEUTRAL)
+
+
+def hf_to_mapping(data: Any, where: str, allow_fields: tuple[str, ...] = ()) -> dict[str, Any]:
     """Map a parsed HF config (a dict) onto a plain blockcli mapping; ConfigError on anything unrepresentable."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: top level must be a JSON object (a Hugging Face config.json), "
@@ -126,7 +142,7 @@ def hf_to_mapping(data: Any, where: str) -> dict[str, Any]:
     family = FAMILIES[model_type]
     fields = _Fields(data, where, family.title)
     block, model = family.mapper(fields)
-    fields.check_leftovers(family.ignored)
+    fields.check_leftovers(family.ignored | frozenset(allow_fields))
 
     run = dict(RUN_DEFAULTS)
     run["seq_len"] = min(run["seq_len"], model["max_positions"])
@@ -298,7 +314,8 @@ class _Fields:
             if key not in self.used and key not in ignored and key not in COMMON_IGNORED:
                 raise self.unrepresentable(
                     key, value, f"not a field blockcli knows for a {self.family} config; it might change "
-                                f"the architecture, so it is not ignored")
+                                f"the architecture, so it is not ignored; --allow-field {key} accepts it at your "
+                                f"own risk")
 
 
 # --------------------------------------------------------------------------- shared pieces
@@ -323,32 +340,85 @@ def _gated_activation(f: _Fields, key: str, default: str, exact_gelu_is_tanh: bo
     return GATED_ACTIVATIONS[name]
 
 
-def _rope_base(f: _Fields, theta_keys: tuple[str, ...], default: float,
-               fraction_keys: tuple[str, ...] = (), fraction_default: float = 1.0) -> tuple[float, float]:
-    """(rope_theta, rotated fraction) from top-level keys or transformers 5's `rope_parameters`."""
-    f.neutral("rope_scaling", None, "blockcli's RoPE has a single base frequency theta and no scaling")
+# transformers' rope_scaling / rope_parameters keys → blockcli's block.rope_scaling fields
+_ROPE_SCALING_KEYS = {
+    "factor": "factor", "original_max_position_embeddings": "original_max_positions",
+    "low_freq_factor": "low_freq_factor", "high_freq_factor": "high_freq_factor", "beta_fast": "beta_fast",
+    "beta_slow": "beta_slow", "mscale": "mscale", "mscale_all_dim": "mscale_all_dim",
+    "attention_factor": "attention_factor", "truncate": "truncate", "short_factor": "short_factor",
+    "long_factor": "long_factor",
+}
+_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
+
+
+def _rope_base(f: _Fields, theta_keys: tuple[str, ...], default: float, fraction_keys: tuple[str, ...] = (),
+               fraction_default: float = 1.0, max_positions: int | None = None
+               ) -> tuple[float, float, dict[str, Any] | None]:
+    """(rope_theta, rotated fraction, block.rope_scaling or None) from top-level keys and the
+    scaling dict: `rope_scaling` (transformers 4) or `rope_parameters` (transformers 5)."""
     theta = _first(f, theta_keys, lambda k: f.float(k, low=0.0, high=1e12), default)
     fraction = _first(f, fraction_keys, lambda k: f.float(k, low=0.0, high=1.0, low_open=False), fraction_default)
-    params = f.raw("rope_parameters", None)
-    if params is None:
-        return theta, fraction
-    if not isinstance(params, Mapping):
-        raise f.invalid("rope_parameters", params, "an object")
-    rope_type = params.get("rope_type", params.get("type", "default"))
-    if rope_type != "default":
-        raise f.unrepresentable("rope_parameters", dict(params),
-                                f"rope_type {rope_type!r}: blockcli's RoPE has one base frequency and no scaling")
-    inner = _Fields(params, f.where, f.family)
-    inner.ignore("rope_type", "type")
-    got_theta = inner.float("rope_theta", theta, low=0.0, high=1e12)
-    got_fraction = inner.float("partial_rotary_factor", fraction, low=0.0, high=1.0, low_open=False)
-    for key, value in params.items():
-        if key not in inner.used:
-            raise f.unrepresentable(f"rope_parameters.{key}", value, "blockcli's RoPE has only theta and a fraction")
-    for key, top, nested in (("rope_theta", theta, got_theta), ("partial_rotary_factor", fraction, got_fraction)):
-        if f.has(key) and top != nested:
-            raise f.unrepresentable(f"rope_parameters.{key}", nested, f"it disagrees with the top-level '{key}'")
-    return got_theta, got_fraction
+    scaling = None
+    for key in ("rope_scaling", "rope_parameters"):
+        params = f.raw(key, None)
+        if params is None:
+            continue
+        if not isinstance(params, Mapping):
+            raise f.invalid(key, params, "an object")
+        inner = _Fields(params, f.where, f.family)
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        inner.ignore("rope_type", "type")
+        if rope_type not in _ROPE_TYPES:
+            raise f.unrepresentable(key, dict(params), f"rope_type {rope_type!r}: blockcli's RoPE scalings are "
+                                                       f"{', '.join(_ROPE_TYPES[1:])}")
+        if key == "rope_parameters":  # transformers 5 keeps the base and the fraction here too
+            got_theta = inner.float("rope_theta", theta, low=0.0, high=1e12)
+            got_fraction = inner.float("partial_rotary_factor", fraction, low=0.0, high=1.0, low_open=False)
+            for name, top, nested in (("rope_theta", theta, got_theta), ("partial_rotary_factor", fraction, got_fraction)):
+                if f.has(name) and top != nested:
+                    raise f.unrepresentable(f"rope_parameters.{name}", nested, f"it disagrees with the top-level '{name}'")
+            theta, fraction = got_theta, got_fraction
+        found = _rope_scaling(f, key, params, inner, rope_type, max_positions)
+        for name, value in params.items():
+            if name not in inner.used:
+                raise f.unrepresentable(f"{key}.{name}", value, "not a RoPE parameter blockcli knows")
+        if found is not None and scaling is not None and found != scaling:
+            raise f.unrepresentable("rope_parameters", dict(params), "it disagrees with rope_scaling")
+        scaling = found or scaling
+    return theta, fraction, scaling
+
+
+def _rope_scaling(f: _Fields, key: str, params: Mapping[str, Any], inner: _Fields, rope_type: str,
+                  max_positions: int | None) -> dict[str, Any] | None:
+    """One scaling dict onto block.rope_scaling, with transformers' defaults filled in."""
+    if rope_type == "default":
+        return None
+    out: dict[str, Any] = {"type": rope_type}
+    for name, field_name in _ROPE_SCALING_KEYS.items():
+        value = params.get(name)
+        inner.used.add(name)
+        if value is None:
+            continue
+        if name == "truncate":
+            out[field_name] = inner.bool(name)
+        elif name in ("short_factor", "long_factor"):
+            if not isinstance(value, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                      for x in value):
+                raise f.invalid(f"{key}.{name}", value, "an array of numbers")
+            out[field_name] = [float(x) for x in value]
+        elif name == "original_max_position_embeddings":
+            out[field_name] = inner.int(name)
+        else:
+            out[field_name] = inner.float(name, low=0.0, high=1e6, low_open=name not in ("mscale", "mscale_all_dim",
+                                                                                          "attention_factor"))
+    if "original_max_positions" not in out and rope_type in ("dynamic", "longrope", "llama3"):
+        # dynamic scales past max_position_embeddings; Phi-3 keeps the original length at the top level
+        top = f.int("original_max_position_embeddings", max_positions) if rope_type == "longrope" else max_positions
+        if top is not None:
+            out["original_max_positions"] = top
+    if rope_type == "longrope" and "factor" not in out and max_positions and out.get("original_max_positions"):
+        out["factor"] = max_positions / out["original_max_positions"]  # as transformers derives it
+    return out
 
 
 def _first(f: _Fields, keys: tuple[str, ...], read: Callable[[str], Any], default: Any) -> Any:
@@ -443,8 +513,9 @@ def _neox(f: _Fields) -> tuple[dict, dict]:
     d = f.int("hidden_size")
     heads = f.int("num_attention_heads")
     head_dim = _divides(f, "hidden_size", d, "num_attention_heads", heads)
-    theta, fraction = _rope_base(f, ("rotary_emb_base", "rope_theta"), 10000.0,
-                                 ("rotary_pct", "partial_rotary_factor"), 0.25)
+    theta, fraction, scaling = _rope_base(f, ("rotary_emb_base", "rope_theta"), 10000.0,
+                                          ("rotary_pct", "partial_rotary_factor"), 0.25,
+                                          f.int("max_position_embeddings"))
     rotated = int(head_dim * fraction)
     if rotated % 2:
         raise f.unrepresentable("rotary_pct", fraction, f"it rotates {rotated} of {head_dim} dimensions per head; "
@@ -460,6 +531,8 @@ def _neox(f: _Fields) -> tuple[dict, dict]:
     }
     if rotated:
         block["rope_theta"] = theta
+        if scaling:
+            block["rope_scaling"] = scaling
     model = _model(f.int("num_hidden_layers"), f.int("vocab_size"), "rope" if rotated else "none",
                    f.int("max_position_embeddings"), f.bool("tie_word_embeddings", False))
     return block, model
@@ -489,7 +562,7 @@ def _gated_rms(f: _Fields, activation: Callable[[_Fields], str], *, kv_default: 
     else:
         f.ignore("head_dim")
         head_dim = _divides(f, "hidden_size", d, "num_attention_heads", heads)
-    theta, _ = _rope_base(f, ("rope_theta",), 10000.0)
+    theta, _, scaling = _rope_base(f, ("rope_theta",), 10000.0, max_positions=f.int("max_position_embeddings"))
     attention_bias = f.bool("attention_bias", False) if qkv_bias is None else qkv_bias
     block = {
         "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
@@ -499,6 +572,8 @@ def _gated_rms(f: _Fields, activation: Callable[[_Fields], str], *, kv_default: 
                       f.bool("mlp_bias", False) if mlp_bias is None else mlp_bias, False),
         "placement": "pre", "rope": True, "rope_theta": theta,
     }
+    if scaling:
+        block["rope_scaling"] = scaling
     model = _model(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", f.int("max_position_embeddings"),
                    f.bool("tie_word_embeddings", tie_default))
     return block, model
@@ -537,6 +612,8 @@ def _sliding(f: _Fields, block: dict, model: dict, active: bool) -> None:
 
 def _llama(f: _Fields) -> tuple[dict, dict]:
     f.ignore("pretraining_tp")  # splits the same matmuls into slices: the same function
+    # nanotron's exports (SmolLM2) say which RoPE layout they use; true would be GPT-J's interleaved pairs
+    f.neutral("rope_interleaved", False, "blockcli's RoPE rotates halves (i, i + r/2), not interleaved pairs")
     return _gated_rms(f, _silu_gate, kv_default=None, tie_default=False)
 
 
@@ -549,6 +626,7 @@ def _mistral(f: _Fields) -> tuple[dict, dict]:
 
 
 def _qwen2(f: _Fields) -> tuple[dict, dict]:
+    f.neutral("use_mrope", False, "multimodal RoPE (Qwen2-VL) splits positions over time, height and width")
     block, model = _gated_rms(f, _silu_gate, kv_default=32, tie_default=False,
                               qkv_bias=True, out_bias=False, mlp_bias=False)
     use_window = f.bool("use_sliding_window", False)
@@ -608,6 +686,7 @@ _LLAMA_LIKE_IGNORED = {"attention_dropout"}  # training-only
 FAMILIES: dict[str, _Family] = {
     "gpt2": _Family("GPT-2", _gpt2, {
         "n_ctx",  # legacy duplicate of n_positions, unused by HF GPT-2
+        "n_special",  # OpenAI GPT's count of special tokens, unused by HF GPT-2 (gpt2-medium's config has it)
         "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",  # training-only dropout
         "reorder_and_upcast_attn",  # numerics of fp16 training, same function
         # GPT2DoubleHeadsModel / sequence-classification heads, not part of the LM
@@ -683,6 +762,8 @@ def _yaml_scalar(value: Any) -> str:
         return text
     if isinstance(value, str):
         return value if _plain_ok(value) else _yaml_string(value)
+    if isinstance(value, (list, tuple)):  # a flow sequence of scalars (longrope's factors)
+        return "[" + ", ".join(_yaml_scalar(item) for item in value) + "]"
     raise TypeError(f"to_yaml: cannot write {type(value).__name__} value {value!r}")
 
 

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 
 from blockcli.parallel import share_out
+
+if TYPE_CHECKING:
+    from blockcli.config import RopeScaling
 
 Array = np.ndarray
 ROW_TILE = 256  # rows per tile of a linear layer or the MLP: its (rows, d_ff) activation stays in cache
@@ -171,11 +174,63 @@ def residual_add(x: Array, update: Array) -> Array:
     return x + update
 
 
-def rope_tables(positions: Array, rot_dims: int, theta: float, dtype: np.dtype) -> tuple[Array, Array]:
-    """cos and sin tables (T, rot_dims/2) for rotary positions."""
-    inv_freq = theta ** (-np.arange(0, rot_dims, 2, dtype=np.float64) / rot_dims)  # (r/2,)
+def rope_frequencies(rot_dims: int, theta: float, scaling: RopeScaling | None = None,
+                     seq_len: int = 1) -> tuple[Array, float]:
+    """Inverse frequencies (r/2,) of the rotated pairs, and the factor cos and sin are multiplied by,
+    as transformers' `ROPE_INIT_FUNCTIONS` compute them (in float64). `seq_len` is the length a
+    pass reaches (its last position + 1): dynamic and longrope scaling depend on it."""
+    exponent = np.arange(0, rot_dims, 2, dtype=np.float64) / rot_dims  # (r/2,): 2i/r
+    inv_freq = 1.0 / theta ** exponent
+    if scaling is None:
+        return inv_freq, 1.0
+    s, original = scaling, scaling.original_max_positions
+    if s.type == "linear":
+        return inv_freq / s.factor, 1.0
+    if s.type == "dynamic":  # NTK-aware: the base grows once the pass is longer than the original context
+        if seq_len <= original:
+            return inv_freq, 1.0
+        base = theta * (s.factor * seq_len / original - (s.factor - 1)) ** (rot_dims / (rot_dims - 2))
+        return 1.0 / base ** exponent, 1.0
+    if s.type == "llama3":
+        wavelength = 2 * math.pi / inv_freq
+        low_wavelength, high_wavelength = original / s.low_freq_factor, original / s.high_freq_factor
+        scaled = np.where(wavelength > low_wavelength, inv_freq / s.factor, inv_freq)
+        smooth = (original / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+        blended = (1 - smooth) * scaled / s.factor + smooth * scaled
+        medium = (wavelength >= high_wavelength) & (wavelength <= low_wavelength)
+        return np.where(medium, blended, scaled), 1.0
+    if s.type == "yarn":
+        def mscale(scale: float, m: float = 1.0) -> float:
+            return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+        attention = s.attention_factor or (mscale(s.factor, s.mscale) / mscale(s.factor, s.mscale_all_dim)
+                                           if s.mscale and s.mscale_all_dim else mscale(s.factor))
+
+        def correction_dim(rotations: float) -> float:  # the pair index that turns `rotations` times
+            return rot_dims * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+        low, high = correction_dim(s.beta_fast), correction_dim(s.beta_slow)
+        if s.truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, rot_dims - 1)
+        if low == high:
+            high += 0.001  # as the reference does, to avoid dividing by zero
+        ramp = np.clip((np.arange(rot_dims // 2, dtype=np.float64) - low) / (high - low), 0, 1)  # (r/2,)
+        keep = 1 - ramp  # 1: the original frequency (extrapolation), 0: divided by factor (interpolation)
+        return inv_freq / s.factor * (1 - keep) + inv_freq * keep, attention
+    # longrope: per-pair factors, the long ones once the pass reaches past the original context
+    factors = np.asarray(s.long_factor if seq_len > original else s.short_factor, dtype=np.float64)
+    attention = s.attention_factor or (math.sqrt(1 + math.log(s.factor) / math.log(original)) if s.factor > 1
+                                       else 1.0)
+    return inv_freq / factors, attention
+
+
+def rope_tables(positions: Array, rot_dims: int, theta: float, dtype: np.dtype,
+                scaling: RopeScaling | None = None) -> tuple[Array, Array]:
+    """cos and sin tables (T, rot_dims/2) for rotary positions (times the scaling's attention factor)."""
+    inv_freq, attention = rope_frequencies(rot_dims, theta, scaling, int(positions.max()) + 1)  # (r/2,)
     angles = positions.astype(np.float64)[:, None] * inv_freq[None, :]  # (T, r/2)
-    return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
+    return (attention * np.cos(angles)).astype(dtype), (attention * np.sin(angles)).astype(dtype)
 
 
 def apply_rope(x: Array, cos: Array, sin: Array) -> Array:

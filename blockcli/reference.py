@@ -1,7 +1,8 @@
 """A slow, obviously correct decoder block: loops over batch, heads and positions.
 
-It shares no code with `ops` or `block` on purpose: `verify` compares the vectorised block with
-it (the check that catches a missing 1/√d_h, for one). Only small vector operations use NumPy.
+It shares no code with `ops` or `block` on purpose, but for the scaled RoPE frequencies: `verify`
+compares the vectorised block with it (the check that catches a missing 1/√d_h, for one). Only
+small vector operations use NumPy.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Mapping
 import numpy as np
 
 from blockcli.config import BlockConfig
+from blockcli.ops import rope_frequencies
 
 
 def _norm(v: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None, kind: str, eps: float) -> np.ndarray:
@@ -35,14 +37,18 @@ def _act(name: str, u: float) -> float:
     return u / (1 + math.exp(-u)) if u > -700 else 0.0  # silu, swiglu
 
 
-def _rotate(vec: np.ndarray, pos: int, cfg: BlockConfig) -> np.ndarray:
+def _rotate(vec: np.ndarray, pos: int, cfg: BlockConfig, seq_len: int) -> np.ndarray:
     r = cfg.rope_dims
     out = vec.copy()
+    # Scaled frequencies (a config detail, checked against transformers' own in the tests) come from
+    # ops; the rotation itself is written out here, pair by pair.
+    inv_freq, attention = rope_frequencies(r, cfg.rope_theta, cfg.rope_scaling, seq_len)
     for i in range(r // 2):
-        angle = pos * cfg.rope_theta ** (-2 * i / r)
+        angle = pos * float(inv_freq[i])
         a, b = vec[i], vec[i + r // 2]
-        out[i] = a * math.cos(angle) - b * math.sin(angle)
-        out[i + r // 2] = b * math.cos(angle) + a * math.sin(angle)
+        cos, sin = attention * math.cos(angle), attention * math.sin(angle)
+        out[i] = a * cos - b * sin
+        out[i + r // 2] = b * cos + a * sin
     return out
 
 
@@ -59,8 +65,8 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
         kv = head // group
         qs, ks, vs = (a[:, c * d_h:(c + 1) * d_h] for a, c in ((q, head), (k, kv), (v, kv)))
         if cfg.rope:
-            qs = np.array([_rotate(qs[t], t, cfg) for t in range(T)])
-            ks = np.array([_rotate(ks[t], t, cfg) for t in range(T)])
+            qs = np.array([_rotate(qs[t], t, cfg, T) for t in range(T)])
+            ks = np.array([_rotate(ks[t], t, cfg, T) for t in range(T)])
         for t in range(T):
             first = max(0, t - cfg.sliding_window + 1) if cfg.sliding_window else 0  # the window's oldest key
             seen = range(first, t + 1)  # keys s <= t only

@@ -379,6 +379,11 @@ def check_cache(c: Context) -> tuple[bool, str, str]:
     block = c.subject.block
     if block is None:
         raise Skip("an --impl target has no K/V-cache interface")
+    scaling = c.cfg.rope_scaling
+    if scaling is not None and scaling.type in ("dynamic", "longrope") and c.x.shape[1] > scaling.original_max_positions:
+        raise Skip(f"{scaling.type} RoPE picks its frequencies by each pass's length: token-by-token decoding past "
+                   f"original_max_positions={scaling.original_max_positions} differs from one full pass, as in "
+                   f"transformers")
     cache = block.new_cache()
     steps = [block.step(c.x[:, t:t + 1], cache) for t in range(c.x.shape[1])]
     diff = _diff(np.concatenate(steps, axis=1), c.y)

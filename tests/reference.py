@@ -89,6 +89,7 @@ def resolve_block(cfg):
         "placement": placement,
         "rope": rope,  # fraction of each head's dims rotated; 0.0 = no RoPE
         "rope_theta": float(cfg.get("rope_theta", 10000.0)),
+        "rope_scaling": cfg.get("rope_scaling"),  # a mapping as in the YAML, or None
         "sliding_window": int(cfg.get("sliding_window", 0)),  # 0 = every earlier key
         "norm_unit_offset": bool(cfg.get("norm_unit_offset", False)),
     }
@@ -246,7 +247,56 @@ def rms_norm_vec(vec, gamma, beta, eps):
     return out
 
 
-def rope_vec(vec, pos, fraction, theta):
+def scaled_inv_freq(i, r, theta, scaling, seq_len):
+    """(inverse frequency of pair i, cos/sin multiplier) under a rope_scaling mapping, one pair at a
+    time, written from transformers' modeling_rope_utils formulas (no NumPy)."""
+    base = 1.0 / theta ** (2.0 * i / r)
+    if not scaling:
+        return base, 1.0
+    kind, factor = scaling["type"], float(scaling.get("factor", 1.0))
+    original = int(scaling.get("original_max_positions", 0))
+    if kind == "linear":
+        return base / factor, 1.0
+    if kind == "dynamic":
+        if seq_len <= original:
+            return base, 1.0
+        grown = theta * ((factor * seq_len / original) - (factor - 1)) ** (r / (r - 2))
+        return 1.0 / grown ** (2.0 * i / r), 1.0
+    if kind == "llama3":
+        low_f, high_f = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))
+        wavelen = 2 * math.pi / base
+        if wavelen < original / high_f:
+            return base, 1.0
+        if wavelen > original / low_f:
+            return base / factor, 1.0
+        smooth = (original / wavelen - low_f) / (high_f - low_f)
+        return (1 - smooth) * base / factor + smooth * base, 1.0
+    if kind == "yarn":
+        def m(scale, k=1.0):
+            return 1.0 if scale <= 1 else 0.1 * k * math.log(scale) + 1.0
+        ms, ms_all = float(scaling.get("mscale", 0.0)), float(scaling.get("mscale_all_dim", 0.0))
+        att = float(scaling.get("attention_factor", 0.0)) or (m(factor, ms) / m(factor, ms_all) if ms and ms_all
+                                                             else m(factor))
+
+        def corr(rot):
+            return r * math.log(original / (rot * 2 * math.pi)) / (2 * math.log(theta))
+        lo, hi = corr(float(scaling.get("beta_fast", 32.0))), corr(float(scaling.get("beta_slow", 1.0)))
+        if scaling.get("truncate", True):
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, r - 1)
+        if lo == hi:
+            hi += 0.001
+        ramp = min(max((i - lo) / (hi - lo), 0.0), 1.0)
+        return base / factor * ramp + base * (1 - ramp), att
+    if kind == "longrope":
+        ext = scaling["long_factor"] if seq_len > original else scaling["short_factor"]
+        att = float(scaling.get("attention_factor", 0.0)) or (
+            math.sqrt(1 + math.log(factor) / math.log(original)) if factor > 1 else 1.0)
+        return base / float(ext[i]), att
+    raise ValueError("bad rope scaling %r" % (kind,))
+
+
+def rope_vec(vec, pos, fraction, theta, scaling=None, seq_len=1):
     """Rotate-half RoPE on the first r = int(d_h * fraction) dims of one head vector."""
     d_h = len(vec)
     r = int(d_h * fraction)
@@ -257,9 +307,9 @@ def rope_vec(vec, pos, fraction, theta):
         raise ValueError("rotary dims must be even (d_h=%d, fraction=%r)" % (d_h, fraction))
     half = r // 2
     for i in range(half):
-        inv_freq = theta ** (-2.0 * i / r)
+        inv_freq, att = scaled_inv_freq(i, r, theta, scaling, seq_len)
         ang = pos * inv_freq
-        c, s = math.cos(ang), math.sin(ang)
+        c, s = att * math.cos(ang), att * math.sin(ang)
         x1 = float(vec[i])
         x2 = float(vec[i + half])
         out[i] = x1 * c - x2 * s
@@ -335,8 +385,8 @@ def _attention(b, weights, prefix, tokens, rope_fraction):
         kh = [k[i * d_h:(i + 1) * d_h] for i in range(h_kv)]
         vh = [v[i * d_h:(i + 1) * d_h] for i in range(h_kv)]
         if rope_fraction > 0.0:
-            qh = [rope_vec(x, t, rope_fraction, b["rope_theta"]) for x in qh]
-            kh = [rope_vec(x, t, rope_fraction, b["rope_theta"]) for x in kh]
+            qh = [rope_vec(x, t, rope_fraction, b["rope_theta"], b["rope_scaling"], T) for x in qh]
+            kh = [rope_vec(x, t, rope_fraction, b["rope_theta"], b["rope_scaling"], T) for x in kh]
         q_heads.append(qh)
         k_heads.append(kh)
         v_heads.append(vh)

@@ -132,6 +132,18 @@ BLOCK_CASES = {
     "sliding_window_gqa_rope": block_dict(sliding_window=3, n_kv_heads=2, rope=True, norm="rmsnorm", bias=False),
     "unit_offset_rmsnorm": block_dict(norm="rmsnorm", norm_unit_offset=True, bias=False, activation="geglu"),
     "unit_offset_layernorm_post": block_dict(norm_unit_offset=True, placement="post"),
+    "rope_linear": block_dict(rope=True, rope_scaling={"type": "linear", "factor": 2.0}),
+    "rope_dynamic_past_original": block_dict(rope=True, rope_scaling={"type": "dynamic", "factor": 2.0,
+                                                                      "original_max_positions": 3}),
+    "rope_llama3": block_dict(rope=True, rope_scaling={"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                       "high_freq_factor": 4.0, "original_max_positions": 16}),
+    "rope_yarn": block_dict(rope=True, rope_scaling={"type": "yarn", "factor": 4.0, "original_max_positions": 16}),
+    "rope_yarn_mscale_partial": block_dict(d_model=16, n_heads=2, rope=0.5, rope_scaling={
+        "type": "yarn", "factor": 4.0, "original_max_positions": 16, "mscale": 0.7, "mscale_all_dim": 0.5,
+        "truncate": False}),
+    "rope_longrope_long": block_dict(rope=True, rope_scaling={"type": "longrope", "factor": 4.0,
+                                                              "original_max_positions": 3, "short_factor": [1.0, 1.5],
+                                                              "long_factor": [2.0, 7.5]}),
     "combo_gqa_rope_swiglu_rms_parallel": block_dict(
         d_model=24, n_heads=6, n_kv_heads=2, head_dim=8, d_ff=40, rope=0.5,
         activation="swiglu", norm="rmsnorm", placement="parallel", bias=False,

@@ -26,6 +26,7 @@ from blockcli.config import ConfigError, InputError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "gemma"]
+ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
 
@@ -55,7 +56,7 @@ def one_error_line(proc: subprocess.CompletedProcess) -> str:
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("name", FAMILIES + ROPE_SCALED)
 def test_logits_layers_and_decode_step_equal_transformers(name: str, dtype: str) -> None:
     folder, want = FIXTURES / name, expected(name)
     model = Model.from_config(load_config(folder), weights=folder, dtype=dtype)
@@ -100,6 +101,7 @@ def test_bfloat16_checkpoint_is_widened_exactly_and_says_so() -> None:
 @pytest.mark.parametrize("name, switch_off", [
     ("mistral", {"sliding_window": 0}),  # the fixture's window (4) is shorter than its 7 tokens
     ("gemma", {"norm_unit_offset": False}),
+    *((name, {"rope_scaling": None}) for name in ROPE_SCALED),
 ])
 def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict) -> None:
     """Without the feature the logits are far from transformers': the fixture really exercises it."""
@@ -141,7 +143,7 @@ def test_gpt2_names_without_the_base_prefix_and_legacy_buffers_load(tmp_path: Pa
 # ----------------------------------------------------------------------------- count DIR
 
 
-@pytest.mark.parametrize("name", FAMILIES + ["llama-bf16"])
+@pytest.mark.parametrize("name", FAMILIES + ROPE_SCALED + ["llama-bf16"])
 def test_count_dir_equals_transformers_total_and_matches_the_checkpoint(name: str) -> None:
     proc = cli("count", FIXTURES / name, "--json")
     assert proc.returncode == 0, proc.stderr
@@ -426,6 +428,24 @@ def test_layer_option_errors() -> None:
         DecoderBlock.from_config(load_config(folder), weights=folder)
     with pytest.raises(InputError, match="--layer picks one block"):
         DecoderBlock.from_config(load_config(folder), layer=1)
+
+
+@pytest.mark.parametrize("name", ROPE_SCALED)
+def test_verify_passes_on_scaled_rope_and_says_why_the_cache_check_cannot_run(name: str) -> None:
+    proc = cli("verify", FIXTURES / name, "--json")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    checks = {c["id"]: c for c in json.loads(proc.stdout)["checks"]}
+    if name.endswith("longrope"):  # T=8 runs past its original length 6
+        assert checks[11]["status"] == "SKIP" and "longrope RoPE picks its frequencies" in checks[11]["measured"]
+    else:
+        assert checks[11]["status"] == "PASS"
+
+
+def test_converted_scaled_rope_round_trips(tmp_path: Path) -> None:
+    folder = FIXTURES / "llama-rope-longrope"
+    out = tmp_path / "longrope.yaml"
+    assert cli("convert", folder, "--output", out).returncode == 0
+    assert load_config(out).block == load_config(folder).block
 
 
 def test_cli_trace_and_verify_run_the_folder_weights() -> None:

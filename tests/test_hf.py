@@ -502,7 +502,8 @@ def test_to_yaml_plain_words_are_unquoted() -> None:
 
 def test_to_yaml_rejects_unsupported_values() -> None:
     with pytest.raises(TypeError):
-        to_yaml({"block": {"d_model": [1, 2]}})
+        to_yaml({"block": {"d_model": {1, 2}}})  # a set has no YAML spelling here (lists are flow sequences)
+    assert "short_factor: [1.0, 2.5]" in to_yaml({"block": {"rope_scaling": {"short_factor": [1.0, 2.5]}}})
     with pytest.raises(TypeError):
         to_yaml({"block": {"norm_eps": float("nan")}})
 
@@ -518,8 +519,7 @@ def test_hf_module_does_not_import_yaml() -> None:
 
 
 @pytest.mark.parametrize("base, key, value", [
-    (LLAMA_2_7B, "rope_scaling", {"type": "linear", "factor": 2.0}),
-    (LLAMA_2_7B, "rope_scaling", {"factor": 8.0, "rope_type": "llama3", "low_freq_factor": 1.0}),
+    (LLAMA_2_7B, "rope_scaling", {"type": "proportional", "factor": 2.0}),
     (MISTRAL_7B, "num_local_experts", 8),  # Mixtral-style MoE field
     (MISTRAL_7B, "num_experts_per_tok", 2),
     (QWEN2_05B, "attention_bias", True),  # not a Qwen2 field: unknown, so not guessed at
@@ -542,9 +542,26 @@ def test_unrepresentable_field_is_named(tmp_path: Path, base: dict, key: str, va
     assert "cannot be represented in blockcli's schema (" in message
 
 
-def test_transformers_5_rope_parameters_with_scaling_is_an_error(tmp_path: Path) -> None:
+def test_rope_scaling_kinds_are_mapped() -> None:
+    linear = block_of(with_fields(LLAMA_2_7B, rope_scaling={"type": "linear", "factor": 2.0}))
+    assert linear["rope_scaling"] == {"type": "linear", "factor": 2.0}
+    dynamic = block_of(with_fields(LLAMA_2_7B, rope_scaling={"rope_type": "dynamic", "factor": 2.0}))
+    assert dynamic["rope_scaling"] == {"type": "dynamic", "factor": 2.0, "original_max_positions": 4096}
+    yarn = block_of(with_fields(LLAMA_2_7B, rope_scaling=_DROP, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 1024,
+        "beta_fast": 16}))
+    assert yarn["rope_theta"] == 1e6
+    assert yarn["rope_scaling"] == {"type": "yarn", "factor": 4.0, "original_max_positions": 1024, "beta_fast": 16.0}
+
+
+def test_yarn_without_its_original_length_is_an_error(tmp_path: Path) -> None:
     data = with_fields(LLAMA_2_7B, rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0})
-    assert "field 'rope_parameters'" in hf_error(write_json(tmp_path, data))
+    assert "original_max_positions: required for type yarn" in hf_error(write_json(tmp_path, data))
+
+
+def test_unknown_rope_parameter_is_named(tmp_path: Path) -> None:
+    data = with_fields(LLAMA_2_7B, rope_scaling={"rope_type": "linear", "factor": 2.0, "wobble": 1})
+    assert "field 'rope_scaling.wobble'" in hf_error(write_json(tmp_path, data))
 
 
 def test_invalid_json_names_line_and_column(tmp_path: Path) -> None:
@@ -662,7 +679,7 @@ def test_blockcli_rejection_after_mapping_names_the_file(tmp_path: Path, monkeyp
     # Defensive path: should the mapping ever hold a value parse_config rejects, the message still names the file.
     import blockcli.hf
 
-    monkeypatch.setattr(blockcli.hf, "hf_to_mapping", lambda data, where: {"block": {"d_model": -1}})
+    monkeypatch.setattr(blockcli.hf, "hf_to_mapping", lambda data, where, allow=(): {"block": {"d_model": -1}})
     message = hf_error(write_json(tmp_path, GPT2))
     assert "block.d_model" in message
 
@@ -697,3 +714,32 @@ def test_any_value_in_any_field_loads_or_is_a_one_line_config_error(base: dict, 
         parse_config(mapping, name="fuzz.json")
     except ConfigError as exc:  # config_from_hf prefixes the file name to these
         assert "\n" not in str(exc)
+
+
+# ----------------------------------------------------------------------------- fields that change nothing
+
+
+def test_exporter_metadata_and_switches_that_are_off_are_accepted() -> None:
+    smollm2 = with_fields(LLAMA_2_7B, is_llama_config=True, rope_interleaved=False,
+                          **{"transformers.js_config": {"kv_cache_dtype": {"q4f16": "float16"}}})
+    assert block_of(smollm2) == block_of(LLAMA_2_7B)
+    assert block_of(with_fields(QWEN2_05B, use_mrope=False)) == block_of(QWEN2_05B)
+    assert block_of(with_fields(GPT2, n_special=0)) == block_of(GPT2)
+
+
+@pytest.mark.parametrize("base, key, value", [
+    (LLAMA_2_7B, "rope_interleaved", True),
+    (QWEN2_05B, "use_mrope", True),
+])
+def test_switches_that_are_on_are_refused(tmp_path: Path, base: dict, key: str, value: Any) -> None:
+    assert f"field '{key}'" in hf_error(write_json(tmp_path, with_fields(base, **{key: value})))
+
+
+def test_allow_field_accepts_an_unknown_field_and_says_so(tmp_path: Path) -> None:
+    path = write_json(tmp_path, with_fields(LLAMA_2_7B, fancy_new_thing=3))
+    assert "--allow-field fancy_new_thing accepts it" in hf_error(path)
+    config = config_from_hf(path, allow_fields=("fancy_new_thing",))
+    assert config.block == config_from_hf(write_json(tmp_path, LLAMA_2_7B, "plain.json")).block
+    assert len(config.notes) == 1 and "field 'fancy_new_thing' accepted unchecked" in config.notes[0]
+    known = config_from_hf(write_json(tmp_path, LLAMA_2_7B, "known.json"), allow_fields=("rms_norm_eps",))
+    assert known.notes == ()  # a known field is mapped as usual, not "accepted unchecked"

@@ -11,7 +11,7 @@ For every preset in blockcli/presets/ four things must agree:
 
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
-time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 13
+time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 16
 totals below were also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
@@ -196,6 +196,30 @@ CASES = [
          "vocab_size": 256000},
         # KerasHub gemma_presets.py "gemma_2b_en" params.
         id="gemma-2b[KerasHub gemma_2b_en=2506172416]",
+    ),
+    pytest.param(
+        "llama-3.1-8b", 8_030_261_248,
+        gated_rms_total(d=4096, L=32, V=128256, ff=14336, n_heads=32, n_kv=8, head_dim=128, tied=False),
+        {"d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "d_ff": 14336, "n_layers": 32, "vocab_size": 128256},
+        # HF Hub API safetensors for meta-llama/Llama-3.1-8B: BF16 8,030,261,248 (the rope_scaling
+        # changes frequencies, not shapes: the same total as Llama 3 8B).
+        id="llama-3.1-8b[HF safetensors BF16=8030261248]",
+    ),
+    pytest.param(
+        "llama-3.2-1b", 1_235_814_400,
+        gated_rms_total(d=2048, L=16, V=128256, ff=8192, n_heads=32, n_kv=8, head_dim=64, tied=True),
+        {"d_model": 2048, "n_heads": 32, "n_kv_heads": 8, "head_dim": 64, "d_ff": 8192, "n_layers": 16,
+         "vocab_size": 128256},
+        # HF Hub API safetensors for meta-llama/Llama-3.2-1B: BF16 1,235,814,400 (tied head).
+        id="llama-3.2-1b[HF safetensors BF16=1235814400]",
+    ),
+    pytest.param(
+        "qwen2.5-7b", 7_615_616_512,
+        gated_rms_total(d=3584, L=28, V=152064, ff=18944, n_heads=28, n_kv=4, head_dim=128, tied=False,
+                        qkv_bias=True),
+        {"d_model": 3584, "n_heads": 28, "n_kv_heads": 4, "d_ff": 18944, "n_layers": 28, "vocab_size": 152064},
+        # HF Hub API safetensors for Qwen/Qwen2.5-7B: BF16 7,615,616,512 (the model card's "7.61B").
+        id="qwen2.5-7b[HF safetensors BF16=7615616512]",
     ),
 ]
 
