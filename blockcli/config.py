@@ -59,6 +59,7 @@ class BlockConfig:
     rope: float = 0.0  # fraction of each head rotated; 0 is off, 1 is the whole head
     rope_theta: float = 10000.0
     dropout: float = 0.0
+    attention_dropout: float = 0.0  # on the attention probabilities, training-mode passes only
 
     @property
     def gated(self) -> bool:
@@ -320,7 +321,7 @@ def _parse_rope(value: Any) -> float:
 
 def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     fields = ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "norm", "norm_eps", "activation",
-              "bias", "placement", "rope", "rope_theta", "dropout")
+              "bias", "placement", "rope", "rope_theta", "dropout", "attention_dropout")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -347,6 +348,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         rope=rope,
         rope_theta=_float(data, "rope_theta", p, 10000.0, 0.0, 1e12, low_open=True),
         dropout=_float(data, "dropout", p, 0.0, 0.0, 1.0, high_open=True),
+        attention_dropout=_float(data, "attention_dropout", p, 0.0, 0.0, 1.0, high_open=True),
     )
     if rope and block.rope_dims == 0:
         raise ConfigError(f"block.rope: a fraction of {rope:g} of head_dim={head_dim} rotates no "

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # rich and the NumPy-based modules load only when a table is 
 
     from blockcli.count import ParameterCount
     from blockcli.mutants import Mutant
+    from blockcli.sizing import Inference, Term, Training
     from blockcli.trace import OpRow, Trace
     from blockcli.verify import Report
 
@@ -53,7 +54,7 @@ def csv_text(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 def human(n: float) -> str:
     """1234567 → '1.23M' (for footers; tables show exact counts)."""
-    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+    for unit, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(n) >= scale:
             return f"{n / scale:.3g}{unit}"
     return f"{n:g}"
@@ -71,9 +72,10 @@ def human_bytes(n: float) -> str:
 COUNT_HEADERS = ("component", "shape", "weights", "biases", "count", "share", "formula")
 
 
-def count_json(result: ParameterCount) -> dict[str, Any]:
+def count_json(result: ParameterCount, inference: Inference, training: Training | None = None,
+               budget: int | None = None) -> dict[str, Any]:
     rec = result.reconciled
-    return {
+    data = {
         "config": result.config.name,
         "total": result.total,
         "per_block": result.per_block,
@@ -87,7 +89,67 @@ def count_json(result: ParameterCount) -> dict[str, Any]:
         ],
         "reconciled": {"formula": rec.formula, "arrays": rec.arrays, "match": rec.match, "method": rec.method,
                        "mismatches": list(rec.mismatches)},
-        **result.extras,
+        "inference": inference_json(result, inference),
+    }
+    if training is not None:
+        data["training"] = training_json(training)
+    if budget is not None:
+        used = (training or inference).memory_bytes
+        data["budget"] = {"max_memory_bytes": budget, "memory_bytes": used, "within": used <= budget}
+    return data
+
+
+def _flops(n: int) -> dict[str, int]:
+    return {"flops": n, "macs": n // 2}
+
+
+def inference_json(result: ParameterCount, inf: Inference) -> dict[str, Any]:
+    from blockcli.sizing import DTYPE_BITS, nbytes
+
+    tokens = inf.batch * inf.seq_len
+    return {
+        "seq_len": inf.seq_len, "batch": inf.batch, "dtype": inf.dtype, "kv_dtype": inf.kv_dtype,
+        "parameter_bytes": inf.parameter_bytes,
+        "parameter_bytes_by_dtype": {dt: nbytes(result.total, dt) for dt in DTYPE_BITS},
+        "kv_cache": {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token, "bytes": inf.kv_bytes,
+                     "formula": "2·L·h_kv·d_h per token"},
+        "activation_bytes": inf.activation_bytes,
+        "memory_bytes": inf.memory_bytes,
+        "prefill": {"full": _flops(inf.prefill.total()), "causal": _flops(inf.prefill.total(causal=True))},
+        "prefill_per_token": {"full": _flops(inf.prefill.total() // tokens),
+                              "causal": _flops(inf.prefill.total(causal=True) // tokens)},
+        "decode_step": _flops(inf.decode),
+        "decode_per_token": _flops(inf.decode // inf.batch),
+        "flops_convention": SIZING_FLOPS_NOTE,
+    }
+
+
+def _terms_json(terms: Sequence[Term]) -> list[dict[str, Any]]:
+    return [{"name": t.name, "formula": t.formula, "bytes": t.bytes, "korthikanti_sbh": t.korthikanti}
+            for t in terms]
+
+
+def training_json(tr: Training) -> dict[str, Any]:
+    per = tr.per_parameter
+    return {
+        "optimizer": tr.optimizer, "precision": tr.precision, "dp": tr.dp, "zero": tr.zero,
+        "recompute": tr.recompute, "seq_len": tr.seq_len, "batch": tr.batch, "tokens_per_step": tr.tokens,
+        "bytes_per_parameter": {"weights": per.weights, "gradients": per.gradients, "optimizer": per.optimizer,
+                                "total": per.total},
+        "states_per_device": {**tr.states, "total": tr.state_bytes},
+        "activations": {"per_layer": tr.activations_per_layer, "n_layers": tr.n_layers,
+                        "layer_terms": _terms_json(tr.layer_terms), "other_terms": _terms_json(tr.other_terms),
+                        "total": tr.activation_bytes},
+        "memory_bytes_per_device": tr.memory_bytes,
+        "step": {"forward": {"full": _flops(tr.forward.total()), "causal": _flops(tr.forward.total(True))},
+                 "backward": {"full": _flops(2 * tr.forward.total()), "causal": _flops(2 * tr.forward.total(True))},
+                 "recompute": {"full": _flops(tr.recompute_flops.total()),
+                               "causal": _flops(tr.recompute_flops.total(True))},
+                 "total": {"full": _flops(tr.step_flops()), "causal": _flops(tr.step_flops(True))},
+                 "per_token": {"full": _flops(tr.step_flops() // tr.tokens),
+                               "causal": _flops(tr.step_flops(True) // tr.tokens)},
+                 "six_n": tr.six_n},
+        "notes": tr.notes,
     }
 
 
@@ -100,9 +162,17 @@ def _count_rows(result: ParameterCount) -> list[list[str]]:
              f"{100 * _share(c.count, result.total):.2f}%", c.expression] for c in result.components]
 
 
-def count_markdown(result: ParameterCount) -> str:
-    return markdown_table(COUNT_HEADERS, _count_rows(result), "llrrrrl") + "\n" + "\n".join(
-        f"- {line}" for line in count_footer_lines(result)) + "\n"
+SIZING_FLOPS_NOTE = ("FLOPs = 2 × multiply-adds of the matrix products (projections, MLP, LM head, Q·Kᵀ and "
+                     "weights·V); full = the whole T×T score table, causal = the pairs s <= t; a decode step at "
+                     "context T sees T keys; elementwise work not included (see trace)")
+
+
+def count_markdown(result: ParameterCount, inference: Inference, training: Training | None = None) -> str:
+    text = markdown_table(COUNT_HEADERS, _count_rows(result), "llrrrrl") + "\n" + "\n".join(
+        f"- {line}" for line in count_footer_lines(result, inference, training)) + "\n"
+    if training is not None:
+        text += "\n" + markdown_table(TERM_HEADERS, _term_rows(training), "llrl")
+    return text
 
 
 def count_csv(result: ParameterCount) -> str:
@@ -111,22 +181,68 @@ def count_csv(result: ParameterCount) -> str:
     return csv_text(("name",) + COUNT_HEADERS[1:], rows)
 
 
-def count_footer_lines(result: ParameterCount) -> list[str]:
-    rec, ex = result.reconciled, result.extras
+def _both(full: int, causal: int) -> str:
+    return f"{full:,} ({human(full)}) full table, {causal:,} ({human(causal)}) causal"
+
+
+def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | None = None) -> list[str]:
+    rec = result.reconciled
     check = "match" if rec.match else "MISMATCH: " + "; ".join(rec.mismatches or [f"{rec.formula:,} vs {rec.arrays:,}"])
-    kv = ex["kv_cache"]
-    mem = ex["memory_bytes"]
-    return [
+    B, T = inf.batch, inf.seq_len
+    prefill, causal = inf.prefill.total(), inf.prefill.total(causal=True)
+    lines = [
         f"formula {rec.formula:,} vs {rec.method} {rec.arrays:,}: {check}",
-        f"forward FLOPs per token: {ex['flops_per_token']:,} ({human(ex['flops_per_token'])}); {ex['flops_convention']}",
-        f"parameter memory: {human_bytes(mem['float32'])} float32, {human_bytes(mem['bfloat16'])} bfloat16, "
-        f"{human_bytes(mem['int8'])} int8",
-        f"K/V cache ({kv['dtype']}): {kv['bytes_per_token']:,} bytes per token; "
-        f"{human_bytes(kv['bytes'])} for batch {kv['batch']} × {kv['seq_len']} tokens",
+        f"workload: batch {B} × {T:,} tokens, weights and activations {inf.dtype}, K/V cache {inf.kv_dtype}",
+        f"parameter memory: {human_bytes(inf.parameter_bytes)} ({result.total:,} × {inf.dtype})",
+        f"K/V cache: {inf.kv_bytes_per_token:,} bytes per token (2·L·h_kv·d_h × {inf.kv_dtype}); "
+        f"{human_bytes(inf.kv_bytes)} for {B} × {T:,} tokens",
+        f"inference memory: {human_bytes(inf.memory_bytes)} = weights + K/V cache + "
+        f"{human_bytes(inf.activation_bytes)} activations (one layer's prefill working set)",
+        f"prefill of {T:,} tokens × {B}: {_both(prefill, causal)} FLOPs; per token "
+        f"{human(prefill // (B * T))} full, {human(causal // (B * T))} causal",
+        f"decode step at context {T:,}: {inf.decode // B:,} ({human(inf.decode // B)}) FLOPs per sequence"
+        + (f", {human(inf.decode)} for the batch" if B > 1 else ""),
+        SIZING_FLOPS_NOTE,
+    ]
+    return lines + (training_lines(tr) if tr is not None else [])
+
+
+OPTIMIZER_NAMES = {"adamw": "AdamW", "sgd": "SGD", "sgd-momentum": "SGD with momentum"}
+
+
+def training_lines(tr: Training) -> list[str]:
+    per, st = tr.per_parameter, tr.states
+    zero = f", ZeRO stage {tr.zero}" if tr.zero else ""
+    return [
+        f"training: {OPTIMIZER_NAMES[tr.optimizer]}, {tr.precision} precision: {per.total} bytes per parameter "
+        f"({per.weights} weights + {per.gradients} gradients + {per.optimizer} optimizer); "
+        f"{tr.dp} data-parallel device{'s' if tr.dp > 1 else ''}{zero}; micro-batch {tr.batch} × {tr.seq_len:,} tokens",
+        f"model states per device: {human_bytes(tr.state_bytes)} (weights {human_bytes(st['weights'])}, gradients "
+        f"{human_bytes(st['gradients'])}, optimizer {human_bytes(st['optimizer'])})",
+        f"activations kept for the backward pass (recompute {tr.recompute}): {human_bytes(tr.activations_per_layer)} "
+        f"per layer ({tr.activations_per_layer:,} bytes) × {tr.n_layers} + {human_bytes(tr.activation_bytes - tr.n_layers * tr.activations_per_layer)} "
+        f"outside the layers = {human_bytes(tr.activation_bytes)}",
+        f"training memory per device: {human_bytes(tr.memory_bytes)} = model states + activations",
+        f"FLOPs per step ({tr.tokens:,} tokens): forward + backward (2× forward)"
+        + (f" + recomputed forward ({tr.recompute})" if tr.recompute != "none" else "")
+        + f" = {_both(tr.step_flops(), tr.step_flops(True))}; per token {human(tr.step_flops() // tr.tokens)} full; "
+        f"6·N rule (Kaplan et al. 2020, N non-embedding): {tr.six_n:,} ({human(tr.six_n)})",
+        *tr.notes,
     ]
 
 
-def count_table(result: ParameterCount) -> Group:
+TERM_HEADERS = ("kept for the backward pass", "size", "bytes", "Korthikanti (s·b·h)")
+
+
+def _term_rows(tr: Training) -> list[list[str]]:
+    rows = [[t.name, t.formula, f"{t.bytes:,}", t.korthikanti] for t in tr.layer_terms]
+    rows.append([f"one layer ×{tr.n_layers}", "", f"{tr.activations_per_layer:,}", ""])
+    rows += [[t.name, t.formula, f"{t.bytes:,}", ""] for t in tr.other_terms]
+    rows.append(["total", "", f"{tr.activation_bytes:,}", ""])
+    return rows
+
+
+def count_table(result: ParameterCount, inference: Inference, training: Training | None = None) -> Group:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -141,10 +257,21 @@ def count_table(result: ParameterCount) -> Group:
         share = _share(c.count, result.total)
         row[5] = f"{bar(share)} {100 * share:5.1f}%"
         table.add_row(*row, style=style, end_section=c.kind == "total" or c.name in ("mlp.2", "ln2"))
-    footer = Text("\n".join(count_footer_lines(result)))
+    footer = Text("\n".join(count_footer_lines(result, inference, training)))
     if not result.reconciled.match:
         footer.stylize("bold red", 0, len(footer.plain.split("\n")[0]))
-    return Group(table, footer)
+    parts: list[Any] = [table, footer]
+    if training is not None:
+        terms = Table(title=f"Activations per layer, recompute {training.recompute} (Korthikanti et al. 2022, §4)",
+                      title_justify="left", header_style="bold")
+        for header in TERM_HEADERS:
+            terms.add_column(header, justify="right" if header == "bytes" else "left")
+        rows = _term_rows(training)
+        for i, row in enumerate(rows):
+            terms.add_row(*row, style="bold" if row[0] == "total" or row[0].startswith("one layer") else None,
+                          end_section=i in (len(training.layer_terms) - 1, len(training.layer_terms), len(rows) - 2))
+        parts.append(terms)
+    return Group(*parts)
 
 
 def presets_table(rows: Sequence[tuple[str, str, str, int | None]]) -> Table:
