@@ -376,11 +376,13 @@ class MLP:
         pre = F.linear(x, p["w_1"], p.get("b_1"))  # (…, d_ff)
         rec("mlp_pre", "MLP expand", pre, (x, p["w_1"]), kind="linear", params=("w_1", "b_1"))
         act = F.ACTIVATION_FUNCTIONS[self.cfg.activation](pre)  # (…, d_ff)
+        inputs: tuple[Array, ...] = (pre,)
         if self.cfg.gated:
             up = F.linear(x, p["w_3"], p.get("b_3"))  # (…, d_ff)
             rec("mlp_up", "MLP up (gate partner)", up, (x, p["w_3"]), kind="linear", params=("w_3", "b_3"))
             act = act * up
-        rec("mlp_act", f"activation ({self.cfg.activation})", act, (pre,), kind=self.cfg.activation)
+            inputs = (pre, up)  # act(gate) ⊙ up reads both
+        rec("mlp_act", f"activation ({self.cfg.activation})", act, inputs, kind=self.cfg.activation)
         out = F.linear(act, p["w_2"], p.get("b_2"))  # (…, d)
         rec("mlp_out", "MLP contract", out, (act, p["w_2"]), kind="linear", params=("w_2", "b_2"))
         return out

@@ -303,7 +303,7 @@ def trace_json(trace: Trace, rows: Sequence[OpRow]) -> dict[str, Any]:
         "ops": [{"step": r.step, "key": r.key, "op": r.op, "kind": r.kind, "layer": r.layer, "repeat": r.repeat,
                  "input_shapes": [list(s) for s in r.input_shapes], "output_shape": list(r.output_shape),
                  "symbolic": r.symbolic, "params": r.params, "flops": r.flops, "matmul_flops": r.matmul_flops,
-                 "causal_matmul_flops": r.causal_flops, "bytes": r.bytes} for r in rows],
+                 "causal_matmul_flops": r.causal_flops, "bytes": r.bytes, "tied": r.tied} for r in rows],
         "totals": trace.totals, "flops_convention": FLOPS_NOTE, "notes": trace.notes,
     }
 
@@ -312,7 +312,9 @@ def _trace_rows(rows: Sequence[OpRow]) -> list[list[str]]:
     out = []
     for r in rows:
         flops = f"{r.flops:,}" + (f" ({r.causal_flops:,})" if r.causal_flops is not None else "")
-        name = r.op + (f" ×{r.repeat}" if r.repeat > 1 else "")
+        name = r.op + (f" ×{r.repeat}, per layer" if r.repeat > 1 else "")
+        if r.tied:
+            name += " (tied: its weights are the token embedding's, counted there)"
         if r.layer is not None and r.repeat == 1:
             name = f"[{r.layer}] {name}"
         out.append([str(r.step), name, " ".join(_shape(s) for s in r.input_shapes), _shape(r.output_shape),
@@ -330,7 +332,7 @@ def trace_header(trace: Trace) -> str:
             f"{trace.attention} attention")
 
 
-def trace_footer_lines(trace: Trace) -> list[str]:
+def trace_footer_lines(trace: Trace, rows: Sequence[OpRow] = ()) -> list[str]:
     t = trace.totals
     peak = "measured" if t["peak_measured"] else "estimated"
     lines = [
@@ -341,6 +343,10 @@ def trace_footer_lines(trace: Trace) -> list[str]:
         f"K/V cache {human_bytes(t['kv_cache_bytes'])}",
         FLOPS_NOTE,
     ]
+    repeated = next((r.repeat for r in rows if r.repeat > 1), 0)
+    if repeated:
+        lines.append(f"rows marked ×{repeated}, per layer, stand for every layer: their params, FLOPs and bytes are "
+                     f"one layer's; the totals above count all {repeated}")
     return lines + trace.notes
 
 
@@ -355,12 +361,12 @@ def trace_table(trace: Trace, rows: Sequence[OpRow]) -> Group:
                          overflow="fold")
     for r, cells in zip(rows, _trace_rows(rows)):
         table.add_row(*cells, end_section=r.key.endswith(".y") or r.key == "y")
-    return Group(table, Text("\n".join(trace_footer_lines(trace))))
+    return Group(table, Text("\n".join(trace_footer_lines(trace, rows))))
 
 
 def trace_markdown(trace: Trace, rows: Sequence[OpRow]) -> str:
     return (f"**{trace_header(trace)}**\n\n" + markdown_table(TRACE_HEADERS, _trace_rows(rows), "rllllrrr")
-            + "\n" + "\n".join(f"- {line}" for line in trace_footer_lines(trace)) + "\n")
+            + "\n" + "\n".join(f"- {line}" for line in trace_footer_lines(trace, rows)) + "\n")
 
 
 def trace_mermaid(trace: Trace, rows: Sequence[OpRow]) -> str:
@@ -372,7 +378,7 @@ def trace_mermaid(trace: Trace, rows: Sequence[OpRow]) -> str:
     input_shape = (trace.batch, trace.seq_len) + (() if trace.config.model else (trace.config.block.d_model,))
     lines = ["flowchart TD", f'    s0["input {_shape(input_shape)}"]']
     for r in rows:
-        label = r.op.replace('"', "'") + (f" ×{r.repeat}" if r.repeat > 1 else "")
+        label = r.op.replace('"', "'") + (f" ×{r.repeat}, per layer" if r.repeat > 1 else "") + (" (tied)" if r.tied else "")
         lines.append(f'    s{r.step}["{label}"]')
         for src, shape in zip(r.sources, r.input_shapes):
             if src is None:
