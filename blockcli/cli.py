@@ -97,6 +97,7 @@ def main_callback(
 
 
 class SizeDtype(str, Enum):
+    float64 = "float64"
     float32 = "float32"
     bfloat16 = "bfloat16"
     float16 = "float16"
@@ -157,8 +158,8 @@ def count(
     def body() -> int:
         from blockcli import render
         from blockcli.config import load_config
-        from blockcli.count import count_parameters, parse_amount
         from blockcli import sizing
+        from blockcli.count import count_parameters, parse_amount
 
         expected = parse_amount(expect, "--expect") if expect is not None else None
         budget = parse_amount(max_total, "--max")[0] if max_total is not None else None
@@ -169,13 +170,10 @@ def count(
             raise InputError(f"{training_only[0]} sizes a training step; add --train")
         cfg = load_config(config)
         T, B = seq or cfg.run.seq_len, batch or cfg.run.batch
-        sizing.check_workload(cfg, T, B)
+        sizing.check_workload(cfg, T)
         result = count_parameters(cfg)
-        weights_dtype = dtype.value if dtype else cfg.run.dtype
-        if weights_dtype not in sizing.DTYPE_BITS:
-            raise InputError(f"--dtype: run.dtype {weights_dtype} of {cfg.name} is not a sizing dtype; "
-                             f"choose one of {', '.join(sizing.DTYPE_BITS)}")
-        inference = sizing.inference(cfg, result.total, T, B, weights_dtype, kv_dtype.value if kv_dtype else None)
+        inference = sizing.inference(cfg, result.total, T, B, dtype.value if dtype else cfg.run.dtype,
+                                     kv_dtype.value if kv_dtype else None)
         training = None
         if train:
             training = sizing.training(cfg, result.total, result.non_embedding, T, B,

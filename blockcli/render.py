@@ -89,7 +89,7 @@ def count_json(result: ParameterCount, inference: Inference, training: Training 
         ],
         "reconciled": {"formula": rec.formula, "arrays": rec.arrays, "match": rec.match, "method": rec.method,
                        "mismatches": list(rec.mismatches)},
-        "inference": inference_json(result, inference),
+        "inference": inference_json(inference),
     }
     if training is not None:
         data["training"] = training_json(training)
@@ -103,14 +103,12 @@ def _flops(n: int) -> dict[str, int]:
     return {"flops": n, "macs": n // 2}
 
 
-def inference_json(result: ParameterCount, inf: Inference) -> dict[str, Any]:
-    from blockcli.sizing import DTYPE_BITS, nbytes
-
+def inference_json(inf: Inference) -> dict[str, Any]:
     tokens = inf.batch * inf.seq_len
     return {
         "seq_len": inf.seq_len, "batch": inf.batch, "dtype": inf.dtype, "kv_dtype": inf.kv_dtype,
         "parameter_bytes": inf.parameter_bytes,
-        "parameter_bytes_by_dtype": {dt: nbytes(result.total, dt) for dt in DTYPE_BITS},
+        "parameter_bytes_by_dtype": inf.parameter_bytes_at(),
         "kv_cache": {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token, "bytes": inf.kv_bytes,
                      "formula": "2·L·h_kv·d_h per token"},
         "activation_bytes": inf.activation_bytes,
@@ -220,7 +218,7 @@ def training_lines(tr: Training) -> list[str]:
         f"model states per device: {human_bytes(tr.state_bytes)} (weights {human_bytes(st['weights'])}, gradients "
         f"{human_bytes(st['gradients'])}, optimizer {human_bytes(st['optimizer'])})",
         f"activations kept for the backward pass (recompute {tr.recompute}): {human_bytes(tr.activations_per_layer)} "
-        f"per layer ({tr.activations_per_layer:,} bytes) × {tr.n_layers} + {human_bytes(tr.activation_bytes - tr.n_layers * tr.activations_per_layer)} "
+        f"per layer ({tr.activations_per_layer:,} bytes) × {tr.n_layers} + {human_bytes(tr.activations_outside_layers)} "
         f"outside the layers = {human_bytes(tr.activation_bytes)}",
         f"training memory per device: {human_bytes(tr.memory_bytes)} = model states + activations",
         f"FLOPs per step ({tr.tokens:,} tokens): forward + backward (2× forward)"

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from blockcli.config import BlockConfig, Config, InputError
 
-DTYPE_BITS = {"float32": 32, "bfloat16": 16, "float16": 16, "float8": 8, "int8": 8, "int4": 4}
+DTYPE_BITS = {"float64": 64, "float32": 32, "bfloat16": 16, "float16": 16, "float8": 8, "int8": 8, "int4": 4}
 OPTIMIZERS = ("adamw", "sgd", "sgd-momentum")
 PRECISIONS = ("fp32", "mixed")
 RECOMPUTE = ("none", "selective", "full")
@@ -36,17 +36,6 @@ LOSS_BYTES = 4  # the logits kept for the cross-entropy are float32 (ibid.)
 def nbytes(count: int, dtype: str) -> int:
     """Bytes of `count` elements at `dtype` (int4 packs two per byte)."""
     return -(-count * DTYPE_BITS[dtype] // 8)
-
-
-@dataclass(frozen=True)
-class Flops:
-    """A FLOPs figure with its multiply-adds beside it (FLOPs = 2 × MACs)."""
-
-    flops: int
-
-    @property
-    def macs(self) -> int:
-        return self.flops // 2
 
 
 # ----------------------------------------------------------------------------- shapes of the work
@@ -122,12 +111,20 @@ class Inference:
     batch: int
     dtype: str
     kv_dtype: str
-    parameter_bytes: int
+    parameters: int
     kv_bytes_per_token: int  # one sequence, all layers
     kv_bytes: int  # B sequences of T tokens
     activation_bytes: int
     prefill: ForwardFlops
     decode: int
+
+    @property
+    def parameter_bytes(self) -> int:
+        return nbytes(self.parameters, self.dtype)
+
+    def parameter_bytes_at(self) -> dict[str, int]:
+        """Parameter memory at every dtype, for comparison."""
+        return {dtype: nbytes(self.parameters, dtype) for dtype in DTYPE_BITS}
 
     @property
     def memory_bytes(self) -> int:
@@ -141,7 +138,7 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
     kv_dtype = kv_dtype or dtype
     # K and V, h_kv heads of d_h each, in every layer (grouped-query and multi-query aware)
     kv_per_token = nbytes(2 * dims.L * dims.h_kv * dims.d_h, kv_dtype)
-    return Inference(seq_len, batch, dtype, kv_dtype, nbytes(parameters, dtype), kv_per_token,
+    return Inference(seq_len, batch, dtype, kv_dtype, parameters, kv_per_token,
                      kv_per_token * seq_len * batch, inference_activation_bytes(dims, seq_len, batch, dtype),
                      forward_flops(dims, seq_len, batch), decode_flops(dims, seq_len, batch))
 
@@ -296,8 +293,12 @@ class Training:
         return sum(t.bytes for t in self.layer_terms)
 
     @property
+    def activations_outside_layers(self) -> int:
+        return sum(t.bytes for t in self.other_terms)
+
+    @property
     def activation_bytes(self) -> int:
-        return self.n_layers * self.activations_per_layer + sum(t.bytes for t in self.other_terms)
+        return self.n_layers * self.activations_per_layer + self.activations_outside_layers
 
     @property
     def state_bytes(self) -> int:
@@ -321,6 +322,10 @@ class Training:
 def training(config: Config, parameters: int, non_embedding: int, seq_len: int, batch: int, *,
              optimizer: str = "adamw", precision: str = "mixed", dp: int = 1, zero: int = 0,
              recompute: str = "none") -> Training:
+    for option, value, allowed in (("--optimizer", optimizer, OPTIMIZERS), ("--precision", precision, PRECISIONS),
+                                   ("--recompute", recompute, RECOMPUTE), ("--zero", zero, (0, 1, 2, 3))):
+        if value not in allowed:
+            raise InputError(f"{option}: expected one of {', '.join(map(str, allowed))}, got {value!r}")
     dims = Dims.of(config)
     per = state_bytes(optimizer, precision)
     forward = forward_flops(dims, seq_len, batch * dp)
@@ -357,10 +362,8 @@ def parse_size(text: str, option: str = "--max-memory") -> int:
     return int(whole) * scale + (int(frac) * scale // 10 ** len(frac) if frac else 0)
 
 
-def check_workload(config: Config, seq_len: int, batch: int, dp: int = 1) -> None:
-    for name, value in (("--seq", seq_len), ("--batch", batch), ("--dp", dp)):
-        if value < 1:
-            raise InputError(f"{name}: expected a positive integer, got {value}")
+def check_workload(config: Config, seq_len: int) -> None:
+    """A model with learned positions has no row for a token beyond max_positions."""
     m = config.model
     if m is not None and m.positions == "learned" and seq_len > m.max_positions:
         raise InputError(f"--seq: {seq_len} tokens exceed model.max_positions={m.max_positions} "

@@ -280,6 +280,7 @@ def run_trace(config: Config, *, weights: Any = None, x: np.ndarray | None = Non
     net = (Model if config.model else DecoderBlock).from_config(config, weights, attention=attention)
     sizes = {k: v.size for k, v in net.params.items()}
     rec = Recorder(sizes, keep=keep, pass_input=x)
+    _import_sharing_modules()
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
@@ -303,6 +304,14 @@ def run_trace(config: Config, *, weights: Any = None, x: np.ndarray | None = Non
     return Trace(config, rec.rows, "executed", x.shape[0], x.shape[1], config.run.dtype,
                  "chunked" if chunked else "full", arrays=rec.arrays, output=out,
                  peak_bytes=peak, peak_measured=True)
+
+
+def _import_sharing_modules() -> None:
+    """Import what sharing a pass's tiles among the cores loads on first use (threadpoolctl, the thread
+    pool and its queue and logging), so that the measured peak holds no module objects."""
+    import concurrent.futures.thread  # noqa: F401  (and with it queue)
+
+    worker_count()  # imports threadpoolctl
 
 
 def _overflow_hint(config: Config) -> str:

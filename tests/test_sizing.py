@@ -189,7 +189,9 @@ def test_max_memory_gate():
 @pytest.mark.parametrize("args,message", [
     (["--optimizer", "sgd"], "--train"),
     (["gpt2", "--seq", "2048"], "max_positions"),
-    (["--dtype", "float64"], "--dtype"),
+    (["--dtype", "float16x"], "--dtype"),
+    (["--zero", "4", "--train"], "--zero"),
+    (["--train", "--dp", "0"], "--dp"),
 ])
 def test_bad_workload_options(args, message):
     out = runner.invoke(app, ["count", *args])

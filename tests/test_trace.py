@@ -287,3 +287,23 @@ def test_analytic_trace_of_a_billion_tokens_is_closed_form():
     assert totals["matmul_flops"] == closed_form_matmul_flops(1, T, 512, 8, 8, 64, 2048, 2)
     dense = closed_form_matmul_flops(1, T, 512, 8, 8, 64, 2048, 2) - 4 * b.n_heads * T * T * b.head_dim
     assert totals["causal_matmul_flops"] == dense + 4 * b.n_heads * b.head_dim * T * (T + 1) // 2
+
+
+def test_a_traced_pass_imports_no_module_while_its_peak_is_measured():
+    # in a fresh interpreter, a pass large enough to share its tiles among threads (which loads
+    # threadpoolctl and a thread pool on first use): nothing may be imported between start and stop
+    script = f"""
+import sys, tracemalloc
+sys.path.insert(0, {str(ROOT)!r})
+from blockcli.config import load_config
+from blockcli.trace import run_trace, with_run
+seen = {{}}
+start, stop = tracemalloc.start, tracemalloc.stop
+tracemalloc.start = lambda *a: (seen.setdefault("start", set(sys.modules)), start(*a))
+tracemalloc.stop = lambda: (seen.setdefault("stop", set(sys.modules)), stop())
+run_trace(with_run(load_config({str(ROOT / "configs" / "chapter-block.yaml")!r}), 4, 256))
+print(sorted(seen["stop"] - seen["start"]))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
