@@ -131,13 +131,19 @@ class Inference:
         return self.parameter_bytes + self.kv_bytes + self.activation_bytes
 
 
+def kv_cache_elements(dims: Dims) -> int:
+    """Cached elements per token: K and V, h_kv heads of d_h each, in every layer (grouped-query and
+    multi-query attention cache h_kv heads, not h). A latent-attention (MLA) cache would count its
+    latent vector here instead."""
+    return 2 * dims.L * dims.h_kv * dims.d_h
+
+
 def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: str,
               kv_dtype: str | None = None) -> Inference:
     """Memory and FLOPs of serving `config` at B × T tokens, weights and activations at `dtype`."""
     dims = Dims.of(config)
     kv_dtype = kv_dtype or dtype
-    # K and V, h_kv heads of d_h each, in every layer (grouped-query and multi-query aware)
-    kv_per_token = nbytes(2 * dims.L * dims.h_kv * dims.d_h, kv_dtype)
+    kv_per_token = nbytes(kv_cache_elements(dims), kv_dtype)
     return Inference(seq_len, batch, dtype, kv_dtype, parameters, kv_per_token,
                      kv_per_token * seq_len * batch, inference_activation_bytes(dims, seq_len, batch, dtype),
                      forward_flops(dims, seq_len, batch), decode_flops(dims, seq_len, batch))
@@ -221,9 +227,13 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
     unit = f"{beta}·s·b"
     if recompute == "full":
         return [Term("layer input (everything else recomputed)", f"{unit}·d", act(d), "2")]
-    terms = [Term("norm 1 input" + (" (= norm 2 input: both read x)" if block.placement == "parallel" else ""),
-                  f"{unit}·d", act(d), "2"),
-             Term("Q, K, V input (norm 1 output)", f"{unit}·d", act(d), "2"),
+    post = block.placement == "post"  # H = LN1(X + MHA(X)): attention reads x, the norms read the sums
+    names = (("norm 1 input (x + attention)", "Q, K, V input (the block input x)", "norm 2 input (h + MLP)",
+              "MLP input (norm 1 output h)") if post else
+             ("norm 1 input" + (" (= norm 2 input: both read x)" if block.placement == "parallel" else ""),
+              "Q, K, V input (norm 1 output)", "norm 2 input", "MLP input (norm 2 output)"))
+    terms = [Term(names[0], f"{unit}·d", act(d), "2"),
+             Term(names[1], f"{unit}·d", act(d), "2"),
              Term("Q and K, for Q·Kᵀ", f"{unit}·(h + h_kv)·d_h", act((h + h_kv) * d_h), "4")]
     if recompute == "none":
         table = b * h * s * s
@@ -237,8 +247,8 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
     if block.dropout:
         terms.append(Term("attention-branch dropout mask", f"{MASK_BYTES}·s·b·d", mask(d), "1"))
     if block.placement != "parallel":
-        terms.append(Term("norm 2 input", f"{unit}·d", act(d), "2"))
-    terms.append(Term("MLP input (norm 2 output)", f"{unit}·d", act(d), "2"))
+        terms.append(Term(names[2], f"{unit}·d", act(d), "2"))
+    terms.append(Term(names[3], f"{unit}·d", act(d), "2"))
     if block.gated:
         terms += [Term(name, f"{unit}·d_ff", act(d_ff), k) for name, k in
                   (("gate pre-activation", "8"), ("activated gate", ""), ("up projection", ""),
