@@ -307,3 +307,11 @@ print(sorted(seen["stop"] - seen["start"]))
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("source", ["configs/tiny-gpt.yaml", "configs/gqa-swiglu-rope.yaml", "pythia-160m"])
+def test_shapes_only_mermaid_draws_the_executed_graph(source):
+    args = ["trace", str(ROOT / source) if source.endswith(".yaml") else source, "--seq", "4", "--format", "mermaid"]
+    executed = runner.invoke(app, args).stdout
+    assert runner.invoke(app, args + ["--shapes-only"]).stdout == executed
+    assert executed.count("-->") > len(executed.splitlines()) // 2  # edges, not only nodes
