@@ -162,6 +162,10 @@ def test_gpt3_175b_training_flops_match_megatron_formula_and_kaplan():
     full = count_json(GPT3, "--train", "--recompute", "full")["training"]["step"]
     # full recomputation: 96·B·s·l·h²·(1 + s/6h + V/16hl)
     assert full["total"]["full"]["flops"] == 96 * B * s * l * h * h + 16 * B * s * s * l * h + 6 * B * s * h * V
+    # selective recomputation repeats the forward of the s²-terms only, Q·Kᵀ and weights·V: 4·B·s²·h per
+    # layer (Korthikanti et al. 2022, appendix A: "all terms with s² are recomputed")
+    selective = count_json(GPT3, "--train", "--recompute", "selective")["training"]["step"]
+    assert selective["total"]["full"]["flops"] == step["total"]["full"]["flops"] + 4 * B * s * s * h * l
     non_embedding = 174_604_259_328 - V * h - s * h
     assert step["six_n"] == 6 * non_embedding * B * s  # Kaplan et al. 2020: C ≈ 6·N per token
     assert step["total"]["full"]["flops"] / step["six_n"] == pytest.approx(1 + s / (6 * h) + V / (12 * h * l),
