@@ -62,6 +62,7 @@ CONFIGS = {
     "L": dict(d=1024, h=16, d_ff=4096, B=1, T=4096),
 }
 DTYPES = ("float32", "float64")
+ROOT = Path(__file__).resolve().parent.parent
 # Timed rounds per (config, dtype) after the warm-up; L in float64 takes seconds per pass.
 REPEATS = {("S", "float32"): 15, ("S", "float64"): 11, ("M", "float32"): 9, ("M", "float64"): 7,
            ("L", "float32"): 5, ("L", "float64"): 3}
@@ -568,6 +569,8 @@ def startup(runs: int) -> dict[str, Any]:
             "import_numpy": [sys.executable, "-c", "import numpy"],
             "minimal_typer_app": [sys.executable, str(app), "--json"],
             "count_llama-2-70b_json": cli + ["count", "llama-2-70b", "--json"],
+            "count_gpt3_train_json": cli + ["count", str(ROOT / "configs" / "gpt3-175b.yaml"), "--train", "--json"],
+            "trace_shapes_only_1e9": cli + ["trace", "--shapes-only", "--seq", "1000000000", "--json"],
             "version": cli + ["--version"],
             "verify_default": cli + ["verify"],
         }
@@ -644,6 +647,8 @@ def print_startup(s: dict[str, Any]) -> None:
     labels = {"import_numpy": "(1) python -c 'import numpy'",
               "minimal_typer_app": "(2) minimal Typer app --json (numpy, yaml, rich)",
               "count_llama-2-70b_json": "(3) blockcli count llama-2-70b --json",
+              "count_gpt3_train_json": "(3b) blockcli count gpt3-175b.yaml --train --json",
+              "trace_shapes_only_1e9": "(3c) blockcli trace --shapes-only --seq 1e9 --json",
               "version": "(4) blockcli --version", "verify_default": "(5) blockcli verify"}
     for key, label in labels.items():
         code = s["exit_codes"][key]

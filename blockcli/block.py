@@ -274,7 +274,10 @@ class MultiHeadAttention:
             if self.b_qkv is not None:
                 p[f"b_{name}"] = self.b_qkv[lo:hi]
 
-    def __call__(self, x: Array, rec: Record = _ignore, cache: KVCache | None = None) -> Array:
+    def __call__(self, x: Array, rec: Record = _ignore, cache: KVCache | None = None,
+                 drop: Callable[[Array], Array] | None = None) -> Array:
+        """x (B, T, d) → (B, T, d). `drop`, in a training-mode pass, is dropout on the attention
+        probabilities (it needs the whole table, so it takes the full-table path)."""
         cfg, p, ops = self.cfg, self.p, self.ops
         h, h_kv = cfg.n_heads, cfg.n_kv_heads
         B, T, _ = x.shape
@@ -307,14 +310,15 @@ class MultiHeadAttention:
 
         if cache is not None:
             k, v = cache.append(k, v)  # (B, h_kv, T_seen, d_h)
-        heads = self._attend(q, k, v, start, rec)  # (B, h, T, d_h)
+        heads = self._attend(q, k, v, start, rec, drop)  # (B, h, T, d_h)
         concat = ops.combine_heads(heads)  # (B, T, h·d_h)
         rec("attn_concat", "combine heads", concat, (heads,), kind="reshape")
         out = ops.project_out(concat, p["w_o"], p.get("b_o"))  # (B, T, d)
         rec("attn_out", "output projection", out, (concat, p["w_o"]), kind="linear", params=("w_o", "b_o"))
         return out
 
-    def _attend(self, q: Array, k: Array, v: Array, start: int, rec: Record) -> Array:
+    def _attend(self, q: Array, k: Array, v: Array, start: int, rec: Record,
+                drop: Callable[[Array], Array] | None = None) -> Array:
         """softmax(mask(Q·Kᵀ/√d_h))·V for q (B, h, T_q, d_h) and k, v (B, h_kv, T_k, d_h).
 
         `full` builds the whole (B, h, T_q, T_k) table from the `Ops` table, one recorded step at a
@@ -325,7 +329,8 @@ class MultiHeadAttention:
         B, h, T_q, _ = q.shape
         T_k = k.shape[2]
         table_bytes = B * h * T_q * T_k * q.itemsize
-        if self.ops is not STANDARD_OPS or full_table(self.attention, table_bytes, rec is not _ignore, self.chunk_bytes):
+        if (self.ops is not STANDARD_OPS or drop is not None
+                or full_table(self.attention, table_bytes, rec is not _ignore, self.chunk_bytes)):
             k_all, v_all = k, v  # grouped-query: each K/V head serves h / h_kv query heads
             if k.shape[1] != h:
                 k_all = np.repeat(k, h // k.shape[1], axis=1)  # (B, h, T_k, d_h)
@@ -338,6 +343,8 @@ class MultiHeadAttention:
             masked, weights = self.ops.attention_weights(scores, allowed)
             rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
             rec("attn_weights", "softmax over keys", weights, (masked,), kind="softmax")
+            if drop is not None:
+                weights = drop(weights)  # (B, h, T_q, T_k): training mode only
             heads = weights @ v_all  # (B, h, T_q, d_h)
             rec("attn_heads", "weights·V", heads, (weights, v), kind="matmul")
             return heads
@@ -427,11 +434,13 @@ class MLP:
         pre = F.linear(x, p["w_1"], p.get("b_1"))  # (…, d_ff)
         rec("mlp_pre", "MLP expand", pre, (x, p["w_1"]), kind="linear", params=("w_1", "b_1"))
         act = F.ACTIVATION_FUNCTIONS[self.cfg.activation](pre)  # (…, d_ff)
+        inputs: tuple[Array, ...] = (pre,)
         if self.cfg.gated:
             up = F.linear(x, p["w_3"], p.get("b_3"))  # (…, d_ff)
             rec("mlp_up", "MLP up (gate partner)", up, (x, p["w_3"]), kind="linear", params=("w_3", "b_3"))
             act = act * up
-        rec("mlp_act", f"activation ({self.cfg.activation})", act, (pre,), kind=self.cfg.activation)
+            inputs = (pre, up)  # act(gate) ⊙ up reads both
+        rec("mlp_act", f"activation ({self.cfg.activation})", act, inputs, kind=self.cfg.activation)
         out = F.linear(act, p["w_2"], p.get("b_2"))  # (…, d)
         rec("mlp_out", "MLP contract", out, (act, p["w_2"]), kind="linear", params=("w_2", "b_2"))
         return out
@@ -476,14 +485,17 @@ class DecoderBlock:
 
     def __call__(self, x: Array, rec: Record = _ignore, cache: KVCache | None = None,
                  train: bool = False, rng: np.random.Generator | None = None) -> Array:
-        """x (B, T, d) → y (B, T, d). `train` applies dropout to the two branch outputs."""
+        """x (B, T, d) → y (B, T, d). `train` applies dropout to the attention probabilities
+        (`attention_dropout`) and to the two branch outputs (`dropout`), all drawn from `rng`."""
         check_block_input(x, self.cfg.d_model)
         add, norm = self.ops.residual_add, self.cfg.norm
+        rng = rng or np.random.default_rng()
         drop = _dropout(self.cfg.dropout, rng) if train and self.cfg.dropout else (lambda a: a)
+        drop_probs = _dropout(self.cfg.attention_dropout, rng) if train and self.cfg.attention_dropout else None
         if self.cfg.placement == "pre":
             n1 = self.ln1(x)  # (B, T, d)
             rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
-            a = drop(self.attn(n1, rec, cache))  # (B, T, d)
+            a = drop(self.attn(n1, rec, cache, drop_probs))  # (B, T, d)
             h = add(x, a)  # (B, T, d)
             rec("h", "residual add", h, (x, a), kind="add")
             n2 = self.ln2(h)  # (B, T, d)
@@ -492,7 +504,7 @@ class DecoderBlock:
             y = add(h, m)  # (B, T, d)
             rec("y", "residual add", y, (h, m), kind="add")
         elif self.cfg.placement == "post":
-            a = drop(self.attn(x, rec, cache))
+            a = drop(self.attn(x, rec, cache, drop_probs))
             s1 = add(x, a)
             rec("h_pre", "residual add", s1, (x, a), kind="add")
             h = self.ln1(s1)
@@ -505,7 +517,7 @@ class DecoderBlock:
         else:  # parallel: both branches read x
             n1 = self.ln1(x)
             rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
-            a = drop(self.attn(n1, rec, cache))
+            a = drop(self.attn(n1, rec, cache, drop_probs))
             h = add(x, a)
             rec("h", "residual add (attention)", h, (x, a), kind="add")
             n2 = self.ln2(x)
@@ -523,9 +535,7 @@ class DecoderBlock:
         return self(x_new, rec, cache)
 
 
-def _dropout(rate: float, rng: np.random.Generator | None) -> Callable[[Array], Array]:
-    rng = rng or np.random.default_rng()
-
+def _dropout(rate: float, rng: np.random.Generator) -> Callable[[Array], Array]:
     def drop(a: Array) -> Array:
         keep = rng.random(a.shape) >= rate
         return np.where(keep, a / (1.0 - rate), 0).astype(a.dtype)

@@ -110,6 +110,33 @@ def main_callback(
 # ----------------------------------------------------------------------------- count
 
 
+class SizeDtype(str, Enum):
+    float64 = "float64"
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    float8 = "float8"
+    int8 = "int8"
+    int4 = "int4"
+
+
+class Optimizer(str, Enum):
+    adamw = "adamw"
+    sgd = "sgd"
+    sgd_momentum = "sgd-momentum"
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    mixed = "mixed"
+
+
+class Recompute(str, Enum):
+    none = "none"
+    selective = "selective"
+    full = "full"
+
+
 @app.command()
 def count(
     config: ConfigArg = None,
@@ -119,31 +146,66 @@ def count(
         help="Exit 1 unless the total equals this (3152384, 3,152,384, or 3.15M to that precision).")] = None,
     max_total: Annotated[Optional[str], typer.Option("--max", help="Exit 1 if the total exceeds this budget.")] = None,
     allow_field: AllowFieldOpt = None,
+    seq: Annotated[Optional[int], typer.Option(help="Tokens per sequence T (default: run.seq_len).", min=1)] = None,
+    batch: Annotated[Optional[int], typer.Option(
+        help="Sequences B (default: run.batch); with --train, the micro-batch per device.", min=1)] = None,
+    dtype: Annotated[Optional[SizeDtype], typer.Option(
+        help="Dtype of weights and activations for the inference figures (default: run.dtype).")] = None,
+    kv_dtype: Annotated[Optional[SizeDtype], typer.Option("--kv-dtype", help="Dtype of the K/V cache (default: --dtype).")] = None,
+    train: Annotated[bool, typer.Option("--train", help="Also size a training step: model states, activations, FLOPs.")] = False,
+    optimizer: Annotated[Optional[Optimizer], typer.Option(help="With --train: the optimizer (default adamw).")] = None,
+    precision: Annotated[Optional[Precision], typer.Option(
+        help="With --train: fp32, or mixed (16-bit weights, gradients and activations, fp32 master and moments; "
+             "the default).")] = None,
+    dp: Annotated[Optional[int], typer.Option(help="With --train: data-parallel devices (default 1).", min=1)] = None,
+    zero: Annotated[Optional[int], typer.Option(
+        help="With --train: ZeRO stage 0-3 (partition optimizer states, + gradients, + weights over --dp).",
+        min=0, max=3)] = None,
+    recompute: Annotated[Optional[Recompute], typer.Option(
+        help="With --train: activation recomputation none (default), selective or full.")] = None,
+    max_memory: Annotated[Optional[str], typer.Option(
+        "--max-memory", metavar="SIZE",
+        help="Exit 1 if the workload's memory exceeds SIZE (80GiB, 40GB): inference weights + K/V cache + "
+             "activations, or with --train the model states + activations per device.")] = None,
 ) -> None:
-    """Exact parameter breakdown per component, for one block and for whole models."""
+    """Exact parameter breakdown per component, and the memory and FLOPs of a workload."""
 
     def body() -> int:
-        from blockcli import render
+        from blockcli import render, sizing
+        from blockcli.checkpoint import checkpoint_sizes, is_checkpoint_path
         from blockcli.count import count_parameters, parse_amount
 
         expected = parse_amount(expect, "--expect") if expect is not None else None
         budget = parse_amount(max_total, "--max")[0] if max_total is not None else None
-        from blockcli.checkpoint import checkpoint_sizes, is_checkpoint_path
-
+        memory_budget = sizing.parse_size(max_memory) if max_memory is not None else None
+        training_only = [o for o, v in (("--optimizer", optimizer), ("--precision", precision), ("--dp", dp),
+                                        ("--zero", zero), ("--recompute", recompute)) if v is not None]
+        if training_only and not train:
+            raise InputError(f"{training_only[0]} sizes a training step; add --train")
         cfg = loaded(config, allow_field)
+        T, B = seq or cfg.run.seq_len, batch or cfg.run.batch
+        sizing.check_workload(cfg, T)
         # a model folder: reconcile with its tensors, read from the headers alone
         stored = checkpoint_sizes(Path(config), cfg) if config and is_checkpoint_path(Path(config)) else None
         result = count_parameters(cfg, checkpoint=stored[0] if stored else None,
                                   checkpoint_info=stored[1] if stored else None)
+        inference = sizing.inference(cfg, result.total, T, B, dtype.value if dtype else cfg.run.dtype,
+                                     kv_dtype.value if kv_dtype else None)
+        training = None
+        if train:
+            training = sizing.training(cfg, result.total, result.non_embedding, T, B,
+                                       optimizer=(optimizer or Optimizer.adamw).value,
+                                       precision=(precision or Precision.mixed).value, dp=dp or 1,
+                                       zero=zero or 0, recompute=(recompute or Recompute.none).value)
         chosen = CountFormat.json if json_out else fmt
         if chosen is CountFormat.json:
-            print_out(render.to_json(render.count_json(result)))
+            print_out(render.to_json(render.count_json(result, inference, training, memory_budget)))
         elif chosen is CountFormat.markdown:
-            print_out(render.count_markdown(result))
+            print_out(render.count_markdown(result, inference, training))
         elif chosen is CountFormat.csv:
             print_out(render.count_csv(result))
         else:
-            console().print(render.count_table(result))
+            console().print(render.count_table(result, inference, training))
         code = EXIT_OK
         if not result.reconciled.match:
             sys.stderr.write("blockcli: formula and arrays disagree: "
@@ -154,6 +216,12 @@ def count(
             code = EXIT_FAILED
         if budget is not None and result.total > budget:
             sys.stderr.write(f"blockcli: {result.total:,} parameters exceed the budget of {budget:,}\n")
+            code = EXIT_FAILED
+        used = (training or inference).memory_bytes
+        if memory_budget is not None and used > memory_budget:
+            what = "training memory per device" if training else "inference memory"
+            sys.stderr.write(f"blockcli: {what} {render.human_bytes(used)} ({used:,} bytes) exceeds "
+                             f"--max-memory {max_memory} ({memory_budget:,} bytes)\n")
             code = EXIT_FAILED
         return code
 

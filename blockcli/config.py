@@ -92,6 +92,7 @@ class BlockConfig:
     dropout: float = 0.0
     norm_unit_offset: bool = False  # the norms scale by (1 + gamma) instead of gamma (Gemma)
     sliding_window: int = 0  # a query sees at most this many keys, itself included; 0: every earlier key
+    attention_dropout: float = 0.0  # on the attention probabilities, training-mode passes only
 
     @property
     def gated(self) -> bool:
@@ -371,8 +372,8 @@ def _parse_rope(value: Any) -> float:
 
 def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     fields = ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "norm", "norm_eps", "activation",
-              "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "norm_unit_offset",
-              "sliding_window")
+              "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "attention_dropout",
+              "norm_unit_offset", "sliding_window")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -402,6 +403,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         dropout=_float(data, "dropout", p, 0.0, 0.0, 1.0, high_open=True),
         norm_unit_offset=_bool(data, "norm_unit_offset", p, False),
         sliding_window=_int(data, "sliding_window", p, 0, minimum=0),
+        attention_dropout=_float(data, "attention_dropout", p, 0.0, 0.0, 1.0, high_open=True),
     )
     if rope and block.rope_dims == 0:
         raise ConfigError(f"block.rope: a fraction of {rope:g} of head_dim={head_dim} rotates no "

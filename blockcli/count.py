@@ -6,14 +6,15 @@ shown beside it (`4·d² + 4·d`). It shares nothing with the layers' `parameter
 is what makes comparing the two a real check (checklist item 10).
 
 Conventions: tied embeddings are counted once (the LM head row says "tied" and adds 0);
-"non-embedding" excludes the token and position tables; FLOPs are 2 × multiply-adds.
+"non-embedding" excludes the token and position tables. Memory and FLOPs of a workload are in
+`blockcli.sizing`.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from blockcli.config import BlockConfig, Config
@@ -85,7 +86,7 @@ class ParameterCount:
     total: int
     non_embedding: int
     reconciled: Reconciliation
-    extras: dict = field(default_factory=dict)
+    checkpoint: dict | None = None  # the checkpoint's files, when reconciled with one
 
     @property
     def n_layers(self) -> int:
@@ -218,9 +219,7 @@ def count_parameters(config: Config, formula: Formula = block_formula,
                   else "declared shapes (nothing allocated)")
 
     reconciled = Reconciliation(formula_total, arrays_total, method, tuple(mismatches))
-    result = ParameterCount(config, tuple(components), per_block, total, non_embedding, reconciled)
-    result.extras.update(extras(result))
-    return result
+    return ParameterCount(config, tuple(components), per_block, total, non_embedding, reconciled)
 
 
 def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[str, int],
@@ -248,10 +247,8 @@ def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[s
                 mismatches.append(f"{c.name}: formula {c.count:,} vs checkpoint {found:,}")
     mismatches.extend(f"{k}: stored tensor not in the formula" for k in stored if k not in covered)
     reconciled = Reconciliation(result.total, sum(stored.values()), "checkpoint", tuple(mismatches))
-    checked = ParameterCount(config, result.components, result.per_block, result.total, result.non_embedding,
-                             reconciled, dict(result.extras))
-    checked.extras["checkpoint"] = dict(info)
-    return checked
+    return ParameterCount(config, result.components, result.per_block, result.total, result.non_embedding,
+                          reconciled, dict(info))
 
 
 def _model_rows(config: Config, block: tuple[Poly, Poly],
@@ -306,30 +303,6 @@ def _block_arrays(config: Config, limit: int) -> dict[str, int] | None:
 
     block = DecoderBlock.from_config(config, dtype="float32")
     return {k: v.size for k, v in block.params.items()}
-
-
-# ----------------------------------------------------------------------------- what else people ask
-
-
-def extras(result: ParameterCount) -> dict:
-    """FLOPs per token, parameter memory, K/V cache size."""
-    cfg = result.config
-    b, T = cfg.block, cfg.run.seq_len
-    L = result.n_layers
-    attention_term = 4 * L * T * b.n_heads * b.head_dim  # Q·Kᵀ and weights·V over a full T×T table
-    tied_head = 2 * b.d_model * cfg.model.vocab_size if cfg.model and cfg.model.tie_embeddings else 0
-    flops = 2 * result.non_embedding + tied_head + attention_term
-    kv_per_token = 2 * L * b.n_kv_heads * b.head_dim
-    itemsize = 4 if cfg.run.dtype == "float32" else 8
-    return {
-        "flops_per_token": flops,
-        "flops_convention": ("FLOPs = 2 × multiply-adds: 2 × non-embedding parameters"
-                             + (" + 2·d·V for the tied LM head" if tied_head else "")
-                             + f" + 4·L·T·h·d_h for the attention scores and mixing at T={T} (full table)"),
-        "memory_bytes": {"float32": 4 * result.total, "bfloat16": 2 * result.total, "int8": result.total},
-        "kv_cache": {"dtype": cfg.run.dtype, "seq_len": T, "bytes_per_token": kv_per_token * itemsize,
-                     "bytes": kv_per_token * itemsize * T * cfg.run.batch, "batch": cfg.run.batch},
-    }
 
 
 # ----------------------------------------------------------------------------- budgets for CI

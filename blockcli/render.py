@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # rich and the NumPy-based modules load only when a table is 
 
     from blockcli.count import ParameterCount
     from blockcli.mutants import Mutant
+    from blockcli.sizing import Inference, Term, Training
     from blockcli.trace import OpRow, Trace
     from blockcli.verify import Report
 
@@ -53,7 +54,7 @@ def csv_text(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 def human(n: float) -> str:
     """1234567 → '1.23M' (for footers; tables show exact counts)."""
-    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+    for unit, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(n) >= scale:
             return f"{n / scale:.3g}{unit}"
     return f"{n:g}"
@@ -71,9 +72,10 @@ def human_bytes(n: float) -> str:
 COUNT_HEADERS = ("component", "shape", "weights", "biases", "count", "share", "formula")
 
 
-def count_json(result: ParameterCount) -> dict[str, Any]:
+def count_json(result: ParameterCount, inference: Inference, training: Training | None = None,
+               budget: int | None = None) -> dict[str, Any]:
     rec = result.reconciled
-    return {
+    data = {
         "config": result.config.name,
         "total": result.total,
         "per_block": result.per_block,
@@ -87,7 +89,67 @@ def count_json(result: ParameterCount) -> dict[str, Any]:
         ],
         "reconciled": {"formula": rec.formula, "arrays": rec.arrays, "match": rec.match, "method": rec.method,
                        "mismatches": list(rec.mismatches)},
-        **result.extras,
+        "inference": inference_json(inference),
+    }
+    if result.checkpoint is not None:
+        data["checkpoint"] = result.checkpoint
+    if training is not None:
+        data["training"] = training_json(training)
+    if budget is not None:
+        used = (training or inference).memory_bytes
+        data["budget"] = {"max_memory_bytes": budget, "memory_bytes": used, "within": used <= budget}
+    return data
+
+
+def _flops(n: int) -> dict[str, int]:
+    return {"flops": n, "macs": n // 2}
+
+
+def inference_json(inf: Inference) -> dict[str, Any]:
+    tokens = inf.batch * inf.seq_len
+    return {
+        "seq_len": inf.seq_len, "batch": inf.batch, "dtype": inf.dtype, "kv_dtype": inf.kv_dtype,
+        "parameter_bytes": inf.parameter_bytes,
+        "parameter_bytes_by_dtype": inf.parameter_bytes_at(),
+        "kv_cache": {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token, "bytes": inf.kv_bytes,
+                     "formula": "2·L·h_kv·d_h per token"},
+        "activation_bytes": inf.activation_bytes,
+        "memory_bytes": inf.memory_bytes,
+        "prefill": {"full": _flops(inf.prefill.total()), "causal": _flops(inf.prefill.total(causal=True))},
+        "prefill_per_token": {"full": _flops(inf.prefill.total() // tokens),
+                              "causal": _flops(inf.prefill.total(causal=True) // tokens)},
+        "decode_step": _flops(inf.decode),
+        "decode_per_token": _flops(inf.decode // inf.batch),
+        "flops_convention": SIZING_FLOPS_NOTE,
+    }
+
+
+def _terms_json(terms: Sequence[Term]) -> list[dict[str, Any]]:
+    return [{"name": t.name, "formula": t.formula, "bytes": t.bytes, "korthikanti_sbh": t.korthikanti}
+            for t in terms]
+
+
+def training_json(tr: Training) -> dict[str, Any]:
+    per = tr.per_parameter
+    return {
+        "optimizer": tr.optimizer, "precision": tr.precision, "dp": tr.dp, "zero": tr.zero,
+        "recompute": tr.recompute, "seq_len": tr.seq_len, "batch": tr.batch, "tokens_per_step": tr.tokens,
+        "bytes_per_parameter": {"weights": per.weights, "gradients": per.gradients, "optimizer": per.optimizer,
+                                "total": per.total},
+        "states_per_device": {**tr.states, "total": tr.state_bytes},
+        "activations": {"per_layer": tr.activations_per_layer, "n_layers": tr.n_layers,
+                        "layer_terms": _terms_json(tr.layer_terms), "other_terms": _terms_json(tr.other_terms),
+                        "total": tr.activation_bytes},
+        "memory_bytes_per_device": tr.memory_bytes,
+        "step": {"forward": {"full": _flops(tr.forward.total()), "causal": _flops(tr.forward.total(True))},
+                 "backward": {"full": _flops(2 * tr.forward.total()), "causal": _flops(2 * tr.forward.total(True))},
+                 "recompute": {"full": _flops(tr.recompute_flops.total()),
+                               "causal": _flops(tr.recompute_flops.total(True))},
+                 "total": {"full": _flops(tr.step_flops()), "causal": _flops(tr.step_flops(True))},
+                 "per_token": {"full": _flops(tr.step_flops() // tr.tokens),
+                               "causal": _flops(tr.step_flops(True) // tr.tokens)},
+                 "six_n": tr.six_n},
+        "notes": tr.notes,
     }
 
 
@@ -100,9 +162,17 @@ def _count_rows(result: ParameterCount) -> list[list[str]]:
              f"{100 * _share(c.count, result.total):.2f}%", c.expression] for c in result.components]
 
 
-def count_markdown(result: ParameterCount) -> str:
-    return markdown_table(COUNT_HEADERS, _count_rows(result), "llrrrrl") + "\n" + "\n".join(
-        f"- {line}" for line in count_footer_lines(result)) + "\n"
+SIZING_FLOPS_NOTE = ("FLOPs = 2 × multiply-adds of the matrix products (projections, MLP, LM head, Q·Kᵀ and "
+                     "weights·V); full = the whole T×T score table, causal = the pairs s <= t; a decode step at "
+                     "context T sees T keys; elementwise work not included (see trace)")
+
+
+def count_markdown(result: ParameterCount, inference: Inference, training: Training | None = None) -> str:
+    text = markdown_table(COUNT_HEADERS, _count_rows(result), "llrrrrl") + "\n" + "\n".join(
+        f"- {line}" for line in count_footer_lines(result, inference, training)) + "\n"
+    if training is not None:
+        text += "\n" + markdown_table(TERM_HEADERS, _term_rows(training), "llrl")
+    return text
 
 
 def count_csv(result: ParameterCount) -> str:
@@ -111,29 +181,75 @@ def count_csv(result: ParameterCount) -> str:
     return csv_text(("name",) + COUNT_HEADERS[1:], rows)
 
 
-def count_footer_lines(result: ParameterCount) -> list[str]:
-    rec, ex = result.reconciled, result.extras
+def _both(full: int, causal: int) -> str:
+    return f"{full:,} ({human(full)}) full table, {causal:,} ({human(causal)}) causal"
+
+
+def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | None = None) -> list[str]:
+    rec = result.reconciled
     check = "match" if rec.match else "MISMATCH: " + "; ".join(rec.mismatches or [f"{rec.formula:,} vs {rec.arrays:,}"])
-    kv = ex["kv_cache"]
-    mem = ex["memory_bytes"]
+    B, T = inf.batch, inf.seq_len
+    prefill, causal = inf.prefill.total(), inf.prefill.total(causal=True)
     lines = [f"formula {rec.formula:,} vs {'checkpoint tensors' if rec.method == 'checkpoint' else rec.method} "
              f"{rec.arrays:,}: {check}"]
-    if "checkpoint" in ex:
-        ck = ex["checkpoint"]
+    if result.checkpoint is not None:
+        ck = result.checkpoint
         files = ck["files"][0] if len(ck["files"]) == 1 else f"{len(ck['files'])} shards"
         dtypes = ", ".join(f"{name} ({count:,})" for name, count in ck["stored_dtypes"].items())
         lines.append(f"checkpoint: {ck['tensors']} tensors in {files}, {human_bytes(ck['bytes_on_disk'])} on disk; "
                      f"stored as {dtypes}" + "".join(f"; {n}" for n in ck["notes"]))
-    return lines + [
-        f"forward FLOPs per token: {ex['flops_per_token']:,} ({human(ex['flops_per_token'])}); {ex['flops_convention']}",
-        f"parameter memory: {human_bytes(mem['float32'])} float32, {human_bytes(mem['bfloat16'])} bfloat16, "
-        f"{human_bytes(mem['int8'])} int8",
-        f"K/V cache ({kv['dtype']}): {kv['bytes_per_token']:,} bytes per token; "
-        f"{human_bytes(kv['bytes'])} for batch {kv['batch']} × {kv['seq_len']} tokens",
+    lines += [
+        f"workload: batch {B} × {T:,} tokens, weights and activations {inf.dtype}, K/V cache {inf.kv_dtype}",
+        f"parameter memory: {human_bytes(inf.parameter_bytes)} ({result.total:,} × {inf.dtype})",
+        f"K/V cache: {inf.kv_bytes_per_token:,} bytes per token (2·L·h_kv·d_h × {inf.kv_dtype}); "
+        f"{human_bytes(inf.kv_bytes)} for {B} × {T:,} tokens",
+        f"inference memory: {human_bytes(inf.memory_bytes)} = weights + K/V cache + "
+        f"{human_bytes(inf.activation_bytes)} activations (one layer's prefill working set)",
+        f"prefill of {T:,} tokens × {B}: {_both(prefill, causal)} FLOPs; per token "
+        f"{human(prefill // (B * T))} full, {human(causal // (B * T))} causal",
+        f"decode step at context {T:,}: {inf.decode // B:,} ({human(inf.decode // B)}) FLOPs per sequence"
+        + (f", {human(inf.decode)} for the batch" if B > 1 else ""),
+        SIZING_FLOPS_NOTE,
+    ]
+    return lines + (training_lines(tr) if tr is not None else [])
+
+
+OPTIMIZER_NAMES = {"adamw": "AdamW", "sgd": "SGD", "sgd-momentum": "SGD with momentum"}
+
+
+def training_lines(tr: Training) -> list[str]:
+    per, st = tr.per_parameter, tr.states
+    zero = f", ZeRO stage {tr.zero}" if tr.zero else ""
+    return [
+        f"training: {OPTIMIZER_NAMES[tr.optimizer]}, {tr.precision} precision: {per.total} bytes per parameter "
+        f"({per.weights} weights + {per.gradients} gradients + {per.optimizer} optimizer); "
+        f"{tr.dp} data-parallel device{'s' if tr.dp > 1 else ''}{zero}; micro-batch {tr.batch} × {tr.seq_len:,} tokens",
+        f"model states per device: {human_bytes(tr.state_bytes)} (weights {human_bytes(st['weights'])}, gradients "
+        f"{human_bytes(st['gradients'])}, optimizer {human_bytes(st['optimizer'])})",
+        f"activations kept for the backward pass (recompute {tr.recompute}): {human_bytes(tr.activations_per_layer)} "
+        f"per layer ({tr.activations_per_layer:,} bytes) × {tr.n_layers} + {human_bytes(tr.activations_outside_layers)} "
+        f"outside the layers = {human_bytes(tr.activation_bytes)}",
+        f"training memory per device: {human_bytes(tr.memory_bytes)} = model states + activations",
+        f"FLOPs per step ({tr.tokens:,} tokens): forward + backward (2× forward)"
+        + (f" + recomputed forward ({tr.recompute})" if tr.recompute != "none" else "")
+        + f" = {_both(tr.step_flops(), tr.step_flops(True))}; per token {human(tr.step_flops() // tr.tokens)} full; "
+        f"6·N rule (Kaplan et al. 2020, N non-embedding): {tr.six_n:,} ({human(tr.six_n)})",
+        *tr.notes,
     ]
 
 
-def count_table(result: ParameterCount) -> Group:
+TERM_HEADERS = ("kept for the backward pass", "size", "bytes", "Korthikanti (s·b·h)")
+
+
+def _term_rows(tr: Training) -> list[list[str]]:
+    rows = [[t.name, t.formula, f"{t.bytes:,}", t.korthikanti] for t in tr.layer_terms]
+    rows.append([f"one layer ×{tr.n_layers}", "", f"{tr.activations_per_layer:,}", ""])
+    rows += [[t.name, t.formula, f"{t.bytes:,}", ""] for t in tr.other_terms]
+    rows.append(["total", "", f"{tr.activation_bytes:,}", ""])
+    return rows
+
+
+def count_table(result: ParameterCount, inference: Inference, training: Training | None = None) -> Group:
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -148,10 +264,21 @@ def count_table(result: ParameterCount) -> Group:
         share = _share(c.count, result.total)
         row[5] = f"{bar(share)} {100 * share:5.1f}%"
         table.add_row(*row, style=style, end_section=c.kind == "total" or c.name in ("mlp.2", "ln2"))
-    footer = Text("\n".join(count_footer_lines(result)))
+    footer = Text("\n".join(count_footer_lines(result, inference, training)))
     if not result.reconciled.match:
         footer.stylize("bold red", 0, len(footer.plain.split("\n")[0]))
-    return Group(table, footer)
+    parts: list[Any] = [table, footer]
+    if training is not None:
+        terms = Table(title=f"Activations per layer, recompute {training.recompute} (Korthikanti et al. 2022, §4)",
+                      title_justify="left", header_style="bold")
+        for header in TERM_HEADERS:
+            terms.add_column(header, justify="right" if header == "bytes" else "left")
+        rows = _term_rows(training)
+        for i, row in enumerate(rows):
+            terms.add_row(*row, style="bold" if row[0] == "total" or row[0].startswith("one layer") else None,
+                          end_section=i in (len(training.layer_terms) - 1, len(training.layer_terms), len(rows) - 2))
+        parts.append(terms)
+    return Group(*parts)
 
 
 def presets_table(rows: Sequence[tuple[str, str, str, int | None]]) -> Table:
@@ -183,7 +310,7 @@ def trace_json(trace: Trace, rows: Sequence[OpRow]) -> dict[str, Any]:
         "ops": [{"step": r.step, "key": r.key, "op": r.op, "kind": r.kind, "layer": r.layer, "repeat": r.repeat,
                  "input_shapes": [list(s) for s in r.input_shapes], "output_shape": list(r.output_shape),
                  "symbolic": r.symbolic, "params": r.params, "flops": r.flops, "matmul_flops": r.matmul_flops,
-                 "causal_matmul_flops": r.causal_flops, "bytes": r.bytes} for r in rows],
+                 "causal_matmul_flops": r.causal_flops, "bytes": r.bytes, "tied": r.tied} for r in rows],
         "totals": trace.totals, "flops_convention": FLOPS_NOTE, "notes": trace.notes,
     }
 
@@ -192,7 +319,9 @@ def _trace_rows(rows: Sequence[OpRow]) -> list[list[str]]:
     out = []
     for r in rows:
         flops = f"{r.flops:,}" + (f" ({r.causal_flops:,})" if r.causal_flops is not None else "")
-        name = r.op + (f" ×{r.repeat}" if r.repeat > 1 else "")
+        name = r.op + (f" ×{r.repeat}, per layer" if r.repeat > 1 else "")
+        if r.tied:
+            name += " (tied: its weights are the token embedding's, counted there)"
         if r.layer is not None and r.repeat == 1:
             name = f"[{r.layer}] {name}"
         out.append([str(r.step), name, " ".join(_shape(s) for s in r.input_shapes), _shape(r.output_shape),
@@ -210,7 +339,7 @@ def trace_header(trace: Trace) -> str:
             f"{trace.attention} attention")
 
 
-def trace_footer_lines(trace: Trace) -> list[str]:
+def trace_footer_lines(trace: Trace, rows: Sequence[OpRow] = ()) -> list[str]:
     t = trace.totals
     peak = "measured" if t["peak_measured"] else "estimated"
     lines = [
@@ -221,6 +350,10 @@ def trace_footer_lines(trace: Trace) -> list[str]:
         f"K/V cache {human_bytes(t['kv_cache_bytes'])}",
         FLOPS_NOTE,
     ]
+    repeated = next((r.repeat for r in rows if r.repeat > 1), 0)
+    if repeated:
+        lines.append(f"rows marked ×{repeated}, per layer, stand for every layer: their params, FLOPs and bytes are "
+                     f"one layer's; the totals above count all {repeated}")
     return lines + trace.notes
 
 
@@ -235,12 +368,12 @@ def trace_table(trace: Trace, rows: Sequence[OpRow]) -> Group:
                          overflow="fold")
     for r, cells in zip(rows, _trace_rows(rows)):
         table.add_row(*cells, end_section=r.key.endswith(".y") or r.key == "y")
-    return Group(table, Text("\n".join(trace_footer_lines(trace))))
+    return Group(table, Text("\n".join(trace_footer_lines(trace, rows))))
 
 
 def trace_markdown(trace: Trace, rows: Sequence[OpRow]) -> str:
     return (f"**{trace_header(trace)}**\n\n" + markdown_table(TRACE_HEADERS, _trace_rows(rows), "rllllrrr")
-            + "\n" + "\n".join(f"- {line}" for line in trace_footer_lines(trace)) + "\n")
+            + "\n" + "\n".join(f"- {line}" for line in trace_footer_lines(trace, rows)) + "\n")
 
 
 def trace_mermaid(trace: Trace, rows: Sequence[OpRow]) -> str:
@@ -252,7 +385,7 @@ def trace_mermaid(trace: Trace, rows: Sequence[OpRow]) -> str:
     input_shape = (trace.batch, trace.seq_len) + (() if trace.config.model else (trace.config.block.d_model,))
     lines = ["flowchart TD", f'    s0["input {_shape(input_shape)}"]']
     for r in rows:
-        label = r.op.replace('"', "'") + (f" ×{r.repeat}" if r.repeat > 1 else "")
+        label = r.op.replace('"', "'") + (f" ×{r.repeat}, per layer" if r.repeat > 1 else "") + (" (tied)" if r.tied else "")
         lines.append(f'    s{r.step}["{label}"]')
         for src, shape in zip(r.sources, r.input_shapes):
             if src is None:

@@ -16,13 +16,15 @@ import os
 import tracemalloc
 import weakref
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from blockcli.block import (CHUNK_TABLE_BYTES, DecoderBlock, Model, attention_tile, block_parameter_shapes,
+from blockcli.block import (DecoderBlock, Model, attention_tile, block_parameter_shapes,
                             full_table, model_parameter_shapes)
 from blockcli.config import Config, InputError
+from blockcli.parallel import worker_count
 
 # Per-element FLOPs of the elementwise operations (a convention, stated in the README).
 ELEMENT_FLOPS = {
@@ -44,6 +46,10 @@ SYMBOLIC = {
     "ln_f_out": "(B, T, d)", "logits": "(B, T, V)",
 }
 
+# What tracing itself holds, measured with tracemalloc on small passes: per recorded operation (its
+# OpRow and data-flow entry) and once per pass (the recorder, NumPy's error state, the worker pool).
+RECORD_BYTES, TRACE_BYTES = 512, 12 * 1024
+
 @dataclass
 class OpRow:
     step: int
@@ -61,6 +67,7 @@ class OpRow:
     bytes: int
     repeat: int = 1  # > 1 for a row standing for the same op in every layer
     sources: list[int | None] = field(default_factory=list)  # per input: producing step, 0 the pass input, None a parameter
+    tied: bool = False  # the LM head reusing the token embedding: its weights are counted there
 
 
 @dataclass
@@ -101,9 +108,8 @@ class Recorder:
     def __call__(self, key: str, op: str, out: Any, inputs: Sequence[Any], kind: str,
                  params: Sequence[str] = (), layer: int | None = None) -> None:
         prefix = f"blocks.{layer}." if layer is not None else ""
+        # a tied LM head reuses the token embedding, whose row counts it: the head adds only its bias
         used = [self.param_sizes[prefix + p] for p in params if prefix + p in self.param_sizes]
-        if "wte (tied)" in params:
-            used.append(self.param_sizes["wte"])
         matmul, causal = _matmul_flops(kind, out, inputs)
         has_bias = kind == "linear" and len(used) > 1
         element = ELEMENT_FLOPS.get(kind, 0) * out.size + (out.size if has_bias else 0)
@@ -113,7 +119,7 @@ class Recorder:
             input_shapes=[tuple(a.shape) for a in inputs], output_shape=tuple(out.shape),
             symbolic=SYMBOLIC.get(base, ""), params=sum(used), flops=matmul + element,
             matmul_flops=matmul, causal_flops=causal, bytes=int(out.nbytes),
-            sources=[self._producer.get(id(a)) for a in inputs]))
+            sources=[self._producer.get(id(a)) for a in inputs], tied="wte (tied)" in params))
         self._track(out, len(self.rows))
         if (self.first_nonfinite is None and kind != "mask" and isinstance(out, np.ndarray)
                 and not np.isfinite(out).all()):  # the masked scores hold -inf on purpose
@@ -138,11 +144,11 @@ def _matmul_flops(kind: str, out: Any, inputs: Sequence[Any]) -> tuple[int, int 
     return 0, None
 
 
-def _causal_fraction(t_q: int, t_k: int):
-    """Fraction of the (t_q, t_k) table a causal query can see, as an exact rational."""
-    from fractions import Fraction
-
-    visible = sum(min(t_k, t_k - t_q + i + 1) for i in range(t_q)) if t_q <= t_k else t_q * t_k
+def _causal_fraction(t_q: int, t_k: int) -> Fraction:
+    """Fraction of the (t_q, t_k) table a causal query can see, as an exact rational. The t_q queries
+    are the last of t_k positions: query i (from 0) sees t_k − t_q + i + 1 keys, so in closed form
+    t_q·(t_k − t_q + 1) + t_q·(t_q − 1)/2 of the t_q·t_k pairs."""
+    visible = t_q * (t_k - t_q + 1) + t_q * (t_q - 1) // 2 if t_q <= t_k else t_q * t_k
     return Fraction(visible, t_q * t_k)
 
 
@@ -205,18 +211,37 @@ def with_run(config: Config, batch: int | None = None, seq_len: int | None = Non
 
 
 def forward_bytes_estimate(config: Config, attention: str = "auto") -> int:
-    """Bytes a real forward pass needs: parameters, the residual stream, and one layer's intermediates."""
+    """Bytes a real forward pass needs: its parameters and its peak of activations."""
+    shapes = model_parameter_shapes(config) if config.model else block_parameter_shapes(config.block)
+    params = sum(math.prod(s) for s in shapes.values()) * np.dtype(config.run.dtype).itemsize
+    return params + activation_peak_estimate(config, attention)
+
+
+def activation_peak_estimate(config: Config, attention: str = "auto", n_rows: int = 0) -> int:
+    """Bytes alive at the busiest moment of a traced forward pass of `n_rows` rows, beyond the
+    parameters and the pass's input: the largest of the attention, MLP and LM-head phases of
+    `DecoderBlock` and `Model` as they execute, plus what tracing itself holds (the recorder's rows
+    and its finiteness check). `tests/test_trace.py` holds it within 1.5× of the measured peak."""
     b, m, run = config.block, config.model, config.run
     B, T, itemsize = run.batch, run.seq_len, np.dtype(run.dtype).itemsize
-    shapes = model_parameter_shapes(config) if m else block_parameter_shapes(b)
-    params = sum(math.prod(s) for s in shapes.values())
-    table = B * b.n_heads * T * T
-    if not full_table(attention, table * itemsize, traced=True):
-        table = min(table, CHUNK_TABLE_BYTES // itemsize)
-    per_layer = (8 * B * T * b.d_model + 3 * B * T * b.d_ff
-                 + 3 * B * T * (b.n_heads + 2 * b.n_kv_heads) * b.head_dim + 3 * table)
-    logits = B * T * m.vocab_size if m else 0
-    return (params + per_layer + 2 * logits) * itemsize
+    d, h, h_kv, d_h, d_ff = b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, b.d_ff
+    tokens, q_width, kv_width, table = B * T, h * d_h, h_kv * d_h, B * h * T * T
+    stream = tokens * d if m else 0  # a model's residual stream; a block's input is the pass's own
+    full = full_table(attention, table * itemsize, traced=True)
+    if full:  # scores, masked scores and weights; K and V repeated per query head under GQA
+        scores = 3 * table + (2 * tokens * q_width if h_kv != h else 0)
+    else:  # per worker one tile of scores; Q (scaled), K and V made contiguous; the output
+        rows, heads = attention_tile(h, h_kv, T, T, itemsize)
+        scores = worker_count() * heads * (h // h_kv) * rows * T + tokens * (q_width + 2 * kv_width)
+    rope = tokens * (q_width + kv_width) if b.rope else 0
+    # the norm's output, the fused QKV output, RoPE's rotated Q and K, the scores, the heads
+    attention_phase = stream + tokens * (d + q_width + 2 * kv_width + q_width) + rope + scores
+    # h, the norm's output and the MLP's; d_ff-wide: pre and act, or gate, activated gate, up and product
+    mlp_phase = stream + 3 * tokens * d + (4 if b.gated else 2) * tokens * d_ff
+    head_phase = tokens * (2 * d + m.vocab_size) if m else 0  # the final norm's input and output, logits
+    # the finiteness check of each recorded array holds one byte per element while it runs
+    checked = max(table if full else 0, tokens * d_ff, tokens * m.vocab_size if m else 0)
+    return max(attention_phase, mlp_phase, head_phase) * itemsize + checked + RECORD_BYTES * n_rows + TRACE_BYTES
 
 
 def available_bytes() -> int:
@@ -258,6 +283,7 @@ def run_trace(config: Config, *, weights: Any = None, x: np.ndarray | None = Non
         net = DecoderBlock.from_config(config, weights, attention=attention, layer=layer)
     sizes = {k: v.size for k, v in net.params.items()}
     rec = Recorder(sizes, keep=keep, pass_input=x)
+    _import_sharing_modules()
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()
@@ -283,6 +309,14 @@ def run_trace(config: Config, *, weights: Any = None, x: np.ndarray | None = Non
                  peak_bytes=peak, peak_measured=True, notes=list(net.notes))
 
 
+def _import_sharing_modules() -> None:
+    """Import what sharing a pass's tiles among the cores loads on first use (threadpoolctl, the thread
+    pool and its queue and logging), so that the measured peak holds no module objects."""
+    import concurrent.futures.thread  # noqa: F401  (and with it queue)
+
+    worker_count()  # imports threadpoolctl
+
+
 def _overflow_hint(config: Config) -> str:
     if config.run.dtype == "float32":
         return "use --dtype float64 or smaller inputs or weights"
@@ -290,85 +324,106 @@ def _overflow_hint(config: Config) -> str:
 
 
 def analytic_trace(config: Config, attention: str = "auto") -> Trace:
-    """The same rows as `run_trace`, from shapes alone: nothing is allocated."""
+    """The same rows as `run_trace`, from shapes alone: nothing is allocated. Each stand-in is passed
+    on to the operations that read it, as the arrays are, so the data flow (`sources`) is the same."""
     b, m, run = config.block, config.model, config.run
     dt = np.dtype(run.dtype)
-    B, T = run.batch, run.seq_len
+    B, T, d = run.batch, run.seq_len, b.d_model
     S = lambda *shape: ShapeOnly(tuple(shape), dt)  # noqa: E731
     shapes = model_parameter_shapes(config) if m else block_parameter_shapes(b)
-    rec = Recorder({k: math.prod(s) for k, s in shapes.items()})
     chunked = not full_table(attention, B * b.n_heads * T * T * dt.itemsize, traced=True)
+    x = ShapeOnly((B, T), np.dtype(np.int64)) if m else S(B, T, d)
+    rec = Recorder({k: math.prod(s) for k, s in shapes.items()}, pass_input=x)
     if m:
-        ids, wte = ShapeOnly((B, T), np.dtype(np.int64)), S(m.vocab_size, b.d_model)
-        rec("tok_emb", "token embedding", S(B, T, b.d_model), (ids, wte), kind="gather", params=("wte",))
+        tokens = S(B, T, d)
+        rec("tok_emb", "token embedding", tokens, (x, S(m.vocab_size, d)), kind="gather", params=("wte",))
+        x = tokens
         if m.positions in ("learned", "sinusoidal"):
-            rec("embed", f"add {m.positions} positions", S(B, T, b.d_model), (S(B, T, b.d_model), S(T, b.d_model)),
-                kind="add", params=("wpe",) if m.positions == "learned" else ())
+            x = S(B, T, d)
+            rec("embed", f"add {m.positions} positions", x, (tokens, S(T, d)), kind="add",
+                params=("wpe",) if m.positions == "learned" else ())
         for layer in range(m.n_layers):
-            _analytic_block(config, lambda key, *a, **k: rec(f"blocks.{layer}.{key}", *a, layer=layer, **k),
-                            S, chunked)
-        d = b.d_model
+            x = _analytic_block(config, lambda key, *a, **k: rec(f"blocks.{layer}.{key}", *a, layer=layer, **k),
+                                S, chunked, x)
         if m.final_norm:
-            rec("ln_f_out", "final norm", S(B, T, d), (S(B, T, d),), kind=b.norm, params=("ln_f_gamma", "ln_f_beta"))
-        w, names = (S(d, m.vocab_size), ("wte (tied)",)) if m.tie_embeddings else (S(d, m.vocab_size), ("lm_head",))
-        rec("logits", "LM head", S(B, T, m.vocab_size), (S(B, T, d), w), kind="linear",
+            normed = S(B, T, d)
+            rec("ln_f_out", "final norm", normed, (x,), kind=b.norm, params=("ln_f_gamma", "ln_f_beta"))
+            x = normed
+        names = ("wte (tied)",) if m.tie_embeddings else ("lm_head",)
+        rec("logits", "LM head", S(B, T, m.vocab_size), (x, S(d, m.vocab_size)), kind="linear",
             params=names + ("lm_head_bias",))
     else:
-        _analytic_block(config, rec, S, chunked)
-    estimate = forward_bytes_estimate(config, attention) - sum(math.prod(s) for s in shapes.values()) * dt.itemsize
+        _analytic_block(config, rec, S, chunked, x)
     return Trace(config, rec.rows, "analytic", B, T, run.dtype, "chunked" if chunked else "full",
-                 peak_bytes=estimate, peak_measured=False)
+                 peak_bytes=activation_peak_estimate(config, attention, len(rec.rows)), peak_measured=False)
 
 
-def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool) -> None:
-    """Report one block's operations in the order DecoderBlock executes them."""
+def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnly) -> ShapeOnly:
+    """Report one block's operations in the order DecoderBlock executes them; returns y's stand-in."""
     b, run = config.block, config.run
     B, T, d, h, h_kv, d_h, d_ff = (run.batch, run.seq_len, b.d_model, b.n_heads, b.n_kv_heads,
                                    b.head_dim, b.d_ff)
-    x = S(B, T, d)
 
-    def attention() -> None:
+    def attention(inp: ShapeOnly) -> ShapeOnly:
+        flat, split = {}, {}
         for name, heads in (("q", h), ("k", h_kv), ("v", h_kv)):
-            rec(f"{name}_proj", f"{name.upper()} projection", S(B, T, heads * d_h), (x, S(d, heads * d_h)),
+            flat[name] = S(B, T, heads * d_h)
+            rec(f"{name}_proj", f"{name.upper()} projection", flat[name], (inp, S(d, heads * d_h)),
                 kind="linear", params=(f"w_{name}", f"b_{name}"))
         for name, heads in (("q", h), ("k", h_kv), ("v", h_kv)):
-            rec(name, f"split heads {name.upper()}", S(B, heads, T, d_h), (S(B, T, heads * d_h),), kind="reshape")
+            split[name] = S(B, heads, T, d_h)
+            rec(name, f"split heads {name.upper()}", split[name], (flat[name],), kind="reshape")
+        q, k, v = split["q"], split["k"], split["v"]
         if b.rope:
-            rec("q_rope", "RoPE on Q", S(B, h, T, d_h), (S(B, h, T, d_h),), kind="rope")
-            rec("k_rope", "RoPE on K", S(B, h_kv, T, d_h), (S(B, h_kv, T, d_h),), kind="rope")
-        q, k = S(B, h, T, d_h), S(B, h_kv, T, d_h)
+            q_rot, k_rot = S(B, h, T, d_h), S(B, h_kv, T, d_h)
+            rec("q_rope", "RoPE on Q", q_rot, (q,), kind="rope")
+            rec("k_rope", "RoPE on K", k_rot, (k,), kind="rope")
+            q, k = q_rot, k_rot
+        heads_out = S(B, h, T, d_h)
         if chunked:
-            rec("attn_heads", "blocked attention: softmax(mask(Q·Kᵀ/√d_h))·V", q, (q, k, k), kind="attention")
+            rec("attn_heads", "blocked attention: softmax(mask(Q·Kᵀ/√d_h))·V", heads_out, (q, k, v),
+                kind="attention")
         else:
-            rec("scores", "scores Q·Kᵀ/√d_h", S(B, h, T, T), (q, k), kind="matmul")
-            rec("masked_scores", "causal mask", S(B, h, T, T), (S(B, h, T, T),), kind="mask")
-            rec("attn_weights", "softmax over keys", S(B, h, T, T), (S(B, h, T, T),), kind="softmax")
-            rec("attn_heads", "weights·V", q, (S(B, h, T, T), k), kind="matmul")
-        rec("attn_concat", "combine heads", S(B, T, h * d_h), (q,), kind="reshape")
-        rec("attn_out", "output projection", x, (S(B, T, h * d_h), S(h * d_h, d)), kind="linear",
-            params=("w_o", "b_o"))
+            scores, masked, weights = S(B, h, T, T), S(B, h, T, T), S(B, h, T, T)
+            rec("scores", "scores Q·Kᵀ/√d_h", scores, (q, k), kind="matmul")
+            rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
+            rec("attn_weights", "softmax over keys", weights, (masked,), kind="softmax")
+            rec("attn_heads", "weights·V", heads_out, (weights, v), kind="matmul")
+        concat, out = S(B, T, h * d_h), S(B, T, d)
+        rec("attn_concat", "combine heads", concat, (heads_out,), kind="reshape")
+        rec("attn_out", "output projection", out, (concat, S(h * d_h, d)), kind="linear", params=("w_o", "b_o"))
+        return out
 
-    def mlp() -> None:
-        rec("mlp_pre", "MLP expand", S(B, T, d_ff), (x, S(d, d_ff)), kind="linear", params=("w_1", "b_1"))
+    def mlp(inp: ShapeOnly) -> ShapeOnly:
+        pre, act, out = S(B, T, d_ff), S(B, T, d_ff), S(B, T, d)
+        rec("mlp_pre", "MLP expand", pre, (inp, S(d, d_ff)), kind="linear", params=("w_1", "b_1"))
+        inputs: tuple[ShapeOnly, ...] = (pre,)
         if b.gated:
-            rec("mlp_up", "MLP up (gate partner)", S(B, T, d_ff), (x, S(d, d_ff)), kind="linear",
-                params=("w_3", "b_3"))
-        rec("mlp_act", f"activation ({b.activation})", S(B, T, d_ff), (S(B, T, d_ff),), kind=b.activation)
-        rec("mlp_out", "MLP contract", x, (S(B, T, d_ff), S(d_ff, d)), kind="linear", params=("w_2", "b_2"))
+            up = S(B, T, d_ff)
+            rec("mlp_up", "MLP up (gate partner)", up, (inp, S(d, d_ff)), kind="linear", params=("w_3", "b_3"))
+            inputs = (pre, up)
+        rec("mlp_act", f"activation ({b.activation})", act, inputs, kind=b.activation)
+        rec("mlp_out", "MLP contract", out, (act, S(d_ff, d)), kind="linear", params=("w_2", "b_2"))
+        return out
 
-    def norm(key: str, op: str, which: str) -> None:
-        rec(key, op, x, (x,), kind=b.norm, params=(f"{which}_gamma", f"{which}_beta"))
+    def norm(key: str, op: str, which: str, inp: ShapeOnly) -> ShapeOnly:
+        out = S(B, T, d)
+        rec(key, op, out, (inp,), kind=b.norm, params=(f"{which}_gamma", f"{which}_beta"))
+        return out
 
-    add = lambda key, op: rec(key, op, x, (x, x), kind="add")  # noqa: E731
+    def add(key: str, op: str, left: ShapeOnly, right: ShapeOnly) -> ShapeOnly:
+        out = S(B, T, d)
+        rec(key, op, out, (left, right), kind="add")
+        return out
+
     if b.placement == "pre":
-        norm("ln1_out", "LN1", "ln1"), attention(), add("h", "residual add")
-        norm("ln2_out", "LN2", "ln2"), mlp(), add("y", "residual add")
-    elif b.placement == "post":
-        attention(), add("h_pre", "residual add"), norm("h", "LN1 (post)", "ln1")
-        mlp(), add("y_pre", "residual add"), norm("y", "LN2 (post)", "ln2")
-    else:
-        norm("ln1_out", "LN1", "ln1"), attention(), add("h", "residual add (attention)")
-        norm("ln2_out", "LN2", "ln2"), mlp(), add("y", "residual add (MLP)")
+        hid = add("h", "residual add", x, attention(norm("ln1_out", "LN1", "ln1", x)))
+        return add("y", "residual add", hid, mlp(norm("ln2_out", "LN2", "ln2", hid)))
+    if b.placement == "post":
+        hid = norm("h", "LN1 (post)", "ln1", add("h_pre", "residual add", x, attention(x)))
+        return norm("y", "LN2 (post)", "ln2", add("y_pre", "residual add", hid, mlp(hid)))
+    hid = add("h", "residual add (attention)", x, attention(norm("ln1_out", "LN1", "ln1", x)))
+    return add("y", "residual add (MLP)", hid, mlp(norm("ln2_out", "LN2", "ln2", x)))
 
 
 def collapse_layers(rows: list[OpRow], n_layers: int) -> list[OpRow]:

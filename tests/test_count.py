@@ -99,15 +99,18 @@ def test_large_model_is_counted_from_declared_shapes_without_allocating():
     assert "declared shapes" in result.reconciled.method and result.reconciled.match
 
 
-def test_extras_flops_memory_kv_cache():
+def test_workload_defaults_to_the_run_section():
+    # no --seq/--batch/--dtype: the preset's run section (T=8, batch 1, float32)
     cfg = load_config("llama-2-7b")
     result = count_parameters(cfg)
     T, L = cfg.run.seq_len, cfg.model.n_layers
-    non_embedding = 6_738_415_616 - 32000 * 4096  # untied head stays in
-    assert result.non_embedding == non_embedding
-    assert result.extras["flops_per_token"] == 2 * non_embedding + 4 * L * T * 32 * 128
-    assert result.extras["kv_cache"]["bytes_per_token"] == 2 * L * 32 * 128 * 4  # float32 run
-    assert result.extras["memory_bytes"]["bfloat16"] == 2 * 6_738_415_616
+    assert result.non_embedding == 6_738_415_616 - 32000 * 4096  # untied head stays in
+    data = json.loads(runner.invoke(app, ["count", "llama-2-7b", "--json"]).stdout)["inference"]
+    assert (data["seq_len"], data["batch"], data["dtype"]) == (T, 1, "float32")
+    per_token = 2 * (L * (4 * 4096**2 + 3 * 4096 * 11008) + 4096 * 32000)  # matrices only: no norms
+    assert data["prefill_per_token"]["full"]["flops"] == per_token + 4 * L * T * 32 * 128
+    assert data["kv_cache"]["bytes_per_token"] == 2 * L * 32 * 128 * 4
+    assert data["parameter_bytes_by_dtype"]["bfloat16"] == 2 * 6_738_415_616
 
 
 @pytest.mark.parametrize("text,value,tol", [("3152384", 3152384, 0), ("3,152,384", 3152384, 0),
@@ -121,7 +124,7 @@ def test_json_matches_table_and_has_stable_keys():
     out = runner.invoke(app, ["count", "--json"])
     assert out.exit_code == 0
     data = json.loads(out.stdout)
-    for key in ("total", "per_block", "n_layers", "components", "reconciled"):
+    for key in ("total", "per_block", "n_layers", "components", "reconciled", "inference"):
         assert key in data
     assert data["total"] == 3_152_384 and data["reconciled"]["match"] is True
     assert {"formula", "arrays", "match"} <= set(data["reconciled"])

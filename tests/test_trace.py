@@ -1,9 +1,11 @@
 """trace: shapes of every step, FLOPs against the closed form, saved intermediates against an
 independent loop reference, chunked attention, and the analytic (shapes-only) rows."""
 
-import dataclasses
 import json
 import math
+import subprocess
+import sys
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ import reference as ref
 from blockcli.block import DecoderBlock
 from blockcli.cli import app
 from blockcli.config import load_config, parse_config
-from blockcli.trace import analytic_trace, run_trace, with_run
+from blockcli.trace import _causal_fraction, analytic_trace, collapse_layers, run_trace, with_run
 from conftest import ROOT
 from strategies import block_mappings
 
@@ -163,9 +165,8 @@ def test_analytic_rows_equal_executed_rows(block, with_model, batch, seq, attent
         data["model"] = {"n_layers": 2, "vocab_size": 13, "max_positions": 8,
                          "positions": "rope" if block["rope"] else "learned", "tie_embeddings": seq % 2 == 0}
     cfg = parse_config(data)
-    executed = [dataclasses.replace(r, sources=[]) for r in run_trace(cfg, attention=attention).rows]
-    analytic = [dataclasses.replace(r, sources=[]) for r in analytic_trace(cfg, attention).rows]
-    assert executed == analytic
+    # the data flow too: each input's producing step is the same (sources are compared)
+    assert run_trace(cfg, attention=attention).rows == analytic_trace(cfg, attention).rows
 
 
 def test_json_output_keys():
@@ -214,3 +215,103 @@ def test_export_svg_and_html(tmp_path):
     assert svg.read_text().lstrip().startswith("<svg") and "scores Q·Kᵀ/√d_h" in html.read_text()
     again = runner.invoke(app, ["trace", "--export-svg", str(svg)])
     assert again.exit_code == 2 and "--force" in again.stderr
+
+
+# ----------------------------------------------------------------------------- labels, estimates, closed form
+
+
+def test_collapsed_rows_are_per_layer_and_the_tied_head_is_counted_once():
+    cfg = load_config(ROOT / "configs" / "tiny-gpt.yaml")  # tied head; 954,112 by the hand count in its header
+    trace = run_trace(cfg)
+    rows = collapse_layers(trace.rows, 4)
+    head = rows[-1]
+    assert head.key == "logits" and head.tied and head.params == 0
+    assert sum(r.params * r.repeat for r in rows) == 954_112 == trace.totals["parameters"]
+    table = runner.invoke(app, ["trace", str(ROOT / "configs" / "tiny-gpt.yaml")]).stdout
+    assert "×4, per layer" in table and "tied" in table and "one layer's" in table
+    untied = parse_config({"block": {"d_model": 16, "n_heads": 2, "d_ff": 24},
+                           "model": {"n_layers": 3, "vocab_size": 11, "tie_embeddings": False}})
+    rows = collapse_layers(run_trace(untied).rows, 3)
+    assert not rows[-1].tied and rows[-1].params == 16 * 11
+    assert sum(r.params * r.repeat for r in rows) == run_trace(untied).totals["parameters"]
+
+
+@pytest.mark.parametrize("shapes_only", [False, True])
+def test_gated_activation_reads_gate_and_up(shapes_only):
+    cfg = load_config(ROOT / "configs" / "gqa-swiglu-rope.yaml")
+    trace = analytic_trace(cfg) if shapes_only else run_trace(cfg)
+    steps = {r.key: r.step for r in trace.rows}
+    act = next(r for r in trace.rows if r.key == "mlp_act")
+    assert act.sources == [steps["mlp_pre"], steps["mlp_up"]]
+    assert act.input_shapes == [(2, 16, cfg.block.d_ff)] * 2
+    args = ["trace", str(ROOT / "configs" / "gqa-swiglu-rope.yaml"), "--format", "mermaid"]
+    mermaid = runner.invoke(app, args + (["--shapes-only"] if shapes_only else [])).stdout
+    for src in ("mlp_pre", "mlp_up"):
+        assert f's{steps[src]} -->|"(2, 16, {cfg.block.d_ff})"| s{act.step}' in mermaid
+
+
+@pytest.mark.parametrize("source,batch,seq,attention", [
+    ("configs/worked-shapes.yaml", None, None, "auto"), ("configs/tiny-gpt.yaml", 2, 64, "auto"),
+    ("configs/gqa-swiglu-rope.yaml", 2, 300, "full"), ("configs/gqa-swiglu-rope.yaml", 2, 300, "chunked"),
+    (None, 2, 200, "full"), ("configs/rmsnorm-block.yaml", 1, 3, "auto"), ("gpt2", 1, 16, "auto"),
+])
+def test_shapes_only_peak_estimate_within_1_5x_of_measured(source, batch, seq, attention):
+    cfg = with_run(load_config(None if source is None else ROOT / source if source.endswith(".yaml") else source),
+                   batch, seq)
+    measured = run_trace(cfg, attention=attention).peak_bytes
+    estimate = analytic_trace(cfg, attention).peak_bytes
+    assert measured / 1.5 <= estimate <= 1.5 * measured, (estimate, measured)
+
+
+def test_measured_peak_of_a_fresh_process_excludes_module_imports():
+    # a fresh interpreter: lazy imports during the pass would be counted as activations
+    out = subprocess.run([sys.executable, "-m", "blockcli", "trace", str(ROOT / "configs" / "worked-shapes.yaml"),
+                          "--json"], capture_output=True, text=True)
+    measured = json.loads(out.stdout)["totals"]["peak_activation_bytes"]
+    estimate = analytic_trace(load_config(ROOT / "configs" / "worked-shapes.yaml")).peak_bytes
+    assert measured <= 1.5 * estimate, (measured, estimate)
+
+
+@given(st.integers(1, 40), st.integers(0, 40))
+def test_causal_fraction_closed_form_equals_counting(t_q, extra):
+    t_k = t_q + extra  # the queries are the last t_q of t_k positions
+    visible = sum(1 for i in range(t_q) for s in range(t_k) if s <= t_k - t_q + i)
+    assert _causal_fraction(t_q, t_k) == Fraction(visible, t_q * t_k)
+
+
+def test_analytic_trace_of_a_billion_tokens_is_closed_form():
+    T = 10**9
+    cfg = with_run(load_config(), 1, T)
+    b = cfg.block
+    totals = analytic_trace(cfg, "chunked").totals
+    assert totals["matmul_flops"] == closed_form_matmul_flops(1, T, 512, 8, 8, 64, 2048, 2)
+    dense = closed_form_matmul_flops(1, T, 512, 8, 8, 64, 2048, 2) - 4 * b.n_heads * T * T * b.head_dim
+    assert totals["causal_matmul_flops"] == dense + 4 * b.n_heads * b.head_dim * T * (T + 1) // 2
+
+
+def test_a_traced_pass_imports_no_module_while_its_peak_is_measured():
+    # in a fresh interpreter, a pass large enough to share its tiles among threads (which loads
+    # threadpoolctl and a thread pool on first use): nothing may be imported between start and stop
+    script = f"""
+import sys, tracemalloc
+sys.path.insert(0, {str(ROOT)!r})
+from blockcli.config import load_config
+from blockcli.trace import run_trace, with_run
+seen = {{}}
+start, stop = tracemalloc.start, tracemalloc.stop
+tracemalloc.start = lambda *a: (seen.setdefault("start", set(sys.modules)), start(*a))
+tracemalloc.stop = lambda: (seen.setdefault("stop", set(sys.modules)), stop())
+run_trace(with_run(load_config({str(ROOT / "configs" / "chapter-block.yaml")!r}), 4, 256))
+print(sorted(seen["stop"] - seen["start"]))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("source", ["configs/tiny-gpt.yaml", "configs/gqa-swiglu-rope.yaml", "pythia-160m"])
+def test_shapes_only_mermaid_draws_the_executed_graph(source):
+    args = ["trace", str(ROOT / source) if source.endswith(".yaml") else source, "--seq", "4", "--format", "mermaid"]
+    executed = runner.invoke(app, args).stdout
+    assert runner.invoke(app, args + ["--shapes-only"]).stdout == executed
+    assert executed.count("-->") > len(executed.splitlines()) // 2  # edges, not only nodes

@@ -1,0 +1,380 @@
+"""Sizing a model for a workload: memory and FLOPs of inference and training, in closed form.
+
+Everything here is arithmetic on the hyperparameters and the workload (sequence T, batch B, dtypes);
+nothing is allocated, so a 175B model answers as fast as a tiny block.
+
+Conventions (named in the output too):
+- FLOPs = 2 × multiply-adds (MACs), of the matrix products only (projections, MLP, LM head, and the
+  two attention products Q·Kᵀ and weights·V); elementwise work is in `blockcli trace`, not here.
+- "full" counts the whole T×T score table, as a plain implementation computes it; "causal" counts
+  the pairs s <= t a causal kernel visits (T(T+1)/2 of T²).
+- A decode step at context T is the T-th token: its query sees T keys (the T−1 cached and its own),
+  so the T decode steps 1..T add up to the causal prefill of T tokens.
+- Model-state bytes follow Rajbhandari et al. 2020 (ZeRO, §3 and §5); activation memory follows
+  Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4, with
+  each term written out so blockcli's variants (GQA, gated MLPs, RMSNorm, no dropout) change only
+  the terms they touch (`activation_terms`).
+- Matmul weights per token (`matmul_weights`) is where a mixture of experts' *active* parameters
+  slot in: every FLOPs figure goes through it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from blockcli.config import BlockConfig, Config, InputError
+
+DTYPE_BITS = {"float64": 64, "float32": 32, "bfloat16": 16, "float16": 16, "float8": 8, "int8": 8, "int4": 4}
+OPTIMIZERS = ("adamw", "sgd", "sgd-momentum")
+PRECISIONS = ("fp32", "mixed")
+RECOMPUTE = ("none", "selective", "full")
+MASK_BYTES = 1  # a dropout mask is one byte per element (Korthikanti et al. 2022, §4.1)
+LOSS_BYTES = 4  # the logits kept for the cross-entropy are float32 (ibid.)
+
+
+def nbytes(count: int, dtype: str) -> int:
+    """Bytes of `count` elements at `dtype` (int4 packs two per byte)."""
+    return -(-count * DTYPE_BITS[dtype] // 8)
+
+
+# ----------------------------------------------------------------------------- shapes of the work
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The shape symbols the formulas use: L layers (1 for a lone block), V vocabulary (0 for a block)."""
+
+    L: int
+    d: int
+    h: int
+    h_kv: int
+    d_h: int
+    d_ff: int
+    V: int
+    gated: bool
+
+    @classmethod
+    def of(cls, config: Config) -> "Dims":
+        b, m = config.block, config.model
+        return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, b.d_ff,
+                   m.vocab_size if m else 0, b.gated)
+
+
+def matmul_weights(dims: Dims) -> tuple[int, int]:
+    """(per layer, LM head) matrix weights one token is multiplied by: Q, K, V, O and the MLP's two or
+    three matrices, and the d·V head (tied or not, it is a product). A mixture of experts would count
+    its router and the k routed experts here: the active parameters, not all of them."""
+    q, kv = dims.h * dims.d_h, dims.h_kv * dims.d_h
+    mlp = (3 if dims.gated else 2) * dims.d * dims.d_ff
+    return dims.d * (q + 2 * kv) + q * dims.d + mlp, dims.d * dims.V
+
+
+def score_pairs(T: int, causal: bool) -> int:
+    """(query, key) pairs of a T-token prefill: T² for the full table, T(T+1)/2 for the causal half."""
+    return T * (T + 1) // 2 if causal else T * T
+
+
+@dataclass(frozen=True)
+class ForwardFlops:
+    """Forward FLOPs of B sequences of T tokens, split by where they are spent."""
+
+    blocks_dense: int  # projections and MLP of all layers
+    scores_full: int  # Q·Kᵀ and weights·V over the full table, all layers
+    scores_causal: int
+    head: int
+
+    def total(self, causal: bool = False) -> int:
+        return self.blocks_dense + (self.scores_causal if causal else self.scores_full) + self.head
+
+
+def forward_flops(dims: Dims, T: int, B: int) -> ForwardFlops:
+    per_layer, head = matmul_weights(dims)
+    tokens = B * T
+    attention = 4 * B * dims.L * dims.h * dims.d_h  # 2·d_h for Q·Kᵀ + 2·d_h for weights·V, per pair and head
+    return ForwardFlops(2 * tokens * dims.L * per_layer, attention * score_pairs(T, False),
+                        attention * score_pairs(T, True), 2 * tokens * head)
+
+
+def decode_flops(dims: Dims, T: int, B: int) -> int:
+    """One decode step at context T for B sequences: one token through every matrix, T keys per head."""
+    per_layer, head = matmul_weights(dims)
+    return B * (2 * (dims.L * per_layer + head) + 4 * dims.L * dims.h * dims.d_h * T)
+
+
+# ----------------------------------------------------------------------------- inference
+
+
+@dataclass(frozen=True)
+class Inference:
+    seq_len: int
+    batch: int
+    dtype: str
+    kv_dtype: str
+    parameters: int
+    kv_bytes_per_token: int  # one sequence, all layers
+    kv_bytes: int  # B sequences of T tokens
+    activation_bytes: int
+    prefill: ForwardFlops
+    decode: int
+
+    @property
+    def parameter_bytes(self) -> int:
+        return nbytes(self.parameters, self.dtype)
+
+    def parameter_bytes_at(self) -> dict[str, int]:
+        """Parameter memory at every dtype, for comparison."""
+        return {dtype: nbytes(self.parameters, dtype) for dtype in DTYPE_BITS}
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.parameter_bytes + self.kv_bytes + self.activation_bytes
+
+
+def kv_cache_elements(dims: Dims) -> int:
+    """Cached elements per token: K and V, h_kv heads of d_h each, in every layer (grouped-query and
+    multi-query attention cache h_kv heads, not h). A latent-attention (MLA) cache would count its
+    latent vector here instead."""
+    return 2 * dims.L * dims.h_kv * dims.d_h
+
+
+def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: str,
+              kv_dtype: str | None = None) -> Inference:
+    """Memory and FLOPs of serving `config` at B × T tokens, weights and activations at `dtype`."""
+    dims = Dims.of(config)
+    kv_dtype = kv_dtype or dtype
+    kv_per_token = nbytes(kv_cache_elements(dims), kv_dtype)
+    return Inference(seq_len, batch, dtype, kv_dtype, parameters, kv_per_token,
+                     kv_per_token * seq_len * batch, inference_activation_bytes(dims, seq_len, batch, dtype),
+                     forward_flops(dims, seq_len, batch), decode_flops(dims, seq_len, batch))
+
+
+def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
+    """Working set of one layer in a prefill of B × T tokens, nothing kept for a backward pass: the
+    residual stream and the normed input (B, T, d), then the larger of the attention half (Q, K, V and
+    the attention output) and the MLP half (its d_ff-wide intermediates: pre-activation and activation,
+    or gate, up and product); the score table is not held (a tiled kernel), and the logits are those
+    of the last position, float32."""
+    q, kv = dims.h * dims.d_h, dims.h_kv * dims.d_h
+    widest = max(q + 2 * kv + q, (3 if dims.gated else 2) * dims.d_ff)
+    return nbytes(B * T * (2 * dims.d + widest), dtype) + LOSS_BYTES * B * dims.V
+
+
+# ----------------------------------------------------------------------------- training: model states
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per parameter of the model states (ZeRO's Ψ-multiples): weights, gradients, optimizer."""
+
+    weights: int
+    gradients: int
+    optimizer: int  # ZeRO's K: fp32 master copy (mixed precision) and the optimizer's moments
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.gradients + self.optimizer
+
+
+def state_bytes(optimizer: str, precision: str) -> StateBytes:
+    """fp32: 4-byte weights and gradients; mixed: 2-byte weights and gradients plus a 4-byte master
+    copy. Adam keeps two 4-byte moments, SGD with momentum one, plain SGD none. Mixed-precision Adam is
+    2 + 2 + (4 + 4 + 4) = 16 bytes per parameter (Rajbhandari et al. 2020, §3.1: 2Ψ + 2Ψ + 12Ψ)."""
+    moments = {"adamw": 2, "sgd-momentum": 1, "sgd": 0}[optimizer]
+    if precision == "mixed":
+        return StateBytes(2, 2, 4 + 4 * moments)
+    return StateBytes(4, 4, 4 * moments)
+
+
+def states_per_device(parameters: int, per: StateBytes, dp: int, zero: int) -> dict[str, int]:
+    """Model-state bytes on one of `dp` data-parallel devices under ZeRO stage `zero` (ibid. §5.1):
+    stage 1 partitions the optimizer states, 2 also the gradients, 3 also the weights."""
+    share = lambda bytes_per, stage: -(-parameters * bytes_per // dp) if zero >= stage else parameters * bytes_per  # noqa: E731
+    return {"weights": share(per.weights, 3), "gradients": share(per.gradients, 2),
+            "optimizer": share(per.optimizer, 1)}
+
+
+# ----------------------------------------------------------------------------- training: activations
+
+
+@dataclass(frozen=True)
+class Term:
+    """One tensor kept for the backward pass: what it is, its size in the shape symbols, its bytes."""
+
+    name: str
+    formula: str
+    bytes: int
+    korthikanti: str = ""  # the matching term of their GPT layer, s·b·h units (h = d there)
+
+
+def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompute: str) -> list[Term]:
+    """The tensors one layer keeps for its backward pass, after Korthikanti et al. 2022, §4.1.
+
+    Their GPT layer (pre-LayerNorm, 4d GELU MLP, dropout on the attention probabilities and both
+    branch outputs, 16-bit activations, 1-byte masks) keeps s·b·h·(34 + 5·a·s/h) bytes. Changes for
+    blockcli's variants: no dropout drops the three masks and the dropout output (the softmax output
+    then feeds weights·V itself); GQA shrinks K and V to h_kv·d_h; a gated MLP keeps four d_ff-wide
+    tensors (gate pre-activation, activated gate, up, product) where GELU keeps two, and ReLU one (its
+    output serves its own backward and the contraction's); RMSNorm keeps its input like LayerNorm; a
+    parallel block's two norms read the same x, kept once. Selective recomputation drops the
+    s²-sized terms (recomputed from the kept Q and K); full recomputation keeps only the layer input.
+    """
+    beta = 2 if precision == "mixed" else 4
+    b, s = B, T
+    d, h, h_kv, d_h, d_ff = block.d_model, block.n_heads, block.n_kv_heads, block.head_dim, block.d_ff
+    act = lambda n: beta * b * s * n  # noqa: E731  # bytes of a (b, s, n) activation
+    mask = lambda n: MASK_BYTES * b * s * n  # noqa: E731
+    unit = f"{beta}·s·b"
+    if recompute == "full":
+        return [Term("layer input (everything else recomputed)", f"{unit}·d", act(d), "2")]
+    post = block.placement == "post"  # H = LN1(X + MHA(X)): attention reads x, the norms read the sums
+    names = (("norm 1 input (x + attention)", "Q, K, V input (the block input x)", "norm 2 input (h + MLP)",
+              "MLP input (norm 1 output h)") if post else
+             ("norm 1 input" + (" (= norm 2 input: both read x)" if block.placement == "parallel" else ""),
+              "Q, K, V input (norm 1 output)", "norm 2 input", "MLP input (norm 2 output)"))
+    terms = [Term(names[0], f"{unit}·d", act(d), "2"),
+             Term(names[1], f"{unit}·d", act(d), "2"),
+             Term("Q and K, for Q·Kᵀ", f"{unit}·(h + h_kv)·d_h", act((h + h_kv) * d_h), "4")]
+    if recompute == "none":
+        table = b * h * s * s
+        terms.append(Term("softmax output", f"{beta}·b·h·s²", beta * table, "2·a·s/h"))
+        if block.attention_dropout:
+            terms += [Term("attention-dropout mask", f"{MASK_BYTES}·b·h·s²", MASK_BYTES * table, "a·s/h"),
+                      Term("attention-dropout output (weights·V input)", f"{beta}·b·h·s²", beta * table,
+                           "2·a·s/h")]
+    terms += [Term("V, for weights·V", f"{unit}·h_kv·d_h", act(h_kv * d_h), "2"),
+              Term("output projection input", f"{unit}·h·d_h", act(h * d_h), "2")]
+    if block.dropout:
+        terms.append(Term("attention-branch dropout mask", f"{MASK_BYTES}·s·b·d", mask(d), "1"))
+    if block.placement != "parallel":
+        terms.append(Term(names[2], f"{unit}·d", act(d), "2"))
+    terms.append(Term(names[3], f"{unit}·d", act(d), "2"))
+    if block.gated:
+        terms += [Term(name, f"{unit}·d_ff", act(d_ff), k) for name, k in
+                  (("gate pre-activation", "8"), ("activated gate", ""), ("up projection", ""),
+                   ("gate ⊙ up (contraction input)", "8"))]
+    elif block.activation == "relu":
+        terms.append(Term("ReLU output (its backward and the contraction input)", f"{unit}·d_ff", act(d_ff), "8"))
+    else:
+        terms += [Term(f"{block.activation} input", f"{unit}·d_ff", act(d_ff), "8"),
+                  Term(f"{block.activation} output (contraction input)", f"{unit}·d_ff", act(d_ff), "8")]
+    if block.dropout:
+        terms.append(Term("MLP-branch dropout mask", f"{MASK_BYTES}·s·b·d", mask(d), "1"))
+    return terms
+
+
+def head_terms(config: Config, T: int, B: int, precision: str) -> list[Term]:
+    """Outside the layers: the final norm's and the LM head's inputs, and the float32 logits the loss
+    keeps (Korthikanti et al. 2022, §4.3: 4·s·b·V)."""
+    m = config.model
+    if m is None:
+        return []
+    beta = 2 if precision == "mixed" else 4
+    d = config.block.d_model
+    terms = [Term("final norm input", f"{beta}·s·b·d", beta * B * T * d)] if m.final_norm else []
+    return terms + [Term("LM head input", f"{beta}·s·b·d", beta * B * T * d),
+                    Term("logits for the loss (float32)", f"{LOSS_BYTES}·s·b·V", LOSS_BYTES * B * T * m.vocab_size)]
+
+
+# ----------------------------------------------------------------------------- training: the whole step
+
+
+@dataclass(frozen=True)
+class Training:
+    optimizer: str
+    precision: str
+    dp: int
+    zero: int
+    recompute: str
+    seq_len: int
+    batch: int  # micro-batch per device
+    per_parameter: StateBytes
+    states: dict[str, int]  # per device
+    layer_terms: list[Term]
+    other_terms: list[Term]
+    n_layers: int
+    forward: ForwardFlops  # of the global batch (batch × dp sequences)
+    recompute_flops: ForwardFlops
+    six_n: int  # Kaplan et al. 2020: 6 × non-embedding parameters × tokens
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def activations_per_layer(self) -> int:
+        return sum(t.bytes for t in self.layer_terms)
+
+    @property
+    def activations_outside_layers(self) -> int:
+        return sum(t.bytes for t in self.other_terms)
+
+    @property
+    def activation_bytes(self) -> int:
+        return self.n_layers * self.activations_per_layer + self.activations_outside_layers
+
+    @property
+    def state_bytes(self) -> int:
+        return sum(self.states.values())
+
+    @property
+    def memory_bytes(self) -> int:
+        """Per device: model states and the activations of its micro-batch."""
+        return self.state_bytes + self.activation_bytes
+
+    @property
+    def tokens(self) -> int:
+        return self.seq_len * self.batch * self.dp
+
+    def step_flops(self, causal: bool = False) -> int:
+        """Forward, backward (2× the forward: gradients of inputs and of weights), and the recomputed
+        forward work, of the global batch."""
+        return 3 * self.forward.total(causal) + self.recompute_flops.total(causal)
+
+
+def training(config: Config, parameters: int, non_embedding: int, seq_len: int, batch: int, *,
+             optimizer: str = "adamw", precision: str = "mixed", dp: int = 1, zero: int = 0,
+             recompute: str = "none") -> Training:
+    for option, value, allowed in (("--optimizer", optimizer, OPTIMIZERS), ("--precision", precision, PRECISIONS),
+                                   ("--recompute", recompute, RECOMPUTE), ("--zero", zero, (0, 1, 2, 3))):
+        if value not in allowed:
+            raise InputError(f"{option}: expected one of {', '.join(map(str, allowed))}, got {value!r}")
+    dims = Dims.of(config)
+    per = state_bytes(optimizer, precision)
+    forward = forward_flops(dims, seq_len, batch * dp)
+    if recompute == "full":  # every layer's forward again; the LM head is not inside a checkpoint
+        again = ForwardFlops(forward.blocks_dense, forward.scores_full, forward.scores_causal, 0)
+    elif recompute == "selective":  # the two score products (and the cheap softmax and dropout)
+        again = ForwardFlops(0, forward.scores_full, forward.scores_causal, 0)
+    else:
+        again = ForwardFlops(0, 0, 0, 0)
+    notes = [] if dp > 1 or zero == 0 else [f"ZeRO stage {zero} partitions over --dp devices; with --dp 1 "
+                                            "nothing is divided"]
+    return Training(optimizer, precision, dp, zero, recompute, seq_len, batch, per,
+                    states_per_device(parameters, per, dp, zero),
+                    activation_terms(config.block, seq_len, batch, precision, recompute),
+                    head_terms(config, seq_len, batch, precision), dims.L, forward, again,
+                    6 * non_embedding * seq_len * batch * dp, notes)
+
+
+# ----------------------------------------------------------------------------- budgets
+
+_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+
+
+def parse_size(text: str, option: str = "--max-memory") -> int:
+    """'80GiB', '80 GB', '1.5TiB', '123456' (bytes) → bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).upper() if match else None
+    if match is None or unit not in _UNITS:
+        raise InputError(f"{option}: expected a size such as 80GiB, 40GB or 1.5TiB (KB/MB/GB/TB are powers "
+                         f"of 1000, KiB/MiB/GiB/TiB of 1024, no unit is bytes); got '{text}'")
+    whole, _, frac = match.group(1).partition(".")
+    scale = _UNITS[unit]
+    return int(whole) * scale + (int(frac) * scale // 10 ** len(frac) if frac else 0)
+
+
+def check_workload(config: Config, seq_len: int) -> None:
+    """A model with learned positions has no row for a token beyond max_positions."""
+    m = config.model
+    if m is not None and m.positions == "learned" and seq_len > m.max_positions:
+        raise InputError(f"--seq: {seq_len} tokens exceed model.max_positions={m.max_positions} "
+                         f"(learned positions)")
