@@ -163,8 +163,9 @@ def _count_rows(result: ParameterCount) -> list[list[str]]:
 
 
 SIZING_FLOPS_NOTE = ("FLOPs = 2 × multiply-adds of the matrix products (projections, MLP, LM head, Q·Kᵀ and "
-                     "weights·V); full = the whole T×T score table, causal = the pairs s <= t; a decode step at "
-                     "context T sees T keys; elementwise work not included (see trace)")
+                     "weights·V); full = the whole T×T score table, causal = the pairs s <= t (within the sliding "
+                     "window, if any); a decode step at context T sees T keys (at most the window); elementwise "
+                     "work not included (see trace)")
 
 
 def count_markdown(result: ParameterCount, inference: Inference, training: Training | None = None) -> str:

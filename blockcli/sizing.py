@@ -10,6 +10,8 @@ Conventions (named in the output too):
   the pairs s <= t a causal kernel visits (T(T+1)/2 of T²).
 - A decode step at context T is the T-th token: its query sees T keys (the T−1 cached and its own),
   so the T decode steps 1..T add up to the causal prefill of T tokens.
+- A sliding window W (Mistral) bounds all three: query t sees min(t + 1, W) keys, and a K/V cache
+  keeps the last W tokens (as transformers' sliding-window cache and serving engines do).
 - Model-state bytes follow Rajbhandari et al. 2020 (ZeRO, §3 and §5); activation memory follows
   Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4, with
   each term written out so blockcli's variants (GQA, gated MLPs, RMSNorm, no dropout) change only
@@ -53,12 +55,17 @@ class Dims:
     d_ff: int
     V: int
     gated: bool
+    window: int = 0  # sliding window W: a query sees at most W keys (0: all earlier ones)
 
     @classmethod
     def of(cls, config: Config) -> "Dims":
         b, m = config.block, config.model
         return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, b.d_ff,
-                   m.vocab_size if m else 0, b.gated)
+                   m.vocab_size if m else 0, b.gated, b.sliding_window)
+
+    def keys_seen(self, T: int) -> int:
+        """Keys a query at context T attends to, and tokens a K/V cache must keep: T, or W with a window."""
+        return min(T, self.window) if self.window else T
 
 
 def matmul_weights(dims: Dims) -> tuple[int, int]:
@@ -70,9 +77,14 @@ def matmul_weights(dims: Dims) -> tuple[int, int]:
     return dims.d * (q + 2 * kv) + q * dims.d + mlp, dims.d * dims.V
 
 
-def score_pairs(T: int, causal: bool) -> int:
-    """(query, key) pairs of a T-token prefill: T² for the full table, T(T+1)/2 for the causal half."""
-    return T * (T + 1) // 2 if causal else T * T
+def score_pairs(T: int, causal: bool, window: int = 0) -> int:
+    """(query, key) pairs of a T-token prefill: T² for the full table, T(T+1)/2 for the causal half;
+    with a sliding window W, query t sees min(t + 1, W) keys."""
+    if not causal:
+        return T * T
+    if not window or T <= window:
+        return T * (T + 1) // 2
+    return window * (window + 1) // 2 + (T - window) * window
 
 
 @dataclass(frozen=True)
@@ -93,13 +105,14 @@ def forward_flops(dims: Dims, T: int, B: int) -> ForwardFlops:
     tokens = B * T
     attention = 4 * B * dims.L * dims.h * dims.d_h  # 2·d_h for Q·Kᵀ + 2·d_h for weights·V, per pair and head
     return ForwardFlops(2 * tokens * dims.L * per_layer, attention * score_pairs(T, False),
-                        attention * score_pairs(T, True), 2 * tokens * head)
+                        attention * score_pairs(T, True, dims.window), 2 * tokens * head)
 
 
 def decode_flops(dims: Dims, T: int, B: int) -> int:
-    """One decode step at context T for B sequences: one token through every matrix, T keys per head."""
+    """One decode step at context T for B sequences: one token through every matrix, T keys per head
+    (the last W with a sliding window)."""
     per_layer, head = matmul_weights(dims)
-    return B * (2 * (dims.L * per_layer + head) + 4 * dims.L * dims.h * dims.d_h * T)
+    return B * (2 * (dims.L * per_layer + head) + 4 * dims.L * dims.h * dims.d_h * dims.keys_seen(T))
 
 
 # ----------------------------------------------------------------------------- inference
@@ -145,7 +158,8 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
     kv_dtype = kv_dtype or dtype
     kv_per_token = nbytes(kv_cache_elements(dims), kv_dtype)
     return Inference(seq_len, batch, dtype, kv_dtype, parameters, kv_per_token,
-                     kv_per_token * seq_len * batch, inference_activation_bytes(dims, seq_len, batch, dtype),
+                     kv_per_token * dims.keys_seen(seq_len) * batch,  # a sliding window keeps its last W tokens
+                     inference_activation_bytes(dims, seq_len, batch, dtype),
                      forward_flops(dims, seq_len, batch), decode_flops(dims, seq_len, batch))
 
 

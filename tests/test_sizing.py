@@ -39,6 +39,23 @@ def test_llama3_8b_kv_cache_at_8k_in_bf16_is_exactly_one_gib():
     assert data["inference"]["parameter_bytes"] == 2 * 8_030_261_248
 
 
+def test_sliding_window_bounds_the_kv_cache_and_the_attention_work():
+    """Mistral-7B's window of 4096: a cache keeps the last 4096 tokens (as transformers' sliding-window
+    cache does), a decode step reads 4096 keys, and query t of a prefill sees min(t + 1, 4096) keys."""
+    T, W, B = 16384, 4096, 2
+    inf = count_json("mistral-7b", "--seq", str(T), "--batch", str(B), "--dtype", "bfloat16")["inference"]
+    L_, d, h, h_kv, d_h, d_ff, vocab = 32, 4096, 32, 8, 128, 14336, 32000
+    per_token = 2 * L_ * h_kv * d_h * 2  # K and V of 8 heads of 128 in 32 layers, bfloat16
+    assert inf["kv_cache"]["bytes"] == per_token * W * B
+    weights = d * (h * d_h + 2 * h_kv * d_h) + h * d_h * d + 3 * d * d_ff  # Q, K, V, O, gated MLP
+    pair = 4 * L_ * h * d_h  # 2·d_h for Q·Kᵀ and 2·d_h for weights·V, per (query, key) pair, all layers and heads
+    windowed_pairs = sum(min(t + 1, W) for t in range(T))
+    dense = 2 * B * T * (L_ * weights + d * vocab)
+    assert inf["prefill"]["causal"]["flops"] == dense + B * pair * windowed_pairs
+    assert inf["prefill"]["full"]["flops"] == dense + B * pair * T * T
+    assert inf["decode_step"]["flops"] == B * (2 * (L_ * weights + d * vocab) + pair * W)
+
+
 def test_kv_dtype_and_int4_packing():
     data = count_json("llama-3-8b", "--seq", "8192", "--batch", "4", "--dtype", "int4", "--kv-dtype", "float8")
     inf = data["inference"]
