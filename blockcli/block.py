@@ -292,12 +292,16 @@ class MultiHeadAttention:
         v_flat = qkv[..., q_width + kv_width:]  # (B, T, h_kv·d_h)
         rec("v_proj", "V projection", v_flat, (x, p["w_v"]), kind="linear", params=("w_v", "b_v"))
 
+        if cfg.qk_norm == "projection":  # OLMo2: over all of Q's (K's) features, before the heads are split
+            q_flat, k_flat = self._qk_norm(q_flat, k_flat, rec)  # (B, T, h·d_h), (B, T, h_kv·d_h)
         q = ops.split_heads(q_flat, h)  # (B, h, T, d_h)
         rec("q", "split heads Q", q, (q_flat,), kind="reshape")
         k = ops.split_heads(k_flat, h_kv)  # (B, h_kv, T, d_h)
         rec("k", "split heads K", k, (k_flat,), kind="reshape")
         v = ops.split_heads(v_flat, h_kv)  # (B, h_kv, T, d_h)
         rec("v", "split heads V", v, (v_flat,), kind="reshape")
+        if cfg.qk_norm == "head":  # Qwen3, Gemma 3: each head's d_h features, before RoPE
+            q, k = self._qk_norm(q, k, rec)  # (B, h, T, d_h), (B, h_kv, T, d_h)
 
         if cfg.rope:
             cos, sin = F.rope_tables(np.arange(start, start + T), cfg.rope_dims, cfg.rope_theta, x.dtype,
@@ -316,6 +320,19 @@ class MultiHeadAttention:
         out = ops.project_out(concat, p["w_o"], p.get("b_o"))  # (B, T, d)
         rec("attn_out", "output projection", out, (concat, p["w_o"]), kind="linear", params=("w_o", "b_o"))
         return out
+
+    def _qk_norm(self, q: Array, k: Array, rec: Record) -> tuple[Array, Array]:
+        """The block's kind of norm over the last axis of queries and keys, each with its own scale."""
+        cfg, p = self.cfg, self.p
+        out = []
+        for name, a in (("q", q), ("k", k)):
+            norm = Norm(cfg.norm, p[f"{name}_norm_gamma"], p.get(f"{name}_norm_beta"), cfg.norm_eps, self.ops,
+                        cfg.norm_unit_offset)
+            normed = norm(a)  # same shape as a
+            rec(f"{name}_norm", f"{name.upper()} norm", normed, (a,), kind=cfg.norm,
+                params=(f"{name}_norm_gamma", f"{name}_norm_beta"))
+            out.append(normed)
+        return out[0], out[1]
 
     def _attend(self, q: Array, k: Array, v: Array, start: int, rec: Record,
                 drop: Callable[[Array], Array] | None = None) -> Array:

@@ -25,6 +25,7 @@ PLACEMENTS = ("pre", "post", "parallel")
 POSITIONS = ("learned", "sinusoidal", "rope", "none")
 DTYPES = ("float32", "float64")
 BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
+QK_NORMS = ("none", "head", "projection")
 MAX_SIZE = 10**12  # far beyond any real model; keeps arithmetic and messages sane
 
 
@@ -92,6 +93,7 @@ class BlockConfig:
     dropout: float = 0.0
     norm_unit_offset: bool = False  # the norms scale by (1 + gamma) instead of gamma (Gemma)
     sliding_window: int = 0  # a query sees at most this many keys, itself included; 0: every earlier key
+    qk_norm: str = "none"  # normalise queries and keys: per head over d_h (Qwen3), or over the projection (OLMo2)
     attention_dropout: float = 0.0  # on the attention probabilities, training-mode passes only
 
     @property
@@ -373,7 +375,7 @@ def _parse_rope(value: Any) -> float:
 def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     fields = ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "norm", "norm_eps", "activation",
               "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "attention_dropout",
-              "norm_unit_offset", "sliding_window")
+              "norm_unit_offset", "sliding_window", "qk_norm")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -403,6 +405,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         dropout=_float(data, "dropout", p, 0.0, 0.0, 1.0, high_open=True),
         norm_unit_offset=_bool(data, "norm_unit_offset", p, False),
         sliding_window=_int(data, "sliding_window", p, 0, minimum=0),
+        qk_norm=_choice(data, "qk_norm", p, "none", QK_NORMS),
         attention_dropout=_float(data, "attention_dropout", p, 0.0, 0.0, 1.0, high_open=True),
     )
     if rope and block.rope_dims == 0:

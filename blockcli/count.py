@@ -138,8 +138,15 @@ def block_formula(b: BlockConfig) -> list[Row]:
         proj("attn.k", "K projection", kv_width, b.bias.qkv),
         proj("attn.v", "V projection", kv_width, b.bias.qkv),
         proj("attn.o", "output projection W_O", q_width, b.bias.out, out=True),
-        norm("ln2", f"{_norm_name(b)} 2"),
     ]
+    if b.qk_norm != "none":  # a scale (and shift) per feature of each head, or of the whole projection
+        for letter, width in (("q", q_width), ("k", kv_width)):
+            features = ("d_h",) if b.qk_norm == "head" else width
+            shift = term(1, *features) if b.bias.norm else no
+            label = f"{letter.upper()} norm ({'per head' if b.qk_norm == 'head' else 'all heads'})"
+            rows.append(Row(f"attn.{letter}_norm", label, term(1, *features), shift,
+                            (f"{letter}_norm_gamma", f"{letter}_norm_beta")))
+    rows.append(norm("ln2", f"{_norm_name(b)} 2"))
     mlp_bias = b.bias.mlp
     rows.append(Row("mlp.1", "MLP gate (w_1, activated)" if b.gated else "MLP expansion",
                     term(1, "d", "d_ff"), term(1, "d_ff") if mlp_bias else no, ("w_1", "b_1")))

@@ -6,7 +6,7 @@ blockcli's schema: a plain mapping shaped like a preset YAML (`about`, `block`, 
 already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only config.py
 imports yaml) that `load_config` reads back to an equal Config.
 
-Supported `model_type`s: gpt2, llama, mistral, qwen2, gemma, gpt_neox, opt.
+Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt.
 
 The rule for every key of the JSON object is one of three, and never "silently dropped":
 
@@ -629,9 +629,14 @@ def _qwen2(f: _Fields) -> tuple[dict, dict]:
     f.neutral("use_mrope", False, "multimodal RoPE (Qwen2-VL) splits positions over time, height and width")
     block, model = _gated_rms(f, _silu_gate, kv_default=32, tie_default=False,
                               qkv_bias=True, out_bias=False, mlp_bias=False)
+    _qwen_window(f, block, model)
+    return block, model
+
+
+def _qwen_window(f: _Fields, block: dict, model: dict) -> None:
+    """Qwen2/Qwen3: `use_sliding_window` puts the window on layers max_window_layers and up."""
     use_window = f.bool("use_sliding_window", False)
-    # Layers from index max_window_layers on get the window (read only when the window is on).
-    f.ignore("max_window_layers")
+    f.ignore("max_window_layers")  # read only when the window is on
     sliding = _layer_types(f, model["n_layers"])
     if sliding is None and use_window:
         first = f.int("max_window_layers", 28, minimum=0)
@@ -640,6 +645,13 @@ def _qwen2(f: _Fields) -> tuple[dict, dict]:
                                                                 f"blockcli's layers are all alike")
         sliding = first == 0
     _sliding(f, block, model, bool(sliding))
+
+
+def _qwen3(f: _Fields) -> tuple[dict, dict]:
+    block, model = _gated_rms(f, _silu_gate, kv_default=32, tie_default=False, head_dim_default=128,
+                              mlp_bias=False)
+    block["qk_norm"] = "head"  # q_norm and k_norm: RMSNorm over each head's d_h, before RoPE
+    _qwen_window(f, block, model)
     return block, model
 
 
@@ -703,6 +715,7 @@ FAMILIES: dict[str, _Family] = {
     "llama": _Family("LLaMA", _llama, _LLAMA_LIKE_IGNORED),
     "mistral": _Family("Mistral", _mistral, _LLAMA_LIKE_IGNORED),
     "qwen2": _Family("Qwen2", _qwen2, _LLAMA_LIKE_IGNORED),
+    "qwen3": _Family("Qwen3", _qwen3, _LLAMA_LIKE_IGNORED),
     "gemma": _Family("Gemma", _gemma, _LLAMA_LIKE_IGNORED),
 }
 

@@ -60,6 +60,9 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
     q = n @ p["w_q"] + p.get("b_q", zero(p["w_q"].shape[1]))
     k = n @ p["w_k"] + p.get("b_k", zero(p["w_k"].shape[1]))
     v = n @ p["w_v"] + p.get("b_v", zero(p["w_v"].shape[1]))
+    if cfg.qk_norm != "none":  # each token's whole projection, or each head's slice of it
+        width = d_h if cfg.qk_norm == "head" else None
+        q, k = (_qk_norm(a, p, name, cfg, width) for a, name in ((q, "q"), (k, "k")))
     concat = np.zeros((T, cfg.n_heads * d_h))
     for head in range(cfg.n_heads):
         kv = head // group
@@ -76,6 +79,18 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
             z = sum(e)
             concat[t, head * d_h:(head + 1) * d_h] = sum((e[i] / z) * vs[s] for i, s in enumerate(seen))
     return concat @ p["w_o"] + p.get("b_o", 0.0)
+
+
+def _qk_norm(a: np.ndarray, p: Mapping[str, np.ndarray], name: str, cfg: BlockConfig, width: int | None) -> np.ndarray:
+    """a (T, n·w): every row's slices of `width` features (all of them for None) normalised alone."""
+    gamma = p[f"{name}_norm_gamma"] + (1.0 if cfg.norm_unit_offset else 0.0)
+    beta = p.get(f"{name}_norm_beta")
+    width = width or a.shape[1]
+    out = np.empty_like(a)
+    for t in range(a.shape[0]):
+        for lo in range(0, a.shape[1], width):
+            out[t, lo:lo + width] = _norm(a[t, lo:lo + width], gamma, beta, cfg.norm, cfg.norm_eps)
+    return out
 
 
 def _mlp(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:

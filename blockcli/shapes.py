@@ -28,6 +28,10 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     shapes["w_o"] = (q_width, d)
     if cfg.bias.out:
         shapes["b_o"] = (d,)
+    if cfg.qk_norm != "none":  # over each head's d_h, or over the whole projection
+        per_head = cfg.qk_norm == "head"
+        shapes.update(norm_shapes("q_norm", cfg.head_dim if per_head else q_width, cfg))
+        shapes.update(norm_shapes("k_norm", cfg.head_dim if per_head else kv_width, cfg))
     return shapes
 
 

@@ -109,13 +109,15 @@ GPT_NEOX = TensorMap("gpt_neox.", (
 ), buffers=("layers.{i}.attention.bias", "layers.{i}.attention.masked_bias",
             "layers.{i}.attention.rotary_emb.inv_freq"))
 
-# Llama, Mistral, Qwen2 and Gemma share their module names; Gemma's norm weights are the offset w
-# of its (1 + w) scale, which `block.norm_unit_offset` says.
+# Llama, Mistral, Qwen2, Qwen3 and Gemma share their module names; Gemma's norm weights are the
+# offset w of its (1 + w) scale, which `block.norm_unit_offset` says.
 LLAMA = TensorMap("model.", (
     _t("wte", "embed_tokens.weight"),
     _t("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight"),
     *(_t(f"blocks.{{i}}.w_{x}", f"layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkvo"),
     *(_t(f"blocks.{{i}}.b_{x}", f"layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkvo"),
+    _t("blocks.{i}.q_norm_gamma", "layers.{i}.self_attn.q_norm.weight"),  # qwen3
+    _t("blocks.{i}.k_norm_gamma", "layers.{i}.self_attn.k_norm.weight"),  # qwen3
     _t("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
     _t("blocks.{i}.w_1", "layers.{i}.mlp.gate_proj.weight", LINEAR),
     _t("blocks.{i}.b_1", "layers.{i}.mlp.gate_proj.bias"),
@@ -129,5 +131,5 @@ LLAMA = TensorMap("model.", (
 
 TENSOR_MAPS: dict[str, TensorMap] = {
     "gpt2": GPT2, "opt": OPT, "gpt_neox": GPT_NEOX,
-    "llama": LLAMA, "mistral": LLAMA, "qwen2": LLAMA, "gemma": LLAMA,
+    "llama": LLAMA, "mistral": LLAMA, "qwen2": LLAMA, "qwen3": LLAMA, "gemma": LLAMA,
 }

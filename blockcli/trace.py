@@ -44,7 +44,9 @@ SYMBOLIC = {
     "attn_heads": "(B, h, T, d_h)", "attn_concat": "(B, T, h·d_h)", "attn_out": "(B, T, d)",
     "mlp_pre": "(B, T, d_ff)", "mlp_up": "(B, T, d_ff)", "mlp_act": "(B, T, d_ff)", "mlp_out": "(B, T, d)",
     "ln_f_out": "(B, T, d)", "logits": "(B, T, V)",
+    "q_norm": "(B, h, T, d_h)", "k_norm": "(B, h_kv, T, d_h)",  # per head; over the projection, 3-D:
 }
+SYMBOLIC_PROJECTION_NORM = {"q_norm": "(B, T, h·d_h)", "k_norm": "(B, T, h_kv·d_h)"}
 
 # What tracing itself holds, measured with tracemalloc on small passes: per recorded operation (its
 # OpRow and data-flow entry) and once per pass (the recorder, NumPy's error state, the worker pool).
@@ -117,7 +119,8 @@ class Recorder:
         self.rows.append(OpRow(
             step=len(self.rows) + 1, key=key, op=op, kind=kind, layer=layer,
             input_shapes=[tuple(a.shape) for a in inputs], output_shape=tuple(out.shape),
-            symbolic=SYMBOLIC.get(base, ""), params=sum(used), flops=matmul + element,
+            symbolic=(SYMBOLIC_PROJECTION_NORM[base] if base in SYMBOLIC_PROJECTION_NORM and len(out.shape) == 3
+                      else SYMBOLIC.get(base, "")), params=sum(used), flops=matmul + element,
             matmul_flops=matmul, causal_flops=causal, bytes=int(out.nbytes),
             sources=[self._producer.get(id(a)) for a in inputs], tied="wte (tied)" in params))
         self._track(out, len(self.rows))
@@ -370,9 +373,20 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             flat[name] = S(B, T, heads * d_h)
             rec(f"{name}_proj", f"{name.upper()} projection", flat[name], (inp, S(d, heads * d_h)),
                 kind="linear", params=(f"w_{name}", f"b_{name}"))
+        def qk_norm(stand_ins: dict) -> None:  # as MultiHeadAttention._qk_norm: Q's, then K's
+            for name in ("q", "k"):
+                normed = S(*stand_ins[name].shape)
+                rec(f"{name}_norm", f"{name.upper()} norm", normed, (stand_ins[name],), kind=b.norm,
+                    params=(f"{name}_norm_gamma", f"{name}_norm_beta"))
+                stand_ins[name] = normed
+
+        if b.qk_norm == "projection":
+            qk_norm(flat)
         for name, heads in (("q", h), ("k", h_kv), ("v", h_kv)):
             split[name] = S(B, heads, T, d_h)
             rec(name, f"split heads {name.upper()}", split[name], (flat[name],), kind="reshape")
+        if b.qk_norm == "head":
+            qk_norm(split)
         q, k, v = split["q"], split["k"], split["v"]
         if b.rope:
             q_rot, k_rot = S(B, h, T, d_h), S(B, h_kv, T, d_h)

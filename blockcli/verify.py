@@ -199,7 +199,8 @@ def check_head_split(c: Context) -> tuple[bool, str, str]:
         shapes_ok &= split[name].shape == (B, n, T, b.head_dim)
         if split[name].shape != (B, n, T, b.head_dim):
             continue
-        flat = c.inter.get(f"{name}_proj", c.truth[f"{name}_proj"])  # the projection (B, T, n·d_h)
+        source = f"{name}_norm" if b.qk_norm == "projection" and name in "qk" else f"{name}_proj"
+        flat = c.inter.get(source, c.truth[source])  # the projection (B, T, n·d_h), normalised if so configured
         # head i must hold columns i·d_h … (i+1)·d_h − 1 of the projection (a user's q and k may be rotated)
         candidates = [c.truth.get(f"{name}_rope")] if name in "qk" and b.rope else []
         error = max(_diff(split[name][:, i], flat[..., i * b.head_dim:(i + 1) * b.head_dim]) for i in range(n))

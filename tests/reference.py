@@ -92,6 +92,7 @@ def resolve_block(cfg):
         "rope_scaling": cfg.get("rope_scaling"),  # a mapping as in the YAML, or None
         "sliding_window": int(cfg.get("sliding_window", 0)),  # 0 = every earlier key
         "norm_unit_offset": bool(cfg.get("norm_unit_offset", False)),
+        "qk_norm": cfg.get("qk_norm", "none"),
     }
 
 
@@ -139,6 +140,12 @@ def block_param_shapes(block_cfg, rms_beta=False):
     shapes["w_o"] = (h * d_h, d)
     if b["bias"]["out"]:
         shapes["b_o"] = (d,)
+    if b["qk_norm"] != "none":
+        for name, heads in (("q_norm", h), ("k_norm", h_kv)):
+            width = d_h if b["qk_norm"] == "head" else heads * d_h
+            shapes[name + "_gamma"] = (width,)
+            if _has_norm_beta(b, rms_beta):
+                shapes[name + "_beta"] = (width,)
     shapes["w_1"] = (d, d_ff)
     shapes["w_2"] = (d_ff, d)
     if b["bias"]["mlp"]:
@@ -358,7 +365,7 @@ def _norm(b, weights, which, prefix, vec, rms_beta):
     return rms_norm_vec(vec, gamma, beta, b["norm_eps"])
 
 
-def _attention(b, weights, prefix, tokens, rope_fraction):
+def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
     """Causal multi-head (grouped-query) attention over one sequence.
 
     tokens: list of T vectors (d,) -- already normalised where the placement says so.
@@ -381,8 +388,14 @@ def _attention(b, weights, prefix, tokens, rope_fraction):
         q = linear_vec(tokens[t], w_q, b_q)
         k = linear_vec(tokens[t], w_k, b_k)
         v = linear_vec(tokens[t], w_v, b_v)
+        if b["qk_norm"] == "projection":  # OLMo2: the whole projection, before the heads are cut
+            q = _norm(b, weights, "q_norm", prefix, q, rms_beta)
+            k = _norm(b, weights, "k_norm", prefix, k, rms_beta)
         qh = [q[i * d_h:(i + 1) * d_h] for i in range(h)]
         kh = [k[i * d_h:(i + 1) * d_h] for i in range(h_kv)]
+        if b["qk_norm"] == "head":  # Qwen3: each head's d_h features alone
+            qh = [_norm(b, weights, "q_norm", prefix, x, rms_beta) for x in qh]
+            kh = [_norm(b, weights, "k_norm", prefix, x, rms_beta) for x in kh]
         vh = [v[i * d_h:(i + 1) * d_h] for i in range(h_kv)]
         if rope_fraction > 0.0:
             qh = [rope_vec(x, t, rope_fraction, b["rope_theta"], b["rope_scaling"], T) for x in qh]
@@ -434,7 +447,7 @@ def _block_sequence(b, weights, prefix, xs, rope_fraction, rms_beta):
     T = len(xs)
     if b["placement"] == "pre":
         n1 = [_norm(b, weights, "ln1", prefix, xs[t], rms_beta) for t in range(T)]
-        a = _attention(b, weights, prefix, n1, rope_fraction)
+        a = _attention(b, weights, prefix, n1, rope_fraction, rms_beta)
         hs = [xs[t] + a[t] for t in range(T)]
         ys = []
         for t in range(T):
@@ -442,7 +455,7 @@ def _block_sequence(b, weights, prefix, xs, rope_fraction, rms_beta):
             ys.append(hs[t] + _mlp(b, weights, prefix, n2))
         return ys
     if b["placement"] == "post":
-        a = _attention(b, weights, prefix, xs, rope_fraction)
+        a = _attention(b, weights, prefix, xs, rope_fraction, rms_beta)
         hs = [_norm(b, weights, "ln1", prefix, xs[t] + a[t], rms_beta) for t in range(T)]
         ys = []
         for t in range(T):
@@ -451,7 +464,7 @@ def _block_sequence(b, weights, prefix, xs, rope_fraction, rms_beta):
         return ys
     if b["placement"] == "parallel":
         n1 = [_norm(b, weights, "ln1", prefix, xs[t], rms_beta) for t in range(T)]
-        a = _attention(b, weights, prefix, n1, rope_fraction)
+        a = _attention(b, weights, prefix, n1, rope_fraction, rms_beta)
         ys = []
         for t in range(T):
             n2 = _norm(b, weights, "ln2", prefix, xs[t], rms_beta)

@@ -23,6 +23,7 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
             {g: st.booleans() for g in ("qkv", "out", "mlp", "norm")}))),
         "sliding_window": draw(st.sampled_from([0, 0, 1, 2, 3])),
         "norm_unit_offset": draw(st.booleans()),
+        "qk_norm": draw(st.sampled_from(["none", "none", "head", "projection"])),
     }
     if explicit:
         block["head_dim"] = head_dim

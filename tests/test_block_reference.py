@@ -144,6 +144,10 @@ BLOCK_CASES = {
     "rope_longrope_long": block_dict(rope=True, rope_scaling={"type": "longrope", "factor": 4.0,
                                                               "original_max_positions": 3, "short_factor": [1.0, 1.5],
                                                               "long_factor": [2.0, 7.5]}),
+    "qk_norm_per_head_gqa_rope": block_dict(norm="rmsnorm", bias=False, n_kv_heads=2, rope=True, qk_norm="head",
+                                            activation="swiglu"),
+    "qk_norm_projection_layernorm": block_dict(qk_norm="projection", rope=0.5),
+    "qk_norm_per_head_unit_offset": block_dict(norm="rmsnorm", bias=False, qk_norm="head", norm_unit_offset=True),
     "combo_gqa_rope_swiglu_rms_parallel": block_dict(
         d_model=24, n_heads=6, n_kv_heads=2, head_dim=8, d_ff=40, rope=0.5,
         activation="swiglu", norm="rmsnorm", placement="parallel", bias=False,

@@ -11,7 +11,7 @@ For every preset in blockcli/presets/ four things must agree:
 
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
-time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 16
+time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 17
 totals below were also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
@@ -220,6 +220,15 @@ CASES = [
         {"d_model": 3584, "n_heads": 28, "n_kv_heads": 4, "d_ff": 18944, "n_layers": 28, "vocab_size": 152064},
         # HF Hub API safetensors for Qwen/Qwen2.5-7B: BF16 7,615,616,512 (the model card's "7.61B").
         id="qwen2.5-7b[HF safetensors BF16=7615616512]",
+    ),
+    pytest.param(
+        "qwen3-8b", 8_190_735_360,
+        gated_rms_total(d=4096, L=36, V=151936, ff=12288, n_heads=32, n_kv=8, head_dim=128, tied=False)
+        + 36 * 2 * 128,  # q_norm and k_norm: one RMSNorm weight of head_dim each per layer
+        {"d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "d_ff": 12288, "n_layers": 36,
+         "vocab_size": 151936},
+        # HF Hub API safetensors for Qwen/Qwen3-8B: BF16 8,190,735,360 (the model card's "8.2B").
+        id="qwen3-8b[HF safetensors BF16=8190735360]",
     ),
 ]
 
