@@ -6,7 +6,7 @@ blockcli's schema: a plain mapping shaped like a preset YAML (`about`, `block`, 
 already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only config.py
 imports yaml) that `load_config` reads back to an equal Config.
 
-Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt.
+Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt, starcoder2.
 
 The rule for every key of the JSON object is one of three, and never "silently dropped":
 
@@ -655,6 +655,39 @@ def _qwen3(f: _Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _starcoder2(f: _Fields) -> tuple[dict, dict]:
+    """StarCoder2: LayerNorm with shift, a plain (ungated) MLP, `use_bias` on every linear layer, GQA, RoPE."""
+    # the published configs carry fields of the original training code that transformers never reads
+    f.neutral("norm_type", "layer_norm", "blockcli maps StarCoder2's LayerNorm; another norm_type is another model")
+    f.neutral("mlp_type", "default", "blockcli maps StarCoder2's plain MLP; another mlp_type is another model")
+    f.ignore("layer_norm_epsilon")  # unread by transformers, which takes norm_epsilon
+    d = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    kv = f.int("num_key_value_heads", 2)
+    if heads % kv:
+        raise ConfigError(f"{f.where}: field 'num_key_value_heads' = {kv} does not divide "
+                          f"'num_attention_heads' = {heads}")
+    head_dim = f.int("head_dim") if f.data.get("head_dim") is not None else _divides(
+        f, "hidden_size", d, "num_attention_heads", heads)
+    f.ignore("head_dim")
+    theta, _, scaling = _rope_base(f, ("rope_theta",), 10000.0, max_positions=f.int("max_position_embeddings"))
+    bias = f.bool("use_bias", True)
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
+        "d_ff": f.int("intermediate_size"), "norm": "layernorm", "norm_eps": f.float("norm_epsilon", 1e-5),
+        "activation": _plain_activation(f, "hidden_act", "gelu_pytorch_tanh"),
+        "bias": _bias(bias, bias, bias, True),  # nn.LayerNorm keeps its shift whatever use_bias says
+        "placement": "pre", "rope": True, "rope_theta": theta,
+    }
+    if scaling:
+        block["rope_scaling"] = scaling
+    model = _model(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", f.int("max_position_embeddings"),
+                   f.bool("tie_word_embeddings", True))
+    sliding = _layer_types(f, model["n_layers"])
+    _sliding(f, block, model, f.data.get("sliding_window") is not None if sliding is None else sliding)
+    return block, model
+
+
 def _gemma_gate(f: _Fields) -> str:
     """HF Gemma runs `hidden_activation` (default gelu_pytorch_tanh); `hidden_act` is the legacy field.
 
@@ -716,6 +749,9 @@ FAMILIES: dict[str, _Family] = {
     "mistral": _Family("Mistral", _mistral, _LLAMA_LIKE_IGNORED),
     "qwen2": _Family("Qwen2", _qwen2, _LLAMA_LIKE_IGNORED),
     "qwen3": _Family("Qwen3", _qwen3, _LLAMA_LIKE_IGNORED),
+    "starcoder2": _Family("StarCoder2", _starcoder2, {
+        "attention_dropout", "residual_dropout", "embedding_dropout",  # training-only
+    }),
     "gemma": _Family("Gemma", _gemma, _LLAMA_LIKE_IGNORED),
 }
 

@@ -129,7 +129,25 @@ LLAMA = TensorMap("model.", (
     _t("lm_head", "lm_head.weight", LINEAR, top=True),
 ), buffers=("layers.{i}.self_attn.rotary_emb.inv_freq",))
 
+# StarCoder2: Llama's attention names, LayerNorms with a shift, a plain MLP of nn.Linear c_fc / c_proj
+STARCODER2 = TensorMap("model.", (
+    _t("wte", "embed_tokens.weight"),
+    _t("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight"),
+    _t("blocks.{i}.ln1_beta", "layers.{i}.input_layernorm.bias"),
+    *(_t(f"blocks.{{i}}.w_{x}", f"layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkvo"),
+    *(_t(f"blocks.{{i}}.b_{x}", f"layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkvo"),
+    _t("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
+    _t("blocks.{i}.ln2_beta", "layers.{i}.post_attention_layernorm.bias"),
+    _t("blocks.{i}.w_1", "layers.{i}.mlp.c_fc.weight", LINEAR),
+    _t("blocks.{i}.b_1", "layers.{i}.mlp.c_fc.bias"),
+    _t("blocks.{i}.w_2", "layers.{i}.mlp.c_proj.weight", LINEAR),
+    _t("blocks.{i}.b_2", "layers.{i}.mlp.c_proj.bias"),
+    _t("ln_f_gamma", "norm.weight"),
+    _t("ln_f_beta", "norm.bias"),
+    _t("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
 TENSOR_MAPS: dict[str, TensorMap] = {
     "gpt2": GPT2, "opt": OPT, "gpt_neox": GPT_NEOX,
-    "llama": LLAMA, "mistral": LLAMA, "qwen2": LLAMA, "qwen3": LLAMA, "gemma": LLAMA,
+    "llama": LLAMA, "mistral": LLAMA, "qwen2": LLAMA, "qwen3": LLAMA, "gemma": LLAMA, "starcoder2": STARCODER2,
 }

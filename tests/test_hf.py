@@ -743,3 +743,25 @@ def test_allow_field_accepts_an_unknown_field_and_says_so(tmp_path: Path) -> Non
     assert len(config.notes) == 1 and "field 'fancy_new_thing' accepted unchecked" in config.notes[0]
     known = config_from_hf(write_json(tmp_path, LLAMA_2_7B, "known.json"), allow_fields=("rms_norm_eps",))
     assert known.notes == ()  # a known field is mapped as usual, not "accepted unchecked"
+
+
+STARCODER2_7B = {  # https://huggingface.co/bigcode/starcoder2-7b/blob/main/config.json
+    "architectures": ["Starcoder2ForCausalLM"], "attention_dropout": 0.1, "residual_dropout": 0.1,
+    "embedding_dropout": 0.1, "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "gelu_pytorch_tanh",
+    "hidden_size": 4608, "initializer_range": 0.018042, "intermediate_size": 18432, "layer_norm_epsilon": 1e-05,
+    "max_position_embeddings": 16384, "mlp_type": "default", "model_type": "starcoder2", "norm_epsilon": 1e-05,
+    "norm_type": "layer_norm", "num_attention_heads": 36, "num_hidden_layers": 32, "num_key_value_heads": 4,
+    "rope_theta": 1000000, "sliding_window": 4096, "torch_dtype": "bfloat16", "transformers_version": "4.37.0.dev0",
+    "use_bias": True, "use_cache": True, "vocab_size": 49152,
+}
+
+
+def test_starcoder2_7b_maps_onto_its_preset(tmp_path: Path) -> None:
+    imported = load_config(write_json(tmp_path, STARCODER2_7B))
+    assert imported.block == load_config("starcoder2-7b").block
+    assert imported.model == load_config("starcoder2-7b").model
+
+
+@pytest.mark.parametrize("key, value", [("norm_type", "rms_norm"), ("mlp_type", "gated")])
+def test_starcoder2_legacy_fields_at_other_values_are_refused(tmp_path: Path, key: str, value: str) -> None:
+    assert f"field '{key}'" in hf_error(write_json(tmp_path, with_fields(STARCODER2_7B, **{key: value})))

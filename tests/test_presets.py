@@ -11,7 +11,7 @@ For every preset in blockcli/presets/ four things must agree:
 
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
-time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 17
+time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 18
 totals below were also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
@@ -88,6 +88,17 @@ def gated_rms_total(
     )
     head = 0 if tied else V * d
     return V * d + L * block + d + head  # embed_tokens + blocks + final norm + lm_head
+
+
+def starcoder2_total(*, d: int, L: int, V: int, ff: int, n_heads: int, n_kv: int, head_dim: int) -> int:
+    """Starcoder2ForCausalLM: biases on every linear layer, two LayerNorms (weight, bias), plain MLP, tied head."""
+    q, kv = n_heads * head_dim, n_kv * head_dim
+    block = (
+        linear(d, q, True) + 2 * linear(d, kv, True) + linear(q, d, True)  # q, k, v, o_proj
+        + linear(d, ff, True) + linear(ff, d, True)  # mlp.c_fc, mlp.c_proj
+        + 2 * 2 * d  # input_layernorm, post_attention_layernorm
+    )
+    return V * d + L * block + 2 * d  # embed_tokens + blocks + norm; lm_head shares embed_tokens
 
 
 # --------------------------------------------------------------------------
@@ -229,6 +240,14 @@ CASES = [
          "vocab_size": 151936},
         # HF Hub API safetensors for Qwen/Qwen3-8B: BF16 8,190,735,360 (the model card's "8.2B").
         id="qwen3-8b[HF safetensors BF16=8190735360]",
+    ),
+    pytest.param(
+        "starcoder2-7b", 7_173_923_840,
+        starcoder2_total(d=4608, L=32, V=49152, ff=18432, n_heads=36, n_kv=4, head_dim=128),
+        {"d_model": 4608, "n_heads": 36, "n_kv_heads": 4, "d_ff": 18432, "n_layers": 32, "vocab_size": 49152},
+        # HF Hub API safetensors for bigcode/starcoder2-7b: BF16 7,173,923,840 (tied head: the config
+        # has no tie_word_embeddings, and Starcoder2Config defaults it to true).
+        id="starcoder2-7b[HF safetensors BF16=7173923840]",
     ),
 ]
 
