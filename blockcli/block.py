@@ -6,7 +6,8 @@ d_ff MLP width, V vocabulary. Linear layers compute y = x @ W + b with W shaped 
 Pre-norm (the default), as in the reference chapter:
     H = X + MHA(LN1(X))
     Y = H + MLP(LN2(H))
-post-norm: H = LN1(X + MHA(X)), Y = LN2(H + MLP(H)); parallel (GPT-NeoX): Y = X + MHA(LN1(X)) + MLP(LN2(X)).
+post-norm: H = LN1(X + MHA(X)), Y = LN2(H + MLP(H)); parallel (GPT-NeoX): Y = X + MHA(LN1(X)) + MLP(LN2(X));
+post_branch (OLMo2): H = X + LN1(MHA(X)), Y = H + LN2(MLP(H)).
 
 Every layer declares its parameter shapes from the config alone (`blockcli.shapes`), so counts
 and memory estimates never need to allocate. The forward pass can report each operation to a
@@ -531,6 +532,17 @@ class DecoderBlock:
             rec("y_pre", "residual add", s2, (h, m), kind="add")
             y = self.ln2(s2)
             rec("y", "LN2 (post)", y, (s2,), kind=norm, params=("ln2_gamma", "ln2_beta"))
+        elif self.cfg.placement == "post_branch":  # OLMo2: each branch's output normalised, then added
+            a = drop(self.attn(x, rec, cache, drop_probs))  # (B, T, d)
+            n1 = self.ln1(a)  # (B, T, d)
+            rec("ln1_out", "LN1 (of the attention output)", n1, (a,), kind=norm, params=("ln1_gamma", "ln1_beta"))
+            h = add(x, n1)  # (B, T, d)
+            rec("h", "residual add", h, (x, n1), kind="add")
+            m = drop(self.mlp(h, rec))  # (B, T, d)
+            n2 = self.ln2(m)  # (B, T, d)
+            rec("ln2_out", "LN2 (of the MLP output)", n2, (m,), kind=norm, params=("ln2_gamma", "ln2_beta"))
+            y = add(h, n2)  # (B, T, d)
+            rec("y", "residual add", y, (h, n2), kind="add")
         else:  # parallel: both branches read x
             n1 = self.ln1(x)
             rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))

@@ -21,7 +21,7 @@ from typing import Any, Iterator, Mapping
 NORMS = ("layernorm", "rmsnorm")
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")
-PLACEMENTS = ("pre", "post", "parallel")
+PLACEMENTS = ("pre", "post", "parallel", "post_branch")
 POSITIONS = ("learned", "sinusoidal", "rope", "none")
 DTYPES = ("float32", "float64")
 BIAS_GROUPS = ("qkv", "out", "mlp", "norm")

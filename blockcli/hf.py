@@ -6,7 +6,7 @@ blockcli's schema: a plain mapping shaped like a preset YAML (`about`, `block`, 
 already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only config.py
 imports yaml) that `load_config` reads back to an equal Config.
 
-Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt, starcoder2.
+Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt, olmo2, starcoder2.
 
 The rule for every key of the JSON object is one of three, and never "silently dropped":
 
@@ -540,7 +540,8 @@ def _neox(f: _Fields) -> tuple[dict, dict]:
 
 def _gated_rms(f: _Fields, activation: Callable[[_Fields], str], *, kv_default: int | None,
                tie_default: bool, head_dim_default: int | None = None, qkv_bias: bool | None = None,
-               out_bias: bool | None = None, mlp_bias: bool | None = None) -> tuple[dict, dict]:
+               out_bias: bool | None = None, mlp_bias: bool | None = None, eps_default: float = 1e-6
+               ) -> tuple[dict, dict]:
     """Llama, Mistral, Qwen2, Gemma: RMSNorm, gated MLP, RoPE over the whole head.
 
     A bias argument of None means "read it from the config" (`attention_bias` for q/k/v and o,
@@ -566,7 +567,7 @@ def _gated_rms(f: _Fields, activation: Callable[[_Fields], str], *, kv_default: 
     attention_bias = f.bool("attention_bias", False) if qkv_bias is None else qkv_bias
     block = {
         "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
-        "d_ff": f.int("intermediate_size"), "norm": "rmsnorm", "norm_eps": f.float("rms_norm_eps", 1e-6),
+        "d_ff": f.int("intermediate_size"), "norm": "rmsnorm", "norm_eps": f.float("rms_norm_eps", eps_default),
         "activation": activation(f),
         "bias": _bias(attention_bias, attention_bias if out_bias is None else out_bias,
                       f.bool("mlp_bias", False) if mlp_bias is None else mlp_bias, False),
@@ -652,6 +653,14 @@ def _qwen3(f: _Fields) -> tuple[dict, dict]:
                               mlp_bias=False)
     block["qk_norm"] = "head"  # q_norm and k_norm: RMSNorm over each head's d_h, before RoPE
     _qwen_window(f, block, model)
+    return block, model
+
+
+def _olmo2(f: _Fields) -> tuple[dict, dict]:
+    """OLMo 2: Llama's gated MLP and RMSNorm, but each branch's output is normalised before its residual
+    add (no norm on the branch inputs), and Q and K are normalised over the whole projection."""
+    block, model = _gated_rms(f, _silu_gate, kv_default=None, tie_default=False, mlp_bias=False, eps_default=1e-5)
+    block.update(placement="post_branch", qk_norm="projection")
     return block, model
 
 
@@ -749,6 +758,7 @@ FAMILIES: dict[str, _Family] = {
     "mistral": _Family("Mistral", _mistral, _LLAMA_LIKE_IGNORED),
     "qwen2": _Family("Qwen2", _qwen2, _LLAMA_LIKE_IGNORED),
     "qwen3": _Family("Qwen3", _qwen3, _LLAMA_LIKE_IGNORED),
+    "olmo2": _Family("OLMo 2", _olmo2, _LLAMA_LIKE_IGNORED),
     "starcoder2": _Family("StarCoder2", _starcoder2, {
         "attention_dropout", "residual_dropout", "embedding_dropout",  # training-only
     }),

@@ -116,6 +116,9 @@ def reference_block(x: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig
         if cfg.placement == "pre":
             h = xb + _attention(norm("ln1", xb), p, cfg)
             y[b] = h + _mlp(norm("ln2", h), p, cfg)
+        elif cfg.placement == "post_branch":
+            h = xb + norm("ln1", _attention(xb, p, cfg))
+            y[b] = h + norm("ln2", _mlp(h, p, cfg))
         elif cfg.placement == "post":
             h = norm("ln1", xb + _attention(xb, p, cfg))
             y[b] = norm("ln2", h + _mlp(h, p, cfg))

@@ -244,6 +244,8 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
     post = block.placement == "post"  # H = LN1(X + MHA(X)): attention reads x, the norms read the sums
     names = (("norm 1 input (x + attention)", "Q, K, V input (the block input x)", "norm 2 input (h + MLP)",
               "MLP input (norm 1 output h)") if post else
+             ("norm 1 input (the attention output)", "Q, K, V input (the block input x)",
+              "norm 2 input (the MLP output)", "MLP input (h)") if block.placement == "post_branch" else
              ("norm 1 input" + (" (= norm 2 input: both read x)" if block.placement == "parallel" else ""),
               "Q, K, V input (norm 1 output)", "norm 2 input", "MLP input (norm 2 output)"))
     terms = [Term(names[0], f"{unit}·d", act(d), "2"),

@@ -116,8 +116,8 @@ LLAMA = TensorMap("model.", (
     _t("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight"),
     *(_t(f"blocks.{{i}}.w_{x}", f"layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkvo"),
     *(_t(f"blocks.{{i}}.b_{x}", f"layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkvo"),
-    _t("blocks.{i}.q_norm_gamma", "layers.{i}.self_attn.q_norm.weight"),  # qwen3
-    _t("blocks.{i}.k_norm_gamma", "layers.{i}.self_attn.k_norm.weight"),  # qwen3
+    _t("blocks.{i}.q_norm_gamma", "layers.{i}.self_attn.q_norm.weight"),  # qwen3, olmo2
+    _t("blocks.{i}.k_norm_gamma", "layers.{i}.self_attn.k_norm.weight"),  # qwen3, olmo2
     _t("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
     _t("blocks.{i}.w_1", "layers.{i}.mlp.gate_proj.weight", LINEAR),
     _t("blocks.{i}.b_1", "layers.{i}.mlp.gate_proj.bias"),
@@ -147,7 +147,25 @@ STARCODER2 = TensorMap("model.", (
     _t("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
 
+# OLMo 2: Llama's names, but its two norms follow the branches (post_attention_layernorm normalises
+# the attention output, post_feedforward_layernorm the MLP's), and q/k norms span the projection
+OLMO2 = TensorMap("model.", (
+    _t("wte", "embed_tokens.weight"),
+    *(_t(f"blocks.{{i}}.w_{x}", f"layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkvo"),
+    *(_t(f"blocks.{{i}}.b_{x}", f"layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkvo"),
+    _t("blocks.{i}.q_norm_gamma", "layers.{i}.self_attn.q_norm.weight"),
+    _t("blocks.{i}.k_norm_gamma", "layers.{i}.self_attn.k_norm.weight"),
+    _t("blocks.{i}.ln1_gamma", "layers.{i}.post_attention_layernorm.weight"),
+    _t("blocks.{i}.w_1", "layers.{i}.mlp.gate_proj.weight", LINEAR),
+    _t("blocks.{i}.w_3", "layers.{i}.mlp.up_proj.weight", LINEAR),
+    _t("blocks.{i}.w_2", "layers.{i}.mlp.down_proj.weight", LINEAR),
+    _t("blocks.{i}.ln2_gamma", "layers.{i}.post_feedforward_layernorm.weight"),
+    _t("ln_f_gamma", "norm.weight"),
+    _t("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
 TENSOR_MAPS: dict[str, TensorMap] = {
     "gpt2": GPT2, "opt": OPT, "gpt_neox": GPT_NEOX,
     "llama": LLAMA, "mistral": LLAMA, "qwen2": LLAMA, "qwen3": LLAMA, "gemma": LLAMA, "starcoder2": STARCODER2,
+    "olmo2": OLMO2,
 }

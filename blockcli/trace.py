@@ -436,6 +436,9 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
     if b.placement == "post":
         hid = norm("h", "LN1 (post)", "ln1", add("h_pre", "residual add", x, attention(x)))
         return norm("y", "LN2 (post)", "ln2", add("y_pre", "residual add", hid, mlp(hid)))
+    if b.placement == "post_branch":
+        hid = add("h", "residual add", x, norm("ln1_out", "LN1 (of the attention output)", "ln1", attention(x)))
+        return add("y", "residual add", hid, norm("ln2_out", "LN2 (of the MLP output)", "ln2", mlp(hid)))
     hid = add("h", "residual add (attention)", x, attention(norm("ln1_out", "LN1", "ln1", x)))
     return add("y", "residual add (MLP)", hid, mlp(norm("ln2_out", "LN2", "ln2", x)))
 

@@ -280,7 +280,9 @@ def check_concat(c: Context) -> tuple[bool, str, str]:
 def check_residual(c: Context) -> tuple[bool, str, str]:
     post = c.cfg.placement == "post"
     first, second = ("h_pre", "y_pre") if post else ("h", "y")
-    h, attn_out, mlp_out = c.need(first, "attn_out", "mlp_out")
+    # what each residual add adds: the branch output, or (post_branch) its normalised form
+    branches = ("ln1_out", "ln2_out") if c.cfg.placement == "post_branch" else ("attn_out", "mlp_out")
+    h, attn_out, mlp_out = c.need(first, *branches)
     pairs = [(first, h, c.x, attn_out)]
     if second in c.inter:
         pairs.append((second, c.inter[second], c.inter["h"], mlp_out))
@@ -296,20 +298,21 @@ def check_residual(c: Context) -> tuple[bool, str, str]:
 
 def check_norm_axis(c: Context) -> tuple[bool, str, str]:
     b, p = c.cfg, c.subject.weights
-    norm_input = c.x if b.placement != "post" else None
-    if norm_input is None:
+    if b.placement == "post":
         raise Skip("post-norm: the first norm's input is the residual sum, checked through item 6 and 12")
+    # the first norm reads the block input, or (post_branch) the attention output
+    norm_input = c.need("attn_out")[0] if b.placement == "post_branch" else c.x
     (out,) = c.need("ln1_out")
     x_hat = (out - p.get("ln1_beta", 0.0)) / norm_scale(p["ln1_gamma"], b.norm_unit_offset)  # undo scale and shift
     # The exact per-token target: variance σ²/(σ² + ε) for LayerNorm, RMS √(m/(m + ε)) for RMSNorm,
     # with σ² and m = mean(x²) taken over the features of the input token.
     if b.norm == "layernorm":
-        var = c.x.var(axis=-1)
+        var = norm_input.var(axis=-1)
         mean = _max(x_hat.mean(axis=-1))
         spread = _max(x_hat.var(axis=-1) - var / (var + b.norm_eps))
         stats = f"max |token mean| {_fmt(mean)}; max |token variance − σ²/(σ²+ε)| {_fmt(spread)}"
     else:
-        ms = (c.x**2).mean(axis=-1)
+        ms = (norm_input**2).mean(axis=-1)
         mean = 0.0
         spread = _max(np.sqrt((x_hat**2).mean(axis=-1)) - np.sqrt(ms / (ms + b.norm_eps)))
         stats = f"max |token RMS − √(m/(m+ε))| {_fmt(spread)}"

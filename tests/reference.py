@@ -35,7 +35,7 @@ BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
 NORMS = ("layernorm", "rmsnorm")
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu")
 GATED = ("swiglu", "geglu")
-PLACEMENTS = ("pre", "post", "parallel")
+PLACEMENTS = ("pre", "post", "parallel", "post_branch")
 POSITIONS = ("learned", "sinusoidal", "rope", "none")
 
 
@@ -462,6 +462,10 @@ def _block_sequence(b, weights, prefix, xs, rope_fraction, rms_beta):
             m = _mlp(b, weights, prefix, hs[t])
             ys.append(_norm(b, weights, "ln2", prefix, hs[t] + m, rms_beta))
         return ys
+    if b["placement"] == "post_branch":  # OLMo2: norm each branch's output, then add it
+        a = _attention(b, weights, prefix, xs, rope_fraction, rms_beta)
+        hs = [xs[t] + _norm(b, weights, "ln1", prefix, a[t], rms_beta) for t in range(T)]
+        return [hs[t] + _norm(b, weights, "ln2", prefix, _mlp(b, weights, prefix, hs[t]), rms_beta) for t in range(T)]
     if b["placement"] == "parallel":
         n1 = [_norm(b, weights, "ln1", prefix, xs[t], rms_beta) for t in range(T)]
         a = _attention(b, weights, prefix, n1, rope_fraction, rms_beta)

@@ -17,7 +17,7 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
         "d_ff": draw(st.integers(1, 40)),
         "norm": draw(st.sampled_from(["layernorm", "rmsnorm"])),
         "activation": draw(st.sampled_from(["gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu"])),
-        "placement": draw(st.sampled_from(["pre", "post", "parallel"])),
+        "placement": draw(st.sampled_from(["pre", "post", "parallel", "post_branch"])),
         "rope": rope,
         "bias": draw(st.one_of(st.booleans(), st.fixed_dictionaries(
             {g: st.booleans() for g in ("qkv", "out", "mlp", "norm")}))),

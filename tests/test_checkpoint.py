@@ -25,7 +25,7 @@ from blockcli import DecoderBlock, Model, load_config
 from blockcli.config import ConfigError, InputError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
-FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma", "starcoder2"]
+FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma", "starcoder2", "olmo2"]
 ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
@@ -103,6 +103,7 @@ def test_bfloat16_checkpoint_is_widened_exactly_and_says_so() -> None:
     ("gemma", {"norm_unit_offset": False}),
     ("qwen3", {"qk_norm": "none"}),
     ("starcoder2", {"sliding_window": 0}),  # its window (5) is shorter than the 7 tokens
+    ("olmo2", {"placement": "pre"}),
     *((name, {"rope_scaling": None}) for name in ROPE_SCALED),
 ])
 def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict) -> None:

@@ -11,7 +11,7 @@ For every preset in blockcli/presets/ four things must agree:
 
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
-time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 18
+time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 19
 totals below were also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
@@ -248,6 +248,14 @@ CASES = [
         # HF Hub API safetensors for bigcode/starcoder2-7b: BF16 7,173,923,840 (tied head: the config
         # has no tie_word_embeddings, and Starcoder2Config defaults it to true).
         id="starcoder2-7b[HF safetensors BF16=7173923840]",
+    ),
+    pytest.param(
+        "olmo-2-7b", 7_298_617_344,
+        gated_rms_total(d=4096, L=32, V=100352, ff=11008, n_heads=32, n_kv=32, head_dim=128, tied=False)
+        + 32 * 2 * 4096,  # q_norm (h·d_h) and k_norm (h_kv·d_h) over the whole projection, per layer
+        {"d_model": 4096, "n_heads": 32, "n_kv_heads": 32, "d_ff": 11008, "n_layers": 32, "vocab_size": 100352},
+        # HF Hub API safetensors for allenai/OLMo-2-1124-7B: F32 7,298,617,344 (the model card's "7.30B").
+        id="olmo-2-7b[HF safetensors F32=7298617344]",
     ),
 ]
 
