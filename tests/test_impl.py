@@ -70,20 +70,94 @@ def test_black_box_skips_what_it_cannot_see():
     assert all(s[i] == "PASS" for i in (8, 12, 13, 14, 15, 16, 17))
 
 
-def test_runtime_errors_wrong_shapes_and_timeouts_fail_with_the_users_message():
+def test_an_exception_is_one_error_and_the_checks_it_prevented_are_error_rows():
     result, data = run(f"{BUGGY}:Raises")
+    assert result.exit_code == 1 and data["passed"] is False
+    assert len(data["errors"]) == 1 and "ValueError: shapes do not align in my attention" in data["errors"][0]
+    s = statuses(data)
+    assert s[1] == s[10] == "PASS" and s[11] == "SKIP"  # structure needs no call; no cache interface
+    assert {s[i] for i in s if i not in (1, 10, 11)} == {"ERROR"}
+    errors = [c for c in data["checks"] if c["status"] == "ERROR"]
+    assert all(c["measured"] == "not run: error 1 (the first call failed)" and c["hint"] == "" for c in errors)
+    assert result.stdout.count("shapes do not align") == 1
+
+
+def test_traceback_option_prints_the_users_frames_to_stderr():
+    result = runner.invoke(app, ["verify", "--impl", f"{BUGGY}:Raises", "--only", "14", "--traceback"])
     assert result.exit_code == 1
-    assert "ValueError: shapes do not align in my attention" in data["checks"][2]["measured"]
+    assert "Traceback (most recent call last)" in result.stderr and "buggy_blocks.py" in result.stderr
+    assert "ValueError: shapes do not align" in result.stderr and "impl.py" not in result.stderr
+    assert "Traceback" not in runner.invoke(app, ["verify", "--impl", f"{BUGGY}:Raises", "--only", "14"]).stderr
+
+
+def test_wrong_shapes_and_timeouts_are_errors_with_the_message():
     result, data = run(f"{BUGGY}:WrongShape")
-    assert result.exit_code == 1 and "returned shape (2, 4, 512)" in data["checks"][-1]["measured"]
+    assert result.exit_code == 1 and "returned shape (2, 4, 512)" in data["errors"][0]
     result, data = run(f"{BUGGY}:Slow", "--timeout", "0.5", "--only", "14")
-    assert result.exit_code == 1 and "longer than 0.5 s" in data["checks"][0]["measured"]
+    assert result.exit_code == 1 and "longer than 0.5 s" in data["errors"][0]
+    assert statuses(data) == {14: "ERROR"}
+
+
+def test_what_the_target_prints_goes_to_stderr_and_json_stays_json():
+    result, data = run(f"{BUGGY}:Prints", "--only", "12,14")
+    assert result.exit_code == 0 and data is not None and data["passed"]
+    assert "x has shape" not in result.stdout and "building my block" not in result.stdout
+    assert "x has shape (2, 5, 512)" in result.stderr and "building my block" in result.stderr
+
+
+def test_sys_exit_in_a_call_is_an_error_never_a_silent_0():
+    result, data = run(f"{BUGGY}:ExitsInCall")
+    assert result.exit_code == 1 and data["errors"] == [
+        f"calling {BUGGY}:ExitsInCall called sys.exit(0)"]
+    assert {statuses(data)[i] for i in (8, 12, 14)} == {"ERROR"}
+
+
+@pytest.mark.parametrize("where", ["import", "build"])
+def test_sys_exit_at_import_or_build_exits_2(tmp_path, where):
+    target = tmp_path / "exits.py"
+    body = "import sys\nsys.exit(0)\nclass B: pass\n" if where == "import" else \
+        "import sys\nclass B:\n    def __init__(self, w, c):\n        sys.exit(0)\n"
+    target.write_text(body)
+    result = runner.invoke(app, ["verify", "--impl", f"{target}:B", "--json"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "sys.exit(0)" in result.stderr and ("importing" if where == "import" else "building") in result.stderr
+
+
+def test_a_target_changing_its_input_in_place_is_named():
+    result, data = run(f"{BUGGY}:UpdatesInPlace")
+    assert result.exit_code == 1
+    assert len(data["errors"]) == 1 and "changed its input x in place (5,120 of 5,120 entries)" in data["errors"][0]
+
+
+def test_a_single_sequence_block_is_detected_and_called_per_sequence():
+    result, data = run(f"{ROOT / 'tests' / 'impls' / 'sequence_block.py'}:build", str(ROOT / "configs" / "rmsnorm-block.yaml"))
+    assert result.exit_code == 0, result.stdout
+    s = statuses(data)
+    assert all(s[i] == "PASS" for i in (8, 12, 13, 14, 15, 16, 17))
+    assert any("takes one sequence (T, d) = (10, 256)" in n and "once per sequence" in n for n in data["notes"])
+    declared = run(f"{ROOT / 'tests' / 'impls' / 'sequence_block.py'}:build", str(ROOT / "configs" / "rmsnorm-block.yaml"),
+                   "--per-sequence", "--only", "12")[1]
+    assert statuses(declared) == {12: "PASS"} and any("--per-sequence" in n for n in declared["notes"])
+
+
+def test_float32_internals_get_the_float32_hint_and_pass_with_rtol():
+    result, data = run(f"{BUGGY}:Float32Norm", "--only", "12")
+    check = data["checks"][0]
+    assert result.exit_code == 1 and check["status"] == "FAIL"
+    assert "float32 arithmetic happens somewhere" in check["hint"] and "√d_h" not in check["hint"]
+    result, data = run(f"{BUGGY}:Float32Norm", "--only", "12", "--rtol", "1e-6")
+    assert result.exit_code == 0 and statuses(data) == {12: "PASS"}
+
+
+def test_unscaled_scores_keep_the_scale_hint():
+    _, data = run(f"{BUGGY}:UnscaledScores", "--only", "12")
+    assert "1/√d_h" in data["checks"][0]["hint"]
 
 
 @pytest.mark.parametrize("target,message", [
     ("nosuchfile.py:X", "not found"),
     (f"{BUGGY}:Nope", "no name 'Nope'"),
-    (f"{BUGGY}:wrong_signature", "cannot be called as wrong_signature(weights, config)"),
+    (f"{BUGGY}:wrong_signature", "cannot be called as wrong_signature(weights, config) or wrong_signature(config)"),
     ("no_module_here:X", "cannot import"),
     ("missing-colon", "expected FILE.py:Name"),
 ])
@@ -97,3 +171,30 @@ def test_syntax_error_exits_2_with_the_line(tmp_path):
     bad.write_text("class B:\n    def __init__(self, w, c)\n        pass\n")
     result = runner.invoke(app, ["verify", "--impl", f"{bad}:B"])
     assert result.exit_code == 2 and "syntax error" in result.stderr and "line 2" in result.stderr
+
+
+def test_items_use_only_what_the_target_returned(tmp_path):
+    """A block returning q, k, v but not the projections, and attn_concat but not attn_heads: items 2 and 5 skip
+    (or check only what they can) rather than borrowing blockcli's own projections and heads."""
+    target = tmp_path / "partial.py"
+    target.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT / 'tests' / 'impls')!r})\n"
+        "from buggy_blocks import Correct\n"
+        "class Partial(Correct):\n"
+        "    def __call__(self, x, return_intermediates=False):\n"
+        "        if not return_intermediates:\n"
+        "            return Correct.__call__(self, x)\n"
+        "        y, inter = Correct.__call__(self, x, True)\n"
+        "        return y, {k: inter[k] for k in ('q', 'k', 'v', 'attn_concat')}\n")
+    _, data = run(f"{target}:Partial", "--only", "2,5")
+    s = {c["id"]: c for c in data["checks"]}
+    assert s[2]["status"] == "SKIP" and "q_proj, k_proj, v_proj" in s[2]["measured"]
+    assert s[5]["status"] == "SKIP" and "attn_heads" in s[5]["measured"]
+
+
+def test_first_divergence_is_the_true_first_with_minus_inf_masks():
+    """MissingWo's masked scores hold −inf above the diagonal, equal to blockcli's: the first intermediate that
+    differs is attn_out (−inf − (−inf) is NaN and must not count as a difference)."""
+    _, data = run(f"{BUGGY}:MissingWo", "--only", "12")
+    assert data["checks"][0]["measured"].endswith("first diverging intermediate: attn_out")

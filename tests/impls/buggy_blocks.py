@@ -61,7 +61,7 @@ class Correct:
         y = hidden + mlp_out
         if not return_intermediates:
             return y
-        return y, {"ln1_out": n1, "q": q, "k": k, "v": v, "scores": scores, "masked_scores": masked,
+        return y, {"ln1_out": n1, "q_proj": flat["q"], "k_proj": flat["k"], "v_proj": flat["v"], "q": q, "k": k, "v": v, "scores": scores, "masked_scores": masked,
                    "attn_weights": weights, "attn_heads": heads, "attn_concat": concat, "attn_out": attn_out,
                    "h": hidden, "mlp_out": mlp_out}
 
@@ -115,5 +115,40 @@ class Slow(Correct):
         return Correct.__call__(self, x)
 
 
-def wrong_signature(weights):
+def wrong_signature(weights, config, extra):
     return Correct(weights, {})
+
+
+class Prints(Correct):
+    """Talks on stdout while building and on every call: none of it may reach --json's stdout."""
+
+    def __init__(self, weights, config):
+        print("building my block")
+        super().__init__(weights, config)
+
+    def __call__(self, x, return_intermediates=False):
+        print("x has shape", x.shape)
+        return Correct.__call__(self, x, return_intermediates)
+
+
+class ExitsInCall(Correct):
+    def __call__(self, x, return_intermediates=False):
+        import sys
+
+        sys.exit(0)
+
+
+class UpdatesInPlace(Correct):
+    """Adds the attention output into x itself, a classic `x += attn(x)` in NumPy."""
+
+    def __call__(self, x, return_intermediates=False):
+        y = Correct.__call__(self, x.copy(), return_intermediates)
+        x += 1.0
+        return y
+
+
+class Float32Norm(Correct):
+    """Computes its norms in float32 (as transformers' RMSNorm/LayerNorm upcasting does the other way round)."""
+
+    def norm(self, x, g, b):
+        return Correct.norm(self, x.astype(np.float32), g.astype(np.float32), b.astype(np.float32)).astype(x.dtype)
