@@ -169,7 +169,8 @@ class UserBlock:
                 obj = target(*args)
         except SubjectError as exc:
             raise InputError(f"--impl {label}: {exc}") from None
-        if is_torch_module(obj):
+        self.torch = is_torch_module(obj)
+        if self.torch:
             from blockcli.torch_block import TorchBlock
 
             obj = TorchBlock(obj, copied, config.block, weights_map, label)
@@ -286,13 +287,22 @@ def impl_subject(spec: str, weights: Mapping[str, np.ndarray], config: Config, t
         single.per_sequence = user.per_sequence
         return single.forward(x)
 
+    def rebuild(changed: dict[str, np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+        try:
+            other = UserBlock(target, changed, config, timeout, spec, user.per_sequence, weights_map)
+        except InputError as exc:  # it built before: a failure now is the target's, at check time
+            raise SubjectError(str(exc)) from None
+        return other.forward
+
     return Subject(
         forward=user.forward,
         weights=dict(weights),
         intermediates=user.intermediates if user.accepts_intermediates else None,
         parameters=(lambda: exposed) if exposed is not None else None,
         forward32=forward32,
+        rebuild=rebuild,
         notes=notes,
+        torch=user.torch,
         unused=user.unused,
     )
 

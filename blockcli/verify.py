@@ -69,6 +69,8 @@ STATS = 1e-6  # normalised mean ≈ 0, rows sum to 1
 FLOAT32 = 1e-4  # relative agreement of float32 with float64
 AGREE = 1e-9  # a user's float64 block against blockcli's, relative to the output's scale
 LARGE = 1e4  # the input scale of check 17
+QK_SCALE = 100.0  # check 17's W_Q and W_K scale: scores grow 10⁴-fold, past exp's range without the max shift
+LONG_SEQ = 64  # items 8 and 12 also run an --impl target at max(LONG_SEQ, 4·T): a mask cached at a fixed size
 
 MAX_VERIFY_SEQ = 32
 SCALE_LIMIT = 40_000_000  # blocks with more parameters are verified on a scaled copy
@@ -123,7 +125,10 @@ class Subject:
     parameters: Callable[[], dict[str, np.ndarray]] | None = None  # the arrays it exposes, if any
     forward32: Callable[[np.ndarray], np.ndarray] | None = None  # the same subject in float32
     block: DecoderBlock | None = None  # set when the subject is blockcli's block (or a seeded bug)
+    # the same subject built again on other weights (the stability probe of item 17); None: cannot be rebuilt
+    rebuild: Callable[[dict[str, np.ndarray]], Callable[[np.ndarray], np.ndarray]] | None = None
     notes: list[str] = field(default_factory=list)  # how the subject was adapted (per sequence, torch, …)
+    torch: bool = False  # a torch.nn.Module: its intermediates come from forward hooks on its submodules
     unused: dict[str, str] = field(default_factory=dict)  # weight key → the filled submodule that never ran
 
 
@@ -133,7 +138,10 @@ def block_subject(block: DecoderBlock) -> Subject:
 
     single = DecoderBlock(block.cfg, {k: v.astype(np.float32) for k, v in block.params.items()}, block.ops,
                           block.attention)
-    return Subject(block, block.params, intermediates, lambda: block.params, single, block)
+    def rebuild(weights: dict[str, np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+        return DecoderBlock(block.cfg, weights, block.ops, block.attention)
+
+    return Subject(block, block.params, intermediates, lambda: block.params, single, block, rebuild)
 
 
 class Recording:
@@ -171,9 +179,15 @@ class Context:
         """The subject's own intermediates (never blockcli's): Skip, naming what is missing, without them."""
         missing = [k for k in keys if k not in self.inter]
         if missing:
-            raise Skip(f"needs the intermediate{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-                       f"(return them with return_intermediates=True)")
+            how = "no hook of a torch module can see them" if self.subject.torch else \
+                "return them with return_intermediates=True"
+            raise Skip(f"needs the intermediate{'s' if len(missing) > 1 else ''} {', '.join(missing)} ({how})")
         return [self.inter[k] for k in keys]
+
+    def long_x(self) -> np.ndarray:
+        """An input at T = max(LONG_SEQ, 4·T) (B, T_long, d), for a mask or table cached at a fixed size."""
+        B, T, d = self.x.shape
+        return np.random.default_rng(7).standard_normal((B, max(LONG_SEQ, 4 * T), d))
 
     def tolerance(self, default: float, reference: Any) -> float:
         """A check's own tolerance, or, when --rtol/--atol are given, the larger of it and
@@ -404,8 +418,21 @@ def check_causality(c: Context) -> tuple[bool, str, str]:
             worst, where = diff, j
     first = f" (perturbing position {where})" if where >= 0 and worst > 0 else ""
     tol = c.tolerance(PERTURB, c.y)
-    return _within(worst, tol), f"max change at earlier positions {_fmt(worst)}{first}, all {T} positions", \
-        f"{tol:.3g}"
+    measured = f"max change at earlier positions {_fmt(worst)}{first}, all {T} positions"
+    if c.subject.block is None and _within(worst, tol):  # a user's block: also a few positions at a long T
+        x = c.long_x()
+        y = c.subject.forward(x)
+        long_worst, at = 0.0, -1
+        for j in sorted({1, x.shape[1] // 3, 2 * x.shape[1] // 3, x.shape[1] - 1}):
+            moved = x.copy()
+            moved[:, j] = rng.standard_normal((B, d))
+            diff = _diff(c.subject.forward(moved)[:, :j], y[:, :j])
+            if not diff <= long_worst:
+                long_worst, at = diff, j
+        worst = max(worst, long_worst) if not math.isnan(long_worst) else long_worst
+        measured += f"; at T={x.shape[1]}, positions 1, T/3, 2T/3, T−1: {_fmt(long_worst)}" + \
+            (f" (perturbing position {at})" if at >= 0 and long_worst > 0 else "")
+    return _within(worst, tol), measured, f"{tol:.3g}"
 
 
 def check_rows(c: Context) -> tuple[bool, str, str]:
@@ -459,24 +486,34 @@ def check_reference(c: Context) -> tuple[bool, str, str] | tuple[bool, str, str,
     measured = f"max |y − blockcli| {_fmt(diff)} (relative {_fmt(diff / scale)})"
     tolerance = f"atol {c.atol:g} + rtol {c.rtol:g} · max(1, max|y|)"
     if _within(diff, tol):
-        return True, measured, tolerance
-    first = _first_divergence(c)
+        x = c.long_x()
+        truth = DecoderBlock(c.cfg, c.subject.weights, attention="full")(x)
+        long_diff = _diff(c.subject.forward(x), truth)
+        measured += f"; at T={x.shape[1]}: {_fmt(long_diff)}"
+        long_ok = _within(long_diff, c.atol + c.rtol * _scale(truth))
+        return long_ok, measured, tolerance, "" if long_ok else \
+            f"it agrees at T={c.x.shape[1]} but not at T={x.shape[1]}: look for a mask, RoPE table or buffer " \
+            f"built for a fixed length"
+    first = _first_divergence(c, diff / scale)
     if first:
         measured += f"; first diverging intermediate: {first}"
     hint = HINTS[12]
     if 1e-8 <= diff / scale <= 1e-4 and c.x.dtype == np.float64:
         hint = FLOAT32_HINT
-    elif c.cfg.rope and _within(_diff(c.y, _interleaved_rope_truth(c)), tol):
+    elif c.cfg.rope and _diff(c.y, _interleaved_rope_truth(c)) / scale <= max(c.rtol, 1e-5):
         hint = ROPE_HINT
     return False, measured, tolerance, hint
 
 
-def _first_divergence(c: Context) -> str:
-    """The first intermediate, in forward order, where the subject's own value leaves blockcli's (−inf-aware)."""
+def _first_divergence(c: Context, relative: float) -> str:
+    """The first intermediate, in forward order, where the subject's own value leaves blockcli's (−inf-aware) by
+    more than the tolerance and by at least 1% of the output's relative difference (so float32 rounding early on
+    is not blamed for a large difference that starts later)."""
     for key, truth in c.truth.items():
         if key not in c.inter:
             continue
-        mine, tol = c.inter[key], c.atol + c.rtol * _scale(truth)
+        scale = _scale(truth)
+        mine, tol = c.inter[key], max(c.atol + c.rtol * scale, 0.01 * relative * scale)
         agrees = _within(_diff(mine, truth), tol)
         if key in ("q", "k") and f"{key}_rope" in c.truth:  # a user's q and k may be returned rotated
             agrees = agrees or _within(_diff(mine, c.truth[f"{key}_rope"]), tol)
@@ -532,9 +569,17 @@ def check_determinism(c: Context) -> tuple[bool, str, str]:
 
 
 def check_large_inputs(c: Context) -> tuple[bool, str, str]:
-    y = c.subject.forward(c.x * LARGE)
-    finite = bool(np.all(np.isfinite(y)))
-    return finite, f"output finite for inputs scaled by {LARGE:g}: {finite}", "no NaN or Inf"
+    finite = bool(np.all(np.isfinite(c.subject.forward(c.x * LARGE))))
+    measured = f"output finite for inputs scaled by {LARGE:g}: {finite}"
+    if c.subject.rebuild is not None:  # the pre-norm undoes an input scale; scaled W_Q, W_K make the scores huge
+        p = dict(c.subject.weights)
+        for key in ("w_q", "b_q", "w_k", "b_k"):
+            if key in p:
+                p[key] = p[key] * QK_SCALE
+        sharp = bool(np.all(np.isfinite(c.subject.rebuild(p)(c.x))))
+        measured += f"; with W_Q, W_K scaled by {QK_SCALE:g} (scores ×{QK_SCALE ** 2:g}): {sharp}"
+        finite &= sharp
+    return finite, measured, "no NaN or Inf"
 
 
 CHECKS: dict[int, Callable[[Context], tuple[bool, str, str]]] = {
