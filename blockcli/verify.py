@@ -36,10 +36,10 @@ NAMES = {
     11: "K/V-cache decoding equals the full pass",
     12: "agrees with an independent reference (blockcli's slow loop; for --impl, blockcli's block)",
     13: "float32 agrees with float64",
-    14: "output has the input's shape",
+    14: "output has the input's shape and dtype",
     15: "one sequence's output ignores the other sequences",
     16: "deterministic: two calls give the same output",
-    17: "finite output for large-magnitude inputs",
+    17: "finite output for large inputs and very sharp attention scores",
 }
 
 HINTS = {

@@ -2,7 +2,7 @@
 
     blockcli verify --impl examples/my_block.py:MyBlock
 
-blockcli calls MyBlock(weights, config) once, then calls the result on x (B, T, d).
+blockcli builds MyBlock(weights, config), then calls the result on x (B, T, d).
 weights uses blockcli's keys (ln1_gamma, w_q, b_q, ..., w_2, b_2), W shaped (in, out);
 config is the YAML as a plain dict. This one is the reference chapter's pre-norm block:
 LayerNorm, causal multi-head attention, tanh-GELU MLP.

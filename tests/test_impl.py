@@ -1,7 +1,9 @@
 """verify --impl: a user's own block is checked with the same checklist, through the documented contract."""
 
 import json
+import sys
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -10,6 +12,7 @@ from conftest import ROOT
 
 runner = CliRunner()
 BUGGY = str(ROOT / "tests" / "impls" / "buggy_blocks.py")
+sys.path.insert(0, str(ROOT / "tests" / "impls"))  # buggy_blocks importable as a module, for --impl module:Name
 EXAMPLE = ROOT / "examples" / "my_block.py"
 
 
@@ -198,3 +201,30 @@ def test_first_divergence_is_the_true_first_with_minus_inf_masks():
     differs is attn_out (−inf − (−inf) is NaN and must not count as a difference)."""
     _, data = run(f"{BUGGY}:MissingWo", "--only", "12")
     assert data["checks"][0]["measured"].endswith("first diverging intermediate: attn_out")
+
+
+def test_softmax_without_the_max_shift_fails_item_17_only():
+    result, data = run(f"{BUGGY}:SoftmaxWithoutMax")
+    failed = {c["id"] for c in data["checks"] if c["status"] == "FAIL"}
+    assert result.exit_code == 1 and failed == {17}
+    assert "with W_Q, W_K scaled by 100 (scores ×10000): False" in data["checks"][-1]["measured"]
+
+
+def test_the_factory_is_called_as_the_readme_says():
+    """Three times: float64 weights, float32 copies (item 13), and float64 with W_Q, W_K ×100 (item 17)."""
+    import buggy_blocks
+
+    buggy_blocks.BUILT.clear()
+    result = runner.invoke(app, ["verify", "--impl", "buggy_blocks:counts_builds", "--json"])
+    assert result.exit_code == 0, result.output
+    dtypes = [w["w_q"].dtype.name for w in buggy_blocks.BUILT]
+    assert dtypes == ["float64", "float32", "float64"]
+    first, _, scaled = buggy_blocks.BUILT
+    assert np.array_equal(scaled["w_q"], first["w_q"] * 100) and np.array_equal(scaled["w_v"], first["w_v"])
+
+
+@pytest.mark.parametrize("name", ["nanogpt_block.py", "llama_layer.py"])
+def test_readme_shows_the_torch_examples_as_they_are(name):
+    """The code of each example (after its docstring) is in the README verbatim; the torch tests run them."""
+    code = (ROOT / "examples" / name).read_text(encoding="utf-8").split('"""', 2)[2].strip()
+    assert code in (ROOT / "README.md").read_text(encoding="utf-8")

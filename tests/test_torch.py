@@ -46,6 +46,12 @@ def test_nanogpt_block_passes_through_its_factory(nano_config):
     assert data["notes"] == []  # every parameter filled, every weight used
 
 
+def test_gpt2_conv1d_layout_is_taken_as_is(nano_config):
+    """Conv1D stores (in, out): transposing its square c_proj (as for nn.Linear) would fail item 12."""
+    result, data = run(f"{TORCH}:gpt2_style", nano_config, "--only", "5,12")
+    assert result.exit_code == 0 and statuses(data) == {5: "PASS", 12: "PASS"}, data
+
+
 # Which items each classic bug must fail (the same intent as the NumPy bugs in test_impl.py).
 NANOGPT_BUGS = {
     "nanogpt_softmax_queries": {3, 8}, "nanogpt_no_mask": {4, 8}, "nanogpt_scale_1_over_d": {12},

@@ -98,6 +98,27 @@ nanogpt_heads_wrong_order = _nanogpt("heads-wrong-order")
 nanogpt_mask_cached_at_16 = _nanogpt(block_size=16)
 
 
+class Conv1D(nn.Module):
+    """GPT-2's Conv1D (transformers.pytorch_utils): a linear layer storing its weight as (in, out)."""
+
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.weight, self.bias = nn.Parameter(torch.empty(nx, nf)), nn.Parameter(torch.zeros(nf))
+
+    def forward(self, x):
+        return x @ self.weight + self.bias
+
+
+def gpt2_style(config):
+    """nanoGPT's Block with GPT-2's Conv1D layers: the same names, the other matrix layout."""
+    b = config["block"]
+    block = Block(GPTConfig(n_embd=b["d_model"], n_head=b["n_heads"]))
+    d = b["d_model"]
+    block.attn.c_attn, block.attn.c_proj = Conv1D(3 * d, d), Conv1D(d, d)
+    block.mlp.c_fc, block.mlp.c_proj = Conv1D(4 * d, d), Conv1D(d, 4 * d)
+    return block
+
+
 # ----------------------------------------------------------------------------- transformers-style Llama layer
 
 
