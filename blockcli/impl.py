@@ -165,7 +165,7 @@ class UserBlock:
         copied = {k: v.copy() for k, v in weights.items()}
         args = factory_arguments(target, copied, config, label)
         try:
-            with guarded(f"building {label}", timeout):
+            with guarded("building it", timeout):
                 obj = target(*args)
         except SubjectError as exc:
             raise InputError(f"--impl {label}: {exc}") from None

@@ -338,6 +338,7 @@ def verify_summaries(reports: Sequence[Report]) -> Group:
         lines.append(Text(verify_summary(r), style="green" if r.passed else "bold red"))
         lines += [Text(f"  {c.id}. {c.name}: {c.measured}" + (f" — hint: {c.hint}" if c.hint else ""))
                   for c in r.checks if c.passed is False]
+        lines += [Text(f"  error {n}: {e}", style="bold magenta") for n, e in enumerate(r.errors, 1)]
         lines += [Text(f"  note: {note}", style="dim") for note in r.notes]
     return Group(*lines)
 

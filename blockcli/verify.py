@@ -5,7 +5,10 @@ hint at the likely bug when it fails. Items 11–13 follow the ten: cached decod
 per-head reference, and float32 against float64. All checks run in float64 unless stated.
 
 Every check can be run on a block whose operations were swapped (`blockcli.mutants`), which is
-how the tests prove that each check catches the bug it is meant for.
+how the tests prove that each check catches the bug it is meant for. A user's implementation
+(`blockcli.impl`) is judged only on what it returned; when it fails (raises, exits, times out,
+changes its input), the failure is recorded once in `Report.errors` and the checks it prevented are
+ERROR, not FAIL.
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ SCALE_LIMIT = 40_000_000  # blocks with more parameters are verified on a scaled
 
 FLOAT32_HINT = ("agreement stops at float32 level on float64 input: float32 arithmetic happens somewhere — a norm "
                 "that upcasts to float32, RoPE cos/sin tables built in float32, a softmax with dtype=float32, or a "
-                "module or parameter left in float32; if that is intended, pass --rtol 1e-6")
+                "module or parameter left in float32; if that is intended, loosen --rtol (1e-6 usually suffices)")
 ROPE_HINT = ("your output matches blockcli's block with interleaved RoPE pairs (2i, 2i+1); blockcli and Hugging Face "
              "rotate halves, pairing dims i and i + r/2 (permute W_Q/W_K's columns or use rotate_half)")
 
@@ -138,6 +141,7 @@ def block_subject(block: DecoderBlock) -> Subject:
 
     single = DecoderBlock(block.cfg, {k: v.astype(np.float32) for k, v in block.params.items()}, block.ops,
                           block.attention)
+
     def rebuild(weights: dict[str, np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
         return DecoderBlock(block.cfg, weights, block.ops, block.attention)
 

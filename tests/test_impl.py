@@ -228,3 +228,10 @@ def test_readme_shows_the_torch_examples_as_they_are(name):
     """The code of each example (after its docstring) is in the README verbatim; the torch tests run them."""
     code = (ROOT / "examples" / name).read_text(encoding="utf-8").split('"""', 2)[2].strip()
     assert code in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_an_output_dtype_different_from_the_input_is_flagged():
+    result, data = run(f"{BUGGY}:ReturnsFloat32", "--only", "14")
+    check = data["checks"][0]
+    assert result.exit_code == 1 and check["status"] == "FAIL"
+    assert "output (2, 5, 512) float32" in check["measured"] and "float32 for float64 input" in check["hint"]

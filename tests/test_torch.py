@@ -52,6 +52,11 @@ def test_gpt2_conv1d_layout_is_taken_as_is(nano_config):
     assert result.exit_code == 0 and statuses(data) == {5: "PASS", 12: "PASS"}, data
 
 
+def test_a_module_updating_its_input_in_place_is_named(nano_config):
+    result, data = run(f"{TORCH}:adds_into_its_input", nano_config)
+    assert result.exit_code == 1 and len(data["errors"]) == 1 and "changed its input x in place" in data["errors"][0]
+
+
 # Which items each classic bug must fail (the same intent as the NumPy bugs in test_impl.py).
 NANOGPT_BUGS = {
     "nanogpt_softmax_queries": {3, 8}, "nanogpt_no_mask": {4, 8}, "nanogpt_scale_1_over_d": {12},

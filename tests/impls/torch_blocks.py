@@ -229,3 +229,16 @@ class LlamaStyleUnscaled(LlamaStyle):
 
 class LlamaStyleInterleavedRope(LlamaStyle):
     bug = "interleaved-rope"
+
+
+class AddsIntoItsInput(Block):
+    """`x += self.attn(self.ln_1(x))`: the residual written into the caller's tensor."""
+
+    def forward(self, x):
+        x += self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+def adds_into_its_input(config):
+    b = config["block"]
+    return AddsIntoItsInput(GPTConfig(n_embd=b["d_model"], n_head=b["n_heads"]))
