@@ -47,12 +47,19 @@ SCHEMES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "final_layer_norm": (("ln2_gamma",), ("ln2_beta",)),
     "fc1": (("w_1",), ("b_1",)),
     "fc2": (("w_2",), ("b_2",)),
+    # GPT-NeoX (Pythia): Q, K, V fused per head, [q_0 k_0 v_0 q_1 k_1 v_1 …] along the output (PER_HEAD_QKV)
+    "attention.query_key_value": (("w_q", "w_k", "w_v"), ("b_q", "b_k", "b_v")),
+    "attention.dense": (("w_o",), ("b_o",)),
+    "mlp.dense_h_to_4h": (("w_1",), ("b_1",)),
+    "mlp.dense_4h_to_h": (("w_2",), ("b_2",)),
 }
+PER_HEAD_QKV = {"attention.query_key_value"}  # fused per head rather than Q | K | V (needs h = h_kv)
 
 # Module name suffix → what its forward hook records (see Recorder.hook).
 ROLES = {
     "ln_1": "ln1", "input_layernorm": "ln1", "self_attn_layer_norm": "ln1",
-    "attn.c_attn": "qkv",
+    "attn.c_attn": "qkv", "attention.query_key_value": "qkv_per_head", "attention.dense": "o",
+    "attention": "attn",
     "attn.q_proj": "q", "self_attn.q_proj": "q", "attn.k_proj": "k", "self_attn.k_proj": "k",
     "attn.v_proj": "v", "self_attn.v_proj": "v",
     "attn.c_proj": "o", "attn.out_proj": "o", "self_attn.o_proj": "o", "self_attn.out_proj": "o",
@@ -106,6 +113,11 @@ class TorchBlock:
                 unfilled.append(f"{name} (no {', '.join(missing)} in this config)")
                 continue
             value = np.concatenate([weights[k] for k in keys], axis=-1)
+            if _suffix(owner_name, SCHEMES) in PER_HEAD_QKV and _suffix(name, user_map) is None:
+                if self.cfg.n_kv_heads != self.cfg.n_heads:
+                    raise InputError(f"--impl {label}: {name} fuses Q, K and V per head, which needs "
+                                     f"n_kv_heads = n_heads (the config has {self.cfg.n_kv_heads}/{self.cfg.n_heads})")
+                value = _per_head(value, self.cfg.n_heads)
             if value.ndim == 2:
                 value = self._layout(value, owner, tuple(param.shape), name, keys, label)
             if tuple(value.shape) != tuple(param.shape):
@@ -195,6 +207,10 @@ class Recorder:
                 q_w, kv_w = b.n_heads * b.head_dim, b.n_kv_heads * b.head_dim
                 inter["q_proj"], inter["k_proj"], inter["v_proj"] = \
                     out[..., :q_w], out[..., q_w:q_w + kv_w], out[..., q_w + kv_w:]
+            elif role == "qkv_per_head" and out is not None:
+                per_head = out.reshape(*out.shape[:-1], b.n_heads, 3, b.head_dim)  # (B, T, h, 3, d_h)
+                for i, key in enumerate(("q_proj", "k_proj", "v_proj")):
+                    inter[key] = per_head[..., i, :].reshape(*out.shape[:-1], b.n_heads * b.head_dim)
             elif role in ("q", "k", "v") and out is not None:
                 inter[f"{role}_proj"] = out
             elif role == "o":
@@ -219,6 +235,13 @@ class Recorder:
                 inter["mlp_out"] = out
 
         return record
+
+
+def _per_head(fused: np.ndarray, n_heads: int) -> np.ndarray:
+    """Q | K | V along the last axis (…, 3·h·d_h) → per head [q_i k_i v_i] (GPT-NeoX's query_key_value)."""
+    q, k, v = np.split(fused, 3, axis=-1)  # (…, h·d_h) each
+    heads = [part.reshape(*part.shape[:-1], n_heads, -1) for part in (q, k, v)]  # (…, h, d_h)
+    return np.stack(heads, axis=-2).reshape(fused.shape)  # (…, h, 3, d_h) → (…, 3·h·d_h)
 
 
 def _array(value: Any) -> np.ndarray | None:

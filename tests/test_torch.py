@@ -57,6 +57,21 @@ def test_a_module_updating_its_input_in_place_is_named(nano_config):
     assert result.exit_code == 1 and len(data["errors"]) == 1 and "changed its input x in place" in data["errors"][0]
 
 
+def test_gpt_neox_per_head_fused_qkv_is_filled_and_split(nano_config):
+    """query_key_value's [q_i k_i v_i] layout: filled from W_Q | W_K | W_V reordered per head, and its output
+    split back per head for items 5 (v_proj) and 12's first divergence (q_proj, k_proj)."""
+    result, data = run(f"{TORCH}:NeoXLayer", nano_config)
+    s = statuses(data)
+    assert result.exit_code == 0 and data["notes"] == [], data
+    assert all(s[i] == "PASS" for i in (3, 4, 5, 6, 7, 8, 9, 12, 17))
+
+
+def test_a_weights_argument_factory_may_return_a_module_too(nano_config):
+    target = f"{ROOT / 'tests' / 'impls' / 'torch_blocks.py'}:two_argument_factory"
+    result, data = run(target, nano_config, "--only", "12")
+    assert result.exit_code == 0 and statuses(data) == {12: "PASS"}
+
+
 # Which items each classic bug must fail (the same intent as the NumPy bugs in test_impl.py).
 NANOGPT_BUGS = {
     "nanogpt_softmax_queries": {3, 8}, "nanogpt_no_mask": {4, 8}, "nanogpt_scale_1_over_d": {12},
@@ -159,3 +174,16 @@ def test_the_readme_llama_example_passes_with_rtol_1e_6():
     assert statuses(data)[12] == "PASS" and statuses(data)[2] == "SKIP"
     result, data = run(target, LLAMA_CONFIG)
     assert result.exit_code == 1 and "float32 arithmetic" in data["checks"][11]["hint"]
+
+
+def test_torch_is_imported_only_for_a_torch_target():
+    import subprocess
+
+    probe = ("import atexit, sys; atexit.register(lambda: sys.stderr.write('torch loaded: %s' % ('torch' in sys.modules)));"
+             "from blockcli.cli import main; sys.argv = ['blockcli', 'verify', '--impl', sys.argv[1], '--only', '14'];"
+             " main()")
+    numpy_target = f"{ROOT / 'tests' / 'impls' / 'buggy_blocks.py'}:Correct"
+    out = subprocess.run([sys.executable, "-c", probe, numpy_target], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stderr.endswith("torch loaded: False"), out.stderr
+    out = subprocess.run([sys.executable, "-c", probe, f"{TORCH}:nanogpt"], capture_output=True, text=True)
+    assert out.stderr.endswith("torch loaded: True"), out.stderr

@@ -242,3 +242,50 @@ class AddsIntoItsInput(Block):
 def adds_into_its_input(config):
     b = config["block"]
     return AddsIntoItsInput(GPTConfig(n_embd=b["d_model"], n_head=b["n_heads"]))
+
+
+class NeoXAttention(nn.Module):
+    """GPT-NeoX's names and fused layout: query_key_value holds [q_i k_i v_i] per head."""
+
+    def __init__(self, d, n_heads):
+        super().__init__()
+        self.n_heads, self.head_dim = n_heads, d // n_heads
+        self.query_key_value = nn.Linear(d, 3 * d)
+        self.dense = nn.Linear(d, d)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        qkv = self.query_key_value(x).view(B, T, self.n_heads, 3 * self.head_dim).transpose(1, 2)  # (B, h, T, 3d_h)
+        q, k, v = qkv.split(self.head_dim, dim=-1)
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(self.head_dim)
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        weights = F.softmax(scores, dim=-1)
+        return self.dense((weights @ v).transpose(1, 2).reshape(B, T, -1)), weights
+
+
+class NeoXMLP(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.dense_h_to_4h, self.dense_4h_to_h = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return self.dense_4h_to_h(F.gelu(self.dense_h_to_4h(x)))
+
+
+class NeoXLayer(nn.Module):
+    """GPT-NeoX's module names on a sequential pre-norm block (Pythia's parallel residual is a config option)."""
+
+    def __init__(self, config):
+        super().__init__()
+        d, h = config["block"]["d_model"], config["block"]["n_heads"]
+        self.input_layernorm, self.post_attention_layernorm = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attention, self.mlp = NeoXAttention(d, h), NeoXMLP(d)
+
+    def forward(self, x):
+        h = x + self.attention(self.input_layernorm(x))[0]
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+def two_argument_factory(weights, config):
+    """Takes weights too (and ignores them): blockcli fills the module it returns all the same."""
+    return nanogpt(config)
