@@ -21,6 +21,7 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import os
 import signal
 import sys
 import traceback
@@ -51,7 +52,7 @@ def load_target(spec: str) -> Callable[..., Any]:
         sys.modules[module_name] = module
         sys.path.insert(0, str(path.resolve().parent))  # let the file import its neighbours
         try:
-            with contextlib.redirect_stdout(sys.stderr):
+            with stdout_to_stderr():
                 loader_spec.loader.exec_module(module)
         except SystemExit as exc:
             raise InputError(f"--impl {spec}: importing {path} called sys.exit({exc.code!r})") from None
@@ -63,7 +64,7 @@ def load_target(spec: str) -> Callable[..., Any]:
             sys.path.remove(str(path.resolve().parent))
     else:
         try:
-            with contextlib.redirect_stdout(sys.stderr):
+            with stdout_to_stderr():
                 module = importlib.import_module(where)
         except SystemExit as exc:
             raise InputError(f"--impl {spec}: importing {where} called sys.exit({exc.code!r})") from None
@@ -108,11 +109,40 @@ def _in_main_thread() -> bool:
 
 
 @contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send what user code writes to stdout — Python's print and, through file descriptor 1, C code's — to
+    stderr, so blockcli's own stdout (a table, JSON) stays clean."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no file descriptor 1 (an embedded interpreter): Python-level redirection only
+        saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            _flush_c_stdio()  # C's buffered stdout must drain into stderr, not into stdout later
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _flush_c_stdio() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):  # no C library to reach (not POSIX)
+        pass
+
+
+@contextmanager
 def guarded(what: str, timeout: float) -> Iterator[None]:
     """Run user code: its stdout goes to stderr (so --json stays JSON), and raising, sys.exit or running past
     the timeout becomes a SubjectError naming `what`, with the user's traceback kept for --traceback."""
     try:
-        with time_limit(timeout, what), contextlib.redirect_stdout(sys.stderr):
+        with time_limit(timeout, what), stdout_to_stderr():
             yield
     except SubjectError:
         raise

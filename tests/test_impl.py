@@ -235,3 +235,14 @@ def test_an_output_dtype_different_from_the_input_is_flagged():
     check = data["checks"][0]
     assert result.exit_code == 1 and check["status"] == "FAIL"
     assert "output (2, 5, 512) float32" in check["measured"] and "float32 for float64 input" in check["hint"]
+
+
+def test_c_level_writes_to_stdout_also_go_to_stderr():
+    """A real process: file descriptor 1 is blockcli's stdout, and C's stdio buffer drains to stderr."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "blockcli", "verify", "--impl", f"{BUGGY}:WritesToFd1", "--json",
+                          "--only", "14,16"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["passed"] is True
+    assert "raw bytes on fd 1" in out.stderr and "C printf line" in out.stderr

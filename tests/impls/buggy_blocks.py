@@ -185,3 +185,15 @@ def counts_builds(weights, config):
 class ReturnsFloat32(Correct):
     def __call__(self, x):
         return Correct.__call__(self, x).astype(np.float32)
+
+
+class WritesToFd1(Correct):
+    """Writes to file descriptor 1 directly, as C code (printf, std::cout) does, and through C's stdio buffer."""
+
+    def __call__(self, x):
+        import ctypes
+        import os
+
+        os.write(1, b"raw bytes on fd 1\n")
+        ctypes.CDLL(None).printf(b"C printf line\n")
+        return Correct.__call__(self, x)
