@@ -205,6 +205,9 @@ class UserBlock:
 
             obj = TorchBlock(obj, copied, config.block, weights_map, label)
             self.notes += obj.notes
+        elif weights_map is not None:
+            raise InputError(f"--weights-map: {label} built a {type(obj).__name__}, not a torch.nn.Module; "
+                             f"the map names a module's parameters")
         elif len(args) == 1:
             raise InputError(f"--impl {label}: {label.rpartition(':')[2]}(config) returned "
                              f"{type(obj).__name__}, not a torch.nn.Module; a NumPy block is built as "

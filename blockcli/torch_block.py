@@ -186,6 +186,8 @@ class TorchBlock:
                     self.unused[key] = name
         y = out[0] if isinstance(out, (tuple, list)) else out
         y = y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else y
+        if isinstance(y, np.ndarray):
+            recorder.inter["y"] = y  # the second residual's sum (item 6), as the module returned it
         return (y, recorder.inter) if return_intermediates else y
 
 

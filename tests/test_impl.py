@@ -246,3 +246,15 @@ def test_c_level_writes_to_stdout_also_go_to_stderr():
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["passed"] is True
     assert "raw bytes on fd 1" in out.stderr and "C printf line" in out.stderr
+
+
+def test_torch_and_sequence_options_refused_where_they_mean_nothing(tmp_path):
+    result = runner.invoke(app, ["verify", "--per-sequence"])
+    assert result.exit_code == 2 and "--per-sequence applies to an --impl target" in result.stderr
+    wmap = tmp_path / "map.yaml"
+    wmap.write_text("attn.qkv.weight: [w_q, w_k, w_v]\n")
+    result = runner.invoke(app, ["verify", "--impl", f"{BUGGY}:Correct", "--weights-map", str(wmap)])
+    assert result.exit_code == 2 and "built a Correct, not a torch.nn.Module" in result.stderr
+    wmap.write_text("- not a mapping\n")
+    result = runner.invoke(app, ["verify", "--impl", f"{BUGGY}:Correct", "--weights-map", str(wmap)])
+    assert result.exit_code == 2 and "--weights-map: expected a mapping" in result.stderr
