@@ -324,7 +324,8 @@ def verify(
     mutants: Annotated[bool, typer.Option("--mutants", help="Run every seeded bug; print the bug × check matrix.")] = False,
     list_mutants: Annotated[bool, typer.Option("--list-mutants", help="List the seeded bugs and exit.")] = False,
     impl: Annotated[Optional[str], typer.Option(
-        metavar="FILE.py:Name", help="Check your own block: Name(weights, config) called on x (B, T, d).")] = None,
+        metavar="FILE.py:Name", help="Check your own block: Name(weights, config), or Name(config) returning a "
+                                     "torch.nn.Module, called on x (B, T, d).")] = None,
     timeout: Annotated[float, typer.Option(
         help="Seconds each call of an --impl target may take (Python code only: a call stuck inside C code "
              "is interrupted when it returns).", min=0)] = 60.0,

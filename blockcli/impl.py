@@ -144,7 +144,7 @@ def guarded(what: str, timeout: float) -> Iterator[None]:
     try:
         with time_limit(timeout, what), stdout_to_stderr():
             yield
-    except SubjectError:
+    except (SubjectError, InputError):  # already one clear line (InputError: blockcli's own, e.g. a wrong shape)
         raise
     except SystemExit as exc:
         raise SubjectError(f"{what} called sys.exit({exc.code!r})", _user_traceback(exc)) from None
@@ -203,7 +203,11 @@ class UserBlock:
         if self.torch:
             from blockcli.torch_block import TorchBlock
 
-            obj = TorchBlock(obj, copied, config.block, weights_map, label)
+            try:
+                with guarded("filling its parameters", timeout):  # the module's own code runs in .to(), hooks
+                    obj = TorchBlock(obj, copied, config.block, weights_map, label)
+            except SubjectError as exc:
+                raise InputError(f"--impl {label}: {exc}") from None
             self.notes += obj.notes
         elif weights_map is not None:
             raise InputError(f"--weights-map: {label} built a {type(obj).__name__}, not a torch.nn.Module; "

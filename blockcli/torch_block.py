@@ -32,7 +32,7 @@ SCHEMES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "attn.out_proj": (("w_o",), ("b_o",)),
     "mlp.fc_in": (("w_1",), ("b_1",)),
     "mlp.fc_out": (("w_2",), ("b_2",)),
-    # transformers' Llama, Mistral, Qwen2/3, Gemma (and OPT-style self_attn.out_proj, fc1, fc2)
+    # transformers' Llama, Mistral, Qwen2 (and OPT-style self_attn.out_proj, fc1, fc2)
     "input_layernorm": (("ln1_gamma",), ("ln1_beta",)),
     "self_attn.q_proj": (("w_q",), ("b_q",)),
     "self_attn.k_proj": (("w_k",), ("b_k",)),
@@ -73,10 +73,6 @@ def _suffix(name: str, table: Mapping[str, Any]) -> str | None:
     """The longest key of `table` that `name` ends with at a dot boundary."""
     found = [s for s in table if name == s or name.endswith("." + s)]
     return max(found, key=len) if found else None
-
-
-def _is_norm(module: Any) -> bool:
-    return "norm" in type(module).__name__.lower()
 
 
 class TorchBlock:
@@ -122,7 +118,7 @@ class TorchBlock:
                 value = self._layout(value, owner, tuple(param.shape), name, keys, label)
             if tuple(value.shape) != tuple(param.shape):
                 raise InputError(f"--impl {label}: parameter {name} has shape {tuple(param.shape)}, but "
-                                 f"{' | '.join(keys)} give {tuple(value.shape)}")
+                                 f"{_joined(keys)} {tuple(value.shape)} as the module stores it")
             with torch.no_grad():
                 param.copy_(torch.from_numpy(np.ascontiguousarray(value)))
             used.update(keys)
@@ -162,7 +158,7 @@ class TorchBlock:
         if value.T.shape == shape:
             self.notes.append(f"{name}: a {kind}, taken as (out, in) like nn.Linear")
             return value.T
-        raise InputError(f"--impl {label}: parameter {name} has shape {shape}, but {' | '.join(keys)} give "
+        raise InputError(f"--impl {label}: parameter {name} has shape {shape}, but {_joined(keys)} "
                          f"{value.shape}")
 
     def parameters(self) -> dict[str, np.ndarray]:
@@ -237,6 +233,11 @@ class Recorder:
                 inter["mlp_out"] = out
 
         return record
+
+
+def _joined(keys: tuple[str, ...]) -> str:
+    """'w_1 makes' or 'w_q | w_k | w_v make': the blockcli side of a shape message."""
+    return f"{keys[0]} makes" if len(keys) == 1 else f"{' | '.join(keys)} make"
 
 
 def _per_head(fused: np.ndarray, n_heads: int) -> np.ndarray:

@@ -553,7 +553,8 @@ def check_float32(c: Context) -> tuple[bool, str, str]:
 def check_output_shape(c: Context) -> tuple[bool, str, str] | tuple[bool, str, str, str]:
     y = c.y
     ok = isinstance(y, np.ndarray) and y.shape == c.x.shape and y.dtype.kind == "f"
-    measured = f"input {c.x.shape} {c.x.dtype}, output {getattr(y, 'shape', type(y).__name__)} {getattr(y, 'dtype', '')}"
+    measured = f"input {c.x.shape} {c.x.dtype}, output {getattr(y, 'shape', type(y).__name__)} " \
+        f"{getattr(y, 'dtype', '')}"
     if ok and y.dtype != c.x.dtype:
         return False, measured, "shape and dtype equal", \
             f"the output is {y.dtype} for {c.x.dtype} input: something casts (a module or weights in {y.dtype}?)"

@@ -133,13 +133,13 @@ def test_a_target_changing_its_input_in_place_is_named():
 
 
 def test_a_single_sequence_block_is_detected_and_called_per_sequence():
-    result, data = run(f"{ROOT / 'tests' / 'impls' / 'sequence_block.py'}:build", str(ROOT / "configs" / "rmsnorm-block.yaml"))
+    target, config = f"{ROOT / 'tests' / 'impls' / 'sequence_block.py'}:build", str(ROOT / "configs" / "rmsnorm-block.yaml")
+    result, data = run(target, config)
     assert result.exit_code == 0, result.stdout
     s = statuses(data)
     assert all(s[i] == "PASS" for i in (8, 12, 13, 14, 15, 16, 17))
     assert any("takes one sequence (T, d) = (10, 256)" in n and "once per sequence" in n for n in data["notes"])
-    declared = run(f"{ROOT / 'tests' / 'impls' / 'sequence_block.py'}:build", str(ROOT / "configs" / "rmsnorm-block.yaml"),
-                   "--per-sequence", "--only", "12")[1]
+    declared = run(target, config, "--per-sequence", "--only", "12")[1]
     assert statuses(declared) == {12: "PASS"} and any("--per-sequence" in n for n in declared["notes"])
 
 

@@ -179,7 +179,8 @@ def test_the_readme_llama_example_passes_with_rtol_1e_6():
 def test_torch_is_imported_only_for_a_torch_target():
     import subprocess
 
-    probe = ("import atexit, sys; atexit.register(lambda: sys.stderr.write('torch loaded: %s' % ('torch' in sys.modules)));"
+    probe = ("import atexit, sys;"
+             "atexit.register(lambda: sys.stderr.write('torch loaded: %s' % ('torch' in sys.modules)));"
              "from blockcli.cli import main; sys.argv = ['blockcli', 'verify', '--impl', sys.argv[1], '--only', '14'];"
              " main()")
     numpy_target = f"{ROOT / 'tests' / 'impls' / 'buggy_blocks.py'}:Correct"
@@ -187,3 +188,13 @@ def test_torch_is_imported_only_for_a_torch_target():
     assert out.returncode == 0 and out.stderr.endswith("torch loaded: False"), out.stderr
     out = subprocess.run([sys.executable, "-c", probe, f"{TORCH}:nanogpt"], capture_output=True, text=True)
     assert out.stderr.endswith("torch loaded: True"), out.stderr
+
+
+def test_a_parameter_of_the_wrong_shape_exits_2_naming_it(tmp_path):
+    config = tmp_path / "narrow.yaml"
+    config.write_text(NANO_CONFIG.replace("d_ff: 256", "d_ff: 128"))  # nanoGPT's MLP is always 4·d wide
+    result = runner.invoke(app, ["verify", str(config), "--impl", f"{TORCH}:nanogpt"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "parameter mlp.c_fc.weight has shape (256, 64), but w_1 makes (128, 64) as the module stores it" \
+        in result.stderr
+    assert "Traceback" not in result.stderr

@@ -61,7 +61,8 @@ class Correct:
         y = hidden + mlp_out
         if not return_intermediates:
             return y
-        return y, {"ln1_out": n1, "q_proj": flat["q"], "k_proj": flat["k"], "v_proj": flat["v"], "q": q, "k": k, "v": v, "scores": scores, "masked_scores": masked,
+        return y, {"ln1_out": n1, "q_proj": flat["q"], "k_proj": flat["k"], "v_proj": flat["v"], "q": q, "k": k,
+                   "v": v, "scores": scores, "masked_scores": masked,
                    "attn_weights": weights, "attn_heads": heads, "attn_concat": concat, "attn_out": attn_out,
                    "h": hidden, "mlp_out": mlp_out}
 
