@@ -258,3 +258,12 @@ def test_torch_and_sequence_options_refused_where_they_mean_nothing(tmp_path):
     wmap.write_text("- not a mapping\n")
     result = runner.invoke(app, ["verify", "--impl", f"{BUGGY}:Correct", "--weights-map", str(wmap)])
     assert result.exit_code == 2 and "--weights-map: expected a mapping" in result.stderr
+
+
+def test_a_mask_cached_for_16_positions_fails_at_the_long_t():
+    """At the config's T = 5 the mask is right; at T = 64 every position past 15 sees the future."""
+    result, data = run(f"{BUGGY}:MaskCachedAt16", "--only", "4,8,12")
+    s = {c["id"]: c for c in data["checks"]}
+    assert result.exit_code == 1 and s[4]["status"] == "PASS"
+    assert s[8]["status"] == "FAIL" and "at T=64" in s[8]["measured"]
+    assert s[12]["status"] == "FAIL" and "agrees at T=5 but not at T=64" in s[12]["hint"]

@@ -40,6 +40,9 @@ class Correct:
         scores = np.einsum("bhtd,bhsd->bhts", q, k) * scale
         t, s = np.arange(T)[:, None], np.arange(T)[None, :]
         visible = {"no-mask": np.ones((T, T), bool), "mask-hides-diagonal": s < t}.get(bug, s <= t)
+        if bug == "mask-cached-16":  # a causal mask built once for 16 positions; beyond them nothing is hidden
+            visible = np.ones((T, T), bool)
+            visible[:16, :16] = np.tril(np.ones((16, 16), bool))[:T, :T]
         if bug == "mask-after-softmax":
             masked = scores
         else:
@@ -82,6 +85,7 @@ ResidualBroadcast = _bugged("residual-broadcast")
 NormTimeAxis = _bugged("norm-time-axis")
 NormBatchAxis = _bugged("norm-batch-axis")
 UnscaledScores = _bugged("unscaled-scores")
+MaskCachedAt16 = _bugged("mask-cached-16")
 
 
 class CountsWithoutBiases(Correct):
