@@ -440,8 +440,25 @@ def verify(
     mutants: Annotated[bool, typer.Option("--mutants", help="Run every seeded bug; print the bug × check matrix.")] = False,
     list_mutants: Annotated[bool, typer.Option("--list-mutants", help="List the seeded bugs and exit.")] = False,
     impl: Annotated[Optional[str], typer.Option(
-        metavar="FILE.py:Name", help="Check your own block: Name(weights, config) called on x (B, T, d).")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds each call of an --impl target may take.", min=0)] = 60.0,
+        metavar="FILE.py:Name", help="Check your own block: Name(weights, config), or Name(config) returning a "
+                                     "torch.nn.Module, called on x (B, T, d).")] = None,
+    timeout: Annotated[float, typer.Option(
+        help="Seconds each call of an --impl target may take (Python code only: a call stuck inside C code "
+             "is interrupted when it returns).", min=0)] = 60.0,
+    rtol: Annotated[Optional[float], typer.Option(
+        help="Relative tolerance of item 12: it passes when max|y - ref| <= atol + rtol * max(1, max|ref|) "
+             "[default: 1e-9]. Given, --rtol/--atol also loosen (never tighten) items 2, 3, 5, 6, 8 and 15.",
+        min=0)] = None,
+    atol: Annotated[Optional[float], typer.Option(help="Absolute tolerance added to --rtol's [default: 0].",
+                                                  min=0)] = None,
+    per_sequence: Annotated[bool, typer.Option(
+        "--per-sequence", help="The --impl block takes one sequence (T, d): call it once per sequence "
+                               "(detected when the block fails on (B, T, d) but works on (T, d)).")] = False,
+    weights_map: Annotated[Optional[Path], typer.Option(
+        metavar="FILE.yaml", help="For a torch.nn.Module target: parameter name (or dotted suffix) -> blockcli "
+                                  "key, or a list of keys concatenated along the output axis.")] = None,
+    show_traceback: Annotated[bool, typer.Option(
+        "--traceback", help="Also print the traceback of each error of an --impl target to stderr.")] = False,
     json_out: JsonOpt = False,
     allow_field: AllowFieldOpt = None,
 ) -> None:
@@ -478,16 +495,26 @@ def verify(
             return EXIT_OK if all(not r.passed for _, r in rows) else EXIT_FAILED
         mutant = find_mutant(inject) if inject else None
         extra: dict[str, Any] = {"ops": mutant.ops, "formula": mutant.formula} if mutant else {}
+        if (per_sequence or weights_map) and not impl:
+            raise InputError(f"{'--per-sequence' if per_sequence else '--weights-map'} applies to an --impl target")
         if impl:
-            extra.update(impl=impl, timeout=timeout)
+            from blockcli.config import read_yaml
+
+            mapping = read_yaml(weights_map, "a weights map (YAML)") if weights_map is not None else None
+            extra.update(impl=impl, timeout=timeout, per_sequence=per_sequence, weights_map=mapping)
         configs_ = [loaded(s, allow_field) for s in sources]  # every config is checked before any runs
         subjects = []
         for source, cfg in zip(sources, configs_):
             chosen, implicit = own_weights(source, weights)
             which = layer if layer is not None or not implicit else 0
             subjects.append((cfg, chosen, which))
-        reports = [run_checks(cfg, weights=w, layer=which, only=chosen_only, skip=chosen_skip, **extra)
-                   for cfg, w, which in subjects]
+        reports = [run_checks(cfg, weights=w, layer=which, only=chosen_only, skip=chosen_skip, rtol=rtol, atol=atol,
+                              **extra) for cfg, w, which in subjects]
+        if show_traceback:
+            for report in reports:
+                for n, text in enumerate(report.tracebacks, 1):
+                    if text:
+                        sys.stderr.write(f"blockcli: traceback of error {n}:\n{text}")
         if json_out:
             data = [render.verify_json(r) for r in reports]
             print_out(render.to_json(data[0] if len(data) == 1 else

@@ -231,6 +231,11 @@ def read_text_file(path: Path, expected: str = "a YAML config") -> str:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
+def read_yaml(path: Path, expected: str) -> Any:
+    """A YAML file's data, read safely, every problem one error line (for files that are not configs)."""
+    return _parse_yaml(read_text_file(path, expected), str(path))
+
+
 def _parse_yaml(text: str, where: str) -> Any:
     import yaml
 

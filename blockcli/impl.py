@@ -3,23 +3,28 @@
 The contract, documented in the README:
 
     block = Name(weights, config)      # weights: blockcli keys → float arrays; config: plain dict like the YAML
-    y = block(x)                       # x (B, T, d) → y (B, T, d)
+    module = Name(config)              # or: a torch.nn.Module whose parameters blockcli fills by name
+    y = block(x)                       # x (B, T, d) → y (B, T, d); a block written for (T, d) is detected
     y, inter = block(x, return_intermediates=True)   # optional: a mapping of named intermediates
     block.parameters() or block.params # optional: name → array, for the parameter count
 
 A target that cannot be loaded or built (missing file, syntax error, missing name, wrong
-signature, an error while building) is an input error (exit 2). Once built, anything the user's
-code does wrong at call time (raises, returns the wrong type or shape, exceeds the timeout)
-fails the check that called it, with the user's own message.
+signature, an error or sys.exit while importing or building) is an input error (exit 2). Once
+built, anything the user's code does wrong at call time (raises, calls sys.exit, returns the wrong
+type or shape, changes its input in place, exceeds the timeout) is a SubjectError: verify reports
+it once and marks the checks it prevented ERROR. Whatever the target prints goes to stderr.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import inspect
+import os
 import signal
 import sys
+import traceback
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -47,7 +52,10 @@ def load_target(spec: str) -> Callable[..., Any]:
         sys.modules[module_name] = module
         sys.path.insert(0, str(path.resolve().parent))  # let the file import its neighbours
         try:
-            loader_spec.loader.exec_module(module)
+            with stdout_to_stderr():
+                loader_spec.loader.exec_module(module)
+        except SystemExit as exc:
+            raise InputError(f"--impl {spec}: importing {path} called sys.exit({exc.code!r})") from None
         except SyntaxError as exc:
             raise InputError(f"--impl {spec}: syntax error in {exc.filename} at line {exc.lineno}: {exc.msg}") from None
         except Exception as exc:
@@ -56,7 +64,10 @@ def load_target(spec: str) -> Callable[..., Any]:
             sys.path.remove(str(path.resolve().parent))
     else:
         try:
-            module = importlib.import_module(where)
+            with stdout_to_stderr():
+                module = importlib.import_module(where)
+        except SystemExit as exc:
+            raise InputError(f"--impl {spec}: importing {where} called sys.exit({exc.code!r})") from None
         except SyntaxError as exc:
             raise InputError(f"--impl {spec}: syntax error in {exc.filename} at line {exc.lineno}: {exc.msg}") from None
         except Exception as exc:
@@ -97,45 +108,169 @@ def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send what user code writes to stdout — Python's print and, through file descriptor 1, C code's — to
+    stderr, so blockcli's own stdout (a table, JSON) stays clean."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no file descriptor 1 (an embedded interpreter): Python-level redirection only
+        saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            _flush_c_stdio()  # C's buffered stdout must drain into stderr, not into stdout later
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _flush_c_stdio() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):  # no C library to reach (not POSIX)
+        pass
+
+
+@contextmanager
+def guarded(what: str, timeout: float) -> Iterator[None]:
+    """Run user code: its stdout goes to stderr (so --json stays JSON), and raising, sys.exit or running past
+    the timeout becomes a SubjectError naming `what`, with the user's traceback kept for --traceback."""
+    try:
+        with time_limit(timeout, what), stdout_to_stderr():
+            yield
+    except (SubjectError, InputError):  # already one clear line (InputError: blockcli's own, e.g. a wrong shape)
+        raise
+    except SystemExit as exc:
+        raise SubjectError(f"{what} called sys.exit({exc.code!r})", _user_traceback(exc)) from None
+    except Exception as exc:
+        raise SubjectError(f"{what} raised {type(exc).__name__}: {exc}", _user_traceback(exc)) from None
+
+
+def _user_traceback(exc: BaseException) -> str:
+    """The traceback from the first frame outside this module: the user's code, not blockcli's plumbing."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def factory_arguments(target: Callable[..., Any], weights: Mapping[str, np.ndarray],
+                      config: Config, label: str) -> tuple[Any, ...]:
+    """(weights, config) when the target takes two arguments, (config,) when it takes one (a torch module)."""
+    plain = config.to_dict()
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return weights, plain
+    for args in ((weights, plain), (plain,)):
+        try:
+            signature.bind(*args)
+            return args
+        except TypeError:
+            continue
+    name = label.rpartition(":")[2]
+    raise InputError(f"--impl {label}: cannot be called as {name}(weights, config) or {name}(config): "
+                     f"its signature is {name}{signature}")
+
+
+def is_torch_module(obj: Any) -> bool:
+    """True for a torch.nn.Module, decided without importing torch."""
+    return any(k.__name__ == "Module" and k.__module__.startswith("torch.nn") for k in type(obj).__mro__)
+
+
 class UserBlock:
     """A user's implementation behind the checks' interface, with errors turned into SubjectError."""
 
     def __init__(self, target: Callable[..., Any], weights: Mapping[str, np.ndarray], config: Config,
-                 timeout: float, label: str) -> None:
+                 timeout: float, label: str, per_sequence: bool | None = None, weights_map: Any = None) -> None:
         self.label, self.timeout = label, timeout
+        self.per_sequence = per_sequence  # None: decided by the first call
+        self.notes: list[str] = []
+        copied = {k: v.copy() for k, v in weights.items()}
+        args = factory_arguments(target, copied, config, label)
         try:
-            with time_limit(timeout, f"building {label}"):
-                self.obj = target({k: v.copy() for k, v in weights.items()}, config.to_dict())
+            with guarded("building it", timeout):
+                obj = target(*args)
         except SubjectError as exc:
             raise InputError(f"--impl {label}: {exc}") from None
-        except TypeError as exc:
-            raise InputError(f"--impl {label}: cannot be called as {label.rpartition(':')[2]}(weights, config): "
-                             f"{exc}") from None
-        except Exception as exc:
-            raise InputError(f"--impl {label}: building it raised {type(exc).__name__}: {exc}") from None
-        if not callable(self.obj):
-            raise InputError(f"--impl {label}: {type(self.obj).__name__} object returned by the factory is not "
+        self.torch = is_torch_module(obj)
+        if self.torch:
+            from blockcli.torch_block import TorchBlock
+
+            try:
+                with guarded("filling its parameters", timeout):  # the module's own code runs in .to(), hooks
+                    obj = TorchBlock(obj, copied, config.block, weights_map, label)
+            except SubjectError as exc:
+                raise InputError(f"--impl {label}: {exc}") from None
+            self.notes += obj.notes
+        elif weights_map is not None:
+            raise InputError(f"--weights-map: {label} built a {type(obj).__name__}, not a torch.nn.Module; "
+                             f"the map names a module's parameters")
+        elif len(args) == 1:
+            raise InputError(f"--impl {label}: {label.rpartition(':')[2]}(config) returned "
+                             f"{type(obj).__name__}, not a torch.nn.Module; a NumPy block is built as "
+                             f"{label.rpartition(':')[2]}(weights, config)")
+        if not callable(obj):
+            raise InputError(f"--impl {label}: {type(obj).__name__} object returned by the factory is not "
                              f"callable on x")
-        self.accepts_intermediates = _accepts(self.obj, "return_intermediates")
+        self.obj = obj
+        self.unused: dict[str, str] = getattr(obj, "unused", {})
+        self.accepts_intermediates = _accepts(obj, "return_intermediates")
 
     def _call(self, x: np.ndarray, **kwargs: Any) -> Any:
-        try:
-            with time_limit(self.timeout, f"calling {self.label}"):
-                return self.obj(x, **kwargs)
-        except SubjectError:
-            raise
-        except Exception as exc:
-            raise SubjectError(f"your implementation raised {type(exc).__name__}: {exc}") from None
+        """One call on a private copy of x; a change to that copy is reported as an in-place update."""
+        given = x.copy()
+        with guarded(f"calling {self.label}", self.timeout):
+            result = self.obj(given, **kwargs)
+        if not np.array_equal(given, x, equal_nan=True):
+            changed = int(np.sum(~((given == x) | (np.isnan(given) & np.isnan(x)))))
+            raise SubjectError(f"{self.label} changed its input x in place ({changed:,} of {x.size:,} entries): "
+                               f"a block must leave its argument untouched (copy before updating)")
+        return result
+
+    def _each(self, x: np.ndarray, **kwargs: Any) -> list[Any]:
+        return [self._call(x[b], **kwargs) for b in range(x.shape[0])]
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        return _as_output(self._call(x), x)
+        if self.per_sequence:
+            return np.stack([_as_output(y, x[b]) for b, y in enumerate(self._each(x))])
+        if self.per_sequence is False:
+            return _as_output(self._call(x), x)
+        try:  # the first call decides: a block that fails on (B, T, d) but works on (T, d) takes one sequence
+            y = _as_output(self._call(x), x)
+        except SubjectError as batched:
+            if "(--timeout)" in str(batched) or x.ndim != 3:
+                raise
+            try:
+                one = _as_output(self._call(x[0]), x[0])
+            except SubjectError:
+                raise batched from None
+            self.per_sequence = True
+            self.notes.append(f"the block takes one sequence (T, d) = {one.shape} (on (B, T, d) it failed: "
+                              f"{batched}); it was called once per sequence")
+            return np.stack([one] + [_as_output(y, x[b]) for b, y in enumerate(self._each(x[1:]), 1)])
+        self.per_sequence = False
+        return y
 
     def intermediates(self, x: np.ndarray) -> dict[str, np.ndarray]:
-        result = self._call(x, return_intermediates=True)
-        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], Mapping)):
-            raise SubjectError("with return_intermediates=True your implementation must return (y, mapping), "
-                               f"got {type(result).__name__}")
-        return {str(k): np.asarray(v) for k, v in result[1].items() if _is_array_like(v)}
+        results = self._each(x, return_intermediates=True) if self.per_sequence else \
+            [self._call(x, return_intermediates=True)]
+        for result in results:
+            if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], Mapping)):
+                raise SubjectError(f"with return_intermediates=True {self.label} must return (y, mapping), "
+                                   f"got {type(result).__name__}")
+        found = [{str(k): np.asarray(v) for k, v in r[1].items() if _is_array_like(v)} for r in results]
+        if not self.per_sequence:
+            return found[0]
+        # one sequence's intermediates each, stacked along a new batch axis where every sequence has the key
+        return {k: np.stack([f[k] for f in found]) for k in found[0]
+                if all(k in f and f[k].shape == found[0][k].shape for f in found)}
 
     def parameters(self) -> dict[str, np.ndarray] | None:
         source = getattr(self.obj, "parameters", None)
@@ -167,20 +302,60 @@ def _as_output(y: Any, x: np.ndarray) -> np.ndarray:
             raise SubjectError(f"your implementation returned {type(y).__name__}, expected a NumPy array "
                                f"of shape {x.shape}")
     if y.shape != x.shape:
-        raise SubjectError(f"your implementation returned shape {y.shape}, expected {x.shape} (B, T, d)")
+        raise SubjectError(f"your implementation returned shape {y.shape}, expected {x.shape} (the input's)")
     return y
 
 
-def impl_subject(spec: str, weights: Mapping[str, np.ndarray], config: Config, timeout: float) -> Subject:
+def impl_subject(spec: str, weights: Mapping[str, np.ndarray], config: Config, timeout: float,
+                 per_sequence: bool = False, weights_map: Any = None) -> Subject:
     """Load, build (in float64, and in float32 for check 13) and wrap a user's implementation."""
+    _check_weights_map(weights_map, weights)
     target = load_target(spec)
-    user = UserBlock(target, weights, config, timeout, spec)
-    single = UserBlock(target, {k: v.astype(np.float32) for k, v in weights.items()}, config, timeout, spec)
+    declared = True if per_sequence else None
+    user = UserBlock(target, weights, config, timeout, spec, declared, weights_map)
+    single = UserBlock(target, {k: v.astype(np.float32) for k, v in weights.items()}, config, timeout, spec,
+                       declared, weights_map)
     exposed = user.parameters()
+    notes = user.notes  # the same list: the first call adds to it when it detects a (T, d) block
+    if per_sequence:
+        notes.append("--per-sequence: the block is called once per sequence on (T, d)")
+
+    def forward32(x: np.ndarray) -> np.ndarray:
+        single.per_sequence = user.per_sequence
+        return single.forward(x)
+
+    def rebuild(changed: dict[str, np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
+        try:
+            other = UserBlock(target, changed, config, timeout, spec, user.per_sequence, weights_map)
+        except InputError as exc:  # it built before: a failure now is the target's, at check time
+            raise SubjectError(str(exc)) from None
+        return other.forward
+
     return Subject(
         forward=user.forward,
         weights=dict(weights),
         intermediates=user.intermediates if user.accepts_intermediates else None,
         parameters=(lambda: exposed) if exposed is not None else None,
-        forward32=single.forward,
+        forward32=forward32,
+        rebuild=rebuild,
+        notes=notes,
+        torch=user.torch,
+        unused=user.unused,
     )
+
+
+def _check_weights_map(mapping: Any, weights: Mapping[str, np.ndarray]) -> None:
+    """--weights-map: parameter name (or dotted suffix) → a blockcli key or a list of keys."""
+    if mapping is None:
+        return
+    if not isinstance(mapping, Mapping) or not mapping:
+        raise InputError("--weights-map: expected a mapping of parameter name → blockcli key (or list of keys)")
+    for name, keys in mapping.items():
+        listed = [keys] if isinstance(keys, str) else keys
+        if not isinstance(name, str) or not isinstance(listed, list) or not listed \
+                or not all(isinstance(k, str) for k in listed):
+            raise InputError(f"--weights-map: {name}: expected a blockcli key or a list of keys, got {keys!r}")
+        unknown = [k for k in listed if k not in weights]
+        if unknown:
+            raise InputError(f"--weights-map: {name}: no weight '{unknown[0]}' in this config "
+                             f"(keys: {', '.join(sorted(weights))})")

@@ -56,6 +56,12 @@ def _softmax_over_queries(scores: Array, allowed: Array) -> tuple[Array, Array]:
     return masked, F.softmax(masked, axis=-2)
 
 
+def _softmax_without_max(scores: Array, allowed: Array) -> tuple[Array, Array]:
+    masked = np.where(allowed, scores, -np.inf)
+    e = np.exp(masked)  # no row-maximum shift: overflows once scores pass ~709
+    return masked, e / e.sum(axis=-1, keepdims=True)
+
+
 def _mask_after_softmax(scores: Array, allowed: Array) -> tuple[Array, Array]:
     return scores, np.where(allowed, F.softmax(scores.copy(), axis=-1), 0.0)
 
@@ -126,6 +132,8 @@ MUTANTS: tuple[Mutant, ...] = (
            _ops(layer_norm=_norm_over(0, False), rms_norm=_norm_over(0, True))),
     Mutant("unscaled-scores", "scores not divided by √d_h", (12,), _ops(attention_scores=_unscaled_scores),
            inapplicable=_unit_head),
+    Mutant("softmax-no-max", "softmax exponentiates the scores without subtracting the row maximum", (17,),
+           _ops(attention_weights=_softmax_without_max)),
     Mutant("count-forgets-biases", "hand parameter count leaves out every bias and shift", (10,),
            formula=_formula_without_biases, inapplicable=_no_bias),
 )

@@ -424,22 +424,24 @@ def attention_heatmap(weights: Any, title: str) -> Group:
 
 # ----------------------------------------------------------------------------- verify
 
-STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "SKIP": "yellow"}
+STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "SKIP": "yellow", "ERROR": "bold magenta"}
 
 
 def verify_json(report: Report) -> dict[str, Any]:
     return {
-        "config": report.config.name, "passed": report.passed, "notes": report.notes,
+        "config": report.config.name, "passed": report.passed, "notes": report.notes, "errors": report.errors,
         "checks": [{"id": c.id, "name": c.name, "status": c.status, "passed": c.passed, "measured": c.measured,
                     "tolerance": c.tolerance, "hint": c.hint} for c in report.checks],
     }
 
 
 def verify_summary(report: Report) -> str:
-    counts = {s: sum(c.status == s for c in report.checks) for s in ("PASS", "FAIL", "SKIP")}
+    counts = {s: sum(c.status == s for c in report.checks) for s in ("PASS", "FAIL", "SKIP", "ERROR")}
     failed = [str(c.id) for c in report.checks if c.passed is False]
     verdict = "PASS" if report.passed else "FAIL"
     text = f"{verdict} {report.config.name}: {counts['PASS']} passed, {counts['FAIL']} failed"
+    if counts["ERROR"]:
+        text += f", {counts['ERROR']} not run (error)"
     if counts["SKIP"]:
         text += f", {counts['SKIP']} skipped"
     return text + (f" (items {', '.join(failed)})" if failed else "")
@@ -459,8 +461,9 @@ def verify_table(report: Report, title: str = "") -> Group:
                       end_section=c.id == 10)
     parts: list[Any] = [table]
     for c in report.checks:
-        if c.passed is False:
+        if c.passed is False and c.hint:
             parts.append(Text(f"  {c.id}. hint: {c.hint}", style="red"))
+    parts += [Text(f"error {n}: {e}", style="bold magenta") for n, e in enumerate(report.errors, 1)]
     parts += [Text(f"note: {n}", style="dim") for n in report.notes]
     parts.append(Text(verify_summary(report), style="bold green" if report.passed else "bold red"))
     return Group(*parts)
@@ -474,7 +477,9 @@ def verify_summaries(reports: Sequence[Report]) -> Group:
     lines = []
     for r in reports:
         lines.append(Text(verify_summary(r), style="green" if r.passed else "bold red"))
-        lines += [Text(f"  {c.id}. {c.name}: {c.measured} — hint: {c.hint}") for c in r.checks if c.passed is False]
+        lines += [Text(f"  {c.id}. {c.name}: {c.measured}" + (f" — hint: {c.hint}" if c.hint else ""))
+                  for c in r.checks if c.passed is False]
+        lines += [Text(f"  error {n}: {e}", style="bold magenta") for n, e in enumerate(r.errors, 1)]
         lines += [Text(f"  note: {note}", style="dim") for note in r.notes]
     return Group(*lines)
 

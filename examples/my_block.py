@@ -2,7 +2,7 @@
 
     blockcli verify --impl examples/my_block.py:MyBlock
 
-blockcli calls MyBlock(weights, config) once, then calls the result on x (B, T, d).
+blockcli builds MyBlock(weights, config), then calls the result on x (B, T, d).
 weights uses blockcli's keys (ln1_gamma, w_q, b_q, ..., w_2, b_2), W shaped (in, out);
 config is the YAML as a plain dict. This one is the reference chapter's pre-norm block:
 LayerNorm, causal multi-head attention, tanh-GELU MLP.
@@ -29,15 +29,16 @@ class MyBlock:
         w, h = self.w, self.n_heads
         B, T, d = x.shape
         n1 = self.layer_norm(x, w["ln1_gamma"], w["ln1_beta"])
-        q, k, v = (n1 @ w[f"w_{n}"] + w[f"b_{n}"] for n in "qkv")
-        d_h = q.shape[-1] // h
-        q, k, v = (a.reshape(B, T, h, d_h).transpose(0, 2, 1, 3) for a in (q, k, v))  # (B, h, T, d_h)
+        flat = [n1 @ w[f"w_{n}"] + w[f"b_{n}"] for n in "qkv"]  # (B, T, d) each
+        d_h = d // h
+        q, k, v = (a.reshape(B, T, h, d_h).transpose(0, 2, 1, 3) for a in flat)  # (B, h, T, d_h)
         scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(d_h)  # (B, h, T, T)
         future = np.triu(np.ones((T, T), dtype=bool), k=1)
         masked = np.where(future, -np.inf, scores)
         e = np.exp(masked - masked.max(axis=-1, keepdims=True))
         weights = e / e.sum(axis=-1, keepdims=True)
-        concat = (weights @ v).transpose(0, 2, 1, 3).reshape(B, T, h * d_h)  # (B, T, d)
+        heads = weights @ v  # (B, h, T, d_h)
+        concat = heads.transpose(0, 2, 1, 3).reshape(B, T, h * d_h)  # (B, T, d)
         attn_out = concat @ w["w_o"] + w["b_o"]
         hidden = x + attn_out
         n2 = self.layer_norm(hidden, w["ln2_gamma"], w["ln2_beta"])
@@ -47,6 +48,7 @@ class MyBlock:
         y = hidden + mlp_out
         if not return_intermediates:
             return y
-        return y, {"ln1_out": n1, "q": q, "k": k, "v": v, "scores": scores, "masked_scores": masked,
-                   "attn_weights": weights, "attn_concat": concat, "attn_out": attn_out, "h": hidden,
+        return y, {"ln1_out": n1, "q_proj": flat[0], "k_proj": flat[1], "v_proj": flat[2], "q": q, "k": k,
+                   "v": v, "scores": scores, "masked_scores": masked, "attn_weights": weights,
+                   "attn_heads": heads, "attn_concat": concat, "attn_out": attn_out, "h": hidden,
                    "mlp_out": mlp_out}

@@ -36,7 +36,7 @@ MEANT = {
     "split-no-transpose": {2}, "softmax-query-axis": {3, 8}, "mask-after-softmax": {3, 4, 8, 9},
     "mask-hides-diagonal": {4, 9}, "no-mask": {4, 8}, "missing-wo": {5}, "heads-wrong-order": {5},
     "residual-broadcast": {6, 8}, "norm-time-axis": {7, 8}, "norm-batch-axis": {7},
-    "unscaled-scores": {12}, "count-forgets-biases": {10},
+    "unscaled-scores": {12}, "softmax-no-max": {17}, "count-forgets-biases": {10},
 }
 # Items a bug cannot touch: structure (1), the output shape (14), the count (10) for bugs in the
 # forward pass, and float32 agreement (13) for every bug whose output stays finite.

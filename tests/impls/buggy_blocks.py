@@ -40,6 +40,9 @@ class Correct:
         scores = np.einsum("bhtd,bhsd->bhts", q, k) * scale
         t, s = np.arange(T)[:, None], np.arange(T)[None, :]
         visible = {"no-mask": np.ones((T, T), bool), "mask-hides-diagonal": s < t}.get(bug, s <= t)
+        if bug == "mask-cached-16":  # a causal mask built once for 16 positions; beyond them nothing is hidden
+            visible = np.ones((T, T), bool)
+            visible[:16, :16] = np.tril(np.ones((16, 16), bool))[:T, :T]
         if bug == "mask-after-softmax":
             masked = scores
         else:
@@ -61,7 +64,8 @@ class Correct:
         y = hidden + mlp_out
         if not return_intermediates:
             return y
-        return y, {"ln1_out": n1, "q": q, "k": k, "v": v, "scores": scores, "masked_scores": masked,
+        return y, {"ln1_out": n1, "q_proj": flat["q"], "k_proj": flat["k"], "v_proj": flat["v"], "q": q, "k": k,
+                   "v": v, "scores": scores, "masked_scores": masked,
                    "attn_weights": weights, "attn_heads": heads, "attn_concat": concat, "attn_out": attn_out,
                    "h": hidden, "mlp_out": mlp_out}
 
@@ -81,6 +85,7 @@ ResidualBroadcast = _bugged("residual-broadcast")
 NormTimeAxis = _bugged("norm-time-axis")
 NormBatchAxis = _bugged("norm-batch-axis")
 UnscaledScores = _bugged("unscaled-scores")
+MaskCachedAt16 = _bugged("mask-cached-16")
 
 
 class CountsWithoutBiases(Correct):
@@ -115,5 +120,85 @@ class Slow(Correct):
         return Correct.__call__(self, x)
 
 
-def wrong_signature(weights):
+def wrong_signature(weights, config, extra):
     return Correct(weights, {})
+
+
+class Prints(Correct):
+    """Talks on stdout while building and on every call: none of it may reach --json's stdout."""
+
+    def __init__(self, weights, config):
+        print("building my block")
+        super().__init__(weights, config)
+
+    def __call__(self, x, return_intermediates=False):
+        print("x has shape", x.shape)
+        return Correct.__call__(self, x, return_intermediates)
+
+
+class ExitsInCall(Correct):
+    def __call__(self, x, return_intermediates=False):
+        import sys
+
+        sys.exit(0)
+
+
+class UpdatesInPlace(Correct):
+    """Adds the attention output into x itself, a classic `x += attn(x)` in NumPy."""
+
+    def __call__(self, x, return_intermediates=False):
+        y = Correct.__call__(self, x.copy(), return_intermediates)
+        x += 1.0
+        return y
+
+
+class Float32Norm(Correct):
+    """Computes its norms in float32 (as transformers' RMSNorm/LayerNorm upcasting does the other way round)."""
+
+    def norm(self, x, g, b):
+        return Correct.norm(self, x.astype(np.float32), g.astype(np.float32), b.astype(np.float32)).astype(x.dtype)
+
+
+class SoftmaxWithoutMax(Correct):
+    """exp(scores) / sum without the row-maximum shift: fine on ordinary scores, NaN once they pass ~709."""
+
+    def __call__(self, x):
+        return _no_max_shift(self, x)
+
+
+def _no_max_shift(block, x):
+    w, h, B, T = block.w, block.h, x.shape[0], x.shape[1]
+    n1 = block.norm(x, w["ln1_gamma"], w["ln1_beta"])
+    q, k, v = ((n1 @ w["w_" + n] + w["b_" + n]).reshape(B, T, h, -1).transpose(0, 2, 1, 3) for n in "qkv")
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(q.shape[-1])
+    e = np.exp(np.where(np.tril(np.ones((T, T), bool)), scores, -np.inf))
+    concat = ((e / e.sum(axis=-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(x.shape)
+    hidden = x + concat @ w["w_o"] + w["b_o"]
+    u = block.norm(hidden, w["ln2_gamma"], w["ln2_beta"]) @ w["w_1"] + w["b_1"]
+    act = 0.5 * u * (1 + np.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u**3)))
+    return hidden + act @ w["w_2"] + w["b_2"]
+
+
+BUILT = []  # the weights of every call of the counts_builds factory
+
+
+def counts_builds(weights, config):
+    BUILT.append({k: v.copy() for k, v in weights.items()})
+    return Correct(weights, config)
+
+
+class ReturnsFloat32(Correct):
+    def __call__(self, x):
+        return Correct.__call__(self, x).astype(np.float32)
+
+
+class WritesToFd1(Correct):
+    """Writes to file descriptor 1 directly, as C code (printf, std::cout) does, and through C's stdio buffer."""
+
+    def __call__(self, x):
+        import ctypes
+        import os
+
+        os.write(1, b"raw bytes on fd 1\n")
+        ctypes.CDLL(None).printf(b"C printf line\n")
+        return Correct.__call__(self, x)
