@@ -233,18 +233,40 @@ class Norm:
 
 @dataclass
 class KVCache:
-    """Keys and values seen so far by one attention layer, (B, h_kv, T_seen, d_h) each."""
+    """Keys and values seen so far by one attention layer, (B, h_kv, T_seen, d_h) each.
 
-    k: Array | None = None
-    v: Array | None = None
+    The buffers grow geometrically (doubling), so appending one token copies only that token: a
+    decode step costs its own work, not a copy of the whole cache. `k` and `v` are views of the
+    filled part.
+    """
+
+    _k: Array | None = None  # (B, h_kv, capacity, d_h)
+    _v: Array | None = None
+    length: int = 0
 
     @property
-    def length(self) -> int:
-        return 0 if self.k is None else self.k.shape[2]
+    def k(self) -> Array | None:
+        return None if self._k is None else self._k[:, :, :self.length]
+
+    @property
+    def v(self) -> Array | None:
+        return None if self._v is None else self._v[:, :, :self.length]
 
     def append(self, k: Array, v: Array) -> tuple[Array, Array]:
-        self.k = k if self.k is None else np.concatenate([self.k, k], axis=2)
-        self.v = v if self.v is None else np.concatenate([self.v, v], axis=2)
+        """Add k, v (B, h_kv, T_new, d_h); return all keys and values so far."""
+        end = self.length + k.shape[2]
+        if self._k is None or end > self._k.shape[2] or self._k.dtype != np.result_type(self._k, k):
+            capacity = max(end, 2 * (self._k.shape[2] if self._k is not None else 0), 16)
+            dtype = k.dtype if self._k is None else np.result_type(self._k, k)
+            grown_k = np.empty(k.shape[:2] + (capacity,) + k.shape[3:], dtype=dtype)
+            grown_v = np.empty(v.shape[:2] + (capacity,) + v.shape[3:], dtype=np.result_type(dtype, v))
+            if self._k is not None:
+                grown_k[:, :, :self.length] = self.k
+                grown_v[:, :, :self.length] = self.v
+            self._k, self._v = grown_k, grown_v
+        self._k[:, :, self.length:end] = k
+        self._v[:, :, self.length:end] = v
+        self.length = end
         return self.k, self.v
 
 
