@@ -8,7 +8,9 @@ Conventions pinned here (implementations disagree on them):
 - `gelu_tanh` is the tanh approximation (GPT-2's "gelu_new"); `gelu` is the exact erf form.
 - Softmax subtracts the row maximum, so very large logits stay finite.
 - The causal mask lets query t see keys s <= t (the diagonal is visible).
-- RoPE follows the GPT-NeoX / Hugging Face "rotate half" layout: dimension i pairs with i + r/2.
+- RoPE follows the GPT-NeoX / Hugging Face "rotate half" layout by default: dimension i pairs with
+  i + r/2; GPT-J's interleaved layout (`rotate_every_two`) pairs 2i with 2i + 1. Pair i turns at the
+  same frequency in both.
 
 The block calls its operations through an `Ops` instance. The checklist's seeded bugs
 (`blockcli.mutants`) are `Ops` with exactly one field swapped, so a bug differs from the
@@ -239,6 +241,22 @@ def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
     first, second, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
     rotated = (first * cos - second * sin, second * cos + first * sin)
     return np.concatenate(rotated + (rest,), axis=-1)
+
+
+def apply_rope_interleaved(x: Array, cos: Array, sin: Array) -> Array:
+    """Rotate the first r dims of each head of x (B, n, T, d_h); pairs are (2i, 2i + 1), as GPT-J's
+    `rotate_every_two` with its cos/sin tables repeated element by element."""
+    half = cos.shape[-1]
+    even, odd = x[..., 0:2 * half:2], x[..., 1:2 * half:2]  # (B, n, T, r/2) each
+    rotated = np.empty_like(x[..., :2 * half])
+    rotated[..., 0::2] = even * cos - odd * sin
+    rotated[..., 1::2] = odd * cos + even * sin
+    return np.concatenate((rotated, x[..., 2 * half:]), axis=-1)
+
+
+ROPE_LAYOUTS: dict[str, Callable[[Array, Array, Array], Array]] = {
+    "half": apply_rope, "interleaved": apply_rope_interleaved,
+}
 
 
 def sinusoidal_positions(positions: Array, d: int, dtype: np.dtype) -> Array:

@@ -422,8 +422,10 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
     if b.placement == "post":
         hid = norm("h", "LN1 (post)", "ln1", add("h_pre", "residual add", x, attention(x)))
         return norm("y", "LN2 (post)", "ln2", add("y_pre", "residual add", hid, mlp(hid)))
-    hid = add("h", "residual add (attention)", x, attention(norm("ln1_out", "LN1", "ln1", x)))
-    return add("y", "residual add (MLP)", hid, mlp(norm("ln2_out", "LN2", "ln2", x)))
+    n1 = norm("ln1_out", "LN1", "ln1", x)
+    hid = add("h", "residual add (attention)", x, attention(n1))
+    n2 = n1 if b.placement == "parallel_shared" else norm("ln2_out", "LN2", "ln2", x)  # one norm, read twice
+    return add("y", "residual add (MLP)", hid, mlp(n2))
 
 
 def collapse_layers(rows: list[OpRow], n_layers: int) -> list[OpRow]:
