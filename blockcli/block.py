@@ -303,10 +303,10 @@ class MultiHeadAttention:
         if cfg.rope:
             cos, sin = F.rope_tables(np.arange(start, start + T), cfg.rope_dims, cfg.rope_theta, x.dtype,
                                      cfg.rope_scaling)  # (T, r/2) each
-            rotate = F.ROPE_LAYOUTS[cfg.rope_layout]  # pairs (i, i + r/2), or (2i, 2i + 1) interleaved
-            q_rot = rotate(q, cos, sin)  # (B, h, T, d_h)
+            # pairs (i, i + r/2), or (2i, 2i + 1) in the interleaved layout
+            q_rot = ops.rotate_pairs(q, cos, sin, cfg.rope_layout)  # (B, h, T, d_h)
             rec("q_rope", "RoPE on Q", q_rot, (q,), kind="rope")
-            k_rot = rotate(k, cos, sin)  # (B, h_kv, T, d_h)
+            k_rot = ops.rotate_pairs(k, cos, sin, cfg.rope_layout)  # (B, h_kv, T, d_h)
             rec("k_rope", "RoPE on K", k_rot, (k,), kind="rope")
             q, k = q_rot, k_rot
 

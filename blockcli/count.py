@@ -133,7 +133,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
         return Row(name, label, matrix, bias_poly, (f"w_{letter}", f"b_{letter}"))
 
     rows = [
-        norm("ln1", f"{_norm_name(b)} 1"),
+        norm("ln1", f"{_norm_name(b)} 1" if b.placement != "parallel_shared" else
+             f"{_norm_name(b)} (shared by attention and MLP)"),
         proj("attn.q", "Q projection", q_width, b.bias.qkv),
         proj("attn.k", "K projection", kv_width, b.bias.qkv),
         proj("attn.v", "V projection", kv_width, b.bias.qkv),

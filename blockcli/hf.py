@@ -618,7 +618,8 @@ def _sliding(f: _Fields, block: dict, model: dict, active: bool) -> None:
 def _llama(f: _Fields) -> tuple[dict, dict]:
     f.ignore("pretraining_tp")  # splits the same matmuls into slices: the same function
     # nanotron's exports (SmolLM2) say which RoPE layout they use; true would be GPT-J's interleaved pairs
-    f.neutral("rope_interleaved", False, "blockcli's RoPE rotates halves (i, i + r/2), not interleaved pairs")
+    f.neutral("rope_interleaved", False, "transformers' Llama rotates halves (i, i + r/2) whatever it says, so "
+                                         "interleaved-pair weights would not give the model it describes")
     return _gated_rms(f, _silu_gate, kv_default=None, tie_default=False)
 
 

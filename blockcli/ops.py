@@ -259,6 +259,11 @@ ROPE_LAYOUTS: dict[str, Callable[[Array, Array, Array], Array]] = {
 }
 
 
+def rotate_pairs(x: Array, cos: Array, sin: Array, layout: str) -> Array:
+    """RoPE on x (B, n, T, d_h) with the pairs of `layout` (`ROPE_LAYOUTS`): half or interleaved."""
+    return ROPE_LAYOUTS[layout](x, cos, sin)
+
+
 def sinusoidal_positions(positions: Array, d: int, dtype: np.dtype) -> Array:
     """The fixed sin/cos table (T, d): PE[t, 2i] = sin(t/10000^(2i/d)), PE[t, 2i+1] = cos(…)."""
     inv = 10000.0 ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # (ceil(d/2),)
@@ -285,6 +290,7 @@ class Ops:
     attention_weights: Callable[[Array, Array], tuple[Array, Array]] = attention_weights
     project_out: Callable[[Array, Array, Array | None], Array] = project_out
     residual_add: Callable[[Array, Array], Array] = residual_add
+    rotate_pairs: Callable[[Array, Array, Array, str], Array] = rotate_pairs
 
 
 STANDARD_OPS = Ops()
