@@ -745,6 +745,17 @@ def test_phi_shared_norm_partial_rope_gqa_and_head_bias() -> None:
     assert block_of(with_fields(PHI_2, partial_rotary_factor=_DROP))["rope"] == 0.5  # PhiConfig's default
 
 
+def test_phi_1_5_counts_as_transformers_instantiates_it(tmp_path: Path) -> None:
+    # https://huggingface.co/microsoft/phi-1_5/blob/main/config.json: num_key_value_heads null, half
+    # of each head rotated; 1,418,270,720 is PhiForCausalLM's sum of numel on the meta device
+    data = with_fields(PHI_2, _name_or_path="microsoft/phi-1_5", bos_token_id=None, eos_token_id=None,
+                       hidden_size=2048, intermediate_size=8192, num_hidden_layers=24, num_key_value_heads=None,
+                       partial_rotary_factor=0.5, resid_pdrop=0.0)
+    config = load_config(write_json(tmp_path, data))
+    assert (config.block.n_kv_heads, config.block.rope_dims) == (32, 32)
+    assert count_parameters(config).total == 1_418_270_720
+
+
 @pytest.mark.parametrize("changes, field", [
     ({"qk_layernorm": True}, "qk_layernorm"),  # LayerNorms over q and k per head: not modelled
     ({"partial_rotary_factor": 0.5625}, "partial_rotary_factor"),  # int(80 · 9/16) = 45 dims: not whole pairs
