@@ -7,7 +7,8 @@ Pre-norm (the default), as in the reference chapter:
     H = X + MHA(LN1(X))
     Y = H + MLP(LN2(H))
 post-norm: H = LN1(X + MHA(X)), Y = LN2(H + MLP(H)); parallel (GPT-NeoX): Y = X + MHA(LN1(X)) + MLP(LN2(X));
-post_branch (OLMo2): H = X + LN1(MHA(X)), Y = H + LN2(MLP(H)).
+post_branch (OLMo2): H = X + LN1(MHA(X)), Y = H + LN2(MLP(H));
+parallel_shared (GPT-J, Phi): Y = X + MHA(LN1(X)) + MLP(LN1(X)), one norm read by both branches.
 
 Every layer declares its parameter shapes from the config alone (`blockcli.shapes`), so counts
 and memory estimates never need to allocate. The forward pass can report each operation to a
@@ -329,9 +330,10 @@ class MultiHeadAttention:
         if cfg.rope:
             cos, sin = F.rope_tables(np.arange(start, start + T), cfg.rope_dims, cfg.rope_theta, x.dtype,
                                      cfg.rope_scaling)  # (T, r/2) each
-            q_rot = F.apply_rope(q, cos, sin)  # (B, h, T, d_h)
+            # pairs (i, i + r/2), or (2i, 2i + 1) in the interleaved layout
+            q_rot = ops.rotate_pairs(q, cos, sin, cfg.rope_layout)  # (B, h, T, d_h)
             rec("q_rope", "RoPE on Q", q_rot, (q,), kind="rope")
-            k_rot = F.apply_rope(k, cos, sin)  # (B, h_kv, T, d_h)
+            k_rot = ops.rotate_pairs(k, cos, sin, cfg.rope_layout)  # (B, h_kv, T, d_h)
             rec("k_rope", "RoPE on K", k_rot, (k,), kind="rope")
             q, k = q_rot, k_rot
 
@@ -497,7 +499,7 @@ class DecoderBlock:
     notes: list[str] = field(default_factory=list)  # what loading the weights had to say
     ln1: Norm = field(init=False)
     attn: MultiHeadAttention = field(init=False)
-    ln2: Norm = field(init=False)
+    ln2: Norm | None = field(init=False)  # None: parallel_shared, the MLP reads LN1's output
     mlp: MLP = field(init=False)
 
     def __post_init__(self) -> None:
@@ -505,7 +507,8 @@ class DecoderBlock:
         cfg = self.cfg
         self.ln1 = Norm(cfg.norm, p["ln1_gamma"], p.get("ln1_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset)
         self.attn = MultiHeadAttention(cfg, p, self.ops, self.attention)
-        self.ln2 = Norm(cfg.norm, p["ln2_gamma"], p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset)
+        self.ln2 = (None if cfg.shared_norm else
+                    Norm(cfg.norm, p["ln2_gamma"], p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset))
         self.mlp = MLP(cfg, p)
 
     @classmethod
@@ -565,14 +568,16 @@ class DecoderBlock:
             rec("ln2_out", "LN2 (of the MLP output)", n2, (m,), kind=norm, params=("ln2_gamma", "ln2_beta"))
             y = add(h, n2)  # (B, T, d)
             rec("y", "residual add", y, (h, n2), kind="add")
-        else:  # parallel: both branches read x
+        else:  # parallel: both branches read x, through their own norms or one shared norm
             n1 = self.ln1(x)
             rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
             a = drop(self.attn(n1, rec, cache, drop_probs))
             h = add(x, a)
             rec("h", "residual add (attention)", h, (x, a), kind="add")
-            n2 = self.ln2(x)
-            rec("ln2_out", "LN2", n2, (x,), kind=norm, params=("ln2_gamma", "ln2_beta"))
+            n2 = n1  # parallel_shared: the MLP reads LN1's output too
+            if self.ln2 is not None:
+                n2 = self.ln2(x)
+                rec("ln2_out", "LN2", n2, (x,), kind=norm, params=("ln2_gamma", "ln2_beta"))
             m = drop(self.mlp(n2, rec))
             y = add(h, m)
             rec("y", "residual add (MLP)", y, (h, m), kind="add")

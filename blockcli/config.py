@@ -21,7 +21,8 @@ from typing import Any, Iterator, Mapping
 NORMS = ("layernorm", "rmsnorm")
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")
-PLACEMENTS = ("pre", "post", "parallel", "post_branch")
+PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared")
+ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none")
 DTYPES = ("float32", "float64")
 BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
@@ -95,6 +96,12 @@ class BlockConfig:
     sliding_window: int = 0  # a query sees at most this many keys, itself included; 0: every earlier key
     qk_norm: str = "none"  # normalise queries and keys: per head over d_h (Qwen3), or over the projection (OLMo2)
     attention_dropout: float = 0.0  # on the attention probabilities, training-mode passes only
+    rope_layout: str = "half"  # rotated pairs (i, i + r/2) as GPT-NeoX/Llama, or (2i, 2i + 1) as GPT-J
+
+    @property
+    def shared_norm(self) -> bool:
+        """Attention and MLP both read LN1(x): the block has no second norm (GPT-J, Phi)."""
+        return self.placement == "parallel_shared"
 
     @property
     def gated(self) -> bool:
@@ -380,7 +387,7 @@ def _parse_rope(value: Any) -> float:
 def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     fields = ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "norm", "norm_eps", "activation",
               "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "attention_dropout",
-              "norm_unit_offset", "sliding_window", "qk_norm")
+              "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -412,6 +419,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         sliding_window=_int(data, "sliding_window", p, 0, minimum=0),
         qk_norm=_choice(data, "qk_norm", p, "none", QK_NORMS),
         attention_dropout=_float(data, "attention_dropout", p, 0.0, 0.0, 1.0, high_open=True),
+        rope_layout=_choice(data, "rope_layout", p, "half", ROPE_LAYOUTS),
     )
     if rope and block.rope_dims == 0:
         raise ConfigError(f"block.rope: a fraction of {rope:g} of head_dim={head_dim} rotates no "
@@ -420,6 +428,9 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
 
 
 def _check_rope_scaling(block: BlockConfig) -> None:
+    if block.rope_layout != "half" and not block.rope:
+        raise ConfigError(f"block.rope_layout: {block.rope_layout} pairs need rotary positions; set block.rope "
+                          f"(or model.positions: rope)")
     scaling = block.rope_scaling
     if scaling is None:
         return

@@ -133,7 +133,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
         return Row(name, label, matrix, bias_poly, (f"w_{letter}", f"b_{letter}"))
 
     rows = [
-        norm("ln1", f"{_norm_name(b)} 1"),
+        norm("ln1", f"{_norm_name(b)} 1" if b.placement != "parallel_shared" else
+             f"{_norm_name(b)} (shared by attention and MLP)"),
         proj("attn.q", "Q projection", q_width, b.bias.qkv),
         proj("attn.k", "K projection", kv_width, b.bias.qkv),
         proj("attn.v", "V projection", kv_width, b.bias.qkv),
@@ -146,7 +147,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
             label = f"{letter.upper()} norm ({'per head' if b.qk_norm == 'head' else 'all heads'})"
             rows.append(Row(f"attn.{letter}_norm", label, term(1, *features), shift,
                             (f"{letter}_norm_gamma", f"{letter}_norm_beta")))
-    rows.append(norm("ln2", f"{_norm_name(b)} 2"))
+    if b.placement != "parallel_shared":  # a shared norm: attention and MLP both read LN1's output
+        rows.append(norm("ln2", f"{_norm_name(b)} 2"))
     mlp_bias = b.bias.mlp
     rows.append(Row("mlp.1", "MLP gate (w_1, activated)" if b.gated else "MLP expansion",
                     term(1, "d", "d_ff"), term(1, "d_ff") if mlp_bias else no, ("w_1", "b_1")))
@@ -208,7 +210,9 @@ def count_parameters(config: Config, formula: Formula = block_formula,
     block_poly = block_w + block_b
     per_block = evaluate(block_poly, values)
     for name, label, (w, bias) in (("attention", "attention (Q, K, V, O)", groups["attn"]),
-                                   ("mlp", "MLP", groups["mlp"]), ("norms", "two norms", groups["ln"]),
+                                   ("mlp", "MLP", groups["mlp"]),
+                                   ("norms", "two norms" if any(r.name == "ln2" for r in rows) else "one norm",
+                                    groups["ln"]),
                                    ("block", "block total", (block_w, block_b))):
         components.append(Component(name, label, "", evaluate(w, values), evaluate(bias, values),
                                     render(w + bias), kind="total" if name == "block" else "subtotal"))

@@ -6,7 +6,8 @@ blockcli's schema: a plain mapping shaped like a preset YAML (`about`, `block`, 
 already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only config.py
 imports yaml) that `load_config` reads back to an equal Config.
 
-Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt, olmo2, starcoder2.
+Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt, olmo2, starcoder2, gptj,
+phi.
 
 The rule for every key of the JSON object is one of three, and never "silently dropped":
 
@@ -34,6 +35,11 @@ is an error: blockcli's layers are all alike.
 
 Gemma multiplies token embeddings by sqrt(hidden_size) (`model.embedding_multiplier`) and its
 RMSNorm scales by (1 + w) (`block.norm_unit_offset`).
+
+GPT-J and Phi run attention and the MLP side by side on one LayerNorm's output
+(`placement: parallel_shared`) and add a bias to the LM head (`model.lm_head_bias`); GPT-J
+rotates interleaved pairs (`block.rope_layout: interleaved`) of its first `rotary_dim` dims, Phi
+rotates halves of int(head_dim · partial_rotary_factor) dims.
 """
 
 from __future__ import annotations
@@ -614,7 +620,8 @@ def _sliding(f: _Fields, block: dict, model: dict, active: bool) -> None:
 def _llama(f: _Fields) -> tuple[dict, dict]:
     f.ignore("pretraining_tp")  # splits the same matmuls into slices: the same function
     # nanotron's exports (SmolLM2) say which RoPE layout they use; true would be GPT-J's interleaved pairs
-    f.neutral("rope_interleaved", False, "blockcli's RoPE rotates halves (i, i + r/2), not interleaved pairs")
+    f.neutral("rope_interleaved", False, "transformers' Llama rotates halves (i, i + r/2) whatever it says, so "
+                                         "interleaved-pair weights would not give the model it describes")
     return _gated_rms(f, _silu_gate, kv_default=None, tie_default=False)
 
 
@@ -730,6 +737,75 @@ def _gemma(f: _Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _gptj(f: _Fields) -> tuple[dict, dict]:
+    """GPT-J: one LayerNorm read by attention and MLP side by side, interleaved-pair RoPE on the first
+    `rotary_dim` dims of each head (base 10000, not configurable), bias-free attention, an untied
+    LM head with a bias."""
+    d = f.int("n_embd")
+    heads = f.int("n_head")
+    head_dim = _divides(f, "n_embd", d, "n_head", heads)
+    if f.has("rotary_dim") and f.data["rotary_dim"] is None:  # transformers then builds n_embd-wide tables
+        raise f.unrepresentable("rotary_dim", None, "transformers' GPT-J then rotates whole heads with tables "
+                                                    "n_embd wide, which only fit a single head")
+    rotary_dim = f.int("rotary_dim", 64)
+    if rotary_dim % 2 or rotary_dim > head_dim:
+        raise f.unrepresentable("rotary_dim", rotary_dim, f"expected an even number of dims of a {head_dim}-wide head")
+    # the original GPT-J config.json says rotary: true and scale_attn_weights: true; transformers reads neither
+    f.neutral("rotary", True, "transformers' GPT-J always rotates q and k")
+    f.neutral("scale_attn_weights", True, "blockcli always scales attention scores by 1/sqrt(head_dim)")
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": heads, "head_dim": head_dim,
+        "d_ff": f.int("n_inner", 4 * d),  # null means 4·n_embd
+        "norm": "layernorm", "norm_eps": f.float("layer_norm_epsilon", 1e-5),
+        "activation": _plain_activation(f, "activation_function", "gelu_new"),
+        "bias": _bias(False, False, True, True),
+        "placement": "parallel_shared", "rope": _rotating(rotary_dim, head_dim), "rope_theta": 10000.0,
+        "rope_layout": "interleaved",
+    }
+    model = _model(f.int("n_layer"), f.int("vocab_size"), "rope", f.int("n_positions"),
+                   f.bool("tie_word_embeddings", False))
+    model["lm_head_bias"] = True
+    return block, model
+
+
+def _rotating(rotated: int, head_dim: int) -> float:
+    """The fraction block.rope for exactly `rotated` dims: int(head_dim * fraction) == rotated (the
+    plain quotient can land a hair below, e.g. 30/44·44 = 29.999…)."""
+    fraction = rotated / head_dim
+    return fraction if int(head_dim * fraction) == rotated else math.nextafter(fraction, 2.0)
+
+
+def _phi(f: _Fields) -> tuple[dict, dict]:
+    """Phi-1/1.5/2: one LayerNorm read by attention and MLP side by side, rotate-half RoPE on
+    int(head_dim · partial_rotary_factor) dims, biases everywhere, an untied LM head with a bias."""
+    d = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    kv = f.int("num_key_value_heads", heads)
+    if heads % kv:
+        raise ConfigError(f"{f.where}: field 'num_key_value_heads' = {kv} does not divide "
+                          f"'num_attention_heads' = {heads}")
+    head_dim = _divides(f, "hidden_size", d, "num_attention_heads", heads)
+    f.neutral("qk_layernorm", False, "a LayerNorm over each head's q and k, which blockcli's Phi does not have")
+    theta, fraction, scaling = _rope_base(f, ("rope_theta",), 10000.0, ("partial_rotary_factor",), 0.5,
+                                          f.int("max_position_embeddings"))
+    rotated = int(head_dim * fraction)
+    if rotated % 2 or not rotated:
+        raise f.unrepresentable("partial_rotary_factor", fraction, f"it rotates {rotated} of {head_dim} dimensions "
+                                                                   f"per head; expected an even number, at least 2")
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
+        "d_ff": f.int("intermediate_size"), "norm": "layernorm", "norm_eps": f.float("layer_norm_eps", 1e-5),
+        "activation": _plain_activation(f, "hidden_act", "gelu_new"),
+        "bias": True, "placement": "parallel_shared", "rope": fraction, "rope_theta": theta,
+    }
+    if scaling:
+        block["rope_scaling"] = scaling
+    model = _model(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", f.int("max_position_embeddings"),
+                   f.bool("tie_word_embeddings", False))
+    model["lm_head_bias"] = True
+    return block, model
+
+
 class _Family:
     def __init__(self, title: str, mapper: Callable[[_Fields], tuple[dict, dict]], ignored: set[str]) -> None:
         self.title, self.mapper, self.ignored = title, mapper, frozenset(ignored)
@@ -763,6 +839,14 @@ FAMILIES: dict[str, _Family] = {
         "attention_dropout", "residual_dropout", "embedding_dropout",  # training-only
     }),
     "gemma": _Family("Gemma", _gemma, _LLAMA_LIKE_IGNORED),
+    "gptj": _Family("GPT-J", _gptj, {
+        "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",  # training-only dropout
+        # GPTJForSequenceClassification / double-heads settings, not part of the LM
+        "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+    }),
+    "phi": _Family("Phi", _phi, {
+        "attention_dropout", "embd_pdrop", "resid_pdrop",  # training-only dropout
+    }),
 }
 
 

@@ -46,6 +46,16 @@ def _unit_head(cfg: BlockConfig) -> str | None:
     return "with head_dim 1, 1/√d_h is 1" if cfg.head_dim == 1 else None
 
 
+def _one_pair(cfg: BlockConfig) -> str | None:
+    if not cfg.rope:
+        return "RoPE is off"
+    return "one rotated pair: both layouts pair dims 0 and 1" if cfg.rope_dims < 4 else None
+
+
+def _other_rope_layout(x: Array, cos: Array, sin: Array, layout: str) -> Array:
+    return F.ROPE_LAYOUTS["half" if layout == "interleaved" else "interleaved"](x, cos, sin)
+
+
 def _split_without_transpose(x: Array, n_heads: int) -> Array:
     B, T, width = x.shape
     return x.reshape(B, n_heads, T, width // n_heads)  # wrong axes: mixes time and head features
@@ -134,6 +144,9 @@ MUTANTS: tuple[Mutant, ...] = (
            inapplicable=_unit_head),
     Mutant("softmax-no-max", "softmax exponentiates the scores without subtracting the row maximum", (17,),
            _ops(attention_weights=_softmax_without_max)),
+    Mutant("rope-wrong-layout", "RoPE pairs the wrong dims: rotate-half (i, i + r/2) on an interleaved-pair model "
+           "(GPT-J), or interleaved pairs (2i, 2i + 1) on a rotate-half one", (12,),
+           _ops(rotate_pairs=_other_rope_layout), inapplicable=_one_pair),
     Mutant("count-forgets-biases", "hand parameter count leaves out every bias and shift", (10,),
            formula=_formula_without_biases, inapplicable=_no_bias),
 )

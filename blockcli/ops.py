@@ -8,7 +8,9 @@ Conventions pinned here (implementations disagree on them):
 - `gelu_tanh` is the tanh approximation (GPT-2's "gelu_new"); `gelu` is the exact erf form.
 - Softmax subtracts the row maximum, so very large logits stay finite.
 - The causal mask lets query t see keys s <= t (the diagonal is visible).
-- RoPE follows the GPT-NeoX / Hugging Face "rotate half" layout: dimension i pairs with i + r/2.
+- RoPE follows the GPT-NeoX / Hugging Face "rotate half" layout by default: dimension i pairs with
+  i + r/2; GPT-J's interleaved layout (`rotate_every_two`) pairs 2i with 2i + 1. Pair i turns at the
+  same frequency in both.
 
 The block calls its operations through an `Ops` instance. The checklist's seeded bugs
 (`blockcli.mutants`) are `Ops` with exactly one field swapped, so a bug differs from the
@@ -241,6 +243,27 @@ def apply_rope(x: Array, cos: Array, sin: Array) -> Array:
     return np.concatenate(rotated + (rest,), axis=-1)
 
 
+def apply_rope_interleaved(x: Array, cos: Array, sin: Array) -> Array:
+    """Rotate the first r dims of each head of x (B, n, T, d_h); pairs are (2i, 2i + 1), as GPT-J's
+    `rotate_every_two` with its cos/sin tables repeated element by element."""
+    half = cos.shape[-1]
+    even, odd = x[..., 0:2 * half:2], x[..., 1:2 * half:2]  # (B, n, T, r/2) each
+    rotated = np.empty_like(x[..., :2 * half])
+    rotated[..., 0::2] = even * cos - odd * sin
+    rotated[..., 1::2] = odd * cos + even * sin
+    return np.concatenate((rotated, x[..., 2 * half:]), axis=-1)
+
+
+ROPE_LAYOUTS: dict[str, Callable[[Array, Array, Array], Array]] = {
+    "half": apply_rope, "interleaved": apply_rope_interleaved,
+}
+
+
+def rotate_pairs(x: Array, cos: Array, sin: Array, layout: str) -> Array:
+    """RoPE on x (B, n, T, d_h) with the pairs of `layout` (`ROPE_LAYOUTS`): half or interleaved."""
+    return ROPE_LAYOUTS[layout](x, cos, sin)
+
+
 def sinusoidal_positions(positions: Array, d: int, dtype: np.dtype) -> Array:
     """The fixed sin/cos table (T, d): PE[t, 2i] = sin(t/10000^(2i/d)), PE[t, 2i+1] = cos(…)."""
     inv = 10000.0 ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # (ceil(d/2),)
@@ -267,6 +290,7 @@ class Ops:
     attention_weights: Callable[[Array, Array], tuple[Array, Array]] = attention_weights
     project_out: Callable[[Array, Array, Array | None], Array] = project_out
     residual_add: Callable[[Array, Array], Array] = residual_add
+    rotate_pairs: Callable[[Array, Array, Array, str], Array] = rotate_pairs
 
 
 STANDARD_OPS = Ops()

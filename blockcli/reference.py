@@ -45,10 +45,11 @@ def _rotate(vec: np.ndarray, pos: int, cfg: BlockConfig, seq_len: int) -> np.nda
     inv_freq, attention = rope_frequencies(r, cfg.rope_theta, cfg.rope_scaling, seq_len)
     for i in range(r // 2):
         angle = pos * float(inv_freq[i])
-        a, b = vec[i], vec[i + r // 2]
+        first, second = (2 * i, 2 * i + 1) if cfg.rope_layout == "interleaved" else (i, i + r // 2)
+        a, b = vec[first], vec[second]
         cos, sin = attention * math.cos(angle), attention * math.sin(angle)
-        out[i] = a * cos - b * sin
-        out[i + r // 2] = b * cos + a * sin
+        out[first] = a * cos - b * sin
+        out[second] = b * cos + a * sin
     return out
 
 
@@ -122,6 +123,8 @@ def reference_block(x: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig
         elif cfg.placement == "post":
             h = norm("ln1", xb + _attention(xb, p, cfg))
             y[b] = norm("ln2", h + _mlp(h, p, cfg))
-        else:
-            y[b] = xb + _attention(norm("ln1", xb), p, cfg) + _mlp(norm("ln2", xb), p, cfg)
+        else:  # parallel: the MLP reads its own norm of x, or LN1's (parallel_shared)
+            n1 = norm("ln1", xb)
+            y[b] = xb + _attention(n1, p, cfg) + _mlp(n1 if cfg.placement == "parallel_shared" else norm("ln2", xb),
+                                                   p, cfg)
     return y

@@ -51,9 +51,10 @@ def mlp_shapes(cfg: BlockConfig) -> dict[str, Shape]:
 
 
 def block_parameter_shapes(cfg: BlockConfig) -> dict[str, Shape]:
-    """Every parameter of one block, in forward order: ln1, attention, ln2, MLP."""
-    return {**norm_shapes("ln1", cfg.d_model, cfg), **attention_shapes(cfg),
-            **norm_shapes("ln2", cfg.d_model, cfg), **mlp_shapes(cfg)}
+    """Every parameter of one block, in forward order: ln1, attention, ln2 (none when the norm is
+    shared), MLP."""
+    ln2 = {} if cfg.shared_norm else norm_shapes("ln2", cfg.d_model, cfg)
+    return {**norm_shapes("ln1", cfg.d_model, cfg), **attention_shapes(cfg), **ln2, **mlp_shapes(cfg)}
 
 
 def model_parameter_shapes(config: Config) -> dict[str, Shape]:

@@ -230,7 +230,8 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
     then feeds weights·V itself); GQA shrinks K and V to h_kv·d_h; a gated MLP keeps four d_ff-wide
     tensors (gate pre-activation, activated gate, up, product) where GELU keeps two, and ReLU one (its
     output serves its own backward and the contraction's); RMSNorm keeps its input like LayerNorm; a
-    parallel block's two norms read the same x, kept once. Selective recomputation drops the
+    parallel block's two norms read the same x, kept once; a shared norm's output feeds Q, K, V and
+    the MLP, kept once too. Selective recomputation drops the
     s²-sized terms (recomputed from the kept Q and K); full recomputation keeps only the layer input.
     """
     beta = 2 if precision == "mixed" else 4
@@ -242,12 +243,14 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
     if recompute == "full":
         return [Term("layer input (everything else recomputed)", f"{unit}·d", act(d), "2")]
     post = block.placement == "post"  # H = LN1(X + MHA(X)): attention reads x, the norms read the sums
+    shared = block.placement == "parallel_shared"  # one norm: its output is both the QKV and the MLP input
     names = (("norm 1 input (x + attention)", "Q, K, V input (the block input x)", "norm 2 input (h + MLP)",
               "MLP input (norm 1 output h)") if post else
              ("norm 1 input (the attention output)", "Q, K, V input (the block input x)",
               "norm 2 input (the MLP output)", "MLP input (h)") if block.placement == "post_branch" else
              ("norm 1 input" + (" (= norm 2 input: both read x)" if block.placement == "parallel" else ""),
-              "Q, K, V input (norm 1 output)", "norm 2 input", "MLP input (norm 2 output)"))
+              "Q, K, V and MLP input (the shared norm's output)" if shared else "Q, K, V input (norm 1 output)",
+              "norm 2 input", "MLP input (norm 2 output)"))
     terms = [Term(names[0], f"{unit}·d", act(d), "2"),
              Term(names[1], f"{unit}·d", act(d), "2"),
              Term("Q and K, for Q·Kᵀ", f"{unit}·(h + h_kv)·d_h", act((h + h_kv) * d_h), "4")]
@@ -262,9 +265,10 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
               Term("output projection input", f"{unit}·h·d_h", act(h * d_h), "2")]
     if block.dropout:
         terms.append(Term("attention-branch dropout mask", f"{MASK_BYTES}·s·b·d", mask(d), "1"))
-    if block.placement != "parallel":
+    if block.placement not in ("parallel", "parallel_shared"):
         terms.append(Term(names[2], f"{unit}·d", act(d), "2"))
-    terms.append(Term(names[3], f"{unit}·d", act(d), "2"))
+    if not shared:
+        terms.append(Term(names[3], f"{unit}·d", act(d), "2"))
     if block.gated:
         terms += [Term(name, f"{unit}·d_ff", act(d_ff), k) for name, k in
                   (("gate pre-activation", "8"), ("activated gate", ""), ("up projection", ""),

@@ -164,8 +164,43 @@ OLMO2 = TensorMap("model.", (
     _t("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
 
+# GPT-J and Phi: one norm per block (ln_1 / input_layernorm), read by attention and MLP alike
+GPTJ = TensorMap("transformer.", (
+    _t("wte", "wte.weight"),
+    _t("blocks.{i}.ln1_gamma", "h.{i}.ln_1.weight"),
+    _t("blocks.{i}.ln1_beta", "h.{i}.ln_1.bias"),
+    *(_t(f"blocks.{{i}}.w_{x}", f"h.{{i}}.attn.{x}_proj.weight", LINEAR) for x in "qkv"),
+    _t("blocks.{i}.w_o", "h.{i}.attn.out_proj.weight", LINEAR),
+    _t("blocks.{i}.w_1", "h.{i}.mlp.fc_in.weight", LINEAR),
+    _t("blocks.{i}.b_1", "h.{i}.mlp.fc_in.bias"),
+    _t("blocks.{i}.w_2", "h.{i}.mlp.fc_out.weight", LINEAR),
+    _t("blocks.{i}.b_2", "h.{i}.mlp.fc_out.bias"),
+    _t("ln_f_gamma", "ln_f.weight"),
+    _t("ln_f_beta", "ln_f.bias"),
+    _t("lm_head", "lm_head.weight", LINEAR, top=True),
+    _t("lm_head_bias", "lm_head.bias", top=True),
+), buffers=("h.{i}.attn.bias", "h.{i}.attn.masked_bias"))
+
+PHI = TensorMap("model.", (
+    _t("wte", "embed_tokens.weight"),
+    _t("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight"),
+    _t("blocks.{i}.ln1_beta", "layers.{i}.input_layernorm.bias"),
+    *(_t(f"blocks.{{i}}.w_{x}", f"layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkv"),
+    *(_t(f"blocks.{{i}}.b_{x}", f"layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkv"),
+    _t("blocks.{i}.w_o", "layers.{i}.self_attn.dense.weight", LINEAR),
+    _t("blocks.{i}.b_o", "layers.{i}.self_attn.dense.bias"),
+    _t("blocks.{i}.w_1", "layers.{i}.mlp.fc1.weight", LINEAR),
+    _t("blocks.{i}.b_1", "layers.{i}.mlp.fc1.bias"),
+    _t("blocks.{i}.w_2", "layers.{i}.mlp.fc2.weight", LINEAR),
+    _t("blocks.{i}.b_2", "layers.{i}.mlp.fc2.bias"),
+    _t("ln_f_gamma", "final_layernorm.weight"),
+    _t("ln_f_beta", "final_layernorm.bias"),
+    _t("lm_head", "lm_head.weight", LINEAR, top=True),
+    _t("lm_head_bias", "lm_head.bias", top=True),
+), buffers=("layers.{i}.self_attn.rotary_emb.inv_freq",))
+
 TENSOR_MAPS: dict[str, TensorMap] = {
     "gpt2": GPT2, "opt": OPT, "gpt_neox": GPT_NEOX,
     "llama": LLAMA, "mistral": LLAMA, "qwen2": LLAMA, "qwen3": LLAMA, "gemma": LLAMA, "starcoder2": STARCODER2,
-    "olmo2": OLMO2,
+    "olmo2": OLMO2, "gptj": GPTJ, "phi": PHI,
 }

@@ -439,8 +439,10 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
     if b.placement == "post_branch":
         hid = add("h", "residual add", x, norm("ln1_out", "LN1 (of the attention output)", "ln1", attention(x)))
         return add("y", "residual add", hid, norm("ln2_out", "LN2 (of the MLP output)", "ln2", mlp(hid)))
-    hid = add("h", "residual add (attention)", x, attention(norm("ln1_out", "LN1", "ln1", x)))
-    return add("y", "residual add (MLP)", hid, mlp(norm("ln2_out", "LN2", "ln2", x)))
+    n1 = norm("ln1_out", "LN1", "ln1", x)
+    hid = add("h", "residual add (attention)", x, attention(n1))
+    n2 = n1 if b.placement == "parallel_shared" else norm("ln2_out", "LN2", "ln2", x)  # one norm, read twice
+    return add("y", "residual add (MLP)", hid, mlp(n2))
 
 
 def collapse_layers(rows: list[OpRow], n_layers: int) -> list[OpRow]:

@@ -35,7 +35,8 @@ BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
 NORMS = ("layernorm", "rmsnorm")
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu")
 GATED = ("swiglu", "geglu")
-PLACEMENTS = ("pre", "post", "parallel", "post_branch")
+PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared")
+ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none")
 
 
@@ -93,7 +94,15 @@ def resolve_block(cfg):
         "sliding_window": int(cfg.get("sliding_window", 0)),  # 0 = every earlier key
         "norm_unit_offset": bool(cfg.get("norm_unit_offset", False)),
         "qk_norm": cfg.get("qk_norm", "none"),
+        # which dims pair up under RoPE: (i, i + r/2) "half", or (2i, 2i + 1) "interleaved" (GPT-J)
+        "rope_layout": _choice(cfg.get("rope_layout", "half"), ROPE_LAYOUTS, "rope_layout"),
     }
+
+
+def _choice(value, allowed, what):
+    if value not in allowed:
+        raise ValueError("bad %s %r" % (what, value))
+    return value
 
 
 def resolve_model(cfg):
@@ -126,7 +135,8 @@ def block_param_shapes(block_cfg, rms_beta=False):
     d, h, h_kv, d_h, d_ff = (b["d_model"], b["n_heads"], b["n_kv_heads"],
                              b["head_dim"], b["d_ff"])
     shapes = {}
-    for ln in ("ln1", "ln2"):
+    # parallel_shared: one norm feeds both branches, so there is no ln2 at all
+    for ln in ("ln1",) if b["placement"] == "parallel_shared" else ("ln1", "ln2"):
         shapes[ln + "_gamma"] = (d,)
         if _has_norm_beta(b, rms_beta):
             shapes[ln + "_beta"] = (d,)
@@ -303,8 +313,9 @@ def scaled_inv_freq(i, r, theta, scaling, seq_len):
     raise ValueError("bad rope scaling %r" % (kind,))
 
 
-def rope_vec(vec, pos, fraction, theta, scaling=None, seq_len=1):
-    """Rotate-half RoPE on the first r = int(d_h * fraction) dims of one head vector."""
+def rope_vec(vec, pos, fraction, theta, scaling=None, seq_len=1, layout="half"):
+    """RoPE on the first r = int(d_h * fraction) dims of one head vector. Pair i (frequency
+    theta^(-2i/r)) is dims (i, i + r/2) in the "half" layout, dims (2i, 2i + 1) in "interleaved"."""
     d_h = len(vec)
     r = int(d_h * fraction)
     out = np.array(vec, dtype=np.float64, copy=True)
@@ -317,10 +328,11 @@ def rope_vec(vec, pos, fraction, theta, scaling=None, seq_len=1):
         inv_freq, att = scaled_inv_freq(i, r, theta, scaling, seq_len)
         ang = pos * inv_freq
         c, s = att * math.cos(ang), att * math.sin(ang)
-        x1 = float(vec[i])
-        x2 = float(vec[i + half])
-        out[i] = x1 * c - x2 * s
-        out[i + half] = x2 * c + x1 * s
+        a, b = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + half)
+        x1 = float(vec[a])
+        x2 = float(vec[b])
+        out[a] = x1 * c - x2 * s
+        out[b] = x2 * c + x1 * s
     return out
 
 
@@ -398,8 +410,8 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
             kh = [_norm(b, weights, "k_norm", prefix, x, rms_beta) for x in kh]
         vh = [v[i * d_h:(i + 1) * d_h] for i in range(h_kv)]
         if rope_fraction > 0.0:
-            qh = [rope_vec(x, t, rope_fraction, b["rope_theta"], b["rope_scaling"], T) for x in qh]
-            kh = [rope_vec(x, t, rope_fraction, b["rope_theta"], b["rope_scaling"], T) for x in kh]
+            qh = [rope_vec(x, t, rope_fraction, b["rope_theta"], b["rope_scaling"], T, b["rope_layout"]) for x in qh]
+            kh = [rope_vec(x, t, rope_fraction, b["rope_theta"], b["rope_scaling"], T, b["rope_layout"]) for x in kh]
         q_heads.append(qh)
         k_heads.append(kh)
         v_heads.append(vh)
@@ -474,6 +486,11 @@ def _block_sequence(b, weights, prefix, xs, rope_fraction, rms_beta):
             n2 = _norm(b, weights, "ln2", prefix, xs[t], rms_beta)
             ys.append(xs[t] + a[t] + _mlp(b, weights, prefix, n2))
         return ys
+    if b["placement"] == "parallel_shared":
+        # y = x + attn(ln1(x)) + mlp(ln1(x)): the same normalised vectors feed both branches
+        n1 = [_norm(b, weights, "ln1", prefix, xs[t], rms_beta) for t in range(T)]
+        a = _attention(b, weights, prefix, n1, rope_fraction)
+        return [xs[t] + a[t] + _mlp(b, weights, prefix, n1[t]) for t in range(T)]
     raise ValueError(b["placement"])
 
 

@@ -17,7 +17,7 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
         "d_ff": draw(st.integers(1, 40)),
         "norm": draw(st.sampled_from(["layernorm", "rmsnorm"])),
         "activation": draw(st.sampled_from(["gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu"])),
-        "placement": draw(st.sampled_from(["pre", "post", "parallel", "post_branch"])),
+        "placement": draw(st.sampled_from(["pre", "post", "parallel", "post_branch", "parallel_shared"])),
         "rope": rope,
         "bias": draw(st.one_of(st.booleans(), st.fixed_dictionaries(
             {g: st.booleans() for g in ("qkv", "out", "mlp", "norm")}))),
@@ -25,6 +25,8 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
         "norm_unit_offset": draw(st.booleans()),
         "qk_norm": draw(st.sampled_from(["none", "none", "head", "projection"])),
     }
+    if rope:
+        block["rope_layout"] = draw(st.sampled_from(["half", "interleaved"]))
     if explicit:
         block["head_dim"] = head_dim
     if rope == 0.5 and head_dim < 4:

@@ -151,6 +151,17 @@ BLOCK_CASES = {
                                             activation="swiglu"),
     "qk_norm_projection_layernorm": block_dict(qk_norm="projection", rope=0.5),
     "qk_norm_per_head_unit_offset": block_dict(norm="rmsnorm", bias=False, qk_norm="head", norm_unit_offset=True),
+    "parallel_shared": block_dict(placement="parallel_shared"),
+    "parallel_shared_rms_swiglu_gqa": block_dict(placement="parallel_shared", norm="rmsnorm", bias=False,
+                                                 activation="swiglu", n_kv_heads=2),
+    "rope_interleaved_full": block_dict(rope=True, rope_layout="interleaved"),
+    "rope_interleaved_partial_gqa": block_dict(d_model=16, n_heads=2, n_kv_heads=1, rope=0.5,
+                                               rope_layout="interleaved"),
+    "rope_interleaved_yarn": block_dict(rope=True, rope_layout="interleaved", rope_scaling={
+        "type": "yarn", "factor": 4.0, "original_max_positions": 16}),
+    "gptj_like_shared_interleaved_partial": block_dict(
+        d_model=32, n_heads=2, d_ff=40, rope=0.25, rope_layout="interleaved", placement="parallel_shared",
+        bias={"qkv": False, "out": False, "mlp": True, "norm": True}),
     "combo_gqa_rope_swiglu_rms_parallel": block_dict(
         d_model=24, n_heads=6, n_kv_heads=2, head_dim=8, d_ff=40, rope=0.5,
         activation="swiglu", norm="rmsnorm", placement="parallel", bias=False,
@@ -257,6 +268,13 @@ MODEL_CASES = {
                          dict(MODEL_BASE, positions="sinusoidal", tie_embeddings=False)),
     "post_norm_learned": (block_dict(d_model=16, n_heads=4, d_ff=24, placement="post"),
                           dict(MODEL_BASE, positions="learned", tie_embeddings=False)),
+    "gptj_like_untied_lmbias_interleaved_shared": (
+        block_dict(d_model=32, n_heads=2, d_ff=24, rope=0.25, rope_layout="interleaved", placement="parallel_shared",
+                   bias={"qkv": False, "out": False, "mlp": True, "norm": True}),
+        dict(MODEL_BASE, positions="rope", tie_embeddings=False, lm_head_bias=True)),
+    "phi_like_untied_lmbias_half_shared": (
+        block_dict(d_model=16, n_heads=2, d_ff=24, rope=0.5, placement="parallel_shared"),
+        dict(MODEL_BASE, positions="rope", tie_embeddings=False, lm_head_bias=True)),
     "gemma_like_scaled_embeddings_unit_offset_window": (
         block_dict(d_model=16, n_heads=4, n_kv_heads=1, d_ff=24, rope=True, activation="geglu", norm="rmsnorm",
                    bias=False, norm_unit_offset=True, sliding_window=3),
@@ -439,6 +457,26 @@ def test_model_float32_close_to_float64_reference():
 
 
 # ------------------------------------------------- sanity checks of the reference itself
+
+def test_reference_interleaved_rope_turns_adjacent_pairs():
+    v = np.random.default_rng(1).standard_normal(8)
+    r = ref.rope_vec(v, 3, 0.5, 10000.0, layout="interleaved")
+    assert np.array_equal(r[4:], v[4:])
+    # pair 0 is dims (0, 1), turned by 3 * theta^0; pair 1 is dims (2, 3), turned by 3 * theta^(-1/2)
+    for (a, b), angle in (((0, 1), 3.0), ((2, 3), 3.0 / 100.0)):
+        c, s = np.cos(angle), np.sin(angle)
+        assert abs(r[a] - (v[a] * c - v[b] * s)) < 1e-12 and abs(r[b] - (v[b] * c + v[a] * s)) < 1e-12
+
+
+def test_rope_layouts_differ_once_two_pairs_rotate():
+    """The cases above test each layout; here the two are shown to be different functions."""
+    bd = BLOCK_CASES["rope_interleaved_full"]
+    w = random_weights(ref.block_param_shapes(bd), seed=5)
+    x = random_x(1, 4, bd["d_model"], seed=5)
+    half = DecoderBlock.from_config(make_cfg(dict(bd, rope_layout="half"), batch=1, seq_len=4), weights=w)(x)
+    interleaved = DecoderBlock.from_config(make_cfg(bd, batch=1, seq_len=4), weights=w)(x)
+    assert maxdiff(half, interleaved) > 1e-3
+
 
 def test_reference_rope_position0_is_identity_and_preserves_norm():
     v = np.random.default_rng(0).standard_normal(8)

@@ -25,7 +25,8 @@ from blockcli import DecoderBlock, Model, load_config
 from blockcli.config import ConfigError, InputError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
-FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma", "starcoder2", "olmo2"]
+FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma", "starcoder2", "olmo2", "gptj",
+            "phi"]
 ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
@@ -104,6 +105,9 @@ def test_bfloat16_checkpoint_is_widened_exactly_and_says_so() -> None:
     ("qwen3", {"qk_norm": "none"}),
     ("starcoder2", {"sliding_window": 0}),  # its window (5) is shorter than the 7 tokens
     ("olmo2", {"placement": "pre"}),
+    ("gptj", {"rope_layout": "half"}),  # interleaved pairs (2i, 2i+1), 2 pairs per head
+    ("gptj", {"rope": 1.0}),  # partial: 4 of each head's 8 dims
+    ("phi", {"rope": 1.0}),  # partial: half of each head
     *((name, {"rope_scaling": None}) for name in ROPE_SCALED),
 ])
 def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict) -> None:
@@ -127,6 +131,15 @@ def test_gemma_embedding_multiplier_matters() -> None:
     plain = config.__class__(**{**config.__dict__, "model": config.model.__class__(
         **{**config.model.__dict__, "embedding_multiplier": 1.0})})
     model = Model.from_config(plain, weights=folder, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
+
+
+@pytest.mark.parametrize("name", ["gptj", "phi"])
+def test_lm_head_bias_is_loaded_and_matters(name: str) -> None:
+    folder, want = FIXTURES / name, expected(name)
+    model = Model.from_config(load_config(folder), weights=folder, dtype="float64")
+    assert model.config.model.lm_head_bias and model.config.block.placement == "parallel_shared"
+    model.params["lm_head_bias"][...] = 0.0
     assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
 
 

@@ -447,6 +447,15 @@ def test_rope_on_block_without_rope_positions() -> None:
     assert "model.positions" in message
 
 
+def test_rope_layout_needs_rope_and_a_known_layout() -> None:
+    message = config_error(block(rope_layout="interleaved"))
+    assert message.startswith("block.rope_layout") and "rotary positions" in message, message
+    message = config_error({**block(rope=True, rope_layout="every_two"), "model": {"positions": "rope"}})
+    assert message.startswith("block.rope_layout") and "half, interleaved" in message, message
+    assert parse_config(block(rope=True, rope_layout="interleaved")).block.rope_layout == "interleaved"
+    assert parse_config(block(placement="parallel_shared")).block.shared_norm
+
+
 def test_rope_fraction_in_range_is_kept() -> None:
     cfg = parse_config({**block(rope=0.5), "model": {"positions": "rope"}})
     assert cfg.block.rope == 0.5 and cfg.block.rope_dims == 4

@@ -206,6 +206,68 @@ GEMMA_2B = {  # https://huggingface.co/google/gemma-2b/blob/main/config.json
     "vocab_size": 256000,
 }
 
+GPTJ_6B = {  # https://huggingface.co/EleutherAI/gpt-j-6b/blob/main/config.json
+    "activation_function": "gelu_new",
+    "architectures": ["GPTJForCausalLM"],
+    "attn_pdrop": 0.0,
+    "bos_token_id": 50256,
+    "embd_pdrop": 0.0,
+    "eos_token_id": 50256,
+    "gradient_checkpointing": False,
+    "initializer_range": 0.02,
+    "layer_norm_epsilon": 1e-05,
+    "model_type": "gptj",
+    "n_embd": 4096,
+    "n_head": 16,
+    "n_inner": None,
+    "n_layer": 28,
+    "n_positions": 2048,
+    "resid_pdrop": 0.0,
+    "rotary": True,
+    "rotary_dim": 64,
+    "scale_attn_weights": True,
+    "summary_activation": None,
+    "summary_first_dropout": 0.1,
+    "summary_proj_to_labels": True,
+    "summary_type": "cls_index",
+    "summary_use_proj": True,
+    "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50, "temperature": 1.0}},
+    "tie_word_embeddings": False,
+    "tokenizer_class": "GPT2Tokenizer",
+    "transformers_version": "4.18.0.dev0",
+    "use_cache": True,
+    "vocab_size": 50400,
+}
+
+PHI_2 = {  # https://huggingface.co/microsoft/phi-2/blob/main/config.json
+    "_name_or_path": "microsoft/phi-2",
+    "architectures": ["PhiForCausalLM"],
+    "attention_dropout": 0.0,
+    "bos_token_id": 50256,
+    "embd_pdrop": 0.0,
+    "eos_token_id": 50256,
+    "hidden_act": "gelu_new",
+    "hidden_size": 2560,
+    "initializer_range": 0.02,
+    "intermediate_size": 10240,
+    "layer_norm_eps": 1e-05,
+    "max_position_embeddings": 2048,
+    "model_type": "phi",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 32,
+    "partial_rotary_factor": 0.4,
+    "qk_layernorm": False,
+    "resid_pdrop": 0.1,
+    "rope_scaling": None,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "transformers_version": "4.37.0",
+    "use_cache": True,
+    "vocab_size": 51200,
+}
+
 # (HF config, packaged preset with the same architecture, published parameter count and its source)
 CASES = [
     # KerasHub gpt2_presets.py "gpt2_base_en" (HF GPT2LMHeadModel, tied head counted once).
@@ -222,6 +284,9 @@ CASES = [
     pytest.param(OPT_125M, "opt-125m", 125_239_296, id="opt-125m"),
     # KerasHub gemma_presets.py "gemma_2b_en".
     pytest.param(GEMMA_2B, "gemma-2b", 2_506_172_416, id="gemma-2b"),
+    # transformers GPTJForCausalLM / PhiForCausalLM on the meta device (tests/test_presets.py).
+    pytest.param(GPTJ_6B, "gpt-j-6b", 6_050_882_784, id="gpt-j-6b"),
+    pytest.param(PHI_2, "phi-2", 2_779_683_840, id="phi-2"),
 ]
 
 
@@ -635,6 +700,78 @@ def test_huge_numbers(tmp_path: Path, key: str, literal: str) -> None:
 def test_kv_heads_must_divide_heads(tmp_path: Path) -> None:
     message = hf_error(write_json(tmp_path, with_fields(LLAMA_2_7B, num_key_value_heads=5)))
     assert "field 'num_key_value_heads' = 5 does not divide" in message
+
+
+def test_gptj_shared_norm_interleaved_partial_rope_and_head_bias() -> None:
+    block, model = block_of(GPTJ_6B), model_of(GPTJ_6B)
+    assert (block["placement"], block["rope_layout"], block["rope"], block["rope_theta"]) == \
+        ("parallel_shared", "interleaved", 64 / 256, 10000.0)
+    assert block["bias"] == {"qkv": False, "out": False, "mlp": True, "norm": True}
+    assert (block["d_ff"], model["lm_head_bias"], model["tie_embeddings"]) == (4 * 4096, True, False)
+    assert block_of(with_fields(GPTJ_6B, n_inner=1000, rotary_dim=_DROP))["d_ff"] == 1000
+    assert block_of(with_fields(GPTJ_6B, rotary_dim=_DROP))["rope"] == 64 / 256  # GPTJConfig's default
+
+
+@pytest.mark.parametrize("rotary_dim, head_dim", [(30, 44), (26, 46), (6, 47), (2, 3), (64, 256)])
+def test_gptj_rotary_dim_rotates_exactly_that_many_dims(tmp_path: Path, rotary_dim: int, head_dim: int) -> None:
+    """rotary_dim / head_dim · head_dim can land a hair below rotary_dim (30/44·44 = 29.999…)."""
+    data = with_fields(GPTJ_6B, n_embd=2 * head_dim, n_head=2, rotary_dim=rotary_dim)
+    assert load_config(write_json(tmp_path, data)).block.rope_dims == rotary_dim
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"rotary_dim": None}, "rotary_dim"),  # transformers builds n_embd-wide tables: whole heads only if n_head = 1
+    ({"rotary_dim": 5}, "rotary_dim"),  # odd: no whole pairs
+    ({"rotary_dim": 512}, "rotary_dim"),  # wider than a head
+    ({"rotary": False}, "rotary"),
+    ({"scale_attn_weights": False}, "scale_attn_weights"),
+    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling"),  # GPT-J reads no scaling
+])
+def test_gptj_fields_it_cannot_represent(tmp_path: Path, changes: dict, field: str) -> None:
+    assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(GPTJ_6B, **changes)))
+
+
+def test_phi_shared_norm_partial_rope_gqa_and_head_bias() -> None:
+    block, model = block_of(PHI_2), model_of(PHI_2)
+    assert (block["placement"], block["rope"], block.get("rope_layout", "half"), block["bias"]) == \
+        ("parallel_shared", 0.4, "half", True)
+    assert (model["lm_head_bias"], model["tie_embeddings"], model["positions"]) == (True, False, "rope")
+    assert block_of(with_fields(PHI_2, num_key_value_heads=8))["n_kv_heads"] == 8
+    assert block_of(with_fields(PHI_2, num_key_value_heads=None))["n_kv_heads"] == 32
+    # transformers 5 keeps the fraction and the base in rope_parameters (as the fixture's config.json)
+    v5 = with_fields(PHI_2, partial_rotary_factor=_DROP, rope_theta=_DROP, rope_scaling=_DROP, rope_parameters={
+        "rope_type": "default", "rope_theta": 20000.0, "partial_rotary_factor": 0.25})
+    assert (block_of(v5)["rope"], block_of(v5)["rope_theta"]) == (0.25, 20000.0)
+    assert block_of(with_fields(PHI_2, partial_rotary_factor=_DROP))["rope"] == 0.5  # PhiConfig's default
+
+
+def test_phi_1_5_counts_as_transformers_instantiates_it(tmp_path: Path) -> None:
+    # https://huggingface.co/microsoft/phi-1_5/blob/main/config.json: num_key_value_heads null, half
+    # of each head rotated; 1,418,270,720 is PhiForCausalLM's sum of numel on the meta device
+    data = with_fields(PHI_2, _name_or_path="microsoft/phi-1_5", bos_token_id=None, eos_token_id=None,
+                       hidden_size=2048, intermediate_size=8192, num_hidden_layers=24, num_key_value_heads=None,
+                       partial_rotary_factor=0.5, resid_pdrop=0.0)
+    config = load_config(write_json(tmp_path, data))
+    assert (config.block.n_kv_heads, config.block.rope_dims) == (32, 32)
+    assert count_parameters(config).total == 1_418_270_720
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"qk_layernorm": True}, "qk_layernorm"),  # LayerNorms over q and k per head: not modelled
+    ({"partial_rotary_factor": 0.5625}, "partial_rotary_factor"),  # int(80 · 9/16) = 45 dims: not whole pairs
+    ({"partial_rotary_factor": 0.0}, "partial_rotary_factor"),
+    ({"head_dim": 64}, "head_dim"),  # not a PhiConfig field
+])
+def test_phi_fields_it_cannot_represent(tmp_path: Path, changes: dict, field: str) -> None:
+    assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(PHI_2, **changes)))
+
+
+@pytest.mark.parametrize("base, ignored", [
+    (GPTJ_6B, {"attn_pdrop": 0.1, "embd_pdrop": 0.1, "resid_pdrop": 0.1, "summary_first_dropout": 0.2}),
+    (PHI_2, {"attention_dropout": 0.1, "embd_pdrop": 0.1, "resid_pdrop": 0.2}),
+])
+def test_gptj_and_phi_training_only_fields_change_nothing(base: dict, ignored: dict) -> None:
+    assert hf_to_mapping(with_fields(base, **ignored), "x.json")["block"] == block_of(base)
 
 
 @pytest.mark.parametrize("data, kind", [([1, 2], "an array"), ("gpt2", "a string"), (None, "null"), (3, "a number")])

@@ -11,7 +11,7 @@ For every preset in blockcli/presets/ four things must agree:
 
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
-time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 19
+time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 21
 totals below were also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
@@ -99,6 +99,19 @@ def starcoder2_total(*, d: int, L: int, V: int, ff: int, n_heads: int, n_kv: int
         + 2 * 2 * d  # input_layernorm, post_attention_layernorm
     )
     return V * d + L * block + 2 * d  # embed_tokens + blocks + norm; lm_head shares embed_tokens
+
+
+def parallel_shared_total(*, d: int, L: int, V: int, ff: int, qkv_bias: bool) -> int:
+    """GPTJForCausalLM / PhiForCausalLM: ONE LayerNorm per block (ln_1 / input_layernorm) read by
+    attention and MLP alike, fc_in/fc1 and fc_out/fc2 with biases, q/k/v/out biases in Phi only,
+    final LayerNorm, untied lm_head nn.Linear(d, V) with its bias."""
+    block = (
+        2 * d                          # ln_1 / input_layernorm (weight, bias); no second norm
+        + 4 * linear(d, d, qkv_bias)   # q_proj, k_proj, v_proj, out_proj / dense
+        + linear(d, ff, True)          # fc_in / fc1
+        + linear(ff, d, True)          # fc_out / fc2
+    )
+    return V * d + L * block + 2 * d + linear(d, V, True)  # wte + blocks + ln_f + lm_head (with bias)
 
 
 # --------------------------------------------------------------------------
@@ -256,6 +269,24 @@ CASES = [
         {"d_model": 4096, "n_heads": 32, "n_kv_heads": 32, "d_ff": 11008, "n_layers": 32, "vocab_size": 100352},
         # HF Hub API safetensors for allenai/OLMo-2-1124-7B: F32 7,298,617,344 (the model card's "7.30B").
         id="olmo-2-7b[HF safetensors F32=7298617344]",
+    ),
+    pytest.param(
+        "gpt-j-6b", 6_050_882_784,
+        parallel_shared_total(d=4096, L=28, V=50400, ff=4 * 4096, qkv_bias=False),
+        {"d_model": 4096, "n_heads": 16, "head_dim": 256, "d_ff": 16384, "n_layers": 28, "vocab_size": 50400},
+        # transformers 5.24 GPTJForCausalLM instantiated on the meta device from
+        # https://huggingface.co/EleutherAI/gpt-j-6b/blob/main/config.json (sum of numel).
+        # The mesh-transformer-jax README's "n_parameters 6,053,381,344" is 2,498,560 more: the JAX
+        # model's own count, which no reading of the HF architecture reproduces.
+        id="gpt-j-6b[transformers GPTJForCausalLM on meta=6050882784]",
+    ),
+    pytest.param(
+        "phi-2", 2_779_683_840,
+        parallel_shared_total(d=2560, L=32, V=51200, ff=10240, qkv_bias=True),
+        {"d_model": 2560, "n_heads": 32, "head_dim": 80, "d_ff": 10240, "n_layers": 32, "vocab_size": 51200},
+        # transformers 5.24 PhiForCausalLM instantiated on the meta device from
+        # https://huggingface.co/microsoft/phi-2/blob/main/config.json (sum of numel).
+        id="phi-2[transformers PhiForCausalLM on meta=2779683840]",
     ),
 ]
 

@@ -157,13 +157,15 @@ def test_variant_terms_gqa_swiglu_rmsnorm_without_dropout(tmp_path):
         assert act["total"] == expected  # a lone block has no head
 
 
-@pytest.mark.parametrize("placement,norm_inputs", [("pre", 2), ("post", 2), ("parallel", 1)])
-def test_placements_keep_their_own_norm_inputs(placement, norm_inputs):
-    # the default block (d 512, 8 heads of 64, GELU d_ff 2048, no dropout) at s = 5, b = 2, 16-bit
+@pytest.mark.parametrize("placement,norm_inputs,branch_inputs", [("pre", 2, 2), ("post", 2, 2), ("parallel", 1, 2),
+                                                                   ("parallel_shared", 1, 1)])
+def test_placements_keep_their_own_norm_inputs(placement, norm_inputs, branch_inputs):
+    # the default block (d 512, 8 heads of 64, GELU d_ff 2048, no dropout) at s = 5, b = 2, 16-bit;
+    # parallel_shared: one norm's output is the input of Q, K, V and of the MLP, kept once
     block = parse_config({"block": {"placement": placement}}).block
     s, b, d, h, d_ff = 5, 2, 512, 8, 2048
     # norm inputs, QKV and MLP inputs, Q and K, V, W_O input; softmax output; GELU input and output
-    expected = 2 * s * b * (norm_inputs * d + 2 * d + 2 * d + d + d + 2 * d_ff) + 2 * b * h * s * s
+    expected = 2 * s * b * (norm_inputs * d + branch_inputs * d + 2 * d + d + d + 2 * d_ff) + 2 * b * h * s * s
     assert sum(t.bytes for t in activation_terms(block, s, b, "mixed", "none")) == expected
     assert sum(t.bytes for t in activation_terms(block, s, b, "fp32", "full")) == 4 * s * b * d
 

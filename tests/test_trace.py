@@ -76,6 +76,23 @@ def test_matmul_flops_equal_closed_form(block):
         assert trace.totals["matmul_flops"] == expected
 
 
+@pytest.mark.parametrize("shapes_only", [False, True])
+def test_shared_norm_is_one_norm_read_by_both_branches(shapes_only):
+    """parallel_shared: one LN1 row (d + d parameters), no LN2 row; Q, K, V and the MLP expansion all
+    read LN1's output, and the MLP's sum adds to the attention sum of the block input x."""
+    cfg = parse_config({"block": {"d_model": 32, "n_heads": 2, "d_ff": 40, "placement": "parallel_shared",
+                                  "rope": 0.25, "rope_layout": "interleaved"}, "run": {"batch": 2, "seq_len": 3}})
+    trace = analytic_trace(cfg) if shapes_only else run_trace(cfg)
+    rows = {r.key: r for r in trace.rows}
+    assert "ln2_out" not in rows and rows["ln1_out"].params == 2 * 32
+    ln1 = rows["ln1_out"].step
+    for key in ("q_proj", "k_proj", "v_proj", "mlp_pre"):
+        assert rows[key].sources[0] == ln1, key
+    assert rows["h"].sources == [0, rows["attn_out"].step]  # x + attention
+    assert rows["y"].sources == [rows["h"].step, rows["mlp_out"].step]
+    assert rows["q_rope"].op == "RoPE on Q"
+
+
 def test_causal_half_of_the_score_products():
     trace = run_trace(with_run(load_config(), 1, 4))
     row = next(r for r in trace.rows if r.key == "scores")

@@ -36,8 +36,11 @@ MEANT = {
     "split-no-transpose": {2}, "softmax-query-axis": {3, 8}, "mask-after-softmax": {3, 4, 8, 9},
     "mask-hides-diagonal": {4, 9}, "no-mask": {4, 8}, "missing-wo": {5}, "heads-wrong-order": {5},
     "residual-broadcast": {6, 8}, "norm-time-axis": {7, 8}, "norm-batch-axis": {7},
-    "unscaled-scores": {12}, "softmax-no-max": {17}, "count-forgets-biases": {10},
+    "unscaled-scores": {12}, "softmax-no-max": {17}, "count-forgets-biases": {10}, "rope-wrong-layout": {12},
 }
+# A bug that cannot show in the default config (RoPE off) is tried on one where it can.
+SUBJECT = {"rope-wrong-layout": {"block": {"d_model": 64, "n_heads": 4, "d_ff": 96, "rope": True,
+                                           "rope_layout": "interleaved"}}}
 # Items a bug cannot touch: structure (1), the output shape (14), the count (10) for bugs in the
 # forward pass, and float32 agreement (13) for every bug whose output stays finite.
 UNTOUCHED = {name: {1, 14} | ({10} if name != "count-forgets-biases" else set())
@@ -46,7 +49,9 @@ UNTOUCHED = {name: {1, 14} | ({10} if name != "count-forgets-biases" else set())
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
 def test_each_seeded_bug_is_caught_by_its_check(mutant):
-    report = verify(load_config(), ops=mutant.ops, formula=mutant.formula)
+    config = parse_config(SUBJECT[mutant.name]) if mutant.name in SUBJECT else load_config()
+    assert mutant.inapplicable(config.block) is None
+    report = verify(config, ops=mutant.ops, formula=mutant.formula)
     failed = {c.id for c in report.checks if c.passed is False}
     assert MEANT[mutant.name] <= failed
     assert not failed & UNTOUCHED[mutant.name]
@@ -94,9 +99,21 @@ def test_mutant_matrix_and_listing():
     assert [line.split()[0] for line in listed] == [m.name for m in MUTANTS]
     result = runner.invoke(app, ["verify", "--mutants", "--json"])
     assert result.exit_code == 0
-    rows = {m["name"]: set(m["caught_by"]) for m in json.loads(result.stdout)["mutants"]}
+    data = json.loads(result.stdout)
+    rows = {m["name"]: set(m["caught_by"]) for m in data["mutants"]}
+    assert [m["name"] for m in data["not_applicable"]] == ["rope-wrong-layout"]  # the default block has no RoPE
     for name, meant in MEANT.items():
-        assert meant <= rows[name]
+        assert name == "rope-wrong-layout" or meant <= rows[name]
+
+
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_wrong_rope_layout_is_caught_either_way_and_needs_two_pairs(layout):
+    mutant = next(m for m in MUTANTS if m.name == "rope-wrong-layout")
+    config = parse_config({"block": {"d_model": 32, "n_heads": 2, "d_ff": 40, "rope": 0.25, "rope_layout": layout}})
+    failed = {c.id for c in verify(config, ops=mutant.ops).checks if c.passed is False}
+    assert failed == {12}
+    one_pair = parse_config({"block": {"d_model": 32, "n_heads": 16, "d_ff": 40, "rope": True, "rope_layout": layout}})
+    assert "one rotated pair" in mutant.inapplicable(one_pair.block)
 
 
 def test_large_preset_is_verified_on_a_scaled_copy():
