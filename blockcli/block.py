@@ -170,9 +170,12 @@ def resolve_weights(weights: str | Path | Mapping[str, Any] | None, shapes: Mapp
         if is_checkpoint_path(Path(weights)):
             from blockcli.checkpoint import load_weights  # safetensors only for checkpoints
 
-            weights = load_weights(Path(weights), config, dtype, notes if notes is not None else [])
-        else:
-            weights = load_npz(weights)
+            if "wte" in shapes and layer is not None:
+                raise InputError("--layer picks one block, but the whole model is being run")
+            weights = load_weights(Path(weights), config, dtype, notes if notes is not None else [],
+                                   one_block="wte" not in shapes, layer=layer)
+            return check_parameters(weights, shapes, dtype, source)
+        weights = load_npz(weights)
     if any(k.endswith(("c_attn.weight", "ln_1.weight")) for k in weights):
         weights = from_gpt2_names(weights, source)
     if "wte" not in shapes:  # one block: take it out of a whole model's weights
@@ -514,16 +517,20 @@ class DecoderBlock:
     @classmethod
     def from_config(cls, config: Config | BlockConfig, weights: str | Path | Mapping[str, Any] | None = None,
                     *, dtype: str | None = None, seed: int | None = None, ops: Ops = STANDARD_OPS,
-                    attention: str = "auto", layer: int | None = None) -> "DecoderBlock":
+                    attention: str = "auto", layer: int | None = None,
+                    model_config: Config | None = None) -> "DecoderBlock":
         """Build a block: weights from an .npz, a model folder or .safetensors file (block `layer`
-        of the model), a name → array mapping, or None (seeded init)."""
+        of the model; `model_config` says which model, else `config` or the folder's config.json),
+        a name → array mapping, or None (seeded init)."""
         block_cfg = config.block if isinstance(config, Config) else config
         run = config.run if isinstance(config, Config) else None
         dtype = dtype or (run.dtype if run else "float64")
         seed = seed if seed is not None else (run.seed if run else 0)
         notes: list[str] = []
+        if model_config is None and isinstance(config, Config) and config.model:
+            model_config = config
         params = resolve_weights(weights, block_parameter_shapes(block_cfg), seed, dtype, layer=layer, notes=notes,
-                                 config=config if isinstance(config, Config) and config.model else None)
+                                 config=model_config)
         return cls(block_cfg, params, ops, attention, notes)
 
     def __call__(self, x: Array, rec: Record = _ignore, cache: KVCache | None = None,

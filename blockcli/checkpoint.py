@@ -35,8 +35,7 @@ SINGLE = "model.safetensors"
 PICKLED = ("*.bin", "*.pt", "*.pth", "*.ckpt")
 # safetensors dtype → bytes per element, for the dtypes blockcli can run (others are refused on load)
 FLOAT_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
-ITEMSIZE = {**FLOAT_DTYPES, "I64": 8, "U64": 8, "I32": 4, "U32": 4, "I16": 2, "U16": 2, "I8": 1, "U8": 1,
-            "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+FLOAT_DTYPE_OF = {"float64": "F64", "float32": "F32"}  # a run's dtype as safetensors names it
 
 
 @dataclass(frozen=True)
@@ -94,9 +93,9 @@ def weight_files(path: Path) -> tuple[Path, ...]:
     index = path / INDEX
     if index.exists():
         return tuple(dict.fromkeys(_read_index(index).values()))
-    if (path / SINGLE).exists():
+    if (path / SINGLE).is_file():
         return (path / SINGLE,)
-    found = tuple(sorted(path.glob("*.safetensors")))
+    found = tuple(sorted(p for p in path.glob("*.safetensors") if p.is_file()))
     if found:
         return found
     pickled = sorted(p.name for pattern in PICKLED for p in path.glob(pattern))
@@ -120,10 +119,10 @@ def _read_index(index: Path) -> dict[str, Path]:
         raise InputError(f"{index}: expected an object with a non-empty 'weight_map' of tensor name → shard file")
     files: dict[str, Path] = {}  # each shard checked once
     for name, shard in weight_map.items():
-        if shard in files:
-            continue
         if not isinstance(shard, str) or Path(shard).name != shard:
             raise InputError(f"{index}: tensor '{name}' maps to {shard!r}, expected a file name in this folder")
+        if shard in files:
+            continue
         files[shard] = index.parent / shard
         if not files[shard].is_file():
             raise InputError(f"{index}: names shard {shard} (for tensor '{name}'), which is not in {index.parent}")
@@ -133,8 +132,10 @@ def _read_index(index: Path) -> dict[str, Path]:
 def open_checkpoint(path: str | Path) -> Checkpoint:
     """Headers of every weight file under `path` (a folder or a .safetensors file): no data read."""
     path = Path(path)
-    files = weight_files(path)
     folder = path if path.is_dir() else path.parent
+    index = folder / INDEX
+    listed = _read_index(index) if path.is_dir() and index.exists() else None  # read once
+    files = tuple(dict.fromkeys(listed.values())) if listed is not None else weight_files(path)
     config = folder / "config.json"
     tensors: dict[str, Stored] = {}
     for file in files:
@@ -142,9 +143,7 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
             if stored.name in tensors:
                 raise InputError(f"{file}: tensor '{stored.name}' is stored twice (also in {tensors[stored.name].file})")
             tensors[stored.name] = stored
-    index = folder / INDEX
-    if path.is_dir() and index.exists():
-        listed = _read_index(index)
+    if listed is not None:
         for name, shard in listed.items():
             if name not in tensors or tensors[name].file != shard:
                 raise InputError(f"{index}: lists tensor '{name}' in {shard.name}, but that file's header has no such "
@@ -301,8 +300,10 @@ def checkpoint_sizes(path: Path, config: Config) -> tuple[dict[str, int], dict[s
 # ----------------------------------------------------------------------------- loading values
 
 
-def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]) -> dict[str, np.ndarray]:
-    """Every model parameter under blockcli's keys, in blockcli's layouts and `dtype`.
+def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str], *, one_block: bool = False,
+                 layer: int | None = None) -> dict[str, np.ndarray]:
+    """The model's parameters under blockcli's keys, in blockcli's layouts and `dtype`; with
+    `one_block`, only block `layer`'s tensors are read, under the block's own keys.
 
     `config` (with a model section) says which model the tensors must make up; None takes the
     checkpoint's own config.json. A safetensors file without a config.json beside it holds
@@ -315,17 +316,33 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
         return {name: read_tensor(stored).astype(dtype) for name, stored in ckpt.tensors.items()}
     if config is None or config.model is None:
         config = load_config(path)
+    assert config.model is not None
     matches, found = match_tensors(ckpt, config)
     notes.extend(found)
+    prefix = ""
+    if one_block:  # read that block's tensors only: a 7B folder's layer is ~1/32 of its bytes
+        n_layers = config.model.n_layers
+        if layer is None:
+            raise InputError(f"{path}: holds the weights of {n_layers} blocks; pick one with --layer N "
+                             f"(0..{n_layers - 1})")
+        if not 0 <= layer < n_layers:
+            raise InputError(f"--layer {layer}: {path} holds blocks 0..{n_layers - 1}")
+        prefix = f"blocks.{layer}."
+        matches = [m for m in matches if m.entry.keys[0].startswith(prefix)]
+        notes.append(f"weights of layer {layer} of {n_layers}")
     b = config.block
     params = {}
     for m in matches:
         value = read_tensor(m.stored)
         for key, part in zip(m.entry.keys, _unpack(value, m.entry.layout, b.n_heads)):
-            params[key] = part.astype(dtype)
-    narrow = sorted({m.stored.dtype for m in matches} - {"F32", "F64"})
-    if narrow:
-        notes.append(f"weights stored as {', '.join(narrow)} were widened to {dtype} (exactly)")
+            params[key[len(prefix):]] = part.astype(dtype, copy=False)
+    run_size = FLOAT_DTYPES[FLOAT_DTYPE_OF[dtype]]
+    wider = sorted({m.stored.dtype for m in matches if FLOAT_DTYPES[m.stored.dtype] < run_size})
+    narrower = sorted({m.stored.dtype for m in matches if FLOAT_DTYPES[m.stored.dtype] > run_size})
+    if wider:
+        notes.append(f"weights stored as {', '.join(wider)} were widened to {dtype} (exactly)")
+    if narrower:
+        notes.append(f"weights stored as {', '.join(narrower)} were rounded to {dtype}")
     return params
 
 

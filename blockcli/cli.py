@@ -325,15 +325,18 @@ def trace(
             if path is not None:
                 check_writable(path, force, option)
         cfg = loaded(config, allow_field)
+        model_cfg = None  # with --layer: the model whose weights the block takes
         chosen_weights, implicit = own_weights(config, weights)
         notes = [f"weights: the model folder's own ({config})"] if implicit else []
+        if config and weights is None and not implicit and Path(config).is_dir():
+            notes.append(f"{config} holds no weights: seeded ones (run.seed {cfg.run.seed})")
         if layer is not None:
             if cfg.model is None and chosen_weights is None:
                 raise InputError("--layer picks one block of a model; this config has no model section")
             if cfg.model is not None:
                 if layer >= cfg.model.n_layers:
                     raise InputError(f"--layer {layer}: the model has layers 0..{cfg.model.n_layers - 1}")
-                cfg = replace(cfg, model=None)  # one block: the residual stream in, the residual stream out
+                model_cfg, cfg = cfg, replace(cfg, model=None)  # one block: residual stream in, residual stream out
         x = load_input(input_file, cfg) if input_file is not None else None
         if x is not None:
             batch_, seq_ = x.shape[0], x.shape[1]
@@ -358,7 +361,8 @@ def trace(
             notes.append(f"a real pass would need about {render.human_bytes(estimate)}, more than is available: "
                          f"rows are analytic (shapes only)")
         else:
-            result = run_trace(cfg, weights=chosen_weights, x=x, attention=mode, keep=bool(save or head), layer=layer)
+            result = run_trace(cfg, weights=chosen_weights, x=x, attention=mode, keep=bool(save or head), layer=layer,
+                               model_config=model_cfg)
         result.notes.extend(notes)
         if shapes_only and demanded:
             result.notes.append("--shapes-only ignored: --weights/--input/--save need a real pass")

@@ -381,7 +381,7 @@ def _rope_base(f: _Fields, theta_keys: tuple[str, ...], default: float, fraction
             got_theta = inner.float("rope_theta", theta, low=0.0, high=1e12)
             got_fraction = inner.float("partial_rotary_factor", fraction, low=0.0, high=1.0, low_open=False)
             for name, top, nested in (("rope_theta", theta, got_theta), ("partial_rotary_factor", fraction, got_fraction)):
-                if f.has(name) and top != nested:
+                if f.has(name) and name in theta_keys + fraction_keys and top != nested:
                     raise f.unrepresentable(f"rope_parameters.{name}", nested, f"it disagrees with the top-level '{name}'")
             theta, fraction = got_theta, got_fraction
         found = _rope_scaling(f, key, params, inner, rope_type, max_positions)
@@ -417,8 +417,13 @@ def _rope_scaling(f: _Fields, key: str, params: Mapping[str, Any], inner: _Field
         else:
             out[field_name] = inner.float(name, low=0.0, high=1e6, low_open=name not in ("mscale", "mscale_all_dim",
                                                                                           "attention_factor"))
-    if "original_max_positions" not in out and rope_type in ("dynamic", "longrope", "llama3"):
-        # dynamic scales past max_position_embeddings; Phi-3 keeps the original length at the top level
+    if rope_type == "dynamic" and max_positions is not None:
+        # transformers' dynamic NTK always scales past max_position_embeddings (an
+        # original_max_position_embeddings in the dict is ignored there, so here too)
+        out["original_max_positions"] = max_positions
+    elif "original_max_positions" not in out and rope_type in ("longrope", "llama3", "yarn"):
+        # Phi-3 keeps the original length at the top level; otherwise transformers falls back to
+        # max_position_embeddings
         top = f.int("original_max_position_embeddings", max_positions) if rope_type == "longrope" else max_positions
         if top is not None:
             out["original_max_positions"] = top
@@ -519,8 +524,10 @@ def _neox(f: _Fields) -> tuple[dict, dict]:
     d = f.int("hidden_size")
     heads = f.int("num_attention_heads")
     head_dim = _divides(f, "hidden_size", d, "num_attention_heads", heads)
-    theta, fraction, scaling = _rope_base(f, ("rotary_emb_base", "rope_theta"), 10000.0,
-                                          ("rotary_pct", "partial_rotary_factor"), 0.25,
+    # GPTNeoXConfig takes its RoPE defaults from rotary_emb_base and rotary_pct only: a top-level
+    # rope_theta or partial_rotary_factor is never read by transformers, so not here either
+    f.ignore("rope_theta", "partial_rotary_factor")
+    theta, fraction, scaling = _rope_base(f, ("rotary_emb_base",), 10000.0, ("rotary_pct",), 0.25,
                                           f.int("max_position_embeddings"))
     rotated = int(head_dim * fraction)
     if rotated % 2:
@@ -606,8 +613,11 @@ def _layer_types(f: _Fields, n_layers: int) -> bool | None:
     return types[0] == "sliding_attention"
 
 
-def _sliding(f: _Fields, block: dict, model: dict, active: bool) -> None:
-    window = f.raw("sliding_window", None)
+def _sliding(f: _Fields, block: dict, model: dict, active: bool, default: int | None = None) -> None:
+    """block.sliding_window when the config turns the window on; `default` is the config class's
+    window for an absent `sliding_window` key (an explicit null means no window)."""
+    window = f.raw("sliding_window", None) if f.has("sliding_window") else default
+    f.ignore("sliding_window")
     if not active:
         return
     if window is None:
@@ -628,9 +638,17 @@ def _llama(f: _Fields) -> tuple[dict, dict]:
 def _mistral(f: _Fields) -> tuple[dict, dict]:
     block, model = _gated_rms(f, _silu_gate, kv_default=8, tie_default=False,
                               qkv_bias=False, out_bias=False, mlp_bias=False)
-    sliding = _layer_types(f, model["n_layers"])
-    _sliding(f, block, model, f.data.get("sliding_window") is not None if sliding is None else sliding)
+    # MistralForCausalLM masks by sliding_window alone (MistralConfig defaults it to 4096) and only
+    # warns about layer_types, which Ministral reads
+    f.ignore("layer_types")
+    _window_by_key(f, block, model, default=4096)
     return block, model
+
+
+def _window_by_key(f: _Fields, block: dict, model: dict, default: int | None) -> None:
+    """Families whose window is on whenever `sliding_window` is not null (Mistral, StarCoder2)."""
+    window_on = f.data.get("sliding_window") is not None if f.has("sliding_window") else default is not None
+    _sliding(f, block, model, window_on, default)
 
 
 def _qwen2(f: _Fields) -> tuple[dict, dict]:
@@ -652,7 +670,7 @@ def _qwen_window(f: _Fields, block: dict, model: dict) -> None:
             raise f.unrepresentable("max_window_layers", first, f"the window applies to layers {first} and up only; "
                                                                 f"blockcli's layers are all alike")
         sliding = first == 0
-    _sliding(f, block, model, bool(sliding))
+    _sliding(f, block, model, bool(sliding), default=4096)  # Qwen2Config/Qwen3Config: sliding_window 4096
 
 
 def _qwen3(f: _Fields) -> tuple[dict, dict]:
@@ -699,31 +717,31 @@ def _starcoder2(f: _Fields) -> tuple[dict, dict]:
         block["rope_scaling"] = scaling
     model = _model(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", f.int("max_position_embeddings"),
                    f.bool("tie_word_embeddings", True))
-    sliding = _layer_types(f, model["n_layers"])
-    _sliding(f, block, model, f.data.get("sliding_window") is not None if sliding is None else sliding)
+    f.ignore("layer_types")  # Starcoder2ForCausalLM masks by sliding_window alone (default: none)
+    _window_by_key(f, block, model, default=None)
     return block, model
 
 
 def _gemma_gate(f: _Fields) -> str:
-    """HF Gemma runs `hidden_activation` (default gelu_pytorch_tanh); `hidden_act` is the legacy field.
+    """Which gated activation Gemma runs, where transformers' versions agree on it.
 
-    The original gemma-2b config says hidden_act "gelu", meaning JAX's default (tanh-approximate)
-    GELU, so "gelu" there maps to geglu. An explicit `hidden_activation: gelu` is exact-erf GELU:
-    not blockcli's geglu, so an error.
+    transformers 5 runs `hidden_act` (default gelu_pytorch_tanh; the legacy "gelu" of the original
+    releases means the tanh approximation) and ignores `hidden_activation`; transformers 4 ran
+    `hidden_activation`, or gelu_pytorch_tanh when it was absent. A config on which the two
+    disagree is refused, naming the field.
     """
-    legacy = _gated_activation(f, "hidden_act", "gelu_pytorch_tanh", exact_gelu_is_tanh=True)
+    act = _gated_activation(f, "hidden_act", "gelu_pytorch_tanh", exact_gelu_is_tanh=True)  # transformers 5
     if f.data.get("hidden_activation") is None:
         f.ignore("hidden_activation")
-        if legacy != "geglu":
-            raise f.unrepresentable("hidden_act", f.data["hidden_act"],
-                                    "without hidden_activation, HF Gemma runs gelu_pytorch_tanh whatever hidden_act "
-                                    "says; set hidden_activation to say which activation the model uses")
-        return legacy
-    current = _gated_activation(f, "hidden_activation", "gelu_pytorch_tanh")
-    if f.has("hidden_act") and legacy != current:
-        raise f.unrepresentable("hidden_act", f.data["hidden_act"],
-                                f"it disagrees with hidden_activation = {f.data['hidden_activation']!r}")
-    return current
+        older = "geglu"  # transformers 4 without hidden_activation: gelu_pytorch_tanh
+    else:
+        older = _gated_activation(f, "hidden_activation", "gelu_pytorch_tanh")
+    if act != older:
+        key = "hidden_activation" if f.data.get("hidden_activation") is not None else "hidden_act"
+        raise f.unrepresentable(key, f.data[key], "transformers 5 runs hidden_act (gelu_pytorch_tanh by default) and "
+                                                  "transformers 4 ran hidden_activation (gelu_pytorch_tanh by default): "
+                                                  "on this config they run different activations")
+    return act
 
 
 def _gemma(f: _Fields) -> tuple[dict, dict]:

@@ -274,8 +274,10 @@ def seeded_input(config: Config) -> np.ndarray:
 
 
 def run_trace(config: Config, *, weights: Any = None, x: np.ndarray | None = None,
-              attention: str = "auto", keep: bool = False, layer: int | None = None) -> Trace:
-    """Run a real forward pass and record every operation; `layer` picks a block of a model's weights."""
+              attention: str = "auto", keep: bool = False, layer: int | None = None,
+              model_config: Config | None = None) -> Trace:
+    """Run a real forward pass and record every operation; `layer` picks a block of the weights of
+    the model `model_config` describes."""
     if x is None:
         x = seeded_input(config)
     elif config.model is None:
@@ -283,7 +285,7 @@ def run_trace(config: Config, *, weights: Any = None, x: np.ndarray | None = Non
     if config.model:
         net: Model | DecoderBlock = Model.from_config(config, weights, attention=attention)
     else:
-        net = DecoderBlock.from_config(config, weights, attention=attention, layer=layer)
+        net = DecoderBlock.from_config(config, weights, attention=attention, layer=layer, model_config=model_config)
     sizes = {k: v.size for k, v in net.params.items()}
     rec = Recorder(sizes, keep=keep, pass_input=x)
     _import_sharing_modules()

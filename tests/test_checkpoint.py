@@ -494,3 +494,42 @@ def test_load_config_of_a_safetensors_file_reads_its_config_json() -> None:
     assert load_config(FIXTURES / "gemma" / "model.safetensors") == load_config(FIXTURES / "gemma")
     with pytest.raises(ConfigError):
         load_config(FIXTURES / "nope.safetensors")
+
+
+def test_verify_of_one_layer_reads_only_that_layers_tensors(monkeypatch) -> None:
+    """verify DIR / trace DIR --layer N read block N's tensors, not the whole model's."""
+    from blockcli import checkpoint
+
+    read: list[str] = []
+    original = checkpoint.read_tensor
+    monkeypatch.setattr(checkpoint, "read_tensor", lambda stored: read.append(stored.name) or original(stored))
+    folder = FIXTURES / "llama"
+    DecoderBlock.from_config(load_config(folder), weights=folder, layer=1)
+    assert read and all(name.startswith("model.layers.1.") for name in read)
+
+
+def test_index_with_a_non_string_shard_is_one_line(tmp_path: Path) -> None:
+    folder = fixture_copy(tmp_path, "qwen2")
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    name = next(iter(index["weight_map"]))
+    index["weight_map"][name] = ["model-00001-of-00003.safetensors"]
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    line = one_error_line(cli("count", folder))
+    assert f"tensor '{name}' maps to" in line
+
+
+def test_allow_field_reaches_the_layer_path(tmp_path: Path) -> None:
+    folder = fixture_copy(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "my_field": 1}))
+    proc = cli("trace", folder, "--layer", "0", "--allow-field", "my_field")
+    assert proc.returncode == 0, proc.stderr
+    assert "accepted unchecked" in proc.stderr
+
+
+def test_a_folder_without_weights_says_its_weights_are_seeded(tmp_path: Path) -> None:
+    folder = tmp_path / "config-only"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "llama" / "config.json", folder)
+    notes = json.loads(cli("trace", folder, "--format", "json").stdout)["notes"]
+    assert any("holds no weights: seeded" in n for n in notes)

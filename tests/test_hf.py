@@ -502,8 +502,54 @@ def test_qwen2_window_on_some_layers_only_is_refused(tmp_path: Path) -> None:
 
 
 def test_mixed_layer_types_are_refused(tmp_path: Path) -> None:
-    data = with_fields(MISTRAL_7B, layer_types=["full_attention"] * 31 + ["sliding_attention"])
+    data = with_fields(QWEN2_05B, use_sliding_window=True, sliding_window=4096,
+                       layer_types=["full_attention"] * 23 + ["sliding_attention"])
     assert "field 'layer_types'" in hf_error(write_json(tmp_path, data))
+
+
+def test_mistral_window_follows_sliding_window_alone() -> None:
+    """MistralConfig defaults sliding_window to 4096, and MistralForCausalLM ignores layer_types."""
+    assert block_of(with_fields(MISTRAL_7B, sliding_window=_DROP))["sliding_window"] == 4096
+    assert "sliding_window" not in block_of(with_fields(MISTRAL_7B, sliding_window=None))
+    mixed = with_fields(MISTRAL_7B, layer_types=["full_attention"] * 32)
+    assert block_of(mixed)["sliding_window"] == 4096
+
+
+def test_qwen2_window_on_without_a_size_takes_the_config_default() -> None:
+    on = with_fields(QWEN2_05B, use_sliding_window=True, sliding_window=_DROP, max_window_layers=0)
+    assert block_of(on)["sliding_window"] == 4096
+
+
+@pytest.mark.parametrize("fields, activation", [
+    ({"hidden_act": "gelu"}, "geglu"),  # the legacy "gelu" of the original releases: tanh GELU in both versions
+    ({"hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh"}, "geglu"),
+    ({"hidden_act": _DROP, "hidden_activation": _DROP}, "geglu"),
+])
+def test_gemma_activation_where_transformers_versions_agree(fields: dict, activation: str) -> None:
+    assert block_of(with_fields(GEMMA_2B, **fields))["activation"] == activation
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"hidden_act": _DROP, "hidden_activation": "silu"}, "hidden_activation"),  # 5 runs tanh GELU, 4 ran SiLU
+    ({"hidden_act": "silu", "hidden_activation": _DROP}, "hidden_act"),  # 5 runs SiLU, 4 ran tanh GELU
+])
+def test_gemma_activation_where_transformers_versions_disagree(tmp_path: Path, fields: dict, named: str) -> None:
+    message = hf_error(write_json(tmp_path, with_fields(GEMMA_2B, **fields)))
+    assert f"field '{named}'" in message and "transformers 5 runs hidden_act" in message
+
+
+def test_neox_reads_its_own_rope_fields_only() -> None:
+    """GPTNeoXConfig reads rotary_emb_base and rotary_pct; top-level rope_theta / partial_rotary_factor are unused."""
+    block = block_of(with_fields(PYTHIA_160M, rope_theta=500000.0, partial_rotary_factor=0.5))
+    assert block["rope_theta"] == 10000.0 and block["rope"] == 0.25
+
+
+def test_dynamic_rope_scales_past_max_position_embeddings_and_yarn_defaults_its_length() -> None:
+    dynamic = block_of(with_fields(LLAMA_2_7B, rope_scaling={"rope_type": "dynamic", "factor": 2.0,
+                                                             "original_max_position_embeddings": 2}))
+    assert dynamic["rope_scaling"]["original_max_positions"] == 4096  # as transformers: the dict's value is unused
+    yarn = block_of(with_fields(LLAMA_2_7B, rope_scaling={"rope_type": "yarn", "factor": 2.0}))
+    assert yarn["rope_scaling"]["original_max_positions"] == 4096
 
 
 def test_layer_types_all_full_attention() -> None:
@@ -619,9 +665,6 @@ def test_rope_scaling_kinds_are_mapped() -> None:
     assert yarn["rope_scaling"] == {"type": "yarn", "factor": 4.0, "original_max_positions": 1024, "beta_fast": 16.0}
 
 
-def test_yarn_without_its_original_length_is_an_error(tmp_path: Path) -> None:
-    data = with_fields(LLAMA_2_7B, rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0})
-    assert "original_max_positions: required for type yarn" in hf_error(write_json(tmp_path, data))
 
 
 def test_unknown_rope_parameter_is_named(tmp_path: Path) -> None:
