@@ -24,7 +24,7 @@ import numpy as np
 
 from blockcli import ops as F
 from blockcli.config import BlockConfig, Config, InputError, ModelConfig
-from blockcli.inputs import check_token_ids, load_npz
+from blockcli.inputs import check_in_range, check_token_ids, load_npz
 from blockcli.ops import STANDARD_OPS, Array, Ops
 from blockcli.parallel import share_out
 from blockcli.shapes import Shape, block_parameter_shapes, model_parameter_shapes
@@ -108,6 +108,7 @@ def check_parameters(given: Mapping[str, Any], shapes: Mapping[str, Shape], dtyp
             raise InputError(f"{source}: weight '{key}' has shape {value.shape}, expected {shape}")
         if not np.all(np.isfinite(value)):
             raise InputError(f"{source}: weight '{key}' contains NaN or Inf")
+        check_in_range(value, dtype, f"{source}: weight '{key}'")
         params[key] = value.astype(dtype)
     return params
 
@@ -131,6 +132,13 @@ def from_gpt2_names(weights: Mapping[str, Array], source: str) -> dict[str, Arra
                          f"blockcli loads one block")
     prefix = prefixes.pop() if prefixes else ""
     out: dict[str, Array] = {}
+    origin: dict[str, str] = {}
+
+    def put(name: str, value: Any, key: str) -> None:
+        if name in out:
+            raise InputError(f"{source}: weight '{name}' is given twice, as '{origin[name]}' and as '{key}'")
+        out[name], origin[name] = value, key
+
     for key, value in weights.items():
         name = key[len(prefix):] if prefix and key.startswith(prefix) else key
         if name in ("attn.c_attn.weight", "attn.c_attn.bias"):
@@ -140,14 +148,23 @@ def from_gpt2_names(weights: Mapping[str, Array], source: str) -> dict[str, Arra
                                  f"axis to pack q|k|v (a multiple of 3)")
             letter = "w" if name.endswith("weight") else "b"
             for part, chunk in zip("qkv", np.split(arr, 3, axis=-1)):
-                out[f"{letter}_{part}"] = chunk
+                put(f"{letter}_{part}", chunk, key)
         elif name in GPT2_NAMES:
-            out[GPT2_NAMES[name]] = value
+            put(GPT2_NAMES[name], value, key)
         elif name.endswith(("attn.bias", "attn.masked_bias")):
             continue  # GPT-2's stored causal-mask buffers, not parameters
         else:
-            out[key] = value  # left as is: reported as unexpected by check_parameters
+            put(key, value, key)  # left as is: reported as unexpected by check_parameters
     return out
+
+
+# Room in a weights file beyond the parameters themselves, for buffers such as GPT-2's stored masks.
+WEIGHTS_SLACK_BYTES = 64 * 2**20
+
+
+def weights_file_limit(shapes: Mapping[str, Shape]) -> int:
+    """Most array bytes a weights file for these shapes may hold: every parameter in float64, plus slack."""
+    return 8 * sum(math.prod(s) for s in shapes.values()) + WEIGHTS_SLACK_BYTES
 
 
 def resolve_weights(weights: str | Path | Mapping[str, Any] | None, shapes: Mapping[str, Shape],
@@ -157,7 +174,7 @@ def resolve_weights(weights: str | Path | Mapping[str, Any] | None, shapes: Mapp
     source = "weights"
     if isinstance(weights, (str, Path)):
         source = str(weights)
-        weights = load_npz(weights)
+        weights = load_npz(weights, limit=weights_file_limit(shapes))
     if any(k.endswith(("c_attn.weight", "ln_1.weight")) for k in weights):
         weights = from_gpt2_names(weights, source)
     return check_parameters(weights, shapes, dtype, source)

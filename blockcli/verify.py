@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from blockcli.block import DecoderBlock, block_parameter_shapes, resolve_weights
-from blockcli.config import BlockConfig, Config, InputError
+from blockcli.config import BlockConfig, Config, InputError, open_regular
 from blockcli.count import Formula, block_formula, evaluate, symbol_values
 from blockcli.ops import STANDARD_OPS, Ops
 from blockcli.reference import reference_block
@@ -119,8 +120,9 @@ def block_subject(block: DecoderBlock) -> Subject:
     def intermediates(x: np.ndarray) -> dict[str, np.ndarray]:
         return Recording(block, x).inter
 
-    single = DecoderBlock(block.cfg, {k: v.astype(np.float32) for k, v in block.params.items()}, block.ops,
-                          block.attention)
+    with np.errstate(over="ignore"):  # a weight beyond float32's range becomes inf: check 13 reports it
+        single = DecoderBlock(block.cfg, {k: v.astype(np.float32) for k, v in block.params.items()}, block.ops,
+                              block.attention)
     return Subject(block, block.params, intermediates, lambda: block.params, single, block)
 
 
@@ -490,7 +492,12 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
     """Build the subject (blockcli's block, a seeded bug, or a user's `impl`), run it, run the checks."""
     cfg, notes = verification_config(config)
     if weights is not None and any("scaled" in n for n in notes):
-        raise InputError("the block is too large to verify with the given --weights on this machine")
+        if isinstance(weights, (str, Path)):
+            open_regular(Path(weights), ".npz archive").close()  # a missing or unreadable file is said first
+        size = sum(math.prod(s) for s in block_parameter_shapes(config.block).values())
+        raise InputError(f"--weights: this block has {size:,} parameters; verify runs blocks of more than "
+                         f"{SCALE_LIMIT:,} on a scaled-down copy, which given weights do not fit, so it cannot "
+                         f"check them (a limit of verify, not of this machine's memory)")
     try:
         params = resolve_weights(weights, block_parameter_shapes(cfg.block), cfg.run.seed, "float64")
     except InputError as exc:
