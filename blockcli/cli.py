@@ -34,7 +34,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 ConfigArg = Annotated[
     Optional[str],
     typer.Argument(metavar="[CONFIG_OR_PRESET]",
-                   help="A YAML config, a Hugging Face config.json, or a preset name (see `blockcli presets`). "
+                   help="A YAML config (- for standard input), a Hugging Face config.json, or a preset name "
+                        "(see `blockcli presets`). "
                         "Default: the reference chapter's block (d=512, h=8, d_ff=2048)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (same as --format json).")]
@@ -109,6 +110,8 @@ ASCII_SPELLING = str.maketrans({
     "█": "#", "▉": "#", "▊": "#", "▋": "#", "▌": "+", "▍": "+", "▎": "+", "▏": "+", "░": ".", "▒": ":",
     "▓": "%", "×": "x", "·": ".", "→": "->", "↓": "v", "ᵀ": "^T", "√": "sqrt", "–": "-", "—": "-",
     "…": "...", "≤": "<=", "≥": ">=", "±": "+-", "²": "^2", "³": "^3", "⁶": "^6", "✗": "X", "─": "-",
+    "−": "-", "≈": "~", "≪": "<<", "σ": "sigma", "ε": "eps", "γ": "gamma", "β": "beta", "π": "pi", "μ": "mu",
+    "Φ": "Phi",
 })
 
 
