@@ -37,7 +37,7 @@ def _load(path: Path, expected: str) -> Any:
         try:
             if f.read(len(NPY_MAGIC)) == NPY_MAGIC:
                 f.seek(0)
-                _check_npy_header(f, os.fstat(f.fileno()).st_size, str(path))
+                _check_npy_header(f, os.fstat(f.fileno()).st_size, path)
             f.seek(0)
             return np.load(f, allow_pickle=False)
         except InputError:
@@ -83,12 +83,11 @@ def _read_members(archive: zipfile.ZipFile, path: Path, limit: int | None) -> di
                          f"{human_bytes(largest.file_size)}), more than the {human_bytes(limit)} this config's "
                          f"weights can take; refused before reading")
     for info in infos:
-        key = info.filename.removesuffix(".npy")
         with archive.open(info) as member:
             if member.read(len(NPY_MAGIC)) != NPY_MAGIC:
                 raise InputError(f"{path}: member '{info.filename}' is not a .npy array")
             member.seek(0)
-            _check_npy_header(member, info.file_size, f"{path}: member '{key}'")
+            _check_npy_header(member, info.file_size, path, f" member '{info.filename.removesuffix('.npy')}'")
     out = {}
     for info in infos:
         with archive.open(info) as member:
@@ -96,19 +95,20 @@ def _read_members(archive: zipfile.ZipFile, path: Path, limit: int | None) -> di
     return out
 
 
-def _check_npy_header(fp: Any, size: int, where: str) -> None:
-    """A .npy header (at `fp`, in a file of `size` bytes) must declare no objects and exactly the data
-    that follows it, so a header claiming a (10⁶, 10⁶) array is refused before anything is allocated."""
+def _check_npy_header(fp: Any, size: int, path: Path, member: str = "") -> None:
+    """A .npy header (at `fp`, in a file or archive member of `size` bytes) must declare no objects and
+    exactly the data that follows it: a header claiming a (10⁶, 10⁶) array is refused before anything
+    is allocated."""
     from blockcli.render import human_bytes
 
     version = np.lib.format.read_magic(fp)
     reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
     shape, _, dtype = reader(fp)
     if dtype.hasobject:
-        raise InputError(f"{where.split(':')[0]}: holds pickled object arrays, which blockcli refuses to load")
+        raise InputError(f"{path}: holds pickled object arrays, which blockcli refuses to load")
     declared, held = math.prod(shape) * dtype.itemsize, size - fp.tell()
     if declared != held:
-        raise InputError(f"{where}: its header declares a {dtype} array of shape {shape} "
+        raise InputError(f"{path}:{member} its header declares a {dtype} array of shape {shape} "
                          f"({human_bytes(declared)}) but {human_bytes(max(held, 0))} of data follow")
 
 
@@ -217,6 +217,7 @@ def check_outputs(outputs: Mapping[str, str | Path | None], force: bool = False)
 
 
 def _umask() -> int:
+    """The process's umask (reading it means setting it, so it is set straight back)."""
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
@@ -240,8 +241,8 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], Any], force: 
             except OSError as exc:
                 raise InputError(f"{path}: cannot write here ({exc.strerror or exc})") from None
         try:
-            os.fchmod(fd, 0o666 & ~_umask())
             with os.fdopen(fd, "wb") as f:
+                os.fchmod(fd, 0o666 & ~_umask())
                 write(f)
         except OSError as exc:  # a full disk (ENOSPC), a file-size limit (EFBIG), an I/O error
             raise InputError(f"{path}: cannot write ({exc.strerror or exc}); nothing was written") from None
@@ -282,14 +283,17 @@ def _signals_held() -> Iterator[None]:
             previous[pending[0]](pending[0], None)
 
 
+def _taken(path: Path) -> InputError:
+    return InputError(f"{path}: file exists (it appeared while this run worked); pass --force to overwrite it")
+
+
 def _link_exclusively(tmp: str, path: Path) -> None:
     """Give the written file its name only if nobody holds that name yet."""
     try:
         os.link(tmp, path)
         return
     except FileExistsError:
-        raise InputError(f"{path}: file exists (written by another run meanwhile); pass --force to "
-                         f"overwrite it") from None
+        raise _taken(path) from None
     except OSError as exc:
         if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
             raise InputError(f"{path}: cannot write ({exc.strerror or exc})") from None
@@ -297,6 +301,5 @@ def _link_exclusively(tmp: str, path: Path) -> None:
     try:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     except FileExistsError:
-        raise InputError(f"{path}: file exists (written by another run meanwhile); pass --force to "
-                         f"overwrite it") from None
+        raise _taken(path) from None
     os.replace(tmp, path)
