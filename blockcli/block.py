@@ -174,7 +174,7 @@ def resolve_weights(weights: str | Path | Mapping[str, Any] | None, shapes: Mapp
     source = "weights"
     if isinstance(weights, (str, Path)):
         source = str(weights)
-        weights = load_npz(weights, limit=weights_file_limit(shapes))
+        weights = load_npz(weights, limit=weights_file_limit(shapes), expected=shapes)
     if any(k.endswith(("c_attn.weight", "ln_1.weight")) for k in weights):
         weights = from_gpt2_names(weights, source)
     return check_parameters(weights, shapes, dtype, source)

@@ -50,8 +50,10 @@ def _load(path: Path, expected: str) -> Any:
             raise InputError(f"{path}: not a valid {expected} ({exc})") from None
 
 
-def load_npz(path: str | Path, limit: int | None = None) -> dict[str, np.ndarray]:
-    """Named arrays from an .npz archive (weights); at most `limit` bytes of array data in all."""
+def load_npz(path: str | Path, limit: int | None = None,
+             expected: Mapping[str, tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
+    """Named arrays from an .npz archive (weights); at most `limit` bytes of array data in all, and
+    each member named in `expected` of exactly that shape (both checked before any data is read)."""
     path = Path(path)
     with open_regular(path, ".npz archive") as f, reading(path, ".npz archive"):
         if f.read(len(NPY_MAGIC)) == NPY_MAGIC:
@@ -59,15 +61,16 @@ def load_npz(path: str | Path, limit: int | None = None) -> dict[str, np.ndarray
         f.seek(0)
         try:
             with zipfile.ZipFile(f) as archive:
-                return _read_members(archive, path, limit)
+                return _read_members(archive, path, limit, expected or {})
         except InputError:
             raise
         except (EOFError, zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, ValueError) as exc:
             raise InputError(f"{path}: not a valid .npz archive ({exc})") from None
 
 
-def _read_members(archive: zipfile.ZipFile, path: Path, limit: int | None) -> dict[str, np.ndarray]:
-    """Check every member's header against what it holds and against `limit`, then read the arrays."""
+def _read_members(archive: zipfile.ZipFile, path: Path, limit: int | None,
+                  expected: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """Check every member's header against what it holds, `limit` and `expected`, then read the arrays."""
     from blockcli.render import human_bytes
 
     infos = archive.infolist()
@@ -83,11 +86,14 @@ def _read_members(archive: zipfile.ZipFile, path: Path, limit: int | None) -> di
                          f"{human_bytes(largest.file_size)}), more than the {human_bytes(limit)} this config's "
                          f"weights can take; refused before reading")
     for info in infos:
+        key = info.filename.removesuffix(".npy")
         with archive.open(info) as member:
             if member.read(len(NPY_MAGIC)) != NPY_MAGIC:
                 raise InputError(f"{path}: member '{info.filename}' is not a .npy array")
             member.seek(0)
-            _check_npy_header(member, info.file_size, path, f" member '{info.filename.removesuffix('.npy')}'")
+            shape = _check_npy_header(member, info.file_size, path, f" member '{key}'")
+        if key in expected and shape != tuple(expected[key]):
+            raise InputError(f"{path}: weight '{key}' has shape {shape}, expected {tuple(expected[key])}")
     out = {}
     for info in infos:
         with archive.open(info) as member:
@@ -95,7 +101,7 @@ def _read_members(archive: zipfile.ZipFile, path: Path, limit: int | None) -> di
     return out
 
 
-def _check_npy_header(fp: Any, size: int, path: Path, member: str = "") -> None:
+def _check_npy_header(fp: Any, size: int, path: Path, member: str = "") -> tuple[int, ...]:
     """A .npy header (at `fp`, in a file or archive member of `size` bytes) must declare no objects and
     exactly the data that follows it: a header claiming a (10⁶, 10⁶) array is refused before anything
     is allocated."""
@@ -110,6 +116,7 @@ def _check_npy_header(fp: Any, size: int, path: Path, member: str = "") -> None:
     if declared != held:
         raise InputError(f"{path}:{member} its header declares a {dtype} array of shape {shape} "
                          f"({human_bytes(declared)}) but {human_bytes(max(held, 0))} of data follow")
+    return shape
 
 
 def check_in_range(values: np.ndarray, dtype: str, source: str) -> None:

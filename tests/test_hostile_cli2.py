@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import resource
+import shutil
 import signal
 import stat
 import subprocess
@@ -190,6 +191,9 @@ CASES: list[Case] = [
     Case("weights-header-claims-a-huge-array", ["trace", "cfg.yaml", "--weights", "w.npz"],
          make(w_DOT_npz=lambda f: zip_of(flat_members(w_q=lying_header(flat_weights()["w_q"], "(1000000, 1000000)")))),
          names=("w.npz", "'w_q'", "(1000000, 1000000)")),
+    Case("weights-header-shape-not-the-configs", ["trace", "cfg.yaml", "--weights", "w.npz"],
+         make(w_DOT_npz=lambda f: npz_bytes({**flat_weights(), "w_1": np.zeros((512, 512), dtype=np.float32)})),
+         names=("w.npz", "'w_1'", "(512, 512)", "(16, 32)")),
     Case("weights-zip-bomb", ["trace", "cfg.yaml", "--weights", "w.npz"],
          make(w_DOT_npz=lambda f: zip_of(flat_members() + [("pad.npy", npy_bytes(np.zeros(2**24)))], compress=True)),
          names=("w.npz", "unpacks to", "pad.npy")),
@@ -518,3 +522,25 @@ def test_blockcli_slow_needs_a_true_value(value: str, slow: bool) -> None:
                           env={**SUBPROCESS_ENV, "BLOCKCLI_SLOW": value}, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert int(proc.stdout) == (600 if slow else 60)
+
+
+def can_mount_a_private_tmpfs() -> bool:
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=4k tmpfs /mnt"],
+                           capture_output=True, timeout=60) if shutil.which("unshare") else None
+    return probe is not None and probe.returncode == 0
+
+
+@pytest.mark.skipif(not can_mount_a_private_tmpfs(), reason="needs unshare -m and mount (root) for a real full disk")
+@pytest.mark.parametrize("option, name", [("--save", "y.npz"), ("--export-svg", "t.svg"), ("--export-html", "t.html")])
+def test_full_disk_leaves_nothing_half_written(option: str, name: str, tmp_path: Path) -> None:
+    """A real full disk: a 4 KiB tmpfs, mounted in a mount namespace of the run's own, so it vanishes with it."""
+    (tmp_path / "cfg.yaml").write_text(SMALL_YAML)
+    (tmp_path / "out").mkdir()
+    script = ('mount -t tmpfs -o size=4k tmpfs out && cd out && "$@" >/dev/null; code=$?; '
+              'ls -A; exit $code')  # the listing is taken inside, before the file system goes away
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", sys.executable, "-m", "blockcli", "trace",
+                           "../cfg.yaml", option, name], cwd=tmp_path, env=SUBPROCESS_ENV, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == f"blockcli: error: {name}: cannot write (No space left on device); nothing was written\n"
+    assert proc.stdout == "", f"left on the full disk: {proc.stdout}"  # no file, no temporary file
