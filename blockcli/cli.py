@@ -13,7 +13,7 @@ import signal
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Callable, NoReturn, Optional
+from typing import Annotated, Any, Callable, NoReturn, Optional, Sequence
 
 import typer
 
@@ -76,10 +76,15 @@ def note(message: str) -> None:
     sys.stderr.write(f"blockcli: note: {one_line(message)}\n")
 
 
-def run_guarded(body: Callable[[], int]) -> None:
-    """Run a command body, mapping user errors to exit 2 and Ctrl-C to 130, never a traceback."""
+def run_guarded(body: Callable[[], int], sources: Sequence[Any] = ()) -> None:
+    """Run a command body, mapping user errors to exit 2 and Ctrl-C to 130, never a traceback.
+
+    `sources` are the command's config arguments: one that named a preset but found a local file of
+    that name (which is what was read) earns a note once the command has run.
+    """
     try:
         code = body()
+        _note_shadowed_presets(sources)
     except InputError as exc:
         fail(str(exc))
     except Terminated as exc:
@@ -152,15 +157,14 @@ class GuardedStdout:
         return getattr(self._stream, name)
 
 
-def load(source: Any) -> Any:
-    """load_config, saying so when a local file took the place of the preset of the same name."""
-    from blockcli.config import load_config, preset_names
+def _note_shadowed_presets(sources: Sequence[Any]) -> None:
+    """A local file named like a preset is read instead of the preset (it is a path): say so."""
+    from blockcli.config import preset_names
 
-    cfg = load_config(source)
-    if isinstance(source, str) and source in preset_names() and os.path.lexists(source):
-        note(f"read the local file ./{source}, not the packaged preset '{source}' (rename the file or "
-             f"run elsewhere to use the preset)")
-    return cfg
+    for source in dict.fromkeys(s for s in sources if isinstance(s, str)):
+        if source in preset_names() and os.path.lexists(source):
+            note(f"read the local file ./{source}, not the packaged preset '{source}' (rename the file or "
+                 f"run elsewhere to use the preset)")
 
 
 def _version(value: bool) -> None:
@@ -196,11 +200,12 @@ def count(
 
     def body() -> int:
         from blockcli import render
+        from blockcli.config import load_config
         from blockcli.count import count_parameters, parse_amount
 
         expected = parse_amount(expect, "--expect") if expect is not None else None
         budget = parse_amount(max_total, "--max")[0] if max_total is not None else None
-        result = count_parameters(load(config))
+        result = count_parameters(load_config(config))
         chosen = CountFormat.json if json_out else fmt
         if chosen is CountFormat.json:
             print_out(render.to_json(render.count_json(result)))
@@ -227,7 +232,7 @@ def count(
             code = EXIT_FAILED
         return code
 
-    run_guarded(body)
+    run_guarded(body, [config])
 
 
 # ----------------------------------------------------------------------------- presets
@@ -307,6 +312,7 @@ def trace(
 
     def body() -> int:
         from blockcli import render
+        from blockcli.config import load_config
         from blockcli.inputs import check_in_range, check_outputs, load_input, save_npz, save_text
         from blockcli.trace import (analytic_trace, available_bytes, collapse_layers, forward_bytes_estimate,
                                     run_trace, with_run)
@@ -324,7 +330,7 @@ def trace(
         if input_file is not None and fixed:
             raise InputError(f"{fixed[0]} cannot be combined with --input: the input's shape (B, T, …) "
                              f"fixes the batch and the sequence length")
-        cfg = load(config)
+        cfg = load_config(config)
         x = load_input(input_file, cfg) if input_file is not None else None
         if x is not None:
             batch_, seq_ = x.shape[0], x.shape[1]
@@ -339,7 +345,6 @@ def trace(
             mode = "full"  # the intermediates to save or draw exist only when the whole table is built
         demanded = weights is not None or x is not None or save is not None
         estimate = forward_bytes_estimate(cfg, mode)
-        seconds = forward_seconds_estimate(cfg)
         notes = []
         if shapes_only and not demanded:
             result = analytic_trace(cfg, mode)
@@ -352,7 +357,7 @@ def trace(
             result = analytic_trace(cfg, mode)
             notes.append(f"a real pass would need about {render.human_bytes(estimate)}, more than is available: "
                          f"rows are analytic (shapes only)")
-        elif seconds > UNASKED_PASS_SECONDS and not (demanded or head):
+        elif not (demanded or head) and (seconds := forward_seconds_estimate(cfg)) > UNASKED_PASS_SECONDS:
             result = analytic_trace(cfg, mode)
             notes.append(f"a real pass would take about {_duration(seconds)} (over {UNASKED_PASS_SECONDS} s): rows "
                          f"are analytic (shapes only); --input, --weights or --save run it anyway")
@@ -389,7 +394,22 @@ def trace(
             save_npz(save, {"y": result.output, **result.arrays}, force)
         return EXIT_OK
 
-    run_guarded(body)
+    run_guarded(body, [config])
+
+
+def _parse_head(spec: str, cfg: Any) -> tuple[int, int]:
+    """'HEAD' or 'LAYER:HEAD' → (layer, head), checked against the config."""
+    layer_text, _, head_text = spec.rpartition(":")
+    try:
+        layer, head = int(layer_text or 0), int(head_text)
+    except ValueError:
+        raise InputError(f"--show-attention: expected HEAD or LAYER:HEAD as integers, got '{spec}'") from None
+    layers = cfg.model.n_layers if cfg.model else 1
+    if not 0 <= layer < layers:
+        raise InputError(f"--show-attention: layer {layer} is out of range 0..{layers - 1}")
+    if not 0 <= head < cfg.block.n_heads:
+        raise InputError(f"--show-attention: head {head} is out of range 0..{cfg.block.n_heads - 1}")
+    return layer, head
 
 
 UNASKED_PASS_SECONDS = 30  # a pass estimated to take longer is replaced by shapes unless asked for
@@ -420,21 +440,6 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.3g} s"
 
 
-def _parse_head(spec: str, cfg: Any) -> tuple[int, int]:
-    """'HEAD' or 'LAYER:HEAD' → (layer, head), checked against the config."""
-    layer_text, _, head_text = spec.rpartition(":")
-    try:
-        layer, head = int(layer_text or 0), int(head_text)
-    except ValueError:
-        raise InputError(f"--show-attention: expected HEAD or LAYER:HEAD as integers, got '{spec}'") from None
-    layers = cfg.model.n_layers if cfg.model else 1
-    if not 0 <= layer < layers:
-        raise InputError(f"--show-attention: layer {layer} is out of range 0..{layers - 1}")
-    if not 0 <= head < cfg.block.n_heads:
-        raise InputError(f"--show-attention: head {head} is out of range 0..{cfg.block.n_heads - 1}")
-    return layer, head
-
-
 # ----------------------------------------------------------------------------- verify
 
 
@@ -458,6 +463,7 @@ def verify(
 
     def body() -> int:
         from blockcli import render
+        from blockcli.config import load_config
         from blockcli.mutants import MUTANTS, find_mutant, run_mutants
         from blockcli.verify import CHECKS, parse_selection
         from blockcli.verify import verify as run_checks
@@ -483,7 +489,7 @@ def verify(
         if mutants:
             if len(sources) > 1:
                 raise InputError("--mutants runs on one config at a time")
-            rows, skipped = run_mutants(load(sources[0]), weights=weights, only=chosen_only,
+            rows, skipped = run_mutants(load_config(sources[0]), weights=weights, only=chosen_only,
                                         skip=chosen_skip)
             if json_out:
                 print_out(render.to_json(render.mutants_json(rows, skipped)))
@@ -494,7 +500,7 @@ def verify(
         extra: dict[str, Any] = {"ops": mutant.ops, "formula": mutant.formula} if mutant else {}
         if impl:
             extra.update(impl=impl, timeout=timeout)
-        loaded = [load(s) for s in sources]  # every config is checked before any runs
+        loaded = [load_config(s) for s in sources]  # every config is checked before any runs
         reports = [run_checks(cfg, weights=weights, only=chosen_only, skip=chosen_skip, **extra) for cfg in loaded]
         if json_out:
             data = [render.verify_json(r) for r in reports]
@@ -508,7 +514,7 @@ def verify(
             console().print(render.verify_summaries(reports))
         return EXIT_OK if all(r.passed for r in reports) else EXIT_FAILED
 
-    run_guarded(body)
+    run_guarded(body, configs or [])
 
 
 # ----------------------------------------------------------------------------- convert
