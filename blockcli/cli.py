@@ -533,9 +533,9 @@ def convert(
         from blockcli.hf import read_hf, to_yaml
 
         if output is not None:
-            from blockcli.inputs import check_outputs
+            from blockcli.inputs import check_writable
 
-            check_outputs({"--output": output}, force)
+            check_writable(output, force, "--output")
         mapping, cfg = read_hf(hf_config)
         total = count_parameters(cfg).total
         mapping["about"]["parameters"] = total

@@ -244,6 +244,8 @@ CASES: list[Case] = [
                                               "--export-svg", "./sub/../o.html"],
          make(sub__keep="k"), names=("--export-html", "--export-svg")),
     Case("save-trailing-slash", ["trace", "cfg.yaml", "--save", "newdir/"], names=("newdir/", "trailing slash")),
+    Case("convert-output-trailing-slash", ["convert", "hf.json", "--output", "newdir/"],
+         make(hf_DOT_json=json.dumps(GPT2)), names=("--output newdir/", "trailing slash")),
     Case("save-trailing-slash-existing-folder", ["trace", "cfg.yaml", "--save", "outdir/"],
          make(outdir__keep="k"), names=("outdir/", "trailing slash")),
     Case("save-dev-full", ["trace", "cfg.yaml", "--save", "/dev/full"], names=("/dev/full", "character device")),
