@@ -135,7 +135,8 @@ class GuardedStdout:
     def write(self, text: str) -> int:
         if self._ascii:
             encoding = self._stream.encoding or "ascii"
-            text = text.translate(ASCII_SPELLING).encode(encoding, "replace").decode(encoding)
+            # the rest (a non-ASCII file name, say) as \uXXXX, which a JSON reader also decodes
+            text = text.translate(ASCII_SPELLING).encode(encoding, "backslashreplace").decode(encoding)
         return self._guard(self._stream.write, text)
 
     def flush(self) -> None:

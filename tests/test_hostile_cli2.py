@@ -217,6 +217,9 @@ CASES: list[Case] = [
          env={"PYTHONIOENCODING": "ascii"}, code=0, stderr=""),
     Case("ok-ascii-terminal-count", ["count", "cfg.yaml"], env={"PYTHONIOENCODING": "ascii"}, code=0, stderr=""),
     Case("ok-ascii-terminal-verify", ["verify", "cfg.yaml"], env={"PYTHONIOENCODING": "ascii"}, code=0, stderr=""),
+    Case("ok-ascii-terminal-json-non-ascii-name", ["count", "модель.yaml", "--json"],
+         make(модель_DOT_yaml=SMALL_YAML), env={"PYTHONIOENCODING": "ascii"},
+         code=0, stderr=""),
     Case("weight-beyond-float32", ["trace", "cfg.yaml", "--weights", "w.npz"],
          make(w_DOT_npz=lambda f: npz_bytes(with_big_value("w_q"))), names=("w.npz", "'w_q'", "float32")),
     Case("input-beyond-float32", ["trace", "cfg.yaml", "--input", "x.npy"],
@@ -416,7 +419,14 @@ def test_ascii_terminal_gets_ascii_box_drawing(key: str, results: dict[str, Resu
     assert r.stdout.isascii(), [ch for ch in r.stdout.decode("ascii", "replace") if not ch.isascii()][:5]
     text = r.stdout.decode("ascii")
     assert "+--" in text or "|" in text  # Rich's ASCII box
-    assert "?" not in text.replace("(?)", "")  # every drawn character had an ASCII spelling
+    assert "\\u" not in text and "\\x" not in text  # every character blockcli draws has an ASCII spelling
+
+
+def test_ascii_terminal_json_keeps_a_non_ascii_name(results: dict[str, Result]) -> None:
+    r = results["ok-ascii-terminal-json-non-ascii-name"]
+    assert r.stdout.isascii()
+    data = json.loads(r.stdout)
+    assert data["config"] == "модель.yaml" and data["total"] == SMALL_COUNT
 
 
 def test_weight_beyond_float32_runs_in_float64(results: dict[str, Result]) -> None:
