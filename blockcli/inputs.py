@@ -163,7 +163,18 @@ def check_token_ids(ids: Any, vocab_size: int, source: str = "input") -> None:
 
 def save_npz(path: str | Path, arrays: Mapping[str, Any], force: bool = False) -> None:
     """Write arrays to `path` atomically; refuse to replace an existing file unless `force`."""
-    write_atomically(path, lambda f: np.savez(f, **arrays), force)
+    write_atomically(path, lambda f: _write_npz(f, arrays), force)
+
+
+def _write_npz(f: BinaryIO, arrays: Mapping[str, Any]) -> None:
+    """What np.savez writes (one stored `KEY.npy` member per array), with signals held while a member is
+    written: a signal inside ZipFile's bookkeeping would leave a member open, and the archive's
+    finaliser would print a traceback after the run was cleaned up. So Ctrl-C, SIGTERM and SIGHUP are
+    acted on between arrays (the largest intermediate here takes a fraction of a second)."""
+    with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for key, value in arrays.items():
+            with _signals_held(), archive.open(f"{key}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
 
 
 def save_text(path: str | Path, text: str, force: bool = False) -> None:
