@@ -461,23 +461,31 @@ def test_symlink_targets_untouched(results: dict[str, Result]) -> None:
 SLOW_SAVE = "run: {batch: 8, seq_len: 512}\n"  # the default block with big intermediates: --save takes a while
 
 
-# The save writes about 370 MiB (about a second here); each signal lands at a different point of it:
-# as the temporary file appears, among the first members, further in.
-@pytest.mark.parametrize("signum, code, message, delay", [
-    (signal.SIGTERM, 143, "terminated by SIGTERM", 0.0), (signal.SIGHUP, 129, "terminated by SIGHUP", 0.05),
-    (signal.SIGINT, 130, "interrupted", 0.2),  # Ctrl-C, as before
-    (signal.SIGTERM, 143, "terminated by SIGTERM", 0.4),
-], ids=["SIGTERM-at-once", "SIGHUP-early", "SIGINT-later", "SIGTERM-later"])
-def test_signal_during_save_leaves_no_temporary_file(signum: int, code: int, message: str, delay: float,
+# The save writes about 370 MiB; each signal lands at a different point of it, by how much of the
+# temporary file is written: as it appears, among the first members, a third and two thirds in.
+@pytest.mark.parametrize("signum, code, message, written", [
+    (signal.SIGTERM, 143, "terminated by SIGTERM", 0), (signal.SIGHUP, 129, "terminated by SIGHUP", 4 * 2**20),
+    (signal.SIGINT, 130, "interrupted", 120 * 2**20),  # Ctrl-C, as before
+    (signal.SIGTERM, 143, "terminated by SIGTERM", 240 * 2**20),
+], ids=["SIGTERM-at-once", "SIGHUP-early", "SIGINT-a-third-in", "SIGTERM-two-thirds-in"])
+def test_signal_during_save_leaves_no_temporary_file(signum: int, code: int, message: str, written: int,
                                                      tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text(SLOW_SAVE)
     proc = subprocess.Popen([sys.executable, "-m", "blockcli", "trace", "c.yaml", "--save", "y.npz"], cwd=tmp_path,
                             env=SUBPROCESS_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while not glob.glob(str(tmp_path / ".blockcli-*")) and proc.poll() is None and time.monotonic() < deadline:
+
+    def temporary_size() -> int:
+        for name in glob.glob(str(tmp_path / ".blockcli-*")):
+            try:
+                return os.path.getsize(name)
+            except OSError:  # renamed or removed since the glob
+                pass
+        return -1
+
+    while temporary_size() < written and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.001)
-    time.sleep(delay)
-    assert proc.poll() is None and glob.glob(str(tmp_path / ".blockcli-*")), "the save finished before the signal"
+    assert proc.poll() is None and temporary_size() >= written, "the save finished before the signal"
     proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == code, stderr
