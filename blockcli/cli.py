@@ -414,7 +414,7 @@ def _parse_head(spec: str, cfg: Any) -> tuple[int, int]:
 
 
 UNASKED_PASS_SECONDS = 30  # a pass estimated to take longer is replaced by shapes unless asked for
-ASSUMED_FLOPS_PER_SECOND = 1e10  # below what the traced pass sustains on 2 cores, so the estimate errs long
+ASSUMED_FLOPS_PER_SECOND = 5e10  # a third of what a traced pass sustained here (1.5e11/s at T=4096), so it errs long
 
 
 def forward_seconds_estimate(cfg: Any) -> float:

@@ -200,7 +200,7 @@ CASES: list[Case] = [
     Case("input-header-claims-a-huge-array", ["trace", "cfg.yaml", "--input", "x.npy"],
          make(x_DOT_npy=lambda f: lying_header(block_input(), "(100000, 100000, 16)")),
          names=("x.npy", "(100000, 100000, 16)")),
-    Case("unasked-real-pass-too-slow", ["trace", "cfg.yaml", "--seq", "100000", "--json"], code=0, stderr=""),
+    Case("unasked-real-pass-too-slow", ["trace", "cfg.yaml", "--seq", "300000", "--json"], code=0, stderr=""),
 
     # ---------------------------------------------------------------- tracebacks and messages
     Case("save-past-file-size-limit", ["trace", "cfg.yaml", "--save", "y.npz"], fsize=4096,
@@ -409,7 +409,7 @@ def test_local_file_named_like_a_preset_is_what_was_counted(results: dict[str, R
 
 def test_unasked_slow_pass_falls_back_to_shapes(results: dict[str, Result]) -> None:
     data = json.loads(results["unasked-real-pass-too-slow"].stdout)
-    assert data["mode"] == "analytic" and data["seq_len"] == 100_000
+    assert data["mode"] == "analytic" and data["seq_len"] == 300_000
     assert any("would take about" in n and "shapes only" in n for n in data["notes"]), data["notes"]
 
 
