@@ -26,7 +26,7 @@ import numpy as np
 
 from blockcli import ops as F
 from blockcli.config import BlockConfig, Config, InputError, ModelConfig
-from blockcli.inputs import check_token_ids, load_npz
+from blockcli.inputs import check_in_range, check_token_ids, load_npz
 from blockcli.checkpoint import is_checkpoint_path
 from blockcli.ops import STANDARD_OPS, Array, Ops
 from blockcli.parallel import share_out
@@ -111,6 +111,7 @@ def check_parameters(given: Mapping[str, Any], shapes: Mapping[str, Shape], dtyp
             raise InputError(f"{source}: weight '{key}' has shape {value.shape}, expected {shape}")
         if not np.all(np.isfinite(value)):
             raise InputError(f"{source}: weight '{key}' contains NaN or Inf")
+        check_in_range(value, dtype, f"{source}: weight '{key}'")
         params[key] = value.astype(dtype)
     return params
 
@@ -134,6 +135,13 @@ def from_gpt2_names(weights: Mapping[str, Array], source: str) -> dict[str, Arra
                          f"blockcli loads one block")
     prefix = prefixes.pop() if prefixes else ""
     out: dict[str, Array] = {}
+    origin: dict[str, str] = {}
+
+    def put(name: str, value: Any, key: str) -> None:
+        if name in out:
+            raise InputError(f"{source}: weight '{name}' is given twice, as '{origin[name]}' and as '{key}'")
+        out[name], origin[name] = value, key
+
     for key, value in weights.items():
         name = key[len(prefix):] if prefix and key.startswith(prefix) else key
         if name in ("attn.c_attn.weight", "attn.c_attn.bias"):
@@ -143,14 +151,23 @@ def from_gpt2_names(weights: Mapping[str, Array], source: str) -> dict[str, Arra
                                  f"axis to pack q|k|v (a multiple of 3)")
             letter = "w" if name.endswith("weight") else "b"
             for part, chunk in zip("qkv", np.split(arr, 3, axis=-1)):
-                out[f"{letter}_{part}"] = chunk
+                put(f"{letter}_{part}", chunk, key)
         elif name in GPT2_NAMES:
-            out[GPT2_NAMES[name]] = value
+            put(GPT2_NAMES[name], value, key)
         elif name.endswith(("attn.bias", "attn.masked_bias")):
             continue  # GPT-2's stored causal-mask buffers, not parameters
         else:
-            out[key] = value  # left as is: reported as unexpected by check_parameters
+            put(key, value, key)  # left as is: reported as unexpected by check_parameters
     return out
+
+
+# Room in a weights file beyond the parameters themselves, for buffers such as GPT-2's stored masks.
+WEIGHTS_SLACK_BYTES = 64 * 2**20
+
+
+def weights_file_limit(shapes: Mapping[str, Shape]) -> int:
+    """Most array bytes a weights file for these shapes may hold: every parameter in float64, plus slack."""
+    return 8 * sum(math.prod(s) for s in shapes.values()) + WEIGHTS_SLACK_BYTES
 
 
 def resolve_weights(weights: str | Path | Mapping[str, Any] | None, shapes: Mapping[str, Shape],
@@ -175,7 +192,10 @@ def resolve_weights(weights: str | Path | Mapping[str, Any] | None, shapes: Mapp
             weights = load_weights(Path(weights), config, dtype, notes if notes is not None else [],
                                    one_block="wte" not in shapes, layer=layer)
             return check_parameters(weights, shapes, dtype, source)
-        weights = load_npz(weights)
+        # one block's shapes may be read out of a whole model's file: then the model bounds it
+        whole = model_parameter_shapes(config) if config is not None and config.model else shapes
+        limit = None if layer is not None and whole is shapes else weights_file_limit(whole)
+        weights = load_npz(weights, limit=limit, expected=shapes)
     if any(k.endswith(("c_attn.weight", "ln_1.weight")) for k in weights):
         weights = from_gpt2_names(weights, source)
     if "wte" not in shapes:  # one block: take it out of a whole model's weights

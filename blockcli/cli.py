@@ -1,16 +1,20 @@
 """The `blockcli` command line: parse arguments, call the library, print once, choose the exit code.
 
-Exit codes: 0 all good; 1 a check or an expectation failed; 2 usage or input error; 130 interrupted.
-Data goes to stdout, diagnostics to stderr as one line `blockcli: error: …`.
+Exit codes: 0 all good; 1 a check or an expectation failed; 2 usage or input error; 130 interrupted;
+128 + N ended by signal N (SIGHUP 129, SIGTERM 143). Data goes to stdout, diagnostics to stderr as
+one line `blockcli: error: …` (or `blockcli: note: …` beside a result).
 """
 
 from __future__ import annotations
 
+import math
+import os
+import signal
 import sys
 from dataclasses import replace
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Callable, NoReturn, Optional
+from typing import Annotated, Any, Callable, NoReturn, Optional, Sequence
 
 import typer
 
@@ -31,7 +35,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 ConfigArg = Annotated[
     Optional[str],
     typer.Argument(metavar="[CONFIG_OR_PRESET]",
-                   help="A YAML config, a Hugging Face config.json, or a preset name (see `blockcli presets`). "
+                   help="A YAML config (- for standard input), a Hugging Face config.json, or a preset name "
+                        "(see `blockcli presets`). "
                         "Default: the reference chapter's block (d=512, h=8, d_ff=2048)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (same as --format json).")]
@@ -45,8 +50,8 @@ def loaded(source: Optional[str], allow_field: Optional[list[str]]) -> Any:
     from blockcli.config import load_config
 
     cfg = load_config(source, tuple(allow_field or ()))
-    for note in cfg.notes:
-        sys.stderr.write(f"blockcli: note: {note}\n")
+    for text in cfg.notes:
+        note(text)
     return cfg
 
 
@@ -57,18 +62,47 @@ class CountFormat(str, Enum):
     csv = "csv"
 
 
+class OutputError(InputError):
+    """Standard output cannot be written (closed, a full device, a closed pipe): exit code 2."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived: unwind as for Ctrl-C (temporary files are removed), exit 128 + signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def one_line(message: str) -> str:
+    """Control characters (a newline in a file name, say) escaped, so a message stays one line."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in message)
+
+
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
     """The one path for fatal errors: one line on stderr, then exit."""
-    sys.stderr.write(f"blockcli: error: {message}\n")
+    sys.stderr.write(f"blockcli: error: {one_line(message)}\n")
     raise typer.Exit(code)
 
 
-def run_guarded(body: Callable[[], int]) -> None:
-    """Run a command body, mapping user errors to exit 2 and Ctrl-C to 130, never a traceback."""
+def note(message: str) -> None:
+    """A remark beside a result (the exit code is unchanged): one line on stderr."""
+    sys.stderr.write(f"blockcli: note: {one_line(message)}\n")
+
+
+def run_guarded(body: Callable[[], int], sources: Sequence[Any] = ()) -> None:
+    """Run a command body, mapping user errors to exit 2 and Ctrl-C to 130, never a traceback.
+
+    `sources` are the command's config arguments: one that named a preset but found a local file of
+    that name (which is what was read) earns a note once the command has run.
+    """
     try:
         code = body()
+        _note_shadowed_presets(sources)
     except InputError as exc:
         fail(str(exc))
+    except Terminated as exc:
+        fail(f"terminated by {signal.Signals(exc.signum).name}", 128 + exc.signum)
     except KeyboardInterrupt:
         fail("interrupted", EXIT_INTERRUPTED)
     except MemoryError:
@@ -88,6 +122,64 @@ def console(**kwargs: Any):
 
 def print_out(text: str) -> None:
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+# What the tables and notes draw outside ASCII, spelled in ASCII for a terminal that lacks them.
+ASCII_SPELLING = str.maketrans({
+    "█": "#", "▉": "#", "▊": "#", "▋": "#", "▌": "+", "▍": "+", "▎": "+", "▏": "+", "░": ".", "▒": ":",
+    "▓": "%", "×": "x", "·": ".", "→": "->", "↓": "v", "ᵀ": "^T", "√": "sqrt", "–": "-", "—": "-",
+    "…": "...", "≤": "<=", "≥": ">=", "±": "+-", "²": "^2", "³": "^3", "⁶": "^6", "✗": "X", "─": "-",
+    "−": "-", "≈": "~", "≪": "<<", "σ": "sigma", "ε": "eps", "γ": "gamma", "β": "beta", "π": "pi", "μ": "mu",
+    "Φ": "Phi",
+})
+
+
+class GuardedStdout:
+    """sys.stdout, except that a failed write raises OutputError (exit 2, one line) instead of a
+    traceback or a silent exit 0, and text its encoding cannot hold is spelled in ASCII."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        try:
+            "█×→".encode(stream.encoding or "ascii")
+            self._ascii = False
+        except (LookupError, UnicodeEncodeError):
+            self._ascii = True
+
+    def write(self, text: str) -> int:
+        if self._ascii:
+            encoding = self._stream.encoding or "ascii"
+            # the rest (a non-ASCII file name, say) as \uXXXX, which a JSON reader also decodes
+            text = text.translate(ASCII_SPELLING).encode(encoding, "backslashreplace").decode(encoding)
+        return self._guard(self._stream.write, text)
+
+    def flush(self) -> None:
+        self._guard(self._stream.flush)
+
+    def _guard(self, call: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return call(*args)
+        except OSError as exc:
+            try:  # what is still buffered goes nowhere, so the interpreter's exit flush cannot fail again
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, self._stream.fileno())
+                os.close(devnull)
+            except (OSError, ValueError):
+                pass
+            raise OutputError(f"standard output: cannot write ({exc.strerror or exc})") from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _note_shadowed_presets(sources: Sequence[Any]) -> None:
+    """A local file named like a preset is read instead of the preset (it is a path): say so."""
+    from blockcli.config import preset_names
+
+    for source in dict.fromkeys(s for s in sources if isinstance(s, str)):
+        if source in preset_names() and os.path.lexists(source):
+            note(f"read the local file ./{source}, not the packaged preset '{source}' (rename the file or "
+                 f"run elsewhere to use the preset)")
 
 
 def _version(value: bool) -> None:
@@ -207,6 +299,10 @@ def count(
         else:
             console().print(render.count_table(result, inference, training))
         code = EXIT_OK
+        declared = result.config.about.parameters
+        if declared is not None and declared != result.total:
+            note(f"about.parameters says {declared:,} but the count is {result.total:,} "
+                 f"(the exit code does not change; --expect is the gate)")
         if not result.reconciled.match:
             sys.stderr.write("blockcli: formula and arrays disagree: "
                              + "; ".join(result.reconciled.mismatches) + "\n")
@@ -225,7 +321,7 @@ def count(
             code = EXIT_FAILED
         return code
 
-    run_guarded(body)
+    run_guarded(body, [config])
 
 
 # ----------------------------------------------------------------------------- presets
@@ -289,7 +385,7 @@ def trace(
         help="Trace only block N of the model, with that layer's weights.", min=0)] = None,
     input_file: Annotated[Optional[Path], typer.Option(
         "--input", help="Input .npy: (B, T, d) floats for a block, (B, T) token ids for a model.")] = None,
-    save: Annotated[Optional[Path], typer.Option(help="Write y and every intermediate to this .npz.")] = None,
+    save: Annotated[Optional[str], typer.Option(help="Write y and every intermediate to this .npz.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Allow --save/--export-* to overwrite an existing file.")] = False,
     shapes_only: Annotated[bool, typer.Option("--shapes-only", help="Report the rows analytically; allocate nothing.")] = False,
     attention: Annotated[AttentionMode, typer.Option(
@@ -301,15 +397,15 @@ def trace(
         metavar="[LAYER:]HEAD", help="Draw this head's attention weights for the first sequence.")] = None,
     json_out: JsonOpt = False,
     fmt: Annotated[TraceFormat, typer.Option("--format", "-f", help="Output format.")] = TraceFormat.table,
-    export_svg: Annotated[Optional[Path], typer.Option(help="Also write the rendered table as SVG.")] = None,
-    export_html: Annotated[Optional[Path], typer.Option(help="Also write the rendered table as HTML.")] = None,
+    export_svg: Annotated[Optional[str], typer.Option(help="Also write the rendered table as SVG.")] = None,
+    export_html: Annotated[Optional[str], typer.Option(help="Also write the rendered table as HTML.")] = None,
     allow_field: AllowFieldOpt = None,
 ) -> None:
     """Per-operation shape table of a real forward pass, with FLOPs and memory."""
 
     def body() -> int:
         from blockcli import render
-        from blockcli.inputs import check_writable, load_input, save_npz
+        from blockcli.inputs import check_in_range, check_outputs, load_input, save_npz, save_text
         from blockcli.trace import (analytic_trace, available_bytes, collapse_layers, forward_bytes_estimate,
                                     run_trace, with_run)
 
@@ -321,9 +417,11 @@ def trace(
         if show_attention and (shapes_only or attention is AttentionMode.chunked):
             raise InputError("--show-attention needs the attention weights of a real full-table pass; "
                              "drop --shapes-only and --attention chunked")
-        for path, option in ((save, "--save"), (export_svg, "--export-svg"), (export_html, "--export-html")):
-            if path is not None:
-                check_writable(path, force, option)
+        check_outputs({"--save": save, "--export-svg": export_svg, "--export-html": export_html}, force)
+        fixed = [o for o, v in (("--batch", batch), ("--seq", seq)) if v is not None]
+        if input_file is not None and fixed:
+            raise InputError(f"{fixed[0]} cannot be combined with --input: the input's shape (B, T, …) "
+                             f"fixes the batch and the sequence length")
         cfg = loaded(config, allow_field)
         model_cfg = None  # with --layer: the model whose weights the block takes
         chosen_weights, implicit = own_weights(config, weights)
@@ -343,6 +441,8 @@ def trace(
         else:
             batch_, seq_ = batch, seq
         cfg = with_run(cfg, batch_, seq_, dtype.value if dtype else None)
+        if x is not None and cfg.model is None:
+            check_in_range(x, cfg.run.dtype, str(input_file))
         head = _parse_head(show_attention, cfg) if show_attention else None
         mode = attention.value
         if (save or head) and mode == "auto":
@@ -360,6 +460,10 @@ def trace(
             result = analytic_trace(cfg, mode)
             notes.append(f"a real pass would need about {render.human_bytes(estimate)}, more than is available: "
                          f"rows are analytic (shapes only)")
+        elif not (demanded or head) and (seconds := forward_seconds_estimate(cfg)) > UNASKED_PASS_SECONDS:
+            result = analytic_trace(cfg, mode)
+            notes.append(f"a real pass would take about {_duration(seconds)} (over {UNASKED_PASS_SECONDS} s): rows "
+                         f"are analytic (shapes only); --input, --weights or --save run it anyway")
         else:
             result = run_trace(cfg, weights=chosen_weights, x=x, attention=mode, keep=bool(save or head), layer=layer,
                                model_config=model_cfg)
@@ -387,14 +491,14 @@ def trace(
                                                    + (f" of layer {head_layer}" if cfg.model else "")
                                                    + ", first sequence"))
             if export_svg:
-                out.save_svg(str(export_svg), title="blockcli trace", clear=False)
+                save_text(export_svg, out.export_svg(title="blockcli trace", clear=False), force)
             if export_html:
-                out.save_html(str(export_html), clear=False)
+                save_text(export_html, out.export_html(clear=False), force)
         if save is not None:
             save_npz(save, {"y": result.output, **result.arrays}, force)
         return EXIT_OK
 
-    run_guarded(body)
+    run_guarded(body, [config])
 
 
 def own_weights(config: Optional[str], weights: Optional[Path]) -> tuple[Optional[Path], bool]:
@@ -423,6 +527,34 @@ def _parse_head(spec: str, cfg: Any) -> tuple[int, int]:
     if not 0 <= head < cfg.block.n_heads:
         raise InputError(f"--show-attention: head {head} is out of range 0..{cfg.block.n_heads - 1}")
     return layer, head
+
+
+UNASKED_PASS_SECONDS = 30  # a pass estimated to take longer is replaced by shapes unless asked for
+ASSUMED_FLOPS_PER_SECOND = 5e10  # a third of what a traced pass sustained here (1.5e11/s at T=4096), so it errs long
+
+
+def forward_seconds_estimate(cfg: Any) -> float:
+    """A real traced pass's time, roughly: its matmul FLOPs at ASSUMED_FLOPS_PER_SECOND.
+
+    2·(parameters)·B·T for the projections (every weight meets every token once) plus
+    4·L·B·h·T²·d_h for the full score table and its mixing with V.
+    """
+    from blockcli.shapes import block_parameter_shapes, model_parameter_shapes
+
+    b, run = cfg.block, cfg.run
+    shapes = model_parameter_shapes(cfg) if cfg.model else block_parameter_shapes(b)
+    params = sum(math.prod(s) for s in shapes.values())
+    layers = cfg.model.n_layers if cfg.model else 1
+    tokens = run.batch * run.seq_len
+    flops = 2 * params * tokens + 4 * layers * tokens * run.seq_len * b.n_heads * b.head_dim
+    return flops / ASSUMED_FLOPS_PER_SECOND
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.3g} {unit}"
+    return f"{seconds:.3g} s"
 
 
 # ----------------------------------------------------------------------------- verify
@@ -471,7 +603,7 @@ def verify(
     def body() -> int:
         from blockcli import render
         from blockcli.mutants import MUTANTS, find_mutant, run_mutants
-        from blockcli.verify import parse_selection
+        from blockcli.verify import CHECKS, parse_selection
         from blockcli.verify import verify as run_checks
 
         if list_mutants:
@@ -485,7 +617,12 @@ def verify(
             raise InputError("--impl checks your block; --inject and --mutants check blockcli's seeded bugs")
         if inject and mutants:
             raise InputError("--inject runs one seeded bug and --mutants all of them; choose one")
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise InputError(f"--timeout: expected a positive number of seconds, got {timeout}")
         chosen_only, chosen_skip = parse_selection(only, "--only"), parse_selection(skip, "--skip")
+        if not (chosen_only or set(CHECKS)) - (chosen_skip or set()):
+            given = " ".join(f"{o} {v}" for o, v in (("--only", only), ("--skip", skip)) if v is not None)
+            raise InputError(f"{given}: selects no check, so nothing would be verified")
         sources = configs or [None]
         if mutants:
             if len(sources) > 1:
@@ -531,7 +668,7 @@ def verify(
             console().print(render.verify_summaries(reports))
         return EXIT_OK if all(r.passed for r in reports) else EXIT_FAILED
 
-    run_guarded(body)
+    run_guarded(body, configs or [])
 
 
 # ----------------------------------------------------------------------------- convert
@@ -541,7 +678,7 @@ def verify(
 def convert(
     hf_config: Annotated[Path, typer.Argument(metavar="CONFIG_JSON",
                                               help="A Hugging Face config.json, or a model folder holding one.")],
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the YAML here instead of stdout.")] = None,
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="Write the YAML here instead of stdout.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Allow --output to overwrite an existing file.")] = False,
     allow_field: AllowFieldOpt = None,
 ) -> None:
@@ -561,11 +698,11 @@ def convert(
 
             source = model_folder_config(source)
         mapping, cfg = read_hf(source, tuple(allow_field or ()))
-        for note in cfg.notes:
-            sys.stderr.write(f"blockcli: note: {note}\n")
+        for text in cfg.notes:
+            note(text)
         total = count_parameters(cfg).total
         mapping["about"]["parameters"] = total
-        text = to_yaml(mapping, f"Converted by `blockcli convert {hf_config.name}`.\n"
+        text = to_yaml(mapping, f"Converted by `blockcli convert {one_line(hf_config.name)}`.\n"
                                 f"Expected parameters: {total:,}.")
         if output is None:
             print_out(text)
@@ -584,8 +721,21 @@ def main() -> None:
     Runs the app outside Click's standalone mode so that a usage error (unknown option, bad
     choice) is reported like every other input error: one line on stderr, exit code 2.
     """
+    if sys.stdout is None:  # started with stdout closed (`>&-`): a result would vanish without a trace
+        sys.stderr.write("blockcli: error: standard output is closed; nothing to write the result to\n")
+        sys.exit(EXIT_USAGE)
+    sys.stdout = GuardedStdout(sys.stdout)
+    for signum in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if signum is not None and signal.getsignal(signum) is signal.SIG_DFL:
+            signal.signal(signum, _terminate)
+    if hasattr(signal, "SIGXFSZ"):  # past a file-size limit a write fails with EFBIG instead of killing us
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         code = app(standalone_mode=False)
+        sys.stdout.flush()
+    except OutputError as exc:
+        sys.stderr.write(f"blockcli: error: {exc}\n")
+        sys.exit(EXIT_USAGE)
     except Exception as exc:
         if not any(cls.__name__ == "UsageError" for cls in type(exc).__mro__):
             raise
@@ -593,7 +743,18 @@ def main() -> None:
         message = " ".join(exc.format_message().split())
         sys.stderr.write(f"blockcli: error: {where}{message} (see --help)\n")
         sys.exit(EXIT_USAGE)
+    except Terminated as exc:
+        sys.stderr.write(f"blockcli: error: terminated by {signal.Signals(exc.signum).name}\n")
+        sys.exit(128 + exc.signum)
     except KeyboardInterrupt:
         sys.stderr.write("blockcli: error: interrupted\n")
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+def _terminate(signum: int, _frame: Any) -> None:
+    """SIGTERM/SIGHUP: raise Terminated once; a second signal during the clean-up is ignored."""
+    for other in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if other is not None:
+            signal.signal(other, signal.SIG_IGN)
+    raise Terminated(signum)

@@ -11,7 +11,11 @@ such as "1e-5", because YAML 1.1 loaders read `1e-5` (no dot) as a string.
 from __future__ import annotations
 
 import difflib
+import errno
 import math
+import os
+import stat
+import sys
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
@@ -28,6 +32,7 @@ DTYPES = ("float32", "float64")
 BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
 QK_NORMS = ("none", "head", "projection")
 MAX_SIZE = 10**12  # far beyond any real model; keeps arithmetic and messages sane
+MAX_CONFIG_BYTES = 2**20  # 1 MiB: real configs are a few KiB; a bigger file is a mistake and slow to parse
 
 
 class InputError(ValueError):
@@ -190,7 +195,10 @@ def load_config(source: str | Path | Mapping[str, Any] | None = None, allow_fiel
         from blockcli.hf import config_from_hf  # lazy: only for HF configs
 
         return config_from_hf(path, allow_fields)
-    looks_like_path = path.suffix.lower() in (".yaml", ".yml") or "/" in text_source or path.exists()
+    if text_source == "-":
+        return parse_config(_parse_yaml(read_text_file(path), "<stdin>"), name="<stdin>")
+    looks_like_path = (path.suffix.lower() in (".yaml", ".yml") or "/" in text_source or path.exists()
+                       or path.is_symlink())  # a dangling link or a link loop is a path too
     if not looks_like_path:
         if text_source in preset_names():
             return parse_config(_parse_yaml(_read_preset(text_source), text_source), name=text_source)
@@ -223,13 +231,60 @@ def reading(path: Path, expected: str, error: type[InputError] = InputError) -> 
     except PermissionError:
         raise error(f"{path}: permission denied") from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise error(f"{path}: a symbolic link loop (following its links leads back to itself)") from None
+        if exc.errno == errno.ENOTDIR:
+            raise error(f"{path}: a part of this path is a file, not a folder") from None
         raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
+def file_kind(mode: int) -> str:
+    """What kind of file `mode` describes, for messages: 'a file', 'a directory', 'a FIFO (named pipe)', …"""
+    for test, kind in ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def open_regular(path: Path, expected: str, error: type[InputError] = InputError) -> Any:
+    """Open `path` for binary reading if it is a regular file.
+
+    A device (/dev/zero), a FIFO or a socket would be read without end or block the open, so the
+    file is opened non-blocking and its kind checked on the open descriptor before any read.
+    """
+    with reading(path, expected, error):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise error(f"{path}: is {file_kind(mode)}, expected {expected} (a regular file)")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_capped(path: Path, expected: str, limit: int, error: type[InputError] = InputError) -> bytes:
+    """The bytes of a regular file, or of standard input for `-`, refusing more than `limit`."""
+    name = "standard input" if str(path) == "-" else str(path)
+    if str(path) == "-":
+        if sys.stdin is None:
+            raise error("-: standard input is closed")
+        raw = sys.stdin.buffer.read(limit + 1)
+    else:
+        with open_regular(path, expected, error) as f, reading(path, expected, error):
+            raw = f.read(limit + 1)
+    if len(raw) > limit:
+        raise error(f"{name}: more than {limit // 2**20} MiB, expected {expected} (a few KiB); refused unread")
+    return raw
+
+
 def read_text_file(path: Path, expected: str = "a YAML config") -> str:
-    """Read a UTF-8 text file (a BOM is allowed); binary or undecodable content is an InputError."""
-    with reading(path, expected, ConfigError):
-        raw = path.read_bytes()
+    """Read a UTF-8 text file (a BOM is allowed); binary or undecodable content is an InputError.
+
+    Only a regular file (or `-`, standard input) of at most MAX_CONFIG_BYTES is read.
+    """
+    raw = read_capped(path, expected, MAX_CONFIG_BYTES, ConfigError)
     if b"\x00" in raw:
         raise ConfigError(f"{path}: binary file, expected {expected}")
     try:
@@ -241,13 +296,67 @@ def read_text_file(path: Path, expected: str = "a YAML config") -> str:
 def read_yaml(path: Path, expected: str) -> Any:
     """A YAML file's data, read safely, every problem one error line (for files that are not configs)."""
     return _parse_yaml(read_text_file(path, expected), str(path))
+class _Refused(Exception):
+    """A YAML node the strict loader refuses; carries the node's position."""
+
+    def __init__(self, message: str, mark: Any) -> None:
+        super().__init__(message)
+        self.mark = mark
+
+
+def _strict_loader() -> type:
+    """PyYAML's safe loader, minus the YAML 1.1 readings that silently change a value or lose a key.
+
+    `0640` is octal (416) and `1:30` base 60 (90) in YAML 1.1, though nobody writing a config means
+    that; a key given twice silently keeps the last value. Each is refused, naming the line.
+    """
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def construct_yaml_int(self, node: Any) -> int:
+            text = node.value.replace("_", "").lstrip("+-")
+            value = super().construct_yaml_int(node)
+            if ":" in text:
+                raise _Refused(f"'{node.value}' is a base-60 number in YAML 1.1 (read as {value}); "
+                               f"write it in decimal, or quote it for a string", node.start_mark)
+            if len(text) > 1 and text[0] == "0" and text[1] not in "bx":
+                raise _Refused(f"'{node.value}' has a leading zero, which YAML 1.1 reads as octal ({value}); "
+                               f"write {text.lstrip('0') or '0'} for decimal", node.start_mark)
+            return value
+
+        def construct_yaml_float(self, node: Any) -> float:
+            if ":" in node.value:
+                raise _Refused(f"'{node.value}' is a base-60 number in YAML 1.1; write it in decimal, "
+                               f"or quote it for a string", node.start_mark)
+            return super().construct_yaml_float(node)
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, yaml.MappingNode):
+                seen: dict[Any, Any] = {}
+                for key_node, _ in node.value:
+                    if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node)
+                    if key in seen:
+                        raise _Refused(f"key '{key}' appears twice in one mapping (first at line "
+                                       f"{seen[key].line + 1})", key_node.start_mark)
+                    seen[key] = key_node.start_mark
+            return super().construct_mapping(node, deep=deep)
+
+    StrictLoader.add_constructor("tag:yaml.org,2002:int", StrictLoader.construct_yaml_int)
+    StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_yaml_float)
+    StrictLoader.add_constructor("tag:yaml.org,2002:map", StrictLoader.construct_yaml_map)
+    return StrictLoader
 
 
 def _parse_yaml(text: str, where: str) -> Any:
+    """Parse YAML text strictly (see `_strict_loader`); a file holding no document is refused."""
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        data = yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader subclass
+    except _Refused as exc:
+        raise ConfigError(f"{where}: line {exc.mark.line + 1}: {exc}") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -259,6 +368,9 @@ def _parse_yaml(text: str, where: str) -> Any:
         raise ConfigError(f"{where}: YAML nested too deeply") from None
     except ValueError as exc:  # e.g. an integer with more digits than Python converts
         raise ConfigError(f"{where}: invalid YAML value: {str(exc).splitlines()[0]}") from None
+    if data is None:
+        raise ConfigError(f"{where}: file is empty (no YAML document); write {{}} for the default block")
+    return data
 
 
 # --------------------------------------------------------------------------- validation

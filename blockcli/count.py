@@ -322,7 +322,8 @@ _SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 
 
 def parse_amount(text: str, option: str = "count") -> tuple[int, int]:
-    """'3152384', '3,152,384', '3.15M' → (value, tolerance). A suffixed decimal is exact to its last digit."""
+    """'3152384', '3,152,384', '3.15M' → (value, tolerance). A suffixed decimal is exact to its last digit:
+    '3.15M' is 3,150,000 ± 5,000 and '3.1523840M' is 3,152,384 exactly."""
     from blockcli.config import InputError
 
     raw = text.strip().replace("_", "")
@@ -333,11 +334,15 @@ def parse_amount(text: str, option: str = "count") -> tuple[int, int]:
     whole, _, frac = raw.partition(".")
     grouped = "," in whole
     digits = whole.replace(",", "")
-    well_formed = (digits.isdigit() and not raw.endswith(".") and (not frac or frac.isdigit()) and (scale > 1 or not frac)
+    decimal = lambda t: t.isascii() and t.isdigit()  # noqa: E731 - str.isdigit alone accepts '²'
+    well_formed = (decimal(digits) and not raw.endswith(".") and (not frac or decimal(frac)) and (scale > 1 or not frac)
                    and (not grouped or all(len(g) == 3 for g in whole.split(",")[1:]) and 1 <= len(whole.split(",")[0]) <= 3))
     if not well_formed:
         raise InputError(f"{option}: expected a parameter count such as 3152384, 3,152,384 or 3.15M; "
                          f"got '{text}'")
-    unit = scale // 10 ** len(frac) if frac else scale
-    value = int(digits) * scale + (int(frac) * unit if frac else 0)
-    return value, (unit // 2 if unit > 1 else 0)
+    places = 10 ** len(frac)
+    scaled = (int(digits) * places + (int(frac) if frac else 0)) * scale  # the value times `places`
+    if scaled % places:
+        raise InputError(f"{option}: '{text}' is not a whole number of parameters")
+    half_unit = scale // places // 2 if scale > places else 0  # half the last digit's place value
+    return scaled // places, half_unit

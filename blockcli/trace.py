@@ -251,7 +251,7 @@ def available_bytes() -> int:
     """Memory this process may use: BLOCKCLI_MEMORY_LIMIT if set, else MemAvailable."""
     limit = os.environ.get("BLOCKCLI_MEMORY_LIMIT")
     if limit:
-        if not limit.strip().isdigit():
+        if not (limit.strip().isascii() and limit.strip().isdigit()):  # isdigit alone accepts "²"
             raise InputError(f"BLOCKCLI_MEMORY_LIMIT: expected a number of bytes, got '{limit}'")
         return int(limit)
     try:

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from blockcli.block import DecoderBlock, block_parameter_shapes, norm_scale, resolve_weights
-from blockcli.config import BlockConfig, Config, InputError
+from blockcli.checkpoint import is_checkpoint_path
+from blockcli.config import BlockConfig, Config, InputError, open_regular
 from blockcli.count import Formula, block_formula, evaluate, symbol_values
 from blockcli.ops import STANDARD_OPS, Ops, apply_rope, rope_tables
 from blockcli.reference import reference_block
@@ -139,8 +141,9 @@ def block_subject(block: DecoderBlock) -> Subject:
     def intermediates(x: np.ndarray) -> dict[str, np.ndarray]:
         return Recording(block, x).inter
 
-    single = DecoderBlock(block.cfg, {k: v.astype(np.float32) for k, v in block.params.items()}, block.ops,
-                          block.attention)
+    with np.errstate(over="ignore"):  # a weight beyond float32's range becomes inf: check 13 reports it
+        single = DecoderBlock(block.cfg, {k: v.astype(np.float32) for k, v in block.params.items()}, block.ops,
+                              block.attention)
 
     def rebuild(weights: dict[str, np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
         return DecoderBlock(block.cfg, weights, block.ops, block.attention)
@@ -661,7 +664,12 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
     `layer` picks one block out of a whole model's weights."""
     cfg, notes = verification_config(config)
     if weights is not None and any("scaled" in n for n in notes):
-        raise InputError("the block is too large to verify with the given --weights on this machine")
+        if isinstance(weights, (str, Path)) and not is_checkpoint_path(Path(weights)):
+            open_regular(Path(weights), ".npz archive").close()  # a missing or unreadable file is said first
+        size = sum(math.prod(s) for s in block_parameter_shapes(config.block).values())
+        raise InputError(f"--weights: this block has {size:,} parameters; verify runs blocks of more than "
+                         f"{SCALE_LIMIT:,} on a scaled-down copy, which given weights do not fit, so it cannot "
+                         f"check them (a limit of verify, not of this machine's memory)")
     params = resolve_weights(weights, block_parameter_shapes(cfg.block), cfg.run.seed, "float64", layer=layer,
                              notes=notes, config=config if config.model else None)
     if impl is None:

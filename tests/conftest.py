@@ -1,4 +1,5 @@
-"""Shared test helpers. The suite's hypothesis profile: fast by default, BLOCKCLI_SLOW=1 for more examples."""
+"""Shared test helpers. The suite's hypothesis profile: fast by default, BLOCKCLI_SLOW=1 (or true, yes, on) for more
+examples; BLOCKCLI_SLOW=0 or empty keeps it fast."""
 
 import os
 import reprlib
@@ -12,7 +13,8 @@ from blockcli.config import ConfigError
 
 settings.register_profile("fast", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("slow", max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("slow" if os.environ.get("BLOCKCLI_SLOW") else "fast")
+SLOW = os.environ.get("BLOCKCLI_SLOW", "").strip().lower() in ("1", "true", "yes", "on")
+settings.load_profile("slow" if SLOW else "fast")
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))

@@ -75,9 +75,15 @@ def test_parse_config_of_none_gives_defaults() -> None:
 
 @pytest.mark.parametrize("text", ["", "\n\n", "# only a comment\n", "---\n", "~\n"],
                          ids=["empty", "blank-lines", "comment", "document-marker", "explicit-null"])
-def test_empty_yaml_file_gives_defaults(tmp_path: Path, text: str) -> None:
-    # config.py: a None top level (what YAML gives for an empty document) means all defaults.
-    check_reference_defaults(load_config(write(tmp_path, text)))
+def test_empty_yaml_file_is_refused(tmp_path: Path, text: str) -> None:
+    # An empty file is far likelier a mistake (a truncated download, the wrong file) than a wish for
+    # the default block, which `{}` spells out.
+    message = config_error_message(lambda: load_config(write(tmp_path, text)), text)
+    assert "file is empty" in message
+
+
+def test_empty_mapping_file_gives_defaults(tmp_path: Path) -> None:
+    check_reference_defaults(load_config(write(tmp_path, "{}\n")))
 
 
 def test_n_kv_heads_defaults_to_n_heads_and_head_dim_to_d_model_over_n_heads() -> None:

@@ -179,6 +179,7 @@ def deep_yaml() -> str:
 ERROR_CASES: list[Case] = [
     # ---------------------------------------------------------------- count: the YAML config
     Case("count-config-missing", ["count", "nope.yaml"], names=("nope.yaml",)),
+    Case("count-config-empty", ["count", "empty.yaml"], make(empty_DOT_yaml=""), names=("empty.yaml", "empty")),
     Case("count-config-in-missing-folder", ["count", "no/such/c.yaml"], names=("no/such/c.yaml",)),
     Case("count-config-is-directory", ["count", "conf.yaml"], make(conf_DOT_yaml=DIR), names=("conf.yaml",)),
     Case("count-config-truncated", ["count", "trunc.yaml"],
@@ -386,7 +387,7 @@ ERROR_CASES: list[Case] = [
 ]
 
 OK_CASES: list[Case] = [
-    Case("ok-count-empty-config", ["count", "empty.yaml"], make(empty_DOT_yaml=""), code=0),
+    Case("ok-count-empty-mapping", ["count", "empty.yaml"], make(empty_DOT_yaml="{}\n"), code=0),
     Case("ok-trace-flat-weights", ["trace", "cfg.yaml", "--weights", "w.npz", "--input", "x.npy",
                                    "--save", "y.npz"],
          make(w_DOT_npz=lambda f: npz_bytes(flat_weights()), x_DOT_npy=lambda f: npy_bytes(block_input())), code=0),
@@ -564,7 +565,7 @@ def describe(r: Result) -> str:
 
 
 @pytest.mark.parametrize("key", ["count-config-unknown-field", "trace-weights-wrong-shape", "verify-inject-nosuch",
-                                 "ok-count-empty-config"])
+                                 "ok-count-empty-mapping"])
 def test_driver_matches_python_dash_m(key: str, results: dict[str, Result], tmp_path: Path) -> None:
     """The fork driver gives what a fresh `python -m blockcli` gives: same code, stdout, stderr, files."""
     case = CASES[key]
@@ -668,8 +669,8 @@ def test_save_with_force_replaces_the_file(results: dict[str, Result]) -> None:
     assert saved_y(r, "out.npz").shape == (B, T, D)
 
 
-def test_empty_config_file_means_defaults(results: dict[str, Result]) -> None:
-    r = results["ok-count-empty-config"]
+def test_empty_mapping_means_defaults(results: dict[str, Result]) -> None:
+    r = results["ok-count-empty-mapping"]
     assert r.code == 0, describe(r)
     # the default block (d=512, h=8, d_ff=2048, all biases): 4·(512²+512) + 2·512·2048 + 2048 + 512 + 4·512
     assert "3,152,384" in r.stdout or "3152384" in r.stdout, r.stdout
