@@ -432,7 +432,7 @@ class MultiHeadAttention:
         dtype = np.result_type(q, k)
         qs = np.multiply(q, 1.0 / math.sqrt(d_h), dtype=dtype, order="C").reshape(B, h_kv, group, T, d_h)
         # a tile's keys in one run of memory, not rows strided through the QKV output (15% faster at L)
-        k, v = np.ascontiguousarray(k), np.ascontiguousarray(v)  # (B, h_kv, T_k, d_h) each
+        k, v = _rows_contiguous(k), _rows_contiguous(v)  # (B, h_kv, T_k, d_h) each
         out = np.empty((B, T, h_kv, group, d_h), dtype=dtype)  # written in the combined-heads layout
         rows, heads = attention_tile(h, h_kv, T, T_k, q.itemsize, self.tile_bytes)
         future = np.triu(np.full((rows, rows), -np.inf, dtype=dtype), k=1)  # (C, C)
@@ -472,6 +472,14 @@ class MultiHeadAttention:
         share_out(run, tiles, cost=cost,
                   work=2 * B * h * T * (start + T / 2) * d_h)  # Q·Kᵀ and weights·V, causal half
         return out.reshape(B, T, h, d_h).transpose(0, 2, 1, 3)  # (B, h, T, d_h) view
+
+
+def _rows_contiguous(a: Array) -> Array:
+    """`a` with each head's (T, d_h) rows in one run of memory: as it is when they already are (a K/V
+    cache's buffer), else copied (rows strided through the QKV output)."""
+    if a.strides[-1] == a.itemsize and a.strides[-2] == a.shape[-1] * a.itemsize:
+        return a
+    return np.ascontiguousarray(a)
 
 
 @dataclass

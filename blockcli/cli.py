@@ -425,7 +425,7 @@ def trace(
         cfg = loaded(config, allow_field)
         model_cfg = None  # with --layer: the model whose weights the block takes
         chosen_weights, implicit = own_weights(config, weights)
-        notes = [f"weights: the model folder's own ({config})"] if implicit else []
+        notes = []
         if config and weights is None and not implicit and Path(config).is_dir():
             notes.append(f"{config} holds no weights: seeded ones (run.seed {cfg.run.seed})")
         if layer is not None:
@@ -467,6 +467,8 @@ def trace(
         else:
             result = run_trace(cfg, weights=chosen_weights, x=x, attention=mode, keep=bool(save or head), layer=layer,
                                model_config=model_cfg)
+        if implicit and result.mode == "executed":
+            notes.insert(0, f"weights: the model folder's own ({config})")
         result.notes.extend(notes)
         if shapes_only and demanded:
             result.notes.append("--shapes-only ignored: --weights/--input/--save need a real pass")
