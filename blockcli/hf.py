@@ -7,7 +7,7 @@ already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only 
 imports yaml) that `load_config` reads back to an equal Config.
 
 Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt, olmo2, starcoder2, gptj,
-phi.
+phi, granite.
 
 The rule for every key of the JSON object is one of three, and never "silently dropped":
 
@@ -40,6 +40,10 @@ GPT-J and Phi run attention and the MLP side by side on one LayerNorm's output
 (`placement: parallel_shared`) and add a bias to the LM head (`model.lm_head_bias`); GPT-J
 rotates interleaved pairs (`block.rope_layout: interleaved`) of its first `rotary_dim` dims, Phi
 rotates halves of int(head_dim · partial_rotary_factor) dims.
+
+Granite is Llama with scalar multipliers: `block.attention_scale` (its attention_multiplier, in
+place of 1/√d_h), `block.residual_multiplier`, `model.embedding_multiplier` and
+`model.logit_multiplier` (1 / logits_scaling).
 """
 
 from __future__ import annotations
@@ -806,6 +810,19 @@ def _phi(f: _Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _granite(f: _Fields) -> tuple[dict, dict]:
+    """Granite: Llama with four scalars. Token embeddings times `embedding_multiplier`, each branch
+    output times `residual_multiplier` before its add, attention scores Q·Kᵀ times
+    `attention_multiplier` (in place of 1/√d_h; its default 1.0 is used as given), logits divided by
+    `logits_scaling` (`model.logit_multiplier` = 1 / logits_scaling)."""
+    block, model = _gated_rms(f, _silu_gate, kv_default=None, tie_default=False)
+    block["attention_scale"] = f.float("attention_multiplier", 1.0, high=1e6)
+    block["residual_multiplier"] = f.float("residual_multiplier", 1.0, high=1e6)
+    model["embedding_multiplier"] = f.float("embedding_multiplier", 1.0, high=1e6)
+    model["logit_multiplier"] = 1.0 / f.float("logits_scaling", 1.0, low=1e-6, high=1e6)
+    return block, model
+
+
 class _Family:
     def __init__(self, title: str, mapper: Callable[[_Fields], tuple[dict, dict]], ignored: set[str]) -> None:
         self.title, self.mapper, self.ignored = title, mapper, frozenset(ignored)
@@ -844,6 +861,7 @@ FAMILIES: dict[str, _Family] = {
         # GPTJForSequenceClassification / double-heads settings, not part of the LM
         "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
     }),
+    "granite": _Family("Granite", _granite, _LLAMA_LIKE_IGNORED),
     "phi": _Family("Phi", _phi, {
         "attention_dropout", "embd_pdrop", "resid_pdrop",  # training-only dropout
     }),

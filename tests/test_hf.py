@@ -268,6 +268,37 @@ PHI_2 = {  # https://huggingface.co/microsoft/phi-2/blob/main/config.json
     "vocab_size": 51200,
 }
 
+GRANITE_3_1_2B = {  # https://huggingface.co/ibm-granite/granite-3.1-2b-base/blob/main/config.json
+    "architectures": ["GraniteForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.1,
+    "attention_multiplier": 0.015625,
+    "bos_token_id": 0,
+    "embedding_multiplier": 12.0,
+    "eos_token_id": 0,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 8192,
+    "logits_scaling": 8.0,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "granite",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 40,
+    "num_key_value_heads": 8,
+    "pad_token_id": 0,
+    "residual_multiplier": 0.22,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "rope_theta": 5000000.0,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.47.0",
+    "use_cache": True,
+    "vocab_size": 49155,
+}
+
 # (HF config, packaged preset with the same architecture, published parameter count and its source)
 CASES = [
     # KerasHub gpt2_presets.py "gpt2_base_en" (HF GPT2LMHeadModel, tied head counted once).
@@ -287,6 +318,8 @@ CASES = [
     # transformers GPTJForCausalLM / PhiForCausalLM on the meta device (tests/test_presets.py).
     pytest.param(GPTJ_6B, "gpt-j-6b", 6_050_882_784, id="gpt-j-6b"),
     pytest.param(PHI_2, "phi-2", 2_779_683_840, id="phi-2"),
+    # transformers GraniteForCausalLM on the meta device (tests/test_presets.py).
+    pytest.param(GRANITE_3_1_2B, "granite-3.1-2b", 2_533_531_648, id="granite-3.1-2b"),
 ]
 
 
@@ -772,6 +805,37 @@ def test_phi_fields_it_cannot_represent(tmp_path: Path, changes: dict, field: st
 ])
 def test_gptj_and_phi_training_only_fields_change_nothing(base: dict, ignored: dict) -> None:
     assert hf_to_mapping(with_fields(base, **ignored), "x.json")["block"] == block_of(base)
+
+
+def test_granite_multipliers_are_mapped() -> None:
+    block, model = block_of(GRANITE_3_1_2B), model_of(GRANITE_3_1_2B)
+    assert (block["attention_scale"], block["residual_multiplier"]) == (0.015625, 0.22)
+    assert (model["embedding_multiplier"], model["logit_multiplier"]) == (12.0, 1 / 8.0)  # logits / logits_scaling
+    assert (block["activation"], block["norm"], block["bias"], model["tie_embeddings"]) == \
+        ("swiglu", "rmsnorm", False, True)
+
+
+def test_granite_defaults_are_granite_configs() -> None:
+    """GraniteConfig's defaults: every multiplier 1.0 -- so scores are Q·Kᵀ times 1, not 1/√d_h."""
+    data = with_fields(GRANITE_3_1_2B, attention_multiplier=_DROP, residual_multiplier=_DROP,
+                       embedding_multiplier=_DROP, logits_scaling=_DROP, tie_word_embeddings=_DROP)
+    block, model = block_of(data), model_of(data)
+    assert (block["attention_scale"], block["residual_multiplier"]) == (1.0, 1.0)
+    assert (model["embedding_multiplier"], model["logit_multiplier"], model["tie_embeddings"]) == (1.0, 1.0, False)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"logits_scaling": 0}, "logits_scaling"),  # logits / 0
+    ({"attention_multiplier": -0.1}, "attention_multiplier"),
+    ({"residual_multiplier": "0.22"}, "residual_multiplier"),
+    ({"embedding_multiplier": True}, "embedding_multiplier"),
+])
+def test_granite_bad_multipliers_are_refused(tmp_path: Path, changes: dict, field: str) -> None:
+    assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(GRANITE_3_1_2B, **changes)))
+
+
+def test_granite_training_only_fields_change_nothing() -> None:
+    assert block_of(with_fields(GRANITE_3_1_2B, attention_dropout=0.3)) == block_of(GRANITE_3_1_2B)
 
 
 @pytest.mark.parametrize("data, kind", [([1, 2], "an array"), ("gpt2", "a string"), (None, "null"), (3, "a number")])

@@ -11,7 +11,7 @@ For every preset in blockcli/presets/ four things must agree:
 
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
-time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 21
+time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 22
 totals below were also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
@@ -287,6 +287,17 @@ CASES = [
         # transformers 5.24 PhiForCausalLM instantiated on the meta device from
         # https://huggingface.co/microsoft/phi-2/blob/main/config.json (sum of numel).
         id="phi-2[transformers PhiForCausalLM on meta=2779683840]",
+    ),
+    pytest.param(
+        "granite-3.1-2b", 2_533_531_648,
+        gated_rms_total(d=2048, L=40, V=49155, ff=8192, n_heads=32, n_kv=8, head_dim=64, tied=True),
+        {"d_model": 2048, "n_heads": 32, "n_kv_heads": 8, "head_dim": 64, "d_ff": 8192, "n_layers": 40,
+         "vocab_size": 49155, "attention_scale": 0.015625, "residual_multiplier": 0.22,
+         "embedding_multiplier": 12.0, "logit_multiplier": 1 / 8.0},
+        # transformers 5.24 GraniteForCausalLM instantiated on the meta device from
+        # https://huggingface.co/ibm-granite/granite-3.1-2b-base/blob/main/config.json (sum of numel).
+        # The four multipliers hold no weights: Llama's count with a tied head.
+        id="granite-3.1-2b[transformers GraniteForCausalLM on meta=2533531648]",
     ),
 ]
 
