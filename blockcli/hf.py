@@ -7,7 +7,7 @@ already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only 
 imports yaml) that `load_config` reads back to an equal Config.
 
 Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt, olmo2, starcoder2, gptj,
-phi, granite.
+phi, granite, cohere.
 
 The rule for every key of the JSON object is one of three, and never "silently dropped":
 
@@ -43,7 +43,9 @@ rotates halves of int(head_dim · partial_rotary_factor) dims.
 
 Granite is Llama with scalar multipliers: `block.attention_scale` (its attention_multiplier, in
 place of 1/√d_h), `block.residual_multiplier`, `model.embedding_multiplier` and
-`model.logit_multiplier` (1 / logits_scaling).
+`model.logit_multiplier` (1 / logits_scaling). Cohere runs attention and the MLP side by side on one
+LayerNorm without a shift, rotates interleaved pairs, and multiplies its logits by `logit_scale`
+(`model.logit_multiplier`).
 """
 
 from __future__ import annotations
@@ -823,6 +825,43 @@ def _granite(f: _Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _cohere(f: _Fields) -> tuple[dict, dict]:
+    """Cohere (Command-R): one LayerNorm without a shift (mean-centred, in float32) read by attention and
+    the SwiGLU MLP side by side, interleaved-pair RoPE over the whole head, logits times `logit_scale`,
+    tied embeddings by default."""
+    qk_norm = f.raw("use_qk_norm", None)
+    if qk_norm not in (None, False):  # null and false both leave the norms out (`if self.use_qk_norm`)
+        raise f.unrepresentable("use_qk_norm", qk_norm, "Command R+'s LayerNorm over each head of q and k, with "
+                                                        "weights (h, d_h) per head, which blockcli does not model")
+    if f.has("logit_scale") and f.data["logit_scale"] is None:
+        raise f.unrepresentable("logit_scale", None, "transformers multiplies the logits by it, so null is no model")
+    d = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    kv = f.int("num_key_value_heads", heads)
+    if heads % kv:
+        raise ConfigError(f"{f.where}: field 'num_key_value_heads' = {kv} does not divide "
+                          f"'num_attention_heads' = {heads}")
+    head_dim = f.int("head_dim") if f.data.get("head_dim") is not None else _divides(
+        f, "hidden_size", d, "num_attention_heads", heads)
+    f.ignore("head_dim")
+    max_positions = f.int("max_position_embeddings")
+    theta, _, scaling = _rope_base(f, ("rope_theta",), 500000.0, max_positions=max_positions)  # CohereConfig's
+    bias = f.bool("attention_bias", False)
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
+        "d_ff": f.int("intermediate_size"), "norm": "layernorm", "norm_eps": f.float("layer_norm_eps", 1e-5),
+        "activation": _silu_gate(f),
+        "bias": _bias(bias, bias, False, False),  # CohereLayerNorm has no shift; the MLP no biases
+        "placement": "parallel_shared", "rope": True, "rope_theta": theta, "rope_layout": "interleaved",
+    }
+    if scaling:
+        block["rope_scaling"] = scaling
+    model = _model(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", max_positions,
+                   f.bool("tie_word_embeddings", True))
+    model["logit_multiplier"] = f.float("logit_scale", 0.0625, high=1e6)
+    return block, model
+
+
 class _Family:
     def __init__(self, title: str, mapper: Callable[[_Fields], tuple[dict, dict]], ignored: set[str]) -> None:
         self.title, self.mapper, self.ignored = title, mapper, frozenset(ignored)
@@ -862,6 +901,7 @@ FAMILIES: dict[str, _Family] = {
         "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
     }),
     "granite": _Family("Granite", _granite, _LLAMA_LIKE_IGNORED),
+    "cohere": _Family("Cohere", _cohere, _LLAMA_LIKE_IGNORED),
     "phi": _Family("Phi", _phi, {
         "attention_dropout", "embd_pdrop", "resid_pdrop",  # training-only dropout
     }),

@@ -109,7 +109,8 @@ GPT_NEOX = TensorMap("gpt_neox.", (
 ), buffers=("layers.{i}.attention.bias", "layers.{i}.attention.masked_bias",
             "layers.{i}.attention.rotary_emb.inv_freq"))
 
-# Llama, Mistral, Qwen2, Qwen3, Gemma and Granite share their module names; Gemma's norm weights are the
+# Llama, Mistral, Qwen2, Qwen3, Gemma, Granite and Cohere (with no post_attention_layernorm) share their
+# module names; Gemma's norm weights are the
 # offset w of its (1 + w) scale, which `block.norm_unit_offset` says.
 LLAMA = TensorMap("model.", (
     _t("wte", "embed_tokens.weight"),
@@ -202,5 +203,5 @@ PHI = TensorMap("model.", (
 TENSOR_MAPS: dict[str, TensorMap] = {
     "gpt2": GPT2, "opt": OPT, "gpt_neox": GPT_NEOX,
     "llama": LLAMA, "mistral": LLAMA, "qwen2": LLAMA, "qwen3": LLAMA, "gemma": LLAMA, "starcoder2": STARCODER2,
-    "olmo2": OLMO2, "gptj": GPTJ, "phi": PHI, "granite": LLAMA,
+    "olmo2": OLMO2, "gptj": GPTJ, "phi": PHI, "granite": LLAMA, "cohere": LLAMA,
 }

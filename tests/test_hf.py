@@ -299,6 +299,32 @@ GRANITE_3_1_2B = {  # https://huggingface.co/ibm-granite/granite-3.1-2b-base/blo
     "vocab_size": 49155,
 }
 
+COMMAND_R_V01 = {  # https://huggingface.co/CohereForAI/c4ai-command-r-v01/blob/main/config.json
+    "architectures": ["CohereForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 5,
+    "eos_token_id": 255001,
+    "hidden_act": "silu",
+    "hidden_size": 8192,
+    "initializer_range": 0.02,
+    "intermediate_size": 22528,
+    "layer_norm_eps": 1e-05,
+    "logit_scale": 0.0625,
+    "max_position_embeddings": 8192,
+    "model_type": "cohere",
+    "num_attention_heads": 64,
+    "num_hidden_layers": 40,
+    "num_key_value_heads": 64,
+    "pad_token_id": 0,
+    "rope_theta": 8000000.0,
+    "torch_dtype": "float16",
+    "transformers_version": "4.38.2",
+    "use_cache": True,
+    "use_qk_norm": False,
+    "vocab_size": 256000,
+}
+
 # (HF config, packaged preset with the same architecture, published parameter count and its source)
 CASES = [
     # KerasHub gpt2_presets.py "gpt2_base_en" (HF GPT2LMHeadModel, tied head counted once).
@@ -320,6 +346,7 @@ CASES = [
     pytest.param(PHI_2, "phi-2", 2_779_683_840, id="phi-2"),
     # transformers GraniteForCausalLM on the meta device (tests/test_presets.py).
     pytest.param(GRANITE_3_1_2B, "granite-3.1-2b", 2_533_531_648, id="granite-3.1-2b"),
+    pytest.param(COMMAND_R_V01, "command-r-v01", 34_980_831_232, id="command-r-v01"),
 ]
 
 
@@ -836,6 +863,27 @@ def test_granite_bad_multipliers_are_refused(tmp_path: Path, changes: dict, fiel
 
 def test_granite_training_only_fields_change_nothing() -> None:
     assert block_of(with_fields(GRANITE_3_1_2B, attention_dropout=0.3)) == block_of(GRANITE_3_1_2B)
+
+
+def test_cohere_shared_shift_free_layernorm_interleaved_rope_and_logit_scale() -> None:
+    block, model = block_of(COMMAND_R_V01), model_of(COMMAND_R_V01)
+    assert (block["placement"], block["norm"], block["bias"], block["rope_layout"], block["rope"]) == \
+        ("parallel_shared", "layernorm", False, "interleaved", True)
+    assert (block["activation"], block["rope_theta"], model["logit_multiplier"], model["tie_embeddings"]) == \
+        ("swiglu", 8000000.0, 0.0625, True)
+    assert block_of(with_fields(COMMAND_R_V01, attention_bias=True))["bias"] == \
+        {"qkv": True, "out": True, "mlp": False, "norm": False}
+    defaults = with_fields(COMMAND_R_V01, logit_scale=_DROP, rope_theta=_DROP, use_qk_norm=None)
+    assert (model_of(defaults)["logit_multiplier"], block_of(defaults)["rope_theta"]) == (0.0625, 500000.0)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"use_qk_norm": True}, "use_qk_norm"),  # Command R+'s per-head LayerNorms of shape (h, d_h)
+    ({"logit_scale": None}, "logit_scale"),  # transformers would multiply the logits by None
+    ({"logit_scale": 0.0}, "logit_scale"),
+])
+def test_cohere_fields_it_cannot_represent(tmp_path: Path, changes: dict, field: str) -> None:
+    assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(COMMAND_R_V01, **changes)))
 
 
 @pytest.mark.parametrize("data, kind", [([1, 2], "an array"), ("gpt2", "a string"), (None, "null"), (3, "a number")])
