@@ -7,7 +7,7 @@ already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only 
 imports yaml) that `load_config` reads back to an equal Config.
 
 Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt, olmo2, starcoder2, gptj,
-phi, granite, cohere.
+phi, granite, cohere, stablelm.
 
 The rule for every key of the JSON object is one of three, and never "silently dropped":
 
@@ -862,6 +862,42 @@ def _cohere(f: _Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _stablelm(f: _Fields) -> tuple[dict, dict]:
+    """StableLM (2): LayerNorm with a shift, SwiGLU without biases, q/k/v biases if `use_qkv_bias`,
+    rotate-half RoPE on int(head_dim · partial_rotary_factor) dims; `use_parallel_residual` runs
+    attention and the MLP side by side on the one input_layernorm (no second norm)."""
+    f.neutral("qk_layernorm", False, "StableLM 2 12B's LayerNorm per head of q and k, one weight (and bias) per "
+                                     "head, which blockcli does not model")
+    d = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    kv = f.int("num_key_value_heads", 32)  # StableLmConfig's default
+    if heads % kv:
+        raise ConfigError(f"{f.where}: field 'num_key_value_heads' = {kv} does not divide "
+                          f"'num_attention_heads' = {heads}")
+    head_dim = _divides(f, "hidden_size", d, "num_attention_heads", heads)
+    max_positions = f.int("max_position_embeddings")
+    theta, fraction, scaling = _rope_base(f, ("rope_theta",), 10000.0, ("partial_rotary_factor",), 0.25,
+                                          max_positions)
+    rotated = int(head_dim * fraction)
+    if rotated % 2 or not rotated:
+        raise f.unrepresentable("partial_rotary_factor", fraction, f"it rotates {rotated} of {head_dim} dimensions "
+                                                                   f"per head; expected an even number, at least 2")
+    qkv_bias = f.bool("use_qkv_bias", False)
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
+        "d_ff": f.int("intermediate_size"), "norm": "layernorm", "norm_eps": f.float("layer_norm_eps", 1e-5),
+        "activation": _silu_gate(f),
+        "bias": _bias(qkv_bias, False, False, True),  # o_proj and the MLP never have biases; nn.LayerNorm does
+        "placement": "parallel_shared" if f.bool("use_parallel_residual", False) else "pre",
+        "rope": _rotating(rotated, head_dim), "rope_theta": theta,
+    }
+    if scaling:
+        block["rope_scaling"] = scaling
+    model = _model(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", max_positions,
+                   f.bool("tie_word_embeddings", False))
+    return block, model
+
+
 class _Family:
     def __init__(self, title: str, mapper: Callable[[_Fields], tuple[dict, dict]], ignored: set[str]) -> None:
         self.title, self.mapper, self.ignored = title, mapper, frozenset(ignored)
@@ -902,6 +938,7 @@ FAMILIES: dict[str, _Family] = {
     }),
     "granite": _Family("Granite", _granite, _LLAMA_LIKE_IGNORED),
     "cohere": _Family("Cohere", _cohere, _LLAMA_LIKE_IGNORED),
+    "stablelm": _Family("StableLM", _stablelm, {"attention_dropout", "hidden_dropout"}),  # training-only
     "phi": _Family("Phi", _phi, {
         "attention_dropout", "embd_pdrop", "resid_pdrop",  # training-only dropout
     }),

@@ -26,7 +26,7 @@ from blockcli.config import ConfigError, InputError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma", "starcoder2", "olmo2", "gptj",
-            "phi", "granite", "cohere"]
+            "phi", "granite", "cohere", "stablelm", "stablelm-parallel"]
 ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
@@ -112,6 +112,8 @@ def test_bfloat16_checkpoint_is_widened_exactly_and_says_so() -> None:
     ("granite", {"residual_multiplier": 1.0}),  # 0.7
     ("cohere", {"rope_layout": "half"}),  # Cohere's rotate_half pairs (2i, 2i + 1)
     ("cohere", {"norm": "rmsnorm"}),  # CohereLayerNorm centres on the mean (without a shift)
+    ("stablelm", {"rope": 1.0}),  # partial: 4 of each head's 16 dims
+    ("stablelm-parallel", {"rope": 1.0}),
     *((name, {"rope_scaling": None}) for name in ROPE_SCALED),
 ])
 def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict) -> None:

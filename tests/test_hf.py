@@ -325,6 +325,30 @@ COMMAND_R_V01 = {  # https://huggingface.co/CohereForAI/c4ai-command-r-v01/blob/
     "vocab_size": 256000,
 }
 
+STABLELM_2_1_6B = {  # https://huggingface.co/stabilityai/stablelm-2-1_6b/blob/main/config.json
+    "architectures": ["StableLmForCausalLM"],
+    "bos_token_id": 100257,
+    "eos_token_id": 100257,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 5632,
+    "max_position_embeddings": 4096,
+    "model_type": "stablelm",
+    "layer_norm_eps": 1e-05,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 24,
+    "num_key_value_heads": 32,
+    "partial_rotary_factor": 0.25,
+    "rope_theta": 10000,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "transformers_version": "4.38.0",
+    "use_cache": True,
+    "use_qkv_bias": True,
+    "vocab_size": 100352,
+}
+
 # (HF config, packaged preset with the same architecture, published parameter count and its source)
 CASES = [
     # KerasHub gpt2_presets.py "gpt2_base_en" (HF GPT2LMHeadModel, tied head counted once).
@@ -347,6 +371,7 @@ CASES = [
     # transformers GraniteForCausalLM on the meta device (tests/test_presets.py).
     pytest.param(GRANITE_3_1_2B, "granite-3.1-2b", 2_533_531_648, id="granite-3.1-2b"),
     pytest.param(COMMAND_R_V01, "command-r-v01", 34_980_831_232, id="command-r-v01"),
+    pytest.param(STABLELM_2_1_6B, "stablelm-2-1.6b", 1_644_515_328, id="stablelm-2-1.6b"),
 ]
 
 
@@ -884,6 +909,35 @@ def test_cohere_shared_shift_free_layernorm_interleaved_rope_and_logit_scale() -
 ])
 def test_cohere_fields_it_cannot_represent(tmp_path: Path, changes: dict, field: str) -> None:
     assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(COMMAND_R_V01, **changes)))
+
+
+def test_stablelm_layernorm_qkv_bias_partial_rope_and_parallel_residual() -> None:
+    block, model = block_of(STABLELM_2_1_6B), model_of(STABLELM_2_1_6B)
+    assert (block["norm"], block["bias"], block["placement"], block["rope"], block["norm_eps"]) == \
+        ("layernorm", {"qkv": True, "out": False, "mlp": False, "norm": True}, "pre", 0.25, 1e-5)
+    assert (block["activation"], model["tie_embeddings"]) == ("swiglu", False)
+    # one shared input_layernorm (no post_attention_layernorm) when the residual is parallel
+    assert block_of(with_fields(STABLELM_2_1_6B, use_parallel_residual=True))["placement"] == "parallel_shared"
+    assert block_of(with_fields(STABLELM_2_1_6B, use_qkv_bias=False))["bias"] == \
+        {"qkv": False, "out": False, "mlp": False, "norm": True}
+    # StableLmConfig's defaults: a quarter of each head rotated, 32 K/V heads
+    defaults = with_fields(STABLELM_2_1_6B, partial_rotary_factor=_DROP, num_key_value_heads=_DROP)
+    assert (block_of(defaults)["rope"], block_of(defaults)["n_kv_heads"]) == (0.25, 32)
+    assert block_of(with_fields(STABLELM_2_1_6B, layer_norm_eps=1e-6))["norm_eps"] == 1e-6
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"qk_layernorm": True}, "qk_layernorm"),  # StableLM 2 12B's LayerNorm per head of q and k
+    ({"partial_rotary_factor": 0.5 / 64}, "partial_rotary_factor"),  # int(64 / 128) = 0 dims
+    ({"partial_rotary_factor": 3 / 64}, "partial_rotary_factor"),  # 3 dims: not whole pairs
+])
+def test_stablelm_fields_it_cannot_represent(tmp_path: Path, changes: dict, field: str) -> None:
+    assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(STABLELM_2_1_6B, **changes)))
+
+
+def test_stablelm_training_only_fields_change_nothing() -> None:
+    data = with_fields(STABLELM_2_1_6B, hidden_dropout=0.1, attention_dropout=0.2)
+    assert block_of(data) == block_of(STABLELM_2_1_6B)
 
 
 @pytest.mark.parametrize("data, kind", [([1, 2], "an array"), ("gpt2", "a string"), (None, "null"), (3, "a number")])

@@ -11,7 +11,7 @@ For every preset in blockcli/presets/ four things must agree:
 
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
-time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 23
+time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 24
 totals below were also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
@@ -124,6 +124,18 @@ def cohere_total(*, d: int, L: int, V: int, ff: int, n_heads: int, n_kv: int, he
         + 3 * d * ff                   # gate_proj, up_proj, down_proj
     )
     return V * d + L * block + d  # embed_tokens + blocks + norm; lm_head shares embed_tokens
+
+
+def stablelm_total(*, d: int, L: int, V: int, ff: int, qkv_bias: bool) -> int:
+    """StableLmForCausalLM (use_parallel_residual false): two nn.LayerNorms per block (weight and bias),
+    q/k/v with biases if use_qkv_bias, o_proj and gate/up/down without, final LayerNorm, untied lm_head."""
+    block = (
+        2 * 2 * d                      # input_layernorm, post_attention_layernorm (weight, bias)
+        + 3 * linear(d, d, qkv_bias)   # q_proj, k_proj, v_proj (32 K/V heads of 64: d wide)
+        + linear(d, d, False)          # o_proj
+        + 3 * d * ff                   # gate_proj, up_proj, down_proj
+    )
+    return V * d + L * block + 2 * d + V * d  # embed_tokens + blocks + norm + lm_head
 
 
 # --------------------------------------------------------------------------
@@ -320,6 +332,15 @@ CASES = [
         # https://huggingface.co/CohereForAI/c4ai-command-r-v01/blob/main/config.json (sum of numel;
         # tie_word_embeddings is absent and CohereConfig defaults it to true).
         id="command-r-v01[transformers CohereForCausalLM on meta=34980831232]",
+    ),
+    pytest.param(
+        "stablelm-2-1.6b", 1_644_515_328,
+        stablelm_total(d=2048, L=24, V=100352, ff=5632, qkv_bias=True),
+        {"d_model": 2048, "n_heads": 32, "n_kv_heads": 32, "d_ff": 5632, "n_layers": 24, "vocab_size": 100352,
+         "rope": 0.25, "placement": "pre"},
+        # transformers 5.24 StableLmForCausalLM instantiated on the meta device from
+        # https://huggingface.co/stabilityai/stablelm-2-1_6b/blob/main/config.json (sum of numel).
+        id="stablelm-2-1.6b[transformers StableLmForCausalLM on meta=1644515328]",
     ),
 ]
 
