@@ -45,7 +45,8 @@ Granite is Llama with scalar multipliers: `block.attention_scale` (its attention
 place of 1/√d_h), `block.residual_multiplier`, `model.embedding_multiplier` and
 `model.logit_multiplier` (1 / logits_scaling). Cohere runs attention and the MLP side by side on one
 LayerNorm without a shift, rotates interleaved pairs, and multiplies its logits by `logit_scale`
-(`model.logit_multiplier`).
+(`model.logit_multiplier`). StableLM 2 rotates halves of int(head_dim · partial_rotary_factor) dims
+and, with `use_parallel_residual`, reads its one input_layernorm in both branches (`parallel_shared`).
 """
 
 from __future__ import annotations
@@ -825,6 +826,15 @@ def _granite(f: _Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _kv_heads(f: _Fields, heads: int, default: int) -> int:
+    """`num_key_value_heads` (`default` when absent or null), which must divide the query heads."""
+    kv = f.int("num_key_value_heads", default)
+    if heads % kv:
+        raise ConfigError(f"{f.where}: field 'num_key_value_heads' = {kv} does not divide "
+                          f"'num_attention_heads' = {heads}")
+    return kv
+
+
 def _cohere(f: _Fields) -> tuple[dict, dict]:
     """Cohere (Command-R): one LayerNorm without a shift (mean-centred, in float32) read by attention and
     the SwiGLU MLP side by side, interleaved-pair RoPE over the whole head, logits times `logit_scale`,
@@ -837,10 +847,7 @@ def _cohere(f: _Fields) -> tuple[dict, dict]:
         raise f.unrepresentable("logit_scale", None, "transformers multiplies the logits by it, so null is no model")
     d = f.int("hidden_size")
     heads = f.int("num_attention_heads")
-    kv = f.int("num_key_value_heads", heads)
-    if heads % kv:
-        raise ConfigError(f"{f.where}: field 'num_key_value_heads' = {kv} does not divide "
-                          f"'num_attention_heads' = {heads}")
+    kv = _kv_heads(f, heads, heads)
     head_dim = f.int("head_dim") if f.data.get("head_dim") is not None else _divides(
         f, "hidden_size", d, "num_attention_heads", heads)
     f.ignore("head_dim")
@@ -870,10 +877,7 @@ def _stablelm(f: _Fields) -> tuple[dict, dict]:
                                      "head, which blockcli does not model")
     d = f.int("hidden_size")
     heads = f.int("num_attention_heads")
-    kv = f.int("num_key_value_heads", 32)  # StableLmConfig's default
-    if heads % kv:
-        raise ConfigError(f"{f.where}: field 'num_key_value_heads' = {kv} does not divide "
-                          f"'num_attention_heads' = {heads}")
+    kv = _kv_heads(f, heads, 32)  # StableLmConfig's default
     head_dim = _divides(f, "hidden_size", d, "num_attention_heads", heads)
     max_positions = f.int("max_position_embeddings")
     theta, fraction, scaling = _rope_base(f, ("rope_theta",), 10000.0, ("partial_rotary_factor",), 0.25,
