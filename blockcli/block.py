@@ -9,6 +9,7 @@ Pre-norm (the default), as in the reference chapter:
 post-norm: H = LN1(X + MHA(X)), Y = LN2(H + MLP(H)); parallel (GPT-NeoX): Y = X + MHA(LN1(X)) + MLP(LN2(X));
 post_branch (OLMo2): H = X + LN1(MHA(X)), Y = H + LN2(MLP(H));
 parallel_shared (GPT-J, Phi): Y = X + MHA(LN1(X)) + MLP(LN1(X)), one norm read by both branches.
+`block.residual_multiplier` r (Granite) scales each branch's output before its add: H = X + r·MHA(LN1(X)).
 
 Every layer declares its parameter shapes from the config alone (`blockcli.shapes`), so counts
 and memory estimates never need to allocate. The forward pass can report each operation to a
@@ -56,6 +57,16 @@ def full_table(attention: str, table_bytes: int, traced: bool, chunk_bytes: int 
     """Whether attention builds the whole (B, h, T_q, T_k) score table: always for `full`, never for
     `chunked`, and for `auto` only in a traced pass whose table fits in `chunk_bytes`."""
     return attention == "full" or (attention == "auto" and traced and table_bytes <= chunk_bytes)
+
+
+def scores_label(cfg: BlockConfig) -> str:
+    """The trace's name for the score table: Q·Kᵀ/√d_h, or times an attention-scale override."""
+    return f"scores Q·Kᵀ × {cfg.attention_scale:g}" if cfg.attention_scale else "scores Q·Kᵀ/√d_h"
+
+
+def logits_label(model: ModelConfig) -> str:
+    """The trace's name for the LM head, with its logit multiplier when there is one."""
+    return "LM head" + (f" × {model.logit_multiplier:g}" if model.logit_multiplier != 1.0 else "")
 
 
 def _ignore(*_args: Any, **_kwargs: Any) -> None:
@@ -401,7 +412,9 @@ class MultiHeadAttention:
                 k_all = np.repeat(k, h // k.shape[1], axis=1)  # (B, h, T_k, d_h)
                 v_all = np.repeat(v, h // v.shape[1], axis=1)  # (B, h, T_k, d_h)
             scores = self.ops.attention_scores(q, k_all)  # (B, h, T_q, T_k)
-            rec("scores", "scores Q·Kᵀ/√d_h", scores, (q, k), kind="matmul")
+            if self.cfg.attention_scale:  # an override of 1/√d_h (Granite's attention_multiplier)
+                scores *= np.asarray(self.cfg.attention_scale * math.sqrt(q.shape[-1]), dtype=scores.dtype)
+            rec("scores", scores_label(self.cfg), scores, (q, k), kind="matmul")
             allowed = self.ops.causal_mask(T_q, T_k, start)  # (T_q, T_k)
             if self.cfg.sliding_window:
                 allowed = allowed & F.window_mask(T_q, T_k, start, self.cfg.sliding_window)
@@ -421,7 +434,7 @@ class MultiHeadAttention:
         """Tiles of query rows × K/V heads (`attention_tile`), shared among the cores.
 
         A tile sees keys [0, start + end of its rows) only (the rest are all in the future), Q, K
-        and V are made contiguous per head (Q with 1/√d_h folded in), only the tile's diagonal
+        and V are made contiguous per head (Q with the score scale folded in), only the tile's diagonal
         square needs the mask, the softmax runs in place in one buffer per worker, and rows are
         normalised after ·V (d_h columns instead of T_k). Grouped-query heads share their K/V
         head without copying it.
@@ -430,7 +443,7 @@ class MultiHeadAttention:
         h_kv, T_k = k.shape[1], k.shape[2]
         group = h // h_kv
         dtype = np.result_type(q, k)
-        qs = np.multiply(q, 1.0 / math.sqrt(d_h), dtype=dtype, order="C").reshape(B, h_kv, group, T, d_h)
+        qs = np.multiply(q, self.cfg.score_scale, dtype=dtype, order="C").reshape(B, h_kv, group, T, d_h)
         # a tile's keys in one run of memory, not rows strided through the QKV output (15% faster at L)
         k, v = _rows_contiguous(k), _rows_contiguous(v)  # (B, h_kv, T_k, d_h) each
         out = np.empty((B, T, h_kv, group, d_h), dtype=dtype)  # written in the combined-heads layout
@@ -569,37 +582,38 @@ class DecoderBlock:
         add, norm = self.ops.residual_add, self.cfg.norm
         rng = rng or np.random.default_rng()
         drop = _dropout(self.cfg.dropout, rng) if train and self.cfg.dropout else (lambda a: a)
+        r = _residual_scale(self.cfg.residual_multiplier)  # r·branch; recorded steps read the branch itself
         drop_probs = _dropout(self.cfg.attention_dropout, rng) if train and self.cfg.attention_dropout else None
         if self.cfg.placement == "pre":
             n1 = self.ln1(x)  # (B, T, d)
             rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
             a = drop(self.attn(n1, rec, cache, drop_probs))  # (B, T, d)
-            h = add(x, a)  # (B, T, d)
+            h = add(x, r(a))  # (B, T, d)
             rec("h", "residual add", h, (x, a), kind="add")
             n2 = self.ln2(h)  # (B, T, d)
             rec("ln2_out", "LN2", n2, (h,), kind=norm, params=("ln2_gamma", "ln2_beta"))
             m = drop(self.mlp(n2, rec))  # (B, T, d)
-            y = add(h, m)  # (B, T, d)
+            y = add(h, r(m))  # (B, T, d)
             rec("y", "residual add", y, (h, m), kind="add")
         elif self.cfg.placement == "post":
             a = drop(self.attn(x, rec, cache, drop_probs))
-            s1 = add(x, a)
+            s1 = add(x, r(a))
             rec("h_pre", "residual add", s1, (x, a), kind="add")
             h = self.ln1(s1)
             rec("h", "LN1 (post)", h, (s1,), kind=norm, params=("ln1_gamma", "ln1_beta"))
             m = drop(self.mlp(h, rec))
-            s2 = add(h, m)
+            s2 = add(h, r(m))
             rec("y_pre", "residual add", s2, (h, m), kind="add")
             y = self.ln2(s2)
             rec("y", "LN2 (post)", y, (s2,), kind=norm, params=("ln2_gamma", "ln2_beta"))
         elif self.cfg.placement == "post_branch":  # OLMo2: each branch's output normalised, then added
             a = drop(self.attn(x, rec, cache, drop_probs))  # (B, T, d)
-            n1 = self.ln1(a)  # (B, T, d)
+            n1 = self.ln1(r(a))  # (B, T, d)
             rec("ln1_out", "LN1 (of the attention output)", n1, (a,), kind=norm, params=("ln1_gamma", "ln1_beta"))
             h = add(x, n1)  # (B, T, d)
             rec("h", "residual add", h, (x, n1), kind="add")
             m = drop(self.mlp(h, rec))  # (B, T, d)
-            n2 = self.ln2(m)  # (B, T, d)
+            n2 = self.ln2(r(m))  # (B, T, d)
             rec("ln2_out", "LN2 (of the MLP output)", n2, (m,), kind=norm, params=("ln2_gamma", "ln2_beta"))
             y = add(h, n2)  # (B, T, d)
             rec("y", "residual add", y, (h, n2), kind="add")
@@ -607,14 +621,14 @@ class DecoderBlock:
             n1 = self.ln1(x)
             rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
             a = drop(self.attn(n1, rec, cache, drop_probs))
-            h = add(x, a)
+            h = add(x, r(a))
             rec("h", "residual add (attention)", h, (x, a), kind="add")
             n2 = n1  # parallel_shared: the MLP reads LN1's output too
             if self.ln2 is not None:
                 n2 = self.ln2(x)
                 rec("ln2_out", "LN2", n2, (x,), kind=norm, params=("ln2_gamma", "ln2_beta"))
             m = drop(self.mlp(n2, rec))
-            y = add(h, m)
+            y = add(h, r(m))
             rec("y", "residual add (MLP)", y, (h, m), kind="add")
         return y
 
@@ -624,6 +638,13 @@ class DecoderBlock:
     def step(self, x_new: Array, cache: KVCache, rec: Record = _ignore) -> Array:
         """Incremental decoding: the outputs for tokens appended after those already in `cache`."""
         return self(x_new, rec, cache)
+
+
+def _residual_scale(multiplier: float) -> Callable[[Array], Array]:
+    """A branch's output times the residual multiplier (Granite), in the output's dtype."""
+    if multiplier == 1.0:
+        return lambda a: a
+    return lambda a: a * np.asarray(multiplier, dtype=a.dtype)
 
 
 def _dropout(rate: float, rng: np.random.Generator) -> Callable[[Array], Array]:
@@ -723,7 +744,10 @@ class Model:
         else:
             w, params = self.params["lm_head"], ("lm_head",)
         logits = F.linear(x, w, self.params.get("lm_head_bias"))  # (B, T, V)
-        rec("logits", "LM head", logits, (x, w), kind="linear", params=params + ("lm_head_bias",))
+        multiplier = self.model_config.logit_multiplier
+        if multiplier != 1.0:  # Cohere's logit_scale, Granite's 1 / logits_scaling
+            logits *= np.asarray(multiplier, dtype=logits.dtype)
+        rec("logits", logits_label(self.model_config), logits, (x, w), kind="linear", params=params + ("lm_head_bias",))
         return logits
 
     def __call__(self, ids: Array, rec: Record = _ignore, caches: list[KVCache] | None = None) -> Array:

@@ -102,6 +102,8 @@ class BlockConfig:
     qk_norm: str = "none"  # normalise queries and keys: per head over d_h (Qwen3), or over the projection (OLMo2)
     attention_dropout: float = 0.0  # on the attention probabilities, training-mode passes only
     rope_layout: str = "half"  # rotated pairs (i, i + r/2) as GPT-NeoX/Llama, or (2i, 2i + 1) as GPT-J
+    attention_scale: float = 0.0  # scores are Q·Kᵀ times this; 0 means 1/√d_h (Granite: attention_multiplier)
+    residual_multiplier: float = 1.0  # each branch's output times this before its residual add (Granite)
 
     @property
     def shared_norm(self) -> bool:
@@ -117,6 +119,11 @@ class BlockConfig:
         """Rotated dimensions per head (even), as GPT-NeoX's int(head_dim * rotary_pct)."""
         return int(self.head_dim * self.rope) // 2 * 2
 
+    @property
+    def score_scale(self) -> float:
+        """What Q·Kᵀ is multiplied by: block.attention_scale, or 1/√d_h when that is not set."""
+        return self.attention_scale or 1.0 / math.sqrt(self.head_dim)
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -129,6 +136,7 @@ class ModelConfig:
     final_norm: bool = True
     lm_head_bias: bool = False
     embedding_multiplier: float = 1.0  # token embeddings are multiplied by this (Gemma: sqrt(d_model))
+    logit_multiplier: float = 1.0  # logits times this (Cohere's logit_scale; Granite: 1 / logits_scaling)
 
 
 @dataclass(frozen=True)
@@ -499,7 +507,8 @@ def _parse_rope(value: Any) -> float:
 def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     fields = ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "norm", "norm_eps", "activation",
               "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "attention_dropout",
-              "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout")
+              "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
+              "residual_multiplier")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -532,6 +541,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         qk_norm=_choice(data, "qk_norm", p, "none", QK_NORMS),
         attention_dropout=_float(data, "attention_dropout", p, 0.0, 0.0, 1.0, high_open=True),
         rope_layout=_choice(data, "rope_layout", p, "half", ROPE_LAYOUTS),
+        attention_scale=_float(data, "attention_scale", p, 0.0, 0.0, 1e6),
+        residual_multiplier=_float(data, "residual_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
     )
     if rope and block.rope_dims == 0:
         raise ConfigError(f"block.rope: a fraction of {rope:g} of head_dim={head_dim} rotates no "
@@ -597,7 +608,8 @@ def _parse_rope_scaling(value: Any) -> RopeScaling | None:
 
 def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
     fields = ("n_layers", "vocab_size", "positions", "max_positions", "position_offset",
-              "tie_embeddings", "final_norm", "lm_head_bias", "embedding_multiplier")
+              "tie_embeddings", "final_norm", "lm_head_bias", "embedding_multiplier",
+              "logit_multiplier")
     _check_keys(data, fields, "model.")
     p = "model"
     return ModelConfig(
@@ -610,6 +622,7 @@ def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
         final_norm=_bool(data, "final_norm", p, True),
         lm_head_bias=_bool(data, "lm_head_bias", p, False),
         embedding_multiplier=_float(data, "embedding_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
+        logit_multiplier=_float(data, "logit_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
     )
 
 

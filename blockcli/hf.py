@@ -7,7 +7,7 @@ already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only 
 imports yaml) that `load_config` reads back to an equal Config.
 
 Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt, olmo2, starcoder2, gptj,
-phi.
+phi, granite, cohere, stablelm.
 
 The rule for every key of the JSON object is one of three, and never "silently dropped":
 
@@ -40,6 +40,13 @@ GPT-J and Phi run attention and the MLP side by side on one LayerNorm's output
 (`placement: parallel_shared`) and add a bias to the LM head (`model.lm_head_bias`); GPT-J
 rotates interleaved pairs (`block.rope_layout: interleaved`) of its first `rotary_dim` dims, Phi
 rotates halves of int(head_dim · partial_rotary_factor) dims.
+
+Granite is Llama with scalar multipliers: `block.attention_scale` (its attention_multiplier, in
+place of 1/√d_h), `block.residual_multiplier`, `model.embedding_multiplier` and
+`model.logit_multiplier` (1 / logits_scaling). Cohere runs attention and the MLP side by side on one
+LayerNorm without a shift, rotates interleaved pairs, and multiplies its logits by `logit_scale`
+(`model.logit_multiplier`). StableLM 2 rotates halves of int(head_dim · partial_rotary_factor) dims
+and, with `use_parallel_residual`, reads its one input_layernorm in both branches (`parallel_shared`).
 """
 
 from __future__ import annotations
@@ -824,6 +831,95 @@ def _phi(f: _Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _granite(f: _Fields) -> tuple[dict, dict]:
+    """Granite: Llama with four scalars. Token embeddings times `embedding_multiplier`, each branch
+    output times `residual_multiplier` before its add, attention scores Q·Kᵀ times
+    `attention_multiplier` (in place of 1/√d_h; its default 1.0 is used as given), logits divided by
+    `logits_scaling` (`model.logit_multiplier` = 1 / logits_scaling)."""
+    block, model = _gated_rms(f, _silu_gate, kv_default=None, tie_default=False)
+    block["attention_scale"] = f.float("attention_multiplier", 1.0, high=1e6)
+    block["residual_multiplier"] = f.float("residual_multiplier", 1.0, high=1e6)
+    model["embedding_multiplier"] = f.float("embedding_multiplier", 1.0, high=1e6)
+    model["logit_multiplier"] = 1.0 / f.float("logits_scaling", 1.0, low=1e-6, high=1e6)
+    return block, model
+
+
+def _kv_heads(f: _Fields, heads: int, default: int) -> int:
+    """`num_key_value_heads` (`default` when absent or null), which must divide the query heads."""
+    kv = f.int("num_key_value_heads", default)
+    if heads % kv:
+        raise ConfigError(f"{f.where}: field 'num_key_value_heads' = {kv} does not divide "
+                          f"'num_attention_heads' = {heads}")
+    return kv
+
+
+def _cohere(f: _Fields) -> tuple[dict, dict]:
+    """Cohere (Command-R): one LayerNorm without a shift (mean-centred, in float32) read by attention and
+    the SwiGLU MLP side by side, interleaved-pair RoPE over the whole head, logits times `logit_scale`,
+    tied embeddings by default."""
+    qk_norm = f.raw("use_qk_norm", None)
+    if qk_norm not in (None, False):  # null and false both leave the norms out (`if self.use_qk_norm`)
+        raise f.unrepresentable("use_qk_norm", qk_norm, "Command R+'s LayerNorm over each head of q and k, with "
+                                                        "weights (h, d_h) per head, which blockcli does not model")
+    if f.has("logit_scale") and f.data["logit_scale"] is None:
+        raise f.unrepresentable("logit_scale", None, "transformers multiplies the logits by it, so null is no model")
+    d = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    kv = _kv_heads(f, heads, heads)
+    head_dim = f.int("head_dim") if f.data.get("head_dim") is not None else _divides(
+        f, "hidden_size", d, "num_attention_heads", heads)
+    f.ignore("head_dim")
+    max_positions = f.int("max_position_embeddings")
+    theta, _, scaling = _rope_base(f, ("rope_theta",), 500000.0, max_positions=max_positions)  # CohereConfig's
+    bias = f.bool("attention_bias", False)
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
+        "d_ff": f.int("intermediate_size"), "norm": "layernorm", "norm_eps": f.float("layer_norm_eps", 1e-5),
+        "activation": _silu_gate(f),
+        "bias": _bias(bias, bias, False, False),  # CohereLayerNorm has no shift; the MLP no biases
+        "placement": "parallel_shared", "rope": True, "rope_theta": theta, "rope_layout": "interleaved",
+    }
+    if scaling:
+        block["rope_scaling"] = scaling
+    model = _model(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", max_positions,
+                   f.bool("tie_word_embeddings", True))
+    model["logit_multiplier"] = f.float("logit_scale", 0.0625, high=1e6)
+    return block, model
+
+
+def _stablelm(f: _Fields) -> tuple[dict, dict]:
+    """StableLM (2): LayerNorm with a shift, SwiGLU without biases, q/k/v biases if `use_qkv_bias`,
+    rotate-half RoPE on int(head_dim · partial_rotary_factor) dims; `use_parallel_residual` runs
+    attention and the MLP side by side on the one input_layernorm (no second norm)."""
+    f.neutral("qk_layernorm", False, "StableLM 2 12B's LayerNorm per head of q and k, one weight (and bias) per "
+                                     "head, which blockcli does not model")
+    d = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    kv = _kv_heads(f, heads, 32)  # StableLmConfig's default
+    head_dim = _divides(f, "hidden_size", d, "num_attention_heads", heads)
+    max_positions = f.int("max_position_embeddings")
+    theta, fraction, scaling = _rope_base(f, ("rope_theta",), 10000.0, ("partial_rotary_factor",), 0.25,
+                                          max_positions)
+    rotated = int(head_dim * fraction)
+    if rotated % 2 or not rotated:
+        raise f.unrepresentable("partial_rotary_factor", fraction, f"it rotates {rotated} of {head_dim} dimensions "
+                                                                   f"per head; expected an even number, at least 2")
+    qkv_bias = f.bool("use_qkv_bias", False)
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
+        "d_ff": f.int("intermediate_size"), "norm": "layernorm", "norm_eps": f.float("layer_norm_eps", 1e-5),
+        "activation": _silu_gate(f),
+        "bias": _bias(qkv_bias, False, False, True),  # o_proj and the MLP never have biases; nn.LayerNorm does
+        "placement": "parallel_shared" if f.bool("use_parallel_residual", False) else "pre",
+        "rope": _rotating(rotated, head_dim), "rope_theta": theta,
+    }
+    if scaling:
+        block["rope_scaling"] = scaling
+    model = _model(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", max_positions,
+                   f.bool("tie_word_embeddings", False))
+    return block, model
+
+
 class _Family:
     def __init__(self, title: str, mapper: Callable[[_Fields], tuple[dict, dict]], ignored: set[str]) -> None:
         self.title, self.mapper, self.ignored = title, mapper, frozenset(ignored)
@@ -862,6 +958,9 @@ FAMILIES: dict[str, _Family] = {
         # GPTJForSequenceClassification / double-heads settings, not part of the LM
         "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
     }),
+    "granite": _Family("Granite", _granite, _LLAMA_LIKE_IGNORED),
+    "cohere": _Family("Cohere", _cohere, _LLAMA_LIKE_IGNORED),
+    "stablelm": _Family("StableLM", _stablelm, {"attention_dropout", "hidden_dropout"}),  # training-only
     "phi": _Family("Phi", _phi, {
         "attention_dropout", "embd_pdrop", "resid_pdrop",  # training-only dropout
     }),

@@ -57,6 +57,7 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
     """n (T, d) of one sequence → attention output (T, d), head by head, query by query."""
     T = n.shape[0]
     d_h, group = cfg.head_dim, cfg.n_heads // cfg.n_kv_heads
+    scale = cfg.attention_scale or 1.0 / math.sqrt(d_h)  # an override, or the equations' 1/√d_h
     zero = np.zeros
     q = n @ p["w_q"] + p.get("b_q", zero(p["w_q"].shape[1]))
     k = n @ p["w_k"] + p.get("b_k", zero(p["w_k"].shape[1]))
@@ -74,7 +75,7 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
         for t in range(T):
             first = max(0, t - cfg.sliding_window + 1) if cfg.sliding_window else 0  # the window's oldest key
             seen = range(first, t + 1)  # keys s <= t only
-            logits = [float(qs[t] @ ks[s]) / math.sqrt(d_h) for s in seen]
+            logits = [float(qs[t] @ ks[s]) * scale for s in seen]
             top = max(logits)
             e = [math.exp(a - top) for a in logits]
             z = sum(e)
@@ -111,20 +112,27 @@ def reference_block(x: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig
         gamma = p[f"{which}_gamma"] + (1.0 if cfg.norm_unit_offset else 0.0)  # Gemma scales by 1 + w
         return np.array([_norm(row, gamma, p.get(f"{which}_beta"), cfg.norm, cfg.norm_eps) for row in a])
 
+    r = cfg.residual_multiplier  # each branch's output times r before it is added (Granite)
+
+    def attention(n: np.ndarray) -> np.ndarray:
+        return r * _attention(n, p, cfg)
+
+    def mlp(n: np.ndarray) -> np.ndarray:
+        return r * _mlp(n, p, cfg)
+
     y = np.empty_like(x)
     for b in range(x.shape[0]):
         xb = x[b]
         if cfg.placement == "pre":
-            h = xb + _attention(norm("ln1", xb), p, cfg)
-            y[b] = h + _mlp(norm("ln2", h), p, cfg)
+            h = xb + attention(norm("ln1", xb))
+            y[b] = h + mlp(norm("ln2", h))
         elif cfg.placement == "post_branch":
-            h = xb + norm("ln1", _attention(xb, p, cfg))
-            y[b] = h + norm("ln2", _mlp(h, p, cfg))
+            h = xb + norm("ln1", attention(xb))
+            y[b] = h + norm("ln2", mlp(h))
         elif cfg.placement == "post":
-            h = norm("ln1", xb + _attention(xb, p, cfg))
-            y[b] = norm("ln2", h + _mlp(h, p, cfg))
+            h = norm("ln1", xb + attention(xb))
+            y[b] = norm("ln2", h + mlp(h))
         else:  # parallel: the MLP reads its own norm of x, or LN1's (parallel_shared)
             n1 = norm("ln1", xb)
-            y[b] = xb + _attention(n1, p, cfg) + _mlp(n1 if cfg.placement == "parallel_shared" else norm("ln2", xb),
-                                                   p, cfg)
+            y[b] = xb + attention(n1) + mlp(n1 if cfg.placement == "parallel_shared" else norm("ln2", xb))
     return y

@@ -109,7 +109,8 @@ GPT_NEOX = TensorMap("gpt_neox.", (
 ), buffers=("layers.{i}.attention.bias", "layers.{i}.attention.masked_bias",
             "layers.{i}.attention.rotary_emb.inv_freq"))
 
-# Llama, Mistral, Qwen2, Qwen3 and Gemma share their module names; Gemma's norm weights are the
+# Llama, Mistral, Qwen2, Qwen3, Gemma, Granite and Cohere (with no post_attention_layernorm) share their
+# module names; Gemma's norm weights are the
 # offset w of its (1 + w) scale, which `block.norm_unit_offset` says.
 LLAMA = TensorMap("model.", (
     _t("wte", "embed_tokens.weight"),
@@ -146,6 +147,24 @@ STARCODER2 = TensorMap("model.", (
     _t("ln_f_beta", "norm.bias"),
     _t("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
+
+# StableLM: Llama's names with LayerNorms that have a shift (nn.LayerNorm); with use_parallel_residual
+# there is no post_attention_layernorm
+STABLELM = TensorMap("model.", (
+    _t("wte", "embed_tokens.weight"),
+    _t("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight"),
+    _t("blocks.{i}.ln1_beta", "layers.{i}.input_layernorm.bias"),
+    *(_t(f"blocks.{{i}}.w_{x}", f"layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkvo"),
+    *(_t(f"blocks.{{i}}.b_{x}", f"layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkv"),
+    _t("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
+    _t("blocks.{i}.ln2_beta", "layers.{i}.post_attention_layernorm.bias"),
+    _t("blocks.{i}.w_1", "layers.{i}.mlp.gate_proj.weight", LINEAR),
+    _t("blocks.{i}.w_3", "layers.{i}.mlp.up_proj.weight", LINEAR),
+    _t("blocks.{i}.w_2", "layers.{i}.mlp.down_proj.weight", LINEAR),
+    _t("ln_f_gamma", "norm.weight"),
+    _t("ln_f_beta", "norm.bias"),
+    _t("lm_head", "lm_head.weight", LINEAR, top=True),
+), buffers=("layers.{i}.self_attn.rotary_emb.inv_freq",))
 
 # OLMo 2: Llama's names, but its two norms follow the branches (post_attention_layernorm normalises
 # the attention output, post_feedforward_layernorm the MLP's), and q/k norms span the projection
@@ -202,5 +221,6 @@ PHI = TensorMap("model.", (
 TENSOR_MAPS: dict[str, TensorMap] = {
     "gpt2": GPT2, "opt": OPT, "gpt_neox": GPT_NEOX,
     "llama": LLAMA, "mistral": LLAMA, "qwen2": LLAMA, "qwen3": LLAMA, "gemma": LLAMA, "starcoder2": STARCODER2,
-    "olmo2": OLMO2, "gptj": GPTJ, "phi": PHI,
+    "olmo2": OLMO2, "gptj": GPTJ, "phi": PHI, "granite": LLAMA, "cohere": LLAMA,
+    "stablelm": STABLELM,
 }

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from blockcli.block import (DecoderBlock, Model, attention_tile, block_parameter_shapes,
-                            full_table, model_parameter_shapes)
+                            full_table, logits_label, model_parameter_shapes, scores_label)
 from blockcli.config import Config, InputError
 from blockcli.parallel import worker_count
 
@@ -355,7 +355,7 @@ def analytic_trace(config: Config, attention: str = "auto") -> Trace:
             rec("ln_f_out", "final norm", normed, (x,), kind=b.norm, params=("ln_f_gamma", "ln_f_beta"))
             x = normed
         names = ("wte (tied)",) if m.tie_embeddings else ("lm_head",)
-        rec("logits", "LM head", S(B, T, m.vocab_size), (x, S(d, m.vocab_size)), kind="linear",
+        rec("logits", logits_label(m), S(B, T, m.vocab_size), (x, S(d, m.vocab_size)), kind="linear",
             params=names + ("lm_head_bias",))
     else:
         _analytic_block(config, rec, S, chunked, x)
@@ -401,7 +401,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
                 kind="attention")
         else:
             scores, masked, weights = S(B, h, T, T), S(B, h, T, T), S(B, h, T, T)
-            rec("scores", "scores Q·Kᵀ/√d_h", scores, (q, k), kind="matmul")
+            rec("scores", scores_label(b), scores, (q, k), kind="matmul")
             rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
             rec("attn_weights", "softmax over keys", weights, (masked,), kind="softmax")
             rec("attn_heads", "weights·V", heads_out, (weights, v), kind="matmul")

@@ -374,9 +374,11 @@ def check_residual(c: Context) -> tuple[bool, str, str]:
     # what each residual add adds: the branch output, or (post_branch) its normalised form
     branches = ("ln1_out", "ln2_out") if c.cfg.placement == "post_branch" else ("attn_out", "mlp_out")
     h, attn_out, mlp_out = c.need(first, *branches)
-    pairs = [(first, h, c.x, attn_out)]
+    # a residual multiplier (Granite) scales the branch before its add; post_branch adds the norm's output
+    r = 1.0 if c.cfg.placement == "post_branch" else c.cfg.residual_multiplier
+    pairs = [(first, h, c.x, r * attn_out)]
     if second in c.inter:
-        pairs.append((second, c.inter[second], c.inter["h"], mlp_out))
+        pairs.append((second, c.inter[second], c.inter["h"], r * mlp_out))
     worst, ok, shapes = 0.0, True, []
     for key, result, left, right in pairs:
         operands = c.inputs.get(key, [left.shape, right.shape])
@@ -393,7 +395,7 @@ def check_norm_axis(c: Context) -> tuple[bool, str, str]:
     if b.placement == "post":
         raise Skip("post-norm: the first norm's input is the residual sum, checked through item 6 and 12")
     # the first norm reads the block input, or (post_branch) the attention output
-    norm_input = c.need("attn_out")[0] if b.placement == "post_branch" else c.x
+    norm_input = c.need("attn_out")[0] * b.residual_multiplier if b.placement == "post_branch" else c.x
     (out,) = c.need("ln1_out")
     x_hat = (out - p.get("ln1_beta", 0.0)) / norm_scale(p["ln1_gamma"], b.norm_unit_offset)  # undo scale and shift
     # The exact per-token target: variance σ²/(σ² + ε) for LayerNorm, RMS √(m/(m + ε)) for RMSNorm,

@@ -96,6 +96,10 @@ def resolve_block(cfg):
         "qk_norm": cfg.get("qk_norm", "none"),
         # which dims pair up under RoPE: (i, i + r/2) "half", or (2i, 2i + 1) "interleaved" (GPT-J)
         "rope_layout": _choice(cfg.get("rope_layout", "half"), ROPE_LAYOUTS, "rope_layout"),
+        # scores = q.k * attention_scale when it is set (Granite), else q.k / sqrt(d_h)
+        "attention_scale": float(cfg.get("attention_scale", 0.0)),
+        # each branch's output is multiplied by this before it joins the residual stream (Granite)
+        "residual_multiplier": float(cfg.get("residual_multiplier", 1.0)),
     }
 
 
@@ -120,6 +124,7 @@ def resolve_model(cfg):
         "final_norm": bool(cfg.get("final_norm", True)),
         "lm_head_bias": bool(cfg.get("lm_head_bias", False)),
         "embedding_multiplier": float(cfg.get("embedding_multiplier", 1.0)),
+        "logit_multiplier": float(cfg.get("logit_multiplier", 1.0)),
     }
 
 
@@ -416,7 +421,7 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
         k_heads.append(kh)
         v_heads.append(vh)
 
-    scale = 1.0 / math.sqrt(d_h)
+    scale = b["attention_scale"] if b["attention_scale"] else 1.0 / math.sqrt(d_h)
     window = b["sliding_window"]
     out = []
     for t in range(T):
@@ -456,41 +461,49 @@ def _mlp(b, weights, prefix, vec):
 
 def _block_sequence(b, weights, prefix, xs, rope_fraction, rms_beta):
     """One block over one sequence: xs is a list of T (d,) vectors."""
+    r = b["residual_multiplier"]  # Granite: each branch output times r before its residual add
+
+    def attention(tokens, rope_fraction, rms_beta=False):
+        return [r * v for v in _attention(b, weights, prefix, tokens, rope_fraction, rms_beta)]
+
+    def mlp(vec):
+        return r * _mlp(b, weights, prefix, vec)
+
     T = len(xs)
     if b["placement"] == "pre":
         n1 = [_norm(b, weights, "ln1", prefix, xs[t], rms_beta) for t in range(T)]
-        a = _attention(b, weights, prefix, n1, rope_fraction, rms_beta)
+        a = attention(n1, rope_fraction, rms_beta)
         hs = [xs[t] + a[t] for t in range(T)]
         ys = []
         for t in range(T):
             n2 = _norm(b, weights, "ln2", prefix, hs[t], rms_beta)
-            ys.append(hs[t] + _mlp(b, weights, prefix, n2))
+            ys.append(hs[t] + mlp(n2))
         return ys
     if b["placement"] == "post":
-        a = _attention(b, weights, prefix, xs, rope_fraction, rms_beta)
+        a = attention(xs, rope_fraction, rms_beta)
         hs = [_norm(b, weights, "ln1", prefix, xs[t] + a[t], rms_beta) for t in range(T)]
         ys = []
         for t in range(T):
-            m = _mlp(b, weights, prefix, hs[t])
+            m = mlp(hs[t])
             ys.append(_norm(b, weights, "ln2", prefix, hs[t] + m, rms_beta))
         return ys
     if b["placement"] == "post_branch":  # OLMo2: norm each branch's output, then add it
-        a = _attention(b, weights, prefix, xs, rope_fraction, rms_beta)
+        a = attention(xs, rope_fraction, rms_beta)
         hs = [xs[t] + _norm(b, weights, "ln1", prefix, a[t], rms_beta) for t in range(T)]
-        return [hs[t] + _norm(b, weights, "ln2", prefix, _mlp(b, weights, prefix, hs[t]), rms_beta) for t in range(T)]
+        return [hs[t] + _norm(b, weights, "ln2", prefix, mlp(hs[t]), rms_beta) for t in range(T)]
     if b["placement"] == "parallel":
         n1 = [_norm(b, weights, "ln1", prefix, xs[t], rms_beta) for t in range(T)]
-        a = _attention(b, weights, prefix, n1, rope_fraction, rms_beta)
+        a = attention(n1, rope_fraction, rms_beta)
         ys = []
         for t in range(T):
             n2 = _norm(b, weights, "ln2", prefix, xs[t], rms_beta)
-            ys.append(xs[t] + a[t] + _mlp(b, weights, prefix, n2))
+            ys.append(xs[t] + a[t] + mlp(n2))
         return ys
     if b["placement"] == "parallel_shared":
         # y = x + attn(ln1(x)) + mlp(ln1(x)): the same normalised vectors feed both branches
         n1 = [_norm(b, weights, "ln1", prefix, xs[t], rms_beta) for t in range(T)]
-        a = _attention(b, weights, prefix, n1, rope_fraction)
-        return [xs[t] + a[t] + _mlp(b, weights, prefix, n1[t]) for t in range(T)]
+        a = attention(n1, rope_fraction)
+        return [xs[t] + a[t] + mlp(n1[t]) for t in range(T)]
     raise ValueError(b["placement"])
 
 
@@ -555,5 +568,5 @@ def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False):
                 row = linear_vec(vec, _w(weights, "lm_head", ""), None)
             if m["lm_head_bias"]:
                 row = row + _w(weights, "lm_head_bias", "")
-            logits[bi, t] = row
+            logits[bi, t] = row * m["logit_multiplier"]
     return logits

@@ -24,6 +24,8 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
         "sliding_window": draw(st.sampled_from([0, 0, 1, 2, 3])),
         "norm_unit_offset": draw(st.booleans()),
         "qk_norm": draw(st.sampled_from(["none", "none", "head", "projection"])),
+        "attention_scale": draw(st.sampled_from([0.0, 0.0, 0.7])),
+        "residual_multiplier": draw(st.sampled_from([1.0, 1.0, 0.7, 1.3])),
     }
     if rope:
         block["rope_layout"] = draw(st.sampled_from(["half", "interleaved"]))

@@ -166,6 +166,11 @@ BLOCK_CASES = {
         d_model=24, n_heads=6, n_kv_heads=2, head_dim=8, d_ff=40, rope=0.5,
         activation="swiglu", norm="rmsnorm", placement="parallel", bias=False,
         rope_theta=1000.0),
+    "attention_scale_override_gqa": block_dict(d_model=16, n_heads=4, n_kv_heads=2, rope=True, attention_scale=0.7),
+    "residual_multiplier_pre": block_dict(norm="rmsnorm", bias=False, activation="swiglu", residual_multiplier=0.7),
+    "residual_multiplier_parallel_shared": block_dict(placement="parallel_shared", residual_multiplier=1.3),
+    "residual_multiplier_post_and_scale": block_dict(placement="post", residual_multiplier=1.3,
+                                                     attention_scale=0.2),
 }
 
 
@@ -279,6 +284,10 @@ MODEL_CASES = {
         block_dict(d_model=16, n_heads=4, n_kv_heads=1, d_ff=24, rope=True, activation="geglu", norm="rmsnorm",
                    bias=False, norm_unit_offset=True, sliding_window=3),
         dict(MODEL_BASE, positions="rope", tie_embeddings=True, embedding_multiplier=4.0)),
+    "granite_like_multipliers": (
+        block_dict(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, rope=True, activation="swiglu", norm="rmsnorm",
+                   bias=False, attention_scale=0.7, residual_multiplier=0.7),
+        dict(MODEL_BASE, positions="rope", tie_embeddings=True, embedding_multiplier=1.3, logit_multiplier=0.7)),
 }
 
 

@@ -26,7 +26,7 @@ from blockcli.config import ConfigError, InputError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma", "starcoder2", "olmo2", "gptj",
-            "phi"]
+            "phi", "granite", "cohere", "stablelm", "stablelm-parallel"]
 ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
@@ -108,6 +108,12 @@ def test_bfloat16_checkpoint_is_widened_exactly_and_says_so() -> None:
     ("gptj", {"rope_layout": "half"}),  # interleaved pairs (2i, 2i+1), 2 pairs per head
     ("gptj", {"rope": 1.0}),  # partial: 4 of each head's 8 dims
     ("phi", {"rope": 1.0}),  # partial: half of each head
+    ("granite", {"attention_scale": 0.0}),  # 0.3, not 1/sqrt(8)
+    ("granite", {"residual_multiplier": 1.0}),  # 0.7
+    ("cohere", {"rope_layout": "half"}),  # Cohere's rotate_half pairs (2i, 2i + 1)
+    ("cohere", {"norm": "rmsnorm"}),  # CohereLayerNorm centres on the mean (without a shift)
+    ("stablelm", {"rope": 1.0}),  # partial: 4 of each head's 16 dims
+    ("stablelm-parallel", {"rope": 1.0}),
     *((name, {"rope_scaling": None}) for name in ROPE_SCALED),
 ])
 def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict) -> None:
@@ -130,6 +136,21 @@ def test_gemma_embedding_multiplier_matters() -> None:
     assert config.model.embedding_multiplier == math.sqrt(32)
     plain = config.__class__(**{**config.__dict__, "model": config.model.__class__(
         **{**config.model.__dict__, "embedding_multiplier": 1.0})})
+    model = Model.from_config(plain, weights=folder, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
+
+
+@pytest.mark.parametrize("name, field, value", [("granite", "embedding_multiplier", 1.3),
+                                                ("granite", "logit_multiplier", 1 / 1.3),
+                                                ("cohere", "logit_multiplier", 0.7)])
+def test_model_multipliers_matter(name: str, field: str, value: float) -> None:
+    """Granite's fixture has embedding_multiplier 1.3 and logits_scaling 1.3 (logits / 1.3), Cohere's
+    logit_scale 0.7: each counts."""
+    folder, want = FIXTURES / name, expected(name)
+    config = load_config(folder)
+    assert getattr(config.model, field) == value
+    plain = config.__class__(**{**config.__dict__, "model": config.model.__class__(
+        **{**config.model.__dict__, field: 1.0})})
     model = Model.from_config(plain, weights=folder, dtype="float64")
     assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
 

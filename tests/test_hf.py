@@ -268,6 +268,87 @@ PHI_2 = {  # https://huggingface.co/microsoft/phi-2/blob/main/config.json
     "vocab_size": 51200,
 }
 
+GRANITE_3_1_2B = {  # https://huggingface.co/ibm-granite/granite-3.1-2b-base/blob/main/config.json
+    "architectures": ["GraniteForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.1,
+    "attention_multiplier": 0.015625,
+    "bos_token_id": 0,
+    "embedding_multiplier": 12.0,
+    "eos_token_id": 0,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 8192,
+    "logits_scaling": 8.0,
+    "max_position_embeddings": 131072,
+    "mlp_bias": False,
+    "model_type": "granite",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 40,
+    "num_key_value_heads": 8,
+    "pad_token_id": 0,
+    "residual_multiplier": 0.22,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "rope_theta": 5000000.0,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.47.0",
+    "use_cache": True,
+    "vocab_size": 49155,
+}
+
+COMMAND_R_V01 = {  # https://huggingface.co/CohereForAI/c4ai-command-r-v01/blob/main/config.json
+    "architectures": ["CohereForCausalLM"],
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "bos_token_id": 5,
+    "eos_token_id": 255001,
+    "hidden_act": "silu",
+    "hidden_size": 8192,
+    "initializer_range": 0.02,
+    "intermediate_size": 22528,
+    "layer_norm_eps": 1e-05,
+    "logit_scale": 0.0625,
+    "max_position_embeddings": 8192,
+    "model_type": "cohere",
+    "num_attention_heads": 64,
+    "num_hidden_layers": 40,
+    "num_key_value_heads": 64,
+    "pad_token_id": 0,
+    "rope_theta": 8000000.0,
+    "torch_dtype": "float16",
+    "transformers_version": "4.38.2",
+    "use_cache": True,
+    "use_qk_norm": False,
+    "vocab_size": 256000,
+}
+
+STABLELM_2_1_6B = {  # https://huggingface.co/stabilityai/stablelm-2-1_6b/blob/main/config.json
+    "architectures": ["StableLmForCausalLM"],
+    "bos_token_id": 100257,
+    "eos_token_id": 100257,
+    "hidden_act": "silu",
+    "hidden_size": 2048,
+    "initializer_range": 0.02,
+    "intermediate_size": 5632,
+    "max_position_embeddings": 4096,
+    "model_type": "stablelm",
+    "layer_norm_eps": 1e-05,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 24,
+    "num_key_value_heads": 32,
+    "partial_rotary_factor": 0.25,
+    "rope_theta": 10000,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float16",
+    "transformers_version": "4.38.0",
+    "use_cache": True,
+    "use_qkv_bias": True,
+    "vocab_size": 100352,
+}
+
 # (HF config, packaged preset with the same architecture, published parameter count and its source)
 CASES = [
     # KerasHub gpt2_presets.py "gpt2_base_en" (HF GPT2LMHeadModel, tied head counted once).
@@ -287,6 +368,10 @@ CASES = [
     # transformers GPTJForCausalLM / PhiForCausalLM on the meta device (tests/test_presets.py).
     pytest.param(GPTJ_6B, "gpt-j-6b", 6_050_882_784, id="gpt-j-6b"),
     pytest.param(PHI_2, "phi-2", 2_779_683_840, id="phi-2"),
+    # transformers GraniteForCausalLM on the meta device (tests/test_presets.py).
+    pytest.param(GRANITE_3_1_2B, "granite-3.1-2b", 2_533_531_648, id="granite-3.1-2b"),
+    pytest.param(COMMAND_R_V01, "command-r-v01", 34_980_831_232, id="command-r-v01"),
+    pytest.param(STABLELM_2_1_6B, "stablelm-2-1.6b", 1_644_515_328, id="stablelm-2-1.6b"),
 ]
 
 
@@ -815,6 +900,87 @@ def test_phi_fields_it_cannot_represent(tmp_path: Path, changes: dict, field: st
 ])
 def test_gptj_and_phi_training_only_fields_change_nothing(base: dict, ignored: dict) -> None:
     assert hf_to_mapping(with_fields(base, **ignored), "x.json")["block"] == block_of(base)
+
+
+def test_granite_multipliers_are_mapped() -> None:
+    block, model = block_of(GRANITE_3_1_2B), model_of(GRANITE_3_1_2B)
+    assert (block["attention_scale"], block["residual_multiplier"]) == (0.015625, 0.22)
+    assert (model["embedding_multiplier"], model["logit_multiplier"]) == (12.0, 1 / 8.0)  # logits / logits_scaling
+    assert (block["activation"], block["norm"], block["bias"], model["tie_embeddings"]) == \
+        ("swiglu", "rmsnorm", False, True)
+
+
+def test_granite_defaults_are_granite_configs() -> None:
+    """GraniteConfig's defaults: every multiplier 1.0 -- so scores are Q·Kᵀ times 1, not 1/√d_h."""
+    data = with_fields(GRANITE_3_1_2B, attention_multiplier=_DROP, residual_multiplier=_DROP,
+                       embedding_multiplier=_DROP, logits_scaling=_DROP, tie_word_embeddings=_DROP)
+    block, model = block_of(data), model_of(data)
+    assert (block["attention_scale"], block["residual_multiplier"]) == (1.0, 1.0)
+    assert (model["embedding_multiplier"], model["logit_multiplier"], model["tie_embeddings"]) == (1.0, 1.0, False)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"logits_scaling": 0}, "logits_scaling"),  # logits / 0
+    ({"attention_multiplier": -0.1}, "attention_multiplier"),
+    ({"residual_multiplier": "0.22"}, "residual_multiplier"),
+    ({"embedding_multiplier": True}, "embedding_multiplier"),
+])
+def test_granite_bad_multipliers_are_refused(tmp_path: Path, changes: dict, field: str) -> None:
+    assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(GRANITE_3_1_2B, **changes)))
+
+
+def test_granite_training_only_fields_change_nothing() -> None:
+    assert block_of(with_fields(GRANITE_3_1_2B, attention_dropout=0.3)) == block_of(GRANITE_3_1_2B)
+
+
+def test_cohere_shared_shift_free_layernorm_interleaved_rope_and_logit_scale() -> None:
+    block, model = block_of(COMMAND_R_V01), model_of(COMMAND_R_V01)
+    assert (block["placement"], block["norm"], block["bias"], block["rope_layout"], block["rope"]) == \
+        ("parallel_shared", "layernorm", False, "interleaved", True)
+    assert (block["activation"], block["rope_theta"], model["logit_multiplier"], model["tie_embeddings"]) == \
+        ("swiglu", 8000000.0, 0.0625, True)
+    assert block_of(with_fields(COMMAND_R_V01, attention_bias=True))["bias"] == \
+        {"qkv": True, "out": True, "mlp": False, "norm": False}
+    defaults = with_fields(COMMAND_R_V01, logit_scale=_DROP, rope_theta=_DROP, use_qk_norm=None)
+    assert (model_of(defaults)["logit_multiplier"], block_of(defaults)["rope_theta"]) == (0.0625, 500000.0)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"use_qk_norm": True}, "use_qk_norm"),  # Command R+'s per-head LayerNorms of shape (h, d_h)
+    ({"logit_scale": None}, "logit_scale"),  # transformers would multiply the logits by None
+    ({"logit_scale": 0.0}, "logit_scale"),
+])
+def test_cohere_fields_it_cannot_represent(tmp_path: Path, changes: dict, field: str) -> None:
+    assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(COMMAND_R_V01, **changes)))
+
+
+def test_stablelm_layernorm_qkv_bias_partial_rope_and_parallel_residual() -> None:
+    block, model = block_of(STABLELM_2_1_6B), model_of(STABLELM_2_1_6B)
+    assert (block["norm"], block["bias"], block["placement"], block["rope"], block["norm_eps"]) == \
+        ("layernorm", {"qkv": True, "out": False, "mlp": False, "norm": True}, "pre", 0.25, 1e-5)
+    assert (block["activation"], model["tie_embeddings"]) == ("swiglu", False)
+    # one shared input_layernorm (no post_attention_layernorm) when the residual is parallel
+    assert block_of(with_fields(STABLELM_2_1_6B, use_parallel_residual=True))["placement"] == "parallel_shared"
+    assert block_of(with_fields(STABLELM_2_1_6B, use_qkv_bias=False))["bias"] == \
+        {"qkv": False, "out": False, "mlp": False, "norm": True}
+    # StableLmConfig's defaults: a quarter of each head rotated, 32 K/V heads
+    defaults = with_fields(STABLELM_2_1_6B, partial_rotary_factor=_DROP, num_key_value_heads=_DROP)
+    assert (block_of(defaults)["rope"], block_of(defaults)["n_kv_heads"]) == (0.25, 32)
+    assert block_of(with_fields(STABLELM_2_1_6B, layer_norm_eps=1e-6))["norm_eps"] == 1e-6
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"qk_layernorm": True}, "qk_layernorm"),  # StableLM 2 12B's LayerNorm per head of q and k
+    ({"partial_rotary_factor": 0.5 / 64}, "partial_rotary_factor"),  # int(64 / 128) = 0 dims
+    ({"partial_rotary_factor": 3 / 64}, "partial_rotary_factor"),  # 3 dims: not whole pairs
+])
+def test_stablelm_fields_it_cannot_represent(tmp_path: Path, changes: dict, field: str) -> None:
+    assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(STABLELM_2_1_6B, **changes)))
+
+
+def test_stablelm_training_only_fields_change_nothing() -> None:
+    data = with_fields(STABLELM_2_1_6B, hidden_dropout=0.1, attention_dropout=0.2)
+    assert block_of(data) == block_of(STABLELM_2_1_6B)
 
 
 @pytest.mark.parametrize("data, kind", [([1, 2], "an array"), ("gpt2", "a string"), (None, "null"), (3, "a number")])

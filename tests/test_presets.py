@@ -11,7 +11,7 @@ For every preset in blockcli/presets/ four things must agree:
 
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
-time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 21
+time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 24
 totals below were also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
@@ -112,6 +112,30 @@ def parallel_shared_total(*, d: int, L: int, V: int, ff: int, qkv_bias: bool) ->
         + linear(ff, d, True)          # fc_out / fc2
     )
     return V * d + L * block + 2 * d + linear(d, V, True)  # wte + blocks + ln_f + lm_head (with bias)
+
+
+def cohere_total(*, d: int, L: int, V: int, ff: int, n_heads: int, n_kv: int, head_dim: int) -> int:
+    """CohereForCausalLM: ONE CohereLayerNorm per block (weight only, no bias) read by attention and
+    the MLP side by side, bias-free q/k/v/o and gate/up/down, final norm, head tied to embed_tokens."""
+    q, kv = n_heads * head_dim, n_kv * head_dim
+    block = (
+        d                              # input_layernorm (weight only)
+        + d * q + 2 * d * kv + q * d   # q_proj, k_proj, v_proj, o_proj
+        + 3 * d * ff                   # gate_proj, up_proj, down_proj
+    )
+    return V * d + L * block + d  # embed_tokens + blocks + norm; lm_head shares embed_tokens
+
+
+def stablelm_total(*, d: int, L: int, V: int, ff: int, qkv_bias: bool) -> int:
+    """StableLmForCausalLM (use_parallel_residual false): two nn.LayerNorms per block (weight and bias),
+    q/k/v with biases if use_qkv_bias, o_proj and gate/up/down without, final LayerNorm, untied lm_head."""
+    block = (
+        2 * 2 * d                      # input_layernorm, post_attention_layernorm (weight, bias)
+        + 3 * linear(d, d, qkv_bias)   # q_proj, k_proj, v_proj (32 K/V heads of 64: d wide)
+        + linear(d, d, False)          # o_proj
+        + 3 * d * ff                   # gate_proj, up_proj, down_proj
+    )
+    return V * d + L * block + 2 * d + V * d  # embed_tokens + blocks + norm + lm_head
 
 
 # --------------------------------------------------------------------------
@@ -287,6 +311,36 @@ CASES = [
         # transformers 5.24 PhiForCausalLM instantiated on the meta device from
         # https://huggingface.co/microsoft/phi-2/blob/main/config.json (sum of numel).
         id="phi-2[transformers PhiForCausalLM on meta=2779683840]",
+    ),
+    pytest.param(
+        "granite-3.1-2b", 2_533_531_648,
+        gated_rms_total(d=2048, L=40, V=49155, ff=8192, n_heads=32, n_kv=8, head_dim=64, tied=True),
+        {"d_model": 2048, "n_heads": 32, "n_kv_heads": 8, "head_dim": 64, "d_ff": 8192, "n_layers": 40,
+         "vocab_size": 49155, "attention_scale": 0.015625, "residual_multiplier": 0.22,
+         "embedding_multiplier": 12.0, "logit_multiplier": 1 / 8.0},
+        # transformers 5.24 GraniteForCausalLM instantiated on the meta device from
+        # https://huggingface.co/ibm-granite/granite-3.1-2b-base/blob/main/config.json (sum of numel).
+        # The four multipliers hold no weights: Llama's count with a tied head.
+        id="granite-3.1-2b[transformers GraniteForCausalLM on meta=2533531648]",
+    ),
+    pytest.param(
+        "command-r-v01", 34_980_831_232,
+        cohere_total(d=8192, L=40, V=256000, ff=22528, n_heads=64, n_kv=64, head_dim=128),
+        {"d_model": 8192, "n_heads": 64, "n_kv_heads": 64, "d_ff": 22528, "n_layers": 40, "vocab_size": 256000,
+         "placement": "parallel_shared", "rope_layout": "interleaved", "logit_multiplier": 0.0625},
+        # transformers 5.24 CohereForCausalLM instantiated on the meta device from
+        # https://huggingface.co/CohereForAI/c4ai-command-r-v01/blob/main/config.json (sum of numel;
+        # tie_word_embeddings is absent and CohereConfig defaults it to true).
+        id="command-r-v01[transformers CohereForCausalLM on meta=34980831232]",
+    ),
+    pytest.param(
+        "stablelm-2-1.6b", 1_644_515_328,
+        stablelm_total(d=2048, L=24, V=100352, ff=5632, qkv_bias=True),
+        {"d_model": 2048, "n_heads": 32, "n_kv_heads": 32, "d_ff": 5632, "n_layers": 24, "vocab_size": 100352,
+         "rope": 0.25, "placement": "pre"},
+        # transformers 5.24 StableLmForCausalLM instantiated on the meta device from
+        # https://huggingface.co/stabilityai/stablelm-2-1_6b/blob/main/config.json (sum of numel).
+        id="stablelm-2-1.6b[transformers StableLmForCausalLM on meta=1644515328]",
     ),
 ]
 
