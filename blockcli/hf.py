@@ -7,7 +7,7 @@ already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only 
 imports yaml) that `load_config` reads back to an equal Config.
 
 Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt, olmo2, starcoder2, gptj,
-phi.
+phi, phi3.
 
 The rule for every key of the JSON object is one of three, and never "silently dropped":
 
@@ -40,6 +40,11 @@ GPT-J and Phi run attention and the MLP side by side on one LayerNorm's output
 (`placement: parallel_shared`) and add a bias to the LM head (`model.lm_head_bias`); GPT-J
 rotates interleaved pairs (`block.rope_layout: interleaved`) of its first `rotary_dim` dims, Phi
 rotates halves of int(head_dim · partial_rotary_factor) dims.
+
+Phi-3 is Llama's block stored with fused projections (Q | K | V in `qkv_proj`, gate | up in
+`gate_up_proj`; the checkpoint loader splits them), rotating int(head_dim · partial_rotary_factor)
+dims, with longrope scaling (whose original length is the top-level
+`original_max_position_embeddings`) and an optional sliding window.
 """
 
 from __future__ import annotations
@@ -546,14 +551,15 @@ def _neox(f: _Fields) -> tuple[dict, dict]:
 
 def _gated_rms(f: _Fields, activation: Callable[[_Fields], str], *, kv_default: int | None,
                tie_default: bool, head_dim_default: int | None = None, qkv_bias: bool | None = None,
-               out_bias: bool | None = None, mlp_bias: bool | None = None, eps_default: float = 1e-6
-               ) -> tuple[dict, dict]:
+               out_bias: bool | None = None, mlp_bias: bool | None = None, eps_default: float = 1e-6,
+               fraction_keys: tuple[str, ...] = ()) -> tuple[dict, dict]:
     """Llama, Mistral, Qwen2, Gemma: RMSNorm, gated MLP, RoPE over the whole head.
 
     A bias argument of None means "read it from the config" (`attention_bias` for q/k/v and o,
     `mlp_bias`); a bool fixes it for the family (Qwen2: q/k/v yes, o no). RMSNorm has no shift.
     `kv_default` is the HF config class's default for an absent `num_key_value_heads` (None:
     the number of query heads); an explicit null always means "as many as query heads".
+    `fraction_keys` name the field of a family that rotates only part of each head (default: all).
     """
     d = f.int("hidden_size")
     heads = f.int("num_attention_heads")
@@ -569,7 +575,8 @@ def _gated_rms(f: _Fields, activation: Callable[[_Fields], str], *, kv_default: 
     else:
         f.ignore("head_dim")
         head_dim = _divides(f, "hidden_size", d, "num_attention_heads", heads)
-    theta, _, scaling = _rope_base(f, ("rope_theta",), 10000.0, max_positions=f.int("max_position_embeddings"))
+    theta, fraction, scaling = _rope_base(f, ("rope_theta",), 10000.0, fraction_keys,
+                                          max_positions=f.int("max_position_embeddings"))
     attention_bias = f.bool("attention_bias", False) if qkv_bias is None else qkv_bias
     block = {
         "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
@@ -577,7 +584,7 @@ def _gated_rms(f: _Fields, activation: Callable[[_Fields], str], *, kv_default: 
         "activation": activation(f),
         "bias": _bias(attention_bias, attention_bias if out_bias is None else out_bias,
                       f.bool("mlp_bias", False) if mlp_bias is None else mlp_bias, False),
-        "placement": "pre", "rope": True, "rope_theta": theta,
+        "placement": "pre", "rope": True if fraction == 1.0 else fraction, "rope_theta": theta,
     }
     if scaling:
         block["rope_scaling"] = scaling
@@ -806,6 +813,32 @@ def _phi(f: _Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _phi3(f: _Fields) -> tuple[dict, dict]:
+    """Phi-3/3.5 (and Phi-4-mini): Llama's pre-norm block (RMSNorm, SiLU-gated MLP, GQA) with Q | K | V fused
+    in one matrix and gate | up in another, no biases, rotate-half RoPE on int(head_dim ·
+    partial_rotary_factor) dims, longrope scaling, an optional sliding window."""
+    f.neutral("attention_bias", False, "transformers' Phi-3 has no biases")  # the published configs say false
+    for key in ("rope_scaling", "rope_parameters"):
+        params = f.data.get(key)
+        kind = params.get("rope_type", params.get("type", "default")) if isinstance(params, Mapping) else "default"
+        if kind in ("su", "yarn"):  # Phi3Config renames both
+            raise f.unrepresentable(key, dict(params), f"transformers' Phi-3 reads rope type {kind!r} as "
+                                                       f"'longrope'; say 'longrope' to mean that")
+        if kind not in ("default", "longrope"):
+            raise f.unrepresentable(key, dict(params), f"transformers' Phi-3 accepts only longrope scaling, "
+                                                       f"not {kind!r}")
+    block, model = _gated_rms(f, _silu_gate, kv_default=None, tie_default=False, qkv_bias=False, out_bias=False,
+                              mlp_bias=False, eps_default=1e-5, fraction_keys=("partial_rotary_factor",))
+    rotated = int(block["head_dim"] * block["rope"])
+    if rotated % 2 or not rotated:
+        raise f.unrepresentable("partial_rotary_factor", block["rope"], f"it rotates {rotated} of "
+                                                                        f"{block['head_dim']} dimensions per head; "
+                                                                        f"expected an even number, at least 2")
+    f.ignore("original_max_position_embeddings")  # read by longrope; without it, unused
+    _sliding(f, block, model, f.data.get("sliding_window") is not None)
+    return block, model
+
+
 class _Family:
     def __init__(self, title: str, mapper: Callable[[_Fields], tuple[dict, dict]], ignored: set[str]) -> None:
         self.title, self.mapper, self.ignored = title, mapper, frozenset(ignored)
@@ -845,6 +878,9 @@ FAMILIES: dict[str, _Family] = {
         "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
     }),
     "phi": _Family("Phi", _phi, {
+        "attention_dropout", "embd_pdrop", "resid_pdrop",  # training-only dropout
+    }),
+    "phi3": _Family("Phi-3", _phi3, {
         "attention_dropout", "embd_pdrop", "resid_pdrop",  # training-only dropout
     }),
 }

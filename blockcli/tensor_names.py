@@ -11,6 +11,9 @@ tensor, the blockcli key (or keys, for a fused tensor) it fills and the layout i
     SPLIT     GPT-2's `c_attn`: Q | K | V side by side along the last axis (Conv1D layout)
     NEOX_QKV  GPT-NeoX's `query_key_value`: nn.Linear whose output rows are grouped per head,
               [q_0 k_0 v_0 | q_1 k_1 v_1 | ...], each d_h wide
+    FUSED     nn.Linear whose output rows are its keys' outputs one after another, each as wide as
+              that key's output (so unequal widths are fine): Phi-3's `qkv_proj` Q | K | V with
+              fewer K/V heads, its `gate_up_proj` gate | up
 
 Names are relative to the family's base model (`prefix`): transformers saves
 `transformer.h.0...` from GPT2LMHeadModel but `h.0...` from GPT2Model, and both are read. A
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SAME, LINEAR, SPLIT, NEOX_QKV = "same", "linear", "split", "neox_qkv"
+SAME, LINEAR, SPLIT, NEOX_QKV, FUSED = "same", "linear", "split", "neox_qkv", "fused"
 
 
 @dataclass(frozen=True)
@@ -199,8 +202,21 @@ PHI = TensorMap("model.", (
     _t("lm_head_bias", "lm_head.bias", top=True),
 ), buffers=("layers.{i}.self_attn.rotary_emb.inv_freq",))
 
+# Phi-3: Llama's block with Q | K | V in one nn.Linear and gate | up in another; no biases
+PHI3 = TensorMap("model.", (
+    _t("wte", "embed_tokens.weight"),
+    _t("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight"),
+    _t(_QKV, "layers.{i}.self_attn.qkv_proj.weight", FUSED),
+    _t("blocks.{i}.w_o", "layers.{i}.self_attn.o_proj.weight", LINEAR),
+    _t("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
+    _t("blocks.{i}.w_1 blocks.{i}.w_3", "layers.{i}.mlp.gate_up_proj.weight", FUSED),
+    _t("blocks.{i}.w_2", "layers.{i}.mlp.down_proj.weight", LINEAR),
+    _t("ln_f_gamma", "norm.weight"),
+    _t("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
 TENSOR_MAPS: dict[str, TensorMap] = {
     "gpt2": GPT2, "opt": OPT, "gpt_neox": GPT_NEOX,
     "llama": LLAMA, "mistral": LLAMA, "qwen2": LLAMA, "qwen3": LLAMA, "gemma": LLAMA, "starcoder2": STARCODER2,
-    "olmo2": OLMO2, "gptj": GPTJ, "phi": PHI,
+    "olmo2": OLMO2, "gptj": GPTJ, "phi": PHI, "phi3": PHI3,
 }

@@ -26,7 +26,7 @@ from blockcli.config import ConfigError, InputError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma", "starcoder2", "olmo2", "gptj",
-            "phi"]
+            "phi", "phi3"]
 ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
@@ -108,6 +108,8 @@ def test_bfloat16_checkpoint_is_widened_exactly_and_says_so() -> None:
     ("gptj", {"rope_layout": "half"}),  # interleaved pairs (2i, 2i+1), 2 pairs per head
     ("gptj", {"rope": 1.0}),  # partial: 4 of each head's 8 dims
     ("phi", {"rope": 1.0}),  # partial: half of each head
+    ("phi3", {"sliding_window": 0}),  # its window (5) is shorter than the 7 tokens
+    ("phi3", {"rope_scaling": None}),  # longrope, long factors past the original 6 positions
     *((name, {"rope_scaling": None}) for name in ROPE_SCALED),
 ])
 def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict) -> None:

@@ -268,6 +268,39 @@ PHI_2 = {  # https://huggingface.co/microsoft/phi-2/blob/main/config.json
     "vocab_size": 51200,
 }
 
+PHI_3_MINI_4K = {  # https://huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/main/config.json
+    "_name_or_path": "Phi-3-mini-4k-instruct",
+    "architectures": ["Phi3ForCausalLM"],
+    "attention_dropout": 0.0,
+    "auto_map": {"AutoConfig": "configuration_phi3.Phi3Config",
+                 "AutoModelForCausalLM": "modeling_phi3.Phi3ForCausalLM"},
+    "bos_token_id": 1,
+    "embd_pdrop": 0.0,
+    "eos_token_id": 32000,
+    "hidden_act": "silu",
+    "hidden_size": 3072,
+    "initializer_range": 0.02,
+    "intermediate_size": 8192,
+    "max_position_embeddings": 4096,
+    "model_type": "phi3",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 32,
+    "original_max_position_embeddings": 4096,
+    "pad_token_id": 32000,
+    "resid_pdrop": 0.0,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "rope_theta": 10000.0,
+    "sliding_window": 2047,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.40.2",
+    "use_cache": True,
+    "attention_bias": False,
+    "vocab_size": 32064,
+}
+
 # (HF config, packaged preset with the same architecture, published parameter count and its source)
 CASES = [
     # KerasHub gpt2_presets.py "gpt2_base_en" (HF GPT2LMHeadModel, tied head counted once).
@@ -287,6 +320,8 @@ CASES = [
     # transformers GPTJForCausalLM / PhiForCausalLM on the meta device (tests/test_presets.py).
     pytest.param(GPTJ_6B, "gpt-j-6b", 6_050_882_784, id="gpt-j-6b"),
     pytest.param(PHI_2, "phi-2", 2_779_683_840, id="phi-2"),
+    # transformers Phi3ForCausalLM on the meta device (tests/test_presets.py); the model card's "3.8B".
+    pytest.param(PHI_3_MINI_4K, "phi-3-mini-4k", 3_821_079_552, id="phi-3-mini-4k"),
 ]
 
 
@@ -902,3 +937,47 @@ def test_starcoder2_7b_maps_onto_its_preset(tmp_path: Path) -> None:
 @pytest.mark.parametrize("key, value", [("norm_type", "rms_norm"), ("mlp_type", "gated")])
 def test_starcoder2_legacy_fields_at_other_values_are_refused(tmp_path: Path, key: str, value: str) -> None:
     assert f"field '{key}'" in hf_error(write_json(tmp_path, with_fields(STARCODER2_7B, **{key: value})))
+
+
+def test_phi3_is_llama_like_with_its_window_and_no_biases() -> None:
+    block, model = block_of(PHI_3_MINI_4K), model_of(PHI_3_MINI_4K)
+    assert (block["norm"], block["activation"], block["placement"], block["bias"], block["rope"]) == \
+        ("rmsnorm", "swiglu", "pre", False, True)
+    assert (block["sliding_window"], block["n_kv_heads"], block["head_dim"]) == (2047, 32, 96)
+    assert (model["tie_embeddings"], model["lm_head_bias"]) == (False, False)
+    assert "sliding_window" not in block_of(with_fields(PHI_3_MINI_4K, sliding_window=None))
+    assert block_of(with_fields(PHI_3_MINI_4K, num_key_value_heads=8))["n_kv_heads"] == 8
+    assert block_of(with_fields(PHI_3_MINI_4K, num_key_value_heads=None))["n_kv_heads"] == 32
+
+
+def test_phi3_longrope_takes_its_original_length_from_the_top_level(tmp_path: Path) -> None:
+    # Phi-3.5-mini-instruct's shape of config: 128k positions, longrope factors (48 per list: one per
+    # rotary pair of a 96-wide head; the values here are stand-ins), a window too wide to ever bind
+    data = with_fields(PHI_3_MINI_4K, max_position_embeddings=131072, sliding_window=262144, rope_scaling={
+        "type": "longrope", "short_factor": [1.0 + i / 100 for i in range(48)],
+        "long_factor": [1.5 + i for i in range(48)]})
+    block = block_of(data)
+    assert "sliding_window" not in block
+    scaling = block["rope_scaling"]
+    assert (scaling["type"], scaling["original_max_positions"], scaling["factor"]) == ("longrope", 4096, 32.0)
+    assert scaling["long_factor"][:2] == [1.5, 2.5] and len(scaling["short_factor"]) == 48
+    assert count_parameters(load_config(write_json(tmp_path, data))).total == 3_821_079_552  # RoPE adds none
+
+
+def test_phi3_partial_rotary_factor_as_phi_4_mini() -> None:
+    # microsoft/Phi-4-mini-instruct (model_type phi3): 24 heads of 128, GQA 8, 3/4 of each head rotated
+    data = with_fields(PHI_3_MINI_4K, num_attention_heads=24, num_key_value_heads=8, partial_rotary_factor=0.75)
+    assert (block_of(data)["rope"], block_of(data)["n_kv_heads"], block_of(data)["head_dim"]) == (0.75, 8, 128)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"attention_bias": True}, "attention_bias"),  # Phi-3 has no biases
+    ({"rope_scaling": {"type": "su", "short_factor": [1.0] * 48, "long_factor": [2.0] * 48}}, "rope_scaling"),
+    ({"rope_scaling": {"type": "yarn", "factor": 2.0}}, "rope_scaling"),  # transformers reads it as longrope
+    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling"),  # Phi3Config refuses it
+    ({"partial_rotary_factor": 0.01}, "partial_rotary_factor"),  # rotates no pair
+    ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}}, "rope_parameters"),
+    ({"fancy_new_thing": 1}, "fancy_new_thing"),
+])
+def test_phi3_fields_it_cannot_represent(tmp_path: Path, changes: dict, field: str) -> None:
+    assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(PHI_3_MINI_4K, **changes)))
