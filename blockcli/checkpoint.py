@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from blockcli.config import Config, InputError, load_config, reading
 from blockcli.shapes import Shape, model_parameter_shapes
-from blockcli.tensor_names import FUSED, LINEAR, NEOX_QKV, SAME, SPLIT, TENSOR_MAPS, Tensor, TensorMap
+from blockcli.tensor_names import BIGCODE_QKV, FUSED, LINEAR, NEOX_QKV, SAME, SPLIT, TENSOR_MAPS, Tensor, TensorMap
 
 if TYPE_CHECKING:
     import numpy as np  # imported where values are read: counting from headers needs no NumPy
@@ -220,7 +220,7 @@ def stored_shape(entry: Tensor, shapes: Mapping[str, Shape]) -> Shape:
         return parts[0][::-1]
     if entry.layout == SPLIT:  # Q | K | V along the last axis
         return parts[0][:-1] + (sum(p[-1] for p in parts),)
-    if entry.layout == FUSED:  # nn.Linear rows: each part's outputs after the previous part's
+    if entry.layout in (FUSED, BIGCODE_QKV):  # nn.Linear rows: each part's outputs after the previous part's
         return (sum(p[-1] for p in parts),) + parts[0][:-1]
     if len(parts[0]) == 2:  # NEOX_QKV: nn.Linear rows, three projections' outputs interleaved per head
         return (sum(p[1] for p in parts), parts[0][0])
@@ -377,6 +377,8 @@ def _unpack(value: np.ndarray, layout: str, n_heads: int, parts: tuple[Shape, ..
         return [value]
     if layout == LINEAR:
         return [value.T]
+    if layout == BIGCODE_QKV:  # multi-query (K one head wide): Q | K | V; otherwise grouped per head
+        layout = FUSED if parts[1][-1] < parts[0][-1] else NEOX_QKV
     if layout in (SPLIT, FUSED):  # consecutive blocks of each part's output width, possibly unequal
         ends = [sum(p[-1] for p in parts[:j + 1]) for j in range(len(parts))]
         if layout == SPLIT:  # along the last axis

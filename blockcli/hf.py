@@ -7,7 +7,7 @@ already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only 
 imports yaml) that `load_config` reads back to an equal Config.
 
 Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt, olmo2, starcoder2, gptj,
-phi, phi3.
+phi, phi3, gpt_bigcode.
 
 The rule for every key of the JSON object is one of three, and never "silently dropped":
 
@@ -45,6 +45,10 @@ Phi-3 is Llama's block stored with fused projections (Q | K | V in `qkv_proj`, g
 `gate_up_proj`; the checkpoint loader splits them), rotating int(head_dim · partial_rotary_factor)
 dims, with longrope scaling (whose original length is the top-level
 `original_max_position_embeddings`) and an optional sliding window.
+
+GPTBigCode (SantaCoder, StarCoder) is GPT-2's block with nn.Linear layers and multi-query
+attention (`multi_query`, default true: one K/V head, `c_attn` rows Q | K | V); with `multi_query:
+false` every head has its own K and V and `c_attn` groups its rows per head, as GPT-NeoX.
 """
 
 from __future__ import annotations
@@ -839,6 +843,29 @@ def _phi3(f: _Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _gpt_bigcode(f: _Fields) -> tuple[dict, dict]:
+    """GPTBigCode (SantaCoder, StarCoder): GPT-2's block (learned positions, LayerNorm, biases everywhere,
+    plain MLP) with multi-query attention, one K/V head, unless `multi_query` is false."""
+    d = f.int("n_embd")
+    heads = f.int("n_head")
+    head_dim = _divides(f, "n_embd", d, "n_head", heads)
+    f.neutral("scale_attn_weights", True, "blockcli always scales attention scores by 1/sqrt(head_dim)")
+    kv = 1 if f.bool("multi_query", True) else heads
+    # transformers 5 writes the K/V head count multi_query implies; its modelling code reads multi_query only
+    f.neutral("num_key_value_heads", kv, f"GPTBigCode has {kv} K/V head(s) when multi_query is "
+                                         f"{str(kv == 1).lower()}; it has no grouped-query attention")
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": kv,
+        "head_dim": head_dim, "d_ff": f.int("n_inner", 4 * d),  # null means 4·n_embd
+        "norm": "layernorm", "norm_eps": f.float("layer_norm_epsilon", 1e-5),
+        "activation": _plain_activation(f, "activation_function", "gelu_pytorch_tanh"),
+        "bias": True, "placement": "pre", "rope": False,
+    }
+    model = _model(f.int("n_layer"), f.int("vocab_size"), "learned", f.int("n_positions"),
+                   f.bool("tie_word_embeddings", True))
+    return block, model
+
+
 class _Family:
     def __init__(self, title: str, mapper: Callable[[_Fields], tuple[dict, dict]], ignored: set[str]) -> None:
         self.title, self.mapper, self.ignored = title, mapper, frozenset(ignored)
@@ -882,6 +909,16 @@ FAMILIES: dict[str, _Family] = {
     }),
     "phi3": _Family("Phi-3", _phi3, {
         "attention_dropout", "embd_pdrop", "resid_pdrop",  # training-only dropout
+    }),
+    "gpt_bigcode": _Family("GPTBigCode", _gpt_bigcode, {
+        "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",  # training-only dropout
+        # where the softmax runs in half-precision training; transformers' eager attention ignores both
+        "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32",
+        # settings of BigCode's own inference runner and exporter, never read by transformers
+        "inference_runner", "validate_runner_input", "max_batch_size", "max_sequence_length", "pad_key_length",
+        "pre_allocate_kv_cache", "n_ctx",
+        # sequence-classification / double-heads settings, not part of the LM
+        "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
     }),
 }
 

@@ -14,6 +14,8 @@ tensor, the blockcli key (or keys, for a fused tensor) it fills and the layout i
     FUSED     nn.Linear whose output rows are its keys' outputs one after another, each as wide as
               that key's output (so unequal widths are fine): Phi-3's `qkv_proj` Q | K | V with
               fewer K/V heads, its `gate_up_proj` gate | up
+    BIGCODE_QKV  GPTBigCode's `c_attn`: FUSED (Q | K | V, K and V one head wide) under multi-query
+              attention, NEOX_QKV (per head) when every head has its own K and V
 
 Names are relative to the family's base model (`prefix`): transformers saves
 `transformer.h.0...` from GPT2LMHeadModel but `h.0...` from GPT2Model, and both are read. A
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SAME, LINEAR, SPLIT, NEOX_QKV, FUSED = "same", "linear", "split", "neox_qkv", "fused"
+SAME, LINEAR, SPLIT, NEOX_QKV, FUSED, BIGCODE_QKV = "same", "linear", "split", "neox_qkv", "fused", "bigcode_qkv"
 
 
 @dataclass(frozen=True)
@@ -215,8 +217,29 @@ PHI3 = TensorMap("model.", (
     _t("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
 
+# GPTBigCode (SantaCoder, StarCoder): GPT-2's names, but nn.Linear layers, and multi-query c_attn
+GPT_BIGCODE = TensorMap("transformer.", (
+    _t("wte", "wte.weight"),
+    _t("wpe", "wpe.weight"),
+    _t("blocks.{i}.ln1_gamma", "h.{i}.ln_1.weight"),
+    _t("blocks.{i}.ln1_beta", "h.{i}.ln_1.bias"),
+    _t(_QKV, "h.{i}.attn.c_attn.weight", BIGCODE_QKV),
+    _t(_QKV_BIAS, "h.{i}.attn.c_attn.bias", BIGCODE_QKV),
+    _t("blocks.{i}.w_o", "h.{i}.attn.c_proj.weight", LINEAR),
+    _t("blocks.{i}.b_o", "h.{i}.attn.c_proj.bias"),
+    _t("blocks.{i}.ln2_gamma", "h.{i}.ln_2.weight"),
+    _t("blocks.{i}.ln2_beta", "h.{i}.ln_2.bias"),
+    _t("blocks.{i}.w_1", "h.{i}.mlp.c_fc.weight", LINEAR),
+    _t("blocks.{i}.b_1", "h.{i}.mlp.c_fc.bias"),
+    _t("blocks.{i}.w_2", "h.{i}.mlp.c_proj.weight", LINEAR),
+    _t("blocks.{i}.b_2", "h.{i}.mlp.c_proj.bias"),
+    _t("ln_f_gamma", "ln_f.weight"),
+    _t("ln_f_beta", "ln_f.bias"),
+    _t("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
 TENSOR_MAPS: dict[str, TensorMap] = {
     "gpt2": GPT2, "opt": OPT, "gpt_neox": GPT_NEOX,
     "llama": LLAMA, "mistral": LLAMA, "qwen2": LLAMA, "qwen3": LLAMA, "gemma": LLAMA, "starcoder2": STARCODER2,
-    "olmo2": OLMO2, "gptj": GPTJ, "phi": PHI, "phi3": PHI3,
+    "olmo2": OLMO2, "gptj": GPTJ, "phi": PHI, "phi3": PHI3, "gpt_bigcode": GPT_BIGCODE,
 }

@@ -26,7 +26,7 @@ from blockcli.config import ConfigError, InputError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma", "starcoder2", "olmo2", "gptj",
-            "phi", "phi3"]
+            "phi", "phi3", "gpt_bigcode", "gpt_bigcode-mha"]
 ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
@@ -90,6 +90,41 @@ def test_one_layer_from_the_folder_maps_the_previous_layers_output(name: str) ->
     block = DecoderBlock.from_config(load_config(folder), weights=folder, dtype="float64", layer=1)
     assert relative(block(want["layers_float64"][0]), want["layers_float64"][1]) <= 1e-9
     assert "weights of layer 1 of 2" in block.notes
+
+
+@pytest.mark.parametrize("name, fused_in_blocks", [("gpt_bigcode", True), ("gpt_bigcode-mha", False),
+                                                    ("phi3", True)])
+def test_fused_qkv_rows_are_read_in_the_order_transformers_splits_them(name: str, fused_in_blocks: bool) -> None:
+    """Split by hand here: Q | K | V blocks of each part's width (multi-query GPTBigCode, Phi-3's GQA), or
+    per head [q_i k_i v_i] (GPTBigCode without multi_query). Only the right reading gives transformers'
+    logits, so each fixture tells the two layouts apart."""
+    from safetensors.numpy import load_file
+
+    folder, want = FIXTURES / name, expected(name)
+    config = load_config(folder)
+    b = config.block
+    stored = load_file(folder / "model.safetensors")
+    key = next(k for k in stored if k.endswith("0.attn.c_attn.weight") or k.endswith("0.self_attn.qkv_proj.weight"))
+    q, kv = b.n_heads * b.head_dim, b.n_kv_heads * b.head_dim
+    for reading_in_blocks in (True, False) if kv == q else (True,):  # per head needs as many K/V heads as Q
+        params = dict(Model.from_config(config, weights=folder, dtype="float64").params)
+        for layer in range(config.model.n_layers):
+            rows = stored[key.replace(".0.", f".{layer}.")].astype(np.float64)  # (q + 2 kv, d)
+            bias = stored.get(key.replace(".0.", f".{layer}.").replace("weight", "bias"))
+            if reading_in_blocks:
+                parts = [rows[:q], rows[q:q + kv], rows[q + kv:]]
+                biases = None if bias is None else [bias[:q], bias[q:q + kv], bias[q + kv:]]
+            else:  # head i's rows: q_i, k_i, v_i, each head_dim long
+                per_head = rows.reshape(b.n_heads, 3, b.head_dim, -1)
+                parts = [per_head[:, j].reshape(q, -1) for j in range(3)]
+                biases = None if bias is None else [bias.reshape(b.n_heads, 3, -1)[:, j].ravel() for j in range(3)]
+            for j, x in enumerate("qkv"):
+                params[f"blocks.{layer}.w_{x}"] = parts[j].T
+                if biases is not None:
+                    params[f"blocks.{layer}.b_{x}"] = biases[j].astype(np.float64)
+        model = Model.from_config(config, weights=params, dtype="float64")
+        gap = relative(model(want["input_ids"]), want["logits_float64"])
+        assert (gap <= 1e-9) if reading_in_blocks == fused_in_blocks else (gap > 1e-3), (reading_in_blocks, gap)
 
 
 def test_bfloat16_checkpoint_is_widened_exactly_and_says_so() -> None:

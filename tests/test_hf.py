@@ -301,6 +301,18 @@ PHI_3_MINI_4K = {  # https://huggingface.co/microsoft/Phi-3-mini-4k-instruct/blo
     "vocab_size": 32064,
 }
 
+STARCODER = {  # the fields of https://huggingface.co/bigcode/starcoder/blob/main/config.json
+    "activation_function": "gelu_pytorch_tanh", "architectures": ["GPTBigCodeForCausalLM"],
+    "attention_softmax_in_fp32": True, "attn_pdrop": 0.1, "bos_token_id": 0, "embd_pdrop": 0.1, "eos_token_id": 0,
+    "inference_runner": 0, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "max_batch_size": None,
+    "max_sequence_length": None, "model_type": "gpt_bigcode", "multi_query": True, "n_embd": 6144, "n_head": 48,
+    "n_inner": 24576, "n_layer": 40, "n_positions": 8192, "pad_key_length": True, "pre_allocate_kv_cache": False,
+    "resid_pdrop": 0.1, "scale_attention_softmax_in_fp32": True, "scale_attn_weights": True,
+    "summary_activation": None, "summary_first_dropout": 0.1, "summary_proj_to_labels": True,
+    "summary_type": "cls_index", "summary_use_proj": True, "torch_dtype": "float32",
+    "transformers_version": "4.28.1", "use_cache": True, "validate_runner_input": True, "vocab_size": 49152,
+}
+
 # (HF config, packaged preset with the same architecture, published parameter count and its source)
 CASES = [
     # KerasHub gpt2_presets.py "gpt2_base_en" (HF GPT2LMHeadModel, tied head counted once).
@@ -322,6 +334,8 @@ CASES = [
     pytest.param(PHI_2, "phi-2", 2_779_683_840, id="phi-2"),
     # transformers Phi3ForCausalLM on the meta device (tests/test_presets.py); the model card's "3.8B".
     pytest.param(PHI_3_MINI_4K, "phi-3-mini-4k", 3_821_079_552, id="phi-3-mini-4k"),
+    # transformers GPTBigCodeForCausalLM on the meta device (tests/test_presets.py); the paper's "15.5B".
+    pytest.param(STARCODER, "starcoder", 15_517_456_384, id="starcoder"),
 ]
 
 
@@ -981,3 +995,28 @@ def test_phi3_partial_rotary_factor_as_phi_4_mini() -> None:
 ])
 def test_phi3_fields_it_cannot_represent(tmp_path: Path, changes: dict, field: str) -> None:
     assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(PHI_3_MINI_4K, **changes)))
+
+
+def test_gpt_bigcode_multi_query_is_one_kv_head() -> None:
+    block, model = block_of(STARCODER), model_of(STARCODER)
+    assert (block["n_kv_heads"], block["head_dim"], block["bias"], block["norm"], block["rope"]) == \
+        (1, 128, True, "layernorm", False)
+    assert (model["positions"], model["position_offset"], model["tie_embeddings"]) == ("learned", 0, True)
+    assert block_of(with_fields(STARCODER, multi_query=False))["n_kv_heads"] == 48
+    assert block_of(with_fields(STARCODER, multi_query=_DROP))["n_kv_heads"] == 1  # GPTBigCodeConfig's default
+    # transformers 5 writes the K/V head count multi_query implies
+    assert block_of(with_fields(STARCODER, num_key_value_heads=1))["n_kv_heads"] == 1
+    assert block_of(with_fields(STARCODER, multi_query=False, num_key_value_heads=48))["n_kv_heads"] == 48
+    assert block_of(with_fields(STARCODER, n_inner=None))["d_ff"] == 4 * 6144
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"scale_attn_weights": False}, "scale_attn_weights"),
+    ({"num_key_value_heads": 4}, "num_key_value_heads"),  # GPTBigCode has no grouped-query attention
+    ({"multi_query": False, "num_key_value_heads": 1}, "num_key_value_heads"),
+    ({"add_cross_attention": True}, "add_cross_attention"),
+    ({"n_head": 5}, "n_head"),  # 6144 is not 5 whole heads
+    ({"fancy_new_thing": 1}, "fancy_new_thing"),
+])
+def test_gpt_bigcode_fields_it_cannot_represent(tmp_path: Path, changes: dict, field: str) -> None:
+    assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(STARCODER, **changes)))

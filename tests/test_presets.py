@@ -11,7 +11,7 @@ For every preset in blockcli/presets/ four things must agree:
 
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
-time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 22
+time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 23
 totals below were also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
@@ -112,6 +112,32 @@ def parallel_shared_total(*, d: int, L: int, V: int, ff: int, qkv_bias: bool) ->
         + linear(ff, d, True)          # fc_out / fc2
     )
     return V * d + L * block + 2 * d + linear(d, V, True)  # wte + blocks + ln_f + lm_head (with bias)
+
+
+def phi3_total(*, d: int, L: int, V: int, ff: int, n_heads: int, n_kv: int, head_dim: int) -> int:
+    """Phi3ForCausalLM: Llama's block with fused matrices and no biases; RMSNorm weights only, untied head."""
+    q, kv = n_heads * head_dim, n_kv * head_dim
+    block = (
+        d * (q + 2 * kv)   # self_attn.qkv_proj: Q | K | V rows
+        + q * d            # self_attn.o_proj
+        + d * 2 * ff       # mlp.gate_up_proj: gate | up rows
+        + ff * d           # mlp.down_proj
+        + 2 * d            # input_layernorm, post_attention_layernorm
+    )
+    return V * d + L * block + d + V * d  # embed_tokens + blocks + norm + lm_head
+
+
+def gpt_bigcode_total(*, d: int, L: int, V: int, ff: int, n_heads: int, n_pos: int) -> int:
+    """GPTBigCodeForCausalLM, multi-query: c_attn's rows Q (d) | K | V (one head each), biases and LayerNorm
+    shifts everywhere, learned positions, tied head."""
+    head_dim = d // n_heads
+    block = (
+        linear(d, d + 2 * head_dim, True)  # attn.c_attn
+        + linear(d, d, True)               # attn.c_proj
+        + linear(d, ff, True) + linear(ff, d, True)  # mlp.c_fc, mlp.c_proj
+        + 2 * 2 * d                        # ln_1, ln_2
+    )
+    return V * d + n_pos * d + L * block + 2 * d  # wte + wpe + blocks + ln_f; lm_head shares wte
 
 
 # --------------------------------------------------------------------------
@@ -287,6 +313,23 @@ CASES = [
         # transformers 5.24 PhiForCausalLM instantiated on the meta device from
         # https://huggingface.co/microsoft/phi-2/blob/main/config.json (sum of numel).
         id="phi-2[transformers PhiForCausalLM on meta=2779683840]",
+    ),
+    pytest.param(
+        "phi-3-mini-4k", 3_821_079_552,
+        phi3_total(d=3072, L=32, V=32064, ff=8192, n_heads=32, n_kv=32, head_dim=96),
+        {"d_model": 3072, "n_heads": 32, "n_kv_heads": 32, "d_ff": 8192, "n_layers": 32, "vocab_size": 32064},
+        # transformers 5.24 Phi3ForCausalLM instantiated on the meta device from
+        # https://huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/main/config.json (sum of numel); the
+        # model card's "3.8B". Phi-3.5-mini-instruct has the same shapes (only its RoPE scaling and context differ).
+        id="phi-3-mini-4k[transformers Phi3ForCausalLM on meta=3821079552]",
+    ),
+    pytest.param(
+        "starcoder", 15_517_456_384,
+        gpt_bigcode_total(d=6144, L=40, V=49152, ff=24576, n_heads=48, n_pos=8192),
+        {"d_model": 6144, "n_heads": 48, "n_kv_heads": 1, "d_ff": 24576, "n_layers": 40, "vocab_size": 49152},
+        # transformers 5.24 GPTBigCodeForCausalLM instantiated on the meta device from the sizes of
+        # https://huggingface.co/bigcode/starcoder/blob/main/config.json (sum of numel); the paper's "15.5B".
+        id="starcoder[transformers GPTBigCodeForCausalLM on meta=15517456384]",
     ),
 ]
 
