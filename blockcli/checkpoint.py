@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from blockcli.config import Config, InputError, load_config, reading
 from blockcli.shapes import Shape, model_parameter_shapes
-from blockcli.tensor_names import BIGCODE_QKV, FUSED, LINEAR, NEOX_QKV, SAME, SPLIT, TENSOR_MAPS, Tensor, TensorMap
+from blockcli.tensor_names import FUSED, GROUPED_QKV, LINEAR, NEOX_QKV, SAME, SPLIT, TENSOR_MAPS, Tensor, TensorMap
 
 if TYPE_CHECKING:
     import numpy as np  # imported where values are read: counting from headers needs no NumPy
@@ -220,7 +220,7 @@ def stored_shape(entry: Tensor, shapes: Mapping[str, Shape]) -> Shape:
         return parts[0][::-1]
     if entry.layout == SPLIT:  # Q | K | V along the last axis
         return parts[0][:-1] + (sum(p[-1] for p in parts),)
-    if entry.layout in (FUSED, BIGCODE_QKV):  # nn.Linear rows: each part's outputs after the previous part's
+    if entry.layout in (FUSED, GROUPED_QKV):  # nn.Linear rows: each part's outputs after the previous part's
         return (sum(p[-1] for p in parts),) + parts[0][:-1]
     if len(parts[0]) == 2:  # NEOX_QKV: nn.Linear rows, three projections' outputs interleaved per head
         return (sum(p[1] for p in parts), parts[0][0])
@@ -242,7 +242,8 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
     names = set(ckpt.tensors)
 
     def find(entry: Tensor) -> str | None:
-        candidates = (entry.name,) if entry.top else (tmap.prefix + entry.name, entry.name)
+        alternatives = entry.name.split("|")  # "a|b": the family stores it under one of these names
+        candidates = alternatives if entry.top else [n for a in alternatives for n in (tmap.prefix + a, a)]
         return next((c for c in candidates if c in names), None)
 
     matches: list[Match] = []
@@ -258,7 +259,7 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
                 notes.append(f"'{name}' is a stored copy of the tied token embedding; not counted, not used")
             continue
         if name is None:
-            missing.append(tmap.prefix + entry.name if not entry.top else entry.name)
+            missing.append(" or ".join(a if entry.top else tmap.prefix + a for a in entry.name.split("|")))
             continue
         claimed.add(name)
         stored = ckpt.tensors[name]
@@ -377,8 +378,12 @@ def _unpack(value: np.ndarray, layout: str, n_heads: int, parts: tuple[Shape, ..
         return [value]
     if layout == LINEAR:
         return [value.T]
-    if layout == BIGCODE_QKV:  # multi-query (K one head wide): Q | K | V; otherwise grouped per head
-        layout = FUSED if parts[1][-1] < parts[0][-1] else NEOX_QKV
+    if layout == GROUPED_QKV:  # output rows [q…q k v] per K/V head, each block d_h rows
+        head_dim = parts[0][-1] // n_heads
+        n_kv = parts[1][-1] // head_dim
+        groups = value.reshape(n_kv, n_heads // n_kv + 2, head_dim, *value.shape[1:])  # (h_kv, h/h_kv + 2, d_h[, d])
+        grouped = [groups[:, :-2], groups[:, -2], groups[:, -1]]
+        return [p.reshape(-1, *value.shape[1:]).T for p in grouped]  # (h·d_h[, d]), (h_kv·d_h[, d]) twice
     if layout in (SPLIT, FUSED):  # consecutive blocks of each part's output width, possibly unequal
         ends = [sum(p[-1] for p in parts[:j + 1]) for j in range(len(parts))]
         if layout == SPLIT:  # along the last axis

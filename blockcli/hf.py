@@ -7,7 +7,7 @@ already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only 
 imports yaml) that `load_config` reads back to an equal Config.
 
 Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt, olmo2, starcoder2, gptj,
-phi, phi3, gpt_bigcode.
+phi, phi3, gpt_bigcode, falcon.
 
 The rule for every key of the JSON object is one of three, and never "silently dropped":
 
@@ -49,6 +49,11 @@ dims, with longrope scaling (whose original length is the top-level
 GPTBigCode (SantaCoder, StarCoder) is GPT-2's block with nn.Linear layers and multi-query
 attention (`multi_query`, default true: one K/V head, `c_attn` rows Q | K | V); with `multi_query:
 false` every head has its own K and V and `c_attn` groups its rows per head, as GPT-NeoX.
+
+Falcon: `parallel_attn` (Falcon-7B) runs attention and MLP side by side on one LayerNorm
+(`placement: parallel_shared`), with multi-query attention; `new_decoder_architecture` (Falcon-40B,
+180B) gives each branch its own norm (`placement: parallel`) and `num_kv_heads` K/V heads. ALiBi
+(`alibi: true`) is refused.
 """
 
 from __future__ import annotations
@@ -866,6 +871,65 @@ def _gpt_bigcode(f: _Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _falcon(f: _Fields) -> tuple[dict, dict]:
+    """Falcon: LayerNorm, plain MLP, RoPE over whole heads, `bias` on every linear layer. Falcon-7B's blocks
+    run attention and MLP in parallel on one norm, with multi-query attention; the new decoder architecture
+    (Falcon-40B/180B) gives each branch its own norm and has `num_kv_heads` K/V heads."""
+    if f.data.get("alibi"):
+        raise f.unrepresentable("alibi", f.data["alibi"], "ALiBi attention biases are not modelled; blockcli's "
+                                                          "Falcon uses rotary positions")
+    f.ignore("alibi")
+    # the original RefinedWeb configs carry it; transformers never reads it (true would put the residual after
+    # the norm)
+    f.neutral("apply_residual_connection_post_layernorm", False, "transformers' Falcon adds the residual before "
+                                                                 "any norm whatever it says")
+    d = _first(f, ("hidden_size", "n_embed"), lambda k: f.int(k), None)  # n_embed: the legacy name
+    if d is None:
+        f.int("hidden_size")  # raises: missing
+    heads = f.int("num_attention_heads")
+    head_dim = _divides(f, "hidden_size", d, "num_attention_heads", heads)
+    kv_field = f.int("num_kv_heads", heads)
+    parallel = f.bool("parallel_attn", True)
+    norms = f.int("num_ln_in_parallel_attn") if f.raw("num_ln_in_parallel_attn", None) is not None else None
+    if f.bool("new_decoder_architecture", False):
+        f.ignore("multi_query")  # the new decoder reads num_kv_heads instead
+        if not parallel:
+            raise f.unrepresentable("parallel_attn", False, "transformers' Falcon cannot run the new decoder "
+                                                            "architecture with sequential attention and MLP")
+        kv = kv_field
+        if heads % kv:
+            raise ConfigError(f"{f.where}: field 'num_kv_heads' = {kv} does not divide "
+                              f"'num_attention_heads' = {heads}")
+        placement = "parallel" if norms in (None, 2) else "parallel_shared"
+        if norms not in (None, 1, 2):
+            raise f.invalid("num_ln_in_parallel_attn", norms, "1 or 2")
+    else:
+        kv = 1 if f.bool("multi_query", True) else heads
+        if kv == heads and kv_field != heads:  # transformers would reshape heads·d_h keys into num_kv_heads heads
+            raise f.unrepresentable("num_kv_heads", kv_field, "without multi_query or the new decoder "
+                                                              "architecture, every Falcon head has its own K/V")
+        if parallel and norms not in (None, 1):
+            raise f.unrepresentable("num_ln_in_parallel_attn", norms, "transformers' Falcon reads two parallel "
+                                                                      "norms only in the new decoder architecture")
+        placement = "parallel_shared" if parallel else "pre"
+    max_positions = f.int("max_position_embeddings", 2048)
+    theta, _, scaling = _rope_base(f, ("rope_theta",), 10000.0, max_positions=max_positions)
+    bias = f.bool("bias", False)
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
+        "d_ff": f.int("ffn_hidden_size", 4 * d),  # null means 4·hidden_size
+        "norm": "layernorm", "norm_eps": f.float("layer_norm_epsilon", 1e-5),
+        "activation": _plain_activation(f, "activation", "gelu"),
+        "bias": _bias(bias, bias, bias, True),  # torch's LayerNorm keeps its shift whatever `bias` says
+        "placement": placement, "rope": True, "rope_theta": theta,
+    }
+    if scaling:
+        block["rope_scaling"] = scaling
+    model = _model(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", max_positions,
+                   f.bool("tie_word_embeddings", True))
+    return block, model
+
+
 class _Family:
     def __init__(self, title: str, mapper: Callable[[_Fields], tuple[dict, dict]], ignored: set[str]) -> None:
         self.title, self.mapper, self.ignored = title, mapper, frozenset(ignored)
@@ -919,6 +983,9 @@ FAMILIES: dict[str, _Family] = {
         "pre_allocate_kv_cache", "n_ctx",
         # sequence-classification / double-heads settings, not part of the LM
         "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+    }),
+    "falcon": _Family("Falcon", _falcon, {
+        "hidden_dropout", "attention_dropout",  # training-only
     }),
 }
 

@@ -26,7 +26,7 @@ from blockcli.config import ConfigError, InputError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma", "starcoder2", "olmo2", "gptj",
-            "phi", "phi3", "gpt_bigcode", "gpt_bigcode-mha"]
+            "phi", "phi3", "gpt_bigcode", "gpt_bigcode-mha", "falcon", "falcon-new", "falcon-sequential"]
 ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
@@ -93,18 +93,21 @@ def test_one_layer_from_the_folder_maps_the_previous_layers_output(name: str) ->
 
 
 @pytest.mark.parametrize("name, fused_in_blocks", [("gpt_bigcode", True), ("gpt_bigcode-mha", False),
-                                                    ("phi3", True)])
+                                                    ("phi3", True), ("falcon", True), ("falcon-sequential", False),
+                                                    ("falcon-new", False)])
 def test_fused_qkv_rows_are_read_in_the_order_transformers_splits_them(name: str, fused_in_blocks: bool) -> None:
-    """Split by hand here: Q | K | V blocks of each part's width (multi-query GPTBigCode, Phi-3's GQA), or
-    per head [q_i k_i v_i] (GPTBigCode without multi_query). Only the right reading gives transformers'
-    logits, so each fixture tells the two layouts apart."""
+    """Split by hand here: Q | K | V blocks of each part's width (multi-query GPTBigCode and Falcon, Phi-3's
+    GQA), or per head [q_i k_i v_i] (GPTBigCode without multi_query, Falcon's sequential fixture). Only the
+    right reading gives transformers' logits, so each fixture tells the two layouts apart; Falcon's new
+    decoder architecture ([q q k v] per K/V group) is neither Q | K | V blocks nor per head."""
     from safetensors.numpy import load_file
 
     folder, want = FIXTURES / name, expected(name)
     config = load_config(folder)
     b = config.block
     stored = load_file(folder / "model.safetensors")
-    key = next(k for k in stored if k.endswith("0.attn.c_attn.weight") or k.endswith("0.self_attn.qkv_proj.weight"))
+    key = next(k for k in stored if k.endswith(("0.attn.c_attn.weight", "0.self_attn.qkv_proj.weight",
+                                                 "0.self_attention.query_key_value.weight")))
     q, kv = b.n_heads * b.head_dim, b.n_kv_heads * b.head_dim
     for reading_in_blocks in (True, False) if kv == q else (True,):  # per head needs as many K/V heads as Q
         params = dict(Model.from_config(config, weights=folder, dtype="float64").params)
@@ -143,6 +146,7 @@ def test_bfloat16_checkpoint_is_widened_exactly_and_says_so() -> None:
     ("gptj", {"rope_layout": "half"}),  # interleaved pairs (2i, 2i+1), 2 pairs per head
     ("gptj", {"rope": 1.0}),  # partial: 4 of each head's 8 dims
     ("phi", {"rope": 1.0}),  # partial: half of each head
+    ("falcon-new", {"placement": "parallel_shared"}),  # its two norms, ln_attn and ln_mlp, differ
     ("phi3", {"sliding_window": 0}),  # its window (5) is shorter than the 7 tokens
     ("phi3", {"rope_scaling": None}),  # longrope, long factors past the original 6 positions
     *((name, {"rope_scaling": None}) for name in ROPE_SCALED),

@@ -313,6 +313,20 @@ STARCODER = {  # the fields of https://huggingface.co/bigcode/starcoder/blob/mai
     "transformers_version": "4.28.1", "use_cache": True, "validate_runner_input": True, "vocab_size": 49152,
 }
 
+FALCON_7B = {  # https://huggingface.co/tiiuae/falcon-7b/blob/main/config.json
+    "alibi": False, "apply_residual_connection_post_layernorm": False, "architectures": ["FalconForCausalLM"],
+    "attention_dropout": 0.0,
+    "auto_map": {"AutoConfig": "configuration_falcon.FalconConfig", "AutoModel": "modeling_falcon.FalconModel",
+                 "AutoModelForCausalLM": "modeling_falcon.FalconForCausalLM"},
+    "bias": False, "bos_token_id": 11, "eos_token_id": 11, "hidden_dropout": 0.0, "hidden_size": 4544,
+    "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "falcon", "multi_query": True,
+    "new_decoder_architecture": False, "num_attention_heads": 71, "num_hidden_layers": 32, "parallel_attn": True,
+    "torch_dtype": "bfloat16", "transformers_version": "4.27.4", "use_cache": True, "vocab_size": 65024,
+}
+# Falcon-40B's shape (tiiuae/falcon-40b config.json): the new decoder architecture, GQA 128/8
+FALCON_40B = {**FALCON_7B, "hidden_size": 8192, "num_attention_heads": 128, "num_kv_heads": 8,
+                             "num_hidden_layers": 60, "new_decoder_architecture": True}
+
 # (HF config, packaged preset with the same architecture, published parameter count and its source)
 CASES = [
     # KerasHub gpt2_presets.py "gpt2_base_en" (HF GPT2LMHeadModel, tied head counted once).
@@ -336,6 +350,8 @@ CASES = [
     pytest.param(PHI_3_MINI_4K, "phi-3-mini-4k", 3_821_079_552, id="phi-3-mini-4k"),
     # transformers GPTBigCodeForCausalLM on the meta device (tests/test_presets.py); the paper's "15.5B".
     pytest.param(STARCODER, "starcoder", 15_517_456_384, id="starcoder"),
+    # transformers FalconForCausalLM on the meta device (tests/test_presets.py).
+    pytest.param(FALCON_7B, "falcon-7b", 6_921_720_704, id="falcon-7b"),
 ]
 
 
@@ -1020,3 +1036,41 @@ def test_gpt_bigcode_multi_query_is_one_kv_head() -> None:
 ])
 def test_gpt_bigcode_fields_it_cannot_represent(tmp_path: Path, changes: dict, field: str) -> None:
     assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(STARCODER, **changes)))
+
+
+def test_falcon_7b_shares_one_norm_and_one_kv_head() -> None:
+    block, model = block_of(FALCON_7B), model_of(FALCON_7B)
+    assert (block["placement"], block["n_kv_heads"], block["d_ff"], block["activation"]) == \
+        ("parallel_shared", 1, 4 * 4544, "gelu")
+    assert block["bias"] == {"qkv": False, "out": False, "mlp": False, "norm": True}
+    assert (model["max_positions"], model["tie_embeddings"], block["rope_theta"]) == (2048, True, 10000.0)
+    # transformers 5 writes num_kv_heads = num_attention_heads, which multi-query attention ignores
+    assert block_of(with_fields(FALCON_7B, num_kv_heads=71))["n_kv_heads"] == 1
+    sequential = with_fields(FALCON_7B, parallel_attn=False, multi_query=False, bias=True)
+    assert (block_of(sequential)["placement"], block_of(sequential)["n_kv_heads"], block_of(sequential)["bias"]) \
+        == ("pre", 71, True)
+    assert block_of(with_fields(FALCON_7B, hidden_size=_DROP, n_embed=4544))["d_model"] == 4544  # legacy name
+
+
+def test_falcon_new_decoder_architecture_has_two_norms_and_grouped_kv(tmp_path: Path) -> None:
+    block = block_of(FALCON_40B)
+    assert (block["placement"], block["n_kv_heads"], block["head_dim"]) == ("parallel", 8, 64)
+    assert block_of(with_fields(FALCON_40B, num_ln_in_parallel_attn=1))["placement"] == "parallel_shared"
+    # 41,303,293,952: FalconForCausalLM on the meta device for this config (transformers 5.24)
+    assert count_parameters(load_config(write_json(tmp_path, FALCON_40B))).total == 41_303_293_952
+
+
+@pytest.mark.parametrize("base, changes, field", [
+    (FALCON_7B, {"alibi": True}, "alibi"),
+    (FALCON_7B, {"apply_residual_connection_post_layernorm": True}, "apply_residual_connection_post_layernorm"),
+    (FALCON_7B, {"num_ln_in_parallel_attn": 2}, "num_ln_in_parallel_attn"),  # two norms need the new decoder
+    (FALCON_7B, {"multi_query": False, "num_kv_heads": 8}, "num_kv_heads"),
+    (FALCON_7B, {"hidden_size": 4544, "n_embed": 4096}, "n_embed"),  # the two names disagree
+    (FALCON_7B, {"hidden_size": _DROP}, "hidden_size"),
+    (FALCON_40B, {"parallel_attn": False}, "parallel_attn"),
+    (FALCON_40B, {"num_kv_heads": 7}, "num_kv_heads"),
+    (FALCON_40B, {"num_ln_in_parallel_attn": 3}, "num_ln_in_parallel_attn"),
+    (FALCON_7B, {"fancy_new_thing": 1}, "fancy_new_thing"),
+])
+def test_falcon_fields_it_cannot_represent(tmp_path: Path, base: dict, changes: dict, field: str) -> None:
+    assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(base, **changes)))

@@ -11,7 +11,7 @@ For every preset in blockcli/presets/ four things must agree:
 
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
-time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 23
+time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 24
 totals below were also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
@@ -138,6 +138,20 @@ def gpt_bigcode_total(*, d: int, L: int, V: int, ff: int, n_heads: int, n_pos: i
         + 2 * 2 * d                        # ln_1, ln_2
     )
     return V * d + n_pos * d + L * block + 2 * d  # wte + wpe + blocks + ln_f; lm_head shares wte
+
+
+def falcon_7b_total(*, d: int, L: int, V: int, n_heads: int) -> int:
+    """FalconForCausalLM, Falcon-7B's block: one LayerNorm (weight, bias) per block shared by parallel
+    attention and MLP, multi-query query_key_value (Q | one K head | one V head), no linear biases, MLP 4d,
+    tied head."""
+    head_dim = d // n_heads
+    block = (
+        2 * d                      # input_layernorm
+        + d * (d + 2 * head_dim)   # self_attention.query_key_value
+        + d * d                    # self_attention.dense
+        + d * 4 * d + 4 * d * d    # mlp.dense_h_to_4h, mlp.dense_4h_to_h
+    )
+    return V * d + L * block + 2 * d  # word_embeddings + blocks + ln_f; lm_head shares word_embeddings
 
 
 # --------------------------------------------------------------------------
@@ -330,6 +344,14 @@ CASES = [
         # transformers 5.24 GPTBigCodeForCausalLM instantiated on the meta device from the sizes of
         # https://huggingface.co/bigcode/starcoder/blob/main/config.json (sum of numel); the paper's "15.5B".
         id="starcoder[transformers GPTBigCodeForCausalLM on meta=15517456384]",
+    ),
+    pytest.param(
+        "falcon-7b", 6_921_720_704,
+        falcon_7b_total(d=4544, L=32, V=65024, n_heads=71),
+        {"d_model": 4544, "n_heads": 71, "n_kv_heads": 1, "d_ff": 18176, "n_layers": 32, "vocab_size": 65024},
+        # transformers 5.24 FalconForCausalLM instantiated on the meta device from
+        # https://huggingface.co/tiiuae/falcon-7b/blob/main/config.json (sum of numel); the model card's "7B".
+        id="falcon-7b[transformers FalconForCausalLM on meta=6921720704]",
     ),
 ]
 
