@@ -900,9 +900,9 @@ def _falcon(f: _Fields) -> tuple[dict, dict]:
         if heads % kv:
             raise ConfigError(f"{f.where}: field 'num_kv_heads' = {kv} does not divide "
                               f"'num_attention_heads' = {heads}")
-        placement = "parallel" if norms in (None, 2) else "parallel_shared"
         if norms not in (None, 1, 2):
             raise f.invalid("num_ln_in_parallel_attn", norms, "1 or 2")
+        placement = "parallel_shared" if norms == 1 else "parallel"  # None means 2: ln_attn and ln_mlp
     else:
         kv = 1 if f.bool("multi_query", True) else heads
         if kv == heads and kv_field != heads:  # transformers would reshape heads·d_h keys into num_kv_heads heads

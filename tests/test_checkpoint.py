@@ -535,3 +535,19 @@ def test_load_config_of_a_safetensors_file_reads_its_config_json() -> None:
     assert load_config(FIXTURES / "gemma" / "model.safetensors") == load_config(FIXTURES / "gemma")
     with pytest.raises(ConfigError):
         load_config(FIXTURES / "nope.safetensors")
+
+
+def test_fused_tensor_of_the_wrong_widths_is_named(tmp_path: Path) -> None:
+    """Phi-3's qkv_proj saved for MHA (3 × 32 rows) against a config with 2 K/V heads (32 + 2 × 16 rows)."""
+    folder = fixture_copy(tmp_path, "phi3")
+    rewrite(folder, lambda t: t.update({"model.layers.0.self_attn.qkv_proj.weight": np.ones((96, 32), np.float32)}))
+    line = one_error_line(cli("count", folder))
+    assert "'model.layers.0.self_attn.qkv_proj.weight' has shape (96, 32)" in line and "implies (64, 32)" in line
+
+
+def test_a_norm_stored_under_either_name_is_missing_under_both(tmp_path: Path) -> None:
+    folder = fixture_copy(tmp_path, "falcon-new")
+    rewrite(folder, lambda t: t.pop("transformer.h.1.ln_mlp.weight"))
+    line = one_error_line(cli("count", folder))
+    assert ("missing tensor 'transformer.h.1.post_attention_layernorm.weight or transformer.h.1.ln_mlp.weight'"
+            in line)
