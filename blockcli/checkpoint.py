@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from blockcli.config import Config, InputError, load_config, reading
 from blockcli.shapes import Shape, model_parameter_shapes
-from blockcli.tensor_names import LINEAR, NEOX_QKV, SAME, SPLIT, TENSOR_MAPS, Tensor, TensorMap
+from blockcli.tensor_names import FUSED, GROUPED_QKV, LINEAR, NEOX_QKV, SAME, SPLIT, TENSOR_MAPS, Tensor, TensorMap
 
 if TYPE_CHECKING:
     import numpy as np  # imported where values are read: counting from headers needs no NumPy
@@ -177,6 +177,7 @@ class Match:
 
     entry: Tensor  # with {i} filled in
     stored: Stored
+    parts: tuple[Shape, ...] = ()  # the shape blockcli holds each key in, in entry.keys order
 
 
 def family_of(ckpt: Checkpoint) -> str:
@@ -218,6 +219,8 @@ def stored_shape(entry: Tensor, shapes: Mapping[str, Shape]) -> Shape:
         return parts[0][::-1]
     if entry.layout == SPLIT:  # Q | K | V along the last axis
         return parts[0][:-1] + (sum(p[-1] for p in parts),)
+    if entry.layout in (FUSED, GROUPED_QKV):  # nn.Linear rows: each part's outputs after the previous part's
+        return (sum(p[-1] for p in parts),) + parts[0][:-1]
     if len(parts[0]) == 2:  # NEOX_QKV: nn.Linear rows, three projections' outputs interleaved per head
         return (sum(p[1] for p in parts), parts[0][0])
     return (sum(p[0] for p in parts),)
@@ -238,7 +241,8 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
     names = set(ckpt.tensors)
 
     def find(entry: Tensor) -> str | None:
-        candidates = (entry.name,) if entry.top else (tmap.prefix + entry.name, entry.name)
+        alternatives = entry.name.split("|")  # "a|b": the family stores it under one of these names
+        candidates = alternatives if entry.top else [n for a in alternatives for n in (tmap.prefix + a, a)]
         return next((c for c in candidates if c in names), None)
 
     matches: list[Match] = []
@@ -254,7 +258,7 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
                 notes.append(f"'{name}' is a stored copy of the tied token embedding; not counted, not used")
             continue
         if name is None:
-            missing.append(tmap.prefix + entry.name if not entry.top else entry.name)
+            missing.append(" or ".join(a if entry.top else tmap.prefix + a for a in entry.name.split("|")))
             continue
         claimed.add(name)
         stored = ckpt.tensors[name]
@@ -262,7 +266,7 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
         if stored.shape != expected:
             raise InputError(f"{stored.file}: tensor '{name}' has shape {stored.shape}; {config.name} implies "
                              f"{expected}")
-        matches.append(Match(entry, stored))
+        matches.append(Match(entry, stored, tuple(shapes[k] for k in entry.keys)))
     unexpected = sorted(n for n in names - claimed if not _is_buffer(_strip(n, tmap), tmap))
     problems = [f"missing tensor '{n}'" for n in missing]
     problems += [f"unexpected tensor '{n}' (in {ckpt.tensors[n].file.name})" for n in unexpected]
@@ -280,8 +284,8 @@ def stored_sizes(matches: list[Match]) -> dict[str, int]:
     """blockcli key → number of parameters, from the stored shapes alone."""
     sizes: dict[str, int] = {}
     for m in matches:
-        for key in m.entry.keys:
-            sizes[key] = m.stored.size // len(m.entry.keys)
+        for key, part in zip(m.entry.keys, m.parts):
+            sizes[key] = math.prod(part)  # the parts make up the stored tensor: its shape was checked
     return sizes
 
 
@@ -334,7 +338,7 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
     params = {}
     for m in matches:
         value = read_tensor(m.stored)
-        for key, part in zip(m.entry.keys, _unpack(value, m.entry.layout, b.n_heads)):
+        for key, part in zip(m.entry.keys, _unpack(value, m.entry.layout, b.n_heads, m.parts)):
             params[key[len(prefix):]] = part.astype(dtype, copy=False)
     run_size = FLOAT_DTYPES[FLOAT_DTYPE_OF[dtype]]
     wider = sorted({m.stored.dtype for m in matches if FLOAT_DTYPES[m.stored.dtype] < run_size})
@@ -385,15 +389,23 @@ def _raw(stored: Stored) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8)
 
 
-def _unpack(value: np.ndarray, layout: str, n_heads: int) -> list[np.ndarray]:
-    """A stored tensor → its blockcli arrays, (in, out) for matrices."""
+def _unpack(value: np.ndarray, layout: str, n_heads: int, parts: tuple[Shape, ...]) -> list[np.ndarray]:
+    """A stored tensor → its blockcli arrays (shaped `parts`), (in, out) for matrices."""
     if layout == SAME:
         return [value]
     if layout == LINEAR:
         return [value.T]
-    if layout == SPLIT:
-        width = value.shape[-1] // 3
-        return [value[..., j * width:(j + 1) * width] for j in range(3)]
+    if layout == GROUPED_QKV:  # output rows [q…q k v] per K/V head, each block d_h rows
+        head_dim = parts[0][-1] // n_heads
+        n_kv = parts[1][-1] // head_dim
+        groups = value.reshape(n_kv, n_heads // n_kv + 2, head_dim, *value.shape[1:])  # (h_kv, h/h_kv + 2, d_h[, d])
+        grouped = [groups[:, :-2], groups[:, -2], groups[:, -1]]
+        return [p.reshape(-1, *value.shape[1:]).T for p in grouped]  # (h·d_h[, d]), (h_kv·d_h[, d]) twice
+    if layout in (SPLIT, FUSED):  # consecutive blocks of each part's output width, possibly unequal
+        ends = [sum(p[-1] for p in parts[:j + 1]) for j in range(len(parts))]
+        if layout == SPLIT:  # along the last axis
+            return [value[..., end - p[-1]:end] for end, p in zip(ends, parts)]
+        return [value[end - p[-1]:end].T for end, p in zip(ends, parts)]  # along the rows, then (in, out)
     # NEOX_QKV: output rows [q_0 k_0 v_0 | q_1 k_1 v_1 | ...], each block d_h rows
     per_head = value.reshape(n_heads, 3, -1, *value.shape[1:])  # (h, 3, d_h[, d])
     parts = [per_head[:, j].reshape(-1, *value.shape[1:]) for j in range(3)]  # (h·d_h[, d]) each

@@ -7,7 +7,7 @@ already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only 
 imports yaml) that `load_config` reads back to an equal Config.
 
 Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt, olmo2, starcoder2, gptj,
-phi, granite, cohere, stablelm.
+phi, granite, cohere, stablelm, phi3, gpt_bigcode, falcon.
 
 The rule for every key of the JSON object is one of three, and never "silently dropped":
 
@@ -47,6 +47,20 @@ place of 1/√d_h), `block.residual_multiplier`, `model.embedding_multiplier` an
 LayerNorm without a shift, rotates interleaved pairs, and multiplies its logits by `logit_scale`
 (`model.logit_multiplier`). StableLM 2 rotates halves of int(head_dim · partial_rotary_factor) dims
 and, with `use_parallel_residual`, reads its one input_layernorm in both branches (`parallel_shared`).
+
+Phi-3 is Llama's block stored with fused projections (Q | K | V in `qkv_proj`, gate | up in
+`gate_up_proj`; the checkpoint loader splits them), rotating int(head_dim · partial_rotary_factor)
+dims, with longrope scaling (whose original length is the top-level
+`original_max_position_embeddings`) and an optional sliding window.
+
+GPTBigCode (SantaCoder, StarCoder) is GPT-2's block with nn.Linear layers and multi-query
+attention (`multi_query`, default true: one K/V head, `c_attn` rows Q | K | V); with `multi_query:
+false` every head has its own K and V and `c_attn` groups its rows per head, as GPT-NeoX.
+
+Falcon: `parallel_attn` (Falcon-7B) runs attention and MLP side by side on one LayerNorm
+(`placement: parallel_shared`), with multi-query attention; `new_decoder_architecture` (Falcon-40B,
+180B) gives each branch its own norm (`placement: parallel`) and `num_kv_heads` K/V heads. ALiBi
+(`alibi: true`) is refused.
 """
 
 from __future__ import annotations
@@ -560,14 +574,15 @@ def _neox(f: _Fields) -> tuple[dict, dict]:
 
 def _gated_rms(f: _Fields, activation: Callable[[_Fields], str], *, kv_default: int | None,
                tie_default: bool, head_dim_default: int | None = None, qkv_bias: bool | None = None,
-               out_bias: bool | None = None, mlp_bias: bool | None = None, eps_default: float = 1e-6
-               ) -> tuple[dict, dict]:
+               out_bias: bool | None = None, mlp_bias: bool | None = None, eps_default: float = 1e-6,
+               fraction_keys: tuple[str, ...] = ()) -> tuple[dict, dict]:
     """Llama, Mistral, Qwen2, Gemma: RMSNorm, gated MLP, RoPE over the whole head.
 
     A bias argument of None means "read it from the config" (`attention_bias` for q/k/v and o,
     `mlp_bias`); a bool fixes it for the family (Qwen2: q/k/v yes, o no). RMSNorm has no shift.
     `kv_default` is the HF config class's default for an absent `num_key_value_heads` (None:
     the number of query heads); an explicit null always means "as many as query heads".
+    `fraction_keys` name the field of a family that rotates only part of each head (default: all).
     """
     d = f.int("hidden_size")
     heads = f.int("num_attention_heads")
@@ -583,7 +598,8 @@ def _gated_rms(f: _Fields, activation: Callable[[_Fields], str], *, kv_default: 
     else:
         f.ignore("head_dim")
         head_dim = _divides(f, "hidden_size", d, "num_attention_heads", heads)
-    theta, _, scaling = _rope_base(f, ("rope_theta",), 10000.0, max_positions=f.int("max_position_embeddings"))
+    theta, fraction, scaling = _rope_base(f, ("rope_theta",), 10000.0, fraction_keys,
+                                          max_positions=f.int("max_position_embeddings"))
     attention_bias = f.bool("attention_bias", False) if qkv_bias is None else qkv_bias
     block = {
         "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
@@ -591,7 +607,7 @@ def _gated_rms(f: _Fields, activation: Callable[[_Fields], str], *, kv_default: 
         "activation": activation(f),
         "bias": _bias(attention_bias, attention_bias if out_bias is None else out_bias,
                       f.bool("mlp_bias", False) if mlp_bias is None else mlp_bias, False),
-        "placement": "pre", "rope": True, "rope_theta": theta,
+        "placement": "pre", "rope": True if fraction == 1.0 else fraction, "rope_theta": theta,
     }
     if scaling:
         block["rope_scaling"] = scaling
@@ -920,6 +936,114 @@ def _stablelm(f: _Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _phi3(f: _Fields) -> tuple[dict, dict]:
+    """Phi-3/3.5 (and Phi-4-mini): Llama's pre-norm block (RMSNorm, SiLU-gated MLP, GQA) with Q | K | V fused
+    in one matrix and gate | up in another, no biases, rotate-half RoPE on int(head_dim ·
+    partial_rotary_factor) dims, longrope scaling, an optional sliding window."""
+    f.neutral("attention_bias", False, "transformers' Phi-3 has no biases")  # the published configs say false
+    for key in ("rope_scaling", "rope_parameters"):
+        params = f.data.get(key)
+        kind = params.get("rope_type", params.get("type", "default")) if isinstance(params, Mapping) else "default"
+        if kind in ("su", "yarn"):  # Phi3Config renames both
+            raise f.unrepresentable(key, dict(params), f"transformers' Phi-3 reads rope type {kind!r} as "
+                                                       f"'longrope'; say 'longrope' to mean that")
+        if kind not in ("default", "longrope"):
+            raise f.unrepresentable(key, dict(params), f"transformers' Phi-3 accepts only longrope scaling, "
+                                                       f"not {kind!r}")
+    block, model = _gated_rms(f, _silu_gate, kv_default=None, tie_default=False, qkv_bias=False, out_bias=False,
+                              mlp_bias=False, eps_default=1e-5, fraction_keys=("partial_rotary_factor",))
+    rotated = int(block["head_dim"] * block["rope"])
+    if rotated % 2 or not rotated:
+        raise f.unrepresentable("partial_rotary_factor", block["rope"], f"it rotates {rotated} of "
+                                                                        f"{block['head_dim']} dimensions per head; "
+                                                                        f"expected an even number, at least 2")
+    f.ignore("original_max_position_embeddings")  # read by longrope; without it, unused
+    _sliding(f, block, model, f.data.get("sliding_window") is not None)
+    return block, model
+
+
+def _gpt_bigcode(f: _Fields) -> tuple[dict, dict]:
+    """GPTBigCode (SantaCoder, StarCoder): GPT-2's block (learned positions, LayerNorm, biases everywhere,
+    plain MLP) with multi-query attention, one K/V head, unless `multi_query` is false."""
+    d = f.int("n_embd")
+    heads = f.int("n_head")
+    head_dim = _divides(f, "n_embd", d, "n_head", heads)
+    f.neutral("scale_attn_weights", True, "blockcli always scales attention scores by 1/sqrt(head_dim)")
+    kv = 1 if f.bool("multi_query", True) else heads
+    # transformers 5 writes the K/V head count multi_query implies; its modelling code reads multi_query only
+    f.neutral("num_key_value_heads", kv, f"GPTBigCode has {kv} K/V head(s) when multi_query is "
+                                         f"{str(kv == 1).lower()}; it has no grouped-query attention")
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": kv,
+        "head_dim": head_dim, "d_ff": f.int("n_inner", 4 * d),  # null means 4·n_embd
+        "norm": "layernorm", "norm_eps": f.float("layer_norm_epsilon", 1e-5),
+        "activation": _plain_activation(f, "activation_function", "gelu_pytorch_tanh"),
+        "bias": True, "placement": "pre", "rope": False,
+    }
+    model = _model(f.int("n_layer"), f.int("vocab_size"), "learned", f.int("n_positions"),
+                   f.bool("tie_word_embeddings", True))
+    return block, model
+
+
+def _falcon(f: _Fields) -> tuple[dict, dict]:
+    """Falcon: LayerNorm, plain MLP, RoPE over whole heads, `bias` on every linear layer. Falcon-7B's blocks
+    run attention and MLP in parallel on one norm, with multi-query attention; the new decoder architecture
+    (Falcon-40B/180B) gives each branch its own norm and has `num_kv_heads` K/V heads."""
+    if f.data.get("alibi"):
+        raise f.unrepresentable("alibi", f.data["alibi"], "ALiBi attention biases are not modelled; blockcli's "
+                                                          "Falcon uses rotary positions")
+    f.ignore("alibi")
+    # the original RefinedWeb configs carry it; transformers never reads it (true would put the residual after
+    # the norm)
+    f.neutral("apply_residual_connection_post_layernorm", False, "transformers' Falcon adds the residual before "
+                                                                 "any norm whatever it says")
+    d = _first(f, ("hidden_size", "n_embed"), lambda k: f.int(k), None)  # n_embed: the legacy name
+    if d is None:
+        f.int("hidden_size")  # raises: missing
+    heads = f.int("num_attention_heads")
+    head_dim = _divides(f, "hidden_size", d, "num_attention_heads", heads)
+    kv_field = f.int("num_kv_heads", heads)
+    parallel = f.bool("parallel_attn", True)
+    norms = f.int("num_ln_in_parallel_attn") if f.raw("num_ln_in_parallel_attn", None) is not None else None
+    if f.bool("new_decoder_architecture", False):
+        f.ignore("multi_query")  # the new decoder reads num_kv_heads instead
+        if not parallel:
+            raise f.unrepresentable("parallel_attn", False, "transformers' Falcon cannot run the new decoder "
+                                                            "architecture with sequential attention and MLP")
+        kv = kv_field
+        if heads % kv:
+            raise ConfigError(f"{f.where}: field 'num_kv_heads' = {kv} does not divide "
+                              f"'num_attention_heads' = {heads}")
+        if norms not in (None, 1, 2):
+            raise f.invalid("num_ln_in_parallel_attn", norms, "1 or 2")
+        placement = "parallel_shared" if norms == 1 else "parallel"  # None means 2: ln_attn and ln_mlp
+    else:
+        kv = 1 if f.bool("multi_query", True) else heads
+        if kv == heads and kv_field != heads:  # transformers would reshape heads·d_h keys into num_kv_heads heads
+            raise f.unrepresentable("num_kv_heads", kv_field, "without multi_query or the new decoder "
+                                                              "architecture, every Falcon head has its own K/V")
+        if parallel and norms not in (None, 1):
+            raise f.unrepresentable("num_ln_in_parallel_attn", norms, "transformers' Falcon reads two parallel "
+                                                                      "norms only in the new decoder architecture")
+        placement = "parallel_shared" if parallel else "pre"
+    max_positions = f.int("max_position_embeddings", 2048)
+    theta, _, scaling = _rope_base(f, ("rope_theta",), 10000.0, max_positions=max_positions)
+    bias = f.bool("bias", False)
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
+        "d_ff": f.int("ffn_hidden_size", 4 * d),  # null means 4·hidden_size
+        "norm": "layernorm", "norm_eps": f.float("layer_norm_epsilon", 1e-5),
+        "activation": _plain_activation(f, "activation", "gelu"),
+        "bias": _bias(bias, bias, bias, True),  # torch's LayerNorm keeps its shift whatever `bias` says
+        "placement": placement, "rope": True, "rope_theta": theta,
+    }
+    if scaling:
+        block["rope_scaling"] = scaling
+    model = _model(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", max_positions,
+                   f.bool("tie_word_embeddings", True))
+    return block, model
+
+
 class _Family:
     def __init__(self, title: str, mapper: Callable[[_Fields], tuple[dict, dict]], ignored: set[str]) -> None:
         self.title, self.mapper, self.ignored = title, mapper, frozenset(ignored)
@@ -963,6 +1087,22 @@ FAMILIES: dict[str, _Family] = {
     "stablelm": _Family("StableLM", _stablelm, {"attention_dropout", "hidden_dropout"}),  # training-only
     "phi": _Family("Phi", _phi, {
         "attention_dropout", "embd_pdrop", "resid_pdrop",  # training-only dropout
+    }),
+    "phi3": _Family("Phi-3", _phi3, {
+        "attention_dropout", "embd_pdrop", "resid_pdrop",  # training-only dropout
+    }),
+    "gpt_bigcode": _Family("GPTBigCode", _gpt_bigcode, {
+        "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",  # training-only dropout
+        # where the softmax runs in half-precision training; transformers' eager attention ignores both
+        "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32",
+        # settings of BigCode's own inference runner and exporter, never read by transformers
+        "inference_runner", "validate_runner_input", "max_batch_size", "max_sequence_length", "pad_key_length",
+        "pre_allocate_kv_cache", "n_ctx",
+        # sequence-classification / double-heads settings, not part of the LM
+        "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+    }),
+    "falcon": _Family("Falcon", _falcon, {
+        "hidden_dropout", "attention_dropout",  # training-only
     }),
 }
 

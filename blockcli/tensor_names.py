@@ -11,7 +11,15 @@ tensor, the blockcli key (or keys, for a fused tensor) it fills and the layout i
     SPLIT     GPT-2's `c_attn`: Q | K | V side by side along the last axis (Conv1D layout)
     NEOX_QKV  GPT-NeoX's `query_key_value`: nn.Linear whose output rows are grouped per head,
               [q_0 k_0 v_0 | q_1 k_1 v_1 | ...], each d_h wide
+    FUSED     nn.Linear whose output rows are its keys' outputs one after another, each as wide as
+              that key's output (so unequal widths are fine): Phi-3's `qkv_proj` Q | K | V with
+              fewer K/V heads, its `gate_up_proj` gate | up
+    GROUPED_QKV  nn.Linear whose output rows are grouped per K/V head: each group is its h/h_kv
+              query heads, then its K head, then its V head, [q…q k v | q…q k v | …], each d_h
+              wide. One K/V head (multi-query) makes it Q | K | V; h_kv = h makes it NEOX_QKV's
+              [q_i k_i v_i]: GPTBigCode's `c_attn` and Falcon's `query_key_value`, in every variant
 
+A name `a|b` is stored under either (Falcon's norms are named by its block layout).
 Names are relative to the family's base model (`prefix`): transformers saves
 `transformer.h.0...` from GPT2LMHeadModel but `h.0...` from GPT2Model, and both are read. A
 tensor marked `top` (the LM head) lives outside the base model. `{i}` is the layer index.
@@ -24,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SAME, LINEAR, SPLIT, NEOX_QKV = "same", "linear", "split", "neox_qkv"
+SAME, LINEAR, SPLIT, NEOX_QKV, FUSED, GROUPED_QKV = "same", "linear", "split", "neox_qkv", "fused", "grouped_qkv"
 
 
 @dataclass(frozen=True)
@@ -218,9 +226,65 @@ PHI = TensorMap("model.", (
     _t("lm_head_bias", "lm_head.bias", top=True),
 ), buffers=("layers.{i}.self_attn.rotary_emb.inv_freq",))
 
+# Phi-3: Llama's block with Q | K | V in one nn.Linear and gate | up in another; no biases
+PHI3 = TensorMap("model.", (
+    _t("wte", "embed_tokens.weight"),
+    _t("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight"),
+    _t(_QKV, "layers.{i}.self_attn.qkv_proj.weight", FUSED),
+    _t("blocks.{i}.w_o", "layers.{i}.self_attn.o_proj.weight", LINEAR),
+    _t("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
+    _t("blocks.{i}.w_1 blocks.{i}.w_3", "layers.{i}.mlp.gate_up_proj.weight", FUSED),
+    _t("blocks.{i}.w_2", "layers.{i}.mlp.down_proj.weight", LINEAR),
+    _t("ln_f_gamma", "norm.weight"),
+    _t("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
+# GPTBigCode (SantaCoder, StarCoder): GPT-2's names, but nn.Linear layers, and multi-query c_attn
+GPT_BIGCODE = TensorMap("transformer.", (
+    _t("wte", "wte.weight"),
+    _t("wpe", "wpe.weight"),
+    _t("blocks.{i}.ln1_gamma", "h.{i}.ln_1.weight"),
+    _t("blocks.{i}.ln1_beta", "h.{i}.ln_1.bias"),
+    _t(_QKV, "h.{i}.attn.c_attn.weight", GROUPED_QKV),
+    _t(_QKV_BIAS, "h.{i}.attn.c_attn.bias", GROUPED_QKV),
+    _t("blocks.{i}.w_o", "h.{i}.attn.c_proj.weight", LINEAR),
+    _t("blocks.{i}.b_o", "h.{i}.attn.c_proj.bias"),
+    _t("blocks.{i}.ln2_gamma", "h.{i}.ln_2.weight"),
+    _t("blocks.{i}.ln2_beta", "h.{i}.ln_2.bias"),
+    _t("blocks.{i}.w_1", "h.{i}.mlp.c_fc.weight", LINEAR),
+    _t("blocks.{i}.b_1", "h.{i}.mlp.c_fc.bias"),
+    _t("blocks.{i}.w_2", "h.{i}.mlp.c_proj.weight", LINEAR),
+    _t("blocks.{i}.b_2", "h.{i}.mlp.c_proj.bias"),
+    _t("ln_f_gamma", "ln_f.weight"),
+    _t("ln_f_beta", "ln_f.bias"),
+    _t("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
+# Falcon: one fused query_key_value grouped per K/V head in every variant; the norms are
+# input_layernorm (shared by parallel attention and MLP, or before attention) and post_attention_layernorm
+# (sequential blocks), or ln_attn and ln_mlp (the new decoder architecture's two parallel norms)
+FALCON = TensorMap("transformer.", (
+    _t("wte", "word_embeddings.weight"),
+    _t("blocks.{i}.ln1_gamma", "h.{i}.input_layernorm.weight|h.{i}.ln_attn.weight"),
+    _t("blocks.{i}.ln1_beta", "h.{i}.input_layernorm.bias|h.{i}.ln_attn.bias"),
+    _t(_QKV, "h.{i}.self_attention.query_key_value.weight", GROUPED_QKV),
+    _t(_QKV_BIAS, "h.{i}.self_attention.query_key_value.bias", GROUPED_QKV),
+    _t("blocks.{i}.w_o", "h.{i}.self_attention.dense.weight", LINEAR),
+    _t("blocks.{i}.b_o", "h.{i}.self_attention.dense.bias"),
+    _t("blocks.{i}.ln2_gamma", "h.{i}.post_attention_layernorm.weight|h.{i}.ln_mlp.weight"),
+    _t("blocks.{i}.ln2_beta", "h.{i}.post_attention_layernorm.bias|h.{i}.ln_mlp.bias"),
+    _t("blocks.{i}.w_1", "h.{i}.mlp.dense_h_to_4h.weight", LINEAR),
+    _t("blocks.{i}.b_1", "h.{i}.mlp.dense_h_to_4h.bias"),
+    _t("blocks.{i}.w_2", "h.{i}.mlp.dense_4h_to_h.weight", LINEAR),
+    _t("blocks.{i}.b_2", "h.{i}.mlp.dense_4h_to_h.bias"),
+    _t("ln_f_gamma", "ln_f.weight"),
+    _t("ln_f_beta", "ln_f.bias"),
+    _t("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
 TENSOR_MAPS: dict[str, TensorMap] = {
     "gpt2": GPT2, "opt": OPT, "gpt_neox": GPT_NEOX,
     "llama": LLAMA, "mistral": LLAMA, "qwen2": LLAMA, "qwen3": LLAMA, "gemma": LLAMA, "starcoder2": STARCODER2,
     "olmo2": OLMO2, "gptj": GPTJ, "phi": PHI, "granite": LLAMA, "cohere": LLAMA,
-    "stablelm": STABLELM,
+    "stablelm": STABLELM, "phi3": PHI3, "gpt_bigcode": GPT_BIGCODE, "falcon": FALCON,
 }

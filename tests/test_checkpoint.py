@@ -26,7 +26,8 @@ from blockcli.config import ConfigError, InputError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma", "starcoder2", "olmo2", "gptj",
-            "phi", "granite", "cohere", "stablelm", "stablelm-parallel"]
+            "phi", "granite", "cohere", "stablelm", "stablelm-parallel", "phi3", "gpt_bigcode", "gpt_bigcode-mha",
+            "falcon", "falcon-new", "falcon-sequential"]
 ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
@@ -92,6 +93,44 @@ def test_one_layer_from_the_folder_maps_the_previous_layers_output(name: str) ->
     assert "weights of layer 1 of 2" in block.notes
 
 
+@pytest.mark.parametrize("name, fused_in_blocks", [("gpt_bigcode", True), ("gpt_bigcode-mha", False),
+                                                    ("phi3", True), ("falcon", True), ("falcon-sequential", False),
+                                                    ("falcon-new", False)])
+def test_fused_qkv_rows_are_read_in_the_order_transformers_splits_them(name: str, fused_in_blocks: bool) -> None:
+    """Split by hand here: Q | K | V blocks of each part's width (multi-query GPTBigCode and Falcon, Phi-3's
+    GQA), or per head [q_i k_i v_i] (GPTBigCode without multi_query, Falcon's sequential fixture). Only the
+    right reading gives transformers' logits, so each fixture tells the two layouts apart; Falcon's new
+    decoder architecture ([q q k v] per K/V group) is neither Q | K | V blocks nor per head."""
+    from safetensors.numpy import load_file
+
+    folder, want = FIXTURES / name, expected(name)
+    config = load_config(folder)
+    b = config.block
+    stored = load_file(folder / "model.safetensors")
+    key = next(k for k in stored if k.endswith(("0.attn.c_attn.weight", "0.self_attn.qkv_proj.weight",
+                                                 "0.self_attention.query_key_value.weight")))
+    q, kv = b.n_heads * b.head_dim, b.n_kv_heads * b.head_dim
+    for reading_in_blocks in (True, False) if kv == q else (True,):  # per head needs as many K/V heads as Q
+        params = dict(Model.from_config(config, weights=folder, dtype="float64").params)
+        for layer in range(config.model.n_layers):
+            rows = stored[key.replace(".0.", f".{layer}.")].astype(np.float64)  # (q + 2 kv, d)
+            bias = stored.get(key.replace(".0.", f".{layer}.").replace("weight", "bias"))
+            if reading_in_blocks:
+                parts = [rows[:q], rows[q:q + kv], rows[q + kv:]]
+                biases = None if bias is None else [bias[:q], bias[q:q + kv], bias[q + kv:]]
+            else:  # head i's rows: q_i, k_i, v_i, each head_dim long
+                per_head = rows.reshape(b.n_heads, 3, b.head_dim, -1)
+                parts = [per_head[:, j].reshape(q, -1) for j in range(3)]
+                biases = None if bias is None else [bias.reshape(b.n_heads, 3, -1)[:, j].ravel() for j in range(3)]
+            for j, x in enumerate("qkv"):
+                params[f"blocks.{layer}.w_{x}"] = parts[j].T
+                if biases is not None:
+                    params[f"blocks.{layer}.b_{x}"] = biases[j].astype(np.float64)
+        model = Model.from_config(config, weights=params, dtype="float64")
+        gap = relative(model(want["input_ids"]), want["logits_float64"])
+        assert (gap <= 1e-9) if reading_in_blocks == fused_in_blocks else (gap > 1e-3), (reading_in_blocks, gap)
+
+
 def test_bfloat16_checkpoint_is_widened_exactly_and_says_so() -> None:
     folder, want = FIXTURES / "llama-bf16", expected("llama-bf16")
     model = Model.from_config(load_config(folder), weights=folder, dtype="float32")
@@ -114,6 +153,9 @@ def test_bfloat16_checkpoint_is_widened_exactly_and_says_so() -> None:
     ("cohere", {"norm": "rmsnorm"}),  # CohereLayerNorm centres on the mean (without a shift)
     ("stablelm", {"rope": 1.0}),  # partial: 4 of each head's 16 dims
     ("stablelm-parallel", {"rope": 1.0}),
+    ("falcon-new", {"placement": "parallel_shared"}),  # its two norms, ln_attn and ln_mlp, differ
+    ("phi3", {"sliding_window": 0}),  # its window (5) is shorter than the 7 tokens
+    ("phi3", {"rope_scaling": None}),  # longrope, long factors past the original 6 positions
     *((name, {"rope_scaling": None}) for name in ROPE_SCALED),
 ])
 def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict) -> None:
@@ -554,3 +596,19 @@ def test_a_folder_without_weights_says_its_weights_are_seeded(tmp_path: Path) ->
     shutil.copy(FIXTURES / "llama" / "config.json", folder)
     notes = json.loads(cli("trace", folder, "--format", "json").stdout)["notes"]
     assert any("holds no weights: seeded" in n for n in notes)
+
+
+def test_fused_tensor_of_the_wrong_widths_is_named(tmp_path: Path) -> None:
+    """Phi-3's qkv_proj saved for MHA (3 × 32 rows) against a config with 2 K/V heads (32 + 2 × 16 rows)."""
+    folder = fixture_copy(tmp_path, "phi3")
+    rewrite(folder, lambda t: t.update({"model.layers.0.self_attn.qkv_proj.weight": np.ones((96, 32), np.float32)}))
+    line = one_error_line(cli("count", folder))
+    assert "'model.layers.0.self_attn.qkv_proj.weight' has shape (96, 32)" in line and "implies (64, 32)" in line
+
+
+def test_a_norm_stored_under_either_name_is_missing_under_both(tmp_path: Path) -> None:
+    folder = fixture_copy(tmp_path, "falcon-new")
+    rewrite(folder, lambda t: t.pop("transformer.h.1.ln_mlp.weight"))
+    line = one_error_line(cli("count", folder))
+    assert ("missing tensor 'transformer.h.1.post_attention_layernorm.weight or transformer.h.1.ln_mlp.weight'"
+            in line)

@@ -349,6 +349,66 @@ STABLELM_2_1_6B = {  # https://huggingface.co/stabilityai/stablelm-2-1_6b/blob/m
     "vocab_size": 100352,
 }
 
+
+PHI_3_MINI_4K = {  # https://huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/main/config.json
+    "_name_or_path": "Phi-3-mini-4k-instruct",
+    "architectures": ["Phi3ForCausalLM"],
+    "attention_dropout": 0.0,
+    "auto_map": {"AutoConfig": "configuration_phi3.Phi3Config",
+                 "AutoModelForCausalLM": "modeling_phi3.Phi3ForCausalLM"},
+    "bos_token_id": 1,
+    "embd_pdrop": 0.0,
+    "eos_token_id": 32000,
+    "hidden_act": "silu",
+    "hidden_size": 3072,
+    "initializer_range": 0.02,
+    "intermediate_size": 8192,
+    "max_position_embeddings": 4096,
+    "model_type": "phi3",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 32,
+    "original_max_position_embeddings": 4096,
+    "pad_token_id": 32000,
+    "resid_pdrop": 0.0,
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": None,
+    "rope_theta": 10000.0,
+    "sliding_window": 2047,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "transformers_version": "4.40.2",
+    "use_cache": True,
+    "attention_bias": False,
+    "vocab_size": 32064,
+}
+
+STARCODER = {  # the fields of https://huggingface.co/bigcode/starcoder/blob/main/config.json
+    "activation_function": "gelu_pytorch_tanh", "architectures": ["GPTBigCodeForCausalLM"],
+    "attention_softmax_in_fp32": True, "attn_pdrop": 0.1, "bos_token_id": 0, "embd_pdrop": 0.1, "eos_token_id": 0,
+    "inference_runner": 0, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "max_batch_size": None,
+    "max_sequence_length": None, "model_type": "gpt_bigcode", "multi_query": True, "n_embd": 6144, "n_head": 48,
+    "n_inner": 24576, "n_layer": 40, "n_positions": 8192, "pad_key_length": True, "pre_allocate_kv_cache": False,
+    "resid_pdrop": 0.1, "scale_attention_softmax_in_fp32": True, "scale_attn_weights": True,
+    "summary_activation": None, "summary_first_dropout": 0.1, "summary_proj_to_labels": True,
+    "summary_type": "cls_index", "summary_use_proj": True, "torch_dtype": "float32",
+    "transformers_version": "4.28.1", "use_cache": True, "validate_runner_input": True, "vocab_size": 49152,
+}
+
+FALCON_7B = {  # https://huggingface.co/tiiuae/falcon-7b/blob/main/config.json
+    "alibi": False, "apply_residual_connection_post_layernorm": False, "architectures": ["FalconForCausalLM"],
+    "attention_dropout": 0.0,
+    "auto_map": {"AutoConfig": "configuration_falcon.FalconConfig", "AutoModel": "modeling_falcon.FalconModel",
+                 "AutoModelForCausalLM": "modeling_falcon.FalconForCausalLM"},
+    "bias": False, "bos_token_id": 11, "eos_token_id": 11, "hidden_dropout": 0.0, "hidden_size": 4544,
+    "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "model_type": "falcon", "multi_query": True,
+    "new_decoder_architecture": False, "num_attention_heads": 71, "num_hidden_layers": 32, "parallel_attn": True,
+    "torch_dtype": "bfloat16", "transformers_version": "4.27.4", "use_cache": True, "vocab_size": 65024,
+}
+# Falcon-40B's shape (tiiuae/falcon-40b config.json): the new decoder architecture, GQA 128/8
+FALCON_40B = {**FALCON_7B, "hidden_size": 8192, "num_attention_heads": 128, "num_kv_heads": 8,
+                             "num_hidden_layers": 60, "new_decoder_architecture": True}
+
 # (HF config, packaged preset with the same architecture, published parameter count and its source)
 CASES = [
     # KerasHub gpt2_presets.py "gpt2_base_en" (HF GPT2LMHeadModel, tied head counted once).
@@ -372,6 +432,12 @@ CASES = [
     pytest.param(GRANITE_3_1_2B, "granite-3.1-2b", 2_533_531_648, id="granite-3.1-2b"),
     pytest.param(COMMAND_R_V01, "command-r-v01", 34_980_831_232, id="command-r-v01"),
     pytest.param(STABLELM_2_1_6B, "stablelm-2-1.6b", 1_644_515_328, id="stablelm-2-1.6b"),
+    # transformers Phi3ForCausalLM on the meta device (tests/test_presets.py); the model card's "3.8B".
+    pytest.param(PHI_3_MINI_4K, "phi-3-mini-4k", 3_821_079_552, id="phi-3-mini-4k"),
+    # transformers GPTBigCodeForCausalLM on the meta device (tests/test_presets.py); the paper's "15.5B".
+    pytest.param(STARCODER, "starcoder", 15_517_456_384, id="starcoder"),
+    # transformers FalconForCausalLM on the meta device (tests/test_presets.py).
+    pytest.param(FALCON_7B, "falcon-7b", 6_921_720_704, id="falcon-7b"),
 ]
 
 
@@ -1111,3 +1177,110 @@ def test_starcoder2_7b_maps_onto_its_preset(tmp_path: Path) -> None:
 @pytest.mark.parametrize("key, value", [("norm_type", "rms_norm"), ("mlp_type", "gated")])
 def test_starcoder2_legacy_fields_at_other_values_are_refused(tmp_path: Path, key: str, value: str) -> None:
     assert f"field '{key}'" in hf_error(write_json(tmp_path, with_fields(STARCODER2_7B, **{key: value})))
+
+
+def test_phi3_is_llama_like_with_its_window_and_no_biases() -> None:
+    block, model = block_of(PHI_3_MINI_4K), model_of(PHI_3_MINI_4K)
+    assert (block["norm"], block["activation"], block["placement"], block["bias"], block["rope"]) == \
+        ("rmsnorm", "swiglu", "pre", False, True)
+    assert (block["sliding_window"], block["n_kv_heads"], block["head_dim"]) == (2047, 32, 96)
+    assert (model["tie_embeddings"], model["lm_head_bias"]) == (False, False)
+    assert "sliding_window" not in block_of(with_fields(PHI_3_MINI_4K, sliding_window=None))
+    assert block_of(with_fields(PHI_3_MINI_4K, num_key_value_heads=8))["n_kv_heads"] == 8
+    assert block_of(with_fields(PHI_3_MINI_4K, num_key_value_heads=None))["n_kv_heads"] == 32
+
+
+def test_phi3_longrope_takes_its_original_length_from_the_top_level(tmp_path: Path) -> None:
+    # Phi-3.5-mini-instruct's shape of config: 128k positions, longrope factors (48 per list: one per
+    # rotary pair of a 96-wide head; the values here are stand-ins), a window too wide to ever bind
+    data = with_fields(PHI_3_MINI_4K, max_position_embeddings=131072, sliding_window=262144, rope_scaling={
+        "type": "longrope", "short_factor": [1.0 + i / 100 for i in range(48)],
+        "long_factor": [1.5 + i for i in range(48)]})
+    block = block_of(data)
+    assert "sliding_window" not in block
+    scaling = block["rope_scaling"]
+    assert (scaling["type"], scaling["original_max_positions"], scaling["factor"]) == ("longrope", 4096, 32.0)
+    assert scaling["long_factor"][:2] == [1.5, 2.5] and len(scaling["short_factor"]) == 48
+    assert count_parameters(load_config(write_json(tmp_path, data))).total == 3_821_079_552  # RoPE adds none
+
+
+def test_phi3_partial_rotary_factor_as_phi_4_mini() -> None:
+    # microsoft/Phi-4-mini-instruct (model_type phi3): 24 heads of 128, GQA 8, 3/4 of each head rotated
+    data = with_fields(PHI_3_MINI_4K, num_attention_heads=24, num_key_value_heads=8, partial_rotary_factor=0.75)
+    assert (block_of(data)["rope"], block_of(data)["n_kv_heads"], block_of(data)["head_dim"]) == (0.75, 8, 128)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"attention_bias": True}, "attention_bias"),  # Phi-3 has no biases
+    ({"rope_scaling": {"type": "su", "short_factor": [1.0] * 48, "long_factor": [2.0] * 48}}, "rope_scaling"),
+    ({"rope_scaling": {"type": "yarn", "factor": 2.0}}, "rope_scaling"),  # transformers reads it as longrope
+    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling"),  # Phi3Config refuses it
+    ({"partial_rotary_factor": 0.01}, "partial_rotary_factor"),  # rotates no pair
+    ({"rope_parameters": {"rope_type": "dynamic", "factor": 2.0}}, "rope_parameters"),
+    ({"fancy_new_thing": 1}, "fancy_new_thing"),
+])
+def test_phi3_fields_it_cannot_represent(tmp_path: Path, changes: dict, field: str) -> None:
+    assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(PHI_3_MINI_4K, **changes)))
+
+
+def test_gpt_bigcode_multi_query_is_one_kv_head() -> None:
+    block, model = block_of(STARCODER), model_of(STARCODER)
+    assert (block["n_kv_heads"], block["head_dim"], block["bias"], block["norm"], block["rope"]) == \
+        (1, 128, True, "layernorm", False)
+    assert (model["positions"], model["position_offset"], model["tie_embeddings"]) == ("learned", 0, True)
+    assert block_of(with_fields(STARCODER, multi_query=False))["n_kv_heads"] == 48
+    assert block_of(with_fields(STARCODER, multi_query=_DROP))["n_kv_heads"] == 1  # GPTBigCodeConfig's default
+    # transformers 5 writes the K/V head count multi_query implies
+    assert block_of(with_fields(STARCODER, num_key_value_heads=1))["n_kv_heads"] == 1
+    assert block_of(with_fields(STARCODER, multi_query=False, num_key_value_heads=48))["n_kv_heads"] == 48
+    assert block_of(with_fields(STARCODER, n_inner=None))["d_ff"] == 4 * 6144
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"scale_attn_weights": False}, "scale_attn_weights"),
+    ({"num_key_value_heads": 4}, "num_key_value_heads"),  # GPTBigCode has no grouped-query attention
+    ({"multi_query": False, "num_key_value_heads": 1}, "num_key_value_heads"),
+    ({"add_cross_attention": True}, "add_cross_attention"),
+    ({"n_head": 5}, "n_head"),  # 6144 is not 5 whole heads
+    ({"fancy_new_thing": 1}, "fancy_new_thing"),
+])
+def test_gpt_bigcode_fields_it_cannot_represent(tmp_path: Path, changes: dict, field: str) -> None:
+    assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(STARCODER, **changes)))
+
+
+def test_falcon_7b_shares_one_norm_and_one_kv_head() -> None:
+    block, model = block_of(FALCON_7B), model_of(FALCON_7B)
+    assert (block["placement"], block["n_kv_heads"], block["d_ff"], block["activation"]) == \
+        ("parallel_shared", 1, 4 * 4544, "gelu")
+    assert block["bias"] == {"qkv": False, "out": False, "mlp": False, "norm": True}
+    assert (model["max_positions"], model["tie_embeddings"], block["rope_theta"]) == (2048, True, 10000.0)
+    # transformers 5 writes num_kv_heads = num_attention_heads, which multi-query attention ignores
+    assert block_of(with_fields(FALCON_7B, num_kv_heads=71))["n_kv_heads"] == 1
+    sequential = with_fields(FALCON_7B, parallel_attn=False, multi_query=False, bias=True)
+    assert (block_of(sequential)["placement"], block_of(sequential)["n_kv_heads"], block_of(sequential)["bias"]) \
+        == ("pre", 71, True)
+    assert block_of(with_fields(FALCON_7B, hidden_size=_DROP, n_embed=4544))["d_model"] == 4544  # legacy name
+
+
+def test_falcon_new_decoder_architecture_has_two_norms_and_grouped_kv(tmp_path: Path) -> None:
+    block = block_of(FALCON_40B)
+    assert (block["placement"], block["n_kv_heads"], block["head_dim"]) == ("parallel", 8, 64)
+    assert block_of(with_fields(FALCON_40B, num_ln_in_parallel_attn=1))["placement"] == "parallel_shared"
+    # 41,303,293,952: FalconForCausalLM on the meta device for this config (transformers 5.24)
+    assert count_parameters(load_config(write_json(tmp_path, FALCON_40B))).total == 41_303_293_952
+
+
+@pytest.mark.parametrize("base, changes, field", [
+    (FALCON_7B, {"alibi": True}, "alibi"),
+    (FALCON_7B, {"apply_residual_connection_post_layernorm": True}, "apply_residual_connection_post_layernorm"),
+    (FALCON_7B, {"num_ln_in_parallel_attn": 2}, "num_ln_in_parallel_attn"),  # two norms need the new decoder
+    (FALCON_7B, {"multi_query": False, "num_kv_heads": 8}, "num_kv_heads"),
+    (FALCON_7B, {"hidden_size": 4544, "n_embed": 4096}, "n_embed"),  # the two names disagree
+    (FALCON_7B, {"hidden_size": _DROP}, "hidden_size"),
+    (FALCON_40B, {"parallel_attn": False}, "parallel_attn"),
+    (FALCON_40B, {"num_kv_heads": 7}, "num_kv_heads"),
+    (FALCON_40B, {"num_ln_in_parallel_attn": 3}, "num_ln_in_parallel_attn"),
+    (FALCON_7B, {"fancy_new_thing": 1}, "fancy_new_thing"),
+])
+def test_falcon_fields_it_cannot_represent(tmp_path: Path, base: dict, changes: dict, field: str) -> None:
+    assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(base, **changes)))

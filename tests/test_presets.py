@@ -11,7 +11,7 @@ For every preset in blockcli/presets/ four things must agree:
 
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
-time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 24
+time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 27
 totals below were also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
@@ -136,6 +136,46 @@ def stablelm_total(*, d: int, L: int, V: int, ff: int, qkv_bias: bool) -> int:
         + 3 * d * ff                   # gate_proj, up_proj, down_proj
     )
     return V * d + L * block + 2 * d + V * d  # embed_tokens + blocks + norm + lm_head
+
+
+def phi3_total(*, d: int, L: int, V: int, ff: int, n_heads: int, n_kv: int, head_dim: int) -> int:
+    """Phi3ForCausalLM: Llama's block with fused matrices and no biases; RMSNorm weights only, untied head."""
+    q, kv = n_heads * head_dim, n_kv * head_dim
+    block = (
+        d * (q + 2 * kv)   # self_attn.qkv_proj: Q | K | V rows
+        + q * d            # self_attn.o_proj
+        + d * 2 * ff       # mlp.gate_up_proj: gate | up rows
+        + ff * d           # mlp.down_proj
+        + 2 * d            # input_layernorm, post_attention_layernorm
+    )
+    return V * d + L * block + d + V * d  # embed_tokens + blocks + norm + lm_head
+
+
+def gpt_bigcode_total(*, d: int, L: int, V: int, ff: int, n_heads: int, n_pos: int) -> int:
+    """GPTBigCodeForCausalLM, multi-query: c_attn's rows Q (d) | K | V (one head each), biases and LayerNorm
+    shifts everywhere, learned positions, tied head."""
+    head_dim = d // n_heads
+    block = (
+        linear(d, d + 2 * head_dim, True)  # attn.c_attn
+        + linear(d, d, True)               # attn.c_proj
+        + linear(d, ff, True) + linear(ff, d, True)  # mlp.c_fc, mlp.c_proj
+        + 2 * 2 * d                        # ln_1, ln_2
+    )
+    return V * d + n_pos * d + L * block + 2 * d  # wte + wpe + blocks + ln_f; lm_head shares wte
+
+
+def falcon_7b_total(*, d: int, L: int, V: int, n_heads: int) -> int:
+    """FalconForCausalLM, Falcon-7B's block: one LayerNorm (weight, bias) per block shared by parallel
+    attention and MLP, multi-query query_key_value (Q | one K head | one V head), no linear biases, MLP 4d,
+    tied head."""
+    head_dim = d // n_heads
+    block = (
+        2 * d                      # input_layernorm
+        + d * (d + 2 * head_dim)   # self_attention.query_key_value
+        + d * d                    # self_attention.dense
+        + d * 4 * d + 4 * d * d    # mlp.dense_h_to_4h, mlp.dense_4h_to_h
+    )
+    return V * d + L * block + 2 * d  # word_embeddings + blocks + ln_f; lm_head shares word_embeddings
 
 
 # --------------------------------------------------------------------------
@@ -341,6 +381,31 @@ CASES = [
         # transformers 5.24 StableLmForCausalLM instantiated on the meta device from
         # https://huggingface.co/stabilityai/stablelm-2-1_6b/blob/main/config.json (sum of numel).
         id="stablelm-2-1.6b[transformers StableLmForCausalLM on meta=1644515328]",
+    ),
+    pytest.param(
+        "phi-3-mini-4k", 3_821_079_552,
+        phi3_total(d=3072, L=32, V=32064, ff=8192, n_heads=32, n_kv=32, head_dim=96),
+        {"d_model": 3072, "n_heads": 32, "n_kv_heads": 32, "d_ff": 8192, "n_layers": 32, "vocab_size": 32064},
+        # transformers 5.24 Phi3ForCausalLM instantiated on the meta device from
+        # https://huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/main/config.json (sum of numel); the
+        # model card's "3.8B". Phi-3.5-mini-instruct has the same shapes (only its RoPE scaling and context differ).
+        id="phi-3-mini-4k[transformers Phi3ForCausalLM on meta=3821079552]",
+    ),
+    pytest.param(
+        "starcoder", 15_517_456_384,
+        gpt_bigcode_total(d=6144, L=40, V=49152, ff=24576, n_heads=48, n_pos=8192),
+        {"d_model": 6144, "n_heads": 48, "n_kv_heads": 1, "d_ff": 24576, "n_layers": 40, "vocab_size": 49152},
+        # transformers 5.24 GPTBigCodeForCausalLM instantiated on the meta device from the sizes of
+        # https://huggingface.co/bigcode/starcoder/blob/main/config.json (sum of numel); the paper's "15.5B".
+        id="starcoder[transformers GPTBigCodeForCausalLM on meta=15517456384]",
+    ),
+    pytest.param(
+        "falcon-7b", 6_921_720_704,
+        falcon_7b_total(d=4544, L=32, V=65024, n_heads=71),
+        {"d_model": 4544, "n_heads": 71, "n_kv_heads": 1, "d_ff": 18176, "n_layers": 32, "vocab_size": 65024},
+        # transformers 5.24 FalconForCausalLM instantiated on the meta device from
+        # https://huggingface.co/tiiuae/falcon-7b/blob/main/config.json (sum of numel); the model card's "7B".
+        id="falcon-7b[transformers FalconForCausalLM on meta=6921720704]",
     ),
 ]
 
