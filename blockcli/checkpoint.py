@@ -226,8 +226,9 @@ def stored_shape(entry: Tensor, shapes: Mapping[str, Shape]) -> Shape:
     return (sum(p[0] for p in parts),)
 
 
-def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[str]]:
-    """Every expected tensor with its stored one, and notes on stored tensors set aside.
+def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[str], Stored | None]:
+    """Every expected tensor with its stored one, notes on stored tensors set aside, and the stored
+    copy of a tied LM head if there is one (its values must equal the embedding's: see load_weights).
 
     Raises one InputError naming the file and tensor for anything the config does not explain:
     a stored tensor no entry accounts for, an expected tensor that is missing, a shape that
@@ -249,17 +250,23 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
     missing: list[str] = []
     claimed: set[str] = set()
     notes: list[str] = []
+    tied_copy: Stored | None = None
     for entry in _entries(tmap, n_layers):
         wanted = [k in shapes for k in entry.keys]
         name = find(entry)
         if not any(wanted):
             if name is not None and entry.keys == ("lm_head",) and config.model.tie_embeddings:
                 claimed.add(name)  # a stored copy of a tied head: the embedding is what the model uses
-                notes.append(f"'{name}' is a stored copy of the tied token embedding; not counted, not used")
+                tied_copy = ckpt.tensors[name]
+                notes.append(f"'{name}' is a stored copy of the tied token embedding; not counted")
             continue
         if name is None:
             missing.append(" or ".join(a if entry.top else tmap.prefix + a for a in entry.name.split("|")))
             continue
+        if not all(wanted):  # a fused tensor with a part the config has no place for (gate | up, ungated)
+            absent = ", ".join(k for k, w in zip(entry.keys, wanted) if not w)
+            raise InputError(f"{ckpt.tensors[name].file}: tensor '{name}' holds {', '.join(entry.keys)}, but "
+                             f"{config.name} has no {absent}")
         claimed.add(name)
         stored = ckpt.tensors[name]
         expected = stored_shape(entry, shapes)
@@ -273,7 +280,7 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
     if problems:
         shown = "; ".join(problems[:4]) + (f"; and {len(problems) - 4} more" if len(problems) > 4 else "")
         raise InputError(f"{ckpt.describe()}: tensors do not match {config.name}: {shown}")
-    return matches, notes
+    return matches, notes, tied_copy
 
 
 def _strip(name: str, tmap: TensorMap) -> str:
@@ -295,7 +302,7 @@ def checkpoint_sizes(path: Path, config: Config) -> tuple[dict[str, int], dict[s
     ckpt = open_checkpoint(path)
     if not ckpt.tensors:
         return None
-    matches, notes = match_tensors(ckpt, config)
+    matches, notes, _ = match_tensors(ckpt, config)
     info = {"path": str(path), "files": [f.name for f in ckpt.files], "tensors": len(ckpt.tensors),
             "bytes_on_disk": ckpt.disk_bytes, "stored_dtypes": ckpt.dtypes, "notes": notes}
     return stored_sizes(matches), info
@@ -321,7 +328,7 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
     if config is None or config.model is None:
         config = load_config(path)
     assert config.model is not None
-    matches, found = match_tensors(ckpt, config)
+    matches, found, tied_copy = match_tensors(ckpt, config)
     notes.extend(found)
     prefix = ""
     if one_block:  # read that block's tensors only: a 7B folder's layer is ~1/32 of its bytes
@@ -340,6 +347,13 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
         value = read_tensor(m.stored)
         for key, part in zip(m.entry.keys, _unpack(value, m.entry.layout, b.n_heads, m.parts)):
             params[key[len(prefix):]] = part.astype(dtype, copy=False)
+    if tied_copy is not None and not one_block:  # a "copy" the model would ignore must really be one
+        import numpy as np
+
+        head = read_tensor(tied_copy)
+        if head.shape != params["wte"].shape or not np.array_equal(head.astype(dtype, copy=False), params["wte"]):
+            raise InputError(f"{tied_copy.file}: tensor '{tied_copy.name}' differs from the token embedding, but "
+                             f"{config.name} ties the LM head to it; untie it (tie_embeddings: false)")
     run_size = FLOAT_DTYPES[FLOAT_DTYPE_OF[dtype]]
     wider = sorted({m.stored.dtype for m in matches if FLOAT_DTYPES[m.stored.dtype] < run_size})
     narrower = sorted({m.stored.dtype for m in matches if FLOAT_DTYPES[m.stored.dtype] > run_size})

@@ -602,6 +602,12 @@ def check_large_inputs(c: Context) -> tuple[bool, str, str]:
         for key in ("w_q", "b_q", "w_k", "b_k"):
             if key in p:
                 p[key] = p[key] * QK_SCALE
+        if c.cfg.qk_norm != "none":  # normalised queries and keys undo W_Q's scale: scale the norms' outputs
+            offset = 1.0 if c.cfg.norm_unit_offset else 0.0  # a (1 + γ) scale: γ' = s·(1 + γ) − 1
+            for name in ("q_norm", "k_norm"):
+                p[f"{name}_gamma"] = QK_SCALE * (p[f"{name}_gamma"] + offset) - offset
+                if f"{name}_beta" in p:
+                    p[f"{name}_beta"] = p[f"{name}_beta"] * QK_SCALE
         sharp = bool(np.all(np.isfinite(c.subject.rebuild(p)(c.x))))
         measured += f"; with W_Q, W_K scaled by {QK_SCALE:g} (scores ×{QK_SCALE ** 2:g}): {sharp}"
         finite &= sharp

@@ -612,3 +612,29 @@ def test_a_norm_stored_under_either_name_is_missing_under_both(tmp_path: Path) -
     line = one_error_line(cli("count", folder))
     assert ("missing tensor 'transformer.h.1.post_attention_layernorm.weight or transformer.h.1.ln_mlp.weight'"
             in line)
+
+
+def test_a_stored_head_that_is_not_a_copy_of_a_tied_embedding_is_refused(tmp_path: Path) -> None:
+    folder = fixture_copy(tmp_path, "gemma")  # tied: save_pretrained stores no lm_head
+    rewrite(folder, lambda t: t.update({"lm_head.weight": t["model.embed_tokens.weight"] + 1.0}))
+    line = one_error_line(cli("trace", folder))
+    assert "'lm_head.weight' differs from the token embedding" in line
+
+
+def test_a_stored_head_that_is_a_copy_of_a_tied_embedding_is_accepted(tmp_path: Path) -> None:
+    folder = fixture_copy(tmp_path, "gemma")
+    rewrite(folder, lambda t: t.update({"lm_head.weight": t["model.embed_tokens.weight"].copy()}))
+    want = expected("gemma")
+    model = Model.from_config(load_config(folder), weights=folder, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) <= 1e-9
+    assert any("stored copy of the tied token embedding" in n for n in model.notes)
+
+
+def test_a_fused_tensor_with_a_part_the_config_lacks_is_one_line(tmp_path: Path) -> None:
+    """Phi-3's gate_up_proj holds w_1 and w_3; an ungated config has no w_3."""
+    yaml_path = tmp_path / "ungated.yaml"
+    assert cli("convert", FIXTURES / "phi3", "--output", yaml_path).returncode == 0
+    text = yaml_path.read_text().replace("activation: swiglu", "activation: silu")
+    yaml_path.write_text(text)
+    line = one_error_line(cli("trace", yaml_path, "--weights", FIXTURES / "phi3", "--layer", "0"))
+    assert "gate_up_proj" in line and "has no blocks.0.w_3" in line

@@ -123,3 +123,15 @@ def test_large_preset_is_verified_on_a_scaled_copy():
 
 def test_names_cover_the_chapter_checklist():
     assert len(NAMES) == 17 and all(NAMES[i] for i in range(1, 11))
+
+
+def test_softmax_without_max_is_caught_under_qk_norm():
+    """Q/K norms undo a W_Q/W_K scale: item 17 scales the norms' outputs instead, so the bug still shows."""
+    from blockcli.mutants import find_mutant
+
+    for qk_norm in ("head", "projection"):
+        config = parse_config({"block": {"d_model": 16, "n_heads": 2, "d_ff": 32, "norm": "rmsnorm", "bias": False,
+                                         "qk_norm": qk_norm, "norm_unit_offset": qk_norm == "head"}})
+        mutant = find_mutant("softmax-no-max")
+        report = verify(config, ops=mutant.ops, only={17})
+        assert not report.passed, qk_norm
