@@ -258,7 +258,6 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
             if name is not None and entry.keys == ("lm_head",) and config.model.tie_embeddings:
                 claimed.add(name)  # a stored copy of a tied head: the embedding is what the model uses
                 tied_copy = ckpt.tensors[name]
-                notes.append(f"'{name}' is a stored copy of the tied token embedding; not counted")
             continue
         if name is None:
             missing.append(" or ".join(a if entry.top else tmap.prefix + a for a in entry.name.split("|")))
@@ -302,7 +301,9 @@ def checkpoint_sizes(path: Path, config: Config) -> tuple[dict[str, int], dict[s
     ckpt = open_checkpoint(path)
     if not ckpt.tensors:
         return None
-    matches, notes, _ = match_tensors(ckpt, config)
+    matches, notes, tied_copy = match_tensors(ckpt, config)
+    if tied_copy is not None:
+        notes.append(f"'{tied_copy.name}' is stored beside the tied token embedding: not counted (values not read)")
     info = {"path": str(path), "files": [f.name for f in ckpt.files], "tensors": len(ckpt.tensors),
             "bytes_on_disk": ckpt.disk_bytes, "stored_dtypes": ckpt.dtypes, "notes": notes}
     return stored_sizes(matches), info
@@ -325,9 +326,11 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
         raise InputError(f"{path}: holds no safetensors weights")
     if ckpt.config_file is None and not path.is_dir():
         return {name: read_tensor(stored).astype(dtype) for name, stored in ckpt.tensors.items()}
-    if config is None or config.model is None:
-        config = load_config(path)
-    assert config.model is not None
+    own = load_config(path) if config is None or config.model is None else None
+    if own is None and ckpt.config_file is not None:  # another config's tensors: say if the blocks differ
+        notes.extend(_differences(config, ckpt.config_file))
+    config = config if own is None else own
+    assert config is not None and config.model is not None
     matches, found, tied_copy = match_tensors(ckpt, config)
     notes.extend(found)
     prefix = ""
@@ -354,6 +357,7 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
         if head.shape != params["wte"].shape or not np.array_equal(head.astype(dtype, copy=False), params["wte"]):
             raise InputError(f"{tied_copy.file}: tensor '{tied_copy.name}' differs from the token embedding, but "
                              f"{config.name} ties the LM head to it; untie it (tie_embeddings: false)")
+        notes.append(f"'{tied_copy.name}' is a stored copy of the tied token embedding (checked equal): not used")
     run_size = FLOAT_DTYPES[FLOAT_DTYPE_OF[dtype]]
     wider = sorted({m.stored.dtype for m in matches if FLOAT_DTYPES[m.stored.dtype] < run_size})
     narrower = sorted({m.stored.dtype for m in matches if FLOAT_DTYPES[m.stored.dtype] > run_size})
@@ -362,6 +366,24 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
     if narrower:
         notes.append(f"weights stored as {', '.join(narrower)} were rounded to {dtype}")
     return params
+
+
+def _differences(config: Config, config_file: Path) -> list[str]:
+    """A note when the checkpoint's own config.json describes another block than `config`: its
+    tensors may fit the shapes and still belong to another architecture."""
+    from dataclasses import fields
+
+    try:
+        own = load_config(config_file)
+    except InputError:
+        return []  # the folder's config.json cannot be read as a model: the shapes decide alone
+    differing = [f.name for f in fields(own.block) if getattr(own.block, f.name) != getattr(config.block, f.name)]
+    if not differing:
+        return []
+    return [f"{config_file} describes another block than {config.name} (block.{differing[0]}: "
+            f"{getattr(own.block, differing[0])!r} there, {getattr(config.block, differing[0])!r} here"
+            + (f", and {len(differing) - 1} more fields" if len(differing) > 1 else "")
+            + "): its tensors fit these shapes, but the architecture may differ"]
 
 
 def read_tensor(stored: Stored) -> np.ndarray:

@@ -638,3 +638,12 @@ def test_a_fused_tensor_with_a_part_the_config_lacks_is_one_line(tmp_path: Path)
     yaml_path.write_text(text)
     line = one_error_line(cli("trace", yaml_path, "--weights", FIXTURES / "phi3", "--layer", "0"))
     assert "gate_up_proj" in line and "has no blocks.0.w_3" in line
+
+
+def test_weights_of_another_architecture_that_fit_the_shapes_are_noted() -> None:
+    """granite's block (attention and residual multipliers) with llama's tensors for one layer: same shapes."""
+    folder = FIXTURES / "granite"
+    block = DecoderBlock.from_config(load_config(folder), weights=FIXTURES / "llama", layer=0)
+    assert any("describes another block than" in n and "attention_scale" in n for n in block.notes)
+    same = DecoderBlock.from_config(load_config(FIXTURES / "llama"), weights=FIXTURES / "llama", layer=0)
+    assert not any("describes another block" in n for n in same.notes)
