@@ -188,9 +188,11 @@ def resolve_weights(weights: str | Path | Mapping[str, Any] | None, shapes: Mapp
     file, or a name → array mapping). `layer` picks one block out of a whole model's weights;
     `config` tells a checkpoint which model it holds (else its own config.json does); `notes`
     collects what the caller should be told (dtype widening, the layer taken)."""
+    one_block = "wte" not in shapes
+    if layer is not None and (weights is None or not one_block):
+        raise InputError("--layer picks one block of a model's weights; give --weights or a model folder"
+                         if weights is None else "--layer picks one block, but the whole model is being run")
     if weights is None:
-        if layer is not None:
-            raise InputError("--layer picks one block of a model's weights; give --weights or a model folder")
         return init_parameters(shapes, seed, dtype)
     source = "weights"
     if isinstance(weights, (str, Path)):
@@ -198,10 +200,8 @@ def resolve_weights(weights: str | Path | Mapping[str, Any] | None, shapes: Mapp
         if is_checkpoint_path(Path(weights)):
             from blockcli.checkpoint import load_weights  # safetensors only for checkpoints
 
-            if "wte" in shapes and layer is not None:
-                raise InputError("--layer picks one block, but the whole model is being run")
             weights = load_weights(Path(weights), config, dtype, notes if notes is not None else [],
-                                   one_block="wte" not in shapes, layer=layer)
+                                   one_block=one_block, layer=layer)
             return check_parameters(weights, shapes, dtype, source)
         # one block's shapes may be read out of a whole model's file: then the model bounds it
         whole = model_parameter_shapes(config) if config is not None and config.model else shapes
@@ -209,10 +209,8 @@ def resolve_weights(weights: str | Path | Mapping[str, Any] | None, shapes: Mapp
         weights = load_npz(weights, limit=limit, expected=shapes)
     if any(k.endswith(("c_attn.weight", "ln_1.weight")) for k in weights):
         weights = from_gpt2_names(weights, source)
-    if "wte" not in shapes:  # one block: take it out of a whole model's weights
+    if one_block:  # take it out of a whole model's weights, if that is what they are
         weights = _one_block(weights, layer, source, notes)
-    elif layer is not None:
-        raise InputError("--layer picks one block, but the whole model is being run")
     return check_parameters(weights, shapes, dtype, source)
 
 

@@ -326,11 +326,11 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
         raise InputError(f"{path}: holds no safetensors weights")
     if ckpt.config_file is None and not path.is_dir():
         return {name: read_tensor(stored).astype(dtype) for name, stored in ckpt.tensors.items()}
-    own = load_config(path) if config is None or config.model is None else None
-    if own is None and ckpt.config_file is not None:  # another config's tensors: say if the blocks differ
+    if config is None or config.model is None:
+        config = load_config(path)
+    elif ckpt.config_file is not None:  # the tensors of a config.json beside them: say if the blocks differ
         notes.extend(_differences(config, ckpt.config_file))
-    config = config if own is None else own
-    assert config is not None and config.model is not None
+    assert config.model is not None
     matches, found, tied_copy = match_tensors(ckpt, config)
     notes.extend(found)
     prefix = ""

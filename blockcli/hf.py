@@ -958,30 +958,20 @@ def _phi3(f: _Fields) -> tuple[dict, dict]:
                                                                         f"{block['head_dim']} dimensions per head; "
                                                                         f"expected an even number, at least 2")
     f.ignore("original_max_position_embeddings")  # read by longrope; without it, unused
-    _sliding(f, block, model, f.data.get("sliding_window") is not None)
+    _window_by_key(f, block, model, default=None)  # Phi3Config: no window unless sliding_window says
     return block, model
 
 
 def _gpt_bigcode(f: _Fields) -> tuple[dict, dict]:
     """GPTBigCode (SantaCoder, StarCoder): GPT-2's block (learned positions, LayerNorm, biases everywhere,
-    plain MLP) with multi-query attention, one K/V head, unless `multi_query` is false."""
-    d = f.int("n_embd")
-    heads = f.int("n_head")
-    head_dim = _divides(f, "n_embd", d, "n_head", heads)
-    f.neutral("scale_attn_weights", True, "blockcli always scales attention scores by 1/sqrt(head_dim)")
-    kv = 1 if f.bool("multi_query", True) else heads
+    plain MLP; nn.Linear rather than Conv1D, which only the tensor map sees) with multi-query attention,
+    one K/V head, unless `multi_query` is false."""
+    block, model = _gpt2(f)
+    kv = 1 if f.bool("multi_query", True) else block["n_heads"]
     # transformers 5 writes the K/V head count multi_query implies; its modelling code reads multi_query only
     f.neutral("num_key_value_heads", kv, f"GPTBigCode has {kv} K/V head(s) when multi_query is "
                                          f"{str(kv == 1).lower()}; it has no grouped-query attention")
-    block = {
-        "d_model": d, "n_heads": heads, "n_kv_heads": kv,
-        "head_dim": head_dim, "d_ff": f.int("n_inner", 4 * d),  # null means 4·n_embd
-        "norm": "layernorm", "norm_eps": f.float("layer_norm_epsilon", 1e-5),
-        "activation": _plain_activation(f, "activation_function", "gelu_pytorch_tanh"),
-        "bias": True, "placement": "pre", "rope": False,
-    }
-    model = _model(f.int("n_layer"), f.int("vocab_size"), "learned", f.int("n_positions"),
-                   f.bool("tie_word_embeddings", True))
+    block["n_kv_heads"] = kv
     return block, model
 
 
