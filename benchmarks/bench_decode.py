@@ -17,7 +17,6 @@ It prints the machine (CPU model, BLAS) and the ratios. Nothing is written.
 from __future__ import annotations
 
 import argparse
-import math
 import platform
 import statistics
 import time

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from blockcli.config import Config, InputError, load_config, reading
 from blockcli.shapes import Shape, model_parameter_shapes
-from blockcli.tensor_names import FUSED, GROUPED_QKV, LINEAR, NEOX_QKV, SAME, SPLIT, TENSOR_MAPS, Tensor, TensorMap
+from blockcli.tensor_names import FUSED, GROUPED_QKV, LINEAR, SAME, SPLIT, TENSOR_MAPS, Tensor, TensorMap
 
 if TYPE_CHECKING:
     import numpy as np  # imported where values are read: counting from headers needs no NumPy
@@ -219,11 +219,8 @@ def stored_shape(entry: Tensor, shapes: Mapping[str, Shape]) -> Shape:
         return parts[0][::-1]
     if entry.layout == SPLIT:  # Q | K | V along the last axis
         return parts[0][:-1] + (sum(p[-1] for p in parts),)
-    if entry.layout in (FUSED, GROUPED_QKV):  # nn.Linear rows: each part's outputs after the previous part's
-        return (sum(p[-1] for p in parts),) + parts[0][:-1]
-    if len(parts[0]) == 2:  # NEOX_QKV: nn.Linear rows, three projections' outputs interleaved per head
-        return (sum(p[1] for p in parts), parts[0][0])
-    return (sum(p[0] for p in parts),)
+    # FUSED, GROUPED_QKV: nn.Linear rows, all the parts' outputs, in sequence or interleaved by group
+    return (sum(p[-1] for p in parts),) + parts[0][:-1]
 
 
 def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[str], Stored | None]:
@@ -442,7 +439,4 @@ def _unpack(value: np.ndarray, layout: str, n_heads: int, parts: tuple[Shape, ..
         if layout == SPLIT:  # along the last axis
             return [value[..., end - p[-1]:end] for end, p in zip(ends, parts)]
         return [value[end - p[-1]:end].T for end, p in zip(ends, parts)]  # along the rows, then (in, out)
-    # NEOX_QKV: output rows [q_0 k_0 v_0 | q_1 k_1 v_1 | ...], each block d_h rows
-    per_head = value.reshape(n_heads, 3, -1, *value.shape[1:])  # (h, 3, d_h[, d])
-    parts = [per_head[:, j].reshape(-1, *value.shape[1:]) for j in range(3)]  # (h·d_h[, d]) each
-    return [p.T if p.ndim == 2 else p for p in parts]
+    raise AssertionError(f"unknown tensor layout {layout!r}")

@@ -9,15 +9,14 @@ tensor, the blockcli key (or keys, for a fused tensor) it fills and the layout i
               Conv1D matrices, which are already (in, out)
     LINEAR    torch.nn.Linear's (out, in): transposed on load
     SPLIT     GPT-2's `c_attn`: Q | K | V side by side along the last axis (Conv1D layout)
-    NEOX_QKV  GPT-NeoX's `query_key_value`: nn.Linear whose output rows are grouped per head,
-              [q_0 k_0 v_0 | q_1 k_1 v_1 | ...], each d_h wide
     FUSED     nn.Linear whose output rows are its keys' outputs one after another, each as wide as
               that key's output (so unequal widths are fine): Phi-3's `qkv_proj` Q | K | V with
               fewer K/V heads, its `gate_up_proj` gate | up
     GROUPED_QKV  nn.Linear whose output rows are grouped per K/V head: each group is its h/h_kv
               query heads, then its K head, then its V head, [q…q k v | q…q k v | …], each d_h
-              wide. One K/V head (multi-query) makes it Q | K | V; h_kv = h makes it NEOX_QKV's
-              [q_i k_i v_i]: GPTBigCode's `c_attn` and Falcon's `query_key_value`, in every variant
+              wide. One K/V head (multi-query) makes it Q | K | V; h_kv = h makes it GPT-NeoX's
+              [q_i k_i v_i]: GPT-NeoX's, Falcon's `query_key_value` and GPTBigCode's `c_attn`, in
+              every variant
 
 A name `a|b` is stored under either (Falcon's norms are named by its block layout).
 Names are relative to the family's base model (`prefix`): transformers saves
@@ -32,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SAME, LINEAR, SPLIT, NEOX_QKV, FUSED, GROUPED_QKV = "same", "linear", "split", "neox_qkv", "fused", "grouped_qkv"
+SAME, LINEAR, SPLIT, FUSED, GROUPED_QKV = "same", "linear", "split", "fused", "grouped_qkv"
 
 
 @dataclass(frozen=True)
@@ -101,8 +100,8 @@ GPT_NEOX = TensorMap("gpt_neox.", (
     _t("wte", "embed_in.weight"),
     _t("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight"),
     _t("blocks.{i}.ln1_beta", "layers.{i}.input_layernorm.bias"),
-    _t(_QKV, "layers.{i}.attention.query_key_value.weight", NEOX_QKV),
-    _t(_QKV_BIAS, "layers.{i}.attention.query_key_value.bias", NEOX_QKV),
+    _t(_QKV, "layers.{i}.attention.query_key_value.weight", GROUPED_QKV),  # one K/V head per query head
+    _t(_QKV_BIAS, "layers.{i}.attention.query_key_value.bias", GROUPED_QKV),
     _t("blocks.{i}.w_o", "layers.{i}.attention.dense.weight", LINEAR),
     _t("blocks.{i}.b_o", "layers.{i}.attention.dense.bias"),
     _t("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),

@@ -451,7 +451,8 @@ def check_causality(c: Context) -> tuple[bool, str, str]:
             if not diff <= long_worst:
                 long_worst, at = diff, j
         worst = max(worst, long_worst) if not math.isnan(long_worst) else long_worst
-        measured += f"; at T={x.shape[1]}, perturbing positions T/2 and T−1: {_fmt(long_worst)}"
+        measured += (f"; at T={x.shape[1]}, perturbing positions T/2 and T−1: {_fmt(long_worst)}"
+                     + (f" (perturbing position {at})" if at >= 0 and long_worst > 0 else ""))
     return _within(worst, tol), measured, f"{tol:.3g}"
 
 
