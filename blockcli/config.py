@@ -185,22 +185,20 @@ def _read_preset(name: str) -> str:
 
 
 def load_yaml_config(source: str) -> Config:
-    """A config from a preset name, a YAML file, or `-` (YAML on standard input).
+    """A config from a preset name or a YAML file.
 
     blockcli.sources.load_config is the entry point for every kind of source; this is its YAML part.
     """
     path = Path(source)
-    if source == "-":
-        return parse_config(_parse_yaml(read_text_file(path), "<stdin>"), name="<stdin>")
     looks_like_path = (path.suffix.lower() in (".yaml", ".yml") or "/" in source or path.exists()
                        or path.is_symlink())  # a dangling link or a link loop is a path too
     if not looks_like_path:
         if source in preset_names():
-            return parse_config(_parse_yaml(_read_preset(source), source), name=source)
+            return parse_config(parse_yaml_text(_read_preset(source), source), name=source)
         close = difflib.get_close_matches(source, preset_names(), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else "; run 'blockcli presets' to list them"
         raise ConfigError(f"{source}: no such file or preset{hint}")
-    return parse_config(_parse_yaml(read_text_file(path), str(path)), name=str(path))
+    return parse_config(parse_yaml_text(read_text_file(path), str(path)), name=str(path))
 
 
 @contextmanager
@@ -279,7 +277,7 @@ def read_text_file(path: Path, expected: str = "a YAML config") -> str:
 
 def read_yaml(path: Path, expected: str) -> Any:
     """A YAML file's data, read safely, every problem one error line (for files that are not configs)."""
-    return _parse_yaml(read_text_file(path, expected), str(path))
+    return parse_yaml_text(read_text_file(path, expected), str(path))
 class _Refused(Exception):
     """A YAML node the strict loader refuses; carries the node's position."""
 
@@ -333,7 +331,7 @@ def _strict_loader() -> type:
     return StrictLoader
 
 
-def _parse_yaml(text: str, where: str) -> Any:
+def parse_yaml_text(text: str, where: str) -> Any:
     """Parse YAML text strictly (see `_strict_loader`); a file holding no document is refused."""
     import yaml
 
