@@ -102,9 +102,8 @@ def init_parameters(shapes: Mapping[str, Shape], seed: int, dtype: str) -> dict[
     return params
 
 
-def check_parameters(given: Mapping[str, Any], shapes: Mapping[str, Shape], dtype: str,
-                     source: str) -> dict[str, Array]:
-    """Match user weights to the declared shapes: every key present, no extras, shapes exact."""
+def check_keys(given: Mapping[str, Any], shapes: Mapping[str, Shape], source: str) -> None:
+    """Every declared key present in `given`, and nothing else."""
     missing = [k for k in shapes if k not in given]
     if missing:
         raise InputError(f"{source}: missing weight '{missing[0]}' (expected shape {shapes[missing[0]]})"
@@ -113,6 +112,12 @@ def check_parameters(given: Mapping[str, Any], shapes: Mapping[str, Shape], dtyp
     if extra:
         raise InputError(f"{source}: unexpected weight '{extra[0]}' for this config "
                          f"(expected keys: {', '.join(shapes)})")
+
+
+def check_parameters(given: Mapping[str, Any], shapes: Mapping[str, Shape], dtype: str,
+                     source: str) -> dict[str, Array]:
+    """Match user weights to the declared shapes: every key present, no extras, shapes exact."""
+    check_keys(given, shapes, source)
     params = {}
     for key, shape in shapes.items():
         value = np.asarray(given[key])
@@ -547,6 +552,12 @@ class DecoderBlock:
     def __post_init__(self) -> None:
         self.params = p = dict(self.params)  # the block's own mapping: attention rewrites its QKV entries
         cfg = self.cfg
+        declared = block_parameter_shapes(cfg)  # a block holds exactly these: what `count` reconciles with
+        check_keys(p, declared, "block parameters")
+        wrong = next((k for k, s in declared.items() if np.shape(p[k]) != s), None)
+        if wrong is not None:
+            raise InputError(f"block parameters: weight '{wrong}' has shape {np.shape(p[wrong])}, "
+                             f"expected {declared[wrong]}")
         self.ln1 = Norm(cfg.norm, p["ln1_gamma"], p.get("ln1_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset)
         self.attn = MultiHeadAttention(cfg, p, self.ops, self.attention)
         self.ln2 = (None if cfg.shared_norm else

@@ -2,8 +2,11 @@
 
 The formula is written once here, from the hyperparameters, as polynomials in the shape
 symbols (d, h, h_kv, d_h, d_ff, V, P, L): that gives both the number and the expression
-shown beside it (`4·d² + 4·d`). It shares nothing with the layers' `parameter_shapes`, which
-is what makes comparing the two a real check (checklist item 10).
+shown beside it (`4·d² + 4·d`). It shares nothing with `blockcli.shapes`, which declares the
+shape of every parameter a layer holds, which is what makes comparing the two a real check.
+The NumPy block is built from exactly those declarations (`DecoderBlock` refuses any other
+parameter set), so the declared shapes are the block's arrays, and counting needs neither
+NumPy nor an allocation (checklist item 10 compares with the arrays themselves).
 
 Conventions: tied embeddings are counted once (the LM head row says "tied" and adds 0);
 "non-embedding" excludes the token and position tables. Memory and FLOPs of a workload are in
@@ -22,7 +25,7 @@ from blockcli.shapes import block_parameter_shapes, model_parameter_shapes
 
 # A polynomial: monomial (sorted tuple of symbols) → integer coefficient.
 Poly = Counter
-ALLOCATE_LIMIT = 8_000_000  # a block up to this size is really built to reconcile against its arrays
+DECLARED = "declared shapes (nothing allocated)"  # the reconciliation's method without a checkpoint
 
 
 def term(coef: int, *symbols: str) -> Poly:
@@ -70,7 +73,7 @@ class Component:
 class Reconciliation:
     formula: int
     arrays: int
-    method: str  # "arrays" (a block really built) or "declared shapes" (nothing allocated)
+    method: str  # DECLARED (the shapes the block is built from) or "checkpoint" (a checkpoint's tensors)
     mismatches: tuple[str, ...] = ()
 
     @property
@@ -170,8 +173,7 @@ Formula = Callable[[BlockConfig], list[Row]]
 # ----------------------------------------------------------------------------- the breakdown
 
 
-def count_parameters(config: Config, formula: Formula = block_formula,
-                     allocate_limit: int = ALLOCATE_LIMIT, checkpoint: Mapping[str, int] | None = None,
+def count_parameters(config: Config, formula: Formula = block_formula, checkpoint: Mapping[str, int] | None = None,
                      checkpoint_info: Mapping[str, object] | None = None) -> ParameterCount:
     """Exact breakdown for one block, and for the whole model when the config has one.
 
@@ -180,13 +182,10 @@ def count_parameters(config: Config, formula: Formula = block_formula,
     by layer, instead of against arrays blockcli builds; `checkpoint_info` describes the files.
     """
     if checkpoint is not None:
-        return _with_checkpoint(count_parameters(config, formula, 0), formula, checkpoint, checkpoint_info or {})
+        return _with_checkpoint(count_parameters(config, formula), formula, checkpoint, checkpoint_info or {})
     values = symbol_values(config)
     rows = formula(config.block)
-    arrays = _block_arrays(config, allocate_limit)
-    method = "arrays" if arrays is not None else "declared shapes (nothing allocated)"
-    if arrays is None:
-        arrays = {k: math.prod(s) for k, s in block_parameter_shapes(config.block).items()}
+    arrays = {k: math.prod(s) for k, s in block_parameter_shapes(config.block).items()}
 
     components: list[Component] = []
     mismatches: list[str] = []
@@ -223,13 +222,9 @@ def count_parameters(config: Config, formula: Formula = block_formula,
         model_rows, total, non_embedding = _model_rows(config, (block_w, block_b), values)
         components.extend(model_rows)
         formula_total = total
-        declared = sum(math.prod(s) for s in model_parameter_shapes(config).values())
-        arrays_total = declared + (sum(arrays.values()) - sum(math.prod(s) for s in
-                                   block_parameter_shapes(config.block).values())) * config.model.n_layers
-        method = ("arrays of one block, declared shapes of the rest" if method == "arrays"
-                  else "declared shapes (nothing allocated)")
+        arrays_total = sum(math.prod(s) for s in model_parameter_shapes(config).values())
 
-    reconciled = Reconciliation(formula_total, arrays_total, method, tuple(mismatches))
+    reconciled = Reconciliation(formula_total, arrays_total, DECLARED, tuple(mismatches))
     return ParameterCount(config, tuple(components), per_block, total, non_embedding, reconciled)
 
 
@@ -304,22 +299,6 @@ def _model_rows(config: Config, block: tuple[Poly, Poly],
 def _shapes_text(keys: tuple[str, ...], b: BlockConfig) -> str:
     shapes = block_parameter_shapes(b)
     return " + ".join(str(shapes[k]) for k in keys if k in shapes)
-
-
-def _block_arrays(config: Config, limit: int) -> dict[str, int] | None:
-    """Sizes of the arrays a real block creates, or None when the block is too large to build here."""
-    if sum(math.prod(s) for s in block_parameter_shapes(config.block).values()) > limit:
-        return None
-    import numpy as np  # only when a block is really built
-
-    from blockcli.block import DecoderBlock
-
-    # The block is built from arrays allocated to the declared shapes but never filled (np.zeros maps
-    # untouched pages): what is counted is what the block makes of them, with no time spent drawing
-    # random values that the count does not need.
-    zeros = {k: np.zeros(s, dtype=np.float32) for k, s in block_parameter_shapes(config.block).items()}
-    block = DecoderBlock(config.block, zeros)
-    return {k: v.size for k, v in block.params.items()}
 
 
 # ----------------------------------------------------------------------------- budgets for CI
