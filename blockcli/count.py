@@ -36,7 +36,8 @@ def evaluate(poly: Poly, values: Mapping[str, int]) -> int:
     return sum(c * math.prod(values[s] for s in mono) for mono, c in poly.items())
 
 
-_ORDER = {"L": 0, "V": 1, "P": 2, "d": 3, "h": 4, "h_kv": 5, "d_h": 6, "d_ff": 7}
+_ORDER = {"L": 0, "V": 1, "P": 2, "E": 3, "k": 4, "d": 5, "h": 6, "h_kv": 7, "d_h": 8, "d_ff": 9, "d_e": 10,
+          "d_s": 11}
 
 
 def render(poly: Poly) -> str:
@@ -63,10 +64,15 @@ class Component:
     expression: str
     keys: tuple[str, ...] = ()  # the parameter names this row covers
     kind: str = "tensor"  # tensor | subtotal | total | tied
+    active: int | None = None  # of `count`, what one token uses (a mixture's k of E experts); None: all of it
 
     @property
     def count(self) -> int:
         return self.weights + self.biases
+
+    @property
+    def active_count(self) -> int:
+        return self.count if self.active is None else self.active
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,11 @@ class ParameterCount:
     non_embedding: int
     reconciled: Reconciliation
     checkpoint: dict | None = None  # the checkpoint's files, when reconciled with one
+    active: int = 0  # parameters one token uses: all but the routed experts it is not sent to (0: `total`)
+
+    @property
+    def active_total(self) -> int:
+        return self.active or self.total
 
     @property
     def n_layers(self) -> int:
@@ -103,6 +114,8 @@ def symbol_values(config: Config | BlockConfig) -> dict[str, int]:
     b = config.block if isinstance(config, Config) else config
     m = config.model if isinstance(config, Config) else None
     values = {"d": b.d_model, "h": b.n_heads, "h_kv": b.n_kv_heads, "d_h": b.head_dim, "d_ff": b.d_ff}
+    if b.moe is not None:
+        values.update(E=b.moe.n_experts, k=b.moe.top_k, d_e=b.moe.d_expert, d_s=b.moe.d_shared)
     if m is not None:
         values.update(V=m.vocab_size, L=m.n_layers, P=m.max_positions + m.position_offset)
     return values
@@ -117,6 +130,7 @@ class Row:
     weights: Poly
     biases: Poly
     keys: tuple[str, ...]
+    active: Poly | None = None  # the weights one token uses, when not all of them (routed experts: k of E)
 
 
 def block_formula(b: BlockConfig) -> list[Row]:
@@ -152,6 +166,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
                             (f"{letter}_norm_gamma", f"{letter}_norm_beta")))
     if b.placement != "parallel_shared":  # a shared norm: attention and MLP both read LN1's output
         rows.append(norm("ln2", f"{_norm_name(b)} 2"))
+    if b.moe is not None:
+        return rows + moe_formula(b)
     mlp_bias = b.bias.mlp
     rows.append(Row("mlp.1", "MLP gate (w_1, activated)" if b.gated else "MLP expansion",
                     term(1, "d", "d_ff"), term(1, "d_ff") if mlp_bias else no, ("w_1", "b_1")))
@@ -160,6 +176,27 @@ def block_formula(b: BlockConfig) -> list[Row]:
                         ("w_3", "b_3")))
     rows.append(Row("mlp.2", "MLP contraction", term(1, "d", "d_ff"), term(1, "d") if mlp_bias else no,
                     ("w_2", "b_2")))
+    return rows
+
+
+def moe_formula(b: BlockConfig) -> list[Row]:
+    """A mixture of experts: router d·E (+ E selection bias), E experts of (2 or 3)·d·d_e of which a
+    token uses k, the shared expert (2 or 3)·d·d_s and its d-wide gate."""
+    moe = b.moe
+    assert moe is not None
+    matrices = 3 if b.gated else 2
+    names = ("w_1", "w_3", "w_2") if b.gated else ("w_1", "w_2")
+    rows = [Row("mlp.router", "router", term(1, "d", "E"), term(1, "E") if moe.selection_bias else Poly(),
+                ("router", "router_bias")),
+            Row("mlp.experts", f"{moe.n_experts} routed experts (top-{moe.top_k} per token)",
+                term(matrices, "E", "d", "d_e"), Poly(),
+                tuple(f"experts.{e}.{n}" for e in range(moe.n_experts) for n in names),
+                active=term(matrices, "k", "d", "d_e"))]
+    if moe.d_shared:
+        rows.append(Row("mlp.shared", "shared expert", term(matrices, "d", "d_s"), Poly(),
+                        tuple(f"shared_{n}" for n in names)))
+        if moe.shared_gate:
+            rows.append(Row("mlp.shared_gate", "shared expert gate", term(1, "d"), Poly(), ("shared_gate",)))
     return rows
 
 
@@ -191,13 +228,18 @@ def count_parameters(config: Config, formula: Formula = block_formula, checkpoin
     mismatches: list[str] = []
     groups = {"attn": (Poly(), Poly()), "mlp": (Poly(), Poly()), "ln": (Poly(), Poly())}
     block_w, block_b = Poly(), Poly()
+    unused = {"mlp": 0, "block": 0}  # weights of the routed experts a token is not sent to
     for row in rows:
         w, bias = evaluate(row.weights, values), evaluate(row.biases, values)
+        active = None if row.active is None else evaluate(row.active, values) + bias
+        if active is not None:
+            unused["mlp"] += w + bias - active
+            unused["block"] += w + bias - active
         measured = sum(arrays.get(k, 0) for k in row.keys)
         if measured != w + bias:
             mismatches.append(f"{row.name}: formula {w + bias:,} vs arrays {measured:,}")
         components.append(Component(row.name, row.label, _shapes_text(row.keys, config.block), w, bias,
-                                    render(row.weights + row.biases), row.keys))
+                                    render(row.weights + row.biases), row.keys, active=active))
         group_w, group_b = groups["ln" if row.name.startswith("ln") else row.name.split(".")[0]]
         for poly in (group_w, block_w):
             poly.update(row.weights)
@@ -213,19 +255,23 @@ def count_parameters(config: Config, formula: Formula = block_formula, checkpoin
                                    ("norms", "two norms" if any(r.name == "ln2" for r in rows) else "one norm",
                                     groups["ln"]),
                                    ("block", "block total", (block_w, block_b))):
+        count = evaluate(w, values) + evaluate(bias, values)
         components.append(Component(name, label, "", evaluate(w, values), evaluate(bias, values),
-                                    render(w + bias), kind="total" if name == "block" else "subtotal"))
+                                    render(w + bias), kind="total" if name == "block" else "subtotal",
+                                    active=count - unused[name] if unused.get(name) else None))
 
     total, non_embedding = per_block, per_block
     formula_total, arrays_total = per_block, sum(arrays.values())
     if config.model is not None:
-        model_rows, total, non_embedding = _model_rows(config, (block_w, block_b), values)
+        model_rows, total, non_embedding = _model_rows(config, (block_w, block_b), values, unused["block"])
         components.extend(model_rows)
         formula_total = total
         arrays_total = sum(math.prod(s) for s in model_parameter_shapes(config).values())
 
     reconciled = Reconciliation(formula_total, arrays_total, DECLARED, tuple(mismatches))
-    return ParameterCount(config, tuple(components), per_block, total, non_embedding, reconciled)
+    active = total - unused["block"] * (config.model.n_layers if config.model else 1)
+    return ParameterCount(config, tuple(components), per_block, total, non_embedding, reconciled,
+                          active=active if unused["block"] else 0)
 
 
 def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[str, int],
@@ -254,11 +300,12 @@ def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[s
     mismatches.extend(f"{k}: stored tensor not in the formula" for k in stored if k not in covered)
     reconciled = Reconciliation(result.total, sum(stored.values()), "checkpoint", tuple(mismatches))
     return ParameterCount(config, result.components, result.per_block, result.total, result.non_embedding,
-                          reconciled, dict(info))
+                          reconciled, dict(info), result.active)
 
 
-def _model_rows(config: Config, block: tuple[Poly, Poly],
-                values: Mapping[str, int]) -> tuple[list[Component], int, int]:
+def _model_rows(config: Config, block: tuple[Poly, Poly], values: Mapping[str, int],
+                unused: int = 0) -> tuple[list[Component], int, int]:
+    """The model-level rows; `unused`: one block's parameters a token does not use (routed experts)."""
     m, b = config.model, config.block
     assert m is not None
     block_poly = block[0] + block[1]
@@ -273,7 +320,8 @@ def _model_rows(config: Config, block: tuple[Poly, Poly],
         note = "P·d" if not m.position_offset else f"P·d (P = {m.max_positions:,} + offset {m.position_offset})"
         rows.append(Component("embed.positions", "position embedding", str((P, d)), pos, 0, note, ("wpe",)))
     rows.append(Component("blocks", f"{m.n_layers} blocks", f"{m.n_layers} × block", block_w, block_b,
-                          f"L·({render(block_poly)})", kind="subtotal"))
+                          f"L·({render(block_poly)})", kind="subtotal",
+                          active=block_w + block_b - unused * m.n_layers if unused else None))
     if m.final_norm:
         shift = d if b.bias.norm else 0
         rows.append(Component("final_norm", f"final {_norm_name(b)}", str((d,)) + (f" + {(d,)}" if shift else ""),
@@ -290,7 +338,8 @@ def _model_rows(config: Config, block: tuple[Poly, Poly],
     biases = sum(r.biases for r in rows)
     total = weights + biases
     embeddings = m.vocab_size * d + pos
-    rows.append(Component("total", "model total", "", weights, biases, "", kind="total"))
+    rows.append(Component("total", "model total", "", weights, biases, "", kind="total",
+                          active=total - unused * m.n_layers if unused else None))
     rows.append(Component("non_embedding", "non-embedding total", "", weights - embeddings, biases,
                           "total − token − position embeddings", kind="total"))
     return rows, total, total - embeddings
@@ -298,6 +347,9 @@ def _model_rows(config: Config, block: tuple[Poly, Poly],
 
 def _shapes_text(keys: tuple[str, ...], b: BlockConfig) -> str:
     shapes = block_parameter_shapes(b)
+    if b.moe is not None and keys and keys[0].startswith("experts."):  # E experts of the same shapes
+        first = [k for k in keys if k.startswith("experts.0.")]
+        return f"{b.moe.n_experts} × (" + " + ".join(str(shapes[k]) for k in first) + ")"
     return " + ".join(str(shapes[k]) for k in keys if k in shapes)
 
 

@@ -171,6 +171,24 @@ BLOCK_CASES = {
     "residual_multiplier_parallel_shared": block_dict(placement="parallel_shared", residual_multiplier=1.3),
     "residual_multiplier_post_and_scale": block_dict(placement="post", residual_multiplier=1.3,
                                                      attention_scale=0.2),
+    # mixtures of experts, one per routing variant (the experts' outputs differ, so the routing matters)
+    "moe_mixtral": block_dict(norm="rmsnorm", bias=False, activation="swiglu",
+                              moe={"n_experts": 4, "top_k": 2, "d_expert": 8, "renormalize": True}),
+    "moe_qwen2_shared_gate": block_dict(norm="rmsnorm", bias={"qkv": True, "out": False, "mlp": False, "norm": False},
+                                        activation="swiglu",
+                                        moe={"n_experts": 6, "top_k": 2, "d_expert": 5, "d_shared": 7,
+                                             "shared_gate": True}),
+    "moe_topk_softmax_gelu": block_dict(bias={"qkv": True, "out": True, "mlp": False, "norm": True},
+                                        moe={"n_experts": 3, "top_k": 2, "d_expert": 6, "order": "topk_softmax"}),
+    "moe_deepseek_v3": block_dict(norm="rmsnorm", bias=False, activation="swiglu",
+                                  moe={"n_experts": 8, "top_k": 3, "d_expert": 4, "scoring": "sigmoid",
+                                       "renormalize": True, "routed_scaling": 2.5, "n_groups": 4,
+                                       "top_groups": 2, "group_score": "top2_sum", "selection_bias": True,
+                                       "d_shared": 8}),
+    "moe_deepseek_v2_groups": block_dict(norm="rmsnorm", bias=False, activation="swiglu", placement="parallel",
+                                         moe={"n_experts": 6, "top_k": 2, "d_expert": 4, "routed_scaling": 1.5,
+                                              "n_groups": 3, "top_groups": 1, "d_shared": 4}),
+    "moe_top1_of_1": block_dict(bias=False, moe={"n_experts": 1, "top_k": 1, "d_expert": 9}),
 }
 
 
