@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from blockcli.block import DecoderBlock, KVCache
-from blockcli.config import load_config
+from blockcli.sources import load_config
 
 
 class ConcatCache(KVCache):

@@ -47,7 +47,7 @@ AllowFieldOpt = Annotated[Optional[list[str]], typer.Option(
 
 def loaded(source: Optional[str], allow_field: Optional[list[str]]) -> Any:
     """load_config with --allow-field, its notes on stderr."""
-    from blockcli.config import load_config
+    from blockcli.sources import load_config
 
     cfg = load_config(source, tuple(allow_field or ()))
     for text in cfg.notes:
@@ -332,7 +332,8 @@ def presets(json_out: JsonOpt = False) -> None:
     """List the packaged model presets, with a one-line description and the source of each."""
 
     def body() -> int:
-        from blockcli.config import load_config, preset_names
+        from blockcli.config import preset_names
+        from blockcli.sources import load_config
 
         rows = []
         for name in preset_names():
@@ -696,7 +697,7 @@ def convert(
             check_writable(output, force, "--output")
         source = hf_config
         if source.is_dir() or source.suffix.lower() == ".safetensors":
-            from blockcli.config import model_folder_config
+            from blockcli.sources import model_folder_config
 
             source = model_folder_config(source)
         mapping, cfg = read_hf(source, tuple(allow_field or ()))

@@ -227,47 +227,23 @@ def _read_preset(name: str) -> str:
     return resources.files("blockcli.presets").joinpath(f"{name}.yaml").read_text("utf-8")
 
 
-def load_config(source: str | Path | Mapping[str, Any] | None = None, allow_fields: tuple[str, ...] = ()) -> Config:
-    """Load a config from a YAML path, a preset name, a Hugging Face config.json or model folder
-    (its config.json; also for a .safetensors file beside one), or a mapping.
+def load_yaml_config(source: str) -> Config:
+    """A config from a preset name, a YAML file, or `-` (YAML on standard input).
 
-    None gives the built-in default: the reference chapter's block (d=512, h=8, d_ff=2048).
-    `allow_fields` names config.json fields to accept unchecked (the user's risk; noted in `notes`).
+    blockcli.sources.load_config is the entry point for every kind of source; this is its YAML part.
     """
-    if source is None:
-        return parse_config({}, name="default")
-    if isinstance(source, Mapping):
-        return parse_config(source, name="<mapping>")
-    text_source = str(source)
-    path = Path(text_source)
-    if path.is_dir() or path.suffix.lower() == ".safetensors":  # a model folder, or weights beside config.json
-        path = model_folder_config(path)
-    if path.suffix.lower() == ".json":
-        from blockcli.hf import config_from_hf  # lazy: only for HF configs
-
-        return config_from_hf(path, allow_fields)
-    if text_source == "-":
+    path = Path(source)
+    if source == "-":
         return parse_config(_parse_yaml(read_text_file(path), "<stdin>"), name="<stdin>")
-    looks_like_path = (path.suffix.lower() in (".yaml", ".yml") or "/" in text_source or path.exists()
+    looks_like_path = (path.suffix.lower() in (".yaml", ".yml") or "/" in source or path.exists()
                        or path.is_symlink())  # a dangling link or a link loop is a path too
     if not looks_like_path:
-        if text_source in preset_names():
-            return parse_config(_parse_yaml(_read_preset(text_source), text_source), name=text_source)
-        close = difflib.get_close_matches(text_source, preset_names(), n=1)
+        if source in preset_names():
+            return parse_config(_parse_yaml(_read_preset(source), source), name=source)
+        close = difflib.get_close_matches(source, preset_names(), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else "; run 'blockcli presets' to list them"
-        raise ConfigError(f"{text_source}: no such file or preset{hint}")
+        raise ConfigError(f"{source}: no such file or preset{hint}")
     return parse_config(_parse_yaml(read_text_file(path), str(path)), name=str(path))
-
-
-def model_folder_config(path: Path) -> Path:
-    """The config.json that describes a model folder or a .safetensors file beside it."""
-    folder = path if path.is_dir() else path.parent
-    config = folder / "config.json"
-    if not config.is_file():
-        what = "model folder" if path.is_dir() else "safetensors file"
-        raise ConfigError(f"{path}: a {what} needs the model's config.json beside its weights "
-                          f"(none in {folder}); a YAML config is a file")
-    return config
 
 
 @contextmanager

@@ -11,6 +11,8 @@ import io
 import json
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from blockcli.units import human_bytes
+
 if TYPE_CHECKING:  # rich and the NumPy-based modules load only when a table is drawn
     from rich.console import Group
     from rich.table import Table
@@ -58,13 +60,6 @@ def human(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.3g}{unit}"
     return f"{n:g}"
-
-
-def human_bytes(n: float) -> str:
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{int(n)} B"
 
 
 # ----------------------------------------------------------------------------- count

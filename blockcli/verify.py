@@ -26,6 +26,7 @@ from blockcli.config import BlockConfig, Config, InputError, open_regular
 from blockcli.count import Formula, block_formula, evaluate, symbol_values
 from blockcli.ops import STANDARD_OPS, Ops, apply_rope, rope_tables
 from blockcli.reference import reference_block
+from blockcli.subject import Subject, SubjectError
 
 NAMES = {
     1: "d_model divisible by n_heads (n_heads by n_kv_heads)",
@@ -118,23 +119,6 @@ class Report:
 
 class Skip(Exception):
     """A check that cannot run on this subject; the message says why (reported as SKIP, never PASS)."""
-
-
-@dataclass
-class Subject:
-    """What is being verified: blockcli's own block, a seeded bug, or a user's implementation."""
-
-    forward: Callable[[np.ndarray], np.ndarray]  # x (B, T, d) float64 → y (B, T, d)
-    weights: dict[str, np.ndarray]  # the weights it was built from, under blockcli's keys
-    intermediates: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None  # None: a black box
-    parameters: Callable[[], dict[str, np.ndarray]] | None = None  # the arrays it exposes, if any
-    forward32: Callable[[np.ndarray], np.ndarray] | None = None  # the same subject in float32
-    block: DecoderBlock | None = None  # set when the subject is blockcli's block (or a seeded bug)
-    # the same subject built again on other weights (the stability probe of item 17); None: cannot be rebuilt
-    rebuild: Callable[[dict[str, np.ndarray]], Callable[[np.ndarray], np.ndarray]] | None = None
-    notes: list[str] = field(default_factory=list)  # how the subject was adapted (per sequence, torch, …)
-    torch: bool = False  # a torch.nn.Module: its intermediates come from forward hooks on its submodules
-    unused: dict[str, str] = field(default_factory=dict)  # weight key → the filled submodule that never ran
 
 
 def block_subject(block: DecoderBlock) -> Subject:
@@ -727,7 +711,7 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
     if impl is None:
         subject = block_subject(DecoderBlock(cfg.block, params, ops, attention="full"))
     else:
-        from blockcli.impl import impl_subject
+        from blockcli.impl import impl_subject  # lazy: loading users' modules is only for --impl
 
         subject = impl_subject(impl, params, cfg, timeout, per_sequence=per_sequence, weights_map=weights_map)
     x = np.random.default_rng(cfg.run.seed + 1).standard_normal((cfg.run.batch, cfg.run.seq_len, cfg.block.d_model))
@@ -736,15 +720,6 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
     report.checks = run_checks(subject, cfg.block, x, formula, selected, report, rtol, atol)
     report.notes.extend(subject.notes)
     return report
-
-
-class SubjectError(Exception):
-    """The subject itself failed (raised, exited, timed out, changed its input, returned the wrong thing); the
-    message says how, and `traceback` holds the user's traceback when there is one."""
-
-    def __init__(self, message: str, traceback: str = "") -> None:
-        super().__init__(message)
-        self.traceback = traceback
 
 
 def run_checks(subject: Subject, cfg: BlockConfig, x: np.ndarray, formula: Formula, selected: Iterable[int],

@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from blockcli.block import DecoderBlock, Model
 from blockcli.cli import app
-from blockcli.config import load_config, parse_config
+from blockcli.config import parse_config
+from blockcli.sources import load_config
 from blockcli.count import count_parameters, parse_amount
 from conftest import CONFIGS
 from strategies import block_mappings

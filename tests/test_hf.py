@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from blockcli.config import ConfigError, load_config
+from blockcli.config import ConfigError
+from blockcli.sources import load_config
 from blockcli.count import count_parameters
 from blockcli.hf import config_from_hf, hf_to_mapping, to_yaml
 from conftest import config_error_message

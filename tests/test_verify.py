@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from typer.testing import CliRunner
 
 from blockcli.cli import app
-from blockcli.config import load_config, parse_config
+from blockcli.config import parse_config
+from blockcli.sources import load_config
 from blockcli.mutants import MUTANTS
 from blockcli.verify import NAMES, verify
 from conftest import CONFIGS
