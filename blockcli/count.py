@@ -37,7 +37,9 @@ def evaluate(poly: Poly, values: Mapping[str, int]) -> int:
 
 
 _ORDER = {"L": 0, "V": 1, "P": 2, "E": 3, "k": 4, "d": 5, "h": 6, "h_kv": 7, "d_h": 8, "d_ff": 9, "d_e": 10,
-          "d_s": 11}
+          "d_s": 11,
+          # latent attention: query and K/V latent ranks, per-head widths without / with RoPE, values
+          "r_q": 12, "r_kv": 13, "d_nope": 14, "d_rope": 15, "d_v": 16}
 
 
 def render(poly: Poly) -> str:
@@ -116,6 +118,9 @@ def symbol_values(config: Config | BlockConfig) -> dict[str, int]:
     values = {"d": b.d_model, "h": b.n_heads, "h_kv": b.n_kv_heads, "d_h": b.head_dim, "d_ff": b.d_ff}
     if b.moe is not None:
         values.update(E=b.moe.n_experts, k=b.moe.top_k, d_e=b.moe.d_expert, d_s=b.moe.d_shared)
+    if b.mla is not None:
+        values.update(r_q=b.mla.q_lora_rank, r_kv=b.mla.kv_lora_rank, d_nope=b.mla.qk_nope_head_dim,
+                      d_rope=b.mla.qk_rope_head_dim, d_v=b.mla.v_head_dim)
     if m is not None:
         values.update(V=m.vocab_size, L=m.n_layers, P=m.max_positions + m.position_offset)
     return values
@@ -152,11 +157,16 @@ def block_formula(b: BlockConfig) -> list[Row]:
     rows = [
         norm("ln1", f"{_norm_name(b)} 1" if b.placement != "parallel_shared" else
              f"{_norm_name(b)} (shared by attention and MLP)"),
-        proj("attn.q", "Q projection", q_width, b.bias.qkv),
-        proj("attn.k", "K projection", kv_width, b.bias.qkv),
-        proj("attn.v", "V projection", kv_width, b.bias.qkv),
-        proj("attn.o", "output projection W_O", q_width, b.bias.out, out=True),
     ]
+    if b.mla is not None:
+        rows.extend(_latent_attention_rows(b))
+    else:
+        rows.extend([
+            proj("attn.q", "Q projection", q_width, b.bias.qkv),
+            proj("attn.k", "K projection", kv_width, b.bias.qkv),
+            proj("attn.v", "V projection", kv_width, b.bias.qkv),
+            proj("attn.o", "output projection W_O", q_width, b.bias.out, out=True),
+        ])
     if b.qk_norm != "none":  # a scale (and shift) per feature of each head, or of the whole projection
         for letter, width in (("q", q_width), ("k", kv_width)):
             features = ("d_h",) if b.qk_norm == "head" else width
@@ -197,6 +207,39 @@ def moe_formula(b: BlockConfig) -> list[Row]:
                         tuple(f"shared_{n}" for n in names)))
         if moe.shared_gate:
             rows.append(Row("mlp.shared_gate", "shared expert gate", term(1, "d"), Poly(), ("shared_gate",)))
+    return rows
+
+
+def _latent_attention_rows(b: BlockConfig) -> list[Row]:
+    """Multi-head latent attention (DeepSeek-V2 §2.1): every head's query is d_nope + d_rope wide,
+    its key the same (d_nope from the latent, d_rope shared), its value d_v. The two down-projections
+    carry block.bias.qkv's bias; the up-projections have none."""
+    no, m = Poly(), b.mla
+    assert m is not None
+    per_head_qk = term(1, "h", "d_nope") + term(1, "h", "d_rope")
+
+    def latent_norm(name: str, label: str, rank: str) -> Row:
+        return Row(f"attn.{name}", label, term(1, rank), term(1, rank) if b.bias.norm else no,
+                   (f"{name}_gamma", f"{name}_beta"))
+
+    rows = []
+    if m.q_lora_rank:
+        rows += [Row("attn.q_a", "Q down-projection to its latent", term(1, "d", "r_q"),
+                     term(1, "r_q") if b.bias.qkv else no, ("w_q_a", "b_q_a")),
+                 latent_norm("q_a_norm", f"Q latent {_norm_name(b)}", "r_q"),
+                 Row("attn.q_b", "Q up-projection (every head's d_nope + d_rope)",
+                     Poly({tuple(sorted(("r_q",) + k)): c for k, c in per_head_qk.items()}), no, ("w_q_b",))]
+    else:
+        rows.append(Row("attn.q", "Q projection (every head's d_nope + d_rope)",
+                        Poly({tuple(sorted(("d",) + k)): c for k, c in per_head_qk.items()}), no, ("w_q",)))
+    rows += [Row("attn.kv_a", "K/V down-projection (latent r_kv + shared RoPE key d_rope)",
+                 term(1, "d", "r_kv") + term(1, "d", "d_rope"),
+                 term(1, "r_kv") + term(1, "d_rope") if b.bias.qkv else no, ("w_kv_a", "b_kv_a")),
+             latent_norm("kv_a_norm", f"K/V latent {_norm_name(b)}", "r_kv"),
+             Row("attn.kv_b", "K/V up-projection (every head's K d_nope and V d_v)",
+                 term(1, "r_kv", "h", "d_nope") + term(1, "r_kv", "h", "d_v"), no, ("w_kv_b",)),
+             Row("attn.o", "output projection W_O", term(1, "h", "d_v", "d"), term(1, "d") if b.bias.out else no,
+                 ("w_o", "b_o"))]
     return rows
 
 

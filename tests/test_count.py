@@ -109,9 +109,9 @@ def test_a_block_holds_exactly_the_declared_shapes_count_reconciles_with():
     wrong_shape = {**params, "w_k": params["w_k"][:, :-1]}
     missing = {k: v for k, v in params.items() if k != "w_3"}
     extra = {**params, "w_extra": params["w_1"]}
-    for given, named in ((wrong_shape, "w_k"), (missing, "w_3"), (extra, "w_extra")):
+    for weights, named in ((wrong_shape, "w_k"), (missing, "w_3"), (extra, "w_extra")):
         with pytest.raises(InputError, match=named):
-            DecoderBlock(cfg.block, given)
+            DecoderBlock(cfg.block, weights)
 
 
 NO_NUMPY_RUN = """
