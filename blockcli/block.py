@@ -680,7 +680,7 @@ class Model:
         for i in range(model.n_layers):
             prefix = f"blocks.{i}."
             p = {k[len(prefix):]: v for k, v in self.params.items() if k.startswith(prefix)}
-            block = DecoderBlock(self.config.block, p, self.ops, self.attention)
+            block = DecoderBlock(self.config.layer_block(i), p, self.ops, self.attention)
             self.params.update({prefix + k: v for k, v in block.params.items()})  # share, never copy
             self.blocks.append(block)
         b = self.config.block

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
-from blockcli.config import BlockConfig, Config
+from blockcli.config import BlockConfig, Config, LayerGroup, layer_list
 from blockcli.shapes import block_parameter_shapes, model_parameter_shapes
 
 # A polynomial: monomial (sorted tuple of symbols) → integer coefficient.
@@ -60,6 +60,7 @@ class Component:
     expression: str
     keys: tuple[str, ...] = ()  # the parameter names this row covers
     kind: str = "tensor"  # tensor | subtotal | total | tied
+    group: int | None = None  # when layers differ: which of `ParameterCount.groups` a block row describes
 
     @property
     def count(self) -> int:
@@ -87,6 +88,12 @@ class ParameterCount:
     non_embedding: int
     reconciled: Reconciliation
     checkpoint: dict | None = None  # the checkpoint's files, when reconciled with one
+    groups: tuple[LayerGroup, ...] = ()  # the layers grouped by identical blocks (one group when all alike)
+    group_counts: tuple[int, ...] = ()  # one block of each group
+
+    @property
+    def layers_differ(self) -> bool:
+        return len(self.groups) > 1
 
     @property
     def n_layers(self) -> int:
@@ -181,22 +188,62 @@ def count_parameters(config: Config, formula: Formula = block_formula,
     """
     if checkpoint is not None:
         return _with_checkpoint(count_parameters(config, formula, 0), formula, checkpoint, checkpoint_info or {})
+    groups = config.layer_groups()
+    components: list[Component] = []
+    mismatches: list[str] = []
+    polys: list[tuple[Poly, Poly]] = []
+    per_group: list[int] = []
+    arrays_total, declared_blocks, method = 0, 0, "arrays"
+    for index, group in enumerate(groups):
+        one = config.for_layer(group.layers[0])
+        tag = f"{layer_list(group.layers)}: " if len(groups) > 1 else ""
+        rows_, (block_w, block_b), arrays, built = _block_rows(one, formula, allocate_limit, mismatches, tag)
+        if not built:
+            method = "declared shapes (nothing allocated)"
+        n = len(group.layers) if config.model else 1
+        arrays_total += n * sum(arrays.values())
+        declared_blocks += n * sum(math.prod(s) for s in block_parameter_shapes(one.block).values())
+        polys.append((block_w, block_b))
+        per_group.append(evaluate(block_w + block_b, symbol_values(one)))
+        grouped = index if len(groups) > 1 else None
+        components.extend(replace(c, group=grouped) for c in rows_)
+    values = symbol_values(config)
+    per_block = per_group[0]
+
+    total, non_embedding = per_block, per_block
+    formula_total = per_block
+    if config.model is not None:
+        model_rows, total, non_embedding = _model_rows(config, groups, polys, per_group)
+        components.extend(model_rows)
+        formula_total = total
+        declared = sum(math.prod(s) for s in model_parameter_shapes(config).values())
+        arrays_total += declared - declared_blocks
+        method = ("arrays of one block, declared shapes of the rest" if method == "arrays"
+                  else "declared shapes (nothing allocated)")
+
+    reconciled = Reconciliation(formula_total, arrays_total, method, tuple(mismatches))
+    return ParameterCount(config, tuple(components), per_block, total, non_embedding, reconciled,
+                          groups=tuple(groups), group_counts=tuple(per_group))
+
+
+def _block_rows(config: Config, formula: Formula, allocate_limit: int, mismatches: list[str],
+                tag: str) -> tuple[list[Component], tuple[Poly, Poly], dict[str, int], bool]:
+    """One block's rows and subtotals, its (weights, biases) polynomials, and the arrays it was reconciled
+    with (and whether they were really built); mismatches are appended, prefixed with `tag`."""
     values = symbol_values(config)
     rows = formula(config.block)
     arrays = _block_arrays(config, allocate_limit)
-    method = "arrays" if arrays is not None else "declared shapes (nothing allocated)"
+    built = arrays is not None
     if arrays is None:
         arrays = {k: math.prod(s) for k, s in block_parameter_shapes(config.block).items()}
-
     components: list[Component] = []
-    mismatches: list[str] = []
     groups = {"attn": (Poly(), Poly()), "mlp": (Poly(), Poly()), "ln": (Poly(), Poly())}
     block_w, block_b = Poly(), Poly()
     for row in rows:
         w, bias = evaluate(row.weights, values), evaluate(row.biases, values)
         measured = sum(arrays.get(k, 0) for k in row.keys)
         if measured != w + bias:
-            mismatches.append(f"{row.name}: formula {w + bias:,} vs arrays {measured:,}")
+            mismatches.append(f"{tag}{row.name}: formula {w + bias:,} vs arrays {measured:,}")
         components.append(Component(row.name, row.label, _shapes_text(row.keys, config.block), w, bias,
                                     render(row.weights + row.biases), row.keys))
         group_w, group_b = groups["ln" if row.name.startswith("ln") else row.name.split(".")[0]]
@@ -206,9 +253,7 @@ def count_parameters(config: Config, formula: Formula = block_formula,
             poly.update(row.biases)
 
     covered = {k for row in rows for k in row.keys}
-    mismatches.extend(f"{k}: array not in the formula" for k in arrays if k not in covered)
-    block_poly = block_w + block_b
-    per_block = evaluate(block_poly, values)
+    mismatches.extend(f"{tag}{k}: array not in the formula" for k in arrays if k not in covered)
     for name, label, (w, bias) in (("attention", "attention (Q, K, V, O)", groups["attn"]),
                                    ("mlp", "MLP", groups["mlp"]),
                                    ("norms", "two norms" if any(r.name == "ln2" for r in rows) else "one norm",
@@ -216,21 +261,7 @@ def count_parameters(config: Config, formula: Formula = block_formula,
                                    ("block", "block total", (block_w, block_b))):
         components.append(Component(name, label, "", evaluate(w, values), evaluate(bias, values),
                                     render(w + bias), kind="total" if name == "block" else "subtotal"))
-
-    total, non_embedding = per_block, per_block
-    formula_total, arrays_total = per_block, sum(arrays.values())
-    if config.model is not None:
-        model_rows, total, non_embedding = _model_rows(config, (block_w, block_b), values)
-        components.extend(model_rows)
-        formula_total = total
-        declared = sum(math.prod(s) for s in model_parameter_shapes(config).values())
-        arrays_total = declared + (sum(arrays.values()) - sum(math.prod(s) for s in
-                                   block_parameter_shapes(config.block).values())) * config.model.n_layers
-        method = ("arrays of one block, declared shapes of the rest" if method == "arrays"
-                  else "declared shapes (nothing allocated)")
-
-    reconciled = Reconciliation(formula_total, arrays_total, method, tuple(mismatches))
-    return ParameterCount(config, tuple(components), per_block, total, non_embedding, reconciled)
+    return components, (block_w, block_b), arrays, built
 
 
 def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[str, int],
@@ -242,9 +273,10 @@ def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[s
     values = symbol_values(config)
     mismatches: list[str] = []
     covered: set[str] = set()
-    for row in formula(config.block):
-        expected = evaluate(row.weights + row.biases, values)
-        for i in range(config.model.n_layers):
+    for i in range(config.model.n_layers):  # each layer against its own block's rows
+        block = config.layer_block(i)
+        for row in formula(block):
+            expected = evaluate(row.weights + row.biases, symbol_values(block))
             keys = [f"blocks.{i}.{k}" for k in row.keys]
             covered.update(keys)
             found = sum(stored.get(k, 0) for k in keys)
@@ -258,16 +290,21 @@ def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[s
                 mismatches.append(f"{c.name}: formula {c.count:,} vs checkpoint {found:,}")
     mismatches.extend(f"{k}: stored tensor not in the formula" for k in stored if k not in covered)
     reconciled = Reconciliation(result.total, sum(stored.values()), "checkpoint", tuple(mismatches))
-    return ParameterCount(config, result.components, result.per_block, result.total, result.non_embedding,
-                          reconciled, dict(info))
+    return replace(result, reconciled=reconciled, checkpoint=dict(info))
 
 
-def _model_rows(config: Config, block: tuple[Poly, Poly],
-                values: Mapping[str, int]) -> tuple[list[Component], int, int]:
+def _model_rows(config: Config, groups: list[LayerGroup], polys: list[tuple[Poly, Poly]],
+                per_group: list[int]) -> tuple[list[Component], int, int]:
     m, b = config.model, config.block
     assert m is not None
-    block_poly = block[0] + block[1]
-    block_w, block_b = (evaluate(p, values) * m.n_layers for p in block)
+    block_w = block_b = 0
+    for group, (w, bias) in zip(groups, polys):
+        values = symbol_values(config.for_layer(group.layers[0]))
+        block_w += evaluate(w, values) * len(group.layers)
+        block_b += evaluate(bias, values) * len(group.layers)
+    alike = len({(render(w + bias), n) for (w, bias), n in zip(polys, per_group)}) == 1  # same formula, same value
+    expression = (f"L·({render(polys[0][0] + polys[0][1])})" if alike else  # symbols differ per group: numbers
+                  " + ".join(f"{len(g.layers)}·{n:,}" for g, n in zip(groups, per_group)))
     d = b.d_model
     rows = [Component("embed.tokens", "token embedding", str((m.vocab_size, d)),
                       m.vocab_size * d, 0, "V·d", ("wte",))]
@@ -277,8 +314,9 @@ def _model_rows(config: Config, block: tuple[Poly, Poly],
         pos = P * d
         note = "P·d" if not m.position_offset else f"P·d (P = {m.max_positions:,} + offset {m.position_offset})"
         rows.append(Component("embed.positions", "position embedding", str((P, d)), pos, 0, note, ("wpe",)))
-    rows.append(Component("blocks", f"{m.n_layers} blocks", f"{m.n_layers} × block", block_w, block_b,
-                          f"L·({render(block_poly)})", kind="subtotal"))
+    shape = (f"{m.n_layers} × block" if len(groups) == 1 else
+             " + ".join(f"{len(g.layers)} × block {i + 1}" for i, g in enumerate(groups)))
+    rows.append(Component("blocks", f"{m.n_layers} blocks", shape, block_w, block_b, expression, kind="subtotal"))
     if m.final_norm:
         shift = d if b.bias.norm else 0
         rows.append(Component("final_norm", f"final {_norm_name(b)}", str((d,)) + (f" + {(d,)}" if shift else ""),

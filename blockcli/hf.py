@@ -30,8 +30,10 @@ vocabulary, context length) have no default here: a config.json without them is 
 Sliding-window attention (Mistral `sliding_window`; Qwen2 with `use_sliding_window: true`; a
 `layer_types` list of `sliding_attention`) is modelled as `block.sliding_window`: each query sees
 the last W keys, itself included. A window at least `max_position_embeddings` wide can never bind
-and is dropped. A window on some layers only (Qwen2's `max_window_layers`, mixed `layer_types`)
-is an error: blockcli's layers are all alike.
+and is dropped. A window on some layers only (Qwen2/Qwen3's `max_window_layers`: layers i >=
+max_window_layers slide when `use_sliding_window` is on; a mixed `layer_types` list) becomes a
+per-layer override (`layers:`): the base block is layer 0's kind, the other kind's layers override
+`sliding_window`.
 
 Gemma multiplies token embeddings by sqrt(hidden_size) (`model.embedding_multiplier`) and its
 RMSNorm scales by (1 + w) (`block.norm_unit_offset`).
@@ -76,7 +78,7 @@ from dataclasses import replace
 from blockcli.config import MAX_SIZE, Config, ConfigError, parse_config, read_text_file
 
 RUN_DEFAULTS = {"batch": 1, "seq_len": 8, "dtype": "float32", "seed": 0}
-SECTION_ORDER = ("about", "block", "model", "run")
+SECTION_ORDER = ("about", "block", "model", "layers", "run")
 
 _MISSING = object()
 
@@ -177,7 +179,10 @@ def hf_to_mapping(data: Any, where: str, allow_fields: tuple[str, ...] = ()) -> 
     if fields.notes:
         description += "; " + "; ".join(fields.notes)
     about = {"description": description, "source": where}
-    return {"about": about, "block": block, "model": model, "run": run}
+    mapping = {"about": about, "block": block, "model": model, "run": run}
+    if fields.layers:
+        mapping["layers"] = fields.layers
+    return mapping
 
 
 def to_yaml(config_mapping: Mapping[str, Any], comment: str = "") -> str:
@@ -255,6 +260,7 @@ class _Fields:
         self.data, self.where, self.family = data, where, family
         self.used: set[str] = set()
         self.notes: list[str] = []
+        self.layers: list[dict[str, Any]] = []  # per-layer overrides ({indices, block}) the mapper found
 
     # -- errors
 
@@ -620,8 +626,8 @@ def _silu_gate(f: _Fields) -> str:
     return _gated_activation(f, "hidden_act", "silu")
 
 
-def _layer_types(f: _Fields, n_layers: int) -> bool | None:
-    """transformers >= 4.53 `layer_types`: whether the layers use sliding attention (None if absent)."""
+def _layer_types(f: _Fields, n_layers: int) -> list[bool] | None:
+    """transformers >= 4.53 `layer_types`: which layers use sliding attention (None if absent)."""
     types = f.raw("layer_types", None)
     if types is None:
         return None
@@ -630,10 +636,21 @@ def _layer_types(f: _Fields, n_layers: int) -> bool | None:
     for item in types:
         if item not in ("full_attention", "sliding_attention"):
             raise f.unrepresentable("layer_types", item, "blockcli's layers use full or sliding-window attention")
-    if len(set(types)) > 1:
-        raise f.unrepresentable("layer_types", types, "some layers slide and some do not; blockcli's layers are all "
-                                                      "alike")
-    return types[0] == "sliding_attention"
+    return [t == "sliding_attention" for t in types]
+
+
+def _sliding_layers(f: _Fields, block: dict, model: dict, sliding: list[bool], default: int | None = None) -> None:
+    """The window on the layers `sliding` marks: on the base block when layer 0 slides, and as
+    per-layer overrides (`layers:`) on the layers whose kind differs from layer 0's."""
+    _sliding(f, block, model, sliding[0], default)
+    if len(set(sliding)) == 1:
+        return
+    windowed: dict = {}
+    _sliding(f, windowed, model, True, default)
+    if not windowed:  # a window as wide as the context never binds: every layer is alike
+        return
+    others = [i for i, kind in enumerate(sliding) if kind != sliding[0]]
+    f.layers.append({"indices": others, "block": {"sliding_window": 0 if sliding[0] else windowed["sliding_window"]}})
 
 
 def _sliding(f: _Fields, block: dict, model: dict, active: bool, default: int | None = None) -> None:
@@ -686,14 +703,15 @@ def _qwen_window(f: _Fields, block: dict, model: dict) -> None:
     """Qwen2/Qwen3: `use_sliding_window` puts the window on layers max_window_layers and up."""
     use_window = f.bool("use_sliding_window", False)
     f.ignore("max_window_layers")  # read only when the window is on
-    sliding = _layer_types(f, model["n_layers"])
-    if sliding is None and use_window:
-        first = f.int("max_window_layers", 28, minimum=0)
-        if 0 < first < model["n_layers"]:
-            raise f.unrepresentable("max_window_layers", first, f"the window applies to layers {first} and up only; "
-                                                                f"blockcli's layers are all alike")
-        sliding = first == 0
-    _sliding(f, block, model, bool(sliding), default=4096)  # Qwen2Config/Qwen3Config: sliding_window 4096
+    n_layers = model["n_layers"]
+    # Qwen2Config/Qwen3Config: sliding_window is None unless use_sliding_window; layer_types defaults to
+    # sliding for the layers i >= max_window_layers; a layer slides only with a window
+    sliding = _layer_types(f, n_layers)
+    if sliding is None:
+        first = f.int("max_window_layers", 28, minimum=0) if use_window else n_layers
+        sliding = [i >= first for i in range(n_layers)]
+    sliding = [use_window and kind for kind in sliding]
+    _sliding_layers(f, block, model, sliding, default=4096)  # Qwen2Config/Qwen3Config: sliding_window 4096
 
 
 def _qwen3(f: _Fields) -> tuple[dict, dict]:
@@ -1103,6 +1121,13 @@ FAMILIES: dict[str, _Family] = {
 def _yaml_entry(key: Any, value: Any, indent: int) -> list[str]:
     pad = " " * indent
     name = _yaml_key(key)
+    if isinstance(value, list) and all(isinstance(v, Mapping) for v in value) and value:  # `layers:` entries
+        lines = [f"{pad}{name}:"]
+        for item in value:
+            entry = [line for k, v in item.items() for line in _yaml_entry(k, v, indent + 4)]
+            lines.append(f"{pad}  - {entry[0].lstrip()}")
+            lines.extend(entry[1:])
+        return lines
     if isinstance(value, Mapping):
         if not value:
             return [f"{pad}{name}: {{}}"]

@@ -65,8 +65,8 @@ def model_parameter_shapes(config: Config) -> dict[str, Shape]:
     shapes: dict[str, Shape] = {"wte": (model.vocab_size, d)}
     if model.positions == "learned":
         shapes["wpe"] = (model.max_positions + model.position_offset, d)
-    for i in range(model.n_layers):
-        shapes.update({f"blocks.{i}.{k}": s for k, s in block_parameter_shapes(block).items()})
+    for i in range(model.n_layers):  # each layer's own block (`layers:` overrides)
+        shapes.update({f"blocks.{i}.{k}": s for k, s in block_parameter_shapes(config.layer_block(i)).items()})
     if model.final_norm:
         shapes.update(norm_shapes("ln_f", d, block))
     if not model.tie_embeddings:

@@ -670,8 +670,20 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
            timeout: float = 60.0, rtol: float | None = None, atol: float | None = None, per_sequence: bool = False,
            weights_map: Any = None, layer: int | None = None) -> Report:
     """Build the subject (blockcli's block, a seeded bug, or a user's `impl`), run it, run the checks.
-    `layer` picks one block out of a whole model's weights."""
+    `layer` picks one block out of a whole model's weights, and that layer's block when layers differ
+    (default: layer 0's)."""
+    layer_note = []
+    if config.model is not None and config.layers_differ:
+        shown = layer or 0
+        layer_note.append(f"layers differ: verified layer {shown}'s block, {config.group_of(shown).describe()}"
+                          + ("; --layer N picks another" if layer is None else ""))
+        if layer is not None and not 0 <= layer < config.model.n_layers:
+            raise InputError(f"--layer {layer}: the model has layers 0..{config.model.n_layers - 1}")
+        config = config.for_layer(shown)
+        if weights is None:
+            layer = None  # the layer picks a block config; there are no weights to pick from
     cfg, notes = verification_config(config)
+    notes = layer_note + notes
     if weights is not None and any("scaled" in n for n in notes):
         if isinstance(weights, (str, Path)) and not is_checkpoint_path(Path(weights)):
             open_regular(Path(weights), ".npz archive").close()  # a missing or unreadable file is said first

@@ -16,8 +16,8 @@ block_param_shapes(block_cfg)       -> {name: shape} of one block's weights
 model_param_shapes(block_cfg, model_cfg) -> {name: shape} of a whole model's weights
 block_forward(block_cfg, weights, x, rope=None, rms_beta=False)
                                     -> (B, T, d) float64
-model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False)
-                                    -> (B, T, V) float64
+model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False, layers=None)
+                                    -> (B, T, V) float64 (layers: per-layer overrides)
 layer_norm_vec / rms_norm_vec / rope_vec / activation helpers are also exposed.
 
 ``rms_beta``: the contract is ambiguous about whether an RMSNorm gets a ``beta``
@@ -173,17 +173,17 @@ def block_param_shapes(block_cfg, rms_beta=False):
     return shapes
 
 
-def model_param_shapes(block_cfg, model_cfg, rms_beta=False):
-    """Names and shapes of a whole model's weights, straight from the key table."""
+def model_param_shapes(block_cfg, model_cfg, rms_beta=False, layers=None):
+    """Names and shapes of a whole model's weights, straight from the key table (each layer its own
+    block when ``layers`` overrides some)."""
     b = resolve_block(block_cfg)
     m = resolve_model(model_cfg)
     d, V = b["d_model"], m["vocab_size"]
     shapes = {"wte": (V, d)}
     if m["positions"] == "learned":
         shapes["wpe"] = (m["max_positions"] + m["position_offset"], d)
-    one = block_param_shapes(block_cfg, rms_beta=rms_beta)
-    for i in range(m["n_layers"]):
-        for k, s in one.items():
+    for i, layer_cfg in enumerate(layer_block_cfgs(block_cfg, m["n_layers"], layers)):
+        for k, s in block_param_shapes(layer_cfg, rms_beta=rms_beta).items():
             shapes["blocks.%d.%s" % (i, k)] = s
     if m["final_norm"]:
         shapes["ln_f_gamma"] = (d,)
@@ -529,8 +529,21 @@ def block_forward(block_cfg, weights, x, rope=None, rms_beta=False, prefix=""):
     return y
 
 
-def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False):
-    """Evaluate the full model.  ids: int (B, T) -> logits (B, T, V) float64."""
+def layer_block_cfgs(block_cfg, n_layers, layers=None):
+    """Each layer's ``block:`` mapping: the base one, with the fields of every ``layers:`` entry
+    ({indices, block}) that names the layer replaced by the entry's values."""
+    out = [dict(block_cfg) for _ in range(n_layers)]
+    for entry in layers or ():
+        for i in entry["indices"]:
+            out[i] = dict(block_cfg, **entry["block"])
+    return out
+
+
+def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False, layers=None):
+    """Evaluate the full model.  ids: int (B, T) -> logits (B, T, V) float64.
+
+    layers: the config's per-layer overrides (a list of {indices, block}); each layer runs its own block.
+    """
     b = resolve_block(block_cfg)
     m = resolve_model(model_cfg)
     d, V = b["d_model"], m["vocab_size"]
@@ -540,10 +553,12 @@ def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False):
     # "rope positions mean the blocks apply RoPE": use the block's fraction if it
     # sets one, otherwise rotate the whole head.  Other position kinds: whatever
     # the block config says (tests keep block.rope false for them).
-    if m["positions"] == "rope":
-        frac = b["rope"] if b["rope"] > 0.0 else 1.0
-    else:
-        frac = b["rope"]
+    def fraction(layer_b):
+        if m["positions"] == "rope":
+            return layer_b["rope"] if layer_b["rope"] > 0.0 else 1.0
+        return layer_b["rope"]
+
+    per_layer = [resolve_block(c) for c in layer_block_cfgs(block_cfg, m["n_layers"], layers)]
 
     logits = np.zeros((B, T, V), dtype=np.float64)
     for bi in range(B):
@@ -556,8 +571,8 @@ def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False):
             elif m["positions"] == "sinusoidal":
                 vec = vec + sinusoidal_vec(t, d)
             hs.append(vec)
-        for layer in range(m["n_layers"]):
-            hs = _block_sequence(b, weights, "blocks.%d." % layer, hs, frac, rms_beta)
+        for layer, lb in enumerate(per_layer):
+            hs = _block_sequence(lb, weights, "blocks.%d." % layer, hs, fraction(lb), rms_beta)
         for t in range(T):
             vec = hs[t]
             if m["final_norm"]:

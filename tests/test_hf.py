@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from blockcli.config import ConfigError, load_config
+from blockcli.config import ConfigError, load_config, parse_config
 from blockcli.count import count_parameters
 from blockcli.hf import config_from_hf, hf_to_mapping, to_yaml
 from conftest import config_error_message
@@ -647,15 +647,37 @@ def test_qwen2_sliding_window_off_is_ignored_and_on_every_layer_is_modelled() ->
     assert block_of(on)["sliding_window"] == 4096
 
 
-def test_qwen2_window_on_some_layers_only_is_refused(tmp_path: Path) -> None:
+def test_qwen2_window_on_layers_from_max_window_layers_up_is_a_per_layer_override() -> None:
+    """Qwen2Config: layer_types[i] = sliding_attention when the window is on and i >= max_window_layers."""
     on = with_fields(QWEN2_05B, use_sliding_window=True, sliding_window=4096, max_window_layers=21)
-    assert "field 'max_window_layers' = 21" in hf_error(write_json(tmp_path, on))
+    mapping = hf_to_mapping(on, "q.json")
+    assert "sliding_window" not in mapping["block"]  # layer 0 is a full-attention layer
+    assert mapping["layers"] == [{"indices": [21, 22, 23], "block": {"sliding_window": 4096}}]
+    config = parse_config(mapping)
+    assert [config.layer_block(i).sliding_window for i in (0, 20, 21, 23)] == [0, 0, 4096, 4096]
 
 
-def test_mixed_layer_types_are_refused(tmp_path: Path) -> None:
+def test_mixed_layer_types_are_per_layer_overrides() -> None:
     data = with_fields(QWEN2_05B, use_sliding_window=True, sliding_window=4096,
-                       layer_types=["full_attention"] * 23 + ["sliding_attention"])
-    assert "field 'layer_types'" in hf_error(write_json(tmp_path, data))
+                       layer_types=["sliding_attention"] * 23 + ["full_attention"])
+    mapping = hf_to_mapping(data, "q.json")
+    assert mapping["block"]["sliding_window"] == 4096
+    assert mapping["layers"] == [{"indices": [23], "block": {"sliding_window": 0}}]
+
+
+def test_qwen2_layer_types_slide_only_with_use_sliding_window() -> None:
+    """Qwen2Config sets sliding_window to None without use_sliding_window: no layer has a window."""
+    data = with_fields(QWEN2_05B, sliding_window=4096, layer_types=["full_attention"] * 12 + ["sliding_attention"] * 12)
+    mapping = hf_to_mapping(data, "q.json")
+    assert "sliding_window" not in mapping["block"] and "layers" not in mapping
+
+
+def test_mixed_layers_convert_round_trip(tmp_path: Path) -> None:
+    on = with_fields(QWEN2_05B, use_sliding_window=True, sliding_window=4096, max_window_layers=21)
+    mapping = hf_to_mapping(on, "q.json")
+    path = tmp_path / "q.yaml"
+    path.write_text(to_yaml(mapping))
+    assert load_config(path).layer_blocks == parse_config(mapping).layer_blocks != ()
 
 
 def test_mistral_window_follows_sliding_window_alone() -> None:
