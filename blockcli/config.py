@@ -25,7 +25,7 @@ from typing import Any, Iterator, Mapping
 NORMS = ("layernorm", "rmsnorm")
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")
-PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared")
+PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich")
 ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none")
 DTYPES = ("float32", "float64")
@@ -104,6 +104,12 @@ class BlockConfig:
     rope_layout: str = "half"  # rotated pairs (i, i + r/2) as GPT-NeoX/Llama, or (2i, 2i + 1) as GPT-J
     attention_scale: float = 0.0  # scores are Q·Kᵀ times this; 0 means 1/√d_h (Granite: attention_multiplier)
     residual_multiplier: float = 1.0  # each branch's output times this before its residual add (Granite)
+    attention_softcap: float = 0.0  # c > 0: scores become c·tanh(scores/c) before the mask (Gemma 2); 0: off
+
+    @property
+    def sandwich(self) -> bool:
+        """Each branch's output is normalised again before its residual add (Gemma 2/3): four norms."""
+        return self.placement == "sandwich"
 
     @property
     def shared_norm(self) -> bool:
@@ -137,6 +143,7 @@ class ModelConfig:
     lm_head_bias: bool = False
     embedding_multiplier: float = 1.0  # token embeddings are multiplied by this (Gemma: sqrt(d_model))
     logit_multiplier: float = 1.0  # logits times this (Cohere's logit_scale; Granite: 1 / logits_scaling)
+    logit_softcap: float = 0.0  # c > 0: logits become c·tanh(logits/c) (Gemma 2's final_logit_softcapping); 0: off
 
 
 @dataclass(frozen=True)
@@ -233,12 +240,14 @@ def _show(value: Any) -> str:
 
 
 def block_differences(base: BlockConfig, other: BlockConfig) -> dict[str, Any]:
-    """The fields of `other` that differ from `base`, as plain data (nested dataclasses as mappings)."""
+    """The fields of `other` that differ from `base`, as plain data: a nested dataclass (bias,
+    rope_scaling) as a mapping of its fields that are not at their defaults, as the YAML writes it."""
     out: dict[str, Any] = {}
     for f in fields(BlockConfig):
         value = getattr(other, f.name)
         if value != getattr(base, f.name):
-            out[f.name] = asdict(value) if hasattr(value, "__dataclass_fields__") else value
+            out[f.name] = ({g.name: getattr(value, g.name) for g in fields(value) if getattr(value, g.name) != g.default}
+                           if hasattr(value, "__dataclass_fields__") else value)
     return out
 
 
@@ -629,7 +638,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     fields = ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "norm", "norm_eps", "activation",
               "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "attention_dropout",
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
-              "residual_multiplier")
+              "residual_multiplier", "attention_softcap")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -664,6 +673,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         rope_layout=_choice(data, "rope_layout", p, "half", ROPE_LAYOUTS),
         attention_scale=_float(data, "attention_scale", p, 0.0, 0.0, 1e6),
         residual_multiplier=_float(data, "residual_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
+        attention_softcap=_float(data, "attention_softcap", p, 0.0, 0.0, 1e6),
     )
     if rope and block.rope_dims == 0:
         raise ConfigError(f"block.rope: a fraction of {rope:g} of head_dim={head_dim} rotates no "
@@ -730,7 +740,7 @@ def _parse_rope_scaling(value: Any) -> RopeScaling | None:
 def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
     fields = ("n_layers", "vocab_size", "positions", "max_positions", "position_offset",
               "tie_embeddings", "final_norm", "lm_head_bias", "embedding_multiplier",
-              "logit_multiplier")
+              "logit_multiplier", "logit_softcap")
     _check_keys(data, fields, "model.")
     p = "model"
     return ModelConfig(
@@ -744,6 +754,7 @@ def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
         lm_head_bias=_bool(data, "lm_head_bias", p, False),
         embedding_multiplier=_float(data, "embedding_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
         logit_multiplier=_float(data, "logit_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
+        logit_softcap=_float(data, "logit_softcap", p, 0.0, 0.0, 1e6),
     )
 
 

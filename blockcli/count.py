@@ -154,8 +154,12 @@ def block_formula(b: BlockConfig) -> list[Row]:
             label = f"{letter.upper()} norm ({'per head' if b.qk_norm == 'head' else 'all heads'})"
             rows.append(Row(f"attn.{letter}_norm", label, term(1, *features), shift,
                             (f"{letter}_norm_gamma", f"{letter}_norm_beta")))
+    if b.sandwich:  # Gemma 2/3: the branch outputs are normalised too (kept beside LN 2, before the MLP rows)
+        rows.append(norm("ln1_post", f"{_norm_name(b)} after attention"))
     if b.placement != "parallel_shared":  # a shared norm: attention and MLP both read LN1's output
         rows.append(norm("ln2", f"{_norm_name(b)} 2"))
+    if b.sandwich:
+        rows.append(norm("ln2_post", f"{_norm_name(b)} after the MLP"))
     mlp_bias = b.bias.mlp
     rows.append(Row("mlp.1", "MLP gate (w_1, activated)" if b.gated else "MLP expansion",
                     term(1, "d", "d_ff"), term(1, "d_ff") if mlp_bias else no, ("w_1", "b_1")))
@@ -256,7 +260,8 @@ def _block_rows(config: Config, formula: Formula, allocate_limit: int, mismatche
     mismatches.extend(f"{tag}{k}: array not in the formula" for k in arrays if k not in covered)
     for name, label, (w, bias) in (("attention", "attention (Q, K, V, O)", groups["attn"]),
                                    ("mlp", "MLP", groups["mlp"]),
-                                   ("norms", "two norms" if any(r.name == "ln2" for r in rows) else "one norm",
+                                   ("norms", {1: "one norm", 2: "two norms", 4: "four norms"}[
+                                       sum(r.name.startswith("ln") for r in rows)],
                                     groups["ln"]),
                                    ("block", "block total", (block_w, block_b))):
         components.append(Component(name, label, "", evaluate(w, values), evaluate(bias, values),

@@ -7,7 +7,7 @@ already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only 
 imports yaml) that `load_config` reads back to an equal Config.
 
 Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt, olmo2, starcoder2, gptj,
-phi, granite, cohere, stablelm, phi3, gpt_bigcode, falcon.
+phi, granite, cohere, stablelm, phi3, gpt_bigcode, falcon, gemma2, gemma3_text.
 
 The rule for every key of the JSON object is one of three, and never "silently dropped":
 
@@ -36,7 +36,11 @@ per-layer override (`layers:`): the base block is layer 0's kind, the other kind
 `sliding_window`.
 
 Gemma multiplies token embeddings by sqrt(hidden_size) (`model.embedding_multiplier`) and its
-RMSNorm scales by (1 + w) (`block.norm_unit_offset`).
+RMSNorm scales by (1 + w) (`block.norm_unit_offset`). Gemma 2 adds a norm after each branch
+(`placement: sandwich`), scales scores by query_pre_attn_scalar^-1/2 (`block.attention_scale`),
+soft-caps scores and logits (`block.attention_softcap`, `model.logit_softcap`) and alternates
+sliding and global layers; Gemma 3 adds q/k norms per head and gives its sliding layers their own
+RoPE base (`rope_local_base_freq`) while only the global layers are scaled: per-layer overrides.
 
 GPT-J and Phi run attention and the MLP side by side on one LayerNorm's output
 (`placement: parallel_shared`) and add a bias to the LM head (`model.lm_head_bias`); GPT-J
@@ -398,12 +402,7 @@ def _rope_base(f: _Fields, theta_keys: tuple[str, ...], default: float, fraction
             continue
         if not isinstance(params, Mapping):
             raise f.invalid(key, params, "an object")
-        inner = _Fields(params, f.where, f.family)
-        rope_type = params.get("rope_type", params.get("type", "default"))
-        inner.ignore("rope_type", "type")
-        if rope_type not in _ROPE_TYPES:
-            raise f.unrepresentable(key, dict(params), f"rope_type {rope_type!r}: blockcli's RoPE scalings are "
-                                                       f"{', '.join(_ROPE_TYPES[1:])}")
+        inner, rope_type = _rope_type(f, key, params)
         if key == "rope_parameters":  # transformers 5 keeps the base and the fraction here too
             got_theta = inner.float("rope_theta", theta, low=0.0, high=1e12)
             got_fraction = inner.float("partial_rotary_factor", fraction, low=0.0, high=1.0, low_open=False)
@@ -419,6 +418,17 @@ def _rope_base(f: _Fields, theta_keys: tuple[str, ...], default: float, fraction
             raise f.unrepresentable("rope_parameters", dict(params), "it disagrees with rope_scaling")
         scaling = found or scaling
     return theta, fraction, scaling
+
+
+def _rope_type(f: _Fields, key: str, params: Mapping[str, Any]) -> tuple[_Fields, str]:
+    """A RoPE dict's fields and its rope_type (`type` in older configs), one blockcli knows."""
+    inner = _Fields(params, f.where, f.family)
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    inner.ignore("rope_type", "type")
+    if rope_type not in _ROPE_TYPES:
+        raise f.unrepresentable(key, dict(params), f"rope_type {rope_type!r}: blockcli's RoPE scalings are "
+                                                   f"{', '.join(_ROPE_TYPES[1:])}")
+    return inner, rope_type
 
 
 def _rope_scaling(f: _Fields, key: str, params: Mapping[str, Any], inner: _Fields, rope_type: str,
@@ -796,6 +806,105 @@ def _gemma(f: _Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _gemma2(f: _Fields, pattern: int = 2, softcaps: tuple[float | None, float | None] = (50.0, 30.0)
+            ) -> tuple[dict, dict]:
+    """Gemma 2: Gemma's block with a norm before and after each branch (`placement: sandwich`), scores
+    scaled by query_pre_attn_scalar^-1/2 and soft-capped (attn_logit_softcapping), soft-capped logits
+    (final_logit_softcapping), and sliding-window layers alternating with global ones (`layer_types`,
+    default: even layers slide)."""
+    if f.data.get("use_bidirectional_attention") is not None:
+        f.neutral("use_bidirectional_attention", False, "blockcli's attention is causal")
+    f.ignore("use_bidirectional_attention")
+    # Gemma2MLP runs hidden_activation; hidden_act, which the published configs carry too, is unread
+    f.ignore("hidden_act")
+    block, model = _gated_rms(f, lambda g: _gated_activation(g, "hidden_activation", "gelu_pytorch_tanh"),
+                              kv_default=4, tie_default=True, head_dim_default=256, mlp_bias=False)
+    block.update(placement="sandwich", norm_unit_offset=True)
+    model["embedding_multiplier"] = math.sqrt(block["d_model"])
+    scalar = f.float("query_pre_attn_scalar", 256, low=0.0, high=1e9)
+    if scalar != block["head_dim"]:  # 1/√head_dim is the default scale
+        block["attention_scale"] = scalar ** -0.5
+    for key, default, section, field in (("attn_logit_softcapping", softcaps[0], block, "attention_softcap"),
+                                         ("final_logit_softcapping", softcaps[1], model, "logit_softcap")):
+        if f.data.get(key) is None and (f.has(key) or default is None):  # null, or absent without a default: no cap
+            f.ignore(key)
+        else:  # absent: the config class's default
+            section[field] = f.float(key, default, low=0.0, high=1e9)
+    n_layers = model["n_layers"]
+    sliding = _layer_types(f, n_layers)
+    if sliding is None:  # Gemma2Config: layer i slides when (i + 1) % 2 (Gemma 3: % sliding_window_pattern)
+        sliding = [bool((i + 1) % pattern) for i in range(n_layers)]
+    f.ignore("sliding_window_size")  # an older duplicate of sliding_window in the published configs, unread
+    _sliding_layers(f, block, model, sliding, default=4096)
+    return block, model
+
+
+_GEMMA3_ROPE_KEYS = ("rope_theta", "rope_local_base_freq", "rope_scaling", "rope_parameters")
+
+
+def _gemma3_text(f: _Fields) -> tuple[dict, dict]:
+    """Gemma 3 (text): Gemma 2's sandwich block with q/k RMSNorm per head ((1 + w) like every Gemma norm),
+    no soft caps by default, and two RoPEs: the sliding layers rotate with base `rope_local_base_freq`
+    (10,000) and no scaling, the global ones with `rope_theta` (1,000,000) and `rope_scaling` — in
+    transformers 5, `rope_parameters` holds one dict per layer type. Layers slide unless
+    (i + 1) % sliding_window_pattern == 0 (default 6), or as `layer_types` says."""
+    rest = _Fields({k: v for k, v in f.data.items() if k not in _GEMMA3_ROPE_KEYS}, f.where, f.family)
+    pattern = f.int("sliding_window_pattern", 6)
+    f.ignore("_sliding_window_pattern")  # transformers 5 saves its copy of the pattern beside layer_types
+    block, model = _gemma2(rest, pattern=pattern, softcaps=(None, None))
+    f.used |= rest.used
+    f.notes.extend(rest.notes)
+    block["qk_norm"] = "head"  # q_norm and k_norm: Gemma3RMSNorm over each head's d_h, before RoPE
+    n_layers = model["n_layers"]
+    sliding = _layer_types(f, n_layers) or [bool((i + 1) % pattern) for i in range(n_layers)]
+    rope = {kind: _gemma3_rope(f, "sliding_attention" if kind else "full_attention", model["max_positions"])
+            for kind in (True, False)}  # layer kind (sliding?) → (theta, scaling)
+    (theta, scaling), (other_theta, other_scaling) = rope[sliding[0]], rope[not sliding[0]]
+    block["rope_theta"] = theta  # the base block is layer 0's kind
+    if scaling:
+        block["rope_scaling"] = scaling
+    override = dict(rest.layers[0]["block"]) if rest.layers else {}  # the other kind's window
+    if other_theta != theta:
+        override["rope_theta"] = other_theta
+    if other_scaling != scaling:
+        override["rope_scaling"] = other_scaling
+    others = [i for i, kind in enumerate(sliding) if kind != sliding[0]]
+    if override and others:
+        f.layers.append({"indices": others, "block": override})
+    return block, model
+
+
+def _gemma3_rope(f: _Fields, kind: str, max_positions: int) -> tuple[float, dict[str, Any] | None]:
+    """(theta, block.rope_scaling or None) of one layer type: from transformers 5's per-type
+    `rope_parameters`, else from rope_theta + rope_scaling (global layers) or rope_local_base_freq
+    (sliding layers, never scaled), with Gemma3TextConfig's default bases."""
+    params = f.raw("rope_parameters", None)
+    if params is not None:
+        if not isinstance(params, Mapping) or kind not in params or not isinstance(params[kind], Mapping):
+            raise f.invalid("rope_parameters", params, "an object with one RoPE object per layer type "
+                                                       "(full_attention, sliding_attention)")
+        for name in params:
+            if name not in ("full_attention", "sliding_attention"):
+                raise f.unrepresentable(f"rope_parameters.{name}", params[name], "Gemma 3's RoPE is set per layer "
+                                                                                 "type: full_attention, sliding_attention")
+        own, key = params[kind], f"rope_parameters.{kind}"
+    else:
+        scaling = f.raw("rope_scaling", None) if kind == "full_attention" else None
+        if scaling is not None and not isinstance(scaling, Mapping):
+            raise f.invalid("rope_scaling", scaling, "an object")
+        own = dict(scaling or {})
+        own["rope_theta"] = f.float("rope_theta" if kind == "full_attention" else "rope_local_base_freq",
+                                    1e6 if kind == "full_attention" else 1e4, low=0.0, high=1e12)
+        key = "rope_scaling"
+    inner, rope_type = _rope_type(f, key, own)
+    theta = inner.float("rope_theta", 1e6 if kind == "full_attention" else 1e4, low=0.0, high=1e12)
+    scaling = _rope_scaling(f, key, own, inner, rope_type, max_positions)
+    for name, value in own.items():
+        if name not in inner.used:
+            raise f.unrepresentable(f"{key}.{name}", value, "not a RoPE parameter blockcli knows")
+    return theta, scaling
+
+
 def _gptj(f: _Fields) -> tuple[dict, dict]:
     """GPT-J: one LayerNorm read by attention and MLP side by side, interleaved-pair RoPE on the first
     `rotary_dim` dims of each head (base 10000, not configurable), bias-free attention, an untied
@@ -1111,6 +1220,12 @@ FAMILIES: dict[str, _Family] = {
     }),
     "falcon": _Family("Falcon", _falcon, {
         "hidden_dropout", "attention_dropout",  # training-only
+    }),
+    "gemma2": _Family("Gemma 2", _gemma2, _LLAMA_LIKE_IGNORED | {
+        "cache_implementation",  # generation's cache class (hybrid), not the network
+    }),
+    "gemma3_text": _Family("Gemma 3", _gemma3_text, _LLAMA_LIKE_IGNORED | {
+        "cache_implementation",  # generation's cache class (hybrid), not the network
     }),
 }
 

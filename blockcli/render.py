@@ -289,7 +289,8 @@ def count_table(result: ParameterCount, inference: Inference, training: Training
         style = "bold" if c.kind == "total" else "dim" if c.kind == "tied" else None
         share = _share(c.count, result.total)
         row[5] = f"{bar(share)} {100 * share:5.1f}%"
-        last_of_attention = "attn.o" if result.config.block.shared_norm else "ln2"  # a shared norm has no LN 2 row
+        block = result.config.block
+        last_of_attention = "attn.o" if block.shared_norm else "ln2_post" if block.sandwich else "ln2"  # no LN 2 row if shared
         table.add_row(*row, style=style, end_section=c.kind == "total" or c.name in ("mlp.2", last_of_attention))
     footer = Text("\n".join(count_footer_lines(result, inference, training)))
     if not result.reconciled.match:

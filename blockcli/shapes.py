@@ -52,9 +52,14 @@ def mlp_shapes(cfg: BlockConfig) -> dict[str, Shape]:
 
 def block_parameter_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     """Every parameter of one block, in forward order: ln1, attention, ln2 (none when the norm is
-    shared), MLP."""
-    ln2 = {} if cfg.shared_norm else norm_shapes("ln2", cfg.d_model, cfg)
-    return {**norm_shapes("ln1", cfg.d_model, cfg), **attention_shapes(cfg), **ln2, **mlp_shapes(cfg)}
+    shared), MLP; a sandwich block adds ln1_post after attention and ln2_post after the MLP."""
+    d = cfg.d_model
+    ln2 = {} if cfg.shared_norm else norm_shapes("ln2", d, cfg)
+    if not cfg.sandwich:
+        return {**norm_shapes("ln1", d, cfg), **attention_shapes(cfg), **ln2, **mlp_shapes(cfg)}
+    # sandwich (Gemma 2/3): each branch's output normalised too, after attention and after the MLP
+    return {**norm_shapes("ln1", d, cfg), **attention_shapes(cfg), **norm_shapes("ln1_post", d, cfg), **ln2,
+            **mlp_shapes(cfg), **norm_shapes("ln2_post", d, cfg)}
 
 
 def model_parameter_shapes(config: Config) -> dict[str, Shape]:

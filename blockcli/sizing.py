@@ -286,6 +286,8 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
               Term("output projection input", f"{unit}·h·d_h", act(h * d_h), "2")]
     if block.dropout:
         terms.append(Term("attention-branch dropout mask", f"{MASK_BYTES}·s·b·d", mask(d), "1"))
+    if block.sandwich:  # the norm of the attention output reads it (Gemma 2/3)
+        terms.append(Term("norm of the attention output: its input", f"{unit}·d", act(d), ""))
     if block.placement not in ("parallel", "parallel_shared"):
         terms.append(Term(names[2], f"{unit}·d", act(d), "2"))
     if not shared:
@@ -301,6 +303,8 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
                   Term(f"{block.activation} output (contraction input)", f"{unit}·d_ff", act(d_ff), "8")]
     if block.dropout:
         terms.append(Term("MLP-branch dropout mask", f"{MASK_BYTES}·s·b·d", mask(d), "1"))
+    if block.sandwich:  # and the norm of the MLP output reads it
+        terms.append(Term("norm of the MLP output: its input", f"{unit}·d", act(d), ""))
     return terms
 
 

@@ -281,9 +281,33 @@ FALCON = TensorMap("transformer.", (
     _t("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
 
+# Gemma 2: Llama's names, but post_attention_layernorm is the norm of the attention *output*
+# (sandwich), pre_feedforward_layernorm reads the MLP input and post_feedforward_layernorm its output
+GEMMA2 = TensorMap("model.", (
+    _t("wte", "embed_tokens.weight"),
+    _t("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight"),
+    *(_t(f"blocks.{{i}}.w_{x}", f"layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkvo"),
+    *(_t(f"blocks.{{i}}.b_{x}", f"layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkvo"),
+    _t("blocks.{i}.ln1_post_gamma", "layers.{i}.post_attention_layernorm.weight"),
+    _t("blocks.{i}.ln2_gamma", "layers.{i}.pre_feedforward_layernorm.weight"),
+    _t("blocks.{i}.w_1", "layers.{i}.mlp.gate_proj.weight", LINEAR),
+    _t("blocks.{i}.w_3", "layers.{i}.mlp.up_proj.weight", LINEAR),
+    _t("blocks.{i}.w_2", "layers.{i}.mlp.down_proj.weight", LINEAR),
+    _t("blocks.{i}.ln2_post_gamma", "layers.{i}.post_feedforward_layernorm.weight"),
+    _t("ln_f_gamma", "norm.weight"),
+    _t("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
+# Gemma 3 (text): Gemma 2's names and q/k norms per head (Qwen3's names)
+GEMMA3 = TensorMap("model.", GEMMA2.tensors + (
+    _t("blocks.{i}.q_norm_gamma", "layers.{i}.self_attn.q_norm.weight"),
+    _t("blocks.{i}.k_norm_gamma", "layers.{i}.self_attn.k_norm.weight"),
+))
+
 TENSOR_MAPS: dict[str, TensorMap] = {
     "gpt2": GPT2, "opt": OPT, "gpt_neox": GPT_NEOX,
     "llama": LLAMA, "mistral": LLAMA, "qwen2": LLAMA, "qwen3": LLAMA, "gemma": LLAMA, "starcoder2": STARCODER2,
     "olmo2": OLMO2, "gptj": GPTJ, "phi": PHI, "granite": LLAMA, "cohere": LLAMA,
     "stablelm": STABLELM, "phi3": PHI3, "gpt_bigcode": GPT_BIGCODE, "falcon": FALCON,
+    "gemma2": GEMMA2, "gemma3_text": GEMMA3,
 }

@@ -439,6 +439,12 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
     if b.placement == "post":
         hid = norm("h", "LN1 (post)", "ln1", add("h_pre", "residual add", x, attention(x)))
         return norm("y", "LN2 (post)", "ln2", add("y_pre", "residual add", hid, mlp(hid)))
+    if b.placement == "sandwich":
+        attended = norm("ln1_post_out", "LN1' (of the attention output)", "ln1_post",
+                        attention(norm("ln1_out", "LN1", "ln1", x)))
+        hid = add("h", "residual add", x, attended)
+        mixed = norm("ln2_post_out", "LN2' (of the MLP output)", "ln2_post", mlp(norm("ln2_out", "LN2", "ln2", hid)))
+        return add("y", "residual add", hid, mixed)
     if b.placement == "post_branch":
         hid = add("h", "residual add", x, norm("ln1_out", "LN1 (of the attention output)", "ln1", attention(x)))
         return add("y", "residual add", hid, norm("ln2_out", "LN2 (of the MLP output)", "ln2", mlp(hid)))

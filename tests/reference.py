@@ -35,7 +35,7 @@ BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
 NORMS = ("layernorm", "rmsnorm")
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu")
 GATED = ("swiglu", "geglu")
-PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared")
+PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich")
 ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none")
 
@@ -100,6 +100,8 @@ def resolve_block(cfg):
         "attention_scale": float(cfg.get("attention_scale", 0.0)),
         # each branch's output is multiplied by this before it joins the residual stream (Granite)
         "residual_multiplier": float(cfg.get("residual_multiplier", 1.0)),
+        # Gemma 2: every score s becomes c * tanh(s / c) before the mask; 0 = no cap
+        "attention_softcap": float(cfg.get("attention_softcap", 0.0)),
     }
 
 
@@ -125,6 +127,7 @@ def resolve_model(cfg):
         "lm_head_bias": bool(cfg.get("lm_head_bias", False)),
         "embedding_multiplier": float(cfg.get("embedding_multiplier", 1.0)),
         "logit_multiplier": float(cfg.get("logit_multiplier", 1.0)),
+        "logit_softcap": float(cfg.get("logit_softcap", 0.0)),  # Gemma 2: logit z -> c * tanh(z / c)
     }
 
 
@@ -141,7 +144,9 @@ def block_param_shapes(block_cfg, rms_beta=False):
                              b["head_dim"], b["d_ff"])
     shapes = {}
     # parallel_shared: one norm feeds both branches, so there is no ln2 at all
-    for ln in ("ln1",) if b["placement"] == "parallel_shared" else ("ln1", "ln2"):
+    # sandwich (Gemma 2): a second norm on each branch's output, ln1_post and ln2_post
+    norms = {"parallel_shared": ("ln1",), "sandwich": ("ln1", "ln2", "ln1_post", "ln2_post")}
+    for ln in norms.get(b["placement"], ("ln1", "ln2")):
         shapes[ln + "_gamma"] = (d,)
         if _has_norm_beta(b, rms_beta):
             shapes[ln + "_beta"] = (d,)
@@ -432,7 +437,10 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
             g = j // group
             scores = []
             for s in keys:
-                scores.append(float(np.dot(q_heads[t][j], k_heads[s][g])) * scale)
+                score = float(np.dot(q_heads[t][j], k_heads[s][g])) * scale
+                if b["attention_softcap"]:
+                    score = b["attention_softcap"] * math.tanh(score / b["attention_softcap"])
+                scores.append(score)
             p = softmax_list(scores)
             head_out = np.zeros(d_h, dtype=np.float64)
             for i, s in enumerate(keys):
@@ -486,6 +494,15 @@ def _block_sequence(b, weights, prefix, xs, rope_fraction, rms_beta):
         for t in range(T):
             m = mlp(hs[t])
             ys.append(_norm(b, weights, "ln2", prefix, hs[t] + m, rms_beta))
+        return ys
+    if b["placement"] == "sandwich":  # Gemma 2: norm before and after each branch
+        n1 = [_norm(b, weights, "ln1", prefix, xs[t], rms_beta) for t in range(T)]
+        a = _attention(b, weights, prefix, n1, rope_fraction, rms_beta)
+        hs = [xs[t] + r * _norm(b, weights, "ln1_post", prefix, a[t], rms_beta) for t in range(T)]
+        ys = []
+        for t in range(T):
+            m = _mlp(b, weights, prefix, _norm(b, weights, "ln2", prefix, hs[t], rms_beta))
+            ys.append(hs[t] + r * _norm(b, weights, "ln2_post", prefix, m, rms_beta))
         return ys
     if b["placement"] == "post_branch":  # OLMo2: norm each branch's output, then add it
         a = attention(xs, rope_fraction, rms_beta)
@@ -583,5 +600,8 @@ def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False, layers=Non
                 row = linear_vec(vec, _w(weights, "lm_head", ""), None)
             if m["lm_head_bias"]:
                 row = row + _w(weights, "lm_head_bias", "")
-            logits[bi, t] = row * m["logit_multiplier"]
+            row = row * m["logit_multiplier"]
+            if m["logit_softcap"]:
+                row = np.array([m["logit_softcap"] * math.tanh(z / m["logit_softcap"]) for z in row])
+            logits[bi, t] = row
     return logits
