@@ -171,6 +171,11 @@ def block_formula(b: BlockConfig) -> list[Row]:
     return rows
 
 
+def _norms_label(n: int) -> str:
+    """'one norm', 'two norms', 'four norms' (sandwich): the block's norm subtotal row."""
+    return f"{ {1: 'one', 2: 'two', 4: 'four'}.get(n, str(n))} norm{'s' if n != 1 else ''}"
+
+
 def _norm_name(b: BlockConfig) -> str:
     return "LayerNorm" if b.norm == "layernorm" else "RMSNorm"
 
@@ -260,8 +265,7 @@ def _block_rows(config: Config, formula: Formula, allocate_limit: int, mismatche
     mismatches.extend(f"{tag}{k}: array not in the formula" for k in arrays if k not in covered)
     for name, label, (w, bias) in (("attention", "attention (Q, K, V, O)", groups["attn"]),
                                    ("mlp", "MLP", groups["mlp"]),
-                                   ("norms", {1: "one norm", 2: "two norms", 4: "four norms"}[
-                                       sum(r.name.startswith("ln") for r in rows)],
+                                   ("norms", _norms_label(sum(r.name.startswith("ln") for r in rows)),
                                     groups["ln"]),
                                    ("block", "block total", (block_w, block_b))):
         components.append(Component(name, label, "", evaluate(w, values), evaluate(bias, values),

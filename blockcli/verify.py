@@ -683,10 +683,10 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
     layer_note, whole = [], config  # `whole`: the model the weights belong to
     if config.model is not None and config.layers_differ:
         shown = layer or 0
+        if not 0 <= shown < config.model.n_layers:
+            raise InputError(f"--layer {layer}: the model has layers 0..{config.model.n_layers - 1}")
         layer_note.append(f"layers differ: verified layer {shown}'s block, {config.group_of(shown).describe()}"
                           + ("; --layer N picks another" if layer is None else ""))
-        if layer is not None and not 0 <= layer < config.model.n_layers:
-            raise InputError(f"--layer {layer}: the model has layers 0..{config.model.n_layers - 1}")
         config = config.for_layer(shown)
         if weights is None:
             layer = None  # the layer picks a block config; there are no weights to pick from

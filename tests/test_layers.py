@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as ref  # noqa: E402
 
 from blockcli.block import Model  # noqa: E402
-from blockcli.config import ConfigError, parse_config  # noqa: E402
+from blockcli.config import ConfigError, InputError, parse_config  # noqa: E402
 from blockcli.count import count_parameters  # noqa: E402
 from blockcli.sizing import inference  # noqa: E402
 from blockcli.trace import analytic_trace, run_trace  # noqa: E402
@@ -179,8 +179,29 @@ def test_verify_checks_the_chosen_layers_block():
     assert any("verified layer 0's block" in n and "--layer N picks another" in n for n in default.notes)
 
 
+def test_verify_layer_out_of_range_is_one_line():
+    with pytest.raises(InputError, match=r"^--layer 9: the model has layers 0\.\.3$"):
+        verify(parse_config(mapping()), only={12}, layer=9)
+
+
+def test_sandwich_block_counts_four_norms():
+    result = count_parameters(parse_config({"block": dict(BLOCK, placement="sandwich")}))
+    norms = next(c for c in result.components if c.name == "norms")
+    assert norms.label == "four norms" and norms.count == 4 * 16
+
+
 def test_config_to_dict_carries_the_overrides():
     data = parse_config(mapping()).to_dict()
     assert data["layers"] == [{"indices": [1, 3], "block": {"n_kv_heads": 4, "d_ff": 40, "rope_theta": 1e6,
                                                              "sliding_window": 0}}]
     assert math.isclose(parse_config({**data, "run": {}}).layer_block(3).rope_theta, 1e6)
+
+
+def test_sandwich_training_keeps_both_branch_outputs_for_their_norms():
+    from blockcli.sizing import activation_terms
+
+    pre = activation_terms(parse_config({"block": BLOCK}).block, 8, 2, "mixed", "none")
+    sandwich = activation_terms(parse_config({"block": dict(BLOCK, placement="sandwich")}).block, 8, 2, "mixed", "none")
+    extra = [t for t in sandwich if t.name not in {u.name for u in pre}]
+    # the attention output and the MLP output, (b, s, d) each at 2 bytes: read again by their norms' backward
+    assert [t.bytes for t in extra] == [2 * 2 * 8 * 16] * 2
