@@ -9,6 +9,9 @@ Pre-norm (the default), as in the reference chapter:
 post-norm: H = LN1(X + MHA(X)), Y = LN2(H + MLP(H)); parallel (GPT-NeoX): Y = X + MHA(LN1(X)) + MLP(LN2(X));
 post_branch (OLMo2): H = X + LN1(MHA(X)), Y = H + LN2(MLP(H));
 parallel_shared (GPT-J, Phi): Y = X + MHA(LN1(X)) + MLP(LN1(X)), one norm read by both branches.
+sandwich (Gemma 2/3): H = X + LN1'(MHA(LN1(X))), Y = H + LN2'(MLP(LN2(H))), a norm before and after each branch.
+`block.attention_softcap` c (Gemma 2) turns the scores into c·tanh(scores/c) before the mask;
+`model.logit_softcap` does the same to the logits.
 `block.residual_multiplier` r (Granite) scales each branch's output before its add: H = X + r·MHA(LN1(X)).
 
 Every layer declares its parameter shapes from the config alone (`blockcli.shapes`), so counts
@@ -60,13 +63,24 @@ def full_table(attention: str, table_bytes: int, traced: bool, chunk_bytes: int 
 
 
 def scores_label(cfg: BlockConfig) -> str:
-    """The trace's name for the score table: Q·Kᵀ/√d_h, or times an attention-scale override."""
-    return f"scores Q·Kᵀ × {cfg.attention_scale:g}" if cfg.attention_scale else "scores Q·Kᵀ/√d_h"
+    """The trace's name for the score table: Q·Kᵀ/√d_h, or times an attention-scale override, soft-capped."""
+    label = f"scores Q·Kᵀ × {cfg.attention_scale:g}" if cfg.attention_scale else "scores Q·Kᵀ/√d_h"
+    return label + (f", soft-capped c·tanh(·/c), c = {cfg.attention_softcap:g}" if cfg.attention_softcap else "")
 
 
 def logits_label(model: ModelConfig) -> str:
-    """The trace's name for the LM head, with its logit multiplier when there is one."""
-    return "LM head" + (f" × {model.logit_multiplier:g}" if model.logit_multiplier != 1.0 else "")
+    """The trace's name for the LM head, with its logit multiplier and soft cap when there are."""
+    return ("LM head" + (f" × {model.logit_multiplier:g}" if model.logit_multiplier != 1.0 else "")
+            + (f", soft-capped c·tanh(·/c), c = {model.logit_softcap:g}" if model.logit_softcap else ""))
+
+
+def soft_cap(a: Array, cap: float) -> Array:
+    """a → cap·tanh(a/cap) in place, in a's dtype (Gemma 2's soft-capping of scores and logits)."""
+    c = np.asarray(cap, dtype=a.dtype)
+    np.divide(a, c, out=a)
+    np.tanh(a, out=a)
+    np.multiply(a, c, out=a)
+    return a
 
 
 def _ignore(*_args: Any, **_kwargs: Any) -> None:
@@ -419,6 +433,8 @@ class MultiHeadAttention:
                 scores *= np.asarray(self.cfg.attention_scale * math.sqrt(q.shape[-1]), dtype=scores.dtype)
             if self.cfg.softmax_mscale != 1.0:  # DeepSeek's yarn mscale, squared, on the softmax scale
                 scores *= np.asarray(self.cfg.softmax_mscale ** 2, dtype=scores.dtype)
+            if self.cfg.attention_softcap:  # Gemma 2: c·tanh(scores/c), before the mask
+                scores = soft_cap(scores, self.cfg.attention_softcap)
             rec("scores", scores_label(self.cfg), scores, (q, k), kind="matmul")
             allowed = self.ops.causal_mask(T_q, T_k, start)  # (T_q, T_k)
             if self.cfg.sliding_window:
@@ -454,7 +470,7 @@ class MultiHeadAttention:
         out = np.empty((B, T, h_kv, group, d_v), dtype=dtype)  # written in the combined-heads layout
         rows, heads = attention_tile(h, h_kv, T, T_k, q.itemsize, self.tile_bytes)
         future = np.triu(np.full((rows, rows), -np.inf, dtype=dtype), k=1)  # (C, C)
-        window = self.cfg.sliding_window
+        window, cap = self.cfg.sliding_window, self.cfg.attention_softcap
 
         def keys(lo: int, hi: int) -> tuple[int, int]:
             """The keys [first, last) that some query row in [lo, hi) may see."""
@@ -469,6 +485,8 @@ class MultiHeadAttention:
                 q_tile = qs[b, kv, :, lo:hi].reshape(n, group * c, d_h)  # (n, g·C, d_h)
                 s = buf[:n * group * c * seen].reshape(n, group * c, seen)
                 np.matmul(q_tile, k[b, kv, first:last].swapaxes(-1, -2), out=s)  # (n, g·C, T_seen)
+                if cap:
+                    soft_cap(s, cap)  # (n, g·C, T_seen), before the mask as in the full path
                 if window:  # the band of the window, as in the full path
                     allowed = F.causal_mask(c, seen, start + lo - first) & F.window_mask(c, seen, start + lo - first,
                                                                                          window)  # (C, T_seen)
@@ -769,6 +787,8 @@ class DecoderBlock:
     attn: MultiHeadAttention = field(init=False)
     ln2: Norm | None = field(init=False)  # None: parallel_shared, the MLP reads LN1's output
     mlp: MLP | MixtureOfExperts = field(init=False)
+    ln1_post: Norm | None = field(init=False)  # sandwich only: the norm of the attention output
+    ln2_post: Norm | None = field(init=False)  # sandwich only: the norm of the MLP output
 
     def __post_init__(self) -> None:
         self.params = p = dict(self.params)  # the block's own mapping: attention rewrites its QKV entries
@@ -784,6 +804,10 @@ class DecoderBlock:
         self.ln2 = (None if cfg.shared_norm else
                     Norm(cfg.norm, p["ln2_gamma"], p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset))
         self.mlp = MixtureOfExperts(cfg, p, self.ops) if cfg.moe is not None else MLP(cfg, p)
+        # sandwich: the norms of the two branch outputs (None otherwise)
+        self.ln1_post, self.ln2_post = ((Norm(cfg.norm, p[f"{w}_gamma"], p.get(f"{w}_beta"), cfg.norm_eps, self.ops,
+                                              cfg.norm_unit_offset) for w in ("ln1_post", "ln2_post"))
+                                        if cfg.sandwich else (None, None))
 
     @classmethod
     def from_config(cls, config: Config | BlockConfig, weights: str | Path | Mapping[str, Any] | None = None,
@@ -793,7 +817,10 @@ class DecoderBlock:
         """Build a block: weights from an .npz, a model folder or .safetensors file (block `layer`
         of the model; `model_config` says which model, else `config` or the folder's config.json),
         a name → array mapping, or None (seeded init)."""
-        block_cfg = config.block if isinstance(config, Config) else config
+        if isinstance(config, Config):  # layer `layer`'s own block when the model's layers differ
+            block_cfg = config.layer_block(layer) if layer is not None and config.layers_differ else config.block
+        else:
+            block_cfg = config
         run = config.run if isinstance(config, Config) else None
         dtype = dtype or (run.dtype if run else "float64")
         seed = seed if seed is not None else (run.seed if run else 0)
@@ -836,6 +863,23 @@ class DecoderBlock:
             rec("y_pre", "residual add", s2, (h, m), kind="add")
             y = self.ln2(s2)
             rec("y", "LN2 (post)", y, (s2,), kind=norm, params=("ln2_gamma", "ln2_beta"))
+        elif self.cfg.placement == "sandwich":  # Gemma 2/3: a norm before and after each branch
+            n1 = self.ln1(x)  # (B, T, d)
+            rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
+            a = drop(self.attn(n1, rec, cache, drop_probs))  # (B, T, d)
+            p1 = self.ln1_post(a)  # (B, T, d)
+            rec("ln1_post_out", "LN1' (of the attention output)", p1, (a,), kind=norm,
+                params=("ln1_post_gamma", "ln1_post_beta"))
+            h = add(x, r(p1))  # (B, T, d)
+            rec("h", "residual add", h, (x, p1), kind="add")
+            n2 = self.ln2(h)  # (B, T, d)
+            rec("ln2_out", "LN2", n2, (h,), kind=norm, params=("ln2_gamma", "ln2_beta"))
+            m = drop(self.mlp(n2, rec))  # (B, T, d)
+            p2 = self.ln2_post(m)  # (B, T, d)
+            rec("ln2_post_out", "LN2' (of the MLP output)", p2, (m,), kind=norm,
+                params=("ln2_post_gamma", "ln2_post_beta"))
+            y = add(h, r(p2))  # (B, T, d)
+            rec("y", "residual add", y, (h, p2), kind="add")
         elif self.cfg.placement == "post_branch":  # OLMo2: each branch's output normalised, then added
             a = drop(self.attn(x, rec, cache, drop_probs))  # (B, T, d)
             n1 = self.ln1(r(a))  # (B, T, d)
@@ -912,7 +956,7 @@ class Model:
         for i in range(model.n_layers):
             prefix = f"blocks.{i}."
             p = {k[len(prefix):]: v for k, v in self.params.items() if k.startswith(prefix)}
-            block = DecoderBlock(self.config.block, p, self.ops, self.attention)
+            block = DecoderBlock(self.config.layer_block(i), p, self.ops, self.attention)
             self.params.update({prefix + k: v for k, v in block.params.items()})  # share, never copy
             self.blocks.append(block)
         b = self.config.block
@@ -977,6 +1021,8 @@ class Model:
         multiplier = self.model_config.logit_multiplier
         if multiplier != 1.0:  # Cohere's logit_scale, Granite's 1 / logits_scaling
             logits *= np.asarray(multiplier, dtype=logits.dtype)
+        if self.model_config.logit_softcap:  # Gemma 2's final_logit_softcapping
+            logits = soft_cap(logits, self.model_config.logit_softcap)
         rec("logits", logits_label(self.model_config), logits, (x, w), kind="linear", params=params + ("lm_head_bias",))
         return logits
 

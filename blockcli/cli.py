@@ -430,6 +430,7 @@ def trace(
         model_cfg = None  # with --layer: the model whose weights the block takes
         chosen_weights, implicit = own_weights(config, weights)
         notes = []
+        picked = layer  # the block of the weights to take (None: not picking from a model's weights)
         if config and weights is None and not implicit and Path(config).is_dir():
             notes.append(f"{config} holds no weights: seeded ones (run.seed {cfg.run.seed})")
         if layer is not None:
@@ -438,7 +439,12 @@ def trace(
             if cfg.model is not None:
                 if layer >= cfg.model.n_layers:
                     raise InputError(f"--layer {layer}: the model has layers 0..{cfg.model.n_layers - 1}")
-                model_cfg, cfg = cfg, replace(cfg, model=None)  # one block: residual stream in, residual stream out
+                if cfg.layers_differ:
+                    notes.append(f"layer {layer}'s block: {cfg.group_of(layer).describe()}")
+                # one block, that layer's: residual stream in, residual stream out
+                model_cfg, cfg = cfg, replace(cfg.for_layer(layer), model=None)
+                if chosen_weights is None and model_cfg.layers_differ:
+                    picked = None  # it picks the layer's block config; there are no weights to pick from
         x = load_input(input_file, cfg) if input_file is not None else None
         if x is not None:
             batch_, seq_ = x.shape[0], x.shape[1]
@@ -469,7 +475,7 @@ def trace(
             notes.append(f"a real pass would take about {_duration(seconds)} (over {UNASKED_PASS_SECONDS} s): rows "
                          f"are analytic (shapes only); --input, --weights or --save run it anyway")
         else:
-            result = run_trace(cfg, weights=chosen_weights, x=x, attention=mode, keep=bool(save or head), layer=layer,
+            result = run_trace(cfg, weights=chosen_weights, x=x, attention=mode, keep=bool(save or head), layer=picked,
                                model_config=model_cfg)
         if implicit and result.mode == "executed":
             notes.insert(0, f"weights: the model folder's own ({config})")
@@ -478,7 +484,7 @@ def trace(
             result.notes.append("--shapes-only ignored: --weights/--input/--save need a real pass")
         rows = result.rows
         if cfg.model and not all_layers:
-            rows = collapse_layers(rows, cfg.model.n_layers)
+            rows = collapse_layers(rows, cfg.model.n_layers, [g.layers for g in cfg.layer_groups()])
 
         if chosen is TraceFormat.json:
             print_out(render.to_json(render.trace_json(result, rows)))

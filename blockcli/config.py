@@ -25,7 +25,7 @@ from typing import Any, Iterator, Mapping
 NORMS = ("layernorm", "rmsnorm")
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")
-PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared")
+PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich")
 ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none")
 DTYPES = ("float32", "float64")
@@ -162,6 +162,12 @@ class BlockConfig:
     residual_multiplier: float = 1.0  # each branch's output times this before its residual add (Granite)
     moe: MoE | None = None  # a mixture-of-experts MLP in place of the dense one (d_ff then unused)
     mla: LatentAttention | None = None  # multi-head latent attention in place of Q/K/V projections (DeepSeek)
+    attention_softcap: float = 0.0  # c > 0: scores become c·tanh(scores/c) before the mask (Gemma 2); 0: off
+
+    @property
+    def sandwich(self) -> bool:
+        """Each branch's output is normalised again before its residual add (Gemma 2/3): four norms."""
+        return self.placement == "sandwich"
 
     @property
     def shared_norm(self) -> bool:
@@ -214,6 +220,7 @@ class ModelConfig:
     lm_head_bias: bool = False
     embedding_multiplier: float = 1.0  # token embeddings are multiplied by this (Gemma: sqrt(d_model))
     logit_multiplier: float = 1.0  # logits times this (Cohere's logit_scale; Granite: 1 / logits_scaling)
+    logit_softcap: float = 0.0  # c > 0: logits become c·tanh(logits/c) (Gemma 2's final_logit_softcapping); 0: off
 
 
 @dataclass(frozen=True)
@@ -239,13 +246,86 @@ class Config:
     about: About = field(default_factory=About)
     name: str = "default"  # preset name, file path, or "default"
     notes: tuple[str, ...] = ()  # what loading it has to tell the user (fields accepted by --allow-field)
+    layer_blocks: tuple[BlockConfig, ...] = ()  # layer i's block when some layers differ; () when all are `block`
+
+    def layer_block(self, layer: int) -> BlockConfig:
+        """The block of layer `layer` (0-based): `block` unless a `layers:` entry overrides it."""
+        return self.layer_blocks[layer] if self.layer_blocks else self.block
+
+    def layer_groups(self) -> list[LayerGroup]:
+        """The layers grouped by identical blocks, in order of each group's first layer (one group
+        when every layer is `block`; a lone block is one group of layer 0)."""
+        n_layers = self.model.n_layers if self.model else 1
+        groups: dict[BlockConfig, list[int]] = {}
+        for i in range(n_layers):
+            groups.setdefault(self.layer_block(i), []).append(i)
+        return [LayerGroup(tuple(layers), block, block_differences(self.block, block))
+                for block, layers in groups.items()]
+
+    def for_layer(self, layer: int) -> "Config":
+        """The config with layer `layer`'s block as its only block (for trace and verify of one layer)."""
+        return replace(self, block=self.layer_block(layer), layer_blocks=())
+
+    def group_of(self, layer: int) -> "LayerGroup":
+        return next(g for g in self.layer_groups() if layer in g.layers)
+
+    @property
+    def layers_differ(self) -> bool:
+        return len(set(self.layer_blocks)) > 1 or bool(self.layer_blocks) and self.layer_blocks[0] != self.block
 
     def to_dict(self) -> dict[str, Any]:
         """The config as plain data shaped like the YAML (what `--impl` targets receive)."""
         data: dict[str, Any] = {"block": asdict(self.block), "run": asdict(self.run)}
         if self.model is not None:
             data["model"] = asdict(self.model)
+        if self.layers_differ:
+            data["layers"] = [{"indices": list(g.layers), "block": g.overrides}
+                              for g in self.layer_groups() if g.overrides]
         return data
+
+
+@dataclass(frozen=True)
+class LayerGroup:
+    """Layers whose blocks are identical: their indices, the block, and how it differs from the base
+    block (field → value, as in the YAML; empty for layers that are the base block)."""
+
+    layers: tuple[int, ...]
+    block: BlockConfig
+    overrides: dict[str, Any]
+
+    def describe(self) -> str:
+        """'layers 0, 2, 4 (3 layers): sliding_window 0' — for tables and notes."""
+        return (f"{layer_list(self.layers)} ({len(self.layers)} layer{'s' if len(self.layers) > 1 else ''})"
+                + (": " + ", ".join(f"{k} {_show(v)}" for k, v in self.overrides.items()) if self.overrides
+                   else ": the base block"))
+
+
+def layer_list(layers: tuple[int, ...] | list[int]) -> str:
+    """'layer 3', 'layers 0, 2, 4', or 'layers 0-11' for a run."""
+    if len(layers) == 1:
+        return f"layer {layers[0]}"
+    if list(layers) == list(range(layers[0], layers[-1] + 1)):
+        return f"layers {layers[0]}-{layers[-1]}"
+    return "layers " + ", ".join(map(str, layers))
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {_show(v)}" for k, v in value.items()) + "}"
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else f"{value:g}" \
+        if isinstance(value, float) else str(value)
+
+
+def block_differences(base: BlockConfig, other: BlockConfig) -> dict[str, Any]:
+    """The fields of `other` that differ from `base`, as plain data: a nested dataclass (bias,
+    rope_scaling) as a mapping of its fields that are not at their defaults, as the YAML writes it."""
+    out: dict[str, Any] = {}
+    for f in fields(BlockConfig):
+        value = getattr(other, f.name)
+        if value != getattr(base, f.name):
+            out[f.name] = ({g.name: getattr(value, g.name) for g in fields(value) if getattr(value, g.name) != g.default}
+                           if hasattr(value, "__dataclass_fields__") else value)
+    return out
 
 
 # --------------------------------------------------------------------------- loading
@@ -442,17 +522,67 @@ def parse_config(data: Any, name: str = "<mapping>") -> Config:
     if not isinstance(data, Mapping):
         raise ConfigError(f"{name}: top level must be a mapping with 'block', 'model', 'run' sections, "
                           f"got {_kind(data)}")
-    _check_keys(data, ("block", "model", "run", "about"), "")
-    block = _parse_block(_section(data, "block"))
+    _check_keys(data, ("block", "model", "run", "about", "layers"), "")
+    block_data = _section(data, "block")
+    block = _parse_block(block_data)
     model_data = data.get("model")
     model = None if model_data is None else _parse_model(_section(data, "model"))
     if model is not None:
         block = _reconcile_rope(block, model)
     _check_rope_scaling(block)
     _check_mla(block)
+    layer_blocks = _parse_layers(data.get("layers"), block_data, block, model)
     run = _parse_run(_section(data, "run"))
     about = _parse_about(_section(data, "about"))
-    return Config(block=block, model=model, run=run, about=about, name=name)
+    return Config(block=block, model=model, run=run, about=about, name=name, layer_blocks=layer_blocks)
+
+
+def _parse_layers(value: Any, block_data: Mapping[str, Any], base: BlockConfig,
+                  model: ModelConfig | None) -> tuple[BlockConfig, ...]:
+    """`layers:` — a list of {indices: [...], block: {...}}: each entry's block fields replace the base
+    block's for those layers (a nested mapping such as bias or rope_scaling is replaced whole). Every
+    field of `block` may be overridden except d_model, the residual width all layers share; each
+    layer's block is validated as `block` is. Returns one block per layer, or () when none differ."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ConfigError(f"layers: expected a list of entries {{indices: [...], block: {{...}}}}, got {_kind(value)}")
+    if model is None:
+        raise ConfigError("layers: per-layer overrides need a model section (model.n_layers)")
+    blocks = [base] * model.n_layers
+    owner: dict[int, int] = {}
+    for n, entry in enumerate(value):
+        p = f"layers[{n}]"
+        if not isinstance(entry, Mapping):
+            raise ConfigError(f"{p}: expected a mapping with 'indices' and 'block', got {_kind(entry)}")
+        _check_keys(entry, ("indices", "block"), p + ".")
+        indices = entry.get("indices")
+        if not isinstance(indices, list) or not indices:
+            raise ConfigError(f"{p}.indices: expected a non-empty list of layer indices, got {_kind(indices)}")
+        for i in indices:
+            if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < model.n_layers:
+                raise ConfigError(f"{p}.indices: expected layer indices 0..{model.n_layers - 1} "
+                                  f"(model.n_layers={model.n_layers}), got {_kind(i)}")
+            if i in owner:
+                raise ConfigError(f"{p}.indices: layer {i} is already overridden by layers[{owner[i]}]"
+                                  if owner[i] != n else f"{p}.indices: layer {i} is listed twice")
+            owner[i] = n
+        overrides = entry.get("block")
+        if not isinstance(overrides, Mapping):
+            raise ConfigError(f"{p}.block: expected a mapping of block fields to override, got {_kind(overrides)}")
+        if "d_model" in overrides:
+            raise ConfigError(f"{p}.block.d_model: cannot differ per layer (the residual stream's width is "
+                              f"shared by every layer); set block.d_model")
+        try:
+            block = _parse_block({**block_data, **overrides})
+            block = _reconcile_rope(block, model)
+            _check_rope_scaling(block)
+        except ConfigError as exc:
+            message = str(exc)
+            raise ConfigError(f"{p}.{message}" if message.startswith("block") else f"{p}: {message}") from None
+        for i in indices:
+            blocks[i] = block
+    return tuple(blocks) if any(b != base for b in blocks) else ()
 
 
 def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -560,7 +690,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     fields = ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "norm", "norm_eps", "activation",
               "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "attention_dropout",
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
-              "residual_multiplier", "moe", "mla")
+              "residual_multiplier", "moe", "mla", "attention_softcap")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -604,6 +734,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         residual_multiplier=_float(data, "residual_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
         moe=_parse_moe(data.get("moe")),
         mla=mla,
+        attention_softcap=_float(data, "attention_softcap", p, 0.0, 0.0, 1e6),
     )
     if block.moe is not None and block.bias.mlp:
         raise ConfigError("block.bias.mlp: the experts of block.moe have no biases; set bias.mlp: false")
@@ -755,7 +886,7 @@ def _parse_rope_scaling(value: Any) -> RopeScaling | None:
 def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
     fields = ("n_layers", "vocab_size", "positions", "max_positions", "position_offset",
               "tie_embeddings", "final_norm", "lm_head_bias", "embedding_multiplier",
-              "logit_multiplier")
+              "logit_multiplier", "logit_softcap")
     _check_keys(data, fields, "model.")
     p = "model"
     return ModelConfig(
@@ -769,6 +900,7 @@ def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
         lm_head_bias=_bool(data, "lm_head_bias", p, False),
         embedding_multiplier=_float(data, "embedding_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
         logit_multiplier=_float(data, "logit_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
+        logit_softcap=_float(data, "logit_softcap", p, 0.0, 0.0, 1e6),
     )
 
 

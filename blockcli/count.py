@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
-from blockcli.config import BlockConfig, Config
+from blockcli.config import BlockConfig, Config, LayerGroup, layer_list
 from blockcli.shapes import block_parameter_shapes, model_parameter_shapes
 
 # A polynomial: monomial (sorted tuple of symbols) → integer coefficient.
@@ -67,6 +67,7 @@ class Component:
     keys: tuple[str, ...] = ()  # the parameter names this row covers
     kind: str = "tensor"  # tensor | subtotal | total | tied
     active: int | None = None  # of `count`, what one token uses (a mixture's k of E experts); None: all of it
+    group: int | None = None  # when layers differ: which of `ParameterCount.groups` a block row describes
 
     @property
     def count(self) -> int:
@@ -99,10 +100,16 @@ class ParameterCount:
     reconciled: Reconciliation
     checkpoint: dict | None = None  # the checkpoint's files, when reconciled with one
     active: int = 0  # parameters one token uses: all but the routed experts it is not sent to (0: `total`)
+    groups: tuple[LayerGroup, ...] = ()  # the layers grouped by identical blocks (one group when all alike)
+    group_counts: tuple[int, ...] = ()  # one block of each group
 
     @property
     def active_total(self) -> int:
         return self.active or self.total
+
+    @property
+    def layers_differ(self) -> bool:
+        return len(self.groups) > 1
 
     @property
     def n_layers(self) -> int:
@@ -174,8 +181,12 @@ def block_formula(b: BlockConfig) -> list[Row]:
             label = f"{letter.upper()} norm ({'per head' if b.qk_norm == 'head' else 'all heads'})"
             rows.append(Row(f"attn.{letter}_norm", label, term(1, *features), shift,
                             (f"{letter}_norm_gamma", f"{letter}_norm_beta")))
+    if b.sandwich:  # Gemma 2/3: the branch outputs are normalised too (kept beside LN 2, before the MLP rows)
+        rows.append(norm("ln1_post", f"{_norm_name(b)} after attention"))
     if b.placement != "parallel_shared":  # a shared norm: attention and MLP both read LN1's output
         rows.append(norm("ln2", f"{_norm_name(b)} 2"))
+    if b.sandwich:
+        rows.append(norm("ln2_post", f"{_norm_name(b)} after the MLP"))
     if b.moe is not None:
         return rows + moe_formula(b)
     mlp_bias = b.bias.mlp
@@ -241,6 +252,9 @@ def _latent_attention_rows(b: BlockConfig) -> list[Row]:
              Row("attn.o", "output projection W_O", term(1, "h", "d_v", "d"), term(1, "d") if b.bias.out else no,
                  ("w_o", "b_o"))]
     return rows
+def _norms_label(n: int) -> str:
+    """'one norm', 'two norms', 'four norms' (sandwich): the block's norm subtotal row."""
+    return f"{ {1: 'one', 2: 'two', 4: 'four'}.get(n, str(n))} norm{'s' if n != 1 else ''}"
 
 
 def _norm_name(b: BlockConfig) -> str:
@@ -255,32 +269,69 @@ Formula = Callable[[BlockConfig], list[Row]]
 
 def count_parameters(config: Config, formula: Formula = block_formula, checkpoint: Mapping[str, int] | None = None,
                      checkpoint_info: Mapping[str, object] | None = None) -> ParameterCount:
-    """Exact breakdown for one block, and for the whole model when the config has one.
+    """Exact breakdown for one block, and for the whole model when the config has one: one set of
+    block rows per group of identical layers.
 
-    `checkpoint` (model key → stored size, as `blockcli.checkpoint.stored_sizes` reads them from
-    a checkpoint's headers) makes the reconciliation against those tensors, row by row and layer
-    by layer, instead of against arrays blockcli builds; `checkpoint_info` describes the files.
+    The closed form is reconciled with the declared shapes the block is built from (blockcli.shapes;
+    `DecoderBlock` accepts no other parameter set), so nothing is allocated. `checkpoint` (model key →
+    stored size, as `blockcli.checkpoint.stored_sizes` reads them from a checkpoint's headers) makes the
+    reconciliation against those tensors instead, row by row and layer by layer; `checkpoint_info`
+    describes the files.
     """
     if checkpoint is not None:
         return _with_checkpoint(count_parameters(config, formula), formula, checkpoint, checkpoint_info or {})
+    groups = config.layer_groups()
+    components: list[Component] = []
+    mismatches: list[str] = []
+    polys: list[tuple[Poly, Poly]] = []
+    per_group: list[int] = []
+    unused: list[int] = []  # per group: one block's parameters a token does not use (routed experts)
+    for index, group in enumerate(groups):
+        one = config.for_layer(group.layers[0])
+        tag = f"{layer_list(group.layers)}: " if len(groups) > 1 else ""
+        rows_, (block_w, block_b), idle = _block_rows(one, formula, mismatches, tag)
+        polys.append((block_w, block_b))
+        per_group.append(evaluate(block_w + block_b, symbol_values(one)))
+        unused.append(idle)
+        grouped = index if len(groups) > 1 else None
+        components.extend(replace(c, group=grouped) for c in rows_)
+    per_block = per_group[0]
+
+    total, non_embedding, idle_total = per_block, per_block, unused[0]
+    if config.model is not None:
+        model_rows, total, non_embedding = _model_rows(config, groups, polys, per_group, unused)
+        components.extend(model_rows)
+        declared = sum(math.prod(s) for s in model_parameter_shapes(config).values())
+        idle_total = sum(n * len(g.layers) for n, g in zip(unused, groups))
+    else:
+        declared = sum(math.prod(s) for s in block_parameter_shapes(config.block).values())
+
+    reconciled = Reconciliation(total, declared, DECLARED, tuple(mismatches))
+    return ParameterCount(config, tuple(components), per_block, total, non_embedding, reconciled,
+                          active=total - idle_total if idle_total else 0, groups=tuple(groups),
+                          group_counts=tuple(per_group))
+
+
+def _block_rows(config: Config, formula: Formula, mismatches: list[str],
+                tag: str) -> tuple[list[Component], tuple[Poly, Poly], int]:
+    """One block's rows and subtotals, its (weights, biases) polynomials, and how many of its parameters
+    a token does not use (the routed experts it is not sent to). Each row is checked against the
+    block's declared shapes; mismatches are appended, prefixed with `tag`."""
     values = symbol_values(config)
     rows = formula(config.block)
     arrays = {k: math.prod(s) for k, s in block_parameter_shapes(config.block).items()}
-
     components: list[Component] = []
-    mismatches: list[str] = []
     groups = {"attn": (Poly(), Poly()), "mlp": (Poly(), Poly()), "ln": (Poly(), Poly())}
     block_w, block_b = Poly(), Poly()
-    unused = {"mlp": 0, "block": 0}  # weights of the routed experts a token is not sent to
+    idle = 0
     for row in rows:
         w, bias = evaluate(row.weights, values), evaluate(row.biases, values)
         active = None if row.active is None else evaluate(row.active, values) + bias
         if active is not None:
-            unused["mlp"] += w + bias - active
-            unused["block"] += w + bias - active
+            idle += w + bias - active
         measured = sum(arrays.get(k, 0) for k in row.keys)
         if measured != w + bias:
-            mismatches.append(f"{row.name}: formula {w + bias:,} vs arrays {measured:,}")
+            mismatches.append(f"{tag}{row.name}: formula {w + bias:,} vs arrays {measured:,}")
         components.append(Component(row.name, row.label, _shapes_text(row.keys, config.block), w, bias,
                                     render(row.weights + row.biases), row.keys, active=active))
         group_w, group_b = groups["ln" if row.name.startswith("ln") else row.name.split(".")[0]]
@@ -290,31 +341,17 @@ def count_parameters(config: Config, formula: Formula = block_formula, checkpoin
             poly.update(row.biases)
 
     covered = {k for row in rows for k in row.keys}
-    mismatches.extend(f"{k}: array not in the formula" for k in arrays if k not in covered)
-    block_poly = block_w + block_b
-    per_block = evaluate(block_poly, values)
+    mismatches.extend(f"{tag}{k}: array not in the formula" for k in arrays if k not in covered)
     for name, label, (w, bias) in (("attention", "attention (Q, K, V, O)", groups["attn"]),
                                    ("mlp", "MLP", groups["mlp"]),
-                                   ("norms", "two norms" if any(r.name == "ln2" for r in rows) else "one norm",
+                                   ("norms", _norms_label(sum(r.name.startswith("ln") for r in rows)),
                                     groups["ln"]),
                                    ("block", "block total", (block_w, block_b))):
         count = evaluate(w, values) + evaluate(bias, values)
         components.append(Component(name, label, "", evaluate(w, values), evaluate(bias, values),
                                     render(w + bias), kind="total" if name == "block" else "subtotal",
-                                    active=count - unused[name] if unused.get(name) else None))
-
-    total, non_embedding = per_block, per_block
-    formula_total, arrays_total = per_block, sum(arrays.values())
-    if config.model is not None:
-        model_rows, total, non_embedding = _model_rows(config, (block_w, block_b), values, unused["block"])
-        components.extend(model_rows)
-        formula_total = total
-        arrays_total = sum(math.prod(s) for s in model_parameter_shapes(config).values())
-
-    reconciled = Reconciliation(formula_total, arrays_total, DECLARED, tuple(mismatches))
-    active = total - unused["block"] * (config.model.n_layers if config.model else 1)
-    return ParameterCount(config, tuple(components), per_block, total, non_embedding, reconciled,
-                          active=active if unused["block"] else 0)
+                                    active=count - idle if idle and name in ("mlp", "block") else None))
+    return components, (block_w, block_b), idle
 
 
 def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[str, int],
@@ -323,12 +360,12 @@ def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[s
     every model-level row, and nothing stored that no row accounts for."""
     config = result.config
     assert config.model is not None
-    values = symbol_values(config)
     mismatches: list[str] = []
     covered: set[str] = set()
-    for row in formula(config.block):
-        expected = evaluate(row.weights + row.biases, values)
-        for i in range(config.model.n_layers):
+    for i in range(config.model.n_layers):  # each layer against its own block's rows
+        block = config.layer_block(i)
+        for row in formula(block):
+            expected = evaluate(row.weights + row.biases, symbol_values(block))
             keys = [f"blocks.{i}.{k}" for k in row.keys]
             covered.update(keys)
             found = sum(stored.get(k, 0) for k in keys)
@@ -342,17 +379,22 @@ def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[s
                 mismatches.append(f"{c.name}: formula {c.count:,} vs checkpoint {found:,}")
     mismatches.extend(f"{k}: stored tensor not in the formula" for k in stored if k not in covered)
     reconciled = Reconciliation(result.total, sum(stored.values()), "checkpoint", tuple(mismatches))
-    return ParameterCount(config, result.components, result.per_block, result.total, result.non_embedding,
-                          reconciled, dict(info), result.active)
+    return replace(result, reconciled=reconciled, checkpoint=dict(info))
 
 
-def _model_rows(config: Config, block: tuple[Poly, Poly], values: Mapping[str, int],
-                unused: int = 0) -> tuple[list[Component], int, int]:
-    """The model-level rows; `unused`: one block's parameters a token does not use (routed experts)."""
+def _model_rows(config: Config, groups: list[LayerGroup], polys: list[tuple[Poly, Poly]],
+                per_group: list[int], unused: list[int]) -> tuple[list[Component], int, int]:
+    """The model-level rows; `unused[g]`: one block of group g's parameters a token does not use."""
     m, b = config.model, config.block
     assert m is not None
-    block_poly = block[0] + block[1]
-    block_w, block_b = (evaluate(p, values) * m.n_layers for p in block)
+    block_w = block_b = 0
+    for group, (w, bias) in zip(groups, polys):
+        values = symbol_values(config.for_layer(group.layers[0]))
+        block_w += evaluate(w, values) * len(group.layers)
+        block_b += evaluate(bias, values) * len(group.layers)
+    alike = len({(render(w + bias), n) for (w, bias), n in zip(polys, per_group)}) == 1  # same formula, same value
+    expression = (f"L·({render(polys[0][0] + polys[0][1])})" if alike else  # symbols differ per group: numbers
+                  " + ".join(f"{len(g.layers)}·{n:,}" for g, n in zip(groups, per_group)))
     d = b.d_model
     rows = [Component("embed.tokens", "token embedding", str((m.vocab_size, d)),
                       m.vocab_size * d, 0, "V·d", ("wte",))]
@@ -362,9 +404,11 @@ def _model_rows(config: Config, block: tuple[Poly, Poly], values: Mapping[str, i
         pos = P * d
         note = "P·d" if not m.position_offset else f"P·d (P = {m.max_positions:,} + offset {m.position_offset})"
         rows.append(Component("embed.positions", "position embedding", str((P, d)), pos, 0, note, ("wpe",)))
-    rows.append(Component("blocks", f"{m.n_layers} blocks", f"{m.n_layers} × block", block_w, block_b,
-                          f"L·({render(block_poly)})", kind="subtotal",
-                          active=block_w + block_b - unused * m.n_layers if unused else None))
+    shape = (f"{m.n_layers} × block" if len(groups) == 1 else
+             " + ".join(f"{len(g.layers)} × block {i + 1}" for i, g in enumerate(groups)))
+    idle = sum(n * len(g.layers) for n, g in zip(unused, groups))  # routed experts a token does not use
+    rows.append(Component("blocks", f"{m.n_layers} blocks", shape, block_w, block_b, expression, kind="subtotal",
+                          active=block_w + block_b - idle if idle else None))
     if m.final_norm:
         shift = d if b.bias.norm else 0
         rows.append(Component("final_norm", f"final {_norm_name(b)}", str((d,)) + (f" + {(d,)}" if shift else ""),
@@ -382,7 +426,7 @@ def _model_rows(config: Config, block: tuple[Poly, Poly], values: Mapping[str, i
     total = weights + biases
     embeddings = m.vocab_size * d + pos
     rows.append(Component("total", "model total", "", weights, biases, "", kind="total",
-                          active=total - unused * m.n_layers if unused else None))
+                          active=total - idle if idle else None))
     rows.append(Component("non_embedding", "non-embedding total", "", weights - embeddings, biases,
                           "total − token − position embeddings", kind="total"))
     return rows, total, total - embeddings

@@ -40,7 +40,7 @@ from blockcli.families import FAMILIES
 from blockcli.families.fields import COMMON_IGNORED, COMMON_NEUTRAL, Fields, json_kind, short
 
 RUN_DEFAULTS = {"batch": 1, "seq_len": 8, "dtype": "float32", "seed": 0}
-SECTION_ORDER = ("about", "block", "model", "run")
+SECTION_ORDER = ("about", "block", "model", "layers", "run")
 
 
 # --------------------------------------------------------------------------- entry points
@@ -112,7 +112,10 @@ def hf_to_mapping(data: Any, where: str, allow_fields: tuple[str, ...] = ()) -> 
     if fields.notes:
         description += "; " + "; ".join(fields.notes)
     about = {"description": description, "source": where}
-    return {"about": about, "block": block, "model": model, "run": run}
+    mapping = {"about": about, "block": block, "model": model, "run": run}
+    if fields.layers:
+        mapping["layers"] = fields.layers
+    return mapping
 
 
 def to_yaml(config_mapping: Mapping[str, Any], comment: str = "") -> str:
@@ -164,6 +167,13 @@ def _parse_json(text: str, where: str) -> Any:
 def _yaml_entry(key: Any, value: Any, indent: int) -> list[str]:
     pad = " " * indent
     name = _yaml_key(key)
+    if isinstance(value, list) and all(isinstance(v, Mapping) for v in value) and value:  # `layers:` entries
+        lines = [f"{pad}{name}:"]
+        for item in value:
+            entry = [line for k, v in item.items() for line in _yaml_entry(k, v, indent + 4)]
+            lines.append(f"{pad}  - {entry[0].lstrip()}")
+            lines.extend(entry[1:])
+        return lines
     if isinstance(value, Mapping):
         if not value:
             return [f"{pad}{name}: {{}}"]

@@ -122,6 +122,8 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
             first = max(0, t - cfg.sliding_window + 1) if cfg.sliding_window else 0  # the window's oldest key
             seen = range(first, t + 1)  # keys s <= t only
             logits = [float(qs[t] @ ks[s]) * scale for s in seen]
+            if cfg.attention_softcap:  # Gemma 2: c·tanh(score/c)
+                logits = [cfg.attention_softcap * math.tanh(a / cfg.attention_softcap) for a in logits]
             top = max(logits)
             e = [math.exp(a - top) for a in logits]
             z = sum(e)
@@ -222,6 +224,9 @@ def reference_block(x: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig
         if cfg.placement == "pre":
             h = xb + attention(norm("ln1", xb))
             y[b] = h + mlp(norm("ln2", h))
+        elif cfg.placement == "sandwich":  # a norm before and after each branch (Gemma 2/3)
+            h = xb + r * norm("ln1_post", _attention(norm("ln1", xb), p, cfg))
+            y[b] = h + r * norm("ln2_post", _mlp(norm("ln2", h), p, cfg))
         elif cfg.placement == "post_branch":
             h = xb + norm("ln1", attention(xb))
             y[b] = h + norm("ln2", mlp(h))

@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # rich and the NumPy-based modules load only when a table is 
     from rich.console import Group
     from rich.table import Table
 
-    from blockcli.count import ParameterCount
+    from blockcli.count import Component, ParameterCount
     from blockcli.mutants import Mutant
     from blockcli.sizing import Inference, Term, Training
     from blockcli.trace import OpRow, Trace
@@ -80,9 +80,11 @@ def count_json(result: ParameterCount, inference: Inference, training: Training 
         "components": [
             {"name": c.name, "label": c.label, "kind": c.kind, "shape": c.shape, "weights": c.weights,
              "biases": c.biases, "count": c.count, "active": c.active_count, "share": _share(c.count, result.total),
-             "formula": c.expression}
+             "formula": c.expression, **({"group": c.group} if c.group is not None else {})}
             for c in result.components
         ],
+        "layer_groups": [{"layers": list(g.layers), "n_layers": len(g.layers), "overrides": g.overrides,
+                          "per_block": n} for g, n in zip(result.groups, result.group_counts)],
         "reconciled": {"formula": rec.formula, "arrays": rec.arrays, "match": rec.match, "method": rec.method,
                        "mismatches": list(rec.mismatches)},
         "inference": inference_json(inference),
@@ -157,6 +159,7 @@ def training_json(tr: Training) -> dict[str, Any]:
                                 "total": per.total},
         "states_per_device": {**tr.states, "total": tr.state_bytes},
         "activations": {"per_layer": tr.activations_per_layer, "n_layers": tr.n_layers,
+                        "other_layers": [{"n_layers": n, "per_layer": size} for n, size in tr.other_layers],
                         "layer_terms": _terms_json(tr.layer_terms), "other_terms": _terms_json(tr.other_terms),
                         "total": tr.activation_bytes},
         "memory_bytes_per_device": tr.memory_bytes,
@@ -176,6 +179,11 @@ def _share(count: int, total: int) -> float:
     return round(count / total, 6) if total else 0.0
 
 
+def _group_name(c: Component) -> str:
+    """A row's name, with its block's number when layers differ: block2.attn.q."""
+    return c.name if c.group is None else f"block{c.group + 1}.{c.name}"
+
+
 def _count_rows(result: ParameterCount) -> list[list[str]]:
     return [[c.label, c.shape, f"{c.weights:,}", f"{c.biases:,}", f"{c.count:,}",
              f"{100 * _share(c.count, result.total):.2f}%", c.expression] for c in result.components]
@@ -187,8 +195,20 @@ SIZING_FLOPS_NOTE = ("FLOPs = 2 × multiply-adds of the matrix products (project
                      "work not included (see trace)")
 
 
+def _group_header(result: ParameterCount, c: Component) -> str | None:
+    """When layers differ: the line naming the group whose block rows start at `c`."""
+    if result.layers_differ and c.group is not None and c.name == "ln1":
+        return f"block {c.group + 1}: {result.groups[c.group].describe()}"
+    return None
+
+
 def count_markdown(result: ParameterCount, inference: Inference, training: Training | None = None) -> str:
-    text = markdown_table(COUNT_HEADERS, _count_rows(result), "llrrrrl") + "\n" + "\n".join(
+    rows = []
+    for c, row in zip(result.components, _count_rows(result)):
+        if (header := _group_header(result, c)) is not None:
+            rows.append([f"**{header}**"] + [""] * (len(COUNT_HEADERS) - 1))
+        rows.append(row)
+    text = markdown_table(COUNT_HEADERS, rows, "llrrrrl") + "\n" + "\n".join(
         f"- {line}" for line in count_footer_lines(result, inference, training)) + "\n"
     if training is not None:
         text += "\n" + markdown_table(TERM_HEADERS, _term_rows(training), "llrl")
@@ -196,7 +216,7 @@ def count_markdown(result: ParameterCount, inference: Inference, training: Train
 
 
 def count_csv(result: ParameterCount) -> str:
-    rows = [[c.name, c.shape, c.weights, c.biases, c.count, _share(c.count, result.total), c.expression]
+    rows = [[_group_name(c), c.shape, c.weights, c.biases, c.count, _share(c.count, result.total), c.expression]
             for c in result.components]
     return csv_text(("name",) + COUNT_HEADERS[1:], rows)
 
@@ -259,7 +279,9 @@ def training_lines(tr: Training) -> list[str]:
         f"model states per device: {human_bytes(tr.state_bytes)} (weights {human_bytes(st['weights'])}, gradients "
         f"{human_bytes(st['gradients'])}, optimizer {human_bytes(st['optimizer'])})",
         f"activations kept for the backward pass (recompute {tr.recompute}): {human_bytes(tr.activations_per_layer)} "
-        f"per layer ({tr.activations_per_layer:,} bytes) × {tr.n_layers} + {human_bytes(tr.activations_outside_layers)} "
+        f"per layer ({tr.activations_per_layer:,} bytes) × {tr.n_layers} + "
+        + (f"{human_bytes(sum(n * size for n, size in tr.other_layers))} in the other layers + " if tr.other_layers else "")
+        + f"{human_bytes(tr.activations_outside_layers)} "
         f"outside the layers = {human_bytes(tr.activation_bytes)}",
         f"training memory per device: {human_bytes(tr.memory_bytes)} = model states + activations",
         f"FLOPs per step ({tr.tokens:,} tokens): forward + backward (2× forward)"
@@ -276,6 +298,7 @@ TERM_HEADERS = ("kept for the backward pass", "size", "bytes", "Korthikanti (s·
 def _term_rows(tr: Training) -> list[list[str]]:
     rows = [[t.name, t.formula, f"{t.bytes:,}", t.korthikanti] for t in tr.layer_terms]
     rows.append([f"one layer ×{tr.n_layers}", "", f"{tr.activations_per_layer:,}", ""])
+    rows += [[f"a layer of another block ×{n}", "", f"{size:,}", ""] for n, size in tr.other_layers]
     rows += [[t.name, t.formula, f"{t.bytes:,}", ""] for t in tr.other_terms]
     rows.append(["total", "", f"{tr.activation_bytes:,}", ""])
     return rows
@@ -291,14 +314,17 @@ def count_table(result: ParameterCount, inference: Inference, training: Training
     for header in COUNT_HEADERS:
         table.add_column(header, justify="right" if header in ("weights", "biases", "count", "share") else "left",
                          no_wrap=header != "formula")
-    for c, row in zip(result.components, _count_rows(result)):
+    # a rule after each block's attention part (through its norms) and after its MLP part
+    parts = ["mlp" if c.name.startswith("mlp.") else "attn" if c.name.startswith(("attn.", "ln")) else ""
+             for c in result.components]
+    section_ends = {i for i in range(1, len(parts)) if parts[i - 1] and parts[i] != parts[i - 1]}
+    for i, (c, row) in enumerate(zip(result.components, _count_rows(result))):
+        if (header := _group_header(result, c)) is not None:  # each group's rows under its name
+            table.add_row(header, style="bold italic")
         style = "bold" if c.kind == "total" else "dim" if c.kind == "tied" else None
         share = _share(c.count, result.total)
         row[5] = f"{bar(share)} {100 * share:5.1f}%"
-        last_of_attention = "attn.o" if result.config.block.shared_norm else "ln2"  # a shared norm has no LN 2 row
-        last_of_mlp = "mlp.2" if result.config.block.moe is None else [x.name for x in result.components
-                                                                      if x.name.startswith("mlp.")][-1]
-        table.add_row(*row, style=style, end_section=c.kind == "total" or c.name in (last_of_mlp, last_of_attention))
+        table.add_row(*row, style=style, end_section=c.kind == "total" or i + 1 in section_ends)
     footer = Text("\n".join(count_footer_lines(result, inference, training)))
     if not result.reconciled.match:
         footer.stylize("bold red", 0, len(footer.plain.split("\n")[0]))
@@ -311,7 +337,8 @@ def count_table(result: ParameterCount, inference: Inference, training: Training
         rows = _term_rows(training)
         for i, row in enumerate(rows):
             terms.add_row(*row, style="bold" if row[0] == "total" or row[0].startswith("one layer") else None,
-                          end_section=i in (len(training.layer_terms) - 1, len(training.layer_terms), len(rows) - 2))
+                          end_section=i in (len(training.layer_terms) - 1, len(training.layer_terms)
+                                            + len(training.other_layers), len(rows) - 2))
         parts.append(terms)
     return Group(*parts)
 

@@ -104,10 +104,16 @@ def moe_shapes(cfg: BlockConfig) -> dict[str, Shape]:
 
 def block_parameter_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     """Every parameter of one block, in forward order: ln1, attention, ln2 (none when the norm is
-    shared), MLP (or mixture of experts)."""
-    ln2 = {} if cfg.shared_norm else norm_shapes("ln2", cfg.d_model, cfg)
+    shared), MLP (or mixture of experts); a sandwich block adds ln1_post after attention and ln2_post after
+    the MLP."""
+    d = cfg.d_model
+    ln2 = {} if cfg.shared_norm else norm_shapes("ln2", d, cfg)
     mlp = moe_shapes(cfg) if cfg.moe is not None else mlp_shapes(cfg)
-    return {**norm_shapes("ln1", cfg.d_model, cfg), **attention_shapes(cfg), **ln2, **mlp}
+    if not cfg.sandwich:
+        return {**norm_shapes("ln1", d, cfg), **attention_shapes(cfg), **ln2, **mlp}
+    # sandwich (Gemma 2/3): each branch's output normalised too, after attention and after the MLP
+    return {**norm_shapes("ln1", d, cfg), **attention_shapes(cfg), **norm_shapes("ln1_post", d, cfg), **ln2,
+            **mlp, **norm_shapes("ln2_post", d, cfg)}
 
 
 def model_parameter_shapes(config: Config) -> dict[str, Shape]:
@@ -118,8 +124,8 @@ def model_parameter_shapes(config: Config) -> dict[str, Shape]:
     shapes: dict[str, Shape] = {"wte": (model.vocab_size, d)}
     if model.positions == "learned":
         shapes["wpe"] = (model.max_positions + model.position_offset, d)
-    for i in range(model.n_layers):
-        shapes.update({f"blocks.{i}.{k}": s for k, s in block_parameter_shapes(block).items()})
+    for i in range(model.n_layers):  # each layer's own block (`layers:` overrides)
+        shapes.update({f"blocks.{i}.{k}": s for k, s in block_parameter_shapes(config.layer_block(i)).items()})
     if model.final_norm:
         shapes.update(norm_shapes("ln_f", d, block))
     if not model.tie_embeddings:

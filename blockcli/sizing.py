@@ -23,9 +23,9 @@ Conventions (named in the output too):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from blockcli.config import BlockConfig, Config, InputError
+from blockcli.config import BlockConfig, Config, InputError, layer_list
 
 DTYPE_BITS = {"float64": 64, "float32": 32, "bfloat16": 16, "float16": 16, "float8": 8, "int8": 8, "int4": 4}
 OPTIMIZERS = ("adamw", "sgd", "sgd-momentum")
@@ -79,6 +79,13 @@ class Dims:
     def value_dim(self) -> int:
         """Each head's value width: d_h, or latent attention's d_v."""
         return self.d_v if self.latent else self.d_h
+
+    @classmethod
+    def per_group(cls, config: Config) -> list["Dims"]:
+        """One Dims per group of identical layers (L: the group's size), so that sums over the groups
+        are sums over the layers: each layer's own heads, MLP and window."""
+        return [replace(cls.of(config.for_layer(g.layers[0])), L=len(g.layers) if config.model else 1)
+                for g in config.layer_groups()]
 
     def keys_seen(self, T: int) -> int:
         """Keys a query at context T attends to, and tokens a K/V cache must keep: T, or W with a window."""
@@ -149,6 +156,19 @@ def forward_flops(dims: Dims, T: int, B: int) -> ForwardFlops:
                         attention * score_pairs(T, True, dims.window), 2 * tokens * head)
 
 
+def model_forward_flops(groups: list[Dims], T: int, B: int) -> ForwardFlops:
+    """forward_flops summed over the groups of layers; the LM head once."""
+    parts = [forward_flops(dims, T, B) for dims in groups]
+    return ForwardFlops(sum(p.blocks_dense for p in parts), sum(p.scores_full for p in parts),
+                        sum(p.scores_causal for p in parts), parts[0].head)
+
+
+def model_decode_flops(groups: list[Dims], T: int, B: int) -> int:
+    """decode_flops summed over the groups of layers; the LM head once."""
+    head = B * 2 * matmul_weights(groups[0])[1]
+    return head + sum(decode_flops(dims, T, B) - B * 2 * matmul_weights(dims)[1] for dims in groups)
+
+
 def decode_flops(dims: Dims, T: int, B: int) -> int:
     """One decode step at context T for B sequences: one token through every matrix, T keys per head
     (the last W with a sliding window). Under latent attention, the earlier tokens' keys and values
@@ -210,15 +230,19 @@ def kv_expanded_elements(dims: Dims) -> int:
 def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: str,
               kv_dtype: str | None = None) -> Inference:
     """Memory and FLOPs of serving `config` at B × T tokens, weights and activations at `dtype`."""
-    dims = Dims.of(config)
+    groups = Dims.per_group(config)  # layers that differ: each group's own heads and window
     kv_dtype = kv_dtype or dtype
-    kv_per_token = nbytes(kv_cache_elements(dims), kv_dtype)
-    tokens = dims.keys_seen(seq_len) * batch  # a sliding window keeps its last W tokens
-    expanded = nbytes(kv_expanded_elements(dims), kv_dtype) if dims.latent else 0
-    return Inference(seq_len, batch, dtype, kv_dtype, parameters, kv_per_token, kv_per_token * tokens,
-                     inference_activation_bytes(dims, seq_len, batch, dtype),
-                     forward_flops(dims, seq_len, batch), decode_flops(dims, seq_len, batch),
-                     expanded, expanded * tokens)
+    kv_per_token = sum(nbytes(kv_cache_elements(dims), kv_dtype) for dims in groups)
+    kv_bytes = sum(nbytes(kv_cache_elements(dims), kv_dtype) * dims.keys_seen(seq_len)  # a window keeps its last W
+                   for dims in groups) * batch
+    # latent attention: the keys and values it would cache expanded (0 without latent attention)
+    expanded = sum(nbytes(kv_expanded_elements(dims), kv_dtype) for dims in groups if dims.latent)
+    expanded_bytes = sum(nbytes(kv_expanded_elements(dims), kv_dtype) * dims.keys_seen(seq_len)
+                         for dims in groups if dims.latent) * batch
+    return Inference(seq_len, batch, dtype, kv_dtype, parameters, kv_per_token, kv_bytes,
+                     max(inference_activation_bytes(dims, seq_len, batch, dtype) for dims in groups),
+                     model_forward_flops(groups, seq_len, batch), model_decode_flops(groups, seq_len, batch),
+                     expanded, expanded_bytes)
 
 
 def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
@@ -335,6 +359,8 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
                   Term("output projection input", f"{unit}·h·d_h", act(h * d_h), "2")]
     if block.dropout:
         terms.append(Term("attention-branch dropout mask", f"{MASK_BYTES}·s·b·d", mask(d), "1"))
+    if block.sandwich:  # the norm of the attention output reads it (Gemma 2/3)
+        terms.append(Term("norm of the attention output: its input", f"{unit}·d", act(d), ""))
     if block.placement not in ("parallel", "parallel_shared"):
         terms.append(Term(names[2], f"{unit}·d", act(d), "2"))
     if not shared:
@@ -350,6 +376,8 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
                   Term(f"{block.activation} output (contraction input)", f"{unit}·d_ff", act(d_ff), "8")]
     if block.dropout:
         terms.append(Term("MLP-branch dropout mask", f"{MASK_BYTES}·s·b·d", mask(d), "1"))
+    if block.sandwich:  # and the norm of the MLP output reads it
+        terms.append(Term("norm of the MLP output: its input", f"{unit}·d", act(d), ""))
     return terms
 
 
@@ -387,9 +415,11 @@ class Training:
     recompute_flops: ForwardFlops
     six_n: int  # Kaplan et al. 2020: 6 × non-embedding parameters × tokens
     notes: list[str] = field(default_factory=list)
+    other_layers: tuple[tuple[int, int], ...] = ()  # when layers differ: (layers, bytes per layer) of the other groups
 
     @property
     def activations_per_layer(self) -> int:
+        """Of a layer of the first group (layer 0's): `layer_terms`."""
         return sum(t.bytes for t in self.layer_terms)
 
     @property
@@ -398,7 +428,8 @@ class Training:
 
     @property
     def activation_bytes(self) -> int:
-        return self.n_layers * self.activations_per_layer + self.activations_outside_layers
+        return (self.n_layers * self.activations_per_layer + sum(n * size for n, size in self.other_layers)
+                + self.activations_outside_layers)
 
     @property
     def state_bytes(self) -> int:
@@ -426,9 +457,9 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
                                    ("--recompute", recompute, RECOMPUTE), ("--zero", zero, (0, 1, 2, 3))):
         if value not in allowed:
             raise InputError(f"{option}: expected one of {', '.join(map(str, allowed))}, got {value!r}")
-    dims = Dims.of(config)
+    groups = Dims.per_group(config)
     per = state_bytes(optimizer, precision)
-    forward = forward_flops(dims, seq_len, batch * dp)
+    forward = model_forward_flops(groups, seq_len, batch * dp)
     if recompute == "full":  # every layer's forward again; the LM head is not inside a checkpoint
         again = ForwardFlops(forward.blocks_dense, forward.scores_full, forward.scores_causal, 0)
     elif recompute == "selective":  # the two score products (and the cheap softmax and dropout)
@@ -437,11 +468,18 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
         again = ForwardFlops(0, 0, 0, 0)
     notes = [] if dp > 1 or zero == 0 else [f"ZeRO stage {zero} partitions over --dp devices; with --dp 1 "
                                             "nothing is divided"]
+    layer_groups = config.layer_groups()
+    others = tuple((len(g.layers), sum(t.bytes for t in activation_terms(g.block, seq_len, batch, precision,
+                                                                         recompute))) for g in layer_groups[1:])
+    if others:
+        notes.append(f"layers differ: the per-layer activations are those of {layer_list(layer_groups[0].layers)}; "
+                     + "; ".join(f"{layer_list(g.layers)} keep {size:,} bytes each"
+                                 for g, (_, size) in zip(layer_groups[1:], others)))
     return Training(optimizer, precision, dp, zero, recompute, seq_len, batch, per,
                     states_per_device(parameters, per, dp, zero),
-                    activation_terms(config.block, seq_len, batch, precision, recompute),
-                    head_terms(config, seq_len, batch, precision), dims.L, forward, again,
-                    6 * non_embedding * seq_len * batch * dp, notes)
+                    activation_terms(layer_groups[0].block, seq_len, batch, precision, recompute),
+                    head_terms(config, seq_len, batch, precision), groups[0].L, forward, again,
+                    6 * non_embedding * seq_len * batch * dp, notes, others)
 
 
 # ----------------------------------------------------------------------------- budgets

@@ -214,7 +214,8 @@ class Trace:
             "peak_measured": self.peak_measured,
             "largest_score_table_bytes": (self.batch * b.n_heads * T * T if self.attention == "full" else
                                           heads * b.n_heads // b.n_kv_heads * rows * T) * itemsize,
-            "kv_cache_bytes": kv_cache_bytes(b, layers, self.batch, self.seq_len, itemsize),
+            "kv_cache_bytes": sum(kv_cache_bytes(cfg.layer_block(i), 1, self.batch, self.seq_len, itemsize)
+                                  for i in range(layers)),
         }
 
 
@@ -385,8 +386,8 @@ def analytic_trace(config: Config, attention: str = "auto") -> Trace:
             rec("embed", f"add {m.positions} positions", x, (tokens, S(T, d)), kind="add",
                 params=("wpe",) if m.positions == "learned" else ())
         for layer in range(m.n_layers):
-            x = _analytic_block(config, lambda key, *a, **k: rec(f"blocks.{layer}.{key}", *a, layer=layer, **k),
-                                S, chunked, x)
+            x = _analytic_block(config.for_layer(layer),
+                                lambda key, *a, **k: rec(f"blocks.{layer}.{key}", *a, layer=layer, **k), S, chunked, x)
         if m.final_norm:
             normed = S(B, T, d)
             rec("ln_f_out", "final norm", normed, (x,), kind=b.norm, params=("ln_f_gamma", "ln_f_beta"))
@@ -567,6 +568,12 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
     if b.placement == "post":
         hid = norm("h", "LN1 (post)", "ln1", add("h_pre", "residual add", x, attention(x)))
         return norm("y", "LN2 (post)", "ln2", add("y_pre", "residual add", hid, mlp(hid)))
+    if b.placement == "sandwich":
+        attended = norm("ln1_post_out", "LN1' (of the attention output)", "ln1_post",
+                        attention(norm("ln1_out", "LN1", "ln1", x)))
+        hid = add("h", "residual add", x, attended)
+        mixed = norm("ln2_post_out", "LN2' (of the MLP output)", "ln2_post", mlp(norm("ln2_out", "LN2", "ln2", hid)))
+        return add("y", "residual add", hid, mixed)
     if b.placement == "post_branch":
         hid = add("h", "residual add", x, norm("ln1_out", "LN1 (of the attention output)", "ln1", attention(x)))
         return add("y", "residual add", hid, norm("ln2_out", "LN2 (of the MLP output)", "ln2", mlp(hid)))
@@ -629,12 +636,18 @@ def _per_expert(base: str, index: int) -> bool:
     return base != "in" and not (base in ("pre", "up", "out") and index == 1)
 
 
-def collapse_layers(rows: list[OpRow], n_layers: int) -> list[OpRow]:
-    """Show layer 0's rows once, marked ×n_layers, in place of every layer's rows."""
+def collapse_layers(rows: list[OpRow], n_layers: int, groups: list[tuple[int, ...]] | None = None) -> list[OpRow]:
+    """Show layer 0's rows once, marked ×n_layers, in place of every layer's rows; when layers differ
+    (`groups` of identical layers), each group's first layer once, marked × its size, keyed
+    `blocks.<its layers>.`."""
+    groups = groups or [tuple(range(n_layers))]
+    first = {g[0]: g for g in groups}
     out = []
     for row in rows:
         if row.layer is None:
             out.append(row)
-        elif row.layer == 0:
-            out.append(replace(row, repeat=n_layers, key=row.key.replace("blocks.0.", "blocks.*.", 1)))
+        elif row.layer in first:
+            group = first[row.layer]
+            name = "*" if len(groups) == 1 else ",".join(map(str, group))
+            out.append(replace(row, repeat=len(group), key=row.key.replace(f"blocks.{row.layer}.", f"blocks.{name}.", 1)))
     return out

@@ -341,8 +341,15 @@ def check_causal_mask(c: Context) -> tuple[bool, str, str]:
         before = bool(np.all(np.isneginf(masked[..., hidden])) and np.array_equal(masked[..., ~hidden],
                                                                                   scores[..., ~hidden]))
         measured += f"; mask applied to scores: {'yes' if before else 'no'}"
-    ok = above == 0.0 and diag > 0 and _within(rows, STATS) and before
-    return ok, measured, f"above = 0 exactly; diagonal > 0; {STATS:g}"
+    capped = True
+    cap = c.cfg.attention_softcap
+    if cap and "masked_scores" in c.inter:  # Gemma 2: c·tanh(·/c) bounds every visible score by c
+        masked = c.inter["masked_scores"]
+        worst = _max(masked[..., ~hidden])
+        capped = worst <= cap
+        measured += f"; soft cap: max |visible score| {_fmt(worst)} (c = {cap:g})"
+    ok = above == 0.0 and diag > 0 and _within(rows, STATS) and before and capped
+    return ok, measured, f"above = 0 exactly; diagonal > 0; {STATS:g}" + (f"; |score| <= {cap:g}" if cap else "")
 
 
 def check_concat(c: Context) -> tuple[bool, str, str]:
@@ -391,7 +398,8 @@ def check_residual(c: Context) -> tuple[bool, str, str]:
     post = c.cfg.placement == "post"
     first, second = ("h_pre", "y_pre") if post else ("h", "y")
     # what each residual add adds: the branch output, or (post_branch) its normalised form
-    branches = ("ln1_out", "ln2_out") if c.cfg.placement == "post_branch" else ("attn_out", "mlp_out")
+    branches = {"post_branch": ("ln1_out", "ln2_out"), "sandwich": ("ln1_post_out", "ln2_post_out")}.get(
+        c.cfg.placement, ("attn_out", "mlp_out"))
     h, attn_out, mlp_out = c.need(first, *branches)
     # a residual multiplier (Granite) scales the branch before its add; post_branch adds the norm's output
     r = 1.0 if c.cfg.placement == "post_branch" else c.cfg.residual_multiplier
@@ -697,8 +705,20 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
            timeout: float = 60.0, rtol: float | None = None, atol: float | None = None, per_sequence: bool = False,
            weights_map: Any = None, layer: int | None = None) -> Report:
     """Build the subject (blockcli's block, a seeded bug, or a user's `impl`), run it, run the checks.
-    `layer` picks one block out of a whole model's weights."""
+    `layer` picks one block out of a whole model's weights, and that layer's block when layers differ
+    (default: layer 0's)."""
+    layer_note, whole = [], config  # `whole`: the model the weights belong to
+    if config.model is not None and config.layers_differ:
+        shown = layer or 0
+        if not 0 <= shown < config.model.n_layers:
+            raise InputError(f"--layer {layer}: the model has layers 0..{config.model.n_layers - 1}")
+        layer_note.append(f"layers differ: verified layer {shown}'s block, {config.group_of(shown).describe()}"
+                          + ("; --layer N picks another" if layer is None else ""))
+        config = config.for_layer(shown)
+        if weights is None:
+            layer = None  # the layer picks a block config; there are no weights to pick from
     cfg, notes = verification_config(config)
+    notes = layer_note + notes
     if weights is not None and any("scaled" in n for n in notes):
         if isinstance(weights, (str, Path)) and not is_checkpoint_path(Path(weights)):
             open_regular(Path(weights), ".npz archive").close()  # a missing or unreadable file is said first
@@ -707,7 +727,7 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
                          f"{SCALE_LIMIT:,} on a scaled-down copy, which given weights do not fit, so it cannot "
                          f"check them (a limit of verify, not of this machine's memory)")
     params = resolve_weights(weights, block_parameter_shapes(cfg.block), cfg.run.seed, "float64", layer=layer,
-                             notes=notes, config=config if config.model else None)
+                             notes=notes, config=whole if whole.model else None)
     if impl is None:
         subject = block_subject(DecoderBlock(cfg.block, params, ops, attention="full"))
     else:

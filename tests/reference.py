@@ -16,8 +16,8 @@ block_param_shapes(block_cfg)       -> {name: shape} of one block's weights
 model_param_shapes(block_cfg, model_cfg) -> {name: shape} of a whole model's weights
 block_forward(block_cfg, weights, x, rope=None, rms_beta=False)
                                     -> (B, T, d) float64
-model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False)
-                                    -> (B, T, V) float64
+model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False, layers=None)
+                                    -> (B, T, V) float64 (layers: per-layer overrides)
 layer_norm_vec / rms_norm_vec / rope_vec / activation helpers are also exposed.
 
 ``rms_beta``: the contract is ambiguous about whether an RMSNorm gets a ``beta``
@@ -35,7 +35,7 @@ BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
 NORMS = ("layernorm", "rmsnorm")
 ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu")
 GATED = ("swiglu", "geglu")
-PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared")
+PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich")
 ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none")
 
@@ -103,6 +103,8 @@ def resolve_block(cfg):
         "moe": _resolve_moe(cfg.get("moe")),
         # multi-head latent attention (DeepSeek): None, or its ranks and per-head widths
         "mla": _resolve_mla(cfg.get("mla")),
+        # Gemma 2: every score s becomes c * tanh(s / c) before the mask; 0 = no cap
+        "attention_softcap": float(cfg.get("attention_softcap", 0.0)),
     }
 
 
@@ -153,6 +155,7 @@ def resolve_model(cfg):
         "lm_head_bias": bool(cfg.get("lm_head_bias", False)),
         "embedding_multiplier": float(cfg.get("embedding_multiplier", 1.0)),
         "logit_multiplier": float(cfg.get("logit_multiplier", 1.0)),
+        "logit_softcap": float(cfg.get("logit_softcap", 0.0)),  # Gemma 2: logit z -> c * tanh(z / c)
     }
 
 
@@ -168,7 +171,9 @@ def block_param_shapes(block_cfg, rms_beta=False):
     d, d_ff = b["d_model"], b["d_ff"]
     shapes = {}
     # parallel_shared: one norm feeds both branches, so there is no ln2 at all
-    for ln in ("ln1",) if b["placement"] == "parallel_shared" else ("ln1", "ln2"):
+    # sandwich (Gemma 2): a second norm on each branch's output, ln1_post and ln2_post
+    norms = {"parallel_shared": ("ln1",), "sandwich": ("ln1", "ln2", "ln1_post", "ln2_post")}
+    for ln in norms.get(b["placement"], ("ln1", "ln2")):
         shapes[ln + "_gamma"] = (d,)
         if _has_norm_beta(b, rms_beta):
             shapes[ln + "_beta"] = (d,)
@@ -252,17 +257,17 @@ def _qkv_param_shapes(b, rms_beta):
     return shapes
 
 
-def model_param_shapes(block_cfg, model_cfg, rms_beta=False):
-    """Names and shapes of a whole model's weights, straight from the key table."""
+def model_param_shapes(block_cfg, model_cfg, rms_beta=False, layers=None):
+    """Names and shapes of a whole model's weights, straight from the key table (each layer its own
+    block when ``layers`` overrides some)."""
     b = resolve_block(block_cfg)
     m = resolve_model(model_cfg)
     d, V = b["d_model"], m["vocab_size"]
     shapes = {"wte": (V, d)}
     if m["positions"] == "learned":
         shapes["wpe"] = (m["max_positions"] + m["position_offset"], d)
-    one = block_param_shapes(block_cfg, rms_beta=rms_beta)
-    for i in range(m["n_layers"]):
-        for k, s in one.items():
+    for i, layer_cfg in enumerate(layer_block_cfgs(block_cfg, m["n_layers"], layers)):
+        for k, s in block_param_shapes(layer_cfg, rms_beta=rms_beta).items():
             shapes["blocks.%d.%s" % (i, k)] = s
     if m["final_norm"]:
         shapes["ln_f_gamma"] = (d,)
@@ -579,7 +584,10 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
             g = j // group
             scores = []
             for s in keys:
-                scores.append(float(np.dot(q_heads[t][j], k_heads[s][g])) * scale)
+                score = float(np.dot(q_heads[t][j], k_heads[s][g])) * scale
+                if b["attention_softcap"]:
+                    score = b["attention_softcap"] * math.tanh(score / b["attention_softcap"])
+                scores.append(score)
             p = softmax_list(scores)
             head_out = np.zeros(d_h, dtype=np.float64)
             for i, s in enumerate(keys):
@@ -710,6 +718,15 @@ def _block_sequence(b, weights, prefix, xs, rope_fraction, rms_beta):
             m = mlp(hs[t])
             ys.append(_norm(b, weights, "ln2", prefix, hs[t] + m, rms_beta))
         return ys
+    if b["placement"] == "sandwich":  # Gemma 2: norm before and after each branch
+        n1 = [_norm(b, weights, "ln1", prefix, xs[t], rms_beta) for t in range(T)]
+        a = _attention(b, weights, prefix, n1, rope_fraction, rms_beta)
+        hs = [xs[t] + r * _norm(b, weights, "ln1_post", prefix, a[t], rms_beta) for t in range(T)]
+        ys = []
+        for t in range(T):
+            m = _mlp(b, weights, prefix, _norm(b, weights, "ln2", prefix, hs[t], rms_beta))
+            ys.append(hs[t] + r * _norm(b, weights, "ln2_post", prefix, m, rms_beta))
+        return ys
     if b["placement"] == "post_branch":  # OLMo2: norm each branch's output, then add it
         a = attention(xs, rope_fraction, rms_beta)
         hs = [xs[t] + _norm(b, weights, "ln1", prefix, a[t], rms_beta) for t in range(T)]
@@ -752,8 +769,21 @@ def block_forward(block_cfg, weights, x, rope=None, rms_beta=False, prefix=""):
     return y
 
 
-def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False):
-    """Evaluate the full model.  ids: int (B, T) -> logits (B, T, V) float64."""
+def layer_block_cfgs(block_cfg, n_layers, layers=None):
+    """Each layer's ``block:`` mapping: the base one, with the fields of every ``layers:`` entry
+    ({indices, block}) that names the layer replaced by the entry's values."""
+    out = [dict(block_cfg) for _ in range(n_layers)]
+    for entry in layers or ():
+        for i in entry["indices"]:
+            out[i] = dict(block_cfg, **entry["block"])
+    return out
+
+
+def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False, layers=None):
+    """Evaluate the full model.  ids: int (B, T) -> logits (B, T, V) float64.
+
+    layers: the config's per-layer overrides (a list of {indices, block}); each layer runs its own block.
+    """
     b = resolve_block(block_cfg)
     m = resolve_model(model_cfg)
     d, V = b["d_model"], m["vocab_size"]
@@ -763,10 +793,12 @@ def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False):
     # "rope positions mean the blocks apply RoPE": use the block's fraction if it
     # sets one, otherwise rotate the whole head.  Other position kinds: whatever
     # the block config says (tests keep block.rope false for them).
-    if m["positions"] == "rope":
-        frac = b["rope"] if b["rope"] > 0.0 else 1.0
-    else:
-        frac = b["rope"]
+    def fraction(layer_b):
+        if m["positions"] == "rope":
+            return layer_b["rope"] if layer_b["rope"] > 0.0 else 1.0
+        return layer_b["rope"]
+
+    per_layer = [resolve_block(c) for c in layer_block_cfgs(block_cfg, m["n_layers"], layers)]
 
     logits = np.zeros((B, T, V), dtype=np.float64)
     for bi in range(B):
@@ -779,8 +811,8 @@ def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False):
             elif m["positions"] == "sinusoidal":
                 vec = vec + sinusoidal_vec(t, d)
             hs.append(vec)
-        for layer in range(m["n_layers"]):
-            hs = _block_sequence(b, weights, "blocks.%d." % layer, hs, frac, rms_beta)
+        for layer, lb in enumerate(per_layer):
+            hs = _block_sequence(lb, weights, "blocks.%d." % layer, hs, fraction(lb), rms_beta)
         for t in range(T):
             vec = hs[t]
             if m["final_norm"]:
@@ -791,5 +823,8 @@ def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False):
                 row = linear_vec(vec, _w(weights, "lm_head", ""), None)
             if m["lm_head_bias"]:
                 row = row + _w(weights, "lm_head_bias", "")
-            logits[bi, t] = row * m["logit_multiplier"]
+            row = row * m["logit_multiplier"]
+            if m["logit_softcap"]:
+                row = np.array([m["logit_softcap"] * math.tanh(z / m["logit_softcap"]) for z in row])
+            logits[bi, t] = row
     return logits

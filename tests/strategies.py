@@ -17,7 +17,7 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
         "d_ff": draw(st.integers(1, 40)),
         "norm": draw(st.sampled_from(["layernorm", "rmsnorm"])),
         "activation": draw(st.sampled_from(["gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu"])),
-        "placement": draw(st.sampled_from(["pre", "post", "parallel", "post_branch", "parallel_shared"])),
+        "placement": draw(st.sampled_from(["pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich"])),
         "rope": rope,
         "bias": draw(st.one_of(st.booleans(), st.fixed_dictionaries(
             {g: st.booleans() for g in ("qkv", "out", "mlp", "norm")}))),
@@ -26,6 +26,7 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
         "qk_norm": draw(st.sampled_from(["none", "none", "head", "projection"])),
         "attention_scale": draw(st.sampled_from([0.0, 0.0, 0.7])),
         "residual_multiplier": draw(st.sampled_from([1.0, 1.0, 0.7, 1.3])),
+        "attention_softcap": draw(st.sampled_from([0.0, 0.0, 0.5, 3.0])),
     }
     if rope:
         block["rope_layout"] = draw(st.sampled_from(["half", "interleaved"]))

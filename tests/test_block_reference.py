@@ -116,6 +116,10 @@ BLOCK_CASES = {
                                        activation="swiglu"),
     "parallel": block_dict(placement="parallel"),
     "post_branch": block_dict(placement="post_branch"),
+    "sandwich_layernorm": block_dict(placement="sandwich"),
+    "gemma2_like_sandwich_softcap_window": block_dict(
+        placement="sandwich", norm="rmsnorm", bias=False, norm_unit_offset=True, activation="geglu", rope=True,
+        n_kv_heads=2, attention_scale=0.3, attention_softcap=0.8, sliding_window=3),
     "post_branch_rms_qk_projection": block_dict(placement="post_branch", norm="rmsnorm", bias=False, rope=True,
                                                 qk_norm="projection", activation="swiglu", n_kv_heads=2),
     "rope_full": block_dict(rope=True),
@@ -316,6 +320,11 @@ MODEL_CASES = {
         block_dict(d_model=16, n_heads=4, n_kv_heads=1, d_ff=24, rope=True, activation="geglu", norm="rmsnorm",
                    bias=False, norm_unit_offset=True, sliding_window=3),
         dict(MODEL_BASE, positions="rope", tie_embeddings=True, embedding_multiplier=4.0)),
+    "gemma2_like_softcaps_sandwich": (
+        block_dict(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, rope=True, activation="geglu", norm="rmsnorm",
+                   bias=False, norm_unit_offset=True, placement="sandwich", attention_softcap=0.9,
+                   sliding_window=3),
+        dict(MODEL_BASE, positions="rope", tie_embeddings=True, embedding_multiplier=4.0, logit_softcap=1.5)),
     "granite_like_multipliers": (
         block_dict(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, rope=True, activation="swiglu", norm="rmsnorm",
                    bias=False, attention_scale=0.7, residual_multiplier=0.7),

@@ -22,12 +22,12 @@ import numpy as np
 import pytest
 
 from blockcli import DecoderBlock, Model, load_config
-from blockcli.config import ConfigError, InputError
+from blockcli.config import ConfigError, InputError, RopeScaling
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma", "starcoder2", "olmo2", "gptj",
             "phi", "granite", "cohere", "stablelm", "stablelm-parallel", "phi3", "gpt_bigcode", "gpt_bigcode-mha",
-            "falcon", "falcon-new", "falcon-sequential"]
+            "falcon", "falcon-new", "falcon-sequential", "gemma2", "gemma3_text"]
 ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
@@ -166,6 +166,60 @@ def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dic
     config = load_config(folder)
     changed = config.__class__(**{**config.__dict__, "block": config.block.__class__(
         **{**config.block.__dict__, **switch_off})})
+    params = Model.from_config(config, weights=folder, dtype="float64").params
+    kept = {k: v for k, v in params.items() if k in model_parameter_shapes(changed)}  # e.g. without q/k norms
+    model = Model.from_config(changed, weights=kept, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
+
+
+@pytest.mark.parametrize("block_change, model_change", [
+    ({"placement": "pre"}, {}),  # sandwich: the post-attention and post-MLP norms count
+    ({"attention_softcap": 0.0}, {}),  # scores capped at 2
+    ({"attention_scale": 0.0}, {}),  # query_pre_attn_scalar 24, not head_dim 16
+    ({"sliding_window": 0}, {}),  # layer 0's window (4) is shorter than the 7 tokens
+    ({"sliding_window": 4}, {}),  # layer 1 is global
+    ({}, {"logit_softcap": 0.0}),  # logits capped at 3
+])
+def test_gemma2_features_matter(block_change: dict, model_change: dict) -> None:
+    """Each Gemma 2 feature, switched off on every layer, moves the logits far from transformers'."""
+    from dataclasses import replace
+
+    from blockcli.shapes import model_parameter_shapes
+
+    folder, want = FIXTURES / "gemma2", expected("gemma2")
+    config = load_config(folder)
+    assert [config.layer_block(i).sliding_window for i in (0, 1)] == [4, 0]
+    changed = replace(config, block=replace(config.block, **block_change),
+                      layer_blocks=tuple(replace(b, **block_change) for b in config.layer_blocks),
+                      model=replace(config.model, **model_change))
+    params = Model.from_config(config, weights=folder, dtype="float64").params
+    kept = {k: v for k, v in params.items() if k in model_parameter_shapes(changed)}  # e.g. without post norms
+    model = Model.from_config(changed, weights=kept, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
+
+
+@pytest.mark.parametrize("layer, change", [
+    (None, {"qk_norm": "none"}),  # q/k RMSNorm per head
+    (None, {"placement": "pre"}),  # sandwich norms
+    (None, {"attention_scale": 0.0}),  # query_pre_attn_scalar 24, not head_dim 16
+    (0, {"sliding_window": 0}),  # layer 0's window (4) is shorter than the 7 tokens
+    (0, {"rope_theta": 1e6}),  # the sliding layer's base is rope_local_base_freq (100), not rope_theta
+    (0, {"rope_scaling": RopeScaling("linear", 4.0)}),  # the sliding layer is not scaled
+    (1, {"rope_scaling": None}),  # the global layer is (linear, 4)
+    (1, {"rope_theta": 100.0}),  # with rope_theta 10^6
+])
+def test_gemma3_features_matter(layer: int | None, change: dict) -> None:
+    """Each Gemma 3 feature, changed on one layer (None: every layer), moves the logits far from transformers'."""
+    from dataclasses import replace
+
+    from blockcli.shapes import model_parameter_shapes
+
+    folder, want = FIXTURES / "gemma3_text", expected("gemma3_text")
+    config = load_config(folder)
+    assert [(config.layer_block(i).rope_theta, config.layer_block(i).rope_scaling) for i in (0, 1)] == \
+        [(100.0, None), (1e6, RopeScaling("linear", 4.0))]
+    blocks = tuple(replace(b, **change) if layer in (None, i) else b for i, b in enumerate(config.layer_blocks))
+    changed = replace(config, layer_blocks=blocks)
     params = Model.from_config(config, weights=folder, dtype="float64").params
     kept = {k: v for k, v in params.items() if k in model_parameter_shapes(changed)}  # e.g. without q/k norms
     model = Model.from_config(changed, weights=kept, dtype="float64")

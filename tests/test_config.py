@@ -418,7 +418,7 @@ def test_grouped_query_attention_is_fine() -> None:
     ("block.norm", "LayerNorm", ["layernorm", "rmsnorm"]),
     ("block.activation", "gelu_new", ["gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu"]),
     ("block.activation", 3, ["gelu_tanh", "relu"]),
-    ("block.placement", "sandwich", ["pre", "post", "parallel"]),
+    ("block.placement", "peri", ["pre", "post", "parallel", "sandwich"]),
     ("model.positions", "alibi", ["learned", "sinusoidal", "rope", "none"]),
     ("run.dtype", "float16", ["float32", "float64"]),
     ("run.dtype", None, ["float32", "float64"]),

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from blockcli.config import ConfigError
+from blockcli.config import ConfigError, parse_config
 from blockcli.sources import load_config
 from blockcli.count import count_parameters
 from blockcli.hf import config_from_hf, hf_to_mapping, to_yaml
@@ -648,15 +648,37 @@ def test_qwen2_sliding_window_off_is_ignored_and_on_every_layer_is_modelled() ->
     assert block_of(on)["sliding_window"] == 4096
 
 
-def test_qwen2_window_on_some_layers_only_is_refused(tmp_path: Path) -> None:
+def test_qwen2_window_on_layers_from_max_window_layers_up_is_a_per_layer_override() -> None:
+    """Qwen2Config: layer_types[i] = sliding_attention when the window is on and i >= max_window_layers."""
     on = with_fields(QWEN2_05B, use_sliding_window=True, sliding_window=4096, max_window_layers=21)
-    assert "field 'max_window_layers' = 21" in hf_error(write_json(tmp_path, on))
+    mapping = hf_to_mapping(on, "q.json")
+    assert "sliding_window" not in mapping["block"]  # layer 0 is a full-attention layer
+    assert mapping["layers"] == [{"indices": [21, 22, 23], "block": {"sliding_window": 4096}}]
+    config = parse_config(mapping)
+    assert [config.layer_block(i).sliding_window for i in (0, 20, 21, 23)] == [0, 0, 4096, 4096]
 
 
-def test_mixed_layer_types_are_refused(tmp_path: Path) -> None:
+def test_mixed_layer_types_are_per_layer_overrides() -> None:
     data = with_fields(QWEN2_05B, use_sliding_window=True, sliding_window=4096,
-                       layer_types=["full_attention"] * 23 + ["sliding_attention"])
-    assert "field 'layer_types'" in hf_error(write_json(tmp_path, data))
+                       layer_types=["sliding_attention"] * 23 + ["full_attention"])
+    mapping = hf_to_mapping(data, "q.json")
+    assert mapping["block"]["sliding_window"] == 4096
+    assert mapping["layers"] == [{"indices": [23], "block": {"sliding_window": 0}}]
+
+
+def test_qwen2_layer_types_slide_only_with_use_sliding_window() -> None:
+    """Qwen2Config sets sliding_window to None without use_sliding_window: no layer has a window."""
+    data = with_fields(QWEN2_05B, sliding_window=4096, layer_types=["full_attention"] * 12 + ["sliding_attention"] * 12)
+    mapping = hf_to_mapping(data, "q.json")
+    assert "sliding_window" not in mapping["block"] and "layers" not in mapping
+
+
+def test_mixed_layers_convert_round_trip(tmp_path: Path) -> None:
+    on = with_fields(QWEN2_05B, use_sliding_window=True, sliding_window=4096, max_window_layers=21)
+    mapping = hf_to_mapping(on, "q.json")
+    path = tmp_path / "q.yaml"
+    path.write_text(to_yaml(mapping))
+    assert load_config(path).layer_blocks == parse_config(mapping).layer_blocks != ()
 
 
 def test_mistral_window_follows_sliding_window_alone() -> None:
@@ -1313,3 +1335,84 @@ def test_standard_input_still_reads_yaml_and_a_broken_config_json_names_its_fiel
     code, _, stderr = _count_json(["-"], '{"model_type": "gpt2", "n_embd": 64}')
     assert code == 2 and stderr.strip() == ("blockcli: error: <stdin>: field 'n_head' is missing; "
                                             "a GPT-2 config.json needs it")
+# Gemma 2 9B's published config.json (https://huggingface.co/google/gemma-2-9b/blob/main/config.json)
+GEMMA2_9B = {
+    "architectures": ["Gemma2ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "attn_logit_softcapping": 50.0, "bos_token_id": 2, "cache_implementation": "hybrid", "eos_token_id": 1,
+    "final_logit_softcapping": 30.0, "head_dim": 256, "hidden_act": "gelu_pytorch_tanh",
+    "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 3584, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 8192, "model_type": "gemma2", "num_attention_heads": 16,
+    "num_hidden_layers": 42, "num_key_value_heads": 8, "pad_token_id": 0, "query_pre_attn_scalar": 256,
+    "rms_norm_eps": 1e-06, "rope_theta": 10000.0, "sliding_window": 4096, "sliding_window_size": 4096,
+    "torch_dtype": "float32", "transformers_version": "4.42.0.dev0", "use_cache": True, "vocab_size": 256000,
+}
+
+
+def test_gemma2_published_config_maps_to_the_packaged_preset(tmp_path: Path) -> None:
+    imported, packaged = load_config(write_json(tmp_path, GEMMA2_9B)), load_config("gemma-2-9b")
+    assert (imported.block, imported.model, imported.layer_blocks) == \
+        (packaged.block, packaged.model, packaged.layer_blocks)
+    # Gemma2Config: layer i slides when (i + 1) % 2; 9,241,705,984 as transformers instantiates it on meta
+    assert [imported.layer_block(i).sliding_window for i in range(4)] == [4096, 0, 4096, 0]
+    assert count_parameters(imported).total == 9_241_705_984
+
+
+def test_gemma2_scale_caps_and_layer_types() -> None:
+    mapping = hf_to_mapping(with_fields(GEMMA2_9B, query_pre_attn_scalar=144, attn_logit_softcapping=None,
+                                        final_logit_softcapping=_DROP,
+                                        layer_types=["full_attention"] + ["sliding_attention"] * 41), "g.json")
+    assert mapping["block"]["attention_scale"] == 144 ** -0.5  # in place of 1/sqrt(head_dim)
+    assert "attention_softcap" not in mapping["block"]  # null: no cap
+    assert mapping["model"]["logit_softcap"] == 30.0  # absent: Gemma2Config's default
+    assert "sliding_window" not in mapping["block"]  # layer 0 is global
+    assert mapping["layers"] == [{"indices": list(range(1, 42)), "block": {"sliding_window": 4096}}]
+
+
+def test_gemma2_bidirectional_attention_is_refused(tmp_path: Path) -> None:
+    assert "field 'use_bidirectional_attention'" in hf_error(
+        write_json(tmp_path, with_fields(GEMMA2_9B, use_bidirectional_attention=True)))
+
+
+# Gemma 3 1B's published config.json (https://huggingface.co/google/gemma-3-1b-pt/blob/main/config.json)
+GEMMA3_1B = {
+    "architectures": ["Gemma3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "attn_logit_softcapping": None, "bos_token_id": 2, "cache_implementation": "hybrid", "eos_token_id": 1,
+    "final_logit_softcapping": None, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152,
+    "initializer_range": 0.02, "intermediate_size": 6912, "max_position_embeddings": 32768,
+    "model_type": "gemma3_text", "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1,
+    "pad_token_id": 0, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000,
+    "rope_scaling": None, "rope_theta": 1000000, "sliding_window": 512, "sliding_window_pattern": 6,
+    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0", "use_cache": True, "vocab_size": 262144,
+}
+
+
+def test_gemma3_published_config_maps_to_the_packaged_preset(tmp_path: Path) -> None:
+    imported, packaged = load_config(write_json(tmp_path, GEMMA3_1B)), load_config("gemma-3-1b")
+    assert (imported.block, imported.model, imported.layer_blocks) == \
+        (packaged.block, packaged.model, packaged.layer_blocks)
+    # Gemma3TextConfig: layer i slides unless (i + 1) % 6 == 0; the sliding layers rotate with base 10^4
+    assert [(i, imported.layer_block(i).rope_theta) for i in (0, 5, 6, 11)] == \
+        [(0, 1e4), (5, 1e6), (6, 1e4), (11, 1e6)]
+    assert count_parameters(imported).total == 999_885_952  # as transformers instantiates it on meta
+
+
+def test_gemma3_rope_scaling_goes_to_the_global_layers_only() -> None:
+    """Gemma3TextConfig applies rope_scaling to full_attention's RoPE; the sliding layers keep the default."""
+    mapping = hf_to_mapping(with_fields(GEMMA3_1B, rope_scaling={"rope_type": "linear", "factor": 8.0}), "g.json")
+    assert "rope_scaling" not in mapping["block"]  # layer 0 slides
+    assert mapping["layers"][0]["block"]["rope_scaling"] == {"type": "linear", "factor": 8.0}
+
+
+def test_gemma3_rope_parameters_per_layer_type() -> None:
+    data = with_fields(GEMMA3_1B, rope_theta=_DROP, rope_local_base_freq=_DROP, rope_scaling=_DROP,
+                       rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 5e5},
+                                        "sliding_attention": {"rope_type": "default", "rope_theta": 2e4}})
+    mapping = hf_to_mapping(data, "g.json")
+    assert mapping["block"]["rope_theta"] == 2e4 and mapping["layers"][0]["block"]["rope_theta"] == 5e5
+
+
+def test_gemma3_rope_parameters_of_an_unknown_layer_type_is_refused(tmp_path: Path) -> None:
+    data = with_fields(GEMMA3_1B, rope_parameters={"full_attention": {"rope_type": "default"},
+                                                   "sliding_attention": {"rope_type": "default"},
+                                                   "chunked_attention": {"rope_type": "default"}})
+    assert "field 'rope_parameters.chunked_attention'" in hf_error(write_json(tmp_path, data))

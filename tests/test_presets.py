@@ -11,7 +11,7 @@ For every preset in blockcli/presets/ four things must agree:
 
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
-time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 27
+time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 29
 totals below were also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
@@ -408,6 +408,31 @@ CASES = [
         id="falcon-7b[transformers FalconForCausalLM on meta=6921720704]",
     ),
 ]
+
+CASES.append(pytest.param(
+    "gemma-2-9b", 9_241_705_984,
+    # Gemma2ForCausalLM: Gemma's gated block with four RMSNorms (input, post_attention, pre_feedforward,
+    # post_feedforward), so two more d-vectors per layer than the gated RMSNorm formula; tied head
+    gated_rms_total(d=3584, L=42, V=256000, ff=14336, n_heads=16, n_kv=8, head_dim=256, tied=True) + 42 * 2 * 3584,
+    {"d_model": 3584, "n_heads": 16, "n_kv_heads": 8, "head_dim": 256, "d_ff": 14336, "n_layers": 42,
+     "vocab_size": 256000},
+    # transformers 5.24 Gemma2ForCausalLM instantiated on the meta device from the fields of
+    # https://huggingface.co/google/gemma-2-9b/blob/main/config.json (sum of numel); Google's "9B"
+    # (the model card's 9.24B).
+    id="gemma-2-9b[transformers Gemma2ForCausalLM on meta=9241705984]",
+))
+
+CASES.append(pytest.param(
+    "gemma-3-1b", 999_885_952,
+    # Gemma3ForCausalLM: Gemma 2's four RMSNorms per layer and q_norm, k_norm of head_dim each; tied head
+    gated_rms_total(d=1152, L=26, V=262144, ff=6912, n_heads=4, n_kv=1, head_dim=256, tied=True)
+    + 26 * (2 * 1152 + 2 * 256),
+    {"d_model": 1152, "n_heads": 4, "n_kv_heads": 1, "head_dim": 256, "d_ff": 6912, "n_layers": 26,
+     "vocab_size": 262144},
+    # transformers 5.24 Gemma3ForCausalLM instantiated on the meta device from the fields of
+    # https://huggingface.co/google/gemma-3-1b-pt/blob/main/config.json (sum of numel); Google's "1B".
+    id="gemma-3-1b[transformers Gemma3ForCausalLM on meta=999885952]",
+))
 
 PRESET_NAMES = [c.values[0] for c in CASES]
 

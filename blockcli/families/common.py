@@ -80,12 +80,7 @@ def rope_base(f: Fields, theta_keys: tuple[str, ...], default: float, fraction_k
             continue
         if not isinstance(params, Mapping):
             raise f.invalid(key, params, "an object")
-        inner = Fields(params, f.where, f.family)
-        rope_type = params.get("rope_type", params.get("type", "default"))
-        inner.ignore("rope_type", "type")
-        if rope_type not in _ROPE_TYPES:
-            raise f.unrepresentable(key, dict(params), f"rope_type {rope_type!r}: blockcli's RoPE scalings are "
-                                                       f"{', '.join(_ROPE_TYPES[1:])}")
+        inner, kind = rope_type(f, key, params)
         if key == "rope_parameters":  # transformers 5 keeps the base and the fraction here too
             got_theta = inner.float("rope_theta", theta, low=0.0, high=1e12)
             got_fraction = inner.float("partial_rotary_factor", fraction, low=0.0, high=1.0, low_open=False)
@@ -93,7 +88,7 @@ def rope_base(f: Fields, theta_keys: tuple[str, ...], default: float, fraction_k
                 if f.has(name) and name in theta_keys + fraction_keys and top != nested:
                     raise f.unrepresentable(f"rope_parameters.{name}", nested, f"it disagrees with the top-level '{name}'")
             theta, fraction = got_theta, got_fraction
-        found = _rope_scaling(f, key, params, inner, rope_type, max_positions)
+        found = rope_scaling(f, key, params, inner, kind, max_positions)
         for name, value in params.items():
             if name not in inner.used:
                 raise f.unrepresentable(f"{key}.{name}", value, "not a RoPE parameter blockcli knows")
@@ -103,12 +98,23 @@ def rope_base(f: Fields, theta_keys: tuple[str, ...], default: float, fraction_k
     return theta, fraction, scaling
 
 
-def _rope_scaling(f: Fields, key: str, params: Mapping[str, Any], inner: Fields, rope_type: str,
+def rope_type(f: Fields, key: str, params: Mapping[str, Any]) -> tuple[Fields, str]:
+    """A RoPE dict's fields and its rope_type (`type` in older configs), one blockcli knows."""
+    inner = Fields(params, f.where, f.family)
+    kind = params.get("rope_type", params.get("type", "default"))
+    inner.ignore("rope_type", "type")
+    if kind not in _ROPE_TYPES:
+        raise f.unrepresentable(key, dict(params), f"rope_type {kind!r}: blockcli's RoPE scalings are "
+                                                   f"{', '.join(_ROPE_TYPES[1:])}")
+    return inner, kind
+
+
+def rope_scaling(f: Fields, key: str, params: Mapping[str, Any], inner: Fields, kind: str,
                   max_positions: int | None) -> dict[str, Any] | None:
     """One scaling dict onto block.rope_scaling, with transformers' defaults filled in."""
-    if rope_type == "default":
+    if kind == "default":
         return None
-    out: dict[str, Any] = {"type": rope_type}
+    out: dict[str, Any] = {"type": kind}
     for name, field_name in _ROPE_SCALING_KEYS.items():
         value = params.get(name)
         inner.used.add(name)
@@ -126,17 +132,17 @@ def _rope_scaling(f: Fields, key: str, params: Mapping[str, Any], inner: Fields,
         else:
             out[field_name] = inner.float(name, low=0.0, high=1e6, low_open=name not in ("mscale", "mscale_all_dim",
                                                                                          "attention_factor"))
-    if rope_type == "dynamic" and max_positions is not None:
+    if kind == "dynamic" and max_positions is not None:
         # transformers' dynamic NTK always scales past max_position_embeddings (an
         # original_max_position_embeddings in the dict is ignored there, so here too)
         out["original_max_positions"] = max_positions
-    elif "original_max_positions" not in out and rope_type in ("longrope", "llama3", "yarn"):
+    elif "original_max_positions" not in out and kind in ("longrope", "llama3", "yarn"):
         # Phi-3 keeps the original length at the top level; otherwise transformers falls back to
         # max_position_embeddings
-        top = f.int("original_max_position_embeddings", max_positions) if rope_type == "longrope" else max_positions
+        top = f.int("original_max_position_embeddings", max_positions) if kind == "longrope" else max_positions
         if top is not None:
             out["original_max_positions"] = top
-    if rope_type == "longrope" and "factor" not in out and max_positions and out.get("original_max_positions"):
+    if kind == "longrope" and "factor" not in out and max_positions and out.get("original_max_positions"):
         out["factor"] = max_positions / out["original_max_positions"]  # as transformers derives it
     return out
 
@@ -230,8 +236,8 @@ def silu_gate(f: Fields) -> str:
     return gated_activation(f, "hidden_act", "silu")
 
 
-def layer_types(f: Fields, n_layers: int) -> bool | None:
-    """transformers >= 4.53 `layer_types`: whether the layers use sliding attention (None if absent)."""
+def layer_types(f: Fields, n_layers: int) -> list[bool] | None:
+    """transformers >= 4.53 `layer_types`: which layers use sliding attention (None if absent)."""
     types = f.raw("layer_types", None)
     if types is None:
         return None
@@ -240,10 +246,21 @@ def layer_types(f: Fields, n_layers: int) -> bool | None:
     for item in types:
         if item not in ("full_attention", "sliding_attention"):
             raise f.unrepresentable("layer_types", item, "blockcli's layers use full or sliding-window attention")
-    if len(set(types)) > 1:
-        raise f.unrepresentable("layer_types", types, "some layers slide and some do not; blockcli's layers are all "
-                                                      "alike")
-    return types[0] == "sliding_attention"
+    return [t == "sliding_attention" for t in types]
+
+
+def sliding_layers(f: Fields, block: dict, model: dict, sliding: list[bool], default: int | None = None) -> None:
+    """The window on the layers `sliding` marks: on the base block when layer 0 slides, and as
+    per-layer overrides (`layers:`) on the layers whose kind differs from layer 0's."""
+    apply_window(f, block, model, sliding[0], default)
+    if len(set(sliding)) == 1:
+        return
+    windowed: dict = {}
+    apply_window(f, windowed, model, True, default)
+    if not windowed:  # a window as wide as the context never binds: every layer is alike
+        return
+    others = [i for i, kind in enumerate(sliding) if kind != sliding[0]]
+    f.layers.append({"indices": others, "block": {"sliding_window": 0 if sliding[0] else windowed["sliding_window"]}})
 
 
 def apply_window(f: Fields, block: dict, model: dict, active: bool, default: int | None = None) -> None:

@@ -70,6 +70,7 @@ class Fields:
         self.data, self.where, self.family = data, where, family
         self.used: set[str] = set()
         self.notes: list[str] = []
+        self.layers: list[dict[str, Any]] = []  # per-layer overrides ({indices, block}) the map found
 
     # -- errors
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 
-from blockcli.families.common import (TRAINING_ONLY, Family, apply_window, gated_activation, gated_rms, layer_types,
-                                      silu_gate, window_by_key)
+from blockcli.families.common import (TRAINING_ONLY, Family, gated_activation, gated_rms, layer_types, silu_gate,
+                                      sliding_layers, window_by_key)
 from blockcli.families.fields import Fields
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
 
@@ -43,14 +43,15 @@ def _qwen_window(f: Fields, block: dict, model: dict) -> None:
     """Qwen2/Qwen3: `use_sliding_window` puts the window on layers max_window_layers and up."""
     use_window = f.bool("use_sliding_window", False)
     f.ignore("max_window_layers")  # read only when the window is on
-    sliding = layer_types(f, model["n_layers"])
-    if sliding is None and use_window:
-        first = f.int("max_window_layers", 28, minimum=0)
-        if 0 < first < model["n_layers"]:
-            raise f.unrepresentable("max_window_layers", first, f"the window applies to layers {first} and up only; "
-                                                                f"blockcli's layers are all alike")
-        sliding = first == 0
-    apply_window(f, block, model, bool(sliding), default=4096)  # Qwen2Config/Qwen3Config: sliding_window 4096
+    n_layers = model["n_layers"]
+    # Qwen2Config/Qwen3Config: sliding_window is None unless use_sliding_window; layer_types defaults to
+    # sliding for the layers i >= max_window_layers; a layer slides only with a window
+    sliding = layer_types(f, n_layers)
+    if sliding is None:
+        first = f.int("max_window_layers", 28, minimum=0) if use_window else n_layers
+        sliding = [i >= first for i in range(n_layers)]
+    sliding = [use_window and kind for kind in sliding]
+    sliding_layers(f, block, model, sliding, default=4096)  # Qwen2Config/Qwen3Config: sliding_window 4096
 
 
 def _qwen3(f: Fields) -> tuple[dict, dict]:

@@ -1,0 +1,147 @@
+"""Gemma 2 and Gemma 3 (text): Gemma's block with a norm before and after each branch (`sandwich`),
+alternating sliding-window and global layers (per-layer overrides), soft caps (Gemma 2) and q/k norms
+per head with a RoPE base of their own for the sliding layers (Gemma 3).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from blockcli.families.common import (TRAINING_ONLY, Family, gated_activation, gated_rms, layer_types, rope_scaling,
+                                      rope_type, sliding_layers)
+from blockcli.families.fields import Fields
+from blockcli.tensor_names import LINEAR, TensorMap, tensor
+
+
+def _gemma2(f: Fields, pattern: int = 2, softcaps: tuple[float | None, float | None] = (50.0, 30.0)
+            ) -> tuple[dict, dict]:
+    """Gemma 2: Gemma's block with a norm before and after each branch (`placement: sandwich`), scores
+    scaled by query_pre_attn_scalar^-1/2 and soft-capped (attn_logit_softcapping), soft-capped logits
+    (final_logit_softcapping), and sliding-window layers alternating with global ones (`layer_types`,
+    default: even layers slide)."""
+    if f.data.get("use_bidirectional_attention") is not None:
+        f.neutral("use_bidirectional_attention", False, "blockcli's attention is causal")
+    f.ignore("use_bidirectional_attention")
+    # Gemma2MLP runs hidden_activation; hidden_act, which the published configs carry too, is unread
+    f.ignore("hidden_act")
+    block, model = gated_rms(f, lambda g: gated_activation(g, "hidden_activation", "gelu_pytorch_tanh"),
+                             kv_default=4, tie_default=True, head_dim_default=256, mlp_bias=False)
+    block.update(placement="sandwich", norm_unit_offset=True)
+    model["embedding_multiplier"] = math.sqrt(block["d_model"])
+    scalar = f.float("query_pre_attn_scalar", 256, low=0.0, high=1e9)
+    if scalar != block["head_dim"]:  # 1/√head_dim is the default scale
+        block["attention_scale"] = scalar ** -0.5
+    for key, default, section, field in (("attn_logit_softcapping", softcaps[0], block, "attention_softcap"),
+                                         ("final_logit_softcapping", softcaps[1], model, "logit_softcap")):
+        if f.data.get(key) is None and (f.has(key) or default is None):  # null, or absent without a default: no cap
+            f.ignore(key)
+        else:  # absent: the config class's default
+            section[field] = f.float(key, default, low=0.0, high=1e9)
+    n_layers = model["n_layers"]
+    sliding = layer_types(f, n_layers)
+    if sliding is None:  # Gemma2Config: layer i slides when (i + 1) % 2 (Gemma 3: % sliding_window_pattern)
+        sliding = [bool((i + 1) % pattern) for i in range(n_layers)]
+    f.ignore("sliding_window_size")  # an older duplicate of sliding_window in the published configs, unread
+    sliding_layers(f, block, model, sliding, default=4096)
+    return block, model
+
+
+
+_GEMMA3_ROPE_KEYS = ("rope_theta", "rope_local_base_freq", "rope_scaling", "rope_parameters")
+
+
+
+def _gemma3_text(f: Fields) -> tuple[dict, dict]:
+    """Gemma 3 (text): Gemma 2's sandwich block with q/k RMSNorm per head ((1 + w) like every Gemma norm),
+    no soft caps by default, and two RoPEs: the sliding layers rotate with base `rope_local_base_freq`
+    (10,000) and no scaling, the global ones with `rope_theta` (1,000,000) and `rope_scaling` — in
+    transformers 5, `rope_parameters` holds one dict per layer type. Layers slide unless
+    (i + 1) % sliding_window_pattern == 0 (default 6), or as `layer_types` says."""
+    rest = Fields({k: v for k, v in f.data.items() if k not in _GEMMA3_ROPE_KEYS}, f.where, f.family)
+    pattern = f.int("sliding_window_pattern", 6)
+    f.ignore("_sliding_window_pattern")  # transformers 5 saves its copy of the pattern beside layer_types
+    block, model = _gemma2(rest, pattern=pattern, softcaps=(None, None))
+    f.used |= rest.used
+    f.notes.extend(rest.notes)
+    block["qk_norm"] = "head"  # q_norm and k_norm: Gemma3RMSNorm over each head's d_h, before RoPE
+    n_layers = model["n_layers"]
+    sliding = layer_types(f, n_layers) or [bool((i + 1) % pattern) for i in range(n_layers)]
+    rope = {kind: _gemma3_rope(f, "sliding_attention" if kind else "full_attention", model["max_positions"])
+            for kind in (True, False)}  # layer kind (sliding?) → (theta, scaling)
+    (theta, scaling), (other_theta, other_scaling) = rope[sliding[0]], rope[not sliding[0]]
+    block["rope_theta"] = theta  # the base block is layer 0's kind
+    if scaling:
+        block["rope_scaling"] = scaling
+    override = dict(rest.layers[0]["block"]) if rest.layers else {}  # the other kind's window
+    if other_theta != theta:
+        override["rope_theta"] = other_theta
+    if other_scaling != scaling:
+        override["rope_scaling"] = other_scaling
+    others = [i for i, kind in enumerate(sliding) if kind != sliding[0]]
+    if override and others:
+        f.layers.append({"indices": others, "block": override})
+    return block, model
+
+
+
+def _gemma3_rope(f: Fields, kind: str, max_positions: int) -> tuple[float, dict[str, Any] | None]:
+    """(theta, block.rope_scaling or None) of one layer type: from transformers 5's per-type
+    `rope_parameters`, else from rope_theta + rope_scaling (global layers) or rope_local_base_freq
+    (sliding layers, never scaled), with Gemma3TextConfig's default bases."""
+    params = f.raw("rope_parameters", None)
+    if params is not None:
+        if not isinstance(params, Mapping) or kind not in params or not isinstance(params[kind], Mapping):
+            raise f.invalid("rope_parameters", params, "an object with one RoPE object per layer type "
+                                                       "(full_attention, sliding_attention)")
+        for name in params:
+            if name not in ("full_attention", "sliding_attention"):
+                raise f.unrepresentable(f"rope_parameters.{name}", params[name], "Gemma 3's RoPE is set per layer "
+                                                                                 "type: full_attention, sliding_attention")
+        own, key = params[kind], f"rope_parameters.{kind}"
+    else:
+        scaling = f.raw("rope_scaling", None) if kind == "full_attention" else None
+        if scaling is not None and not isinstance(scaling, Mapping):
+            raise f.invalid("rope_scaling", scaling, "an object")
+        own = dict(scaling or {})
+        own["rope_theta"] = f.float("rope_theta" if kind == "full_attention" else "rope_local_base_freq",
+                                    1e6 if kind == "full_attention" else 1e4, low=0.0, high=1e12)
+        key = "rope_scaling"
+    inner, scaling_type = rope_type(f, key, own)
+    theta = inner.float("rope_theta", 1e6 if kind == "full_attention" else 1e4, low=0.0, high=1e12)
+    scaling = rope_scaling(f, key, own, inner, scaling_type, max_positions)
+    for name, value in own.items():
+        if name not in inner.used:
+            raise f.unrepresentable(f"{key}.{name}", value, "not a RoPE parameter blockcli knows")
+    return theta, scaling
+
+
+# Gemma 2: Llama's names, but post_attention_layernorm is the norm of the attention *output*
+# (sandwich), pre_feedforward_layernorm reads the MLP input and post_feedforward_layernorm its output
+GEMMA2 = TensorMap("model.", (
+    tensor("wte", "embed_tokens.weight"),
+    tensor("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight"),
+    *(tensor(f"blocks.{{i}}.w_{x}", f"layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkvo"),
+    *(tensor(f"blocks.{{i}}.b_{x}", f"layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkvo"),
+    tensor("blocks.{i}.ln1_post_gamma", "layers.{i}.post_attention_layernorm.weight"),
+    tensor("blocks.{i}.ln2_gamma", "layers.{i}.pre_feedforward_layernorm.weight"),
+    tensor("blocks.{i}.w_1", "layers.{i}.mlp.gate_proj.weight", LINEAR),
+    tensor("blocks.{i}.w_3", "layers.{i}.mlp.up_proj.weight", LINEAR),
+    tensor("blocks.{i}.w_2", "layers.{i}.mlp.down_proj.weight", LINEAR),
+    tensor("blocks.{i}.ln2_post_gamma", "layers.{i}.post_feedforward_layernorm.weight"),
+    tensor("ln_f_gamma", "norm.weight"),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
+# Gemma 3 (text): Gemma 2's names and q/k norms per head (Qwen3's names)
+GEMMA3 = TensorMap("model.", GEMMA2.tensors + (
+    tensor("blocks.{i}.q_norm_gamma", "layers.{i}.self_attn.q_norm.weight"),
+    tensor("blocks.{i}.k_norm_gamma", "layers.{i}.self_attn.k_norm.weight"),
+))
+
+_HYBRID_CACHE = frozenset({"cache_implementation"})  # generation's cache class (hybrid), not the network
+
+FAMILIES = (
+    Family("gemma2", "Gemma 2", _gemma2, GEMMA2, TRAINING_ONLY | _HYBRID_CACHE),
+    Family("gemma3_text", "Gemma 3", _gemma3_text, GEMMA3, TRAINING_ONLY | _HYBRID_CACHE),
+)
