@@ -102,9 +102,8 @@ def init_parameters(shapes: Mapping[str, Shape], seed: int, dtype: str) -> dict[
     return params
 
 
-def check_parameters(given: Mapping[str, Any], shapes: Mapping[str, Shape], dtype: str,
-                     source: str) -> dict[str, Array]:
-    """Match user weights to the declared shapes: every key present, no extras, shapes exact."""
+def check_keys(given: Mapping[str, Any], shapes: Mapping[str, Shape], source: str) -> None:
+    """Every declared key present in `given`, and nothing else."""
     missing = [k for k in shapes if k not in given]
     if missing:
         raise InputError(f"{source}: missing weight '{missing[0]}' (expected shape {shapes[missing[0]]})"
@@ -113,6 +112,12 @@ def check_parameters(given: Mapping[str, Any], shapes: Mapping[str, Shape], dtyp
     if extra:
         raise InputError(f"{source}: unexpected weight '{extra[0]}' for this config "
                          f"(expected keys: {', '.join(shapes)})")
+
+
+def check_parameters(given: Mapping[str, Any], shapes: Mapping[str, Shape], dtype: str,
+                     source: str) -> dict[str, Array]:
+    """Match user weights to the declared shapes: every key present, no extras, shapes exact."""
+    check_keys(given, shapes, source)
     params = {}
     for key, shape in shapes.items():
         value = np.asarray(given[key])
@@ -622,6 +627,135 @@ class MLP:
         return out
 
 
+def experts_label(stage: str, moe: Any, tokens: int) -> str:
+    """The trace's name for one stage of all routed experts together (analytic rows, merged rows):
+    the routed rows in all are exactly tokens·k; per expert only their expectation is known."""
+    rows = tokens * moe.top_k
+    return (f"experts {stage} (all {moe.n_experts}: {rows:,} routed rows = B·T·k; "
+            f"expected B·T·k/E = {rows / moe.n_experts:.3g} per expert)")
+
+
+def routing_label(moe: Any) -> str:
+    """The trace's name for the routing weights, with what is done to them."""
+    return ("routing weights" + (" (softmax of the k logits)" if moe.order == "topk_softmax" else "")
+            + (" (renormalised)" if moe.renormalize else "")
+            + (f" × {moe.routed_scaling:g}" if moe.routed_scaling != 1.0 else ""))
+
+
+@dataclass
+class MixtureOfExperts:
+    """Router → top-k routed experts per token (each a gated or plain MLP without biases), their
+    outputs weighted and summed; plus an optional shared expert (sigmoid-gated or not).
+
+    Each expert runs only on the rows routed to it (rows sorted by expert once, then one GEMM per
+    expert and matrix). Routing follows `blockcli.config.MoE`; ties in top-k go to the lower index.
+    """
+
+    cfg: BlockConfig
+    p: Mapping[str, Array]
+    ops: Ops = STANDARD_OPS
+
+    def route(self, x: Array, rec: Record = _ignore) -> tuple[Array, Array]:
+        """(chosen experts (B, T, k), their weights (B, T, k)) for x (B, T, d)."""
+        moe, p, ops = self.cfg.moe, self.p, self.ops
+        assert moe is not None
+        B, T, d = x.shape
+        N, E, k = B * T, moe.n_experts, moe.top_k
+        logits = x.reshape(N, d) @ p["router"]  # (N, E)
+        logits3 = logits.reshape(B, T, E)
+        rec("router_logits", "router logits", logits3, (x, p["router"]), kind="linear", params=("router",))
+        if moe.order == "topk_softmax":  # the k largest logits, then a softmax over those k
+            chosen = ops.top_k(logits, k)  # (N, k)
+            weights = ops.router_probabilities(np.take_along_axis(logits, chosen, axis=-1), "softmax")  # (N, k)
+            scores3 = logits3
+        else:
+            scores = ops.router_probabilities(logits, moe.scoring)  # (N, E)
+            scores3 = scores.reshape(B, T, E)
+            rec("router_scores", f"router scores ({moe.scoring} over experts)", scores3, (logits3,), kind=moe.scoring)
+            choice = scores
+            if moe.selection_bias:  # for choosing only: the weights are the unbiased scores
+                choice = scores + p["router_bias"]  # (N, E)
+            if moe.n_groups > 1:  # only the experts of the top_groups best groups may be chosen
+                grouped = choice.reshape(N, moe.n_groups, E // moe.n_groups)  # (N, G, E/G)
+                group_scores = (grouped.max(axis=-1) if moe.group_score == "max"
+                                else np.sort(grouped, axis=-1)[..., -2:].sum(axis=-1))  # (N, G)
+                allowed = np.zeros((N, moe.n_groups), dtype=bool)
+                np.put_along_axis(allowed, ops.top_k(group_scores, moe.top_groups), True, axis=-1)
+                choice = np.where(np.repeat(allowed, E // moe.n_groups, axis=-1), choice, -np.inf)  # (N, E)
+            chosen = ops.top_k(choice, k)  # (N, k)
+            weights = np.take_along_axis(scores, chosen, axis=-1)  # (N, k)
+            if moe.renormalize:
+                weights = ops.renormalize(weights)
+        if moe.routed_scaling != 1.0:
+            weights = weights * np.asarray(moe.routed_scaling, dtype=weights.dtype)
+        chosen3, weights3 = chosen.reshape(B, T, -1), weights.reshape(B, T, -1)  # (B, T, k) each
+        rec("router_choice", f"top-{k} experts per token", chosen3, (scores3,), kind="topk")
+        rec("router_weights", routing_label(moe), weights3, (scores3,), kind="gather")
+        return chosen3, weights3
+
+    def __call__(self, x: Array, rec: Record = _ignore) -> Array:
+        """x (B, T, d) → (B, T, d)."""
+        moe, p = self.cfg.moe, self.p
+        assert moe is not None
+        B, T, d = x.shape
+        flat = x.reshape(B * T, d)  # (N, d)
+        chosen3, weights3 = self.route(x, rec)  # (B, T, k) each
+        chosen, weights = chosen3.reshape(B * T, -1), weights3.reshape(-1)  # (N, k), (N·k,)
+        traced = rec is not _ignore
+        order = np.argsort(chosen, axis=None, kind="stable")  # (N·k,): routed slots sorted by expert
+        load = np.bincount(chosen.ravel(), minlength=moe.n_experts)  # (E,) rows per expert
+        rec("expert_load", "tokens per expert (load)", load, (chosen3,), kind="count")
+        out = np.zeros((B * T, d), dtype=np.result_type(x, p["router"]))  # (N, d)
+        ends = np.cumsum(load)
+        outs = []
+        for e in range(moe.n_experts):
+            if not load[e] and not traced:
+                continue  # an expert no token chose costs nothing
+            slots = order[ends[e] - load[e]:ends[e]]  # (n_e,) positions in the flattened (N, k) choice
+            rows = slots // chosen.shape[1]  # (n_e,) the tokens routed to expert e
+            key = f"experts.{e}."
+            xe = flat[rows]  # (n_e, d)
+            rec(key + "in", f"expert {e}: gather its {load[e]} rows", xe, (x,), kind="gather")
+            ye = self._mlp(xe, key, f"expert {e}", rec)  # (n_e, d)
+            outs.append(ye)
+            out[rows] += weights[slots, None] * ye  # each token once per expert: no repeated rows
+        routed = out.reshape(B, T, d)
+        label = f"weighted sum of the {moe.top_k} routed experts' outputs"
+        if not moe.d_shared:
+            rec("mlp_out", label, routed, (weights3, *outs), kind="combine")
+            return routed
+        rec("moe_routed", label, routed, (weights3, *outs), kind="combine")
+        shared = self._mlp(x, "shared_", "shared expert", rec)  # (B, T, d)
+        if moe.shared_gate:
+            gate = x @ p["shared_gate"]  # (B, T, 1)
+            rec("shared_gate", "shared expert gate logit", gate, (x, p["shared_gate"]), kind="linear",
+                params=("shared_gate",))
+            gated = F.sigmoid(gate) * shared  # (B, T, d)
+            rec("shared_gated", "shared expert × sigmoid(gate)", gated, (gate, shared), kind="gate")
+            shared = gated
+        total = self.ops.add_shared(routed, shared)  # (B, T, d)
+        rec("mlp_out", "routed + shared experts", total, (routed, shared), kind="add")
+        return total
+
+    def _mlp(self, x: Array, key: str, label: str, rec: Record) -> Array:
+        """One expert's act(x W_1) [⊙ x W_3] W_2 on its rows x (n, d) (or (B, T, d) for the shared one)."""
+        p, act_name = self.p, self.cfg.activation
+        pre = x @ p[key + "w_1"]  # (n, d_e)
+        rec(key + "pre", f"{label} expand", pre, (x, p[key + "w_1"]), kind="linear", params=(key + "w_1",))
+        act = F.ACTIVATION_FUNCTIONS[act_name](pre)  # (n, d_e)
+        inputs: tuple[Array, ...] = (pre,)
+        if self.cfg.gated:
+            up = x @ p[key + "w_3"]  # (n, d_e)
+            rec(key + "up", f"{label} up (gate partner)", up, (x, p[key + "w_3"]), kind="linear",
+                params=(key + "w_3",))
+            act = act * up
+            inputs = (pre, up)
+        rec(key + "act", f"{label} activation ({act_name})", act, inputs, kind=act_name)
+        out = act @ p[key + "w_2"]  # (n, d)
+        rec(key + "out", f"{label} contract", out, (act, p[key + "w_2"]), kind="linear", params=(key + "w_2",))
+        return out
+
+
 @dataclass
 class DecoderBlock:
     """One decoder block: two norms, attention and MLP joined by residual additions."""
@@ -634,16 +768,22 @@ class DecoderBlock:
     ln1: Norm = field(init=False)
     attn: MultiHeadAttention = field(init=False)
     ln2: Norm | None = field(init=False)  # None: parallel_shared, the MLP reads LN1's output
-    mlp: MLP = field(init=False)
+    mlp: MLP | MixtureOfExperts = field(init=False)
 
     def __post_init__(self) -> None:
         self.params = p = dict(self.params)  # the block's own mapping: attention rewrites its QKV entries
         cfg = self.cfg
+        declared = block_parameter_shapes(cfg)  # a block holds exactly these: what `count` reconciles with
+        check_keys(p, declared, "block parameters")
+        wrong = next((k for k, s in declared.items() if np.shape(p[k]) != s), None)
+        if wrong is not None:
+            raise InputError(f"block parameters: weight '{wrong}' has shape {np.shape(p[wrong])}, "
+                             f"expected {declared[wrong]}")
         self.ln1 = Norm(cfg.norm, p["ln1_gamma"], p.get("ln1_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset)
         self.attn = (LatentAttention if cfg.mla else MultiHeadAttention)(cfg, p, self.ops, self.attention)
         self.ln2 = (None if cfg.shared_norm else
                     Norm(cfg.norm, p["ln2_gamma"], p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset))
-        self.mlp = MLP(cfg, p)
+        self.mlp = MixtureOfExperts(cfg, p, self.ops) if cfg.moe is not None else MLP(cfg, p)
 
     @classmethod
     def from_config(cls, config: Config | BlockConfig, weights: str | Path | Mapping[str, Any] | None = None,

@@ -31,6 +31,9 @@ POSITIONS = ("learned", "sinusoidal", "rope", "none")
 DTYPES = ("float32", "float64")
 BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
 QK_NORMS = ("none", "head", "projection")
+ROUTER_SCORINGS = ("softmax", "sigmoid")
+ROUTER_ORDERS = ("softmax_topk", "topk_softmax")
+GROUP_SCORES = ("max", "top2_sum")
 MAX_SIZE = 10**12  # far beyond any real model; keeps arithmetic and messages sane
 MAX_CONFIG_BYTES = 2**20  # 1 MiB: real configs are a few KiB; a bigger file is a mistake and slow to parse
 
@@ -82,6 +85,36 @@ class RopeScaling:
 
 
 @dataclass(frozen=True)
+class MoE:
+    """A mixture-of-experts MLP in place of the dense one: a router picks `top_k` of `n_experts`
+    routed experts per token (each a gated or plain MLP of width `d_expert`, no biases), their
+    outputs summed with the routing weights; optionally shared experts every token uses.
+
+    Routing, as transformers' routers do it: scores = softmax or sigmoid of the router logits;
+    `selection_bias` (DeepSeek-V3's e_score_correction_bias) is added to the scores for choosing
+    only; with n_groups > 1 only the experts of the `top_groups` best groups (a group's score: its
+    max, or the sum of its top two) may be chosen; top-k (ties: the lower expert index first, as
+    torch.topk returns them); weights = the chosen scores, renormalised to sum 1 if `renormalize`,
+    times `routed_scaling`. `order: topk_softmax` takes the top-k logits and softmaxes those k
+    (Mixtral's original code; it equals softmax_topk with renormalize).
+    """
+
+    n_experts: int
+    top_k: int
+    d_expert: int
+    scoring: str = "softmax"  # softmax | sigmoid (DeepSeek-V3)
+    order: str = "softmax_topk"  # softmax_topk | topk_softmax
+    renormalize: bool = False  # the k chosen weights divided by their sum (Mixtral; Qwen's norm_topk_prob)
+    routed_scaling: float = 1.0  # the routed experts' weights times this (DeepSeek's routed_scaling_factor)
+    n_groups: int = 1  # experts in this many equal groups for group-limited routing (DeepSeek's n_group)
+    top_groups: int = 1  # the best groups whose experts may be chosen (DeepSeek's topk_group)
+    group_score: str = "max"  # a group's score: max of its scores (DeepSeek-V2) or sum of its top two (V3)
+    selection_bias: bool = False  # a learned (n_experts,) bias added to the scores for the choice only
+    d_shared: int = 0  # width of the shared expert MLP every token uses (0: none)
+    shared_gate: bool = False  # the shared expert's output times sigmoid(x·w_gate) (Qwen2-MoE)
+
+
+@dataclass(frozen=True)
 class LatentAttention:
     """Multi-head latent attention (DeepSeek-V2/V3): queries through an optional low-rank latent,
     keys and values through one shared compressed latent, and a RoPE part shared by all heads.
@@ -127,6 +160,7 @@ class BlockConfig:
     rope_layout: str = "half"  # rotated pairs (i, i + r/2) as GPT-NeoX/Llama, or (2i, 2i + 1) as GPT-J
     attention_scale: float = 0.0  # scores are Q·Kᵀ times this; 0 means 1/√d_h (Granite: attention_multiplier)
     residual_multiplier: float = 1.0  # each branch's output times this before its residual add (Granite)
+    moe: MoE | None = None  # a mixture-of-experts MLP in place of the dense one (d_ff then unused)
     mla: LatentAttention | None = None  # multi-head latent attention in place of Q/K/V projections (DeepSeek)
 
     @property
@@ -228,22 +262,20 @@ def _read_preset(name: str) -> str:
 
 
 def load_yaml_config(source: str) -> Config:
-    """A config from a preset name, a YAML file, or `-` (YAML on standard input).
+    """A config from a preset name or a YAML file.
 
     blockcli.sources.load_config is the entry point for every kind of source; this is its YAML part.
     """
     path = Path(source)
-    if source == "-":
-        return parse_config(_parse_yaml(read_text_file(path), "<stdin>"), name="<stdin>")
     looks_like_path = (path.suffix.lower() in (".yaml", ".yml") or "/" in source or path.exists()
                        or path.is_symlink())  # a dangling link or a link loop is a path too
     if not looks_like_path:
         if source in preset_names():
-            return parse_config(_parse_yaml(_read_preset(source), source), name=source)
+            return parse_config(parse_yaml_text(_read_preset(source), source), name=source)
         close = difflib.get_close_matches(source, preset_names(), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else "; run 'blockcli presets' to list them"
         raise ConfigError(f"{source}: no such file or preset{hint}")
-    return parse_config(_parse_yaml(read_text_file(path), str(path)), name=str(path))
+    return parse_config(parse_yaml_text(read_text_file(path), str(path)), name=str(path))
 
 
 @contextmanager
@@ -322,7 +354,7 @@ def read_text_file(path: Path, expected: str = "a YAML config") -> str:
 
 def read_yaml(path: Path, expected: str) -> Any:
     """A YAML file's data, read safely, every problem one error line (for files that are not configs)."""
-    return _parse_yaml(read_text_file(path, expected), str(path))
+    return parse_yaml_text(read_text_file(path, expected), str(path))
 class _Refused(Exception):
     """A YAML node the strict loader refuses; carries the node's position."""
 
@@ -376,7 +408,7 @@ def _strict_loader() -> type:
     return StrictLoader
 
 
-def _parse_yaml(text: str, where: str) -> Any:
+def parse_yaml_text(text: str, where: str) -> Any:
     """Parse YAML text strictly (see `_strict_loader`); a file holding no document is refused."""
     import yaml
 
@@ -528,7 +560,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     fields = ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "norm", "norm_eps", "activation",
               "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "attention_dropout",
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
-              "residual_multiplier", "mla")
+              "residual_multiplier", "moe", "mla")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -570,14 +602,61 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         rope_layout=_choice(data, "rope_layout", p, "half", ROPE_LAYOUTS),
         attention_scale=_float(data, "attention_scale", p, 0.0, 0.0, 1e6),
         residual_multiplier=_float(data, "residual_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
+        moe=_parse_moe(data.get("moe")),
         mla=mla,
     )
+    if block.moe is not None and block.bias.mlp:
+        raise ConfigError("block.bias.mlp: the experts of block.moe have no biases; set bias.mlp: false")
     if rope and block.rope_dims == 0:
         raise ConfigError(f"block.rope: a fraction of {rope:g} of head_dim={head_dim} rotates no "
                           f"dimension pair; expected at least 2/head_dim")
     return block
 
 
+def _parse_moe(value: Any) -> MoE | None:
+    if value is None:
+        return None
+    p = "block.moe"
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{p}: expected a mapping with n_experts, top_k and d_expert, got {_kind(value)}")
+    _check_keys(value, tuple(f.name for f in fields(MoE)), p + ".")
+    for key in ("n_experts", "top_k", "d_expert"):
+        if key not in value:
+            raise ConfigError(f"{p}.{key}: required")
+    n_experts = _int(value, "n_experts", p, 1)
+    top_k = _int(value, "top_k", p, 1)
+    if top_k > n_experts:
+        raise ConfigError(f"{p}.top_k: expected at most n_experts={n_experts}, got {top_k}")
+    n_groups = _int(value, "n_groups", p, 1)
+    if n_experts % n_groups:
+        raise ConfigError(f"{p}.n_groups: n_experts={n_experts} is not divisible by n_groups={n_groups}")
+    top_groups = _int(value, "top_groups", p, n_groups)
+    if top_groups > n_groups:
+        raise ConfigError(f"{p}.top_groups: expected at most n_groups={n_groups}, got {top_groups}")
+    group_score = _choice(value, "group_score", p, "max", GROUP_SCORES)
+    if group_score == "top2_sum" and n_experts // n_groups < 2:
+        raise ConfigError(f"{p}.group_score: top2_sum needs at least 2 experts per group, got "
+                          f"{n_experts // n_groups}")
+    if top_k > top_groups * (n_experts // n_groups):
+        raise ConfigError(f"{p}.top_k: {top_k} experts cannot be chosen from {top_groups} group(s) of "
+                          f"{n_experts // n_groups}")
+    moe = MoE(
+        n_experts=n_experts, top_k=top_k, d_expert=_int(value, "d_expert", p, 1),
+        scoring=_choice(value, "scoring", p, "softmax", ROUTER_SCORINGS),
+        order=_choice(value, "order", p, "softmax_topk", ROUTER_ORDERS),
+        renormalize=_bool(value, "renormalize", p, False),
+        routed_scaling=_float(value, "routed_scaling", p, 1.0, 0.0, 1e6, low_open=True),
+        n_groups=n_groups, top_groups=top_groups, group_score=group_score,
+        selection_bias=_bool(value, "selection_bias", p, False),
+        d_shared=_int(value, "d_shared", p, 0, minimum=0),
+        shared_gate=_bool(value, "shared_gate", p, False),
+    )
+    if moe.order == "topk_softmax" and (moe.scoring != "softmax" or moe.selection_bias or moe.n_groups > 1):
+        raise ConfigError(f"{p}.order: topk_softmax softmaxes the k chosen logits; it takes scoring softmax, "
+                          f"no selection_bias and one group")
+    if moe.shared_gate and not moe.d_shared:
+        raise ConfigError(f"{p}.shared_gate: gates the shared expert, but d_shared is 0 (no shared expert)")
+    return moe
 def _parse_mla(value: Any) -> LatentAttention | None:
     if value is None:
         return None

@@ -56,15 +56,28 @@ def read_hf(path: str | Path, allow_fields: tuple[str, ...] = ()) -> tuple[dict[
     `allow_fields` are unknown fields the user accepts unchecked (`--allow-field`); the Config's
     notes say which were used."""
     path = Path(path)
-    where = str(path)
-    data = _parse_json(read_text_file(path, "a Hugging Face config.json"), where)
+    return read_hf_text(read_text_file(path, "a Hugging Face config.json"), str(path), allow_fields)
+
+
+def read_hf_text(text: str, where: str, allow_fields: tuple[str, ...] = ()) -> tuple[dict[str, Any], Config]:
+    """`read_hf` on a config.json's text (standard input, say); `where` names it in messages."""
+    data = _parse_json(text, where)
     mapping = hf_to_mapping(data, where, allow_fields)
-    accepted = tuple(f"{where}: field '{k}' accepted unchecked (--allow-field): blockcli assumes it changes nothing"
-                     for k in allow_fields if k in data and k not in _known_keys(data))
+    known = _known_keys(data)
+    accepted = tuple(_allowed_note(where, key, key in data, key in known) for key in dict.fromkeys(allow_fields))
     try:
         return mapping, replace(parse_config(mapping, name=where), notes=accepted)
     except ConfigError as exc:  # a mapped value blockcli rejects: say which file it came from
         raise ConfigError(f"{where}: {exc} (after mapping the Hugging Face config onto blockcli's schema)") from None
+
+
+def _allowed_note(where: str, key: str, present: bool, known: bool) -> str:
+    """What `--allow-field key` did, for the Config's notes: only an unknown field present is accepted."""
+    if not present:
+        return f"{where}: --allow-field {key}: no such field in this config.json, so it allows nothing"
+    if known:
+        return f"{where}: --allow-field {key}: blockcli already reads this field, so it allows nothing"
+    return f"{where}: field '{key}' accepted unchecked (--allow-field): blockcli assumes it changes nothing"
 
 
 def _known_keys(data: Mapping[str, Any]) -> set[str]:

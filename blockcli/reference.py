@@ -141,7 +141,57 @@ def _qk_norm(a: np.ndarray, p: Mapping[str, np.ndarray], name: str, cfg: BlockCo
     return out
 
 
+def _expert(vec: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig, key: str) -> np.ndarray:
+    hidden = np.array([_act(cfg.activation, float(u)) for u in vec @ p[key + "w_1"]])
+    if cfg.gated:
+        hidden = hidden * (vec @ p[key + "w_3"])
+    return hidden @ p[key + "w_2"]
+
+
+def _best(values: list[float], k: int) -> list[int]:
+    """The k largest values' indices, largest first; equal values: the lower index first."""
+    return sorted(range(len(values)), key=lambda i: (-values[i], i))[:k]
+
+
+def _moe(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
+    """Token by token: the router's choice, the chosen experts weighted, the shared expert added."""
+    moe = cfg.moe
+    assert moe is not None
+    out = np.zeros_like(n)
+    size = moe.n_experts // moe.n_groups
+    for t, vec in enumerate(n):
+        logits = [float(z) for z in vec @ p["router"]]
+        if moe.order == "topk_softmax":
+            chosen = _best(logits, moe.top_k)
+            e = [math.exp(logits[i] - logits[chosen[0]]) for i in chosen]
+            weights = [a / sum(e) for a in e]
+        else:
+            if moe.scoring == "softmax":
+                e = [math.exp(z - max(logits)) for z in logits]
+                scores = [a / sum(e) for a in e]
+            else:
+                scores = [1 / (1 + math.exp(-z)) for z in logits]
+            choice = [s + float(p["router_bias"][i]) if moe.selection_bias else s for i, s in enumerate(scores)]
+            if moe.n_groups > 1:
+                groups = [choice[g * size:(g + 1) * size] for g in range(moe.n_groups)]
+                rank = [max(g) if moe.group_score == "max" else sum(sorted(g)[-2:]) for g in groups]
+                kept = _best(rank, moe.top_groups)
+                choice = [c if i // size in kept else -math.inf for i, c in enumerate(choice)]
+            chosen = _best(choice, moe.top_k)
+            weights = [scores[i] for i in chosen]
+            if moe.renormalize:
+                weights = [w / sum(weights) for w in weights]
+        for i, w in zip(chosen, weights):
+            out[t] += w * moe.routed_scaling * _expert(vec, p, cfg, f"experts.{i}.")
+        if moe.d_shared:
+            gate = 1 / (1 + math.exp(-float(vec @ p["shared_gate"][:, 0]))) if moe.shared_gate else 1.0
+            out[t] += gate * _expert(vec, p, cfg, "shared_")
+    return out
+
+
 def _mlp(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
+    if cfg.moe is not None:
+        return _moe(n, p, cfg)
     pre = n @ p["w_1"] + p.get("b_1", 0.0)
     act = np.vectorize(lambda u: _act(cfg.activation, u))(pre)
     if cfg.gated:

@@ -76,9 +76,10 @@ def count_json(result: ParameterCount, inference: Inference, training: Training 
         "per_block": result.per_block,
         "n_layers": result.n_layers,
         "non_embedding": result.non_embedding,
+        "active_per_token": result.active_total,
         "components": [
             {"name": c.name, "label": c.label, "kind": c.kind, "shape": c.shape, "weights": c.weights,
-             "biases": c.biases, "count": c.count, "share": _share(c.count, result.total),
+             "biases": c.biases, "count": c.count, "active": c.active_count, "share": _share(c.count, result.total),
              "formula": c.expression}
             for c in result.components
         ],
@@ -211,6 +212,8 @@ def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | No
     prefill, causal = inf.prefill.total(), inf.prefill.total(causal=True)
     lines = [f"formula {rec.formula:,} vs {'checkpoint tensors' if rec.method == 'checkpoint' else rec.method} "
              f"{rec.arrays:,}: {check}"]
+    if result.active:
+        lines.append(active_line(result))
     if result.checkpoint is not None:
         ck = result.checkpoint
         files = ck["files"][0] if len(ck["files"]) == 1 else f"{len(ck['files'])} shards"
@@ -230,6 +233,17 @@ def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | No
         SIZING_FLOPS_NOTE,
     ]
     return lines + (training_lines(tr) if tr is not None else [])
+
+
+def active_line(result: ParameterCount) -> str:
+    """What one token uses of a mixture of experts' parameters, component by component."""
+    moe = result.config.block.moe
+    assert moe is not None
+    parts = "; ".join(f"{c.label} {c.active_count:,} of {c.count:,}" for c in result.components
+                      if c.active is not None and c.kind != "total")
+    where = "embeddings and LM head included" if result.config.model else "one block"
+    return (f"active per token: {result.active_total:,} of {result.total:,} ({where}; the routed experts a token "
+            f"is not sent to excluded: {moe.top_k} of {moe.n_experts} used); {parts}")
 
 
 OPTIMIZER_NAMES = {"adamw": "AdamW", "sgd": "SGD", "sgd-momentum": "SGD with momentum"}
@@ -282,7 +296,9 @@ def count_table(result: ParameterCount, inference: Inference, training: Training
         share = _share(c.count, result.total)
         row[5] = f"{bar(share)} {100 * share:5.1f}%"
         last_of_attention = "attn.o" if result.config.block.shared_norm else "ln2"  # a shared norm has no LN 2 row
-        table.add_row(*row, style=style, end_section=c.kind == "total" or c.name in ("mlp.2", last_of_attention))
+        last_of_mlp = "mlp.2" if result.config.block.moe is None else [x.name for x in result.components
+                                                                      if x.name.startswith("mlp.")][-1]
+        table.add_row(*row, style=style, end_section=c.kind == "total" or c.name in (last_of_mlp, last_of_attention))
     footer = Text("\n".join(count_footer_lines(result, inference, training)))
     if not result.reconciled.match:
         footer.stylize("bold red", 0, len(footer.plain.split("\n")[0]))

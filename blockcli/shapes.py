@@ -78,11 +78,36 @@ def mlp_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     return shapes
 
 
+def moe_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    """A mixture of experts: the router (d, E), its selection bias, each routed expert's matrices
+    `experts.{e}.w_1` (d, d_e) [w_3] w_2 (d_e, d), and the shared expert's (d, d_s) … and its gate (d, 1)."""
+    moe = cfg.moe
+    assert moe is not None
+    d = cfg.d_model
+    shapes: dict[str, Shape] = {"router": (d, moe.n_experts)}
+    if moe.selection_bias:
+        shapes["router_bias"] = (moe.n_experts,)
+    for e in range(moe.n_experts):
+        shapes[f"experts.{e}.w_1"] = (d, moe.d_expert)
+        if cfg.gated:
+            shapes[f"experts.{e}.w_3"] = (d, moe.d_expert)
+        shapes[f"experts.{e}.w_2"] = (moe.d_expert, d)
+    if moe.d_shared:
+        shapes["shared_w_1"] = (d, moe.d_shared)
+        if cfg.gated:
+            shapes["shared_w_3"] = (d, moe.d_shared)
+        shapes["shared_w_2"] = (moe.d_shared, d)
+        if moe.shared_gate:
+            shapes["shared_gate"] = (d, 1)
+    return shapes
+
+
 def block_parameter_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     """Every parameter of one block, in forward order: ln1, attention, ln2 (none when the norm is
-    shared), MLP."""
+    shared), MLP (or mixture of experts)."""
     ln2 = {} if cfg.shared_norm else norm_shapes("ln2", cfg.d_model, cfg)
-    return {**norm_shapes("ln1", cfg.d_model, cfg), **attention_shapes(cfg), **ln2, **mlp_shapes(cfg)}
+    mlp = moe_shapes(cfg) if cfg.moe is not None else mlp_shapes(cfg)
+    return {**norm_shapes("ln1", cfg.d_model, cfg), **attention_shapes(cfg), **ln2, **mlp}
 
 
 def model_parameter_shapes(config: Config) -> dict[str, Shape]:

@@ -56,6 +56,7 @@ class Dims:
     V: int
     gated: bool
     window: int = 0  # sliding window W: a query sees at most W keys (0: all earlier ones)
+    moe_weights: int = 0  # a mixture of experts: the MLP matrix weights one token uses (0: a dense MLP)
     # latent attention (0 without): query and K/V latent ranks, RoPE part of d_h, value width
     r_q: int = 0
     r_kv: int = 0
@@ -67,8 +68,8 @@ class Dims:
         b, m = config.block, config.model
         mla = b.mla
         latent = (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim, mla.v_head_dim) if mla else (0, 0, 0, 0)
-        return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, b.d_ff,
-                   m.vocab_size if m else 0, b.gated, b.sliding_window, *latent)
+        return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, mlp_width(b),
+                   m.vocab_size if m else 0, b.gated, b.sliding_window, moe_active_weights(b), *latent)
 
     @property
     def latent(self) -> bool:
@@ -84,12 +85,30 @@ class Dims:
         return min(T, self.window) if self.window else T
 
 
+def mlp_width(block: BlockConfig) -> int:
+    """The MLP intermediates' width per token: d_ff, or for a mixture of experts k·d_e + d_s (its k
+    routed experts' and the shared expert's, side by side)."""
+    moe = block.moe
+    return block.d_ff if moe is None else moe.top_k * moe.d_expert + moe.d_shared
+
+
+def moe_active_weights(block: BlockConfig) -> int:
+    """A mixture of experts' matrix weights one token is multiplied by: the router d·E, its k routed
+    experts' and the shared expert's (2 or 3)·d·width, the shared gate d (0 for a dense MLP)."""
+    moe = block.moe
+    if moe is None:
+        return 0
+    d = block.d_model
+    return (d * moe.n_experts + (3 if block.gated else 2) * d * (moe.top_k * moe.d_expert + moe.d_shared)
+            + (d if moe.shared_gate else 0))
+
+
 def matmul_weights(dims: Dims) -> tuple[int, int]:
     """(per layer, LM head) matrix weights one token is multiplied by: Q, K, V, O and the MLP's two or
-    three matrices, and the d·V head (tied or not, it is a product). A mixture of experts would count
-    its router and the k routed experts here: the active parameters, not all of them."""
+    three matrices, and the d·V head (tied or not, it is a product). A mixture of experts counts its
+    router, the k routed experts and the shared expert: the active parameters, not all of them."""
     q, kv = dims.h * dims.d_h, dims.h_kv * dims.d_h
-    mlp = (3 if dims.gated else 2) * dims.d * dims.d_ff
+    mlp = dims.moe_weights or (3 if dims.gated else 2) * dims.d * dims.d_ff
     if dims.latent:  # the low-rank products: Q (through r_q), down to r_kv + d_rope, up to h·(d_nope + d_v), O
         d_nope = dims.d_h - dims.d_rope
         query = dims.r_q * (dims.d + q) if dims.r_q else dims.d * q
@@ -278,7 +297,7 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
     """
     beta = 2 if precision == "mixed" else 4
     b, s = B, T
-    d, h, h_kv, d_h, d_ff = block.d_model, block.n_heads, block.n_kv_heads, block.head_dim, block.d_ff
+    d, h, h_kv, d_h, d_ff = block.d_model, block.n_heads, block.n_kv_heads, block.head_dim, mlp_width(block)
     act = lambda n: beta * b * s * n  # noqa: E731  # bytes of a (b, s, n) activation
     mask = lambda n: MASK_BYTES * b * s * n  # noqa: E731
     unit = f"{beta}·s·b"

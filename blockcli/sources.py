@@ -7,10 +7,11 @@ dispatch here lets config.py sit at the bottom of the imports with nothing above
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from blockcli.config import Config, ConfigError, load_yaml_config, parse_config
+from blockcli.config import Config, ConfigError, load_yaml_config, parse_config, parse_yaml_text, read_text_file
 
 
 def load_config(source: str | Path | Mapping[str, Any] | None = None, allow_fields: tuple[str, ...] = ()) -> Config:
@@ -24,6 +25,8 @@ def load_config(source: str | Path | Mapping[str, Any] | None = None, allow_fiel
         return parse_config({}, name="default")
     if isinstance(source, Mapping):
         return parse_config(source, name="<mapping>")
+    if str(source) == "-":
+        return _standard_input(allow_fields)
     path = Path(source)
     if path.is_dir() or path.suffix.lower() == ".safetensors":  # a model folder, or weights beside config.json
         path = model_folder_config(path)
@@ -43,3 +46,13 @@ def model_folder_config(path: Path) -> Path:
         raise ConfigError(f"{path}: a {what} needs the model's config.json beside its weights "
                           f"(none in {folder}); a YAML config is a file")
     return config
+
+
+def _standard_input(allow_fields: tuple[str, ...]) -> Config:
+    """`-`: a YAML config, or a Hugging Face config.json (a JSON object with a `model_type`)."""
+    text = read_text_file(Path("-"), "a YAML config or a config.json")
+    if text.lstrip().startswith("{") and '"model_type"' in text:
+        from blockcli.hf import read_hf_text
+
+        return replace(read_hf_text(text, "<stdin>", allow_fields)[1], name="<stdin>")
+    return parse_config(parse_yaml_text(text, "<stdin>"), name="<stdin>")

@@ -21,8 +21,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from blockcli.block import (DecoderBlock, Model, attention_tile, block_parameter_shapes,
-                            full_table, logits_label, model_parameter_shapes, scores_label)
+from blockcli.block import (DecoderBlock, Model, attention_tile, block_parameter_shapes, experts_label,
+                            full_table, logits_label, model_parameter_shapes, routing_label, scores_label)
 from blockcli.config import BlockConfig, Config, InputError
 from blockcli.parallel import worker_count
 
@@ -31,6 +31,8 @@ ELEMENT_FLOPS = {
     "add": 1, "layernorm": 5, "rmsnorm": 3, "softmax": 4, "mask": 0, "rope": 3,
     "gelu_tanh": 8, "gelu": 8, "relu": 1, "silu": 4, "swiglu": 5, "geglu": 9,
     "reshape": 0, "gather": 0,
+    "sigmoid": 4, "topk": 0, "count": 0, "gate": 1,  # a mixture of experts' routing and shared gate
+    # "combine" (the weighted sum of a token's k expert outputs) costs 2·k per output element: see Recorder
 }
 
 # The symbolic shape of each recorded tensor, in the one shape vocabulary.
@@ -45,7 +47,17 @@ SYMBOLIC = {
     "mlp_pre": "(B, T, d_ff)", "mlp_up": "(B, T, d_ff)", "mlp_act": "(B, T, d_ff)", "mlp_out": "(B, T, d)",
     "ln_f_out": "(B, T, d)", "logits": "(B, T, V)",
     "q_norm": "(B, h, T, d_h)", "k_norm": "(B, h_kv, T, d_h)",  # per head; over the projection, 3-D:
+    # a mixture of experts: E experts, k per token, n_e rows routed to expert e, d_e / d_s expert widths
+    "router_logits": "(B, T, E)", "router_scores": "(B, T, E)", "router_choice": "(B, T, k)",
+    "router_weights": "(B, T, k)", "expert_load": "(E,)", "in": "(n_e, d)", "pre": "(n_e, d_e)",
+    "up": "(n_e, d_e)", "act": "(n_e, d_e)", "out": "(n_e, d)", "moe_routed": "(B, T, d)",
+    "shared_pre": "(B, T, d_s)", "shared_up": "(B, T, d_s)", "shared_act": "(B, T, d_s)",
+    "shared_out": "(B, T, d)", "shared_gate": "(B, T, 1)", "shared_gated": "(B, T, d)",
 }
+# all E experts' rows together (analytic rows, `merge_expert_rows`): B·T·k routed rows in all
+SYMBOLIC_ALL_EXPERTS = {"in": "(B·T·k, d)", "pre": "(B·T·k, d_e)", "up": "(B·T·k, d_e)", "act": "(B·T·k, d_e)",
+                        "out": "(B·T·k, d)"}
+ALL_EXPERTS = "experts.all."  # the key prefix of those rows
 SYMBOLIC_PROJECTION_NORM = {"q_norm": "(B, T, h·d_h)", "k_norm": "(B, T, h_kv·d_h)"}
 # Latent attention's tensors (DeepSeek): its own, and those whose widths it changes (d_h = d_nope + d_rope)
 SYMBOLIC_LATENT = {
@@ -122,14 +134,18 @@ class Recorder:
         # a tied LM head reuses the token embedding, whose row counts it: the head adds only its bias
         used = [self.param_sizes[prefix + p] for p in params if prefix + p in self.param_sizes]
         matmul, causal = _matmul_flops(kind, out, inputs)
-        has_bias = kind == "linear" and len(used) > 1
+        has_bias = kind == "linear" and any(prefix + p in self.param_sizes and
+                                            (p.startswith("b_") or p.endswith("_bias")) for p in params)
         element = ELEMENT_FLOPS.get(kind, 0) * out.size + (out.size if has_bias else 0)
+        if kind == "combine":  # each output element: k multiply-adds of the weighted expert outputs
+            element = 2 * inputs[0].shape[-1] * out.size
         base = key.rsplit(".", 1)[-1]
+        symbolic = SYMBOLIC_ALL_EXPERTS.get(base, "") if ALL_EXPERTS in key else self.symbolic.get(base, "")
         self.rows.append(OpRow(
             step=len(self.rows) + 1, key=key, op=op, kind=kind, layer=layer,
             input_shapes=[tuple(a.shape) for a in inputs], output_shape=tuple(out.shape),
             symbolic=(SYMBOLIC_PROJECTION_NORM[base] if base in SYMBOLIC_PROJECTION_NORM and len(out.shape) == 3
-                      else self.symbolic.get(base, "")), params=sum(used), flops=matmul + element,
+                      else symbolic), params=sum(used), flops=matmul + element,
             matmul_flops=matmul, causal_flops=causal, bytes=int(out.nbytes),
             sources=[self._producer.get(id(a)) for a in inputs], tied="wte (tied)" in params))
         self._track(out, len(self.rows))
@@ -472,7 +488,58 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             q, k = q_rot, k_rot
         return scores_and_heads(q, k, v, d_h)
 
+    def expert_mlp(inp: ShapeOnly, rows: tuple[int, ...], width: int, key: str, label: Any,
+                   names: Any) -> ShapeOnly:
+        """One MLP's rows (as MixtureOfExperts._mlp); label(stage) names a row, names(w) matrix w's parameters."""
+        pre, act, out = S(*rows, width), S(*rows, width), S(*rows, d)
+        rec(key + "pre", label("expand"), pre, (inp, S(d, width)), kind="linear", params=names("w_1"))
+        inputs: tuple[ShapeOnly, ...] = (pre,)
+        if b.gated:
+            up = S(*rows, width)
+            rec(key + "up", label("up (gate partner)"), up, (inp, S(d, width)), kind="linear", params=names("w_3"))
+            inputs = (pre, up)
+        rec(key + "act", label(f"activation ({b.activation})"), act, inputs, kind=b.activation)
+        rec(key + "out", label("contract"), out, (act, S(width, d)), kind="linear", params=names("w_2"))
+        return out
+
+    def moe(inp: ShapeOnly) -> ShapeOnly:
+        """As MixtureOfExperts, with all E experts' rows as one set: B·T·k rows in all, exactly."""
+        spec = b.moe
+        E, k, ints = spec.n_experts, spec.top_k, np.dtype(np.intp)
+        logits = S(B, T, E)
+        rec("router_logits", "router logits", logits, (inp, S(d, E)), kind="linear", params=("router",))
+        scores = logits
+        if spec.order != "topk_softmax":
+            scores = S(B, T, E)
+            rec("router_scores", f"router scores ({spec.scoring} over experts)", scores, (logits,), kind=spec.scoring)
+        chosen, weights = ShapeOnly((B, T, k), ints), S(B, T, k)
+        rec("router_choice", f"top-{k} experts per token", chosen, (scores,), kind="topk")
+        rec("router_weights", routing_label(spec), weights, (scores,), kind="gather")
+        rec("expert_load", "tokens per expert (load)", ShapeOnly((E,), np.dtype(np.int64)), (chosen,), kind="count")
+        rows = S(B * T * k, d)
+        rec(ALL_EXPERTS + "in", experts_label("gather their rows", spec, B * T), rows, (inp,), kind="gather")
+        outs = expert_mlp(rows, (B * T * k,), spec.d_expert, ALL_EXPERTS, lambda st: experts_label(st, spec, B * T),
+                          lambda w: tuple(f"experts.{e}.{w}" for e in range(E)))
+        routed = S(B, T, d)
+        label = f"weighted sum of the {k} routed experts' outputs"
+        if not spec.d_shared:
+            rec("mlp_out", label, routed, (weights, outs), kind="combine")
+            return routed
+        rec("moe_routed", label, routed, (weights, outs), kind="combine")
+        shared = expert_mlp(inp, (B, T), spec.d_shared, "shared_", lambda st: f"shared expert {st}",
+                            lambda w: ("shared_" + w,))
+        if spec.shared_gate:
+            gate, gated = S(B, T, 1), S(B, T, d)
+            rec("shared_gate", "shared expert gate logit", gate, (inp, S(d, 1)), kind="linear", params=("shared_gate",))
+            rec("shared_gated", "shared expert × sigmoid(gate)", gated, (gate, shared), kind="gate")
+            shared = gated
+        total = S(B, T, d)
+        rec("mlp_out", "routed + shared experts", total, (routed, shared), kind="add")
+        return total
+
     def mlp(inp: ShapeOnly) -> ShapeOnly:
+        if b.moe is not None:
+            return moe(inp)
         pre, act, out = S(B, T, d_ff), S(B, T, d_ff), S(B, T, d)
         rec("mlp_pre", "MLP expand", pre, (inp, S(d, d_ff)), kind="linear", params=("w_1", "b_1"))
         inputs: tuple[ShapeOnly, ...] = (pre,)
@@ -507,6 +574,59 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
     hid = add("h", "residual add (attention)", x, attention(n1))
     n2 = n1 if b.placement == "parallel_shared" else norm("ln2_out", "LN2", "ln2", x)  # one norm, read twice
     return add("y", "residual add (MLP)", hid, mlp(n2))
+
+
+_EXPERT_STAGES = {"in": "gather their rows", "pre": "expand", "up": "up (gate partner)", "out": "contract"}
+
+
+def merge_expert_rows(rows: list[OpRow], config: Config, tokens: int) -> list[OpRow]:
+    """An executed trace with each layer's E experts' rows folded into one row per stage, as the
+    analytic trace shows them: shapes and FLOPs summed over the experts (B·T·k rows in all, whatever
+    the routing), steps renumbered and data-flow sources pointed at the merged rows."""
+    moe = config.block.moe
+    if moe is None:
+        return rows
+    out: list[OpRow] = []
+    step_of: dict[int, int] = {}  # old step → new step
+    merged: dict[tuple[int | None, str], OpRow] = {}
+    for row in rows:
+        prefix, _, rest = row.key.partition("experts.")
+        number, _, base = rest.partition(".")
+        if not rest or not number.isdigit():
+            new = replace(row, step=len(out) + 1, sources=[step_of.get(s, s) if s else s for s in row.sources])
+            if row.kind == "combine":  # its inputs: the weights, then every expert's output (now one row)
+                new.input_shapes = [row.input_shapes[0], (sum(sh[0] for sh in row.input_shapes[1:]), config.block.d_model)]
+                new.sources = new.sources[:2]
+            out.append(new)
+            step_of[row.step] = new.step
+            continue
+        group = merged.get((row.layer, base))
+        if group is None:
+            stage = _EXPERT_STAGES.get(base, f"activation ({config.block.activation})")
+            group = replace(row, step=len(out) + 1, key=f"{prefix}{ALL_EXPERTS}{base}",
+                            op=experts_label(stage, moe, tokens), params=0, flops=0,
+                            matmul_flops=0, bytes=0, output_shape=(0,) + row.output_shape[1:],
+                            input_shapes=[(0,) + sh[1:] if _per_expert(base, i) else sh
+                                          for i, sh in enumerate(row.input_shapes)],
+                            symbolic=SYMBOLIC_ALL_EXPERTS.get(base, ""),
+                            sources=[step_of.get(s, s) if s else s for s in row.sources])
+            merged[(row.layer, base)] = group
+            out.append(group)
+        group.params += row.params
+        group.flops += row.flops
+        group.matmul_flops += row.matmul_flops
+        group.bytes += row.bytes
+        group.output_shape = (group.output_shape[0] + row.output_shape[0],) + group.output_shape[1:]
+        group.input_shapes = [(g[0] + sh[0],) + g[1:] if _per_expert(base, i) else g
+                              for i, (g, sh) in enumerate(zip(group.input_shapes, row.input_shapes))]
+        step_of[row.step] = group.step
+    return out
+
+
+def _per_expert(base: str, index: int) -> bool:
+    """Whether input `index` of an expert's `base` row is that expert's own rows (summed when merging):
+    not the gathered-from stream, nor a weight matrix."""
+    return base != "in" and not (base in ("pre", "up", "out") and index == 1)
 
 
 def collapse_layers(rows: list[OpRow], n_layers: int) -> list[OpRow]:

@@ -100,8 +100,26 @@ def resolve_block(cfg):
         "attention_scale": float(cfg.get("attention_scale", 0.0)),
         # each branch's output is multiplied by this before it joins the residual stream (Granite)
         "residual_multiplier": float(cfg.get("residual_multiplier", 1.0)),
+        "moe": _resolve_moe(cfg.get("moe")),
         # multi-head latent attention (DeepSeek): None, or its ranks and per-head widths
         "mla": _resolve_mla(cfg.get("mla")),
+    }
+
+
+def _resolve_moe(cfg):
+    """A ``moe:`` mapping with its defaults, or None for a dense MLP."""
+    if cfg is None:
+        return None
+    groups = int(cfg.get("n_groups", 1))
+    return {
+        "n_experts": int(cfg["n_experts"]), "top_k": int(cfg["top_k"]), "d_expert": int(cfg["d_expert"]),
+        "scoring": cfg.get("scoring", "softmax"), "order": cfg.get("order", "softmax_topk"),
+        "renormalize": bool(cfg.get("renormalize", False)),
+        "routed_scaling": float(cfg.get("routed_scaling", 1.0)),
+        "n_groups": groups, "top_groups": int(cfg.get("top_groups", groups)),
+        "group_score": cfg.get("group_score", "max"),
+        "selection_bias": bool(cfg.get("selection_bias", False)),
+        "d_shared": int(cfg.get("d_shared", 0)), "shared_gate": bool(cfg.get("shared_gate", False)),
     }
 
 
@@ -147,8 +165,7 @@ def _has_norm_beta(b, rms_beta=False):
 def block_param_shapes(block_cfg, rms_beta=False):
     """Names and shapes of one block's weights, straight from the key table."""
     b = resolve_block(block_cfg)
-    d, h, h_kv, d_h, d_ff = (b["d_model"], b["n_heads"], b["n_kv_heads"],
-                             b["head_dim"], b["d_ff"])
+    d, d_ff = b["d_model"], b["d_ff"]
     shapes = {}
     # parallel_shared: one norm feeds both branches, so there is no ln2 at all
     for ln in ("ln1",) if b["placement"] == "parallel_shared" else ("ln1", "ln2"):
@@ -159,6 +176,20 @@ def block_param_shapes(block_cfg, rms_beta=False):
         shapes.update(_mla_param_shapes(b, rms_beta))
     else:
         shapes.update(_qkv_param_shapes(b, rms_beta))
+    if b["moe"] is not None:
+        moe, gated = b["moe"], b["activation"] in GATED
+        shapes["router"] = (d, moe["n_experts"])
+        if moe["selection_bias"]:
+            shapes["router_bias"] = (moe["n_experts"],)
+        for e in range(moe["n_experts"]):
+            for name in ("w_1", "w_3", "w_2") if gated else ("w_1", "w_2"):
+                shapes["experts.%d.%s" % (e, name)] = (moe["d_expert"], d) if name == "w_2" else (d, moe["d_expert"])
+        if moe["d_shared"]:
+            for name in ("w_1", "w_3", "w_2") if gated else ("w_1", "w_2"):
+                shapes["shared_" + name] = (moe["d_shared"], d) if name == "w_2" else (d, moe["d_shared"])
+            if moe["shared_gate"]:
+                shapes["shared_gate"] = (d, 1)
+        return shapes
     shapes["w_1"] = (d, d_ff)
     shapes["w_2"] = (d_ff, d)
     if b["bias"]["mlp"]:
@@ -558,7 +589,83 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
     return out
 
 
+def _largest(values, k):
+    """Indices of the k largest values, largest first; of equal values the lower index first."""
+    left = list(range(len(values)))
+    picked = []
+    for _ in range(k):
+        best = left[0]
+        for i in left[1:]:
+            if values[i] > values[best]:
+                best = i
+        picked.append(best)
+        left.remove(best)
+    return picked
+
+
+def _expert(b, weights, prefix, name, vec):
+    """One bias-free expert MLP: act(vec W_1) [* vec W_3] W_2."""
+    a = linear_vec(vec, _w(weights, name + "w_1", prefix), None)
+    hidden = [ACT_FN[b["activation"]](float(z)) for z in a]
+    if b["activation"] in GATED:
+        up = linear_vec(vec, _w(weights, name + "w_3", prefix), None)
+        hidden = [hidden[i] * float(up[i]) for i in range(len(up))]
+    return linear_vec(np.array(hidden), _w(weights, name + "w_2", prefix), None)
+
+
+def moe_routing(moe, weights, prefix, vec):
+    """(chosen expert indices, their weights) for one token, written from the routers' description:
+    scores = softmax or sigmoid of vec·router; choice scores = scores (+ selection bias); with groups,
+    only experts of the top_groups best groups (a group's max, or the sum of its two largest); top-k;
+    weights = the chosen (unbiased) scores, renormalised if asked, times routed_scaling. top-k-then-
+    softmax: the softmax of the k largest logits."""
+    E, k = moe["n_experts"], moe["top_k"]
+    logits = [float(z) for z in linear_vec(vec, _w(weights, "router", prefix), None)]
+    if moe["order"] == "topk_softmax":
+        chosen = _largest(logits, k)
+        return chosen, softmax_list([logits[e] for e in chosen])
+    scores = softmax_list(logits) if moe["scoring"] == "softmax" else [sigmoid(z) for z in logits]
+    choice = list(scores)
+    if moe["selection_bias"]:
+        bias = _w(weights, "router_bias", prefix)
+        choice = [choice[e] + float(bias[e]) for e in range(E)]
+    size = E // moe["n_groups"]
+    if moe["n_groups"] > 1:
+        group_scores = []
+        for g in range(moe["n_groups"]):
+            members = choice[g * size:(g + 1) * size]
+            if moe["group_score"] == "max":
+                group_scores.append(max(members))
+            else:
+                top = _largest(members, 2)
+                group_scores.append(members[top[0]] + members[top[1]])
+        keep = _largest(group_scores, moe["top_groups"])
+        choice = [choice[e] if e // size in keep else -math.inf for e in range(E)]
+    chosen = _largest(choice, k)
+    picked = [scores[e] for e in chosen]
+    if moe["renormalize"]:
+        total = math.fsum(picked)
+        picked = [w / total for w in picked]
+    return chosen, [w * moe["routed_scaling"] for w in picked]
+
+
+def _moe(b, weights, prefix, vec):
+    moe = b["moe"]
+    chosen, gates = moe_routing(moe, weights, prefix, vec)
+    out = np.zeros(b["d_model"], dtype=np.float64)
+    for e, g in zip(chosen, gates):
+        out = out + g * _expert(b, weights, prefix, "experts.%d." % e, vec)
+    if moe["d_shared"]:
+        shared = _expert(b, weights, prefix, "shared_", vec)
+        if moe["shared_gate"]:
+            shared = sigmoid(float(np.dot(vec, _w(weights, "shared_gate", prefix)[:, 0]))) * shared
+        out = out + shared
+    return out
+
+
 def _mlp(b, weights, prefix, vec):
+    if b["moe"] is not None:
+        return _moe(b, weights, prefix, vec)
     mlp_b = b["bias"]["mlp"]
     w_1 = _w(weights, "w_1", prefix)
     b_1 = _wopt(weights, "b_1", prefix, mlp_b)
