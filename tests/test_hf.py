@@ -1379,3 +1379,57 @@ def test_standard_input_still_reads_yaml_and_a_broken_config_json_names_its_fiel
     code, _, stderr = _count_json(["-"], '{"model_type": "gpt2", "n_embd": 64}')
     assert code == 2 and stderr.strip() == ("blockcli: error: <stdin>: field 'n_head' is missing; "
                                             "a GPT-2 config.json needs it")
+
+
+# DeepSeek with expert layers from the first (first_k_dense_replace 0, DeepseekV2Config's default): block.moe
+V3_MOE = {"model_type": "deepseek_v3", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
+          "num_hidden_layers": 3, "intermediate_size": 96, "moe_intermediate_size": 16, "vocab_size": 128,
+          "max_position_embeddings": 64, "q_lora_rank": 12, "kv_lora_rank": 8, "qk_nope_head_dim": 6,
+          "qk_rope_head_dim": 4, "v_head_dim": 5, "first_k_dense_replace": 0, "n_routed_experts": 8, "n_group": 4,
+          "topk_group": 2, "num_experts_per_tok": 3, "n_shared_experts": 2}
+V2_MOE = {"model_type": "deepseek_v2", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 3,
+          "intermediate_size": 96, "moe_intermediate_size": 16, "vocab_size": 128, "max_position_embeddings": 64,
+          "q_lora_rank": None, "kv_lora_rank": 8, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4, "v_head_dim": 5,
+          "first_k_dense_replace": 0, "n_routed_experts": 6, "n_group": 3, "topk_group": 1, "num_experts_per_tok": 2,
+          "n_shared_experts": 2, "topk_method": "group_limited_greedy"}
+
+
+def test_deepseek_v3_expert_layers_map_to_its_routing() -> None:
+    assert block_of(V3_MOE)["moe"] == {"n_experts": 8, "top_k": 3, "d_expert": 16, "routed_scaling": 2.5,
+                                       "d_shared": 32, "scoring": "sigmoid", "selection_bias": True,
+                                       "group_score": "top2_sum", "renormalize": True, "n_groups": 4, "top_groups": 2}
+
+
+def test_deepseek_v2_expert_layers_map_to_its_routing() -> None:
+    assert block_of(V2_MOE)["moe"] == {"n_experts": 6, "top_k": 2, "d_expert": 16, "routed_scaling": 1.0,
+                                       "d_shared": 32, "n_groups": 3, "top_groups": 1, "group_score": "max"}
+    greedy = block_of(with_fields(V2_MOE, topk_method="greedy", norm_topk_prob=True))["moe"]
+    assert "n_groups" not in greedy and "renormalize" not in greedy  # V2's router never renormalises
+
+
+@pytest.mark.parametrize("data, transformers_total", [(V3_MOE, 121_532 + 3 * 8), (V2_MOE, 106_616)])
+def test_deepseek_expert_layers_count_total_and_active_by_hand(tmp_path: Path, data: dict,
+                                                               transformers_total: int) -> None:
+    """transformers_total: sum of numel of DeepseekV3/V2ForCausalLM's parameters on the meta device (121,532 and
+    106,616), plus V3's e_score_correction_bias buffers (3 layers × 8, stored in its checkpoints; blockcli's
+    router_bias)."""
+    result = count_parameters(load_config(write_json(tmp_path, data)))
+    d, h, L, V = 64, 4, 3, 128
+    E, k, d_e = data["n_routed_experts"], data["num_experts_per_tok"], 16
+    q = d * 12 + 12 + 12 * h * 10 if data["q_lora_rank"] else d * h * 10
+    attention = q + d * (8 + 4) + 8 + 8 * h * (6 + 5) + h * 5 * d
+    experts, shared, router = E * 3 * d * d_e, 3 * d * 2 * d_e, d * E + (E if data["model_type"] == "deepseek_v3" else 0)
+    per_layer = attention + router + experts + shared + 2 * d
+    assert result.total == L * per_layer + 2 * V * d + d == transformers_total
+    assert result.active == result.total - L * (E - k) * 3 * d * d_e  # all but the E − k routed experts not used
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"first_k_dense_replace": 1}, "first_k_dense_replace"),  # dense first layers: per-layer overrides needed
+    ({"topk_method": "noaux_tc"}, "topk_method"),
+    ({"mlp_bias": True}, "mlp_bias"),
+    ({"scoring_func": "sigmoid"}, "scoring_func"),
+])
+def test_deepseek_expert_layers_refusals_name_the_field(tmp_path: Path, change: dict, key: str) -> None:
+    message = hf_error(write_json(tmp_path, with_fields(V2_MOE, **change)))
+    assert f"field '{key}'" in message
