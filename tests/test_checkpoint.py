@@ -27,7 +27,8 @@ from blockcli.config import ConfigError, InputError, RopeScaling
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma", "starcoder2", "olmo2", "gptj",
             "phi", "granite", "cohere", "stablelm", "stablelm-parallel", "phi3", "gpt_bigcode", "gpt_bigcode-mha",
-            "falcon", "falcon-new", "falcon-sequential", "gemma2", "gemma3_text"]
+            "falcon", "falcon-new", "falcon-sequential", "gemma2", "gemma3_text", "deepseek_v3", "deepseek_v3-yarn",
+            "deepseek_v2"]
 ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
@@ -156,6 +157,10 @@ def test_bfloat16_checkpoint_is_widened_exactly_and_says_so() -> None:
     ("falcon-new", {"placement": "parallel_shared"}),  # its two norms, ln_attn and ln_mlp, differ
     ("phi3", {"sliding_window": 0}),  # its window (5) is shorter than the 7 tokens
     ("phi3", {"rope_scaling": None}),  # longrope, long factors past the original 6 positions
+    ("deepseek_v3", {"rope_layout": "half"}),  # V3's rope_interleave: pairs (2i, 2i + 1) of the 4 RoPE dims
+    ("deepseek_v3-yarn", {"rope_layout": "interleaved"}),  # rope_interleave false: rotate-half pairs
+    ("deepseek_v3-yarn", {"rope_scaling": None}),  # yarn past its original 4 positions, and the softmax's mscale²
+    ("deepseek_v2", {"rope_layout": "half"}),  # V2's complex rotation of pairs (2i, 2i + 1)
     *((name, {"rope_scaling": None}) for name in ROPE_SCALED),
 ])
 def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict) -> None:
@@ -223,6 +228,30 @@ def test_gemma3_features_matter(layer: int | None, change: dict) -> None:
     params = Model.from_config(config, weights=folder, dtype="float64").params
     kept = {k: v for k, v in params.items() if k in model_parameter_shapes(changed)}  # e.g. without q/k norms
     model = Model.from_config(changed, weights=kept, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
+
+
+def test_deepseek_softmax_mscale_matters(monkeypatch) -> None:
+    """The yarn fixture's mscale_all_dim 0.8 multiplies the scores by (0.1·0.8·ln 4 + 1)² ≈ 1.23: without it
+    (the same cos/sin tables) the logits are far from transformers'."""
+    from blockcli.config import BlockConfig
+
+    folder, want = FIXTURES / "deepseek_v3-yarn", expected("deepseek_v3-yarn")
+    config = load_config(folder)
+    assert config.block.softmax_mscale == pytest.approx(0.1 * 0.8 * math.log(4.0) + 1.0, rel=1e-15)
+    monkeypatch.setattr(BlockConfig, "softmax_mscale", property(lambda self: 1.0))
+    model = Model.from_config(config, weights=folder, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
+
+
+@pytest.mark.parametrize("norm", ["q_a_norm", "kv_a_norm"])
+def test_deepseek_latent_norms_matter(norm: str) -> None:
+    folder, want = FIXTURES / "deepseek_v3", expected("deepseek_v3")
+    config = load_config(folder)
+    params = dict(Model.from_config(config, weights=folder, dtype="float64").params)
+    for i in range(config.model.n_layers):
+        params[f"blocks.{i}.{norm}_gamma"] = params[f"blocks.{i}.{norm}_gamma"] * 0 + 1.0  # a scale of ones
+    model = Model.from_config(config, weights=params, dtype="float64")
     assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
 
 

@@ -1314,6 +1314,72 @@ def test_falcon_fields_it_cannot_represent(tmp_path: Path, base: dict, changes: 
     assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(base, **changes)))
 
 
+# --------------------------------------------------------------------------- DeepSeek (latent attention)
+
+DEEPSEEK_V3 = {  # https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json (auto_map, fp8 quantization_config left out)
+    "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3,
+    "hidden_act": "silu", "hidden_size": 7168, "initializer_range": 0.02, "intermediate_size": 18432,
+    "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v3",
+    "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256,
+    "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 128, "num_experts_per_tok": 8,
+    "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1, "q_lora_rank": 1536,
+    "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                     "original_max_position_embeddings": 4096, "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "tie_word_embeddings": False,
+    "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16", "transformers_version": "4.33.1",
+    "use_cache": True, "v_head_dim": 128, "vocab_size": 129280,
+}
+DEEPSEEK_V3_DENSE = with_fields(DEEPSEEK_V3, first_k_dense_replace=61)  # a valid config: every layer dense
+FIXTURE_V2 = json.loads((Path(__file__).parent / "fixtures" / "hf" / "deepseek_v2" / "config.json").read_text())
+
+
+def test_deepseek_v3_moe_layers_are_refused_naming_the_field(tmp_path: Path) -> None:
+    message = hf_error(write_json(tmp_path, DEEPSEEK_V3))
+    assert "field 'first_k_dense_replace' = 3" in message and "mixture-of-experts" in message
+
+
+def test_deepseek_v3_all_dense_maps_latent_attention_and_yarn() -> None:
+    block = block_of(DEEPSEEK_V3_DENSE)
+    assert block["mla"] == {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                            "qk_rope_head_dim": 64, "v_head_dim": 128}
+    assert "head_dim" not in block and "n_kv_heads" not in block
+    assert block["rope_layout"] == "interleaved" and block["norm"] == "rmsnorm" and block["activation"] == "swiglu"
+    assert block["rope_scaling"] == {"type": "yarn", "factor": 40.0, "original_max_positions": 4096,
+                                     "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+
+
+def test_deepseek_v3_all_dense_count_by_hand(tmp_path: Path) -> None:
+    d, h, V, L = 7168, 128, 129280, 61
+    attention = d * 1536 + 1536 + 1536 * h * 192 + d * 576 + 512 + 512 * h * 256 + h * 128 * d
+    per_layer = attention + 3 * d * 18432 + 2 * d  # dense SwiGLU MLP, two RMSNorms
+    total = count_parameters(load_config(write_json(tmp_path, DEEPSEEK_V3_DENSE))).total
+    assert total == L * per_layer + 2 * V * d + d == 37_445_852_160
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"num_key_value_heads": 64}, "num_key_value_heads"),
+    ({"quantization_config": {"quant_method": "fp8"}}, "quantization_config"),
+    ({"rope_interleave": True}, "rope_interleave"),  # not a DeepseekV2Config field: V2 always interleaves
+])
+def test_deepseek_unrepresentable_fields_are_named(tmp_path: Path, change: dict, key: str) -> None:
+    base = FIXTURE_V2 if key == "rope_interleave" else DEEPSEEK_V3_DENSE
+    message = hf_error(write_json(tmp_path, with_fields(base, **change)))
+    assert f"field '{key}'" in message
+
+
+def test_deepseek_query_rank_layout_and_stored_head_dims() -> None:
+    assert block_of(with_fields(DEEPSEEK_V3_DENSE, q_lora_rank=None))["mla"]["q_lora_rank"] == 0  # one q_proj
+    assert block_of(with_fields(DEEPSEEK_V3_DENSE, q_lora_rank=_DROP))["mla"]["q_lora_rank"] == 1536  # the default
+    assert block_of(with_fields(DEEPSEEK_V3_DENSE, rope_interleave=False))["rope_layout"] == "half"
+    # transformers overwrites head_dim (qk_rope_head_dim) and qk_head_dim itself: stored values change nothing
+    assert block_of(with_fields(DEEPSEEK_V3_DENSE, head_dim=7, qk_head_dim=3)) == block_of(DEEPSEEK_V3_DENSE)
+    v2 = block_of(FIXTURE_V2)
+    assert v2["rope_layout"] == "interleaved" and v2["mla"]["q_lora_rank"] == 0
+    assert v2["bias"] == {"qkv": True, "out": True, "mlp": True, "norm": False}
+
+
 def _count_json(args: list[str], stdin: str | None = None) -> tuple[int, dict | None, str]:
     run = subprocess.run([sys.executable, "-m", "blockcli", "count", *args, "--json"], input=stdin, text=True,
                          capture_output=True, timeout=120)
@@ -1416,3 +1482,57 @@ def test_gemma3_rope_parameters_of_an_unknown_layer_type_is_refused(tmp_path: Pa
                                                    "sliding_attention": {"rope_type": "default"},
                                                    "chunked_attention": {"rope_type": "default"}})
     assert "field 'rope_parameters.chunked_attention'" in hf_error(write_json(tmp_path, data))
+
+
+# DeepSeek with expert layers from the first (first_k_dense_replace 0, DeepseekV2Config's default): block.moe
+V3_MOE = {"model_type": "deepseek_v3", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
+          "num_hidden_layers": 3, "intermediate_size": 96, "moe_intermediate_size": 16, "vocab_size": 128,
+          "max_position_embeddings": 64, "q_lora_rank": 12, "kv_lora_rank": 8, "qk_nope_head_dim": 6,
+          "qk_rope_head_dim": 4, "v_head_dim": 5, "first_k_dense_replace": 0, "n_routed_experts": 8, "n_group": 4,
+          "topk_group": 2, "num_experts_per_tok": 3, "n_shared_experts": 2}
+V2_MOE = {"model_type": "deepseek_v2", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 3,
+          "intermediate_size": 96, "moe_intermediate_size": 16, "vocab_size": 128, "max_position_embeddings": 64,
+          "q_lora_rank": None, "kv_lora_rank": 8, "qk_nope_head_dim": 6, "qk_rope_head_dim": 4, "v_head_dim": 5,
+          "first_k_dense_replace": 0, "n_routed_experts": 6, "n_group": 3, "topk_group": 1, "num_experts_per_tok": 2,
+          "n_shared_experts": 2, "topk_method": "group_limited_greedy"}
+
+
+def test_deepseek_v3_expert_layers_map_to_its_routing() -> None:
+    assert block_of(V3_MOE)["moe"] == {"n_experts": 8, "top_k": 3, "d_expert": 16, "routed_scaling": 2.5,
+                                       "d_shared": 32, "scoring": "sigmoid", "selection_bias": True,
+                                       "group_score": "top2_sum", "renormalize": True, "n_groups": 4, "top_groups": 2}
+
+
+def test_deepseek_v2_expert_layers_map_to_its_routing() -> None:
+    assert block_of(V2_MOE)["moe"] == {"n_experts": 6, "top_k": 2, "d_expert": 16, "routed_scaling": 1.0,
+                                       "d_shared": 32, "n_groups": 3, "top_groups": 1, "group_score": "max"}
+    greedy = block_of(with_fields(V2_MOE, topk_method="greedy", norm_topk_prob=True))["moe"]
+    assert "n_groups" not in greedy and "renormalize" not in greedy  # V2's router never renormalises
+
+
+@pytest.mark.parametrize("data, transformers_total", [(V3_MOE, 121_532 + 3 * 8), (V2_MOE, 106_616)])
+def test_deepseek_expert_layers_count_total_and_active_by_hand(tmp_path: Path, data: dict,
+                                                               transformers_total: int) -> None:
+    """transformers_total: sum of numel of DeepseekV3/V2ForCausalLM's parameters on the meta device (121,532 and
+    106,616), plus V3's e_score_correction_bias buffers (3 layers × 8, stored in its checkpoints; blockcli's
+    router_bias)."""
+    result = count_parameters(load_config(write_json(tmp_path, data)))
+    d, h, L, V = 64, 4, 3, 128
+    E, k, d_e = data["n_routed_experts"], data["num_experts_per_tok"], 16
+    q = d * 12 + 12 + 12 * h * 10 if data["q_lora_rank"] else d * h * 10
+    attention = q + d * (8 + 4) + 8 + 8 * h * (6 + 5) + h * 5 * d
+    experts, shared, router = E * 3 * d * d_e, 3 * d * 2 * d_e, d * E + (E if data["model_type"] == "deepseek_v3" else 0)
+    per_layer = attention + router + experts + shared + 2 * d
+    assert result.total == L * per_layer + 2 * V * d + d == transformers_total
+    assert result.active == result.total - L * (E - k) * 3 * d * d_e  # all but the E − k routed experts not used
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"first_k_dense_replace": 1}, "first_k_dense_replace"),  # dense first layers: per-layer overrides needed
+    ({"topk_method": "noaux_tc"}, "topk_method"),
+    ({"mlp_bias": True}, "mlp_bias"),
+    ({"scoring_func": "sigmoid"}, "scoring_func"),
+])
+def test_deepseek_expert_layers_refusals_name_the_field(tmp_path: Path, change: dict, key: str) -> None:
+    message = hf_error(write_json(tmp_path, with_fields(V2_MOE, **change)))
+    assert f"field '{key}'" in message

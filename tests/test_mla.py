@@ -160,3 +160,13 @@ def test_verify_scales_deepseek_v3_attention_down():
 def test_bad_latent_attention_configs_name_the_field(change, field):
     message = config_error_message(lambda: parse_config({"block": {**TINY, **change}}), change)
     assert message.startswith(field + ":"), message
+
+
+@pytest.mark.parametrize("seq, attention", [(300, "full"), (300, "chunked"), (64, "auto")])
+def test_shapes_only_peak_estimate_within_1_5x_of_measured(seq, attention):
+    block = {**TINY, "d_model": 64, "n_heads": 4, "mla": {"q_lora_rank": 24, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
+                                                          "qk_rope_head_dim": 8, "v_head_dim": 16}}
+    cfg = parse_config({"block": block, "run": {"batch": 2, "seq_len": seq}})
+    measured = run_trace(cfg, attention=attention).peak_bytes
+    estimate = analytic_trace(cfg, attention).peak_bytes
+    assert measured / 1.5 <= estimate <= 1.5 * measured, (estimate, measured)

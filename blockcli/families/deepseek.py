@@ -1,0 +1,138 @@
+"""DeepSeek-V2 and V3: Llama's pre-norm RMSNorm block with multi-head latent attention (`block.mla`).
+
+transformers' DeepseekV2/V3 configs set `head_dim` to qk_rope_head_dim and `qk_head_dim` to
+qk_nope_head_dim + qk_rope_head_dim themselves, whatever a config.json says, so both stored values
+are ignored. V2 rotates interleaved pairs (its complex rotation `apply_rotary_emb`); V3 also, unless
+`rope_interleave` is false (then rotate-half). V3's interleaved rotation writes each query's and key's
+rotated pairs out de-interleaved, the same permutation for both, so the scores are those of GPT-J's
+layout. The latents' RMSNorms are built with the default eps 1e-6, not `rms_norm_eps`.
+Layers first_k_dense_replace and up have mixture-of-experts MLPs (`block.moe`, with DeepSeek's
+routing): a config whose layers are all dense or all experts maps; dense first layers followed by
+expert layers are refused until per-layer overrides land. The expert tensors of a checkpoint are not
+read yet (no tensor-name entries), so such a folder counts from its config only.
+"""
+
+from __future__ import annotations
+
+from blockcli.families.common import TRAINING_ONLY, Family, gated_rms, silu_gate
+from blockcli.families.fields import Fields
+from blockcli.tensor_names import LINEAR, TensorMap, tensor
+
+# The mixture-of-experts settings: they describe the MLPs of layers first_k_dense_replace and up (and the
+# original remote code's routing, parallelism and training losses), so they are unused when every layer is dense
+_MOE_FIELDS = ("n_routed_experts", "moe_intermediate_size", "n_shared_experts", "routed_scaling_factor", "n_group",
+               "topk_group", "num_experts_per_tok", "norm_topk_prob", "output_router_logits", "topk_method",
+               "moe_layer_freq", "scoring_func", "ep_size", "aux_loss_alpha", "seq_aux")
+
+
+def _moe(f: Fields, v3: bool) -> dict:
+    """block.moe for DeepSeek's expert layers, as transformers' DeepseekV2/V3 routers compute it.
+
+    V3: sigmoid scores, e_score_correction_bias for the choice only, group-limited by the sum of each
+    group's top two, renormalised if norm_topk_prob, times routed_scaling_factor. V2: softmax scores,
+    `topk_method` greedy (no groups) or group_limited_greedy (groups by their best score), never
+    renormalised (its router does not read norm_topk_prob), times routed_scaling_factor. Both: a shared
+    expert moe_intermediate_size · n_shared_experts wide, ungated."""
+    f.neutral("moe_layer_freq", 1, "MoE on every layer past first_k_dense_replace is what transformers builds")
+    f.neutral("scoring_func", "sigmoid" if v3 else "softmax", "transformers' DeepSeek router scores that way")
+    f.ignore("ep_size", "aux_loss_alpha", "seq_aux", "output_router_logits")  # parallelism, training losses
+    d_expert = f.int("moe_intermediate_size", 2048 if v3 else 1407)
+    moe = {"n_experts": f.int("n_routed_experts", 256 if v3 else 64),
+           "top_k": f.int("num_experts_per_tok", 8) if v3 else f.int("num_experts_per_tok"), "d_expert": d_expert,
+           "routed_scaling": f.float("routed_scaling_factor", 2.5 if v3 else 1.0, high=1e6),
+           "d_shared": d_expert * f.int("n_shared_experts", 1 if v3 else 2, minimum=0)}
+    if v3:
+        f.neutral("topk_method", "noaux_tc", "transformers' DeepSeek-V3 router is the noaux_tc one")
+        moe.update(scoring="sigmoid", selection_bias=True, group_score="top2_sum",
+                   renormalize=f.bool("norm_topk_prob", True), n_groups=f.int("n_group", 8),
+                   top_groups=f.int("topk_group", 4))
+    else:
+        method = f.str("topk_method", "greedy")
+        f.ignore("norm_topk_prob")  # DeepseekV2TopkRouter never renormalises
+        if method == "group_limited_greedy":
+            moe.update(n_groups=f.int("n_group"), top_groups=f.int("topk_group"), group_score="max")
+        elif method == "greedy":
+            f.ignore("n_group", "topk_group")  # read only by group_limited_greedy
+        else:
+            raise f.unrepresentable("topk_method", method, "transformers' DeepSeek-V2 router knows greedy and "
+                                                           "group_limited_greedy")
+    return moe
+
+
+def _deepseek(f: Fields, v3: bool) -> tuple[dict, dict]:
+    n_layers = f.int("num_hidden_layers")
+    dense = f.int("first_k_dense_replace", 3 if v3 else 0, minimum=0)
+    if 0 < dense < n_layers:
+        raise f.unrepresentable("first_k_dense_replace", dense,
+                                f"layers 0..{dense - 1} dense and {dense}..{n_layers - 1} mixture-of-experts differ "
+                                f"in their MLP; blockcli's layers are all alike until per-layer overrides land "
+                                f"(0 or >= num_hidden_layers map)")
+    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False,
+                             mlp_bias=False if v3 else None)  # V3's MLP has no mlp_bias field
+    if dense >= n_layers:
+        f.ignore(*_MOE_FIELDS)
+        f.notes.append(f"every layer dense (first_k_dense_replace {dense} >= {n_layers} layers): the expert "
+                       f"settings are unused")
+    else:
+        if isinstance(block["bias"], dict) and block["bias"]["mlp"]:  # (RMSNorm: never all four true)
+            raise f.unrepresentable("mlp_bias", True, "the shared expert would have biases; blockcli's experts "
+                                                      "have none")
+        block["moe"] = _moe(f, v3)
+    heads = block["n_heads"]
+    if block.pop("n_kv_heads") != heads:  # kv_b_proj makes one K and V per head; transformers would repeat them again
+        raise f.unrepresentable("num_key_value_heads", f.data["num_key_value_heads"],
+                                f"latent attention expands one K and V per query head ({heads})")
+    block.pop("head_dim")
+    f.ignore("qk_head_dim", "pretraining_tp")  # pretraining_tp: the same matmuls in slices
+    # absent: the config classes' 1536; null: queries through one q_proj (V2-Lite)
+    q_rank = 1536 if not f.has("q_lora_rank") else 0 if f.raw("q_lora_rank", None) is None else f.int("q_lora_rank")
+    block["mla"] = {"q_lora_rank": q_rank, "kv_lora_rank": f.int("kv_lora_rank", 512),
+                    "qk_nope_head_dim": f.int("qk_nope_head_dim", 128),
+                    "qk_rope_head_dim": f.int("qk_rope_head_dim", 64), "v_head_dim": f.int("v_head_dim", 128)}
+    block["rope_layout"] = "interleaved" if not v3 or f.bool("rope_interleave", True) else "half"
+    return block, model
+
+
+def _deepseek_v2(f: Fields) -> tuple[dict, dict]:
+    return _deepseek(f, v3=False)
+
+
+def _deepseek_v3(f: Fields) -> tuple[dict, dict]:
+    # the multi-token-prediction modules are not part of transformers' DeepseekV3ForCausalLM (it skips their tensors)
+    f.ignore("num_nextn_predict_layers", "num_mtp_layers")
+    return _deepseek(f, v3=True)
+
+
+# Llama's layout with latent attention's projections and norms: q_proj when q_lora_rank is null (V2-Lite),
+# else q_a_proj, q_a_layernorm, q_b_proj. attention_bias biases the two down-projections and o_proj; V2's
+# mlp_bias its MLP.
+DEEPSEEK = TensorMap("model.", (
+    tensor("wte", "embed_tokens.weight"),
+    tensor("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight"),
+    tensor("blocks.{i}.w_q", "layers.{i}.self_attn.q_proj.weight", LINEAR),
+    tensor("blocks.{i}.w_q_a", "layers.{i}.self_attn.q_a_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_q_a", "layers.{i}.self_attn.q_a_proj.bias"),
+    tensor("blocks.{i}.q_a_norm_gamma", "layers.{i}.self_attn.q_a_layernorm.weight"),
+    tensor("blocks.{i}.w_q_b", "layers.{i}.self_attn.q_b_proj.weight", LINEAR),
+    tensor("blocks.{i}.w_kv_a", "layers.{i}.self_attn.kv_a_proj_with_mqa.weight", LINEAR),
+    tensor("blocks.{i}.b_kv_a", "layers.{i}.self_attn.kv_a_proj_with_mqa.bias"),
+    tensor("blocks.{i}.kv_a_norm_gamma", "layers.{i}.self_attn.kv_a_layernorm.weight"),
+    tensor("blocks.{i}.w_kv_b", "layers.{i}.self_attn.kv_b_proj.weight", LINEAR),
+    tensor("blocks.{i}.w_o", "layers.{i}.self_attn.o_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_o", "layers.{i}.self_attn.o_proj.bias"),
+    tensor("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
+    tensor("blocks.{i}.w_1", "layers.{i}.mlp.gate_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_1", "layers.{i}.mlp.gate_proj.bias"),
+    tensor("blocks.{i}.w_3", "layers.{i}.mlp.up_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_3", "layers.{i}.mlp.up_proj.bias"),
+    tensor("blocks.{i}.w_2", "layers.{i}.mlp.down_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_2", "layers.{i}.mlp.down_proj.bias"),
+    tensor("ln_f_gamma", "norm.weight"),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
+
+FAMILIES = (
+    Family("deepseek_v2", "DeepSeek-V2", _deepseek_v2, DEEPSEEK, TRAINING_ONLY),
+    Family("deepseek_v3", "DeepSeek-V3", _deepseek_v3, DEEPSEEK, TRAINING_ONLY),
+)
