@@ -19,9 +19,11 @@ contender left behind (OpenBLAS's and PyTorch's OpenMP workers spin for a while 
 job) are asleep and do not steal the cores from the next one.
 
 It also reports the tracemalloc peak of one blockcli forward pass against a footprint of
-weights + activations + one chunk of scores, a per-operation time breakdown of blockcli's pass
-(from the timestamps of its `rec` callbacks, so it times the recorded path), and a start-up
-section (median of subprocess runs, ratios against a minimal Typer app).
+weights + activations + one chunk of scores, a per-operation time breakdown of the very pass timed
+above (each operation as it runs: the fused Q|K|V GEMM is one row with its own FLOPs, the MLP's
+fused row tiles another), the machine (CPU model, ISA flags, the BLAS threadpoolctl finds), and a
+start-up section (median of subprocess runs, ratios against a minimal Typer app; `count`'s own
+floor, without NumPy, is measured by benchmarks/bench_count.py).
 
 This machine is often shared: each case prints the share of CPU that other processes took during
 its timed runs, and the same ratios computed from each contender's fastest run, which noise
@@ -43,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 from pathlib import Path
@@ -51,10 +54,13 @@ from typing import Any, Callable
 import numpy as np
 
 import blockcli
-from blockcli.block import DecoderBlock, attention_tile, block_parameter_shapes, parameter_bytes
+from blockcli import ops as F
+from blockcli.block import (MLP, DecoderBlock, MultiHeadAttention, Norm, attention_tile, block_parameter_shapes,
+                            parameter_bytes)
 from blockcli.parallel import worker_count
 from blockcli.config import parse_config
 from blockcli.trace import analytic_trace
+from machine import describe, summary_line  # benchmarks/machine.py
 
 CONFIGS = {
     "S": dict(d=512, h=8, d_ff=2048, B=4, T=256),
@@ -150,6 +156,7 @@ def environment() -> dict[str, Any]:
         "blockcli_bytecode_cached": (Path(blockcli.__file__).parent / "__pycache__").is_dir(),
         "threadpools": None, "torch": None, "loadavg_start": loadavg(), "background_cpu_busy": cpu_busy_fraction(),
     }
+    env["machine"] = describe()
     import threadpoolctl  # a blockcli dependency
 
     env["threadpools"] = [{k: p.get(k) for k in ("user_api", "internal_api", "num_threads", "version",
@@ -174,6 +181,7 @@ def environment() -> dict[str, Any]:
 
 def print_environment(env: dict[str, Any]) -> None:
     say("== environment")
+    say(f"machine: {summary_line(env['machine'])}")
     say(f"python {env['python']} ({env['executable']}), numpy {env['numpy']}, blockcli {env['blockcli']} "
         f"from {env['blockcli_path']}")
     if env.get("git"):
@@ -350,27 +358,88 @@ def timed(fn: Callable[[], Any], others: list[float] | None = None) -> float:
     return elapsed
 
 
-def breakdown(block: DecoderBlock, x: np.ndarray, runs: int, flops_by_key: dict[str, int]) -> list[dict[str, Any]]:
-    """Per-operation wall time of blockcli's pass, from the timestamps of its rec callbacks."""
-    per_key: dict[str, list[float]] = {}
-    order: list[str] = []
-    for _ in range(runs):
-        gc.collect()
-        stamps: list[tuple[str, float]] = []
-        rec = lambda key, *a, **k: stamps.append((key, time.perf_counter()))  # noqa: E731
-        t0 = time.perf_counter()
-        block(x, rec)
-        prev = t0
-        for key, t in stamps:
-            per_key.setdefault(key, []).append(t - prev)
-            if key not in order:
-                order.append(key)
-            prev = t
+def attention_flops_as_run(attn: MultiHeadAttention, q: np.ndarray, k: np.ndarray, start: int) -> int:
+    """Q·Kᵀ and weights·V FLOPs of the blocked kernel's tiles as it cuts them: each tile of query rows
+    [lo, hi) multiplies against every key it may see, [first, start + hi), so the diagonal squares'
+    future keys are computed (then masked) and everything beyond them is skipped."""
+    B, h, T, d_h = q.shape
+    rows, _ = attention_tile(h, k.shape[1], T, k.shape[2], q.itemsize, attn.tile_bytes)
+    window = attn.cfg.sliding_window
+    starts = range(0, T, rows)
+    query_rows = [min(T, lo + rows) - lo for lo in starts]
+    keys = [start + min(T, lo + rows) - (max(0, start + lo - window + 1) if window else 0) for lo in starts]
+    return 2 * 2 * B * h * d_h * sum(c * n for c, n in zip(query_rows, keys))
+
+
+def breakdown(block: DecoderBlock, x: np.ndarray, runs: int) -> list[dict[str, Any]]:
+    """Per-operation wall time of the untraced pass the contenders' timings are of, and the FLOPs of
+    each operation counted from its arguments as it runs.
+
+    The functions that pass calls are wrapped at their outermost call on this thread: the linear
+    layers (the fused Q|K|V GEMM is one call, labelled as such), the norms, the blocked attention
+    kernel, the MLP's fused row tiles. Whatever the block does between them (residual adds, head
+    views, the K/V cache) is the "rest" row: block time minus the wrapped calls.
+    """
+    attn, mlp = block.attn, block.mlp
+    labels_by_weight = {id(attn.w_qkv): "QKV projection (one fused GEMM)", id(block.params["w_o"]): "output projection"}
+    norms = {id(block.ln1): "LN1", **({id(block.ln2): "LN2"} if block.ln2 is not None else {})}
+    calls: list[tuple[str, float, int]] = []
+    depth = threading.local()
+
+    def wrap(owner: Any, name: str, label: Callable[..., str], flops: Callable[..., int]) -> Callable[[], None]:
+        original = getattr(owner, name)
+
+        def timed_call(*args: Any, **kwargs: Any) -> Any:
+            if getattr(depth, "n", 0) or threading.current_thread() is not threading.main_thread():
+                return original(*args, **kwargs)
+            depth.n = 1
+            try:
+                t0 = time.perf_counter()
+                out = original(*args, **kwargs)
+                calls.append((label(*args), time.perf_counter() - t0, flops(*args)))
+                return out
+            finally:
+                depth.n = 0
+
+        setattr(owner, name, timed_call)
+        return lambda: setattr(owner, name, original)
+
+    restore = [
+        wrap(F, "linear", lambda x_, w, b=None: labels_by_weight.get(id(w), f"linear {w.shape}"),
+             lambda x_, w, b=None: 2 * (x_.size // x_.shape[-1]) * w.shape[0] * w.shape[1]),
+        wrap(Norm, "__call__", lambda self, a: norms.get(id(self), "norm"), lambda self, a: 0),
+        wrap(MultiHeadAttention, "_attend_blocked", lambda self, *a: "blocked attention (Q·Kᵀ, mask, softmax, ·V)",
+             lambda self, q, k, v, start: attention_flops_as_run(self, q, k, start)),
+        wrap(MLP, "__call__", lambda self, a, *r: "MLP (expand, bias+activation, contract: fused row tiles)",
+             lambda self, a, *r: 2 * (a.size // a.shape[-1]) * self.p["w_1"].size * (3 if self.cfg.gated else 2)),
+    ]
+    per_label: dict[str, list[tuple[float, int, int]]] = {}
+    try:
+        for _ in range(runs):
+            gc.collect()
+            calls.clear()
+            t0 = time.perf_counter()
+            block(x)
+            total = time.perf_counter() - t0
+            grouped: dict[str, list[float]] = {}
+            for label, seconds, fl in calls:
+                entry = grouped.setdefault(label, [0.0, 0, 0])
+                entry[0] += seconds
+                entry[1] += 1
+                entry[2] += fl
+            grouped["rest (residual adds, head views, copies between the calls)"] = [
+                total - sum(seconds for _, seconds, _ in calls), 0, 0]
+            for label, (seconds, n, fl) in grouped.items():
+                per_label.setdefault(label, []).append((seconds, n, fl))
+    finally:
+        for undo in restore:
+            undo()
     rows = []
-    for key in order:
-        t = median(per_key[key])
-        fl = flops_by_key.get(key, 0)
-        rows.append({"op": key, "seconds": t, "matmul_flops": fl, "gflops": fl / t / 1e9 if fl and t > 0 else None})
+    for label, samples in per_label.items():
+        t = median([s for s, _, _ in samples])
+        _, n, fl = samples[0]
+        rows.append({"op": label, "calls": n, "seconds": t, "matmul_flops": fl,
+                     "gflops": fl / t / 1e9 if fl and t > 0 else None})
     return rows
 
 
@@ -466,8 +535,7 @@ def bench_case(name: str, dtype: str, repeats: int, gemm: dict[str, np.ndarray])
     }
     res["memory"]["ratio_to_footprint"] = res["memory"]["blockcli_peak_total"] / fp["total"]
 
-    flops_by_key = {r.key: r.matmul_flops for r in trace_rows}
-    res["breakdown"] = breakdown(block, x, min(BREAKDOWN_RUNS[name], repeats), flops_by_key)
+    res["breakdown"] = breakdown(block, x, min(BREAKDOWN_RUNS[name], repeats))
     return res
 
 
@@ -508,10 +576,11 @@ def print_case(r: dict[str, Any]) -> None:
         f"+ one score tile per worker {fmt_b(fp['scores_chunk'])} = {fmt_b(fp['total'])} "
         f"(full table {fmt_b(fp['full_table'])}) → peak is {m['ratio_to_footprint']:.2f}× footprint")
     total = sum(row["seconds"] for row in r["breakdown"])
-    say("  blockcli per-op time: " + ", ".join(
-        f"{row['op']} {fmt_s(row['seconds'])} ({row['seconds'] / total:.0%}"
-        + (f", {row['gflops']:.0f} GF/s" if row["gflops"] else "") + ")"
-        for row in r["breakdown"] if row["seconds"] / total >= 0.01))
+    say(f"  blockcli per-op time of the untraced pass ({fmt_s(total)} in all; FLOPs as each call ran them):")
+    for row in r["breakdown"]:
+        say(f"    {row['op']:<62} {fmt_s(row['seconds']):>9} {row['seconds'] / total:5.1%}"
+            + (f"  ×{row['calls']}" if row["calls"] > 1 else "")
+            + (f"  {row['matmul_flops'] / 1e9:.2f} GFLOP, {row['gflops']:.0f} GF/s" if row["gflops"] else ""))
     if "wall_seconds" in r:
         say(f"  (this case took {r['wall_seconds']:.0f} s; load average after it {r.get('loadavg_after')})")
 
@@ -674,10 +743,11 @@ def summary(cases: list[dict[str, Any]], st: dict[str, Any] | None) -> list[str]
             continue
         b = c["best_of"]
         if c["ratio_vs_torch"] is not None:
-            lines.append(f"{name} float32 ≤ 1.1× torch: {c['ratio_vs_torch']:.2f}× "
-                         f"{'MET' if c['ratio_vs_torch'] <= 1.1 else 'MISSED'} (fastest runs: {b['ratio_vs_torch']:.2f}×)")
-        lines.append(f"{name} float32 ≥ 70% of GEMM: {c['fraction_of_gemm']:.0%} "
-                     f"{'MET' if c['fraction_of_gemm'] >= 0.7 else 'MISSED'} (fastest runs: {b['fraction_of_gemm']:.0%})")
+            lines.append(f"{name} float32 ≤ 1.0× torch: {c['ratio_vs_torch']:.2f}× "
+                         f"{'MET' if c['ratio_vs_torch'] <= 1.0 else 'MISSED'} (fastest runs: {b['ratio_vs_torch']:.2f}×)")
+        share = 0.85 if name == "L" else 0.7
+        lines.append(f"{name} float32 ≥ {share:.0%} of GEMM: {c['fraction_of_gemm']:.0%} "
+                     f"{'MET' if c['fraction_of_gemm'] >= share else 'MISSED'} (fastest runs: {b['fraction_of_gemm']:.0%})")
     c = by.get(("L", "float32"))
     if c:
         lines.append(f"L float32 ≥ 2× faster than naive: {c['speedup_vs_naive']:.2f}× "
@@ -691,8 +761,6 @@ def summary(cases: list[dict[str, Any]], st: dict[str, Any] | None) -> list[str]
     if st:
         v = st["verify_compute_median"]
         lines.append(f"verify default compute < 1 s: {fmt_s(v)} {'MET' if v < 1 else 'MISSED'}")
-        r = st["ratio_to_minimal_app"]["count_llama-2-70b_json"]
-        lines.append(f"count --json ≤ 1.1× minimal app: {r:.2f}× {'MET' if r <= 1.1 else 'MISSED'}")
         r = st["ratio_to_minimal_app"]["version"]
         lines.append(f"--version < minimal app: {r:.2f}× {'MET' if r < 1 else 'MISSED'}")
     return lines

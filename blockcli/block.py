@@ -457,8 +457,8 @@ class MultiHeadAttention:
         A tile sees keys [0, start + end of its rows) only (the rest are all in the future), Q, K
         and V are made contiguous per head (Q with the score scale folded in), only the tile's diagonal
         square needs the mask, the softmax runs in place in one buffer per worker, and rows are
-        normalised after ·V (d_h columns instead of T_k). Grouped-query heads share their K/V
-        head without copying it.
+        normalised after ·V (d_h columns instead of T_k), their sums coming out of the same GEMM
+        when V is copied. Grouped-query heads share their K/V head without copying it.
         """
         B, h, T, d_h = q.shape
         h_kv, T_k, d_v = k.shape[1], k.shape[2], v.shape[-1]  # d_v: the values' width (d_h but under MLA)
@@ -466,7 +466,15 @@ class MultiHeadAttention:
         dtype = np.result_type(q, k)
         qs = np.multiply(q, self.cfg.score_scale, dtype=dtype, order="C").reshape(B, h_kv, group, T, d_h)
         # a tile's keys in one run of memory, not rows strided through the QKV output (15% faster at L)
-        k, v = _rows_contiguous(k), _rows_contiguous(v)  # (B, h_kv, T_k, d_h) each
+        k = _rows_contiguous(k)  # (B, h_kv, T_k, d_h)
+        # V strided through the QKV output is copied anyway: then with a column of ones beside it, so that
+        # weights·[V | 1] also yields each row's sum, one pass over the scores fewer. A K/V cache's
+        # buffer is read in place (a copy would cost each decode step O(T_k)) and its sums taken apart.
+        v_ones = None
+        if not _row_contiguous(v):
+            v_ones = np.empty(v.shape[:3] + (d_v + 1,), dtype=np.result_type(dtype, v))  # (B, h_kv, T_k, d_v + 1)
+            v_ones[..., :d_v] = v
+            v_ones[..., d_v] = 1
         out = np.empty((B, T, h_kv, group, d_v), dtype=dtype)  # written in the combined-heads layout
         rows, heads = attention_tile(h, h_kv, T, T_k, q.itemsize, self.tile_bytes)
         future = np.triu(np.full((rows, rows), -np.inf, dtype=dtype), k=1)  # (C, C)
@@ -495,9 +503,13 @@ class MultiHeadAttention:
                     s.reshape(n, group, c, seen)[..., seen - c:] += future[:c, :c]  # the diagonal square
                 s -= s.max(axis=-1, keepdims=True)
                 np.exp(s, out=s)
-                total = s.sum(axis=-1, keepdims=True)  # (n, g·C, 1)
-                mixed = s @ v[b, kv, first:last]  # (n, g·C, d_v)
-                mixed /= total
+                if v_ones is None:
+                    total = s.sum(axis=-1, keepdims=True)  # (n, g·C, 1)
+                    mixed = s @ v[b, kv, first:last]  # (n, g·C, d_v)
+                    mixed /= total
+                else:
+                    both = s @ v_ones[b, kv, first:last]  # (n, g·C, d_v + 1): weights·V | row sums
+                    mixed = np.divide(both[..., :d_v], both[..., d_v:])  # (n, g·C, d_v)
                 out[b, lo:hi, kv] = mixed.reshape(n, group, c, d_v).transpose(2, 0, 1, 3)
 
         def cost(tile: tuple[int, int, int]) -> int:
@@ -600,12 +612,15 @@ class LatentAttention(MultiHeadAttention):
         return out
 
 
+def _row_contiguous(a: Array) -> bool:
+    """Whether each head's (T, d_h) rows of `a` lie in one run of memory (as in a K/V cache's buffer)."""
+    return a.strides[-1] == a.itemsize and a.strides[-2] == a.shape[-1] * a.itemsize
+
+
 def _rows_contiguous(a: Array) -> Array:
     """`a` with each head's (T, d_h) rows in one run of memory: as it is when they already are (a K/V
     cache's buffer), else copied (rows strided through the QKV output)."""
-    if a.strides[-1] == a.itemsize and a.strides[-2] == a.shape[-1] * a.itemsize:
-        return a
-    return np.ascontiguousarray(a)
+    return a if _row_contiguous(a) else np.ascontiguousarray(a)
 
 
 @dataclass
@@ -620,13 +635,32 @@ class MLP:
         the cores: the same arithmetic per row, without ever holding the (B, T, d_ff) activation."""
         if rec is not _ignore:
             return self._rows(x, rec)
-
-        def fill(rows: Array, out: Array) -> None:
-            out[...] = self._rows(rows)
-
         d, d_ff = self.p["w_1"].shape
-        return F.by_rows(fill, x, d, np.result_type(x, self.p["w_1"], self.p["w_2"]),
+        return F.by_rows(self._fused_rows, x, d, np.result_type(x, self.p["w_1"], self.p["w_2"]),
                          work=x.size * d_ff * (3 if self.cfg.gated else 2))
+
+    def _fused_rows(self, x: Array, out: Array) -> None:
+        """One row tile x (r, d) of the untraced pass into out (r, d): `_rows`' arithmetic, with the
+        biases, the activation and the gate applied in place a slab of rows at a time, so their
+        passes over the (r, d_ff) activation stay in cache instead of streaming it through memory."""
+        p, act = self.p, F.ACTIVATION_FUNCTIONS[self.cfg.activation]
+        b_1, b_3 = p.get("b_1"), p.get("b_3")
+        pre = x @ p["w_1"]  # (r, d_ff)
+        up = x @ p["w_3"] if self.cfg.gated else None  # (r, d_ff)
+        for rows in F.slabs(pre):
+            z = pre[rows]  # (s, d_ff), a view
+            if b_1 is not None:
+                z += b_1
+            a = act(z)
+            if up is not None:
+                gate = up[rows]
+                if b_3 is not None:
+                    gate += b_3
+                a *= gate
+            z[...] = a
+        np.matmul(pre, p["w_2"], out=out)  # (r, d)
+        if "b_2" in p:
+            out += p["b_2"]
 
     def _rows(self, x: Array, rec: Record = _ignore) -> Array:
         p = self.p

@@ -766,8 +766,8 @@ def main() -> None:
 
 def app_for(args: Sequence[str]) -> typer.Typer:
     """The app with only the command `args` start with, when they name one: Typer builds every
-    command's options at each start, and the ones not run cost a third of `count`'s own start-up.
-    The whole app for anything else (--help, --version, a mistyped command)."""
+    command's options at each start, and building the ones not run took 13 ms of `count`'s start-up
+    here. The whole app for anything else (--help, --version, a mistyped command)."""
     import copy
 
     chosen = [c for c in app.registered_commands

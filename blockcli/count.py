@@ -2,8 +2,8 @@
 
 The formula is written once here, from the hyperparameters, as polynomials in the shape
 symbols (d, h, h_kv, d_h, d_ff, V, P, L): that gives both the number and the expression
-shown beside it (`4·d² + 4·d`). It shares nothing with `blockcli.shapes`, which declares the
-shape of every parameter a layer holds, which is what makes comparing the two a real check.
+shown beside it (`4·d² + 4·d`). It shares nothing with `blockcli.shapes`, where each layer
+declares the shape of every parameter it holds: that is what makes comparing the two a real check.
 The NumPy block is built from exactly those declarations (`DecoderBlock` refuses any other
 parameter set), so the declared shapes are the block's arrays, and counting needs neither
 NumPy nor an allocation (checklist item 10 compares with the arrays themselves).

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 Array = np.ndarray
 ROW_TILE = 256  # rows per tile of a linear layer or the MLP: its (rows, d_ff) activation stays in cache
+SLAB_BYTES = 256 * 2**10  # elementwise passes over a tile go a slab of this size at a time: it stays in L2
 
 # ----------------------------------------------------------------------------- row tiles
 
@@ -48,6 +49,13 @@ def by_rows(fill: Callable[[Array, Array], None], x: Array, width: int, dtype: n
 
     share_out(run, range(0, flat.shape[0], ROW_TILE), cost=lambda lo: 1, work=work)
     return out.reshape(*x.shape[:-1], width)
+
+
+def slabs(a: Array) -> list[slice]:
+    """Row slices of a (rows, n) array of about SLAB_BYTES each (at least one row): the chunks in
+    which several elementwise passes run one after another while the chunk is still in cache."""
+    step = max(1, SLAB_BYTES // max(1, a.shape[-1] * a.itemsize))
+    return [slice(lo, lo + step) for lo in range(0, a.shape[0], step)]
 
 
 def linear(x: Array, w: Array, b: Array | None) -> Array:

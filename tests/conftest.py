@@ -39,8 +39,10 @@ def config_error_message(load: Callable[[], Any], what: Any = "") -> str:
 @pytest.fixture
 def shared_tiles(monkeypatch):
     """Every linear layer, attention and MLP, however small, cuts its work into tiles of a few rows
-    and shares them among 3 threads (whatever this machine's core count): tiny tests take the threaded path."""
+    and shares them among 3 threads (whatever this machine's core count), and runs its elementwise
+    passes one row at a time: tiny tests take the threaded, tiled path."""
     from blockcli import ops, parallel
     monkeypatch.setattr(parallel, "SHARED_WORK", 0)
     monkeypatch.setattr(ops, "ROW_TILE", 3)
+    monkeypatch.setattr(ops, "SLAB_BYTES", 1)
     monkeypatch.setattr(parallel, "worker_count", lambda: 3)

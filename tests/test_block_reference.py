@@ -227,6 +227,19 @@ def test_block_forward_matches_reference(name):
     assert maxdiff(y, y_ref) <= TOL64, maxdiff(y, y_ref)
 
 
+@pytest.mark.parametrize("name", sorted(BLOCK_CASES))
+def test_block_tiled_threaded_pass_matches_reference(name, shared_tiles):
+    """The untraced pass in tiles of 3 rows shared among threads, with the MLP's biases, activation
+    and gate applied in place one row slab at a time, equals the loop reference in every variant."""
+    bd = BLOCK_CASES[name]
+    B, T = 2, 7
+    cfg = make_cfg(bd, batch=B, seq_len=T)
+    w = random_weights(ref.block_param_shapes(bd), seed=zlib.crc32(name.encode()) % 1000 + 1)
+    x = random_x(B, T, bd["d_model"], seed=2)
+    y = DecoderBlock.from_config(cfg, weights=w, attention="chunked")(x)
+    assert maxdiff(y, ref.block_forward(bd, w, x)) <= TOL64
+
+
 @pytest.mark.parametrize("name", ["base_gelu_tanh_pre_layernorm", "single_head",
                                   "head_dim_1_default", "rope_full", "mqa_4_1"])
 def test_block_single_token(name):
