@@ -234,8 +234,11 @@ def _one_block(weights: Mapping[str, Any], layer: int | None, source: str, notes
 # ----------------------------------------------------------------------------- layers
 
 
-def norm_scale(gamma: Array, unit_offset: bool) -> Array:
-    """What a norm multiplies by: gamma, or 1 + gamma for a unit-offset norm (Gemma's RMSNorm)."""
+def norm_scale(gamma: Array | None, unit_offset: bool) -> Array | float:
+    """What a norm multiplies by: gamma, or 1 + gamma for a unit-offset norm (Gemma's RMSNorm), or 1
+    for a norm without a scale (OLMo's)."""
+    if gamma is None:
+        return 1.0
     return gamma + 1.0 if unit_offset else gamma
 
 
@@ -244,7 +247,7 @@ class Norm:
     """LayerNorm or RMSNorm over the feature axis."""
 
     kind: str
-    gamma: Array  # (d,)
+    gamma: Array | None  # (d,); None: no scale (block.norm_scale false)
     beta: Array | None  # (d,)
     eps: float
     ops: Ops = STANDARD_OPS
@@ -261,7 +264,8 @@ class Norm:
         def fill(rows: Array, out: Array) -> None:
             out[...] = fn(rows, scale, self.beta, self.eps)
 
-        return F.by_rows(fill, x, x.shape[-1], np.result_type(x, self.gamma), work=4 * x.size)
+        dtype = x.dtype if self.gamma is None else np.result_type(x, self.gamma)
+        return F.by_rows(fill, x, x.shape[-1], dtype, work=4 * x.size)
 
 
 @dataclass
@@ -347,6 +351,8 @@ class MultiHeadAttention:
         rec("k_proj", "K projection", k_flat, (x, p["w_k"]), kind="linear", params=("w_k", "b_k"))
         v_flat = qkv[..., q_width + kv_width:]  # (B, T, h_kv·d_h)
         rec("v_proj", "V projection", v_flat, (x, p["w_v"]), kind="linear", params=("w_v", "b_v"))
+        if cfg.clip_qkv:  # OLMo: each projection clamped to [-c, c]
+            q_flat, k_flat, v_flat = self._clip(q_flat, k_flat, v_flat, rec)
 
         if cfg.qk_norm == "projection":  # OLMo2: over all of Q's (K's) features, before the heads are split
             q_flat, k_flat = self._qk_norm(q_flat, k_flat, rec)  # (B, T, h·d_h), (B, T, h_kv·d_h)
@@ -378,12 +384,21 @@ class MultiHeadAttention:
         rec("attn_out", "output projection", out, (concat, p["w_o"]), kind="linear", params=("w_o", "b_o"))
         return out
 
+    def _clip(self, q: Array, k: Array, v: Array, rec: Record) -> tuple[Array, Array, Array]:
+        """Q, K and V projections clamped to [-clip_qkv, clip_qkv], each its own array."""
+        c, out = self.cfg.clip_qkv, []
+        for name, a in (("q", q), ("k", k), ("v", v)):
+            clipped = np.clip(a, -c, c)  # same shape as a
+            rec(f"{name}_clip", f"clip {name.upper()} to ±{c:g}", clipped, (a,), kind="clip")
+            out.append(clipped)
+        return out[0], out[1], out[2]
+
     def _qk_norm(self, q: Array, k: Array, rec: Record) -> tuple[Array, Array]:
         """The block's kind of norm over the last axis of queries and keys, each with its own scale."""
         cfg, p = self.cfg, self.p
         out = []
         for name, a in (("q", q), ("k", k)):
-            norm = Norm(cfg.norm, p[f"{name}_norm_gamma"], p.get(f"{name}_norm_beta"), cfg.norm_eps, self.ops,
+            norm = Norm(cfg.norm, p.get(f"{name}_norm_gamma"), p.get(f"{name}_norm_beta"), cfg.norm_eps, self.ops,
                         cfg.norm_unit_offset)
             normed = norm(a)  # same shape as a
             rec(f"{name}_norm", f"{name.upper()} norm", normed, (a,), kind=cfg.norm,
@@ -547,10 +562,10 @@ class DecoderBlock:
     def __post_init__(self) -> None:
         self.params = p = dict(self.params)  # the block's own mapping: attention rewrites its QKV entries
         cfg = self.cfg
-        self.ln1 = Norm(cfg.norm, p["ln1_gamma"], p.get("ln1_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset)
+        self.ln1 = Norm(cfg.norm, p.get("ln1_gamma"), p.get("ln1_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset)
         self.attn = MultiHeadAttention(cfg, p, self.ops, self.attention)
         self.ln2 = (None if cfg.shared_norm else
-                    Norm(cfg.norm, p["ln2_gamma"], p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset))
+                    Norm(cfg.norm, p.get("ln2_gamma"), p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset))
         self.mlp = MLP(cfg, p)
 
     @classmethod
@@ -684,7 +699,7 @@ class Model:
             self.params.update({prefix + k: v for k, v in block.params.items()})  # share, never copy
             self.blocks.append(block)
         b = self.config.block
-        self.ln_f = (Norm(b.norm, self.params["ln_f_gamma"], self.params.get("ln_f_beta"), b.norm_eps, self.ops,
+        self.ln_f = (Norm(b.norm, self.params.get("ln_f_gamma"), self.params.get("ln_f_beta"), b.norm_eps, self.ops,
                           b.norm_unit_offset) if model.final_norm else None)
 
     @classmethod

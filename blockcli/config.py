@@ -104,6 +104,8 @@ class BlockConfig:
     rope_layout: str = "half"  # rotated pairs (i, i + r/2) as GPT-NeoX/Llama, or (2i, 2i + 1) as GPT-J
     attention_scale: float = 0.0  # scores are Q·Kᵀ times this; 0 means 1/√d_h (Granite: attention_multiplier)
     residual_multiplier: float = 1.0  # each branch's output times this before its residual add (Granite)
+    norm_scale: bool = True  # every norm has its scale gamma; false: parameter-free norms (OLMo, with bias.norm false)
+    clip_qkv: float = 0.0  # q, k and v clamped to [-c, c] after their projections (OLMo); 0 is off
 
     @property
     def shared_norm(self) -> bool:
@@ -508,7 +510,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     fields = ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "norm", "norm_eps", "activation",
               "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "attention_dropout",
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
-              "residual_multiplier")
+              "residual_multiplier", "norm_scale", "clip_qkv")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -543,6 +545,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         rope_layout=_choice(data, "rope_layout", p, "half", ROPE_LAYOUTS),
         attention_scale=_float(data, "attention_scale", p, 0.0, 0.0, 1e6),
         residual_multiplier=_float(data, "residual_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
+        norm_scale=_bool(data, "norm_scale", p, True),
+        clip_qkv=_float(data, "clip_qkv", p, 0.0, 0.0, 1e6),
     )
     if rope and block.rope_dims == 0:
         raise ConfigError(f"block.rope: a fraction of {rope:g} of head_dim={head_dim} rotates no "

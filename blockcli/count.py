@@ -122,9 +122,9 @@ def block_formula(b: BlockConfig) -> list[Row]:
     kv_width = ("d",) if b.n_kv_heads * b.head_dim == b.d_model else ("h_kv", "d_h")
     no = Poly()
 
-    def norm(prefix: str, label: str) -> Row:
+    def norm(prefix: str, label: str) -> Row:  # a scale gamma (unless norm_scale is off) and a shift beta
         shift = term(1, "d") if b.bias.norm else no
-        return Row(prefix, label, term(1, "d"), shift, (f"{prefix}_gamma", f"{prefix}_beta"))
+        return Row(prefix, label, term(1, "d") if b.norm_scale else no, shift, (f"{prefix}_gamma", f"{prefix}_beta"))
 
     def proj(name: str, label: str, width: tuple[str, ...], bias: bool, out: bool = False) -> Row:
         matrix = term(1, *width, "d")
@@ -145,7 +145,7 @@ def block_formula(b: BlockConfig) -> list[Row]:
             features = ("d_h",) if b.qk_norm == "head" else width
             shift = term(1, *features) if b.bias.norm else no
             label = f"{letter.upper()} norm ({'per head' if b.qk_norm == 'head' else 'all heads'})"
-            rows.append(Row(f"attn.{letter}_norm", label, term(1, *features), shift,
+            rows.append(Row(f"attn.{letter}_norm", label, term(1, *features) if b.norm_scale else no, shift,
                             (f"{letter}_norm_gamma", f"{letter}_norm_beta")))
     if b.placement != "parallel_shared":  # a shared norm: attention and MLP both read LN1's output
         rows.append(norm("ln2", f"{_norm_name(b)} 2"))
@@ -161,7 +161,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
 
 
 def _norm_name(b: BlockConfig) -> str:
-    return "LayerNorm" if b.norm == "layernorm" else "RMSNorm"
+    return ("LayerNorm" if b.norm == "layernorm" else "RMSNorm") + ("" if b.norm_scale or b.bias.norm else
+                                                                   " (parameter-free)")
 
 
 Formula = Callable[[BlockConfig], list[Row]]
@@ -280,9 +281,11 @@ def _model_rows(config: Config, block: tuple[Poly, Poly],
     rows.append(Component("blocks", f"{m.n_layers} blocks", f"{m.n_layers} × block", block_w, block_b,
                           f"L·({render(block_poly)})", kind="subtotal"))
     if m.final_norm:
-        shift = d if b.bias.norm else 0
-        rows.append(Component("final_norm", f"final {_norm_name(b)}", str((d,)) + (f" + {(d,)}" if shift else ""),
-                              d, shift, "2·d" if shift else "d", ("ln_f_gamma", "ln_f_beta")))
+        scale, shift = d if b.norm_scale else 0, d if b.bias.norm else 0
+        rows.append(Component("final_norm", f"final {_norm_name(b)}",
+                              " + ".join([str((d,))] * ((scale > 0) + (shift > 0))) or "none (no scale, no shift)",
+                              scale, shift, {0: "0", 1: "d", 2: "2·d"}[(scale > 0) + (shift > 0)],
+                              ("ln_f_gamma", "ln_f_beta")))
     head_bias = m.vocab_size if m.lm_head_bias else 0
     if m.tie_embeddings:
         rows.append(Component("lm_head", "LM head (tied to token embedding)", str((d, m.vocab_size)),

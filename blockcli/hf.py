@@ -7,7 +7,7 @@ already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only 
 imports yaml) that `load_config` reads back to an equal Config.
 
 Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt, olmo2, starcoder2, gptj,
-phi, granite, cohere, stablelm, phi3, gpt_bigcode, falcon.
+phi, granite, cohere, stablelm, phi3, gpt_bigcode, falcon, olmo.
 
 The rule for every key of the JSON object is one of three, and never "silently dropped":
 
@@ -61,6 +61,9 @@ Falcon: `parallel_attn` (Falcon-7B) runs attention and MLP side by side on one L
 (`placement: parallel_shared`), with multi-query attention; `new_decoder_architecture` (Falcon-40B,
 180B) gives each branch its own norm (`placement: parallel`) and `num_kv_heads` K/V heads. ALiBi
 (`alibi: true`) is refused.
+
+OLMo (v1) is Llama's block with a LayerNorm that has no parameters (`block.norm_scale: false`, no
+shift) and `clip_qkv` (`block.clip_qkv`): q, k and v clamped after their projections.
 """
 
 from __future__ import annotations
@@ -1034,6 +1037,21 @@ def _falcon(f: _Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _olmo(f: _Fields) -> tuple[dict, dict]:
+    """OLMo (v1): Llama's pre-norm block with a parameter-free LayerNorm (no scale, no shift, eps 1e-5
+    fixed in OlmoLayerNorm), `attention_bias` on q/k/v and o, and `clip_qkv`: q, k and v clamped to
+    [-clip_qkv, clip_qkv] after their projections (null: no clamp)."""
+    f.ignore("pretraining_tp")  # copied from Llama's config class by the conversion script; never read
+    block, model = _gated_rms(f, _silu_gate, kv_default=None, tie_default=False, mlp_bias=False)
+    block.update(norm="layernorm", norm_eps=1e-5, norm_scale=False)
+    clip = f.raw("clip_qkv", None)
+    if clip is not None:
+        block["clip_qkv"] = f.float("clip_qkv", low=0.0, high=1e6)
+        if not block["clip_qkv"]:
+            raise f.invalid("clip_qkv", clip, "a positive bound (or null for no clamp)")
+    return block, model
+
+
 class _Family:
     def __init__(self, title: str, mapper: Callable[[_Fields], tuple[dict, dict]], ignored: set[str]) -> None:
         self.title, self.mapper, self.ignored = title, mapper, frozenset(ignored)
@@ -1094,6 +1112,7 @@ FAMILIES: dict[str, _Family] = {
     "falcon": _Family("Falcon", _falcon, {
         "hidden_dropout", "attention_dropout",  # training-only
     }),
+    "olmo": _Family("OLMo", _olmo, _LLAMA_LIKE_IGNORED),
 }
 
 

@@ -62,6 +62,9 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
     q = n @ p["w_q"] + p.get("b_q", zero(p["w_q"].shape[1]))
     k = n @ p["w_k"] + p.get("b_k", zero(p["w_k"].shape[1]))
     v = n @ p["w_v"] + p.get("b_v", zero(p["w_v"].shape[1]))
+    if cfg.clip_qkv:  # OLMo: every entry of the three projections clamped to [-c, c]
+        c = cfg.clip_qkv
+        q, k, v = (np.array([[min(max(e, -c), c) for e in row] for row in a]) for a in (q, k, v))
     if cfg.qk_norm != "none":  # each token's whole projection, or each head's slice of it
         width = d_h if cfg.qk_norm == "head" else None
         q, k = (_qk_norm(a, p, name, cfg, width) for a, name in ((q, "q"), (k, "k")))
@@ -85,7 +88,7 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
 
 def _qk_norm(a: np.ndarray, p: Mapping[str, np.ndarray], name: str, cfg: BlockConfig, width: int | None) -> np.ndarray:
     """a (T, n·w): every row's slices of `width` features (all of them for None) normalised alone."""
-    gamma = p[f"{name}_norm_gamma"] + (1.0 if cfg.norm_unit_offset else 0.0)
+    gamma = _scale(p, f"{name}_norm", cfg)
     beta = p.get(f"{name}_norm_beta")
     width = width or a.shape[1]
     out = np.empty_like(a)
@@ -93,6 +96,13 @@ def _qk_norm(a: np.ndarray, p: Mapping[str, np.ndarray], name: str, cfg: BlockCo
         for lo in range(0, a.shape[1], width):
             out[t, lo:lo + width] = _norm(a[t, lo:lo + width], gamma, beta, cfg.norm, cfg.norm_eps)
     return out
+
+
+def _scale(p: Mapping[str, np.ndarray], which: str, cfg: BlockConfig) -> np.ndarray | float:
+    """A norm's scale: gamma, 1 + gamma (Gemma stores the offset), or 1 without one (OLMo)."""
+    if f"{which}_gamma" not in p:
+        return 1.0
+    return p[f"{which}_gamma"] + (1.0 if cfg.norm_unit_offset else 0.0)
 
 
 def _mlp(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
@@ -109,7 +119,7 @@ def reference_block(x: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig
     p = {k: np.asarray(v, dtype=np.float64) for k, v in p.items()}
 
     def norm(which: str, a: np.ndarray) -> np.ndarray:
-        gamma = p[f"{which}_gamma"] + (1.0 if cfg.norm_unit_offset else 0.0)  # Gemma scales by 1 + w
+        gamma = _scale(p, which, cfg)
         return np.array([_norm(row, gamma, p.get(f"{which}_beta"), cfg.norm, cfg.norm_eps) for row in a])
 
     r = cfg.residual_multiplier  # each branch's output times r before it is added (Granite)

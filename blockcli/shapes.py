@@ -12,7 +12,7 @@ Shape = tuple[int, ...]
 
 
 def norm_shapes(prefix: str, d: int, cfg: BlockConfig) -> dict[str, Shape]:
-    shapes = {f"{prefix}_gamma": (d,)}
+    shapes: dict[str, Shape] = {f"{prefix}_gamma": (d,)} if cfg.norm_scale else {}
     if cfg.bias.norm:
         shapes[f"{prefix}_beta"] = (d,)
     return shapes

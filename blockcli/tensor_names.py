@@ -286,4 +286,5 @@ TENSOR_MAPS: dict[str, TensorMap] = {
     "llama": LLAMA, "mistral": LLAMA, "qwen2": LLAMA, "qwen3": LLAMA, "gemma": LLAMA, "starcoder2": STARCODER2,
     "olmo2": OLMO2, "gptj": GPTJ, "phi": PHI, "granite": LLAMA, "cohere": LLAMA,
     "stablelm": STABLELM, "phi3": PHI3, "gpt_bigcode": GPT_BIGCODE, "falcon": FALCON,
+    "olmo": LLAMA,  # OLMo's norms have no parameters: only Llama's projections and embeddings are stored
 }

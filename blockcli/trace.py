@@ -30,7 +30,7 @@ from blockcli.parallel import worker_count
 ELEMENT_FLOPS = {
     "add": 1, "layernorm": 5, "rmsnorm": 3, "softmax": 4, "mask": 0, "rope": 3,
     "gelu_tanh": 8, "gelu": 8, "relu": 1, "silu": 4, "swiglu": 5, "geglu": 9,
-    "reshape": 0, "gather": 0,
+    "reshape": 0, "gather": 0, "clip": 1,
 }
 
 # The symbolic shape of each recorded tensor, in the one shape vocabulary.
@@ -45,6 +45,7 @@ SYMBOLIC = {
     "mlp_pre": "(B, T, d_ff)", "mlp_up": "(B, T, d_ff)", "mlp_act": "(B, T, d_ff)", "mlp_out": "(B, T, d)",
     "ln_f_out": "(B, T, d)", "logits": "(B, T, V)",
     "q_norm": "(B, h, T, d_h)", "k_norm": "(B, h_kv, T, d_h)",  # per head; over the projection, 3-D:
+    "q_clip": "(B, T, h·d_h)", "k_clip": "(B, T, h_kv·d_h)", "v_clip": "(B, T, h_kv·d_h)",
 }
 SYMBOLIC_PROJECTION_NORM = {"q_norm": "(B, T, h·d_h)", "k_norm": "(B, T, h_kv·d_h)"}
 
@@ -375,6 +376,12 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             flat[name] = S(B, T, heads * d_h)
             rec(f"{name}_proj", f"{name.upper()} projection", flat[name], (inp, S(d, heads * d_h)),
                 kind="linear", params=(f"w_{name}", f"b_{name}"))
+        if b.clip_qkv:  # as MultiHeadAttention._clip
+            for name in ("q", "k", "v"):
+                clipped = S(*flat[name].shape)
+                rec(f"{name}_clip", f"clip {name.upper()} to ±{b.clip_qkv:g}", clipped, (flat[name],), kind="clip")
+                flat[name] = clipped
+
         def qk_norm(stand_ins: dict) -> None:  # as MultiHeadAttention._qk_norm: Q's, then K's
             for name in ("q", "k"):
                 normed = S(*stand_ins[name].shape)

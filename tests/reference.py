@@ -100,6 +100,10 @@ def resolve_block(cfg):
         "attention_scale": float(cfg.get("attention_scale", 0.0)),
         # each branch's output is multiplied by this before it joins the residual stream (Granite)
         "residual_multiplier": float(cfg.get("residual_multiplier", 1.0)),
+        # false: the norms have no scale gamma (OLMo's LayerNorm, with bias.norm false: no parameters)
+        "norm_scale": bool(cfg.get("norm_scale", True)),
+        # every entry of q, k and v clamped to [-c, c] right after its projection (OLMo); 0 = off
+        "clip_qkv": float(cfg.get("clip_qkv", 0.0)),
     }
 
 
@@ -142,7 +146,8 @@ def block_param_shapes(block_cfg, rms_beta=False):
     shapes = {}
     # parallel_shared: one norm feeds both branches, so there is no ln2 at all
     for ln in ("ln1",) if b["placement"] == "parallel_shared" else ("ln1", "ln2"):
-        shapes[ln + "_gamma"] = (d,)
+        if b["norm_scale"]:
+            shapes[ln + "_gamma"] = (d,)
         if _has_norm_beta(b, rms_beta):
             shapes[ln + "_beta"] = (d,)
     shapes["w_q"] = (d, h * d_h)
@@ -158,7 +163,8 @@ def block_param_shapes(block_cfg, rms_beta=False):
     if b["qk_norm"] != "none":
         for name, heads in (("q_norm", h), ("k_norm", h_kv)):
             width = d_h if b["qk_norm"] == "head" else heads * d_h
-            shapes[name + "_gamma"] = (width,)
+            if b["norm_scale"]:
+                shapes[name + "_gamma"] = (width,)
             if _has_norm_beta(b, rms_beta):
                 shapes[name + "_beta"] = (width,)
     shapes["w_1"] = (d, d_ff)
@@ -186,7 +192,8 @@ def model_param_shapes(block_cfg, model_cfg, rms_beta=False):
         for k, s in one.items():
             shapes["blocks.%d.%s" % (i, k)] = s
     if m["final_norm"]:
-        shapes["ln_f_gamma"] = (d,)
+        if b["norm_scale"]:
+            shapes["ln_f_gamma"] = (d,)
         if _has_norm_beta(b, rms_beta):
             shapes["ln_f_beta"] = (d,)
     if not m["tie_embeddings"]:
@@ -373,8 +380,11 @@ def _wopt(weights, name, prefix, present):
 
 
 def _norm(b, weights, which, prefix, vec, rms_beta):
-    gamma = _w(weights, which + "_gamma", prefix)
-    if b["norm_unit_offset"]:  # Gemma: the stored weight is the scale's offset from 1
+    if b["norm_scale"]:
+        gamma = _w(weights, which + "_gamma", prefix)
+    else:  # no scale: a gamma of ones
+        gamma = np.array([1.0] * len(vec))
+    if b["norm_unit_offset"] and b["norm_scale"]:  # Gemma: the stored weight is the scale's offset from 1
         gamma = np.array([1.0 + float(g) for g in gamma])
     beta = _wopt(weights, which + "_beta", prefix, _has_norm_beta(b, rms_beta))
     if b["norm"] == "layernorm":
@@ -405,6 +415,11 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
         q = linear_vec(tokens[t], w_q, b_q)
         k = linear_vec(tokens[t], w_k, b_k)
         v = linear_vec(tokens[t], w_v, b_v)
+        c = b["clip_qkv"]
+        if c:
+            q = np.array([min(max(float(e), -c), c) for e in q])
+            k = np.array([min(max(float(e), -c), c) for e in k])
+            v = np.array([min(max(float(e), -c), c) for e in v])
         if b["qk_norm"] == "projection":  # OLMo2: the whole projection, before the heads are cut
             q = _norm(b, weights, "q_norm", prefix, q, rms_beta)
             k = _norm(b, weights, "k_norm", prefix, k, rms_beta)

@@ -26,6 +26,8 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
         "qk_norm": draw(st.sampled_from(["none", "none", "head", "projection"])),
         "attention_scale": draw(st.sampled_from([0.0, 0.0, 0.7])),
         "residual_multiplier": draw(st.sampled_from([1.0, 1.0, 0.7, 1.3])),
+        "norm_scale": draw(st.sampled_from([True, True, False])),
+        "clip_qkv": draw(st.sampled_from([0.0, 0.0, 0.5])),
     }
     if rope:
         block["rope_layout"] = draw(st.sampled_from(["half", "interleaved"]))

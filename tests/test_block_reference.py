@@ -171,6 +171,12 @@ BLOCK_CASES = {
     "residual_multiplier_parallel_shared": block_dict(placement="parallel_shared", residual_multiplier=1.3),
     "residual_multiplier_post_and_scale": block_dict(placement="post", residual_multiplier=1.3,
                                                      attention_scale=0.2),
+    # OLMo: LayerNorms without scale or shift, q/k/v clamped (0.5 binds on most entries)
+    "olmo_parameter_free_norms_clip_qkv": block_dict(norm="layernorm", norm_scale=False, bias={
+        "qkv": True, "out": True, "mlp": False, "norm": False}, activation="swiglu", n_kv_heads=2, rope=True,
+        clip_qkv=0.5),
+    "clip_qkv_with_projection_qk_norm_post": block_dict(placement="post", qk_norm="projection", clip_qkv=0.3),
+    "scale_free_norms_with_shift_shared": block_dict(placement="parallel_shared", norm_scale=False),
 }
 
 
@@ -284,6 +290,10 @@ MODEL_CASES = {
         block_dict(d_model=16, n_heads=4, n_kv_heads=1, d_ff=24, rope=True, activation="geglu", norm="rmsnorm",
                    bias=False, norm_unit_offset=True, sliding_window=3),
         dict(MODEL_BASE, positions="rope", tie_embeddings=True, embedding_multiplier=4.0)),
+    "olmo_like_parameter_free_norms_clip": (
+        block_dict(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, rope=True, activation="swiglu", norm="layernorm",
+                   bias=False, norm_scale=False, clip_qkv=0.4),
+        dict(MODEL_BASE, positions="rope", tie_embeddings=True)),
     "granite_like_multipliers": (
         block_dict(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, rope=True, activation="swiglu", norm="rmsnorm",
                    bias=False, attention_scale=0.7, residual_multiplier=0.7),
@@ -361,7 +371,7 @@ def test_model_last_token_change_leaves_prefix_bit_identical(name):
 # ------------------------------------------------------------------------- K/V cache
 
 CACHE_BLOCKS = ["base_gelu_tanh_pre_layernorm", "rope_full", "rope_half_dh8", "mqa_4_1",
-                "post_norm", "parallel", "combo_gqa_rope_swiglu_rms_parallel"]
+                "post_norm", "parallel", "combo_gqa_rope_swiglu_rms_parallel", "olmo_parameter_free_norms_clip_qkv"]
 
 
 def _run_block_chunks(blk, x, chunk):
@@ -393,7 +403,7 @@ def test_block_incremental_decoding_matches_full(name, chunk):
 
 @pytest.mark.parametrize("chunk", [1, 2])
 @pytest.mark.parametrize("name", ["learned_offset2_tied", "sinusoidal_untied",
-                                  "rope_gqa_swiglu_rms_untied"])
+                                  "rope_gqa_swiglu_rms_untied", "olmo_like_parameter_free_norms_clip"])
 def test_model_incremental_decoding_matches_full(name, chunk):
     bd, md = MODEL_CASES[name]
     B, T = 2, 7
@@ -416,7 +426,7 @@ def test_model_incremental_decoding_matches_full(name, chunk):
 
 @pytest.mark.parametrize("table_rows", [1, 3])
 @pytest.mark.parametrize("name", ["base_gelu_tanh_pre_layernorm",
-                                  "combo_gqa_rope_swiglu_rms_parallel"])
+                                  "combo_gqa_rope_swiglu_rms_parallel", "olmo_parameter_free_norms_clip_qkv"])
 def test_block_chunked_attention_matches_reference(name, table_rows, shared_tiles):
     """blockcli computes attention in tiles that never hold the full table, shared among threads.
     Force small tiles and compare, full and cached."""

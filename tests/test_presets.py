@@ -11,7 +11,7 @@ For every preset in blockcli/presets/ four things must agree:
 
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
-time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 27
+time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 29
 totals below were also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
@@ -162,6 +162,14 @@ def gpt_bigcode_total(*, d: int, L: int, V: int, ff: int, n_heads: int, n_pos: i
         + 2 * 2 * d                        # ln_1, ln_2
     )
     return V * d + n_pos * d + L * block + 2 * d  # wte + wpe + blocks + ln_f; lm_head shares wte
+
+
+def olmo_total(*, d: int, L: int, V: int, ff: int) -> int:
+    """OlmoForCausalLM: Llama's block without biases, but OlmoLayerNorm holds no weight and no bias, so the two
+    block norms and the final norm add nothing; lm_head tied to embed_tokens (OLMo-1B)."""
+    attn = 4 * d * d  # q, k, v, o (MHA, attention_bias false)
+    mlp = 3 * d * ff  # gate, up, down
+    return V * d + L * (attn + mlp)  # embed_tokens + blocks; no norm parameters anywhere
 
 
 def falcon_7b_total(*, d: int, L: int, V: int, n_heads: int) -> int:
@@ -390,6 +398,26 @@ CASES = [
         # https://huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/main/config.json (sum of numel); the
         # model card's "3.8B". Phi-3.5-mini-instruct has the same shapes (only its RoPE scaling and context differ).
         id="phi-3-mini-4k[transformers Phi3ForCausalLM on meta=3821079552]",
+    ),
+    pytest.param(
+        "phi-3.5-mini", 3_821_079_552,
+        phi3_total(d=3072, L=32, V=32064, ff=8192, n_heads=32, n_kv=32, head_dim=96),
+        {"d_model": 3072, "n_heads": 32, "n_kv_heads": 32, "d_ff": 8192, "n_layers": 32, "vocab_size": 32064,
+         "max_positions": 131072},
+        # transformers 5.24 Phi3ForCausalLM instantiated on the meta device from
+        # https://huggingface.co/microsoft/Phi-3.5-mini-instruct/blob/main/config.json (sum of numel): its
+        # longrope lists (48 short, 48 long factors) change no shape, so the total is Phi-3-mini's.
+        id="phi-3.5-mini[transformers Phi3ForCausalLM on meta=3821079552]",
+    ),
+    pytest.param(
+        "olmo-1b", 1_176_764_416,
+        olmo_total(d=2048, L=16, V=50304, ff=8192),
+        {"d_model": 2048, "n_heads": 16, "n_kv_heads": 16, "d_ff": 8192, "n_layers": 16, "vocab_size": 50304,
+         "norm_scale": False, "bias": False},
+        # transformers 5.24 OlmoForCausalLM instantiated on the meta device from
+        # https://huggingface.co/allenai/OLMo-1B-hf/blob/main/config.json (sum of numel; tied head); the model
+        # card's "1B" (1.18B).
+        id="olmo-1b[transformers OlmoForCausalLM on meta=1176764416]",
     ),
     pytest.param(
         "starcoder", 15_517_456_384,
