@@ -64,6 +64,11 @@ def scores_label(cfg: BlockConfig) -> str:
     return f"scores Q·Kᵀ × {cfg.attention_scale:g}" if cfg.attention_scale else "scores Q·Kᵀ/√d_h"
 
 
+def blocked_label(cfg: BlockConfig) -> str:
+    """The trace's name for the blocked kernel's one row."""
+    return f"blocked attention: softmax(mask(Q·Kᵀ/√d_h{' + ALiBi' if cfg.alibi else ''}))·V"
+
+
 def logits_label(model: ModelConfig) -> str:
     """The trace's name for the LM head, with its logit multiplier when there is one."""
     return "LM head" + (f" × {model.logit_multiplier:g}" if model.logit_multiplier != 1.0 else "")
@@ -428,6 +433,10 @@ class MultiHeadAttention:
             if self.cfg.attention_scale:  # an override of 1/√d_h (Granite's attention_multiplier)
                 scores *= np.asarray(self.cfg.attention_scale * math.sqrt(q.shape[-1]), dtype=scores.dtype)
             rec("scores", scores_label(self.cfg), scores, (q, k), kind="matmul")
+            if self.cfg.alibi:  # BLOOM: each head's slope times the distance to each key, unscaled
+                biased = scores + F.alibi_bias(self.ops.alibi_slopes(h), T_q, T_k, start, scores.dtype)
+                rec("alibi_scores", "add ALiBi biases", biased, (scores,), kind="add")
+                scores = biased  # (B, h, T_q, T_k)
             allowed = self.ops.causal_mask(T_q, T_k, start)  # (T_q, T_k)
             if self.cfg.sliding_window:
                 allowed = allowed & F.window_mask(T_q, T_k, start, self.cfg.sliding_window)
@@ -440,7 +449,7 @@ class MultiHeadAttention:
             rec("attn_heads", "weights·V", heads, (weights, v), kind="matmul")
             return heads
         heads = self._attend_blocked(q, k, v, start)
-        rec("attn_heads", "blocked attention: softmax(mask(Q·Kᵀ/√d_h))·V", heads, (q, k, v), kind="attention")
+        rec("attn_heads", blocked_label(self.cfg), heads, (q, k, v), kind="attention")
         return heads
 
     def _attend_blocked(self, q: Array, k: Array, v: Array, start: int) -> Array:
@@ -463,6 +472,8 @@ class MultiHeadAttention:
         rows, heads = attention_tile(h, h_kv, T, T_k, q.itemsize, self.tile_bytes)
         future = np.triu(np.full((rows, rows), -np.inf, dtype=dtype), k=1)  # (C, C)
         window = self.cfg.sliding_window
+        slopes = (F.alibi_slopes(h).astype(dtype).reshape(h_kv, group, 1, 1)  # (h_kv, g, 1, 1): ALiBi's per head
+                  if self.cfg.alibi else None)
 
         def keys(lo: int, hi: int) -> tuple[int, int]:
             """The keys [first, last) that some query row in [lo, hi) may see."""
@@ -483,6 +494,9 @@ class MultiHeadAttention:
                     s.reshape(n, group, c, seen)[...] += np.where(allowed, 0.0, -np.inf).astype(dtype)
                 else:
                     s.reshape(n, group, c, seen)[..., seen - c:] += future[:c, :c]  # the diagonal square
+                if slopes is not None:  # slope · (key − query position) for the tile's heads, rows and keys
+                    distance = (np.arange(first, last)[None, :] - (start + np.arange(lo, hi))[:, None]).astype(dtype)
+                    s.reshape(n, group, c, seen)[...] += slopes[kv] * distance  # (n, g, C, T_seen)
                 s -= s.max(axis=-1, keepdims=True)
                 np.exp(s, out=s)
                 total = s.sum(axis=-1, keepdims=True)  # (n, g·C, 1)
@@ -699,6 +713,8 @@ class Model:
             self.params.update({prefix + k: v for k, v in block.params.items()})  # share, never copy
             self.blocks.append(block)
         b = self.config.block
+        self.emb_ln = (Norm(b.norm, self.params.get("emb_ln_gamma"), self.params.get("emb_ln_beta"), b.norm_eps,
+                            self.ops, b.norm_unit_offset) if model.embedding_norm else None)
         self.ln_f = (Norm(b.norm, self.params.get("ln_f_gamma"), self.params.get("ln_f_beta"), b.norm_eps, self.ops,
                           b.norm_unit_offset) if model.final_norm else None)
 
@@ -720,7 +736,8 @@ class Model:
         return self.config.model
 
     def embed(self, ids: Array, start: int = 0, rec: Record = _ignore) -> Array:
-        """Token ids (B, T) → X_0 (B, T, d): E[ids] plus positions (none for rope/none)."""
+        """Token ids (B, T) → X_0 (B, T, d): E[ids] plus positions (none for rope/alibi/none), then the
+        embedding norm if the model has one."""
         m, d = self.model_config, self.config.block.d_model
         check_token_ids(ids, m.vocab_size)
         T = ids.shape[1]
@@ -742,7 +759,12 @@ class Model:
             x = tokens + table  # (B, T, d)
             rec("embed", "add sinusoidal positions", x, (tokens, table), kind="add")
         else:
-            x = tokens  # rope rotates q and k inside attention; none adds nothing
+            x = tokens  # rope rotates q and k inside attention, alibi biases the scores; none adds nothing
+        if self.emb_ln is not None:  # BLOOM's word_embeddings_layernorm
+            normed = self.emb_ln(x)  # (B, T, d)
+            rec("embed_norm", "embedding norm", normed, (x,), kind=self.config.block.norm,
+                params=("emb_ln_gamma", "emb_ln_beta"))
+            x = normed
         return x
 
     def head(self, x: Array, rec: Record = _ignore) -> Array:

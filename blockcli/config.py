@@ -27,7 +27,7 @@ ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")
 PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared")
 ROPE_LAYOUTS = ("half", "interleaved")
-POSITIONS = ("learned", "sinusoidal", "rope", "none")
+POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
 DTYPES = ("float32", "float64")
 BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
 QK_NORMS = ("none", "head", "projection")
@@ -106,6 +106,7 @@ class BlockConfig:
     residual_multiplier: float = 1.0  # each branch's output times this before its residual add (Granite)
     norm_scale: bool = True  # every norm has its scale gamma; false: parameter-free norms (OLMo, with bias.norm false)
     clip_qkv: float = 0.0  # q, k and v clamped to [-c, c] after their projections (OLMo); 0 is off
+    alibi: bool = False  # scores + slope_head · (s − t) (BLOOM's ALiBi); model.positions: alibi sets it
 
     @property
     def shared_norm(self) -> bool:
@@ -139,6 +140,7 @@ class ModelConfig:
     lm_head_bias: bool = False
     embedding_multiplier: float = 1.0  # token embeddings are multiplied by this (Gemma: sqrt(d_model))
     logit_multiplier: float = 1.0  # logits times this (Cohere's logit_scale; Granite: 1 / logits_scaling)
+    embedding_norm: bool = False  # a norm of the block's kind on the embeddings before the first block (BLOOM)
 
 
 @dataclass(frozen=True)
@@ -510,7 +512,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     fields = ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "norm", "norm_eps", "activation",
               "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "attention_dropout",
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
-              "residual_multiplier", "norm_scale", "clip_qkv")
+              "residual_multiplier", "norm_scale", "clip_qkv", "alibi")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -547,7 +549,10 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         residual_multiplier=_float(data, "residual_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
         norm_scale=_bool(data, "norm_scale", p, True),
         clip_qkv=_float(data, "clip_qkv", p, 0.0, 0.0, 1e6),
+        alibi=_bool(data, "alibi", p, False),
     )
+    if block.alibi and block.rope:
+        raise ConfigError("block.alibi: ALiBi and rotary positions both position the scores; pick one")
     if rope and block.rope_dims == 0:
         raise ConfigError(f"block.rope: a fraction of {rope:g} of head_dim={head_dim} rotates no "
                           f"dimension pair; expected at least 2/head_dim")
@@ -613,7 +618,7 @@ def _parse_rope_scaling(value: Any) -> RopeScaling | None:
 def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
     fields = ("n_layers", "vocab_size", "positions", "max_positions", "position_offset",
               "tie_embeddings", "final_norm", "lm_head_bias", "embedding_multiplier",
-              "logit_multiplier")
+              "logit_multiplier", "embedding_norm")
     _check_keys(data, fields, "model.")
     p = "model"
     return ModelConfig(
@@ -627,11 +632,18 @@ def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
         lm_head_bias=_bool(data, "lm_head_bias", p, False),
         embedding_multiplier=_float(data, "embedding_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
         logit_multiplier=_float(data, "logit_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
+        embedding_norm=_bool(data, "embedding_norm", p, False),
     )
 
 
 def _reconcile_rope(block: BlockConfig, model: ModelConfig) -> BlockConfig:
-    """`positions: rope` means the blocks rotate q and k; block.rope picks the fraction (default all)."""
+    """`positions: rope` means the blocks rotate q and k; block.rope picks the fraction (default all).
+    `positions: alibi` means the blocks add ALiBi's biases to their scores (block.alibi); block.alibi may
+    also bias the scores of a model with learned or sinusoidal positions (not rotary ones)."""
+    if model.positions == "alibi":
+        if block.rope:
+            raise ConfigError("block.rope: rotary positions are on but model.positions is 'alibi'; pick one")
+        return replace(block, alibi=True)
     if model.positions == "rope":
         return block if block.rope else replace(block, rope=1.0)
     if block.rope:

@@ -278,14 +278,12 @@ def _model_rows(config: Config, block: tuple[Poly, Poly],
         pos = P * d
         note = "P·d" if not m.position_offset else f"P·d (P = {m.max_positions:,} + offset {m.position_offset})"
         rows.append(Component("embed.positions", "position embedding", str((P, d)), pos, 0, note, ("wpe",)))
+    if m.embedding_norm:  # BLOOM's word_embeddings_layernorm
+        rows.append(_model_norm("embed.norm", "embedding", "emb_ln", b))
     rows.append(Component("blocks", f"{m.n_layers} blocks", f"{m.n_layers} × block", block_w, block_b,
                           f"L·({render(block_poly)})", kind="subtotal"))
     if m.final_norm:
-        scale, shift = d if b.norm_scale else 0, d if b.bias.norm else 0
-        rows.append(Component("final_norm", f"final {_norm_name(b)}",
-                              " + ".join([str((d,))] * ((scale > 0) + (shift > 0))) or "none (no scale, no shift)",
-                              scale, shift, {0: "0", 1: "d", 2: "2·d"}[(scale > 0) + (shift > 0)],
-                              ("ln_f_gamma", "ln_f_beta")))
+        rows.append(_model_norm("final_norm", "final", "ln_f", b))
     head_bias = m.vocab_size if m.lm_head_bias else 0
     if m.tie_embeddings:
         rows.append(Component("lm_head", "LM head (tied to token embedding)", str((d, m.vocab_size)),
@@ -302,6 +300,15 @@ def _model_rows(config: Config, block: tuple[Poly, Poly],
     rows.append(Component("non_embedding", "non-embedding total", "", weights - embeddings, biases,
                           "total − token − position embeddings", kind="total"))
     return rows, total, total - embeddings
+
+
+def _model_norm(name: str, where: str, prefix: str, b: BlockConfig) -> Component:
+    """A norm outside the blocks, of the blocks' kind: its scale (unless norm_scale is off) and shift."""
+    d = b.d_model
+    scale, shift = d if b.norm_scale else 0, d if b.bias.norm else 0
+    parts = (scale > 0) + (shift > 0)
+    return Component(name, f"{where} {_norm_name(b)}", " + ".join([str((d,))] * parts) or "none (no scale, no shift)",
+                     scale, shift, ("0", "d", "2·d")[parts], (f"{prefix}_gamma", f"{prefix}_beta"))
 
 
 def _shapes_text(keys: tuple[str, ...], b: BlockConfig) -> str:

@@ -7,7 +7,7 @@ already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only 
 imports yaml) that `load_config` reads back to an equal Config.
 
 Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt, olmo2, starcoder2, gptj,
-phi, granite, cohere, stablelm, phi3, gpt_bigcode, falcon, olmo.
+phi, granite, cohere, stablelm, phi3, gpt_bigcode, falcon, olmo, bloom.
 
 The rule for every key of the JSON object is one of three, and never "silently dropped":
 
@@ -64,6 +64,10 @@ Falcon: `parallel_attn` (Falcon-7B) runs attention and MLP side by side on one L
 
 OLMo (v1) is Llama's block with a LayerNorm that has no parameters (`block.norm_scale: false`, no
 shift) and `clip_qkv` (`block.clip_qkv`): q, k and v clamped after their projections.
+
+BLOOM adds ALiBi's biases to its scores (`model.positions: alibi`, slopes as `build_alibi_tensor`
+computes them for any head count) and a LayerNorm on its word embeddings (`model.embedding_norm`).
+`apply_residual_connection_post_layernorm: true` (the residual taken after each norm) is refused.
 """
 
 from __future__ import annotations
@@ -1052,6 +1056,37 @@ def _olmo(f: _Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _bloom(f: _Fields) -> tuple[dict, dict]:
+    """BLOOM: GPT-2's pre-LN block (LayerNorm with shift, biases everywhere, MLP 4·hidden_size wide with
+    tanh-GELU) with ALiBi in place of position embeddings (`model.positions: alibi`), a LayerNorm on the
+    word embeddings (`model.embedding_norm`), Q/K/V fused per head, and a head tied to the embeddings."""
+    f.neutral("apply_residual_connection_post_layernorm", False, "the residual would then be each norm's output, "
+                                                                 "not its input: a placement blockcli does not model")
+    # pretraining_tp with slow_but_exact splits the same matmuls into slices: the same function
+    f.ignore("pretraining_tp", "slow_but_exact")
+    d = _first(f, ("hidden_size", "n_embed"), lambda k: f.int(k), None)  # n_embed: the legacy name
+    if d is None:
+        f.int("hidden_size")  # raises: missing
+    heads = _first(f, ("n_head", "num_attention_heads"), lambda k: f.int(k), None)
+    if heads is None:
+        f.int("n_head")
+    layers = _first(f, ("n_layer", "num_hidden_layers"), lambda k: f.int(k), None)
+    if layers is None:
+        f.int("n_layer")
+    head_dim = _divides(f, "hidden_size", d, "n_head", heads)
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": heads, "head_dim": head_dim, "d_ff": 4 * d,
+        "norm": "layernorm", "norm_eps": f.float("layer_norm_epsilon", 1e-5),
+        "activation": "gelu_tanh",  # BloomGelu: the tanh approximation
+        "bias": True, "placement": "pre", "rope": False,
+    }
+    # ALiBi needs no table: the length is the training context (seq_length when a config says it), no limit
+    max_positions = f.int("seq_length", 2048)
+    model = _model(layers, f.int("vocab_size"), "alibi", max_positions, f.bool("tie_word_embeddings", True))
+    model["embedding_norm"] = True
+    return block, model
+
+
 class _Family:
     def __init__(self, title: str, mapper: Callable[[_Fields], tuple[dict, dict]], ignored: set[str]) -> None:
         self.title, self.mapper, self.ignored = title, mapper, frozenset(ignored)
@@ -1113,6 +1148,13 @@ FAMILIES: dict[str, _Family] = {
         "hidden_dropout", "attention_dropout",  # training-only
     }),
     "olmo": _Family("OLMo", _olmo, _LLAMA_LIKE_IGNORED),
+    "bloom": _Family("BLOOM", _bloom, {
+        "hidden_dropout", "attention_dropout",  # training-only
+        # Megatron-DeepSpeed's training switches, stored in the published configs and never read by transformers
+        # (whose BLOOM always scales by 1/sqrt(head_dim), runs its softmax in float32, and builds d_ff = 4·hidden)
+        "attention_softmax_in_fp32", "bias_dropout_fusion", "masked_softmax_fusion", "offset_alibi",
+        "skip_bias_add", "skip_bias_add_qkv", "n_inner", "unk_token_id", "seq_length",
+    }),
 }
 
 

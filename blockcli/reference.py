@@ -53,6 +53,15 @@ def _rotate(vec: np.ndarray, pos: int, cfg: BlockConfig, seq_len: int) -> np.nda
     return out
 
 
+def _alibi_slope(head: int, n_heads: int) -> float:
+    """ALiBi's slope of one head, written out: 2^(−8(i+1)/p) for the first p (the largest power of two
+    <= h), then 2^(−4(2j+1)/p) for the j-th of the rest."""
+    p = 1
+    while 2 * p <= n_heads:
+        p *= 2
+    return 2.0 ** (-8.0 * (head + 1) / p) if head < p else 2.0 ** (-4.0 * (2 * (head - p) + 1) / p)
+
+
 def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
     """n (T, d) of one sequence → attention output (T, d), head by head, query by query."""
     T = n.shape[0]
@@ -79,6 +88,8 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
             first = max(0, t - cfg.sliding_window + 1) if cfg.sliding_window else 0  # the window's oldest key
             seen = range(first, t + 1)  # keys s <= t only
             logits = [float(qs[t] @ ks[s]) * scale for s in seen]
+            if cfg.alibi:  # a linear penalty on the distance back to each key
+                logits = [a + _alibi_slope(head, cfg.n_heads) * (s - t) for a, s in zip(logits, seen)]
             top = max(logits)
             e = [math.exp(a - top) for a in logits]
             z = sum(e)

@@ -65,6 +65,8 @@ def model_parameter_shapes(config: Config) -> dict[str, Shape]:
     shapes: dict[str, Shape] = {"wte": (model.vocab_size, d)}
     if model.positions == "learned":
         shapes["wpe"] = (model.max_positions + model.position_offset, d)
+    if model.embedding_norm:
+        shapes.update(norm_shapes("emb_ln", d, block))
     for i in range(model.n_layers):
         shapes.update({f"blocks.{i}.{k}": s for k, s in block_parameter_shapes(block).items()})
     if model.final_norm:

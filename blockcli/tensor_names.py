@@ -281,10 +281,34 @@ FALCON = TensorMap("transformer.", (
     _t("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
 
+# BLOOM: Falcon's module names (Falcon grew out of it), a LayerNorm on the word embeddings, and
+# query_key_value fused per head [q_i k_i v_i] (GROUPED_QKV with one K/V head per query head)
+BLOOM = TensorMap("transformer.", (
+    _t("wte", "word_embeddings.weight"),
+    _t("emb_ln_gamma", "word_embeddings_layernorm.weight"),
+    _t("emb_ln_beta", "word_embeddings_layernorm.bias"),
+    _t("blocks.{i}.ln1_gamma", "h.{i}.input_layernorm.weight"),
+    _t("blocks.{i}.ln1_beta", "h.{i}.input_layernorm.bias"),
+    _t(_QKV, "h.{i}.self_attention.query_key_value.weight", GROUPED_QKV),
+    _t(_QKV_BIAS, "h.{i}.self_attention.query_key_value.bias", GROUPED_QKV),
+    _t("blocks.{i}.w_o", "h.{i}.self_attention.dense.weight", LINEAR),
+    _t("blocks.{i}.b_o", "h.{i}.self_attention.dense.bias"),
+    _t("blocks.{i}.ln2_gamma", "h.{i}.post_attention_layernorm.weight"),
+    _t("blocks.{i}.ln2_beta", "h.{i}.post_attention_layernorm.bias"),
+    _t("blocks.{i}.w_1", "h.{i}.mlp.dense_h_to_4h.weight", LINEAR),
+    _t("blocks.{i}.b_1", "h.{i}.mlp.dense_h_to_4h.bias"),
+    _t("blocks.{i}.w_2", "h.{i}.mlp.dense_4h_to_h.weight", LINEAR),
+    _t("blocks.{i}.b_2", "h.{i}.mlp.dense_4h_to_h.bias"),
+    _t("ln_f_gamma", "ln_f.weight"),
+    _t("ln_f_beta", "ln_f.bias"),
+    _t("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
 TENSOR_MAPS: dict[str, TensorMap] = {
     "gpt2": GPT2, "opt": OPT, "gpt_neox": GPT_NEOX,
     "llama": LLAMA, "mistral": LLAMA, "qwen2": LLAMA, "qwen3": LLAMA, "gemma": LLAMA, "starcoder2": STARCODER2,
     "olmo2": OLMO2, "gptj": GPTJ, "phi": PHI, "granite": LLAMA, "cohere": LLAMA,
     "stablelm": STABLELM, "phi3": PHI3, "gpt_bigcode": GPT_BIGCODE, "falcon": FALCON,
+    "bloom": BLOOM,
     "olmo": LLAMA,  # OLMo's norms have no parameters: only Llama's projections and embeddings are stored
 }

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from blockcli.block import (DecoderBlock, Model, attention_tile, block_parameter_shapes,
+from blockcli.block import (DecoderBlock, Model, attention_tile, block_parameter_shapes, blocked_label,
                             full_table, logits_label, model_parameter_shapes, scores_label)
 from blockcli.config import Config, InputError
 from blockcli.parallel import worker_count
@@ -45,6 +45,7 @@ SYMBOLIC = {
     "mlp_pre": "(B, T, d_ff)", "mlp_up": "(B, T, d_ff)", "mlp_act": "(B, T, d_ff)", "mlp_out": "(B, T, d)",
     "ln_f_out": "(B, T, d)", "logits": "(B, T, V)",
     "q_norm": "(B, h, T, d_h)", "k_norm": "(B, h_kv, T, d_h)",  # per head; over the projection, 3-D:
+    "alibi_scores": "(B, h, T, T)", "embed_norm": "(B, T, d)",
     "q_clip": "(B, T, h·d_h)", "k_clip": "(B, T, h_kv·d_h)", "v_clip": "(B, T, h_kv·d_h)",
 }
 SYMBOLIC_PROJECTION_NORM = {"q_norm": "(B, T, h·d_h)", "k_norm": "(B, T, h_kv·d_h)"}
@@ -233,7 +234,7 @@ def activation_peak_estimate(config: Config, attention: str = "auto", n_rows: in
     stream = tokens * d if m else 0  # a model's residual stream; a block's input is the pass's own
     full = full_table(attention, table * itemsize, traced=True)
     if full:  # scores, masked scores and weights; K and V repeated per query head under GQA
-        scores = 3 * table + (2 * tokens * q_width if h_kv != h else 0)
+        scores = (4 if b.alibi else 3) * table + (2 * tokens * q_width if h_kv != h else 0)  # ALiBi: biased too
     else:  # per worker one tile of scores; Q (scaled), K and V made contiguous; the output
         rows, heads = attention_tile(h, h_kv, T, T, itemsize)
         scores = worker_count() * heads * (h // h_kv) * rows * T + tokens * (q_width + 2 * kv_width)
@@ -348,6 +349,10 @@ def analytic_trace(config: Config, attention: str = "auto") -> Trace:
             x = S(B, T, d)
             rec("embed", f"add {m.positions} positions", x, (tokens, S(T, d)), kind="add",
                 params=("wpe",) if m.positions == "learned" else ())
+        if m.embedding_norm:
+            normed = S(B, T, d)
+            rec("embed_norm", "embedding norm", normed, (x,), kind=b.norm, params=("emb_ln_gamma", "emb_ln_beta"))
+            x = normed
         for layer in range(m.n_layers):
             x = _analytic_block(config, lambda key, *a, **k: rec(f"blocks.{layer}.{key}", *a, layer=layer, **k),
                                 S, chunked, x)
@@ -404,11 +409,14 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             q, k = q_rot, k_rot
         heads_out = S(B, h, T, d_h)
         if chunked:
-            rec("attn_heads", "blocked attention: softmax(mask(Q·Kᵀ/√d_h))·V", heads_out, (q, k, v),
-                kind="attention")
+            rec("attn_heads", blocked_label(b), heads_out, (q, k, v), kind="attention")
         else:
             scores, masked, weights = S(B, h, T, T), S(B, h, T, T), S(B, h, T, T)
             rec("scores", scores_label(b), scores, (q, k), kind="matmul")
+            if b.alibi:
+                biased = S(B, h, T, T)
+                rec("alibi_scores", "add ALiBi biases", biased, (scores,), kind="add")
+                scores = biased
             rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
             rec("attn_weights", "softmax over keys", weights, (masked,), kind="softmax")
             rec("attn_heads", "weights·V", heads_out, (weights, v), kind="matmul")

@@ -289,11 +289,16 @@ def _softmax_keys(masked: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def _scores_key(b: BlockConfig) -> str:
+    """The recorded scores the causal mask reads: Q·Kᵀ/√d_h, or with ALiBi's biases added."""
+    return "alibi_scores" if b.alibi else "scores"
+
+
 def _masked(c: Context) -> np.ndarray:
     """The scores after the causal mask: recorded, or the subject's scores masked the standard way."""
     if "masked_scores" in c.inter:
         return c.inter["masked_scores"]
-    (scores,) = c.need("scores")
+    (scores,) = c.need(_scores_key(c.cfg))
     T = scores.shape[-1]
     return np.where(np.tril(np.ones((T, T), dtype=bool)), scores, -np.inf)
 
@@ -301,7 +306,7 @@ def _masked(c: Context) -> np.ndarray:
 def check_softmax_axis(c: Context) -> tuple[bool, str, str]:
     (w,) = c.need("attn_weights")
     rows = _max(w.sum(axis=-1) - 1.0)
-    if "scores" not in c.inter and "masked_scores" not in c.inter:  # rows alone still catch a column softmax
+    if _scores_key(c.cfg) not in c.inter and "masked_scores" not in c.inter:  # rows alone still catch a column softmax
         return _within(rows, STATS), f"max |row sum − 1| {_fmt(rows)} (no scores returned: weights not compared " \
             f"with a softmax of them)", f"{STATS:g}"
     tol = c.tolerance(EXACT * 100, 1.0)
@@ -323,9 +328,9 @@ def check_causal_mask(c: Context) -> tuple[bool, str, str]:
     measured = (f"max weight {where} {_fmt(above)}; min diagonal weight {_fmt(diag)}; "
                 f"max |row sum − 1| {_fmt(rows)}")
     before = True
-    if "scores" in c.inter and "masked_scores" in c.inter:
+    if _scores_key(c.cfg) in c.inter and "masked_scores" in c.inter:
         # before softmax: the masked scores keep every visible score and hide every hidden one
-        scores, masked = c.inter["scores"], c.inter["masked_scores"]
+        scores, masked = c.inter[_scores_key(c.cfg)], c.inter["masked_scores"]
         before = bool(np.all(np.isneginf(masked[..., hidden])) and np.array_equal(masked[..., ~hidden],
                                                                                   scores[..., ~hidden]))
         measured += f"; mask applied to scores: {'yes' if before else 'no'}"

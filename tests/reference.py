@@ -37,7 +37,7 @@ ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu")
 GATED = ("swiglu", "geglu")
 PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared")
 ROPE_LAYOUTS = ("half", "interleaved")
-POSITIONS = ("learned", "sinusoidal", "rope", "none")
+POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
 
 
 # --------------------------------------------------------------------------- config
@@ -104,6 +104,8 @@ def resolve_block(cfg):
         "norm_scale": bool(cfg.get("norm_scale", True)),
         # every entry of q, k and v clamped to [-c, c] right after its projection (OLMo); 0 = off
         "clip_qkv": float(cfg.get("clip_qkv", 0.0)),
+        # ALiBi (BLOOM): score(t, s) += m_j * (s - t) for head j, m_j from the paper's slope rule
+        "alibi": bool(cfg.get("alibi", False)),
     }
 
 
@@ -129,6 +131,8 @@ def resolve_model(cfg):
         "lm_head_bias": bool(cfg.get("lm_head_bias", False)),
         "embedding_multiplier": float(cfg.get("embedding_multiplier", 1.0)),
         "logit_multiplier": float(cfg.get("logit_multiplier", 1.0)),
+        # a norm (the blocks' kind, weights emb_ln_*) on the embeddings before the first block (BLOOM)
+        "embedding_norm": bool(cfg.get("embedding_norm", False)),
     }
 
 
@@ -196,6 +200,11 @@ def model_param_shapes(block_cfg, model_cfg, rms_beta=False):
             shapes["ln_f_gamma"] = (d,)
         if _has_norm_beta(b, rms_beta):
             shapes["ln_f_beta"] = (d,)
+    if m["embedding_norm"]:
+        if b["norm_scale"]:
+            shapes["emb_ln_gamma"] = (d,)
+        if _has_norm_beta(b, rms_beta):
+            shapes["emb_ln_beta"] = (d,)
     if not m["tie_embeddings"]:
         shapes["lm_head"] = (d, V)
     if m["lm_head_bias"]:
@@ -359,6 +368,21 @@ def sinusoidal_vec(t, d):
     return pe
 
 
+def alibi_slopes(n_heads):
+    """Press et al.'s slopes, as BLOOM's build_alibi_tensor extends them to any head count: for n a
+    power of two, the geometric sequence starting at 2^(-8/n) with that ratio; otherwise the n' = the
+    largest power of two below n slopes of an n'-head model, then every other slope (the 1st, 3rd, 5th,
+    ...) of a 2n'-head model, until there are n."""
+    def geometric(n):
+        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+        return [start ** (i + 1) for i in range(n)]
+
+    p = 2 ** int(math.floor(math.log2(n_heads)))
+    if p == n_heads:
+        return geometric(n_heads)
+    return geometric(p) + geometric(2 * p)[0::2][:n_heads - p]
+
+
 def softmax_list(xs):
     m = max(xs)
     es = [math.exp(v - m) for v in xs]
@@ -447,7 +471,10 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
             g = j // group
             scores = []
             for s in keys:
-                scores.append(float(np.dot(q_heads[t][j], k_heads[s][g])) * scale)
+                score = float(np.dot(q_heads[t][j], k_heads[s][g])) * scale
+                if b["alibi"]:
+                    score += alibi_slopes(h)[j] * (s - t)
+                scores.append(score)
             p = softmax_list(scores)
             head_out = np.zeros(d_h, dtype=np.float64)
             for i, s in enumerate(keys):
@@ -559,6 +586,8 @@ def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False):
         frac = b["rope"] if b["rope"] > 0.0 else 1.0
     else:
         frac = b["rope"]
+    if m["positions"] == "alibi":  # the blocks bias their scores with ALiBi
+        b = dict(b, alibi=True)
 
     logits = np.zeros((B, T, V), dtype=np.float64)
     for bi in range(B):
@@ -570,6 +599,8 @@ def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False):
                 vec = vec + _w(weights, "wpe", "")[t + m["position_offset"]]
             elif m["positions"] == "sinusoidal":
                 vec = vec + sinusoidal_vec(t, d)
+            if m["embedding_norm"]:
+                vec = _norm(b, weights, "emb_ln", "", vec, rms_beta)
             hs.append(vec)
         for layer in range(m["n_layers"]):
             hs = _block_sequence(b, weights, "blocks.%d." % layer, hs, frac, rms_beta)

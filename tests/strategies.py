@@ -29,6 +29,8 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
         "norm_scale": draw(st.sampled_from([True, True, False])),
         "clip_qkv": draw(st.sampled_from([0.0, 0.0, 0.5])),
     }
+    if not rope:
+        block["alibi"] = draw(st.sampled_from([False, False, True]))
     if rope:
         block["rope_layout"] = draw(st.sampled_from(["half", "interleaved"]))
     if explicit:

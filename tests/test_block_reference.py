@@ -177,6 +177,11 @@ BLOCK_CASES = {
         clip_qkv=0.5),
     "clip_qkv_with_projection_qk_norm_post": block_dict(placement="post", qk_norm="projection", clip_qkv=0.3),
     "scale_free_norms_with_shift_shared": block_dict(placement="parallel_shared", norm_scale=False),
+    # ALiBi with 6 heads (not a power of two), with 8, and with GQA, a sliding window and a scale override
+    "alibi_6_heads": block_dict(d_model=24, n_heads=6, d_ff=16, alibi=True),
+    "alibi_8_heads_post": block_dict(d_model=16, n_heads=8, d_ff=16, alibi=True, placement="post"),
+    "alibi_gqa_window_scale": block_dict(d_model=24, n_heads=6, n_kv_heads=3, d_ff=16, alibi=True, sliding_window=3,
+                                         attention_scale=0.4),
 }
 
 
@@ -290,6 +295,12 @@ MODEL_CASES = {
         block_dict(d_model=16, n_heads=4, n_kv_heads=1, d_ff=24, rope=True, activation="geglu", norm="rmsnorm",
                    bias=False, norm_unit_offset=True, sliding_window=3),
         dict(MODEL_BASE, positions="rope", tie_embeddings=True, embedding_multiplier=4.0)),
+    "bloom_like_alibi_embedding_norm": (
+        block_dict(d_model=18, n_heads=3, d_ff=24), dict(MODEL_BASE, positions="alibi", tie_embeddings=True,
+                                                          embedding_norm=True)),
+    "embedding_rmsnorm_learned": (
+        block_dict(d_model=16, n_heads=4, d_ff=24, norm="rmsnorm", bias=False),
+        dict(MODEL_BASE, positions="learned", tie_embeddings=False, embedding_norm=True)),
     "olmo_like_parameter_free_norms_clip": (
         block_dict(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, rope=True, activation="swiglu", norm="layernorm",
                    bias=False, norm_scale=False, clip_qkv=0.4),
@@ -371,7 +382,8 @@ def test_model_last_token_change_leaves_prefix_bit_identical(name):
 # ------------------------------------------------------------------------- K/V cache
 
 CACHE_BLOCKS = ["base_gelu_tanh_pre_layernorm", "rope_full", "rope_half_dh8", "mqa_4_1",
-                "post_norm", "parallel", "combo_gqa_rope_swiglu_rms_parallel", "olmo_parameter_free_norms_clip_qkv"]
+                "post_norm", "parallel", "combo_gqa_rope_swiglu_rms_parallel", "olmo_parameter_free_norms_clip_qkv",
+                "alibi_6_heads", "alibi_gqa_window_scale"]
 
 
 def _run_block_chunks(blk, x, chunk):
@@ -403,7 +415,8 @@ def test_block_incremental_decoding_matches_full(name, chunk):
 
 @pytest.mark.parametrize("chunk", [1, 2])
 @pytest.mark.parametrize("name", ["learned_offset2_tied", "sinusoidal_untied",
-                                  "rope_gqa_swiglu_rms_untied", "olmo_like_parameter_free_norms_clip"])
+                                  "rope_gqa_swiglu_rms_untied", "olmo_like_parameter_free_norms_clip",
+                                  "bloom_like_alibi_embedding_norm"])
 def test_model_incremental_decoding_matches_full(name, chunk):
     bd, md = MODEL_CASES[name]
     B, T = 2, 7
@@ -426,7 +439,8 @@ def test_model_incremental_decoding_matches_full(name, chunk):
 
 @pytest.mark.parametrize("table_rows", [1, 3])
 @pytest.mark.parametrize("name", ["base_gelu_tanh_pre_layernorm",
-                                  "combo_gqa_rope_swiglu_rms_parallel", "olmo_parameter_free_norms_clip_qkv"])
+                                  "combo_gqa_rope_swiglu_rms_parallel", "olmo_parameter_free_norms_clip_qkv",
+                                  "alibi_6_heads", "alibi_gqa_window_scale"])
 def test_block_chunked_attention_matches_reference(name, table_rows, shared_tiles):
     """blockcli computes attention in tiles that never hold the full table, shared among threads.
     Force small tiles and compare, full and cached."""

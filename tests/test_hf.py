@@ -443,6 +443,7 @@ OLMO_1B = {  # https://huggingface.co/allenai/OLMo-1B-hf/blob/main/config.json
     "rope_theta": 10000.0, "tie_word_embeddings": True, "torch_dtype": "float32",
     "transformers_version": "4.40.0.dev0", "use_cache": True, "vocab_size": 50304,
 }
+BLOOM_560M = {'apply_residual_connection_post_layernorm': False, 'architectures': ['BloomForCausalLM'], 'attention_dropout': 0.0, 'attention_softmax_in_fp32': True, 'bias_dropout_fusion': True, 'bos_token_id': 1, 'eos_token_id': 2, 'hidden_dropout': 0.0, 'hidden_size': 1024, 'initializer_range': 0.02, 'layer_norm_epsilon': 1e-05, 'masked_softmax_fusion': True, 'model_type': 'bloom', 'n_head': 16, 'n_inner': None, 'n_layer': 24, 'offset_alibi': 100, 'pad_token_id': 3, 'pretraining_tp': 1, 'skip_bias_add': True, 'skip_bias_add_qkv': False, 'slow_but_exact': False, 'transformers_version': '4.24.0', 'unk_token_id': 0, 'use_cache': True, 'vocab_size': 250880}  # https://huggingface.co/bigscience/bloom-560m/blob/main/config.json
 # Falcon-40B's shape (tiiuae/falcon-40b config.json): the new decoder architecture, GQA 128/8
 FALCON_40B = {**FALCON_7B, "hidden_size": 8192, "num_attention_heads": 128, "num_kv_heads": 8,
                              "num_hidden_layers": 60, "new_decoder_architecture": True}
@@ -479,6 +480,8 @@ CASES = [
     pytest.param(FALCON_7B, "falcon-7b", 6_921_720_704, id="falcon-7b"),
     # transformers OlmoForCausalLM on the meta device (tests/test_presets.py).
     pytest.param(OLMO_1B, "olmo-1b", 1_176_764_416, id="olmo-1b"),
+    # transformers BloomForCausalLM on the meta device (tests/test_presets.py); the model card's figure.
+    pytest.param(BLOOM_560M, "bloom-560m", 559_214_592, id="bloom-560m"),
 ]
 
 
@@ -1348,3 +1351,21 @@ def test_olmo_norms_have_no_parameters_and_clip_qkv_maps(tmp_path: Path) -> None
 def test_olmo_clip_qkv_that_is_no_bound_is_refused(tmp_path: Path, value: Any) -> None:
     message = hf_error(write_json(tmp_path, with_fields(OLMO_1B, clip_qkv=value)))
     assert "clip_qkv" in message
+
+
+# --------------------------------------------------------------------------- BLOOM
+
+
+def test_bloom_maps_alibi_and_the_embedding_norm(tmp_path: Path) -> None:
+    config = load_config(write_json(tmp_path, BLOOM_560M))
+    assert (config.model.positions, config.block.alibi, config.block.rope, config.model.embedding_norm) == \
+        ("alibi", True, 0.0, True)
+    assert (config.block.d_ff, config.block.activation, config.block.placement) == (4 * 1024, "gelu_tanh", "pre")
+    # the legacy names of BLOOM's first checkpoints map the same way
+    legacy = with_fields(BLOOM_560M, hidden_size=_DROP, n_embed=1024, n_head=_DROP, num_attention_heads=16)
+    assert load_config(write_json(tmp_path, legacy, "legacy.json")).block == config.block
+
+
+def test_bloom_residual_after_the_norm_is_refused(tmp_path: Path) -> None:
+    message = hf_error(write_json(tmp_path, with_fields(BLOOM_560M, apply_residual_connection_post_layernorm=True)))
+    assert "apply_residual_connection_post_layernorm" in message and "\n" not in message

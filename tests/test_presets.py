@@ -11,7 +11,7 @@ For every preset in blockcli/presets/ four things must agree:
 
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
-time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 29
+time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 30
 totals below were also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
@@ -170,6 +170,16 @@ def olmo_total(*, d: int, L: int, V: int, ff: int) -> int:
     attn = 4 * d * d  # q, k, v, o (MHA, attention_bias false)
     mlp = 3 * d * ff  # gate, up, down
     return V * d + L * (attn + mlp)  # embed_tokens + blocks; no norm parameters anywhere
+
+
+def bloom_total(*, d: int, L: int, V: int) -> int:
+    """BloomForCausalLM: word_embeddings + word_embeddings_layernorm (weight, bias), pre-LN blocks with biases
+    everywhere (query_key_value 3·d wide, dense, dense_h_to_4h / dense_4h_to_h at 4·d), ln_f; ALiBi has no
+    parameters; lm_head tied to word_embeddings."""
+    attn = linear(d, 3 * d, True) + linear(d, d, True)
+    mlp = linear(d, 4 * d, True) + linear(4 * d, d, True)
+    block = 2 * d + attn + 2 * d + mlp  # input_layernorm, attention, post_attention_layernorm, MLP
+    return V * d + 2 * d + L * block + 2 * d
 
 
 def falcon_7b_total(*, d: int, L: int, V: int, n_heads: int) -> int:
@@ -418,6 +428,16 @@ CASES = [
         # https://huggingface.co/allenai/OLMo-1B-hf/blob/main/config.json (sum of numel; tied head); the model
         # card's "1B" (1.18B).
         id="olmo-1b[transformers OlmoForCausalLM on meta=1176764416]",
+    ),
+    pytest.param(
+        "bloom-560m", 559_214_592,
+        bloom_total(d=1024, L=24, V=250880),
+        {"d_model": 1024, "n_heads": 16, "d_ff": 4096, "n_layers": 24, "vocab_size": 250880, "positions": "alibi",
+         "embedding_norm": True},
+        # transformers 5.24 BloomForCausalLM instantiated on the meta device from
+        # https://huggingface.co/bigscience/bloom-560m/blob/main/config.json (sum of numel; tied head); the model
+        # card's "559,214,592 parameters".
+        id="bloom-560m[transformers BloomForCausalLM on meta=559214592]",
     ),
     pytest.param(
         "starcoder", 15_517_456_384,

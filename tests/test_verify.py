@@ -37,10 +37,13 @@ MEANT = {
     "mask-hides-diagonal": {4, 9}, "no-mask": {4, 8}, "missing-wo": {5}, "heads-wrong-order": {5},
     "residual-broadcast": {6, 8}, "norm-time-axis": {7, 8}, "norm-batch-axis": {7},
     "unscaled-scores": {12}, "softmax-no-max": {17}, "count-forgets-biases": {10}, "rope-wrong-layout": {12},
+    "alibi-naive-slopes": {12},
 }
 # A bug that cannot show in the default config (RoPE off) is tried on one where it can.
 SUBJECT = {"rope-wrong-layout": {"block": {"d_model": 64, "n_heads": 4, "d_ff": 96, "rope": True,
-                                           "rope_layout": "interleaved"}}}
+                                           "rope_layout": "interleaved"}},
+           # 6 heads: BLOOM's rule and the naive 2^(-8i/h) disagree on every slope
+           "alibi-naive-slopes": {"block": {"d_model": 48, "n_heads": 6, "d_ff": 96, "alibi": True}}}
 # Items a bug cannot touch: structure (1), the output shape (14), the count (10) for bugs in the
 # forward pass, and float32 agreement (13) for every bug whose output stays finite.
 UNTOUCHED = {name: {1, 14} | ({10} if name != "count-forgets-biases" else set())
@@ -101,9 +104,10 @@ def test_mutant_matrix_and_listing():
     assert result.exit_code == 0
     data = json.loads(result.stdout)
     rows = {m["name"]: set(m["caught_by"]) for m in data["mutants"]}
-    assert [m["name"] for m in data["not_applicable"]] == ["rope-wrong-layout"]  # the default block has no RoPE
+    # the default block has neither RoPE nor ALiBi
+    assert [m["name"] for m in data["not_applicable"]] == ["rope-wrong-layout", "alibi-naive-slopes"]
     for name, meant in MEANT.items():
-        assert name == "rope-wrong-layout" or meant <= rows[name]
+        assert name in SUBJECT or meant <= rows[name]
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
