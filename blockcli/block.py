@@ -745,11 +745,18 @@ class Model:
         if m.positions == "learned" and start + T > m.max_positions:
             raise InputError(f"input: sequence of {start + T} tokens exceeds model.max_positions={m.max_positions}")
         wte = self.params["wte"]
-        tokens = wte[ids]  # (B, T, d)
+        tokens = wte[ids]  # (B, T, d), or (B, T, e) when projected in
         if m.embedding_multiplier != 1.0:  # in the run's dtype, as the reference implementations do
             tokens *= np.asarray(m.embedding_multiplier, dtype=tokens.dtype)
-        rec("tok_emb", "token embedding" + (f" × {m.embedding_multiplier:g}" if m.embedding_multiplier != 1.0 else ""),
+        narrow = "proj_in" in self.params  # OPT-350m: e-wide embeddings, projected in to d
+        rec("tok_emb_e" if narrow else "tok_emb",
+            "token embedding" + (f" × {m.embedding_multiplier:g}" if m.embedding_multiplier != 1.0 else ""),
             tokens, (ids, wte), kind="gather", params=("wte",))
+        if narrow:
+            wide = F.linear(tokens, self.params["proj_in"], None)  # (B, T, d)
+            rec("tok_emb", "project in (e → d)", wide, (tokens, self.params["proj_in"]), kind="linear",
+                params=("proj_in",))
+            tokens = wide
         if m.positions == "learned":
             table = self.params["wpe"][positions + m.position_offset]  # (T, d)
             x = tokens + table  # (B, T, d)
@@ -773,6 +780,11 @@ class Model:
             normed = self.ln_f(x)  # (B, T, d)
             rec("ln_f_out", "final norm", normed, (x,), kind=self.config.block.norm, params=("ln_f_gamma", "ln_f_beta"))
             x = normed
+        if "proj_out" in self.params:  # OPT-350m: back to the embeddings' width e
+            narrow = F.linear(x, self.params["proj_out"], None)  # (B, T, e)
+            rec("proj_out", "project out (d → e)", narrow, (x, self.params["proj_out"]), kind="linear",
+                params=("proj_out",))
+            x = narrow
         if self.model_config.tie_embeddings:
             w = self.params["wte"].T  # (d, V): the embedding table reused
             params: tuple[str, ...] = ("wte (tied)",)

@@ -141,6 +141,13 @@ class ModelConfig:
     embedding_multiplier: float = 1.0  # token embeddings are multiplied by this (Gemma: sqrt(d_model))
     logit_multiplier: float = 1.0  # logits times this (Cohere's logit_scale; Granite: 1 / logits_scaling)
     embedding_norm: bool = False  # a norm of the block's kind on the embeddings before the first block (BLOOM)
+    embedding_dim: int = 0  # e: token embeddings e wide, projected in to d and out again (OPT-350m); 0 is d_model
+
+
+def projected_width(model: ModelConfig | None, d_model: int) -> int:
+    """e, the width of the token embeddings and the LM head's input: model.embedding_dim when it
+    differs from d_model (OPT-350m's word_embed_proj_dim, with project_in / project_out), else 0."""
+    return model.embedding_dim if model is not None and model.embedding_dim not in (0, d_model) else 0
 
 
 @dataclass(frozen=True)
@@ -618,7 +625,7 @@ def _parse_rope_scaling(value: Any) -> RopeScaling | None:
 def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
     fields = ("n_layers", "vocab_size", "positions", "max_positions", "position_offset",
               "tie_embeddings", "final_norm", "lm_head_bias", "embedding_multiplier",
-              "logit_multiplier", "embedding_norm")
+              "logit_multiplier", "embedding_norm", "embedding_dim")
     _check_keys(data, fields, "model.")
     p = "model"
     return ModelConfig(
@@ -633,6 +640,7 @@ def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
         embedding_multiplier=_float(data, "embedding_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
         logit_multiplier=_float(data, "logit_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
         embedding_norm=_bool(data, "embedding_norm", p, False),
+        embedding_dim=_int(data, "embedding_dim", p, 0, minimum=0),
     )
 
 

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from blockcli.config import BlockConfig, Config
+from blockcli.config import BlockConfig, Config, projected_width
 from blockcli.shapes import block_parameter_shapes, model_parameter_shapes
 
 # A polynomial: monomial (sorted tuple of symbols) → integer coefficient.
@@ -252,7 +252,7 @@ def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[s
             if found != expected:
                 mismatches.append(f"layer {i} {row.name}: formula {expected:,} vs checkpoint {found:,}")
     for c in result.components:
-        if c.name.startswith(("embed.", "final_norm", "lm_head")):
+        if c.name.startswith(("embed.", "final_norm", "lm_head")):  # lm_head.project_out too
             covered.update(c.keys)
             found = sum(stored.get(k, 0) for k in c.keys)
             if found != c.count:
@@ -270,8 +270,12 @@ def _model_rows(config: Config, block: tuple[Poly, Poly],
     block_poly = block[0] + block[1]
     block_w, block_b = (evaluate(p, values) * m.n_layers for p in block)
     d = b.d_model
-    rows = [Component("embed.tokens", "token embedding", str((m.vocab_size, d)),
-                      m.vocab_size * d, 0, "V·d", ("wte",))]
+    e = projected_width(m, d)  # OPT-350m: embeddings e wide, with project_in (e, d) and project_out (d, e)
+    rows = [Component("embed.tokens", "token embedding", str((m.vocab_size, e or d)),
+                      m.vocab_size * (e or d), 0, "V·e" if e else "V·d", ("wte",))]
+    if e:
+        rows.append(Component("embed.project_in", f"project in (e = {e:,} → d)", str((e, d)), e * d, 0, "e·d",
+                              ("proj_in",)))
     pos = 0
     if m.positions == "learned":
         P = m.max_positions + m.position_offset
@@ -284,18 +288,22 @@ def _model_rows(config: Config, block: tuple[Poly, Poly],
                           f"L·({render(block_poly)})", kind="subtotal"))
     if m.final_norm:
         rows.append(_model_norm("final_norm", "final", "ln_f", b))
+    if e:
+        rows.append(Component("lm_head.project_out", f"project out (d → e = {e:,})", str((d, e)), d * e, 0, "d·e",
+                              ("proj_out",)))
     head_bias = m.vocab_size if m.lm_head_bias else 0
+    width, symbol = (e, "e") if e else (d, "d")
     if m.tie_embeddings:
-        rows.append(Component("lm_head", "LM head (tied to token embedding)", str((d, m.vocab_size)),
+        rows.append(Component("lm_head", "LM head (tied to token embedding)", str((width, m.vocab_size)),
                               0, head_bias, "0 (tied)" + (" + V" if head_bias else ""), ("lm_head_bias",),
                               kind="tied"))
     else:
-        rows.append(Component("lm_head", "LM head", str((d, m.vocab_size)), d * m.vocab_size, head_bias,
-                              "d·V" + (" + V" if head_bias else ""), ("lm_head", "lm_head_bias")))
+        rows.append(Component("lm_head", "LM head", str((width, m.vocab_size)), width * m.vocab_size, head_bias,
+                              f"{symbol}·V" + (" + V" if head_bias else ""), ("lm_head", "lm_head_bias")))
     weights = sum(r.weights for r in rows)
     biases = sum(r.biases for r in rows)
     total = weights + biases
-    embeddings = m.vocab_size * d + pos
+    embeddings = m.vocab_size * (e or d) + pos
     rows.append(Component("total", "model total", "", weights, biases, "", kind="total"))
     rows.append(Component("non_embedding", "non-embedding total", "", weights - embeddings, biases,
                           "total − token − position embeddings", kind="total"))

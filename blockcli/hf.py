@@ -17,7 +17,7 @@ The rule for every key of the JSON object is one of three, and never "silently d
    and dropout rates, which only act in training; blockcli's presets describe the model in
    eval mode, so `block.dropout` stays 0). Each family has an explicit allow-list;
 3. **an error**: anything else, including a known field at a value blockcli cannot express
-   (`rope_scaling` not null, `word_embed_proj_dim != hidden_size`, an exact-erf gated GELU,
+   (`rope_scaling` of an unknown type, an exact-erf gated GELU,
    `layer_norm_elementwise_affine: false`, ...), and any key this module does not know.
    The message names the field: ``<file>: field 'rope_scaling' = {...} cannot be represented
    in blockcli's schema (why)``.
@@ -32,6 +32,9 @@ Sliding-window attention (Mistral `sliding_window`; Qwen2 with `use_sliding_wind
 the last W keys, itself included. A window at least `max_position_embeddings` wide can never bind
 and is dropped. A window on some layers only (Qwen2's `max_window_layers`, mixed `layer_types`)
 is an error: blockcli's layers are all alike.
+
+OPT-350m's `word_embed_proj_dim` (≠ hidden_size) is `model.embedding_dim`: embeddings that wide,
+projected in to hidden_size and out again by bias-free matrices.
 
 Gemma multiplies token embeddings by sqrt(hidden_size) (`model.embedding_multiplier`) and its
 RMSNorm scales by (1 + w) (`block.norm_unit_offset`).
@@ -526,11 +529,7 @@ def _opt(f: _Fields) -> tuple[dict, dict]:
     d = f.int("hidden_size")
     heads = f.int("num_attention_heads")
     head_dim = _divides(f, "hidden_size", d, "num_attention_heads", heads)
-    proj = f.int("word_embed_proj_dim", d)
-    if proj != d:
-        raise f.unrepresentable("word_embed_proj_dim", proj, f"OPT then adds project_in/project_out matrices "
-                                                             f"between {proj} and hidden_size {d}; blockcli's "
-                                                             f"embeddings have width d_model")
+    proj = f.int("word_embed_proj_dim", d)  # != hidden_size: project_in / project_out (OPT-350m)
     f.neutral("layer_norm_elementwise_affine", True, "blockcli's LayerNorms always have a scale gamma")
     pre = f.bool("do_layer_norm_before", True)
     remove_final = f.bool("_remove_final_layer_norm", False)
@@ -545,6 +544,8 @@ def _opt(f: _Fields) -> tuple[dict, dict]:
     }
     model = _model(f.int("num_hidden_layers"), f.int("vocab_size"), "learned", f.int("max_position_embeddings"),
                    f.bool("tie_word_embeddings", True), final_norm=pre and not remove_final, position_offset=2)
+    if proj != d:
+        model["embedding_dim"] = proj
     return block, model
 
 

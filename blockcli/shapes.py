@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from blockcli.config import BlockConfig, Config
+from blockcli.config import BlockConfig, Config, projected_width
 
 Shape = tuple[int, ...]
 
@@ -61,8 +61,10 @@ def model_parameter_shapes(config: Config) -> dict[str, Shape]:
     """Every parameter of the model: embeddings, blocks.{i}.*, final norm, LM head."""
     model, block = config.model, config.block
     assert model is not None
-    d = block.d_model
-    shapes: dict[str, Shape] = {"wte": (model.vocab_size, d)}
+    d, e = block.d_model, projected_width(model, block.d_model)
+    shapes: dict[str, Shape] = {"wte": (model.vocab_size, e or d)}
+    if e:  # OPT-350m: embeddings e wide, projected in to d before the positions are added
+        shapes["proj_in"] = (e, d)
     if model.positions == "learned":
         shapes["wpe"] = (model.max_positions + model.position_offset, d)
     if model.embedding_norm:
@@ -71,8 +73,10 @@ def model_parameter_shapes(config: Config) -> dict[str, Shape]:
         shapes.update({f"blocks.{i}.{k}": s for k, s in block_parameter_shapes(block).items()})
     if model.final_norm:
         shapes.update(norm_shapes("ln_f", d, block))
+    if e:  # and projected out to e after the final norm
+        shapes["proj_out"] = (d, e)
     if not model.tie_embeddings:
-        shapes["lm_head"] = (d, model.vocab_size)
+        shapes["lm_head"] = (e or d, model.vocab_size)
     if model.lm_head_bias:
         shapes["lm_head_bias"] = (model.vocab_size,)
     return shapes

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from blockcli.config import BlockConfig, Config, InputError
+from blockcli.config import BlockConfig, Config, InputError, projected_width
 
 DTYPE_BITS = {"float64": 64, "float32": 32, "bfloat16": 16, "float16": 16, "float8": 8, "int8": 8, "int4": 4}
 OPTIMIZERS = ("adamw", "sgd", "sgd-momentum")
@@ -56,12 +56,13 @@ class Dims:
     V: int
     gated: bool
     window: int = 0  # sliding window W: a query sees at most W keys (0: all earlier ones)
+    e: int = 0  # OPT-350m's embedding width when the head reads e, not d, features (0: d)
 
     @classmethod
     def of(cls, config: Config) -> "Dims":
         b, m = config.block, config.model
         return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, b.d_ff,
-                   m.vocab_size if m else 0, b.gated, b.sliding_window)
+                   m.vocab_size if m else 0, b.gated, b.sliding_window, projected_width(m, b.d_model))
 
     def keys_seen(self, T: int) -> int:
         """Keys a query at context T attends to, and tokens a K/V cache must keep: T, or W with a window."""
@@ -70,11 +71,13 @@ class Dims:
 
 def matmul_weights(dims: Dims) -> tuple[int, int]:
     """(per layer, LM head) matrix weights one token is multiplied by: Q, K, V, O and the MLP's two or
-    three matrices, and the d·V head (tied or not, it is a product). A mixture of experts would count
-    its router and the k routed experts here: the active parameters, not all of them."""
+    three matrices, and the d·V head (tied or not, it is a product), or e·V with OPT-350m's project in and
+    out (d·e each). A mixture of experts would count its router and the k routed experts here: the active
+    parameters, not all of them."""
     q, kv = dims.h * dims.d_h, dims.h_kv * dims.d_h
     mlp = (3 if dims.gated else 2) * dims.d * dims.d_ff
-    return dims.d * (q + 2 * kv) + q * dims.d + mlp, dims.d * dims.V
+    head = dims.e * dims.V + 2 * dims.d * dims.e if dims.e else dims.d * dims.V
+    return dims.d * (q + 2 * kv) + q * dims.d + mlp, head
 
 
 def score_pairs(T: int, causal: bool, window: int = 0) -> int:

@@ -93,6 +93,8 @@ OPT = TensorMap("model.", (
     _t("blocks.{i}.b_2", "decoder.layers.{i}.fc2.bias"),
     _t("ln_f_gamma", "decoder.final_layer_norm.weight"),
     _t("ln_f_beta", "decoder.final_layer_norm.bias"),
+    _t("proj_in", "decoder.project_in.weight", LINEAR),  # word_embed_proj_dim != hidden_size (OPT-350m)
+    _t("proj_out", "decoder.project_out.weight", LINEAR),
     _t("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
 

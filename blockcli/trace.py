@@ -23,7 +23,7 @@ import numpy as np
 
 from blockcli.block import (DecoderBlock, Model, attention_tile, block_parameter_shapes, blocked_label,
                             full_table, logits_label, model_parameter_shapes, scores_label)
-from blockcli.config import Config, InputError
+from blockcli.config import Config, InputError, projected_width
 from blockcli.parallel import worker_count
 
 # Per-element FLOPs of the elementwise operations (a convention, stated in the README).
@@ -45,7 +45,7 @@ SYMBOLIC = {
     "mlp_pre": "(B, T, d_ff)", "mlp_up": "(B, T, d_ff)", "mlp_act": "(B, T, d_ff)", "mlp_out": "(B, T, d)",
     "ln_f_out": "(B, T, d)", "logits": "(B, T, V)",
     "q_norm": "(B, h, T, d_h)", "k_norm": "(B, h_kv, T, d_h)",  # per head; over the projection, 3-D:
-    "alibi_scores": "(B, h, T, T)", "embed_norm": "(B, T, d)",
+    "alibi_scores": "(B, h, T, T)", "embed_norm": "(B, T, d)", "tok_emb_e": "(B, T, e)", "proj_out": "(B, T, e)",
     "q_clip": "(B, T, h·d_h)", "k_clip": "(B, T, h_kv·d_h)", "v_clip": "(B, T, h_kv·d_h)",
 }
 SYMBOLIC_PROJECTION_NORM = {"q_norm": "(B, T, h·d_h)", "k_norm": "(B, T, h_kv·d_h)"}
@@ -342,8 +342,14 @@ def analytic_trace(config: Config, attention: str = "auto") -> Trace:
     x = ShapeOnly((B, T), np.dtype(np.int64)) if m else S(B, T, d)
     rec = Recorder({k: math.prod(s) for k, s in shapes.items()}, pass_input=x)
     if m:
-        tokens = S(B, T, d)
-        rec("tok_emb", "token embedding", tokens, (x, S(m.vocab_size, d)), kind="gather", params=("wte",))
+        e = projected_width(m, d)
+        tokens = S(B, T, e or d)
+        rec("tok_emb_e" if e else "tok_emb", "token embedding", tokens, (x, S(m.vocab_size, e or d)), kind="gather",
+            params=("wte",))
+        if e:
+            wide = S(B, T, d)
+            rec("tok_emb", "project in (e → d)", wide, (tokens, S(e, d)), kind="linear", params=("proj_in",))
+            tokens = wide
         x = tokens
         if m.positions in ("learned", "sinusoidal"):
             x = S(B, T, d)
@@ -360,8 +366,12 @@ def analytic_trace(config: Config, attention: str = "auto") -> Trace:
             normed = S(B, T, d)
             rec("ln_f_out", "final norm", normed, (x,), kind=b.norm, params=("ln_f_gamma", "ln_f_beta"))
             x = normed
+        if e:
+            narrow = S(B, T, e)
+            rec("proj_out", "project out (d → e)", narrow, (x, S(d, e)), kind="linear", params=("proj_out",))
+            x = narrow
         names = ("wte (tied)",) if m.tie_embeddings else ("lm_head",)
-        rec("logits", logits_label(m), S(B, T, m.vocab_size), (x, S(d, m.vocab_size)), kind="linear",
+        rec("logits", logits_label(m), S(B, T, m.vocab_size), (x, S(e or d, m.vocab_size)), kind="linear",
             params=names + ("lm_head_bias",))
     else:
         _analytic_block(config, rec, S, chunked, x)

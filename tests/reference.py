@@ -133,6 +133,9 @@ def resolve_model(cfg):
         "logit_multiplier": float(cfg.get("logit_multiplier", 1.0)),
         # a norm (the blocks' kind, weights emb_ln_*) on the embeddings before the first block (BLOOM)
         "embedding_norm": bool(cfg.get("embedding_norm", False)),
+        # e != d_model: token embeddings (and the head's input) are e wide, with "proj_in" (e, d) after the
+        # lookup and "proj_out" (d, e) after the final norm, no biases (OPT-350m); 0 = d_model
+        "embedding_dim": int(cfg.get("embedding_dim", 0)),
     }
 
 
@@ -188,7 +191,10 @@ def model_param_shapes(block_cfg, model_cfg, rms_beta=False):
     b = resolve_block(block_cfg)
     m = resolve_model(model_cfg)
     d, V = b["d_model"], m["vocab_size"]
-    shapes = {"wte": (V, d)}
+    e = m["embedding_dim"] if m["embedding_dim"] not in (0, d) else 0
+    shapes = {"wte": (V, e or d)}
+    if e:
+        shapes["proj_in"] = (e, d)
     if m["positions"] == "learned":
         shapes["wpe"] = (m["max_positions"] + m["position_offset"], d)
     one = block_param_shapes(block_cfg, rms_beta=rms_beta)
@@ -205,8 +211,10 @@ def model_param_shapes(block_cfg, model_cfg, rms_beta=False):
             shapes["emb_ln_gamma"] = (d,)
         if _has_norm_beta(b, rms_beta):
             shapes["emb_ln_beta"] = (d,)
+    if e:
+        shapes["proj_out"] = (d, e)
     if not m["tie_embeddings"]:
-        shapes["lm_head"] = (d, V)
+        shapes["lm_head"] = (e or d, V)
     if m["lm_head_bias"]:
         shapes["lm_head_bias"] = (V,)
     return shapes
@@ -595,6 +603,8 @@ def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False):
         for t in range(T):
             tok = int(ids[bi, t])
             vec = np.array(wte[tok], dtype=np.float64) * m["embedding_multiplier"]
+            if "proj_in" in weights:
+                vec = linear_vec(vec, _w(weights, "proj_in", ""), None)
             if m["positions"] == "learned":
                 vec = vec + _w(weights, "wpe", "")[t + m["position_offset"]]
             elif m["positions"] == "sinusoidal":
@@ -608,6 +618,8 @@ def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False):
             vec = hs[t]
             if m["final_norm"]:
                 vec = _norm(b, weights, "ln_f", "", vec, rms_beta)
+            if "proj_out" in weights:
+                vec = linear_vec(vec, _w(weights, "proj_out", ""), None)
             if m["tie_embeddings"]:
                 row = np.array([float(np.dot(vec, wte[v])) for v in range(V)])
             else:

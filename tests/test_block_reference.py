@@ -301,6 +301,13 @@ MODEL_CASES = {
     "embedding_rmsnorm_learned": (
         block_dict(d_model=16, n_heads=4, d_ff=24, norm="rmsnorm", bias=False),
         dict(MODEL_BASE, positions="learned", tie_embeddings=False, embedding_norm=True)),
+    "opt_350m_like_projected_embeddings_post_norm": (
+        block_dict(d_model=16, n_heads=4, d_ff=24, placement="post", activation="relu"),
+        dict(MODEL_BASE, positions="learned", position_offset=2, tie_embeddings=True, final_norm=False,
+             embedding_dim=6)),
+    "projected_embeddings_untied_lm_bias": (
+        block_dict(d_model=16, n_heads=4, d_ff=24), dict(MODEL_BASE, positions="rope", tie_embeddings=False,
+                                                          lm_head_bias=True, embedding_dim=20)),
     "olmo_like_parameter_free_norms_clip": (
         block_dict(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, rope=True, activation="swiglu", norm="layernorm",
                    bias=False, norm_scale=False, clip_qkv=0.4),
@@ -416,7 +423,7 @@ def test_block_incremental_decoding_matches_full(name, chunk):
 @pytest.mark.parametrize("chunk", [1, 2])
 @pytest.mark.parametrize("name", ["learned_offset2_tied", "sinusoidal_untied",
                                   "rope_gqa_swiglu_rms_untied", "olmo_like_parameter_free_norms_clip",
-                                  "bloom_like_alibi_embedding_norm"])
+                                  "bloom_like_alibi_embedding_norm", "opt_350m_like_projected_embeddings_post_norm"])
 def test_model_incremental_decoding_matches_full(name, chunk):
     bd, md = MODEL_CASES[name]
     B, T = 2, 7

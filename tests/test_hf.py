@@ -443,7 +443,63 @@ OLMO_1B = {  # https://huggingface.co/allenai/OLMo-1B-hf/blob/main/config.json
     "rope_theta": 10000.0, "tie_word_embeddings": True, "torch_dtype": "float32",
     "transformers_version": "4.40.0.dev0", "use_cache": True, "vocab_size": 50304,
 }
-BLOOM_560M = {'apply_residual_connection_post_layernorm': False, 'architectures': ['BloomForCausalLM'], 'attention_dropout': 0.0, 'attention_softmax_in_fp32': True, 'bias_dropout_fusion': True, 'bos_token_id': 1, 'eos_token_id': 2, 'hidden_dropout': 0.0, 'hidden_size': 1024, 'initializer_range': 0.02, 'layer_norm_epsilon': 1e-05, 'masked_softmax_fusion': True, 'model_type': 'bloom', 'n_head': 16, 'n_inner': None, 'n_layer': 24, 'offset_alibi': 100, 'pad_token_id': 3, 'pretraining_tp': 1, 'skip_bias_add': True, 'skip_bias_add_qkv': False, 'slow_but_exact': False, 'transformers_version': '4.24.0', 'unk_token_id': 0, 'use_cache': True, 'vocab_size': 250880}  # https://huggingface.co/bigscience/bloom-560m/blob/main/config.json
+# https://huggingface.co/bigscience/bloom-560m/blob/main/config.json
+BLOOM_560M = {
+    'apply_residual_connection_post_layernorm': False,
+    'architectures': ['BloomForCausalLM'],
+    'attention_dropout': 0.0,
+    'attention_softmax_in_fp32': True,
+    'bias_dropout_fusion': True,
+    'bos_token_id': 1,
+    'eos_token_id': 2,
+    'hidden_dropout': 0.0,
+    'hidden_size': 1024,
+    'initializer_range': 0.02,
+    'layer_norm_epsilon': 1e-05,
+    'masked_softmax_fusion': True,
+    'model_type': 'bloom',
+    'n_head': 16,
+    'n_inner': None,
+    'n_layer': 24,
+    'offset_alibi': 100,
+    'pad_token_id': 3,
+    'pretraining_tp': 1,
+    'skip_bias_add': True,
+    'skip_bias_add_qkv': False,
+    'slow_but_exact': False,
+    'transformers_version': '4.24.0',
+    'unk_token_id': 0,
+    'use_cache': True,
+    'vocab_size': 250880,
+}
+# https://huggingface.co/facebook/opt-350m/blob/main/config.json
+OPT_350M = {
+    '_name_or_path': 'facebook/opt-350m',
+    '_remove_final_layer_norm': False,
+    'activation_dropout': 0.0,
+    'activation_function': 'relu',
+    'architectures': ['OPTForCausalLM'],
+    'attention_dropout': 0.0,
+    'bos_token_id': 2,
+    'do_layer_norm_before': False,
+    'dropout': 0.1,
+    'eos_token_id': 2,
+    'ffn_dim': 4096,
+    'hidden_size': 1024,
+    'init_std': 0.02,
+    'layerdrop': 0.0,
+    'max_position_embeddings': 2048,
+    'model_type': 'opt',
+    'num_attention_heads': 16,
+    'num_hidden_layers': 24,
+    'pad_token_id': 1,
+    'prefix': '</s>',
+    'torch_dtype': 'float16',
+    'transformers_version': '4.20.0.dev0',
+    'use_cache': True,
+    'vocab_size': 50272,
+    'word_embed_proj_dim': 512,
+}
 # Falcon-40B's shape (tiiuae/falcon-40b config.json): the new decoder architecture, GQA 128/8
 FALCON_40B = {**FALCON_7B, "hidden_size": 8192, "num_attention_heads": 128, "num_kv_heads": 8,
                              "num_hidden_layers": 60, "new_decoder_architecture": True}
@@ -482,6 +538,8 @@ CASES = [
     pytest.param(OLMO_1B, "olmo-1b", 1_176_764_416, id="olmo-1b"),
     # transformers BloomForCausalLM on the meta device (tests/test_presets.py); the model card's figure.
     pytest.param(BLOOM_560M, "bloom-560m", 559_214_592, id="bloom-560m"),
+    # transformers OPTForCausalLM on the meta device (tests/test_presets.py); the OPT paper's "350M".
+    pytest.param(OPT_350M, "opt-350m", 331_196_416, id="opt-350m"),
 ]
 
 
@@ -829,7 +887,6 @@ def test_hf_module_does_not_import_yaml() -> None:
     (MISTRAL_7B, "num_local_experts", 8),  # Mixtral-style MoE field
     (MISTRAL_7B, "num_experts_per_tok", 2),
     (QWEN2_05B, "attention_bias", True),  # not a Qwen2 field: unknown, so not guessed at
-    (OPT_125M, "word_embed_proj_dim", 512),  # OPT-350m
     (OPT_125M, "layer_norm_elementwise_affine", False),
     (GPT2, "scale_attn_by_inverse_layer_idx", True),
     (GPT2, "add_cross_attention", True),
@@ -1369,3 +1426,16 @@ def test_bloom_maps_alibi_and_the_embedding_norm(tmp_path: Path) -> None:
 def test_bloom_residual_after_the_norm_is_refused(tmp_path: Path) -> None:
     message = hf_error(write_json(tmp_path, with_fields(BLOOM_560M, apply_residual_connection_post_layernorm=True)))
     assert "apply_residual_connection_post_layernorm" in message and "\n" not in message
+
+
+# --------------------------------------------------------------------------- OPT-350m
+
+
+def test_opt_word_embed_proj_dim_maps_to_projected_embeddings(tmp_path: Path) -> None:
+    config = load_config(write_json(tmp_path, OPT_350M))
+    assert (config.model.embedding_dim, config.block.placement, config.model.final_norm) == (512, "post", False)
+    # the same width as hidden_size is no projection at all: OPT-125m's configs say 768 and 768
+    same = load_config(write_json(tmp_path, with_fields(OPT_350M, word_embed_proj_dim=1024), "same.json"))
+    d, e, V = 1024, 512, 50272
+    # the narrow table and the two projections against a d-wide table
+    assert count_parameters(config).total - count_parameters(same).total == V * e + 2 * d * e - V * d

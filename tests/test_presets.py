@@ -11,7 +11,7 @@ For every preset in blockcli/presets/ four things must agree:
 
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
-time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 30
+time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 31
 totals below were also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
@@ -59,6 +59,14 @@ def opt_total(*, d: int, L: int, V: int, ff: int, n_pos: int, pos_offset: int) -
         + 2 * d                    # final_layer_norm (per block)
     )
     return V * d + (n_pos + pos_offset) * d + L * block + 2 * d  # + decoder.final_layer_norm
+
+
+def opt_350m_total(*, d: int, e: int, L: int, V: int, ff: int, n_pos: int, pos_offset: int) -> int:
+    """OPTForCausalLM with do_layer_norm_before false and word_embed_proj_dim e != d: embed_tokens (V, e),
+    embed_positions (n_pos + 2, d), project_in (d, e) and project_out (e, d) nn.Linear without bias, the same
+    blocks as opt_total, no decoder.final_layer_norm; lm_head (e -> V) tied to embed_tokens."""
+    block = 4 * linear(d, d, True) + 2 * d + linear(d, ff, True) + linear(ff, d, True) + 2 * d
+    return V * e + (n_pos + pos_offset) * d + 2 * e * d + L * block
 
 
 def neox_total(*, d: int, L: int, V: int, ff: int) -> int:
@@ -438,6 +446,16 @@ CASES = [
         # https://huggingface.co/bigscience/bloom-560m/blob/main/config.json (sum of numel; tied head); the model
         # card's "559,214,592 parameters".
         id="bloom-560m[transformers BloomForCausalLM on meta=559214592]",
+    ),
+    pytest.param(
+        "opt-350m", 331_196_416,
+        opt_350m_total(d=1024, e=512, L=24, V=50272, ff=4096, n_pos=2048, pos_offset=2),
+        {"d_model": 1024, "n_heads": 16, "d_ff": 4096, "n_layers": 24, "vocab_size": 50272, "embedding_dim": 512,
+         "placement": "post", "final_norm": False},
+        # transformers 5.24 OPTForCausalLM instantiated on the meta device from
+        # https://huggingface.co/facebook/opt-350m/blob/main/config.json (sum of numel; tied head); the OPT
+        # paper's "350M".
+        id="opt-350m[transformers OPTForCausalLM on meta=331196416]",
     ),
     pytest.param(
         "starcoder", 15_517_456_384,
