@@ -107,9 +107,8 @@ def init_parameters(shapes: Mapping[str, Shape], seed: int, dtype: str) -> dict[
     return params
 
 
-def check_parameters(given: Mapping[str, Any], shapes: Mapping[str, Shape], dtype: str,
-                     source: str) -> dict[str, Array]:
-    """Match user weights to the declared shapes: every key present, no extras, shapes exact."""
+def check_keys(given: Mapping[str, Any], shapes: Mapping[str, Shape], source: str) -> None:
+    """Every declared key present in `given`, and nothing else."""
     missing = [k for k in shapes if k not in given]
     if missing:
         raise InputError(f"{source}: missing weight '{missing[0]}' (expected shape {shapes[missing[0]]})"
@@ -118,6 +117,12 @@ def check_parameters(given: Mapping[str, Any], shapes: Mapping[str, Shape], dtyp
     if extra:
         raise InputError(f"{source}: unexpected weight '{extra[0]}' for this config "
                          f"(expected keys: {', '.join(shapes)})")
+
+
+def check_parameters(given: Mapping[str, Any], shapes: Mapping[str, Shape], dtype: str,
+                     source: str) -> dict[str, Array]:
+    """Match user weights to the declared shapes: every key present, no extras, shapes exact."""
+    check_keys(given, shapes, source)
     params = {}
     for key, shape in shapes.items():
         value = np.asarray(given[key])
@@ -367,7 +372,7 @@ class MultiHeadAttention:
         rec("k", "split heads K", k, (k_flat,), kind="reshape")
         v = ops.split_heads(v_flat, h_kv)  # (B, h_kv, T, d_h)
         rec("v", "split heads V", v, (v_flat,), kind="reshape")
-        if cfg.qk_norm == "head":  # Qwen3, Gemma 3: each head's d_h features, before RoPE
+        if cfg.qk_norm in ("head", "each_head"):  # Qwen3, Gemma 3 (Command R+: each head its own weights), before RoPE
             q, k = self._qk_norm(q, k, rec)  # (B, h, T, d_h), (B, h_kv, T, d_h)
 
         if cfg.rope:
@@ -403,6 +408,16 @@ class MultiHeadAttention:
         cfg, p = self.cfg, self.p
         out = []
         for name, a in (("q", q), ("k", k)):
+            if cfg.qk_norm == "each_head":  # weights (heads, d_h): broadcast over (B, heads, T, d_h)
+                fn = self.ops.layer_norm if cfg.norm == "layernorm" else self.ops.rms_norm
+                gamma, beta = p.get(f"{name}_norm_gamma"), p.get(f"{name}_norm_beta")
+                scale = norm_scale(gamma, cfg.norm_unit_offset)
+                normed = fn(a, scale[:, None, :] if gamma is not None else scale,
+                            None if beta is None else beta[:, None, :], cfg.norm_eps)
+                rec(f"{name}_norm", f"{name.upper()} norm", normed, (a,), kind=cfg.norm,
+                    params=(f"{name}_norm_gamma", f"{name}_norm_beta"))
+                out.append(normed)
+                continue
             norm = Norm(cfg.norm, p.get(f"{name}_norm_gamma"), p.get(f"{name}_norm_beta"), cfg.norm_eps, self.ops,
                         cfg.norm_unit_offset)
             normed = norm(a)  # same shape as a
@@ -432,6 +447,8 @@ class MultiHeadAttention:
             scores = self.ops.attention_scores(q, k_all)  # (B, h, T_q, T_k)
             if self.cfg.attention_scale:  # an override of 1/√d_h (Granite's attention_multiplier)
                 scores *= np.asarray(self.cfg.attention_scale * math.sqrt(q.shape[-1]), dtype=scores.dtype)
+            if self.cfg.softmax_mscale != 1.0:  # DeepSeek's yarn mscale, squared, on the softmax scale
+                scores *= np.asarray(self.cfg.softmax_mscale ** 2, dtype=scores.dtype)
             rec("scores", scores_label(self.cfg), scores, (q, k), kind="matmul")
             if self.cfg.alibi:  # BLOOM: each head's slope times the distance to each key, unscaled
                 biased = scores + F.alibi_bias(self.ops.alibi_slopes(h), T_q, T_k, start, scores.dtype)
@@ -462,13 +479,13 @@ class MultiHeadAttention:
         head without copying it.
         """
         B, h, T, d_h = q.shape
-        h_kv, T_k = k.shape[1], k.shape[2]
+        h_kv, T_k, d_v = k.shape[1], k.shape[2], v.shape[-1]  # d_v: the values' width (d_h but under MLA)
         group = h // h_kv
         dtype = np.result_type(q, k)
         qs = np.multiply(q, self.cfg.score_scale, dtype=dtype, order="C").reshape(B, h_kv, group, T, d_h)
         # a tile's keys in one run of memory, not rows strided through the QKV output (15% faster at L)
         k, v = _rows_contiguous(k), _rows_contiguous(v)  # (B, h_kv, T_k, d_h) each
-        out = np.empty((B, T, h_kv, group, d_h), dtype=dtype)  # written in the combined-heads layout
+        out = np.empty((B, T, h_kv, group, d_v), dtype=dtype)  # written in the combined-heads layout
         rows, heads = attention_tile(h, h_kv, T, T_k, q.itemsize, self.tile_bytes)
         future = np.triu(np.full((rows, rows), -np.inf, dtype=dtype), k=1)  # (C, C)
         window = self.cfg.sliding_window
@@ -500,9 +517,9 @@ class MultiHeadAttention:
                 s -= s.max(axis=-1, keepdims=True)
                 np.exp(s, out=s)
                 total = s.sum(axis=-1, keepdims=True)  # (n, g·C, 1)
-                mixed = s @ v[b, kv, first:last]  # (n, g·C, d_h)
+                mixed = s @ v[b, kv, first:last]  # (n, g·C, d_v)
                 mixed /= total
-                out[b, lo:hi, kv] = mixed.reshape(n, group, c, d_h).transpose(2, 0, 1, 3)
+                out[b, lo:hi, kv] = mixed.reshape(n, group, c, d_v).transpose(2, 0, 1, 3)
 
         def cost(tile: tuple[int, int, int]) -> int:
             first, last = keys(tile[2], min(T, tile[2] + rows))
@@ -510,8 +527,98 @@ class MultiHeadAttention:
 
         tiles = [(b, g, lo) for b in range(B) for g in range(0, h_kv, heads) for lo in range(0, T, rows)]
         share_out(run, tiles, cost=cost,
-                  work=2 * B * h * T * (start + T / 2) * d_h)  # Q·Kᵀ and weights·V, causal half
-        return out.reshape(B, T, h, d_h).transpose(0, 2, 1, 3)  # (B, h, T, d_h) view
+                  work=B * h * T * (start + T / 2) * (d_h + d_v))  # Q·Kᵀ and weights·V, causal half
+        return out.reshape(B, T, h, d_v).transpose(0, 2, 1, 3)  # (B, h, T, d_v) view
+
+
+@dataclass
+class LatentAttention(MultiHeadAttention):
+    """Multi-head latent attention (DeepSeek-V2/V3), as transformers' DeepseekV3Attention computes it.
+
+    Shapes: r_q query latent, r_kv K/V latent, d_nope and d_rope each head's query/key parts
+    without and with RoPE (d_h = d_nope + d_rope), d_v each head's value width.
+
+        Q        = x·W_q, or norm(x·W_q_a + b)·W_q_b      (B, h, T, d_nope + d_rope) per head
+        c | k_R  = x·W_kv_a + b                           (B, T, r_kv), (B, T, d_rope)
+        K_nope|V = norm(c)·W_kv_b                         per head (B, h, T, d_nope), (B, h, T, d_v)
+        K        = [K_nope | RoPE(k_R)]                   k_R shared by every head
+        out      = softmax(mask(Q·Kᵀ · s))·V · W_O        s = 1/√d_h (× yarn mscale²)
+
+    The K/V cache holds the compressed latent, as transformers and MLA-aware engines do: norm(c)
+    (B, 1, T, r_kv) in the cache's `k` and RoPE'd k_R (B, 1, T, d_rope) in its `v`; each pass
+    expands the K_nope and V of every cached position from it.
+    """
+
+    def __post_init__(self) -> None:
+        pass  # no fused Q/K/V: the projections differ in input (x or the latents) and width
+
+    def _latent_norm(self, name: str, a: Array, rec: Record, label: str) -> Array:
+        cfg, p = self.cfg, self.p
+        assert cfg.mla is not None
+        norm = Norm(cfg.norm, p[f"{name}_gamma"], p.get(f"{name}_beta"), cfg.mla.latent_norm_eps, self.ops,
+                    cfg.norm_unit_offset)
+        out = self.ops.normalise_latent(a, norm)  # same shape as a
+        rec(name, label, out, (a,), kind=cfg.norm, params=(f"{name}_gamma", f"{name}_beta"))
+        return out
+
+    def __call__(self, x: Array, rec: Record = _ignore, cache: KVCache | None = None,
+                 drop: Callable[[Array], Array] | None = None) -> Array:
+        cfg, p, ops, m = self.cfg, self.p, self.ops, self.cfg.mla
+        assert m is not None
+        h, r_kv, d_rope = cfg.n_heads, m.kv_lora_rank, m.qk_rope_head_dim
+        B, T, _ = x.shape
+        start = cache.length if cache is not None else 0
+
+        if m.q_lora_rank:
+            q_lat = F.linear(x, p["w_q_a"], p.get("b_q_a"))  # (B, T, r_q)
+            rec("q_a", "Q down-projection (latent)", q_lat, (x, p["w_q_a"]), kind="linear", params=("w_q_a", "b_q_a"))
+            q_lat = self._latent_norm("q_a_norm", q_lat, rec, "Q latent norm")  # (B, T, r_q)
+            q_flat = F.linear(q_lat, p["w_q_b"], None)  # (B, T, h·d_h)
+            rec("q_proj", "Q up-projection", q_flat, (q_lat, p["w_q_b"]), kind="linear", params=("w_q_b",))
+        else:
+            q_flat = F.linear(x, p["w_q"], None)  # (B, T, h·d_h)
+            rec("q_proj", "Q projection", q_flat, (x, p["w_q"]), kind="linear", params=("w_q",))
+        q = ops.split_heads(q_flat, h)  # (B, h, T, d_nope + d_rope)
+        rec("q", "split heads Q", q, (q_flat,), kind="reshape")
+        q_nope, q_pe = ops.split_rope_part(q, d_rope)  # (B, h, T, d_nope), (B, h, T, d_rope)
+
+        kv_a = F.linear(x, p["w_kv_a"], p.get("b_kv_a"))  # (B, T, r_kv + d_rope)
+        rec("kv_a", "K/V down-projection (latent | RoPE key)", kv_a, (x, p["w_kv_a"]), kind="linear",
+            params=("w_kv_a", "b_kv_a"))
+        latent = self._latent_norm("kv_a_norm", kv_a[..., :r_kv], rec, "K/V latent norm")  # (B, T, r_kv)
+        k_pe = kv_a[:, None, :, r_kv:]  # (B, 1, T, d_rope): one RoPE key for every head
+
+        cos, sin = F.rope_tables(np.arange(start, start + T), d_rope, cfg.rope_theta, x.dtype,
+                                 cfg.rope_scaling)  # (T, d_rope/2) each
+        q_pe = ops.rotate_pairs(q_pe, cos, sin, cfg.rope_layout)  # (B, h, T, d_rope)
+        rec("q_rope", "RoPE on Q's RoPE part", q_pe, (q,), kind="rope")
+        k_pe = ops.rotate_pairs(k_pe, cos, sin, cfg.rope_layout)  # (B, 1, T, d_rope)
+        rec("k_rope", "RoPE on the shared key", k_pe, (kv_a,), kind="rope")
+
+        if cache is not None:
+            cached, k_pe = cache.append(latent[:, None], k_pe)  # (B, 1, T_seen, r_kv), (B, 1, T_seen, d_rope)
+            latent = cached[:, 0]  # (B, T_seen, r_kv)
+        kv = F.linear(latent, p["w_kv_b"], None)  # (B, T_k, h·(d_nope + d_v))
+        rec("kv_proj", "K/V up-projection (from the latent)", kv, (latent, p["w_kv_b"]), kind="linear",
+            params=("w_kv_b",))
+        kv = ops.split_heads(kv, h)  # (B, h, T_k, d_nope + d_v)
+        d_nope = m.qk_nope_head_dim
+        T_k = kv.shape[2]
+        k = np.empty((B, h, T_k, d_nope + d_rope), dtype=kv.dtype)  # [K_nope | k_R], k_R repeated per head
+        k[..., :d_nope] = kv[..., :d_nope]
+        k[..., d_nope:] = k_pe
+        rec("k", "keys: K_nope | shared RoPE key", k, (kv, k_pe), kind="reshape")
+        v = kv[..., d_nope:]  # (B, h, T_k, d_v)
+        rec("v", "values V", v, (kv,), kind="reshape")
+        q_cat = np.concatenate((q_nope, q_pe), axis=-1)  # (B, h, T, d_nope + d_rope)
+        rec("q_cat", "queries: Q_nope | RoPE'd Q_rope", q_cat, (q, q_pe), kind="reshape")
+
+        heads = self._attend(q_cat, k, v, start, rec, drop)  # (B, h, T, d_v)
+        concat = ops.combine_heads(heads)  # (B, T, h·d_v)
+        rec("attn_concat", "combine heads", concat, (heads,), kind="reshape")
+        out = ops.project_out(concat, p["w_o"], p.get("b_o"))  # (B, T, d)
+        rec("attn_out", "output projection", out, (concat, p["w_o"]), kind="linear", params=("w_o", "b_o"))
+        return out
 
 
 def _rows_contiguous(a: Array) -> Array:
@@ -559,6 +666,135 @@ class MLP:
         return out
 
 
+def experts_label(stage: str, moe: Any, tokens: int) -> str:
+    """The trace's name for one stage of all routed experts together (analytic rows, merged rows):
+    the routed rows in all are exactly tokens·k; per expert only their expectation is known."""
+    rows = tokens * moe.top_k
+    return (f"experts {stage} (all {moe.n_experts}: {rows:,} routed rows = B·T·k; "
+            f"expected B·T·k/E = {rows / moe.n_experts:.3g} per expert)")
+
+
+def routing_label(moe: Any) -> str:
+    """The trace's name for the routing weights, with what is done to them."""
+    return ("routing weights" + (" (softmax of the k logits)" if moe.order == "topk_softmax" else "")
+            + (" (renormalised)" if moe.renormalize else "")
+            + (f" × {moe.routed_scaling:g}" if moe.routed_scaling != 1.0 else ""))
+
+
+@dataclass
+class MixtureOfExperts:
+    """Router → top-k routed experts per token (each a gated or plain MLP without biases), their
+    outputs weighted and summed; plus an optional shared expert (sigmoid-gated or not).
+
+    Each expert runs only on the rows routed to it (rows sorted by expert once, then one GEMM per
+    expert and matrix). Routing follows `blockcli.config.MoE`; ties in top-k go to the lower index.
+    """
+
+    cfg: BlockConfig
+    p: Mapping[str, Array]
+    ops: Ops = STANDARD_OPS
+
+    def route(self, x: Array, rec: Record = _ignore) -> tuple[Array, Array]:
+        """(chosen experts (B, T, k), their weights (B, T, k)) for x (B, T, d)."""
+        moe, p, ops = self.cfg.moe, self.p, self.ops
+        assert moe is not None
+        B, T, d = x.shape
+        N, E, k = B * T, moe.n_experts, moe.top_k
+        logits = x.reshape(N, d) @ p["router"]  # (N, E)
+        logits3 = logits.reshape(B, T, E)
+        rec("router_logits", "router logits", logits3, (x, p["router"]), kind="linear", params=("router",))
+        if moe.order == "topk_softmax":  # the k largest logits, then a softmax over those k
+            chosen = ops.top_k(logits, k)  # (N, k)
+            weights = ops.router_probabilities(np.take_along_axis(logits, chosen, axis=-1), "softmax")  # (N, k)
+            scores3 = logits3
+        else:
+            scores = ops.router_probabilities(logits, moe.scoring)  # (N, E)
+            scores3 = scores.reshape(B, T, E)
+            rec("router_scores", f"router scores ({moe.scoring} over experts)", scores3, (logits3,), kind=moe.scoring)
+            choice = scores
+            if moe.selection_bias:  # for choosing only: the weights are the unbiased scores
+                choice = scores + p["router_bias"]  # (N, E)
+            if moe.n_groups > 1:  # only the experts of the top_groups best groups may be chosen
+                grouped = choice.reshape(N, moe.n_groups, E // moe.n_groups)  # (N, G, E/G)
+                group_scores = (grouped.max(axis=-1) if moe.group_score == "max"
+                                else np.sort(grouped, axis=-1)[..., -2:].sum(axis=-1))  # (N, G)
+                allowed = np.zeros((N, moe.n_groups), dtype=bool)
+                np.put_along_axis(allowed, ops.top_k(group_scores, moe.top_groups), True, axis=-1)
+                choice = np.where(np.repeat(allowed, E // moe.n_groups, axis=-1), choice, -np.inf)  # (N, E)
+            chosen = ops.top_k(choice, k)  # (N, k)
+            weights = np.take_along_axis(scores, chosen, axis=-1)  # (N, k)
+            if moe.renormalize:
+                weights = ops.renormalize(weights)
+        if moe.routed_scaling != 1.0:
+            weights = weights * np.asarray(moe.routed_scaling, dtype=weights.dtype)
+        chosen3, weights3 = chosen.reshape(B, T, -1), weights.reshape(B, T, -1)  # (B, T, k) each
+        rec("router_choice", f"top-{k} experts per token", chosen3, (scores3,), kind="topk")
+        rec("router_weights", routing_label(moe), weights3, (scores3,), kind="gather")
+        return chosen3, weights3
+
+    def __call__(self, x: Array, rec: Record = _ignore) -> Array:
+        """x (B, T, d) → (B, T, d)."""
+        moe, p = self.cfg.moe, self.p
+        assert moe is not None
+        B, T, d = x.shape
+        flat = x.reshape(B * T, d)  # (N, d)
+        chosen3, weights3 = self.route(x, rec)  # (B, T, k) each
+        chosen, weights = chosen3.reshape(B * T, -1), weights3.reshape(-1)  # (N, k), (N·k,)
+        traced = rec is not _ignore
+        order = np.argsort(chosen, axis=None, kind="stable")  # (N·k,): routed slots sorted by expert
+        load = np.bincount(chosen.ravel(), minlength=moe.n_experts)  # (E,) rows per expert
+        rec("expert_load", "tokens per expert (load)", load, (chosen3,), kind="count")
+        out = np.zeros((B * T, d), dtype=np.result_type(x, p["router"]))  # (N, d)
+        ends = np.cumsum(load)
+        outs = []
+        for e in range(moe.n_experts):
+            if not load[e] and not traced:
+                continue  # an expert no token chose costs nothing
+            slots = order[ends[e] - load[e]:ends[e]]  # (n_e,) positions in the flattened (N, k) choice
+            rows = slots // chosen.shape[1]  # (n_e,) the tokens routed to expert e
+            key = f"experts.{e}."
+            xe = flat[rows]  # (n_e, d)
+            rec(key + "in", f"expert {e}: gather its {load[e]} rows", xe, (x,), kind="gather")
+            ye = self._mlp(xe, key, f"expert {e}", rec)  # (n_e, d)
+            outs.append(ye)
+            out[rows] += weights[slots, None] * ye  # each token once per expert: no repeated rows
+        routed = out.reshape(B, T, d)
+        label = f"weighted sum of the {moe.top_k} routed experts' outputs"
+        if not moe.d_shared:
+            rec("mlp_out", label, routed, (weights3, *outs), kind="combine")
+            return routed
+        rec("moe_routed", label, routed, (weights3, *outs), kind="combine")
+        shared = self._mlp(x, "shared_", "shared expert", rec)  # (B, T, d)
+        if moe.shared_gate:
+            gate = x @ p["shared_gate"]  # (B, T, 1)
+            rec("shared_gate", "shared expert gate logit", gate, (x, p["shared_gate"]), kind="linear",
+                params=("shared_gate",))
+            gated = F.sigmoid(gate) * shared  # (B, T, d)
+            rec("shared_gated", "shared expert × sigmoid(gate)", gated, (gate, shared), kind="gate")
+            shared = gated
+        total = self.ops.add_shared(routed, shared)  # (B, T, d)
+        rec("mlp_out", "routed + shared experts", total, (routed, shared), kind="add")
+        return total
+
+    def _mlp(self, x: Array, key: str, label: str, rec: Record) -> Array:
+        """One expert's act(x W_1) [⊙ x W_3] W_2 on its rows x (n, d) (or (B, T, d) for the shared one)."""
+        p, act_name = self.p, self.cfg.activation
+        pre = x @ p[key + "w_1"]  # (n, d_e)
+        rec(key + "pre", f"{label} expand", pre, (x, p[key + "w_1"]), kind="linear", params=(key + "w_1",))
+        act = F.ACTIVATION_FUNCTIONS[act_name](pre)  # (n, d_e)
+        inputs: tuple[Array, ...] = (pre,)
+        if self.cfg.gated:
+            up = x @ p[key + "w_3"]  # (n, d_e)
+            rec(key + "up", f"{label} up (gate partner)", up, (x, p[key + "w_3"]), kind="linear",
+                params=(key + "w_3",))
+            act = act * up
+            inputs = (pre, up)
+        rec(key + "act", f"{label} activation ({act_name})", act, inputs, kind=act_name)
+        out = act @ p[key + "w_2"]  # (n, d)
+        rec(key + "out", f"{label} contract", out, (act, p[key + "w_2"]), kind="linear", params=(key + "w_2",))
+        return out
+
+
 @dataclass
 class DecoderBlock:
     """One decoder block: two norms, attention and MLP joined by residual additions."""
@@ -571,16 +807,22 @@ class DecoderBlock:
     ln1: Norm = field(init=False)
     attn: MultiHeadAttention = field(init=False)
     ln2: Norm | None = field(init=False)  # None: parallel_shared, the MLP reads LN1's output
-    mlp: MLP = field(init=False)
+    mlp: MLP | MixtureOfExperts = field(init=False)
 
     def __post_init__(self) -> None:
         self.params = p = dict(self.params)  # the block's own mapping: attention rewrites its QKV entries
         cfg = self.cfg
+        declared = block_parameter_shapes(cfg)  # a block holds exactly these: what `count` reconciles with
+        check_keys(p, declared, "block parameters")
+        wrong = next((k for k, s in declared.items() if np.shape(p[k]) != s), None)
+        if wrong is not None:
+            raise InputError(f"block parameters: weight '{wrong}' has shape {np.shape(p[wrong])}, "
+                             f"expected {declared[wrong]}")
         self.ln1 = Norm(cfg.norm, p.get("ln1_gamma"), p.get("ln1_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset)
-        self.attn = MultiHeadAttention(cfg, p, self.ops, self.attention)
+        self.attn = (LatentAttention if cfg.mla else MultiHeadAttention)(cfg, p, self.ops, self.attention)
         self.ln2 = (None if cfg.shared_norm else
                     Norm(cfg.norm, p.get("ln2_gamma"), p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset))
-        self.mlp = MLP(cfg, p)
+        self.mlp = MixtureOfExperts(cfg, p, self.ops) if cfg.moe is not None else MLP(cfg, p)
 
     @classmethod
     def from_config(cls, config: Config | BlockConfig, weights: str | Path | Mapping[str, Any] | None = None,

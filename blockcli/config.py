@@ -30,7 +30,10 @@ ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
 DTYPES = ("float32", "float64")
 BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
-QK_NORMS = ("none", "head", "projection")
+QK_NORMS = ("none", "head", "projection", "each_head")
+ROUTER_SCORINGS = ("softmax", "sigmoid")
+ROUTER_ORDERS = ("softmax_topk", "topk_softmax")
+GROUP_SCORES = ("max", "top2_sum")
 MAX_SIZE = 10**12  # far beyond any real model; keeps arithmetic and messages sane
 MAX_CONFIG_BYTES = 2**20  # 1 MiB: real configs are a few KiB; a bigger file is a mistake and slow to parse
 
@@ -82,6 +85,59 @@ class RopeScaling:
 
 
 @dataclass(frozen=True)
+class MoE:
+    """A mixture-of-experts MLP in place of the dense one: a router picks `top_k` of `n_experts`
+    routed experts per token (each a gated or plain MLP of width `d_expert`, no biases), their
+    outputs summed with the routing weights; optionally shared experts every token uses.
+
+    Routing, as transformers' routers do it: scores = softmax or sigmoid of the router logits;
+    `selection_bias` (DeepSeek-V3's e_score_correction_bias) is added to the scores for choosing
+    only; with n_groups > 1 only the experts of the `top_groups` best groups (a group's score: its
+    max, or the sum of its top two) may be chosen; top-k (ties: the lower expert index first, as
+    torch.topk returns them); weights = the chosen scores, renormalised to sum 1 if `renormalize`,
+    times `routed_scaling`. `order: topk_softmax` takes the top-k logits and softmaxes those k
+    (Mixtral's original code; it equals softmax_topk with renormalize).
+    """
+
+    n_experts: int
+    top_k: int
+    d_expert: int
+    scoring: str = "softmax"  # softmax | sigmoid (DeepSeek-V3)
+    order: str = "softmax_topk"  # softmax_topk | topk_softmax
+    renormalize: bool = False  # the k chosen weights divided by their sum (Mixtral; Qwen's norm_topk_prob)
+    routed_scaling: float = 1.0  # the routed experts' weights times this (DeepSeek's routed_scaling_factor)
+    n_groups: int = 1  # experts in this many equal groups for group-limited routing (DeepSeek's n_group)
+    top_groups: int = 1  # the best groups whose experts may be chosen (DeepSeek's topk_group)
+    group_score: str = "max"  # a group's score: max of its scores (DeepSeek-V2) or sum of its top two (V3)
+    selection_bias: bool = False  # a learned (n_experts,) bias added to the scores for the choice only
+    d_shared: int = 0  # width of the shared expert MLP every token uses (0: none)
+    shared_gate: bool = False  # the shared expert's output times sigmoid(x·w_gate) (Qwen2-MoE)
+
+
+@dataclass(frozen=True)
+class LatentAttention:
+    """Multi-head latent attention (DeepSeek-V2/V3): queries through an optional low-rank latent,
+    keys and values through one shared compressed latent, and a RoPE part shared by all heads.
+
+    Q = [Q_nope | Q_rope] per head, from x·W_q or norm(x·W_q_a)·W_q_b (rank q_lora_rank);
+    [c_kv | k_rope] = x·W_kv_a, c_kv (kv_lora_rank wide) normalised, then c_kv·W_kv_b gives each
+    head's K_nope (qk_nope_head_dim) and V (v_head_dim); k_rope (qk_rope_head_dim) is one key part
+    read by every head. Each head's query/key width is qk_nope_head_dim + qk_rope_head_dim.
+    """
+
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int = 0  # 0: queries through one full projection (DeepSeek-V2-Lite)
+    latent_norm_eps: float = 1e-6  # the latents' RMSNorms: DeepSeek builds them with the default eps
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
 class BlockConfig:
     d_model: int = 512
     n_heads: int = 8
@@ -99,11 +155,14 @@ class BlockConfig:
     dropout: float = 0.0
     norm_unit_offset: bool = False  # the norms scale by (1 + gamma) instead of gamma (Gemma)
     sliding_window: int = 0  # a query sees at most this many keys, itself included; 0: every earlier key
-    qk_norm: str = "none"  # normalise queries and keys: per head over d_h (Qwen3), or over the projection (OLMo2)
+    qk_norm: str = "none"  # normalise queries and keys: per head over d_h (Qwen3), or over the projection (OLMo2),
+    # or per head over d_h with each head's own weights (each_head: Command R+, weights (h, d_h) and (h_kv, d_h))
     attention_dropout: float = 0.0  # on the attention probabilities, training-mode passes only
     rope_layout: str = "half"  # rotated pairs (i, i + r/2) as GPT-NeoX/Llama, or (2i, 2i + 1) as GPT-J
     attention_scale: float = 0.0  # scores are Q·Kᵀ times this; 0 means 1/√d_h (Granite: attention_multiplier)
     residual_multiplier: float = 1.0  # each branch's output times this before its residual add (Granite)
+    moe: MoE | None = None  # a mixture-of-experts MLP in place of the dense one (d_ff then unused)
+    mla: LatentAttention | None = None  # multi-head latent attention in place of Q/K/V projections (DeepSeek)
     norm_scale: bool = True  # every norm has its scale gamma; false: parameter-free norms (OLMo, with bias.norm false)
     clip_qkv: float = 0.0  # q, k and v clamped to [-c, c] after their projections (OLMo); 0 is off
     alibi: bool = False  # scores + slope_head · (s − t) (BLOOM's ALiBi); model.positions: alibi sets it
@@ -119,13 +178,32 @@ class BlockConfig:
 
     @property
     def rope_dims(self) -> int:
-        """Rotated dimensions per head (even), as GPT-NeoX's int(head_dim * rotary_pct)."""
+        """Rotated dimensions per head (even), as GPT-NeoX's int(head_dim * rotary_pct); latent
+        attention rotates its qk_rope_head_dim."""
+        if self.mla is not None:
+            return self.mla.qk_rope_head_dim
         return int(self.head_dim * self.rope) // 2 * 2
 
     @property
+    def value_dim(self) -> int:
+        """Each head's value width d_v: head_dim, or latent attention's v_head_dim."""
+        return self.mla.v_head_dim if self.mla is not None else self.head_dim
+
+    @property
+    def softmax_mscale(self) -> float:
+        """DeepSeek's yarn mscale of the softmax scale, latent attention only (transformers'
+        `yarn_apply_mscale`): 0.1·mscale_all_dim·ln(factor) + 1 when the RoPE scaling sets
+        mscale_all_dim and factor > 1; the scores are multiplied by its square. 1 otherwise."""
+        s = self.rope_scaling
+        if self.mla is None or s is None or not s.mscale_all_dim or s.factor <= 1:
+            return 1.0
+        return 0.1 * s.mscale_all_dim * math.log(s.factor) + 1.0
+
+    @property
     def score_scale(self) -> float:
-        """What Q·Kᵀ is multiplied by: block.attention_scale, or 1/√d_h when that is not set."""
-        return self.attention_scale or 1.0 / math.sqrt(self.head_dim)
+        """What Q·Kᵀ is multiplied by: block.attention_scale, or 1/√d_h when that is not set (times
+        the square of latent attention's mscale, when it has one)."""
+        return (self.attention_scale or 1.0 / math.sqrt(self.head_dim)) * self.softmax_mscale ** 2
 
 
 @dataclass(frozen=True)
@@ -195,47 +273,21 @@ def _read_preset(name: str) -> str:
     return resources.files("blockcli.presets").joinpath(f"{name}.yaml").read_text("utf-8")
 
 
-def load_config(source: str | Path | Mapping[str, Any] | None = None, allow_fields: tuple[str, ...] = ()) -> Config:
-    """Load a config from a YAML path, a preset name, a Hugging Face config.json or model folder
-    (its config.json; also for a .safetensors file beside one), or a mapping.
+def load_yaml_config(source: str) -> Config:
+    """A config from a preset name or a YAML file.
 
-    None gives the built-in default: the reference chapter's block (d=512, h=8, d_ff=2048).
-    `allow_fields` names config.json fields to accept unchecked (the user's risk; noted in `notes`).
+    blockcli.sources.load_config is the entry point for every kind of source; this is its YAML part.
     """
-    if source is None:
-        return parse_config({}, name="default")
-    if isinstance(source, Mapping):
-        return parse_config(source, name="<mapping>")
-    text_source = str(source)
-    path = Path(text_source)
-    if path.is_dir() or path.suffix.lower() == ".safetensors":  # a model folder, or weights beside config.json
-        path = model_folder_config(path)
-    if path.suffix.lower() == ".json":
-        from blockcli.hf import config_from_hf  # lazy: only for HF configs
-
-        return config_from_hf(path, allow_fields)
-    if text_source == "-":
-        return parse_config(_parse_yaml(read_text_file(path), "<stdin>"), name="<stdin>")
-    looks_like_path = (path.suffix.lower() in (".yaml", ".yml") or "/" in text_source or path.exists()
+    path = Path(source)
+    looks_like_path = (path.suffix.lower() in (".yaml", ".yml") or "/" in source or path.exists()
                        or path.is_symlink())  # a dangling link or a link loop is a path too
     if not looks_like_path:
-        if text_source in preset_names():
-            return parse_config(_parse_yaml(_read_preset(text_source), text_source), name=text_source)
-        close = difflib.get_close_matches(text_source, preset_names(), n=1)
+        if source in preset_names():
+            return parse_config(parse_yaml_text(_read_preset(source), source), name=source)
+        close = difflib.get_close_matches(source, preset_names(), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else "; run 'blockcli presets' to list them"
-        raise ConfigError(f"{text_source}: no such file or preset{hint}")
-    return parse_config(_parse_yaml(read_text_file(path), str(path)), name=str(path))
-
-
-def model_folder_config(path: Path) -> Path:
-    """The config.json that describes a model folder or a .safetensors file beside it."""
-    folder = path if path.is_dir() else path.parent
-    config = folder / "config.json"
-    if not config.is_file():
-        what = "model folder" if path.is_dir() else "safetensors file"
-        raise ConfigError(f"{path}: a {what} needs the model's config.json beside its weights "
-                          f"(none in {folder}); a YAML config is a file")
-    return config
+        raise ConfigError(f"{source}: no such file or preset{hint}")
+    return parse_config(parse_yaml_text(read_text_file(path), str(path)), name=str(path))
 
 
 @contextmanager
@@ -314,7 +366,7 @@ def read_text_file(path: Path, expected: str = "a YAML config") -> str:
 
 def read_yaml(path: Path, expected: str) -> Any:
     """A YAML file's data, read safely, every problem one error line (for files that are not configs)."""
-    return _parse_yaml(read_text_file(path, expected), str(path))
+    return parse_yaml_text(read_text_file(path, expected), str(path))
 class _Refused(Exception):
     """A YAML node the strict loader refuses; carries the node's position."""
 
@@ -368,7 +420,7 @@ def _strict_loader() -> type:
     return StrictLoader
 
 
-def _parse_yaml(text: str, where: str) -> Any:
+def parse_yaml_text(text: str, where: str) -> Any:
     """Parse YAML text strictly (see `_strict_loader`); a file holding no document is refused."""
     import yaml
 
@@ -409,6 +461,7 @@ def parse_config(data: Any, name: str = "<mapping>") -> Config:
     if model is not None:
         block = _reconcile_rope(block, model)
     _check_rope_scaling(block)
+    _check_mla(block)
     run = _parse_run(_section(data, "run"))
     about = _parse_about(_section(data, "about"))
     return Config(block=block, model=model, run=run, about=about, name=name)
@@ -519,13 +572,20 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     fields = ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "norm", "norm_eps", "activation",
               "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "attention_dropout",
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
-              "residual_multiplier", "norm_scale", "clip_qkv", "alibi")
+              "residual_multiplier", "moe", "mla", "norm_scale", "clip_qkv", "alibi")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
     n_heads = _int(data, "n_heads", p, 8)
     n_kv_heads = _int(data, "n_kv_heads", p, n_heads)
-    if "head_dim" in data:
+    mla = _parse_mla(data.get("mla"))
+    if mla is not None:  # every head has its own K and V, of the widths the latent sets
+        for key, value, meaning in (("n_kv_heads", n_heads, "every head expands its own K and V from the latent"),
+                                    ("head_dim", mla.qk_head_dim, "qk_nope_head_dim + qk_rope_head_dim")):
+            if key in data and data[key] != value:
+                raise ConfigError(f"block.{key}: with block.mla it is {value} ({meaning}); got {_kind(data[key])}")
+        n_kv_heads, head_dim = n_heads, mla.qk_head_dim
+    elif "head_dim" in data:
         head_dim = _int(data, "head_dim", p, 1)
     elif d_model % n_heads:
         raise ConfigError(f"block.n_heads: d_model={d_model} is not divisible by n_heads={n_heads} "
@@ -554,16 +614,106 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         rope_layout=_choice(data, "rope_layout", p, "half", ROPE_LAYOUTS),
         attention_scale=_float(data, "attention_scale", p, 0.0, 0.0, 1e6),
         residual_multiplier=_float(data, "residual_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
+        moe=_parse_moe(data.get("moe")),
+        mla=mla,
         norm_scale=_bool(data, "norm_scale", p, True),
         clip_qkv=_float(data, "clip_qkv", p, 0.0, 0.0, 1e6),
         alibi=_bool(data, "alibi", p, False),
     )
+    if block.moe is not None and block.bias.mlp:
+        raise ConfigError("block.bias.mlp: the experts of block.moe have no biases; set bias.mlp: false")
+    if block.mla is not None and (not block.norm_scale or block.clip_qkv):  # MLA has no Q/K/V projections to clip
+        raise ConfigError(f"block.{'clip_qkv' if block.clip_qkv else 'norm_scale'}: not with block.mla (its latent "
+                          f"norms have scales, and it has no Q, K, V projections to clamp)")
     if block.alibi and block.rope:
         raise ConfigError("block.alibi: ALiBi and rotary positions both position the scores; pick one")
     if rope and block.rope_dims == 0:
         raise ConfigError(f"block.rope: a fraction of {rope:g} of head_dim={head_dim} rotates no "
                           f"dimension pair; expected at least 2/head_dim")
     return block
+
+
+def _parse_moe(value: Any) -> MoE | None:
+    if value is None:
+        return None
+    p = "block.moe"
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{p}: expected a mapping with n_experts, top_k and d_expert, got {_kind(value)}")
+    _check_keys(value, tuple(f.name for f in fields(MoE)), p + ".")
+    for key in ("n_experts", "top_k", "d_expert"):
+        if key not in value:
+            raise ConfigError(f"{p}.{key}: required")
+    n_experts = _int(value, "n_experts", p, 1)
+    top_k = _int(value, "top_k", p, 1)
+    if top_k > n_experts:
+        raise ConfigError(f"{p}.top_k: expected at most n_experts={n_experts}, got {top_k}")
+    n_groups = _int(value, "n_groups", p, 1)
+    if n_experts % n_groups:
+        raise ConfigError(f"{p}.n_groups: n_experts={n_experts} is not divisible by n_groups={n_groups}")
+    top_groups = _int(value, "top_groups", p, n_groups)
+    if top_groups > n_groups:
+        raise ConfigError(f"{p}.top_groups: expected at most n_groups={n_groups}, got {top_groups}")
+    group_score = _choice(value, "group_score", p, "max", GROUP_SCORES)
+    if group_score == "top2_sum" and n_experts // n_groups < 2:
+        raise ConfigError(f"{p}.group_score: top2_sum needs at least 2 experts per group, got "
+                          f"{n_experts // n_groups}")
+    if top_k > top_groups * (n_experts // n_groups):
+        raise ConfigError(f"{p}.top_k: {top_k} experts cannot be chosen from {top_groups} group(s) of "
+                          f"{n_experts // n_groups}")
+    moe = MoE(
+        n_experts=n_experts, top_k=top_k, d_expert=_int(value, "d_expert", p, 1),
+        scoring=_choice(value, "scoring", p, "softmax", ROUTER_SCORINGS),
+        order=_choice(value, "order", p, "softmax_topk", ROUTER_ORDERS),
+        renormalize=_bool(value, "renormalize", p, False),
+        routed_scaling=_float(value, "routed_scaling", p, 1.0, 0.0, 1e6, low_open=True),
+        n_groups=n_groups, top_groups=top_groups, group_score=group_score,
+        selection_bias=_bool(value, "selection_bias", p, False),
+        d_shared=_int(value, "d_shared", p, 0, minimum=0),
+        shared_gate=_bool(value, "shared_gate", p, False),
+    )
+    if moe.order == "topk_softmax" and (moe.scoring != "softmax" or moe.selection_bias or moe.n_groups > 1):
+        raise ConfigError(f"{p}.order: topk_softmax softmaxes the k chosen logits; it takes scoring softmax, "
+                          f"no selection_bias and one group")
+    if moe.shared_gate and not moe.d_shared:
+        raise ConfigError(f"{p}.shared_gate: gates the shared expert, but d_shared is 0 (no shared expert)")
+    return moe
+def _parse_mla(value: Any) -> LatentAttention | None:
+    if value is None:
+        return None
+    p = "block.mla"
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{p}: expected a mapping of kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, "
+                          f"v_head_dim (and q_lora_rank), got {_kind(value)}")
+    _check_keys(value, tuple(f.name for f in fields(LatentAttention)), p + ".")
+    for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        if key not in value:
+            raise ConfigError(f"{p}.{key}: required for latent attention")
+    mla = LatentAttention(
+        kv_lora_rank=_int(value, "kv_lora_rank", p, 1), qk_nope_head_dim=_int(value, "qk_nope_head_dim", p, 1),
+        qk_rope_head_dim=_int(value, "qk_rope_head_dim", p, 2), v_head_dim=_int(value, "v_head_dim", p, 1),
+        q_lora_rank=_int(value, "q_lora_rank", p, 0, minimum=0),
+        latent_norm_eps=_float(value, "latent_norm_eps", p, 1e-6, 0.0, 1.0, low_open=True))
+    if mla.qk_rope_head_dim % 2:
+        raise ConfigError(f"{p}.qk_rope_head_dim: RoPE turns pairs of dims; expected an even number, "
+                          f"got {mla.qk_rope_head_dim}")
+    return mla
+
+
+def _check_mla(block: BlockConfig) -> None:
+    if block.mla is None:
+        return
+    if not block.rope:
+        raise ConfigError("block.mla: latent attention rotates qk_rope_head_dim dims of each head; set block.rope: "
+                          "true (or model.positions: rope)")
+    if block.rope != 1.0:
+        raise ConfigError(f"block.rope: with block.mla the rotated dims are mla.qk_rope_head_dim; write rope: true, "
+                          f"not a fraction ({block.rope:g})")
+    if block.qk_norm != "none":
+        raise ConfigError("block.qk_norm: latent attention normalises its latents (block.mla), not queries and keys; "
+                          "expected none")
+    if block.attention_scale:
+        raise ConfigError("block.attention_scale: latent attention scales scores by 1/√(qk_nope_head_dim + "
+                          "qk_rope_head_dim), times yarn's mscale² (from rope_scaling); expected 0")
 
 
 def _check_rope_scaling(block: BlockConfig) -> None:

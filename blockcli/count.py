@@ -2,8 +2,11 @@
 
 The formula is written once here, from the hyperparameters, as polynomials in the shape
 symbols (d, h, h_kv, d_h, d_ff, V, P, L): that gives both the number and the expression
-shown beside it (`4·d² + 4·d`). It shares nothing with the layers' `parameter_shapes`, which
-is what makes comparing the two a real check (checklist item 10).
+shown beside it (`4·d² + 4·d`). It shares nothing with `blockcli.shapes`, which declares the
+shape of every parameter a layer holds, which is what makes comparing the two a real check.
+The NumPy block is built from exactly those declarations (`DecoderBlock` refuses any other
+parameter set), so the declared shapes are the block's arrays, and counting needs neither
+NumPy nor an allocation (checklist item 10 compares with the arrays themselves).
 
 Conventions: tied embeddings are counted once (the LM head row says "tied" and adds 0);
 "non-embedding" excludes the token and position tables. Memory and FLOPs of a workload are in
@@ -22,7 +25,7 @@ from blockcli.shapes import block_parameter_shapes, model_parameter_shapes
 
 # A polynomial: monomial (sorted tuple of symbols) → integer coefficient.
 Poly = Counter
-ALLOCATE_LIMIT = 8_000_000  # a block up to this size is really built to reconcile against its arrays
+DECLARED = "declared shapes (nothing allocated)"  # the reconciliation's method without a checkpoint
 
 
 def term(coef: int, *symbols: str) -> Poly:
@@ -33,7 +36,10 @@ def evaluate(poly: Poly, values: Mapping[str, int]) -> int:
     return sum(c * math.prod(values[s] for s in mono) for mono, c in poly.items())
 
 
-_ORDER = {"L": 0, "V": 1, "P": 2, "d": 3, "h": 4, "h_kv": 5, "d_h": 6, "d_ff": 7}
+_ORDER = {"L": 0, "V": 1, "P": 2, "E": 3, "k": 4, "d": 5, "h": 6, "h_kv": 7, "d_h": 8, "d_ff": 9, "d_e": 10,
+          "d_s": 11,
+          # latent attention: query and K/V latent ranks, per-head widths without / with RoPE, values
+          "r_q": 12, "r_kv": 13, "d_nope": 14, "d_rope": 15, "d_v": 16}
 
 
 def render(poly: Poly) -> str:
@@ -60,17 +66,22 @@ class Component:
     expression: str
     keys: tuple[str, ...] = ()  # the parameter names this row covers
     kind: str = "tensor"  # tensor | subtotal | total | tied
+    active: int | None = None  # of `count`, what one token uses (a mixture's k of E experts); None: all of it
 
     @property
     def count(self) -> int:
         return self.weights + self.biases
+
+    @property
+    def active_count(self) -> int:
+        return self.count if self.active is None else self.active
 
 
 @dataclass(frozen=True)
 class Reconciliation:
     formula: int
     arrays: int
-    method: str  # "arrays" (a block really built) or "declared shapes" (nothing allocated)
+    method: str  # DECLARED (the shapes the block is built from) or "checkpoint" (a checkpoint's tensors)
     mismatches: tuple[str, ...] = ()
 
     @property
@@ -87,6 +98,11 @@ class ParameterCount:
     non_embedding: int
     reconciled: Reconciliation
     checkpoint: dict | None = None  # the checkpoint's files, when reconciled with one
+    active: int = 0  # parameters one token uses: all but the routed experts it is not sent to (0: `total`)
+
+    @property
+    def active_total(self) -> int:
+        return self.active or self.total
 
     @property
     def n_layers(self) -> int:
@@ -100,6 +116,11 @@ def symbol_values(config: Config | BlockConfig) -> dict[str, int]:
     b = config.block if isinstance(config, Config) else config
     m = config.model if isinstance(config, Config) else None
     values = {"d": b.d_model, "h": b.n_heads, "h_kv": b.n_kv_heads, "d_h": b.head_dim, "d_ff": b.d_ff}
+    if b.moe is not None:
+        values.update(E=b.moe.n_experts, k=b.moe.top_k, d_e=b.moe.d_expert, d_s=b.moe.d_shared)
+    if b.mla is not None:
+        values.update(r_q=b.mla.q_lora_rank, r_kv=b.mla.kv_lora_rank, d_nope=b.mla.qk_nope_head_dim,
+                      d_rope=b.mla.qk_rope_head_dim, d_v=b.mla.v_head_dim)
     if m is not None:
         values.update(V=m.vocab_size, L=m.n_layers, P=m.max_positions + m.position_offset)
     return values
@@ -114,6 +135,7 @@ class Row:
     weights: Poly
     biases: Poly
     keys: tuple[str, ...]
+    active: Poly | None = None  # the weights one token uses, when not all of them (routed experts: k of E)
 
 
 def block_formula(b: BlockConfig) -> list[Row]:
@@ -135,20 +157,29 @@ def block_formula(b: BlockConfig) -> list[Row]:
     rows = [
         norm("ln1", f"{_norm_name(b)} 1" if b.placement != "parallel_shared" else
              f"{_norm_name(b)} (shared by attention and MLP)"),
-        proj("attn.q", "Q projection", q_width, b.bias.qkv),
-        proj("attn.k", "K projection", kv_width, b.bias.qkv),
-        proj("attn.v", "V projection", kv_width, b.bias.qkv),
-        proj("attn.o", "output projection W_O", q_width, b.bias.out, out=True),
     ]
+    if b.mla is not None:
+        rows.extend(_latent_attention_rows(b))
+    else:
+        rows.extend([
+            proj("attn.q", "Q projection", q_width, b.bias.qkv),
+            proj("attn.k", "K projection", kv_width, b.bias.qkv),
+            proj("attn.v", "V projection", kv_width, b.bias.qkv),
+            proj("attn.o", "output projection W_O", q_width, b.bias.out, out=True),
+        ])
     if b.qk_norm != "none":  # a scale (and shift) per feature of each head, or of the whole projection
         for letter, width in (("q", q_width), ("k", kv_width)):
-            features = ("d_h",) if b.qk_norm == "head" else width
+            features = {"head": ("d_h",), "projection": width,
+                        "each_head": ("h" if letter == "q" else "h_kv", "d_h")}[b.qk_norm]
             shift = term(1, *features) if b.bias.norm else no
-            label = f"{letter.upper()} norm ({'per head' if b.qk_norm == 'head' else 'all heads'})"
+            label = f"{letter.upper()} norm " + {"head": "(per head)", "projection": "(all heads)",
+                                                  "each_head": "(per head, weights of each head)"}[b.qk_norm]
             rows.append(Row(f"attn.{letter}_norm", label, term(1, *features) if b.norm_scale else no, shift,
                             (f"{letter}_norm_gamma", f"{letter}_norm_beta")))
     if b.placement != "parallel_shared":  # a shared norm: attention and MLP both read LN1's output
         rows.append(norm("ln2", f"{_norm_name(b)} 2"))
+    if b.moe is not None:
+        return rows + moe_formula(b)
     mlp_bias = b.bias.mlp
     rows.append(Row("mlp.1", "MLP gate (w_1, activated)" if b.gated else "MLP expansion",
                     term(1, "d", "d_ff"), term(1, "d_ff") if mlp_bias else no, ("w_1", "b_1")))
@@ -157,6 +188,60 @@ def block_formula(b: BlockConfig) -> list[Row]:
                         ("w_3", "b_3")))
     rows.append(Row("mlp.2", "MLP contraction", term(1, "d", "d_ff"), term(1, "d") if mlp_bias else no,
                     ("w_2", "b_2")))
+    return rows
+
+
+def moe_formula(b: BlockConfig) -> list[Row]:
+    """A mixture of experts: router d·E (+ E selection bias), E experts of (2 or 3)·d·d_e of which a
+    token uses k, the shared expert (2 or 3)·d·d_s and its d-wide gate."""
+    moe = b.moe
+    assert moe is not None
+    matrices = 3 if b.gated else 2
+    names = ("w_1", "w_3", "w_2") if b.gated else ("w_1", "w_2")
+    rows = [Row("mlp.router", "router", term(1, "d", "E"), term(1, "E") if moe.selection_bias else Poly(),
+                ("router", "router_bias")),
+            Row("mlp.experts", f"{moe.n_experts} routed experts (top-{moe.top_k} per token)",
+                term(matrices, "E", "d", "d_e"), Poly(),
+                tuple(f"experts.{e}.{n}" for e in range(moe.n_experts) for n in names),
+                active=term(matrices, "k", "d", "d_e"))]
+    if moe.d_shared:
+        rows.append(Row("mlp.shared", "shared expert", term(matrices, "d", "d_s"), Poly(),
+                        tuple(f"shared_{n}" for n in names)))
+        if moe.shared_gate:
+            rows.append(Row("mlp.shared_gate", "shared expert gate", term(1, "d"), Poly(), ("shared_gate",)))
+    return rows
+
+
+def _latent_attention_rows(b: BlockConfig) -> list[Row]:
+    """Multi-head latent attention (DeepSeek-V2 §2.1): every head's query is d_nope + d_rope wide,
+    its key the same (d_nope from the latent, d_rope shared), its value d_v. The two down-projections
+    carry block.bias.qkv's bias; the up-projections have none."""
+    no, m = Poly(), b.mla
+    assert m is not None
+    per_head_qk = term(1, "h", "d_nope") + term(1, "h", "d_rope")
+
+    def latent_norm(name: str, label: str, rank: str) -> Row:
+        return Row(f"attn.{name}", label, term(1, rank), term(1, rank) if b.bias.norm else no,
+                   (f"{name}_gamma", f"{name}_beta"))
+
+    rows = []
+    if m.q_lora_rank:
+        rows += [Row("attn.q_a", "Q down-projection to its latent", term(1, "d", "r_q"),
+                     term(1, "r_q") if b.bias.qkv else no, ("w_q_a", "b_q_a")),
+                 latent_norm("q_a_norm", f"Q latent {_norm_name(b)}", "r_q"),
+                 Row("attn.q_b", "Q up-projection (every head's d_nope + d_rope)",
+                     Poly({tuple(sorted(("r_q",) + k)): c for k, c in per_head_qk.items()}), no, ("w_q_b",))]
+    else:
+        rows.append(Row("attn.q", "Q projection (every head's d_nope + d_rope)",
+                        Poly({tuple(sorted(("d",) + k)): c for k, c in per_head_qk.items()}), no, ("w_q",)))
+    rows += [Row("attn.kv_a", "K/V down-projection (latent r_kv + shared RoPE key d_rope)",
+                 term(1, "d", "r_kv") + term(1, "d", "d_rope"),
+                 term(1, "r_kv") + term(1, "d_rope") if b.bias.qkv else no, ("w_kv_a", "b_kv_a")),
+             latent_norm("kv_a_norm", f"K/V latent {_norm_name(b)}", "r_kv"),
+             Row("attn.kv_b", "K/V up-projection (every head's K d_nope and V d_v)",
+                 term(1, "r_kv", "h", "d_nope") + term(1, "r_kv", "h", "d_v"), no, ("w_kv_b",)),
+             Row("attn.o", "output projection W_O", term(1, "h", "d_v", "d"), term(1, "d") if b.bias.out else no,
+                 ("w_o", "b_o"))]
     return rows
 
 
@@ -171,8 +256,7 @@ Formula = Callable[[BlockConfig], list[Row]]
 # ----------------------------------------------------------------------------- the breakdown
 
 
-def count_parameters(config: Config, formula: Formula = block_formula,
-                     allocate_limit: int = ALLOCATE_LIMIT, checkpoint: Mapping[str, int] | None = None,
+def count_parameters(config: Config, formula: Formula = block_formula, checkpoint: Mapping[str, int] | None = None,
                      checkpoint_info: Mapping[str, object] | None = None) -> ParameterCount:
     """Exact breakdown for one block, and for the whole model when the config has one.
 
@@ -181,25 +265,27 @@ def count_parameters(config: Config, formula: Formula = block_formula,
     by layer, instead of against arrays blockcli builds; `checkpoint_info` describes the files.
     """
     if checkpoint is not None:
-        return _with_checkpoint(count_parameters(config, formula, 0), formula, checkpoint, checkpoint_info or {})
+        return _with_checkpoint(count_parameters(config, formula), formula, checkpoint, checkpoint_info or {})
     values = symbol_values(config)
     rows = formula(config.block)
-    arrays = _block_arrays(config, allocate_limit)
-    method = "arrays" if arrays is not None else "declared shapes (nothing allocated)"
-    if arrays is None:
-        arrays = {k: math.prod(s) for k, s in block_parameter_shapes(config.block).items()}
+    arrays = {k: math.prod(s) for k, s in block_parameter_shapes(config.block).items()}
 
     components: list[Component] = []
     mismatches: list[str] = []
     groups = {"attn": (Poly(), Poly()), "mlp": (Poly(), Poly()), "ln": (Poly(), Poly())}
     block_w, block_b = Poly(), Poly()
+    unused = {"mlp": 0, "block": 0}  # weights of the routed experts a token is not sent to
     for row in rows:
         w, bias = evaluate(row.weights, values), evaluate(row.biases, values)
+        active = None if row.active is None else evaluate(row.active, values) + bias
+        if active is not None:
+            unused["mlp"] += w + bias - active
+            unused["block"] += w + bias - active
         measured = sum(arrays.get(k, 0) for k in row.keys)
         if measured != w + bias:
             mismatches.append(f"{row.name}: formula {w + bias:,} vs arrays {measured:,}")
         components.append(Component(row.name, row.label, _shapes_text(row.keys, config.block), w, bias,
-                                    render(row.weights + row.biases), row.keys))
+                                    render(row.weights + row.biases), row.keys, active=active))
         group_w, group_b = groups["ln" if row.name.startswith("ln") else row.name.split(".")[0]]
         for poly in (group_w, block_w):
             poly.update(row.weights)
@@ -215,23 +301,23 @@ def count_parameters(config: Config, formula: Formula = block_formula,
                                    ("norms", "two norms" if any(r.name == "ln2" for r in rows) else "one norm",
                                     groups["ln"]),
                                    ("block", "block total", (block_w, block_b))):
+        count = evaluate(w, values) + evaluate(bias, values)
         components.append(Component(name, label, "", evaluate(w, values), evaluate(bias, values),
-                                    render(w + bias), kind="total" if name == "block" else "subtotal"))
+                                    render(w + bias), kind="total" if name == "block" else "subtotal",
+                                    active=count - unused[name] if unused.get(name) else None))
 
     total, non_embedding = per_block, per_block
     formula_total, arrays_total = per_block, sum(arrays.values())
     if config.model is not None:
-        model_rows, total, non_embedding = _model_rows(config, (block_w, block_b), values)
+        model_rows, total, non_embedding = _model_rows(config, (block_w, block_b), values, unused["block"])
         components.extend(model_rows)
         formula_total = total
-        declared = sum(math.prod(s) for s in model_parameter_shapes(config).values())
-        arrays_total = declared + (sum(arrays.values()) - sum(math.prod(s) for s in
-                                   block_parameter_shapes(config.block).values())) * config.model.n_layers
-        method = ("arrays of one block, declared shapes of the rest" if method == "arrays"
-                  else "declared shapes (nothing allocated)")
+        arrays_total = sum(math.prod(s) for s in model_parameter_shapes(config).values())
 
-    reconciled = Reconciliation(formula_total, arrays_total, method, tuple(mismatches))
-    return ParameterCount(config, tuple(components), per_block, total, non_embedding, reconciled)
+    reconciled = Reconciliation(formula_total, arrays_total, DECLARED, tuple(mismatches))
+    active = total - unused["block"] * (config.model.n_layers if config.model else 1)
+    return ParameterCount(config, tuple(components), per_block, total, non_embedding, reconciled,
+                          active=active if unused["block"] else 0)
 
 
 def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[str, int],
@@ -260,11 +346,12 @@ def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[s
     mismatches.extend(f"{k}: stored tensor not in the formula" for k in stored if k not in covered)
     reconciled = Reconciliation(result.total, sum(stored.values()), "checkpoint", tuple(mismatches))
     return ParameterCount(config, result.components, result.per_block, result.total, result.non_embedding,
-                          reconciled, dict(info))
+                          reconciled, dict(info), result.active)
 
 
-def _model_rows(config: Config, block: tuple[Poly, Poly],
-                values: Mapping[str, int]) -> tuple[list[Component], int, int]:
+def _model_rows(config: Config, block: tuple[Poly, Poly], values: Mapping[str, int],
+                unused: int = 0) -> tuple[list[Component], int, int]:
+    """The model-level rows; `unused`: one block's parameters a token does not use (routed experts)."""
     m, b = config.model, config.block
     assert m is not None
     block_poly = block[0] + block[1]
@@ -285,7 +372,8 @@ def _model_rows(config: Config, block: tuple[Poly, Poly],
     if m.embedding_norm:  # BLOOM's word_embeddings_layernorm
         rows.append(_model_norm("embed.norm", "embedding", "emb_ln", b))
     rows.append(Component("blocks", f"{m.n_layers} blocks", f"{m.n_layers} × block", block_w, block_b,
-                          f"L·({render(block_poly)})", kind="subtotal"))
+                          f"L·({render(block_poly)})", kind="subtotal",
+                          active=block_w + block_b - unused * m.n_layers if unused else None))
     if m.final_norm:
         rows.append(_model_norm("final_norm", "final", "ln_f", b))
     if e:
@@ -304,7 +392,8 @@ def _model_rows(config: Config, block: tuple[Poly, Poly],
     biases = sum(r.biases for r in rows)
     total = weights + biases
     embeddings = m.vocab_size * (e or d) + pos
-    rows.append(Component("total", "model total", "", weights, biases, "", kind="total"))
+    rows.append(Component("total", "model total", "", weights, biases, "", kind="total",
+                          active=total - unused * m.n_layers if unused else None))
     rows.append(Component("non_embedding", "non-embedding total", "", weights - embeddings, biases,
                           "total − token − position embeddings", kind="total"))
     return rows, total, total - embeddings
@@ -321,23 +410,10 @@ def _model_norm(name: str, where: str, prefix: str, b: BlockConfig) -> Component
 
 def _shapes_text(keys: tuple[str, ...], b: BlockConfig) -> str:
     shapes = block_parameter_shapes(b)
+    if b.moe is not None and keys and keys[0].startswith("experts."):  # E experts of the same shapes
+        first = [k for k in keys if k.startswith("experts.0.")]
+        return f"{b.moe.n_experts} × (" + " + ".join(str(shapes[k]) for k in first) + ")"
     return " + ".join(str(shapes[k]) for k in keys if k in shapes)
-
-
-def _block_arrays(config: Config, limit: int) -> dict[str, int] | None:
-    """Sizes of the arrays a real block creates, or None when the block is too large to build here."""
-    if sum(math.prod(s) for s in block_parameter_shapes(config.block).values()) > limit:
-        return None
-    import numpy as np  # only when a block is really built
-
-    from blockcli.block import DecoderBlock
-
-    # The block is built from arrays allocated to the declared shapes but never filled (np.zeros maps
-    # untouched pages): what is counted is what the block makes of them, with no time spent drawing
-    # random values that the count does not need.
-    zeros = {k: np.zeros(s, dtype=np.float32) for k, s in block_parameter_shapes(config.block).items()}
-    block = DecoderBlock(config.block, zeros)
-    return {k: v.size for k, v in block.params.items()}
 
 
 # ----------------------------------------------------------------------------- budgets for CI

@@ -283,6 +283,17 @@ def rotate_pairs(x: Array, cos: Array, sin: Array, layout: str) -> Array:
     return ROPE_LAYOUTS[layout](x, cos, sin)
 
 
+def split_rope_part(x: Array, rope_dims: int) -> tuple[Array, Array]:
+    """(…, d_nope + d_rope) → (…, d_nope), (…, d_rope): the part of a latent-attention query head RoPE
+    leaves alone, then the part it turns (DeepSeek lays each head out as [no-RoPE | RoPE])."""
+    return x[..., :-rope_dims], x[..., -rope_dims:]
+
+
+def normalise_latent(latent: Array, norm: Callable[[Array], Array]) -> Array:
+    """A latent-attention latent through its norm (what a seeded bug may skip)."""
+    return norm(latent)
+
+
 def sinusoidal_positions(positions: Array, d: int, dtype: np.dtype) -> Array:
     """The fixed sin/cos table (T, d): PE[t, 2i] = sin(t/10000^(2i/d)), PE[t, 2i+1] = cos(…)."""
     inv = 10000.0 ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # (ceil(d/2),)
@@ -291,6 +302,34 @@ def sinusoidal_positions(positions: Array, d: int, dtype: np.dtype) -> Array:
     table[:, 0::2] = np.sin(angles)
     table[:, 1::2] = np.cos(angles[:, : d // 2])
     return table.astype(dtype)
+
+
+# ----------------------------------------------------------------------------- mixture-of-experts routing
+
+
+def sigmoid(x: Array) -> Array:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # 1/(1 + e^−x), finite for large |x|
+
+
+def router_probabilities(logits: Array, scoring: str) -> Array:
+    """Router scores (N, E) from logits (N, E): softmax over the experts, or an independent sigmoid each."""
+    return softmax(logits.copy(), axis=-1) if scoring == "softmax" else sigmoid(logits)
+
+
+def top_k(values: Array, k: int) -> Array:
+    """Indices (N, k) of each row's k largest values, largest first; ties: the lower index first
+    (a stable sort), which is what torch.topk returns on CPU for exactly equal values."""
+    return np.argsort(-values, axis=-1, kind="stable")[:, :k]
+
+
+def renormalize(weights: Array) -> Array:
+    """The k chosen routing weights (N, k) divided by their sum, so each row sums to 1."""
+    return weights / weights.sum(axis=-1, keepdims=True)
+
+
+def add_shared(routed: Array, shared: Array) -> Array:
+    """The routed experts' output plus the shared expert's (N, d) each."""
+    return routed + shared
 
 
 # ----------------------------------------------------------------------------- the table
@@ -310,6 +349,12 @@ class Ops:
     project_out: Callable[[Array, Array, Array | None], Array] = project_out
     residual_add: Callable[[Array, Array], Array] = residual_add
     rotate_pairs: Callable[[Array, Array, Array, str], Array] = rotate_pairs
+    router_probabilities: Callable[[Array, str], Array] = router_probabilities
+    top_k: Callable[[Array, int], Array] = top_k
+    renormalize: Callable[[Array], Array] = renormalize
+    add_shared: Callable[[Array, Array], Array] = add_shared
+    split_rope_part: Callable[[Array, int], tuple[Array, Array]] = split_rope_part
+    normalise_latent: Callable[[Array, Callable[[Array], Array]], Array] = normalise_latent
     alibi_slopes: Callable[[int], Array] = alibi_slopes
 
 

@@ -60,10 +60,54 @@ def _alibi_slope(head: int, n_heads: int) -> float:
     while 2 * p <= n_heads:
         p *= 2
     return 2.0 ** (-8.0 * (head + 1) / p) if head < p else 2.0 ** (-4.0 * (2 * (head - p) + 1) / p)
+def _latent_attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
+    """Multi-head latent attention (DeepSeek) on n (T, d) of one sequence, token by token, head by head."""
+    m = cfg.mla
+    assert m is not None
+    T, h = n.shape[0], cfg.n_heads
+    d_n, d_r, d_v, r_kv = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
+    unit = 1.0 if cfg.norm_unit_offset else 0.0
+
+    def latent_norm(name: str, v: np.ndarray) -> np.ndarray:
+        return _norm(v, p[f"{name}_gamma"] + unit, p.get(f"{name}_beta"), cfg.norm, m.latent_norm_eps)
+
+    def bias(name: str, width: int) -> np.ndarray:
+        return p.get(name, np.zeros(width))
+
+    queries, keys, values = [], [], []  # [t][head]
+    for t in range(T):
+        if m.q_lora_rank:
+            q = latent_norm("q_a_norm", n[t] @ p["w_q_a"] + bias("b_q_a", m.q_lora_rank)) @ p["w_q_b"]
+        else:
+            q = n[t] @ p["w_q"]
+        a = n[t] @ p["w_kv_a"] + bias("b_kv_a", r_kv + d_r)
+        up = latent_norm("kv_a_norm", a[:r_kv]) @ p["w_kv_b"]  # each head's key part, then its value
+        k_rope = _rotate(a[r_kv:], t, cfg, T)  # one rotated key part, read by every head
+        heads = [q[i * (d_n + d_r):(i + 1) * (d_n + d_r)] for i in range(h)]
+        queries.append([np.concatenate([qi[:d_n], _rotate(qi[d_n:], t, cfg, T)]) for qi in heads])
+        keys.append([np.concatenate([up[i * (d_n + d_v):i * (d_n + d_v) + d_n], k_rope]) for i in range(h)])
+        values.append([up[i * (d_n + d_v) + d_n:(i + 1) * (d_n + d_v)] for i in range(h)])
+    scale = 1.0 / math.sqrt(d_n + d_r)
+    s = cfg.rope_scaling
+    if s is not None and s.mscale_all_dim and s.factor > 1:  # transformers' yarn_apply_mscale
+        scale *= (0.1 * s.mscale_all_dim * math.log(s.factor) + 1.0) ** 2
+    concat = np.zeros((T, h * d_v))
+    for head in range(h):
+        for t in range(T):
+            first = max(0, t - cfg.sliding_window + 1) if cfg.sliding_window else 0
+            seen = range(first, t + 1)
+            logits = [float(queries[t][head] @ keys[u][head]) * scale for u in seen]
+            top = max(logits)
+            e = [math.exp(x - top) for x in logits]
+            z = sum(e)
+            concat[t, head * d_v:(head + 1) * d_v] = sum((e[i] / z) * values[u][head] for i, u in enumerate(seen))
+    return concat @ p["w_o"] + p.get("b_o", 0.0)
 
 
 def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
     """n (T, d) of one sequence → attention output (T, d), head by head, query by query."""
+    if cfg.mla is not None:
+        return _latent_attention(n, p, cfg)
     T = n.shape[0]
     d_h, group = cfg.head_dim, cfg.n_heads // cfg.n_kv_heads
     scale = cfg.attention_scale or 1.0 / math.sqrt(d_h)  # an override, or the equations' 1/√d_h
@@ -75,7 +119,7 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
         c = cfg.clip_qkv
         q, k, v = (np.array([[min(max(e, -c), c) for e in row] for row in a]) for a in (q, k, v))
     if cfg.qk_norm != "none":  # each token's whole projection, or each head's slice of it
-        width = d_h if cfg.qk_norm == "head" else None
+        width = None if cfg.qk_norm == "projection" else d_h
         q, k = (_qk_norm(a, p, name, cfg, width) for a, name in ((q, "q"), (k, "k")))
     concat = np.zeros((T, cfg.n_heads * d_h))
     for head in range(cfg.n_heads):
@@ -105,7 +149,10 @@ def _qk_norm(a: np.ndarray, p: Mapping[str, np.ndarray], name: str, cfg: BlockCo
     out = np.empty_like(a)
     for t in range(a.shape[0]):
         for lo in range(0, a.shape[1], width):
-            out[t, lo:lo + width] = _norm(a[t, lo:lo + width], gamma, beta, cfg.norm, cfg.norm_eps)
+            head = lo // width  # each_head: row `head` of the (heads, d_h) weights
+            g = gamma[head] if np.ndim(gamma) == 2 else gamma
+            bt = beta[head] if beta is not None and np.ndim(beta) == 2 else beta
+            out[t, lo:lo + width] = _norm(a[t, lo:lo + width], g, bt, cfg.norm, cfg.norm_eps)
     return out
 
 
@@ -114,9 +161,57 @@ def _scale(p: Mapping[str, np.ndarray], which: str, cfg: BlockConfig) -> np.ndar
     if f"{which}_gamma" not in p:
         return 1.0
     return p[f"{which}_gamma"] + (1.0 if cfg.norm_unit_offset else 0.0)
+def _expert(vec: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig, key: str) -> np.ndarray:
+    hidden = np.array([_act(cfg.activation, float(u)) for u in vec @ p[key + "w_1"]])
+    if cfg.gated:
+        hidden = hidden * (vec @ p[key + "w_3"])
+    return hidden @ p[key + "w_2"]
+
+
+def _best(values: list[float], k: int) -> list[int]:
+    """The k largest values' indices, largest first; equal values: the lower index first."""
+    return sorted(range(len(values)), key=lambda i: (-values[i], i))[:k]
+
+
+def _moe(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
+    """Token by token: the router's choice, the chosen experts weighted, the shared expert added."""
+    moe = cfg.moe
+    assert moe is not None
+    out = np.zeros_like(n)
+    size = moe.n_experts // moe.n_groups
+    for t, vec in enumerate(n):
+        logits = [float(z) for z in vec @ p["router"]]
+        if moe.order == "topk_softmax":
+            chosen = _best(logits, moe.top_k)
+            e = [math.exp(logits[i] - logits[chosen[0]]) for i in chosen]
+            weights = [a / sum(e) for a in e]
+        else:
+            if moe.scoring == "softmax":
+                e = [math.exp(z - max(logits)) for z in logits]
+                scores = [a / sum(e) for a in e]
+            else:
+                scores = [1 / (1 + math.exp(-z)) for z in logits]
+            choice = [s + float(p["router_bias"][i]) if moe.selection_bias else s for i, s in enumerate(scores)]
+            if moe.n_groups > 1:
+                groups = [choice[g * size:(g + 1) * size] for g in range(moe.n_groups)]
+                rank = [max(g) if moe.group_score == "max" else sum(sorted(g)[-2:]) for g in groups]
+                kept = _best(rank, moe.top_groups)
+                choice = [c if i // size in kept else -math.inf for i, c in enumerate(choice)]
+            chosen = _best(choice, moe.top_k)
+            weights = [scores[i] for i in chosen]
+            if moe.renormalize:
+                weights = [w / sum(weights) for w in weights]
+        for i, w in zip(chosen, weights):
+            out[t] += w * moe.routed_scaling * _expert(vec, p, cfg, f"experts.{i}.")
+        if moe.d_shared:
+            gate = 1 / (1 + math.exp(-float(vec @ p["shared_gate"][:, 0]))) if moe.shared_gate else 1.0
+            out[t] += gate * _expert(vec, p, cfg, "shared_")
+    return out
 
 
 def _mlp(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
+    if cfg.moe is not None:
+        return _moe(n, p, cfg)
     pre = n @ p["w_1"] + p.get("b_1", 0.0)
     act = np.vectorize(lambda u: _act(cfg.activation, u))(pre)
     if cfg.gated:

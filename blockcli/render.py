@@ -11,6 +11,8 @@ import io
 import json
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from blockcli.units import human_bytes
+
 if TYPE_CHECKING:  # rich and the NumPy-based modules load only when a table is drawn
     from rich.console import Group
     from rich.table import Table
@@ -60,13 +62,6 @@ def human(n: float) -> str:
     return f"{n:g}"
 
 
-def human_bytes(n: float) -> str:
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{int(n)} B"
-
-
 # ----------------------------------------------------------------------------- count
 
 COUNT_HEADERS = ("component", "shape", "weights", "biases", "count", "share", "formula")
@@ -81,9 +76,10 @@ def count_json(result: ParameterCount, inference: Inference, training: Training 
         "per_block": result.per_block,
         "n_layers": result.n_layers,
         "non_embedding": result.non_embedding,
+        "active_per_token": result.active_total,
         "components": [
             {"name": c.name, "label": c.label, "kind": c.kind, "shape": c.shape, "weights": c.weights,
-             "biases": c.biases, "count": c.count, "share": _share(c.count, result.total),
+             "biases": c.biases, "count": c.count, "active": c.active_count, "share": _share(c.count, result.total),
              "formula": c.expression}
             for c in result.components
         ],
@@ -105,14 +101,37 @@ def _flops(n: int) -> dict[str, int]:
     return {"flops": n, "macs": n // 2}
 
 
+KV_LATENT_LABEL = "compressed latent, what MLA-aware inference engines store"
+KV_EXPANDED_LABEL = "expanded keys and values, as a plain K/V cache holds them"
+
+
+def _kv_cache_json(inf: Inference) -> dict[str, Any]:
+    if not inf.kv_expanded_bytes_per_token:
+        return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token, "bytes": inf.kv_bytes,
+                "formula": "2·L·h_kv·d_h per token"}
+    return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token, "bytes": inf.kv_bytes,
+            "formula": "L·(r_kv + d_rope) per token", "stores": KV_LATENT_LABEL,
+            "expanded": {"bytes_per_token": inf.kv_expanded_bytes_per_token, "bytes": inf.kv_expanded_bytes,
+                         "formula": "L·h·(d_h + d_v) per token", "stores": KV_EXPANDED_LABEL}}
+
+
+def _kv_cache_lines(inf: Inference, B: int, T: int) -> list[str]:
+    if not inf.kv_expanded_bytes_per_token:
+        return [f"K/V cache: {inf.kv_bytes_per_token:,} bytes per token (2·L·h_kv·d_h × {inf.kv_dtype}); "
+                f"{human_bytes(inf.kv_bytes)} for {B} × {T:,} tokens"]
+    return [f"K/V cache, {KV_LATENT_LABEL}: {inf.kv_bytes_per_token:,} bytes per token "
+            f"(L·(r_kv + d_rope) × {inf.kv_dtype}); {human_bytes(inf.kv_bytes)} for {B} × {T:,} tokens",
+            f"K/V cache, {KV_EXPANDED_LABEL}: {inf.kv_expanded_bytes_per_token:,} bytes per token "
+            f"(L·h·(d_h + d_v) × {inf.kv_dtype}); {human_bytes(inf.kv_expanded_bytes)} for {B} × {T:,} tokens"]
+
+
 def inference_json(inf: Inference) -> dict[str, Any]:
     tokens = inf.batch * inf.seq_len
     return {
         "seq_len": inf.seq_len, "batch": inf.batch, "dtype": inf.dtype, "kv_dtype": inf.kv_dtype,
         "parameter_bytes": inf.parameter_bytes,
         "parameter_bytes_by_dtype": inf.parameter_bytes_at(),
-        "kv_cache": {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token, "bytes": inf.kv_bytes,
-                     "formula": "2·L·h_kv·d_h per token"},
+        "kv_cache": _kv_cache_json(inf),
         "activation_bytes": inf.activation_bytes,
         "memory_bytes": inf.memory_bytes,
         "prefill": {"full": _flops(inf.prefill.total()), "causal": _flops(inf.prefill.total(causal=True))},
@@ -193,6 +212,8 @@ def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | No
     prefill, causal = inf.prefill.total(), inf.prefill.total(causal=True)
     lines = [f"formula {rec.formula:,} vs {'checkpoint tensors' if rec.method == 'checkpoint' else rec.method} "
              f"{rec.arrays:,}: {check}"]
+    if result.active:
+        lines.append(active_line(result))
     if result.checkpoint is not None:
         ck = result.checkpoint
         files = ck["files"][0] if len(ck["files"]) == 1 else f"{len(ck['files'])} shards"
@@ -202,8 +223,7 @@ def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | No
     lines += [
         f"workload: batch {B} × {T:,} tokens, weights and activations {inf.dtype}, K/V cache {inf.kv_dtype}",
         f"parameter memory: {human_bytes(inf.parameter_bytes)} ({result.total:,} × {inf.dtype})",
-        f"K/V cache: {inf.kv_bytes_per_token:,} bytes per token (2·L·h_kv·d_h × {inf.kv_dtype}); "
-        f"{human_bytes(inf.kv_bytes)} for {B} × {T:,} tokens",
+        *_kv_cache_lines(inf, B, T),
         f"inference memory: {human_bytes(inf.memory_bytes)} = weights + K/V cache + "
         f"{human_bytes(inf.activation_bytes)} activations (one layer's prefill working set)",
         f"prefill of {T:,} tokens × {B}: {_both(prefill, causal)} FLOPs; per token "
@@ -213,6 +233,17 @@ def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | No
         SIZING_FLOPS_NOTE,
     ]
     return lines + (training_lines(tr) if tr is not None else [])
+
+
+def active_line(result: ParameterCount) -> str:
+    """What one token uses of a mixture of experts' parameters, component by component."""
+    moe = result.config.block.moe
+    assert moe is not None
+    parts = "; ".join(f"{c.label} {c.active_count:,} of {c.count:,}" for c in result.components
+                      if c.active is not None and c.kind != "total")
+    where = "embeddings and LM head included" if result.config.model else "one block"
+    return (f"active per token: {result.active_total:,} of {result.total:,} ({where}; the routed experts a token "
+            f"is not sent to excluded: {moe.top_k} of {moe.n_experts} used); {parts}")
 
 
 OPTIMIZER_NAMES = {"adamw": "AdamW", "sgd": "SGD", "sgd-momentum": "SGD with momentum"}
@@ -265,7 +296,9 @@ def count_table(result: ParameterCount, inference: Inference, training: Training
         share = _share(c.count, result.total)
         row[5] = f"{bar(share)} {100 * share:5.1f}%"
         last_of_attention = "attn.o" if result.config.block.shared_norm else "ln2"  # a shared norm has no LN 2 row
-        table.add_row(*row, style=style, end_section=c.kind == "total" or c.name in ("mlp.2", last_of_attention))
+        last_of_mlp = "mlp.2" if result.config.block.moe is None else [x.name for x in result.components
+                                                                      if x.name.startswith("mlp.")][-1]
+        table.add_row(*row, style=style, end_section=c.kind == "total" or c.name in (last_of_mlp, last_of_attention))
     footer = Text("\n".join(count_footer_lines(result, inference, training)))
     if not result.reconciled.match:
         footer.stylize("bold red", 0, len(footer.plain.split("\n")[0]))

@@ -18,7 +18,35 @@ def norm_shapes(prefix: str, d: int, cfg: BlockConfig) -> dict[str, Shape]:
     return shapes
 
 
+def latent_attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    """Multi-head latent attention: Q (through its latent when q_lora_rank is set), the shared
+    K/V down-projection with its RoPE key, the latent's norm, the K/V up-projection, W_O.
+    block.bias.qkv gives the two down-projections a bias (DeepSeek's attention_bias), bias.out W_O."""
+    m, d, h = cfg.mla, cfg.d_model, cfg.n_heads
+    assert m is not None
+    shapes: dict[str, Shape] = {}
+    if m.q_lora_rank:
+        shapes["w_q_a"] = (d, m.q_lora_rank)
+        if cfg.bias.qkv:
+            shapes["b_q_a"] = (m.q_lora_rank,)
+        shapes.update(norm_shapes("q_a_norm", m.q_lora_rank, cfg))
+        shapes["w_q_b"] = (m.q_lora_rank, h * m.qk_head_dim)
+    else:
+        shapes["w_q"] = (d, h * m.qk_head_dim)
+    shapes["w_kv_a"] = (d, m.kv_lora_rank + m.qk_rope_head_dim)
+    if cfg.bias.qkv:
+        shapes["b_kv_a"] = (m.kv_lora_rank + m.qk_rope_head_dim,)
+    shapes.update(norm_shapes("kv_a_norm", m.kv_lora_rank, cfg))
+    shapes["w_kv_b"] = (m.kv_lora_rank, h * (m.qk_nope_head_dim + m.v_head_dim))
+    shapes["w_o"] = (h * m.v_head_dim, d)
+    if cfg.bias.out:
+        shapes["b_o"] = (d,)
+    return shapes
+
+
 def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    if cfg.mla is not None:
+        return latent_attention_shapes(cfg)
     d, q_width, kv_width = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     shapes: dict[str, Shape] = {}
     for name, width in (("q", q_width), ("k", kv_width), ("v", kv_width)):
@@ -28,10 +56,13 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     shapes["w_o"] = (q_width, d)
     if cfg.bias.out:
         shapes["b_o"] = (d,)
-    if cfg.qk_norm != "none":  # over each head's d_h, or over the whole projection
+    if cfg.qk_norm in ("head", "projection"):  # over each head's d_h, or over the whole projection
         per_head = cfg.qk_norm == "head"
         shapes.update(norm_shapes("q_norm", cfg.head_dim if per_head else q_width, cfg))
         shapes.update(norm_shapes("k_norm", cfg.head_dim if per_head else kv_width, cfg))
+    elif cfg.qk_norm == "each_head":  # over each head's d_h, with weights of its own: (heads, d_h)
+        for name, heads in (("q_norm", cfg.n_heads), ("k_norm", cfg.n_kv_heads)):
+            shapes.update({k: (heads,) + s for k, s in norm_shapes(name, cfg.head_dim, cfg).items()})
     return shapes
 
 
@@ -50,11 +81,36 @@ def mlp_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     return shapes
 
 
+def moe_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    """A mixture of experts: the router (d, E), its selection bias, each routed expert's matrices
+    `experts.{e}.w_1` (d, d_e) [w_3] w_2 (d_e, d), and the shared expert's (d, d_s) … and its gate (d, 1)."""
+    moe = cfg.moe
+    assert moe is not None
+    d = cfg.d_model
+    shapes: dict[str, Shape] = {"router": (d, moe.n_experts)}
+    if moe.selection_bias:
+        shapes["router_bias"] = (moe.n_experts,)
+    for e in range(moe.n_experts):
+        shapes[f"experts.{e}.w_1"] = (d, moe.d_expert)
+        if cfg.gated:
+            shapes[f"experts.{e}.w_3"] = (d, moe.d_expert)
+        shapes[f"experts.{e}.w_2"] = (moe.d_expert, d)
+    if moe.d_shared:
+        shapes["shared_w_1"] = (d, moe.d_shared)
+        if cfg.gated:
+            shapes["shared_w_3"] = (d, moe.d_shared)
+        shapes["shared_w_2"] = (moe.d_shared, d)
+        if moe.shared_gate:
+            shapes["shared_gate"] = (d, 1)
+    return shapes
+
+
 def block_parameter_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     """Every parameter of one block, in forward order: ln1, attention, ln2 (none when the norm is
-    shared), MLP."""
+    shared), MLP (or mixture of experts)."""
     ln2 = {} if cfg.shared_norm else norm_shapes("ln2", cfg.d_model, cfg)
-    return {**norm_shapes("ln1", cfg.d_model, cfg), **attention_shapes(cfg), **ln2, **mlp_shapes(cfg)}
+    mlp = moe_shapes(cfg) if cfg.moe is not None else mlp_shapes(cfg)
+    return {**norm_shapes("ln1", cfg.d_model, cfg), **attention_shapes(cfg), **ln2, **mlp}
 
 
 def model_parameter_shapes(config: Config) -> dict[str, Shape]:

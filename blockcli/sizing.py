@@ -57,26 +57,68 @@ class Dims:
     gated: bool
     window: int = 0  # sliding window W: a query sees at most W keys (0: all earlier ones)
     e: int = 0  # OPT-350m's embedding width when the head reads e, not d, features (0: d)
+    moe_weights: int = 0  # a mixture of experts: the MLP matrix weights one token uses (0: a dense MLP)
+    # latent attention (0 without): query and K/V latent ranks, RoPE part of d_h, value width
+    r_q: int = 0
+    r_kv: int = 0
+    d_rope: int = 0
+    d_v: int = 0
 
     @classmethod
     def of(cls, config: Config) -> "Dims":
         b, m = config.block, config.model
-        return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, b.d_ff,
-                   m.vocab_size if m else 0, b.gated, b.sliding_window, projected_width(m, b.d_model))
+        mla = b.mla
+        latent = (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim, mla.v_head_dim) if mla else (0, 0, 0, 0)
+        return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, mlp_width(b),
+                   m.vocab_size if m else 0, b.gated, b.sliding_window, projected_width(m, b.d_model),
+                   moe_active_weights(b), *latent)
+
+    @property
+    def latent(self) -> bool:
+        return self.r_kv > 0
+
+    @property
+    def value_dim(self) -> int:
+        """Each head's value width: d_h, or latent attention's d_v."""
+        return self.d_v if self.latent else self.d_h
 
     def keys_seen(self, T: int) -> int:
         """Keys a query at context T attends to, and tokens a K/V cache must keep: T, or W with a window."""
         return min(T, self.window) if self.window else T
 
 
+def mlp_width(block: BlockConfig) -> int:
+    """The MLP intermediates' width per token: d_ff, or for a mixture of experts k·d_e + d_s (its k
+    routed experts' and the shared expert's, side by side)."""
+    moe = block.moe
+    return block.d_ff if moe is None else moe.top_k * moe.d_expert + moe.d_shared
+
+
+def moe_active_weights(block: BlockConfig) -> int:
+    """A mixture of experts' matrix weights one token is multiplied by: the router d·E, its k routed
+    experts' and the shared expert's (2 or 3)·d·width, the shared gate d (0 for a dense MLP)."""
+    moe = block.moe
+    if moe is None:
+        return 0
+    d = block.d_model
+    return (d * moe.n_experts + (3 if block.gated else 2) * d * (moe.top_k * moe.d_expert + moe.d_shared)
+            + (d if moe.shared_gate else 0))
+
+
 def matmul_weights(dims: Dims) -> tuple[int, int]:
     """(per layer, LM head) matrix weights one token is multiplied by: Q, K, V, O and the MLP's two or
     three matrices, and the d·V head (tied or not, it is a product), or e·V with OPT-350m's project in and
-    out (d·e each). A mixture of experts would count its router and the k routed experts here: the active
-    parameters, not all of them."""
+    out (d·e each). A mixture of experts counts its router, the k routed experts and the shared expert: the
+    active parameters, not all of them."""
     q, kv = dims.h * dims.d_h, dims.h_kv * dims.d_h
-    mlp = (3 if dims.gated else 2) * dims.d * dims.d_ff
+    mlp = dims.moe_weights or (3 if dims.gated else 2) * dims.d * dims.d_ff
     head = dims.e * dims.V + 2 * dims.d * dims.e if dims.e else dims.d * dims.V
+    if dims.latent:  # the low-rank products: Q (through r_q), down to r_kv + d_rope, up to h·(d_nope + d_v), O
+        d_nope = dims.d_h - dims.d_rope
+        query = dims.r_q * (dims.d + q) if dims.r_q else dims.d * q
+        attention = (query + dims.d * (dims.r_kv + dims.d_rope) + dims.r_kv * dims.h * (d_nope + dims.d_v)
+                     + dims.h * dims.d_v * dims.d)
+        return attention + mlp, head
     return dims.d * (q + 2 * kv) + q * dims.d + mlp, head
 
 
@@ -106,16 +148,19 @@ class ForwardFlops:
 def forward_flops(dims: Dims, T: int, B: int) -> ForwardFlops:
     per_layer, head = matmul_weights(dims)
     tokens = B * T
-    attention = 4 * B * dims.L * dims.h * dims.d_h  # 2·d_h for Q·Kᵀ + 2·d_h for weights·V, per pair and head
+    attention = 2 * B * dims.L * dims.h * (dims.d_h + dims.value_dim)  # 2·d_h for Q·Kᵀ + 2·d_v for weights·V
     return ForwardFlops(2 * tokens * dims.L * per_layer, attention * score_pairs(T, False),
                         attention * score_pairs(T, True, dims.window), 2 * tokens * head)
 
 
 def decode_flops(dims: Dims, T: int, B: int) -> int:
     """One decode step at context T for B sequences: one token through every matrix, T keys per head
-    (the last W with a sliding window)."""
+    (the last W with a sliding window). Under latent attention, the earlier tokens' keys and values
+    are not expanded again (an expanded cache, or W_kv_b absorbed into the query and output as
+    MLA-aware engines do; transformers re-expands its latent cache every step)."""
     per_layer, head = matmul_weights(dims)
-    return B * (2 * (dims.L * per_layer + head) + 4 * dims.L * dims.h * dims.d_h * dims.keys_seen(T))
+    attention = 2 * dims.L * dims.h * (dims.d_h + dims.value_dim) * dims.keys_seen(T)
+    return B * (2 * (dims.L * per_layer + head) + attention)
 
 
 # ----------------------------------------------------------------------------- inference
@@ -133,6 +178,10 @@ class Inference:
     activation_bytes: int
     prefill: ForwardFlops
     decode: int
+    # latent attention only (else 0): the expanded keys and values per token and for B × T, beside the
+    # compressed latent that kv_bytes_per_token / kv_bytes count
+    kv_expanded_bytes_per_token: int = 0
+    kv_expanded_bytes: int = 0
 
     @property
     def parameter_bytes(self) -> int:
@@ -149,9 +198,17 @@ class Inference:
 
 def kv_cache_elements(dims: Dims) -> int:
     """Cached elements per token: K and V, h_kv heads of d_h each, in every layer (grouped-query and
-    multi-query attention cache h_kv heads, not h). A latent-attention (MLA) cache would count its
-    latent vector here instead."""
+    multi-query attention cache h_kv heads, not h). Latent attention (MLA) caches its compressed
+    latent: r_kv + d_rope per layer (DeepSeek-V2 §2.1.2), what MLA-aware engines store."""
+    if dims.latent:
+        return dims.L * (dims.r_kv + dims.d_rope)
     return 2 * dims.L * dims.h_kv * dims.d_h
+
+
+def kv_expanded_elements(dims: Dims) -> int:
+    """Latent attention's keys and values expanded per token: h heads of d_h (= d_nope + d_rope) keys
+    and d_v values in every layer, what a plain K/V cache of the same attention would hold."""
+    return dims.L * dims.h * (dims.d_h + dims.d_v)
 
 
 def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: str,
@@ -160,10 +217,12 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
     dims = Dims.of(config)
     kv_dtype = kv_dtype or dtype
     kv_per_token = nbytes(kv_cache_elements(dims), kv_dtype)
-    return Inference(seq_len, batch, dtype, kv_dtype, parameters, kv_per_token,
-                     kv_per_token * dims.keys_seen(seq_len) * batch,  # a sliding window keeps its last W tokens
+    tokens = dims.keys_seen(seq_len) * batch  # a sliding window keeps its last W tokens
+    expanded = nbytes(kv_expanded_elements(dims), kv_dtype) if dims.latent else 0
+    return Inference(seq_len, batch, dtype, kv_dtype, parameters, kv_per_token, kv_per_token * tokens,
                      inference_activation_bytes(dims, seq_len, batch, dtype),
-                     forward_flops(dims, seq_len, batch), decode_flops(dims, seq_len, batch))
+                     forward_flops(dims, seq_len, batch), decode_flops(dims, seq_len, batch),
+                     expanded, expanded * tokens)
 
 
 def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
@@ -173,7 +232,10 @@ def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
     or gate, up and product); the score table is not held (a tiled kernel), and the logits are those
     of the last position, float32."""
     q, kv = dims.h * dims.d_h, dims.h_kv * dims.d_h
-    widest = max(q + 2 * kv + q, (3 if dims.gated else 2) * dims.d_ff)
+    attention = q + 2 * kv + q
+    if dims.latent:  # Q, K (h·d_h each), V and the attention output (h·d_v each), the latents
+        attention = 2 * q + 2 * dims.h * dims.d_v + dims.r_q + dims.r_kv + dims.d_rope
+    widest = max(attention, (3 if dims.gated else 2) * dims.d_ff)
     return nbytes(B * T * (2 * dims.d + widest), dtype) + LOSS_BYTES * B * dims.V
 
 
@@ -239,7 +301,7 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
     """
     beta = 2 if precision == "mixed" else 4
     b, s = B, T
-    d, h, h_kv, d_h, d_ff = block.d_model, block.n_heads, block.n_kv_heads, block.head_dim, block.d_ff
+    d, h, h_kv, d_h, d_ff = block.d_model, block.n_heads, block.n_kv_heads, block.head_dim, mlp_width(block)
     act = lambda n: beta * b * s * n  # noqa: E731  # bytes of a (b, s, n) activation
     mask = lambda n: MASK_BYTES * b * s * n  # noqa: E731
     unit = f"{beta}·s·b"
@@ -264,8 +326,17 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
             terms += [Term("attention-dropout mask", f"{MASK_BYTES}·b·h·s²", MASK_BYTES * table, "a·s/h"),
                       Term("attention-dropout output (weights·V input)", f"{beta}·b·h·s²", beta * table,
                            "2·a·s/h")]
-    terms += [Term("V, for weights·V", f"{unit}·h_kv·d_h", act(h_kv * d_h), "2"),
-              Term("output projection input", f"{unit}·h·d_h", act(h * d_h), "2")]
+    d_v = block.value_dim
+    if block.mla is not None:  # each latent: its norm's input and output (the up-projection's input)
+        mla = block.mla
+        if mla.q_lora_rank:
+            terms.append(Term("Q latent: its norm's input and output", f"2·{unit}·r_q", 2 * act(mla.q_lora_rank)))
+        terms += [Term("K/V latent: its norm's input and output", f"2·{unit}·r_kv", 2 * act(mla.kv_lora_rank)),
+                  Term("V, for weights·V", f"{unit}·h·d_v", act(h * d_v), "2"),
+                  Term("output projection input", f"{unit}·h·d_v", act(h * d_v), "2")]
+    else:
+        terms += [Term("V, for weights·V", f"{unit}·h_kv·d_h", act(h_kv * d_h), "2"),
+                  Term("output projection input", f"{unit}·h·d_h", act(h * d_h), "2")]
     if block.dropout:
         terms.append(Term("attention-branch dropout mask", f"{MASK_BYTES}·s·b·d", mask(d), "1"))
     if block.placement not in ("parallel", "parallel_shared"):

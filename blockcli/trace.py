@@ -21,9 +21,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from blockcli.block import (DecoderBlock, Model, attention_tile, block_parameter_shapes, blocked_label,
-                            full_table, logits_label, model_parameter_shapes, scores_label)
-from blockcli.config import Config, InputError, projected_width
+from blockcli.block import (DecoderBlock, Model, attention_tile, block_parameter_shapes, blocked_label, experts_label,
+                            full_table, logits_label, model_parameter_shapes, routing_label, scores_label)
+from blockcli.config import BlockConfig, Config, InputError, projected_width
 from blockcli.parallel import worker_count
 
 # Per-element FLOPs of the elementwise operations (a convention, stated in the README).
@@ -31,6 +31,8 @@ ELEMENT_FLOPS = {
     "add": 1, "layernorm": 5, "rmsnorm": 3, "softmax": 4, "mask": 0, "rope": 3,
     "gelu_tanh": 8, "gelu": 8, "relu": 1, "silu": 4, "swiglu": 5, "geglu": 9,
     "reshape": 0, "gather": 0, "clip": 1,
+    "sigmoid": 4, "topk": 0, "count": 0, "gate": 1,  # a mixture of experts' routing and shared gate
+    # "combine" (the weighted sum of a token's k expert outputs) costs 2·k per output element: see Recorder
 }
 
 # The symbolic shape of each recorded tensor, in the one shape vocabulary.
@@ -47,8 +49,25 @@ SYMBOLIC = {
     "q_norm": "(B, h, T, d_h)", "k_norm": "(B, h_kv, T, d_h)",  # per head; over the projection, 3-D:
     "alibi_scores": "(B, h, T, T)", "embed_norm": "(B, T, d)", "tok_emb_e": "(B, T, e)", "proj_out": "(B, T, e)",
     "q_clip": "(B, T, h·d_h)", "k_clip": "(B, T, h_kv·d_h)", "v_clip": "(B, T, h_kv·d_h)",
+    # a mixture of experts: E experts, k per token, n_e rows routed to expert e, d_e / d_s expert widths
+    "router_logits": "(B, T, E)", "router_scores": "(B, T, E)", "router_choice": "(B, T, k)",
+    "router_weights": "(B, T, k)", "expert_load": "(E,)", "in": "(n_e, d)", "pre": "(n_e, d_e)",
+    "up": "(n_e, d_e)", "act": "(n_e, d_e)", "out": "(n_e, d)", "moe_routed": "(B, T, d)",
+    "shared_pre": "(B, T, d_s)", "shared_up": "(B, T, d_s)", "shared_act": "(B, T, d_s)",
+    "shared_out": "(B, T, d)", "shared_gate": "(B, T, 1)", "shared_gated": "(B, T, d)",
 }
+# all E experts' rows together (analytic rows, `merge_expert_rows`): B·T·k routed rows in all
+SYMBOLIC_ALL_EXPERTS = {"in": "(B·T·k, d)", "pre": "(B·T·k, d_e)", "up": "(B·T·k, d_e)", "act": "(B·T·k, d_e)",
+                        "out": "(B·T·k, d)"}
+ALL_EXPERTS = "experts.all."  # the key prefix of those rows
 SYMBOLIC_PROJECTION_NORM = {"q_norm": "(B, T, h·d_h)", "k_norm": "(B, T, h_kv·d_h)"}
+# Latent attention's tensors (DeepSeek): its own, and those whose widths it changes (d_h = d_nope + d_rope)
+SYMBOLIC_LATENT = {
+    "q_a": "(B, T, r_q)", "q_a_norm": "(B, T, r_q)", "kv_a": "(B, T, r_kv + d_rope)", "kv_a_norm": "(B, T, r_kv)",
+    "q_rope": "(B, h, T, d_rope)", "k_rope": "(B, 1, T, d_rope)", "kv_proj": "(B, T, h·(d_nope + d_v))",
+    "k": "(B, h, T, d_h)", "v": "(B, h, T, d_v)", "q_cat": "(B, h, T, d_h)", "attn_heads": "(B, h, T, d_v)",
+    "attn_concat": "(B, T, h·d_v)",
+}
 
 # What tracing itself holds, measured with tracemalloc on small passes: per recorded operation (its
 # OpRow and data-flow entry) and once per pass (the recorder, NumPy's error state, the worker pool).
@@ -93,8 +112,10 @@ class ShapeOnly:
 class Recorder:
     """The `rec` callback of the forward pass: turns each reported operation into an OpRow."""
 
-    def __init__(self, param_sizes: Mapping[str, int], keep: bool = False, pass_input: Any = None) -> None:
+    def __init__(self, param_sizes: Mapping[str, int], keep: bool = False, pass_input: Any = None,
+                 symbolic: Mapping[str, str] | None = None) -> None:
         self.param_sizes = param_sizes
+        self.symbolic = {**SYMBOLIC, **(symbolic or {})}  # the block's own shapes over the defaults
         self.keep = keep
         self.rows: list[OpRow] = []
         self.arrays: dict[str, np.ndarray] = {}
@@ -115,14 +136,18 @@ class Recorder:
         # a tied LM head reuses the token embedding, whose row counts it: the head adds only its bias
         used = [self.param_sizes[prefix + p] for p in params if prefix + p in self.param_sizes]
         matmul, causal = _matmul_flops(kind, out, inputs)
-        has_bias = kind == "linear" and len(used) > 1
+        has_bias = kind == "linear" and any(prefix + p in self.param_sizes and
+                                            (p.startswith("b_") or p.endswith("_bias")) for p in params)
         element = ELEMENT_FLOPS.get(kind, 0) * out.size + (out.size if has_bias else 0)
+        if kind == "combine":  # each output element: k multiply-adds of the weighted expert outputs
+            element = 2 * inputs[0].shape[-1] * out.size
         base = key.rsplit(".", 1)[-1]
+        symbolic = SYMBOLIC_ALL_EXPERTS.get(base, "") if ALL_EXPERTS in key else self.symbolic.get(base, "")
         self.rows.append(OpRow(
             step=len(self.rows) + 1, key=key, op=op, kind=kind, layer=layer,
             input_shapes=[tuple(a.shape) for a in inputs], output_shape=tuple(out.shape),
             symbolic=(SYMBOLIC_PROJECTION_NORM[base] if base in SYMBOLIC_PROJECTION_NORM and len(out.shape) == 3
-                      else SYMBOLIC.get(base, "")), params=sum(used), flops=matmul + element,
+                      else symbolic), params=sum(used), flops=matmul + element,
             matmul_flops=matmul, causal_flops=causal, bytes=int(out.nbytes),
             sources=[self._producer.get(id(a)) for a in inputs], tied="wte (tied)" in params))
         self._track(out, len(self.rows))
@@ -142,9 +167,9 @@ def _matmul_flops(kind: str, out: Any, inputs: Sequence[Any]) -> tuple[int, int 
         t_q, t_k, d_h = a.shape[-2], b.shape[-2], b.shape[-1]
         full = 2 * math.prod(a.shape[:-2]) * t_q * t_k * d_h
         return full, int(full * _causal_fraction(t_q, t_k))
-    if kind == "attention":  # chunked: both products at once
-        q, k, _ = inputs
-        full = 4 * math.prod(q.shape[:-2]) * q.shape[-2] * k.shape[-2] * q.shape[-1]
+    if kind == "attention":  # chunked: both products at once, 2·d_h for Q·Kᵀ and 2·d_v for weights·V
+        q, k, v = inputs
+        full = 2 * math.prod(q.shape[:-2]) * q.shape[-2] * k.shape[-2] * (q.shape[-1] + v.shape[-1])
         return full, int(full * _causal_fraction(q.shape[-2], k.shape[-2]))
     return 0, None
 
@@ -191,8 +216,20 @@ class Trace:
             "peak_measured": self.peak_measured,
             "largest_score_table_bytes": (self.batch * b.n_heads * T * T if self.attention == "full" else
                                           heads * b.n_heads // b.n_kv_heads * rows * T) * itemsize,
-            "kv_cache_bytes": 2 * layers * self.batch * self.seq_len * b.n_kv_heads * b.head_dim * itemsize,
+            "kv_cache_bytes": kv_cache_bytes(b, layers, self.batch, self.seq_len, itemsize),
         }
+
+
+def kv_cache_bytes(b: BlockConfig, layers: int, batch: int, seq_len: int, itemsize: int) -> int:
+    """What blockcli's K/V cache holds after the pass: K and V (h_kv·d_h each) per token and layer, or
+    latent attention's compressed latent (r_kv + d_rope)."""
+    per_token = (b.mla.kv_lora_rank + b.mla.qk_rope_head_dim if b.mla else 2 * b.n_kv_heads * b.head_dim)
+    return layers * batch * seq_len * per_token * itemsize
+
+
+def symbolic_shapes(b: BlockConfig) -> dict[str, str]:
+    """The symbolic shapes this block's tensors have where they differ from the defaults (`SYMBOLIC`)."""
+    return dict(SYMBOLIC_LATENT) if b.mla is not None else {}
 
 
 # ----------------------------------------------------------------------------- running
@@ -289,7 +326,7 @@ def run_trace(config: Config, *, weights: Any = None, x: np.ndarray | None = Non
     else:
         net = DecoderBlock.from_config(config, weights, attention=attention, layer=layer, model_config=model_config)
     sizes = {k: v.size for k, v in net.params.items()}
-    rec = Recorder(sizes, keep=keep, pass_input=x)
+    rec = Recorder(sizes, keep=keep, pass_input=x, symbolic=symbolic_shapes(config.block))
     _import_sharing_modules()
     tracemalloc.start()
     try:
@@ -340,7 +377,7 @@ def analytic_trace(config: Config, attention: str = "auto") -> Trace:
     shapes = model_parameter_shapes(config) if m else block_parameter_shapes(b)
     chunked = not full_table(attention, B * b.n_heads * T * T * dt.itemsize, traced=True)
     x = ShapeOnly((B, T), np.dtype(np.int64)) if m else S(B, T, d)
-    rec = Recorder({k: math.prod(s) for k, s in shapes.items()}, pass_input=x)
+    rec = Recorder({k: math.prod(s) for k, s in shapes.items()}, pass_input=x, symbolic=symbolic_shapes(b))
     if m:
         e = projected_width(m, d)
         tokens = S(B, T, e or d)
@@ -385,7 +422,64 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
     B, T, d, h, h_kv, d_h, d_ff = (run.batch, run.seq_len, b.d_model, b.n_heads, b.n_kv_heads,
                                    b.head_dim, b.d_ff)
 
+    def scores_and_heads(q: ShapeOnly, k: ShapeOnly, v: ShapeOnly, d_v: int) -> ShapeOnly:
+        heads_out = S(B, h, T, d_v)
+        if chunked:
+            rec("attn_heads", blocked_label(b), heads_out, (q, k, v), kind="attention")
+        else:
+            scores, masked, weights = S(B, h, T, T), S(B, h, T, T), S(B, h, T, T)
+            rec("scores", scores_label(b), scores, (q, k), kind="matmul")
+            if b.alibi:
+                biased = S(B, h, T, T)
+                rec("alibi_scores", "add ALiBi biases", biased, (scores,), kind="add")
+                scores = biased
+            rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
+            rec("attn_weights", "softmax over keys", weights, (masked,), kind="softmax")
+            rec("attn_heads", "weights·V", heads_out, (weights, v), kind="matmul")
+        concat, out = S(B, T, h * d_v), S(B, T, d)
+        rec("attn_concat", "combine heads", concat, (heads_out,), kind="reshape")
+        rec("attn_out", "output projection", out, (concat, S(h * d_v, d)), kind="linear", params=("w_o", "b_o"))
+        return out
+
+    def latent_attention(inp: ShapeOnly) -> ShapeOnly:  # as LatentAttention.__call__
+        m = b.mla
+        r_kv, d_rope, d_nope, d_v = m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim
+        if m.q_lora_rank:
+            q_lat, q_normed = S(B, T, m.q_lora_rank), S(B, T, m.q_lora_rank)
+            rec("q_a", "Q down-projection (latent)", q_lat, (inp, S(d, m.q_lora_rank)), kind="linear",
+                params=("w_q_a", "b_q_a"))
+            rec("q_a_norm", "Q latent norm", q_normed, (q_lat,), kind=b.norm, params=("q_a_norm_gamma", "q_a_norm_beta"))
+            q_flat = S(B, T, h * d_h)
+            rec("q_proj", "Q up-projection", q_flat, (q_normed, S(m.q_lora_rank, h * d_h)), kind="linear",
+                params=("w_q_b",))
+        else:
+            q_flat = S(B, T, h * d_h)
+            rec("q_proj", "Q projection", q_flat, (inp, S(d, h * d_h)), kind="linear", params=("w_q",))
+        q = S(B, h, T, d_h)
+        rec("q", "split heads Q", q, (q_flat,), kind="reshape")
+        kv_a = S(B, T, r_kv + d_rope)
+        rec("kv_a", "K/V down-projection (latent | RoPE key)", kv_a, (inp, S(d, r_kv + d_rope)), kind="linear",
+            params=("w_kv_a", "b_kv_a"))
+        latent = S(B, T, r_kv)
+        rec("kv_a_norm", "K/V latent norm", latent, (S(B, T, r_kv),), kind=b.norm,
+            params=("kv_a_norm_gamma", "kv_a_norm_beta"))
+        q_pe, k_pe = S(B, h, T, d_rope), S(B, 1, T, d_rope)
+        rec("q_rope", "RoPE on Q's RoPE part", q_pe, (q,), kind="rope")
+        rec("k_rope", "RoPE on the shared key", k_pe, (kv_a,), kind="rope")
+        kv = S(B, T, h * (d_nope + d_v))
+        rec("kv_proj", "K/V up-projection (from the latent)", kv, (latent, S(r_kv, h * (d_nope + d_v))),
+            kind="linear", params=("w_kv_b",))
+        kv_heads = S(B, h, T, d_nope + d_v)
+        k, v = S(B, h, T, d_h), S(B, h, T, d_v)
+        rec("k", "keys: K_nope | shared RoPE key", k, (kv_heads, k_pe), kind="reshape")
+        rec("v", "values V", v, (kv_heads,), kind="reshape")
+        q_cat = S(B, h, T, d_h)
+        rec("q_cat", "queries: Q_nope | RoPE'd Q_rope", q_cat, (q, q_pe), kind="reshape")
+        return scores_and_heads(q_cat, k, v, d_v)
+
     def attention(inp: ShapeOnly) -> ShapeOnly:
+        if b.mla is not None:
+            return latent_attention(inp)
         flat, split = {}, {}
         for name, heads in (("q", h), ("k", h_kv), ("v", h_kv)):
             flat[name] = S(B, T, heads * d_h)
@@ -409,7 +503,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         for name, heads in (("q", h), ("k", h_kv), ("v", h_kv)):
             split[name] = S(B, heads, T, d_h)
             rec(name, f"split heads {name.upper()}", split[name], (flat[name],), kind="reshape")
-        if b.qk_norm == "head":
+        if b.qk_norm in ("head", "each_head"):
             qk_norm(split)
         q, k, v = split["q"], split["k"], split["v"]
         if b.rope:
@@ -417,25 +511,60 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             rec("q_rope", "RoPE on Q", q_rot, (q,), kind="rope")
             rec("k_rope", "RoPE on K", k_rot, (k,), kind="rope")
             q, k = q_rot, k_rot
-        heads_out = S(B, h, T, d_h)
-        if chunked:
-            rec("attn_heads", blocked_label(b), heads_out, (q, k, v), kind="attention")
-        else:
-            scores, masked, weights = S(B, h, T, T), S(B, h, T, T), S(B, h, T, T)
-            rec("scores", scores_label(b), scores, (q, k), kind="matmul")
-            if b.alibi:
-                biased = S(B, h, T, T)
-                rec("alibi_scores", "add ALiBi biases", biased, (scores,), kind="add")
-                scores = biased
-            rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
-            rec("attn_weights", "softmax over keys", weights, (masked,), kind="softmax")
-            rec("attn_heads", "weights·V", heads_out, (weights, v), kind="matmul")
-        concat, out = S(B, T, h * d_h), S(B, T, d)
-        rec("attn_concat", "combine heads", concat, (heads_out,), kind="reshape")
-        rec("attn_out", "output projection", out, (concat, S(h * d_h, d)), kind="linear", params=("w_o", "b_o"))
+        return scores_and_heads(q, k, v, d_h)
+
+    def expert_mlp(inp: ShapeOnly, rows: tuple[int, ...], width: int, key: str, label: Any,
+                   names: Any) -> ShapeOnly:
+        """One MLP's rows (as MixtureOfExperts._mlp); label(stage) names a row, names(w) matrix w's parameters."""
+        pre, act, out = S(*rows, width), S(*rows, width), S(*rows, d)
+        rec(key + "pre", label("expand"), pre, (inp, S(d, width)), kind="linear", params=names("w_1"))
+        inputs: tuple[ShapeOnly, ...] = (pre,)
+        if b.gated:
+            up = S(*rows, width)
+            rec(key + "up", label("up (gate partner)"), up, (inp, S(d, width)), kind="linear", params=names("w_3"))
+            inputs = (pre, up)
+        rec(key + "act", label(f"activation ({b.activation})"), act, inputs, kind=b.activation)
+        rec(key + "out", label("contract"), out, (act, S(width, d)), kind="linear", params=names("w_2"))
         return out
 
+    def moe(inp: ShapeOnly) -> ShapeOnly:
+        """As MixtureOfExperts, with all E experts' rows as one set: B·T·k rows in all, exactly."""
+        spec = b.moe
+        E, k, ints = spec.n_experts, spec.top_k, np.dtype(np.intp)
+        logits = S(B, T, E)
+        rec("router_logits", "router logits", logits, (inp, S(d, E)), kind="linear", params=("router",))
+        scores = logits
+        if spec.order != "topk_softmax":
+            scores = S(B, T, E)
+            rec("router_scores", f"router scores ({spec.scoring} over experts)", scores, (logits,), kind=spec.scoring)
+        chosen, weights = ShapeOnly((B, T, k), ints), S(B, T, k)
+        rec("router_choice", f"top-{k} experts per token", chosen, (scores,), kind="topk")
+        rec("router_weights", routing_label(spec), weights, (scores,), kind="gather")
+        rec("expert_load", "tokens per expert (load)", ShapeOnly((E,), np.dtype(np.int64)), (chosen,), kind="count")
+        rows = S(B * T * k, d)
+        rec(ALL_EXPERTS + "in", experts_label("gather their rows", spec, B * T), rows, (inp,), kind="gather")
+        outs = expert_mlp(rows, (B * T * k,), spec.d_expert, ALL_EXPERTS, lambda st: experts_label(st, spec, B * T),
+                          lambda w: tuple(f"experts.{e}.{w}" for e in range(E)))
+        routed = S(B, T, d)
+        label = f"weighted sum of the {k} routed experts' outputs"
+        if not spec.d_shared:
+            rec("mlp_out", label, routed, (weights, outs), kind="combine")
+            return routed
+        rec("moe_routed", label, routed, (weights, outs), kind="combine")
+        shared = expert_mlp(inp, (B, T), spec.d_shared, "shared_", lambda st: f"shared expert {st}",
+                            lambda w: ("shared_" + w,))
+        if spec.shared_gate:
+            gate, gated = S(B, T, 1), S(B, T, d)
+            rec("shared_gate", "shared expert gate logit", gate, (inp, S(d, 1)), kind="linear", params=("shared_gate",))
+            rec("shared_gated", "shared expert × sigmoid(gate)", gated, (gate, shared), kind="gate")
+            shared = gated
+        total = S(B, T, d)
+        rec("mlp_out", "routed + shared experts", total, (routed, shared), kind="add")
+        return total
+
     def mlp(inp: ShapeOnly) -> ShapeOnly:
+        if b.moe is not None:
+            return moe(inp)
         pre, act, out = S(B, T, d_ff), S(B, T, d_ff), S(B, T, d)
         rec("mlp_pre", "MLP expand", pre, (inp, S(d, d_ff)), kind="linear", params=("w_1", "b_1"))
         inputs: tuple[ShapeOnly, ...] = (pre,)
@@ -470,6 +599,59 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
     hid = add("h", "residual add (attention)", x, attention(n1))
     n2 = n1 if b.placement == "parallel_shared" else norm("ln2_out", "LN2", "ln2", x)  # one norm, read twice
     return add("y", "residual add (MLP)", hid, mlp(n2))
+
+
+_EXPERT_STAGES = {"in": "gather their rows", "pre": "expand", "up": "up (gate partner)", "out": "contract"}
+
+
+def merge_expert_rows(rows: list[OpRow], config: Config, tokens: int) -> list[OpRow]:
+    """An executed trace with each layer's E experts' rows folded into one row per stage, as the
+    analytic trace shows them: shapes and FLOPs summed over the experts (B·T·k rows in all, whatever
+    the routing), steps renumbered and data-flow sources pointed at the merged rows."""
+    moe = config.block.moe
+    if moe is None:
+        return rows
+    out: list[OpRow] = []
+    step_of: dict[int, int] = {}  # old step → new step
+    merged: dict[tuple[int | None, str], OpRow] = {}
+    for row in rows:
+        prefix, _, rest = row.key.partition("experts.")
+        number, _, base = rest.partition(".")
+        if not rest or not number.isdigit():
+            new = replace(row, step=len(out) + 1, sources=[step_of.get(s, s) if s else s for s in row.sources])
+            if row.kind == "combine":  # its inputs: the weights, then every expert's output (now one row)
+                new.input_shapes = [row.input_shapes[0], (sum(sh[0] for sh in row.input_shapes[1:]), config.block.d_model)]
+                new.sources = new.sources[:2]
+            out.append(new)
+            step_of[row.step] = new.step
+            continue
+        group = merged.get((row.layer, base))
+        if group is None:
+            stage = _EXPERT_STAGES.get(base, f"activation ({config.block.activation})")
+            group = replace(row, step=len(out) + 1, key=f"{prefix}{ALL_EXPERTS}{base}",
+                            op=experts_label(stage, moe, tokens), params=0, flops=0,
+                            matmul_flops=0, bytes=0, output_shape=(0,) + row.output_shape[1:],
+                            input_shapes=[(0,) + sh[1:] if _per_expert(base, i) else sh
+                                          for i, sh in enumerate(row.input_shapes)],
+                            symbolic=SYMBOLIC_ALL_EXPERTS.get(base, ""),
+                            sources=[step_of.get(s, s) if s else s for s in row.sources])
+            merged[(row.layer, base)] = group
+            out.append(group)
+        group.params += row.params
+        group.flops += row.flops
+        group.matmul_flops += row.matmul_flops
+        group.bytes += row.bytes
+        group.output_shape = (group.output_shape[0] + row.output_shape[0],) + group.output_shape[1:]
+        group.input_shapes = [(g[0] + sh[0],) + g[1:] if _per_expert(base, i) else g
+                              for i, (g, sh) in enumerate(zip(group.input_shapes, row.input_shapes))]
+        step_of[row.step] = group.step
+    return out
+
+
+def _per_expert(base: str, index: int) -> bool:
+    """Whether input `index` of an expert's `base` row is that expert's own rows (summed when merging):
+    not the gathered-from stream, nor a weight matrix."""
+    return base != "in" and not (base in ("pre", "up", "out") and index == 1)
 
 
 def collapse_layers(rows: list[OpRow], n_layers: int) -> list[OpRow]:

@@ -106,7 +106,35 @@ def resolve_block(cfg):
         "clip_qkv": float(cfg.get("clip_qkv", 0.0)),
         # ALiBi (BLOOM): score(t, s) += m_j * (s - t) for head j, m_j from the paper's slope rule
         "alibi": bool(cfg.get("alibi", False)),
+        "moe": _resolve_moe(cfg.get("moe")),
+        # multi-head latent attention (DeepSeek): None, or its ranks and per-head widths
+        "mla": _resolve_mla(cfg.get("mla")),
     }
+
+
+def _resolve_moe(cfg):
+    """A ``moe:`` mapping with its defaults, or None for a dense MLP."""
+    if cfg is None:
+        return None
+    groups = int(cfg.get("n_groups", 1))
+    return {
+        "n_experts": int(cfg["n_experts"]), "top_k": int(cfg["top_k"]), "d_expert": int(cfg["d_expert"]),
+        "scoring": cfg.get("scoring", "softmax"), "order": cfg.get("order", "softmax_topk"),
+        "renormalize": bool(cfg.get("renormalize", False)),
+        "routed_scaling": float(cfg.get("routed_scaling", 1.0)),
+        "n_groups": groups, "top_groups": int(cfg.get("top_groups", groups)),
+        "group_score": cfg.get("group_score", "max"),
+        "selection_bias": bool(cfg.get("selection_bias", False)),
+        "d_shared": int(cfg.get("d_shared", 0)), "shared_gate": bool(cfg.get("shared_gate", False)),
+    }
+
+
+def _resolve_mla(cfg):
+    if cfg is None:
+        return None
+    return {"q_lora_rank": int(cfg.get("q_lora_rank", 0)), "kv_lora_rank": int(cfg["kv_lora_rank"]),
+            "nope": int(cfg["qk_nope_head_dim"]), "rope": int(cfg["qk_rope_head_dim"]),
+            "v": int(cfg["v_head_dim"]), "eps": float(cfg.get("latent_norm_eps", 1e-6))}
 
 
 def _choice(value, allowed, what):
@@ -148,8 +176,7 @@ def _has_norm_beta(b, rms_beta=False):
 def block_param_shapes(block_cfg, rms_beta=False):
     """Names and shapes of one block's weights, straight from the key table."""
     b = resolve_block(block_cfg)
-    d, h, h_kv, d_h, d_ff = (b["d_model"], b["n_heads"], b["n_kv_heads"],
-                             b["head_dim"], b["d_ff"])
+    d, d_ff = b["d_model"], b["d_ff"]
     shapes = {}
     # parallel_shared: one norm feeds both branches, so there is no ln2 at all
     for ln in ("ln1",) if b["placement"] == "parallel_shared" else ("ln1", "ln2"):
@@ -157,6 +184,67 @@ def block_param_shapes(block_cfg, rms_beta=False):
             shapes[ln + "_gamma"] = (d,)
         if _has_norm_beta(b, rms_beta):
             shapes[ln + "_beta"] = (d,)
+    if b["mla"]:
+        shapes.update(_mla_param_shapes(b, rms_beta))
+    else:
+        shapes.update(_qkv_param_shapes(b, rms_beta))
+    if b["moe"] is not None:
+        moe, gated = b["moe"], b["activation"] in GATED
+        shapes["router"] = (d, moe["n_experts"])
+        if moe["selection_bias"]:
+            shapes["router_bias"] = (moe["n_experts"],)
+        for e in range(moe["n_experts"]):
+            for name in ("w_1", "w_3", "w_2") if gated else ("w_1", "w_2"):
+                shapes["experts.%d.%s" % (e, name)] = (moe["d_expert"], d) if name == "w_2" else (d, moe["d_expert"])
+        if moe["d_shared"]:
+            for name in ("w_1", "w_3", "w_2") if gated else ("w_1", "w_2"):
+                shapes["shared_" + name] = (moe["d_shared"], d) if name == "w_2" else (d, moe["d_shared"])
+            if moe["shared_gate"]:
+                shapes["shared_gate"] = (d, 1)
+        return shapes
+    shapes["w_1"] = (d, d_ff)
+    shapes["w_2"] = (d_ff, d)
+    if b["bias"]["mlp"]:
+        shapes["b_1"] = (d_ff,)
+        shapes["b_2"] = (d,)
+    if b["activation"] in GATED:
+        shapes["w_3"] = (d, d_ff)
+        if b["bias"]["mlp"]:
+            shapes["b_3"] = (d_ff,)
+    return shapes
+
+
+def _mla_param_shapes(b, rms_beta):
+    """DeepSeek's attention: q_a_proj, q_a_layernorm, q_b_proj (or q_proj), kv_a_proj_with_mqa,
+    kv_a_layernorm, kv_b_proj, o_proj; attention_bias (bias.qkv) on the two down-projections."""
+    m, d, h = b["mla"], b["d_model"], b["n_heads"]
+    shapes = {}
+    if m["q_lora_rank"]:
+        shapes["w_q_a"] = (d, m["q_lora_rank"])
+        if b["bias"]["qkv"]:
+            shapes["b_q_a"] = (m["q_lora_rank"],)
+        shapes["q_a_norm_gamma"] = (m["q_lora_rank"],)
+        if _has_norm_beta(b, rms_beta):
+            shapes["q_a_norm_beta"] = (m["q_lora_rank"],)
+        shapes["w_q_b"] = (m["q_lora_rank"], h * (m["nope"] + m["rope"]))
+    else:
+        shapes["w_q"] = (d, h * (m["nope"] + m["rope"]))
+    shapes["w_kv_a"] = (d, m["kv_lora_rank"] + m["rope"])
+    if b["bias"]["qkv"]:
+        shapes["b_kv_a"] = (m["kv_lora_rank"] + m["rope"],)
+    shapes["kv_a_norm_gamma"] = (m["kv_lora_rank"],)
+    if _has_norm_beta(b, rms_beta):
+        shapes["kv_a_norm_beta"] = (m["kv_lora_rank"],)
+    shapes["w_kv_b"] = (m["kv_lora_rank"], h * (m["nope"] + m["v"]))
+    shapes["w_o"] = (h * m["v"], d)
+    if b["bias"]["out"]:
+        shapes["b_o"] = (d,)
+    return shapes
+
+
+def _qkv_param_shapes(b, rms_beta):
+    d, h, h_kv, d_h = b["d_model"], b["n_heads"], b["n_kv_heads"], b["head_dim"]
+    shapes = {}
     shapes["w_q"] = (d, h * d_h)
     shapes["w_k"] = (d, h_kv * d_h)
     shapes["w_v"] = (d, h_kv * d_h)
@@ -169,20 +257,12 @@ def block_param_shapes(block_cfg, rms_beta=False):
         shapes["b_o"] = (d,)
     if b["qk_norm"] != "none":
         for name, heads in (("q_norm", h), ("k_norm", h_kv)):
-            width = d_h if b["qk_norm"] == "head" else heads * d_h
+            # head: one (d_h,) shared by the heads; projection: (n*d_h,); each_head: a (d_h,) row per head
+            width = {"head": (d_h,), "projection": (heads * d_h,), "each_head": (heads, d_h)}[b["qk_norm"]]
             if b["norm_scale"]:
-                shapes[name + "_gamma"] = (width,)
+                shapes[name + "_gamma"] = width
             if _has_norm_beta(b, rms_beta):
-                shapes[name + "_beta"] = (width,)
-    shapes["w_1"] = (d, d_ff)
-    shapes["w_2"] = (d_ff, d)
-    if b["bias"]["mlp"]:
-        shapes["b_1"] = (d_ff,)
-        shapes["b_2"] = (d,)
-    if b["activation"] in GATED:
-        shapes["w_3"] = (d, d_ff)
-        if b["bias"]["mlp"]:
-            shapes["b_3"] = (d_ff,)
+                shapes[name + "_beta"] = width
     return shapes
 
 
@@ -411,17 +491,88 @@ def _wopt(weights, name, prefix, present):
     return np.asarray(weights[prefix + name], dtype=np.float64)
 
 
-def _norm(b, weights, which, prefix, vec, rms_beta):
+def _norm(b, weights, which, prefix, vec, rms_beta, row=None):
+    """`row`: take that row of (heads, d_h) weights (qk_norm each_head)."""
     if b["norm_scale"]:
         gamma = _w(weights, which + "_gamma", prefix)
+        if row is not None:
+            gamma = gamma[row]
     else:  # no scale: a gamma of ones
         gamma = np.array([1.0] * len(vec))
     if b["norm_unit_offset"] and b["norm_scale"]:  # Gemma: the stored weight is the scale's offset from 1
         gamma = np.array([1.0 + float(g) for g in gamma])
     beta = _wopt(weights, which + "_beta", prefix, _has_norm_beta(b, rms_beta))
+    if beta is not None and row is not None:
+        beta = beta[row]
     if b["norm"] == "layernorm":
         return layer_norm_vec(vec, gamma, beta, b["norm_eps"])
     return rms_norm_vec(vec, gamma, beta, b["norm_eps"])
+
+
+def _latent_norm(b, weights, which, prefix, vec, rms_beta, eps):
+    gamma = _w(weights, which + "_gamma", prefix)
+    if b["norm_unit_offset"]:
+        gamma = np.array([1.0 + float(g) for g in gamma])
+    beta = _wopt(weights, which + "_beta", prefix, _has_norm_beta(b, rms_beta))
+    if b["norm"] == "layernorm":
+        return layer_norm_vec(vec, gamma, beta, eps)
+    return rms_norm_vec(vec, gamma, beta, eps)
+
+
+def _latent_attention(b, weights, prefix, tokens, rms_beta=False):
+    """DeepSeek-V2/V3 multi-head latent attention over one sequence, token by token, head by head.
+
+    q_t = W_q_b^T norm(W_q_a^T x_t + b) (or W_q^T x_t); head i's query is q_t[i*(n+r) : (i+1)*(n+r)],
+    its first n dims used as they are, its last r rotated. [c_t | kr_t] = W_kv_a^T x_t + b; c_t
+    normalised; W_kv_b^T c_t gives head i's key part (n) then value (v); head i's key is
+    [that key part | RoPE(kr_t)], kr_t the same for every head. Scale 1/sqrt(n + r), times
+    (0.1 * mscale_all_dim * ln(factor) + 1)^2 under a RoPE scaling with mscale_all_dim and factor > 1.
+    """
+    m, h = b["mla"], b["n_heads"]
+    n, r, dv, rkv = m["nope"], m["rope"], m["v"], m["kv_lora_rank"]
+    qkv_b = b["bias"]["qkv"]
+    T = len(tokens)
+    rope = lambda vec, t: rope_vec(vec, t, 1.0, b["rope_theta"], b["rope_scaling"], T, b["rope_layout"])  # noqa: E731
+    qs, ks, vs = [], [], []
+    for t in range(T):
+        if m["q_lora_rank"]:
+            lat = linear_vec(tokens[t], _w(weights, "w_q_a", prefix), _wopt(weights, "b_q_a", prefix, qkv_b))
+            lat = _latent_norm(b, weights, "q_a_norm", prefix, lat, rms_beta, m["eps"])
+            q = linear_vec(lat, _w(weights, "w_q_b", prefix), None)
+        else:
+            q = linear_vec(tokens[t], _w(weights, "w_q", prefix), None)
+        a = linear_vec(tokens[t], _w(weights, "w_kv_a", prefix), _wopt(weights, "b_kv_a", prefix, qkv_b))
+        c = _latent_norm(b, weights, "kv_a_norm", prefix, a[:rkv], rms_beta, m["eps"])
+        kr = rope(a[rkv:], t)
+        up = linear_vec(c, _w(weights, "w_kv_b", prefix), None)
+        q_heads, k_heads, v_heads = [], [], []
+        for i in range(h):
+            qi = q[i * (n + r):(i + 1) * (n + r)]
+            q_heads.append(np.concatenate([qi[:n], rope(qi[n:], t)]))
+            ui = up[i * (n + dv):(i + 1) * (n + dv)]
+            k_heads.append(np.concatenate([ui[:n], kr]))
+            v_heads.append(ui[n:])
+        qs.append(q_heads)
+        ks.append(k_heads)
+        vs.append(v_heads)
+    scale = 1.0 / math.sqrt(n + r)
+    sc = b["rope_scaling"]
+    if sc and float(sc.get("mscale_all_dim", 0.0)) and float(sc.get("factor", 1.0)) > 1:
+        scale *= (0.1 * float(sc["mscale_all_dim"]) * math.log(float(sc["factor"])) + 1.0) ** 2
+    w_o, b_o = _w(weights, "w_o", prefix), _wopt(weights, "b_o", prefix, b["bias"]["out"])
+    window = b["sliding_window"]
+    out = []
+    for t in range(T):
+        keys = [s for s in range(t + 1) if not window or t - s < window]
+        concat = np.zeros(h * dv, dtype=np.float64)
+        for i in range(h):
+            p = softmax_list([float(np.dot(qs[t][i], ks[s][i])) * scale for s in keys])
+            head = np.zeros(dv, dtype=np.float64)
+            for j, s in enumerate(keys):
+                head = head + p[j] * vs[s][i]
+            concat[i * dv:(i + 1) * dv] = head
+        out.append(linear_vec(concat, w_o, b_o))
+    return out
 
 
 def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
@@ -430,6 +581,8 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
     tokens: list of T vectors (d,) -- already normalised where the placement says so.
     Token t sits at position t.
     """
+    if b["mla"]:
+        return _latent_attention(b, weights, prefix, tokens, rms_beta)
     h, h_kv, d_h = b["n_heads"], b["n_kv_heads"], b["head_dim"]
     qkv_b = b["bias"]["qkv"]
     w_q, w_k, w_v = (_w(weights, n, prefix) for n in ("w_q", "w_k", "w_v"))
@@ -460,6 +613,9 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
         if b["qk_norm"] == "head":  # Qwen3: each head's d_h features alone
             qh = [_norm(b, weights, "q_norm", prefix, x, rms_beta) for x in qh]
             kh = [_norm(b, weights, "k_norm", prefix, x, rms_beta) for x in kh]
+        if b["qk_norm"] == "each_head":  # Command R+: head i normalised with row i of the weights
+            qh = [_norm(b, weights, "q_norm", prefix, x, rms_beta, row=i) for i, x in enumerate(qh)]
+            kh = [_norm(b, weights, "k_norm", prefix, x, rms_beta, row=i) for i, x in enumerate(kh)]
         vh = [v[i * d_h:(i + 1) * d_h] for i in range(h_kv)]
         if rope_fraction > 0.0:
             qh = [rope_vec(x, t, rope_fraction, b["rope_theta"], b["rope_scaling"], T, b["rope_layout"]) for x in qh]
@@ -492,7 +648,83 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
     return out
 
 
+def _largest(values, k):
+    """Indices of the k largest values, largest first; of equal values the lower index first."""
+    left = list(range(len(values)))
+    picked = []
+    for _ in range(k):
+        best = left[0]
+        for i in left[1:]:
+            if values[i] > values[best]:
+                best = i
+        picked.append(best)
+        left.remove(best)
+    return picked
+
+
+def _expert(b, weights, prefix, name, vec):
+    """One bias-free expert MLP: act(vec W_1) [* vec W_3] W_2."""
+    a = linear_vec(vec, _w(weights, name + "w_1", prefix), None)
+    hidden = [ACT_FN[b["activation"]](float(z)) for z in a]
+    if b["activation"] in GATED:
+        up = linear_vec(vec, _w(weights, name + "w_3", prefix), None)
+        hidden = [hidden[i] * float(up[i]) for i in range(len(up))]
+    return linear_vec(np.array(hidden), _w(weights, name + "w_2", prefix), None)
+
+
+def moe_routing(moe, weights, prefix, vec):
+    """(chosen expert indices, their weights) for one token, written from the routers' description:
+    scores = softmax or sigmoid of vec·router; choice scores = scores (+ selection bias); with groups,
+    only experts of the top_groups best groups (a group's max, or the sum of its two largest); top-k;
+    weights = the chosen (unbiased) scores, renormalised if asked, times routed_scaling. top-k-then-
+    softmax: the softmax of the k largest logits."""
+    E, k = moe["n_experts"], moe["top_k"]
+    logits = [float(z) for z in linear_vec(vec, _w(weights, "router", prefix), None)]
+    if moe["order"] == "topk_softmax":
+        chosen = _largest(logits, k)
+        return chosen, softmax_list([logits[e] for e in chosen])
+    scores = softmax_list(logits) if moe["scoring"] == "softmax" else [sigmoid(z) for z in logits]
+    choice = list(scores)
+    if moe["selection_bias"]:
+        bias = _w(weights, "router_bias", prefix)
+        choice = [choice[e] + float(bias[e]) for e in range(E)]
+    size = E // moe["n_groups"]
+    if moe["n_groups"] > 1:
+        group_scores = []
+        for g in range(moe["n_groups"]):
+            members = choice[g * size:(g + 1) * size]
+            if moe["group_score"] == "max":
+                group_scores.append(max(members))
+            else:
+                top = _largest(members, 2)
+                group_scores.append(members[top[0]] + members[top[1]])
+        keep = _largest(group_scores, moe["top_groups"])
+        choice = [choice[e] if e // size in keep else -math.inf for e in range(E)]
+    chosen = _largest(choice, k)
+    picked = [scores[e] for e in chosen]
+    if moe["renormalize"]:
+        total = math.fsum(picked)
+        picked = [w / total for w in picked]
+    return chosen, [w * moe["routed_scaling"] for w in picked]
+
+
+def _moe(b, weights, prefix, vec):
+    moe = b["moe"]
+    chosen, gates = moe_routing(moe, weights, prefix, vec)
+    out = np.zeros(b["d_model"], dtype=np.float64)
+    for e, g in zip(chosen, gates):
+        out = out + g * _expert(b, weights, prefix, "experts.%d." % e, vec)
+    if moe["d_shared"]:
+        shared = _expert(b, weights, prefix, "shared_", vec)
+        if moe["shared_gate"]:
+            shared = sigmoid(float(np.dot(vec, _w(weights, "shared_gate", prefix)[:, 0]))) * shared
+        out = out + shared
+    return out
+
+
 def _mlp(b, weights, prefix, vec):
+    if b["moe"] is not None:
+        return _moe(b, weights, prefix, vec)
     mlp_b = b["bias"]["mlp"]
     w_1 = _w(weights, "w_1", prefix)
     b_1 = _wopt(weights, "b_1", prefix, mlp_b)

@@ -177,11 +177,47 @@ BLOCK_CASES = {
         clip_qkv=0.5),
     "clip_qkv_with_projection_qk_norm_post": block_dict(placement="post", qk_norm="projection", clip_qkv=0.3),
     "scale_free_norms_with_shift_shared": block_dict(placement="parallel_shared", norm_scale=False),
+    # q/k norms per head with each head's own weights (Command R+), LayerNorm with a shift, GQA, RoPE
+    "qk_norm_each_head_layernorm_gqa": block_dict(n_kv_heads=2, rope=True, qk_norm="each_head"),
+    "qk_norm_each_head_rms_unit_offset": block_dict(norm="rmsnorm", bias=False, qk_norm="each_head",
+                                                    norm_unit_offset=True, placement="parallel_shared"),
     # ALiBi with 6 heads (not a power of two), with 8, and with GQA, a sliding window and a scale override
     "alibi_6_heads": block_dict(d_model=24, n_heads=6, d_ff=16, alibi=True),
     "alibi_8_heads_post": block_dict(d_model=16, n_heads=8, d_ff=16, alibi=True, placement="post"),
     "alibi_gqa_window_scale": block_dict(d_model=24, n_heads=6, n_kv_heads=3, d_ff=16, alibi=True, sliding_window=3,
                                          attention_scale=0.4),
+    # mixtures of experts, one per routing variant (the experts' outputs differ, so the routing matters)
+    "moe_mixtral": block_dict(norm="rmsnorm", bias=False, activation="swiglu",
+                              moe={"n_experts": 4, "top_k": 2, "d_expert": 8, "renormalize": True}),
+    "moe_qwen2_shared_gate": block_dict(norm="rmsnorm", bias={"qkv": True, "out": False, "mlp": False, "norm": False},
+                                        activation="swiglu",
+                                        moe={"n_experts": 6, "top_k": 2, "d_expert": 5, "d_shared": 7,
+                                             "shared_gate": True}),
+    "moe_topk_softmax_gelu": block_dict(bias={"qkv": True, "out": True, "mlp": False, "norm": True},
+                                        moe={"n_experts": 3, "top_k": 2, "d_expert": 6, "order": "topk_softmax"}),
+    "moe_deepseek_v3": block_dict(norm="rmsnorm", bias=False, activation="swiglu",
+                                  moe={"n_experts": 8, "top_k": 3, "d_expert": 4, "scoring": "sigmoid",
+                                       "renormalize": True, "routed_scaling": 2.5, "n_groups": 4,
+                                       "top_groups": 2, "group_score": "top2_sum", "selection_bias": True,
+                                       "d_shared": 8}),
+    "moe_deepseek_v2_groups": block_dict(norm="rmsnorm", bias=False, activation="swiglu", placement="parallel",
+                                         moe={"n_experts": 6, "top_k": 2, "d_expert": 4, "routed_scaling": 1.5,
+                                              "n_groups": 3, "top_groups": 1, "d_shared": 4}),
+    "moe_top1_of_1": block_dict(bias=False, moe={"n_experts": 1, "top_k": 1, "d_expert": 9}),
+    # multi-head latent attention (DeepSeek): Q through its latent or one projection, values of their own width
+    "mla_q_latent_interleaved": block_dict(norm="rmsnorm", bias=False, activation="swiglu", rope=True,
+                                           rope_layout="interleaved", mla={
+                                               "q_lora_rank": 6, "kv_lora_rank": 5, "qk_nope_head_dim": 3,
+                                               "qk_rope_head_dim": 4, "v_head_dim": 2}),
+    "mla_full_q_half_biases": block_dict(rope=True, mla={"kv_lora_rank": 7, "qk_nope_head_dim": 5,
+                                                         "qk_rope_head_dim": 2, "v_head_dim": 6,
+                                                         "latent_norm_eps": 1e-2}),
+    "mla_yarn_mscale_window": block_dict(norm="rmsnorm", bias=False, rope=True, sliding_window=3, rope_layout="interleaved",
+                                         rope_scaling={"type": "yarn", "factor": 40.0, "original_max_positions": 4,
+                                                       "mscale": 1.0, "mscale_all_dim": 0.8, "beta_fast": 32.0,
+                                                       "beta_slow": 1.0},
+                                         mla={"q_lora_rank": 4, "kv_lora_rank": 6, "qk_nope_head_dim": 4,
+                                              "qk_rope_head_dim": 4, "v_head_dim": 4}),
 }
 
 
@@ -316,6 +352,11 @@ MODEL_CASES = {
         block_dict(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, rope=True, activation="swiglu", norm="rmsnorm",
                    bias=False, attention_scale=0.7, residual_multiplier=0.7),
         dict(MODEL_BASE, positions="rope", tie_embeddings=True, embedding_multiplier=1.3, logit_multiplier=0.7)),
+    "deepseek_like_mla_untied": (
+        block_dict(d_model=16, n_heads=4, d_ff=24, rope=True, activation="swiglu", norm="rmsnorm", bias=False,
+                   rope_layout="interleaved", mla={"q_lora_rank": 6, "kv_lora_rank": 5, "qk_nope_head_dim": 3,
+                                                   "qk_rope_head_dim": 2, "v_head_dim": 4}),
+        dict(MODEL_BASE, positions="rope", tie_embeddings=False)),
 }
 
 
@@ -389,8 +430,9 @@ def test_model_last_token_change_leaves_prefix_bit_identical(name):
 # ------------------------------------------------------------------------- K/V cache
 
 CACHE_BLOCKS = ["base_gelu_tanh_pre_layernorm", "rope_full", "rope_half_dh8", "mqa_4_1",
-                "post_norm", "parallel", "combo_gqa_rope_swiglu_rms_parallel", "olmo_parameter_free_norms_clip_qkv",
-                "alibi_6_heads", "alibi_gqa_window_scale"]
+                "post_norm", "parallel", "combo_gqa_rope_swiglu_rms_parallel", "mla_q_latent_interleaved",
+                "mla_yarn_mscale_window", "olmo_parameter_free_norms_clip_qkv", "alibi_6_heads",
+                "alibi_gqa_window_scale", "qk_norm_each_head_layernorm_gqa"]
 
 
 def _run_block_chunks(blk, x, chunk):
@@ -422,8 +464,9 @@ def test_block_incremental_decoding_matches_full(name, chunk):
 
 @pytest.mark.parametrize("chunk", [1, 2])
 @pytest.mark.parametrize("name", ["learned_offset2_tied", "sinusoidal_untied",
-                                  "rope_gqa_swiglu_rms_untied", "olmo_like_parameter_free_norms_clip",
-                                  "bloom_like_alibi_embedding_norm", "opt_350m_like_projected_embeddings_post_norm"])
+                                  "rope_gqa_swiglu_rms_untied", "deepseek_like_mla_untied",
+                                  "olmo_like_parameter_free_norms_clip", "bloom_like_alibi_embedding_norm",
+                                  "opt_350m_like_projected_embeddings_post_norm"])
 def test_model_incremental_decoding_matches_full(name, chunk):
     bd, md = MODEL_CASES[name]
     B, T = 2, 7
@@ -446,8 +489,8 @@ def test_model_incremental_decoding_matches_full(name, chunk):
 
 @pytest.mark.parametrize("table_rows", [1, 3])
 @pytest.mark.parametrize("name", ["base_gelu_tanh_pre_layernorm",
-                                  "combo_gqa_rope_swiglu_rms_parallel", "olmo_parameter_free_norms_clip_qkv",
-                                  "alibi_6_heads", "alibi_gqa_window_scale"])
+                                  "combo_gqa_rope_swiglu_rms_parallel", "mla_full_q_half_biases",
+                                  "olmo_parameter_free_norms_clip_qkv", "alibi_6_heads", "alibi_gqa_window_scale"])
 def test_block_chunked_attention_matches_reference(name, table_rows, shared_tiles):
     """blockcli computes attention in tiles that never hold the full table, shared among threads.
     Force small tiles and compare, full and cached."""

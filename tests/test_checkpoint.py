@@ -27,7 +27,7 @@ from blockcli.config import ConfigError, InputError
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma", "starcoder2", "olmo2", "gptj",
             "phi", "granite", "cohere", "stablelm", "stablelm-parallel", "phi3", "gpt_bigcode", "gpt_bigcode-mha",
-            "falcon", "falcon-new", "falcon-sequential", "olmo", "bloom", "opt-350m"]
+            "falcon", "falcon-new", "falcon-sequential", "olmo", "bloom", "opt-350m", "cohere-qk-norm"]
 ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
@@ -160,6 +160,7 @@ def test_bfloat16_checkpoint_is_widened_exactly_and_says_so() -> None:
     ("olmo", {"clip_qkv": 0.0}),  # ±0.6: most projected entries are beyond it
     ("bloom", {"alibi": False}),  # ALiBi is its only position information
     ("opt-350m", {"placement": "pre"}),  # post-LN blocks, and no final norm
+    ("cohere-qk-norm", {"qk_norm": "none"}),  # Command R+'s per-head q/k LayerNorms
 ])
 def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict) -> None:
     """Without the feature the logits are far from transformers': the fixture really exercises it."""
