@@ -380,7 +380,7 @@ def breakdown(block: DecoderBlock, x: np.ndarray, runs: int) -> list[dict[str, A
     kernel, the MLP's fused row tiles. Whatever the block does between them (residual adds, head
     views, the K/V cache) is the "rest" row: block time minus the wrapped calls.
     """
-    attn, mlp = block.attn, block.mlp
+    attn = block.attn
     labels_by_weight = {id(attn.w_qkv): "QKV projection (one fused GEMM)", id(block.params["w_o"]): "output projection"}
     norms = {id(block.ln1): "LN1", **({id(block.ln2): "LN2"} if block.ln2 is not None else {})}
     calls: list[tuple[str, float, int]] = []

@@ -68,6 +68,11 @@ def scores_label(cfg: BlockConfig) -> str:
     return label + (f", soft-capped c·tanh(·/c), c = {cfg.attention_softcap:g}" if cfg.attention_softcap else "")
 
 
+def blocked_label(cfg: BlockConfig) -> str:
+    """The trace's name for the blocked kernel's one row."""
+    return f"blocked attention: softmax(mask(Q·Kᵀ/√d_h{' + ALiBi' if cfg.alibi else ''}))·V"
+
+
 def logits_label(model: ModelConfig) -> str:
     """The trace's name for the LM head, with its logit multiplier and soft cap when there are."""
     return ("LM head" + (f" × {model.logit_multiplier:g}" if model.logit_multiplier != 1.0 else "")
@@ -253,8 +258,11 @@ def _one_block(weights: Mapping[str, Any], layer: int | None, source: str, notes
 # ----------------------------------------------------------------------------- layers
 
 
-def norm_scale(gamma: Array, unit_offset: bool) -> Array:
-    """What a norm multiplies by: gamma, or 1 + gamma for a unit-offset norm (Gemma's RMSNorm)."""
+def norm_scale(gamma: Array | None, unit_offset: bool) -> Array | float:
+    """What a norm multiplies by: gamma, or 1 + gamma for a unit-offset norm (Gemma's RMSNorm), or 1
+    for a norm without a scale (OLMo's)."""
+    if gamma is None:
+        return 1.0
     return gamma + 1.0 if unit_offset else gamma
 
 
@@ -263,7 +271,7 @@ class Norm:
     """LayerNorm or RMSNorm over the feature axis."""
 
     kind: str
-    gamma: Array  # (d,)
+    gamma: Array | None  # (d,); None: no scale (block.norm_scale false)
     beta: Array | None  # (d,)
     eps: float
     ops: Ops = STANDARD_OPS
@@ -280,7 +288,8 @@ class Norm:
         def fill(rows: Array, out: Array) -> None:
             out[...] = fn(rows, scale, self.beta, self.eps)
 
-        return F.by_rows(fill, x, x.shape[-1], np.result_type(x, self.gamma), work=4 * x.size)
+        dtype = x.dtype if self.gamma is None else np.result_type(x, self.gamma)
+        return F.by_rows(fill, x, x.shape[-1], dtype, work=4 * x.size)
 
 
 @dataclass
@@ -366,6 +375,8 @@ class MultiHeadAttention:
         rec("k_proj", "K projection", k_flat, (x, p["w_k"]), kind="linear", params=("w_k", "b_k"))
         v_flat = qkv[..., q_width + kv_width:]  # (B, T, h_kv·d_h)
         rec("v_proj", "V projection", v_flat, (x, p["w_v"]), kind="linear", params=("w_v", "b_v"))
+        if cfg.clip_qkv:  # OLMo: each projection clamped to [-c, c]
+            q_flat, k_flat, v_flat = self._clip(q_flat, k_flat, v_flat, rec)
 
         if cfg.qk_norm == "projection":  # OLMo2: over all of Q's (K's) features, before the heads are split
             q_flat, k_flat = self._qk_norm(q_flat, k_flat, rec)  # (B, T, h·d_h), (B, T, h_kv·d_h)
@@ -375,7 +386,7 @@ class MultiHeadAttention:
         rec("k", "split heads K", k, (k_flat,), kind="reshape")
         v = ops.split_heads(v_flat, h_kv)  # (B, h_kv, T, d_h)
         rec("v", "split heads V", v, (v_flat,), kind="reshape")
-        if cfg.qk_norm == "head":  # Qwen3, Gemma 3: each head's d_h features, before RoPE
+        if cfg.qk_norm in ("head", "each_head"):  # Qwen3, Gemma 3 (Command R+: each head its own weights), before RoPE
             q, k = self._qk_norm(q, k, rec)  # (B, h, T, d_h), (B, h_kv, T, d_h)
 
         if cfg.rope:
@@ -397,12 +408,31 @@ class MultiHeadAttention:
         rec("attn_out", "output projection", out, (concat, p["w_o"]), kind="linear", params=("w_o", "b_o"))
         return out
 
+    def _clip(self, q: Array, k: Array, v: Array, rec: Record) -> tuple[Array, Array, Array]:
+        """Q, K and V projections clamped to [-clip_qkv, clip_qkv], each its own array."""
+        c, out = self.cfg.clip_qkv, []
+        for name, a in (("q", q), ("k", k), ("v", v)):
+            clipped = np.clip(a, -c, c)  # same shape as a
+            rec(f"{name}_clip", f"clip {name.upper()} to ±{c:g}", clipped, (a,), kind="clip")
+            out.append(clipped)
+        return out[0], out[1], out[2]
+
     def _qk_norm(self, q: Array, k: Array, rec: Record) -> tuple[Array, Array]:
         """The block's kind of norm over the last axis of queries and keys, each with its own scale."""
         cfg, p = self.cfg, self.p
         out = []
         for name, a in (("q", q), ("k", k)):
-            norm = Norm(cfg.norm, p[f"{name}_norm_gamma"], p.get(f"{name}_norm_beta"), cfg.norm_eps, self.ops,
+            if cfg.qk_norm == "each_head":  # weights (heads, d_h): broadcast over (B, heads, T, d_h)
+                fn = self.ops.layer_norm if cfg.norm == "layernorm" else self.ops.rms_norm
+                gamma, beta = p.get(f"{name}_norm_gamma"), p.get(f"{name}_norm_beta")
+                scale = norm_scale(gamma, cfg.norm_unit_offset)
+                normed = fn(a, scale[:, None, :] if gamma is not None else scale,
+                            None if beta is None else beta[:, None, :], cfg.norm_eps)
+                rec(f"{name}_norm", f"{name.upper()} norm", normed, (a,), kind=cfg.norm,
+                    params=(f"{name}_norm_gamma", f"{name}_norm_beta"))
+                out.append(normed)
+                continue
+            norm = Norm(cfg.norm, p.get(f"{name}_norm_gamma"), p.get(f"{name}_norm_beta"), cfg.norm_eps, self.ops,
                         cfg.norm_unit_offset)
             normed = norm(a)  # same shape as a
             rec(f"{name}_norm", f"{name.upper()} norm", normed, (a,), kind=cfg.norm,
@@ -436,6 +466,10 @@ class MultiHeadAttention:
             if self.cfg.attention_softcap:  # Gemma 2: c·tanh(scores/c), before the mask
                 scores = soft_cap(scores, self.cfg.attention_softcap)
             rec("scores", scores_label(self.cfg), scores, (q, k), kind="matmul")
+            if self.cfg.alibi:  # BLOOM: each head's slope times the distance to each key, unscaled
+                biased = scores + F.alibi_bias(self.ops.alibi_slopes(h), T_q, T_k, start, scores.dtype)
+                rec("alibi_scores", "add ALiBi biases", biased, (scores,), kind="add")
+                scores = biased  # (B, h, T_q, T_k)
             allowed = self.ops.causal_mask(T_q, T_k, start)  # (T_q, T_k)
             if self.cfg.sliding_window:
                 allowed = allowed & F.window_mask(T_q, T_k, start, self.cfg.sliding_window)
@@ -448,7 +482,7 @@ class MultiHeadAttention:
             rec("attn_heads", "weights·V", heads, (weights, v), kind="matmul")
             return heads
         heads = self._attend_blocked(q, k, v, start)
-        rec("attn_heads", "blocked attention: softmax(mask(Q·Kᵀ/√d_h))·V", heads, (q, k, v), kind="attention")
+        rec("attn_heads", blocked_label(self.cfg), heads, (q, k, v), kind="attention")
         return heads
 
     def _attend_blocked(self, q: Array, k: Array, v: Array, start: int) -> Array:
@@ -479,6 +513,8 @@ class MultiHeadAttention:
         rows, heads = attention_tile(h, h_kv, T, T_k, q.itemsize, self.tile_bytes)
         future = np.triu(np.full((rows, rows), -np.inf, dtype=dtype), k=1)  # (C, C)
         window, cap = self.cfg.sliding_window, self.cfg.attention_softcap
+        slopes = (F.alibi_slopes(h).astype(dtype).reshape(h_kv, group, 1, 1)  # (h_kv, g, 1, 1): ALiBi's per head
+                  if self.cfg.alibi else None)
 
         def keys(lo: int, hi: int) -> tuple[int, int]:
             """The keys [first, last) that some query row in [lo, hi) may see."""
@@ -501,6 +537,9 @@ class MultiHeadAttention:
                     s.reshape(n, group, c, seen)[...] += np.where(allowed, 0.0, -np.inf).astype(dtype)
                 else:
                     s.reshape(n, group, c, seen)[..., seen - c:] += future[:c, :c]  # the diagonal square
+                if slopes is not None:  # slope · (key − query position) for the tile's heads, rows and keys
+                    distance = (np.arange(first, last)[None, :] - (start + np.arange(lo, hi))[:, None]).astype(dtype)
+                    s.reshape(n, group, c, seen)[...] += slopes[kv] * distance  # (n, g, C, T_seen)
                 s -= s.max(axis=-1, keepdims=True)
                 np.exp(s, out=s)
                 if v_ones is None:
@@ -833,10 +872,10 @@ class DecoderBlock:
         if wrong is not None:
             raise InputError(f"block parameters: weight '{wrong}' has shape {np.shape(p[wrong])}, "
                              f"expected {declared[wrong]}")
-        self.ln1 = Norm(cfg.norm, p["ln1_gamma"], p.get("ln1_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset)
+        self.ln1 = Norm(cfg.norm, p.get("ln1_gamma"), p.get("ln1_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset)
         self.attn = (LatentAttention if cfg.mla else MultiHeadAttention)(cfg, p, self.ops, self.attention)
         self.ln2 = (None if cfg.shared_norm else
-                    Norm(cfg.norm, p["ln2_gamma"], p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset))
+                    Norm(cfg.norm, p.get("ln2_gamma"), p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset))
         self.mlp = MixtureOfExperts(cfg, p, self.ops) if cfg.moe is not None else MLP(cfg, p)
         # sandwich: the norms of the two branch outputs (None otherwise)
         self.ln1_post, self.ln2_post = ((Norm(cfg.norm, p[f"{w}_gamma"], p.get(f"{w}_beta"), cfg.norm_eps, self.ops,
@@ -994,7 +1033,9 @@ class Model:
             self.params.update({prefix + k: v for k, v in block.params.items()})  # share, never copy
             self.blocks.append(block)
         b = self.config.block
-        self.ln_f = (Norm(b.norm, self.params["ln_f_gamma"], self.params.get("ln_f_beta"), b.norm_eps, self.ops,
+        self.emb_ln = (Norm(b.norm, self.params.get("emb_ln_gamma"), self.params.get("emb_ln_beta"), b.norm_eps,
+                            self.ops, b.norm_unit_offset) if model.embedding_norm else None)
+        self.ln_f = (Norm(b.norm, self.params.get("ln_f_gamma"), self.params.get("ln_f_beta"), b.norm_eps, self.ops,
                           b.norm_unit_offset) if model.final_norm else None)
 
     @classmethod
@@ -1015,7 +1056,8 @@ class Model:
         return self.config.model
 
     def embed(self, ids: Array, start: int = 0, rec: Record = _ignore) -> Array:
-        """Token ids (B, T) → X_0 (B, T, d): E[ids] plus positions (none for rope/none)."""
+        """Token ids (B, T) → X_0 (B, T, d): E[ids] plus positions (none for rope/alibi/none), then the
+        embedding norm if the model has one."""
         m, d = self.model_config, self.config.block.d_model
         check_token_ids(ids, m.vocab_size)
         T = ids.shape[1]
@@ -1023,11 +1065,18 @@ class Model:
         if m.positions == "learned" and start + T > m.max_positions:
             raise InputError(f"input: sequence of {start + T} tokens exceeds model.max_positions={m.max_positions}")
         wte = self.params["wte"]
-        tokens = wte[ids]  # (B, T, d)
+        tokens = wte[ids]  # (B, T, d), or (B, T, e) when projected in
         if m.embedding_multiplier != 1.0:  # in the run's dtype, as the reference implementations do
             tokens *= np.asarray(m.embedding_multiplier, dtype=tokens.dtype)
-        rec("tok_emb", "token embedding" + (f" × {m.embedding_multiplier:g}" if m.embedding_multiplier != 1.0 else ""),
+        narrow = "proj_in" in self.params  # OPT-350m: e-wide embeddings, projected in to d
+        rec("tok_emb_e" if narrow else "tok_emb",
+            "token embedding" + (f" × {m.embedding_multiplier:g}" if m.embedding_multiplier != 1.0 else ""),
             tokens, (ids, wte), kind="gather", params=("wte",))
+        if narrow:
+            wide = F.linear(tokens, self.params["proj_in"], None)  # (B, T, d)
+            rec("tok_emb", "project in (e → d)", wide, (tokens, self.params["proj_in"]), kind="linear",
+                params=("proj_in",))
+            tokens = wide
         if m.positions == "learned":
             table = self.params["wpe"][positions + m.position_offset]  # (T, d)
             x = tokens + table  # (B, T, d)
@@ -1037,7 +1086,12 @@ class Model:
             x = tokens + table  # (B, T, d)
             rec("embed", "add sinusoidal positions", x, (tokens, table), kind="add")
         else:
-            x = tokens  # rope rotates q and k inside attention; none adds nothing
+            x = tokens  # rope rotates q and k inside attention, alibi biases the scores; none adds nothing
+        if self.emb_ln is not None:  # BLOOM's word_embeddings_layernorm
+            normed = self.emb_ln(x)  # (B, T, d)
+            rec("embed_norm", "embedding norm", normed, (x,), kind=self.config.block.norm,
+                params=("emb_ln_gamma", "emb_ln_beta"))
+            x = normed
         return x
 
     def head(self, x: Array, rec: Record = _ignore) -> Array:
@@ -1046,6 +1100,11 @@ class Model:
             normed = self.ln_f(x)  # (B, T, d)
             rec("ln_f_out", "final norm", normed, (x,), kind=self.config.block.norm, params=("ln_f_gamma", "ln_f_beta"))
             x = normed
+        if "proj_out" in self.params:  # OPT-350m: back to the embeddings' width e
+            narrow = F.linear(x, self.params["proj_out"], None)  # (B, T, e)
+            rec("proj_out", "project out (d → e)", narrow, (x, self.params["proj_out"]), kind="linear",
+                params=("proj_out",))
+            x = narrow
         if self.model_config.tie_embeddings:
             w = self.params["wte"].T  # (d, V): the embedding table reused
             params: tuple[str, ...] = ("wte (tied)",)

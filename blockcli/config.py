@@ -27,10 +27,10 @@ ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu")
 GATED_ACTIVATIONS = ("swiglu", "geglu")
 PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich")
 ROPE_LAYOUTS = ("half", "interleaved")
-POSITIONS = ("learned", "sinusoidal", "rope", "none")
+POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
 DTYPES = ("float32", "float64")
 BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
-QK_NORMS = ("none", "head", "projection")
+QK_NORMS = ("none", "head", "projection", "each_head")
 ROUTER_SCORINGS = ("softmax", "sigmoid")
 ROUTER_ORDERS = ("softmax_topk", "topk_softmax")
 GROUP_SCORES = ("max", "top2_sum")
@@ -155,13 +155,17 @@ class BlockConfig:
     dropout: float = 0.0
     norm_unit_offset: bool = False  # the norms scale by (1 + gamma) instead of gamma (Gemma)
     sliding_window: int = 0  # a query sees at most this many keys, itself included; 0: every earlier key
-    qk_norm: str = "none"  # normalise queries and keys: per head over d_h (Qwen3), or over the projection (OLMo2)
+    qk_norm: str = "none"  # normalise queries and keys: per head over d_h (Qwen3), or over the projection (OLMo2),
+    # or per head over d_h with each head's own weights (each_head: Command R+, weights (h, d_h) and (h_kv, d_h))
     attention_dropout: float = 0.0  # on the attention probabilities, training-mode passes only
     rope_layout: str = "half"  # rotated pairs (i, i + r/2) as GPT-NeoX/Llama, or (2i, 2i + 1) as GPT-J
     attention_scale: float = 0.0  # scores are Q·Kᵀ times this; 0 means 1/√d_h (Granite: attention_multiplier)
     residual_multiplier: float = 1.0  # each branch's output times this before its residual add (Granite)
     moe: MoE | None = None  # a mixture-of-experts MLP in place of the dense one (d_ff then unused)
     mla: LatentAttention | None = None  # multi-head latent attention in place of Q/K/V projections (DeepSeek)
+    norm_scale: bool = True  # every norm has its scale gamma; false: parameter-free norms (OLMo, with bias.norm false)
+    clip_qkv: float = 0.0  # q, k and v clamped to [-c, c] after their projections (OLMo); 0 is off
+    alibi: bool = False  # scores + slope_head · (s − t) (BLOOM's ALiBi); model.positions: alibi sets it
     attention_softcap: float = 0.0  # c > 0: scores become c·tanh(scores/c) before the mask (Gemma 2); 0: off
 
     @property
@@ -221,6 +225,14 @@ class ModelConfig:
     embedding_multiplier: float = 1.0  # token embeddings are multiplied by this (Gemma: sqrt(d_model))
     logit_multiplier: float = 1.0  # logits times this (Cohere's logit_scale; Granite: 1 / logits_scaling)
     logit_softcap: float = 0.0  # c > 0: logits become c·tanh(logits/c) (Gemma 2's final_logit_softcapping); 0: off
+    embedding_norm: bool = False  # a norm of the block's kind on the embeddings before the first block (BLOOM)
+    embedding_dim: int = 0  # e: token embeddings e wide, projected in to d and out again (OPT-350m); 0 is d_model
+
+
+def projected_width(model: ModelConfig | None, d_model: int) -> int:
+    """e, the width of the token embeddings and the LM head's input: model.embedding_dim when it
+    differs from d_model (OPT-350m's word_embed_proj_dim, with project_in / project_out), else 0."""
+    return model.embedding_dim if model is not None and model.embedding_dim not in (0, d_model) else 0
 
 
 @dataclass(frozen=True)
@@ -690,7 +702,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     fields = ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "norm", "norm_eps", "activation",
               "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "attention_dropout",
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
-              "residual_multiplier", "moe", "mla", "attention_softcap")
+              "residual_multiplier", "moe", "mla", "attention_softcap", "norm_scale", "clip_qkv", "alibi")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -735,9 +747,17 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         moe=_parse_moe(data.get("moe")),
         mla=mla,
         attention_softcap=_float(data, "attention_softcap", p, 0.0, 0.0, 1e6),
+        norm_scale=_bool(data, "norm_scale", p, True),
+        clip_qkv=_float(data, "clip_qkv", p, 0.0, 0.0, 1e6),
+        alibi=_bool(data, "alibi", p, False),
     )
     if block.moe is not None and block.bias.mlp:
         raise ConfigError("block.bias.mlp: the experts of block.moe have no biases; set bias.mlp: false")
+    if block.mla is not None and (not block.norm_scale or block.clip_qkv):  # MLA has no Q/K/V projections to clip
+        raise ConfigError(f"block.{'clip_qkv' if block.clip_qkv else 'norm_scale'}: not with block.mla (its latent "
+                          f"norms have scales, and it has no Q, K, V projections to clamp)")
+    if block.alibi and block.rope:
+        raise ConfigError("block.alibi: ALiBi and rotary positions both position the scores; pick one")
     if rope and block.rope_dims == 0:
         raise ConfigError(f"block.rope: a fraction of {rope:g} of head_dim={head_dim} rotates no "
                           f"dimension pair; expected at least 2/head_dim")
@@ -886,7 +906,7 @@ def _parse_rope_scaling(value: Any) -> RopeScaling | None:
 def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
     fields = ("n_layers", "vocab_size", "positions", "max_positions", "position_offset",
               "tie_embeddings", "final_norm", "lm_head_bias", "embedding_multiplier",
-              "logit_multiplier", "logit_softcap")
+              "logit_multiplier", "logit_softcap", "embedding_norm", "embedding_dim")
     _check_keys(data, fields, "model.")
     p = "model"
     return ModelConfig(
@@ -901,11 +921,19 @@ def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
         embedding_multiplier=_float(data, "embedding_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
         logit_multiplier=_float(data, "logit_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
         logit_softcap=_float(data, "logit_softcap", p, 0.0, 0.0, 1e6),
+        embedding_norm=_bool(data, "embedding_norm", p, False),
+        embedding_dim=_int(data, "embedding_dim", p, 0, minimum=0),
     )
 
 
 def _reconcile_rope(block: BlockConfig, model: ModelConfig) -> BlockConfig:
-    """`positions: rope` means the blocks rotate q and k; block.rope picks the fraction (default all)."""
+    """`positions: rope` means the blocks rotate q and k; block.rope picks the fraction (default all).
+    `positions: alibi` means the blocks add ALiBi's biases to their scores (block.alibi); block.alibi may
+    also bias the scores of a model with learned or sinusoidal positions (not rotary ones)."""
+    if model.positions == "alibi":
+        if block.rope:
+            raise ConfigError("block.rope: rotary positions are on but model.positions is 'alibi'; pick one")
+        return replace(block, alibi=True)
     if model.positions == "rope":
         return block if block.rope else replace(block, rope=1.0)
     if block.rope:

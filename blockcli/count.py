@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
-from blockcli.config import BlockConfig, Config, LayerGroup, layer_list
+from blockcli.config import BlockConfig, Config, LayerGroup, layer_list, projected_width
 from blockcli.shapes import block_parameter_shapes, model_parameter_shapes
 
 # A polynomial: monomial (sorted tuple of symbols) → integer coefficient.
@@ -151,9 +151,9 @@ def block_formula(b: BlockConfig) -> list[Row]:
     kv_width = ("d",) if b.n_kv_heads * b.head_dim == b.d_model else ("h_kv", "d_h")
     no = Poly()
 
-    def norm(prefix: str, label: str) -> Row:
+    def norm(prefix: str, label: str) -> Row:  # a scale gamma (unless norm_scale is off) and a shift beta
         shift = term(1, "d") if b.bias.norm else no
-        return Row(prefix, label, term(1, "d"), shift, (f"{prefix}_gamma", f"{prefix}_beta"))
+        return Row(prefix, label, term(1, "d") if b.norm_scale else no, shift, (f"{prefix}_gamma", f"{prefix}_beta"))
 
     def proj(name: str, label: str, width: tuple[str, ...], bias: bool, out: bool = False) -> Row:
         matrix = term(1, *width, "d")
@@ -176,10 +176,12 @@ def block_formula(b: BlockConfig) -> list[Row]:
         ])
     if b.qk_norm != "none":  # a scale (and shift) per feature of each head, or of the whole projection
         for letter, width in (("q", q_width), ("k", kv_width)):
-            features = ("d_h",) if b.qk_norm == "head" else width
+            features = {"head": ("d_h",), "projection": width,
+                        "each_head": ("h" if letter == "q" else "h_kv", "d_h")}[b.qk_norm]
             shift = term(1, *features) if b.bias.norm else no
-            label = f"{letter.upper()} norm ({'per head' if b.qk_norm == 'head' else 'all heads'})"
-            rows.append(Row(f"attn.{letter}_norm", label, term(1, *features), shift,
+            label = f"{letter.upper()} norm " + {"head": "(per head)", "projection": "(all heads)",
+                                                  "each_head": "(per head, weights of each head)"}[b.qk_norm]
+            rows.append(Row(f"attn.{letter}_norm", label, term(1, *features) if b.norm_scale else no, shift,
                             (f"{letter}_norm_gamma", f"{letter}_norm_beta")))
     if b.sandwich:  # Gemma 2/3: the branch outputs are normalised too (kept beside LN 2, before the MLP rows)
         rows.append(norm("ln1_post", f"{_norm_name(b)} after attention"))
@@ -258,7 +260,8 @@ def _norms_label(n: int) -> str:
 
 
 def _norm_name(b: BlockConfig) -> str:
-    return "LayerNorm" if b.norm == "layernorm" else "RMSNorm"
+    return ("LayerNorm" if b.norm == "layernorm" else "RMSNorm") + ("" if b.norm_scale or b.bias.norm else
+                                                                   " (parameter-free)")
 
 
 Formula = Callable[[BlockConfig], list[Row]]
@@ -372,7 +375,7 @@ def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[s
             if found != expected:
                 mismatches.append(f"layer {i} {row.name}: formula {expected:,} vs checkpoint {found:,}")
     for c in result.components:
-        if c.name.startswith(("embed.", "final_norm", "lm_head")):
+        if c.name.startswith(("embed.", "final_norm", "lm_head")):  # lm_head.project_out too
             covered.update(c.keys)
             found = sum(stored.get(k, 0) for k in c.keys)
             if found != c.count:
@@ -396,40 +399,57 @@ def _model_rows(config: Config, groups: list[LayerGroup], polys: list[tuple[Poly
     expression = (f"L·({render(polys[0][0] + polys[0][1])})" if alike else  # symbols differ per group: numbers
                   " + ".join(f"{len(g.layers)}·{n:,}" for g, n in zip(groups, per_group)))
     d = b.d_model
-    rows = [Component("embed.tokens", "token embedding", str((m.vocab_size, d)),
-                      m.vocab_size * d, 0, "V·d", ("wte",))]
+    e = projected_width(m, d)  # OPT-350m: embeddings e wide, with project_in (e, d) and project_out (d, e)
+    rows = [Component("embed.tokens", "token embedding", str((m.vocab_size, e or d)),
+                      m.vocab_size * (e or d), 0, "V·e" if e else "V·d", ("wte",))]
+    if e:
+        rows.append(Component("embed.project_in", f"project in (e = {e:,} → d)", str((e, d)), e * d, 0, "e·d",
+                              ("proj_in",)))
     pos = 0
     if m.positions == "learned":
         P = m.max_positions + m.position_offset
         pos = P * d
         note = "P·d" if not m.position_offset else f"P·d (P = {m.max_positions:,} + offset {m.position_offset})"
         rows.append(Component("embed.positions", "position embedding", str((P, d)), pos, 0, note, ("wpe",)))
+    if m.embedding_norm:  # BLOOM's word_embeddings_layernorm
+        rows.append(_model_norm("embed.norm", "embedding", "emb_ln", b))
     shape = (f"{m.n_layers} × block" if len(groups) == 1 else
              " + ".join(f"{len(g.layers)} × block {i + 1}" for i, g in enumerate(groups)))
     idle = sum(n * len(g.layers) for n, g in zip(unused, groups))  # routed experts a token does not use
     rows.append(Component("blocks", f"{m.n_layers} blocks", shape, block_w, block_b, expression, kind="subtotal",
                           active=block_w + block_b - idle if idle else None))
     if m.final_norm:
-        shift = d if b.bias.norm else 0
-        rows.append(Component("final_norm", f"final {_norm_name(b)}", str((d,)) + (f" + {(d,)}" if shift else ""),
-                              d, shift, "2·d" if shift else "d", ("ln_f_gamma", "ln_f_beta")))
+        rows.append(_model_norm("final_norm", "final", "ln_f", b))
+    if e:
+        rows.append(Component("lm_head.project_out", f"project out (d → e = {e:,})", str((d, e)), d * e, 0, "d·e",
+                              ("proj_out",)))
     head_bias = m.vocab_size if m.lm_head_bias else 0
+    width, symbol = (e, "e") if e else (d, "d")
     if m.tie_embeddings:
-        rows.append(Component("lm_head", "LM head (tied to token embedding)", str((d, m.vocab_size)),
+        rows.append(Component("lm_head", "LM head (tied to token embedding)", str((width, m.vocab_size)),
                               0, head_bias, "0 (tied)" + (" + V" if head_bias else ""), ("lm_head_bias",),
                               kind="tied"))
     else:
-        rows.append(Component("lm_head", "LM head", str((d, m.vocab_size)), d * m.vocab_size, head_bias,
-                              "d·V" + (" + V" if head_bias else ""), ("lm_head", "lm_head_bias")))
+        rows.append(Component("lm_head", "LM head", str((width, m.vocab_size)), width * m.vocab_size, head_bias,
+                              f"{symbol}·V" + (" + V" if head_bias else ""), ("lm_head", "lm_head_bias")))
     weights = sum(r.weights for r in rows)
     biases = sum(r.biases for r in rows)
     total = weights + biases
-    embeddings = m.vocab_size * d + pos
+    embeddings = m.vocab_size * (e or d) + pos
     rows.append(Component("total", "model total", "", weights, biases, "", kind="total",
                           active=total - idle if idle else None))
     rows.append(Component("non_embedding", "non-embedding total", "", weights - embeddings, biases,
                           "total − token − position embeddings", kind="total"))
     return rows, total, total - embeddings
+
+
+def _model_norm(name: str, where: str, prefix: str, b: BlockConfig) -> Component:
+    """A norm outside the blocks, of the blocks' kind: its scale (unless norm_scale is off) and shift."""
+    d = b.d_model
+    scale, shift = d if b.norm_scale else 0, d if b.bias.norm else 0
+    parts = (scale > 0) + (shift > 0)
+    return Component(name, f"{where} {_norm_name(b)}", " + ".join([str((d,))] * parts) or "none (no scale, no shift)",
+                     scale, shift, ("0", "d", "2·d")[parts], (f"{prefix}_gamma", f"{prefix}_beta"))
 
 
 def _shapes_text(keys: tuple[str, ...], b: BlockConfig) -> str:

@@ -56,6 +56,17 @@ def _other_rope_layout(x: Array, cos: Array, sin: Array, layout: str) -> Array:
     return F.ROPE_LAYOUTS["half" if layout == "interleaved" else "interleaved"](x, cos, sin)
 
 
+def _no_alibi(cfg: BlockConfig) -> str | None:
+    if not cfg.alibi:
+        return "ALiBi is off"
+    power_of_two = cfg.n_heads & (cfg.n_heads - 1) == 0
+    return f"with {cfg.n_heads} heads (a power of two) the naive rule is the right one" if power_of_two else None
+
+
+def _naive_alibi_slopes(n_heads: int) -> Array:
+    return 2.0 ** (-8.0 * np.arange(1, n_heads + 1) / n_heads)  # the paper's rule, right for 2^k heads only
+
+
 def _split_without_transpose(x: Array, n_heads: int) -> Array:
     B, T, width = x.shape
     return x.reshape(B, n_heads, T, width // n_heads)  # wrong axes: mixes time and head features
@@ -164,6 +175,9 @@ MUTANTS: tuple[Mutant, ...] = (
            _ops(split_rope_part=_rope_on_the_nope_part), inapplicable=_no_latent),
     Mutant("mla-latent-norm-skipped", "latent attention uses its latents without their RMSNorms (q_a_layernorm, "
            "kv_a_layernorm)", (12,), _ops(normalise_latent=_latent_unnormalised), inapplicable=_no_latent),
+    Mutant("alibi-naive-slopes", "ALiBi slopes 2^(−8i/h) for every head count, where BLOOM interleaves the slopes of "
+           "the next power of two for the heads beyond the last one", (12,), _ops(alibi_slopes=_naive_alibi_slopes),
+           inapplicable=_no_alibi),
     Mutant("count-forgets-biases", "hand parameter count leaves out every bias and shift", (10,),
            formula=_formula_without_biases, inapplicable=_no_bias),
 )

@@ -168,6 +168,25 @@ def window_mask(t_q: int, t_k: int, offset: int, window: int) -> Array:
     return np.arange(t_k)[None, :] > (offset + np.arange(t_q))[:, None] - window
 
 
+def alibi_slopes(n_heads: int) -> Array:
+    """ALiBi's slope of each head (h,), as BLOOM's `build_alibi_tensor` computes them: with p the largest
+    power of two <= h, head i (from 1) of the first p has slope 2^(−8i/p); the h − p heads left take the
+    odd powers 1, 3, 5, … of 2^(−8/(2p)), the slopes of a 2p-head model that the first p do not use."""
+    p = 2 ** int(math.floor(math.log2(n_heads)))
+    slopes = (2.0 ** (-8.0 / p)) ** np.arange(1, p + 1)  # (p,)
+    if p != n_heads:
+        extra = (2.0 ** (-8.0 / (2 * p))) ** np.arange(1, 2 * (n_heads - p), 2)  # (h − p,)
+        slopes = np.concatenate([slopes, extra])
+    return slopes
+
+
+def alibi_bias(slopes: Array, t_q: int, t_k: int, offset: int, dtype: np.dtype) -> Array:
+    """(h, T_q, T_k): slope · (s − t) for key s and query t (at position offset + t), added to the
+    scores. transformers adds slope · s; each query row differs by a constant, which softmax ignores."""
+    distance = np.arange(t_k)[None, :] - (offset + np.arange(t_q))[:, None]  # (T_q, T_k), <= 0 where causal
+    return (slopes[:, None, None] * distance).astype(dtype)
+
+
 def attention_weights(scores: Array, allowed: Array) -> tuple[Array, Array]:
     """Mask, then softmax over the key axis. Returns (masked scores, weights), both (B, h, T_q, T_k)."""
     masked = np.where(allowed, scores, -np.inf)
@@ -344,6 +363,7 @@ class Ops:
     add_shared: Callable[[Array, Array], Array] = add_shared
     split_rope_part: Callable[[Array, int], tuple[Array, Array]] = split_rope_part
     normalise_latent: Callable[[Array, Callable[[Array], Array]], Array] = normalise_latent
+    alibi_slopes: Callable[[int], Array] = alibi_slopes
 
 
 STANDARD_OPS = Ops()

@@ -53,6 +53,13 @@ def _rotate(vec: np.ndarray, pos: int, cfg: BlockConfig, seq_len: int) -> np.nda
     return out
 
 
+def _alibi_slope(head: int, n_heads: int) -> float:
+    """ALiBi's slope of one head, written out: 2^(−8(i+1)/p) for the first p (the largest power of two
+    <= h), then 2^(−4(2j+1)/p) for the j-th of the rest."""
+    p = 1
+    while 2 * p <= n_heads:
+        p *= 2
+    return 2.0 ** (-8.0 * (head + 1) / p) if head < p else 2.0 ** (-4.0 * (2 * (head - p) + 1) / p)
 def _latent_attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
     """Multi-head latent attention (DeepSeek) on n (T, d) of one sequence, token by token, head by head."""
     m = cfg.mla
@@ -108,8 +115,11 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
     q = n @ p["w_q"] + p.get("b_q", zero(p["w_q"].shape[1]))
     k = n @ p["w_k"] + p.get("b_k", zero(p["w_k"].shape[1]))
     v = n @ p["w_v"] + p.get("b_v", zero(p["w_v"].shape[1]))
+    if cfg.clip_qkv:  # OLMo: every entry of the three projections clamped to [-c, c]
+        c = cfg.clip_qkv
+        q, k, v = (np.array([[min(max(e, -c), c) for e in row] for row in a]) for a in (q, k, v))
     if cfg.qk_norm != "none":  # each token's whole projection, or each head's slice of it
-        width = d_h if cfg.qk_norm == "head" else None
+        width = None if cfg.qk_norm == "projection" else d_h
         q, k = (_qk_norm(a, p, name, cfg, width) for a, name in ((q, "q"), (k, "k")))
     concat = np.zeros((T, cfg.n_heads * d_h))
     for head in range(cfg.n_heads):
@@ -124,6 +134,8 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
             logits = [float(qs[t] @ ks[s]) * scale for s in seen]
             if cfg.attention_softcap:  # Gemma 2: c·tanh(score/c)
                 logits = [cfg.attention_softcap * math.tanh(a / cfg.attention_softcap) for a in logits]
+            if cfg.alibi:  # a linear penalty on the distance back to each key
+                logits = [a + _alibi_slope(head, cfg.n_heads) * (s - t) for a, s in zip(logits, seen)]
             top = max(logits)
             e = [math.exp(a - top) for a in logits]
             z = sum(e)
@@ -133,16 +145,24 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
 
 def _qk_norm(a: np.ndarray, p: Mapping[str, np.ndarray], name: str, cfg: BlockConfig, width: int | None) -> np.ndarray:
     """a (T, n·w): every row's slices of `width` features (all of them for None) normalised alone."""
-    gamma = p[f"{name}_norm_gamma"] + (1.0 if cfg.norm_unit_offset else 0.0)
+    gamma = _scale(p, f"{name}_norm", cfg)
     beta = p.get(f"{name}_norm_beta")
     width = width or a.shape[1]
     out = np.empty_like(a)
     for t in range(a.shape[0]):
         for lo in range(0, a.shape[1], width):
-            out[t, lo:lo + width] = _norm(a[t, lo:lo + width], gamma, beta, cfg.norm, cfg.norm_eps)
+            head = lo // width  # each_head: row `head` of the (heads, d_h) weights
+            g = gamma[head] if np.ndim(gamma) == 2 else gamma
+            bt = beta[head] if beta is not None and np.ndim(beta) == 2 else beta
+            out[t, lo:lo + width] = _norm(a[t, lo:lo + width], g, bt, cfg.norm, cfg.norm_eps)
     return out
 
 
+def _scale(p: Mapping[str, np.ndarray], which: str, cfg: BlockConfig) -> np.ndarray | float:
+    """A norm's scale: gamma, 1 + gamma (Gemma stores the offset), or 1 without one (OLMo)."""
+    if f"{which}_gamma" not in p:
+        return 1.0
+    return p[f"{which}_gamma"] + (1.0 if cfg.norm_unit_offset else 0.0)
 def _expert(vec: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig, key: str) -> np.ndarray:
     hidden = np.array([_act(cfg.activation, float(u)) for u in vec @ p[key + "w_1"]])
     if cfg.gated:
@@ -207,7 +227,7 @@ def reference_block(x: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig
     p = {k: np.asarray(v, dtype=np.float64) for k, v in p.items()}
 
     def norm(which: str, a: np.ndarray) -> np.ndarray:
-        gamma = p[f"{which}_gamma"] + (1.0 if cfg.norm_unit_offset else 0.0)  # Gemma scales by 1 + w
+        gamma = _scale(p, which, cfg)
         return np.array([_norm(row, gamma, p.get(f"{which}_beta"), cfg.norm, cfg.norm_eps) for row in a])
 
     r = cfg.residual_multiplier  # each branch's output times r before it is added (Granite)

@@ -6,13 +6,13 @@
 
 from __future__ import annotations
 
-from blockcli.config import BlockConfig, Config
+from blockcli.config import BlockConfig, Config, projected_width
 
 Shape = tuple[int, ...]
 
 
 def norm_shapes(prefix: str, d: int, cfg: BlockConfig) -> dict[str, Shape]:
-    shapes = {f"{prefix}_gamma": (d,)}
+    shapes: dict[str, Shape] = {f"{prefix}_gamma": (d,)} if cfg.norm_scale else {}
     if cfg.bias.norm:
         shapes[f"{prefix}_beta"] = (d,)
     return shapes
@@ -56,10 +56,13 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     shapes["w_o"] = (q_width, d)
     if cfg.bias.out:
         shapes["b_o"] = (d,)
-    if cfg.qk_norm != "none":  # over each head's d_h, or over the whole projection
+    if cfg.qk_norm in ("head", "projection"):  # over each head's d_h, or over the whole projection
         per_head = cfg.qk_norm == "head"
         shapes.update(norm_shapes("q_norm", cfg.head_dim if per_head else q_width, cfg))
         shapes.update(norm_shapes("k_norm", cfg.head_dim if per_head else kv_width, cfg))
+    elif cfg.qk_norm == "each_head":  # over each head's d_h, with weights of its own: (heads, d_h)
+        for name, heads in (("q_norm", cfg.n_heads), ("k_norm", cfg.n_kv_heads)):
+            shapes.update({k: (heads,) + s for k, s in norm_shapes(name, cfg.head_dim, cfg).items()})
     return shapes
 
 
@@ -120,16 +123,22 @@ def model_parameter_shapes(config: Config) -> dict[str, Shape]:
     """Every parameter of the model: embeddings, blocks.{i}.*, final norm, LM head."""
     model, block = config.model, config.block
     assert model is not None
-    d = block.d_model
-    shapes: dict[str, Shape] = {"wte": (model.vocab_size, d)}
+    d, e = block.d_model, projected_width(model, block.d_model)
+    shapes: dict[str, Shape] = {"wte": (model.vocab_size, e or d)}
+    if e:  # OPT-350m: embeddings e wide, projected in to d before the positions are added
+        shapes["proj_in"] = (e, d)
     if model.positions == "learned":
         shapes["wpe"] = (model.max_positions + model.position_offset, d)
+    if model.embedding_norm:
+        shapes.update(norm_shapes("emb_ln", d, block))
     for i in range(model.n_layers):  # each layer's own block (`layers:` overrides)
         shapes.update({f"blocks.{i}.{k}": s for k, s in block_parameter_shapes(config.layer_block(i)).items()})
     if model.final_norm:
         shapes.update(norm_shapes("ln_f", d, block))
+    if e:  # and projected out to e after the final norm
+        shapes["proj_out"] = (d, e)
     if not model.tie_embeddings:
-        shapes["lm_head"] = (d, model.vocab_size)
+        shapes["lm_head"] = (e or d, model.vocab_size)
     if model.lm_head_bias:
         shapes["lm_head_bias"] = (model.vocab_size,)
     return shapes

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from blockcli.config import BlockConfig, Config, InputError, layer_list
+from blockcli.config import BlockConfig, Config, InputError, layer_list, projected_width
 
 DTYPE_BITS = {"float64": 64, "float32": 32, "bfloat16": 16, "float16": 16, "float8": 8, "int8": 8, "int4": 4}
 OPTIMIZERS = ("adamw", "sgd", "sgd-momentum")
@@ -56,6 +56,7 @@ class Dims:
     V: int
     gated: bool
     window: int = 0  # sliding window W: a query sees at most W keys (0: all earlier ones)
+    e: int = 0  # OPT-350m's embedding width when the head reads e, not d, features (0: d)
     moe_weights: int = 0  # a mixture of experts: the MLP matrix weights one token uses (0: a dense MLP)
     # latent attention (0 without): query and K/V latent ranks, RoPE part of d_h, value width
     r_q: int = 0
@@ -69,7 +70,8 @@ class Dims:
         mla = b.mla
         latent = (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim, mla.v_head_dim) if mla else (0, 0, 0, 0)
         return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, mlp_width(b),
-                   m.vocab_size if m else 0, b.gated, b.sliding_window, moe_active_weights(b), *latent)
+                   m.vocab_size if m else 0, b.gated, b.sliding_window, projected_width(m, b.d_model),
+                   moe_active_weights(b), *latent)
 
     @property
     def latent(self) -> bool:
@@ -112,17 +114,19 @@ def moe_active_weights(block: BlockConfig) -> int:
 
 def matmul_weights(dims: Dims) -> tuple[int, int]:
     """(per layer, LM head) matrix weights one token is multiplied by: Q, K, V, O and the MLP's two or
-    three matrices, and the d·V head (tied or not, it is a product). A mixture of experts counts its
-    router, the k routed experts and the shared expert: the active parameters, not all of them."""
+    three matrices, and the d·V head (tied or not, it is a product), or e·V with OPT-350m's project in and
+    out (d·e each). A mixture of experts counts its router, the k routed experts and the shared expert: the
+    active parameters, not all of them."""
     q, kv = dims.h * dims.d_h, dims.h_kv * dims.d_h
     mlp = dims.moe_weights or (3 if dims.gated else 2) * dims.d * dims.d_ff
+    head = dims.e * dims.V + 2 * dims.d * dims.e if dims.e else dims.d * dims.V
     if dims.latent:  # the low-rank products: Q (through r_q), down to r_kv + d_rope, up to h·(d_nope + d_v), O
         d_nope = dims.d_h - dims.d_rope
         query = dims.r_q * (dims.d + q) if dims.r_q else dims.d * q
         attention = (query + dims.d * (dims.r_kv + dims.d_rope) + dims.r_kv * dims.h * (d_nope + dims.d_v)
                      + dims.h * dims.d_v * dims.d)
-        return attention + mlp, dims.d * dims.V
-    return dims.d * (q + 2 * kv) + q * dims.d + mlp, dims.d * dims.V
+        return attention + mlp, head
+    return dims.d * (q + 2 * kv) + q * dims.d + mlp, head
 
 
 def score_pairs(T: int, causal: bool, window: int = 0) -> int:

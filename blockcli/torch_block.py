@@ -38,6 +38,10 @@ SCHEMES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "self_attn.k_proj": (("w_k",), ("b_k",)),
     "self_attn.v_proj": (("w_v",), ("b_v",)),
     "self_attn.o_proj": (("w_o",), ("b_o",)),
+    # q/k norms: Qwen3 and Gemma 3 per head (d_h,), OLMo 2 over the projection; Gemma's (1 + w) norms store
+    # w, which is what blockcli's gamma holds under norm_unit_offset, so every norm fills as it is
+    "self_attn.q_norm": (("q_norm_gamma",), ("q_norm_beta",)),
+    "self_attn.k_norm": (("k_norm_gamma",), ("k_norm_beta",)),
     "self_attn.out_proj": (("w_o",), ("b_o",)),
     "post_attention_layernorm": (("ln2_gamma",), ("ln2_beta",)),
     "mlp.gate_proj": (("w_1",), ("b_1",)),

@@ -21,16 +21,16 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from blockcli.block import (DecoderBlock, Model, attention_tile, block_parameter_shapes, experts_label,
+from blockcli.block import (DecoderBlock, Model, attention_tile, block_parameter_shapes, blocked_label, experts_label,
                             full_table, logits_label, model_parameter_shapes, routing_label, scores_label)
-from blockcli.config import BlockConfig, Config, InputError
+from blockcli.config import BlockConfig, Config, InputError, projected_width
 from blockcli.parallel import worker_count
 
 # Per-element FLOPs of the elementwise operations (a convention, stated in the README).
 ELEMENT_FLOPS = {
     "add": 1, "layernorm": 5, "rmsnorm": 3, "softmax": 4, "mask": 0, "rope": 3,
     "gelu_tanh": 8, "gelu": 8, "relu": 1, "silu": 4, "swiglu": 5, "geglu": 9,
-    "reshape": 0, "gather": 0,
+    "reshape": 0, "gather": 0, "clip": 1,
     "sigmoid": 4, "topk": 0, "count": 0, "gate": 1,  # a mixture of experts' routing and shared gate
     # "combine" (the weighted sum of a token's k expert outputs) costs 2·k per output element: see Recorder
 }
@@ -47,6 +47,8 @@ SYMBOLIC = {
     "mlp_pre": "(B, T, d_ff)", "mlp_up": "(B, T, d_ff)", "mlp_act": "(B, T, d_ff)", "mlp_out": "(B, T, d)",
     "ln_f_out": "(B, T, d)", "logits": "(B, T, V)",
     "q_norm": "(B, h, T, d_h)", "k_norm": "(B, h_kv, T, d_h)",  # per head; over the projection, 3-D:
+    "alibi_scores": "(B, h, T, T)", "embed_norm": "(B, T, d)", "tok_emb_e": "(B, T, e)", "proj_out": "(B, T, e)",
+    "q_clip": "(B, T, h·d_h)", "k_clip": "(B, T, h_kv·d_h)", "v_clip": "(B, T, h_kv·d_h)",
     # a mixture of experts: E experts, k per token, n_e rows routed to expert e, d_e / d_s expert widths
     "router_logits": "(B, T, E)", "router_scores": "(B, T, E)", "router_choice": "(B, T, k)",
     "router_weights": "(B, T, k)", "expert_load": "(E,)", "in": "(n_e, d)", "pre": "(n_e, d_e)",
@@ -270,7 +272,7 @@ def activation_peak_estimate(config: Config, attention: str = "auto", n_rows: in
     stream = tokens * d if m else 0  # a model's residual stream; a block's input is the pass's own
     full = full_table(attention, table * itemsize, traced=True)
     if full:  # scores, masked scores and weights; K and V repeated per query head under GQA
-        scores = 3 * table + (2 * tokens * q_width if h_kv != h else 0)
+        scores = (4 if b.alibi else 3) * table + (2 * tokens * q_width if h_kv != h else 0)  # ALiBi: biased too
     else:  # per worker one tile of scores; Q (scaled), K and V made contiguous; the output
         rows, heads = attention_tile(h, h_kv, T, T, itemsize)
         scores = worker_count() * heads * (h // h_kv) * rows * T + tokens * (q_width + 2 * kv_width)
@@ -378,13 +380,23 @@ def analytic_trace(config: Config, attention: str = "auto") -> Trace:
     x = ShapeOnly((B, T), np.dtype(np.int64)) if m else S(B, T, d)
     rec = Recorder({k: math.prod(s) for k, s in shapes.items()}, pass_input=x, symbolic=symbolic_shapes(b))
     if m:
-        tokens = S(B, T, d)
-        rec("tok_emb", "token embedding", tokens, (x, S(m.vocab_size, d)), kind="gather", params=("wte",))
+        e = projected_width(m, d)
+        tokens = S(B, T, e or d)
+        rec("tok_emb_e" if e else "tok_emb", "token embedding", tokens, (x, S(m.vocab_size, e or d)), kind="gather",
+            params=("wte",))
+        if e:
+            wide = S(B, T, d)
+            rec("tok_emb", "project in (e → d)", wide, (tokens, S(e, d)), kind="linear", params=("proj_in",))
+            tokens = wide
         x = tokens
         if m.positions in ("learned", "sinusoidal"):
             x = S(B, T, d)
             rec("embed", f"add {m.positions} positions", x, (tokens, S(T, d)), kind="add",
                 params=("wpe",) if m.positions == "learned" else ())
+        if m.embedding_norm:
+            normed = S(B, T, d)
+            rec("embed_norm", "embedding norm", normed, (x,), kind=b.norm, params=("emb_ln_gamma", "emb_ln_beta"))
+            x = normed
         for layer in range(m.n_layers):
             x = _analytic_block(config.for_layer(layer),
                                 lambda key, *a, **k: rec(f"blocks.{layer}.{key}", *a, layer=layer, **k), S, chunked, x)
@@ -392,8 +404,12 @@ def analytic_trace(config: Config, attention: str = "auto") -> Trace:
             normed = S(B, T, d)
             rec("ln_f_out", "final norm", normed, (x,), kind=b.norm, params=("ln_f_gamma", "ln_f_beta"))
             x = normed
+        if e:
+            narrow = S(B, T, e)
+            rec("proj_out", "project out (d → e)", narrow, (x, S(d, e)), kind="linear", params=("proj_out",))
+            x = narrow
         names = ("wte (tied)",) if m.tie_embeddings else ("lm_head",)
-        rec("logits", logits_label(m), S(B, T, m.vocab_size), (x, S(d, m.vocab_size)), kind="linear",
+        rec("logits", logits_label(m), S(B, T, m.vocab_size), (x, S(e or d, m.vocab_size)), kind="linear",
             params=names + ("lm_head_bias",))
     else:
         _analytic_block(config, rec, S, chunked, x)
@@ -410,11 +426,14 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
     def scores_and_heads(q: ShapeOnly, k: ShapeOnly, v: ShapeOnly, d_v: int) -> ShapeOnly:
         heads_out = S(B, h, T, d_v)
         if chunked:
-            rec("attn_heads", "blocked attention: softmax(mask(Q·Kᵀ/√d_h))·V", heads_out, (q, k, v),
-                kind="attention")
+            rec("attn_heads", blocked_label(b), heads_out, (q, k, v), kind="attention")
         else:
             scores, masked, weights = S(B, h, T, T), S(B, h, T, T), S(B, h, T, T)
             rec("scores", scores_label(b), scores, (q, k), kind="matmul")
+            if b.alibi:
+                biased = S(B, h, T, T)
+                rec("alibi_scores", "add ALiBi biases", biased, (scores,), kind="add")
+                scores = biased
             rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
             rec("attn_weights", "softmax over keys", weights, (masked,), kind="softmax")
             rec("attn_heads", "weights·V", heads_out, (weights, v), kind="matmul")
@@ -467,6 +486,12 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             flat[name] = S(B, T, heads * d_h)
             rec(f"{name}_proj", f"{name.upper()} projection", flat[name], (inp, S(d, heads * d_h)),
                 kind="linear", params=(f"w_{name}", f"b_{name}"))
+        if b.clip_qkv:  # as MultiHeadAttention._clip
+            for name in ("q", "k", "v"):
+                clipped = S(*flat[name].shape)
+                rec(f"{name}_clip", f"clip {name.upper()} to ±{b.clip_qkv:g}", clipped, (flat[name],), kind="clip")
+                flat[name] = clipped
+
         def qk_norm(stand_ins: dict) -> None:  # as MultiHeadAttention._qk_norm: Q's, then K's
             for name in ("q", "k"):
                 normed = S(*stand_ins[name].shape)
@@ -479,7 +504,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         for name, heads in (("q", h), ("k", h_kv), ("v", h_kv)):
             split[name] = S(B, heads, T, d_h)
             rec(name, f"split heads {name.upper()}", split[name], (flat[name],), kind="reshape")
-        if b.qk_norm == "head":
+        if b.qk_norm in ("head", "each_head"):
             qk_norm(split)
         q, k, v = split["q"], split["k"], split["v"]
         if b.rope:

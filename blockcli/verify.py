@@ -271,9 +271,8 @@ def check_head_split(c: Context) -> tuple[bool, str, str]:
         return _latent_head_split(c)
     heads = {"q": b.n_heads, "k": b.n_kv_heads, "v": b.n_kv_heads}
     split = dict(zip(heads, c.need(*heads)))
-    # the projections (B, T, n·d_h), or their normalised form when the config normalises the whole projection
-    flat = dict(zip(heads, c.need(*(f"{n}_norm" if b.qk_norm == "projection" and n in "qk" else f"{n}_proj"
-                                    for n in heads))))
+    # the projections (B, T, n·d_h), or their clipped (clip_qkv) or normalised form (qk_norm over the projection)
+    flat = dict(zip(heads, c.need(*(_flat_key(b, n) for n in heads))))
     worst, shapes_ok = 0.0, True
     for name, n in heads.items():
         shapes_ok &= split[name].shape == (B, n, T, b.head_dim)
@@ -295,17 +294,29 @@ def check_head_split(c: Context) -> tuple[bool, str, str]:
         f"shape exact; {tol:.3g}"
 
 
+def _flat_key(b: BlockConfig, name: str) -> str:
+    """The recorded (B, T, n·d_h) tensor that the head split of q, k or v reads."""
+    if b.qk_norm == "projection" and name in "qk":
+        return f"{name}_norm"
+    return f"{name}_clip" if b.clip_qkv else f"{name}_proj"
+
+
 def _softmax_keys(masked: np.ndarray) -> np.ndarray:
     top = np.max(masked, axis=-1, keepdims=True)
     e = np.exp(masked - top)
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def _scores_key(b: BlockConfig) -> str:
+    """The recorded scores the causal mask reads: Q·Kᵀ/√d_h, or with ALiBi's biases added."""
+    return "alibi_scores" if b.alibi else "scores"
+
+
 def _masked(c: Context) -> np.ndarray:
     """The scores after the causal mask: recorded, or the subject's scores masked the standard way."""
     if "masked_scores" in c.inter:
         return c.inter["masked_scores"]
-    (scores,) = c.need("scores")
+    (scores,) = c.need(_scores_key(c.cfg))
     T = scores.shape[-1]
     return np.where(np.tril(np.ones((T, T), dtype=bool)), scores, -np.inf)
 
@@ -313,7 +324,7 @@ def _masked(c: Context) -> np.ndarray:
 def check_softmax_axis(c: Context) -> tuple[bool, str, str]:
     (w,) = c.need("attn_weights")
     rows = _max(w.sum(axis=-1) - 1.0)
-    if "scores" not in c.inter and "masked_scores" not in c.inter:  # rows alone still catch a column softmax
+    if _scores_key(c.cfg) not in c.inter and "masked_scores" not in c.inter:  # rows alone still catch a column softmax
         return _within(rows, STATS), f"max |row sum − 1| {_fmt(rows)} (no scores returned: weights not compared " \
             f"with a softmax of them)", f"{STATS:g}"
     tol = c.tolerance(EXACT * 100, 1.0)
@@ -335,9 +346,9 @@ def check_causal_mask(c: Context) -> tuple[bool, str, str]:
     measured = (f"max weight {where} {_fmt(above)}; min diagonal weight {_fmt(diag)}; "
                 f"max |row sum − 1| {_fmt(rows)}")
     before = True
-    if "scores" in c.inter and "masked_scores" in c.inter:
+    if _scores_key(c.cfg) in c.inter and "masked_scores" in c.inter:
         # before softmax: the masked scores keep every visible score and hide every hidden one
-        scores, masked = c.inter["scores"], c.inter["masked_scores"]
+        scores, masked = c.inter[_scores_key(c.cfg)], c.inter["masked_scores"]
         before = bool(np.all(np.isneginf(masked[..., hidden])) and np.array_equal(masked[..., ~hidden],
                                                                                   scores[..., ~hidden]))
         measured += f"; mask applied to scores: {'yes' if before else 'no'}"
@@ -383,9 +394,10 @@ def _heads(c: Context) -> tuple[np.ndarray | None, str]:
     """The subject's per-head outputs (B, h, T, d_h): returned, or its own weights times its own V columns."""
     if "attn_heads" in c.inter:
         return c.inter["attn_heads"], ""
-    if "attn_weights" not in c.inter or "v_proj" not in c.inter or c.cfg.mla is not None:
+    v_key = _flat_key(c.cfg, "v")  # V's projection, or its clipped form
+    if "attn_weights" not in c.inter or v_key not in c.inter or c.cfg.mla is not None:
         return None, ""
-    b, w, v = c.cfg, c.inter["attn_weights"], c.inter["v_proj"]  # (B, h, T, T), (B, T, h_kv·d_h)
+    b, w, v = c.cfg, c.inter["attn_weights"], c.inter[v_key]  # (B, h, T, T), (B, T, h_kv·d_h)
     group = b.n_heads // b.n_kv_heads
     if w.ndim != 4 or w.shape[1] != b.n_heads or v.shape[-1] != b.n_kv_heads * b.head_dim:
         return None, ""
@@ -424,7 +436,7 @@ def check_norm_axis(c: Context) -> tuple[bool, str, str]:
     # the first norm reads the block input, or (post_branch) the attention output
     norm_input = c.need("attn_out")[0] * b.residual_multiplier if b.placement == "post_branch" else c.x
     (out,) = c.need("ln1_out")
-    x_hat = (out - p.get("ln1_beta", 0.0)) / norm_scale(p["ln1_gamma"], b.norm_unit_offset)  # undo scale and shift
+    x_hat = (out - p.get("ln1_beta", 0.0)) / norm_scale(p.get("ln1_gamma"), b.norm_unit_offset)  # undo scale and shift
     # The exact per-token target: variance σ²/(σ² + ε) for LayerNorm, RMS √(m/(m + ε)) for RMSNorm,
     # with σ² and m = mean(x²) taken over the features of the input token.
     if b.norm == "layernorm":
@@ -633,6 +645,8 @@ def check_large_inputs(c: Context) -> tuple[bool, str, str]:
         if c.cfg.qk_norm != "none":  # normalised queries and keys undo W_Q's scale: scale the norms' outputs
             offset = 1.0 if c.cfg.norm_unit_offset else 0.0  # a (1 + γ) scale: γ' = s·(1 + γ) − 1
             for name in ("q_norm", "k_norm"):
+                if f"{name}_gamma" not in p:  # a norm without a scale (norm_scale false) cannot be sharpened
+                    continue
                 p[f"{name}_gamma"] = QK_SCALE * (p[f"{name}_gamma"] + offset) - offset
                 if f"{name}_beta" in p:
                     p[f"{name}_beta"] = p[f"{name}_beta"] * QK_SCALE

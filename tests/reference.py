@@ -37,7 +37,7 @@ ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu")
 GATED = ("swiglu", "geglu")
 PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich")
 ROPE_LAYOUTS = ("half", "interleaved")
-POSITIONS = ("learned", "sinusoidal", "rope", "none")
+POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
 
 
 # --------------------------------------------------------------------------- config
@@ -100,6 +100,12 @@ def resolve_block(cfg):
         "attention_scale": float(cfg.get("attention_scale", 0.0)),
         # each branch's output is multiplied by this before it joins the residual stream (Granite)
         "residual_multiplier": float(cfg.get("residual_multiplier", 1.0)),
+        # false: the norms have no scale gamma (OLMo's LayerNorm, with bias.norm false: no parameters)
+        "norm_scale": bool(cfg.get("norm_scale", True)),
+        # every entry of q, k and v clamped to [-c, c] right after its projection (OLMo); 0 = off
+        "clip_qkv": float(cfg.get("clip_qkv", 0.0)),
+        # ALiBi (BLOOM): score(t, s) += m_j * (s - t) for head j, m_j from the paper's slope rule
+        "alibi": bool(cfg.get("alibi", False)),
         "moe": _resolve_moe(cfg.get("moe")),
         # multi-head latent attention (DeepSeek): None, or its ranks and per-head widths
         "mla": _resolve_mla(cfg.get("mla")),
@@ -156,6 +162,11 @@ def resolve_model(cfg):
         "embedding_multiplier": float(cfg.get("embedding_multiplier", 1.0)),
         "logit_multiplier": float(cfg.get("logit_multiplier", 1.0)),
         "logit_softcap": float(cfg.get("logit_softcap", 0.0)),  # Gemma 2: logit z -> c * tanh(z / c)
+        # a norm (the blocks' kind, weights emb_ln_*) on the embeddings before the first block (BLOOM)
+        "embedding_norm": bool(cfg.get("embedding_norm", False)),
+        # e != d_model: token embeddings (and the head's input) are e wide, with "proj_in" (e, d) after the
+        # lookup and "proj_out" (d, e) after the final norm, no biases (OPT-350m); 0 = d_model
+        "embedding_dim": int(cfg.get("embedding_dim", 0)),
     }
 
 
@@ -174,7 +185,8 @@ def block_param_shapes(block_cfg, rms_beta=False):
     # sandwich (Gemma 2): a second norm on each branch's output, ln1_post and ln2_post
     norms = {"parallel_shared": ("ln1",), "sandwich": ("ln1", "ln2", "ln1_post", "ln2_post")}
     for ln in norms.get(b["placement"], ("ln1", "ln2")):
-        shapes[ln + "_gamma"] = (d,)
+        if b["norm_scale"]:
+            shapes[ln + "_gamma"] = (d,)
         if _has_norm_beta(b, rms_beta):
             shapes[ln + "_beta"] = (d,)
     if b["mla"]:
@@ -250,10 +262,12 @@ def _qkv_param_shapes(b, rms_beta):
         shapes["b_o"] = (d,)
     if b["qk_norm"] != "none":
         for name, heads in (("q_norm", h), ("k_norm", h_kv)):
-            width = d_h if b["qk_norm"] == "head" else heads * d_h
-            shapes[name + "_gamma"] = (width,)
+            # head: one (d_h,) shared by the heads; projection: (n*d_h,); each_head: a (d_h,) row per head
+            width = {"head": (d_h,), "projection": (heads * d_h,), "each_head": (heads, d_h)}[b["qk_norm"]]
+            if b["norm_scale"]:
+                shapes[name + "_gamma"] = width
             if _has_norm_beta(b, rms_beta):
-                shapes[name + "_beta"] = (width,)
+                shapes[name + "_beta"] = width
     return shapes
 
 
@@ -263,18 +277,29 @@ def model_param_shapes(block_cfg, model_cfg, rms_beta=False, layers=None):
     b = resolve_block(block_cfg)
     m = resolve_model(model_cfg)
     d, V = b["d_model"], m["vocab_size"]
-    shapes = {"wte": (V, d)}
+    e = m["embedding_dim"] if m["embedding_dim"] not in (0, d) else 0
+    shapes = {"wte": (V, e or d)}
+    if e:
+        shapes["proj_in"] = (e, d)
     if m["positions"] == "learned":
         shapes["wpe"] = (m["max_positions"] + m["position_offset"], d)
     for i, layer_cfg in enumerate(layer_block_cfgs(block_cfg, m["n_layers"], layers)):
         for k, s in block_param_shapes(layer_cfg, rms_beta=rms_beta).items():
             shapes["blocks.%d.%s" % (i, k)] = s
     if m["final_norm"]:
-        shapes["ln_f_gamma"] = (d,)
+        if b["norm_scale"]:
+            shapes["ln_f_gamma"] = (d,)
         if _has_norm_beta(b, rms_beta):
             shapes["ln_f_beta"] = (d,)
+    if m["embedding_norm"]:
+        if b["norm_scale"]:
+            shapes["emb_ln_gamma"] = (d,)
+        if _has_norm_beta(b, rms_beta):
+            shapes["emb_ln_beta"] = (d,)
+    if e:
+        shapes["proj_out"] = (d, e)
     if not m["tie_embeddings"]:
-        shapes["lm_head"] = (d, V)
+        shapes["lm_head"] = (e or d, V)
     if m["lm_head_bias"]:
         shapes["lm_head_bias"] = (V,)
     return shapes
@@ -436,6 +461,21 @@ def sinusoidal_vec(t, d):
     return pe
 
 
+def alibi_slopes(n_heads):
+    """Press et al.'s slopes, as BLOOM's build_alibi_tensor extends them to any head count: for n a
+    power of two, the geometric sequence starting at 2^(-8/n) with that ratio; otherwise the n' = the
+    largest power of two below n slopes of an n'-head model, then every other slope (the 1st, 3rd, 5th,
+    ...) of a 2n'-head model, until there are n."""
+    def geometric(n):
+        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+        return [start ** (i + 1) for i in range(n)]
+
+    p = 2 ** int(math.floor(math.log2(n_heads)))
+    if p == n_heads:
+        return geometric(n_heads)
+    return geometric(p) + geometric(2 * p)[0::2][:n_heads - p]
+
+
 def softmax_list(xs):
     m = max(xs)
     es = [math.exp(v - m) for v in xs]
@@ -456,11 +496,19 @@ def _wopt(weights, name, prefix, present):
     return np.asarray(weights[prefix + name], dtype=np.float64)
 
 
-def _norm(b, weights, which, prefix, vec, rms_beta):
-    gamma = _w(weights, which + "_gamma", prefix)
-    if b["norm_unit_offset"]:  # Gemma: the stored weight is the scale's offset from 1
+def _norm(b, weights, which, prefix, vec, rms_beta, row=None):
+    """`row`: take that row of (heads, d_h) weights (qk_norm each_head)."""
+    if b["norm_scale"]:
+        gamma = _w(weights, which + "_gamma", prefix)
+        if row is not None:
+            gamma = gamma[row]
+    else:  # no scale: a gamma of ones
+        gamma = np.array([1.0] * len(vec))
+    if b["norm_unit_offset"] and b["norm_scale"]:  # Gemma: the stored weight is the scale's offset from 1
         gamma = np.array([1.0 + float(g) for g in gamma])
     beta = _wopt(weights, which + "_beta", prefix, _has_norm_beta(b, rms_beta))
+    if beta is not None and row is not None:
+        beta = beta[row]
     if b["norm"] == "layernorm":
         return layer_norm_vec(vec, gamma, beta, b["norm_eps"])
     return rms_norm_vec(vec, gamma, beta, b["norm_eps"])
@@ -557,6 +605,11 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
         q = linear_vec(tokens[t], w_q, b_q)
         k = linear_vec(tokens[t], w_k, b_k)
         v = linear_vec(tokens[t], w_v, b_v)
+        c = b["clip_qkv"]
+        if c:
+            q = np.array([min(max(float(e), -c), c) for e in q])
+            k = np.array([min(max(float(e), -c), c) for e in k])
+            v = np.array([min(max(float(e), -c), c) for e in v])
         if b["qk_norm"] == "projection":  # OLMo2: the whole projection, before the heads are cut
             q = _norm(b, weights, "q_norm", prefix, q, rms_beta)
             k = _norm(b, weights, "k_norm", prefix, k, rms_beta)
@@ -565,6 +618,9 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
         if b["qk_norm"] == "head":  # Qwen3: each head's d_h features alone
             qh = [_norm(b, weights, "q_norm", prefix, x, rms_beta) for x in qh]
             kh = [_norm(b, weights, "k_norm", prefix, x, rms_beta) for x in kh]
+        if b["qk_norm"] == "each_head":  # Command R+: head i normalised with row i of the weights
+            qh = [_norm(b, weights, "q_norm", prefix, x, rms_beta, row=i) for i, x in enumerate(qh)]
+            kh = [_norm(b, weights, "k_norm", prefix, x, rms_beta, row=i) for i, x in enumerate(kh)]
         vh = [v[i * d_h:(i + 1) * d_h] for i in range(h_kv)]
         if rope_fraction > 0.0:
             qh = [rope_vec(x, t, rope_fraction, b["rope_theta"], b["rope_scaling"], T, b["rope_layout"]) for x in qh]
@@ -587,6 +643,8 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
                 score = float(np.dot(q_heads[t][j], k_heads[s][g])) * scale
                 if b["attention_softcap"]:
                     score = b["attention_softcap"] * math.tanh(score / b["attention_softcap"])
+                if b["alibi"]:
+                    score += alibi_slopes(h)[j] * (s - t)
                 scores.append(score)
             p = softmax_list(scores)
             head_out = np.zeros(d_h, dtype=np.float64)
@@ -799,6 +857,8 @@ def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False, layers=Non
         return layer_b["rope"]
 
     per_layer = [resolve_block(c) for c in layer_block_cfgs(block_cfg, m["n_layers"], layers)]
+    if m["positions"] == "alibi":  # the blocks bias their scores with ALiBi
+        per_layer = [dict(lb, alibi=True) for lb in per_layer]
 
     logits = np.zeros((B, T, V), dtype=np.float64)
     for bi in range(B):
@@ -806,10 +866,14 @@ def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False, layers=Non
         for t in range(T):
             tok = int(ids[bi, t])
             vec = np.array(wte[tok], dtype=np.float64) * m["embedding_multiplier"]
+            if "proj_in" in weights:
+                vec = linear_vec(vec, _w(weights, "proj_in", ""), None)
             if m["positions"] == "learned":
                 vec = vec + _w(weights, "wpe", "")[t + m["position_offset"]]
             elif m["positions"] == "sinusoidal":
                 vec = vec + sinusoidal_vec(t, d)
+            if m["embedding_norm"]:
+                vec = _norm(b, weights, "emb_ln", "", vec, rms_beta)
             hs.append(vec)
         for layer, lb in enumerate(per_layer):
             hs = _block_sequence(lb, weights, "blocks.%d." % layer, hs, fraction(lb), rms_beta)
@@ -817,6 +881,8 @@ def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False, layers=Non
             vec = hs[t]
             if m["final_norm"]:
                 vec = _norm(b, weights, "ln_f", "", vec, rms_beta)
+            if "proj_out" in weights:
+                vec = linear_vec(vec, _w(weights, "proj_out", ""), None)
             if m["tie_embeddings"]:
                 row = np.array([float(np.dot(vec, wte[v])) for v in range(V)])
             else:

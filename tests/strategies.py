@@ -23,11 +23,15 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
             {g: st.booleans() for g in ("qkv", "out", "mlp", "norm")}))),
         "sliding_window": draw(st.sampled_from([0, 0, 1, 2, 3])),
         "norm_unit_offset": draw(st.booleans()),
-        "qk_norm": draw(st.sampled_from(["none", "none", "head", "projection"])),
+        "qk_norm": draw(st.sampled_from(["none", "none", "head", "projection", "each_head"])),
         "attention_scale": draw(st.sampled_from([0.0, 0.0, 0.7])),
         "residual_multiplier": draw(st.sampled_from([1.0, 1.0, 0.7, 1.3])),
         "attention_softcap": draw(st.sampled_from([0.0, 0.0, 0.5, 3.0])),
+        "norm_scale": draw(st.sampled_from([True, True, False])),
+        "clip_qkv": draw(st.sampled_from([0.0, 0.0, 0.5])),
     }
+    if not rope:
+        block["alibi"] = draw(st.sampled_from([False, False, True]))
     if rope:
         block["rope_layout"] = draw(st.sampled_from(["half", "interleaved"]))
     if explicit:
@@ -38,7 +42,7 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
         block["mla"] = {"kv_lora_rank": draw(st.integers(1, 6)), "q_lora_rank": draw(st.integers(0, 5)),
                         "qk_nope_head_dim": draw(st.integers(1, 4)), "qk_rope_head_dim": draw(st.sampled_from([2, 4])),
                         "v_head_dim": draw(st.integers(1, 5))}
-        block.update(rope=True, n_kv_heads=n_heads, qk_norm="none", attention_scale=0.0)
+        block.update(rope=True, n_kv_heads=n_heads, qk_norm="none", attention_scale=0.0, norm_scale=True, clip_qkv=0.0)
         block.pop("head_dim", None)
         if not explicit:
             block["d_model"] = draw(st.integers(2, 24))

@@ -175,6 +175,21 @@ BLOCK_CASES = {
     "residual_multiplier_parallel_shared": block_dict(placement="parallel_shared", residual_multiplier=1.3),
     "residual_multiplier_post_and_scale": block_dict(placement="post", residual_multiplier=1.3,
                                                      attention_scale=0.2),
+    # OLMo: LayerNorms without scale or shift, q/k/v clamped (0.5 binds on most entries)
+    "olmo_parameter_free_norms_clip_qkv": block_dict(norm="layernorm", norm_scale=False, bias={
+        "qkv": True, "out": True, "mlp": False, "norm": False}, activation="swiglu", n_kv_heads=2, rope=True,
+        clip_qkv=0.5),
+    "clip_qkv_with_projection_qk_norm_post": block_dict(placement="post", qk_norm="projection", clip_qkv=0.3),
+    "scale_free_norms_with_shift_shared": block_dict(placement="parallel_shared", norm_scale=False),
+    # q/k norms per head with each head's own weights (Command R+), LayerNorm with a shift, GQA, RoPE
+    "qk_norm_each_head_layernorm_gqa": block_dict(n_kv_heads=2, rope=True, qk_norm="each_head"),
+    "qk_norm_each_head_rms_unit_offset": block_dict(norm="rmsnorm", bias=False, qk_norm="each_head",
+                                                    norm_unit_offset=True, placement="parallel_shared"),
+    # ALiBi with 6 heads (not a power of two), with 8, and with GQA, a sliding window and a scale override
+    "alibi_6_heads": block_dict(d_model=24, n_heads=6, d_ff=16, alibi=True),
+    "alibi_8_heads_post": block_dict(d_model=16, n_heads=8, d_ff=16, alibi=True, placement="post"),
+    "alibi_gqa_window_scale": block_dict(d_model=24, n_heads=6, n_kv_heads=3, d_ff=16, alibi=True, sliding_window=3,
+                                         attention_scale=0.4),
     # mixtures of experts, one per routing variant (the experts' outputs differ, so the routing matters)
     "moe_mixtral": block_dict(norm="rmsnorm", bias=False, activation="swiglu",
                               moe={"n_experts": 4, "top_k": 2, "d_expert": 8, "renormalize": True}),
@@ -338,6 +353,23 @@ MODEL_CASES = {
                    bias=False, norm_unit_offset=True, placement="sandwich", attention_softcap=0.9,
                    sliding_window=3),
         dict(MODEL_BASE, positions="rope", tie_embeddings=True, embedding_multiplier=4.0, logit_softcap=1.5)),
+    "bloom_like_alibi_embedding_norm": (
+        block_dict(d_model=18, n_heads=3, d_ff=24), dict(MODEL_BASE, positions="alibi", tie_embeddings=True,
+                                                          embedding_norm=True)),
+    "embedding_rmsnorm_learned": (
+        block_dict(d_model=16, n_heads=4, d_ff=24, norm="rmsnorm", bias=False),
+        dict(MODEL_BASE, positions="learned", tie_embeddings=False, embedding_norm=True)),
+    "opt_350m_like_projected_embeddings_post_norm": (
+        block_dict(d_model=16, n_heads=4, d_ff=24, placement="post", activation="relu"),
+        dict(MODEL_BASE, positions="learned", position_offset=2, tie_embeddings=True, final_norm=False,
+             embedding_dim=6)),
+    "projected_embeddings_untied_lm_bias": (
+        block_dict(d_model=16, n_heads=4, d_ff=24), dict(MODEL_BASE, positions="rope", tie_embeddings=False,
+                                                          lm_head_bias=True, embedding_dim=20)),
+    "olmo_like_parameter_free_norms_clip": (
+        block_dict(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, rope=True, activation="swiglu", norm="layernorm",
+                   bias=False, norm_scale=False, clip_qkv=0.4),
+        dict(MODEL_BASE, positions="rope", tie_embeddings=True)),
     "granite_like_multipliers": (
         block_dict(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, rope=True, activation="swiglu", norm="rmsnorm",
                    bias=False, attention_scale=0.7, residual_multiplier=0.7),
@@ -421,7 +453,8 @@ def test_model_last_token_change_leaves_prefix_bit_identical(name):
 
 CACHE_BLOCKS = ["base_gelu_tanh_pre_layernorm", "rope_full", "rope_half_dh8", "mqa_4_1",
                 "post_norm", "parallel", "combo_gqa_rope_swiglu_rms_parallel", "mla_q_latent_interleaved",
-                "mla_yarn_mscale_window"]
+                "mla_yarn_mscale_window", "olmo_parameter_free_norms_clip_qkv", "alibi_6_heads",
+                "alibi_gqa_window_scale", "qk_norm_each_head_layernorm_gqa"]
 
 
 def _run_block_chunks(blk, x, chunk):
@@ -453,7 +486,9 @@ def test_block_incremental_decoding_matches_full(name, chunk):
 
 @pytest.mark.parametrize("chunk", [1, 2])
 @pytest.mark.parametrize("name", ["learned_offset2_tied", "sinusoidal_untied",
-                                  "rope_gqa_swiglu_rms_untied", "deepseek_like_mla_untied"])
+                                  "rope_gqa_swiglu_rms_untied", "deepseek_like_mla_untied",
+                                  "olmo_like_parameter_free_norms_clip", "bloom_like_alibi_embedding_norm",
+                                  "opt_350m_like_projected_embeddings_post_norm"])
 def test_model_incremental_decoding_matches_full(name, chunk):
     bd, md = MODEL_CASES[name]
     B, T = 2, 7
@@ -476,7 +511,8 @@ def test_model_incremental_decoding_matches_full(name, chunk):
 
 @pytest.mark.parametrize("table_rows", [1, 3])
 @pytest.mark.parametrize("name", ["base_gelu_tanh_pre_layernorm",
-                                  "combo_gqa_rope_swiglu_rms_parallel", "mla_full_q_half_biases"])
+                                  "combo_gqa_rope_swiglu_rms_parallel", "mla_full_q_half_biases",
+                                  "olmo_parameter_free_norms_clip_qkv", "alibi_6_heads", "alibi_gqa_window_scale"])
 def test_block_chunked_attention_matches_reference(name, table_rows, shared_tiles):
     """blockcli computes attention in tiles that never hold the full table, shared among threads.
     Force small tiles and compare, full and cached."""

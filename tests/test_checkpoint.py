@@ -28,7 +28,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma", "starcoder2", "olmo2", "gptj",
             "phi", "granite", "cohere", "stablelm", "stablelm-parallel", "phi3", "gpt_bigcode", "gpt_bigcode-mha",
             "falcon", "falcon-new", "falcon-sequential", "gemma2", "gemma3_text", "deepseek_v3", "deepseek_v3-yarn",
-            "deepseek_v2"]
+            "deepseek_v2", "olmo", "bloom", "opt-350m", "cohere-qk-norm"]
 ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
@@ -162,6 +162,10 @@ def test_bfloat16_checkpoint_is_widened_exactly_and_says_so() -> None:
     ("deepseek_v3-yarn", {"rope_scaling": None}),  # yarn past its original 4 positions, and the softmax's mscale²
     ("deepseek_v2", {"rope_layout": "half"}),  # V2's complex rotation of pairs (2i, 2i + 1)
     *((name, {"rope_scaling": None}) for name in ROPE_SCALED),
+    ("olmo", {"clip_qkv": 0.0}),  # ±0.6: most projected entries are beyond it
+    ("bloom", {"alibi": False}),  # ALiBi is its only position information
+    ("opt-350m", {"placement": "pre"}),  # post-LN blocks, and no final norm
+    ("cohere-qk-norm", {"qk_norm": "none"}),  # Command R+'s per-head q/k LayerNorms
 ])
 def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict) -> None:
     """Without the feature the logits are far from transformers': the fixture really exercises it."""
@@ -262,6 +266,27 @@ def test_gemma_embedding_multiplier_matters() -> None:
     plain = config.__class__(**{**config.__dict__, "model": config.model.__class__(
         **{**config.model.__dict__, "embedding_multiplier": 1.0})})
     model = Model.from_config(plain, weights=folder, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
+
+
+def test_bloom_embedding_norm_and_slopes_for_six_heads_matter() -> None:
+    """BLOOM's fixture has 6 heads: slopes 2^-2, 2^-4, 2^-6, 2^-8 (four heads, base 2^(-8/4)), then the odd
+    powers 2^-1, 2^-3 of an 8-head model's base 2^(-8/8). The naive 2^(-8i/6) gives other logits, and so does
+    leaving out word_embeddings_layernorm."""
+    from blockcli.mutants import find_mutant
+    from blockcli.ops import alibi_slopes
+
+    assert alibi_slopes(6).tolist() == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
+    folder, want = FIXTURES / "bloom", expected("bloom")
+    config = load_config(folder)
+    assert config.block.alibi and config.model.embedding_norm and config.block.n_heads == 6
+    naive = Model.from_config(config, weights=folder, dtype="float64", ops=find_mutant("alibi-naive-slopes").ops)
+    assert relative(naive(want["input_ids"]), want["logits_float64"]) > 1e-3
+    plain = config.__class__(**{**config.__dict__, "model": config.model.__class__(
+        **{**config.model.__dict__, "embedding_norm": False})})
+    params = Model.from_config(config, weights=folder, dtype="float64").params
+    model = Model.from_config(plain, weights={k: v for k, v in params.items() if not k.startswith("emb_ln")},
+                              dtype="float64")
     assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
 
 

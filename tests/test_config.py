@@ -419,7 +419,7 @@ def test_grouped_query_attention_is_fine() -> None:
     ("block.activation", "gelu_new", ["gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu"]),
     ("block.activation", 3, ["gelu_tanh", "relu"]),
     ("block.placement", "peri", ["pre", "post", "parallel", "sandwich"]),
-    ("model.positions", "alibi", ["learned", "sinusoidal", "rope", "none"]),
+    ("model.positions", "xpos", ["learned", "sinusoidal", "rope", "none", "alibi"]),
     ("run.dtype", "float16", ["float32", "float64"]),
     ("run.dtype", None, ["float32", "float64"]),
 ])
@@ -693,3 +693,13 @@ def test_gzip_file_named_yaml(tmp_path: Path) -> None:
 def test_utf8_bom_is_fine(tmp_path: Path) -> None:
     path = write(tmp_path, b"\xef\xbb\xbfblock:\n  d_model: 16\n  n_heads: 2\n")
     assert load_config(path).block.d_model == 16
+
+
+def test_alibi_positions_set_the_blocks_alibi_and_refuse_rope() -> None:
+    config = parse_config({"model": {"positions": "alibi"}})
+    assert config.block.alibi and not config.block.rope
+    for data in ({"block": {"alibi": True, "rope": True}}, {"block": {"rope": True}, "model": {"positions": "alibi"}}):
+        with pytest.raises(ConfigError, match=r"^block\.(alibi|rope): .*pick one"):
+            parse_config(data)
+    # ALiBi may bias the scores of a model with learned positions too (block.alibi alone)
+    assert parse_config({"block": {"alibi": True}, "model": {"positions": "learned"}}).block.alibi

@@ -406,6 +406,101 @@ FALCON_7B = {  # https://huggingface.co/tiiuae/falcon-7b/blob/main/config.json
     "new_decoder_architecture": False, "num_attention_heads": 71, "num_hidden_layers": 32, "parallel_attn": True,
     "torch_dtype": "bfloat16", "transformers_version": "4.27.4", "use_cache": True, "vocab_size": 65024,
 }
+# https://huggingface.co/microsoft/Phi-3.5-mini-instruct/blob/main/config.json: Phi-3-mini's shapes with
+# longrope scaling to 128K positions (its 48 short and 48 long factors transcribed)
+PHI_3_5_MINI = {
+    "architectures": ["Phi3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 1,
+    "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": 3072, "initializer_range": 0.02,
+    "intermediate_size": 8192, "max_position_embeddings": 131072, "model_type": "phi3", "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 32, "original_max_position_embeddings": 4096,
+    "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+    "sliding_window": 262144, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.3", "use_cache": True, "vocab_size": 32064,
+    "rope_scaling": {"type": "longrope", "long_factor": [
+        1.0800000429153442, 1.1100000143051147, 1.1399999856948853, 1.340000033378601, 1.5899999141693115, 1.600000023841858,
+        1.6200000047683716, 2.620000123977661, 3.2300000190734863, 3.2300000190734863, 4.789999961853027, 7.400000095367432,
+        7.700000286102295, 9.09000015258789, 12.199999809265137, 17.670000076293945, 24.46000099182129, 28.57000160217285,
+        30.420001983642578, 30.840002059936523, 32.590003967285156, 32.93000411987305, 42.320003509521484, 44.96000289916992,
+        50.340003967285156, 50.45000457763672, 57.55000305175781, 57.93000411987305, 58.21000289916992, 60.1400032043457,
+        62.61000442504883, 62.62000274658203, 62.71000289916992, 63.1400032043457, 63.1400032043457, 63.77000427246094,
+        63.93000411987305, 63.96000289916992, 63.970001220703125, 64.02999877929688, 64.06999969482422, 64.08000183105469,
+        64.12000274658203, 64.41000366210938, 64.4800033569336, 64.51000213623047, 64.52999877929688, 64.83999633789062,
+    ], "short_factor": [
+        1.0, 1.0199999809265137, 1.0299999713897705, 1.0299999713897705, 1.0499999523162842, 1.0499999523162842,
+        1.0499999523162842, 1.0499999523162842, 1.0499999523162842, 1.0699999332427979, 1.0999999046325684, 1.1099998950958252,
+        1.1599998474121094, 1.1599998474121094, 1.1699998378753662, 1.2899998426437378, 1.339999794960022, 1.679999828338623,
+        1.7899998426437378, 1.8199998140335083, 1.8499997854232788, 1.8799997568130493, 1.9099997282028198, 1.9399996995925903,
+        1.9899996519088745, 2.0199997425079346, 2.0199997425079346, 2.0199997425079346, 2.0199997425079346, 2.0199997425079346,
+        2.0199997425079346, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914,
+        2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0299997329711914, 2.0799996852874756, 2.0899996757507324,
+        2.189999580383301, 2.2199995517730713, 2.5899994373321533, 2.729999542236328, 2.749999523162842, 2.8399994373321533,
+    ]},
+}
+OLMO_1B = {  # https://huggingface.co/allenai/OLMo-1B-hf/blob/main/config.json
+    "architectures": ["OlmoForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": None,
+    "clip_qkv": None, "eos_token_id": 50279, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 8192, "max_position_embeddings": 2048, "model_type": "olmo", "num_attention_heads": 16,
+    "num_hidden_layers": 16, "num_key_value_heads": 16, "pad_token_id": 1, "pretraining_tp": 1, "rope_scaling": None,
+    "rope_theta": 10000.0, "tie_word_embeddings": True, "torch_dtype": "float32",
+    "transformers_version": "4.40.0.dev0", "use_cache": True, "vocab_size": 50304,
+}
+# https://huggingface.co/bigscience/bloom-560m/blob/main/config.json
+BLOOM_560M = {
+    'apply_residual_connection_post_layernorm': False,
+    'architectures': ['BloomForCausalLM'],
+    'attention_dropout': 0.0,
+    'attention_softmax_in_fp32': True,
+    'bias_dropout_fusion': True,
+    'bos_token_id': 1,
+    'eos_token_id': 2,
+    'hidden_dropout': 0.0,
+    'hidden_size': 1024,
+    'initializer_range': 0.02,
+    'layer_norm_epsilon': 1e-05,
+    'masked_softmax_fusion': True,
+    'model_type': 'bloom',
+    'n_head': 16,
+    'n_inner': None,
+    'n_layer': 24,
+    'offset_alibi': 100,
+    'pad_token_id': 3,
+    'pretraining_tp': 1,
+    'skip_bias_add': True,
+    'skip_bias_add_qkv': False,
+    'slow_but_exact': False,
+    'transformers_version': '4.24.0',
+    'unk_token_id': 0,
+    'use_cache': True,
+    'vocab_size': 250880,
+}
+# https://huggingface.co/facebook/opt-350m/blob/main/config.json
+OPT_350M = {
+    '_name_or_path': 'facebook/opt-350m',
+    '_remove_final_layer_norm': False,
+    'activation_dropout': 0.0,
+    'activation_function': 'relu',
+    'architectures': ['OPTForCausalLM'],
+    'attention_dropout': 0.0,
+    'bos_token_id': 2,
+    'do_layer_norm_before': False,
+    'dropout': 0.1,
+    'eos_token_id': 2,
+    'ffn_dim': 4096,
+    'hidden_size': 1024,
+    'init_std': 0.02,
+    'layerdrop': 0.0,
+    'max_position_embeddings': 2048,
+    'model_type': 'opt',
+    'num_attention_heads': 16,
+    'num_hidden_layers': 24,
+    'pad_token_id': 1,
+    'prefix': '</s>',
+    'torch_dtype': 'float16',
+    'transformers_version': '4.20.0.dev0',
+    'use_cache': True,
+    'vocab_size': 50272,
+    'word_embed_proj_dim': 512,
+}
 # Falcon-40B's shape (tiiuae/falcon-40b config.json): the new decoder architecture, GQA 128/8
 FALCON_40B = {**FALCON_7B, "hidden_size": 8192, "num_attention_heads": 128, "num_kv_heads": 8,
                              "num_hidden_layers": 60, "new_decoder_architecture": True}
@@ -435,10 +530,17 @@ CASES = [
     pytest.param(STABLELM_2_1_6B, "stablelm-2-1.6b", 1_644_515_328, id="stablelm-2-1.6b"),
     # transformers Phi3ForCausalLM on the meta device (tests/test_presets.py); the model card's "3.8B".
     pytest.param(PHI_3_MINI_4K, "phi-3-mini-4k", 3_821_079_552, id="phi-3-mini-4k"),
+    pytest.param(PHI_3_5_MINI, "phi-3.5-mini", 3_821_079_552, id="phi-3.5-mini"),
     # transformers GPTBigCodeForCausalLM on the meta device (tests/test_presets.py); the paper's "15.5B".
     pytest.param(STARCODER, "starcoder", 15_517_456_384, id="starcoder"),
     # transformers FalconForCausalLM on the meta device (tests/test_presets.py).
     pytest.param(FALCON_7B, "falcon-7b", 6_921_720_704, id="falcon-7b"),
+    # transformers OlmoForCausalLM on the meta device (tests/test_presets.py).
+    pytest.param(OLMO_1B, "olmo-1b", 1_176_764_416, id="olmo-1b"),
+    # transformers BloomForCausalLM on the meta device (tests/test_presets.py); the model card's figure.
+    pytest.param(BLOOM_560M, "bloom-560m", 559_214_592, id="bloom-560m"),
+    # transformers OPTForCausalLM on the meta device (tests/test_presets.py); the OPT paper's "350M".
+    pytest.param(OPT_350M, "opt-350m", 331_196_416, id="opt-350m"),
 ]
 
 
@@ -808,7 +910,6 @@ def test_hf_module_does_not_import_yaml() -> None:
     (MISTRAL_7B, "num_local_experts", 8),  # Mixtral-style MoE field
     (MISTRAL_7B, "num_experts_per_tok", 2),
     (QWEN2_05B, "attention_bias", True),  # not a Qwen2 field: unknown, so not guessed at
-    (OPT_125M, "word_embed_proj_dim", 512),  # OPT-350m
     (OPT_125M, "layer_norm_elementwise_affine", False),
     (GPT2, "scale_attn_by_inverse_layer_idx", True),
     (GPT2, "add_cross_attention", True),
@@ -1034,8 +1135,17 @@ def test_cohere_shared_shift_free_layernorm_interleaved_rope_and_logit_scale() -
     assert (model_of(defaults)["logit_multiplier"], block_of(defaults)["rope_theta"]) == (0.0625, 500000.0)
 
 
+def test_cohere_qk_norm_has_weights_for_each_head(tmp_path: Path) -> None:
+    """Command R+'s use_qk_norm: CohereLayerNorm weights (h, d_h) for q and (h_kv, d_h) for k, no bias."""
+    plain = load_config(write_json(tmp_path, COMMAND_R_V01))
+    normed = load_config(write_json(tmp_path, with_fields(COMMAND_R_V01, use_qk_norm=True), "plus.json"))
+    assert (plain.block.qk_norm, normed.block.qk_norm) == ("none", "each_head")
+    b = normed.block
+    L = COMMAND_R_V01["num_hidden_layers"]
+    assert count_parameters(normed).total - count_parameters(plain).total == L * (b.n_heads + b.n_kv_heads) * b.head_dim
+
+
 @pytest.mark.parametrize("changes, field", [
-    ({"use_qk_norm": True}, "use_qk_norm"),  # Command R+'s per-head LayerNorms of shape (h, d_h)
     ({"logit_scale": None}, "logit_scale"),  # transformers would multiply the logits by None
     ({"logit_scale": 0.0}, "logit_scale"),
 ])
@@ -1380,6 +1490,58 @@ def test_deepseek_query_rank_layout_and_stored_head_dims() -> None:
     assert v2["bias"] == {"qkv": True, "out": True, "mlp": True, "norm": False}
 
 
+# --------------------------------------------------------------------------- OLMo (v1)
+
+
+def test_olmo_norms_have_no_parameters_and_clip_qkv_maps(tmp_path: Path) -> None:
+    """OlmoLayerNorm has no weight and no bias (eps 1e-5 fixed); clip_qkv clamps q, k, v (null: off)."""
+    plain = load_config(write_json(tmp_path, OLMO_1B))
+    assert (plain.block.norm, plain.block.norm_scale, plain.block.bias.norm, plain.block.clip_qkv) == \
+        ("layernorm", False, False, 0.0)
+    assert plain.block.norm_eps == 1e-5
+    clipped = load_config(write_json(tmp_path, with_fields(OLMO_1B, clip_qkv=8.0, attention_bias=True)))
+    assert clipped.block.clip_qkv == 8.0
+    assert (clipped.block.bias.qkv, clipped.block.bias.out, clipped.block.bias.mlp) == (True, True, False)
+    # 4·d² + 4·d more than without biases: q, k, v and o each get a bias of d; the norms still add nothing
+    d = 2048
+    assert count_parameters(clipped).total - count_parameters(plain).total == 16 * 4 * d
+
+
+@pytest.mark.parametrize("value", [0, -1.0, "big"])
+def test_olmo_clip_qkv_that_is_no_bound_is_refused(tmp_path: Path, value: Any) -> None:
+    message = hf_error(write_json(tmp_path, with_fields(OLMO_1B, clip_qkv=value)))
+    assert "clip_qkv" in message
+
+
+# --------------------------------------------------------------------------- BLOOM
+
+
+def test_bloom_maps_alibi_and_the_embedding_norm(tmp_path: Path) -> None:
+    config = load_config(write_json(tmp_path, BLOOM_560M))
+    assert (config.model.positions, config.block.alibi, config.block.rope, config.model.embedding_norm) == \
+        ("alibi", True, 0.0, True)
+    assert (config.block.d_ff, config.block.activation, config.block.placement) == (4 * 1024, "gelu_tanh", "pre")
+    # the legacy names of BLOOM's first checkpoints map the same way
+    legacy = with_fields(BLOOM_560M, hidden_size=_DROP, n_embed=1024, n_head=_DROP, num_attention_heads=16)
+    assert load_config(write_json(tmp_path, legacy, "legacy.json")).block == config.block
+
+
+def test_bloom_residual_after_the_norm_is_refused(tmp_path: Path) -> None:
+    message = hf_error(write_json(tmp_path, with_fields(BLOOM_560M, apply_residual_connection_post_layernorm=True)))
+    assert "apply_residual_connection_post_layernorm" in message and "\n" not in message
+
+
+# --------------------------------------------------------------------------- OPT-350m
+
+
+def test_opt_word_embed_proj_dim_maps_to_projected_embeddings(tmp_path: Path) -> None:
+    config = load_config(write_json(tmp_path, OPT_350M))
+    assert (config.model.embedding_dim, config.block.placement, config.model.final_norm) == (512, "post", False)
+    # the same width as hidden_size is no projection at all: OPT-125m's configs say 768 and 768
+    same = load_config(write_json(tmp_path, with_fields(OPT_350M, word_embed_proj_dim=1024), "same.json"))
+    d, e, V = 1024, 512, 50272
+    # the narrow table and the two projections against a d-wide table
+    assert count_parameters(config).total - count_parameters(same).total == V * e + 2 * d * e - V * d
 def _count_json(args: list[str], stdin: str | None = None) -> tuple[int, dict | None, str]:
     run = subprocess.run([sys.executable, "-m", "blockcli", "count", *args, "--json"], input=stdin, text=True,
                          capture_output=True, timeout=120)

@@ -11,7 +11,7 @@ For every preset in blockcli/presets/ four things must agree:
 
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
-time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 29
+time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 33
 totals below were also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
@@ -59,6 +59,14 @@ def opt_total(*, d: int, L: int, V: int, ff: int, n_pos: int, pos_offset: int) -
         + 2 * d                    # final_layer_norm (per block)
     )
     return V * d + (n_pos + pos_offset) * d + L * block + 2 * d  # + decoder.final_layer_norm
+
+
+def opt_350m_total(*, d: int, e: int, L: int, V: int, ff: int, n_pos: int, pos_offset: int) -> int:
+    """OPTForCausalLM with do_layer_norm_before false and word_embed_proj_dim e != d: embed_tokens (V, e),
+    embed_positions (n_pos + 2, d), project_in (d, e) and project_out (e, d) nn.Linear without bias, the same
+    blocks as opt_total, no decoder.final_layer_norm; lm_head (e -> V) tied to embed_tokens."""
+    block = 4 * linear(d, d, True) + 2 * d + linear(d, ff, True) + linear(ff, d, True) + 2 * d
+    return V * e + (n_pos + pos_offset) * d + 2 * e * d + L * block
 
 
 def neox_total(*, d: int, L: int, V: int, ff: int) -> int:
@@ -162,6 +170,24 @@ def gpt_bigcode_total(*, d: int, L: int, V: int, ff: int, n_heads: int, n_pos: i
         + 2 * 2 * d                        # ln_1, ln_2
     )
     return V * d + n_pos * d + L * block + 2 * d  # wte + wpe + blocks + ln_f; lm_head shares wte
+
+
+def olmo_total(*, d: int, L: int, V: int, ff: int) -> int:
+    """OlmoForCausalLM: Llama's block without biases, but OlmoLayerNorm holds no weight and no bias, so the two
+    block norms and the final norm add nothing; lm_head tied to embed_tokens (OLMo-1B)."""
+    attn = 4 * d * d  # q, k, v, o (MHA, attention_bias false)
+    mlp = 3 * d * ff  # gate, up, down
+    return V * d + L * (attn + mlp)  # embed_tokens + blocks; no norm parameters anywhere
+
+
+def bloom_total(*, d: int, L: int, V: int) -> int:
+    """BloomForCausalLM: word_embeddings + word_embeddings_layernorm (weight, bias), pre-LN blocks with biases
+    everywhere (query_key_value 3·d wide, dense, dense_h_to_4h / dense_4h_to_h at 4·d), ln_f; ALiBi has no
+    parameters; lm_head tied to word_embeddings."""
+    attn = linear(d, 3 * d, True) + linear(d, d, True)
+    mlp = linear(d, 4 * d, True) + linear(4 * d, d, True)
+    block = 2 * d + attn + 2 * d + mlp  # input_layernorm, attention, post_attention_layernorm, MLP
+    return V * d + 2 * d + L * block + 2 * d
 
 
 def falcon_7b_total(*, d: int, L: int, V: int, n_heads: int) -> int:
@@ -390,6 +416,46 @@ CASES = [
         # https://huggingface.co/microsoft/Phi-3-mini-4k-instruct/blob/main/config.json (sum of numel); the
         # model card's "3.8B". Phi-3.5-mini-instruct has the same shapes (only its RoPE scaling and context differ).
         id="phi-3-mini-4k[transformers Phi3ForCausalLM on meta=3821079552]",
+    ),
+    pytest.param(
+        "phi-3.5-mini", 3_821_079_552,
+        phi3_total(d=3072, L=32, V=32064, ff=8192, n_heads=32, n_kv=32, head_dim=96),
+        {"d_model": 3072, "n_heads": 32, "n_kv_heads": 32, "d_ff": 8192, "n_layers": 32, "vocab_size": 32064,
+         "max_positions": 131072},
+        # transformers 5.24 Phi3ForCausalLM instantiated on the meta device from
+        # https://huggingface.co/microsoft/Phi-3.5-mini-instruct/blob/main/config.json (sum of numel): its
+        # longrope lists (48 short, 48 long factors) change no shape, so the total is Phi-3-mini's.
+        id="phi-3.5-mini[transformers Phi3ForCausalLM on meta=3821079552]",
+    ),
+    pytest.param(
+        "olmo-1b", 1_176_764_416,
+        olmo_total(d=2048, L=16, V=50304, ff=8192),
+        {"d_model": 2048, "n_heads": 16, "n_kv_heads": 16, "d_ff": 8192, "n_layers": 16, "vocab_size": 50304,
+         "norm_scale": False, "bias": False},
+        # transformers 5.24 OlmoForCausalLM instantiated on the meta device from
+        # https://huggingface.co/allenai/OLMo-1B-hf/blob/main/config.json (sum of numel; tied head); the model
+        # card's "1B" (1.18B).
+        id="olmo-1b[transformers OlmoForCausalLM on meta=1176764416]",
+    ),
+    pytest.param(
+        "bloom-560m", 559_214_592,
+        bloom_total(d=1024, L=24, V=250880),
+        {"d_model": 1024, "n_heads": 16, "d_ff": 4096, "n_layers": 24, "vocab_size": 250880, "positions": "alibi",
+         "embedding_norm": True},
+        # transformers 5.24 BloomForCausalLM instantiated on the meta device from
+        # https://huggingface.co/bigscience/bloom-560m/blob/main/config.json (sum of numel; tied head); the model
+        # card's "559,214,592 parameters".
+        id="bloom-560m[transformers BloomForCausalLM on meta=559214592]",
+    ),
+    pytest.param(
+        "opt-350m", 331_196_416,
+        opt_350m_total(d=1024, e=512, L=24, V=50272, ff=4096, n_pos=2048, pos_offset=2),
+        {"d_model": 1024, "n_heads": 16, "d_ff": 4096, "n_layers": 24, "vocab_size": 50272, "embedding_dim": 512,
+         "placement": "post", "final_norm": False},
+        # transformers 5.24 OPTForCausalLM instantiated on the meta device from
+        # https://huggingface.co/facebook/opt-350m/blob/main/config.json (sum of numel; tied head); the OPT
+        # paper's "350M".
+        id="opt-350m[transformers OPTForCausalLM on meta=331196416]",
     ),
     pytest.param(
         "starcoder", 15_517_456_384,

@@ -73,5 +73,6 @@ def test_mutants_not_applicable_to_a_config_are_listed_not_failed():
     assert result.exit_code == 0
     data = json.loads(result.stdout)
     assert [m["name"] for m in data["not_applicable"]] == ["mla-rope-on-nope", "mla-latent-norm-skipped",
+                                                           "alibi-naive-slopes",
                                                            "count-forgets-biases"]
     assert all(m["caught_by"] for m in data["mutants"])

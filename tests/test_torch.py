@@ -198,3 +198,22 @@ def test_a_parameter_of_the_wrong_shape_exits_2_naming_it(tmp_path):
     assert "parameter mlp.c_fc.weight has shape (256, 64), but w_1 makes (128, 64) as the module stores it" \
         in result.stderr
     assert "Traceback" not in result.stderr
+
+
+QWEN3_BLOCK = ("block: {d_model: 32, n_heads: 4, n_kv_heads: 2, head_dim: 16, d_ff: 64, norm: rmsnorm, "
+               "norm_eps: 1.0e-6, activation: swiglu, bias: false, rope: true, qk_norm: head}\n")
+GEMMA_BLOCK = ("block: {d_model: 32, n_heads: 4, n_kv_heads: 1, head_dim: 16, d_ff: 64, norm: rmsnorm, "
+               "norm_eps: 1.0e-6, activation: geglu, bias: false, rope: true, norm_unit_offset: true}\n")
+
+
+@pytest.mark.parametrize("target, block", [("Qwen3Layer", QWEN3_BLOCK), ("GemmaLayer", GEMMA_BLOCK)])
+def test_transformers_qk_norms_and_unit_offset_norms_are_filled(tmp_path, target, block):
+    """Qwen3's q_norm / k_norm (d_h,) and Gemma's (1 + w) RMSNorm weights are filled from blockcli's weights:
+    left as built (ones), Qwen3's item 12 fails; Gemma's stored w is blockcli's gamma as it is."""
+    pytest.importorskip("transformers")
+    path = tmp_path / "block.yaml"
+    path.write_text(block + "run: {batch: 2, seq_len: 8}\n")
+    result, data = run(f"{ROOT / 'tests' / 'impls' / 'hf_layers.py'}:{target}", str(path), "--rtol", "1e-6")
+    assert result.exit_code == 0, data
+    assert data["notes"] == []  # every parameter filled, every weight used
+    assert statuses(data)[12] == "PASS"

@@ -181,7 +181,8 @@ def test_analytic_rows_equal_executed_rows(block, with_model, batch, seq, attent
     data = {"block": block, "run": {"batch": batch, "seq_len": seq}}
     if with_model:
         data["model"] = {"n_layers": 2, "vocab_size": 13, "max_positions": 8,
-                         "positions": "rope" if block["rope"] else "learned", "tie_embeddings": seq % 2 == 0}
+                         "positions": "rope" if block["rope"] else "learned", "tie_embeddings": seq % 2 == 0,
+                         "embedding_norm": batch == 2, "embedding_dim": 5 if seq % 3 == 0 else 0}
     cfg = parse_config(data)
     # the data flow too: each input's producing step is the same (sources are compared)
     assert run_trace(cfg, attention=attention).rows == analytic_trace(cfg, attention).rows

@@ -38,6 +38,7 @@ MEANT = {
     "mask-hides-diagonal": {4, 9}, "no-mask": {4, 8}, "missing-wo": {5}, "heads-wrong-order": {5},
     "residual-broadcast": {6, 8}, "norm-time-axis": {7, 8}, "norm-batch-axis": {7},
     "unscaled-scores": {12}, "softmax-no-max": {17}, "count-forgets-biases": {10}, "rope-wrong-layout": {12},
+    "alibi-naive-slopes": {12},
     "mla-rope-on-nope": {12}, "mla-latent-norm-skipped": {12},
 }
 # DeepSeek-V2-Lite's attention shape, small: full Q projection (first bug) or Q through its latent (second)
@@ -46,6 +47,8 @@ _LATENT = {"d_model": 48, "n_heads": 4, "d_ff": 64, "norm": "rmsnorm", "activati
 # A bug that cannot show in the default config (RoPE off) is tried on one where it can.
 SUBJECT = {"rope-wrong-layout": {"block": {"d_model": 64, "n_heads": 4, "d_ff": 96, "rope": True,
                                            "rope_layout": "interleaved"}},
+           # 6 heads: BLOOM's rule and the naive 2^(-8i/h) disagree on every slope
+           "alibi-naive-slopes": {"block": {"d_model": 48, "n_heads": 6, "d_ff": 96, "alibi": True}},
            "mla-rope-on-nope": {"block": _LATENT},
            "mla-latent-norm-skipped": {"block": {**_LATENT, "mla": {**_LATENT["mla"], "q_lora_rank": 12}}}}
 # Items a bug cannot touch: structure (1), the output shape (14), the count (10) for bugs in the
@@ -108,11 +111,11 @@ def test_mutant_matrix_and_listing():
     assert result.exit_code == 0
     data = json.loads(result.stdout)
     rows = {m["name"]: set(m["caught_by"]) for m in data["mutants"]}
-    # the default block has no RoPE and no latent attention
+    # the default block has no RoPE, no latent attention and no ALiBi
     latent = ["mla-rope-on-nope", "mla-latent-norm-skipped"]
-    assert [m["name"] for m in data["not_applicable"]] == ["rope-wrong-layout"] + latent
+    assert [m["name"] for m in data["not_applicable"]] == ["rope-wrong-layout"] + latent + ["alibi-naive-slopes"]
     for name, meant in MEANT.items():
-        assert name in ["rope-wrong-layout"] + latent or meant <= rows[name]
+        assert name in SUBJECT or meant <= rows[name]
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])

@@ -13,10 +13,9 @@ def _cohere(f: Fields) -> tuple[dict, dict]:
     """Cohere (Command-R): one LayerNorm without a shift (mean-centred, in float32) read by attention and
     the SwiGLU MLP side by side, interleaved-pair RoPE over the whole head, logits times `logit_scale`,
     tied embeddings by default."""
-    qk_norm = f.raw("use_qk_norm", None)
-    if qk_norm not in (None, False):  # null and false both leave the norms out (`if self.use_qk_norm`)
-        raise f.unrepresentable("use_qk_norm", qk_norm, "Command R+'s LayerNorm over each head of q and k, with "
-                                                        "weights (h, d_h) per head, which blockcli does not model")
+    # null and false both leave the norms out (`if self.use_qk_norm`); true is Command R+'s shift-free LayerNorm
+    # over each head of q and k, with weights (h, d_h) and (h_kv, d_h): qk_norm each_head
+    qk_norm = bool(f.bool("use_qk_norm")) if f.raw("use_qk_norm", None) is not None else False
     if f.has("logit_scale") and f.data["logit_scale"] is None:
         raise f.unrepresentable("logit_scale", None, "transformers multiplies the logits by it, so null is no model")
     d = f.int("hidden_size")
@@ -35,6 +34,8 @@ def _cohere(f: Fields) -> tuple[dict, dict]:
         "bias": bias_groups(bias, bias, False, False),  # CohereLayerNorm has no shift; the MLP no biases
         "placement": "parallel_shared", "rope": True, "rope_theta": theta, "rope_layout": "interleaved",
     }
+    if qk_norm:
+        block["qk_norm"] = "each_head"
     if scaling:
         block["rope_scaling"] = scaling
     model = model_section(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", max_positions,

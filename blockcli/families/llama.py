@@ -70,6 +70,21 @@ def _olmo2(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _olmo(f: Fields) -> tuple[dict, dict]:
+    """OLMo (v1): Llama's pre-norm block with a parameter-free LayerNorm (no scale, no shift, eps 1e-5
+    fixed in OlmoLayerNorm), `attention_bias` on q/k/v and o, and `clip_qkv`: q, k and v clamped to
+    [-clip_qkv, clip_qkv] after their projections (null: no clamp)."""
+    f.ignore("pretraining_tp")  # copied from Llama's config class by the conversion script; never read
+    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False, mlp_bias=False)
+    block.update(norm="layernorm", norm_eps=1e-5, norm_scale=False)
+    clip = f.raw("clip_qkv", None)
+    if clip is not None:
+        block["clip_qkv"] = f.float("clip_qkv", low=0.0, high=1e6)
+        if not block["clip_qkv"]:
+            raise f.invalid("clip_qkv", clip, "a positive bound (or null for no clamp)")
+    return block, model
+
+
 def _gemma_gate(f: Fields) -> str:
     """Which gated activation Gemma runs, where transformers' versions agree on it.
 
@@ -161,6 +176,8 @@ FAMILIES = (
     Family("qwen2", "Qwen2", _qwen2, LLAMA, TRAINING_ONLY),
     Family("qwen3", "Qwen3", _qwen3, LLAMA, TRAINING_ONLY),
     Family("olmo2", "OLMo 2", _olmo2, OLMO2, TRAINING_ONLY),
+    # OLMo's norms have no parameters: only Llama's projections and embeddings are stored
+    Family("olmo", "OLMo", _olmo, LLAMA, TRAINING_ONLY),
     Family("gemma", "Gemma", _gemma, LLAMA, TRAINING_ONLY),
     Family("granite", "Granite", _granite, LLAMA, TRAINING_ONLY),
 )

@@ -12,11 +12,7 @@ def _opt(f: Fields) -> tuple[dict, dict]:
     d = f.int("hidden_size")
     heads = f.int("num_attention_heads")
     head_dim = divides(f, "hidden_size", d, "num_attention_heads", heads)
-    proj = f.int("word_embed_proj_dim", d)
-    if proj != d:
-        raise f.unrepresentable("word_embed_proj_dim", proj, f"OPT then adds project_in/project_out matrices "
-                                                             f"between {proj} and hidden_size {d}; blockcli's "
-                                                             f"embeddings have width d_model")
+    proj = f.int("word_embed_proj_dim", d)  # != hidden_size: project_in / project_out (OPT-350m)
     f.neutral("layer_norm_elementwise_affine", True, "blockcli's LayerNorms always have a scale gamma")
     pre = f.bool("do_layer_norm_before", True)
     remove_final = f.bool("_remove_final_layer_norm", False)
@@ -31,6 +27,8 @@ def _opt(f: Fields) -> tuple[dict, dict]:
     }
     model = model_section(f.int("num_hidden_layers"), f.int("vocab_size"), "learned", f.int("max_position_embeddings"),
                           f.bool("tie_word_embeddings", True), final_norm=pre and not remove_final, position_offset=2)
+    if proj != d:
+        model["embedding_dim"] = proj
     return block, model
 
 
@@ -51,6 +49,8 @@ OPT = TensorMap("model.", (
     tensor("blocks.{i}.b_2", "decoder.layers.{i}.fc2.bias"),
     tensor("ln_f_gamma", "decoder.final_layer_norm.weight"),
     tensor("ln_f_beta", "decoder.final_layer_norm.bias"),
+    tensor("proj_in", "decoder.project_in.weight", LINEAR),  # word_embed_proj_dim != hidden_size (OPT-350m)
+    tensor("proj_out", "decoder.project_out.weight", LINEAR),
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
 
