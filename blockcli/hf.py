@@ -7,7 +7,7 @@ already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only 
 imports yaml) that `load_config` reads back to an equal Config.
 
 Supported `model_type`s: gpt2, llama, mistral, qwen2, qwen3, gemma, gpt_neox, opt, olmo2, starcoder2, gptj,
-phi, granite, cohere, stablelm, phi3, gpt_bigcode, falcon.
+phi, granite, cohere, stablelm, phi3, gpt_bigcode, falcon, mixtral, qwen2_moe, qwen3_moe.
 
 The rule for every key of the JSON object is one of three, and never "silently dropped":
 
@@ -61,6 +61,13 @@ Falcon: `parallel_attn` (Falcon-7B) runs attention and MLP side by side on one L
 (`placement: parallel_shared`), with multi-query attention; `new_decoder_architecture` (Falcon-40B,
 180B) gives each branch its own norm (`placement: parallel`) and `num_kv_heads` K/V heads. ALiBi
 (`alibi: true`) is refused.
+
+Mixtral, Qwen2-MoE and Qwen3-MoE replace the MLP by `block.moe`: softmax router scores, top-k
+(`num_experts_per_tok` of `num_local_experts` / `num_experts`), renormalised always (Mixtral) or
+per `norm_topk_prob`; Qwen2-MoE adds its shared expert (`shared_expert_intermediate_size`) with its
+sigmoid gate. Layers that mix dense and MoE MLPs (`decoder_sparse_step` > 1, a non-empty
+`mlp_only_layers`) are refused until per-layer overrides land; the dense layers' `intermediate_size`
+is then unused and ignored.
 """
 
 from __future__ import annotations
@@ -1034,12 +1041,86 @@ def _falcon(f: _Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _moe_layers(f: _Fields) -> None:
+    """Qwen-MoE: every layer must be a MoE layer (blockcli's layers are all alike, for now)."""
+    step = f.int("decoder_sparse_step", 1)
+    if step != 1:  # layers with (i + 1) % step == 0 are MoE, the others dense
+        raise f.unrepresentable("decoder_sparse_step", step, "MoE on every k-th layer only mixes dense and MoE "
+                                                             "layers; blockcli's layers are all alike until "
+                                                             "per-layer overrides land")
+    only = f.raw("mlp_only_layers", [])
+    if not isinstance(only, list):
+        raise f.invalid("mlp_only_layers", only, "an array of layer indices")
+    if only:
+        raise f.unrepresentable("mlp_only_layers", only, "dense MLPs on some layers mix dense and MoE layers; "
+                                                         "blockcli's layers are all alike until per-layer "
+                                                         "overrides land")
+
+
+def _mixtral(f: _Fields) -> tuple[dict, dict]:
+    """Mixtral: Mistral's block (GQA, RMSNorm, RoPE θ 1e6 by default, a window only if `sliding_window`
+    is set) with a SwiGLU mixture of experts: softmax over `num_local_experts`, top `num_experts_per_tok`,
+    the k weights renormalised (MixtralTopKRouter always divides by their sum)."""
+    block, model = _gated_rms(f, _silu_gate, kv_default=8, tie_default=False, qkv_bias=False, out_bias=False,
+                              mlp_bias=False, eps_default=1e-5)
+    params = f.data.get("rope_parameters")
+    if f.data.get("rope_theta") is None and not (isinstance(params, dict) and params.get("rope_theta") is not None):
+        block["rope_theta"] = 1e6  # MixtralConfig.default_theta
+    _window_by_key(f, block, model, default=None)
+    block["moe"] = {"n_experts": f.int("num_local_experts", 8), "top_k": f.int("num_experts_per_tok", 2),
+                    "d_expert": block["d_ff"], "renormalize": True}
+    return block, model
+
+
+def _qwen_moe(f: _Fields, block: dict, model: dict, d_expert_default: int, top_k_default: int,
+              experts_default: int) -> None:
+    _moe_layers(f)
+    f.ignore("intermediate_size")  # the dense layers' width: no layer is dense here
+    # transformers 5 writes Qwen3-MoE's num_experts as num_local_experts (its attribute_map)
+    n_experts = _first(f, ("num_experts", "num_local_experts"), lambda key: f.int(key), experts_default)
+    block["moe"] = {"n_experts": n_experts,
+                    "top_k": f.int("num_experts_per_tok", top_k_default),
+                    "d_expert": f.int("moe_intermediate_size", d_expert_default),
+                    "renormalize": f.bool("norm_topk_prob", False)}
+
+
+def _qwen2_moe(f: _Fields) -> tuple[dict, dict]:
+    """Qwen2-MoE (Qwen1.5-MoE): Qwen2's attention (q/k/v biases if `qkv_bias`, default true) and a mixture of
+    experts with a shared expert gated by sigmoid(x·shared_expert_gate)."""
+    block, model = _gated_rms(f, _silu_gate, kv_default=16, tie_default=False,
+                              qkv_bias=f.bool("qkv_bias", True), out_bias=False, mlp_bias=False)
+    if f.bool("use_sliding_window", False):
+        raise f.unrepresentable("use_sliding_window", True, "Qwen2-MoE slides on alternate layers below "
+                                                            "max_window_layers; blockcli's layers are all alike")
+    f.ignore("sliding_window", "max_window_layers")  # read only when the window is on
+    if _layer_types(f, model["n_layers"]):
+        raise f.unrepresentable("layer_types", f.data["layer_types"], "use_sliding_window is false, so "
+                                                                     "transformers would not slide")
+    _qwen_moe(f, block, model, 1408, 4, 60)
+    shared = f.int("shared_expert_intermediate_size", 5632)
+    block["moe"].update(d_shared=shared, shared_gate=True)
+    return block, model
+
+
+def _qwen3_moe(f: _Fields) -> tuple[dict, dict]:
+    """Qwen3-MoE: Qwen3's attention (q_norm and k_norm per head, `attention_bias` on q/k/v/o) and a mixture
+    of experts without a shared one; `use_sliding_window` slides on every layer."""
+    block, model = _gated_rms(f, _silu_gate, kv_default=4, tie_default=False, mlp_bias=False)
+    block["qk_norm"] = "head"
+    f.ignore("max_window_layers")  # Qwen3's field, written into Qwen3-MoE configs; Qwen3-MoE never reads it
+    _sliding(f, block, model, f.bool("use_sliding_window", False), default=4096)
+    _qwen_moe(f, block, model, 768, 8, 128)
+    return block, model
+
+
 class _Family:
     def __init__(self, title: str, mapper: Callable[[_Fields], tuple[dict, dict]], ignored: set[str]) -> None:
         self.title, self.mapper, self.ignored = title, mapper, frozenset(ignored)
 
 
 _LLAMA_LIKE_IGNORED = {"attention_dropout"}  # training-only
+# the router's load-balancing loss (its coefficient, and whether the logits are returned for it): training only
+_MOE_IGNORED = _LLAMA_LIKE_IGNORED | {"output_router_logits", "router_aux_loss_coef"}
 
 FAMILIES: dict[str, _Family] = {
     "gpt2": _Family("GPT-2", _gpt2, {
@@ -1094,6 +1175,9 @@ FAMILIES: dict[str, _Family] = {
     "falcon": _Family("Falcon", _falcon, {
         "hidden_dropout", "attention_dropout",  # training-only
     }),
+    "mixtral": _Family("Mixtral", _mixtral, _MOE_IGNORED | {"router_jitter_noise"}),  # jitter: training only
+    "qwen2_moe": _Family("Qwen2-MoE", _qwen2_moe, _MOE_IGNORED),
+    "qwen3_moe": _Family("Qwen3-MoE", _qwen3_moe, _MOE_IGNORED),
 }
 
 

@@ -18,6 +18,13 @@ tensor, the blockcli key (or keys, for a fused tensor) it fills and the layout i
               [q_i k_i v_i]: GPT-NeoX's, Falcon's `query_key_value` and GPTBigCode's `c_attn`, in
               every variant
 
+    EXPERTS   a mixture's experts fused into one 3-D tensor (E, out, in), as transformers 5 holds them
+              (and saves them with save_original_format=False): expert e's slice is nn.Linear's
+              (out, in), its rows the keys' outputs one after another (gate_up_proj: gate | up)
+
+`{e}` is an expert's index: a name with `{e}` is one tensor per expert (as save_pretrained writes
+them, `experts.{e}.w1.weight`); keys with `{e}` in a name without it are all experts' in one fused
+tensor. Either form may be stored: the one found covers the keys, the other is not expected.
 A name `a|b` is stored under either (Falcon's norms are named by its block layout).
 Names are relative to the family's base model (`prefix`): transformers saves
 `transformer.h.0...` from GPT2LMHeadModel but `h.0...` from GPT2Model, and both are read. A
@@ -32,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SAME, LINEAR, SPLIT, FUSED, GROUPED_QKV = "same", "linear", "split", "fused", "grouped_qkv"
+EXPERTS = "experts"
 
 
 @dataclass(frozen=True)
@@ -281,9 +289,44 @@ FALCON = TensorMap("transformer.", (
     _t("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
 
+def _moe_tensors(router: str, experts: str, names: tuple[str, str, str], fused: str | None) -> tuple[Tensor, ...]:
+    """A mixture's router and experts under `experts` (per expert: `{experts}.{e}.<gate|up|down>.weight`;
+    fused 3-D: `{fused}.gate_up_proj` and `{fused}.down_proj`)."""
+    gate, up, down = names
+    per_expert = (_t("blocks.{i}.router", f"{router}.weight", LINEAR),
+                  _t("blocks.{i}.experts.{e}.w_1", f"{experts}.{{e}}.{gate}.weight", LINEAR),
+                  _t("blocks.{i}.experts.{e}.w_3", f"{experts}.{{e}}.{up}.weight", LINEAR),
+                  _t("blocks.{i}.experts.{e}.w_2", f"{experts}.{{e}}.{down}.weight", LINEAR))
+    if fused is None:
+        return per_expert
+    return per_expert + (_t("blocks.{i}.experts.{e}.w_1 blocks.{i}.experts.{e}.w_3", f"{fused}.gate_up_proj", EXPERTS),
+                         _t("blocks.{i}.experts.{e}.w_2", f"{fused}.down_proj", EXPERTS))
+
+
+_LLAMA_ATTENTION = tuple(t for t in LLAMA.tensors if ".mlp." not in t.name)
+
+# Mixtral: Llama's attention; the router and experts under block_sparse_moe as save_pretrained writes them
+# (w1 gate, w3 up, w2 down), or transformers 5's in-memory names, mlp.gate and the fused mlp.experts
+MIXTRAL = TensorMap("model.", _LLAMA_ATTENTION + (
+    _t("blocks.{i}.router", "layers.{i}.block_sparse_moe.gate.weight|layers.{i}.mlp.gate.weight", LINEAR),
+    *_moe_tensors("layers.{i}.block_sparse_moe.gate", "layers.{i}.block_sparse_moe.experts", ("w1", "w3", "w2"),
+                  "layers.{i}.mlp.experts")[1:],
+), buffers=LLAMA.buffers)
+
+# Qwen2-MoE (with its shared expert and the shared expert's gate) and Qwen3-MoE (q_norm, k_norm): mlp.gate,
+# mlp.experts.{e}.gate_proj / up_proj / down_proj, or the fused mlp.experts.gate_up_proj / down_proj
+QWEN_MOE = TensorMap("model.", _LLAMA_ATTENTION + _moe_tensors(
+    "layers.{i}.mlp.gate", "layers.{i}.mlp.experts", ("gate_proj", "up_proj", "down_proj"), "layers.{i}.mlp.experts") + (
+    _t("blocks.{i}.shared_w_1", "layers.{i}.mlp.shared_expert.gate_proj.weight", LINEAR),
+    _t("blocks.{i}.shared_w_3", "layers.{i}.mlp.shared_expert.up_proj.weight", LINEAR),
+    _t("blocks.{i}.shared_w_2", "layers.{i}.mlp.shared_expert.down_proj.weight", LINEAR),
+    _t("blocks.{i}.shared_gate", "layers.{i}.mlp.shared_expert_gate.weight", LINEAR),
+), buffers=LLAMA.buffers)
+
 TENSOR_MAPS: dict[str, TensorMap] = {
     "gpt2": GPT2, "opt": OPT, "gpt_neox": GPT_NEOX,
     "llama": LLAMA, "mistral": LLAMA, "qwen2": LLAMA, "qwen3": LLAMA, "gemma": LLAMA, "starcoder2": STARCODER2,
     "olmo2": OLMO2, "gptj": GPTJ, "phi": PHI, "granite": LLAMA, "cohere": LLAMA,
     "stablelm": STABLELM, "phi3": PHI3, "gpt_bigcode": GPT_BIGCODE, "falcon": FALCON,
+    "mixtral": MIXTRAL, "qwen2_moe": QWEN_MOE, "qwen3_moe": QWEN_MOE,
 }

@@ -34,3 +34,36 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
     if rope == 0.5 and head_dim < 4:
         block["rope"] = True
     return block
+
+
+@st.composite
+def moe_mappings(draw):
+    """A random valid block whose MLP is a mixture of experts, in any routing variant."""
+    block = draw(block_mappings())
+    block["bias"] = {"qkv": draw(st.booleans()), "out": draw(st.booleans()), "mlp": False, "norm": draw(st.booleans())}
+    if block["norm"] == "rmsnorm" and block["bias"]["norm"]:
+        # q/k RMSNorms with a shift are read differently by tests/reference.py (its rms_beta ambiguity), dense
+        # blocks included: not a question for the mixture
+        block["qk_norm"] = "none"
+    n_groups = draw(st.sampled_from([1, 1, 2, 3]))
+    per_group = draw(st.integers(1, 3))
+    if n_groups > 1 and draw(st.booleans()):
+        per_group = max(2, per_group)
+        group_score = "top2_sum"
+    else:
+        group_score = "max"
+    n_experts = n_groups * per_group
+    top_groups = draw(st.integers(1, n_groups))
+    top_k = draw(st.integers(1, top_groups * per_group))
+    moe = {"n_experts": n_experts, "top_k": top_k, "d_expert": draw(st.integers(1, 12)),
+           "renormalize": draw(st.booleans()), "routed_scaling": draw(st.sampled_from([1.0, 1.0, 2.5]))}
+    if n_groups == 1 and draw(st.booleans()):
+        moe["order"] = draw(st.sampled_from(["softmax_topk", "topk_softmax"]))
+    if moe.get("order") != "topk_softmax":
+        moe.update(n_groups=n_groups, top_groups=top_groups, group_score=group_score,
+                   scoring=draw(st.sampled_from(["softmax", "sigmoid"])), selection_bias=draw(st.booleans()))
+    d_shared = draw(st.sampled_from([0, 0, 5]))
+    if d_shared:
+        moe.update(d_shared=d_shared, shared_gate=draw(st.booleans()))
+    block["moe"] = moe
+    return block
