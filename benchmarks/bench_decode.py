@@ -17,14 +17,14 @@ It prints the machine (CPU model, BLAS) and the ratios. Nothing is written.
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 
 import numpy as np
 
 from blockcli.block import DecoderBlock, KVCache
-from blockcli.config import load_config
+from blockcli.sources import load_config
+from machine import describe, summary_line  # benchmarks/machine.py
 
 
 class ConcatCache(KVCache):
@@ -35,22 +35,6 @@ class ConcatCache(KVCache):
         self._v = v if self._v is None else np.concatenate([self._v[:, :, :self.length], v], axis=2)
         self.length = self._k.shape[2]
         return self._k, self._v
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    try:
-        from threadpoolctl import threadpool_info
-
-        blas = ", ".join(f"{i['internal_api']} {i.get('architecture', '')} ×{i['num_threads']}" for i in threadpool_info())
-    except ImportError:
-        blas = "unknown BLAS"
-    return f"{cpu}; {blas}"
 
 
 def blockcli_decoder(block: DecoderBlock, cache_type: type, x: np.ndarray, context: int):
@@ -124,7 +108,7 @@ def main() -> None:
     args = parser.parse_args()
     config = load_config({"block": {"d_model": 1024, "n_heads": 16, "d_ff": 4096, "rope": True}})
     block = DecoderBlock.from_config(config, dtype=args.dtype)
-    print(f"machine: {machine()}")
+    print(f"machine: {summary_line(describe())}")
     print(f"block d=1024, h=16, d_ff=4096, RoPE, {args.dtype}; {args.steps} decode steps after the prefill; "
           f"medians of {args.rounds} interleaved rounds")
     for context in (int(c) for c in args.contexts.split(",")):

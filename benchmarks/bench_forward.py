@@ -542,7 +542,7 @@ if __name__ == "__main__":
 
 VERIFY_COMPUTE = """\
 import time
-from blockcli.config import load_config
+from blockcli.sources import load_config
 from blockcli.verify import verify
 cfg = load_config(None)
 t0 = time.perf_counter()
@@ -608,7 +608,7 @@ def startup(runs: int) -> dict[str, Any]:
         result["bytecode_cached"] = (Path(blockcli.__file__).parent / "__pycache__").is_dir()
         result["dontwritebytecode"] = os.environ.get("PYTHONDONTWRITEBYTECODE")
         result["verify_compute_all"] = fresh
-        from blockcli.config import load_config
+        from blockcli.sources import load_config
         from blockcli.verify import verify
         cfg = load_config(None)
         verify(cfg)

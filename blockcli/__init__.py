@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "DecoderBlock": "blockcli.block", "KVCache": "blockcli.block", "Model": "blockcli.block",
     "Config": "blockcli.config", "ConfigError": "blockcli.config", "InputError": "blockcli.config",
-    "load_config": "blockcli.config",
+    "load_config": "blockcli.sources",
 }
 __all__ = sorted(_EXPORTS) + ["__version__"]
 

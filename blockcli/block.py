@@ -102,9 +102,8 @@ def init_parameters(shapes: Mapping[str, Shape], seed: int, dtype: str) -> dict[
     return params
 
 
-def check_parameters(given: Mapping[str, Any], shapes: Mapping[str, Shape], dtype: str,
-                     source: str) -> dict[str, Array]:
-    """Match user weights to the declared shapes: every key present, no extras, shapes exact."""
+def check_keys(given: Mapping[str, Any], shapes: Mapping[str, Shape], source: str) -> None:
+    """Every declared key present in `given`, and nothing else."""
     missing = [k for k in shapes if k not in given]
     if missing:
         raise InputError(f"{source}: missing weight '{missing[0]}' (expected shape {shapes[missing[0]]})"
@@ -113,6 +112,12 @@ def check_parameters(given: Mapping[str, Any], shapes: Mapping[str, Shape], dtyp
     if extra:
         raise InputError(f"{source}: unexpected weight '{extra[0]}' for this config "
                          f"(expected keys: {', '.join(shapes)})")
+
+
+def check_parameters(given: Mapping[str, Any], shapes: Mapping[str, Shape], dtype: str,
+                     source: str) -> dict[str, Array]:
+    """Match user weights to the declared shapes: every key present, no extras, shapes exact."""
+    check_keys(given, shapes, source)
     params = {}
     for key, shape in shapes.items():
         value = np.asarray(given[key])
@@ -412,6 +417,8 @@ class MultiHeadAttention:
             scores = self.ops.attention_scores(q, k_all)  # (B, h, T_q, T_k)
             if self.cfg.attention_scale:  # an override of 1/√d_h (Granite's attention_multiplier)
                 scores *= np.asarray(self.cfg.attention_scale * math.sqrt(q.shape[-1]), dtype=scores.dtype)
+            if self.cfg.softmax_mscale != 1.0:  # DeepSeek's yarn mscale, squared, on the softmax scale
+                scores *= np.asarray(self.cfg.softmax_mscale ** 2, dtype=scores.dtype)
             rec("scores", scores_label(self.cfg), scores, (q, k), kind="matmul")
             allowed = self.ops.causal_mask(T_q, T_k, start)  # (T_q, T_k)
             if self.cfg.sliding_window:
@@ -438,13 +445,13 @@ class MultiHeadAttention:
         head without copying it.
         """
         B, h, T, d_h = q.shape
-        h_kv, T_k = k.shape[1], k.shape[2]
+        h_kv, T_k, d_v = k.shape[1], k.shape[2], v.shape[-1]  # d_v: the values' width (d_h but under MLA)
         group = h // h_kv
         dtype = np.result_type(q, k)
         qs = np.multiply(q, self.cfg.score_scale, dtype=dtype, order="C").reshape(B, h_kv, group, T, d_h)
         # a tile's keys in one run of memory, not rows strided through the QKV output (15% faster at L)
         k, v = _rows_contiguous(k), _rows_contiguous(v)  # (B, h_kv, T_k, d_h) each
-        out = np.empty((B, T, h_kv, group, d_h), dtype=dtype)  # written in the combined-heads layout
+        out = np.empty((B, T, h_kv, group, d_v), dtype=dtype)  # written in the combined-heads layout
         rows, heads = attention_tile(h, h_kv, T, T_k, q.itemsize, self.tile_bytes)
         future = np.triu(np.full((rows, rows), -np.inf, dtype=dtype), k=1)  # (C, C)
         window = self.cfg.sliding_window
@@ -471,9 +478,9 @@ class MultiHeadAttention:
                 s -= s.max(axis=-1, keepdims=True)
                 np.exp(s, out=s)
                 total = s.sum(axis=-1, keepdims=True)  # (n, g·C, 1)
-                mixed = s @ v[b, kv, first:last]  # (n, g·C, d_h)
+                mixed = s @ v[b, kv, first:last]  # (n, g·C, d_v)
                 mixed /= total
-                out[b, lo:hi, kv] = mixed.reshape(n, group, c, d_h).transpose(2, 0, 1, 3)
+                out[b, lo:hi, kv] = mixed.reshape(n, group, c, d_v).transpose(2, 0, 1, 3)
 
         def cost(tile: tuple[int, int, int]) -> int:
             first, last = keys(tile[2], min(T, tile[2] + rows))
@@ -481,8 +488,98 @@ class MultiHeadAttention:
 
         tiles = [(b, g, lo) for b in range(B) for g in range(0, h_kv, heads) for lo in range(0, T, rows)]
         share_out(run, tiles, cost=cost,
-                  work=2 * B * h * T * (start + T / 2) * d_h)  # Q·Kᵀ and weights·V, causal half
-        return out.reshape(B, T, h, d_h).transpose(0, 2, 1, 3)  # (B, h, T, d_h) view
+                  work=B * h * T * (start + T / 2) * (d_h + d_v))  # Q·Kᵀ and weights·V, causal half
+        return out.reshape(B, T, h, d_v).transpose(0, 2, 1, 3)  # (B, h, T, d_v) view
+
+
+@dataclass
+class LatentAttention(MultiHeadAttention):
+    """Multi-head latent attention (DeepSeek-V2/V3), as transformers' DeepseekV3Attention computes it.
+
+    Shapes: r_q query latent, r_kv K/V latent, d_nope and d_rope each head's query/key parts
+    without and with RoPE (d_h = d_nope + d_rope), d_v each head's value width.
+
+        Q        = x·W_q, or norm(x·W_q_a + b)·W_q_b      (B, h, T, d_nope + d_rope) per head
+        c | k_R  = x·W_kv_a + b                           (B, T, r_kv), (B, T, d_rope)
+        K_nope|V = norm(c)·W_kv_b                         per head (B, h, T, d_nope), (B, h, T, d_v)
+        K        = [K_nope | RoPE(k_R)]                   k_R shared by every head
+        out      = softmax(mask(Q·Kᵀ · s))·V · W_O        s = 1/√d_h (× yarn mscale²)
+
+    The K/V cache holds the compressed latent, as transformers and MLA-aware engines do: norm(c)
+    (B, 1, T, r_kv) in the cache's `k` and RoPE'd k_R (B, 1, T, d_rope) in its `v`; each pass
+    expands the K_nope and V of every cached position from it.
+    """
+
+    def __post_init__(self) -> None:
+        pass  # no fused Q/K/V: the projections differ in input (x or the latents) and width
+
+    def _latent_norm(self, name: str, a: Array, rec: Record, label: str) -> Array:
+        cfg, p = self.cfg, self.p
+        assert cfg.mla is not None
+        norm = Norm(cfg.norm, p[f"{name}_gamma"], p.get(f"{name}_beta"), cfg.mla.latent_norm_eps, self.ops,
+                    cfg.norm_unit_offset)
+        out = self.ops.normalise_latent(a, norm)  # same shape as a
+        rec(name, label, out, (a,), kind=cfg.norm, params=(f"{name}_gamma", f"{name}_beta"))
+        return out
+
+    def __call__(self, x: Array, rec: Record = _ignore, cache: KVCache | None = None,
+                 drop: Callable[[Array], Array] | None = None) -> Array:
+        cfg, p, ops, m = self.cfg, self.p, self.ops, self.cfg.mla
+        assert m is not None
+        h, r_kv, d_rope = cfg.n_heads, m.kv_lora_rank, m.qk_rope_head_dim
+        B, T, _ = x.shape
+        start = cache.length if cache is not None else 0
+
+        if m.q_lora_rank:
+            q_lat = F.linear(x, p["w_q_a"], p.get("b_q_a"))  # (B, T, r_q)
+            rec("q_a", "Q down-projection (latent)", q_lat, (x, p["w_q_a"]), kind="linear", params=("w_q_a", "b_q_a"))
+            q_lat = self._latent_norm("q_a_norm", q_lat, rec, "Q latent norm")  # (B, T, r_q)
+            q_flat = F.linear(q_lat, p["w_q_b"], None)  # (B, T, h·d_h)
+            rec("q_proj", "Q up-projection", q_flat, (q_lat, p["w_q_b"]), kind="linear", params=("w_q_b",))
+        else:
+            q_flat = F.linear(x, p["w_q"], None)  # (B, T, h·d_h)
+            rec("q_proj", "Q projection", q_flat, (x, p["w_q"]), kind="linear", params=("w_q",))
+        q = ops.split_heads(q_flat, h)  # (B, h, T, d_nope + d_rope)
+        rec("q", "split heads Q", q, (q_flat,), kind="reshape")
+        q_nope, q_pe = ops.split_rope_part(q, d_rope)  # (B, h, T, d_nope), (B, h, T, d_rope)
+
+        kv_a = F.linear(x, p["w_kv_a"], p.get("b_kv_a"))  # (B, T, r_kv + d_rope)
+        rec("kv_a", "K/V down-projection (latent | RoPE key)", kv_a, (x, p["w_kv_a"]), kind="linear",
+            params=("w_kv_a", "b_kv_a"))
+        latent = self._latent_norm("kv_a_norm", kv_a[..., :r_kv], rec, "K/V latent norm")  # (B, T, r_kv)
+        k_pe = kv_a[:, None, :, r_kv:]  # (B, 1, T, d_rope): one RoPE key for every head
+
+        cos, sin = F.rope_tables(np.arange(start, start + T), d_rope, cfg.rope_theta, x.dtype,
+                                 cfg.rope_scaling)  # (T, d_rope/2) each
+        q_pe = ops.rotate_pairs(q_pe, cos, sin, cfg.rope_layout)  # (B, h, T, d_rope)
+        rec("q_rope", "RoPE on Q's RoPE part", q_pe, (q,), kind="rope")
+        k_pe = ops.rotate_pairs(k_pe, cos, sin, cfg.rope_layout)  # (B, 1, T, d_rope)
+        rec("k_rope", "RoPE on the shared key", k_pe, (kv_a,), kind="rope")
+
+        if cache is not None:
+            cached, k_pe = cache.append(latent[:, None], k_pe)  # (B, 1, T_seen, r_kv), (B, 1, T_seen, d_rope)
+            latent = cached[:, 0]  # (B, T_seen, r_kv)
+        kv = F.linear(latent, p["w_kv_b"], None)  # (B, T_k, h·(d_nope + d_v))
+        rec("kv_proj", "K/V up-projection (from the latent)", kv, (latent, p["w_kv_b"]), kind="linear",
+            params=("w_kv_b",))
+        kv = ops.split_heads(kv, h)  # (B, h, T_k, d_nope + d_v)
+        d_nope = m.qk_nope_head_dim
+        T_k = kv.shape[2]
+        k = np.empty((B, h, T_k, d_nope + d_rope), dtype=kv.dtype)  # [K_nope | k_R], k_R repeated per head
+        k[..., :d_nope] = kv[..., :d_nope]
+        k[..., d_nope:] = k_pe
+        rec("k", "keys: K_nope | shared RoPE key", k, (kv, k_pe), kind="reshape")
+        v = kv[..., d_nope:]  # (B, h, T_k, d_v)
+        rec("v", "values V", v, (kv,), kind="reshape")
+        q_cat = np.concatenate((q_nope, q_pe), axis=-1)  # (B, h, T, d_nope + d_rope)
+        rec("q_cat", "queries: Q_nope | RoPE'd Q_rope", q_cat, (q, q_pe), kind="reshape")
+
+        heads = self._attend(q_cat, k, v, start, rec, drop)  # (B, h, T, d_v)
+        concat = ops.combine_heads(heads)  # (B, T, h·d_v)
+        rec("attn_concat", "combine heads", concat, (heads,), kind="reshape")
+        out = ops.project_out(concat, p["w_o"], p.get("b_o"))  # (B, T, d)
+        rec("attn_out", "output projection", out, (concat, p["w_o"]), kind="linear", params=("w_o", "b_o"))
+        return out
 
 
 def _rows_contiguous(a: Array) -> Array:
@@ -685,8 +782,14 @@ class DecoderBlock:
     def __post_init__(self) -> None:
         self.params = p = dict(self.params)  # the block's own mapping: attention rewrites its QKV entries
         cfg = self.cfg
+        declared = block_parameter_shapes(cfg)  # a block holds exactly these: what `count` reconciles with
+        check_keys(p, declared, "block parameters")
+        wrong = next((k for k, s in declared.items() if np.shape(p[k]) != s), None)
+        if wrong is not None:
+            raise InputError(f"block parameters: weight '{wrong}' has shape {np.shape(p[wrong])}, "
+                             f"expected {declared[wrong]}")
         self.ln1 = Norm(cfg.norm, p["ln1_gamma"], p.get("ln1_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset)
-        self.attn = MultiHeadAttention(cfg, p, self.ops, self.attention)
+        self.attn = (LatentAttention if cfg.mla else MultiHeadAttention)(cfg, p, self.ops, self.attention)
         self.ln2 = (None if cfg.shared_norm else
                     Norm(cfg.norm, p["ln2_gamma"], p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset))
         self.mlp = MixtureOfExperts(cfg, p, self.ops) if cfg.moe is not None else MLP(cfg, p)

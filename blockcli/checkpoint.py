@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from blockcli.config import Config, InputError, load_config, reading
+from blockcli.config import Config, InputError, reading
+from blockcli.sources import load_config
+from blockcli.families import FAMILIES
 from blockcli.shapes import Shape, model_parameter_shapes
-from blockcli.tensor_names import EXPERTS, FUSED, GROUPED_QKV, LINEAR, SAME, SPLIT, TENSOR_MAPS, Tensor, TensorMap
+from blockcli.tensor_names import EXPERTS, FUSED, GROUPED_QKV, LINEAR, SAME, SPLIT, Tensor, TensorMap
 
 if TYPE_CHECKING:
     import numpy as np  # imported where values are read: counting from headers needs no NumPy
@@ -191,9 +193,9 @@ def family_of(ckpt: Checkpoint) -> str:
         model_type = json.loads(text).get("model_type")
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
         raise InputError(f"{ckpt.config_file}: not a JSON object (a Hugging Face config.json)") from None
-    if model_type not in TENSOR_MAPS:
+    if model_type not in FAMILIES:
         raise InputError(f"{ckpt.config_file}: model_type {model_type!r} is not a family blockcli maps checkpoint "
-                         f"tensors for (supported: {', '.join(sorted(TENSOR_MAPS))})")
+                         f"tensors for (supported: {', '.join(sorted(FAMILIES))})")
     return model_type
 
 
@@ -253,7 +255,7 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
     """
     if config.model is None:
         raise InputError(f"{ckpt.describe()}: holds a whole model; its config needs a 'model' section")
-    tmap = TENSOR_MAPS[family_of(ckpt)]
+    tmap = FAMILIES[family_of(ckpt)].tensors
     shapes = model_parameter_shapes(config)
     n_layers = config.model.n_layers
     n_experts = config.block.moe.n_experts if config.block.moe is not None else 0

@@ -47,7 +47,7 @@ AllowFieldOpt = Annotated[Optional[list[str]], typer.Option(
 
 def loaded(source: Optional[str], allow_field: Optional[list[str]]) -> Any:
     """load_config with --allow-field, its notes on stderr."""
-    from blockcli.config import load_config
+    from blockcli.sources import load_config
 
     cfg = load_config(source, tuple(allow_field or ()))
     for text in cfg.notes:
@@ -264,7 +264,6 @@ def count(
 
     def body() -> int:
         from blockcli import render, sizing
-        from blockcli.checkpoint import checkpoint_sizes, is_checkpoint_path
         from blockcli.count import count_parameters, parse_amount
 
         expected = parse_amount(expect, "--expect") if expect is not None else None
@@ -277,8 +276,12 @@ def count(
         cfg = loaded(config, allow_field)
         T, B = seq or cfg.run.seq_len, batch or cfg.run.batch
         sizing.check_workload(cfg, T)
-        # a model folder: reconcile with its tensors, read from the headers alone
-        stored = checkpoint_sizes(Path(config), cfg) if config and is_checkpoint_path(Path(config)) else None
+        stored = None
+        if config and Path(config).exists():  # not a preset's name: checkpoint.py only for a real path
+            from blockcli.checkpoint import checkpoint_sizes, is_checkpoint_path
+
+            if is_checkpoint_path(Path(config)):  # a model folder: reconcile with its tensors' headers
+                stored = checkpoint_sizes(Path(config), cfg)
         result = count_parameters(cfg, checkpoint=stored[0] if stored else None,
                                   checkpoint_info=stored[1] if stored else None)
         inference = sizing.inference(cfg, result.total, T, B, dtype.value if dtype else cfg.run.dtype,
@@ -332,7 +335,8 @@ def presets(json_out: JsonOpt = False) -> None:
     """List the packaged model presets, with a one-line description and the source of each."""
 
     def body() -> int:
-        from blockcli.config import load_config, preset_names
+        from blockcli.config import preset_names
+        from blockcli.sources import load_config
 
         rows = []
         for name in preset_names():
@@ -696,7 +700,7 @@ def convert(
             check_writable(output, force, "--output")
         source = hf_config
         if source.is_dir() or source.suffix.lower() == ".safetensors":
-            from blockcli.config import model_folder_config
+            from blockcli.sources import model_folder_config
 
             source = model_folder_config(source)
         mapping, cfg = read_hf(source, tuple(allow_field or ()))
@@ -733,7 +737,7 @@ def main() -> None:
     if hasattr(signal, "SIGXFSZ"):  # past a file-size limit a write fails with EFBIG instead of killing us
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
-        code = app(standalone_mode=False)
+        code = app_for(sys.argv[1:])(standalone_mode=False)
         sys.stdout.flush()
     except OutputError as exc:
         sys.stderr.write(f"blockcli: error: {exc}\n")
@@ -752,6 +756,21 @@ def main() -> None:
         sys.stderr.write("blockcli: error: interrupted\n")
         sys.exit(EXIT_INTERRUPTED)
     sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+def app_for(args: Sequence[str]) -> typer.Typer:
+    """The app with only the command `args` start with, when they name one: Typer builds every
+    command's options at each start, and the ones not run cost a third of `count`'s own start-up.
+    The whole app for anything else (--help, --version, a mistyped command)."""
+    import copy
+
+    chosen = [c for c in app.registered_commands
+              if args and (c.name or typer.main.get_command_name(c.callback.__name__)) == args[0]]
+    if not chosen:
+        return app
+    only = copy.copy(app)
+    only.registered_commands = chosen
+    return only
 
 
 def _terminate(signum: int, _frame: Any) -> None:

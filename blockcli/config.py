@@ -115,6 +115,29 @@ class MoE:
 
 
 @dataclass(frozen=True)
+class LatentAttention:
+    """Multi-head latent attention (DeepSeek-V2/V3): queries through an optional low-rank latent,
+    keys and values through one shared compressed latent, and a RoPE part shared by all heads.
+
+    Q = [Q_nope | Q_rope] per head, from x·W_q or norm(x·W_q_a)·W_q_b (rank q_lora_rank);
+    [c_kv | k_rope] = x·W_kv_a, c_kv (kv_lora_rank wide) normalised, then c_kv·W_kv_b gives each
+    head's K_nope (qk_nope_head_dim) and V (v_head_dim); k_rope (qk_rope_head_dim) is one key part
+    read by every head. Each head's query/key width is qk_nope_head_dim + qk_rope_head_dim.
+    """
+
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int = 0  # 0: queries through one full projection (DeepSeek-V2-Lite)
+    latent_norm_eps: float = 1e-6  # the latents' RMSNorms: DeepSeek builds them with the default eps
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
 class BlockConfig:
     d_model: int = 512
     n_heads: int = 8
@@ -138,6 +161,7 @@ class BlockConfig:
     attention_scale: float = 0.0  # scores are Q·Kᵀ times this; 0 means 1/√d_h (Granite: attention_multiplier)
     residual_multiplier: float = 1.0  # each branch's output times this before its residual add (Granite)
     moe: MoE | None = None  # a mixture-of-experts MLP in place of the dense one (d_ff then unused)
+    mla: LatentAttention | None = None  # multi-head latent attention in place of Q/K/V projections (DeepSeek)
 
     @property
     def shared_norm(self) -> bool:
@@ -150,13 +174,32 @@ class BlockConfig:
 
     @property
     def rope_dims(self) -> int:
-        """Rotated dimensions per head (even), as GPT-NeoX's int(head_dim * rotary_pct)."""
+        """Rotated dimensions per head (even), as GPT-NeoX's int(head_dim * rotary_pct); latent
+        attention rotates its qk_rope_head_dim."""
+        if self.mla is not None:
+            return self.mla.qk_rope_head_dim
         return int(self.head_dim * self.rope) // 2 * 2
 
     @property
+    def value_dim(self) -> int:
+        """Each head's value width d_v: head_dim, or latent attention's v_head_dim."""
+        return self.mla.v_head_dim if self.mla is not None else self.head_dim
+
+    @property
+    def softmax_mscale(self) -> float:
+        """DeepSeek's yarn mscale of the softmax scale, latent attention only (transformers'
+        `yarn_apply_mscale`): 0.1·mscale_all_dim·ln(factor) + 1 when the RoPE scaling sets
+        mscale_all_dim and factor > 1; the scores are multiplied by its square. 1 otherwise."""
+        s = self.rope_scaling
+        if self.mla is None or s is None or not s.mscale_all_dim or s.factor <= 1:
+            return 1.0
+        return 0.1 * s.mscale_all_dim * math.log(s.factor) + 1.0
+
+    @property
     def score_scale(self) -> float:
-        """What Q·Kᵀ is multiplied by: block.attention_scale, or 1/√d_h when that is not set."""
-        return self.attention_scale or 1.0 / math.sqrt(self.head_dim)
+        """What Q·Kᵀ is multiplied by: block.attention_scale, or 1/√d_h when that is not set (times
+        the square of latent attention's mscale, when it has one)."""
+        return (self.attention_scale or 1.0 / math.sqrt(self.head_dim)) * self.softmax_mscale ** 2
 
 
 @dataclass(frozen=True)
@@ -218,47 +261,21 @@ def _read_preset(name: str) -> str:
     return resources.files("blockcli.presets").joinpath(f"{name}.yaml").read_text("utf-8")
 
 
-def load_config(source: str | Path | Mapping[str, Any] | None = None, allow_fields: tuple[str, ...] = ()) -> Config:
-    """Load a config from a YAML path, a preset name, a Hugging Face config.json or model folder
-    (its config.json; also for a .safetensors file beside one), or a mapping.
+def load_yaml_config(source: str) -> Config:
+    """A config from a preset name or a YAML file.
 
-    None gives the built-in default: the reference chapter's block (d=512, h=8, d_ff=2048).
-    `allow_fields` names config.json fields to accept unchecked (the user's risk; noted in `notes`).
+    blockcli.sources.load_config is the entry point for every kind of source; this is its YAML part.
     """
-    if source is None:
-        return parse_config({}, name="default")
-    if isinstance(source, Mapping):
-        return parse_config(source, name="<mapping>")
-    text_source = str(source)
-    path = Path(text_source)
-    if path.is_dir() or path.suffix.lower() == ".safetensors":  # a model folder, or weights beside config.json
-        path = model_folder_config(path)
-    if path.suffix.lower() == ".json":
-        from blockcli.hf import config_from_hf  # lazy: only for HF configs
-
-        return config_from_hf(path, allow_fields)
-    if text_source == "-":
-        return parse_config(_parse_yaml(read_text_file(path), "<stdin>"), name="<stdin>")
-    looks_like_path = (path.suffix.lower() in (".yaml", ".yml") or "/" in text_source or path.exists()
+    path = Path(source)
+    looks_like_path = (path.suffix.lower() in (".yaml", ".yml") or "/" in source or path.exists()
                        or path.is_symlink())  # a dangling link or a link loop is a path too
     if not looks_like_path:
-        if text_source in preset_names():
-            return parse_config(_parse_yaml(_read_preset(text_source), text_source), name=text_source)
-        close = difflib.get_close_matches(text_source, preset_names(), n=1)
+        if source in preset_names():
+            return parse_config(parse_yaml_text(_read_preset(source), source), name=source)
+        close = difflib.get_close_matches(source, preset_names(), n=1)
         hint = f"; did you mean '{close[0]}'?" if close else "; run 'blockcli presets' to list them"
-        raise ConfigError(f"{text_source}: no such file or preset{hint}")
-    return parse_config(_parse_yaml(read_text_file(path), str(path)), name=str(path))
-
-
-def model_folder_config(path: Path) -> Path:
-    """The config.json that describes a model folder or a .safetensors file beside it."""
-    folder = path if path.is_dir() else path.parent
-    config = folder / "config.json"
-    if not config.is_file():
-        what = "model folder" if path.is_dir() else "safetensors file"
-        raise ConfigError(f"{path}: a {what} needs the model's config.json beside its weights "
-                          f"(none in {folder}); a YAML config is a file")
-    return config
+        raise ConfigError(f"{source}: no such file or preset{hint}")
+    return parse_config(parse_yaml_text(read_text_file(path), str(path)), name=str(path))
 
 
 @contextmanager
@@ -337,7 +354,7 @@ def read_text_file(path: Path, expected: str = "a YAML config") -> str:
 
 def read_yaml(path: Path, expected: str) -> Any:
     """A YAML file's data, read safely, every problem one error line (for files that are not configs)."""
-    return _parse_yaml(read_text_file(path, expected), str(path))
+    return parse_yaml_text(read_text_file(path, expected), str(path))
 class _Refused(Exception):
     """A YAML node the strict loader refuses; carries the node's position."""
 
@@ -391,7 +408,7 @@ def _strict_loader() -> type:
     return StrictLoader
 
 
-def _parse_yaml(text: str, where: str) -> Any:
+def parse_yaml_text(text: str, where: str) -> Any:
     """Parse YAML text strictly (see `_strict_loader`); a file holding no document is refused."""
     import yaml
 
@@ -432,6 +449,7 @@ def parse_config(data: Any, name: str = "<mapping>") -> Config:
     if model is not None:
         block = _reconcile_rope(block, model)
     _check_rope_scaling(block)
+    _check_mla(block)
     run = _parse_run(_section(data, "run"))
     about = _parse_about(_section(data, "about"))
     return Config(block=block, model=model, run=run, about=about, name=name)
@@ -542,13 +560,20 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     fields = ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "norm", "norm_eps", "activation",
               "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "attention_dropout",
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
-              "residual_multiplier", "moe")
+              "residual_multiplier", "moe", "mla")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
     n_heads = _int(data, "n_heads", p, 8)
     n_kv_heads = _int(data, "n_kv_heads", p, n_heads)
-    if "head_dim" in data:
+    mla = _parse_mla(data.get("mla"))
+    if mla is not None:  # every head has its own K and V, of the widths the latent sets
+        for key, value, meaning in (("n_kv_heads", n_heads, "every head expands its own K and V from the latent"),
+                                    ("head_dim", mla.qk_head_dim, "qk_nope_head_dim + qk_rope_head_dim")):
+            if key in data and data[key] != value:
+                raise ConfigError(f"block.{key}: with block.mla it is {value} ({meaning}); got {_kind(data[key])}")
+        n_kv_heads, head_dim = n_heads, mla.qk_head_dim
+    elif "head_dim" in data:
         head_dim = _int(data, "head_dim", p, 1)
     elif d_model % n_heads:
         raise ConfigError(f"block.n_heads: d_model={d_model} is not divisible by n_heads={n_heads} "
@@ -578,6 +603,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         attention_scale=_float(data, "attention_scale", p, 0.0, 0.0, 1e6),
         residual_multiplier=_float(data, "residual_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
         moe=_parse_moe(data.get("moe")),
+        mla=mla,
     )
     if block.moe is not None and block.bias.mlp:
         raise ConfigError("block.bias.mlp: the experts of block.moe have no biases; set bias.mlp: false")
@@ -631,6 +657,43 @@ def _parse_moe(value: Any) -> MoE | None:
     if moe.shared_gate and not moe.d_shared:
         raise ConfigError(f"{p}.shared_gate: gates the shared expert, but d_shared is 0 (no shared expert)")
     return moe
+def _parse_mla(value: Any) -> LatentAttention | None:
+    if value is None:
+        return None
+    p = "block.mla"
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{p}: expected a mapping of kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, "
+                          f"v_head_dim (and q_lora_rank), got {_kind(value)}")
+    _check_keys(value, tuple(f.name for f in fields(LatentAttention)), p + ".")
+    for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        if key not in value:
+            raise ConfigError(f"{p}.{key}: required for latent attention")
+    mla = LatentAttention(
+        kv_lora_rank=_int(value, "kv_lora_rank", p, 1), qk_nope_head_dim=_int(value, "qk_nope_head_dim", p, 1),
+        qk_rope_head_dim=_int(value, "qk_rope_head_dim", p, 2), v_head_dim=_int(value, "v_head_dim", p, 1),
+        q_lora_rank=_int(value, "q_lora_rank", p, 0, minimum=0),
+        latent_norm_eps=_float(value, "latent_norm_eps", p, 1e-6, 0.0, 1.0, low_open=True))
+    if mla.qk_rope_head_dim % 2:
+        raise ConfigError(f"{p}.qk_rope_head_dim: RoPE turns pairs of dims; expected an even number, "
+                          f"got {mla.qk_rope_head_dim}")
+    return mla
+
+
+def _check_mla(block: BlockConfig) -> None:
+    if block.mla is None:
+        return
+    if not block.rope:
+        raise ConfigError("block.mla: latent attention rotates qk_rope_head_dim dims of each head; set block.rope: "
+                          "true (or model.positions: rope)")
+    if block.rope != 1.0:
+        raise ConfigError(f"block.rope: with block.mla the rotated dims are mla.qk_rope_head_dim; write rope: true, "
+                          f"not a fraction ({block.rope:g})")
+    if block.qk_norm != "none":
+        raise ConfigError("block.qk_norm: latent attention normalises its latents (block.mla), not queries and keys; "
+                          "expected none")
+    if block.attention_scale:
+        raise ConfigError("block.attention_scale: latent attention scales scores by 1/√(qk_nope_head_dim + "
+                          "qk_rope_head_dim), times yarn's mscale² (from rope_scaling); expected 0")
 
 
 def _check_rope_scaling(block: BlockConfig) -> None:

@@ -2,8 +2,11 @@
 
 The formula is written once here, from the hyperparameters, as polynomials in the shape
 symbols (d, h, h_kv, d_h, d_ff, V, P, L): that gives both the number and the expression
-shown beside it (`4·d² + 4·d`). It shares nothing with the layers' `parameter_shapes`, which
-is what makes comparing the two a real check (checklist item 10).
+shown beside it (`4·d² + 4·d`). It shares nothing with `blockcli.shapes`, which declares the
+shape of every parameter a layer holds, which is what makes comparing the two a real check.
+The NumPy block is built from exactly those declarations (`DecoderBlock` refuses any other
+parameter set), so the declared shapes are the block's arrays, and counting needs neither
+NumPy nor an allocation (checklist item 10 compares with the arrays themselves).
 
 Conventions: tied embeddings are counted once (the LM head row says "tied" and adds 0);
 "non-embedding" excludes the token and position tables. Memory and FLOPs of a workload are in
@@ -22,7 +25,7 @@ from blockcli.shapes import block_parameter_shapes, model_parameter_shapes
 
 # A polynomial: monomial (sorted tuple of symbols) → integer coefficient.
 Poly = Counter
-ALLOCATE_LIMIT = 8_000_000  # a block up to this size is really built to reconcile against its arrays
+DECLARED = "declared shapes (nothing allocated)"  # the reconciliation's method without a checkpoint
 
 
 def term(coef: int, *symbols: str) -> Poly:
@@ -34,7 +37,9 @@ def evaluate(poly: Poly, values: Mapping[str, int]) -> int:
 
 
 _ORDER = {"L": 0, "V": 1, "P": 2, "E": 3, "k": 4, "d": 5, "h": 6, "h_kv": 7, "d_h": 8, "d_ff": 9, "d_e": 10,
-          "d_s": 11}
+          "d_s": 11,
+          # latent attention: query and K/V latent ranks, per-head widths without / with RoPE, values
+          "r_q": 12, "r_kv": 13, "d_nope": 14, "d_rope": 15, "d_v": 16}
 
 
 def render(poly: Poly) -> str:
@@ -76,7 +81,7 @@ class Component:
 class Reconciliation:
     formula: int
     arrays: int
-    method: str  # "arrays" (a block really built) or "declared shapes" (nothing allocated)
+    method: str  # DECLARED (the shapes the block is built from) or "checkpoint" (a checkpoint's tensors)
     mismatches: tuple[str, ...] = ()
 
     @property
@@ -113,6 +118,9 @@ def symbol_values(config: Config | BlockConfig) -> dict[str, int]:
     values = {"d": b.d_model, "h": b.n_heads, "h_kv": b.n_kv_heads, "d_h": b.head_dim, "d_ff": b.d_ff}
     if b.moe is not None:
         values.update(E=b.moe.n_experts, k=b.moe.top_k, d_e=b.moe.d_expert, d_s=b.moe.d_shared)
+    if b.mla is not None:
+        values.update(r_q=b.mla.q_lora_rank, r_kv=b.mla.kv_lora_rank, d_nope=b.mla.qk_nope_head_dim,
+                      d_rope=b.mla.qk_rope_head_dim, d_v=b.mla.v_head_dim)
     if m is not None:
         values.update(V=m.vocab_size, L=m.n_layers, P=m.max_positions + m.position_offset)
     return values
@@ -149,11 +157,16 @@ def block_formula(b: BlockConfig) -> list[Row]:
     rows = [
         norm("ln1", f"{_norm_name(b)} 1" if b.placement != "parallel_shared" else
              f"{_norm_name(b)} (shared by attention and MLP)"),
-        proj("attn.q", "Q projection", q_width, b.bias.qkv),
-        proj("attn.k", "K projection", kv_width, b.bias.qkv),
-        proj("attn.v", "V projection", kv_width, b.bias.qkv),
-        proj("attn.o", "output projection W_O", q_width, b.bias.out, out=True),
     ]
+    if b.mla is not None:
+        rows.extend(_latent_attention_rows(b))
+    else:
+        rows.extend([
+            proj("attn.q", "Q projection", q_width, b.bias.qkv),
+            proj("attn.k", "K projection", kv_width, b.bias.qkv),
+            proj("attn.v", "V projection", kv_width, b.bias.qkv),
+            proj("attn.o", "output projection W_O", q_width, b.bias.out, out=True),
+        ])
     if b.qk_norm != "none":  # a scale (and shift) per feature of each head, or of the whole projection
         for letter, width in (("q", q_width), ("k", kv_width)):
             features = ("d_h",) if b.qk_norm == "head" else width
@@ -197,6 +210,39 @@ def moe_formula(b: BlockConfig) -> list[Row]:
     return rows
 
 
+def _latent_attention_rows(b: BlockConfig) -> list[Row]:
+    """Multi-head latent attention (DeepSeek-V2 §2.1): every head's query is d_nope + d_rope wide,
+    its key the same (d_nope from the latent, d_rope shared), its value d_v. The two down-projections
+    carry block.bias.qkv's bias; the up-projections have none."""
+    no, m = Poly(), b.mla
+    assert m is not None
+    per_head_qk = term(1, "h", "d_nope") + term(1, "h", "d_rope")
+
+    def latent_norm(name: str, label: str, rank: str) -> Row:
+        return Row(f"attn.{name}", label, term(1, rank), term(1, rank) if b.bias.norm else no,
+                   (f"{name}_gamma", f"{name}_beta"))
+
+    rows = []
+    if m.q_lora_rank:
+        rows += [Row("attn.q_a", "Q down-projection to its latent", term(1, "d", "r_q"),
+                     term(1, "r_q") if b.bias.qkv else no, ("w_q_a", "b_q_a")),
+                 latent_norm("q_a_norm", f"Q latent {_norm_name(b)}", "r_q"),
+                 Row("attn.q_b", "Q up-projection (every head's d_nope + d_rope)",
+                     Poly({tuple(sorted(("r_q",) + k)): c for k, c in per_head_qk.items()}), no, ("w_q_b",))]
+    else:
+        rows.append(Row("attn.q", "Q projection (every head's d_nope + d_rope)",
+                        Poly({tuple(sorted(("d",) + k)): c for k, c in per_head_qk.items()}), no, ("w_q",)))
+    rows += [Row("attn.kv_a", "K/V down-projection (latent r_kv + shared RoPE key d_rope)",
+                 term(1, "d", "r_kv") + term(1, "d", "d_rope"),
+                 term(1, "r_kv") + term(1, "d_rope") if b.bias.qkv else no, ("w_kv_a", "b_kv_a")),
+             latent_norm("kv_a_norm", f"K/V latent {_norm_name(b)}", "r_kv"),
+             Row("attn.kv_b", "K/V up-projection (every head's K d_nope and V d_v)",
+                 term(1, "r_kv", "h", "d_nope") + term(1, "r_kv", "h", "d_v"), no, ("w_kv_b",)),
+             Row("attn.o", "output projection W_O", term(1, "h", "d_v", "d"), term(1, "d") if b.bias.out else no,
+                 ("w_o", "b_o"))]
+    return rows
+
+
 def _norm_name(b: BlockConfig) -> str:
     return "LayerNorm" if b.norm == "layernorm" else "RMSNorm"
 
@@ -207,8 +253,7 @@ Formula = Callable[[BlockConfig], list[Row]]
 # ----------------------------------------------------------------------------- the breakdown
 
 
-def count_parameters(config: Config, formula: Formula = block_formula,
-                     allocate_limit: int = ALLOCATE_LIMIT, checkpoint: Mapping[str, int] | None = None,
+def count_parameters(config: Config, formula: Formula = block_formula, checkpoint: Mapping[str, int] | None = None,
                      checkpoint_info: Mapping[str, object] | None = None) -> ParameterCount:
     """Exact breakdown for one block, and for the whole model when the config has one.
 
@@ -217,13 +262,10 @@ def count_parameters(config: Config, formula: Formula = block_formula,
     by layer, instead of against arrays blockcli builds; `checkpoint_info` describes the files.
     """
     if checkpoint is not None:
-        return _with_checkpoint(count_parameters(config, formula, 0), formula, checkpoint, checkpoint_info or {})
+        return _with_checkpoint(count_parameters(config, formula), formula, checkpoint, checkpoint_info or {})
     values = symbol_values(config)
     rows = formula(config.block)
-    arrays = _block_arrays(config, allocate_limit)
-    method = "arrays" if arrays is not None else "declared shapes (nothing allocated)"
-    if arrays is None:
-        arrays = {k: math.prod(s) for k, s in block_parameter_shapes(config.block).items()}
+    arrays = {k: math.prod(s) for k, s in block_parameter_shapes(config.block).items()}
 
     components: list[Component] = []
     mismatches: list[str] = []
@@ -267,13 +309,9 @@ def count_parameters(config: Config, formula: Formula = block_formula,
         model_rows, total, non_embedding = _model_rows(config, (block_w, block_b), values, unused["block"])
         components.extend(model_rows)
         formula_total = total
-        declared = sum(math.prod(s) for s in model_parameter_shapes(config).values())
-        arrays_total = declared + (sum(arrays.values()) - sum(math.prod(s) for s in
-                                   block_parameter_shapes(config.block).values())) * config.model.n_layers
-        method = ("arrays of one block, declared shapes of the rest" if method == "arrays"
-                  else "declared shapes (nothing allocated)")
+        arrays_total = sum(math.prod(s) for s in model_parameter_shapes(config).values())
 
-    reconciled = Reconciliation(formula_total, arrays_total, method, tuple(mismatches))
+    reconciled = Reconciliation(formula_total, arrays_total, DECLARED, tuple(mismatches))
     active = total - unused["block"] * (config.model.n_layers if config.model else 1)
     return ParameterCount(config, tuple(components), per_block, total, non_embedding, reconciled,
                           active=active if unused["block"] else 0)
@@ -356,22 +394,6 @@ def _shapes_text(keys: tuple[str, ...], b: BlockConfig) -> str:
         first = [k for k in keys if k.startswith("experts.0.")]
         return f"{b.moe.n_experts} × (" + " + ".join(str(shapes[k]) for k in first) + ")"
     return " + ".join(str(shapes[k]) for k in keys if k in shapes)
-
-
-def _block_arrays(config: Config, limit: int) -> dict[str, int] | None:
-    """Sizes of the arrays a real block creates, or None when the block is too large to build here."""
-    if sum(math.prod(s) for s in block_parameter_shapes(config.block).values()) > limit:
-        return None
-    import numpy as np  # only when a block is really built
-
-    from blockcli.block import DecoderBlock
-
-    # The block is built from arrays allocated to the declared shapes but never filled (np.zeros maps
-    # untouched pages): what is counted is what the block makes of them, with no time spent drawing
-    # random values that the count does not need.
-    zeros = {k: np.zeros(s, dtype=np.float32) for k, s in block_parameter_shapes(config.block).items()}
-    block = DecoderBlock(config.block, zeros)
-    return {k: v.size for k, v in block.params.items()}
 
 
 # ----------------------------------------------------------------------------- budgets for CI

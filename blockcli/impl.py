@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 
 from blockcli.config import Config, InputError
-from blockcli.verify import Subject, SubjectError
+from blockcli.subject import Subject, SubjectError
 
 
 def load_target(spec: str) -> Callable[..., Any]:

@@ -27,6 +27,7 @@ from typing import Any, BinaryIO, Callable, Iterator, Mapping
 import numpy as np
 
 from blockcli.config import Config, InputError, file_kind, open_regular, reading
+from blockcli.units import human_bytes
 
 NPY_MAGIC = b"\x93NUMPY"
 
@@ -71,8 +72,6 @@ def load_npz(path: str | Path, limit: int | None = None,
 def _read_members(archive: zipfile.ZipFile, path: Path, limit: int | None,
                   expected: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
     """Check every member's header against what it holds, `limit` and `expected`, then read the arrays."""
-    from blockcli.render import human_bytes
-
     infos = archive.infolist()
     seen: set[str] = set()
     for info in infos:
@@ -105,8 +104,6 @@ def _check_npy_header(fp: Any, size: int, path: Path, member: str = "") -> tuple
     """A .npy header (at `fp`, in a file or archive member of `size` bytes) must declare no objects and
     exactly the data that follows it: a header claiming a (10⁶, 10⁶) array is refused before anything
     is allocated."""
-    from blockcli.render import human_bytes
-
     version = np.lib.format.read_magic(fp)
     reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
     shape, _, dtype = reader(fp)

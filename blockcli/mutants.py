@@ -144,6 +144,18 @@ def _top_k_off_by_one(values: Array, k: int) -> Array:
     return F.top_k(values, k + 1 if k < values.shape[-1] else k - 1)
 
 
+def _no_latent(cfg: BlockConfig) -> str | None:
+    return None if cfg.mla is not None else "no latent attention (block.mla)"
+
+
+def _rope_on_the_nope_part(x: Array, rope_dims: int) -> tuple[Array, Array]:
+    return x[..., rope_dims:], x[..., :rope_dims]  # turns the head's first d_rope dims, which belong to Q_nope
+
+
+def _latent_unnormalised(latent: Array, norm: Callable[[Array], Array]) -> Array:
+    return latent
+
+
 def _formula_without_biases(cfg: BlockConfig) -> list[Row]:
     return [replace(row, biases=Poly()) for row in block_formula(cfg)]
 
@@ -179,6 +191,11 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("rope-wrong-layout", "RoPE pairs the wrong dims: rotate-half (i, i + r/2) on an interleaved-pair model "
            "(GPT-J), or interleaved pairs (2i, 2i + 1) on a rotate-half one", (12,),
            _ops(rotate_pairs=_other_rope_layout), inapplicable=_one_pair),
+    Mutant("mla-rope-on-nope", "latent attention rotates the first d_rope dims of each query head (part of its "
+           "no-RoPE half) instead of its RoPE part, the last d_rope", (12,),
+           _ops(split_rope_part=_rope_on_the_nope_part), inapplicable=_no_latent),
+    Mutant("mla-latent-norm-skipped", "latent attention uses its latents without their RMSNorms (q_a_layernorm, "
+           "kv_a_layernorm)", (12,), _ops(normalise_latent=_latent_unnormalised), inapplicable=_no_latent),
     Mutant("count-forgets-biases", "hand parameter count leaves out every bias and shift", (10,),
            formula=_formula_without_biases, inapplicable=_no_bias),
     Mutant("router-softmax-token-axis", "router softmax over the tokens (axis 0 of the (B·T, E) logits) instead of "

@@ -264,6 +264,17 @@ def rotate_pairs(x: Array, cos: Array, sin: Array, layout: str) -> Array:
     return ROPE_LAYOUTS[layout](x, cos, sin)
 
 
+def split_rope_part(x: Array, rope_dims: int) -> tuple[Array, Array]:
+    """(…, d_nope + d_rope) → (…, d_nope), (…, d_rope): the part of a latent-attention query head RoPE
+    leaves alone, then the part it turns (DeepSeek lays each head out as [no-RoPE | RoPE])."""
+    return x[..., :-rope_dims], x[..., -rope_dims:]
+
+
+def normalise_latent(latent: Array, norm: Callable[[Array], Array]) -> Array:
+    """A latent-attention latent through its norm (what a seeded bug may skip)."""
+    return norm(latent)
+
+
 def sinusoidal_positions(positions: Array, d: int, dtype: np.dtype) -> Array:
     """The fixed sin/cos table (T, d): PE[t, 2i] = sin(t/10000^(2i/d)), PE[t, 2i+1] = cos(…)."""
     inv = 10000.0 ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # (ceil(d/2),)
@@ -326,6 +337,8 @@ class Ops:
     top_k: Callable[[Array, int], Array] = top_k
     renormalize: Callable[[Array], Array] = renormalize
     add_shared: Callable[[Array, Array], Array] = add_shared
+    split_rope_part: Callable[[Array, int], tuple[Array, Array]] = split_rope_part
+    normalise_latent: Callable[[Array, Callable[[Array], Array]], Array] = normalise_latent
 
 
 STANDARD_OPS = Ops()

@@ -53,8 +53,54 @@ def _rotate(vec: np.ndarray, pos: int, cfg: BlockConfig, seq_len: int) -> np.nda
     return out
 
 
+def _latent_attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
+    """Multi-head latent attention (DeepSeek) on n (T, d) of one sequence, token by token, head by head."""
+    m = cfg.mla
+    assert m is not None
+    T, h = n.shape[0], cfg.n_heads
+    d_n, d_r, d_v, r_kv = m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank
+    unit = 1.0 if cfg.norm_unit_offset else 0.0
+
+    def latent_norm(name: str, v: np.ndarray) -> np.ndarray:
+        return _norm(v, p[f"{name}_gamma"] + unit, p.get(f"{name}_beta"), cfg.norm, m.latent_norm_eps)
+
+    def bias(name: str, width: int) -> np.ndarray:
+        return p.get(name, np.zeros(width))
+
+    queries, keys, values = [], [], []  # [t][head]
+    for t in range(T):
+        if m.q_lora_rank:
+            q = latent_norm("q_a_norm", n[t] @ p["w_q_a"] + bias("b_q_a", m.q_lora_rank)) @ p["w_q_b"]
+        else:
+            q = n[t] @ p["w_q"]
+        a = n[t] @ p["w_kv_a"] + bias("b_kv_a", r_kv + d_r)
+        up = latent_norm("kv_a_norm", a[:r_kv]) @ p["w_kv_b"]  # each head's key part, then its value
+        k_rope = _rotate(a[r_kv:], t, cfg, T)  # one rotated key part, read by every head
+        heads = [q[i * (d_n + d_r):(i + 1) * (d_n + d_r)] for i in range(h)]
+        queries.append([np.concatenate([qi[:d_n], _rotate(qi[d_n:], t, cfg, T)]) for qi in heads])
+        keys.append([np.concatenate([up[i * (d_n + d_v):i * (d_n + d_v) + d_n], k_rope]) for i in range(h)])
+        values.append([up[i * (d_n + d_v) + d_n:(i + 1) * (d_n + d_v)] for i in range(h)])
+    scale = 1.0 / math.sqrt(d_n + d_r)
+    s = cfg.rope_scaling
+    if s is not None and s.mscale_all_dim and s.factor > 1:  # transformers' yarn_apply_mscale
+        scale *= (0.1 * s.mscale_all_dim * math.log(s.factor) + 1.0) ** 2
+    concat = np.zeros((T, h * d_v))
+    for head in range(h):
+        for t in range(T):
+            first = max(0, t - cfg.sliding_window + 1) if cfg.sliding_window else 0
+            seen = range(first, t + 1)
+            logits = [float(queries[t][head] @ keys[u][head]) * scale for u in seen]
+            top = max(logits)
+            e = [math.exp(x - top) for x in logits]
+            z = sum(e)
+            concat[t, head * d_v:(head + 1) * d_v] = sum((e[i] / z) * values[u][head] for i, u in enumerate(seen))
+    return concat @ p["w_o"] + p.get("b_o", 0.0)
+
+
 def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
     """n (T, d) of one sequence → attention output (T, d), head by head, query by query."""
+    if cfg.mla is not None:
+        return _latent_attention(n, p, cfg)
     T = n.shape[0]
     d_h, group = cfg.head_dim, cfg.n_heads // cfg.n_kv_heads
     scale = cfg.attention_scale or 1.0 / math.sqrt(d_h)  # an override, or the equations' 1/√d_h

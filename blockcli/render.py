@@ -11,6 +11,8 @@ import io
 import json
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from blockcli.units import human_bytes
+
 if TYPE_CHECKING:  # rich and the NumPy-based modules load only when a table is drawn
     from rich.console import Group
     from rich.table import Table
@@ -60,13 +62,6 @@ def human(n: float) -> str:
     return f"{n:g}"
 
 
-def human_bytes(n: float) -> str:
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{int(n)} B"
-
-
 # ----------------------------------------------------------------------------- count
 
 COUNT_HEADERS = ("component", "shape", "weights", "biases", "count", "share", "formula")
@@ -106,14 +101,37 @@ def _flops(n: int) -> dict[str, int]:
     return {"flops": n, "macs": n // 2}
 
 
+KV_LATENT_LABEL = "compressed latent, what MLA-aware inference engines store"
+KV_EXPANDED_LABEL = "expanded keys and values, as a plain K/V cache holds them"
+
+
+def _kv_cache_json(inf: Inference) -> dict[str, Any]:
+    if not inf.kv_expanded_bytes_per_token:
+        return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token, "bytes": inf.kv_bytes,
+                "formula": "2·L·h_kv·d_h per token"}
+    return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token, "bytes": inf.kv_bytes,
+            "formula": "L·(r_kv + d_rope) per token", "stores": KV_LATENT_LABEL,
+            "expanded": {"bytes_per_token": inf.kv_expanded_bytes_per_token, "bytes": inf.kv_expanded_bytes,
+                         "formula": "L·h·(d_h + d_v) per token", "stores": KV_EXPANDED_LABEL}}
+
+
+def _kv_cache_lines(inf: Inference, B: int, T: int) -> list[str]:
+    if not inf.kv_expanded_bytes_per_token:
+        return [f"K/V cache: {inf.kv_bytes_per_token:,} bytes per token (2·L·h_kv·d_h × {inf.kv_dtype}); "
+                f"{human_bytes(inf.kv_bytes)} for {B} × {T:,} tokens"]
+    return [f"K/V cache, {KV_LATENT_LABEL}: {inf.kv_bytes_per_token:,} bytes per token "
+            f"(L·(r_kv + d_rope) × {inf.kv_dtype}); {human_bytes(inf.kv_bytes)} for {B} × {T:,} tokens",
+            f"K/V cache, {KV_EXPANDED_LABEL}: {inf.kv_expanded_bytes_per_token:,} bytes per token "
+            f"(L·h·(d_h + d_v) × {inf.kv_dtype}); {human_bytes(inf.kv_expanded_bytes)} for {B} × {T:,} tokens"]
+
+
 def inference_json(inf: Inference) -> dict[str, Any]:
     tokens = inf.batch * inf.seq_len
     return {
         "seq_len": inf.seq_len, "batch": inf.batch, "dtype": inf.dtype, "kv_dtype": inf.kv_dtype,
         "parameter_bytes": inf.parameter_bytes,
         "parameter_bytes_by_dtype": inf.parameter_bytes_at(),
-        "kv_cache": {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token, "bytes": inf.kv_bytes,
-                     "formula": "2·L·h_kv·d_h per token"},
+        "kv_cache": _kv_cache_json(inf),
         "activation_bytes": inf.activation_bytes,
         "memory_bytes": inf.memory_bytes,
         "prefill": {"full": _flops(inf.prefill.total()), "causal": _flops(inf.prefill.total(causal=True))},
@@ -205,8 +223,7 @@ def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | No
     lines += [
         f"workload: batch {B} × {T:,} tokens, weights and activations {inf.dtype}, K/V cache {inf.kv_dtype}",
         f"parameter memory: {human_bytes(inf.parameter_bytes)} ({result.total:,} × {inf.dtype})",
-        f"K/V cache: {inf.kv_bytes_per_token:,} bytes per token (2·L·h_kv·d_h × {inf.kv_dtype}); "
-        f"{human_bytes(inf.kv_bytes)} for {B} × {T:,} tokens",
+        *_kv_cache_lines(inf, B, T),
         f"inference memory: {human_bytes(inf.memory_bytes)} = weights + K/V cache + "
         f"{human_bytes(inf.activation_bytes)} activations (one layer's prefill working set)",
         f"prefill of {T:,} tokens × {B}: {_both(prefill, causal)} FLOPs; per token "

@@ -18,7 +18,35 @@ def norm_shapes(prefix: str, d: int, cfg: BlockConfig) -> dict[str, Shape]:
     return shapes
 
 
+def latent_attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    """Multi-head latent attention: Q (through its latent when q_lora_rank is set), the shared
+    K/V down-projection with its RoPE key, the latent's norm, the K/V up-projection, W_O.
+    block.bias.qkv gives the two down-projections a bias (DeepSeek's attention_bias), bias.out W_O."""
+    m, d, h = cfg.mla, cfg.d_model, cfg.n_heads
+    assert m is not None
+    shapes: dict[str, Shape] = {}
+    if m.q_lora_rank:
+        shapes["w_q_a"] = (d, m.q_lora_rank)
+        if cfg.bias.qkv:
+            shapes["b_q_a"] = (m.q_lora_rank,)
+        shapes.update(norm_shapes("q_a_norm", m.q_lora_rank, cfg))
+        shapes["w_q_b"] = (m.q_lora_rank, h * m.qk_head_dim)
+    else:
+        shapes["w_q"] = (d, h * m.qk_head_dim)
+    shapes["w_kv_a"] = (d, m.kv_lora_rank + m.qk_rope_head_dim)
+    if cfg.bias.qkv:
+        shapes["b_kv_a"] = (m.kv_lora_rank + m.qk_rope_head_dim,)
+    shapes.update(norm_shapes("kv_a_norm", m.kv_lora_rank, cfg))
+    shapes["w_kv_b"] = (m.kv_lora_rank, h * (m.qk_nope_head_dim + m.v_head_dim))
+    shapes["w_o"] = (h * m.v_head_dim, d)
+    if cfg.bias.out:
+        shapes["b_o"] = (d,)
+    return shapes
+
+
 def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    if cfg.mla is not None:
+        return latent_attention_shapes(cfg)
     d, q_width, kv_width = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     shapes: dict[str, Shape] = {}
     for name, width in (("q", q_width), ("k", kv_width), ("v", kv_width)):

@@ -57,12 +57,28 @@ class Dims:
     gated: bool
     window: int = 0  # sliding window W: a query sees at most W keys (0: all earlier ones)
     moe_weights: int = 0  # a mixture of experts: the MLP matrix weights one token uses (0: a dense MLP)
+    # latent attention (0 without): query and K/V latent ranks, RoPE part of d_h, value width
+    r_q: int = 0
+    r_kv: int = 0
+    d_rope: int = 0
+    d_v: int = 0
 
     @classmethod
     def of(cls, config: Config) -> "Dims":
         b, m = config.block, config.model
+        mla = b.mla
+        latent = (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim, mla.v_head_dim) if mla else (0, 0, 0, 0)
         return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, mlp_width(b),
-                   m.vocab_size if m else 0, b.gated, b.sliding_window, moe_active_weights(b))
+                   m.vocab_size if m else 0, b.gated, b.sliding_window, moe_active_weights(b), *latent)
+
+    @property
+    def latent(self) -> bool:
+        return self.r_kv > 0
+
+    @property
+    def value_dim(self) -> int:
+        """Each head's value width: d_h, or latent attention's d_v."""
+        return self.d_v if self.latent else self.d_h
 
     def keys_seen(self, T: int) -> int:
         """Keys a query at context T attends to, and tokens a K/V cache must keep: T, or W with a window."""
@@ -93,6 +109,12 @@ def matmul_weights(dims: Dims) -> tuple[int, int]:
     router, the k routed experts and the shared expert: the active parameters, not all of them."""
     q, kv = dims.h * dims.d_h, dims.h_kv * dims.d_h
     mlp = dims.moe_weights or (3 if dims.gated else 2) * dims.d * dims.d_ff
+    if dims.latent:  # the low-rank products: Q (through r_q), down to r_kv + d_rope, up to h·(d_nope + d_v), O
+        d_nope = dims.d_h - dims.d_rope
+        query = dims.r_q * (dims.d + q) if dims.r_q else dims.d * q
+        attention = (query + dims.d * (dims.r_kv + dims.d_rope) + dims.r_kv * dims.h * (d_nope + dims.d_v)
+                     + dims.h * dims.d_v * dims.d)
+        return attention + mlp, dims.d * dims.V
     return dims.d * (q + 2 * kv) + q * dims.d + mlp, dims.d * dims.V
 
 
@@ -122,16 +144,19 @@ class ForwardFlops:
 def forward_flops(dims: Dims, T: int, B: int) -> ForwardFlops:
     per_layer, head = matmul_weights(dims)
     tokens = B * T
-    attention = 4 * B * dims.L * dims.h * dims.d_h  # 2·d_h for Q·Kᵀ + 2·d_h for weights·V, per pair and head
+    attention = 2 * B * dims.L * dims.h * (dims.d_h + dims.value_dim)  # 2·d_h for Q·Kᵀ + 2·d_v for weights·V
     return ForwardFlops(2 * tokens * dims.L * per_layer, attention * score_pairs(T, False),
                         attention * score_pairs(T, True, dims.window), 2 * tokens * head)
 
 
 def decode_flops(dims: Dims, T: int, B: int) -> int:
     """One decode step at context T for B sequences: one token through every matrix, T keys per head
-    (the last W with a sliding window)."""
+    (the last W with a sliding window). Under latent attention, the earlier tokens' keys and values
+    are not expanded again (an expanded cache, or W_kv_b absorbed into the query and output as
+    MLA-aware engines do; transformers re-expands its latent cache every step)."""
     per_layer, head = matmul_weights(dims)
-    return B * (2 * (dims.L * per_layer + head) + 4 * dims.L * dims.h * dims.d_h * dims.keys_seen(T))
+    attention = 2 * dims.L * dims.h * (dims.d_h + dims.value_dim) * dims.keys_seen(T)
+    return B * (2 * (dims.L * per_layer + head) + attention)
 
 
 # ----------------------------------------------------------------------------- inference
@@ -149,6 +174,10 @@ class Inference:
     activation_bytes: int
     prefill: ForwardFlops
     decode: int
+    # latent attention only (else 0): the expanded keys and values per token and for B × T, beside the
+    # compressed latent that kv_bytes_per_token / kv_bytes count
+    kv_expanded_bytes_per_token: int = 0
+    kv_expanded_bytes: int = 0
 
     @property
     def parameter_bytes(self) -> int:
@@ -165,9 +194,17 @@ class Inference:
 
 def kv_cache_elements(dims: Dims) -> int:
     """Cached elements per token: K and V, h_kv heads of d_h each, in every layer (grouped-query and
-    multi-query attention cache h_kv heads, not h). A latent-attention (MLA) cache would count its
-    latent vector here instead."""
+    multi-query attention cache h_kv heads, not h). Latent attention (MLA) caches its compressed
+    latent: r_kv + d_rope per layer (DeepSeek-V2 §2.1.2), what MLA-aware engines store."""
+    if dims.latent:
+        return dims.L * (dims.r_kv + dims.d_rope)
     return 2 * dims.L * dims.h_kv * dims.d_h
+
+
+def kv_expanded_elements(dims: Dims) -> int:
+    """Latent attention's keys and values expanded per token: h heads of d_h (= d_nope + d_rope) keys
+    and d_v values in every layer, what a plain K/V cache of the same attention would hold."""
+    return dims.L * dims.h * (dims.d_h + dims.d_v)
 
 
 def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: str,
@@ -176,10 +213,12 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
     dims = Dims.of(config)
     kv_dtype = kv_dtype or dtype
     kv_per_token = nbytes(kv_cache_elements(dims), kv_dtype)
-    return Inference(seq_len, batch, dtype, kv_dtype, parameters, kv_per_token,
-                     kv_per_token * dims.keys_seen(seq_len) * batch,  # a sliding window keeps its last W tokens
+    tokens = dims.keys_seen(seq_len) * batch  # a sliding window keeps its last W tokens
+    expanded = nbytes(kv_expanded_elements(dims), kv_dtype) if dims.latent else 0
+    return Inference(seq_len, batch, dtype, kv_dtype, parameters, kv_per_token, kv_per_token * tokens,
                      inference_activation_bytes(dims, seq_len, batch, dtype),
-                     forward_flops(dims, seq_len, batch), decode_flops(dims, seq_len, batch))
+                     forward_flops(dims, seq_len, batch), decode_flops(dims, seq_len, batch),
+                     expanded, expanded * tokens)
 
 
 def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
@@ -189,7 +228,10 @@ def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
     or gate, up and product); the score table is not held (a tiled kernel), and the logits are those
     of the last position, float32."""
     q, kv = dims.h * dims.d_h, dims.h_kv * dims.d_h
-    widest = max(q + 2 * kv + q, (3 if dims.gated else 2) * dims.d_ff)
+    attention = q + 2 * kv + q
+    if dims.latent:  # Q, K (h·d_h each), V and the attention output (h·d_v each), the latents
+        attention = 2 * q + 2 * dims.h * dims.d_v + dims.r_q + dims.r_kv + dims.d_rope
+    widest = max(attention, (3 if dims.gated else 2) * dims.d_ff)
     return nbytes(B * T * (2 * dims.d + widest), dtype) + LOSS_BYTES * B * dims.V
 
 
@@ -280,8 +322,17 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
             terms += [Term("attention-dropout mask", f"{MASK_BYTES}·b·h·s²", MASK_BYTES * table, "a·s/h"),
                       Term("attention-dropout output (weights·V input)", f"{beta}·b·h·s²", beta * table,
                            "2·a·s/h")]
-    terms += [Term("V, for weights·V", f"{unit}·h_kv·d_h", act(h_kv * d_h), "2"),
-              Term("output projection input", f"{unit}·h·d_h", act(h * d_h), "2")]
+    d_v = block.value_dim
+    if block.mla is not None:  # each latent: its norm's input and output (the up-projection's input)
+        mla = block.mla
+        if mla.q_lora_rank:
+            terms.append(Term("Q latent: its norm's input and output", f"2·{unit}·r_q", 2 * act(mla.q_lora_rank)))
+        terms += [Term("K/V latent: its norm's input and output", f"2·{unit}·r_kv", 2 * act(mla.kv_lora_rank)),
+                  Term("V, for weights·V", f"{unit}·h·d_v", act(h * d_v), "2"),
+                  Term("output projection input", f"{unit}·h·d_v", act(h * d_v), "2")]
+    else:
+        terms += [Term("V, for weights·V", f"{unit}·h_kv·d_h", act(h_kv * d_h), "2"),
+                  Term("output projection input", f"{unit}·h·d_h", act(h * d_h), "2")]
     if block.dropout:
         terms.append(Term("attention-branch dropout mask", f"{MASK_BYTES}·s·b·d", mask(d), "1"))
     if block.placement not in ("parallel", "parallel_shared"):

@@ -24,7 +24,7 @@ import numpy as np
 from blockcli.block import (DecoderBlock, Model, attention_tile, block_parameter_shapes, experts_label,
                             full_table, load_label, logits_label, model_parameter_shapes, routing_label,
                             scores_label)
-from blockcli.config import Config, InputError
+from blockcli.config import BlockConfig, Config, InputError
 from blockcli.parallel import worker_count
 
 # Per-element FLOPs of the elementwise operations (a convention, stated in the README).
@@ -60,6 +60,13 @@ SYMBOLIC_ALL_EXPERTS = {"in": "(B·T·k, d)", "pre": "(B·T·k, d_e)", "up": "(B
                         "out": "(B·T·k, d)"}
 ALL_EXPERTS = "experts.all."  # the key prefix of those rows
 SYMBOLIC_PROJECTION_NORM = {"q_norm": "(B, T, h·d_h)", "k_norm": "(B, T, h_kv·d_h)"}
+# Latent attention's tensors (DeepSeek): its own, and those whose widths it changes (d_h = d_nope + d_rope)
+SYMBOLIC_LATENT = {
+    "q_a": "(B, T, r_q)", "q_a_norm": "(B, T, r_q)", "kv_a": "(B, T, r_kv + d_rope)", "kv_a_norm": "(B, T, r_kv)",
+    "q_rope": "(B, h, T, d_rope)", "k_rope": "(B, 1, T, d_rope)", "kv_proj": "(B, T, h·(d_nope + d_v))",
+    "k": "(B, h, T, d_h)", "v": "(B, h, T, d_v)", "q_cat": "(B, h, T, d_h)", "attn_heads": "(B, h, T, d_v)",
+    "attn_concat": "(B, T, h·d_v)",
+}
 
 # What tracing itself holds, measured with tracemalloc on small passes: per recorded operation (its
 # OpRow and data-flow entry) and once per pass (the recorder, NumPy's error state, the worker pool).
@@ -104,8 +111,10 @@ class ShapeOnly:
 class Recorder:
     """The `rec` callback of the forward pass: turns each reported operation into an OpRow."""
 
-    def __init__(self, param_sizes: Mapping[str, int], keep: bool = False, pass_input: Any = None) -> None:
+    def __init__(self, param_sizes: Mapping[str, int], keep: bool = False, pass_input: Any = None,
+                 symbolic: Mapping[str, str] | None = None) -> None:
         self.param_sizes = param_sizes
+        self.symbolic = {**SYMBOLIC, **(symbolic or {})}  # the block's own shapes over the defaults
         self.keep = keep
         self.rows: list[OpRow] = []
         self.arrays: dict[str, np.ndarray] = {}
@@ -132,7 +141,7 @@ class Recorder:
         if kind == "combine":  # each output element: k multiply-adds of the weighted expert outputs
             element = 2 * inputs[0].shape[-1] * out.size
         base = key.rsplit(".", 1)[-1]
-        symbolic = SYMBOLIC_ALL_EXPERTS.get(base, "") if ALL_EXPERTS in key else SYMBOLIC.get(base, "")
+        symbolic = SYMBOLIC_ALL_EXPERTS.get(base, "") if ALL_EXPERTS in key else self.symbolic.get(base, "")
         self.rows.append(OpRow(
             step=len(self.rows) + 1, key=key, op=op, kind=kind, layer=layer,
             input_shapes=[tuple(a.shape) for a in inputs], output_shape=tuple(out.shape),
@@ -157,9 +166,9 @@ def _matmul_flops(kind: str, out: Any, inputs: Sequence[Any]) -> tuple[int, int 
         t_q, t_k, d_h = a.shape[-2], b.shape[-2], b.shape[-1]
         full = 2 * math.prod(a.shape[:-2]) * t_q * t_k * d_h
         return full, int(full * _causal_fraction(t_q, t_k))
-    if kind == "attention":  # chunked: both products at once
-        q, k, _ = inputs
-        full = 4 * math.prod(q.shape[:-2]) * q.shape[-2] * k.shape[-2] * q.shape[-1]
+    if kind == "attention":  # chunked: both products at once, 2·d_h for Q·Kᵀ and 2·d_v for weights·V
+        q, k, v = inputs
+        full = 2 * math.prod(q.shape[:-2]) * q.shape[-2] * k.shape[-2] * (q.shape[-1] + v.shape[-1])
         return full, int(full * _causal_fraction(q.shape[-2], k.shape[-2]))
     return 0, None
 
@@ -206,8 +215,20 @@ class Trace:
             "peak_measured": self.peak_measured,
             "largest_score_table_bytes": (self.batch * b.n_heads * T * T if self.attention == "full" else
                                           heads * b.n_heads // b.n_kv_heads * rows * T) * itemsize,
-            "kv_cache_bytes": 2 * layers * self.batch * self.seq_len * b.n_kv_heads * b.head_dim * itemsize,
+            "kv_cache_bytes": kv_cache_bytes(b, layers, self.batch, self.seq_len, itemsize),
         }
+
+
+def kv_cache_bytes(b: BlockConfig, layers: int, batch: int, seq_len: int, itemsize: int) -> int:
+    """What blockcli's K/V cache holds after the pass: K and V (h_kv·d_h each) per token and layer, or
+    latent attention's compressed latent (r_kv + d_rope)."""
+    per_token = (b.mla.kv_lora_rank + b.mla.qk_rope_head_dim if b.mla else 2 * b.n_kv_heads * b.head_dim)
+    return layers * batch * seq_len * per_token * itemsize
+
+
+def symbolic_shapes(b: BlockConfig) -> dict[str, str]:
+    """The symbolic shapes this block's tensors have where they differ from the defaults (`SYMBOLIC`)."""
+    return dict(SYMBOLIC_LATENT) if b.mla is not None else {}
 
 
 # ----------------------------------------------------------------------------- running
@@ -304,7 +325,7 @@ def run_trace(config: Config, *, weights: Any = None, x: np.ndarray | None = Non
     else:
         net = DecoderBlock.from_config(config, weights, attention=attention, layer=layer, model_config=model_config)
     sizes = {k: v.size for k, v in net.params.items()}
-    rec = Recorder(sizes, keep=keep, pass_input=x)
+    rec = Recorder(sizes, keep=keep, pass_input=x, symbolic=symbolic_shapes(config.block))
     _import_sharing_modules()
     tracemalloc.start()
     try:
@@ -355,7 +376,7 @@ def analytic_trace(config: Config, attention: str = "auto") -> Trace:
     shapes = model_parameter_shapes(config) if m else block_parameter_shapes(b)
     chunked = not full_table(attention, B * b.n_heads * T * T * dt.itemsize, traced=True)
     x = ShapeOnly((B, T), np.dtype(np.int64)) if m else S(B, T, d)
-    rec = Recorder({k: math.prod(s) for k, s in shapes.items()}, pass_input=x)
+    rec = Recorder({k: math.prod(s) for k, s in shapes.items()}, pass_input=x, symbolic=symbolic_shapes(b))
     if m:
         tokens = S(B, T, d)
         rec("tok_emb", "token embedding", tokens, (x, S(m.vocab_size, d)), kind="gather", params=("wte",))
@@ -386,7 +407,61 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
     B, T, d, h, h_kv, d_h, d_ff = (run.batch, run.seq_len, b.d_model, b.n_heads, b.n_kv_heads,
                                    b.head_dim, b.d_ff)
 
+    def scores_and_heads(q: ShapeOnly, k: ShapeOnly, v: ShapeOnly, d_v: int) -> ShapeOnly:
+        heads_out = S(B, h, T, d_v)
+        if chunked:
+            rec("attn_heads", "blocked attention: softmax(mask(Q·Kᵀ/√d_h))·V", heads_out, (q, k, v),
+                kind="attention")
+        else:
+            scores, masked, weights = S(B, h, T, T), S(B, h, T, T), S(B, h, T, T)
+            rec("scores", scores_label(b), scores, (q, k), kind="matmul")
+            rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
+            rec("attn_weights", "softmax over keys", weights, (masked,), kind="softmax")
+            rec("attn_heads", "weights·V", heads_out, (weights, v), kind="matmul")
+        concat, out = S(B, T, h * d_v), S(B, T, d)
+        rec("attn_concat", "combine heads", concat, (heads_out,), kind="reshape")
+        rec("attn_out", "output projection", out, (concat, S(h * d_v, d)), kind="linear", params=("w_o", "b_o"))
+        return out
+
+    def latent_attention(inp: ShapeOnly) -> ShapeOnly:  # as LatentAttention.__call__
+        m = b.mla
+        r_kv, d_rope, d_nope, d_v = m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim
+        if m.q_lora_rank:
+            q_lat, q_normed = S(B, T, m.q_lora_rank), S(B, T, m.q_lora_rank)
+            rec("q_a", "Q down-projection (latent)", q_lat, (inp, S(d, m.q_lora_rank)), kind="linear",
+                params=("w_q_a", "b_q_a"))
+            rec("q_a_norm", "Q latent norm", q_normed, (q_lat,), kind=b.norm, params=("q_a_norm_gamma", "q_a_norm_beta"))
+            q_flat = S(B, T, h * d_h)
+            rec("q_proj", "Q up-projection", q_flat, (q_normed, S(m.q_lora_rank, h * d_h)), kind="linear",
+                params=("w_q_b",))
+        else:
+            q_flat = S(B, T, h * d_h)
+            rec("q_proj", "Q projection", q_flat, (inp, S(d, h * d_h)), kind="linear", params=("w_q",))
+        q = S(B, h, T, d_h)
+        rec("q", "split heads Q", q, (q_flat,), kind="reshape")
+        kv_a = S(B, T, r_kv + d_rope)
+        rec("kv_a", "K/V down-projection (latent | RoPE key)", kv_a, (inp, S(d, r_kv + d_rope)), kind="linear",
+            params=("w_kv_a", "b_kv_a"))
+        latent = S(B, T, r_kv)
+        rec("kv_a_norm", "K/V latent norm", latent, (S(B, T, r_kv),), kind=b.norm,
+            params=("kv_a_norm_gamma", "kv_a_norm_beta"))
+        q_pe, k_pe = S(B, h, T, d_rope), S(B, 1, T, d_rope)
+        rec("q_rope", "RoPE on Q's RoPE part", q_pe, (q,), kind="rope")
+        rec("k_rope", "RoPE on the shared key", k_pe, (kv_a,), kind="rope")
+        kv = S(B, T, h * (d_nope + d_v))
+        rec("kv_proj", "K/V up-projection (from the latent)", kv, (latent, S(r_kv, h * (d_nope + d_v))),
+            kind="linear", params=("w_kv_b",))
+        kv_heads = S(B, h, T, d_nope + d_v)
+        k, v = S(B, h, T, d_h), S(B, h, T, d_v)
+        rec("k", "keys: K_nope | shared RoPE key", k, (kv_heads, k_pe), kind="reshape")
+        rec("v", "values V", v, (kv_heads,), kind="reshape")
+        q_cat = S(B, h, T, d_h)
+        rec("q_cat", "queries: Q_nope | RoPE'd Q_rope", q_cat, (q, q_pe), kind="reshape")
+        return scores_and_heads(q_cat, k, v, d_v)
+
     def attention(inp: ShapeOnly) -> ShapeOnly:
+        if b.mla is not None:
+            return latent_attention(inp)
         flat, split = {}, {}
         for name, heads in (("q", h), ("k", h_kv), ("v", h_kv)):
             flat[name] = S(B, T, heads * d_h)
@@ -412,20 +487,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             rec("q_rope", "RoPE on Q", q_rot, (q,), kind="rope")
             rec("k_rope", "RoPE on K", k_rot, (k,), kind="rope")
             q, k = q_rot, k_rot
-        heads_out = S(B, h, T, d_h)
-        if chunked:
-            rec("attn_heads", "blocked attention: softmax(mask(Q·Kᵀ/√d_h))·V", heads_out, (q, k, v),
-                kind="attention")
-        else:
-            scores, masked, weights = S(B, h, T, T), S(B, h, T, T), S(B, h, T, T)
-            rec("scores", scores_label(b), scores, (q, k), kind="matmul")
-            rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
-            rec("attn_weights", "softmax over keys", weights, (masked,), kind="softmax")
-            rec("attn_heads", "weights·V", heads_out, (weights, v), kind="matmul")
-        concat, out = S(B, T, h * d_h), S(B, T, d)
-        rec("attn_concat", "combine heads", concat, (heads_out,), kind="reshape")
-        rec("attn_out", "output projection", out, (concat, S(h * d_h, d)), kind="linear", params=("w_o", "b_o"))
-        return out
+        return scores_and_heads(q, k, v, d_h)
 
     def expert_mlp(inp: ShapeOnly, rows: tuple[int, ...], width: int, key: str, label: Any,
                    names: Any) -> ShapeOnly:

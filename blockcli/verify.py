@@ -26,6 +26,7 @@ from blockcli.config import BlockConfig, Config, InputError, open_regular
 from blockcli.count import Formula, block_formula, evaluate, symbol_values
 from blockcli.ops import STANDARD_OPS, Ops, apply_rope, rope_tables
 from blockcli.reference import reference_block
+from blockcli.subject import Subject, SubjectError
 
 NAMES = {
     1: "d_model divisible by n_heads (n_heads by n_kv_heads)",
@@ -122,23 +123,6 @@ class Report:
 
 class Skip(Exception):
     """A check that cannot run on this subject; the message says why (reported as SKIP, never PASS)."""
-
-
-@dataclass
-class Subject:
-    """What is being verified: blockcli's own block, a seeded bug, or a user's implementation."""
-
-    forward: Callable[[np.ndarray], np.ndarray]  # x (B, T, d) float64 → y (B, T, d)
-    weights: dict[str, np.ndarray]  # the weights it was built from, under blockcli's keys
-    intermediates: Callable[[np.ndarray], dict[str, np.ndarray]] | None = None  # None: a black box
-    parameters: Callable[[], dict[str, np.ndarray]] | None = None  # the arrays it exposes, if any
-    forward32: Callable[[np.ndarray], np.ndarray] | None = None  # the same subject in float32
-    block: DecoderBlock | None = None  # set when the subject is blockcli's block (or a seeded bug)
-    # the same subject built again on other weights (the stability probe of item 17); None: cannot be rebuilt
-    rebuild: Callable[[dict[str, np.ndarray]], Callable[[np.ndarray], np.ndarray]] | None = None
-    notes: list[str] = field(default_factory=list)  # how the subject was adapted (per sequence, torch, …)
-    torch: bool = False  # a torch.nn.Module: its intermediates come from forward hooks on its submodules
-    unused: dict[str, str] = field(default_factory=dict)  # weight key → the filled submodule that never ran
 
 
 def block_subject(block: DecoderBlock) -> Subject:
@@ -246,6 +230,15 @@ def _fmt(value: float) -> str:
 
 def check_divisibility(c: Context) -> tuple[bool, str, str]:
     b, p = c.cfg, c.subject.weights
+    if b.mla is not None:  # every head's widths come from the latent's projections
+        m = b.mla
+        widths = {"Q": (p["w_q_b" if m.q_lora_rank else "w_q"].shape[1], b.n_heads * m.qk_head_dim),
+                  "K/V latent | RoPE key": (p["w_kv_a"].shape[1], m.kv_lora_rank + m.qk_rope_head_dim),
+                  "K_nope | V": (p["w_kv_b"].shape[1], b.n_heads * (m.qk_nope_head_dim + m.v_head_dim)),
+                  "W_O rows": (p["w_o"].shape[0], b.n_heads * m.v_head_dim)}
+        ok = all(got == want for got, want in widths.values())
+        return ok, "latent attention widths: " + "; ".join(f"{k} {got} (expected {want})"
+                                                          for k, (got, want) in widths.items()), "exact"
     widths = (p["w_q"].shape[1], p["w_k"].shape[1])
     ok = (widths == (b.n_heads * b.head_dim, b.n_kv_heads * b.head_dim) and b.n_heads % b.n_kv_heads == 0)
     div = f"d_model % n_heads = {b.d_model % b.n_heads}" if b.n_heads * b.head_dim == b.d_model else \
@@ -253,8 +246,33 @@ def check_divisibility(c: Context) -> tuple[bool, str, str]:
     return ok, f"{div}; n_heads % n_kv_heads = {b.n_heads % b.n_kv_heads}; Q/K widths {widths}", "exact"
 
 
+def _latent_head_split(c: Context) -> tuple[bool, str, str]:
+    """Latent attention: query head i is columns i·d_h…(i+1)·d_h − 1 of the Q projection; head i's key
+    part and value are its slice i·(d_nope + d_v)… of the K/V up-projection; the RoPE key is shared."""
+    b, (B, T, _) = c.cfg, c.x.shape
+    m, h = b.mla, b.n_heads
+    assert m is not None
+    d_h, d_n, d_v = m.qk_head_dim, m.qk_nope_head_dim, m.v_head_dim
+    q, q_flat, k, v, kv, k_rope = c.need("q", "q_proj", "k", "v", "kv_proj", "k_rope")
+    expected = {"Q": (q, (B, h, T, d_h)), "K": (k, (B, h, T, d_h)), "V": (v, (B, h, T, d_v))}
+    shapes_ok = all(a.shape == shape for a, shape in expected.values())
+    worst = math.inf
+    if shapes_ok and q_flat.shape == (B, T, h * d_h) and kv.shape == (B, T, h * (d_n + d_v)):
+        q_cols = np.stack([q_flat[..., i * d_h:(i + 1) * d_h] for i in range(h)], axis=1)  # (B, h, T, d_h)
+        kv_cols = np.stack([kv[..., i * (d_n + d_v):(i + 1) * (d_n + d_v)] for i in range(h)], axis=1)
+        worst = max(_diff(q, q_cols), _diff(k[..., :d_n], kv_cols[..., :d_n]), _diff(v, kv_cols[..., d_n:]),
+                    _diff(k[..., d_n:], np.broadcast_to(k_rope, (B, h, T, m.qk_rope_head_dim))))
+    shapes = "; ".join(f"{n} {a.shape}" + ("" if a.shape == shape else f" (expected {shape})")
+                       for n, (a, shape) in expected.items())
+    tol = c.tolerance(EXACT * 100, q_flat)
+    return shapes_ok and _within(worst, tol), f"{shapes}; max |head − column slice| {_fmt(worst)} (K's RoPE part: " \
+        f"the shared key)", f"shape exact; {tol:.3g}"
+
+
 def check_head_split(c: Context) -> tuple[bool, str, str]:
     b, (B, T, _) = c.cfg, c.x.shape
+    if b.mla is not None:
+        return _latent_head_split(c)
     heads = {"q": b.n_heads, "k": b.n_kv_heads, "v": b.n_kv_heads}
     split = dict(zip(heads, c.need(*heads)))
     # the projections (B, T, n·d_h), or their normalised form when the config normalises the whole projection
@@ -336,12 +354,13 @@ def check_concat(c: Context) -> tuple[bool, str, str]:
     if "attn_concat" not in c.inter and "w_o" in c.subject.unused:
         return False, f"the output projection {c.subject.unused['w_o']} (filled from w_o) never ran", "called once"
     (concat,) = c.need("attn_concat")
-    shape_ok = concat.shape == (B, T, b.n_heads * b.head_dim)
+    d_v = b.value_dim
+    shape_ok = concat.shape == (B, T, b.n_heads * d_v)
     heads, source = _heads(c)
     measured = f"concat {concat.shape}"
     order = 0.0
     if heads is not None:
-        order = max((_diff(concat[..., i * b.head_dim:(i + 1) * b.head_dim], heads[:, i])
+        order = max((_diff(concat[..., i * d_v:(i + 1) * d_v], heads[:, i])
                      for i in range(b.n_heads)), default=0.0) if shape_ok and heads.ndim == 4 else math.inf
         measured += f"; max |slice i − head i{source}| {_fmt(order)}"
     else:
@@ -361,7 +380,7 @@ def _heads(c: Context) -> tuple[np.ndarray | None, str]:
     """The subject's per-head outputs (B, h, T, d_h): returned, or its own weights times its own V columns."""
     if "attn_heads" in c.inter:
         return c.inter["attn_heads"], ""
-    if "attn_weights" not in c.inter or "v_proj" not in c.inter:
+    if "attn_weights" not in c.inter or "v_proj" not in c.inter or c.cfg.mla is not None:
         return None, ""
     b, w, v = c.cfg, c.inter["attn_weights"], c.inter["v_proj"]  # (B, h, T, T), (B, T, h_kv·d_h)
     group = b.n_heads // b.n_kv_heads
@@ -530,7 +549,7 @@ def check_reference(c: Context) -> tuple[bool, str, str] | tuple[bool, str, str,
     hint = HINTS[12]
     if 1e-8 <= diff / scale <= 1e-4 and c.x.dtype == np.float64:
         hint = FLOAT32_HINT
-    elif c.cfg.rope and _diff(c.y, _interleaved_rope_truth(c)) / scale <= max(c.rtol, 1e-5):
+    elif c.cfg.rope and c.cfg.mla is None and _diff(c.y, _interleaved_rope_truth(c)) / scale <= max(c.rtol, 1e-5):
         hint = ROPE_HINT
     return False, measured, tolerance, hint
 
@@ -604,9 +623,9 @@ def check_large_inputs(c: Context) -> tuple[bool, str, str]:
     measured = f"output finite for inputs scaled by {LARGE:g}: {finite}"
     if c.subject.rebuild is not None:  # the pre-norm undoes an input scale; scaled W_Q, W_K make the scores huge
         p = dict(c.subject.weights)
-        for key in ("w_q", "b_q", "w_k", "b_k"):
-            if key in p:
-                p[key] = p[key] * QK_SCALE
+        for key in ("w_q", "b_q", "w_k", "b_k") if c.cfg.mla is None else ("w_q_b" if "w_q_b" in p else "w_q",):
+            if key in p:  # latent attention: its keys come out of a normalised latent, so Q takes both scales
+                p[key] = p[key] * (QK_SCALE if c.cfg.mla is None else QK_SCALE ** 2)
         if c.cfg.qk_norm != "none":  # normalised queries and keys undo W_Q's scale: scale the norms' outputs
             offset = 1.0 if c.cfg.norm_unit_offset else 0.0  # a (1 + γ) scale: γ' = s·(1 + γ) − 1
             for name in ("q_norm", "k_norm"):
@@ -614,7 +633,8 @@ def check_large_inputs(c: Context) -> tuple[bool, str, str]:
                 if f"{name}_beta" in p:
                     p[f"{name}_beta"] = p[f"{name}_beta"] * QK_SCALE
         sharp = bool(np.all(np.isfinite(c.subject.rebuild(p)(c.x))))
-        measured += f"; with W_Q, W_K scaled by {QK_SCALE:g} (scores ×{QK_SCALE ** 2:g}): {sharp}"
+        scaled = f"W_Q, W_K scaled by {QK_SCALE:g}" if c.cfg.mla is None else f"W_Q scaled by {QK_SCALE ** 2:g}"
+        measured += f"; with {scaled} (scores ×{QK_SCALE ** 2:g}): {sharp}"
         finite &= sharp
     return finite, measured, "no NaN or Inf"
 
@@ -681,11 +701,18 @@ def verification_config(config: Config) -> tuple[Config, list[str]]:
             head_dim += step
         d_model = b.n_heads * head_dim if b.n_heads * b.head_dim == b.d_model else max(1, b.d_model // k)
         small = replace(b, d_model=d_model, head_dim=head_dim, d_ff=max(1, b.d_ff // k))
+        if b.mla is not None:  # the latent's ranks and widths scaled alike; RoPE keeps at least one pair
+            m = b.mla
+            mla = replace(m, kv_lora_rank=max(1, m.kv_lora_rank // k), q_lora_rank=m.q_lora_rank and
+                          max(1, m.q_lora_rank // k), qk_nope_head_dim=max(1, m.qk_nope_head_dim // k),
+                          qk_rope_head_dim=max(2, m.qk_rope_head_dim // k // 2 * 2), v_head_dim=max(1, m.v_head_dim // k))
+            head_dim = mla.qk_head_dim
+            small = replace(small, d_model=max(1, b.d_model // k), head_dim=head_dim, mla=mla)
         if b.moe is not None:  # as many experts, each k times narrower
             small = replace(small, moe=replace(b.moe, d_expert=max(1, b.moe.d_expert // k),
                                                d_shared=b.moe.d_shared and max(1, b.moe.d_shared // k)))
         notes.append(f"the block has {size:,} parameters: verified on a copy with the same structure scaled down "
-                     f"{k}× (d_model {d_model}, head_dim {head_dim}, d_ff {small.d_ff}, heads {b.n_heads}/{b.n_kv_heads})"
+                     f"{k}× (d_model {small.d_model}, head_dim {head_dim}, d_ff {small.d_ff}, heads {b.n_heads}/{b.n_kv_heads})"
                      + (f", {b.moe.n_experts} experts of width {small.moe.d_expert}" if small.moe else ""))
         cfg = replace(cfg, block=small)
     return cfg, notes
@@ -725,7 +752,7 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
     if impl is None:
         subject = block_subject(DecoderBlock(cfg.block, params, ops, attention="full"))
     else:
-        from blockcli.impl import impl_subject
+        from blockcli.impl import impl_subject  # lazy: loading users' modules is only for --impl
 
         subject = impl_subject(impl, params, cfg, timeout, per_sequence=per_sequence, weights_map=weights_map)
     x = np.random.default_rng(cfg.run.seed + 1).standard_normal((cfg.run.batch, cfg.run.seq_len, cfg.block.d_model))
@@ -734,15 +761,6 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
     report.checks = run_checks(subject, cfg.block, x, formula, selected, report, rtol, atol)
     report.notes.extend(subject.notes)
     return report
-
-
-class SubjectError(Exception):
-    """The subject itself failed (raised, exited, timed out, changed its input, returned the wrong thing); the
-    message says how, and `traceback` holds the user's traceback when there is one."""
-
-    def __init__(self, message: str, traceback: str = "") -> None:
-        super().__init__(message)
-        self.traceback = traceback
 
 
 def run_checks(subject: Subject, cfg: BlockConfig, x: np.ndarray, formula: Formula, selected: Iterable[int],
@@ -784,7 +802,7 @@ def run_checks(subject: Subject, cfg: BlockConfig, x: np.ndarray, formula: Formu
                 checks.append(error_row(i, exc, "in this check's call"))
                 continue
             except Exception as exc:  # the subject's values broke a comparison (a wrong shape, a wrong type)
-                passed, measured, tolerance = False, f"could not compare: {type(exc).__name__}: {exc}", ""
+                passed, measured, tolerance, hint = False, f"could not compare: {type(exc).__name__}: {exc}", "", []
             checks.append(Check(i, NAMES[i], passed, measured, tolerance,
                                 "" if passed else (hint[0] if hint else HINTS[i])))
     return checks

@@ -101,6 +101,8 @@ def resolve_block(cfg):
         # each branch's output is multiplied by this before it joins the residual stream (Granite)
         "residual_multiplier": float(cfg.get("residual_multiplier", 1.0)),
         "moe": _resolve_moe(cfg.get("moe")),
+        # multi-head latent attention (DeepSeek): None, or its ranks and per-head widths
+        "mla": _resolve_mla(cfg.get("mla")),
     }
 
 
@@ -119,6 +121,14 @@ def _resolve_moe(cfg):
         "selection_bias": bool(cfg.get("selection_bias", False)),
         "d_shared": int(cfg.get("d_shared", 0)), "shared_gate": bool(cfg.get("shared_gate", False)),
     }
+
+
+def _resolve_mla(cfg):
+    if cfg is None:
+        return None
+    return {"q_lora_rank": int(cfg.get("q_lora_rank", 0)), "kv_lora_rank": int(cfg["kv_lora_rank"]),
+            "nope": int(cfg["qk_nope_head_dim"]), "rope": int(cfg["qk_rope_head_dim"]),
+            "v": int(cfg["v_head_dim"]), "eps": float(cfg.get("latent_norm_eps", 1e-6))}
 
 
 def _choice(value, allowed, what):
@@ -155,30 +165,17 @@ def _has_norm_beta(b, rms_beta=False):
 def block_param_shapes(block_cfg, rms_beta=False):
     """Names and shapes of one block's weights, straight from the key table."""
     b = resolve_block(block_cfg)
-    d, h, h_kv, d_h, d_ff = (b["d_model"], b["n_heads"], b["n_kv_heads"],
-                             b["head_dim"], b["d_ff"])
+    d, d_ff = b["d_model"], b["d_ff"]
     shapes = {}
     # parallel_shared: one norm feeds both branches, so there is no ln2 at all
     for ln in ("ln1",) if b["placement"] == "parallel_shared" else ("ln1", "ln2"):
         shapes[ln + "_gamma"] = (d,)
         if _has_norm_beta(b, rms_beta):
             shapes[ln + "_beta"] = (d,)
-    shapes["w_q"] = (d, h * d_h)
-    shapes["w_k"] = (d, h_kv * d_h)
-    shapes["w_v"] = (d, h_kv * d_h)
-    if b["bias"]["qkv"]:
-        shapes["b_q"] = (h * d_h,)
-        shapes["b_k"] = (h_kv * d_h,)
-        shapes["b_v"] = (h_kv * d_h,)
-    shapes["w_o"] = (h * d_h, d)
-    if b["bias"]["out"]:
-        shapes["b_o"] = (d,)
-    if b["qk_norm"] != "none":
-        for name, heads in (("q_norm", h), ("k_norm", h_kv)):
-            width = d_h if b["qk_norm"] == "head" else heads * d_h
-            shapes[name + "_gamma"] = (width,)
-            if _has_norm_beta(b, rms_beta):
-                shapes[name + "_beta"] = (width,)
+    if b["mla"]:
+        shapes.update(_mla_param_shapes(b, rms_beta))
+    else:
+        shapes.update(_qkv_param_shapes(b, rms_beta))
     if b["moe"] is not None:
         moe, gated = b["moe"], b["activation"] in GATED
         shapes["router"] = (d, moe["n_experts"])
@@ -202,6 +199,56 @@ def block_param_shapes(block_cfg, rms_beta=False):
         shapes["w_3"] = (d, d_ff)
         if b["bias"]["mlp"]:
             shapes["b_3"] = (d_ff,)
+    return shapes
+
+
+def _mla_param_shapes(b, rms_beta):
+    """DeepSeek's attention: q_a_proj, q_a_layernorm, q_b_proj (or q_proj), kv_a_proj_with_mqa,
+    kv_a_layernorm, kv_b_proj, o_proj; attention_bias (bias.qkv) on the two down-projections."""
+    m, d, h = b["mla"], b["d_model"], b["n_heads"]
+    shapes = {}
+    if m["q_lora_rank"]:
+        shapes["w_q_a"] = (d, m["q_lora_rank"])
+        if b["bias"]["qkv"]:
+            shapes["b_q_a"] = (m["q_lora_rank"],)
+        shapes["q_a_norm_gamma"] = (m["q_lora_rank"],)
+        if _has_norm_beta(b, rms_beta):
+            shapes["q_a_norm_beta"] = (m["q_lora_rank"],)
+        shapes["w_q_b"] = (m["q_lora_rank"], h * (m["nope"] + m["rope"]))
+    else:
+        shapes["w_q"] = (d, h * (m["nope"] + m["rope"]))
+    shapes["w_kv_a"] = (d, m["kv_lora_rank"] + m["rope"])
+    if b["bias"]["qkv"]:
+        shapes["b_kv_a"] = (m["kv_lora_rank"] + m["rope"],)
+    shapes["kv_a_norm_gamma"] = (m["kv_lora_rank"],)
+    if _has_norm_beta(b, rms_beta):
+        shapes["kv_a_norm_beta"] = (m["kv_lora_rank"],)
+    shapes["w_kv_b"] = (m["kv_lora_rank"], h * (m["nope"] + m["v"]))
+    shapes["w_o"] = (h * m["v"], d)
+    if b["bias"]["out"]:
+        shapes["b_o"] = (d,)
+    return shapes
+
+
+def _qkv_param_shapes(b, rms_beta):
+    d, h, h_kv, d_h = b["d_model"], b["n_heads"], b["n_kv_heads"], b["head_dim"]
+    shapes = {}
+    shapes["w_q"] = (d, h * d_h)
+    shapes["w_k"] = (d, h_kv * d_h)
+    shapes["w_v"] = (d, h_kv * d_h)
+    if b["bias"]["qkv"]:
+        shapes["b_q"] = (h * d_h,)
+        shapes["b_k"] = (h_kv * d_h,)
+        shapes["b_v"] = (h_kv * d_h,)
+    shapes["w_o"] = (h * d_h, d)
+    if b["bias"]["out"]:
+        shapes["b_o"] = (d,)
+    if b["qk_norm"] != "none":
+        for name, heads in (("q_norm", h), ("k_norm", h_kv)):
+            width = d_h if b["qk_norm"] == "head" else heads * d_h
+            shapes[name + "_gamma"] = (width,)
+            if _has_norm_beta(b, rms_beta):
+                shapes[name + "_beta"] = (width,)
     return shapes
 
 
@@ -414,12 +461,80 @@ def _norm(b, weights, which, prefix, vec, rms_beta):
     return rms_norm_vec(vec, gamma, beta, b["norm_eps"])
 
 
+def _latent_norm(b, weights, which, prefix, vec, rms_beta, eps):
+    gamma = _w(weights, which + "_gamma", prefix)
+    if b["norm_unit_offset"]:
+        gamma = np.array([1.0 + float(g) for g in gamma])
+    beta = _wopt(weights, which + "_beta", prefix, _has_norm_beta(b, rms_beta))
+    if b["norm"] == "layernorm":
+        return layer_norm_vec(vec, gamma, beta, eps)
+    return rms_norm_vec(vec, gamma, beta, eps)
+
+
+def _latent_attention(b, weights, prefix, tokens, rms_beta=False):
+    """DeepSeek-V2/V3 multi-head latent attention over one sequence, token by token, head by head.
+
+    q_t = W_q_b^T norm(W_q_a^T x_t + b) (or W_q^T x_t); head i's query is q_t[i*(n+r) : (i+1)*(n+r)],
+    its first n dims used as they are, its last r rotated. [c_t | kr_t] = W_kv_a^T x_t + b; c_t
+    normalised; W_kv_b^T c_t gives head i's key part (n) then value (v); head i's key is
+    [that key part | RoPE(kr_t)], kr_t the same for every head. Scale 1/sqrt(n + r), times
+    (0.1 * mscale_all_dim * ln(factor) + 1)^2 under a RoPE scaling with mscale_all_dim and factor > 1.
+    """
+    m, h = b["mla"], b["n_heads"]
+    n, r, dv, rkv = m["nope"], m["rope"], m["v"], m["kv_lora_rank"]
+    qkv_b = b["bias"]["qkv"]
+    T = len(tokens)
+    rope = lambda vec, t: rope_vec(vec, t, 1.0, b["rope_theta"], b["rope_scaling"], T, b["rope_layout"])  # noqa: E731
+    qs, ks, vs = [], [], []
+    for t in range(T):
+        if m["q_lora_rank"]:
+            lat = linear_vec(tokens[t], _w(weights, "w_q_a", prefix), _wopt(weights, "b_q_a", prefix, qkv_b))
+            lat = _latent_norm(b, weights, "q_a_norm", prefix, lat, rms_beta, m["eps"])
+            q = linear_vec(lat, _w(weights, "w_q_b", prefix), None)
+        else:
+            q = linear_vec(tokens[t], _w(weights, "w_q", prefix), None)
+        a = linear_vec(tokens[t], _w(weights, "w_kv_a", prefix), _wopt(weights, "b_kv_a", prefix, qkv_b))
+        c = _latent_norm(b, weights, "kv_a_norm", prefix, a[:rkv], rms_beta, m["eps"])
+        kr = rope(a[rkv:], t)
+        up = linear_vec(c, _w(weights, "w_kv_b", prefix), None)
+        q_heads, k_heads, v_heads = [], [], []
+        for i in range(h):
+            qi = q[i * (n + r):(i + 1) * (n + r)]
+            q_heads.append(np.concatenate([qi[:n], rope(qi[n:], t)]))
+            ui = up[i * (n + dv):(i + 1) * (n + dv)]
+            k_heads.append(np.concatenate([ui[:n], kr]))
+            v_heads.append(ui[n:])
+        qs.append(q_heads)
+        ks.append(k_heads)
+        vs.append(v_heads)
+    scale = 1.0 / math.sqrt(n + r)
+    sc = b["rope_scaling"]
+    if sc and float(sc.get("mscale_all_dim", 0.0)) and float(sc.get("factor", 1.0)) > 1:
+        scale *= (0.1 * float(sc["mscale_all_dim"]) * math.log(float(sc["factor"])) + 1.0) ** 2
+    w_o, b_o = _w(weights, "w_o", prefix), _wopt(weights, "b_o", prefix, b["bias"]["out"])
+    window = b["sliding_window"]
+    out = []
+    for t in range(T):
+        keys = [s for s in range(t + 1) if not window or t - s < window]
+        concat = np.zeros(h * dv, dtype=np.float64)
+        for i in range(h):
+            p = softmax_list([float(np.dot(qs[t][i], ks[s][i])) * scale for s in keys])
+            head = np.zeros(dv, dtype=np.float64)
+            for j, s in enumerate(keys):
+                head = head + p[j] * vs[s][i]
+            concat[i * dv:(i + 1) * dv] = head
+        out.append(linear_vec(concat, w_o, b_o))
+    return out
+
+
 def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
     """Causal multi-head (grouped-query) attention over one sequence.
 
     tokens: list of T vectors (d,) -- already normalised where the placement says so.
     Token t sits at position t.
     """
+    if b["mla"]:
+        return _latent_attention(b, weights, prefix, tokens, rms_beta)
     h, h_kv, d_h = b["n_heads"], b["n_kv_heads"], b["head_dim"]
     qkv_b = b["bias"]["qkv"]
     w_q, w_k, w_v = (_w(weights, n, prefix) for n in ("w_q", "w_k", "w_v"))

@@ -33,6 +33,14 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
         block["head_dim"] = head_dim
     if rope == 0.5 and head_dim < 4:
         block["rope"] = True
+    if rope and draw(st.integers(0, 3)) == 0:  # multi-head latent attention (DeepSeek) in a quarter of RoPE blocks
+        block["mla"] = {"kv_lora_rank": draw(st.integers(1, 6)), "q_lora_rank": draw(st.integers(0, 5)),
+                        "qk_nope_head_dim": draw(st.integers(1, 4)), "qk_rope_head_dim": draw(st.sampled_from([2, 4])),
+                        "v_head_dim": draw(st.integers(1, 5))}
+        block.update(rope=True, n_kv_heads=n_heads, qk_norm="none", attention_scale=0.0)
+        block.pop("head_dim", None)
+        if not explicit:
+            block["d_model"] = draw(st.integers(2, 24))
     return block
 
 
@@ -41,10 +49,10 @@ def moe_mappings(draw):
     """A random valid block whose MLP is a mixture of experts, in any routing variant."""
     block = draw(block_mappings())
     block["bias"] = {"qkv": draw(st.booleans()), "out": draw(st.booleans()), "mlp": False, "norm": draw(st.booleans())}
-    if block["norm"] == "rmsnorm" and block["bias"]["norm"]:
-        # q/k RMSNorms with a shift are read differently by tests/reference.py (its rms_beta ambiguity), dense
-        # blocks included: not a question for the mixture
-        block["qk_norm"] = "none"
+    if block["norm"] == "rmsnorm":
+        # an RMSNorm with a shift is read two ways by tests/reference.py (its rms_beta ambiguity), and its q/k and
+        # latent norms differ between them, dense blocks included: not a question for the mixture
+        block["bias"]["norm"] = False
     n_groups = draw(st.sampled_from([1, 1, 2, 3]))
     per_group = draw(st.integers(1, 3))
     if n_groups > 1 and draw(st.booleans()):

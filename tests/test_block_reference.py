@@ -189,6 +189,20 @@ BLOCK_CASES = {
                                          moe={"n_experts": 6, "top_k": 2, "d_expert": 4, "routed_scaling": 1.5,
                                               "n_groups": 3, "top_groups": 1, "d_shared": 4}),
     "moe_top1_of_1": block_dict(bias=False, moe={"n_experts": 1, "top_k": 1, "d_expert": 9}),
+    # multi-head latent attention (DeepSeek): Q through its latent or one projection, values of their own width
+    "mla_q_latent_interleaved": block_dict(norm="rmsnorm", bias=False, activation="swiglu", rope=True,
+                                           rope_layout="interleaved", mla={
+                                               "q_lora_rank": 6, "kv_lora_rank": 5, "qk_nope_head_dim": 3,
+                                               "qk_rope_head_dim": 4, "v_head_dim": 2}),
+    "mla_full_q_half_biases": block_dict(rope=True, mla={"kv_lora_rank": 7, "qk_nope_head_dim": 5,
+                                                         "qk_rope_head_dim": 2, "v_head_dim": 6,
+                                                         "latent_norm_eps": 1e-2}),
+    "mla_yarn_mscale_window": block_dict(norm="rmsnorm", bias=False, rope=True, sliding_window=3, rope_layout="interleaved",
+                                         rope_scaling={"type": "yarn", "factor": 40.0, "original_max_positions": 4,
+                                                       "mscale": 1.0, "mscale_all_dim": 0.8, "beta_fast": 32.0,
+                                                       "beta_slow": 1.0},
+                                         mla={"q_lora_rank": 4, "kv_lora_rank": 6, "qk_nope_head_dim": 4,
+                                              "qk_rope_head_dim": 4, "v_head_dim": 4}),
 }
 
 
@@ -306,6 +320,11 @@ MODEL_CASES = {
         block_dict(d_model=16, n_heads=4, n_kv_heads=2, d_ff=24, rope=True, activation="swiglu", norm="rmsnorm",
                    bias=False, attention_scale=0.7, residual_multiplier=0.7),
         dict(MODEL_BASE, positions="rope", tie_embeddings=True, embedding_multiplier=1.3, logit_multiplier=0.7)),
+    "deepseek_like_mla_untied": (
+        block_dict(d_model=16, n_heads=4, d_ff=24, rope=True, activation="swiglu", norm="rmsnorm", bias=False,
+                   rope_layout="interleaved", mla={"q_lora_rank": 6, "kv_lora_rank": 5, "qk_nope_head_dim": 3,
+                                                   "qk_rope_head_dim": 2, "v_head_dim": 4}),
+        dict(MODEL_BASE, positions="rope", tie_embeddings=False)),
 }
 
 
@@ -379,7 +398,8 @@ def test_model_last_token_change_leaves_prefix_bit_identical(name):
 # ------------------------------------------------------------------------- K/V cache
 
 CACHE_BLOCKS = ["base_gelu_tanh_pre_layernorm", "rope_full", "rope_half_dh8", "mqa_4_1",
-                "post_norm", "parallel", "combo_gqa_rope_swiglu_rms_parallel"]
+                "post_norm", "parallel", "combo_gqa_rope_swiglu_rms_parallel", "mla_q_latent_interleaved",
+                "mla_yarn_mscale_window"]
 
 
 def _run_block_chunks(blk, x, chunk):
@@ -411,7 +431,7 @@ def test_block_incremental_decoding_matches_full(name, chunk):
 
 @pytest.mark.parametrize("chunk", [1, 2])
 @pytest.mark.parametrize("name", ["learned_offset2_tied", "sinusoidal_untied",
-                                  "rope_gqa_swiglu_rms_untied"])
+                                  "rope_gqa_swiglu_rms_untied", "deepseek_like_mla_untied"])
 def test_model_incremental_decoding_matches_full(name, chunk):
     bd, md = MODEL_CASES[name]
     B, T = 2, 7
@@ -434,7 +454,7 @@ def test_model_incremental_decoding_matches_full(name, chunk):
 
 @pytest.mark.parametrize("table_rows", [1, 3])
 @pytest.mark.parametrize("name", ["base_gelu_tanh_pre_layernorm",
-                                  "combo_gqa_rope_swiglu_rms_parallel"])
+                                  "combo_gqa_rope_swiglu_rms_parallel", "mla_full_q_half_biases"])
 def test_block_chunked_attention_matches_reference(name, table_rows, shared_tiles):
     """blockcli computes attention in tiles that never hold the full table, shared among threads.
     Force small tiles and compare, full and cached."""

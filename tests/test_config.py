@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from blockcli.config import ConfigError, load_config, parse_config
+from blockcli.config import ConfigError, parse_config
+from blockcli.sources import load_config
 from conftest import config_error_message
 
 SMALL = {"block": {"d_model": 16, "n_heads": 2, "d_ff": 32}, "run": {"batch": 2, "seq_len": 4}}

@@ -3,6 +3,9 @@
 import csv
 import io
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
@@ -10,7 +13,8 @@ from typer.testing import CliRunner
 
 from blockcli.block import DecoderBlock, Model
 from blockcli.cli import app
-from blockcli.config import load_config, parse_config
+from blockcli.config import parse_config
+from blockcli.sources import load_config
 from blockcli.count import count_parameters, parse_amount
 from conftest import CONFIGS
 from strategies import block_mappings
@@ -91,6 +95,44 @@ def test_formula_equals_arrays_for_random_configs(block, with_model, tie):
     for c in result.components:
         if c.kind == "tensor" and c.keys:
             assert c.count == sum(layer0[k].size for k in c.keys if k in layer0)
+
+
+def test_a_block_holds_exactly_the_declared_shapes_count_reconciles_with():
+    # count never builds a block: it trusts that a block's parameters are the declared shapes, so a
+    # block given any other set (a key missing or extra, a shape off) must refuse to exist
+    from blockcli.config import InputError
+    from blockcli.shapes import block_parameter_shapes
+
+    cfg = load_config("configs/gqa-swiglu-rope.yaml")
+    params = DecoderBlock.from_config(cfg).params
+    assert {k: v.shape for k, v in params.items()} == block_parameter_shapes(cfg.block)
+    wrong_shape = {**params, "w_k": params["w_k"][:, :-1]}
+    missing = {k: v for k, v in params.items() if k != "w_3"}
+    extra = {**params, "w_extra": params["w_1"]}
+    for weights, named in ((wrong_shape, "w_k"), (missing, "w_3"), (extra, "w_extra")):
+        with pytest.raises(InputError, match=named):
+            DecoderBlock(cfg.block, weights)
+
+
+NO_NUMPY_RUN = """
+import sys
+from blockcli.cli import main
+sys.argv = ["blockcli", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as stop:
+    print(f"exit {stop.code}", "numpy" in sys.modules, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("args", [["gpt2", "--json"], ["gpt2"], ["llama-3.1-8b", "--json", "--train"],
+                                  ["tests/fixtures/hf/llama/config.json", "--json"], ["configs/tiny-gpt.yaml"]])
+def test_count_imports_no_numpy(args):
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", NO_NUMPY_RUN, "count", *args], capture_output=True, text=True,
+                          cwd=root, timeout=60)
+    assert proc.stderr.splitlines()[-1] == "exit 0 False", proc.stderr
+    assert json.loads(proc.stdout)["reconciled"]["match"] if "--json" in args else "match" in proc.stdout
 
 
 def test_large_model_is_counted_from_declared_shapes_without_allocating():

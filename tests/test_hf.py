@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from blockcli.config import ConfigError, load_config
+from blockcli.config import ConfigError
+from blockcli.sources import load_config
 from blockcli.count import count_parameters
 from blockcli.hf import config_from_hf, hf_to_mapping, to_yaml
 from conftest import config_error_message
@@ -1162,7 +1163,12 @@ def test_allow_field_accepts_an_unknown_field_and_says_so(tmp_path: Path) -> Non
     assert config.block == config_from_hf(write_json(tmp_path, LLAMA_2_7B, "plain.json")).block
     assert len(config.notes) == 1 and "field 'fancy_new_thing' accepted unchecked" in config.notes[0]
     known = config_from_hf(write_json(tmp_path, LLAMA_2_7B, "known.json"), allow_fields=("rms_norm_eps",))
-    assert known.notes == ()  # a known field is mapped as usual, not "accepted unchecked"
+    assert known.block == config.block  # a known field is mapped as usual, not "accepted unchecked" ...
+    assert known.notes == (f"{tmp_path / 'known.json'}: --allow-field rms_norm_eps: blockcli already reads this "
+                           f"field, so it allows nothing",)  # ... and the user hears that the flag did nothing
+    absent = config_from_hf(write_json(tmp_path, LLAMA_2_7B, "absent.json"), allow_fields=("fancy_new_thnig",))
+    assert absent.notes == (f"{tmp_path / 'absent.json'}: --allow-field fancy_new_thnig: no such field in this "
+                            f"config.json, so it allows nothing",)
 
 
 STARCODER2_7B = {  # https://huggingface.co/bigcode/starcoder2-7b/blob/main/config.json
@@ -1292,6 +1298,29 @@ def test_falcon_new_decoder_architecture_has_two_norms_and_grouped_kv(tmp_path: 
 ])
 def test_falcon_fields_it_cannot_represent(tmp_path: Path, base: dict, changes: dict, field: str) -> None:
     assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(base, **changes)))
+
+
+def _count_json(args: list[str], stdin: str | None = None) -> tuple[int, dict | None, str]:
+    run = subprocess.run([sys.executable, "-m", "blockcli", "count", *args, "--json"], input=stdin, text=True,
+                         capture_output=True, timeout=120)
+    return run.returncode, json.loads(run.stdout) if run.returncode == 0 else None, run.stderr
+
+
+def test_a_config_json_on_standard_input_is_read_as_one():
+    data = {"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2, "vocab_size": 100, "n_positions": 32}
+    code, counted, stderr = _count_json(["-"], json.dumps(data, indent=2))
+    assert (code, stderr) == (0, "")
+    d, v, p, layers = 64, 100, 32, 2
+    per_block = 2 * 2 * d + 3 * d * d + 3 * d + d * d + d + 4 * d * d + 4 * d + 4 * d * d + d  # GPT-2, by hand
+    assert counted["total"] == v * d + p * d + layers * per_block + 2 * d  # tied head, final LayerNorm
+
+
+def test_standard_input_still_reads_yaml_and_a_broken_config_json_names_its_field():
+    code, counted, _ = _count_json(["-"], "block: {d_model: 64, n_heads: 4, d_ff: 256}\n")
+    assert code == 0 and counted["total"] == 2 * 2 * 64 + 4 * (64 * 64 + 64) + 64 * 256 + 256 + 256 * 64 + 64
+    code, _, stderr = _count_json(["-"], '{"model_type": "gpt2", "n_embd": 64}')
+    assert code == 2 and stderr.strip() == ("blockcli: error: <stdin>: field 'n_head' is missing; "
+                                            "a GPT-2 config.json needs it")
 
 
 # --------------------------------------------------------------------------- mixtures of experts

@@ -479,7 +479,7 @@ def test_yaml_shape_matches_hand_formula_inputs(name, published, hand, shape):
 
 @pytest.mark.parametrize("name, published, hand, shape", CASES)
 def test_blockcli_counts_published_figure(name, published, hand, shape):
-    from blockcli.config import load_config
+    from blockcli.sources import load_config
     from blockcli.count import count_parameters
 
     total = count_parameters(load_config(name)).total
@@ -506,7 +506,7 @@ ACTIVE = [
 
 @pytest.mark.parametrize("name, active, hand", ACTIVE)
 def test_blockcli_counts_active_parameters_per_token(name, active, hand):
-    from blockcli.config import load_config
+    from blockcli.sources import load_config
     from blockcli.count import count_parameters
 
     assert count_parameters(load_config(name)).active_total == active == hand

@@ -72,7 +72,8 @@ def test_mutants_not_applicable_to_a_config_are_listed_not_failed():
     result = runner.invoke(app, ["verify", str(ROOT / "configs" / "gqa-swiglu-rope.yaml"), "--mutants", "--json"])
     assert result.exit_code == 0
     data = json.loads(result.stdout)
-    assert [m["name"] for m in data["not_applicable"]] == ["count-forgets-biases", "router-softmax-token-axis",
+    assert [m["name"] for m in data["not_applicable"]] == ["mla-rope-on-nope", "mla-latent-norm-skipped",
+                                                           "count-forgets-biases", "router-softmax-token-axis",
                                                            "router-wrong-k", "router-no-renormalize",
-                                                           "shared-expert-dropped"]  # no mixture of experts
+                                                           "shared-expert-dropped"]  # no latent, no experts
     assert all(m["caught_by"] for m in data["mutants"])

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from blockcli.block import DecoderBlock
 from blockcli.cli import app
-from blockcli.config import load_config, parse_config
+from blockcli.config import parse_config
+from blockcli.sources import load_config
 from blockcli.sizing import activation_terms, parse_size, state_bytes, states_per_device
 from blockcli.trace import run_trace
 from conftest import ROOT

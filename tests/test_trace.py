@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 import reference as ref
 from blockcli.block import DecoderBlock
 from blockcli.cli import app
-from blockcli.config import load_config, parse_config
+from blockcli.config import parse_config
+from blockcli.sources import load_config
 from blockcli.trace import _causal_fraction, analytic_trace, collapse_layers, run_trace, with_run
 from conftest import ROOT
 from strategies import block_mappings
@@ -312,7 +313,7 @@ def test_a_traced_pass_imports_no_module_while_its_peak_is_measured():
     script = f"""
 import sys, tracemalloc
 sys.path.insert(0, {str(ROOT)!r})
-from blockcli.config import load_config
+from blockcli.sources import load_config
 from blockcli.trace import run_trace, with_run
 seen = {{}}
 start, stop = tracemalloc.start, tracemalloc.stop

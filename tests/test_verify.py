@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from typer.testing import CliRunner
 
 from blockcli.cli import app
-from blockcli.config import load_config, parse_config
+from blockcli.config import parse_config
+from blockcli.sources import load_config
 from blockcli.mutants import MUTANTS
 from blockcli.verify import NAMES, verify
 from conftest import CONFIGS
@@ -41,9 +42,13 @@ MEANT = {
     "mask-hides-diagonal": {4, 9}, "no-mask": {4, 8}, "missing-wo": {5}, "heads-wrong-order": {5},
     "residual-broadcast": {6, 8}, "norm-time-axis": {7, 8}, "norm-batch-axis": {7},
     "unscaled-scores": {12}, "softmax-no-max": {17}, "count-forgets-biases": {10}, "rope-wrong-layout": {12},
+    "mla-rope-on-nope": {12}, "mla-latent-norm-skipped": {12},
     "router-softmax-token-axis": {8, 11, 12, 15}, "router-wrong-k": {12, 18}, "router-no-renormalize": {12, 19},
     "shared-expert-dropped": {12},
 }
+# DeepSeek-V2-Lite's attention shape, small: full Q projection (first bug) or Q through its latent (second)
+_LATENT = {"d_model": 48, "n_heads": 4, "d_ff": 64, "norm": "rmsnorm", "activation": "swiglu", "bias": False,
+           "rope": True, "mla": {"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8}}
 MOE = {"block": {"d_model": 16, "n_heads": 2, "activation": "swiglu", "bias": False, "norm": "rmsnorm",
                  "moe": {"n_experts": 4, "top_k": 2, "d_expert": 8, "renormalize": True, "d_shared": 6,
                          "shared_gate": True}}}
@@ -51,6 +56,8 @@ MOE_MUTANTS = ("router-softmax-token-axis", "router-wrong-k", "router-no-renorma
 # A bug that cannot show in the default config (RoPE off) is tried on one where it can.
 SUBJECT = {"rope-wrong-layout": {"block": {"d_model": 64, "n_heads": 4, "d_ff": 96, "rope": True,
                                            "rope_layout": "interleaved"}},
+           "mla-rope-on-nope": {"block": _LATENT},
+           "mla-latent-norm-skipped": {"block": {**_LATENT, "mla": {**_LATENT["mla"], "q_lora_rank": 12}}},
            **{name: MOE for name in MOE_MUTANTS}}
 # Items a bug cannot touch: structure (1), the output shape (14), the count (10) for bugs in the
 # forward pass, and float32 agreement (13) for every bug whose output stays finite.
@@ -112,10 +119,11 @@ def test_mutant_matrix_and_listing():
     assert result.exit_code == 0
     data = json.loads(result.stdout)
     rows = {m["name"]: set(m["caught_by"]) for m in data["mutants"]}
-    # the default block has no RoPE and no mixture of experts
-    assert [m["name"] for m in data["not_applicable"]] == ["rope-wrong-layout", *MOE_MUTANTS]
+    # the default block has no RoPE, no latent attention and no mixture of experts
+    latent = ["mla-rope-on-nope", "mla-latent-norm-skipped"]
+    assert [m["name"] for m in data["not_applicable"]] == ["rope-wrong-layout"] + latent + list(MOE_MUTANTS)
     for name, meant in MEANT.items():
-        assert name in ("rope-wrong-layout", *MOE_MUTANTS) or meant <= rows[name]
+        assert name in ["rope-wrong-layout"] + latent + list(MOE_MUTANTS) or meant <= rows[name]
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])

@@ -1,0 +1,26 @@
+"""Every model family blockcli reads, as data: `FAMILIES[model_type]` is a `Family`.
+
+A family is one table row in the module of its lineage (Llama's relatives share llama.py):
+
+    Family("qwen3", "Qwen3", _qwen3, LLAMA, TRAINING_ONLY)
+
+- `read` maps the config.json fields onto blockcli's `block` and `model` sections through
+  `Fields`, which records every key it looks at. Most families are a few lines on a shared
+  builder (`gated_rms` for the Llama-like blocks); every key is mapped, accepted at a neutral
+  value with the reason (`f.neutral`), ignored on purpose (`ignored`, or `f.ignore` with a
+  comment), or refused: hf.py refuses any key left unread, naming it.
+- `tensors` lists the checkpoint's tensor names against blockcli's parameter keys, with the
+  layout each is stored in (blockcli/tensor_names.py explains the layouts).
+
+Adding a family: write its `read` (defaults are the transformers config class's), its TensorMap
+(or reuse a sibling's), add the row, and list the module below if it is new.
+"""
+
+from __future__ import annotations
+
+from blockcli.families import cohere, falcon, gpt2, gpt_neox, gptj, llama, moe, opt, phi, phi3, stablelm, starcoder2
+from blockcli.families.common import Family
+
+_MODULES = (gpt2, opt, gpt_neox, llama, starcoder2, gptj, phi, phi3, cohere, stablelm, falcon, moe)
+
+FAMILIES: dict[str, Family] = {family.model_type: family for module in _MODULES for family in module.FAMILIES}

@@ -1,0 +1,282 @@
+"""Pieces the family maps share: `Family`, activations, RoPE parameters, windows, the Llama-like block."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from blockcli.config import ConfigError
+from blockcli.families.fields import Fields
+from blockcli.tensor_names import TensorMap
+
+TRAINING_ONLY = frozenset({"attention_dropout"})  # the Llama-like families' one field that acts in training only
+
+
+@dataclass(frozen=True)
+class Family:
+    """One `model_type`: how its config.json maps onto blockcli's schema and how its checkpoints name tensors."""
+
+    model_type: str
+    title: str  # as people write it, for messages ("Qwen2")
+    read: Callable[[Fields], tuple[dict, dict]]  # config.json → blockcli's `block` and `model` sections
+    tensors: TensorMap
+    ignored: frozenset[str] = frozenset()  # fields that cannot change the network, beyond COMMON_IGNORED
+
+
+# Activation names (HF ACT2FN keys) → blockcli names, for plain (non-gated) MLPs.
+PLAIN_ACTIVATIONS = {
+    "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
+    "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu",
+}
+# For gated MLPs act(x·W_gate) * (x·W_up): which act gives which blockcli gated activation.
+GATED_ACTIVATIONS = {
+    "silu": "swiglu", "swish": "swiglu",
+    "gelu_pytorch_tanh": "geglu", "gelu_new": "geglu", "gelu_fast": "geglu",
+}
+
+
+def plain_activation(f: Fields, key: str, default: str) -> str:
+    name = f.str(key, default)
+    if name not in PLAIN_ACTIVATIONS:
+        raise f.unrepresentable(key, name, "blockcli's activations are gelu_tanh (gelu_new, gelu_pytorch_tanh, "
+                                           "gelu_fast), gelu, relu and silu")
+    return PLAIN_ACTIVATIONS[name]
+
+
+def gated_activation(f: Fields, key: str, default: str, exact_gelu_is_tanh: bool = False) -> str:
+    name = f.str(key, default)
+    if exact_gelu_is_tanh and name == "gelu":
+        return "geglu"
+    if name not in GATED_ACTIVATIONS:
+        why = ("blockcli's gated activations are swiglu (silu) and geglu, whose GELU is the tanh approximation"
+               if name == "gelu" else "blockcli's gated activations are swiglu (silu) and geglu (tanh GELU)")
+        raise f.unrepresentable(key, name, why)
+    return GATED_ACTIVATIONS[name]
+
+
+# transformers' rope_scaling / rope_parameters keys → blockcli's block.rope_scaling fields
+_ROPE_SCALING_KEYS = {
+    "factor": "factor", "original_max_position_embeddings": "original_max_positions",
+    "low_freq_factor": "low_freq_factor", "high_freq_factor": "high_freq_factor", "beta_fast": "beta_fast",
+    "beta_slow": "beta_slow", "mscale": "mscale", "mscale_all_dim": "mscale_all_dim",
+    "attention_factor": "attention_factor", "truncate": "truncate", "short_factor": "short_factor",
+    "long_factor": "long_factor",
+}
+_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
+
+
+def rope_base(f: Fields, theta_keys: tuple[str, ...], default: float, fraction_keys: tuple[str, ...] = (),
+              fraction_default: float = 1.0, max_positions: int | None = None
+              ) -> tuple[float, float, dict[str, Any] | None]:
+    """(rope_theta, rotated fraction, block.rope_scaling or None) from top-level keys and the
+    scaling dict: `rope_scaling` (transformers 4) or `rope_parameters` (transformers 5)."""
+    theta = first_of(f, theta_keys, lambda k: f.float(k, low=0.0, high=1e12), default)
+    fraction = first_of(f, fraction_keys, lambda k: f.float(k, low=0.0, high=1.0, low_open=False), fraction_default)
+    scaling = None
+    for key in ("rope_scaling", "rope_parameters"):
+        params = f.raw(key, None)
+        if params is None:
+            continue
+        if not isinstance(params, Mapping):
+            raise f.invalid(key, params, "an object")
+        inner = Fields(params, f.where, f.family)
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        inner.ignore("rope_type", "type")
+        if rope_type not in _ROPE_TYPES:
+            raise f.unrepresentable(key, dict(params), f"rope_type {rope_type!r}: blockcli's RoPE scalings are "
+                                                       f"{', '.join(_ROPE_TYPES[1:])}")
+        if key == "rope_parameters":  # transformers 5 keeps the base and the fraction here too
+            got_theta = inner.float("rope_theta", theta, low=0.0, high=1e12)
+            got_fraction = inner.float("partial_rotary_factor", fraction, low=0.0, high=1.0, low_open=False)
+            for name, top, nested in (("rope_theta", theta, got_theta), ("partial_rotary_factor", fraction, got_fraction)):
+                if f.has(name) and name in theta_keys + fraction_keys and top != nested:
+                    raise f.unrepresentable(f"rope_parameters.{name}", nested, f"it disagrees with the top-level '{name}'")
+            theta, fraction = got_theta, got_fraction
+        found = _rope_scaling(f, key, params, inner, rope_type, max_positions)
+        for name, value in params.items():
+            if name not in inner.used:
+                raise f.unrepresentable(f"{key}.{name}", value, "not a RoPE parameter blockcli knows")
+        if found is not None and scaling is not None and found != scaling:
+            raise f.unrepresentable("rope_parameters", dict(params), "it disagrees with rope_scaling")
+        scaling = found or scaling
+    return theta, fraction, scaling
+
+
+def _rope_scaling(f: Fields, key: str, params: Mapping[str, Any], inner: Fields, rope_type: str,
+                  max_positions: int | None) -> dict[str, Any] | None:
+    """One scaling dict onto block.rope_scaling, with transformers' defaults filled in."""
+    if rope_type == "default":
+        return None
+    out: dict[str, Any] = {"type": rope_type}
+    for name, field_name in _ROPE_SCALING_KEYS.items():
+        value = params.get(name)
+        inner.used.add(name)
+        if value is None:
+            continue
+        if name == "truncate":
+            out[field_name] = inner.bool(name)
+        elif name in ("short_factor", "long_factor"):
+            if not isinstance(value, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                      for x in value):
+                raise f.invalid(f"{key}.{name}", value, "an array of numbers")
+            out[field_name] = [float(x) for x in value]
+        elif name == "original_max_position_embeddings":
+            out[field_name] = inner.int(name)
+        else:
+            out[field_name] = inner.float(name, low=0.0, high=1e6, low_open=name not in ("mscale", "mscale_all_dim",
+                                                                                         "attention_factor"))
+    if rope_type == "dynamic" and max_positions is not None:
+        # transformers' dynamic NTK always scales past max_position_embeddings (an
+        # original_max_position_embeddings in the dict is ignored there, so here too)
+        out["original_max_positions"] = max_positions
+    elif "original_max_positions" not in out and rope_type in ("longrope", "llama3", "yarn"):
+        # Phi-3 keeps the original length at the top level; otherwise transformers falls back to
+        # max_position_embeddings
+        top = f.int("original_max_position_embeddings", max_positions) if rope_type == "longrope" else max_positions
+        if top is not None:
+            out["original_max_positions"] = top
+    if rope_type == "longrope" and "factor" not in out and max_positions and out.get("original_max_positions"):
+        out["factor"] = max_positions / out["original_max_positions"]  # as transformers derives it
+    return out
+
+
+def first_of(f: Fields, keys: tuple[str, ...], read: Callable[[str], Any], default: Any) -> Any:
+    """Read the first present of several alias keys; every alias present must agree."""
+    found = [(k, read(k)) for k in keys if f.data.get(k) is not None]
+    f.ignore(*keys)
+    if not found:
+        return default
+    for key, value in found[1:]:
+        if value != found[0][1]:
+            raise f.unrepresentable(key, f.data[key], f"it disagrees with '{found[0][0]}' = {f.data[found[0][0]]!r}")
+    return found[0][1]
+
+
+def divides(f: Fields, width_key: str, width: int, heads_key: str, heads: int) -> int:
+    if width % heads:
+        raise ConfigError(f"{f.where}: field '{heads_key}' = {heads} does not divide '{width_key}' = {width} "
+                          f"(a {f.family} model needs whole heads)")
+    return width // heads
+
+
+def window_width(f: Fields, key: str, window: Any, max_positions: int) -> int:
+    """An active sliding window as block.sliding_window; 0 when it is too wide to ever bind."""
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise f.invalid(key, window, "a positive integer or null")
+    return 0 if window >= max_positions else window
+
+
+def bias_groups(qkv: bool, out: bool, mlp: bool, norm: bool) -> bool | dict[str, bool]:
+    groups = {"qkv": qkv, "out": out, "mlp": mlp, "norm": norm}
+    return qkv if len(set(groups.values())) == 1 else groups
+
+
+def model_section(n_layers: int, vocab: int, positions: str, max_positions: int, tie: bool,
+                  final_norm: bool = True, position_offset: int = 0) -> dict[str, Any]:
+    model: dict[str, Any] = {"n_layers": n_layers, "vocab_size": vocab, "positions": positions,
+                             "max_positions": max_positions}
+    if positions == "learned":
+        model["position_offset"] = position_offset
+    model.update(tie_embeddings=tie, final_norm=final_norm, lm_head_bias=False)
+    return model
+
+
+def gated_rms(f: Fields, activation: Callable[[Fields], str], *, kv_default: int | None,
+              tie_default: bool, head_dim_default: int | None = None, qkv_bias: bool | None = None,
+              out_bias: bool | None = None, mlp_bias: bool | None = None, eps_default: float = 1e-6,
+              fraction_keys: tuple[str, ...] = ()) -> tuple[dict, dict]:
+    """Llama, Mistral, Qwen2, Gemma: RMSNorm, gated MLP, RoPE over the whole head.
+
+    A bias argument of None means "read it from the config" (`attention_bias` for q/k/v and o,
+    `mlp_bias`); a bool fixes it for the family (Qwen2: q/k/v yes, o no). RMSNorm has no shift.
+    `kv_default` is the HF config class's default for an absent `num_key_value_heads` (None:
+    the number of query heads); an explicit null always means "as many as query heads".
+    `fraction_keys` name the field of a family that rotates only part of each head (default: all).
+    """
+    d = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    if f.has("num_key_value_heads") or kv_default is None:
+        kv = f.int("num_key_value_heads", heads)
+    else:
+        kv = f.int("num_key_value_heads", kv_default)
+    if heads % kv:
+        raise ConfigError(f"{f.where}: field 'num_key_value_heads' = {kv} does not divide "
+                          f"'num_attention_heads' = {heads}")
+    if f.data.get("head_dim") is not None or head_dim_default is not None:
+        head_dim = f.int("head_dim", head_dim_default)
+    else:
+        f.ignore("head_dim")
+        head_dim = divides(f, "hidden_size", d, "num_attention_heads", heads)
+    theta, fraction, scaling = rope_base(f, ("rope_theta",), 10000.0, fraction_keys,
+                                         max_positions=f.int("max_position_embeddings"))
+    attention_bias = f.bool("attention_bias", False) if qkv_bias is None else qkv_bias
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
+        "d_ff": f.int("intermediate_size"), "norm": "rmsnorm", "norm_eps": f.float("rms_norm_eps", eps_default),
+        "activation": activation(f),
+        "bias": bias_groups(attention_bias, attention_bias if out_bias is None else out_bias,
+                            f.bool("mlp_bias", False) if mlp_bias is None else mlp_bias, False),
+        "placement": "pre", "rope": True if fraction == 1.0 else fraction, "rope_theta": theta,
+    }
+    if scaling:
+        block["rope_scaling"] = scaling
+    model = model_section(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", f.int("max_position_embeddings"),
+                          f.bool("tie_word_embeddings", tie_default))
+    return block, model
+
+
+def silu_gate(f: Fields) -> str:
+    return gated_activation(f, "hidden_act", "silu")
+
+
+def layer_types(f: Fields, n_layers: int) -> bool | None:
+    """transformers >= 4.53 `layer_types`: whether the layers use sliding attention (None if absent)."""
+    types = f.raw("layer_types", None)
+    if types is None:
+        return None
+    if not isinstance(types, list) or len(types) != n_layers:
+        raise f.invalid("layer_types", types, f"an array of {n_layers} layer types")
+    for item in types:
+        if item not in ("full_attention", "sliding_attention"):
+            raise f.unrepresentable("layer_types", item, "blockcli's layers use full or sliding-window attention")
+    if len(set(types)) > 1:
+        raise f.unrepresentable("layer_types", types, "some layers slide and some do not; blockcli's layers are all "
+                                                      "alike")
+    return types[0] == "sliding_attention"
+
+
+def apply_window(f: Fields, block: dict, model: dict, active: bool, default: int | None = None) -> None:
+    """block.sliding_window when the config turns the window on; `default` is the config class's
+    window for an absent `sliding_window` key (an explicit null means no window)."""
+    window = f.raw("sliding_window", None) if f.has("sliding_window") else default
+    f.ignore("sliding_window")
+    if not active:
+        return
+    if window is None:
+        raise f.invalid("sliding_window", window, "a window size, since this config turns sliding attention on")
+    width = window_width(f, "sliding_window", window, model["max_positions"])
+    if width:
+        block["sliding_window"] = width
+
+
+def window_by_key(f: Fields, block: dict, model: dict, default: int | None) -> None:
+    """Families whose window is on whenever `sliding_window` is not null (Mistral, StarCoder2)."""
+    window_on = f.data.get("sliding_window") is not None if f.has("sliding_window") else default is not None
+    apply_window(f, block, model, window_on, default)
+
+
+def kv_heads(f: Fields, heads: int, default: int) -> int:
+    """`num_key_value_heads` (`default` when absent or null), which must divide the query heads."""
+    kv = f.int("num_key_value_heads", default)
+    if heads % kv:
+        raise ConfigError(f"{f.where}: field 'num_key_value_heads' = {kv} does not divide "
+                          f"'num_attention_heads' = {heads}")
+    return kv
+
+
+def rotating(rotated: int, head_dim: int) -> float:
+    """The fraction block.rope for exactly `rotated` dims: int(head_dim * fraction) == rotated (the
+    plain quotient can land a hair below, e.g. 30/44·44 = 29.999…)."""
+    fraction = rotated / head_dim
+    return fraction if int(head_dim * fraction) == rotated else math.nextafter(fraction, 2.0)

@@ -1,0 +1,160 @@
+"""Typed, recorded access to a config.json object's fields, and the fields every family shares."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from blockcli.config import MAX_SIZE, ConfigError
+
+MISSING = object()
+
+
+# Keys every PretrainedConfig may carry that never change the network: bookkeeping, token ids,
+# task heads' labels, generation settings. Ignored for every family.
+COMMON_IGNORED = frozenset({
+    "_name_or_path", "architectures", "auto_map", "model_type", "transformers_version", "torch_dtype",
+    "dtype", "use_cache", "initializer_range", "bos_token_id", "eos_token_id", "pad_token_id",
+    "sep_token_id", "unk_token_id", "decoder_start_token_id", "tokenizer_class", "prefix",
+    "task_specific_params", "id2label", "label2id", "num_labels", "problem_type", "finetuning_task",
+    "return_dict", "output_attentions", "output_hidden_states", "torchscript", "use_return_dict",
+    "is_decoder", "tie_encoder_decoder", "chunk_size_feed_forward", "gradient_checkpointing",
+    "_commit_hash", "_attn_implementation", "_attn_implementation_autoset",
+    # generation defaults stored in older config.json files
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+    "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+    "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
+    "suppress_tokens", "begin_suppress_tokens",
+    # metadata of exporters and converters, never read by the modelling code
+    "transformers.js_config", "is_llama_config",
+})
+
+
+# Keys accepted only at the value that means "a plain decoder-only LM"; anything else is an error.
+COMMON_NEUTRAL: dict[str, tuple[Any, str]] = {
+    "is_encoder_decoder": (False, "blockcli models decoder-only stacks"),
+    "add_cross_attention": (False, "blockcli's blocks have no cross-attention"),
+    "pruned_heads": ({}, "blockcli gives every layer the same number of heads"),
+    "quantization_config": (None, "blockcli counts and runs unquantized weights"),
+}
+
+
+def json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, (int, float)):
+        text = str(value)
+        return f"a number ({text if len(text) <= 24 else text[:8] + f'... ({len(text)} characters)'})"
+    if isinstance(value, str):
+        return f"a string ({short(value)})"
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
+
+
+def short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class Fields:
+    """Typed access to the JSON object's keys; remembers which keys were looked at."""
+
+    def __init__(self, data: Mapping[str, Any], where: str, family: str) -> None:
+        self.data, self.where, self.family = data, where, family
+        self.used: set[str] = set()
+        self.notes: list[str] = []
+
+    # -- errors
+
+    def unrepresentable(self, key: str, value: Any, why: str) -> ConfigError:
+        return ConfigError(f"{self.where}: field '{key}' = {short(value)} cannot be represented in "
+                           f"blockcli's schema ({why})")
+
+    def invalid(self, key: str, value: Any, expected: str) -> ConfigError:
+        return ConfigError(f"{self.where}: field '{key}': expected {expected}, got {json_kind(value)}")
+
+    # -- access
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def raw(self, key: str, default: Any = MISSING, why: str = "") -> Any:
+        """The value; `default` when absent (or null, when the default is not MISSING)."""
+        self.used.add(key)
+        value = self.data.get(key)
+        if value is None:
+            if default is MISSING:
+                what = "missing" if key not in self.data else "null"
+                raise ConfigError(f"{self.where}: field '{key}' is {what}; a {self.family} config.json "
+                                  f"needs it{f' ({why})' if why else ''}")
+            return default
+        return value
+
+    def int(self, key: str, default: Any = MISSING, why: str = "", minimum: int = 1) -> int:
+        value = self.raw(key, default, why)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 4096.0 from some JSON writers
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.invalid(key, value, "an integer")
+        if value < minimum:
+            raise self.invalid(key, value, f"an integer >= {minimum}")
+        if value > MAX_SIZE:
+            raise self.invalid(key, value, f"an integer <= {MAX_SIZE:,}")
+        return value
+
+    def float(self, key: str, default: Any = MISSING, low: float = 0.0, high: float = 1.0,
+              low_open: bool = True) -> float:
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.invalid(key, value, "a number")
+        try:
+            value = float(value)
+        except OverflowError:  # an integer beyond the float range
+            raise self.invalid(key, value, f"a number in ({low:g}, {high:g}]") from None
+        if not math.isfinite(value) or (value <= low if low_open else value < low) or value > high:
+            raise self.invalid(key, value, f"a number in {'(' if low_open else '['}{low:g}, {high:g}]")
+        return value
+
+    def bool(self, key: str, default: Any = MISSING) -> bool:
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise self.invalid(key, value, "true or false")
+        return value
+
+    def str(self, key: str, default: Any = MISSING) -> str:
+        value = self.raw(key, default)
+        if not isinstance(value, str):
+            raise self.invalid(key, value, "a string")
+        return value
+
+    def neutral(self, key: str, neutral: Any, why: str) -> None:
+        """Accept `key` only if absent or equal to `neutral` (null counts as absent when neutral is None)."""
+        self.used.add(key)
+        if key not in self.data:
+            return
+        value = self.data[key]
+        if value is None and neutral is None:
+            return
+        if isinstance(value, bool) != isinstance(neutral, bool) or value != neutral:
+            raise self.unrepresentable(key, value, why)
+
+    def ignore(self, *keys: str) -> None:
+        self.used.update(keys)
+
+    def check_leftovers(self, ignored: frozenset[str]) -> None:
+        for key, (neutral, why) in COMMON_NEUTRAL.items():
+            if key not in self.used:
+                self.neutral(key, neutral, why)
+        for key, value in self.data.items():
+            if key not in self.used and key not in ignored and key not in COMMON_IGNORED:
+                raise self.unrepresentable(
+                    key, value, f"not a field blockcli knows for a {self.family} config; it might change "
+                                f"the architecture, so it is not ignored; --allow-field {key} accepts it at your "
+                                f"own risk")

@@ -1,0 +1,104 @@
+"""GPT-2 and GPTBigCode (SantaCoder, StarCoder): learned positions, LayerNorm, a plain MLP; GPTBigCode
+stores nn.Linear layers and has multi-query attention.
+"""
+
+from __future__ import annotations
+
+from blockcli.families.common import Family, divides, model_section, plain_activation
+from blockcli.families.fields import Fields
+from blockcli.tensor_names import GROUPED_QKV, LINEAR, QKV, QKV_BIAS, SPLIT, TensorMap, tensor
+
+
+def _gpt2(f: Fields) -> tuple[dict, dict]:
+    d = f.int("n_embd")
+    heads = f.int("n_head")
+    head_dim = divides(f, "n_embd", d, "n_head", heads)
+    d_ff = f.int("n_inner", 4 * d)  # null means 4·n_embd
+    f.neutral("scale_attn_weights", True, "blockcli always scales attention scores by 1/sqrt(head_dim)")
+    f.neutral("scale_attn_by_inverse_layer_idx", False, "blockcli's blocks do not depend on the layer index")
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": heads, "head_dim": head_dim, "d_ff": d_ff,
+        "norm": "layernorm", "norm_eps": f.float("layer_norm_epsilon", 1e-5),
+        "activation": plain_activation(f, "activation_function", "gelu_new"),
+        "bias": True, "placement": "pre", "rope": False,
+    }
+    model = model_section(f.int("n_layer"), f.int("vocab_size"), "learned", f.int("n_positions"),
+                          f.bool("tie_word_embeddings", True))
+    return block, model
+
+
+def _gpt_bigcode(f: Fields) -> tuple[dict, dict]:
+    """GPTBigCode (SantaCoder, StarCoder): GPT-2's block (learned positions, LayerNorm, biases everywhere,
+    plain MLP; nn.Linear rather than Conv1D, which only the tensor map sees) with multi-query attention,
+    one K/V head, unless `multi_query` is false."""
+    block, model = _gpt2(f)
+    kv = 1 if f.bool("multi_query", True) else block["n_heads"]
+    # transformers 5 writes the K/V head count multi_query implies; its modelling code reads multi_query only
+    f.neutral("num_key_value_heads", kv, f"GPTBigCode has {kv} K/V head(s) when multi_query is "
+                                         f"{str(kv == 1).lower()}; it has no grouped-query attention")
+    block["n_kv_heads"] = kv
+    return block, model
+
+
+GPT2 = TensorMap("transformer.", (
+    tensor("wte", "wte.weight"),
+    tensor("wpe", "wpe.weight"),
+    tensor("blocks.{i}.ln1_gamma", "h.{i}.ln_1.weight"),
+    tensor("blocks.{i}.ln1_beta", "h.{i}.ln_1.bias"),
+    tensor(QKV, "h.{i}.attn.c_attn.weight", SPLIT),
+    tensor(QKV_BIAS, "h.{i}.attn.c_attn.bias", SPLIT),
+    tensor("blocks.{i}.w_o", "h.{i}.attn.c_proj.weight"),
+    tensor("blocks.{i}.b_o", "h.{i}.attn.c_proj.bias"),
+    tensor("blocks.{i}.ln2_gamma", "h.{i}.ln_2.weight"),
+    tensor("blocks.{i}.ln2_beta", "h.{i}.ln_2.bias"),
+    tensor("blocks.{i}.w_1", "h.{i}.mlp.c_fc.weight"),
+    tensor("blocks.{i}.b_1", "h.{i}.mlp.c_fc.bias"),
+    tensor("blocks.{i}.w_2", "h.{i}.mlp.c_proj.weight"),
+    tensor("blocks.{i}.b_2", "h.{i}.mlp.c_proj.bias"),
+    tensor("ln_f_gamma", "ln_f.weight"),
+    tensor("ln_f_beta", "ln_f.bias"),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+), buffers=("h.{i}.attn.bias", "h.{i}.attn.masked_bias"))
+
+# GPTBigCode (SantaCoder, StarCoder): GPT-2's names, but nn.Linear layers, and multi-query c_attn
+GPT_BIGCODE = TensorMap("transformer.", (
+    tensor("wte", "wte.weight"),
+    tensor("wpe", "wpe.weight"),
+    tensor("blocks.{i}.ln1_gamma", "h.{i}.ln_1.weight"),
+    tensor("blocks.{i}.ln1_beta", "h.{i}.ln_1.bias"),
+    tensor(QKV, "h.{i}.attn.c_attn.weight", GROUPED_QKV),
+    tensor(QKV_BIAS, "h.{i}.attn.c_attn.bias", GROUPED_QKV),
+    tensor("blocks.{i}.w_o", "h.{i}.attn.c_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_o", "h.{i}.attn.c_proj.bias"),
+    tensor("blocks.{i}.ln2_gamma", "h.{i}.ln_2.weight"),
+    tensor("blocks.{i}.ln2_beta", "h.{i}.ln_2.bias"),
+    tensor("blocks.{i}.w_1", "h.{i}.mlp.c_fc.weight", LINEAR),
+    tensor("blocks.{i}.b_1", "h.{i}.mlp.c_fc.bias"),
+    tensor("blocks.{i}.w_2", "h.{i}.mlp.c_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_2", "h.{i}.mlp.c_proj.bias"),
+    tensor("ln_f_gamma", "ln_f.weight"),
+    tensor("ln_f_beta", "ln_f.bias"),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
+
+FAMILIES = (
+    Family("gpt2", "GPT-2", _gpt2, GPT2, frozenset({
+        "n_ctx",  # legacy duplicate of n_positions, unused by HF GPT-2
+        "n_special",  # OpenAI GPT's count of special tokens, unused by HF GPT-2 (gpt2-medium's config has it)
+        "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",  # training-only dropout
+        "reorder_and_upcast_attn",  # numerics of fp16 training, same function
+        # GPT2DoubleHeadsModel / sequence-classification heads, not part of the LM
+        "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+    })),
+    Family("gpt_bigcode", "GPTBigCode", _gpt_bigcode, GPT_BIGCODE, frozenset({
+        "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",  # training-only dropout
+        # where the softmax runs in half-precision training; transformers' eager attention ignores both
+        "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32",
+        # settings of BigCode's own inference runner and exporter, never read by transformers
+        "inference_runner", "validate_runner_input", "max_batch_size", "max_sequence_length", "pad_key_length",
+        "pre_allocate_kv_cache", "n_ctx",
+        # sequence-classification / double-heads settings, not part of the LM
+        "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+    })),
+)

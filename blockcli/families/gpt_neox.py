@@ -1,0 +1,68 @@
+"""GPT-NeoX (Pythia): parallel attention and MLP on two norms, partial rotary, per-head fused QKV.
+"""
+
+from __future__ import annotations
+
+from blockcli.families.common import Family, bias_groups, divides, model_section, plain_activation, rope_base
+from blockcli.families.fields import Fields
+from blockcli.tensor_names import GROUPED_QKV, LINEAR, QKV, QKV_BIAS, TensorMap, tensor
+
+
+def _neox(f: Fields) -> tuple[dict, dict]:
+    d = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    head_dim = divides(f, "hidden_size", d, "num_attention_heads", heads)
+    # GPTNeoXConfig takes its RoPE defaults from rotary_emb_base and rotary_pct only: a top-level
+    # rope_theta or partial_rotary_factor is never read by transformers, so not here either
+    f.ignore("rope_theta", "partial_rotary_factor")
+    theta, fraction, scaling = rope_base(f, ("rotary_emb_base",), 10000.0, ("rotary_pct",), 0.25,
+                                         f.int("max_position_embeddings"))
+    rotated = int(head_dim * fraction)
+    if rotated % 2:
+        raise f.unrepresentable("rotary_pct", fraction, f"it rotates {rotated} of {head_dim} dimensions per head; "
+                                                        f"rotary pairs need an even number")
+    attn_bias = f.bool("attention_bias", True)
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": heads, "head_dim": head_dim,
+        "d_ff": f.int("intermediate_size"), "norm": "layernorm", "norm_eps": f.float("layer_norm_eps", 1e-5),
+        "activation": plain_activation(f, "hidden_act", "gelu"),
+        "bias": bias_groups(attn_bias, attn_bias, True, True),
+        "placement": "parallel" if f.bool("use_parallel_residual", True) else "pre",
+        "rope": fraction if rotated else False,
+    }
+    if rotated:
+        block["rope_theta"] = theta
+        if scaling:
+            block["rope_scaling"] = scaling
+    model = model_section(f.int("num_hidden_layers"), f.int("vocab_size"), "rope" if rotated else "none",
+                          f.int("max_position_embeddings"), f.bool("tie_word_embeddings", False))
+    return block, model
+
+
+GPT_NEOX = TensorMap("gpt_neox.", (
+    tensor("wte", "embed_in.weight"),
+    tensor("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight"),
+    tensor("blocks.{i}.ln1_beta", "layers.{i}.input_layernorm.bias"),
+    tensor(QKV, "layers.{i}.attention.query_key_value.weight", GROUPED_QKV),  # one K/V head per query head
+    tensor(QKV_BIAS, "layers.{i}.attention.query_key_value.bias", GROUPED_QKV),
+    tensor("blocks.{i}.w_o", "layers.{i}.attention.dense.weight", LINEAR),
+    tensor("blocks.{i}.b_o", "layers.{i}.attention.dense.bias"),
+    tensor("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
+    tensor("blocks.{i}.ln2_beta", "layers.{i}.post_attention_layernorm.bias"),
+    tensor("blocks.{i}.w_1", "layers.{i}.mlp.dense_h_to_4h.weight", LINEAR),
+    tensor("blocks.{i}.b_1", "layers.{i}.mlp.dense_h_to_4h.bias"),
+    tensor("blocks.{i}.w_2", "layers.{i}.mlp.dense_4h_to_h.weight", LINEAR),
+    tensor("blocks.{i}.b_2", "layers.{i}.mlp.dense_4h_to_h.bias"),
+    tensor("ln_f_gamma", "final_layer_norm.weight"),
+    tensor("ln_f_beta", "final_layer_norm.bias"),
+    tensor("lm_head", "embed_out.weight", LINEAR, top=True),
+), buffers=("layers.{i}.attention.bias", "layers.{i}.attention.masked_bias",
+            "layers.{i}.attention.rotary_emb.inv_freq"))
+
+
+FAMILIES = (
+    Family("gpt_neox", "GPT-NeoX", _neox, GPT_NEOX, frozenset({
+        "attention_dropout", "hidden_dropout", "classifier_dropout",  # training-only
+        "use_memory_efficient_attention",
+    })),
+)

@@ -1,0 +1,165 @@
+"""Llama and the families that share its module names: Mistral, Qwen2, Qwen3, Gemma, Granite, OLMo 2.
+
+All are `gated_rms` blocks (RMSNorm, gated MLP, RoPE over the whole head) with a few switches each.
+"""
+
+from __future__ import annotations
+
+import math
+
+from blockcli.families.common import (TRAINING_ONLY, Family, apply_window, gated_activation, gated_rms, layer_types,
+                                      silu_gate, window_by_key)
+from blockcli.families.fields import Fields
+from blockcli.tensor_names import LINEAR, TensorMap, tensor
+
+
+def _llama(f: Fields) -> tuple[dict, dict]:
+    f.ignore("pretraining_tp")  # splits the same matmuls into slices: the same function
+    # nanotron's exports (SmolLM2) say which RoPE layout they use; true would be GPT-J's interleaved pairs
+    f.neutral("rope_interleaved", False, "transformers' Llama rotates halves (i, i + r/2) whatever it says, so "
+                                         "interleaved-pair weights would not give the model it describes")
+    return gated_rms(f, silu_gate, kv_default=None, tie_default=False)
+
+
+def _mistral(f: Fields) -> tuple[dict, dict]:
+    block, model = gated_rms(f, silu_gate, kv_default=8, tie_default=False,
+                             qkv_bias=False, out_bias=False, mlp_bias=False)
+    # MistralForCausalLM masks by sliding_window alone (MistralConfig defaults it to 4096) and only
+    # warns about layer_types, which Ministral reads
+    f.ignore("layer_types")
+    window_by_key(f, block, model, default=4096)
+    return block, model
+
+
+def _qwen2(f: Fields) -> tuple[dict, dict]:
+    f.neutral("use_mrope", False, "multimodal RoPE (Qwen2-VL) splits positions over time, height and width")
+    block, model = gated_rms(f, silu_gate, kv_default=32, tie_default=False,
+                             qkv_bias=True, out_bias=False, mlp_bias=False)
+    _qwen_window(f, block, model)
+    return block, model
+
+
+def _qwen_window(f: Fields, block: dict, model: dict) -> None:
+    """Qwen2/Qwen3: `use_sliding_window` puts the window on layers max_window_layers and up."""
+    use_window = f.bool("use_sliding_window", False)
+    f.ignore("max_window_layers")  # read only when the window is on
+    sliding = layer_types(f, model["n_layers"])
+    if sliding is None and use_window:
+        first = f.int("max_window_layers", 28, minimum=0)
+        if 0 < first < model["n_layers"]:
+            raise f.unrepresentable("max_window_layers", first, f"the window applies to layers {first} and up only; "
+                                                                f"blockcli's layers are all alike")
+        sliding = first == 0
+    apply_window(f, block, model, bool(sliding), default=4096)  # Qwen2Config/Qwen3Config: sliding_window 4096
+
+
+def _qwen3(f: Fields) -> tuple[dict, dict]:
+    block, model = gated_rms(f, silu_gate, kv_default=32, tie_default=False, head_dim_default=128,
+                             mlp_bias=False)
+    block["qk_norm"] = "head"  # q_norm and k_norm: RMSNorm over each head's d_h, before RoPE
+    _qwen_window(f, block, model)
+    return block, model
+
+
+def _olmo2(f: Fields) -> tuple[dict, dict]:
+    """OLMo 2: Llama's gated MLP and RMSNorm, but each branch's output is normalised before its residual
+    add (no norm on the branch inputs), and Q and K are normalised over the whole projection."""
+    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False, mlp_bias=False, eps_default=1e-5)
+    block.update(placement="post_branch", qk_norm="projection")
+    return block, model
+
+
+def _gemma_gate(f: Fields) -> str:
+    """Which gated activation Gemma runs, where transformers' versions agree on it.
+
+    transformers 5 runs `hidden_act` (default gelu_pytorch_tanh; the legacy "gelu" of the original
+    releases means the tanh approximation) and ignores `hidden_activation`; transformers 4 ran
+    `hidden_activation`, or gelu_pytorch_tanh when it was absent. A config on which the two
+    disagree is refused, naming the field.
+    """
+    act = gated_activation(f, "hidden_act", "gelu_pytorch_tanh", exact_gelu_is_tanh=True)  # transformers 5
+    if f.data.get("hidden_activation") is None:
+        f.ignore("hidden_activation")
+        older = "geglu"  # transformers 4 without hidden_activation: gelu_pytorch_tanh
+    else:
+        older = gated_activation(f, "hidden_activation", "gelu_pytorch_tanh")
+    if act != older:
+        key = "hidden_activation" if f.data.get("hidden_activation") is not None else "hidden_act"
+        raise f.unrepresentable(key, f.data[key], "transformers 5 runs hidden_act (gelu_pytorch_tanh by default) and "
+                                                  "transformers 4 ran hidden_activation (gelu_pytorch_tanh by default): "
+                                                  "on this config they run different activations")
+    return act
+
+
+def _gemma(f: Fields) -> tuple[dict, dict]:
+    # transformers 5 writes `use_bidirectional_attention: null`; true would make attention non-causal
+    if f.data.get("use_bidirectional_attention") is not None:
+        f.neutral("use_bidirectional_attention", False, "blockcli's attention is causal")
+    f.ignore("use_bidirectional_attention")
+    block, model = gated_rms(f, _gemma_gate, kv_default=16, tie_default=True, head_dim_default=256, mlp_bias=False)
+    block["norm_unit_offset"] = True  # RMSNorm scales by (1 + w)
+    model["embedding_multiplier"] = math.sqrt(block["d_model"])
+    return block, model
+
+
+def _granite(f: Fields) -> tuple[dict, dict]:
+    """Granite: Llama with four scalars. Token embeddings times `embedding_multiplier`, each branch
+    output times `residual_multiplier` before its add, attention scores Q·Kᵀ times
+    `attention_multiplier` (in place of 1/√d_h; its default 1.0 is used as given), logits divided by
+    `logits_scaling` (`model.logit_multiplier` = 1 / logits_scaling)."""
+    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False)
+    block["attention_scale"] = f.float("attention_multiplier", 1.0, high=1e6)
+    block["residual_multiplier"] = f.float("residual_multiplier", 1.0, high=1e6)
+    model["embedding_multiplier"] = f.float("embedding_multiplier", 1.0, high=1e6)
+    model["logit_multiplier"] = 1.0 / f.float("logits_scaling", 1.0, low=1e-6, high=1e6)
+    return block, model
+
+
+# Llama, Mistral, Qwen2, Qwen3, Gemma, Granite and Cohere (with no post_attention_layernorm) share their
+# module names; Gemma's norm weights are the
+# offset w of its (1 + w) scale, which `block.norm_unit_offset` says.
+LLAMA = TensorMap("model.", (
+    tensor("wte", "embed_tokens.weight"),
+    tensor("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight"),
+    *(tensor(f"blocks.{{i}}.w_{x}", f"layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkvo"),
+    *(tensor(f"blocks.{{i}}.b_{x}", f"layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkvo"),
+    tensor("blocks.{i}.q_norm_gamma", "layers.{i}.self_attn.q_norm.weight"),  # qwen3, olmo2
+    tensor("blocks.{i}.k_norm_gamma", "layers.{i}.self_attn.k_norm.weight"),  # qwen3, olmo2
+    tensor("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
+    tensor("blocks.{i}.w_1", "layers.{i}.mlp.gate_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_1", "layers.{i}.mlp.gate_proj.bias"),
+    tensor("blocks.{i}.w_3", "layers.{i}.mlp.up_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_3", "layers.{i}.mlp.up_proj.bias"),
+    tensor("blocks.{i}.w_2", "layers.{i}.mlp.down_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_2", "layers.{i}.mlp.down_proj.bias"),
+    tensor("ln_f_gamma", "norm.weight"),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+), buffers=("layers.{i}.self_attn.rotary_emb.inv_freq",))
+
+# OLMo 2: Llama's names, but its two norms follow the branches (post_attention_layernorm normalises
+# the attention output, post_feedforward_layernorm the MLP's), and q/k norms span the projection
+OLMO2 = TensorMap("model.", (
+    tensor("wte", "embed_tokens.weight"),
+    *(tensor(f"blocks.{{i}}.w_{x}", f"layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkvo"),
+    *(tensor(f"blocks.{{i}}.b_{x}", f"layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkvo"),
+    tensor("blocks.{i}.q_norm_gamma", "layers.{i}.self_attn.q_norm.weight"),
+    tensor("blocks.{i}.k_norm_gamma", "layers.{i}.self_attn.k_norm.weight"),
+    tensor("blocks.{i}.ln1_gamma", "layers.{i}.post_attention_layernorm.weight"),
+    tensor("blocks.{i}.w_1", "layers.{i}.mlp.gate_proj.weight", LINEAR),
+    tensor("blocks.{i}.w_3", "layers.{i}.mlp.up_proj.weight", LINEAR),
+    tensor("blocks.{i}.w_2", "layers.{i}.mlp.down_proj.weight", LINEAR),
+    tensor("blocks.{i}.ln2_gamma", "layers.{i}.post_feedforward_layernorm.weight"),
+    tensor("ln_f_gamma", "norm.weight"),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
+
+FAMILIES = (
+    Family("llama", "LLaMA", _llama, LLAMA, TRAINING_ONLY),
+    Family("mistral", "Mistral", _mistral, LLAMA, TRAINING_ONLY),
+    Family("qwen2", "Qwen2", _qwen2, LLAMA, TRAINING_ONLY),
+    Family("qwen3", "Qwen3", _qwen3, LLAMA, TRAINING_ONLY),
+    Family("olmo2", "OLMo 2", _olmo2, OLMO2, TRAINING_ONLY),
+    Family("gemma", "Gemma", _gemma, LLAMA, TRAINING_ONLY),
+    Family("granite", "Granite", _granite, LLAMA, TRAINING_ONLY),
+)

@@ -1,0 +1,63 @@
+"""OPT: learned positions with an offset of 2, LayerNorm before (or, for OPT-350m, after) each branch.
+"""
+
+from __future__ import annotations
+
+from blockcli.families.common import Family, bias_groups, divides, model_section, plain_activation
+from blockcli.families.fields import Fields
+from blockcli.tensor_names import LINEAR, TensorMap, tensor
+
+
+def _opt(f: Fields) -> tuple[dict, dict]:
+    d = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    head_dim = divides(f, "hidden_size", d, "num_attention_heads", heads)
+    proj = f.int("word_embed_proj_dim", d)
+    if proj != d:
+        raise f.unrepresentable("word_embed_proj_dim", proj, f"OPT then adds project_in/project_out matrices "
+                                                             f"between {proj} and hidden_size {d}; blockcli's "
+                                                             f"embeddings have width d_model")
+    f.neutral("layer_norm_elementwise_affine", True, "blockcli's LayerNorms always have a scale gamma")
+    pre = f.bool("do_layer_norm_before", True)
+    remove_final = f.bool("_remove_final_layer_norm", False)
+    bias = f.bool("enable_bias", True)
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": heads, "head_dim": head_dim, "d_ff": f.int("ffn_dim"),
+        "norm": "layernorm", "norm_eps": 1e-5,  # OPT uses torch.nn.LayerNorm's default eps
+        "activation": plain_activation(f, "activation_function", "relu"),
+        # enable_bias switches the linear layers' biases; the LayerNorms keep their shift.
+        "bias": bias_groups(bias, bias, bias, True),
+        "placement": "pre" if pre else "post", "rope": False,
+    }
+    model = model_section(f.int("num_hidden_layers"), f.int("vocab_size"), "learned", f.int("max_position_embeddings"),
+                          f.bool("tie_word_embeddings", True), final_norm=pre and not remove_final, position_offset=2)
+    return block, model
+
+
+OPT = TensorMap("model.", (
+    tensor("wte", "decoder.embed_tokens.weight"),
+    tensor("wpe", "decoder.embed_positions.weight"),  # max_positions + 2 rows: OPT's offset
+    tensor("blocks.{i}.ln1_gamma", "decoder.layers.{i}.self_attn_layer_norm.weight"),
+    tensor("blocks.{i}.ln1_beta", "decoder.layers.{i}.self_attn_layer_norm.bias"),
+    *(tensor(f"blocks.{{i}}.w_{x}", f"decoder.layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkv"),
+    *(tensor(f"blocks.{{i}}.b_{x}", f"decoder.layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkv"),
+    tensor("blocks.{i}.w_o", "decoder.layers.{i}.self_attn.out_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_o", "decoder.layers.{i}.self_attn.out_proj.bias"),
+    tensor("blocks.{i}.ln2_gamma", "decoder.layers.{i}.final_layer_norm.weight"),
+    tensor("blocks.{i}.ln2_beta", "decoder.layers.{i}.final_layer_norm.bias"),
+    tensor("blocks.{i}.w_1", "decoder.layers.{i}.fc1.weight", LINEAR),
+    tensor("blocks.{i}.b_1", "decoder.layers.{i}.fc1.bias"),
+    tensor("blocks.{i}.w_2", "decoder.layers.{i}.fc2.weight", LINEAR),
+    tensor("blocks.{i}.b_2", "decoder.layers.{i}.fc2.bias"),
+    tensor("ln_f_gamma", "decoder.final_layer_norm.weight"),
+    tensor("ln_f_beta", "decoder.final_layer_norm.bias"),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
+
+FAMILIES = (
+    Family("opt", "OPT", _opt, OPT, frozenset({
+        "dropout", "attention_dropout", "activation_dropout", "layerdrop",  # training-only
+        "init_std",
+    })),
+)

@@ -1,0 +1,57 @@
+"""Phi-3/3.5 (and Phi-4-mini): Llama's block stored with fused Q | K | V and gate | up projections.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from blockcli.families.common import Family, gated_rms, silu_gate, window_by_key
+from blockcli.families.fields import Fields
+from blockcli.tensor_names import FUSED, LINEAR, QKV, TensorMap, tensor
+
+
+def _phi3(f: Fields) -> tuple[dict, dict]:
+    """Phi-3/3.5 (and Phi-4-mini): Llama's pre-norm block (RMSNorm, SiLU-gated MLP, GQA) with Q | K | V fused
+    in one matrix and gate | up in another, no biases, rotate-half RoPE on int(head_dim ·
+    partial_rotary_factor) dims, longrope scaling, an optional sliding window."""
+    f.neutral("attention_bias", False, "transformers' Phi-3 has no biases")  # the published configs say false
+    for key in ("rope_scaling", "rope_parameters"):
+        params = f.data.get(key)
+        kind = params.get("rope_type", params.get("type", "default")) if isinstance(params, Mapping) else "default"
+        if kind in ("su", "yarn"):  # Phi3Config renames both
+            raise f.unrepresentable(key, dict(params), f"transformers' Phi-3 reads rope type {kind!r} as "
+                                                       f"'longrope'; say 'longrope' to mean that")
+        if kind not in ("default", "longrope"):
+            raise f.unrepresentable(key, dict(params), f"transformers' Phi-3 accepts only longrope scaling, "
+                                                       f"not {kind!r}")
+    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False, qkv_bias=False, out_bias=False,
+                             mlp_bias=False, eps_default=1e-5, fraction_keys=("partial_rotary_factor",))
+    rotated = int(block["head_dim"] * block["rope"])
+    if rotated % 2 or not rotated:
+        raise f.unrepresentable("partial_rotary_factor", block["rope"], f"it rotates {rotated} of "
+                                                                        f"{block['head_dim']} dimensions per head; "
+                                                                        f"expected an even number, at least 2")
+    f.ignore("original_max_position_embeddings")  # read by longrope; without it, unused
+    window_by_key(f, block, model, default=None)  # Phi3Config: no window unless sliding_window says
+    return block, model
+
+
+# Phi-3: Llama's block with Q | K | V in one nn.Linear and gate | up in another; no biases
+PHI3 = TensorMap("model.", (
+    tensor("wte", "embed_tokens.weight"),
+    tensor("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight"),
+    tensor(QKV, "layers.{i}.self_attn.qkv_proj.weight", FUSED),
+    tensor("blocks.{i}.w_o", "layers.{i}.self_attn.o_proj.weight", LINEAR),
+    tensor("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
+    tensor("blocks.{i}.w_1 blocks.{i}.w_3", "layers.{i}.mlp.gate_up_proj.weight", FUSED),
+    tensor("blocks.{i}.w_2", "layers.{i}.mlp.down_proj.weight", LINEAR),
+    tensor("ln_f_gamma", "norm.weight"),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
+
+FAMILIES = (
+    Family("phi3", "Phi-3", _phi3, PHI3, frozenset({
+        "attention_dropout", "embd_pdrop", "resid_pdrop",  # training-only dropout
+    })),
+)
