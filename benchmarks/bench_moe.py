@@ -3,6 +3,8 @@
 
     python benchmarks/bench_moe.py [--tokens 512] [--d 1024] [--rounds 7] [--dtype float32]
 
+`--tokens 1` is one decode step: each token reaches only its k experts, so the time follows k alone.
+
 One SwiGLU mixture (d = d_expert = `--d`, softmax router, renormalised top-k, Mixtral's routing) on
 `--tokens` rows, for (n_experts, top_k) in (8, 1), (8, 2), (8, 4), (16, 2), (32, 2). Contenders, timed
 interleaved in one run (each round runs each contender once, in a rotating order), medians reported:
@@ -23,10 +25,10 @@ import time
 
 import numpy as np
 
-from bench_decode import machine  # this folder is on the path when the script runs
 from blockcli.block import DecoderBlock, MixtureOfExperts
 from blockcli.config import parse_config
 from blockcli.ops import ACTIVATION_FUNCTIONS
+from machine import describe, summary_line  # benchmarks/machine.py
 
 CASES = ((8, 1), (8, 2), (8, 4), (16, 2), (32, 2))
 
@@ -102,7 +104,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     args = parser.parse_args()
-    print(f"machine: {machine()}")
+    print(f"machine: {summary_line(describe())}")
     print(f"{args.tokens} tokens, d = d_expert = {args.d}, SwiGLU experts, {args.dtype}, median of {args.rounds}")
     x = np.random.default_rng(0).standard_normal((1, args.tokens, args.d)).astype(args.dtype)
     header = f"{'E':>3} {'k':>2} {'blockcli ms':>11} {'per k':>7} {'dense+mask ms':>13} {'torch ms':>9} " \
