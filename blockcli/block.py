@@ -733,6 +733,15 @@ def routing_label(moe: Any) -> str:
             + (f" × {moe.routed_scaling:g}" if moe.routed_scaling != 1.0 else ""))
 
 
+def load_label(moe: Any, tokens: int, load: Array | None = None) -> str:
+    """The trace's name for the tokens each expert received: the counts of a real pass (the first 16),
+    or in analytic rows their expectation B·T·k/E."""
+    if load is None:
+        return f"tokens per expert (load; expected B·T·k/E = {tokens * moe.top_k / moe.n_experts:.3g} each)"
+    shown = ", ".join(str(n) for n in load[:16]) + (", …" if len(load) > 16 else "")
+    return f"tokens per expert (load): {shown}"
+
+
 @dataclass
 class MixtureOfExperts:
     """Router → top-k routed experts per token (each a gated or plain MLP without biases), their
@@ -795,7 +804,7 @@ class MixtureOfExperts:
         traced = rec is not _ignore
         order = np.argsort(chosen, axis=None, kind="stable")  # (N·k,): routed slots sorted by expert
         load = np.bincount(chosen.ravel(), minlength=moe.n_experts)  # (E,) rows per expert
-        rec("expert_load", "tokens per expert (load)", load, (chosen3,), kind="count")
+        rec("expert_load", load_label(moe, B * T, load), load, (chosen3,), kind="count")
         out = np.zeros((B * T, d), dtype=np.result_type(x, p["router"]))  # (N, d)
         ends = np.cumsum(load)
         outs = []
@@ -878,7 +887,7 @@ class DecoderBlock:
                     Norm(cfg.norm, p.get("ln2_gamma"), p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset))
         self.mlp = MixtureOfExperts(cfg, p, self.ops) if cfg.moe is not None else MLP(cfg, p)
         # sandwich: the norms of the two branch outputs (None otherwise)
-        self.ln1_post, self.ln2_post = ((Norm(cfg.norm, p[f"{w}_gamma"], p.get(f"{w}_beta"), cfg.norm_eps, self.ops,
+        self.ln1_post, self.ln2_post = ((Norm(cfg.norm, p.get(f"{w}_gamma"), p.get(f"{w}_beta"), cfg.norm_eps, self.ops,
                                               cfg.norm_unit_offset) for w in ("ln1_post", "ln2_post"))
                                         if cfg.sandwich else (None, None))
 

@@ -27,7 +27,7 @@ from blockcli.config import Config, InputError, reading
 from blockcli.sources import load_config
 from blockcli.families import FAMILIES
 from blockcli.shapes import Shape, model_parameter_shapes
-from blockcli.tensor_names import FUSED, GROUPED_QKV, LINEAR, SAME, SPLIT, Tensor, TensorMap
+from blockcli.tensor_names import EXPERTS, FUSED, GROUPED_QKV, LINEAR, SAME, SPLIT, Tensor, TensorMap
 
 if TYPE_CHECKING:
     import numpy as np  # imported where values are read: counting from headers needs no NumPy
@@ -199,13 +199,24 @@ def family_of(ckpt: Checkpoint) -> str:
     return model_type
 
 
-def _entries(tmap: TensorMap, n_layers: int) -> Iterator[Tensor]:
+def _entries(tmap: TensorMap, n_layers: int, n_experts: int = 0) -> Iterator[Tensor]:
+    """Every tensor of the map for these layers; `{e}` in a name: one per expert; `{e}` in the keys of a
+    name without it: one fused tensor holding every expert's keys, expert by expert."""
     for entry in tmap.tensors:
-        if "{i}" in entry.name:
-            for i in range(n_layers):
-                yield Tensor(tuple(k.format(i=i) for k in entry.keys), entry.name.format(i=i), entry.layout, entry.top)
+        if "{e}" in entry.name:
+            per = [Tensor(tuple(k.replace("{e}", str(e)) for k in entry.keys), entry.name.replace("{e}", str(e)),
+                       entry.layout, entry.top) for e in range(n_experts)]
+        elif any("{e}" in k for k in entry.keys):
+            keys = tuple(k.replace("{e}", str(e)) for e in range(n_experts) for k in entry.keys)
+            per = [Tensor(keys, entry.name, entry.layout, entry.top)] if n_experts else []
         else:
-            yield entry
+            per = [entry]
+        for one in per:
+            if "{i}" in one.name:
+                for i in range(n_layers):
+                    yield Tensor(tuple(k.format(i=i) for k in one.keys), one.name.format(i=i), one.layout, one.top)
+            else:
+                yield one
 
 
 def _is_buffer(name: str, tmap: TensorMap) -> bool:
@@ -221,8 +232,17 @@ def stored_shape(entry: Tensor, shapes: Mapping[str, Shape]) -> Shape:
         return parts[0][::-1]
     if entry.layout == SPLIT:  # Q | K | V along the last axis
         return parts[0][:-1] + (sum(p[-1] for p in parts),)
+    if entry.layout == EXPERTS:  # (E, one expert's outputs, in)
+        n = _parts_per_expert(entry.keys)
+        return (len(parts) // n, sum(p[-1] for p in parts[:n]), parts[0][0])
     # FUSED, GROUPED_QKV: nn.Linear rows, all the parts' outputs, in sequence or interleaved by group
     return (sum(p[-1] for p in parts),) + parts[0][:-1]
+
+
+def _parts_per_expert(keys: tuple[str, ...]) -> int:
+    """How many keys of a fused experts tensor belong to each expert (they come expert by expert)."""
+    first = keys[0].split("experts.", 1)[1].split(".", 1)[0]
+    return sum(1 for k in keys if k.split("experts.", 1)[1].split(".", 1)[0] == first)
 
 
 def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[str], Stored | None]:
@@ -238,6 +258,7 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
     tmap = FAMILIES[family_of(ckpt)].tensors
     shapes = model_parameter_shapes(config)
     n_layers = config.model.n_layers
+    n_experts = config.block.moe.n_experts if config.block.moe is not None else 0
     names = set(ckpt.tensors)
 
     def find(entry: Tensor) -> str | None:
@@ -246,11 +267,12 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
         return next((c for c in candidates if c in names), None)
 
     matches: list[Match] = []
-    missing: list[str] = []
+    missing: list[tuple[str, tuple[str, ...]]] = []
     claimed: set[str] = set()
     notes: list[str] = []
     tied_copy: Stored | None = None
-    for entry in _entries(tmap, n_layers):
+    filled: dict[str, str] = {}  # blockcli key → the stored tensor that fills it
+    for entry in _entries(tmap, n_layers, n_experts):
         wanted = [k in shapes for k in entry.keys]
         name = find(entry)
         if not any(wanted):
@@ -259,7 +281,7 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
                 tied_copy = ckpt.tensors[name]
             continue
         if name is None:
-            missing.append(" or ".join(a if entry.top else tmap.prefix + a for a in entry.name.split("|")))
+            missing.append((" or ".join(a if entry.top else tmap.prefix + a for a in entry.name.split("|")), entry.keys))
             continue
         if not all(wanted):  # a fused tensor with a part the config has no place for (gate | up, ungated)
             absent = ", ".join(k for k, w in zip(entry.keys, wanted) if not w)
@@ -271,9 +293,14 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
         if stored.shape != expected:
             raise InputError(f"{stored.file}: tensor '{name}' has shape {stored.shape}; {config.name} implies "
                              f"{expected}")
+        for key in entry.keys:  # experts stored both per expert and fused would fill a key twice
+            if key in filled:
+                raise InputError(f"{stored.file}: tensor '{name}' holds {key}, which '{filled[key]}' holds too")
+            filled[key] = name
         matches.append(Match(entry, stored, tuple(shapes[k] for k in entry.keys)))
     unexpected = sorted(n for n in names - claimed if not _is_buffer(_strip(n, tmap), tmap))
-    problems = [f"missing tensor '{n}'" for n in missing]
+    # a tensor not found is missing unless another form (per expert, or fused) holds all its keys
+    problems = [f"missing tensor '{n}'" for n, keys in missing if not all(k in filled for k in keys)]
     problems += [f"unexpected tensor '{n}' (in {ckpt.tensors[n].file.name})" for n in unexpected]
     if problems:
         shown = "; ".join(problems[:4]) + (f"; and {len(problems) - 4} more" if len(problems) > 4 else "")
@@ -436,6 +463,10 @@ def _unpack(value: np.ndarray, layout: str, n_heads: int, parts: tuple[Shape, ..
         groups = value.reshape(n_kv, n_heads // n_kv + 2, head_dim, *value.shape[1:])  # (h_kv, h/h_kv + 2, d_h[, d])
         grouped = [groups[:, :-2], groups[:, -2], groups[:, -1]]
         return [p.reshape(-1, *value.shape[1:]).T for p in grouped]  # (h·d_h[, d]), (h_kv·d_h[, d]) twice
+    if layout == EXPERTS:  # (E, Σ outputs, in): expert by expert, its parts' rows one after another
+        n = len(parts) // value.shape[0]
+        ends = [sum(p[-1] for p in parts[:j + 1]) for j in range(n)]
+        return [value[e, end - p[-1]:end].T for e in range(value.shape[0]) for end, p in zip(ends, parts[:n])]
     if layout in (SPLIT, FUSED):  # consecutive blocks of each part's output width, possibly unequal
         ends = [sum(p[-1] for p in parts[:j + 1]) for j in range(len(parts))]
         if layout == SPLIT:  # along the last axis

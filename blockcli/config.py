@@ -845,6 +845,9 @@ def _check_mla(block: BlockConfig) -> None:
     if block.attention_scale:
         raise ConfigError("block.attention_scale: latent attention scales scores by 1/√(qk_nope_head_dim + "
                           "qk_rope_head_dim), times yarn's mscale² (from rope_scaling); expected 0")
+    if block.attention_softcap:
+        raise ConfigError("block.attention_softcap: latent attention's scores are not soft-capped (no DeepSeek "
+                          "model caps them); expected 0")
 
 
 def _check_rope_scaling(block: BlockConfig) -> None:

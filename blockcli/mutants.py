@@ -123,6 +123,38 @@ def _unscaled_scores(q: Array, k: Array) -> Array:
     return q @ k.swapaxes(-1, -2)
 
 
+def _no_moe(cfg: BlockConfig) -> str | None:
+    return "the block has no mixture of experts" if cfg.moe is None else None
+
+
+def _one_choice(cfg: BlockConfig) -> str | None:
+    if cfg.moe is None:
+        return "the block has no mixture of experts"
+    return "one expert of one: any k other than 1 is impossible" if cfg.moe.n_experts == 1 else None
+
+
+def _unnormalised_reference(cfg: BlockConfig) -> str | None:
+    if cfg.moe is None:
+        return "the block has no mixture of experts"
+    if not cfg.moe.renormalize or cfg.moe.order == "topk_softmax":
+        return "the routing weights are not renormalised here (or a softmax over the k normalises them)"
+    return None if cfg.moe.top_k < cfg.moe.n_experts else "k = E: the chosen scores already sum to 1"
+
+
+def _no_shared(cfg: BlockConfig) -> str | None:
+    if cfg.moe is None:
+        return "the block has no mixture of experts"
+    return None if cfg.moe.d_shared else "the mixture has no shared expert"
+
+
+def _router_softmax_over_tokens(logits: Array, scoring: str) -> Array:
+    return F.softmax(logits.copy(), axis=0) if scoring == "softmax" else F.sigmoid(logits)
+
+
+def _top_k_off_by_one(values: Array, k: int) -> Array:
+    return F.top_k(values, k + 1 if k < values.shape[-1] else k - 1)
+
+
 def _no_latent(cfg: BlockConfig) -> str | None:
     return None if cfg.mla is not None else "no latent attention (block.mla)"
 
@@ -180,6 +212,16 @@ MUTANTS: tuple[Mutant, ...] = (
            inapplicable=_no_alibi),
     Mutant("count-forgets-biases", "hand parameter count leaves out every bias and shift", (10,),
            formula=_formula_without_biases, inapplicable=_no_bias),
+    Mutant("router-softmax-token-axis", "router softmax over the tokens (axis 0 of the (B·T, E) logits) instead of "
+           "the experts", (8, 11, 12, 15), _ops(router_probabilities=_router_softmax_over_tokens),
+           inapplicable=lambda cfg: _no_moe(cfg) or (None if cfg.moe.scoring == "softmax" else
+                                                     "sigmoid scores have no softmax axis")),
+    Mutant("router-wrong-k", "top-k picks k + 1 experts per token (k − 1 when k = E)", (12, 18),
+           _ops(top_k=_top_k_off_by_one), inapplicable=_one_choice),
+    Mutant("router-no-renormalize", "the k chosen routing weights are not divided by their sum", (12, 19),
+           _ops(renormalize=lambda w: w), inapplicable=_unnormalised_reference),
+    Mutant("shared-expert-dropped", "the shared expert's output is never added", (12,),
+           _ops(add_shared=lambda routed, shared: routed), inapplicable=_no_shared),
 )
 
 

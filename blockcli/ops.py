@@ -330,9 +330,12 @@ def top_k(values: Array, k: int) -> Array:
     return np.argsort(-values, axis=-1, kind="stable")[:, :k]
 
 
+RENORMALIZE_EPS = 1e-20  # added to the sum, as DeepSeek-V3 does: sigmoid scores may all underflow to 0
+
+
 def renormalize(weights: Array) -> Array:
-    """The k chosen routing weights (N, k) divided by their sum, so each row sums to 1."""
-    return weights / weights.sum(axis=-1, keepdims=True)
+    """The k chosen routing weights (N, k) divided by their sum (+ 1e-20), so each row sums to 1."""
+    return weights / (weights.sum(axis=-1, keepdims=True) + RENORMALIZE_EPS)
 
 
 def add_shared(routed: Array, shared: Array) -> Array:

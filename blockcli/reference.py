@@ -202,7 +202,7 @@ def _moe(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.nda
             chosen = _best(choice, moe.top_k)
             weights = [scores[i] for i in chosen]
             if moe.renormalize:
-                weights = [w / sum(weights) for w in weights]
+                weights = [w / (sum(weights) + 1e-20) for w in weights]  # DeepSeek-V3's 1e-20
         for i, w in zip(chosen, weights):
             out[t] += w * moe.routed_scaling * _expert(vec, p, cfg, f"experts.{i}.")
         if moe.d_shared:

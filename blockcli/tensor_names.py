@@ -25,6 +25,15 @@ tensor marked `top` (the LM head) lives outside the base model. `{i}` is the lay
 A tensor the config does not call for (a bias of a bias-free config, the LM head of a tied
 model) is simply not expected. `buffers` are stored tensors that are not parameters (causal-mask
 and rotary-frequency buffers of older checkpoints): recognised, never loaded.
+A mixture of experts adds one layout:
+
+    EXPERTS   a mixture's experts fused into one 3-D tensor (E, out, in), as transformers 5 holds them
+              (and saves them with save_original_format=False): expert e's slice is nn.Linear's
+              (out, in), its rows the keys' outputs one after another (gate_up_proj: gate | up)
+
+`{e}` is an expert's index: a name with `{e}` is one tensor per expert (as save_pretrained writes
+them, `experts.{e}.w1.weight`); keys with `{e}` in a name without it are all experts' in one fused
+tensor. Either form may be stored: the one found covers the keys, the other is not expected.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SAME, LINEAR, SPLIT, FUSED, GROUPED_QKV = "same", "linear", "split", "fused", "grouped_qkv"
+EXPERTS = "experts"
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from blockcli.block import (DecoderBlock, Model, attention_tile, block_parameter_shapes, blocked_label, experts_label,
-                            full_table, logits_label, model_parameter_shapes, routing_label, scores_label)
+                            full_table, load_label, logits_label, model_parameter_shapes, routing_label, scores_label)
 from blockcli.config import BlockConfig, Config, InputError, projected_width
 from blockcli.parallel import worker_count
 
@@ -541,7 +541,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         chosen, weights = ShapeOnly((B, T, k), ints), S(B, T, k)
         rec("router_choice", f"top-{k} experts per token", chosen, (scores,), kind="topk")
         rec("router_weights", routing_label(spec), weights, (scores,), kind="gather")
-        rec("expert_load", "tokens per expert (load)", ShapeOnly((E,), np.dtype(np.int64)), (chosen,), kind="count")
+        rec("expert_load", load_label(spec, B * T), ShapeOnly((E,), np.dtype(np.int64)), (chosen,), kind="count")
         rows = S(B * T * k, d)
         rec(ALL_EXPERTS + "in", experts_label("gather their rows", spec, B * T), rows, (inp,), kind="gather")
         outs = expert_mlp(rows, (B * T * k,), spec.d_expert, ALL_EXPERTS, lambda st: experts_label(st, spec, B * T),
@@ -614,7 +614,8 @@ _EXPERT_STAGES = {"in": "gather their rows", "pre": "expand", "up": "up (gate pa
 def merge_expert_rows(rows: list[OpRow], config: Config, tokens: int) -> list[OpRow]:
     """An executed trace with each layer's E experts' rows folded into one row per stage, as the
     analytic trace shows them: shapes and FLOPs summed over the experts (B·T·k rows in all, whatever
-    the routing), steps renumbered and data-flow sources pointed at the merged rows."""
+    the routing), the load row showing its expectation, steps renumbered and data-flow sources pointed
+    at the merged rows."""
     moe = config.block.moe
     if moe is None:
         return rows
@@ -626,6 +627,8 @@ def merge_expert_rows(rows: list[OpRow], config: Config, tokens: int) -> list[Op
         number, _, base = rest.partition(".")
         if not rest or not number.isdigit():
             new = replace(row, step=len(out) + 1, sources=[step_of.get(s, s) if s else s for s in row.sources])
+            if row.kind == "count":  # the experts' load: its expectation, as analytic rows give it
+                new.op = load_label(moe, tokens)
             if row.kind == "combine":  # its inputs: the weights, then every expert's output (now one row)
                 new.input_shapes = [row.input_shapes[0], (sum(sh[0] for sh in row.input_shapes[1:]), config.block.d_model)]
                 new.sources = new.sources[:2]

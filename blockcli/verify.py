@@ -46,6 +46,8 @@ NAMES = {
     15: "one sequence's output ignores the other sequences",
     16: "deterministic: two calls give the same output",
     17: "finite output for large inputs and very sharp attention scores",
+    18: "each token uses exactly k distinct routed experts (mixture of experts)",
+    19: "routing weights sum to 1 where the reference renormalises them (mixture of experts)",
 }
 
 HINTS = {
@@ -66,6 +68,8 @@ HINTS = {
     15: "no statistic (norm, softmax, mean) may run over the batch axis",
     16: "no hidden state, randomness (dropout at evaluation) or in-place update of the weights",
     17: "subtract the row maximum before exp in softmax; keep eps inside the square root",
+    18: "take top-k with k = num_experts_per_tok over the expert axis of the router scores, without repeats",
+    19: "divide the k chosen weights by their sum (norm_topk_prob / renormalize) before routed_scaling_factor",
 }
 
 # Tolerances (float64 unless stated).
@@ -657,11 +661,44 @@ def check_large_inputs(c: Context) -> tuple[bool, str, str]:
     return finite, measured, "no NaN or Inf"
 
 
+def _moe(c: Context) -> Any:
+    if c.cfg.moe is None:
+        raise Skip("the block has no mixture of experts")
+    return c.cfg.moe
+
+
+def check_experts_per_token(c: Context) -> tuple[bool, str, str]:
+    moe = _moe(c)
+    (chosen,) = c.need("router_choice")
+    B, T = c.x.shape[:2]
+    chosen = np.asarray(chosen)
+    if chosen.shape != (B, T, moe.top_k):
+        return False, f"chosen experts {chosen.shape}, expected (B, T, k) = {(B, T, moe.top_k)}", "exact"
+    rows = chosen.reshape(B * T, moe.top_k)
+    distinct = [len(set(r.tolist())) for r in rows]
+    in_range = bool(np.all((rows >= 0) & (rows < moe.n_experts)))
+    ok = in_range and min(distinct) == max(distinct) == moe.top_k
+    return ok, (f"distinct experts per token {min(distinct)}…{max(distinct)} (k = {moe.top_k}); all in "
+                f"0…{moe.n_experts - 1}: {in_range}"), "exact"
+
+
+def check_routing_weights(c: Context) -> tuple[bool, str, str]:
+    moe = _moe(c)
+    if not moe.renormalize and moe.order != "topk_softmax":
+        raise Skip("the reference does not renormalise (renormalize: false): its weights are the chosen scores")
+    (weights,) = c.need("router_weights")
+    sums = np.asarray(weights, dtype=np.float64).sum(axis=-1) / moe.routed_scaling
+    worst = _max(sums - 1.0)
+    scaled = f" (after dividing by routed_scaling {moe.routed_scaling:g})" if moe.routed_scaling != 1.0 else ""
+    return _within(worst, STATS), f"max |Σ weights − 1| {_fmt(worst)}{scaled}", f"{STATS:g}"
+
+
 CHECKS: dict[int, Callable[[Context], tuple[bool, str, str]]] = {
     1: check_divisibility, 2: check_head_split, 3: check_softmax_axis, 4: check_causal_mask, 5: check_concat,
     6: check_residual, 7: check_norm_axis, 8: check_causality, 9: check_rows, 10: check_count,
     11: check_cache, 12: check_reference, 13: check_float32, 14: check_output_shape,
     15: check_batch_independence, 16: check_determinism, 17: check_large_inputs,
+    18: check_experts_per_token, 19: check_routing_weights,
 }
 
 
@@ -693,8 +730,12 @@ def verification_config(config: Config) -> tuple[Config, list[str]]:
                           qk_rope_head_dim=max(2, m.qk_rope_head_dim // k // 2 * 2), v_head_dim=max(1, m.v_head_dim // k))
             head_dim = mla.qk_head_dim
             small = replace(small, d_model=max(1, b.d_model // k), head_dim=head_dim, mla=mla)
+        if b.moe is not None:  # as many experts, each k times narrower
+            small = replace(small, moe=replace(b.moe, d_expert=max(1, b.moe.d_expert // k),
+                                               d_shared=b.moe.d_shared and max(1, b.moe.d_shared // k)))
         notes.append(f"the block has {size:,} parameters: verified on a copy with the same structure scaled down "
-                     f"{k}× (d_model {small.d_model}, head_dim {head_dim}, d_ff {small.d_ff}, heads {b.n_heads}/{b.n_kv_heads})")
+                     f"{k}× (d_model {small.d_model}, head_dim {head_dim}, d_ff {small.d_ff}, heads {b.n_heads}/{b.n_kv_heads})"
+                     + (f", {b.moe.n_experts} experts of width {small.moe.d_expert}" if small.moe else ""))
         cfg = replace(cfg, block=small)
     return cfg, notes
 

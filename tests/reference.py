@@ -684,12 +684,12 @@ def moe_routing(moe, weights, prefix, vec):
     scores = softmax or sigmoid of vec·router; choice scores = scores (+ selection bias); with groups,
     only experts of the top_groups best groups (a group's max, or the sum of its two largest); top-k;
     weights = the chosen (unbiased) scores, renormalised if asked, times routed_scaling. top-k-then-
-    softmax: the softmax of the k largest logits."""
+    softmax: the softmax of the k largest logits, times routed_scaling."""
     E, k = moe["n_experts"], moe["top_k"]
     logits = [float(z) for z in linear_vec(vec, _w(weights, "router", prefix), None)]
     if moe["order"] == "topk_softmax":
         chosen = _largest(logits, k)
-        return chosen, softmax_list([logits[e] for e in chosen])
+        return chosen, [w * moe["routed_scaling"] for w in softmax_list([logits[e] for e in chosen])]
     scores = softmax_list(logits) if moe["scoring"] == "softmax" else [sigmoid(z) for z in logits]
     choice = list(scores)
     if moe["selection_bias"]:
@@ -710,7 +710,7 @@ def moe_routing(moe, weights, prefix, vec):
     chosen = _largest(choice, k)
     picked = [scores[e] for e in chosen]
     if moe["renormalize"]:
-        total = math.fsum(picked)
+        total = math.fsum(picked) + 1e-20  # DeepSeek-V3 adds 1e-20: sigmoid scores can all underflow to 0
         picked = [w / total for w in picked]
     return chosen, [w * moe["routed_scaling"] for w in picked]
 

@@ -28,7 +28,8 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma", "starcoder2", "olmo2", "gptj",
             "phi", "granite", "cohere", "stablelm", "stablelm-parallel", "phi3", "gpt_bigcode", "gpt_bigcode-mha",
             "falcon", "falcon-new", "falcon-sequential", "gemma2", "gemma3_text", "deepseek_v3", "deepseek_v3-yarn",
-            "deepseek_v2", "olmo", "bloom", "opt-350m", "cohere-qk-norm"]
+            "deepseek_v2", "olmo", "bloom", "opt-350m", "cohere-qk-norm", "mixtral", "mixtral-fused", "qwen2_moe",
+            "qwen3_moe"]
 ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 

@@ -506,6 +506,11 @@ FALCON_40B = {**FALCON_7B, "hidden_size": 8192, "num_attention_heads": 128, "num
                              "num_hidden_layers": 60, "new_decoder_architecture": True}
 
 # (HF config, packaged preset with the same architecture, published parameter count and its source)
+# https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json
+MIXTRAL_8X7B = {"architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral", "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": False, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02, "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.36.0.dev0", "use_cache": True, "vocab_size": 32000}
+# https://huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json
+QWEN3_30B_A3B = {"architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48, "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768, "norm_topk_prob": True, "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4, "output_router_logits": False, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001, "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": True, "use_sliding_window": False, "vocab_size": 151936}
+
 CASES = [
     # KerasHub gpt2_presets.py "gpt2_base_en" (HF GPT2LMHeadModel, tied head counted once).
     pytest.param(GPT2, "gpt2", 124_439_808, id="gpt2"),
@@ -541,6 +546,9 @@ CASES = [
     pytest.param(BLOOM_560M, "bloom-560m", 559_214_592, id="bloom-560m"),
     # transformers OPTForCausalLM on the meta device (tests/test_presets.py); the OPT paper's "350M".
     pytest.param(OPT_350M, "opt-350m", 331_196_416, id="opt-350m"),
+    # transformers 5.24 on the meta device (sum of numel), as the presets' tests say
+    pytest.param(MIXTRAL_8X7B, "mixtral-8x7b", 46_702_792_704, id="mixtral-8x7b"),
+    pytest.param(QWEN3_30B_A3B, "qwen3-30b-a3b", 30_532_122_624, id="qwen3-30b-a3b"),
 ]
 
 
@@ -1698,3 +1706,40 @@ def test_deepseek_expert_layers_count_total_and_active_by_hand(tmp_path: Path, d
 def test_deepseek_expert_layers_refusals_name_the_field(tmp_path: Path, change: dict, key: str) -> None:
     message = hf_error(write_json(tmp_path, with_fields(V2_MOE, **change)))
     assert f"field '{key}'" in message
+
+
+# --------------------------------------------------------------------------- mixtures of experts
+
+
+@pytest.mark.parametrize("field, value", [("decoder_sparse_step", 2), ("mlp_only_layers", [0])])
+def test_layers_mixing_dense_and_moe_mlps_are_refused_naming_the_field(tmp_path: Path, field: str, value: Any) -> None:
+    message = hf_error(write_json(tmp_path, with_fields(QWEN3_30B_A3B, **{field: value})))
+    assert f"field '{field}'" in message and "per-layer overrides" in message
+
+
+def test_qwen2_moe_maps_its_shared_expert_and_gate(tmp_path: Path) -> None:
+    # Qwen1.5-MoE-A2.7B's shape (https://huggingface.co/Qwen/Qwen1.5-MoE-A2.7B/blob/main/config.json)
+    hf = {"model_type": "qwen2_moe", "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 16,
+          "num_hidden_layers": 24, "intermediate_size": 5632, "moe_intermediate_size": 1408,
+          "shared_expert_intermediate_size": 5632, "num_experts": 60, "num_experts_per_tok": 4,
+          "norm_topk_prob": False, "decoder_sparse_step": 1, "vocab_size": 151936, "max_position_embeddings": 8192,
+          "rope_theta": 1000000.0, "use_sliding_window": False, "sliding_window": 32768, "max_window_layers": 21,
+          "router_aux_loss_coef": 0.001, "output_router_logits": False, "tie_word_embeddings": False}
+    config = load_config(write_json(tmp_path, hf))
+    moe = config.block.moe
+    assert (moe.n_experts, moe.top_k, moe.d_expert, moe.d_shared, moe.shared_gate, moe.renormalize) == \
+        (60, 4, 1408, 5632, True, False)
+    assert config.block.bias.qkv and not config.block.bias.out  # qkv_bias defaults to true
+    # by hand: attention 4·d² + 3·d (q/k/v biases), router d·60, 60 experts and the shared one 3·d·width,
+    # the shared gate d, two norms; embeddings, final norm and an untied head
+    d = 2048
+    layer = 4 * d * d + 3 * d + d * 60 + 60 * 3 * d * 1408 + 3 * d * 5632 + d + 2 * d
+    assert count_parameters(config).total == 24 * layer + 2 * 151936 * d + d
+    hf["use_sliding_window"] = True
+    assert "field 'use_sliding_window'" in hf_error(write_json(tmp_path, hf))
+
+
+def test_mixtral_window_and_theta_defaults(tmp_path: Path) -> None:
+    hf = with_fields(MIXTRAL_8X7B, rope_theta=_DROP, sliding_window=4096)
+    block = load_config(write_json(tmp_path, hf)).block
+    assert block.rope_theta == 1e6 and block.sliding_window == 4096  # MixtralConfig's default_theta

@@ -207,7 +207,8 @@ def test_softmax_without_the_max_shift_fails_item_17_only():
     result, data = run(f"{BUGGY}:SoftmaxWithoutMax")
     failed = {c["id"] for c in data["checks"] if c["status"] == "FAIL"}
     assert result.exit_code == 1 and failed == {17}
-    assert "with W_Q, W_K scaled by 100 (scores ×10000): False" in data["checks"][-1]["measured"]
+    item17 = next(c for c in data["checks"] if c["id"] == 17)
+    assert "with W_Q, W_K scaled by 100 (scores ×10000): False" in item17["measured"]
 
 
 def test_the_factory_is_called_as_the_readme_says():

@@ -11,7 +11,7 @@ For every preset in blockcli/presets/ four things must agree:
 
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
-time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 33
+time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 35
 totals below were also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
@@ -96,6 +96,22 @@ def gated_rms_total(
     )
     head = 0 if tied else V * d
     return V * d + L * block + d + head  # embed_tokens + blocks + final norm + lm_head
+
+
+def moe_total(*, d: int, L: int, V: int, n_heads: int, n_kv: int, head_dim: int, experts: int, d_expert: int,
+              qk_norm: bool = False, used: int | None = None) -> int:
+    """MixtralForCausalLM / Qwen3MoeForCausalLM: Llama's attention (no biases), the router gate (E, d) and
+    E SwiGLU experts of 3·d·d_e in every layer, untied head. `used`: only that many experts per layer
+    (the active parameters of one token: the router, embeddings and LM head all count)."""
+    q, kv = n_heads * head_dim, n_kv * head_dim
+    block = (
+        d * q + 2 * d * kv + q * d  # q_proj, k_proj, v_proj, o_proj
+        + (2 * head_dim if qk_norm else 0)  # q_norm, k_norm (per head)
+        + 2 * d  # input_layernorm, post_attention_layernorm
+        + d * experts  # the router's gate
+        + (experts if used is None else used) * 3 * d * d_expert  # w1/w3/w2 (gate/up/down) of each expert
+    )
+    return V * d + L * block + d + V * d  # embed_tokens + blocks + final norm + lm_head
 
 
 def starcoder2_total(*, d: int, L: int, V: int, ff: int, n_heads: int, n_kv: int, head_dim: int) -> int:
@@ -209,6 +225,23 @@ def falcon_7b_total(*, d: int, L: int, V: int, n_heads: int) -> int:
 # --------------------------------------------------------------------------
 
 CASES = [
+    pytest.param(
+        "mixtral-8x7b", 46_702_792_704,
+        moe_total(d=4096, L=32, V=32000, n_heads=32, n_kv=8, head_dim=128, experts=8, d_expert=14336),
+        {"d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "n_layers": 32, "vocab_size": 32000},
+        # transformers 5.24 MixtralForCausalLM instantiated on the meta device from
+        # https://huggingface.co/mistralai/Mixtral-8x7B-v0.1/blob/main/config.json (sum of numel); "46.7B" in
+        # Mistral AI's announcement
+        id="mixtral-8x7b[transformers MixtralForCausalLM on meta=46702792704]",
+    ),
+    pytest.param(
+        "qwen3-30b-a3b", 30_532_122_624,
+        moe_total(d=2048, L=48, V=151936, n_heads=32, n_kv=4, head_dim=128, experts=128, d_expert=768, qk_norm=True),
+        {"d_model": 2048, "n_heads": 32, "n_kv_heads": 4, "n_layers": 48, "vocab_size": 151936},
+        # transformers 5.24 Qwen3MoeForCausalLM instantiated on the meta device from
+        # https://huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json (sum of numel); "30.5B" on the model card
+        id="qwen3-30b-a3b[transformers Qwen3MoeForCausalLM on meta=30532122624]",
+    ),
     pytest.param(
         "gpt2", 124_439_808,
         gpt2_total(d=768, L=12, V=50257, n_pos=1024),
@@ -547,3 +580,24 @@ def test_blockcli_counts_published_figure(name, published, hand, shape):
 def test_every_required_preset_is_packaged():
     packaged = {p.stem for p in PRESET_DIR.glob("*.yaml")}
     assert set(PRESET_NAMES) <= packaged
+
+
+# Active parameters per token: the same hand formula with only the k experts a token is routed to.
+ACTIVE = [
+    # Mixtral-8x7B: 12,879,925,248 (the issue's figure from transformers' module sizes; "12.9B active" in
+    # Mistral AI's announcement)
+    ("mixtral-8x7b", 12_879_925_248,
+     moe_total(d=4096, L=32, V=32000, n_heads=32, n_kv=8, head_dim=128, experts=8, d_expert=14336, used=2)),
+    # Qwen3-30B-A3B: "3.3B activated" on the model card
+    ("qwen3-30b-a3b", 3_353_032_704,
+     moe_total(d=2048, L=48, V=151936, n_heads=32, n_kv=4, head_dim=128, experts=128, d_expert=768, qk_norm=True,
+               used=8)),
+]
+
+
+@pytest.mark.parametrize("name, active, hand", ACTIVE)
+def test_blockcli_counts_active_parameters_per_token(name, active, hand):
+    from blockcli.sources import load_config
+    from blockcli.count import count_parameters
+
+    assert count_parameters(load_config(name)).active_total == active == hand

@@ -74,5 +74,7 @@ def test_mutants_not_applicable_to_a_config_are_listed_not_failed():
     data = json.loads(result.stdout)
     assert [m["name"] for m in data["not_applicable"]] == ["mla-rope-on-nope", "mla-latent-norm-skipped",
                                                            "alibi-naive-slopes",
-                                                           "count-forgets-biases"]
+                                                           "count-forgets-biases", "router-softmax-token-axis",
+                                                           "router-wrong-k", "router-no-renormalize",
+                                                           "shared-expert-dropped"]  # no latent, no ALiBi, no experts
     assert all(m["caught_by"] for m in data["mutants"])

@@ -21,8 +21,12 @@ runner = CliRunner()
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_every_example_config_passes(path):
     report = verify(load_config(path))
-    assert [c.id for c in report.checks] == list(range(1, 18))
-    assert all(c.passed for c in report.checks), [(c.id, c.measured) for c in report.checks if not c.passed]
+    assert [c.id for c in report.checks] == list(range(1, 20))
+    dense = [c for c in report.checks if c.id <= 17]
+    assert all(c.passed for c in dense), [(c.id, c.measured) for c in dense if not c.passed]
+    # the mixture-of-experts items say why they cannot run on a dense block: never a PASS
+    assert [(c.status, c.measured) for c in report.checks if c.id > 17] == \
+        [("SKIP", "the block has no mixture of experts")] * 2
 
 
 @settings(max_examples=25)
@@ -40,17 +44,24 @@ MEANT = {
     "unscaled-scores": {12}, "softmax-no-max": {17}, "count-forgets-biases": {10}, "rope-wrong-layout": {12},
     "alibi-naive-slopes": {12},
     "mla-rope-on-nope": {12}, "mla-latent-norm-skipped": {12},
+    "router-softmax-token-axis": {8, 11, 12, 15}, "router-wrong-k": {12, 18}, "router-no-renormalize": {12, 19},
+    "shared-expert-dropped": {12},
 }
 # DeepSeek-V2-Lite's attention shape, small: full Q projection (first bug) or Q through its latent (second)
 _LATENT = {"d_model": 48, "n_heads": 4, "d_ff": 64, "norm": "rmsnorm", "activation": "swiglu", "bias": False,
            "rope": True, "mla": {"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8}}
+MOE = {"block": {"d_model": 16, "n_heads": 2, "activation": "swiglu", "bias": False, "norm": "rmsnorm",
+                 "moe": {"n_experts": 4, "top_k": 2, "d_expert": 8, "renormalize": True, "d_shared": 6,
+                         "shared_gate": True}}}
+MOE_MUTANTS = ("router-softmax-token-axis", "router-wrong-k", "router-no-renormalize", "shared-expert-dropped")
 # A bug that cannot show in the default config (RoPE off) is tried on one where it can.
 SUBJECT = {"rope-wrong-layout": {"block": {"d_model": 64, "n_heads": 4, "d_ff": 96, "rope": True,
                                            "rope_layout": "interleaved"}},
            # 6 heads: BLOOM's rule and the naive 2^(-8i/h) disagree on every slope
            "alibi-naive-slopes": {"block": {"d_model": 48, "n_heads": 6, "d_ff": 96, "alibi": True}},
            "mla-rope-on-nope": {"block": _LATENT},
-           "mla-latent-norm-skipped": {"block": {**_LATENT, "mla": {**_LATENT["mla"], "q_lora_rank": 12}}}}
+           "mla-latent-norm-skipped": {"block": {**_LATENT, "mla": {**_LATENT["mla"], "q_lora_rank": 12}}},
+           **{name: MOE for name in MOE_MUTANTS}}
 # Items a bug cannot touch: structure (1), the output shape (14), the count (10) for bugs in the
 # forward pass, and float32 agreement (13) for every bug whose output stays finite.
 UNTOUCHED = {name: {1, 14} | ({10} if name != "count-forgets-biases" else set())
@@ -77,7 +88,7 @@ def test_exit_codes_and_json():
     ok = runner.invoke(app, ["verify", "--json"])
     assert ok.exit_code == 0
     data = json.loads(ok.stdout)
-    assert data["passed"] is True and len(data["checks"]) == 17
+    assert data["passed"] is True and len(data["checks"]) == 19
     for check in data["checks"]:
         assert {"id", "name", "passed", "measured", "tolerance"} <= set(check)
     bad = runner.invoke(app, ["verify", "--inject", "no-mask", "--json"])
@@ -92,7 +103,7 @@ def test_only_and_skip():
     data = json.loads(runner.invoke(app, ["verify", "--only", "4,8", "--json"]).stdout)
     assert [c["id"] for c in data["checks"]] == [4, 8]
     data = json.loads(runner.invoke(app, ["verify", "--skip", "12,13", "--json"]).stdout)
-    assert [c["id"] for c in data["checks"]] == [i for i in range(1, 18) if i not in (12, 13)]
+    assert [c["id"] for c in data["checks"]] == [i for i in range(1, 20) if i not in (12, 13)]
     assert runner.invoke(app, ["verify", "--only", "99"]).exit_code == 2
 
 
@@ -111,11 +122,12 @@ def test_mutant_matrix_and_listing():
     assert result.exit_code == 0
     data = json.loads(result.stdout)
     rows = {m["name"]: set(m["caught_by"]) for m in data["mutants"]}
-    # the default block has no RoPE, no latent attention and no ALiBi
+    # the default block has no RoPE, no latent attention, no ALiBi and no mixture of experts
     latent = ["mla-rope-on-nope", "mla-latent-norm-skipped"]
-    assert [m["name"] for m in data["not_applicable"]] == ["rope-wrong-layout"] + latent + ["alibi-naive-slopes"]
+    assert [m["name"] for m in data["not_applicable"]] == (["rope-wrong-layout"] + latent + ["alibi-naive-slopes"]
+                                                           + list(MOE_MUTANTS))
     for name, meant in MEANT.items():
-        assert name in SUBJECT or meant <= rows[name]
+        assert name in SUBJECT or name in MOE_MUTANTS or meant <= rows[name]
 
 
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
@@ -134,7 +146,7 @@ def test_large_preset_is_verified_on_a_scaled_copy():
 
 
 def test_names_cover_the_chapter_checklist():
-    assert len(NAMES) == 17 and all(NAMES[i] for i in range(1, 11))
+    assert len(NAMES) == 19 and all(NAMES[i] for i in range(1, 11))
 
 
 def test_softmax_without_max_is_caught_under_qk_norm():

@@ -1,0 +1,137 @@
+"""The mixture-of-experts families: Mixtral, Qwen2-MoE (Qwen1.5-MoE) and Qwen3-MoE.
+
+Each is a Llama-like `gated_rms` block whose MLP is `block.moe`: softmax router scores, top-k
+(`num_experts_per_tok` of `num_local_experts` / `num_experts`), renormalised always (Mixtral) or per
+`norm_topk_prob`; Qwen2-MoE adds its shared expert (`shared_expert_intermediate_size`) times
+sigmoid(x·shared_expert_gate). Layers mixing dense and MoE MLPs (`decoder_sparse_step` > 1, a
+non-empty `mlp_only_layers`) are refused until per-layer overrides land; the dense layers'
+`intermediate_size` is then unused and ignored.
+
+Checkpoint tensors: per expert as `save_pretrained` writes them (Mixtral's
+`block_sparse_moe.experts.{e}.w1/w3/w2`, Qwen's `mlp.experts.{e}.gate_proj/up_proj/down_proj`), or fused
+3-D (E, …) as transformers 5 holds them (`mlp.experts.gate_up_proj`, `mlp.experts.down_proj`; written by
+`save_pretrained(save_original_format=False)`): the EXPERTS layout of blockcli/tensor_names.py.
+"""
+
+from __future__ import annotations
+
+from blockcli.families.common import (TRAINING_ONLY, Family, apply_window, first_of, gated_rms, layer_types,
+                                      silu_gate, window_by_key)
+from blockcli.families.fields import Fields
+from blockcli.families.llama import LLAMA
+from blockcli.tensor_names import EXPERTS, LINEAR, Tensor, TensorMap, tensor
+
+# the router's load-balancing loss (its coefficient, and whether the logits are returned for it): training only
+MOE_TRAINING_ONLY = TRAINING_ONLY | {"output_router_logits", "router_aux_loss_coef"}
+
+
+def _moe_layers(f: Fields) -> None:
+    """Qwen-MoE: every layer must be a MoE layer (blockcli's layers are all alike, for now)."""
+    step = f.int("decoder_sparse_step", 1)
+    if step != 1:  # layers with (i + 1) % step == 0 are MoE, the others dense
+        raise f.unrepresentable("decoder_sparse_step", step, "MoE on every k-th layer only mixes dense and MoE "
+                                                             "layers; blockcli's layers are all alike until "
+                                                             "per-layer overrides land")
+    only = f.raw("mlp_only_layers", [])
+    if not isinstance(only, list):
+        raise f.invalid("mlp_only_layers", only, "an array of layer indices")
+    if only:
+        raise f.unrepresentable("mlp_only_layers", only, "dense MLPs on some layers mix dense and MoE layers; "
+                                                         "blockcli's layers are all alike until per-layer "
+                                                         "overrides land")
+
+
+def _mixtral(f: Fields) -> tuple[dict, dict]:
+    """Mixtral: Mistral's block (GQA, RMSNorm, RoPE θ 1e6 by default, a window only if `sliding_window`
+    is set) with a SwiGLU mixture of experts: softmax over `num_local_experts`, top `num_experts_per_tok`,
+    the k weights renormalised (MixtralTopKRouter always divides by their sum)."""
+    block, model = gated_rms(f, silu_gate, kv_default=8, tie_default=False, qkv_bias=False, out_bias=False,
+                             mlp_bias=False, eps_default=1e-5)
+    params = f.data.get("rope_parameters")
+    if f.data.get("rope_theta") is None and not (isinstance(params, dict) and params.get("rope_theta") is not None):
+        block["rope_theta"] = 1e6  # MixtralConfig.default_theta
+    window_by_key(f, block, model, default=None)
+    block["moe"] = {"n_experts": f.int("num_local_experts", 8), "top_k": f.int("num_experts_per_tok", 2),
+                    "d_expert": block["d_ff"], "renormalize": True}
+    return block, model
+
+
+def _qwen_moe(f: Fields, block: dict, d_expert_default: int, top_k_default: int, experts_default: int) -> None:
+    _moe_layers(f)
+    f.ignore("intermediate_size")  # the dense layers' width: no layer is dense here
+    # transformers 5 writes Qwen3-MoE's num_experts as num_local_experts (its attribute_map)
+    n_experts = first_of(f, ("num_experts", "num_local_experts"), lambda key: f.int(key), experts_default)
+    block["moe"] = {"n_experts": n_experts,
+                    "top_k": f.int("num_experts_per_tok", top_k_default),
+                    "d_expert": f.int("moe_intermediate_size", d_expert_default),
+                    "renormalize": f.bool("norm_topk_prob", False)}
+
+
+def _qwen2_moe(f: Fields) -> tuple[dict, dict]:
+    """Qwen2-MoE (Qwen1.5-MoE): Qwen2's attention (q/k/v biases if `qkv_bias`, default true) and a mixture of
+    experts with a shared expert gated by sigmoid(x·shared_expert_gate)."""
+    block, model = gated_rms(f, silu_gate, kv_default=16, tie_default=False,
+                             qkv_bias=f.bool("qkv_bias", True), out_bias=False, mlp_bias=False)
+    if f.bool("use_sliding_window", False):
+        raise f.unrepresentable("use_sliding_window", True, "Qwen2-MoE slides on alternate layers below "
+                                                            "max_window_layers; blockcli's layers are all alike")
+    f.ignore("sliding_window", "max_window_layers")  # read only when the window is on
+    if any(layer_types(f, model["n_layers"]) or ()):
+        raise f.unrepresentable("layer_types", f.data["layer_types"], "use_sliding_window is false, so "
+                                                                     "transformers would not slide")
+    _qwen_moe(f, block, 1408, 4, 60)
+    block["moe"].update(d_shared=f.int("shared_expert_intermediate_size", 5632), shared_gate=True)
+    return block, model
+
+
+def _qwen3_moe(f: Fields) -> tuple[dict, dict]:
+    """Qwen3-MoE: Qwen3's attention (q_norm and k_norm per head, `attention_bias` on q/k/v/o) and a mixture
+    of experts without a shared one; `use_sliding_window` slides on every layer."""
+    block, model = gated_rms(f, silu_gate, kv_default=4, tie_default=False, mlp_bias=False)
+    block["qk_norm"] = "head"
+    f.ignore("max_window_layers")  # Qwen3's field, written into Qwen3-MoE configs; Qwen3-MoE never reads it
+    apply_window(f, block, model, f.bool("use_sliding_window", False), default=4096)
+    _qwen_moe(f, block, 768, 8, 128)
+    return block, model
+
+
+def moe_tensors(router: str, experts: str, names: tuple[str, str, str], fused: str | None) -> tuple[Tensor, ...]:
+    """A mixture's router and experts under `experts` (per expert: `{experts}.{e}.<gate|up|down>.weight`;
+    fused 3-D: `{fused}.gate_up_proj` and `{fused}.down_proj`)."""
+    gate, up, down = names
+    per_expert = (tensor("blocks.{i}.router", f"{router}.weight", LINEAR),
+                  tensor("blocks.{i}.experts.{e}.w_1", f"{experts}.{{e}}.{gate}.weight", LINEAR),
+                  tensor("blocks.{i}.experts.{e}.w_3", f"{experts}.{{e}}.{up}.weight", LINEAR),
+                  tensor("blocks.{i}.experts.{e}.w_2", f"{experts}.{{e}}.{down}.weight", LINEAR))
+    if fused is None:
+        return per_expert
+    return per_expert + (tensor("blocks.{i}.experts.{e}.w_1 blocks.{i}.experts.{e}.w_3", f"{fused}.gate_up_proj",
+                                EXPERTS),
+                         tensor("blocks.{i}.experts.{e}.w_2", f"{fused}.down_proj", EXPERTS))
+
+
+_LLAMA_ATTENTION = tuple(t for t in LLAMA.tensors if ".mlp." not in t.name)
+
+# Mixtral: Llama's attention; the router and experts under block_sparse_moe as save_pretrained writes them
+# (w1 gate, w3 up, w2 down), or transformers 5's in-memory names, mlp.gate and the fused mlp.experts
+MIXTRAL = TensorMap("model.", _LLAMA_ATTENTION + (
+    tensor("blocks.{i}.router", "layers.{i}.block_sparse_moe.gate.weight|layers.{i}.mlp.gate.weight", LINEAR),
+    *moe_tensors("layers.{i}.block_sparse_moe.gate", "layers.{i}.block_sparse_moe.experts", ("w1", "w3", "w2"),
+                 "layers.{i}.mlp.experts")[1:],
+), buffers=LLAMA.buffers)
+
+# Qwen2-MoE (with its shared expert and the shared expert's gate) and Qwen3-MoE (q_norm, k_norm): mlp.gate,
+# mlp.experts.{e}.gate_proj / up_proj / down_proj, or the fused mlp.experts.gate_up_proj / down_proj
+QWEN_MOE = TensorMap("model.", _LLAMA_ATTENTION + moe_tensors(
+    "layers.{i}.mlp.gate", "layers.{i}.mlp.experts", ("gate_proj", "up_proj", "down_proj"), "layers.{i}.mlp.experts") + (
+    tensor("blocks.{i}.shared_w_1", "layers.{i}.mlp.shared_expert.gate_proj.weight", LINEAR),
+    tensor("blocks.{i}.shared_w_3", "layers.{i}.mlp.shared_expert.up_proj.weight", LINEAR),
+    tensor("blocks.{i}.shared_w_2", "layers.{i}.mlp.shared_expert.down_proj.weight", LINEAR),
+    tensor("blocks.{i}.shared_gate", "layers.{i}.mlp.shared_expert_gate.weight", LINEAR),
+), buffers=LLAMA.buffers)
+
+FAMILIES = (
+    Family("mixtral", "Mixtral", _mixtral, MIXTRAL, MOE_TRAINING_ONLY | {"router_jitter_noise"}),  # jitter: training
+    Family("qwen2_moe", "Qwen2-MoE", _qwen2_moe, QWEN_MOE, MOE_TRAINING_ONLY),
+    Family("qwen3_moe", "Qwen3-MoE", _qwen3_moe, QWEN_MOE, MOE_TRAINING_ONLY),
+)
