@@ -1711,10 +1711,22 @@ def test_deepseek_expert_layers_refusals_name_the_field(tmp_path: Path, change: 
 # --------------------------------------------------------------------------- mixtures of experts
 
 
-@pytest.mark.parametrize("field, value", [("decoder_sparse_step", 2), ("mlp_only_layers", [0])])
-def test_layers_mixing_dense_and_moe_mlps_are_refused_naming_the_field(tmp_path: Path, field: str, value: Any) -> None:
-    message = hf_error(write_json(tmp_path, with_fields(QWEN3_30B_A3B, **{field: value})))
-    assert f"field '{field}'" in message and "per-layer overrides" in message
+@pytest.mark.parametrize("field, value, dense", [("decoder_sparse_step", 2, list(range(0, 48, 2))),
+                                                ("mlp_only_layers", [0, 5, 99], [0, 5])])
+def test_qwen_moe_dense_layers_are_per_layer_overrides(tmp_path: Path, field: str, value: Any, dense: list) -> None:
+    """Qwen3MoeDecoderLayer: dense unless (i + 1) % decoder_sparse_step == 0 and i not in mlp_only_layers (an
+    index past the last layer is never read); the dense layers are intermediate_size wide. transformers 5.24
+    instantiates these two configs on the meta device at 16,936,286,208 and 29,399,136,256 parameters."""
+    config = load_config(write_json(tmp_path, with_fields(QWEN3_30B_A3B, **{field: value})))
+    assert [i for i in range(48) if config.layer_block(i).moe is None] == dense
+    d, V, n_moe = 2048, 151936, 48 - len(dense)
+    attention_and_norms = 2 * d * 32 * 128 + 2 * d * 4 * 128 + 2 * 128 + 2 * d  # Q, O; K, V; q/k norms; two norms
+    experts, dense_mlp = 128 * 3 * d * 768, 3 * d * 6144
+    total = 48 * attention_and_norms + n_moe * (d * 128 + experts) + len(dense) * dense_mlp + 2 * V * d + d
+    counted = count_parameters(config)
+    assert counted.total == total == {"decoder_sparse_step": 16_936_286_208, "mlp_only_layers": 29_399_136_256}[field]
+    assert counted.active_total == total - n_moe * (128 - 8) * 3 * d * 768  # a token uses 8 of 128 experts
+    assert load_config(write_json(tmp_path, with_fields(QWEN3_30B_A3B, decoder_sparse_step=99))).block.moe is None
 
 
 def test_qwen2_moe_maps_its_shared_expert_and_gate(tmp_path: Path) -> None:

@@ -25,20 +25,14 @@ from blockcli.tensor_names import EXPERTS, LINEAR, Tensor, TensorMap, tensor
 MOE_TRAINING_ONLY = TRAINING_ONLY | {"output_router_logits", "router_aux_loss_coef"}
 
 
-def _moe_layers(f: Fields) -> None:
-    """Qwen-MoE: every layer must be a MoE layer (blockcli's layers are all alike, for now)."""
+def _dense_layers(f: Fields, n_layers: int) -> list[int]:
+    """Qwen-MoE's layers with a dense MLP, as its decoder layers choose: those in `mlp_only_layers`, and
+    those where (i + 1) % decoder_sparse_step != 0 (indices past the last layer are never read)."""
     step = f.int("decoder_sparse_step", 1)
-    if step != 1:  # layers with (i + 1) % step == 0 are MoE, the others dense
-        raise f.unrepresentable("decoder_sparse_step", step, "MoE on every k-th layer only mixes dense and MoE "
-                                                             "layers; blockcli's layers are all alike until "
-                                                             "per-layer overrides land")
     only = f.raw("mlp_only_layers", [])
-    if not isinstance(only, list):
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
         raise f.invalid("mlp_only_layers", only, "an array of layer indices")
-    if only:
-        raise f.unrepresentable("mlp_only_layers", only, "dense MLPs on some layers mix dense and MoE layers; "
-                                                         "blockcli's layers are all alike until per-layer "
-                                                         "overrides land")
+    return [i for i in range(n_layers) if i in only or (i + 1) % step]
 
 
 def _mixtral(f: Fields) -> tuple[dict, dict]:
@@ -56,15 +50,21 @@ def _mixtral(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
-def _qwen_moe(f: Fields, block: dict, d_expert_default: int, top_k_default: int, experts_default: int) -> None:
-    _moe_layers(f)
-    f.ignore("intermediate_size")  # the dense layers' width: no layer is dense here
+def _qwen_moe(f: Fields, block: dict, model: dict, d_expert_default: int, top_k_default: int,
+              experts_default: int) -> None:
+    """The mixture of Qwen-MoE's expert layers; its dense layers (intermediate_size wide, block.d_ff) are
+    per-layer overrides `moe: null`, and a config with no expert layer is a dense block."""
     # transformers 5 writes Qwen3-MoE's num_experts as num_local_experts (its attribute_map)
     n_experts = first_of(f, ("num_experts", "num_local_experts"), lambda key: f.int(key), experts_default)
     block["moe"] = {"n_experts": n_experts,
                     "top_k": f.int("num_experts_per_tok", top_k_default),
                     "d_expert": f.int("moe_intermediate_size", d_expert_default),
                     "renormalize": f.bool("norm_topk_prob", False)}
+    dense = _dense_layers(f, model["n_layers"])
+    if len(dense) == model["n_layers"]:  # every layer dense: the expert settings are unused
+        del block["moe"]
+    elif dense:
+        f.layers.append({"indices": dense, "block": {"moe": None}})
 
 
 def _qwen2_moe(f: Fields) -> tuple[dict, dict]:
@@ -79,7 +79,7 @@ def _qwen2_moe(f: Fields) -> tuple[dict, dict]:
     if any(layer_types(f, model["n_layers"]) or ()):
         raise f.unrepresentable("layer_types", f.data["layer_types"], "use_sliding_window is false, so "
                                                                      "transformers would not slide")
-    _qwen_moe(f, block, 1408, 4, 60)
+    _qwen_moe(f, block, model, 1408, 4, 60)
     block["moe"].update(d_shared=f.int("shared_expert_intermediate_size", 5632), shared_gate=True)
     return block, model
 
@@ -91,7 +91,7 @@ def _qwen3_moe(f: Fields) -> tuple[dict, dict]:
     block["qk_norm"] = "head"
     f.ignore("max_window_layers")  # Qwen3's field, written into Qwen3-MoE configs; Qwen3-MoE never reads it
     apply_window(f, block, model, f.bool("use_sliding_window", False), default=4096)
-    _qwen_moe(f, block, 768, 8, 128)
+    _qwen_moe(f, block, model, 768, 8, 128)
     return block, model
 
 
@@ -128,6 +128,7 @@ QWEN_MOE = TensorMap("model.", _LLAMA_ATTENTION + moe_tensors(
     tensor("blocks.{i}.shared_w_3", "layers.{i}.mlp.shared_expert.up_proj.weight", LINEAR),
     tensor("blocks.{i}.shared_w_2", "layers.{i}.mlp.shared_expert.down_proj.weight", LINEAR),
     tensor("blocks.{i}.shared_gate", "layers.{i}.mlp.shared_expert_gate.weight", LINEAR),
+    *(t for t in LLAMA.tensors if ".mlp." in t.name),  # the dense layers' MLP (decoder_sparse_step, mlp_only_layers)
 ), buffers=LLAMA.buffers)
 
 FAMILIES = (
