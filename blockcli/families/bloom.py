@@ -5,8 +5,9 @@ embeddings, and Q/K/V fused per head.
 from __future__ import annotations
 
 from blockcli.families.common import Family, divides, first_of, model_section
+from blockcli.families.falcon import FALCON
 from blockcli.families.fields import Fields
-from blockcli.tensor_names import GROUPED_QKV, LINEAR, QKV, QKV_BIAS, TensorMap, tensor
+from blockcli.tensor_names import TensorMap, tensor
 
 
 def _bloom(f: Fields) -> tuple[dict, dict]:
@@ -39,27 +40,11 @@ def _bloom(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
-# Falcon's module names (Falcon grew out of BLOOM), a LayerNorm on the word embeddings, and
-# query_key_value fused per head [q_i k_i v_i] (GROUPED_QKV with one K/V head per query head)
-BLOOM = TensorMap("transformer.", (
-    tensor("wte", "word_embeddings.weight"),
+# Falcon's module names (Falcon grew out of BLOOM; the tables match either's norm names), a LayerNorm on the
+# word embeddings, and query_key_value fused per head [q_i k_i v_i] (GROUPED_QKV, one K/V head per query head)
+BLOOM = TensorMap("transformer.", FALCON.tensors + (
     tensor("emb_ln_gamma", "word_embeddings_layernorm.weight"),
     tensor("emb_ln_beta", "word_embeddings_layernorm.bias"),
-    tensor("blocks.{i}.ln1_gamma", "h.{i}.input_layernorm.weight"),
-    tensor("blocks.{i}.ln1_beta", "h.{i}.input_layernorm.bias"),
-    tensor(QKV, "h.{i}.self_attention.query_key_value.weight", GROUPED_QKV),
-    tensor(QKV_BIAS, "h.{i}.self_attention.query_key_value.bias", GROUPED_QKV),
-    tensor("blocks.{i}.w_o", "h.{i}.self_attention.dense.weight", LINEAR),
-    tensor("blocks.{i}.b_o", "h.{i}.self_attention.dense.bias"),
-    tensor("blocks.{i}.ln2_gamma", "h.{i}.post_attention_layernorm.weight"),
-    tensor("blocks.{i}.ln2_beta", "h.{i}.post_attention_layernorm.bias"),
-    tensor("blocks.{i}.w_1", "h.{i}.mlp.dense_h_to_4h.weight", LINEAR),
-    tensor("blocks.{i}.b_1", "h.{i}.mlp.dense_h_to_4h.bias"),
-    tensor("blocks.{i}.w_2", "h.{i}.mlp.dense_4h_to_h.weight", LINEAR),
-    tensor("blocks.{i}.b_2", "h.{i}.mlp.dense_4h_to_h.bias"),
-    tensor("ln_f_gamma", "ln_f.weight"),
-    tensor("ln_f_beta", "ln_f.bias"),
-    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
 
 
