@@ -10,6 +10,16 @@ from blockcli.config import BlockConfig, Config
 
 Shape = tuple[int, ...]
 
+# Stored with the weights but not trained, so not parameters: transformers keeps DeepSeek-V3's
+# e_score_correction_bias (blockcli's router_bias) as a buffer, outside `parameters()`
+BUFFERS = frozenset({"router_bias"})
+_IN_A_LAYER = tuple(f".{name}" for name in BUFFERS)
+
+
+def is_buffer(key: str) -> bool:
+    """Whether a block or model key ('router_bias', 'blocks.3.router_bias') names a buffer."""
+    return key in BUFFERS or key.endswith(_IN_A_LAYER)
+
 
 def norm_shapes(prefix: str, d: int, cfg: BlockConfig) -> dict[str, Shape]:
     shapes = {f"{prefix}_gamma": (d,)}
