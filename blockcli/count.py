@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from blockcli.config import BlockConfig, Config, LayerGroup, layer_list
-from blockcli.shapes import block_parameter_shapes, is_buffer, model_parameter_shapes
+from blockcli.shapes import Shape, block_parameter_shapes, declared_sizes, is_buffer
 
 # A polynomial: monomial (sorted tuple of symbols) → integer coefficient.
 Poly = Counter
@@ -311,13 +311,9 @@ def count_parameters(config: Config, formula: Formula = block_formula, checkpoin
     if config.model is not None:
         model_rows, total, non_embedding = _model_rows(config, groups, polys, per_group, unused)
         components.extend(model_rows)
-        shapes = model_parameter_shapes(config)
         idle_total = sum(n * len(g.layers) for n, g in zip(unused, groups))
         buffer_total = sum(n * len(g.layers) for n, g in zip(buffers, groups))
-    else:
-        shapes = block_parameter_shapes(config.block)
-    declared_buffers = sum(math.prod(s) for k, s in shapes.items() if is_buffer(k))
-    declared = sum(math.prod(s) for s in shapes.values()) - declared_buffers
+    declared, declared_buffers = declared_sizes(config)
 
     reconciled = Reconciliation(total, declared, DECLARED, tuple(mismatches), buffer_total, declared_buffers)
     return ParameterCount(config, tuple(components), per_block, total, non_embedding, reconciled,
@@ -332,7 +328,8 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
     Each row is checked against the block's declared shapes; mismatches are appended, prefixed with `tag`."""
     values = symbol_values(config)
     rows = formula(config.block)
-    arrays = {k: math.prod(s) for k, s in block_parameter_shapes(config.block).items()}
+    shapes = block_parameter_shapes(config.block)
+    arrays = {k: math.prod(s) for k, s in shapes.items()}
     components: list[Component] = []
     groups = {"attn": (Poly(), Poly()), "mlp": (Poly(), Poly()), "ln": (Poly(), Poly())}
     block_w, block_b = Poly(), Poly()
@@ -345,7 +342,7 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
         measured = sum(arrays.get(k, 0) for k in row.keys)
         if measured != w + bias:
             mismatches.append(f"{tag}{row.name}: formula {w + bias:,} vs arrays {measured:,}")
-        components.append(Component(row.name, row.label, _shapes_text(row.keys, config.block), w, bias,
+        components.append(Component(row.name, row.label, _shapes_text(row.keys, config.block, shapes), w, bias,
                                     render(row.weights + row.biases), row.keys, active=active,
                                     kind="buffer" if row.buffer else "tensor"))
         if row.buffer:
@@ -450,8 +447,7 @@ def _model_rows(config: Config, groups: list[LayerGroup], polys: list[tuple[Poly
     return rows, total, total - embeddings
 
 
-def _shapes_text(keys: tuple[str, ...], b: BlockConfig) -> str:
-    shapes = block_parameter_shapes(b)
+def _shapes_text(keys: tuple[str, ...], b: BlockConfig, shapes: Mapping[str, Shape]) -> str:
     if b.moe is not None and keys and keys[0].startswith("experts."):  # E experts of the same shapes
         first = [k for k in keys if k.startswith("experts.0.")]
         return f"{b.moe.n_experts} × (" + " + ".join(str(shapes[k]) for k in first) + ")"

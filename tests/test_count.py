@@ -240,3 +240,15 @@ def test_checkpoint_reconciliation_keeps_buffers_apart_and_exact():
     rec = count_parameters(cfg, checkpoint=short, checkpoint_info={}).reconciled
     assert not rec.match and rec.arrays == rec.formula and rec.buffers_arrays == 23
     assert rec.mismatches == ("layer 1 mlp.router_bias: formula 8 vs checkpoint 7",)
+
+
+def test_declared_sizes_sum_every_declared_shape():
+    import math
+
+    from blockcli.shapes import declared_sizes, model_parameter_shapes
+
+    mixed = parse_config({**SELECTION_BIAS, "layers": [{"indices": [0], "block": {"moe": None}}]})
+    shapes = model_parameter_shapes(mixed)
+    buffers = sum(math.prod(s) for k, s in shapes.items() if k.endswith(".router_bias"))
+    assert declared_sizes(mixed) == (sum(math.prod(s) for s in shapes.values()) - buffers, buffers) != (0, 0)
+    assert buffers == 2 * 8  # layers 1 and 2 route; layer 0 is dense
