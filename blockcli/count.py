@@ -9,7 +9,9 @@ parameter set), so the declared shapes are the block's arrays, and counting need
 NumPy nor an allocation (checklist item 10 compares with the arrays themselves).
 
 Conventions: tied embeddings are counted once (the LM head row says "tied" and adds 0);
-"non-embedding" excludes the token and position tables. Memory and FLOPs of a workload are in
+"non-embedding" excludes the token and position tables. A buffer (DeepSeek-V3's router selection
+bias, which transformers stores but does not count among its parameters) has its own row, kind
+"buffer", reconciled like any other but outside every parameter total. Memory and FLOPs of a workload are in
 `blockcli.sizing`.
 """
 
@@ -21,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from blockcli.config import BlockConfig, Config, LayerGroup, layer_list, projected_width
-from blockcli.shapes import block_parameter_shapes, model_parameter_shapes
+from blockcli.shapes import Shape, block_parameter_shapes, declared_sizes, is_buffer
 
 # A polynomial: monomial (sorted tuple of symbols) → integer coefficient.
 Poly = Counter
@@ -65,7 +67,7 @@ class Component:
     biases: int
     expression: str
     keys: tuple[str, ...] = ()  # the parameter names this row covers
-    kind: str = "tensor"  # tensor | subtotal | total | tied
+    kind: str = "tensor"  # tensor | subtotal | total | tied | buffer (stored, not a parameter: in no total)
     active: int | None = None  # of `count`, what one token uses (a mixture's k of E experts); None: all of it
     group: int | None = None  # when layers differ: which of `ParameterCount.groups` a block row describes
 
@@ -84,10 +86,12 @@ class Reconciliation:
     arrays: int
     method: str  # DECLARED (the shapes the block is built from) or "checkpoint" (a checkpoint's tensors)
     mismatches: tuple[str, ...] = ()
+    buffers_formula: int = 0  # the buffers, reconciled apart from the parameters: the formula's
+    buffers_arrays: int = 0  # and the declared shapes' or checkpoint's
 
     @property
     def match(self) -> bool:
-        return self.formula == self.arrays and not self.mismatches
+        return self.formula == self.arrays and self.buffers_formula == self.buffers_arrays and not self.mismatches
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,7 @@ class ParameterCount:
     active: int = 0  # parameters one token uses: all but the routed experts it is not sent to (0: `total`)
     groups: tuple[LayerGroup, ...] = ()  # the layers grouped by identical blocks (one group when all alike)
     group_counts: tuple[int, ...] = ()  # one block of each group
+    buffers: int = 0  # values stored beside the parameters but not counted in any total (router selection bias)
 
     @property
     def active_total(self) -> int:
@@ -143,6 +148,7 @@ class Row:
     biases: Poly
     keys: tuple[str, ...]
     active: Poly | None = None  # the weights one token uses, when not all of them (routed experts: k of E)
+    buffer: bool = False  # stored but not a parameter (no total counts it)
 
 
 def block_formula(b: BlockConfig) -> list[Row]:
@@ -203,18 +209,20 @@ def block_formula(b: BlockConfig) -> list[Row]:
 
 
 def moe_formula(b: BlockConfig) -> list[Row]:
-    """A mixture of experts: router d·E (+ E selection bias), E experts of (2 or 3)·d·d_e of which a
-    token uses k, the shared expert (2 or 3)·d·d_s and its d-wide gate."""
+    """A mixture of experts: router d·E, E experts of (2 or 3)·d·d_e of which a token uses k, the
+    shared expert (2 or 3)·d·d_s and its d-wide gate; the E-wide selection bias a buffer row."""
     moe = b.moe
     assert moe is not None
     matrices = 3 if b.gated else 2
     names = ("w_1", "w_3", "w_2") if b.gated else ("w_1", "w_2")
-    rows = [Row("mlp.router", "router", term(1, "d", "E"), term(1, "E") if moe.selection_bias else Poly(),
-                ("router", "router_bias")),
-            Row("mlp.experts", f"{moe.n_experts} routed experts (top-{moe.top_k} per token)",
-                term(matrices, "E", "d", "d_e"), Poly(),
-                tuple(f"experts.{e}.{n}" for e in range(moe.n_experts) for n in names),
-                active=term(matrices, "k", "d", "d_e"))]
+    rows = [Row("mlp.router", "router", term(1, "d", "E"), Poly(), ("router",))]
+    if moe.selection_bias:  # transformers' DeepseekV3TopkRouter.e_score_correction_bias: a buffer
+        rows.append(Row("mlp.router_bias", "router selection bias (buffer, not a parameter)", term(1, "E"), Poly(),
+                        ("router_bias",), buffer=True))
+    rows += [Row("mlp.experts", f"{moe.n_experts} routed experts (top-{moe.top_k} per token)",
+                 term(matrices, "E", "d", "d_e"), Poly(),
+                 tuple(f"experts.{e}.{n}" for e in range(moe.n_experts) for n in names),
+                 active=term(matrices, "k", "d", "d_e"))]
     if moe.d_shared:
         rows.append(Row("mlp.shared", "shared expert", term(matrices, "d", "d_s"), Poly(),
                         tuple(f"shared_{n}" for n in names)))
@@ -289,44 +297,46 @@ def count_parameters(config: Config, formula: Formula = block_formula, checkpoin
     polys: list[tuple[Poly, Poly]] = []
     per_group: list[int] = []
     unused: list[int] = []  # per group: one block's parameters a token does not use (routed experts)
+    buffers: list[int] = []  # per group: one block's buffers (stored, not parameters)
     for index, group in enumerate(groups):
         one = config.for_layer(group.layers[0])
         tag = f"{layer_list(group.layers)}: " if len(groups) > 1 else ""
-        rows_, (block_w, block_b), idle = _block_rows(one, formula, mismatches, tag)
+        rows_, (block_w, block_b), idle, stored_only = _block_rows(one, formula, mismatches, tag)
         polys.append((block_w, block_b))
         per_group.append(evaluate(block_w + block_b, symbol_values(one)))
         unused.append(idle)
+        buffers.append(stored_only)
         grouped = index if len(groups) > 1 else None
         components.extend(replace(c, group=grouped) for c in rows_)
     per_block = per_group[0]
 
-    total, non_embedding, idle_total = per_block, per_block, unused[0]
+    total, non_embedding, idle_total, buffer_total = per_block, per_block, unused[0], buffers[0]
     if config.model is not None:
         model_rows, total, non_embedding = _model_rows(config, groups, polys, per_group, unused)
         components.extend(model_rows)
-        declared = sum(math.prod(s) for s in model_parameter_shapes(config).values())
         idle_total = sum(n * len(g.layers) for n, g in zip(unused, groups))
-    else:
-        declared = sum(math.prod(s) for s in block_parameter_shapes(config.block).values())
+        buffer_total = sum(n * len(g.layers) for n, g in zip(buffers, groups))
+    declared, declared_buffers = declared_sizes(config)
 
-    reconciled = Reconciliation(total, declared, DECLARED, tuple(mismatches))
+    reconciled = Reconciliation(total, declared, DECLARED, tuple(mismatches), buffer_total, declared_buffers)
     return ParameterCount(config, tuple(components), per_block, total, non_embedding, reconciled,
                           active=total - idle_total if idle_total else 0, groups=tuple(groups),
-                          group_counts=tuple(per_group))
+                          group_counts=tuple(per_group), buffers=buffer_total)
 
 
 def _block_rows(config: Config, formula: Formula, mismatches: list[str],
-                tag: str) -> tuple[list[Component], tuple[Poly, Poly], int]:
-    """One block's rows and subtotals, its (weights, biases) polynomials, and how many of its parameters
-    a token does not use (the routed experts it is not sent to). Each row is checked against the
-    block's declared shapes; mismatches are appended, prefixed with `tag`."""
+                tag: str) -> tuple[list[Component], tuple[Poly, Poly], int, int]:
+    """One block's rows and subtotals, its (weights, biases) polynomials, how many of its parameters
+    a token does not use (the routed experts it is not sent to), and its buffers (in no subtotal).
+    Each row is checked against the block's declared shapes; mismatches are appended, prefixed with `tag`."""
     values = symbol_values(config)
     rows = formula(config.block)
-    arrays = {k: math.prod(s) for k, s in block_parameter_shapes(config.block).items()}
+    shapes = block_parameter_shapes(config.block)
+    arrays = {k: math.prod(s) for k, s in shapes.items()}
     components: list[Component] = []
     groups = {"attn": (Poly(), Poly()), "mlp": (Poly(), Poly()), "ln": (Poly(), Poly())}
     block_w, block_b = Poly(), Poly()
-    idle = 0
+    idle = buffers = 0
     for row in rows:
         w, bias = evaluate(row.weights, values), evaluate(row.biases, values)
         active = None if row.active is None else evaluate(row.active, values) + bias
@@ -335,8 +345,12 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
         measured = sum(arrays.get(k, 0) for k in row.keys)
         if measured != w + bias:
             mismatches.append(f"{tag}{row.name}: formula {w + bias:,} vs arrays {measured:,}")
-        components.append(Component(row.name, row.label, _shapes_text(row.keys, config.block), w, bias,
-                                    render(row.weights + row.biases), row.keys, active=active))
+        components.append(Component(row.name, row.label, _shapes_text(row.keys, config.block, shapes), w, bias,
+                                    render(row.weights + row.biases), row.keys, active=active,
+                                    kind="buffer" if row.buffer else "tensor"))
+        if row.buffer:
+            buffers += w + bias
+            continue
         group_w, group_b = groups["ln" if row.name.startswith("ln") else row.name.split(".")[0]]
         for poly in (group_w, block_w):
             poly.update(row.weights)
@@ -354,7 +368,7 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
         components.append(Component(name, label, "", evaluate(w, values), evaluate(bias, values),
                                     render(w + bias), kind="total" if name == "block" else "subtotal",
                                     active=count - idle if idle and name in ("mlp", "block") else None))
-    return components, (block_w, block_b), idle
+    return components, (block_w, block_b), idle, buffers
 
 
 def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[str, int],
@@ -381,7 +395,8 @@ def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[s
             if found != c.count:
                 mismatches.append(f"{c.name}: formula {c.count:,} vs checkpoint {found:,}")
     mismatches.extend(f"{k}: stored tensor not in the formula" for k in stored if k not in covered)
-    reconciled = Reconciliation(result.total, sum(stored.values()), "checkpoint", tuple(mismatches))
+    reconciled = Reconciliation(result.total, sum(n for k, n in stored.items() if not is_buffer(k)), "checkpoint",
+                                tuple(mismatches), result.buffers, sum(n for k, n in stored.items() if is_buffer(k)))
     return replace(result, reconciled=reconciled, checkpoint=dict(info))
 
 
@@ -452,8 +467,7 @@ def _model_norm(name: str, where: str, prefix: str, b: BlockConfig) -> Component
                      scale, shift, ("0", "d", "2·d")[parts], (f"{prefix}_gamma", f"{prefix}_beta"))
 
 
-def _shapes_text(keys: tuple[str, ...], b: BlockConfig) -> str:
-    shapes = block_parameter_shapes(b)
+def _shapes_text(keys: tuple[str, ...], b: BlockConfig, shapes: Mapping[str, Shape]) -> str:
     if b.moe is not None and keys and keys[0].startswith("experts."):  # E experts of the same shapes
         first = [k for k in keys if k.startswith("experts.0.")]
         return f"{b.moe.n_experts} × (" + " + ".join(str(shapes[k]) for k in first) + ")"

@@ -77,6 +77,7 @@ def count_json(result: ParameterCount, inference: Inference, training: Training 
         "n_layers": result.n_layers,
         "non_embedding": result.non_embedding,
         "active_per_token": result.active_total,
+        "buffers": result.buffers,
         "components": [
             {"name": c.name, "label": c.label, "kind": c.kind, "shape": c.shape, "weights": c.weights,
              "biases": c.biases, "count": c.count, "active": c.active_count, "share": _share(c.count, result.total),
@@ -86,7 +87,8 @@ def count_json(result: ParameterCount, inference: Inference, training: Training 
         "layer_groups": [{"layers": list(g.layers), "n_layers": len(g.layers), "overrides": g.overrides,
                           "per_block": n} for g, n in zip(result.groups, result.group_counts)],
         "reconciled": {"formula": rec.formula, "arrays": rec.arrays, "match": rec.match, "method": rec.method,
-                       "mismatches": list(rec.mismatches)},
+                       "mismatches": list(rec.mismatches), "buffers_formula": rec.buffers_formula,
+                       "buffers_arrays": rec.buffers_arrays},
         "inference": inference_json(inference),
     }
     if result.checkpoint is not None:
@@ -232,6 +234,9 @@ def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | No
     prefill, causal = inf.prefill.total(), inf.prefill.total(causal=True)
     lines = [f"formula {rec.formula:,} vs {'checkpoint tensors' if rec.method == 'checkpoint' else rec.method} "
              f"{rec.arrays:,}: {check}"]
+    if result.buffers or rec.buffers_arrays:
+        lines.append(f"buffers (stored, not parameters: in no total): formula {rec.buffers_formula:,} vs "
+                     f"{rec.buffers_arrays:,}: {'match' if rec.buffers_formula == rec.buffers_arrays else 'MISMATCH'}")
     if result.active:
         lines.append(active_line(result))
     if result.checkpoint is not None:
@@ -321,7 +326,7 @@ def count_table(result: ParameterCount, inference: Inference, training: Training
     for i, (c, row) in enumerate(zip(result.components, _count_rows(result))):
         if (header := _group_header(result, c)) is not None:  # each group's rows under its name
             table.add_row(header, style="bold italic")
-        style = "bold" if c.kind == "total" else "dim" if c.kind == "tied" else None
+        style = "bold" if c.kind == "total" else "dim" if c.kind in ("tied", "buffer") else None
         share = _share(c.count, result.total)
         row[5] = f"{bar(share)} {100 * share:5.1f}%"
         table.add_row(*row, style=style, end_section=c.kind == "total" or i + 1 in section_ends)

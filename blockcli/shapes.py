@@ -6,9 +6,21 @@
 
 from __future__ import annotations
 
+import math
+
 from blockcli.config import BlockConfig, Config, projected_width
 
 Shape = tuple[int, ...]
+
+# Stored with the weights but not trained, so not parameters: transformers keeps DeepSeek-V3's
+# e_score_correction_bias (blockcli's router_bias) as a buffer, outside `parameters()`
+BUFFERS = frozenset({"router_bias"})
+_IN_A_LAYER = tuple(f".{name}" for name in BUFFERS)
+
+
+def is_buffer(key: str) -> bool:
+    """Whether a block or model key ('router_bias', 'blocks.3.router_bias') names a buffer."""
+    return key in BUFFERS or key.endswith(_IN_A_LAYER)
 
 
 def norm_shapes(prefix: str, d: int, cfg: BlockConfig) -> dict[str, Shape]:
@@ -121,24 +133,53 @@ def block_parameter_shapes(cfg: BlockConfig) -> dict[str, Shape]:
 
 def model_parameter_shapes(config: Config) -> dict[str, Shape]:
     """Every parameter of the model: embeddings, blocks.{i}.*, final norm, LM head."""
+    before, after = _outer_shapes(config)
+    assert config.model is not None
+    shapes = dict(before)
+    for i in range(config.model.n_layers):  # each layer's own block (`layers:` overrides)
+        shapes.update({f"blocks.{i}.{k}": s for k, s in block_parameter_shapes(config.layer_block(i)).items()})
+    return {**shapes, **after}
+
+
+def declared_sizes(config: Config) -> tuple[int, int]:
+    """(parameters, buffers): the sizes `model_parameter_shapes` declares (or one block's), summed
+    without naming every layer's keys (DeepSeek-V3's 58 expert layers hold 44,544 of them)."""
+    if config.model is None:
+        return _split(block_parameter_shapes(config.block))
+    per_block: dict[BlockConfig, tuple[int, int]] = {}
+    parameters = buffers = 0
+    for i in range(config.model.n_layers):
+        block = config.layer_block(i)
+        if block not in per_block:
+            per_block[block] = _split(block_parameter_shapes(block))
+        parameters, buffers = parameters + per_block[block][0], buffers + per_block[block][1]
+    before, after = _outer_shapes(config)
+    outer_parameters, outer_buffers = _split({**before, **after})
+    return parameters + outer_parameters, buffers + outer_buffers
+
+
+def _split(shapes: dict[str, Shape]) -> tuple[int, int]:
+    sizes = [(math.prod(s), is_buffer(k)) for k, s in shapes.items()]
+    return sum(n for n, buffer in sizes if not buffer), sum(n for n, buffer in sizes if buffer)
+
+
+def _outer_shapes(config: Config) -> tuple[dict[str, Shape], dict[str, Shape]]:
+    """The model's parameters before its blocks (embeddings) and after them (final norm, LM head)."""
     model, block = config.model, config.block
     assert model is not None
     d, e = block.d_model, projected_width(model, block.d_model)
-    shapes: dict[str, Shape] = {"wte": (model.vocab_size, e or d)}
+    before: dict[str, Shape] = {"wte": (model.vocab_size, e or d)}
     if e:  # OPT-350m: embeddings e wide, projected in to d before the positions are added
-        shapes["proj_in"] = (e, d)
+        before["proj_in"] = (e, d)
     if model.positions == "learned":
-        shapes["wpe"] = (model.max_positions + model.position_offset, d)
+        before["wpe"] = (model.max_positions + model.position_offset, d)
     if model.embedding_norm:
-        shapes.update(norm_shapes("emb_ln", d, block))
-    for i in range(model.n_layers):  # each layer's own block (`layers:` overrides)
-        shapes.update({f"blocks.{i}.{k}": s for k, s in block_parameter_shapes(config.layer_block(i)).items()})
-    if model.final_norm:
-        shapes.update(norm_shapes("ln_f", d, block))
+        before.update(norm_shapes("emb_ln", d, block))
+    after: dict[str, Shape] = norm_shapes("ln_f", d, block) if model.final_norm else {}
     if e:  # and projected out to e after the final norm
-        shapes["proj_out"] = (d, e)
+        after["proj_out"] = (d, e)
     if not model.tie_embeddings:
-        shapes["lm_head"] = (e or d, model.vocab_size)
+        after["lm_head"] = (e or d, model.vocab_size)
     if model.lm_head_bias:
-        shapes["lm_head_bias"] = (model.vocab_size,)
-    return shapes
+        after["lm_head_bias"] = (model.vocab_size,)
+    return before, after

@@ -126,7 +126,8 @@ except SystemExit as stop:
 
 
 @pytest.mark.parametrize("args", [["gpt2", "--json"], ["gpt2"], ["llama-3.1-8b", "--json", "--train"],
-                                  ["tests/fixtures/hf/llama/config.json", "--json"], ["configs/tiny-gpt.yaml"]])
+                                  ["tests/fixtures/hf/llama/config.json", "--json"], ["configs/tiny-gpt.yaml"],
+                                  ["deepseek-v3", "--json"], ["deepseek-v3"]])
 def test_count_imports_no_numpy(args):
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "-c", NO_NUMPY_RUN, "count", *args], capture_output=True, text=True,
@@ -195,3 +196,59 @@ def test_presets_listing():
     out = runner.invoke(app, ["presets", "--json"])
     names = {p["name"] for p in json.loads(out.stdout)}
     assert {"gpt2", "llama-2-7b", "gemma-2b", "opt-125m", "pythia-160m"} <= names
+
+
+# DeepSeek-V3's routing, small: 8 experts with a selection bias (transformers' e_score_correction_bias, a buffer)
+SELECTION_BIAS = {"block": {"d_model": 16, "n_heads": 2, "d_ff": 32, "norm": "rmsnorm", "activation": "swiglu",
+                            "bias": False, "rope": True,
+                            "moe": {"n_experts": 8, "top_k": 2, "d_expert": 4, "scoring": "sigmoid",
+                                    "selection_bias": True}},
+                  "model": {"n_layers": 3, "vocab_size": 20, "positions": "rope", "tie_embeddings": False}}
+
+
+def test_selection_bias_is_a_stored_buffer_outside_every_total(tmp_path):
+    d, h_dh, E, d_e, L, V = 16, 16, 8, 4, 3, 20
+    per_block = 2 * d + 4 * d * h_dh + d * E + E * 3 * d * d_e  # norms, Q K V O, router, experts: no bias
+    cfg = parse_config(SELECTION_BIAS)
+    result = count_parameters(cfg)
+    assert result.total == L * per_block + 2 * V * d + d and result.buffers == L * E
+    row = next(c for c in result.components if c.name == "mlp.router_bias")
+    assert (row.kind, row.count, row.keys) == ("buffer", E, ("router_bias",))
+    assert next(c for c in result.components if c.name == "block").count == per_block
+    assert result.reconciled.match and (result.reconciled.buffers_formula, result.reconciled.buffers_arrays) == (24, 24)
+    path = tmp_path / "bias.yaml"
+    path.write_text(json.dumps(SELECTION_BIAS))
+    data = json.loads(runner.invoke(app, ["count", str(path), "--json"]).stdout)
+    assert data["total"] == result.total and data["buffers"] == L * E
+    assert data["reconciled"]["buffers_formula"] == data["reconciled"]["buffers_arrays"] == L * E
+    assert {c["kind"] for c in data["components"] if c["name"] == "mlp.router_bias"} == {"buffer"}
+    table = runner.invoke(app, ["count", str(path)], env={"COLUMNS": "200"}).stdout
+    assert "router selection bias (buffer, not a parameter)" in table
+    assert "buffers (stored, not parameters: in no total): formula 24 vs 24: match" in table
+
+
+def test_checkpoint_reconciliation_keeps_buffers_apart_and_exact():
+    import math
+
+    from blockcli.shapes import model_parameter_shapes
+
+    cfg = parse_config(SELECTION_BIAS)
+    stored = {k: math.prod(s) for k, s in model_parameter_shapes(cfg).items()}
+    rec = count_parameters(cfg, checkpoint=stored, checkpoint_info={"files": ["m.safetensors"]}).reconciled
+    assert rec.match and rec.arrays == rec.formula and rec.buffers_arrays == 24  # parameters alone, buffers apart
+    short = {**stored, "blocks.1.router_bias": 7}
+    rec = count_parameters(cfg, checkpoint=short, checkpoint_info={}).reconciled
+    assert not rec.match and rec.arrays == rec.formula and rec.buffers_arrays == 23
+    assert rec.mismatches == ("layer 1 mlp.router_bias: formula 8 vs checkpoint 7",)
+
+
+def test_declared_sizes_sum_every_declared_shape():
+    import math
+
+    from blockcli.shapes import declared_sizes, model_parameter_shapes
+
+    mixed = parse_config({**SELECTION_BIAS, "layers": [{"indices": [0], "block": {"moe": None}}]})
+    shapes = model_parameter_shapes(mixed)
+    buffers = sum(math.prod(s) for k, s in shapes.items() if k.endswith(".router_bias"))
+    assert declared_sizes(mixed) == (sum(math.prod(s) for s in shapes.values()) - buffers, buffers) != (0, 0)
+    assert buffers == 2 * 8  # layers 1 and 2 route; layer 0 is dense

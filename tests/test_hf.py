@@ -1453,9 +1453,40 @@ DEEPSEEK_V3_DENSE = with_fields(DEEPSEEK_V3, first_k_dense_replace=61)  # a vali
 FIXTURE_V2 = json.loads((Path(__file__).parent / "fixtures" / "hf" / "deepseek_v2" / "config.json").read_text())
 
 
-def test_deepseek_v3_moe_layers_are_refused_naming_the_field(tmp_path: Path) -> None:
-    message = hf_error(write_json(tmp_path, DEEPSEEK_V3))
-    assert "field 'first_k_dense_replace' = 3" in message and "mixture-of-experts" in message
+# https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json (auto_map left out)
+DEEPSEEK_V2_LITE = {
+    "architectures": ["DeepseekV2ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "aux_loss_alpha": 0.001, "bos_token_id": 100000, "eos_token_id": 100001, "first_k_dense_replace": 1,
+    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 10944,
+    "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v2",
+    "moe_intermediate_size": 1408, "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 64, "n_shared_experts": 2,
+    "norm_topk_prob": False, "num_attention_heads": 16, "num_experts_per_tok": 6, "num_hidden_layers": 27,
+    "num_key_value_heads": 16, "pretraining_tp": 1, "q_lora_rank": None, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+    "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707, "mscale_all_dim": 0.707,
+                     "original_max_position_embeddings": 4096, "type": "yarn"},
+    "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax", "seq_aux": True,
+    "tie_word_embeddings": False, "topk_group": 1, "topk_method": "greedy", "torch_dtype": "bfloat16",
+    "transformers_version": "4.33.1", "use_cache": True, "v_head_dim": 128, "vocab_size": 102400,
+}
+
+
+@pytest.mark.parametrize("hf, preset, dense, transformers_total, buffers", [
+    # totals: transformers 5.24 DeepseekV3/V2ForCausalLM instantiated on the meta device from the config
+    # (sum of numel over parameters()); buffers: V3's e_score_correction_bias, 256 in each of the 58 expert layers
+    (DEEPSEEK_V3, "deepseek-v3", 3, 671_026_404_352, 58 * 256),
+    (DEEPSEEK_V2_LITE, "deepseek-v2-lite", 1, 15_706_484_224, 0),
+])
+def test_deepseek_published_config_maps_to_the_packaged_preset(tmp_path: Path, hf: dict, preset: str, dense: int,
+                                                               transformers_total: int, buffers: int) -> None:
+    imported, packaged = load_config(write_json(tmp_path, hf)), load_config(preset)
+    assert (imported.block, imported.model, imported.layer_blocks) == \
+        (packaged.block, packaged.model, packaged.layer_blocks)
+    # layers 0..first_k_dense_replace-1 dense (intermediate_size wide), the rest experts
+    assert [imported.layer_block(i).moe is None for i in range(dense + 2)] == [True] * dense + [False, False]
+    assert imported.layer_block(0).d_ff == hf["intermediate_size"]
+    result = count_parameters(imported)
+    assert result.total == transformers_total and result.buffers == buffers and result.reconciled.match
 
 
 def test_deepseek_v3_all_dense_maps_latent_attention_and_yarn() -> None:
@@ -1680,25 +1711,40 @@ def test_deepseek_v2_expert_layers_map_to_its_routing() -> None:
     assert "n_groups" not in greedy and "renormalize" not in greedy  # V2's router never renormalises
 
 
-@pytest.mark.parametrize("data, transformers_total", [(V3_MOE, 121_532 + 3 * 8), (V2_MOE, 106_616)])
-def test_deepseek_expert_layers_count_total_and_active_by_hand(tmp_path: Path, data: dict,
-                                                               transformers_total: int) -> None:
-    """transformers_total: sum of numel of DeepseekV3/V2ForCausalLM's parameters on the meta device (121,532 and
-    106,616), plus V3's e_score_correction_bias buffers (3 layers × 8, stored in its checkpoints; blockcli's
-    router_bias)."""
-    result = count_parameters(load_config(write_json(tmp_path, data)))
+@pytest.mark.parametrize("dense", [0, 1])
+@pytest.mark.parametrize("data, transformers_totals", [(V3_MOE, (121_532, 108_732)), (V2_MOE, (106_616, 100_088))])
+def test_deepseek_expert_layers_count_total_and_active_by_hand(tmp_path: Path, data: dict, dense: int,
+                                                               transformers_totals: tuple[int, int]) -> None:
+    """transformers_totals: sum of numel of DeepseekV3/V2ForCausalLM's parameters on the meta device, with
+    first_k_dense_replace 0 and 1. V3's e_score_correction_bias (8 per expert layer) is a buffer there, not a
+    parameter: blockcli stores it (router_bias) and reports it apart from the totals."""
+    result = count_parameters(load_config(write_json(tmp_path, with_fields(data, first_k_dense_replace=dense))))
     d, h, L, V = 64, 4, 3, 128
     E, k, d_e = data["n_routed_experts"], data["num_experts_per_tok"], 16
     q = d * 12 + 12 + 12 * h * 10 if data["q_lora_rank"] else d * h * 10
     attention = q + d * (8 + 4) + 8 + 8 * h * (6 + 5) + h * 5 * d
-    experts, shared, router = E * 3 * d * d_e, 3 * d * 2 * d_e, d * E + (E if data["model_type"] == "deepseek_v3" else 0)
-    per_layer = attention + router + experts + shared + 2 * d
-    assert result.total == L * per_layer + 2 * V * d + d == transformers_total
-    assert result.active == result.total - L * (E - k) * 3 * d * d_e  # all but the E − k routed experts not used
+    experts, shared, router = E * 3 * d * d_e, 3 * d * 2 * d_e, d * E
+    expert_layer, dense_layer = attention + router + experts + shared + 2 * d, attention + 3 * d * 96 + 2 * d
+    assert result.total == dense * dense_layer + (L - dense) * expert_layer + 2 * V * d + d \
+        == transformers_totals[dense]
+    assert result.active == result.total - (L - dense) * (E - k) * 3 * d * d_e  # all but the E − k routed experts
+    assert result.buffers == (L - dense) * (E if data["model_type"] == "deepseek_v3" else 0)
+    assert result.reconciled.match
+
+
+@pytest.mark.parametrize("data", [V3_MOE, V2_MOE])
+def test_deepseek_dense_first_layers_are_a_per_layer_override(tmp_path: Path, data: dict) -> None:
+    mapping = hf_to_mapping(with_fields(data, first_k_dense_replace=2), "d.json")
+    assert mapping["layers"] == [{"indices": [0, 1], "block": {"moe": None}}] and "moe" in mapping["block"]
+    path = tmp_path / "d.yaml"
+    path.write_text(to_yaml(mapping))  # convert's YAML loads back to the same layers
+    assert load_config(path).layer_blocks == parse_config(mapping).layer_blocks != ()
+    # first_k_dense_replace >= num_hidden_layers: every layer dense, no overrides
+    assert "layers" not in hf_to_mapping(with_fields(data, first_k_dense_replace=3), "d.json")
 
 
 @pytest.mark.parametrize("change, key", [
-    ({"first_k_dense_replace": 1}, "first_k_dense_replace"),  # dense first layers: per-layer overrides needed
+    ({"moe_layer_freq": 2}, "moe_layer_freq"),  # transformers' DeepSeek builds experts on every layer past the dense ones
     ({"topk_method": "noaux_tc"}, "topk_method"),
     ({"mlp_bias": True}, "mlp_bias"),
     ({"scoring_func": "sigmoid"}, "scoring_func"),
@@ -1708,6 +1754,28 @@ def test_deepseek_expert_layers_refusals_name_the_field(tmp_path: Path, change: 
     assert f"field '{key}'" in message
 
 
+def test_deepseek_dense_first_layers_trace_verify_and_sizing_per_layer(tmp_path: Path) -> None:
+    """V3_MOE with layer 0 dense: trace and verify --layer run that layer's block, and the decode FLOPs
+    differ from the all-experts config's by one layer's MLP matmuls (2 FLOPs per weight a token uses)."""
+    from blockcli.sizing import inference
+
+    path = write_json(tmp_path, with_fields(V3_MOE, first_k_dense_replace=1))
+    for layer, dense in ((0, True), (1, False)):
+        run = subprocess.run([sys.executable, "-m", "blockcli", "trace", str(path), "--layer", str(layer), "--json"],
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        shapes = {op["key"]: op["output_shape"] for op in json.loads(run.stdout)["ops"]}
+        assert ("router_logits" not in shapes) == dense
+        assert shapes.get("router_logits", [1, 8, 8]) == [1, 8, 8]  # (B, T, E)
+        checked = subprocess.run([sys.executable, "-m", "blockcli", "verify", str(path), "--layer", str(layer)],
+                                 capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    d, E, k, d_e, d_s, T, B = 64, 8, 3, 16, 32, 6, 2
+    mixed, experts = (inference(load_config(write_json(tmp_path, with_fields(V3_MOE, first_k_dense_replace=n),
+                                                       f"c{n}.json")), 0, T, B, "float32") for n in (1, 0))
+    dense_mlp, expert_mlp = 3 * d * 96, d * E + 3 * d * d_e * k + 3 * d * d_s  # router, k experts, shared expert
+    assert mixed.decode - experts.decode == B * 2 * (dense_mlp - expert_mlp)
+    assert mixed.kv_bytes_per_token == experts.kv_bytes_per_token == 4 * 3 * (8 + 4)  # the latent: L·(r_kv + d_rope)
 # --------------------------------------------------------------------------- mixtures of experts
 
 

@@ -11,8 +11,8 @@ For every preset in blockcli/presets/ four things must agree:
 
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
-time, and buffers (causal masks, rotary ``inv_freq``) are not parameters. All 35
-totals below were also reproduced by instantiating the configs on the meta device
+time, and buffers (causal masks, rotary ``inv_freq``, DeepSeek-V3's ``e_score_correction_bias``) are
+not parameters. All 37 totals below were also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
 
@@ -112,6 +112,28 @@ def moe_total(*, d: int, L: int, V: int, n_heads: int, n_kv: int, head_dim: int,
         + (experts if used is None else used) * 3 * d * d_expert  # w1/w3/w2 (gate/up/down) of each expert
     )
     return V * d + L * block + d + V * d  # embed_tokens + blocks + final norm + lm_head
+def deepseek_total(
+    *, d: int, L: int, V: int, ff: int, n_heads: int, q_rank: int, kv_rank: int, d_nope: int, d_rope: int,
+    d_v: int, dense: int, E: int, d_e: int, shared: int, experts_used: int | None = None,
+) -> int:
+    """DeepseekV2/V3ForCausalLM: latent attention (q_proj, or q_a_proj + q_a_layernorm + q_b_proj;
+    kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj; no biases), two RMSNorms; layers 0..dense-1
+    a SwiGLU MLP of ff, the others a router gate (E, d), E experts and `shared` experts of d_e fused into
+    one MLP. `experts_used`: count only that many routed experts per layer (the active parameters of a
+    token; embeddings and LM head included). The router's e_score_correction_bias is a buffer."""
+    qk = d_nope + d_rope
+    q = d * n_heads * qk if not q_rank else d * q_rank + q_rank + q_rank * n_heads * qk
+    attention = q + d * (kv_rank + d_rope) + kv_rank + kv_rank * n_heads * (d_nope + d_v) + n_heads * d_v * d
+    routed = E if experts_used is None else experts_used
+    expert_mlp = d * E + routed * 3 * d * d_e + 3 * d * shared * d_e  # gate, routed experts, shared_experts
+    layers = L * (attention + 2 * d) + dense * 3 * d * ff + (L - dense) * expert_mlp
+    return V * d + layers + d + V * d  # embed_tokens + layers + norm + lm_head (untied)
+
+
+DEEPSEEK_V3 = dict(d=7168, L=61, V=129280, ff=18432, n_heads=128, q_rank=1536, kv_rank=512, d_nope=128, d_rope=64,
+                   d_v=128, dense=3, E=256, d_e=2048, shared=1)  # deepseek-ai/DeepSeek-V3 config.json, top-8
+DEEPSEEK_V2_LITE = dict(d=2048, L=27, V=102400, ff=10944, n_heads=16, q_rank=0, kv_rank=512, d_nope=128, d_rope=64,
+                        d_v=128, dense=1, E=64, d_e=1408, shared=2)  # deepseek-ai/DeepSeek-V2-Lite config.json, top-6
 
 
 def starcoder2_total(*, d: int, L: int, V: int, ff: int, n_heads: int, n_kv: int, head_dim: int) -> int:
@@ -533,6 +555,23 @@ CASES.append(pytest.param(
     id="gemma-3-1b[transformers Gemma3ForCausalLM on meta=999885952]",
 ))
 
+CASES.append(pytest.param(
+    "deepseek-v3", 671_026_404_352, deepseek_total(**DEEPSEEK_V3),
+    {"d_model": 7168, "n_heads": 128, "d_ff": 18432, "n_layers": 61, "vocab_size": 129280},
+    # transformers 5.24 DeepseekV3ForCausalLM instantiated on the meta device from
+    # https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json (sum of numel over parameters(); the
+    # 14,848 e_score_correction_bias values are buffers): DeepSeek's "671B total", without the 14B
+    # multi-token-prediction module transformers does not build.
+    id="deepseek-v3[transformers DeepseekV3ForCausalLM on meta=671026404352]",
+))
+CASES.append(pytest.param(
+    "deepseek-v2-lite", 15_706_484_224, deepseek_total(**DEEPSEEK_V2_LITE),
+    {"d_model": 2048, "n_heads": 16, "d_ff": 10944, "n_layers": 27, "vocab_size": 102400},
+    # transformers 5.24 DeepseekV2ForCausalLM instantiated on the meta device from
+    # https://huggingface.co/deepseek-ai/DeepSeek-V2-Lite/blob/main/config.json (sum of numel); DeepSeek's "15.7B".
+    id="deepseek-v2-lite[transformers DeepseekV2ForCausalLM on meta=15706484224]",
+))
+
 PRESET_NAMES = [c.values[0] for c in CASES]
 
 
@@ -575,6 +614,21 @@ def test_blockcli_counts_published_figure(name, published, hand, shape):
 
     total = count_parameters(load_config(name)).total
     assert total == published == hand
+
+
+@pytest.mark.parametrize("name, hand, top_k, expected", [
+    # hand: deepseek_total with only the top-k routed experts of each expert layer counted, embeddings and LM
+    # head included; DeepSeek's model cards round what a token activates to "37B" (V3) and "2.4B" (V2-Lite)
+    ("deepseek-v3", deepseek_total(**DEEPSEEK_V3, experts_used=8), 8, 37_552_282_624),
+    ("deepseek-v2-lite", deepseek_total(**DEEPSEEK_V2_LITE, experts_used=6), 6, 2_661_150_208),
+])
+def test_blockcli_counts_active_parameters_by_hand(name, hand, top_k, expected):
+    from blockcli.sources import load_config
+    from blockcli.count import count_parameters
+
+    result = count_parameters(load_config(name))
+    assert result.config.layer_block(result.n_layers - 1).moe.top_k == top_k
+    assert result.active == hand == expected
 
 
 def test_every_required_preset_is_packaged():

@@ -7,8 +7,8 @@ are ignored. V2 rotates interleaved pairs (its complex rotation `apply_rotary_em
 rotated pairs out de-interleaved, the same permutation for both, so the scores are those of GPT-J's
 layout. The latents' RMSNorms are built with the default eps 1e-6, not `rms_norm_eps`.
 Layers first_k_dense_replace and up have mixture-of-experts MLPs (`block.moe`, with DeepSeek's
-routing): a config whose layers are all dense or all experts maps; dense first layers followed by
-expert layers are refused until per-layer overrides land. The expert tensors of a checkpoint are not
+routing); the dense layers before them (an intermediate_size-wide SwiGLU MLP) are a per-layer override
+(`layers:` entry with `moe: null`) of that base block. The expert tensors of a checkpoint are not
 read yet (no tensor-name entries), so such a folder counts from its config only.
 """
 
@@ -62,11 +62,6 @@ def _moe(f: Fields, v3: bool) -> dict:
 def _deepseek(f: Fields, v3: bool) -> tuple[dict, dict]:
     n_layers = f.int("num_hidden_layers")
     dense = f.int("first_k_dense_replace", 3 if v3 else 0, minimum=0)
-    if 0 < dense < n_layers:
-        raise f.unrepresentable("first_k_dense_replace", dense,
-                                f"layers 0..{dense - 1} dense and {dense}..{n_layers - 1} mixture-of-experts differ "
-                                f"in their MLP; blockcli's layers are all alike until per-layer overrides land "
-                                f"(0 or >= num_hidden_layers map)")
     block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False,
                              mlp_bias=False if v3 else None)  # V3's MLP has no mlp_bias field
     if dense >= n_layers:
@@ -78,6 +73,8 @@ def _deepseek(f: Fields, v3: bool) -> tuple[dict, dict]:
             raise f.unrepresentable("mlp_bias", True, "the shared expert would have biases; blockcli's experts "
                                                       "have none")
         block["moe"] = _moe(f, v3)
+        if dense:  # layers 0..dense-1: the dense MLP, intermediate_size (block.d_ff) wide
+            f.layers.append({"indices": list(range(dense)), "block": {"moe": None}})
     heads = block["n_heads"]
     if block.pop("n_kv_heads") != heads:  # kv_b_proj makes one K and V per head; transformers would repeat them again
         raise f.unrepresentable("num_key_value_heads", f.data["num_key_value_heads"],
