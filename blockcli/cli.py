@@ -542,11 +542,13 @@ def _parse_head(spec: str, cfg: Any) -> tuple[int, int]:
 
 
 UNASKED_PASS_SECONDS = 30  # a pass estimated to take longer is replaced by shapes unless asked for
+DRAW_SECONDS_PER_WEIGHT = 1e-8  # NumPy's seeded normal draws run at about 10⁸ a second on one core
 ASSUMED_FLOPS_PER_SECOND = 5e10  # a third of what a traced pass sustained here (1.5e11/s at T=4096), so it errs long
 
 
 def forward_seconds_estimate(cfg: Any) -> float:
-    """A real traced pass's time, roughly: its matmul FLOPs at ASSUMED_FLOPS_PER_SECOND.
+    """A real traced pass's time, roughly: its matmul FLOPs at ASSUMED_FLOPS_PER_SECOND, and drawing
+    its seeded weights at DRAW_SECONDS_PER_WEIGHT (for a model of billions of weights, the larger part).
 
     2·(parameters)·B·T for the projections (every weight meets every token once) plus
     4·L·B·h·T²·d_h for the full score table and its mixing with V.
@@ -559,7 +561,7 @@ def forward_seconds_estimate(cfg: Any) -> float:
     layers = cfg.model.n_layers if cfg.model else 1
     tokens = run.batch * run.seq_len
     flops = 2 * params * tokens + 4 * layers * tokens * run.seq_len * b.n_heads * b.head_dim
-    return flops / ASSUMED_FLOPS_PER_SECOND
+    return flops / ASSUMED_FLOPS_PER_SECOND + params * DRAW_SECONDS_PER_WEIGHT
 
 
 def _duration(seconds: float) -> str:

@@ -254,10 +254,12 @@ def with_run(config: Config, batch: int | None = None, seq_len: int | None = Non
 
 
 def forward_bytes_estimate(config: Config, attention: str = "auto") -> int:
-    """Bytes a real forward pass needs: its parameters and its peak of activations."""
+    """Bytes a real forward pass needs: its parameters, the float64 draw of the largest one while
+    seeded weights are made (then cast), and its peak of activations."""
     shapes = model_parameter_shapes(config) if config.model else block_parameter_shapes(config.block)
     params = sum(math.prod(s) for s in shapes.values()) * np.dtype(config.run.dtype).itemsize
-    return params + activation_peak_estimate(config, attention)
+    drawing = 2 * max(math.prod(s) for s in shapes.values()) * 8  # a standard_normal draw and its scaled copy
+    return params + drawing + activation_peak_estimate(config, attention)
 
 
 def activation_peak_estimate(config: Config, attention: str = "auto", n_rows: int = 0) -> int:

@@ -730,6 +730,12 @@ def verification_config(config: Config) -> tuple[Config, list[str]]:
                           qk_rope_head_dim=max(2, m.qk_rope_head_dim // k // 2 * 2), v_head_dim=max(1, m.v_head_dim // k))
             head_dim = mla.qk_head_dim
             small = replace(small, d_model=max(1, b.d_model // k), head_dim=head_dim, mla=mla)
+        scaling = small.rope_scaling
+        if scaling is not None and scaling.short_factor and len(scaling.short_factor) != small.rope_dims // 2:
+            pairs = small.rope_dims // 2  # longrope: one factor per rotated pair, so every len(f)/pairs-th one
+            small = replace(small, rope_scaling=replace(scaling, **{
+                name: tuple(f[i * len(f) // pairs] for i in range(pairs))
+                for name, f in (("short_factor", scaling.short_factor), ("long_factor", scaling.long_factor))}))
         if b.moe is not None:  # as many experts, each k times narrower
             small = replace(small, moe=replace(b.moe, d_expert=max(1, b.moe.d_expert // k),
                                                d_shared=b.moe.d_shared and max(1, b.moe.d_shared // k)))

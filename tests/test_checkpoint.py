@@ -29,7 +29,7 @@ FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "ge
             "phi", "granite", "cohere", "stablelm", "stablelm-parallel", "phi3", "gpt_bigcode", "gpt_bigcode-mha",
             "falcon", "falcon-new", "falcon-sequential", "gemma2", "gemma3_text", "deepseek_v3", "deepseek_v3-yarn",
             "deepseek_v2", "olmo", "bloom", "opt-350m", "cohere-qk-norm", "mixtral", "mixtral-fused", "qwen2_moe",
-            "qwen3_moe"]
+            "qwen3_moe", "deepseek_v3-moe"]
 ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
@@ -343,7 +343,8 @@ def test_count_dir_equals_transformers_total_and_matches_the_checkpoint(name: st
     assert data["total"] == int(expected(name)["parameters"])
     assert data["reconciled"]["method"] == "checkpoint" and data["reconciled"]["match"]
     assert data["reconciled"]["arrays"] == data["total"]
-    assert data["checkpoint"]["stored_dtypes"] == {"BF16" if name.endswith("bf16") else "F32": data["total"]}
+    stored = data["total"] + data["buffers"]  # DeepSeek-V3's e_score_correction_bias is stored, not a parameter
+    assert data["checkpoint"]["stored_dtypes"] == {"BF16" if name.endswith("bf16") else "F32": stored}
     table = cli("count", FIXTURES / name)
     assert f"formula {data['total']:,} vs checkpoint tensors {data['total']:,}: match" in table.stdout
 

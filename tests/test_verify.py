@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from typer.testing import CliRunner
 
 from blockcli.cli import app
-from blockcli.config import parse_config
+from blockcli.config import parse_config, preset_names
 from blockcli.sources import load_config
 from blockcli.mutants import MUTANTS
 from blockcli.verify import NAMES, verify
@@ -143,6 +143,14 @@ def test_wrong_rope_layout_is_caught_either_way_and_needs_two_pairs(layout):
 def test_large_preset_is_verified_on_a_scaled_copy():
     report = verify(load_config("llama-2-70b"))
     assert report.passed and any("scaled" in n for n in report.notes)
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_every_preset_passes_on_its_own_block(name):
+    """blockcli's block of every packaged preset passes its own checklist (a large one on its scaled copy,
+    which must keep the structure: Phi-3.5's longrope factors, one per rotated pair, included)."""
+    report = verify(load_config(name))
+    assert report.passed, [(c.id, c.measured) for c in report.checks if not c.passed and c.error]
 
 
 def test_names_cover_the_chapter_checklist():

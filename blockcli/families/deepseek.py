@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from blockcli.families.common import TRAINING_ONLY, Family, gated_rms, silu_gate
 from blockcli.families.fields import Fields
+from blockcli.families.moe import moe_tensors
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
 
 # The mixture-of-experts settings: they describe the MLPs of layers first_k_dense_replace and up (and the
@@ -124,6 +125,14 @@ DEEPSEEK = TensorMap("model.", (
     tensor("blocks.{i}.b_3", "layers.{i}.mlp.up_proj.bias"),
     tensor("blocks.{i}.w_2", "layers.{i}.mlp.down_proj.weight", LINEAR),
     tensor("blocks.{i}.b_2", "layers.{i}.mlp.down_proj.bias"),
+    # the expert layers: mlp.gate (its e_score_correction_bias a buffer), the routed experts per expert or fused
+    # (E, …), the shared experts fused into one MLP
+    *moe_tensors("layers.{i}.mlp.gate", "layers.{i}.mlp.experts", ("gate_proj", "up_proj", "down_proj"),
+                 "layers.{i}.mlp.experts"),
+    tensor("blocks.{i}.router_bias", "layers.{i}.mlp.gate.e_score_correction_bias"),
+    tensor("blocks.{i}.shared_w_1", "layers.{i}.mlp.shared_experts.gate_proj.weight", LINEAR),
+    tensor("blocks.{i}.shared_w_3", "layers.{i}.mlp.shared_experts.up_proj.weight", LINEAR),
+    tensor("blocks.{i}.shared_w_2", "layers.{i}.mlp.shared_experts.down_proj.weight", LINEAR),
     tensor("ln_f_gamma", "norm.weight"),
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
