@@ -3,9 +3,8 @@
 Each is a Llama-like `gated_rms` block whose MLP is `block.moe`: softmax router scores, top-k
 (`num_experts_per_tok` of `num_local_experts` / `num_experts`), renormalised always (Mixtral) or per
 `norm_topk_prob`; Qwen2-MoE adds its shared expert (`shared_expert_intermediate_size`) times
-sigmoid(x·shared_expert_gate). Layers mixing dense and MoE MLPs (`decoder_sparse_step` > 1, a
-non-empty `mlp_only_layers`) are refused until per-layer overrides land; the dense layers'
-`intermediate_size` is then unused and ignored.
+sigmoid(x·shared_expert_gate). Qwen-MoE's dense layers (`mlp_only_layers`, and every layer but each
+`decoder_sparse_step`-th) are per-layer overrides `moe: null`, an MLP of `intermediate_size`.
 
 Checkpoint tensors: per expert as `save_pretrained` writes them (Mixtral's
 `block_sparse_moe.experts.{e}.w1/w3/w2`, Qwen's `mlp.experts.{e}.gate_proj/up_proj/down_proj`), or fused
