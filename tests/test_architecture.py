@@ -94,3 +94,13 @@ def test_the_block_and_its_ops_never_import_what_is_built_on_them():
     above_block = {f"blockcli.{m}" for m in ("count", "trace", "verify", "sizing", "mutants", "impl", "render", "cli")}
     assert not _internal("blockcli.block") & above_block
     assert not _internal("blockcli.ops") & (above_block | {"blockcli.block"})
+
+
+def test_every_package_is_installed():
+    """pyproject.toml lists packages by name: a subpackage left out works from a checkout and breaks once
+    installed."""
+    import tomllib
+
+    listed = set(tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text("utf-8"))["tool"]["setuptools"]["packages"])
+    with_code = {_module_name(p.parent / "__init__.py") for p in PACKAGE.rglob("*.py")}
+    assert with_code <= listed, sorted(with_code - listed)
