@@ -758,6 +758,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
                           f"norms have scales, and it has no Q, K, V projections to clamp)")
     if block.alibi and block.rope:
         raise ConfigError("block.alibi: ALiBi and rotary positions both position the scores; pick one")
+    if block.alibi and block.attention_softcap:
+        raise ConfigError("block.attention_softcap: ALiBi's biases and a soft cap on the same scores have no reference order (no model has both); pick one")
     if rope and block.rope_dims == 0:
         raise ConfigError(f"block.rope: a fraction of {rope:g} of head_dim={head_dim} rotates no "
                           f"dimension pair; expected at least 2/head_dim")
@@ -936,6 +938,8 @@ def _reconcile_rope(block: BlockConfig, model: ModelConfig) -> BlockConfig:
     if model.positions == "alibi":
         if block.rope:
             raise ConfigError("block.rope: rotary positions are on but model.positions is 'alibi'; pick one")
+        if block.attention_softcap:
+            raise ConfigError("block.attention_softcap: ALiBi's biases and a soft cap on the same scores have no reference order (no model has both); pick one")
         return replace(block, alibi=True)
     if model.positions == "rope":
         return block if block.rope else replace(block, rope=1.0)

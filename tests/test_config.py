@@ -703,3 +703,11 @@ def test_alibi_positions_set_the_blocks_alibi_and_refuse_rope() -> None:
             parse_config(data)
     # ALiBi may bias the scores of a model with learned positions too (block.alibi alone)
     assert parse_config({"block": {"alibi": True}, "model": {"positions": "learned"}}).block.alibi
+
+
+def test_alibi_with_a_soft_cap_is_refused_naming_the_field():
+    """No reference orders ALiBi's biases and a soft cap on the same scores (BLOOM has one, Gemma 2 the other)."""
+    for data in ({"block": {"alibi": True, "attention_softcap": 0.5}},
+                 {"block": {"attention_softcap": 0.5}, "model": {"positions": "alibi"}}):
+        with pytest.raises(ConfigError, match=r"^block\.attention_softcap: ALiBi"):
+            parse_config(data)
