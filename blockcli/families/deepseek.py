@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from blockcli.families.common import TRAINING_ONLY, Family, gated_rms, silu_gate
 from blockcli.families.fields import Fields
+from blockcli.families.llama import LLAMA_MLP
 from blockcli.families.moe import moe_tensors
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
 
@@ -119,12 +120,7 @@ DEEPSEEK = TensorMap("model.", (
     tensor("blocks.{i}.w_o", "layers.{i}.self_attn.o_proj.weight", LINEAR),
     tensor("blocks.{i}.b_o", "layers.{i}.self_attn.o_proj.bias"),
     tensor("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
-    tensor("blocks.{i}.w_1", "layers.{i}.mlp.gate_proj.weight", LINEAR),
-    tensor("blocks.{i}.b_1", "layers.{i}.mlp.gate_proj.bias"),
-    tensor("blocks.{i}.w_3", "layers.{i}.mlp.up_proj.weight", LINEAR),
-    tensor("blocks.{i}.b_3", "layers.{i}.mlp.up_proj.bias"),
-    tensor("blocks.{i}.w_2", "layers.{i}.mlp.down_proj.weight", LINEAR),
-    tensor("blocks.{i}.b_2", "layers.{i}.mlp.down_proj.bias"),
+    *LLAMA_MLP,  # the dense layers' MLP (gate_proj, up_proj, down_proj)
     # the expert layers: mlp.gate (its e_score_correction_bias a buffer), the routed experts per expert or fused
     # (E, …), the shared experts fused into one MLP
     *moe_tensors("layers.{i}.mlp.gate", "layers.{i}.mlp.experts", ("gate_proj", "up_proj", "down_proj"),

@@ -168,6 +168,7 @@ OLMO2 = TensorMap("model.", (
     tensor("ln_f_gamma", "norm.weight"),
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
+LLAMA_MLP = tuple(t for t in LLAMA.tensors if ".mlp." in t.name)  # gate_proj, up_proj, down_proj (and biases)
 
 
 FAMILIES = (

@@ -14,10 +14,10 @@ Checkpoint tensors: per expert as `save_pretrained` writes them (Mixtral's
 
 from __future__ import annotations
 
-from blockcli.families.common import (TRAINING_ONLY, Family, apply_window, first_of, gated_rms, layer_types,
-                                      silu_gate, window_by_key)
+from blockcli.families.common import (TRAINING_ONLY, Family, apply_window, first_of, gated_rms, layer_types, silu_gate,
+                                      window_by_key)
 from blockcli.families.fields import Fields
-from blockcli.families.llama import LLAMA
+from blockcli.families.llama import LLAMA, LLAMA_MLP
 from blockcli.tensor_names import EXPERTS, LINEAR, Tensor, TensorMap, tensor
 
 # the router's load-balancing loss (its coefficient, and whether the logits are returned for it): training only
@@ -109,7 +109,7 @@ def moe_tensors(router: str, experts: str, names: tuple[str, str, str], fused: s
                          tensor("blocks.{i}.experts.{e}.w_2", f"{fused}.down_proj", EXPERTS))
 
 
-_LLAMA_ATTENTION = tuple(t for t in LLAMA.tensors if ".mlp." not in t.name)
+_LLAMA_ATTENTION = tuple(t for t in LLAMA.tensors if t not in LLAMA_MLP)
 
 # Mixtral: Llama's attention; the router and experts under block_sparse_moe as save_pretrained writes them
 # (w1 gate, w3 up, w2 down), or transformers 5's in-memory names, mlp.gate and the fused mlp.experts
@@ -127,7 +127,7 @@ QWEN_MOE = TensorMap("model.", _LLAMA_ATTENTION + moe_tensors(
     tensor("blocks.{i}.shared_w_3", "layers.{i}.mlp.shared_expert.up_proj.weight", LINEAR),
     tensor("blocks.{i}.shared_w_2", "layers.{i}.mlp.shared_expert.down_proj.weight", LINEAR),
     tensor("blocks.{i}.shared_gate", "layers.{i}.mlp.shared_expert_gate.weight", LINEAR),
-    *(t for t in LLAMA.tensors if ".mlp." in t.name),  # the dense layers' MLP (decoder_sparse_step, mlp_only_layers)
+    *LLAMA_MLP,  # the dense layers' MLP (decoder_sparse_step, mlp_only_layers)
 ), buffers=LLAMA.buffers)
 
 FAMILIES = (
