@@ -46,13 +46,17 @@ AllowFieldOpt = Annotated[Optional[list[str]], typer.Option(
 
 
 def loaded(source: Optional[str], allow_field: Optional[list[str]]) -> Any:
-    """load_config with --allow-field, its notes on stderr."""
+    """load_config with --allow-field; its notes go to stderr once the command has run."""
     from blockcli.sources import load_config
 
     cfg = load_config(source, tuple(allow_field or ()))
-    for text in cfg.notes:
-        note(text)
+    _config_notes.extend(cfg.notes)
     return cfg
+
+
+# The notes of the configs a command loaded: written after its result, and not at all when an error
+# ends it (then the error is the one line on stderr).
+_config_notes: list[str] = []
 
 
 class CountFormat(str, Enum):
@@ -96,8 +100,11 @@ def run_guarded(body: Callable[[], int], sources: Sequence[Any] = ()) -> None:
     `sources` are the command's config arguments: one that named a preset but found a local file of
     that name (which is what was read) earns a note once the command has run.
     """
+    _config_notes.clear()
     try:
         code = body()
+        for text in dict.fromkeys(_config_notes):
+            note(text)
         _note_shadowed_presets(sources)
     except InputError as exc:
         fail(str(exc))
@@ -712,8 +719,7 @@ def convert(
 
             source = model_folder_config(source)
         mapping, cfg = read_hf(source, tuple(allow_field or ()))
-        for text in cfg.notes:
-            note(text)
+        _config_notes.extend(cfg.notes)
         total = count_parameters(cfg).total
         mapping["about"]["parameters"] = total
         text = to_yaml(mapping, f"Converted by `blockcli convert {one_line(hf_config.name)}`.\n"

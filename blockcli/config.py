@@ -313,12 +313,18 @@ class LayerGroup:
 
 
 def layer_list(layers: tuple[int, ...] | list[int]) -> str:
-    """'layer 3', 'layers 0, 2, 4', or 'layers 0-11' for a run."""
+    """'layer 3', 'layers 0, 2, 4', 'layers 0-11', or 'layers 0-4, 6-10, 12' (runs of three or more
+    as ranges)."""
     if len(layers) == 1:
         return f"layer {layers[0]}"
-    if list(layers) == list(range(layers[0], layers[-1] + 1)):
-        return f"layers {layers[0]}-{layers[-1]}"
-    return "layers " + ", ".join(map(str, layers))
+    runs: list[list[int]] = []
+    for layer in layers:
+        if runs and layer == runs[-1][-1] + 1:
+            runs[-1].append(layer)
+        else:
+            runs.append([layer])
+    parts = [f"{run[0]}-{run[-1]}" if len(run) > 2 else ", ".join(map(str, run)) for run in runs]
+    return "layers " + ", ".join(parts)
 
 
 def _show(value: Any) -> str:

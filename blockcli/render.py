@@ -324,8 +324,9 @@ def count_table(result: ParameterCount, inference: Inference, training: Training
              for c in result.components]
     section_ends = {i for i in range(1, len(parts)) if parts[i - 1] and parts[i] != parts[i - 1]}
     for i, (c, row) in enumerate(zip(result.components, _count_rows(result))):
-        if (header := _group_header(result, c)) is not None:  # each group's rows under its name
-            table.add_row(header, style="bold italic")
+        if (header := _group_header(result, c)) is not None:  # each group's rows under its name, which
+            name, what = header.split(": ", 1)  # goes in the wrapping column: a long one cannot widen the others
+            table.add_row(name, *[""] * (len(COUNT_HEADERS) - 2), what, style="bold italic")
         style = "bold" if c.kind == "total" else "dim" if c.kind in ("tied", "buffer") else None
         share = _share(c.count, result.total)
         row[5] = f"{bar(share)} {100 * share:5.1f}%"

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as ref  # noqa: E402
 
 from blockcli.block import Model  # noqa: E402
-from blockcli.config import ConfigError, InputError, parse_config  # noqa: E402
+from blockcli.config import ConfigError, InputError, layer_list, parse_config  # noqa: E402
 from blockcli.count import count_parameters  # noqa: E402
 from blockcli.sizing import inference  # noqa: E402
 from blockcli.trace import analytic_trace, run_trace  # noqa: E402
@@ -129,8 +129,18 @@ def test_count_cli_shows_each_group_with_its_layers(tmp_path):
     assert groups[1]["overrides"]["sliding_window"] == 0
     table = subprocess.run([sys.executable, "-m", "blockcli", "count", str(path)], capture_output=True,
                            text=True, check=True, env=dict(os.environ, COLUMNS="200")).stdout
-    assert "block 1: layers 0, 2 (2 layers): the base block" in table
-    assert "block 2: layers 1, 3 (2 layers): d_ff 40, n_kv_heads 4, rope_theta 1e+06, sliding_window 0" in table
+    # each group's name in the first column, what it is in the formula column (wrapped over lines)
+    rows: list[list[str]] = []
+    for line in table.splitlines():
+        cells = [cell.strip() for cell in line.split("│")[1:-1]]
+        if len(cells) == 7:
+            if cells[0] or not rows:
+                rows.append(cells)
+            else:
+                rows[-1][6] += " " + cells[6]
+    headers = {r[0]: r[6] for r in rows if r[0].startswith("block ") and not any(r[1:6])}
+    assert headers == {"block 1": "layers 0, 2 (2 layers): the base block",
+                       "block 2": "layers 1, 3 (2 layers): d_ff 40, n_kv_heads 4, rope_theta 1e+06, sliding_window 0"}
 
 
 def test_kv_cache_and_flops_are_summed_per_layer():
@@ -205,3 +215,15 @@ def test_sandwich_training_keeps_both_branch_outputs_for_their_norms():
     extra = [t for t in sandwich if t.name not in {u.name for u in pre}]
     # the attention output and the MLP output, (b, s, d) each at 2 bytes: read again by their norms' backward
     assert [t.bytes for t in extra] == [2 * 2 * 8 * 16] * 2
+
+
+@pytest.mark.parametrize("layers, text", [
+    ((3,), "layer 3"),
+    ((5, 6), "layers 5, 6"),
+    ((0, 1, 2), "layers 0-2"),
+    ((0, 2, 4), "layers 0, 2, 4"),
+    ((0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 12), "layers 0-4, 6-10, 12"),  # Gemma 3's sliding layers, cut short
+    ((1, 2, 4, 5, 6), "layers 1, 2, 4-6"),
+])
+def test_layer_lists_write_runs_of_three_or_more_as_ranges(layers, text):
+    assert layer_list(layers) == text
