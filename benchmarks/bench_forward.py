@@ -71,7 +71,7 @@ DTYPES = ("float32", "float64")
 ROOT = Path(__file__).resolve().parent.parent
 # Timed rounds per (config, dtype) after the warm-up; L in float64 takes seconds per pass.
 REPEATS = {("S", "float32"): 15, ("S", "float64"): 11, ("M", "float32"): 9, ("M", "float64"): 7,
-           ("L", "float32"): 5, ("L", "float64"): 3}
+           ("L", "float32"): 7, ("L", "float64"): 3}
 QUICK_REPEATS = 5
 BREAKDOWN_RUNS = {"S": 5, "M": 3, "L": 1}
 SETTLE_SECONDS = 0.3  # before each timed call: longer than OpenBLAS's spin (2^28 cycles, ~0.1 s)

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from blockcli.config import Config, InputError, reading
 from blockcli.sources import load_config
-from blockcli.families import FAMILIES
+from blockcli.families import COMPOSITES, FAMILIES
 from blockcli.shapes import Shape, model_parameter_shapes
-from blockcli.tensor_names import EXPERTS, FUSED, GROUPED_QKV, LINEAR, SAME, SPLIT, Tensor, TensorMap
+from blockcli.tensor_names import EXPERTS, FUSED, GROUPED_QKV, LINEAR, SAME, SPLIT, Tensor, TensorMap, nested
 
 if TYPE_CHECKING:
     import numpy as np  # imported where values are read: counting from headers needs no NumPy
@@ -182,21 +182,27 @@ class Match:
     parts: tuple[Shape, ...] = ()  # the shape blockcli holds each key in, in entry.keys order
 
 
-def family_of(ckpt: Checkpoint) -> str:
-    """The model_type its config.json names; a checkpoint without one must use blockcli's own keys."""
+def tensor_map_of(ckpt: Checkpoint) -> TensorMap:
+    """How the tensors are named, by the model_type its config.json names (a vision-language
+    model's: its text_config's, nested); a checkpoint without one must use blockcli's own keys."""
     if ckpt.config_file is None:
         raise InputError(f"{ckpt.describe()}: no config.json beside the weights, so its tensor names cannot be "
                          f"mapped; put the model's config.json beside it")
     with reading(ckpt.config_file, "a Hugging Face config.json"):
         text = ckpt.config_file.read_text("utf-8")
     try:
-        model_type = json.loads(text).get("model_type")
+        data = json.loads(text)
+        model_type = data.get("model_type")
+        composite = COMPOSITES.get(model_type) if isinstance(model_type, str) else None
+        if composite is not None:
+            model_type = data.get("text_config", {}).get("model_type", composite.text_model_type)
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
         raise InputError(f"{ckpt.config_file}: not a JSON object (a Hugging Face config.json)") from None
-    if model_type not in FAMILIES:
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise InputError(f"{ckpt.config_file}: model_type {model_type!r} is not a family blockcli maps checkpoint "
-                         f"tensors for (supported: {', '.join(sorted(FAMILIES))})")
-    return model_type
+                         f"tensors for (supported: {', '.join(sorted([*FAMILIES, *COMPOSITES]))})")
+    tmap = FAMILIES[model_type].tensors
+    return nested(tmap) if composite is not None else tmap
 
 
 def _entries(tmap: TensorMap, n_layers: int, n_experts: int = 0) -> Iterator[Tensor]:
@@ -255,7 +261,7 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
     """
     if config.model is None:
         raise InputError(f"{ckpt.describe()}: holds a whole model; its config needs a 'model' section")
-    tmap = FAMILIES[family_of(ckpt)].tensors
+    tmap = tensor_map_of(ckpt)
     shapes = model_parameter_shapes(config)
     n_layers = config.model.n_layers
     n_experts = config.block.moe.n_experts if config.block.moe is not None else 0
@@ -298,7 +304,13 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
                 raise InputError(f"{stored.file}: tensor '{name}' holds {key}, which '{filled[key]}' holds too")
             filled[key] = name
         matches.append(Match(entry, stored, tuple(shapes[k] for k in entry.keys)))
-    unexpected = sorted(n for n in names - claimed if not _is_buffer(_strip(n, tmap), tmap))
+    aside = sorted(n for n in names - claimed if n.startswith(tmap.aside)) if tmap.aside else []
+    if aside:
+        parts = dict.fromkeys(p.rstrip(".").split(".")[-1] for p in tmap.aside if any(n.startswith(p) for n in aside))
+        notes.append(f"{len(aside)} tensors of the {' and '.join(parts)} "
+                     f"({sum(math.prod(ckpt.tensors[n].shape) for n in aside):,} parameters) set aside: "
+                     f"blockcli reads the language model only")
+    unexpected = sorted(n for n in names - claimed - set(aside) if not _is_buffer(_strip(n, tmap), tmap))
     # a tensor not found is missing unless another form (per expert, or fused) holds all its keys
     problems = [f"missing tensor '{n}'" for n, keys in missing if not all(k in filled for k in keys)]
     problems += [f"unexpected tensor '{n}' (in {ckpt.tensors[n].file.name})" for n in unexpected]

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from blockcli.config import Config, ConfigError, parse_config, read_text_file
-from blockcli.families import FAMILIES
+from blockcli.families import COMPOSITES, FAMILIES
+from blockcli.families.common import Composite
 from blockcli.families.fields import COMMON_IGNORED, COMMON_NEUTRAL, Fields, json_kind, short
 
 RUN_DEFAULTS = {"batch": 1, "seq_len": 8, "dtype": "float32", "seed": 0}
@@ -63,10 +64,12 @@ def read_hf_text(text: str, where: str, allow_fields: tuple[str, ...] = ()) -> t
     """`read_hf` on a config.json's text (standard input, say); `where` names it in messages."""
     data = _parse_json(text, where)
     mapping = hf_to_mapping(data, where, allow_fields)
-    known = _known_keys(data)
-    accepted = tuple(_allowed_note(where, key, key in data, key in known) for key in dict.fromkeys(allow_fields))
+    present, known = _keys(data)
+    notes = tuple(_allowed_note(where, key, key in present, key in known) for key in dict.fromkeys(allow_fields))
+    if data["model_type"] in COMPOSITES:  # say what is not counted, on every command
+        notes = (f"{where}: " + _language_model(data, where, COMPOSITES[data["model_type"]], allow_fields)[2],) + notes
     try:
-        return mapping, replace(parse_config(mapping, name=where), notes=accepted)
+        return mapping, replace(parse_config(mapping, name=where), notes=notes)
     except ConfigError as exc:  # a mapped value blockcli rejects: say which file it came from
         raise ConfigError(f"{where}: {exc} (after mapping the Hugging Face config onto blockcli's schema)") from None
 
@@ -80,12 +83,43 @@ def _allowed_note(where: str, key: str, present: bool, known: bool) -> str:
     return f"{where}: field '{key}' accepted unchecked (--allow-field): blockcli assumes it changes nothing"
 
 
-def _known_keys(data: Mapping[str, Any]) -> set[str]:
-    """The keys of `data` its family maps or ignores on purpose (everything but unknown fields)."""
+def _keys(data: Mapping[str, Any]) -> tuple[set[str], set[str]]:
+    """The keys of `data`, and those its family maps or ignores on purpose (all but unknown fields);
+    for a vision-language config, of its top level and its text_config together."""
+    present, known = set(data), COMMON_IGNORED | set(COMMON_NEUTRAL)
+    composite = COMPOSITES.get(data["model_type"])
+    if composite is not None:
+        present |= set(data["text_config"])
+        known |= composite.ignored | {"text_config", "tie_word_embeddings"}
+        data = _language_model(data, "", composite, tuple(data))[0]  # every top-level key allowed: only reading
     family = FAMILIES[data["model_type"]]
     fields = Fields(data, "", family.title)
     family.read(fields)
-    return fields.used | set(family.ignored) | COMMON_IGNORED | set(COMMON_NEUTRAL)
+    return present, known | fields.used | set(family.ignored)
+
+
+def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
+                    allow_fields: tuple[str, ...] = ()) -> tuple[dict[str, Any], str, str]:
+    """A vision-language config's `text_config` as a language model's own config.json (its
+    model_type filled in, the top level's tie_word_embeddings in force), where it is, and a note
+    on what is set aside. The top level's own fields are checked like any family's."""
+    top = Fields(data, where, composite.title)
+    text = top.raw("text_config", why="the language model's config, which is what blockcli reads")
+    if not isinstance(text, Mapping):
+        raise top.invalid("text_config", text, "an object (the language model's config)")
+    tie = top.bool("tie_word_embeddings", composite.tie_default)
+    top.check_leftovers(composite.ignored | frozenset(allow_fields))
+    inner = f"{where}: text_config"
+    text_type = text.get("model_type", composite.text_model_type)
+    if text_type != composite.text_model_type:
+        raise ConfigError(f"{inner}: field 'model_type' = {short(text_type)}: a {composite.title} config's "
+                          f"language model is expected to be '{composite.text_model_type}'")
+    note = (f"the language model of a {composite.title} model: its vision tower and multimodal projector "
+            f"are not counted or run")
+    if "tie_word_embeddings" in text and text["tie_word_embeddings"] != tie:
+        note += (f"; the LM head is {'tied' if tie else 'untied'} as the top level's tie_word_embeddings says "
+                 f"(transformers reads that one), not text_config's")
+    return {**composite.text_defaults, **text, "model_type": text_type, "tie_word_embeddings": tie}, inner, note
 
 
 def hf_to_mapping(data: Any, where: str, allow_fields: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -93,15 +127,19 @@ def hf_to_mapping(data: Any, where: str, allow_fields: tuple[str, ...] = ()) -> 
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: top level must be a JSON object (a Hugging Face config.json), "
                           f"got {json_kind(data)}")
+    supported = ", ".join(sorted([*FAMILIES, *COMPOSITES]))
     if "model_type" not in data:
-        raise ConfigError(f"{where}: field 'model_type' is missing; expected one of: {', '.join(sorted(FAMILIES))}")
-    model_type = data["model_type"]
-    if not isinstance(model_type, str) or model_type not in FAMILIES:
-        close = difflib.get_close_matches(str(model_type), list(FAMILIES), n=1)
+        raise ConfigError(f"{where}: field 'model_type' is missing; expected one of: {supported}")
+    model_type, source, notes = data["model_type"], where, []
+    if isinstance(model_type, str) and model_type in COMPOSITES:
+        data, where, note = _language_model(data, where, COMPOSITES[model_type], allow_fields)
+        notes.append(note)
+    if not isinstance(model_type, str) or model_type not in FAMILIES and model_type not in COMPOSITES:
+        close = difflib.get_close_matches(str(model_type), [*FAMILIES, *COMPOSITES], n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ConfigError(f"{where}: field 'model_type' = {short(model_type)} is not a supported model family "
-                          f"(supported: {', '.join(sorted(FAMILIES))}){hint}")
-    family = FAMILIES[model_type]
+                          f"(supported: {supported}){hint}")
+    family = FAMILIES[data["model_type"]]
     fields = Fields(data, where, family.title)
     block, model = family.read(fields)
     fields.check_leftovers(family.ignored | frozenset(allow_fields))
@@ -109,9 +147,9 @@ def hf_to_mapping(data: Any, where: str, allow_fields: tuple[str, ...] = ()) -> 
     run = dict(RUN_DEFAULTS)
     run["seq_len"] = min(run["seq_len"], model["max_positions"])
     description = f"{family.title} (model_type '{model_type}') from a Hugging Face config.json"
-    if fields.notes:
-        description += "; " + "; ".join(fields.notes)
-    about = {"description": description, "source": where}
+    if notes + fields.notes:
+        description += "; " + "; ".join(notes + fields.notes)
+    about = {"description": description, "source": source}
     mapping = {"about": about, "block": block, "model": model, "run": run}
     if fields.layers:
         mapping["layers"] = fields.layers

@@ -34,6 +34,12 @@ A mixture of experts adds one layout:
 `{e}` is an expert's index: a name with `{e}` is one tensor per expert (as save_pretrained writes
 them, `experts.{e}.w1.weight`); keys with `{e}` in a name without it are all experts' in one fused
 tensor. Either form may be stored: the one found covers the keys, the other is not expected.
+
+A vision-language model (Gemma 3 4B and up) stores its language model under another path:
+`language_model.model.layers.0...` and `language_model.lm_head.weight` as transformers 4 saved
+it, `model.language_model.layers.0...` and `lm_head.weight` as transformers 5 does. `nested`
+turns the language model's own map into that one; the vision tower's and projector's tensors
+are `aside`: recognised, counted in a note, never loaded.
 """
 
 from __future__ import annotations
@@ -57,6 +63,25 @@ class TensorMap:
     prefix: str  # the base model's attribute path in the *ForCausalLM checkpoint
     tensors: tuple[Tensor, ...]
     buffers: tuple[str, ...] = ()  # name patterns ({i} = a layer index) of non-parameter tensors
+    aside: tuple[str, ...] = ()  # name prefixes of the parts blockcli does not model (a vision tower)
+
+
+# Where a vision-language model keeps its language model's base, its LM head, and the parts beside them
+NESTED_BASES = ("model.language_model.", "language_model.model.", "language_model.")
+NESTED_HEADS = ("", "language_model.")
+NESTED_ASIDE = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
+
+
+def nested(tmap: TensorMap) -> TensorMap:
+    """The map of a language model saved inside a vision-language model: every name under each of
+    the paths it may have there (absolute names, so `top`), the vision side set aside."""
+    def renamed(entry: Tensor) -> Tensor:
+        paths = NESTED_HEADS if entry.top else NESTED_BASES
+        names = "|".join(path + name for name in entry.name.split("|") for path in paths)
+        return Tensor(entry.keys, names, entry.layout, top=True)
+
+    return TensorMap("", tuple(map(renamed, tmap.tensors)),
+                     tuple(path + pattern for pattern in tmap.buffers for path in NESTED_BASES), NESTED_ASIDE)
 
 
 def tensor(keys: str, name: str, layout: str = SAME, top: bool = False) -> Tensor:

@@ -31,6 +31,9 @@ FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "ge
             "deepseek_v2", "olmo", "bloom", "opt-350m", "cohere-qk-norm", "mixtral", "mixtral-fused", "qwen2_moe",
             "qwen3_moe", "deepseek_v3-moe"]
 ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
+# Gemma 3 vision-language models, their language model run alone: saved with transformers 4's names
+# (language_model.model.*, an untied language_model.lm_head) and with transformers 5's (model.language_model.*)
+VISION_LANGUAGE = ["gemma3", "gemma3-v5-names"]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
 
@@ -60,7 +63,7 @@ def one_error_line(proc: subprocess.CompletedProcess) -> str:
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("name", FAMILIES + ROPE_SCALED)
+@pytest.mark.parametrize("name", FAMILIES + ROPE_SCALED + VISION_LANGUAGE)
 def test_logits_layers_and_decode_step_equal_transformers(name: str, dtype: str) -> None:
     folder, want = FIXTURES / name, expected(name)
     model = Model.from_config(load_config(folder), weights=folder, dtype=dtype)
@@ -347,6 +350,31 @@ def test_count_dir_equals_transformers_total_and_matches_the_checkpoint(name: st
     assert data["checkpoint"]["stored_dtypes"] == {"BF16" if name.endswith("bf16") else "F32": stored}
     table = cli("count", FIXTURES / name)
     assert f"formula {data['total']:,} vs checkpoint tensors {data['total']:,}: match" in table.stdout
+
+
+@pytest.mark.parametrize("name", VISION_LANGUAGE)
+def test_count_of_a_vision_language_folder_is_its_language_model_and_notes_the_rest(name: str) -> None:
+    proc = cli("count", FIXTURES / name, "--json")
+    assert proc.returncode == 0, proc.stderr
+    data, want = json.loads(proc.stdout), expected(name)
+    assert data["total"] == int(want["language_model_parameters"])
+    assert data["reconciled"]["method"] == "checkpoint" and data["reconciled"]["match"]
+    aside = int(want["parameters"] - want["language_model_parameters"])  # transformers' vision tower + projector
+    assert any(f"({aside:,} parameters) set aside" in note for note in data["checkpoint"]["notes"])
+    assert data["checkpoint"]["stored_dtypes"] == {"F32": int(want["parameters"])}
+    assert "vision tower and multimodal projector are not counted" in proc.stderr
+
+
+def test_a_vision_language_checkpoint_missing_a_language_tensor_names_it(tmp_path: Path) -> None:
+    folder = tmp_path / "gemma3"
+    shutil.copytree(FIXTURES / "gemma3", folder)
+    from safetensors.numpy import load_file, save_file
+    tensors = load_file(folder / "model.safetensors")
+    del tensors["language_model.model.layers.1.mlp.up_proj.weight"]
+    save_file(tensors, folder / "model.safetensors")
+    line = one_error_line(cli("count", folder))
+    assert "missing tensor 'model.language_model.layers.1.mlp.up_proj.weight or " in line
+    assert "language_model.model.layers.1.mlp.up_proj.weight" in line
 
 
 def test_count_of_the_sharded_folder_names_its_shards() -> None:

@@ -1685,6 +1685,90 @@ def test_gemma3_rope_parameters_of_an_unknown_layer_type_is_refused(tmp_path: Pa
     assert "field 'rope_parameters.chunked_attention'" in hf_error(write_json(tmp_path, data))
 
 
+# Gemma 3 4B's published config.json (https://huggingface.co/google/gemma-3-4b-it/blob/main/config.json):
+# a SigLIP vision tower beside a gemma3_text language model whose text_config names only what differs
+# from Gemma3TextConfig's defaults (8 heads, 4 K/V heads of dim 256, vocabulary 262,208, 131,072 positions)
+GEMMA3_4B = {
+    "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
+    "eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02, "mm_tokens_per_image": 256,
+    "model_type": "gemma3",
+    "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                    "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                    "sliding_window": 1024},
+    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+    "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                      "model_type": "siglip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 27,
+                      "patch_size": 14, "vision_use_head": False},
+}
+# the 12B and 27B text_config objects of the same family's published configs
+GEMMA3_12B_TEXT = {"hidden_size": 3840, "intermediate_size": 15360, "model_type": "gemma3_text",
+                   "num_attention_heads": 16, "num_hidden_layers": 48, "num_key_value_heads": 8,
+                   "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}
+GEMMA3_27B_TEXT = {"head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504, "model_type": "gemma3_text",
+                   "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16,
+                   "query_pre_attn_scalar": 168, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                   "sliding_window": 1024}
+
+
+@pytest.mark.parametrize("text, language_model", [
+    # transformers 5.24 Gemma3ForConditionalGeneration instantiated on the meta device from each config
+    # (sum of numel outside model.vision_tower and model.multi_modal_projector; tied head once)
+    (GEMMA3_4B["text_config"], 3_880_263_168),  # 4,300,079,472 with the vision side
+    (GEMMA3_12B_TEXT, 11_766_034_176),  # 12,187,325,040
+    (GEMMA3_27B_TEXT, 27_009_346_304),  # 27,432,406,640
+])
+def test_gemma3_vision_language_configs_count_their_language_model(tmp_path: Path, text: dict,
+                                                                   language_model: int) -> None:
+    config = load_config(write_json(tmp_path, with_fields(GEMMA3_4B, text_config=text)))
+    assert count_parameters(config).total == language_model
+    assert any("vision tower and multimodal projector are not counted" in note for note in config.notes)
+
+
+def test_gemma3_27b_published_config_maps_to_the_packaged_preset(tmp_path: Path) -> None:
+    imported = load_config(write_json(tmp_path, with_fields(GEMMA3_4B, text_config=GEMMA3_27B_TEXT)))
+    packaged = load_config("gemma-3-27b")
+    assert (imported.block, imported.model, imported.layer_blocks) == \
+        (packaged.block, packaged.model, packaged.layer_blocks)
+
+
+def test_gemma3_vision_language_defaults_are_gemma3_text_configs() -> None:
+    """A text_config holds what differs from Gemma3TextConfig: the sizes it leaves out are that class's."""
+    block, model = (hf_to_mapping(GEMMA3_4B, "g.json")[k] for k in ("block", "model"))
+    assert (block["n_heads"], block["n_kv_heads"], block["head_dim"]) == (8, 4, 256)
+    assert (model["vocab_size"], model["max_positions"], model["n_layers"]) == (262_208, 131_072, 34)
+    assert model["tie_embeddings"] is True  # Gemma3Config's own default
+
+
+def test_gemma3_tying_follows_the_top_level_field() -> None:
+    """transformers ties Gemma3ForConditionalGeneration's head by the top level's tie_word_embeddings."""
+    untied = hf_to_mapping(with_fields(GEMMA3_4B, tie_word_embeddings=False), "g.json")
+    assert untied["model"]["tie_embeddings"] is False
+    overruled = with_fields(GEMMA3_4B, text_config=dict(GEMMA3_4B["text_config"], tie_word_embeddings=False))
+    mapping = hf_to_mapping(overruled, "g.json")
+    assert mapping["model"]["tie_embeddings"] is True
+    assert "as the top level's tie_word_embeddings says" in mapping["about"]["description"]
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"text_config": _DROP}, "field 'text_config' is missing"),
+    ({"text_config": [1, 2]}, "field 'text_config': expected an object"),
+    ({"text_config": dict(GEMMA3_4B["text_config"], model_type="llama")}, "text_config: field 'model_type'"),
+    ({"text_config": dict(GEMMA3_4B["text_config"], hidden_size=-1)}, "text_config: field 'hidden_size'"),
+    ({"text_config": dict(GEMMA3_4B["text_config"], frobnicate=1)}, "text_config: field 'frobnicate'"),
+    ({"frobnicate": 1}, "field 'frobnicate'"),
+    ({"tie_word_embeddings": "yes"}, "field 'tie_word_embeddings'"),
+])
+def test_gemma3_vision_language_mistakes_name_the_field(tmp_path: Path, change: dict, field: str) -> None:
+    assert field in hf_error(write_json(tmp_path, with_fields(GEMMA3_4B, **change)))
+
+
+def test_gemma3_vision_language_allow_field_reaches_both_levels(tmp_path: Path) -> None:
+    data = with_fields(GEMMA3_4B, frobnicate=1, text_config=dict(GEMMA3_4B["text_config"], twiddle=2))
+    config = load_config(write_json(tmp_path, data), allow_fields=("frobnicate", "twiddle"))
+    assert count_parameters(config).total == 3_880_263_168
+    assert sum("accepted unchecked" in note for note in config.notes) == 2
+
+
 # DeepSeek with expert layers from the first (first_k_dense_replace 0, DeepseekV2Config's default): block.moe
 V3_MOE = {"model_type": "deepseek_v3", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
           "num_hidden_layers": 3, "intermediate_size": 96, "moe_intermediate_size": 16, "vocab_size": 128,

@@ -556,6 +556,19 @@ CASES.append(pytest.param(
 ))
 
 CASES.append(pytest.param(
+    "gemma-3-27b", 27_009_346_304,
+    # the language model of Gemma3ForConditionalGeneration: Gemma 3 1B's block at GQA 32/16, tied head
+    gated_rms_total(d=5376, L=62, V=262208, ff=21504, n_heads=32, n_kv=16, head_dim=128, tied=True)
+    + 62 * (2 * 5376 + 2 * 128),
+    {"d_model": 5376, "n_heads": 32, "n_kv_heads": 16, "head_dim": 128, "d_ff": 21504, "n_layers": 62,
+     "vocab_size": 262208},
+    # transformers 5.24 Gemma3ForConditionalGeneration instantiated on the meta device from
+    # https://huggingface.co/google/gemma-3-27b-it/blob/main/config.json: 27,432,406,640 in all, of which
+    # the vision tower and projector are 423,060,336 (sum of numel); Google's "27B".
+    id="gemma-3-27b[transformers Gemma3ForConditionalGeneration's language model on meta=27009346304]",
+))
+
+CASES.append(pytest.param(
     "deepseek-v3", 671_026_404_352, deepseek_total(**DEEPSEEK_V3),
     {"d_model": 7168, "n_heads": 128, "d_ff": 18432, "n_layers": 61, "vocab_size": 129280},
     # transformers 5.24 DeepseekV3ForCausalLM instantiated on the meta device from

@@ -12,6 +12,10 @@ A family is one table row in the module of its lineage (Llama's relatives share 
 - `tensors` lists the checkpoint's tensor names against blockcli's parameter keys, with the
   layout each is stored in (blockcli/tensor_names.py explains the layouts).
 
+A vision-language `model_type` (Gemma 3 4B and up) is a `Composite` row in the module of its
+language model's family (`COMPOSITES`): its `text_config` is read as that family's config.json, its
+checkpoint's language-model tensors under the nested names tensor_names.nested gives them.
+
 Adding a family: write its `read` (defaults are the transformers config class's), its TensorMap
 (or reuse a sibling's), add the row, and list the module below if it is new.
 """
@@ -20,9 +24,11 @@ from __future__ import annotations
 
 from blockcli.families import (bloom, cohere, deepseek, falcon, gemma2, gpt2, gpt_neox, gptj, llama, moe, opt, phi,
                                phi3, stablelm, starcoder2)
-from blockcli.families.common import Family
+from blockcli.families.common import Composite, Family
 
 _MODULES = (gpt2, opt, gpt_neox, llama, gemma2, starcoder2, gptj, phi, phi3, cohere, stablelm, falcon, bloom, moe,
             deepseek)
 
 FAMILIES: dict[str, Family] = {family.model_type: family for module in _MODULES for family in module.FAMILIES}
+# vision-language model_types whose `text_config` is one of the families above
+COMPOSITES: dict[str, Composite] = {c.model_type: c for module in _MODULES for c in getattr(module, "COMPOSITES", ())}

@@ -24,6 +24,23 @@ class Family:
     ignored: frozenset[str] = frozenset()  # fields that cannot change the network, beyond COMMON_IGNORED
 
 
+@dataclass(frozen=True)
+class Composite:
+    """A vision-language `model_type` whose config.json nests its language model's config under
+    `text_config`. blockcli reads, counts and runs that language model; the vision tower and the
+    projector that feed it image features are set aside (their fields ignored, their tensors noted).
+    The top level's `tie_word_embeddings` decides whether the LM head is tied, as in transformers.
+    transformers saves `text_config` as its differences from the text config class, so a size
+    missing there takes that class's default (`text_defaults`)."""
+
+    model_type: str
+    title: str  # as people write it ("Gemma 3")
+    text_model_type: str  # text_config's model_type when it names none (transformers' default)
+    tie_default: bool  # the composite config class's default tie_word_embeddings
+    ignored: frozenset[str]  # top-level fields of the vision side and its image-token bookkeeping
+    text_defaults: Mapping[str, Any]  # the text config class's sizes, for those text_config leaves out
+
+
 # Activation names (HF ACT2FN keys) → blockcli names, for plain (non-gated) MLPs.
 PLAIN_ACTIVATIONS = {
     "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",

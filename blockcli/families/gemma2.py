@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from blockcli.families.common import (TRAINING_ONLY, Family, gated_activation, gated_rms, layer_types, rope_scaling,
-                                      rope_type, sliding_layers)
+from blockcli.families.common import (TRAINING_ONLY, Composite, Family, gated_activation, gated_rms, layer_types,
+                                      rope_scaling, rope_type, sliding_layers)
 from blockcli.families.fields import Fields
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
 
@@ -144,4 +144,14 @@ _HYBRID_CACHE = frozenset({"cache_implementation"})  # generation's cache class 
 FAMILIES = (
     Family("gemma2", "Gemma 2", _gemma2, GEMMA2, TRAINING_ONLY | _HYBRID_CACHE),
     Family("gemma3_text", "Gemma 3", _gemma3_text, GEMMA3, TRAINING_ONLY | _HYBRID_CACHE),
+)
+
+# Gemma 3 4B, 12B and 27B: a SigLIP vision tower and a projector beside a gemma3_text language model
+COMPOSITES = (
+    Composite("gemma3", "Gemma 3 (vision-language)", "gemma3_text", True, frozenset({
+        "vision_config", "mm_tokens_per_image", "boi_token_index", "eoi_token_index", "image_token_index",
+        "boi_token_id", "eoi_token_id", "image_token_id"}),
+              # Gemma3TextConfig's sizes (its other defaults are _gemma3_text's)
+              {"vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+               "num_attention_heads": 8, "max_position_embeddings": 131_072}),
 )
