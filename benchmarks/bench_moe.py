@@ -86,11 +86,17 @@ def torch_moe(moe: MixtureOfExperts, dtype: str):
                 f"{getattr(config, '_experts_implementation', None) or 'eager'}"
 
 
+# Before each timed call: longer than OpenBLAS's and PyTorch's idle threads spin after their last job, so
+# the contender before does not steal the cores from the next (a decode step takes only milliseconds)
+SETTLE_SECONDS = 0.2
+
+
 def median_ms(fns: dict, x: np.ndarray, rounds: int) -> dict[str, float]:
     times: dict[str, list[float]] = {name: [] for name in fns}
     names = list(fns)
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:  # a rotating order
+            time.sleep(SETTLE_SECONDS)
             start = time.perf_counter()
             fns[name](x)
             times[name].append(time.perf_counter() - start)

@@ -593,7 +593,7 @@ def _parse_layers(value: Any, block_data: Mapping[str, Any], base: BlockConfig,
                               f"shared by every layer); set block.d_model")
         try:
             block = _parse_block({**block_data, **overrides})
-            block = _reconcile_rope(block, model)
+            block = _reconcile_rope(block, model, nope=overrides.get("rope") is False)
             _check_rope_scaling(block)
         except ConfigError as exc:
             message = str(exc)
@@ -937,8 +937,9 @@ def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
     )
 
 
-def _reconcile_rope(block: BlockConfig, model: ModelConfig) -> BlockConfig:
-    """`positions: rope` means the blocks rotate q and k; block.rope picks the fraction (default all).
+def _reconcile_rope(block: BlockConfig, model: ModelConfig, nope: bool = False) -> BlockConfig:
+    """`positions: rope` means the blocks rotate q and k; block.rope picks the fraction (default all),
+    and a `layers:` entry's `rope: false` (`nope`) leaves its layers without positions (SmolLM3's NoPE).
     `positions: alibi` means the blocks add ALiBi's biases to their scores (block.alibi); block.alibi may
     also bias the scores of a model with learned or sinusoidal positions (not rotary ones)."""
     if model.positions == "alibi":
@@ -948,7 +949,7 @@ def _reconcile_rope(block: BlockConfig, model: ModelConfig) -> BlockConfig:
             raise ConfigError("block.attention_softcap: ALiBi's biases and a soft cap on the same scores have no reference order (no model has both); pick one")
         return replace(block, alibi=True)
     if model.positions == "rope":
-        return block if block.rope else replace(block, rope=1.0)
+        return block if block.rope or nope else replace(block, rope=1.0)
     if block.rope:
         raise ConfigError(f"block.rope: rotary positions are on but model.positions is "
                           f"'{model.positions}'; set model.positions: rope")

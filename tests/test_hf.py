@@ -1769,6 +1769,62 @@ def test_gemma3_vision_language_allow_field_reaches_both_levels(tmp_path: Path) 
     assert sum("accepted unchecked" in note for note in config.notes) == 2
 
 
+# SmolLM3-3B's published config.json (https://huggingface.co/HuggingFaceTB/SmolLM3-3B/blob/main/config.json)
+SMOLLM3_3B = {
+    "architectures": ["SmolLM3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": None,
+    "eos_token_id": 128012, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 11008, "max_position_embeddings": 65536, "max_window_layers": 28, "mlp_bias": False,
+    "model_type": "smollm3", "no_rope_layer_interval": 4, "no_rope_layers": [0 if i % 4 == 3 else 1 for i in range(36)],
+    "num_attention_heads": 16, "num_hidden_layers": 36, "num_key_value_heads": 4, "pad_token_id": 128004,
+    "pretraining_tp": 2, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 5000000.0, "sliding_window": None,
+    "torch_dtype": "bfloat16", "transformers_version": "4.54.0.dev0", "use_cache": False,
+    "use_sliding_window": False, "vocab_size": 128256,
+}
+
+
+# transformers 5.24 SmolLM3ForCausalLM instantiated on the meta device from SMOLLM3_3B (sum of numel, tied
+# head once); by hand, Llama's gated block: 36·(2·2048² + 2·2048·512 + 3·2048·11008 + 2·2048) + 128256·2048 + 2048
+SMOLLM3_3B_PARAMETERS = 3_075_098_624
+
+
+def test_smollm3_published_config_leaves_every_fourth_layer_without_positions(tmp_path: Path) -> None:
+    config = load_config(write_json(tmp_path, SMOLLM3_3B))
+    assert [i for i in range(36) if not config.layer_block(i).rope] == list(range(3, 36, 4))
+    assert config.layer_block(0).rope == 1.0 and config.layer_block(0).rope_theta == 5e6
+    assert not any(config.layer_block(i).sliding_window for i in range(36))
+    assert SMOLLM3_3B_PARAMETERS == 36 * (2 * 2048**2 + 2 * 2048 * 512 + 3 * 2048 * 11008 + 2 * 2048) + 128256 * 2048 + 2048
+    assert count_parameters(config).total == SMOLLM3_3B_PARAMETERS
+
+
+def test_smollm3_published_config_maps_to_the_packaged_preset(tmp_path: Path) -> None:
+    imported, packaged = load_config(write_json(tmp_path, SMOLLM3_3B)), load_config("smollm3-3b")
+    assert (imported.block, imported.model, imported.layer_blocks) == \
+        (packaged.block, packaged.model, packaged.layer_blocks)
+
+
+def test_smollm3_interval_gives_the_nope_layers_when_no_list_is_given() -> None:
+    mapping = hf_to_mapping(with_fields(SMOLLM3_3B, no_rope_layers=_DROP, no_rope_layer_interval=3), "s.json")
+    assert mapping["layers"] == [{"indices": list(range(2, 36, 3)), "block": {"rope": False}}]
+
+
+def test_smollm3_window_goes_on_the_nope_layers() -> None:
+    mapping = hf_to_mapping(with_fields(SMOLLM3_3B, use_sliding_window=True, sliding_window=4096), "s.json")
+    assert "sliding_window" not in mapping["block"]
+    assert mapping["layers"] == [{"indices": list(range(3, 36, 4)), "block": {"sliding_window": 4096, "rope": False}}]
+
+
+def test_smollm3_scaled_rope_is_dropped_on_the_nope_layers() -> None:
+    data = with_fields(SMOLLM3_3B, rope_scaling={"rope_type": "yarn", "factor": 2.0,
+                                                 "original_max_position_embeddings": 32768})
+    config = parse_config(hf_to_mapping(data, "s.json"))
+    assert config.layer_block(0).rope_scaling is not None and config.layer_block(3).rope_scaling is None
+
+
+@pytest.mark.parametrize("value", [[1] * 35, [1] * 35 + [2], [True] * 36, "1110"])
+def test_smollm3_malformed_no_rope_layers_is_refused(tmp_path: Path, value: Any) -> None:
+    assert "field 'no_rope_layers'" in hf_error(write_json(tmp_path, with_fields(SMOLLM3_3B, no_rope_layers=value)))
+
+
 # DeepSeek with expert layers from the first (first_k_dense_replace 0, DeepseekV2Config's default): block.moe
 V3_MOE = {"model_type": "deepseek_v3", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
           "num_hidden_layers": 3, "intermediate_size": 96, "moe_intermediate_size": 16, "vocab_size": 128,

@@ -16,7 +16,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as ref  # noqa: E402
 
-from blockcli.block import Model  # noqa: E402
+from blockcli.block import DecoderBlock, Model  # noqa: E402
 from blockcli.config import ConfigError, InputError, layer_list, parse_config  # noqa: E402
 from blockcli.count import count_parameters  # noqa: E402
 from blockcli.sizing import inference  # noqa: E402
@@ -227,3 +227,22 @@ def test_sandwich_training_keeps_both_branch_outputs_for_their_norms():
 ])
 def test_layer_lists_write_runs_of_three_or_more_as_ranges(layers, text):
     assert layer_list(layers) == text
+
+
+def test_a_layers_entry_can_leave_its_layers_without_positions():
+    """Under positions: rope, `rope: false` in a layers entry means no rotation there (SmolLM3's NoPE);
+    the base block's own `rope: false` still means "rotate", as positions: rope says."""
+    data = {"block": {"d_model": 16, "n_heads": 2, "d_ff": 32, "rope": False},
+            "model": {"n_layers": 3, "vocab_size": 11, "positions": "rope", "max_positions": 8},
+            "layers": [{"indices": [1], "block": {"rope": False}}]}
+    cfg = parse_config(data)
+    assert [cfg.layer_block(i).rope for i in range(3)] == [1.0, 0.0, 1.0]
+    # the NoPE layer runs as the same block of a model without positions does, on the same weights
+    model = Model.from_config(cfg, dtype="float64")
+    plain = parse_config({**data, "model": {**data["model"], "positions": "none"}, "layers": None})
+    x = np.random.default_rng(0).standard_normal((2, 5, 16))
+    for i, differs in ((1, False), (0, True)):
+        weights = {k: v for k, v in model.blocks[i].params.items()}
+        reference = DecoderBlock.from_config(plain.block, weights=weights, dtype="float64")
+        assert plain.block.rope == 0.0
+        assert np.array_equal(model.blocks[i](x), reference(x)) != differs

@@ -569,6 +569,17 @@ CASES.append(pytest.param(
 ))
 
 CASES.append(pytest.param(
+    "smollm3-3b", 3_075_098_624,
+    # SmolLM3ForCausalLM: Llama's block (its NoPE layers drop RoPE, not parameters); tied head
+    gated_rms_total(d=2048, L=36, V=128256, ff=11008, n_heads=16, n_kv=4, head_dim=128, tied=True),
+    {"d_model": 2048, "n_heads": 16, "n_kv_heads": 4, "head_dim": 128, "d_ff": 11008, "n_layers": 36,
+     "vocab_size": 128256},
+    # transformers 5.24 SmolLM3ForCausalLM instantiated on the meta device from
+    # https://huggingface.co/HuggingFaceTB/SmolLM3-3B/blob/main/config.json (sum of numel); "3B".
+    id="smollm3-3b[transformers SmolLM3ForCausalLM on meta=3075098624]",
+))
+
+CASES.append(pytest.param(
     "deepseek-v3", 671_026_404_352, deepseek_total(**DEEPSEEK_V3),
     {"d_model": 7168, "n_heads": 128, "d_ff": 18432, "n_layers": 61, "vocab_size": 129280},
     # transformers 5.24 DeepseekV3ForCausalLM instantiated on the meta device from

@@ -1,4 +1,4 @@
-"""Llama and the families that share its module names: Mistral, Qwen2, Qwen3, Gemma, Granite, OLMo 2.
+"""Llama and the families that share its module names: Mistral, Qwen2, Qwen3, Gemma, Granite, OLMo 2, SmolLM3.
 
 All are `gated_rms` blocks (RMSNorm, gated MLP, RoPE over the whole head) with a few switches each.
 """
@@ -59,6 +59,42 @@ def _qwen3(f: Fields) -> tuple[dict, dict]:
                              mlp_bias=False)
     block["qk_norm"] = "head"  # q_norm and k_norm: RMSNorm over each head's d_h, before RoPE
     _qwen_window(f, block, model)
+    return block, model
+
+
+def _smollm3(f: Fields) -> tuple[dict, dict]:
+    """SmolLM3: Llama with no positions at all in every fourth layer (NoPE: `no_rope_layers` lists 1
+    for a layer that rotates, 0 for one that does not; absent, every `no_rope_layer_interval`-th layer
+    is NoPE), and with `use_sliding_window`, a window on the NoPE layers (as `layer_types` may say)."""
+    f.ignore("pretraining_tp", "max_window_layers")  # carried by the published configs, read by no SmolLM3 code
+    block, model = gated_rms(f, silu_gate, kv_default=4, tie_default=True)
+    n_layers = model["n_layers"]
+    rotates = f.raw("no_rope_layers", None)
+    if rotates is None:
+        interval = f.int("no_rope_layer_interval", 4)
+        rotates = [int((i + 1) % interval != 0) for i in range(n_layers)]
+    else:
+        f.ignore("no_rope_layer_interval")
+        if (not isinstance(rotates, list) or len(rotates) != n_layers
+                or any(isinstance(r, bool) or r not in (0, 1) for r in rotates)):
+            raise f.invalid("no_rope_layers", rotates, f"an array of {n_layers} flags, 1 (RoPE) or 0 (NoPE)")
+    sliding = layer_types(f, n_layers)
+    if sliding is None:  # SmolLM3Config: the NoPE layers slide when the window is on and has a size
+        window_on = f.bool("use_sliding_window", False) and f.data.get("sliding_window") is not None
+        sliding = [window_on and not r for r in rotates]
+    else:
+        f.ignore("use_sliding_window")
+    sliding_layers(f, block, model, sliding)
+    nope = [i for i, r in enumerate(rotates) if not r]
+    if nope:  # their own entry; a window on exactly these layers joins it
+        override = {"rope": False, **({"rope_scaling": None} if "rope_scaling" in block else {})}
+        if f.layers and f.layers[0]["indices"] == nope:
+            f.layers[0]["block"].update(override)
+        elif f.layers:
+            raise f.unrepresentable("layer_types", f.data.get("layer_types"),
+                                    "blockcli puts a window on SmolLM3's NoPE layers only")
+        else:
+            f.layers.append({"indices": nope, "block": override})
     return block, model
 
 
@@ -177,6 +213,7 @@ FAMILIES = (
     Family("qwen2", "Qwen2", _qwen2, LLAMA, TRAINING_ONLY),
     Family("qwen3", "Qwen3", _qwen3, LLAMA, TRAINING_ONLY),
     Family("olmo2", "OLMo 2", _olmo2, OLMO2, TRAINING_ONLY),
+    Family("smollm3", "SmolLM3", _smollm3, LLAMA, TRAINING_ONLY),
     # OLMo's norms have no parameters: only Llama's projections and embeddings are stored
     Family("olmo", "OLMo", _olmo, LLAMA, TRAINING_ONLY),
     Family("gemma", "Gemma", _gemma, LLAMA, TRAINING_ONLY),
