@@ -193,11 +193,15 @@ def tensor_map_of(ckpt: Checkpoint) -> TensorMap:
     try:
         data = json.loads(text)
         model_type = data.get("model_type")
-        composite = COMPOSITES.get(model_type) if isinstance(model_type, str) else None
-        if composite is not None:
-            model_type = data.get("text_config", {}).get("model_type", composite.text_model_type)
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
         raise InputError(f"{ckpt.config_file}: not a JSON object (a Hugging Face config.json)") from None
+    composite = COMPOSITES.get(model_type) if isinstance(model_type, str) else None
+    if composite is not None:
+        text_config = data.get("text_config")
+        if not isinstance(text_config, dict):
+            raise InputError(f"{ckpt.config_file}: field 'text_config': expected an object (the language model's "
+                             f"config), so the tensor names cannot be mapped")
+        model_type = text_config.get("model_type", composite.text_model_type)
     if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise InputError(f"{ckpt.config_file}: model_type {model_type!r} is not a family blockcli maps checkpoint "
                          f"tensors for (supported: {', '.join(sorted([*FAMILIES, *COMPOSITES]))})")

@@ -377,6 +377,17 @@ def test_a_vision_language_checkpoint_missing_a_language_tensor_names_it(tmp_pat
     assert "language_model.model.layers.1.mlp.up_proj.weight" in line
 
 
+@pytest.mark.parametrize("command", [("count",), ("trace", "--weights")])
+def test_a_vision_language_folder_whose_text_config_is_not_an_object_names_the_field(tmp_path: Path,
+                                                                                     command: tuple) -> None:
+    folder = tmp_path / "gemma3"
+    shutil.copytree(FIXTURES / "gemma3", folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "text_config": [1]}))
+    args = (command[0], folder) if len(command) == 1 else (command[0], FIXTURES / "gemma3", command[1], folder)
+    assert "field 'text_config': expected an object" in one_error_line(cli(*args))
+
+
 def test_count_of_the_sharded_folder_names_its_shards() -> None:
     data = json.loads(cli("count", FIXTURES / "qwen2", "--json").stdout)
     assert data["checkpoint"]["files"] == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
