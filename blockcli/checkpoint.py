@@ -314,7 +314,13 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
         notes.append(f"{len(aside)} tensors of the {' and '.join(parts)} "
                      f"({sum(math.prod(ckpt.tensors[n].shape) for n in aside):,} parameters) set aside: "
                      f"blockcli reads the language model only")
-    unexpected = sorted(n for n in names - claimed - set(aside) if not _is_buffer(_strip(n, tmap), tmap))
+    past = re.compile(re.escape(tmap.prefix) + r"layers\.(\d+)\.")
+    beyond = sorted(n for n in names - claimed if tmap.extra_layers and (m := past.match(n)) and int(m[1]) >= n_layers)
+    if beyond:
+        notes.append(f"{len(beyond)} tensors of the {tmap.extra_layers} layers past layer {n_layers - 1} "
+                     f"({sum(math.prod(ckpt.tensors[n].shape) for n in beyond):,} parameters) set aside: "
+                     f"transformers does not run them either")
+    unexpected = sorted(n for n in names - claimed - set(aside) - set(beyond) if not _is_buffer(_strip(n, tmap), tmap))
     # a tensor not found is missing unless another form (per expert, or fused) holds all its keys
     problems = [f"missing tensor '{n}'" for n, keys in missing if not all(k in filled for k in keys)]
     problems += [f"unexpected tensor '{n}' (in {ckpt.tensors[n].file.name})" for n in unexpected]

@@ -64,6 +64,9 @@ class TensorMap:
     tensors: tuple[Tensor, ...]
     buffers: tuple[str, ...] = ()  # name patterns ({i} = a layer index) of non-parameter tensors
     aside: tuple[str, ...] = ()  # name prefixes of the parts blockcli does not model (a vision tower)
+    # what stored layers past the model's last are (DeepSeek-V3's multi-token-prediction layers, which
+    # transformers skips too): set aside with a note; empty: such a layer's tensors are unexpected
+    extra_layers: str = ""
 
 
 # Where a vision-language model keeps its language model's base, its LM head, and the parts beside them

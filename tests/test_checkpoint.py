@@ -388,6 +388,36 @@ def test_a_vision_language_folder_whose_text_config_is_not_an_object_names_the_f
     assert "field 'text_config': expected an object" in one_error_line(cli(*args))
 
 
+def _with_extra_layer(tmp_path: Path, name: str) -> tuple[Path, int, int]:
+    """The fixture with one more layer's tensors, as DeepSeek-V3's published checkpoints store its
+    multi-token-prediction module (model.layers.61 of 61 layers); with the model's layer count and
+    the parameters added."""
+    from safetensors.numpy import load_file, save_file
+    folder = tmp_path / name
+    shutil.copytree(FIXTURES / name, folder)
+    n = json.loads((folder / "config.json").read_text())["num_hidden_layers"]
+    tensors = load_file(folder / "model.safetensors")
+    d = tensors["model.embed_tokens.weight"].shape[1]
+    extra = {f"model.layers.{n}.eh_proj.weight": np.zeros((d, 2 * d), np.float32),
+             f"model.layers.{n}.enorm.weight": np.ones(d, np.float32),
+             f"model.layers.{n}.self_attn.o_proj.weight": tensors["model.layers.0.self_attn.o_proj.weight"]}
+    save_file(tensors | extra, folder / "model.safetensors")
+    return folder, n, sum(t.size for t in extra.values())
+
+
+def test_deepseek_v3_multi_token_prediction_layer_is_set_aside(tmp_path: Path) -> None:
+    folder, n, added = _with_extra_layer(tmp_path, "deepseek_v3")
+    data = json.loads(cli("count", folder, "--json").stdout)
+    assert data["total"] == int(expected("deepseek_v3")["parameters"]) and data["reconciled"]["match"]
+    assert f"3 tensors of the multi-token-prediction layers past layer {n - 1} ({added:,} parameters) set aside" \
+        in "; ".join(data["checkpoint"]["notes"])
+
+
+def test_an_extra_layer_of_a_family_without_one_is_unexpected(tmp_path: Path) -> None:
+    folder, n, _ = _with_extra_layer(tmp_path, "deepseek_v2")
+    assert f"unexpected tensor 'model.layers.{n}." in one_error_line(cli("count", folder))
+
+
 def test_count_of_the_sharded_folder_names_its_shards() -> None:
     data = json.loads(cli("count", FIXTURES / "qwen2", "--json").stdout)
     assert data["checkpoint"]["files"] == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]

@@ -14,6 +14,8 @@ read yet (no tensor-name entries), so such a folder counts from its config only.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from blockcli.families.common import TRAINING_ONLY, Family, gated_rms, silu_gate
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA_MLP
@@ -134,7 +136,11 @@ DEEPSEEK = TensorMap("model.", (
 ))
 
 
+# DeepSeek-V3's published checkpoints hold its multi-token-prediction module as one more layer
+# (model.layers.61: eh_proj, enorm, hnorm, shared_head and a decoder layer), which it does not run
+DEEPSEEK_V3 = replace(DEEPSEEK, extra_layers="multi-token-prediction")
+
 FAMILIES = (
     Family("deepseek_v2", "DeepSeek-V2", _deepseek_v2, DEEPSEEK, TRAINING_ONLY),
-    Family("deepseek_v3", "DeepSeek-V3", _deepseek_v3, DEEPSEEK, TRAINING_ONLY),
+    Family("deepseek_v3", "DeepSeek-V3", _deepseek_v3, DEEPSEEK_V3, TRAINING_ONLY),
 )
