@@ -1825,6 +1825,51 @@ def test_smollm3_malformed_no_rope_layers_is_refused(tmp_path: Path, value: Any)
     assert "field 'no_rope_layers'" in hf_error(write_json(tmp_path, with_fields(SMOLLM3_3B, no_rope_layers=value)))
 
 
+# GLM-4.5-Air's published config.json (https://huggingface.co/zai-org/GLM-4.5-Air/blob/main/config.json)
+GLM45_AIR = {
+    "architectures": ["Glm4MoeForCausalLM"], "attention_bias": True, "attention_dropout": 0.0, "pad_token_id": 151329,
+    "eos_token_id": [151329, 151336, 151338], "head_dim": 128, "hidden_act": "silu", "hidden_size": 4096,
+    "partial_rotary_factor": 0.5, "initializer_range": 0.02, "intermediate_size": 10944,
+    "max_position_embeddings": 131072, "model_type": "glm4_moe", "moe_intermediate_size": 1408,
+    "norm_topk_prob": True, "num_attention_heads": 96, "n_group": 1, "topk_group": 1, "n_routed_experts": 128,
+    "n_shared_experts": 1, "routed_scaling_factor": 1.0, "num_experts_per_tok": 8, "first_k_dense_replace": 1,
+    "num_hidden_layers": 46, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_scaling": None,
+    "rope_theta": 1000000, "num_nextn_predict_layers": 1, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.54.0", "use_cache": True, "use_qk_norm": False, "vocab_size": 151552,
+}
+
+
+def test_glm45_air_counts_as_transformers_and_by_hand(tmp_path: Path) -> None:
+    result = count_parameters(load_config(write_json(tmp_path, GLM45_AIR)))
+    # transformers 5.24 Glm4MoeForCausalLM instantiated on the meta device from this config (sum of numel;
+    # the 45 e_score_correction_bias buffers of 128 are not parameters); GLM's "106B total"
+    assert result.total == 106_852_245_504
+    d, L, V, h, kv, d_h, ff, E, k, d_e = 4096, 46, 151552, 96, 8, 128, 10944, 128, 8, 1408
+    attention = d * h * d_h + h * d_h + 2 * (d * kv * d_h + kv * d_h) + h * d_h * d  # q/k/v biases, no o bias
+    moe_layer = attention + 2 * d + d * E + E * 3 * d * d_e + 3 * d * d_e  # router, experts, one shared expert
+    dense_layer = attention + 2 * d + 3 * d * ff
+    assert result.total == dense_layer + (L - 1) * moe_layer + 2 * V * d + d
+    assert result.active == result.total - (L - 1) * (E - k) * 3 * d * d_e  # a token uses 8 of 128 experts
+
+
+def test_glm45_air_published_config_maps_to_the_packaged_preset(tmp_path: Path) -> None:
+    imported, packaged = load_config(write_json(tmp_path, GLM45_AIR)), load_config("glm-4.5-air")
+    assert (imported.block, imported.model, imported.layer_blocks) == \
+        (packaged.block, packaged.model, packaged.layer_blocks)
+
+
+def test_glm45_maps_its_attention_and_router() -> None:
+    mapping = hf_to_mapping(with_fields(GLM45_AIR, use_qk_norm=True), "g.json")
+    block = mapping["block"]
+    assert block["rope"] == 0.5 and block["qk_norm"] == "head" and block["head_dim"] == 128
+    assert block["bias"] == {"qkv": True, "out": False, "mlp": False, "norm": False}
+    assert block["moe"] == {"n_experts": 128, "top_k": 8, "d_expert": 1408, "routed_scaling": 1.0, "d_shared": 1408,
+                              "scoring": "sigmoid", "selection_bias": True, "group_score": "top2_sum",
+                              "renormalize": True, "n_groups": 1, "top_groups": 1}
+    assert mapping["layers"] == [{"indices": [0], "block": {"moe": None}}]
+    assert hf_to_mapping(with_fields(GLM45_AIR, partial_rotary_factor=_DROP), "g.json")["block"]["rope"] == 0.5
+
+
 # DeepSeek with expert layers from the first (first_k_dense_replace 0, DeepseekV2Config's default): block.moe
 V3_MOE = {"model_type": "deepseek_v3", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
           "num_hidden_layers": 3, "intermediate_size": 96, "moe_intermediate_size": 16, "vocab_size": 128,

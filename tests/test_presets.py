@@ -568,6 +568,25 @@ CASES.append(pytest.param(
     id="gemma-3-27b[transformers Gemma3ForConditionalGeneration's language model on meta=27009346304]",
 ))
 
+def glm45_total(d: int, L: int, V: int, h: int, kv: int, d_h: int, ff: int, E: int, d_e: int, dense: int,
+                used: int | None = None) -> int:
+    """GLM-4.5: attention with q/k/v biases (no o bias), two RMSNorms per layer, `dense` layers with the
+    gated MLP and then a router, E experts (or `used` of them) and one shared expert; untied head."""
+    attention = d * h * d_h + h * d_h + 2 * (d * kv * d_h + kv * d_h) + h * d_h * d
+    expert_layer = attention + 2 * d + d * E + (used or E) * 3 * d * d_e + 3 * d * d_e
+    return dense * (attention + 2 * d + 3 * d * ff) + (L - dense) * expert_layer + 2 * V * d + d
+
+
+CASES.append(pytest.param(
+    "glm-4.5-air", 106_852_245_504,
+    glm45_total(d=4096, L=46, V=151552, h=96, kv=8, d_h=128, ff=10944, E=128, d_e=1408, dense=1),
+    {"d_model": 4096, "n_heads": 96, "n_kv_heads": 8, "head_dim": 128, "d_ff": 10944, "n_layers": 46,
+     "vocab_size": 151552},
+    # transformers 5.24 Glm4MoeForCausalLM instantiated on the meta device from
+    # https://huggingface.co/zai-org/GLM-4.5-Air/blob/main/config.json (sum of numel); Z.ai's "106B total"
+    id="glm-4.5-air[transformers Glm4MoeForCausalLM on meta=106852245504]",
+))
+
 CASES.append(pytest.param(
     "smollm3-3b", 3_075_098_624,
     # SmolLM3ForCausalLM: Llama's block (its NoPE layers drop RoPE, not parameters); tied head
@@ -670,6 +689,9 @@ ACTIVE = [
     ("qwen3-30b-a3b", 3_353_032_704,
      moe_total(d=2048, L=48, V=151936, n_heads=32, n_kv=4, head_dim=128, experts=128, d_expert=768, qk_norm=True,
                used=8)),
+    # GLM-4.5-Air: "12B active" on its model card, without the 1.24B of embeddings and head counted here
+    ("glm-4.5-air", 13_424_123_904,
+     glm45_total(d=4096, L=46, V=151552, h=96, kv=8, d_h=128, ff=10944, E=128, d_e=1408, dense=1, used=8)),
 ]
 
 

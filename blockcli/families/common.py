@@ -208,14 +208,15 @@ def model_section(n_layers: int, vocab: int, positions: str, max_positions: int,
 def gated_rms(f: Fields, activation: Callable[[Fields], str], *, kv_default: int | None,
               tie_default: bool, head_dim_default: int | None = None, qkv_bias: bool | None = None,
               out_bias: bool | None = None, mlp_bias: bool | None = None, eps_default: float = 1e-6,
-              fraction_keys: tuple[str, ...] = ()) -> tuple[dict, dict]:
+              fraction_keys: tuple[str, ...] = (), fraction_default: float = 1.0) -> tuple[dict, dict]:
     """Llama, Mistral, Qwen2, Gemma: RMSNorm, gated MLP, RoPE over the whole head.
 
     A bias argument of None means "read it from the config" (`attention_bias` for q/k/v and o,
     `mlp_bias`); a bool fixes it for the family (Qwen2: q/k/v yes, o no). RMSNorm has no shift.
     `kv_default` is the HF config class's default for an absent `num_key_value_heads` (None:
     the number of query heads); an explicit null always means "as many as query heads".
-    `fraction_keys` name the field of a family that rotates only part of each head (default: all).
+    `fraction_keys` name the field of a family that rotates only part of each head (by default
+    `fraction_default`: all).
     """
     d = f.int("hidden_size")
     heads = f.int("num_attention_heads")
@@ -231,7 +232,7 @@ def gated_rms(f: Fields, activation: Callable[[Fields], str], *, kv_default: int
     else:
         f.ignore("head_dim")
         head_dim = divides(f, "hidden_size", d, "num_attention_heads", heads)
-    theta, fraction, scaling = rope_base(f, ("rope_theta",), 10000.0, fraction_keys,
+    theta, fraction, scaling = rope_base(f, ("rope_theta",), 10000.0, fraction_keys, fraction_default,
                                          max_positions=f.int("max_position_embeddings"))
     attention_bias = f.bool("attention_bias", False) if qkv_bias is None else qkv_bias
     block = {

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from blockcli.families.common import TRAINING_ONLY, Family, gated_rms, silu_gate
 from blockcli.families.fields import Fields
-from blockcli.families.llama import LLAMA_MLP
+from blockcli.families.llama import LLAMA, LLAMA_MLP
 from blockcli.families.moe import moe_tensors
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
 
@@ -63,6 +63,37 @@ def _moe(f: Fields, v3: bool) -> dict:
     return moe
 
 
+def _glm4_moe(f: Fields) -> tuple[dict, dict]:
+    """GLM-4.5 and 4.6: Llama's pre-norm block with biases on q, k and v (`attention_bias`; o_proj never
+    has one), half of each head rotated (`partial_rotary_factor`, Glm4MoeConfig's default 0.5), an
+    optional per-head q/k RMSNorm (`use_qk_norm`), and from layer `first_k_dense_replace` up
+    DeepSeek-V3's mixture (its router, Glm4MoeTopkRouter, is DeepseekV3TopkRouter's arithmetic)."""
+    # the multi-token-prediction layers are not part of transformers' Glm4MoeForCausalLM (it skips their tensors)
+    f.ignore("num_nextn_predict_layers", "num_mtp_layers", "output_router_logits", "pretraining_tp")
+    n_layers = f.int("num_hidden_layers")
+    block, model = gated_rms(f, silu_gate, kv_default=8, tie_default=False, out_bias=False, mlp_bias=False,
+                             eps_default=1e-5, fraction_keys=("partial_rotary_factor",), fraction_default=0.5)
+    if f.bool("use_qk_norm", False):
+        block["qk_norm"] = "head"  # q_norm and k_norm: RMSNorm over each head's d_h, before RoPE
+    dense = f.int("first_k_dense_replace", 1, minimum=0)
+    expert_fields = ("n_routed_experts", "moe_intermediate_size", "n_shared_experts", "routed_scaling_factor",
+                     "n_group", "topk_group", "num_experts_per_tok", "norm_topk_prob")
+    if dense >= n_layers:
+        f.ignore(*expert_fields)
+        f.notes.append(f"every layer dense (first_k_dense_replace {dense} >= {n_layers} layers): the expert "
+                       f"settings are unused")
+        return block, model
+    d_expert = f.int("moe_intermediate_size", 1408)
+    block["moe"] = {"n_experts": f.int("n_routed_experts", 128), "top_k": f.int("num_experts_per_tok", 8),
+                    "d_expert": d_expert, "routed_scaling": f.float("routed_scaling_factor", 1.0, high=1e6),
+                    "d_shared": d_expert * f.int("n_shared_experts", 1, minimum=0), "scoring": "sigmoid",
+                    "selection_bias": True, "group_score": "top2_sum", "renormalize": f.bool("norm_topk_prob", True),
+                    "n_groups": f.int("n_group", 1), "top_groups": f.int("topk_group", 1)}
+    if dense:  # layers 0..dense-1: the dense MLP, intermediate_size (block.d_ff) wide
+        f.layers.append({"indices": list(range(dense)), "block": {"moe": None}})
+    return block, model
+
+
 def _deepseek(f: Fields, v3: bool) -> tuple[dict, dict]:
     n_layers = f.int("num_hidden_layers")
     dense = f.int("first_k_dense_replace", 3 if v3 else 0, minimum=0)
@@ -104,6 +135,17 @@ def _deepseek_v3(f: Fields) -> tuple[dict, dict]:
     return _deepseek(f, v3=True)
 
 
+# DeepSeek's expert layers: mlp.gate (its e_score_correction_bias a buffer), the routed experts per expert or
+# fused (E, …), the shared experts fused into one MLP
+_EXPERT_LAYERS = (
+    *moe_tensors("layers.{i}.mlp.gate", "layers.{i}.mlp.experts", ("gate_proj", "up_proj", "down_proj"),
+                 "layers.{i}.mlp.experts"),
+    tensor("blocks.{i}.router_bias", "layers.{i}.mlp.gate.e_score_correction_bias"),
+    tensor("blocks.{i}.shared_w_1", "layers.{i}.mlp.shared_experts.gate_proj.weight", LINEAR),
+    tensor("blocks.{i}.shared_w_3", "layers.{i}.mlp.shared_experts.up_proj.weight", LINEAR),
+    tensor("blocks.{i}.shared_w_2", "layers.{i}.mlp.shared_experts.down_proj.weight", LINEAR),
+)
+
 # Llama's layout with latent attention's projections and norms: q_proj when q_lora_rank is null (V2-Lite),
 # else q_a_proj, q_a_layernorm, q_b_proj. attention_bias biases the two down-projections and o_proj; V2's
 # mlp_bias its MLP.
@@ -123,14 +165,7 @@ DEEPSEEK = TensorMap("model.", (
     tensor("blocks.{i}.b_o", "layers.{i}.self_attn.o_proj.bias"),
     tensor("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
     *LLAMA_MLP,  # the dense layers' MLP (gate_proj, up_proj, down_proj)
-    # the expert layers: mlp.gate (its e_score_correction_bias a buffer), the routed experts per expert or fused
-    # (E, …), the shared experts fused into one MLP
-    *moe_tensors("layers.{i}.mlp.gate", "layers.{i}.mlp.experts", ("gate_proj", "up_proj", "down_proj"),
-                 "layers.{i}.mlp.experts"),
-    tensor("blocks.{i}.router_bias", "layers.{i}.mlp.gate.e_score_correction_bias"),
-    tensor("blocks.{i}.shared_w_1", "layers.{i}.mlp.shared_experts.gate_proj.weight", LINEAR),
-    tensor("blocks.{i}.shared_w_3", "layers.{i}.mlp.shared_experts.up_proj.weight", LINEAR),
-    tensor("blocks.{i}.shared_w_2", "layers.{i}.mlp.shared_experts.down_proj.weight", LINEAR),
+    *_EXPERT_LAYERS,
     tensor("ln_f_gamma", "norm.weight"),
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
@@ -140,7 +175,13 @@ DEEPSEEK = TensorMap("model.", (
 # (model.layers.61: eh_proj, enorm, hnorm, shared_head and a decoder layer), which it does not run
 DEEPSEEK_V3 = replace(DEEPSEEK, extra_layers="multi-token-prediction")
 
+# GLM-4.5: Llama's attention (with q/k norms) and dense MLP, DeepSeek's expert layers, and like DeepSeek-V3 its
+# multi-token-prediction layers stored past the last
+GLM4_MOE = TensorMap("model.", LLAMA.tensors + _EXPERT_LAYERS, buffers=LLAMA.buffers,
+                     extra_layers="multi-token-prediction")
+
 FAMILIES = (
     Family("deepseek_v2", "DeepSeek-V2", _deepseek_v2, DEEPSEEK, TRAINING_ONLY),
     Family("deepseek_v3", "DeepSeek-V3", _deepseek_v3, DEEPSEEK_V3, TRAINING_ONLY),
+    Family("glm4_moe", "GLM-4.5", _glm4_moe, GLM4_MOE, TRAINING_ONLY),
 )
