@@ -1,4 +1,5 @@
-"""DeepSeek-V2 and V3: Llama's pre-norm RMSNorm block with multi-head latent attention (`block.mla`).
+"""DeepSeek-V2 and V3: Llama's pre-norm RMSNorm block with multi-head latent attention (`block.mla`);
+and GLM-4.5, whose mixture is DeepSeek-V3's beside ordinary grouped-query attention.
 
 transformers' DeepseekV2/V3 configs set `head_dim` to qk_rope_head_dim and `qk_head_dim` to
 qk_nope_head_dim + qk_rope_head_dim themselves, whatever a config.json says, so both stored values
@@ -8,8 +9,8 @@ rotated pairs out de-interleaved, the same permutation for both, so the scores a
 layout. The latents' RMSNorms are built with the default eps 1e-6, not `rms_norm_eps`.
 Layers first_k_dense_replace and up have mixture-of-experts MLPs (`block.moe`, with DeepSeek's
 routing); the dense layers before them (an intermediate_size-wide SwiGLU MLP) are a per-layer override
-(`layers:` entry with `moe: null`) of that base block. The expert tensors of a checkpoint are not
-read yet (no tensor-name entries), so such a folder counts from its config only.
+(`layers:` entry with `moe: null`) of that base block. A checkpoint's expert tensors are read per
+expert or fused, and the stored selection bias as the buffer it is.
 """
 
 from __future__ import annotations
