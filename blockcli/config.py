@@ -591,9 +591,11 @@ def _parse_layers(value: Any, block_data: Mapping[str, Any], base: BlockConfig,
         if "d_model" in overrides:
             raise ConfigError(f"{p}.block.d_model: cannot differ per layer (the residual stream's width is "
                               f"shared by every layer); set block.d_model")
+        nope = overrides.get("rope") is False  # layers without positions: the base block's RoPE settings stay behind
+        merged = {k: v for k, v in block_data.items() if not nope or k not in ("rope_layout", "rope_scaling")}
         try:
-            block = _parse_block({**block_data, **overrides})
-            block = _reconcile_rope(block, model, nope=overrides.get("rope") is False)
+            block = _parse_block({**merged, **overrides})
+            block = _reconcile_rope(block, model, nope=nope)
             _check_rope_scaling(block)
         except ConfigError as exc:
             message = str(exc)

@@ -1870,6 +1870,55 @@ def test_glm45_maps_its_attention_and_router() -> None:
     assert hf_to_mapping(with_fields(GLM45_AIR, partial_rotary_factor=_DROP), "g.json")["block"]["rope"] == 0.5
 
 
+# Command R7B's published config.json (https://huggingface.co/CohereLabs/c4ai-command-r7b-12-2024/blob/main/config.json),
+# with the fields of Cohere's own codebase that transformers does not read
+COMMAND_R7B = {
+    "architectures": ["Cohere2ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 5,
+    "cache_implementation": "hybrid", "eos_token_id": 255001, "head_dim": 128, "hidden_act": "silu",
+    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336, "layer_norm_eps": 1e-05,
+    "logit_scale": 0.25, "max_position_embeddings": 132096, "model_type": "cohere2", "num_attention_heads": 32,
+    "num_hidden_layers": 32, "num_key_value_heads": 8, "order_of_interleaved_layers": "local_attn_first",
+    "pad_token_id": 0, "position_embedding_type": "rope_gptj", "rope_scaling": None, "rope_theta": 50000,
+    "rotary_pct": 1.0, "sliding_window": 4096, "sliding_window_pattern": 4, "torch_dtype": "bfloat16",
+    "transformers_version": "4.48.0.dev0", "use_cache": True, "use_embedding_sharder": True,
+    "use_gated_activation": True, "use_parallel_block": True, "use_parallel_embedding": True, "vocab_size": 256000,
+}
+
+
+def test_command_r7b_windows_three_layers_of_four_and_leaves_the_fourth_without_positions(tmp_path: Path) -> None:
+    config = load_config(write_json(tmp_path, COMMAND_R7B))
+    for i in range(32):
+        block = config.layer_block(i)
+        if i % 4 == 3:  # global: no window, no RoPE (Cohere2Attention rotates only in a windowed layer)
+            assert (block.sliding_window, block.rope, block.rope_layout) == (0, 0.0, "half")
+        else:
+            assert (block.sliding_window, block.rope, block.rope_layout) == (4096, 1.0, "interleaved")
+    # transformers 5.24 Cohere2ForCausalLM instantiated on the meta device from this config (sum of numel, tied
+    # head once); by hand: one shift-free LayerNorm per layer, GQA 32/8 of dim 128, SwiGLU
+    by_hand = 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 4096) + 256000 * 4096 + 4096
+    assert count_parameters(config).total == by_hand == 8_028_033_024
+
+
+def test_command_r7b_published_config_maps_to_the_packaged_preset(tmp_path: Path) -> None:
+    imported, packaged = load_config(write_json(tmp_path, COMMAND_R7B)), load_config("command-r7b")
+    assert (imported.block, imported.model, imported.layer_blocks) == \
+        (packaged.block, packaged.model, packaged.layer_blocks)
+
+
+@pytest.mark.parametrize("field, value", [("use_parallel_block", False), ("rotary_pct", 0.5),
+                                          ("use_gated_activation", False), ("position_embedding_type", "rope")])
+def test_command_r7b_codebase_fields_at_another_value_are_refused(tmp_path: Path, field: str, value: Any) -> None:
+    assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(COMMAND_R7B, **{field: value})))
+
+
+def test_cohere2_layer_types_may_put_a_global_layer_first() -> None:
+    types = ["full_attention", "sliding_attention", "sliding_attention", "sliding_attention"] * 8
+    mapping = hf_to_mapping(with_fields(COMMAND_R7B, layer_types=types, sliding_window_pattern=_DROP), "c.json")
+    config = parse_config(mapping)
+    assert [(config.layer_block(i).rope, config.layer_block(i).sliding_window) for i in range(4)] == \
+        [(0.0, 0), (1.0, 4096), (1.0, 4096), (1.0, 4096)]
+
+
 # DeepSeek with expert layers from the first (first_k_dense_replace 0, DeepseekV2Config's default): block.moe
 V3_MOE = {"model_type": "deepseek_v3", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
           "num_hidden_layers": 3, "intermediate_size": 96, "moe_intermediate_size": 16, "vocab_size": 128,

@@ -588,6 +588,17 @@ CASES.append(pytest.param(
 ))
 
 CASES.append(pytest.param(
+    "command-r7b", 8_028_033_024,
+    # Cohere2ForCausalLM: one shift-free LayerNorm per layer (d), GQA 32/8 of dim 128, SwiGLU; tied head
+    32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 4096) + 256000 * 4096 + 4096,
+    {"d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "d_ff": 14336, "n_layers": 32,
+     "vocab_size": 256000},
+    # transformers 5.24 Cohere2ForCausalLM instantiated on the meta device from
+    # https://huggingface.co/CohereLabs/c4ai-command-r7b-12-2024/blob/main/config.json (sum of numel)
+    id="command-r7b[transformers Cohere2ForCausalLM on meta=8028033024]",
+))
+
+CASES.append(pytest.param(
     "smollm3-3b", 3_075_098_624,
     # SmolLM3ForCausalLM: Llama's block (its NoPE layers drop RoPE, not parameters); tied head
     gated_rms_total(d=2048, L=36, V=128256, ff=11008, n_heads=16, n_kv=4, head_dim=128, tied=True),

@@ -1,10 +1,12 @@
-"""Cohere (Command-R): parallel attention and MLP on one shift-free LayerNorm, interleaved RoPE, scaled logits.
+"""Cohere (Command-R) and Cohere 2 (Command R7B, Command A): parallel attention and MLP on one shift-free
+LayerNorm, interleaved RoPE, scaled logits; Cohere 2 windows three layers of four and leaves the fourth
+without positions.
 """
 
 from __future__ import annotations
 
-from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, divides, kv_heads, model_section, rope_base,
-                                      silu_gate)
+from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, divides, kv_heads, layer_types, model_section,
+                                      override_layers, rope_base, silu_gate, sliding_layers)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA
 
@@ -16,6 +18,37 @@ def _cohere(f: Fields) -> tuple[dict, dict]:
     # null and false both leave the norms out (`if self.use_qk_norm`); true is Command R+'s shift-free LayerNorm
     # over each head of q and k, with weights (h, d_h) and (h_kv, d_h): qk_norm each_head
     qk_norm = bool(f.bool("use_qk_norm")) if f.raw("use_qk_norm", None) is not None else False
+    block, model = _cohere_block(f, theta_default=500000.0)  # CohereConfig's base
+    if qk_norm:
+        block["qk_norm"] = "each_head"
+    return block, model
+
+
+def _cohere2(f: Fields) -> tuple[dict, dict]:
+    """Cohere 2 (Command R7B, Command A): Cohere's block, its layers sliding-window (`layer_types`, or
+    all but every `sliding_window_pattern`-th, default 4) with RoPE, and the global layers between them
+    without positions at all: Cohere2Attention rotates q and k only in a windowed layer."""
+    # what Cohere's own exports carry about their codebase; transformers reads none of them, and runs
+    # the model these values describe
+    for key, value in (("use_parallel_block", True), ("use_gated_activation", True), ("rotary_pct", 1.0),
+                       ("position_embedding_type", "rope_gptj"), ("order_of_interleaved_layers", "local_attn_first")):
+        f.neutral(key, value, "transformers' Cohere2 runs the model this value describes and no other")
+    f.ignore("use_embedding_sharder", "use_parallel_embedding")  # how the original code shards its tables
+    block, model = _cohere_block(f, theta_default=10000.0)
+    n_layers = model["n_layers"]
+    sliding = layer_types(f, n_layers)
+    if sliding is None:
+        pattern = f.int("sliding_window_pattern", 4)
+        sliding = [bool((i + 1) % pattern) for i in range(n_layers)]
+    else:
+        f.ignore("sliding_window_pattern")
+    sliding_layers(f, block, model, sliding, default=4096)
+    override_layers(f, [i for i, kind in enumerate(sliding) if not kind], {"rope": False})  # the global layers
+    return block, model
+
+
+def _cohere_block(f: Fields, theta_default: float) -> tuple[dict, dict]:
+    """The block and model sections Cohere and Cohere 2 share."""
     if f.has("logit_scale") and f.data["logit_scale"] is None:
         raise f.unrepresentable("logit_scale", None, "transformers multiplies the logits by it, so null is no model")
     d = f.int("hidden_size")
@@ -25,7 +58,7 @@ def _cohere(f: Fields) -> tuple[dict, dict]:
         f, "hidden_size", d, "num_attention_heads", heads)
     f.ignore("head_dim")
     max_positions = f.int("max_position_embeddings")
-    theta, _, scaling = rope_base(f, ("rope_theta",), 500000.0, max_positions=max_positions)  # CohereConfig's
+    theta, _, scaling = rope_base(f, ("rope_theta",), theta_default, max_positions=max_positions)
     bias = f.bool("attention_bias", False)
     block = {
         "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
@@ -34,8 +67,6 @@ def _cohere(f: Fields) -> tuple[dict, dict]:
         "bias": bias_groups(bias, bias, False, False),  # CohereLayerNorm has no shift; the MLP no biases
         "placement": "parallel_shared", "rope": True, "rope_theta": theta, "rope_layout": "interleaved",
     }
-    if qk_norm:
-        block["qk_norm"] = "each_head"
     if scaling:
         block["rope_scaling"] = scaling
     model = model_section(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", max_positions,
@@ -46,4 +77,5 @@ def _cohere(f: Fields) -> tuple[dict, dict]:
 
 FAMILIES = (
     Family("cohere", "Cohere", _cohere, LLAMA, TRAINING_ONLY),
+    Family("cohere2", "Cohere 2", _cohere2, LLAMA, TRAINING_ONLY | frozenset({"cache_implementation"})),
 )

@@ -281,6 +281,18 @@ def sliding_layers(f: Fields, block: dict, model: dict, sliding: list[bool], def
     f.layers.append({"indices": others, "block": {"sliding_window": 0 if sliding[0] else windowed["sliding_window"]}})
 
 
+def override_layers(f: Fields, indices: list[int], fields: dict[str, Any]) -> None:
+    """Add `fields` to the per-layer overrides of the layers `indices` (SmolLM3's and Cohere 2's layers
+    without positions, beside their windows), regrouping `f.layers` so that each layer is in one entry."""
+    per_layer = {i: dict(entry["block"]) for entry in f.layers for i in entry["indices"]}
+    for i in indices:
+        per_layer[i] = {**per_layer.get(i, {}), **fields}
+    groups: dict[str, tuple[list[int], dict[str, Any]]] = {}
+    for i in sorted(per_layer):
+        groups.setdefault(repr(sorted(per_layer[i].items())), ([], per_layer[i]))[0].append(i)
+    f.layers[:] = [{"indices": layers, "block": block} for layers, block in groups.values()]
+
+
 def apply_window(f: Fields, block: dict, model: dict, active: bool, default: int | None = None) -> None:
     """block.sliding_window when the config turns the window on; `default` is the config class's
     window for an absent `sliding_window` key (an explicit null means no window)."""

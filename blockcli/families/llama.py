@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 
-from blockcli.families.common import (TRAINING_ONLY, Family, gated_activation, gated_rms, layer_types, silu_gate,
-                                      sliding_layers, window_by_key)
+from blockcli.families.common import (TRAINING_ONLY, Family, gated_activation, gated_rms, layer_types,
+                                      override_layers, silu_gate, sliding_layers, window_by_key)
 from blockcli.families.fields import Fields
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
 
@@ -85,16 +85,7 @@ def _smollm3(f: Fields) -> tuple[dict, dict]:
     else:
         f.ignore("use_sliding_window")
     sliding_layers(f, block, model, sliding)
-    nope = [i for i, r in enumerate(rotates) if not r]
-    if nope:  # their own entry; a window on exactly these layers joins it
-        override = {"rope": False, **({"rope_scaling": None} if "rope_scaling" in block else {})}
-        if f.layers and f.layers[0]["indices"] == nope:
-            f.layers[0]["block"].update(override)
-        elif f.layers:
-            raise f.unrepresentable("layer_types", f.data.get("layer_types"),
-                                    "blockcli puts a window on SmolLM3's NoPE layers only")
-        else:
-            f.layers.append({"indices": nope, "block": override})
+    override_layers(f, [i for i, r in enumerate(rotates) if not r], {"rope": False})
     return block, model
 
 
