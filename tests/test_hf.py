@@ -1919,6 +1919,42 @@ def test_cohere2_layer_types_may_put_a_global_layer_first() -> None:
         [(0.0, 0), (1.0, 4096), (1.0, 4096), (1.0, 4096)]
 
 
+# A config shaped like OLMo 3 7B's (allenai/Olmo-3-1025-7B): transformers 4's rope_theta and rope_scaling keys
+OLMO3_7B = {
+    "architectures": ["Olmo3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "eos_token_id": 100257,
+    "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 11008,
+    "max_position_embeddings": 65536, "model_type": "olmo3", "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 32, "pad_token_id": 100277, "rms_norm_eps": 1e-06,
+    "rope_scaling": {"attention_factor": 1.2079441541679836, "beta_fast": 32, "beta_slow": 1, "factor": 8.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "yarn"},
+    "rope_theta": 500000, "sliding_window": 4096, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "use_cache": True, "vocab_size": 100278,
+}
+
+
+def test_olmo3_windows_three_layers_of_four_and_scales_the_global_ones_rope(tmp_path: Path) -> None:
+    config = load_config(write_json(tmp_path, OLMO3_7B))
+    for i in range(32):
+        block = config.layer_block(i)
+        assert block.rope_theta == 500000.0 and block.placement == "post_branch" and block.qk_norm == "projection"
+        if i % 4 == 3:
+            assert block.sliding_window == 0 and block.rope_scaling.type == "yarn" and block.rope_scaling.factor == 8
+        else:
+            assert block.sliding_window == 4096 and block.rope_scaling is None
+    # transformers 5.24 Olmo3ForCausalLM instantiated on the meta device from this config (sum of numel); by
+    # hand OLMo 2's block: four d² projections, SwiGLU, two norms after the branches and q/k norms of width d
+    by_hand = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096 + 2 * 4096) + 2 * 100278 * 4096 + 4096
+    assert count_parameters(config).total == by_hand == 7_298_011_136
+
+
+def test_olmo3_rope_parameters_per_layer_type_read_as_the_legacy_keys() -> None:
+    """transformers 5 saves the same RoPEs as one object per layer type."""
+    typed = with_fields(OLMO3_7B, rope_theta=_DROP, rope_scaling=_DROP, rope_parameters={
+        "sliding_attention": {"rope_type": "default", "rope_theta": 500000.0},
+        "full_attention": dict(OLMO3_7B["rope_scaling"], rope_theta=500000)})
+    assert hf_to_mapping(typed, "o.json") | {"about": None} == hf_to_mapping(OLMO3_7B, "o.json") | {"about": None}
+
+
 # DeepSeek with expert layers from the first (first_k_dense_replace 0, DeepseekV2Config's default): block.moe
 V3_MOE = {"model_type": "deepseek_v3", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
           "num_hidden_layers": 3, "intermediate_size": 96, "moe_intermediate_size": 16, "vocab_size": 128,

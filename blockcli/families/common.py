@@ -115,6 +115,40 @@ def rope_base(f: Fields, theta_keys: tuple[str, ...], default: float, fraction_k
     return theta, fraction, scaling
 
 
+def typed_rope(f: Fields, kind: str, max_positions: int, bases: tuple[float, str, float], title: str
+               ) -> tuple[float, dict[str, Any] | None]:
+    """(theta, block.rope_scaling or None) of one layer type of a family whose global and sliding layers
+    rotate differently (Gemma 3, OLMo 3): from transformers 5's per-type `rope_parameters`, else from
+    rope_theta and rope_scaling (the global layers; the sliding ones are never scaled) with the sliding
+    layers' base under its own key. `bases`: (global default, the sliding base's key, its default)."""
+    full, local_key, local = bases
+    params = f.raw("rope_parameters", None)
+    if params is not None:
+        if not isinstance(params, Mapping) or kind not in params or not isinstance(params[kind], Mapping):
+            raise f.invalid("rope_parameters", params, "an object with one RoPE object per layer type "
+                                                       "(full_attention, sliding_attention)")
+        for name in params:
+            if name not in ("full_attention", "sliding_attention"):
+                raise f.unrepresentable(f"rope_parameters.{name}", params[name], f"{title}'s RoPE is set per layer "
+                                                                                 "type: full_attention, sliding_attention")
+        own, key = params[kind], f"rope_parameters.{kind}"
+    else:
+        scaling = f.raw("rope_scaling", None) if kind == "full_attention" else None
+        if scaling is not None and not isinstance(scaling, Mapping):
+            raise f.invalid("rope_scaling", scaling, "an object")
+        own = dict(scaling or {})
+        own["rope_theta"] = f.float("rope_theta" if kind == "full_attention" else local_key,
+                                    full if kind == "full_attention" else local, low=0.0, high=1e12)
+        key = "rope_scaling"
+    inner, scaling_type = rope_type(f, key, own)
+    theta = inner.float("rope_theta", full if kind == "full_attention" else local, low=0.0, high=1e12)
+    found = rope_scaling(f, key, own, inner, scaling_type, max_positions)
+    for name, value in own.items():
+        if name not in inner.used:
+            raise f.unrepresentable(f"{key}.{name}", value, "not a RoPE parameter blockcli knows")
+    return theta, found
+
+
 def rope_type(f: Fields, key: str, params: Mapping[str, Any]) -> tuple[Fields, str]:
     """A RoPE dict's fields and its rope_type (`type` in older configs), one blockcli knows."""
     inner = Fields(params, f.where, f.family)

@@ -6,10 +6,9 @@ per head with a RoPE base of their own for the sliding layers (Gemma 3).
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
 
 from blockcli.families.common import (TRAINING_ONLY, Composite, Family, gated_activation, gated_rms, layer_types,
-                                      rope_scaling, rope_type, sliding_layers)
+                                      sliding_layers, typed_rope)
 from blockcli.families.fields import Fields
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
 
@@ -67,7 +66,8 @@ def _gemma3_text(f: Fields) -> tuple[dict, dict]:
     block["qk_norm"] = "head"  # q_norm and k_norm: Gemma3RMSNorm over each head's d_h, before RoPE
     n_layers = model["n_layers"]
     sliding = layer_types(f, n_layers) or [bool((i + 1) % pattern) for i in range(n_layers)]
-    rope = {kind: _gemma3_rope(f, "sliding_attention" if kind else "full_attention", model["max_positions"])
+    rope = {kind: typed_rope(f, "sliding_attention" if kind else "full_attention", model["max_positions"],
+                             (1e6, "rope_local_base_freq", 1e4), "Gemma 3")
             for kind in (True, False)}  # layer kind (sliding?) → (theta, scaling)
     (theta, scaling), (other_theta, other_scaling) = rope[sliding[0]], rope[not sliding[0]]
     block["rope_theta"] = theta  # the base block is layer 0's kind
@@ -83,37 +83,6 @@ def _gemma3_text(f: Fields) -> tuple[dict, dict]:
         f.layers.append({"indices": others, "block": override})
     return block, model
 
-
-
-def _gemma3_rope(f: Fields, kind: str, max_positions: int) -> tuple[float, dict[str, Any] | None]:
-    """(theta, block.rope_scaling or None) of one layer type: from transformers 5's per-type
-    `rope_parameters`, else from rope_theta + rope_scaling (global layers) or rope_local_base_freq
-    (sliding layers, never scaled), with Gemma3TextConfig's default bases."""
-    params = f.raw("rope_parameters", None)
-    if params is not None:
-        if not isinstance(params, Mapping) or kind not in params or not isinstance(params[kind], Mapping):
-            raise f.invalid("rope_parameters", params, "an object with one RoPE object per layer type "
-                                                       "(full_attention, sliding_attention)")
-        for name in params:
-            if name not in ("full_attention", "sliding_attention"):
-                raise f.unrepresentable(f"rope_parameters.{name}", params[name], "Gemma 3's RoPE is set per layer "
-                                                                                 "type: full_attention, sliding_attention")
-        own, key = params[kind], f"rope_parameters.{kind}"
-    else:
-        scaling = f.raw("rope_scaling", None) if kind == "full_attention" else None
-        if scaling is not None and not isinstance(scaling, Mapping):
-            raise f.invalid("rope_scaling", scaling, "an object")
-        own = dict(scaling or {})
-        own["rope_theta"] = f.float("rope_theta" if kind == "full_attention" else "rope_local_base_freq",
-                                    1e6 if kind == "full_attention" else 1e4, low=0.0, high=1e12)
-        key = "rope_scaling"
-    inner, scaling_type = rope_type(f, key, own)
-    theta = inner.float("rope_theta", 1e6 if kind == "full_attention" else 1e4, low=0.0, high=1e12)
-    scaling = rope_scaling(f, key, own, inner, scaling_type, max_positions)
-    for name, value in own.items():
-        if name not in inner.used:
-            raise f.unrepresentable(f"{key}.{name}", value, "not a RoPE parameter blockcli knows")
-    return theta, scaling
 
 
 # Gemma 2: Llama's names, but post_attention_layernorm is the norm of the attention *output*

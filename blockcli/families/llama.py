@@ -1,4 +1,5 @@
-"""Llama and the families that share its module names: Mistral, Qwen2, Qwen3, Gemma, Granite, OLMo 2, SmolLM3.
+"""Llama and the families that share its module names: Mistral, Qwen2, Qwen3, Gemma, Granite, OLMo 2 and 3,
+SmolLM3.
 
 All are `gated_rms` blocks (RMSNorm, gated MLP, RoPE over the whole head) with a few switches each.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import math
 
 from blockcli.families.common import (TRAINING_ONLY, Family, gated_activation, gated_rms, layer_types,
-                                      override_layers, silu_gate, sliding_layers, window_by_key)
+                                      override_layers, silu_gate, sliding_layers, typed_rope, window_by_key)
 from blockcli.families.fields import Fields
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
 
@@ -94,6 +95,34 @@ def _olmo2(f: Fields) -> tuple[dict, dict]:
     add (no norm on the branch inputs), and Q and K are normalised over the whole projection."""
     block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False, mlp_bias=False, eps_default=1e-5)
     block.update(placement="post_branch", qk_norm="projection")
+    return block, model
+
+
+_TYPED_ROPE_KEYS = ("rope_theta", "rope_scaling", "rope_parameters")
+
+
+def _olmo3(f: Fields) -> tuple[dict, dict]:
+    """OLMo 3: OLMo 2's block with sliding-window layers (`layer_types`, default all but every fourth,
+    window 4096) and one RoPE per layer type: both rotate with `rope_theta`, and `rope_scaling` (in
+    transformers 5, `rope_parameters.full_attention`) scales the global layers only."""
+    rest = Fields({k: v for k, v in f.data.items() if k not in _TYPED_ROPE_KEYS}, f.where, f.family)
+    block, model = _olmo2(rest)
+    f.used |= rest.used
+    n_layers = model["n_layers"]
+    sliding = layer_types(f, n_layers) or [bool((i + 1) % 4) for i in range(n_layers)]
+    sliding_layers(f, block, model, sliding, default=4096)
+    rope = {kind: typed_rope(f, "sliding_attention" if kind else "full_attention", model["max_positions"],
+                             (10000.0, "rope_theta", 10000.0), "OLMo 3") for kind in (True, False)}
+    theta, scaling = rope[sliding[0]]  # the base block is layer 0's kind
+    block["rope_theta"] = theta
+    if scaling:
+        block["rope_scaling"] = scaling
+    other_theta, other_scaling = rope[not sliding[0]]
+    others = [i for i, kind in enumerate(sliding) if kind != sliding[0]]
+    override = {**({"rope_theta": other_theta} if other_theta != theta else {}),
+                **({"rope_scaling": other_scaling} if other_scaling != scaling else {})}
+    if others and override:
+        override_layers(f, others, override)
     return block, model
 
 
@@ -204,6 +233,7 @@ FAMILIES = (
     Family("qwen2", "Qwen2", _qwen2, LLAMA, TRAINING_ONLY),
     Family("qwen3", "Qwen3", _qwen3, LLAMA, TRAINING_ONLY),
     Family("olmo2", "OLMo 2", _olmo2, OLMO2, TRAINING_ONLY),
+    Family("olmo3", "OLMo 3", _olmo3, OLMO2, TRAINING_ONLY),
     Family("smollm3", "SmolLM3", _smollm3, LLAMA, TRAINING_ONLY),
     # OLMo's norms have no parameters: only Llama's projections and embeddings are stored
     Family("olmo", "OLMo", _olmo, LLAMA, TRAINING_ONLY),
