@@ -1955,6 +1955,23 @@ def test_olmo3_rope_parameters_per_layer_type_read_as_the_legacy_keys() -> None:
     assert hf_to_mapping(typed, "o.json") | {"about": None} == hf_to_mapping(OLMO3_7B, "o.json") | {"about": None}
 
 
+MINISTRAL = {"model_type": "ministral", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+             "head_dim": 128, "num_hidden_layers": 36, "intermediate_size": 12288, "vocab_size": 131072,
+             "max_position_embeddings": 32768, "sliding_window": 8192, "rope_theta": 100000000.0}
+
+
+@pytest.mark.parametrize("changes, windows", [
+    ({}, {8192}),  # MinistralConfig: every layer sliding when layer_types is absent
+    ({"sliding_window": None}, {0}),
+    ({"layer_types": ["full_attention"] + ["sliding_attention"] * 35}, {0, 8192}),
+])
+def test_ministral_windows_the_layers_layer_types_marks(changes: dict, windows: set) -> None:
+    config = parse_config(hf_to_mapping(with_fields(MINISTRAL, **changes), "m.json"))
+    assert {config.layer_block(i).sliding_window for i in range(36)} == windows
+    if "layer_types" in changes:
+        assert config.layer_block(0).sliding_window == 0 and config.layer_block(1).sliding_window == 8192
+
+
 # DeepSeek with expert layers from the first (first_k_dense_replace 0, DeepseekV2Config's default): block.moe
 V3_MOE = {"model_type": "deepseek_v3", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
           "num_hidden_layers": 3, "intermediate_size": 96, "moe_intermediate_size": 16, "vocab_size": 128,

@@ -1,5 +1,5 @@
-"""Llama and the families that share its module names: Mistral, Qwen2, Qwen3, Gemma, Granite, OLMo 2 and 3,
-SmolLM3.
+"""Llama and the families that share its module names: Mistral, Ministral, Qwen2, Qwen3, Gemma, Granite,
+OLMo 2 and 3, SmolLM3.
 
 All are `gated_rms` blocks (RMSNorm, gated MLP, RoPE over the whole head) with a few switches each.
 """
@@ -29,6 +29,17 @@ def _mistral(f: Fields) -> tuple[dict, dict]:
     # warns about layer_types, which Ministral reads
     f.ignore("layer_types")
     window_by_key(f, block, model, default=4096)
+    return block, model
+
+
+def _ministral(f: Fields) -> tuple[dict, dict]:
+    """Ministral: Mistral's block, with the window on the layers `layer_types` marks sliding (absent:
+    every layer, unless `sliding_window` is null)."""
+    block, model = gated_rms(f, silu_gate, kv_default=8, tie_default=False,
+                             qkv_bias=False, out_bias=False, mlp_bias=False)
+    n_layers = model["n_layers"]
+    window_on = f.data.get("sliding_window") is not None if f.has("sliding_window") else True  # default 4096
+    sliding_layers(f, block, model, layer_types(f, n_layers) or [window_on] * n_layers, default=4096)
     return block, model
 
 
@@ -230,6 +241,7 @@ LLAMA_MLP = tuple(t for t in LLAMA.tensors if ".mlp." in t.name)  # gate_proj, u
 FAMILIES = (
     Family("llama", "LLaMA", _llama, LLAMA, TRAINING_ONLY),
     Family("mistral", "Mistral", _mistral, LLAMA, TRAINING_ONLY),
+    Family("ministral", "Ministral", _ministral, LLAMA, TRAINING_ONLY),
     Family("qwen2", "Qwen2", _qwen2, LLAMA, TRAINING_ONLY),
     Family("qwen3", "Qwen3", _qwen3, LLAMA, TRAINING_ONLY),
     Family("olmo2", "OLMo 2", _olmo2, OLMO2, TRAINING_ONLY),
