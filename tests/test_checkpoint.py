@@ -29,7 +29,8 @@ FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "ge
             "phi", "granite", "cohere", "stablelm", "stablelm-parallel", "phi3", "gpt_bigcode", "gpt_bigcode-mha",
             "falcon", "falcon-new", "falcon-sequential", "gemma2", "gemma3_text", "deepseek_v3", "deepseek_v3-yarn",
             "deepseek_v2", "olmo", "bloom", "opt-350m", "cohere-qk-norm", "mixtral", "mixtral-fused", "qwen2_moe",
-            "qwen3_moe", "deepseek_v3-moe", "smollm3", "glm4_moe", "cohere2", "olmo3", "ministral"]
+            "qwen3_moe", "deepseek_v3-moe", "smollm3", "glm4_moe", "cohere2", "olmo3", "ministral",
+            "exaone4", "seed_oss", "ernie4_5"]
 ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
 # Gemma 3 vision-language models, their language model run alone: saved with transformers 4's names
 # (language_model.model.*, an untied language_model.lm_head) and with transformers 5's (model.language_model.*)

@@ -1972,6 +1972,67 @@ def test_ministral_windows_the_layers_layer_types_marks(changes: dict, windows: 
         assert config.layer_block(0).sliding_window == 0 and config.layer_block(1).sliding_window == 8192
 
 
+# Shaped like EXAONE 4.0 32B: every fourth layer global (and without positions, since a window is set)
+EXAONE4_32B = {"model_type": "exaone4", "hidden_size": 5120, "num_hidden_layers": 64, "num_attention_heads": 40,
+               "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 27392, "vocab_size": 102400,
+               "max_position_embeddings": 131072, "sliding_window": 4096, "sliding_window_pattern": 4,
+               "tie_word_embeddings": False}
+
+
+def test_exaone4_counts_as_transformers_and_leaves_the_global_layers_without_positions() -> None:
+    config = parse_config(hf_to_mapping(EXAONE4_32B, "e.json"))
+    assert [(config.layer_block(i).sliding_window, config.layer_block(i).rope) for i in range(4)] == \
+        [(4096, 1.0), (4096, 1.0), (4096, 1.0), (0, 0.0)]
+    assert config.block.placement == "post_branch" and config.block.qk_norm == "head"
+    # transformers 5.24 Exaone4ForCausalLM on the meta device from this config (sum of numel); by hand
+    layer = 2 * 5120 * 5120 + 2 * 5120 * 1024 + 3 * 5120 * 27392 + 2 * 5120 + 2 * 128
+    assert count_parameters(config).total == 64 * layer + 2 * 102400 * 5120 + 5120 == 32_003_216_384
+
+
+@pytest.mark.parametrize("changes, sliding, rotating", [
+    ({"sliding_window_pattern": "LLG"}, [True, True, False, True], [True, True, False, True]),
+    ({"sliding_window": None}, [False] * 4, [True] * 4),  # no window: every layer global, and every one rotates
+    ({"layer_types": ["sliding_attention", "full_attention"] * 32, "sliding_window_pattern": _DROP},
+     [True, False, True, False], [True, False, True, False]),
+])
+def test_exaone4_layer_kinds(changes: dict, sliding: list, rotating: list) -> None:
+    config = parse_config(hf_to_mapping(with_fields(EXAONE4_32B, **changes), "e.json"))
+    assert [bool(config.layer_block(i).sliding_window) for i in range(4)] == sliding
+    assert [bool(config.layer_block(i).rope) for i in range(4)] == rotating
+
+
+@pytest.mark.parametrize("pattern", [0, "LLXG", "", True])
+def test_exaone4_malformed_pattern_is_refused(tmp_path: Path, pattern: Any) -> None:
+    assert "field 'sliding_window_pattern'" in hf_error(
+        write_json(tmp_path, with_fields(EXAONE4_32B, sliding_window_pattern=pattern)))
+
+
+@pytest.mark.parametrize("data, total, by_hand", [
+    # transformers 5.24 on the meta device from each config class's defaults (model_type alone; sum of numel):
+    # Seed-OSS's q/k/v biases (attention_bias true) and no o_proj bias, untied head
+    ({"model_type": "seed_oss"}, 28_921_040_896,
+     64 * (4096 * 10240 + 10240 + 2 * (4096 * 1024 + 1024) + 10240 * 4096 + 3 * 4096 * 27648 + 2 * 4096)
+     + 2 * 155136 * 4096 + 4096),
+    # ERNIE-4.5-0.3B's sizes, tied head
+    ({"model_type": "ernie4_5"}, 360_748_032,
+     18 * (2 * 1024 * 2048 + 2 * 1024 * 256 + 3 * 1024 * 3072 + 2 * 1024) + 103424 * 1024 + 1024),
+])
+def test_seed_oss_and_ernie45_defaults_count_as_transformers(data: dict, total: int, by_hand: int) -> None:
+    sizes = {"seed_oss": dict(hidden_size=4096, num_hidden_layers=64, num_attention_heads=80, intermediate_size=27648,
+                              vocab_size=155136, max_position_embeddings=524288),
+             "ernie4_5": dict(hidden_size=1024, num_hidden_layers=18, num_attention_heads=16, intermediate_size=3072,
+                              vocab_size=103424, max_position_embeddings=131072)}[data["model_type"]]
+    config = parse_config(hf_to_mapping({**data, **sizes}, "x.json"))  # blockcli asks for the sizes explicitly
+    assert count_parameters(config).total == by_hand == total
+
+
+def test_ernie45_rotates_interleaved_pairs_and_biases_everything() -> None:
+    block = block_of({"model_type": "ernie4_5", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                      "intermediate_size": 96, "vocab_size": 100, "max_position_embeddings": 32, "use_bias": True})
+    assert block["rope_layout"] == "interleaved" and block["head_dim"] == 128
+    assert block["bias"] == {"qkv": True, "out": True, "mlp": True, "norm": False}  # RMSNorm has no shift
+
+
 # DeepSeek with expert layers from the first (first_k_dense_replace 0, DeepseekV2Config's default): block.moe
 V3_MOE = {"model_type": "deepseek_v3", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
           "num_hidden_layers": 3, "intermediate_size": 96, "moe_intermediate_size": 16, "vocab_size": 128,

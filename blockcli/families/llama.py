@@ -137,6 +137,53 @@ def _olmo3(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _exaone4(f: Fields) -> tuple[dict, dict]:
+    """EXAONE 4.0: OLMo 2's placement (each branch's output normalised before its residual add), a per-head
+    q/k RMSNorm, and hybrid attention: layers slide (`layer_types`, or all but every
+    `sliding_window_pattern`-th, default 4; a pattern may also be written "LLLG") and, when the config
+    sets a window, the global layers have no positions (Exaone4Attention rotates only without a window
+    or in a sliding layer)."""
+    block, model = gated_rms(f, silu_gate, kv_default=32, tie_default=False, qkv_bias=False, out_bias=False,
+                             mlp_bias=False, eps_default=1e-5)
+    block.update(placement="post_branch", qk_norm="head")
+    n_layers = model["n_layers"]
+    window_set = f.data.get("sliding_window") is not None if f.has("sliding_window") else True  # default 4096
+    sliding = layer_types(f, n_layers)
+    pattern = f.raw("sliding_window_pattern", 4)
+    if sliding is None:
+        if not window_set:
+            sliding = [False] * n_layers
+        elif isinstance(pattern, str) and pattern and set(pattern) <= {"L", "G"}:
+            sliding = [pattern[i % len(pattern)] == "L" for i in range(n_layers)]
+        elif isinstance(pattern, int) and not isinstance(pattern, bool) and pattern >= 1:
+            sliding = [bool((i + 1) % pattern) for i in range(n_layers)]
+        else:
+            raise f.invalid("sliding_window_pattern", pattern, "a period of at least 1, or a pattern of L (local) "
+                                                               "and G (global) layers such as \"LLLG\"")
+    sliding_layers(f, block, model, sliding, default=4096)
+    if window_set:
+        override_layers(f, [i for i, kind in enumerate(sliding) if not kind], {"rope": False})
+    return block, model
+
+
+def _seed_oss(f: Fields) -> tuple[dict, dict]:
+    """Seed-OSS: Llama's block with biases on q, k and v (`attention_bias`, default true) and on o_proj by
+    its own switch (`attention_out_bias`), head width 128 by default."""
+    f.ignore("residual_dropout", "pretraining_tp")  # dropout on the branch outputs, in training only; slices
+    return gated_rms(f, silu_gate, kv_default=8, tie_default=False, head_dim_default=128,
+                     qkv_bias=f.bool("attention_bias", True), out_bias=f.bool("attention_out_bias", False))
+
+
+def _ernie4_5(f: Fields) -> tuple[dict, dict]:
+    """ERNIE 4.5 (dense): Llama's block with RoPE on interleaved pairs (2i, 2i + 1), and `use_bias` on every
+    projection, the MLP's included; tied by default."""
+    bias = f.bool("use_bias", False)
+    block, model = gated_rms(f, silu_gate, kv_default=2, tie_default=True, head_dim_default=128, qkv_bias=bias,
+                             out_bias=bias, mlp_bias=bias, eps_default=1e-5)
+    block["rope_layout"] = "interleaved"
+    return block, model
+
+
 def _olmo(f: Fields) -> tuple[dict, dict]:
     """OLMo (v1): Llama's pre-norm block with a parameter-free LayerNorm (no scale, no shift, eps 1e-5
     fixed in OlmoLayerNorm), `attention_bias` on q/k/v and o, and `clip_qkv`: q, k and v clamped to
@@ -247,6 +294,9 @@ FAMILIES = (
     Family("olmo2", "OLMo 2", _olmo2, OLMO2, TRAINING_ONLY),
     Family("olmo3", "OLMo 3", _olmo3, OLMO2, TRAINING_ONLY),
     Family("smollm3", "SmolLM3", _smollm3, LLAMA, TRAINING_ONLY),
+    Family("exaone4", "EXAONE 4.0", _exaone4, OLMO2, TRAINING_ONLY),  # its q/k norms per head: (d_h,) each
+    Family("seed_oss", "Seed-OSS", _seed_oss, LLAMA, TRAINING_ONLY),
+    Family("ernie4_5", "ERNIE 4.5", _ernie4_5, LLAMA, TRAINING_ONLY),
     # OLMo's norms have no parameters: only Llama's projections and embeddings are stored
     Family("olmo", "OLMo", _olmo, LLAMA, TRAINING_ONLY),
     Family("gemma", "Gemma", _gemma, LLAMA, TRAINING_ONLY),
