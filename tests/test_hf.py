@@ -2033,6 +2033,20 @@ def test_ernie45_rotates_interleaved_pairs_and_biases_everything() -> None:
     assert block["bias"] == {"qkv": True, "out": True, "mlp": True, "norm": False}  # RMSNorm has no shift
 
 
+def test_a_rotary_fraction_that_rotates_nothing_leaves_no_positions(tmp_path: Path) -> None:
+    """transformers rotates int(head_dim · 0.0) = 0 dimensions: no positional signal at all (as GPT-NeoX's
+    rotary_pct 0), not model.positions rope's whole head."""
+    config = load_config(write_json(tmp_path, with_fields(GLM45_AIR, partial_rotary_factor=0.0)))
+    assert config.model.positions == "none" and config.block.rope == 0.0
+
+
+def test_a_rotary_fraction_rotating_an_odd_number_of_dimensions_is_refused(tmp_path: Path) -> None:
+    # int(128 · 0.33) = 42 dimensions: 21 pairs; int(128 · 0.15) = 19: no pairing
+    assert parse_config(hf_to_mapping(with_fields(GLM45_AIR, partial_rotary_factor=0.33), "g.json")).block.rope_dims == 42
+    message = hf_error(write_json(tmp_path, with_fields(GLM45_AIR, partial_rotary_factor=0.15)))
+    assert "field 'partial_rotary_factor'" in message and "rotates 19 of 128" in message
+
+
 # DeepSeek with expert layers from the first (first_k_dense_replace 0, DeepseekV2Config's default): block.moe
 V3_MOE = {"model_type": "deepseek_v3", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
           "num_hidden_layers": 3, "intermediate_size": 96, "moe_intermediate_size": 16, "vocab_size": 128,

@@ -268,6 +268,11 @@ def gated_rms(f: Fields, activation: Callable[[Fields], str], *, kv_default: int
         head_dim = divides(f, "hidden_size", d, "num_attention_heads", heads)
     theta, fraction, scaling = rope_base(f, ("rope_theta",), 10000.0, fraction_keys, fraction_default,
                                          max_positions=f.int("max_position_embeddings"))
+    rotated = int(head_dim * fraction)
+    if fraction != 1.0 and rotated % 2:
+        raise f.unrepresentable(next((k for k in fraction_keys if f.has(k)), "partial_rotary_factor"), fraction,
+                                f"it rotates {rotated} of {head_dim} dimensions per head; rotary pairs need an even "
+                                f"number")
     attention_bias = f.bool("attention_bias", False) if qkv_bias is None else qkv_bias
     block = {
         "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
@@ -275,12 +280,13 @@ def gated_rms(f: Fields, activation: Callable[[Fields], str], *, kv_default: int
         "activation": activation(f),
         "bias": bias_groups(attention_bias, attention_bias if out_bias is None else out_bias,
                             f.bool("mlp_bias", False) if mlp_bias is None else mlp_bias, False),
-        "placement": "pre", "rope": True if fraction == 1.0 else fraction, "rope_theta": theta,
+        "placement": "pre", "rope": True if fraction == 1.0 else fraction if rotated else False, "rope_theta": theta,
     }
-    if scaling:
+    if scaling and rotated:
         block["rope_scaling"] = scaling
-    model = model_section(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", f.int("max_position_embeddings"),
-                          f.bool("tie_word_embeddings", tie_default))
+    # a fraction rotating no dimension leaves the model without positions, as in transformers
+    model = model_section(f.int("num_hidden_layers"), f.int("vocab_size"), "rope" if rotated else "none",
+                          f.int("max_position_embeddings"), f.bool("tie_word_embeddings", tie_default))
     return block, model
 
 
