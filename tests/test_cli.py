@@ -48,6 +48,17 @@ def test_every_config_field_is_in_the_readme():
             assert re.search(rf"\b{field.name}\b", README), f"README does not document {section}.{field.name}"
 
 
+def test_every_family_and_preset_is_in_the_readme():
+    from blockcli.families import COMPOSITES, FAMILIES
+
+    rows = set(re.findall(r"^\| `([a-z0-9_]+)`(?:, `([a-z0-9_]+)`)? \|", README, flags=re.M))
+    documented = {name for row in rows for name in row if name}
+    for model_type in [*FAMILIES, *COMPOSITES]:
+        assert model_type in documented, f"README's families table has no row for model_type {model_type}"
+    for preset in (ROOT / "blockcli" / "presets").glob("*.yaml"):
+        assert f"| `{preset.stem}` |" in README, f"README's presets table has no row for {preset.stem}"
+
+
 def test_exit_codes_are_documented():
     for code in ("| 0 |", "| 1 |", "| 2 |", "| 130 |"):
         assert code in README
