@@ -20,6 +20,10 @@ The rule for every key of the JSON object is one of three, and never "silently d
    represented in blockcli's schema (why)``. `--allow-field NAME` accepts one unknown key at the
    user's risk, and the Config's notes say so.
 
+A vision-language config (Gemma 3 4B and up: `model_type` gemma3) is read as its `text_config`, the
+language model blockcli counts and runs; its top level is checked like a family's, and a note says
+the vision tower and projector are not counted (blockcli/families/common.py: `Composite`).
+
 Defaults for absent optional fields are those of the HF config class of the family (e.g.
 `rms_norm_eps` 1e-6 for Llama, `head_dim` 256 for Gemma, `num_key_value_heads` 8 for Mistral,
 `tie_word_embeddings` true for GPT-2/OPT/Gemma). Sizes (width, heads, layers, MLP width,
