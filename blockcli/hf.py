@@ -20,9 +20,10 @@ The rule for every key of the JSON object is one of three, and never "silently d
    represented in blockcli's schema (why)``. `--allow-field NAME` accepts one unknown key at the
    user's risk, and the Config's notes say so.
 
-A vision-language config (Gemma 3 4B and up: `model_type` gemma3) is read as its `text_config`, the
-language model blockcli counts and runs; its top level is checked like a family's, and a note says
-the vision tower and projector are not counted (blockcli/families/common.py: `Composite`).
+A vision-language config (Gemma 3 4B and up, Mistral Small 3.1: `model_type` gemma3, mistral3) is
+read as its `text_config`, the language model blockcli counts and runs; its top level is checked like
+a family's, and a note says the vision tower and projector are not counted
+(blockcli/families/common.py: `Composite`).
 
 Defaults for absent optional fields are those of the HF config class of the family (e.g.
 `rms_norm_eps` 1e-6 for Llama, `head_dim` 256 for Gemma, `num_key_value_heads` 8 for Mistral,
@@ -120,10 +121,16 @@ def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
                           f"language model is expected to be '{composite.text_model_type}'")
     note = (f"the language model of a {composite.title} model: its vision tower and multimodal projector "
             f"are not counted or run")
+    language = {**composite.text_defaults, **text, "model_type": text_type}
+    if composite.tie_from_text:  # the language model's own field (its family's default when absent) decides
+        if "tie_word_embeddings" in data and "tie_word_embeddings" in text and text["tie_word_embeddings"] != tie:
+            note += (f"; the LM head is {'tied' if text['tie_word_embeddings'] else 'untied'} as text_config's "
+                     f"tie_word_embeddings says, not the top level's")
+        return language, inner, note
     if "tie_word_embeddings" in text and text["tie_word_embeddings"] != tie:
         note += (f"; the LM head is {'tied' if tie else 'untied'} as the top level's tie_word_embeddings says "
                  f"(transformers reads that one), not text_config's")
-    return {**composite.text_defaults, **text, "model_type": text_type, "tie_word_embeddings": tie}, inner, note
+    return {**language, "tie_word_embeddings": tie}, inner, note
 
 
 def hf_to_mapping(data: Any, where: str, allow_fields: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -32,9 +32,10 @@ FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "ge
             "qwen3_moe", "deepseek_v3-moe", "smollm3", "glm4_moe", "cohere2", "olmo3", "ministral",
             "exaone4", "seed_oss", "ernie4_5"]
 ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
-# Gemma 3 vision-language models, their language model run alone: saved with transformers 4's names
-# (language_model.model.*, an untied language_model.lm_head) and with transformers 5's (model.language_model.*)
-VISION_LANGUAGE = ["gemma3", "gemma3-v5-names"]
+# Vision-language models, their language model run alone: Gemma 3 saved with transformers 4's names
+# (language_model.model.*, an untied language_model.lm_head) and with transformers 5's (model.language_model.*),
+# Mistral 3 (a Pixtral tower beside a windowed Mistral)
+VISION_LANGUAGE = ["gemma3", "gemma3-v5-names", "mistral3"]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
 

@@ -1769,6 +1769,52 @@ def test_gemma3_vision_language_allow_field_reaches_both_levels(tmp_path: Path) 
     assert sum("accepted unchecked" in note for note in config.notes) == 2
 
 
+# Mistral Small 3.1's published config.json
+# (https://huggingface.co/mistralai/Mistral-Small-3.1-24B-Instruct-2503/blob/main/config.json)
+MISTRAL_SMALL_31 = {
+    "architectures": ["Mistral3ForConditionalGeneration"], "image_token_index": 10, "model_type": "mistral3",
+    "multimodal_projector_bias": False, "projector_hidden_act": "gelu", "spatial_merge_size": 2,
+    "text_config": {"attention_dropout": 0.0, "head_dim": 128, "hidden_act": "silu", "hidden_size": 5120,
+                    "initializer_range": 0.02, "intermediate_size": 32768, "max_position_embeddings": 131072,
+                    "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 40,
+                    "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000000.0,
+                    "sliding_window": None, "use_cache": True, "vocab_size": 131072},
+    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+    "vision_config": {"attention_dropout": 0.0, "head_dim": 64, "hidden_act": "silu", "hidden_size": 1024,
+                      "image_size": 1540, "initializer_range": 0.02, "intermediate_size": 4096, "model_type": "pixtral",
+                      "num_attention_heads": 16, "num_channels": 3, "num_hidden_layers": 24, "patch_size": 14,
+                      "rope_theta": 10000.0},
+    "vision_feature_layer": -1,
+}
+
+
+def test_mistral_small_31_counts_its_untied_language_model(tmp_path: Path) -> None:
+    """text_config's tie_word_embeddings (MistralConfig's default, false) decides: the published checkpoint
+    stores language_model.lm_head. transformers 5.24 on the meta device counts this language model as
+    23,572,403,200 with the top level's tie_word_embeddings false (24,011,361,280 with the vision side, the
+    model card's "24B"); left out, its top-level default of true ties the head (transformers issue #42313)."""
+    config = load_config(write_json(tmp_path, MISTRAL_SMALL_31))
+    assert config.model.tie_embeddings is False and config.block.sliding_window == 0
+    by_hand = 40 * (2 * 5120 * 4096 + 2 * 5120 * 1024 + 3 * 5120 * 32768 + 2 * 5120) + 2 * 131072 * 5120 + 5120
+    assert count_parameters(config).total == by_hand == 23_572_403_200
+    packaged = load_config("mistral-small-3.1-24b")
+    assert (config.block, config.model, config.layer_blocks) == (packaged.block, packaged.model, packaged.layer_blocks)
+
+
+def test_mistral3_ties_by_its_text_config() -> None:
+    tied = with_fields(MISTRAL_SMALL_31, text_config=dict(MISTRAL_SMALL_31["text_config"], tie_word_embeddings=True))
+    assert hf_to_mapping(tied, "m.json")["model"]["tie_embeddings"] is True  # Ministral 3's configs
+    overruled = with_fields(tied, tie_word_embeddings=False)
+    mapping = hf_to_mapping(overruled, "m.json")
+    assert mapping["model"]["tie_embeddings"] is True
+    assert "as text_config's tie_word_embeddings says, not the top level's" in mapping["about"]["description"]
+
+
+def test_mistral3_sizes_it_leaves_out_are_mistral_configs() -> None:
+    model = hf_to_mapping(with_fields(MISTRAL_SMALL_31, text_config={"model_type": "mistral"}), "m.json")["model"]
+    assert (model["vocab_size"], model["n_layers"], model["max_positions"]) == (32000, 32, 131072)
+
+
 # SmolLM3-3B's published config.json (https://huggingface.co/HuggingFaceTB/SmolLM3-3B/blob/main/config.json)
 SMOLLM3_3B = {
     "architectures": ["SmolLM3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": None,

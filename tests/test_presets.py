@@ -599,6 +599,18 @@ CASES.append(pytest.param(
 ))
 
 CASES.append(pytest.param(
+    "mistral-small-3.1-24b", 23_572_403_200,
+    # the language model of Mistral3ForConditionalGeneration: Mistral's block, untied head
+    gated_rms_total(d=5120, L=40, V=131072, ff=32768, n_heads=32, n_kv=8, head_dim=128, tied=False),
+    {"d_model": 5120, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "d_ff": 32768, "n_layers": 40,
+     "vocab_size": 131072},
+    # transformers 5.24 Mistral3ForConditionalGeneration instantiated on the meta device from
+    # https://huggingface.co/mistralai/Mistral-Small-3.1-24B-Instruct-2503/blob/main/config.json with the top
+    # level's tie_word_embeddings false: 24,011,361,280 in all, 438,958,080 of them the vision tower and projector
+    id="mistral-small-3.1-24b[transformers Mistral3ForConditionalGeneration's language model on meta=23572403200]",
+))
+
+CASES.append(pytest.param(
     "smollm3-3b", 3_075_098_624,
     # SmolLM3ForCausalLM: Llama's block (its NoPE layers drop RoPE, not parameters); tied head
     gated_rms_total(d=2048, L=36, V=128256, ff=11008, n_heads=16, n_kv=4, head_dim=128, tied=True),

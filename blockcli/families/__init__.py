@@ -12,7 +12,7 @@ A family is one table row in the module of its lineage (Llama's relatives share 
 - `tensors` lists the checkpoint's tensor names against blockcli's parameter keys, with the
   layout each is stored in (blockcli/tensor_names.py explains the layouts).
 
-A vision-language `model_type` (Gemma 3 4B and up) is a `Composite` row in the module of its
+A vision-language `model_type` (Gemma 3 4B and up, Mistral 3) is a `Composite` row in the module of its
 language model's family (`COMPOSITES`): its `text_config` is read as that family's config.json, its
 checkpoint's language-model tensors under the nested names tensor_names.nested gives them.
 

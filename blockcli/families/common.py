@@ -29,9 +29,11 @@ class Composite:
     """A vision-language `model_type` whose config.json nests its language model's config under
     `text_config`. blockcli reads, counts and runs that language model; the vision tower and the
     projector that feed it image features are set aside (their fields ignored, their tensors noted).
-    The top level's `tie_word_embeddings` decides whether the LM head is tied, as in transformers.
-    transformers saves `text_config` as its differences from the text config class, so a size
-    missing there takes that class's default (`text_defaults`)."""
+    Whether the LM head is tied: the top level's `tie_word_embeddings` decides, as in transformers 5
+    (Gemma 3), or, with `tie_from_text`, the language model's own (Mistral 3: transformers 5's top-level
+    default of true would tie Mistral Small's untied head, transformers issue #42313). transformers
+    saves `text_config` as its differences from the text config class, so a size missing there takes
+    that class's default (`text_defaults`)."""
 
     model_type: str
     title: str  # as people write it ("Gemma 3")
@@ -39,6 +41,7 @@ class Composite:
     tie_default: bool  # the composite config class's default tie_word_embeddings
     ignored: frozenset[str]  # top-level fields of the vision side and its image-token bookkeeping
     text_defaults: Mapping[str, Any]  # the text config class's sizes, for those text_config leaves out
+    tie_from_text: bool = False  # text_config's tie_word_embeddings decides, not the top level's
 
 
 # Activation names (HF ACT2FN keys) → blockcli names, for plain (non-gated) MLPs.

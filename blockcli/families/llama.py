@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from blockcli.families.common import (TRAINING_ONLY, Family, gated_activation, gated_rms, layer_types,
+from blockcli.families.common import (TRAINING_ONLY, Composite, Family, gated_activation, gated_rms, layer_types,
                                       override_layers, silu_gate, sliding_layers, typed_rope, window_by_key)
 from blockcli.families.fields import Fields
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
@@ -284,6 +284,16 @@ OLMO2 = TensorMap("model.", (
 ))
 LLAMA_MLP = tuple(t for t in LLAMA.tensors if ".mlp." in t.name)  # gate_proj, up_proj, down_proj (and biases)
 
+
+# Mistral Small 3.1/3.2, Magistral, Ministral 3: a Pixtral vision tower and a projector beside a Mistral
+COMPOSITES = (
+    Composite("mistral3", "Mistral 3 (vision-language)", "mistral", True, frozenset({
+        "vision_config", "image_token_index", "image_token_id", "projector_hidden_act", "vision_feature_layer",
+        "multimodal_projector_bias", "spatial_merge_size"}),
+              # MistralConfig's sizes (its other defaults are _mistral's)
+              {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+               "num_attention_heads": 32, "max_position_embeddings": 131072}, tie_from_text=True),
+)
 
 FAMILIES = (
     Family("llama", "LLaMA", _llama, LLAMA, TRAINING_ONLY),
