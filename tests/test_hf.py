@@ -2231,3 +2231,28 @@ def test_mixtral_window_and_theta_defaults(tmp_path: Path) -> None:
     hf = with_fields(MIXTRAL_8X7B, rope_theta=_DROP, sliding_window=4096)
     block = load_config(write_json(tmp_path, hf)).block
     assert block.rope_theta == 1e6 and block.sliding_window == 4096  # MixtralConfig's default_theta
+
+
+# --------------------------------------------------------------------------- fuzz: the newer families too
+
+NEWER = [GEMMA3_4B, MISTRAL_SMALL_31, SMOLLM3_3B, GLM45_AIR, COMMAND_R7B, OLMO3_7B, EXAONE4_32B, MINISTRAL]
+NEWER_KEYS = sorted({k for base in NEWER for k in base} | {"rope_parameters", "layer_types", "no_rope_layers",
+                                                           "sliding_window_pattern", "use_qk_norm", "text_config"})
+
+
+@given(base=st.sampled_from(NEWER), key=st.sampled_from(NEWER_KEYS), value=JSON_VALUES,
+       nested=st.booleans())
+def test_any_value_in_any_field_of_the_newer_families_is_a_config_or_a_one_line_error(base: dict, key: str,
+                                                                                       value: Any,
+                                                                                       nested: bool) -> None:
+    """The same for the families added since, a vision-language config's text_config included."""
+    if nested and "text_config" in base:
+        data = with_fields(base, text_config=with_fields(base["text_config"], **{key: value}))
+    else:
+        data = with_fields(base, **{key: value})
+    from blockcli.hf import read_hf_text
+
+    try:
+        read_hf_text(json.dumps(data), "fuzz.json")  # the whole reading, notes and all
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("fuzz.json: ")
