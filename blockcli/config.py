@@ -343,6 +343,11 @@ def block_differences(base: BlockConfig, other: BlockConfig) -> dict[str, Any]:
         if value != getattr(base, f.name):
             out[f.name] = ({g.name: getattr(value, g.name) for g in fields(value) if getattr(value, g.name) != g.default}
                            if hasattr(value, "__dataclass_fields__") else value)
+    if not other.rope:  # a block without rotary positions: the RoPE settings it left behind do not apply
+        for name in ("rope_layout", "rope_theta", "rope_scaling"):
+            out.pop(name, None)
+    if out.get("rope") in (0.0, 1.0):  # all or nothing, as the YAML writes it
+        out["rope"] = bool(out["rope"])
     return out
 
 

@@ -237,6 +237,12 @@ def test_a_layers_entry_can_leave_its_layers_without_positions():
             "layers": [{"indices": [1], "block": {"rope": False}}]}
     cfg = parse_config(data)
     assert [cfg.layer_block(i).rope for i in range(3)] == [1.0, 0.0, 1.0]
+    # the base block's RoPE settings stay behind, and the group says only what the entry said
+    layered = parse_config({**data, "block": {**data["block"], "rope_layout": "interleaved",
+                                              "rope_scaling": {"type": "linear", "factor": 2.0}}})
+    assert layered.layer_block(1).rope_layout == "half" and layered.layer_block(1).rope_scaling is None
+    assert [g.overrides for g in layered.layer_groups()] == [{}, {"rope": False}]
+    assert layered.group_of(1).describe() == "layer 1 (1 layer): rope false"
     # the NoPE layer runs as the same block of a model without positions does, on the same weights
     model = Model.from_config(cfg, dtype="float64")
     plain = parse_config({**data, "model": {**data["model"], "positions": "none"}, "layers": None})
