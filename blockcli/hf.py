@@ -68,11 +68,10 @@ def read_hf(path: str | Path, allow_fields: tuple[str, ...] = ()) -> tuple[dict[
 def read_hf_text(text: str, where: str, allow_fields: tuple[str, ...] = ()) -> tuple[dict[str, Any], Config]:
     """`read_hf` on a config.json's text (standard input, say); `where` names it in messages."""
     data = _parse_json(text, where)
-    mapping = hf_to_mapping(data, where, allow_fields)
+    mapping, set_aside = _mapped(data, where, allow_fields)
     present, known = _keys(data)
-    notes = tuple(_allowed_note(where, key, key in present, key in known) for key in dict.fromkeys(allow_fields))
-    if data["model_type"] in COMPOSITES:  # say what is not counted, on every command
-        notes = (f"{where}: " + _language_model(data, where, COMPOSITES[data["model_type"]], allow_fields)[2],) + notes
+    notes = tuple(f"{where}: {note}" for note in set_aside) + tuple(  # set_aside: said on every command
+        _allowed_note(where, key, key in present, key in known) for key in dict.fromkeys(allow_fields))
     try:
         return mapping, replace(parse_config(mapping, name=where), notes=notes)
     except ConfigError as exc:  # a mapped value blockcli rejects: say which file it came from
@@ -135,16 +134,21 @@ def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
 
 def hf_to_mapping(data: Any, where: str, allow_fields: tuple[str, ...] = ()) -> dict[str, Any]:
     """Map a parsed HF config (a dict) onto a plain blockcli mapping; ConfigError on anything unrepresentable."""
+    return _mapped(data, where, allow_fields)[0]
+
+
+def _mapped(data: Any, where: str, allow_fields: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
+    """`hf_to_mapping`, and what a vision-language config's reading sets aside (a note, or none)."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: top level must be a JSON object (a Hugging Face config.json), "
                           f"got {json_kind(data)}")
     supported = ", ".join(sorted([*FAMILIES, *COMPOSITES]))
     if "model_type" not in data:
         raise ConfigError(f"{where}: field 'model_type' is missing; expected one of: {supported}")
-    model_type, source, notes = data["model_type"], where, []
+    model_type, source, set_aside = data["model_type"], where, []
     if isinstance(model_type, str) and model_type in COMPOSITES:
         data, where, note = _language_model(data, where, COMPOSITES[model_type], allow_fields)
-        notes.append(note)
+        set_aside.append(note)
     if not isinstance(model_type, str) or model_type not in FAMILIES and model_type not in COMPOSITES:
         close = difflib.get_close_matches(str(model_type), [*FAMILIES, *COMPOSITES], n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
@@ -158,13 +162,13 @@ def hf_to_mapping(data: Any, where: str, allow_fields: tuple[str, ...] = ()) -> 
     run = dict(RUN_DEFAULTS)
     run["seq_len"] = min(run["seq_len"], model["max_positions"])
     description = f"{family.title} (model_type '{model_type}') from a Hugging Face config.json"
-    if notes + fields.notes:
-        description += "; " + "; ".join(notes + fields.notes)
+    if set_aside + fields.notes:
+        description += "; " + "; ".join(set_aside + fields.notes)
     about = {"description": description, "source": source}
     mapping = {"about": about, "block": block, "model": model, "run": run}
     if fields.layers:
         mapping["layers"] = fields.layers
-    return mapping
+    return mapping, set_aside
 
 
 def to_yaml(config_mapping: Mapping[str, Any], comment: str = "") -> str:

@@ -118,12 +118,29 @@ def rope_base(f: Fields, theta_keys: tuple[str, ...], default: float, fraction_k
     return theta, fraction, scaling
 
 
-def typed_rope(f: Fields, kind: str, max_positions: int, bases: tuple[float, str, float], title: str
-               ) -> tuple[float, dict[str, Any] | None]:
-    """(theta, block.rope_scaling or None) of one layer type of a family whose global and sliding layers
-    rotate differently (Gemma 3, OLMo 3): from transformers 5's per-type `rope_parameters`, else from
-    rope_theta and rope_scaling (the global layers; the sliding ones are never scaled) with the sliding
-    layers' base under its own key. `bases`: (global default, the sliding base's key, its default)."""
+def layer_type_ropes(f: Fields, block: dict, model: dict, sliding: list[bool], bases: tuple[float, str, float],
+                     title: str) -> None:
+    """The RoPE of each layer type of a family whose global and sliding layers rotate differently
+    (Gemma 3, OLMo 3): the base block takes layer 0's kind, the layers of the other kind an override
+    where theirs differs. `bases`: (the global default, the sliding base's key, its default)."""
+    rope = {kind: _typed_rope(f, "sliding_attention" if kind else "full_attention", model["max_positions"], bases,
+                              title) for kind in (True, False)}  # layer kind (sliding?) → (theta, scaling)
+    (theta, scaling), (other_theta, other_scaling) = rope[sliding[0]], rope[not sliding[0]]
+    block["rope_theta"] = theta
+    if scaling:
+        block["rope_scaling"] = scaling
+    override = {**({"rope_theta": other_theta} if other_theta != theta else {}),
+                **({"rope_scaling": other_scaling} if other_scaling != scaling else {})}
+    others = [i for i, kind in enumerate(sliding) if kind != sliding[0]]
+    if others and override:
+        override_layers(f, others, override)
+
+
+def _typed_rope(f: Fields, kind: str, max_positions: int, bases: tuple[float, str, float], title: str
+                ) -> tuple[float, dict[str, Any] | None]:
+    """(theta, block.rope_scaling or None) of one layer type: from transformers 5's per-type
+    `rope_parameters`, else from rope_theta and rope_scaling (the global layers; the sliding ones are
+    never scaled) with the sliding layers' base under its own key."""
     full, local_key, local = bases
     params = f.raw("rope_parameters", None)
     if params is not None:

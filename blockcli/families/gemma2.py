@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from blockcli.families.common import (TRAINING_ONLY, Composite, Family, gated_activation, gated_rms, layer_types,
-                                      sliding_layers, typed_rope)
+                                      layer_type_ropes, sliding_layers)
 from blockcli.families.fields import Fields
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
 
@@ -64,23 +64,9 @@ def _gemma3_text(f: Fields) -> tuple[dict, dict]:
     f.used |= rest.used
     f.notes.extend(rest.notes)
     block["qk_norm"] = "head"  # q_norm and k_norm: Gemma3RMSNorm over each head's d_h, before RoPE
-    n_layers = model["n_layers"]
-    sliding = layer_types(f, n_layers) or [bool((i + 1) % pattern) for i in range(n_layers)]
-    rope = {kind: typed_rope(f, "sliding_attention" if kind else "full_attention", model["max_positions"],
-                             (1e6, "rope_local_base_freq", 1e4), "Gemma 3")
-            for kind in (True, False)}  # layer kind (sliding?) → (theta, scaling)
-    (theta, scaling), (other_theta, other_scaling) = rope[sliding[0]], rope[not sliding[0]]
-    block["rope_theta"] = theta  # the base block is layer 0's kind
-    if scaling:
-        block["rope_scaling"] = scaling
-    override = dict(rest.layers[0]["block"]) if rest.layers else {}  # the other kind's window
-    if other_theta != theta:
-        override["rope_theta"] = other_theta
-    if other_scaling != scaling:
-        override["rope_scaling"] = other_scaling
-    others = [i for i, kind in enumerate(sliding) if kind != sliding[0]]
-    if override and others:
-        f.layers.append({"indices": others, "block": override})
+    f.layers.extend(rest.layers)  # the other kind's window
+    sliding = layer_types(f, model["n_layers"]) or [bool((i + 1) % pattern) for i in range(model["n_layers"])]
+    layer_type_ropes(f, block, model, sliding, (1e6, "rope_local_base_freq", 1e4), "Gemma 3")
     return block, model
 
 

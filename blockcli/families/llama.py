@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 
 from blockcli.families.common import (TRAINING_ONLY, Composite, Family, gated_activation, gated_rms, layer_types,
-                                      override_layers, silu_gate, sliding_layers, typed_rope, window_by_key)
+                                      layer_type_ropes, override_layers, silu_gate, sliding_layers,
+                                      window_by_key)
 from blockcli.families.fields import Fields
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
 
@@ -122,18 +123,7 @@ def _olmo3(f: Fields) -> tuple[dict, dict]:
     n_layers = model["n_layers"]
     sliding = layer_types(f, n_layers) or [bool((i + 1) % 4) for i in range(n_layers)]
     sliding_layers(f, block, model, sliding, default=4096)
-    rope = {kind: typed_rope(f, "sliding_attention" if kind else "full_attention", model["max_positions"],
-                             (10000.0, "rope_theta", 10000.0), "OLMo 3") for kind in (True, False)}
-    theta, scaling = rope[sliding[0]]  # the base block is layer 0's kind
-    block["rope_theta"] = theta
-    if scaling:
-        block["rope_scaling"] = scaling
-    other_theta, other_scaling = rope[not sliding[0]]
-    others = [i for i, kind in enumerate(sliding) if kind != sliding[0]]
-    override = {**({"rope_theta": other_theta} if other_theta != theta else {}),
-                **({"rope_scaling": other_scaling} if other_scaling != scaling else {})}
-    if others and override:
-        override_layers(f, others, override)
+    layer_type_ropes(f, block, model, sliding, (10000.0, "rope_theta", 10000.0), "OLMo 3")
     return block, model
 
 
