@@ -473,17 +473,30 @@ class MultiHeadAttention:
             allowed = self.ops.causal_mask(T_q, T_k, start)  # (T_q, T_k)
             if self.cfg.sliding_window:
                 allowed = allowed & F.window_mask(T_q, T_k, start, self.cfg.sliding_window)
-            masked, weights = self.ops.attention_weights(scores, allowed)
+            if self.cfg.attention_sinks:  # gpt-oss: each head's sink logit as one more, always visible key
+                masked, weights = self._with_sinks(scores, allowed)
+            else:
+                masked, weights = self.ops.attention_weights(scores, allowed)
             rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
-            rec("attn_weights", "softmax over keys", weights, (masked,), kind="softmax")
+            rec("attn_weights", "softmax over keys", weights, (masked,), kind="softmax", params=("sinks",))
             if drop is not None:
                 weights = drop(weights)  # (B, h, T_q, T_k): training mode only
             heads = weights @ v_all  # (B, h, T_q, d_h)
             rec("attn_heads", "weights·V", heads, (weights, v), kind="matmul")
             return heads
         heads = self._attend_blocked(q, k, v, start)
-        rec("attn_heads", blocked_label(self.cfg), heads, (q, k, v), kind="attention")
+        rec("attn_heads", blocked_label(self.cfg), heads, (q, k, v), kind="attention", params=("sinks",))
         return heads
+
+    def _with_sinks(self, scores: Array, allowed: Array) -> tuple[Array, Array]:
+        """(masked scores, weights) (B, h, T_q, T_k) when each head's learned sink logit joins its rows'
+        softmax as one more key, visible to every query, whose weight is then dropped: a row's weights
+        sum to less than 1, the rest going to no value at all."""
+        B, h, T_q, T_k = scores.shape
+        sinks = np.broadcast_to(self.p["sinks"].astype(scores.dtype)[:, None, None], (B, h, T_q, 1))
+        masked, weights = self.ops.attention_weights(np.concatenate([scores, sinks], axis=-1),  # (B, h, T_q, T_k + 1)
+                                                     np.pad(allowed, ((0, 0), (0, 1)), constant_values=True))
+        return masked[..., :T_k], weights[..., :T_k]
 
     def _attend_blocked(self, q: Array, k: Array, v: Array, start: int) -> Array:
         """Tiles of query rows × K/V heads (`attention_tile`), shared among the cores.
@@ -492,7 +505,8 @@ class MultiHeadAttention:
         and V are made contiguous per head (Q with the score scale folded in), only the tile's diagonal
         square needs the mask, the softmax runs in place in one buffer per worker, and rows are
         normalised after ·V (d_h columns instead of T_k), their sums coming out of the same GEMM
-        when V is copied. Grouped-query heads share their K/V head without copying it.
+        when V is copied. Grouped-query heads share their K/V head without copying it. Attention
+        sinks join a row's maximum and its sum (the sink's weight goes to no value).
         """
         B, h, T, d_h = q.shape
         h_kv, T_k, d_v = k.shape[1], k.shape[2], v.shape[-1]  # d_v: the values' width (d_h but under MLA)
@@ -515,6 +529,8 @@ class MultiHeadAttention:
         window, cap = self.cfg.sliding_window, self.cfg.attention_softcap
         slopes = (F.alibi_slopes(h).astype(dtype).reshape(h_kv, group, 1, 1)  # (h_kv, g, 1, 1): ALiBi's per head
                   if self.cfg.alibi else None)
+        sinks = (self.p["sinks"].astype(dtype).reshape(h_kv, group, 1, 1)  # (h_kv, g, 1, 1): each head's sink logit
+                 if self.cfg.attention_sinks else None)
 
         def keys(lo: int, hi: int) -> tuple[int, int]:
             """The keys [first, last) that some query row in [lo, hi) may see."""
@@ -540,15 +556,23 @@ class MultiHeadAttention:
                 if slopes is not None:  # slope · (key − query position) for the tile's heads, rows and keys
                     distance = (np.arange(first, last)[None, :] - (start + np.arange(lo, hi))[:, None]).astype(dtype)
                     s.reshape(n, group, c, seen)[...] += slopes[kv] * distance  # (n, g, C, T_seen)
-                s -= s.max(axis=-1, keepdims=True)
+                top = s.max(axis=-1, keepdims=True)  # (n, g·C, 1)
+                sunk = None
+                if sinks is not None:  # the sink is one more logit of the row: in its maximum and its sum
+                    sink = np.broadcast_to(sinks[kv], (n, group, c, 1)).reshape(n, group * c, 1)  # (n, g·C, 1)
+                    np.maximum(top, sink, out=top)
+                    sunk = np.exp(sink - top)  # (n, g·C, 1): the sink's unnormalised weight
+                s -= top
                 np.exp(s, out=s)
                 if v_ones is None:
                     total = s.sum(axis=-1, keepdims=True)  # (n, g·C, 1)
                     mixed = s @ v[b, kv, first:last]  # (n, g·C, d_v)
-                    mixed /= total
                 else:
                     both = s @ v_ones[b, kv, first:last]  # (n, g·C, d_v + 1): weights·V | row sums
-                    mixed = np.divide(both[..., :d_v], both[..., d_v:])  # (n, g·C, d_v)
+                    mixed, total = both[..., :d_v], both[..., d_v:]  # (n, g·C, d_v), (n, g·C, 1)
+                if sunk is not None:
+                    total = total + sunk
+                mixed = np.divide(mixed, total)  # (n, g·C, d_v)
                 out[b, lo:hi, kv] = mixed.reshape(n, group, c, d_v).transpose(2, 0, 1, 3)
 
         def cost(tile: tuple[int, int, int]) -> int:
@@ -662,6 +686,15 @@ def _rows_contiguous(a: Array) -> Array:
     return a if _row_contiguous(a) else np.ascontiguousarray(a)
 
 
+def mlp_branches(cfg: BlockConfig) -> tuple[Callable[[Array], Array], Callable[[Array], Array]]:
+    """(activation of x·W_1 + b_1, what the gated form does to its partner x·W_3 + b_3 before the product):
+    the activation and the identity, or gpt-oss's clamped SwiGLU, min(g, c)·σ(α·min(g, c)) · (clip(u, ±c) + 1)."""
+    if cfg.activation == "clamped_swiglu":
+        alpha, limit = cfg.swiglu_alpha, cfg.swiglu_limit
+        return (lambda g: F.clamped_swiglu_gate(g, alpha, limit)), (lambda u: F.clamped_swiglu_up(u, limit))
+    return F.ACTIVATION_FUNCTIONS[cfg.activation], lambda u: u
+
+
 @dataclass
 class MLP:
     """Expand, activate, contract: act(x W_1 + b_1) [· (x W_3 + b_3) when gated] W_2 + b_2."""
@@ -682,7 +715,7 @@ class MLP:
         """One row tile x (r, d) of the untraced pass into out (r, d): `_rows`' arithmetic, with the
         biases, the activation and the gate applied in place a slab of rows at a time, so their
         passes over the (r, d_ff) activation stay in cache instead of streaming it through memory."""
-        p, act = self.p, F.ACTIVATION_FUNCTIONS[self.cfg.activation]
+        p, (act, partner) = self.p, mlp_branches(self.cfg)
         b_1, b_3 = p.get("b_1"), p.get("b_3")
         pre = x @ p["w_1"]  # (r, d_ff)
         up = x @ p["w_3"] if self.cfg.gated else None  # (r, d_ff)
@@ -695,22 +728,22 @@ class MLP:
                 gate = up[rows]
                 if b_3 is not None:
                     gate += b_3
-                a *= gate
+                a *= partner(gate)
             z[...] = a
         np.matmul(pre, p["w_2"], out=out)  # (r, d)
         if "b_2" in p:
             out += p["b_2"]
 
     def _rows(self, x: Array, rec: Record = _ignore) -> Array:
-        p = self.p
+        p, (activation, partner) = self.p, mlp_branches(self.cfg)
         pre = F.linear(x, p["w_1"], p.get("b_1"))  # (…, d_ff)
         rec("mlp_pre", "MLP expand", pre, (x, p["w_1"]), kind="linear", params=("w_1", "b_1"))
-        act = F.ACTIVATION_FUNCTIONS[self.cfg.activation](pre)  # (…, d_ff)
+        act = activation(pre)  # (…, d_ff)
         inputs: tuple[Array, ...] = (pre,)
         if self.cfg.gated:
             up = F.linear(x, p["w_3"], p.get("b_3"))  # (…, d_ff)
             rec("mlp_up", "MLP up (gate partner)", up, (x, p["w_3"]), kind="linear", params=("w_3", "b_3"))
-            act = act * up
+            act = act * partner(up)
             inputs = (pre, up)  # act(gate) ⊙ up reads both
         rec("mlp_act", f"activation ({self.cfg.activation})", act, inputs, kind=self.cfg.activation)
         out = F.linear(act, p["w_2"], p.get("b_2"))  # (…, d)
@@ -744,7 +777,7 @@ def load_label(moe: Any, tokens: int, load: Array | None = None) -> str:
 
 @dataclass
 class MixtureOfExperts:
-    """Router → top-k routed experts per token (each a gated or plain MLP without biases), their
+    """Router → top-k routed experts per token (each a gated or plain MLP, with biases if block.bias.mlp), their
     outputs weighted and summed; plus an optional shared expert (sigmoid-gated or not).
 
     Each expert runs only on the rows routed to it (rows sorted by expert once, then one GEMM per
@@ -762,8 +795,10 @@ class MixtureOfExperts:
         B, T, d = x.shape
         N, E, k = B * T, moe.n_experts, moe.top_k
         logits = x.reshape(N, d) @ p["router"]  # (N, E)
+        if moe.router_bias:  # gpt-oss: the router is a linear layer with a bias
+            logits += p["b_router"]
         logits3 = logits.reshape(B, T, E)
-        rec("router_logits", "router logits", logits3, (x, p["router"]), kind="linear", params=("router",))
+        rec("router_logits", "router logits", logits3, (x, p["router"]), kind="linear", params=("router", "b_router"))
         if moe.order == "topk_softmax":  # the k largest logits, then a softmax over those k
             chosen = ops.top_k(logits, k)  # (N, k)
             weights = ops.router_probabilities(np.take_along_axis(logits, chosen, axis=-1), "softmax")  # (N, k)
@@ -838,21 +873,30 @@ class MixtureOfExperts:
         return total
 
     def _mlp(self, x: Array, key: str, label: str, rec: Record) -> Array:
-        """One expert's act(x W_1) [⊙ x W_3] W_2 on its rows x (n, d) (or (B, T, d) for the shared one)."""
-        p, act_name = self.p, self.cfg.activation
-        pre = x @ p[key + "w_1"]  # (n, d_e)
-        rec(key + "pre", f"{label} expand", pre, (x, p[key + "w_1"]), kind="linear", params=(key + "w_1",))
-        act = F.ACTIVATION_FUNCTIONS[act_name](pre)  # (n, d_e)
+        """One expert's act(x W_1 + b_1) [⊙ (x W_3 + b_3)] W_2 + b_2 on its rows x (n, d) (or (B, T, d) for
+        the shared one); the biases when block.bias.mlp."""
+        p, act_name, (activation, partner) = self.p, self.cfg.activation, mlp_branches(self.cfg)
+
+        def linear(a: Array, name: str) -> Array:
+            out = a @ p[key + "w_" + name]
+            if key + "b_" + name in p:
+                out += p[key + "b_" + name]
+            return out
+
+        pre = linear(x, "1")  # (n, d_e)
+        rec(key + "pre", f"{label} expand", pre, (x, p[key + "w_1"]), kind="linear", params=(key + "w_1", key + "b_1"))
+        act = activation(pre)  # (n, d_e)
         inputs: tuple[Array, ...] = (pre,)
         if self.cfg.gated:
-            up = x @ p[key + "w_3"]  # (n, d_e)
+            up = linear(x, "3")  # (n, d_e)
             rec(key + "up", f"{label} up (gate partner)", up, (x, p[key + "w_3"]), kind="linear",
-                params=(key + "w_3",))
-            act = act * up
+                params=(key + "w_3", key + "b_3"))
+            act = act * partner(up)
             inputs = (pre, up)
         rec(key + "act", f"{label} activation ({act_name})", act, inputs, kind=act_name)
-        out = act @ p[key + "w_2"]  # (n, d)
-        rec(key + "out", f"{label} contract", out, (act, p[key + "w_2"]), kind="linear", params=(key + "w_2",))
+        out = linear(act, "2")  # (n, d)
+        rec(key + "out", f"{label} contract", out, (act, p[key + "w_2"]), kind="linear",
+            params=(key + "w_2", key + "b_2"))
         return out
 
 

@@ -9,7 +9,11 @@ config.json. `load_model_weights` then reads the values under blockcli's keys.
 
 The `safetensors` package (the format's own library) validates each file and reads tensors;
 NumPy has no bfloat16, so BF16 tensors are read as raw 16-bit words and widened to float32
-exactly (a bfloat16 is the top half of a float32). Pickled checkpoints (`pytorch_model.bin`,
+exactly (a bfloat16 is the top half of a float32). gpt-oss's published folders store each expert
+matrix as an MXFP4 pair, `<name>_blocks` (…, rows, G, 16) bytes of two 4-bit E2M1 values each (low
+nibble first) and `<name>_scales` (…, rows, G) biased power-of-two exponents, one per 32 values:
+they are read as one tensor `<name>` of the shape transformers dequantizes them to, (…, G·32, rows)
+(its last two axes swapped), and dequantized exactly. Pickled checkpoints (`pytorch_model.bin`,
 `.pt`, `.pth`) are refused, never unpickled.
 """
 
@@ -27,7 +31,8 @@ from blockcli.config import Config, InputError, reading
 from blockcli.sources import load_config
 from blockcli.families import COMPOSITES, FAMILIES
 from blockcli.shapes import Shape, model_parameter_shapes
-from blockcli.tensor_names import EXPERTS, FUSED, GROUPED_QKV, LINEAR, SAME, SPLIT, Tensor, TensorMap, nested
+from blockcli.tensor_names import (EXPERTS, EXPERTS_INTERLEAVED, FUSED, GROUPED_QKV, LINEAR, SAME, SPLIT, Tensor,
+                                   TensorMap, nested)
 
 if TYPE_CHECKING:
     import numpy as np  # imported where values are read: counting from headers needs no NumPy
@@ -46,8 +51,9 @@ class Stored:
 
     name: str
     shape: Shape
-    dtype: str  # safetensors' name: F32, BF16, ...
+    dtype: str  # safetensors' name: F32, BF16, ...; MXFP4 for a pair of _blocks and _scales
     file: Path
+    packed: tuple[Stored, ...] = ()  # an MXFP4 tensor's stored pair: its _blocks and its _scales
 
     @property
     def size(self) -> int:
@@ -153,7 +159,26 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
         unlisted = [n for n in tensors if n not in listed]
         if unlisted:
             raise InputError(f"{tensors[unlisted[0]].file}: tensor '{unlisted[0]}' is not listed in {INDEX}")
+    _pair_mxfp4(tensors)
     return Checkpoint(folder, config if config.is_file() else None, files, tensors)
+
+
+def _pair_mxfp4(tensors: dict[str, Stored]) -> None:
+    """Replace each MXFP4 pair, `<name>_blocks` (…, rows, G, 16) and `<name>_scales` (…, rows, G), both U8, by one
+    tensor `<name>` of dtype MXFP4 and its dequantized shape (…, G·32, rows)."""
+    for name in [n for n in tensors if n.endswith("_blocks")]:
+        blocks, base = tensors[name], name[:-len("_blocks")]
+        scales = tensors.get(base + "_scales")
+        if scales is None or blocks.dtype != "U8" or scales.dtype != "U8":
+            continue
+        if len(blocks.shape) < 3 or blocks.shape[-1] != 16 or blocks.shape[:-1] != scales.shape:
+            raise InputError(f"{blocks.file}: tensors '{name}' {blocks.shape} and '{base}_scales' {scales.shape} are "
+                             f"not an MXFP4 pair (blocks (…, rows, G, 16) beside scales (…, rows, G))")
+        if base in tensors:
+            raise InputError(f"{blocks.file}: tensor '{base}' is stored twice (also as the MXFP4 pair '{name}')")
+        *prefix, rows, groups, _ = blocks.shape
+        tensors[base] = Stored(base, (*prefix, groups * 32, rows), "MXFP4", blocks.file, (blocks, scales))
+        del tensors[name], tensors[base + "_scales"]
 
 
 def _header(file: Path) -> Iterator[Stored]:
@@ -245,6 +270,9 @@ def stored_shape(entry: Tensor, shapes: Mapping[str, Shape]) -> Shape:
     if entry.layout == EXPERTS:  # (E, one expert's outputs, in)
         n = _parts_per_expert(entry.keys)
         return (len(parts) // n, sum(p[-1] for p in parts[:n]), parts[0][0])
+    if entry.layout == EXPERTS_INTERLEAVED:  # (E, …, n·last): each expert's n parts interleaved along the last axis
+        n = _parts_per_expert(entry.keys)
+        return (len(parts) // n,) + parts[0][:-1] + (n * parts[0][-1],)
     # FUSED, GROUPED_QKV: nn.Linear rows, all the parts' outputs, in sequence or interleaved by group
     return (sum(p[-1] for p in parts),) + parts[0][:-1]
 
@@ -407,8 +435,11 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
                              f"{config.name} ties the LM head to it; untie it (tie_embeddings: false)")
         notes.append(f"'{tied_copy.name}' is a stored copy of the tied token embedding (checked equal): not used")
     run_size = FLOAT_DTYPES[FLOAT_DTYPE_OF[dtype]]
-    wider = sorted({m.stored.dtype for m in matches if FLOAT_DTYPES[m.stored.dtype] < run_size})
-    narrower = sorted({m.stored.dtype for m in matches if FLOAT_DTYPES[m.stored.dtype] > run_size})
+    floats = [m.stored.dtype for m in matches if m.stored.dtype in FLOAT_DTYPES]
+    wider = sorted({t for t in floats if FLOAT_DTYPES[t] < run_size})
+    narrower = sorted({t for t in floats if FLOAT_DTYPES[t] > run_size})
+    if len(floats) < len(matches):
+        notes.append(f"MXFP4 tensors were dequantized to {dtype} (exactly)")
     if wider:
         notes.append(f"weights stored as {', '.join(wider)} were widened to {dtype} (exactly)")
     if narrower:
@@ -438,6 +469,8 @@ def read_tensor(stored: Stored) -> np.ndarray:
     """One tensor's values as float32/float64 (float16 and bfloat16 widened exactly); finite only."""
     import numpy as np
 
+    if stored.dtype == "MXFP4":
+        return _dequantize_mxfp4(stored)
     if stored.dtype not in FLOAT_DTYPES:
         raise InputError(f"{stored.file}: tensor '{stored.name}' is stored as {stored.dtype}; blockcli loads "
                          f"floating-point weights (F32, F64, F16, BF16), not quantized ones")
@@ -456,6 +489,30 @@ def read_tensor(stored: Stored) -> np.ndarray:
     if not np.all(np.isfinite(value)):
         raise InputError(f"{stored.file}: tensor '{stored.name}' contains NaN or Inf")
     return value
+
+
+# The 16 values of a 4-bit E2M1 code (sign, 2 exponent bits, 1 mantissa bit), as the MXFP4 format defines them
+FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def _dequantize_mxfp4(stored: Stored) -> np.ndarray:
+    """An MXFP4 pair's values (…, G·32, rows) in float32, exactly: each byte of _blocks holds two codes (the
+    low nibble first), each group of 32 values is scaled by 2^(scale − 127)."""
+    import numpy as np
+
+    blocks, scales = stored.packed
+    *prefix, groups_32, rows = stored.shape
+    groups = groups_32 // 32
+    codes = _raw(blocks).reshape(*prefix, rows, groups, 16)  # (…, rows, G, 16) bytes
+    exponents = _raw(scales).reshape(*prefix, rows, groups).astype(np.int32) - 127  # (…, rows, G)
+    table = np.array(FP4_VALUES, dtype=np.float32)
+    values = np.empty((*prefix, rows, groups, 32), dtype=np.float32)
+    values[..., 0::2] = table[codes & 0x0F]
+    values[..., 1::2] = table[codes >> 4]
+    values = np.ldexp(values, exponents[..., None])  # exact: a power of two times a value of 2 significant bits
+    if not np.all(np.isfinite(values)):
+        raise InputError(f"{stored.file}: MXFP4 tensor '{stored.name}' scales values past the float32 range")
+    return values.reshape(*prefix, rows, groups_32).swapaxes(-1, -2)  # (…, G·32, rows), as transformers holds it
 
 
 def _raw(stored: Stored) -> np.ndarray:
@@ -489,6 +546,9 @@ def _unpack(value: np.ndarray, layout: str, n_heads: int, parts: tuple[Shape, ..
         n = len(parts) // value.shape[0]
         ends = [sum(p[-1] for p in parts[:j + 1]) for j in range(n)]
         return [value[e, end - p[-1]:end].T for e in range(value.shape[0]) for end, p in zip(ends, parts[:n])]
+    if layout == EXPERTS_INTERLEAVED:  # (E, …, n·last): part j of expert e is value[e, …, j::n]
+        n = len(parts) // value.shape[0]
+        return [value[e, ..., j::n] for e in range(value.shape[0]) for j in range(n)]
     if layout in (SPLIT, FUSED):  # consecutive blocks of each part's output width, possibly unequal
         ends = [sum(p[-1] for p in parts[:j + 1]) for j in range(len(parts))]
         if layout == SPLIT:  # along the last axis

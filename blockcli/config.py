@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 NORMS = ("layernorm", "rmsnorm")
-ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu")
-GATED_ACTIVATIONS = ("swiglu", "geglu")
+ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu", "clamped_swiglu")
+GATED_ACTIVATIONS = ("swiglu", "geglu", "clamped_swiglu")
 PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich")
 ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
@@ -87,10 +87,12 @@ class RopeScaling:
 @dataclass(frozen=True)
 class MoE:
     """A mixture-of-experts MLP in place of the dense one: a router picks `top_k` of `n_experts`
-    routed experts per token (each a gated or plain MLP of width `d_expert`, no biases), their
-    outputs summed with the routing weights; optionally shared experts every token uses.
+    routed experts per token (each a gated or plain MLP of width `d_expert`, with biases if
+    block.bias.mlp), their outputs summed with the routing weights; optionally shared experts every
+    token uses.
 
-    Routing, as transformers' routers do it: scores = softmax or sigmoid of the router logits;
+    Routing, as transformers' routers do it: logits = x·W_router (+ a learned bias if `router_bias`,
+    gpt-oss); scores = softmax or sigmoid of the logits;
     `selection_bias` (DeepSeek-V3's e_score_correction_bias) is added to the scores for choosing
     only; with n_groups > 1 only the experts of the `top_groups` best groups (a group's score: its
     max, or the sum of its top two) may be chosen; top-k (ties: the lower expert index first, as
@@ -110,6 +112,7 @@ class MoE:
     top_groups: int = 1  # the best groups whose experts may be chosen (DeepSeek's topk_group)
     group_score: str = "max"  # a group's score: max of its scores (DeepSeek-V2) or sum of its top two (V3)
     selection_bias: bool = False  # a learned (n_experts,) bias added to the scores for the choice only
+    router_bias: bool = False  # the router is a linear layer with a bias: logits = x·W + b (gpt-oss)
     d_shared: int = 0  # width of the shared expert MLP every token uses (0: none)
     shared_gate: bool = False  # the shared expert's output times sigmoid(x·w_gate) (Qwen2-MoE)
 
@@ -167,6 +170,9 @@ class BlockConfig:
     clip_qkv: float = 0.0  # q, k and v clamped to [-c, c] after their projections (OLMo); 0 is off
     alibi: bool = False  # scores + slope_head · (s − t) (BLOOM's ALiBi); model.positions: alibi sets it
     attention_softcap: float = 0.0  # c > 0: scores become c·tanh(scores/c) before the mask (Gemma 2); 0: off
+    attention_sinks: bool = False  # a learned logit per head joins every row's softmax, then is dropped (gpt-oss)
+    swiglu_alpha: float = 1.702  # clamped_swiglu: the gate's g·sigmoid(α·g)
+    swiglu_limit: float = 7.0  # clamped_swiglu: the gate clamped to ≤ c, the up branch to [−c, c]
 
     @property
     def sandwich(self) -> bool:
@@ -715,7 +721,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     fields = ("d_model", "n_heads", "n_kv_heads", "head_dim", "d_ff", "norm", "norm_eps", "activation",
               "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "attention_dropout",
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
-              "residual_multiplier", "moe", "mla", "attention_softcap", "norm_scale", "clip_qkv", "alibi")
+              "residual_multiplier", "moe", "mla", "attention_softcap", "norm_scale", "clip_qkv", "alibi",
+              "attention_sinks", "swiglu_alpha", "swiglu_limit")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -763,9 +770,14 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         norm_scale=_bool(data, "norm_scale", p, True),
         clip_qkv=_float(data, "clip_qkv", p, 0.0, 0.0, 1e6),
         alibi=_bool(data, "alibi", p, False),
+        attention_sinks=_bool(data, "attention_sinks", p, False),
+        swiglu_alpha=_float(data, "swiglu_alpha", p, 1.702, 0.0, 1e6, low_open=True),
+        swiglu_limit=_float(data, "swiglu_limit", p, 7.0, 0.0, 1e6, low_open=True),
     )
-    if block.moe is not None and block.bias.mlp:
-        raise ConfigError("block.bias.mlp: the experts of block.moe have no biases; set bias.mlp: false")
+    for key, default in (("swiglu_alpha", 1.702), ("swiglu_limit", 7.0)):  # the default is harmless anywhere
+        if getattr(block, key) != default and block.activation != "clamped_swiglu":
+            raise ConfigError(f"block.{key}: a setting of activation clamped_swiglu; the activation is "
+                              f"{block.activation}")
     if block.mla is not None and (not block.norm_scale or block.clip_qkv):  # MLA has no Q/K/V projections to clip
         raise ConfigError(f"block.{'clip_qkv' if block.clip_qkv else 'norm_scale'}: not with block.mla (its latent "
                           f"norms have scales, and it has no Q, K, V projections to clamp)")
@@ -814,6 +826,7 @@ def _parse_moe(value: Any) -> MoE | None:
         routed_scaling=_float(value, "routed_scaling", p, 1.0, 0.0, 1e6, low_open=True),
         n_groups=n_groups, top_groups=top_groups, group_score=group_score,
         selection_bias=_bool(value, "selection_bias", p, False),
+        router_bias=_bool(value, "router_bias", p, False),
         d_shared=_int(value, "d_shared", p, 0, minimum=0),
         shared_gate=_bool(value, "shared_gate", p, False),
     )
@@ -863,6 +876,9 @@ def _check_mla(block: BlockConfig) -> None:
     if block.attention_softcap:
         raise ConfigError("block.attention_softcap: latent attention's scores are not soft-capped (no DeepSeek "
                           "model caps them); expected 0")
+    if block.attention_sinks:
+        raise ConfigError("block.attention_sinks: latent attention has no sink logits (no DeepSeek model has them); "
+                          "expected false")
 
 
 def _check_rope_scaling(block: BlockConfig) -> None:

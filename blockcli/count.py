@@ -147,7 +147,7 @@ class Row:
     weights: Poly
     biases: Poly
     keys: tuple[str, ...]
-    active: Poly | None = None  # the weights one token uses, when not all of them (routed experts: k of E)
+    active: Poly | None = None  # the weights and biases one token uses, when not all of them (routed experts: k of E)
     buffer: bool = False  # stored but not a parameter (no total counts it)
 
 
@@ -180,6 +180,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
             proj("attn.v", "V projection", kv_width, b.bias.qkv),
             proj("attn.o", "output projection W_O", q_width, b.bias.out, out=True),
         ])
+    if b.attention_sinks:  # one logit per query head, joined to each row's softmax
+        rows.append(Row("attn.sinks", "attention sinks (a logit per head)", term(1, "h"), no, ("sinks",)))
     if b.qk_norm != "none":  # a scale (and shift) per feature of each head, or of the whole projection
         for letter, width in (("q", q_width), ("k", kv_width)):
             features = {"head": ("d_h",), "projection": width,
@@ -209,22 +211,33 @@ def block_formula(b: BlockConfig) -> list[Row]:
 
 
 def moe_formula(b: BlockConfig) -> list[Row]:
-    """A mixture of experts: router d·E, E experts of (2 or 3)·d·d_e of which a token uses k, the
-    shared expert (2 or 3)·d·d_s and its d-wide gate; the E-wide selection bias a buffer row."""
+    """A mixture of experts: router d·E (+ E for its bias), E experts of (2 or 3)·d·d_e (+ (1 or 2)·d_e + d
+    with biases) of which a token uses k, the shared expert (2 or 3)·d·d_s and its d-wide gate; the E-wide
+    selection bias a buffer row."""
     moe = b.moe
     assert moe is not None
     matrices = 3 if b.gated else 2
     names = ("w_1", "w_3", "w_2") if b.gated else ("w_1", "w_2")
-    rows = [Row("mlp.router", "router", term(1, "d", "E"), Poly(), ("router",))]
+    if b.bias.mlp:
+        names += ("b_1", "b_3", "b_2") if b.gated else ("b_1", "b_2")
+
+    def expert_biases(count: str | None, width: str) -> Poly:  # (1 or 2)·d_e + d per expert, times E or k
+        if not b.bias.mlp:
+            return Poly()
+        per = ((count,) if count else ())
+        return term(matrices - 1, *per, width) + term(1, *per, "d")
+
+    rows = [Row("mlp.router", "router", term(1, "d", "E"), term(1, "E") if moe.router_bias else Poly(),
+                ("router", "b_router"))]
     if moe.selection_bias:  # transformers' DeepseekV3TopkRouter.e_score_correction_bias: a buffer
         rows.append(Row("mlp.router_bias", "router selection bias (buffer, not a parameter)", term(1, "E"), Poly(),
                         ("router_bias",), buffer=True))
     rows += [Row("mlp.experts", f"{moe.n_experts} routed experts (top-{moe.top_k} per token)",
-                 term(matrices, "E", "d", "d_e"), Poly(),
+                 term(matrices, "E", "d", "d_e"), expert_biases("E", "d_e"),
                  tuple(f"experts.{e}.{n}" for e in range(moe.n_experts) for n in names),
-                 active=term(matrices, "k", "d", "d_e"))]
+                 active=term(matrices, "k", "d", "d_e") + expert_biases("k", "d_e"))]
     if moe.d_shared:
-        rows.append(Row("mlp.shared", "shared expert", term(matrices, "d", "d_s"), Poly(),
+        rows.append(Row("mlp.shared", "shared expert", term(matrices, "d", "d_s"), expert_biases(None, "d_s"),
                         tuple(f"shared_{n}" for n in names)))
         if moe.shared_gate:
             rows.append(Row("mlp.shared_gate", "shared expert gate", term(1, "d"), Poly(), ("shared_gate",)))
@@ -339,7 +352,7 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
     idle = buffers = 0
     for row in rows:
         w, bias = evaluate(row.weights, values), evaluate(row.biases, values)
-        active = None if row.active is None else evaluate(row.active, values) + bias
+        active = None if row.active is None else evaluate(row.active, values)
         if active is not None:
             idle += w + bias - active
         measured = sum(arrays.get(k, 0) for k in row.keys)

@@ -104,6 +104,18 @@ def silu(x: Array) -> Array:
     return x * (0.5 * (1.0 + np.tanh(0.5 * x)))
 
 
+def clamped_swiglu_gate(x: Array, alpha: float, limit: float) -> Array:
+    """gpt-oss's gate branch: g·sigmoid(α·g) with g = min(x, limit)."""
+    g = np.minimum(x, np.asarray(limit, dtype=x.dtype))
+    return g * sigmoid(np.asarray(alpha, dtype=x.dtype) * g)
+
+
+def clamped_swiglu_up(x: Array, limit: float) -> Array:
+    """gpt-oss's up branch (the gate's partner): clip(x, −limit, limit) + 1."""
+    c = np.asarray(limit, dtype=x.dtype)
+    return np.clip(x, -c, c) + np.asarray(1, dtype=x.dtype)
+
+
 ACTIVATION_FUNCTIONS: dict[str, Callable[[Array], Array]] = {
     "gelu_tanh": gelu_tanh, "gelu": gelu, "relu": relu, "silu": silu,
     "swiglu": silu, "geglu": gelu_tanh,  # gated forms: the activation on the w_1 branch

@@ -37,6 +37,15 @@ def _act(name: str, u: float) -> float:
     return u / (1 + math.exp(-u)) if u > -700 else 0.0  # silu, swiglu
 
 
+def _gated(cfg: BlockConfig, gate: float, up: float) -> float:
+    """One unit of a gated MLP: act(gate)·up, or gpt-oss's clamped SwiGLU."""
+    if cfg.activation == "clamped_swiglu":
+        c, alpha = cfg.swiglu_limit, cfg.swiglu_alpha
+        g = min(gate, c)
+        return g / (1 + math.exp(-alpha * g)) * (min(max(up, -c), c) + 1)
+    return _act(cfg.activation, gate) * up
+
+
 def _rotate(vec: np.ndarray, pos: int, cfg: BlockConfig, seq_len: int) -> np.ndarray:
     r = cfg.rope_dims
     out = vec.copy()
@@ -136,9 +145,10 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
                 logits = [cfg.attention_softcap * math.tanh(a / cfg.attention_softcap) for a in logits]
             if cfg.alibi:  # a linear penalty on the distance back to each key
                 logits = [a + _alibi_slope(head, cfg.n_heads) * (s - t) for a, s in zip(logits, seen)]
-            top = max(logits)
+            sink = [float(p["sinks"][head])] if cfg.attention_sinks else []  # a logit with no value
+            top = max(logits + sink)
             e = [math.exp(a - top) for a in logits]
-            z = sum(e)
+            z = sum(e) + sum(math.exp(a - top) for a in sink)
             concat[t, head * d_h:(head + 1) * d_h] = sum((e[i] / z) * vs[s] for i, s in enumerate(seen))
     return concat @ p["w_o"] + p.get("b_o", 0.0)
 
@@ -164,10 +174,14 @@ def _scale(p: Mapping[str, np.ndarray], which: str, cfg: BlockConfig) -> np.ndar
         return 1.0
     return p[f"{which}_gamma"] + (1.0 if cfg.norm_unit_offset else 0.0)
 def _expert(vec: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig, key: str) -> np.ndarray:
-    hidden = np.array([_act(cfg.activation, float(u)) for u in vec @ p[key + "w_1"]])
+    """One token through an MLP whose parameters are named `key` + w_1, b_1 …"""
+    pre = vec @ p[key + "w_1"] + p.get(key + "b_1", 0.0)
     if cfg.gated:
-        hidden = hidden * (vec @ p[key + "w_3"])
-    return hidden @ p[key + "w_2"]
+        up = vec @ p[key + "w_3"] + p.get(key + "b_3", 0.0)
+        hidden = np.array([_gated(cfg, float(g), float(u)) for g, u in zip(pre, up)])
+    else:
+        hidden = np.array([_act(cfg.activation, float(g)) for g in pre])
+    return hidden @ p[key + "w_2"] + p.get(key + "b_2", 0.0)
 
 
 def _best(values: list[float], k: int) -> list[int]:
@@ -182,7 +196,7 @@ def _moe(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.nda
     out = np.zeros_like(n)
     size = moe.n_experts // moe.n_groups
     for t, vec in enumerate(n):
-        logits = [float(z) for z in vec @ p["router"]]
+        logits = [float(z) for z in vec @ p["router"] + p.get("b_router", 0.0)]
         if moe.order == "topk_softmax":
             chosen = _best(logits, moe.top_k)
             e = [math.exp(logits[i] - logits[chosen[0]]) for i in chosen]
@@ -214,11 +228,7 @@ def _moe(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.nda
 def _mlp(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
     if cfg.moe is not None:
         return _moe(n, p, cfg)
-    pre = n @ p["w_1"] + p.get("b_1", 0.0)
-    act = np.vectorize(lambda u: _act(cfg.activation, u))(pre)
-    if cfg.gated:
-        act = act * (n @ p["w_3"] + p.get("b_3", 0.0))
-    return act @ p["w_2"] + p.get("b_2", 0.0)
+    return np.array([_expert(vec, p, cfg, "") for vec in n])
 
 
 def reference_block(x: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:

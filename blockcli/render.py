@@ -264,7 +264,10 @@ def active_line(result: ParameterCount) -> str:
     """What one token uses of a mixture of experts' parameters, component by component."""
     moe = result.config.block.moe
     assert moe is not None
-    parts = "; ".join(f"{c.label} {c.active_count:,} of {c.count:,}" for c in result.components
+    def label(c: Component) -> str:  # when layers differ, which block's row, as the table numbers them
+        return f"block {c.group + 1}: {c.label}" if result.layers_differ and c.group is not None else c.label
+
+    parts = "; ".join(f"{label(c)} {c.active_count:,} of {c.count:,}" for c in result.components
                       if c.active is not None and c.kind != "total")
     where = "embeddings and LM head included" if result.config.model else "one block"
     return (f"active per token: {result.active_total:,} of {result.total:,} ({where}; the routed experts a token "

@@ -68,6 +68,8 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     shapes["w_o"] = (q_width, d)
     if cfg.bias.out:
         shapes["b_o"] = (d,)
+    if cfg.attention_sinks:  # one learned logit per query head
+        shapes["sinks"] = (cfg.n_heads,)
     if cfg.qk_norm in ("head", "projection"):  # over each head's d_h, or over the whole projection
         per_head = cfg.qk_norm == "head"
         shapes.update(norm_shapes("q_norm", cfg.head_dim if per_head else q_width, cfg))
@@ -78,40 +80,39 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     return shapes
 
 
-def mlp_shapes(cfg: BlockConfig) -> dict[str, Shape]:
-    d, d_ff = cfg.d_model, cfg.d_ff
-    shapes: dict[str, Shape] = {"w_1": (d, d_ff)}
+def mlp_shapes(cfg: BlockConfig, prefix: str = "", d_ff: int = 0) -> dict[str, Shape]:
+    """An MLP's w_1 (d, d_ff) [w_3] w_2 (d_ff, d) and their biases, its keys after `prefix` (an expert's
+    'experts.3.', the shared expert's 'shared_'); d_ff: its width, if not block.d_ff."""
+    d, d_ff = cfg.d_model, d_ff or cfg.d_ff
+    shapes: dict[str, Shape] = {f"{prefix}w_1": (d, d_ff)}
     if cfg.bias.mlp:
-        shapes["b_1"] = (d_ff,)
+        shapes[f"{prefix}b_1"] = (d_ff,)
     if cfg.gated:
-        shapes["w_3"] = (d, d_ff)
+        shapes[f"{prefix}w_3"] = (d, d_ff)
         if cfg.bias.mlp:
-            shapes["b_3"] = (d_ff,)
-    shapes["w_2"] = (d_ff, d)
+            shapes[f"{prefix}b_3"] = (d_ff,)
+    shapes[f"{prefix}w_2"] = (d_ff, d)
     if cfg.bias.mlp:
-        shapes["b_2"] = (d,)
+        shapes[f"{prefix}b_2"] = (d,)
     return shapes
 
 
 def moe_shapes(cfg: BlockConfig) -> dict[str, Shape]:
-    """A mixture of experts: the router (d, E), its selection bias, each routed expert's matrices
-    `experts.{e}.w_1` (d, d_e) [w_3] w_2 (d_e, d), and the shared expert's (d, d_s) … and its gate (d, 1)."""
+    """A mixture of experts: the router (d, E) and its bias, its selection bias, each routed expert's
+    matrices `experts.{e}.w_1` (d, d_e) [w_3] w_2 (d_e, d) (and biases), and the shared expert's (d, d_s) …
+    and its gate (d, 1)."""
     moe = cfg.moe
     assert moe is not None
     d = cfg.d_model
     shapes: dict[str, Shape] = {"router": (d, moe.n_experts)}
+    if moe.router_bias:
+        shapes["b_router"] = (moe.n_experts,)
     if moe.selection_bias:
         shapes["router_bias"] = (moe.n_experts,)
     for e in range(moe.n_experts):
-        shapes[f"experts.{e}.w_1"] = (d, moe.d_expert)
-        if cfg.gated:
-            shapes[f"experts.{e}.w_3"] = (d, moe.d_expert)
-        shapes[f"experts.{e}.w_2"] = (moe.d_expert, d)
+        shapes.update(mlp_shapes(cfg, f"experts.{e}.", moe.d_expert))
     if moe.d_shared:
-        shapes["shared_w_1"] = (d, moe.d_shared)
-        if cfg.gated:
-            shapes["shared_w_3"] = (d, moe.d_shared)
-        shapes["shared_w_2"] = (moe.d_shared, d)
+        shapes.update(mlp_shapes(cfg, "shared_", moe.d_shared))
         if moe.shared_gate:
             shapes["shared_gate"] = (d, 1)
     return shapes

@@ -31,6 +31,11 @@ A mixture of experts adds one layout:
               (and saves them with save_original_format=False): expert e's slice is nn.Linear's
               (out, in), its rows the keys' outputs one after another (gate_up_proj: gate | up)
 
+    EXPERTS_INTERLEAVED  the experts stacked along the first axis, each in blockcli's own layout ((in, out)
+              matrices, vectors), its keys interleaved along the last axis: gpt-oss's `gate_up_proj`
+              (E, d, 2·d_e), gate in the even columns and up in the odd ones; with one key, plain
+              stacking (`down_proj` (E, d_e, d), the biases (E, d))
+
 `{e}` is an expert's index: a name with `{e}` is one tensor per expert (as save_pretrained writes
 them, `experts.{e}.w1.weight`); keys with `{e}` in a name without it are all experts' in one fused
 tensor. Either form may be stored: the one found covers the keys, the other is not expected.
@@ -47,7 +52,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SAME, LINEAR, SPLIT, FUSED, GROUPED_QKV = "same", "linear", "split", "fused", "grouped_qkv"
-EXPERTS = "experts"
+EXPERTS, EXPERTS_INTERLEAVED = "experts", "experts_interleaved"
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from blockcli.parallel import worker_count
 ELEMENT_FLOPS = {
     "add": 1, "layernorm": 5, "rmsnorm": 3, "softmax": 4, "mask": 0, "rope": 3,
     "gelu_tanh": 8, "gelu": 8, "relu": 1, "silu": 4, "swiglu": 5, "geglu": 9,
+    "clamped_swiglu": 11,  # min, α·g, sigmoid (4), g·σ, clip (2), + 1, the product
     "reshape": 0, "gather": 0, "clip": 1,
     "sigmoid": 4, "topk": 0, "count": 0, "gate": 1,  # a mixture of experts' routing and shared gate
     # "combine" (the weighted sum of a token's k expert outputs) costs 2·k per output element: see Recorder
@@ -137,7 +138,8 @@ class Recorder:
         used = [self.param_sizes[prefix + p] for p in params if prefix + p in self.param_sizes]
         matmul, causal = _matmul_flops(kind, out, inputs)
         has_bias = kind == "linear" and any(prefix + p in self.param_sizes and
-                                            (p.startswith("b_") or p.endswith("_bias")) for p in params)
+                                            (p.rsplit(".", 1)[-1].startswith("b_") or p.endswith("_bias"))
+                                            for p in params)
         element = ELEMENT_FLOPS.get(kind, 0) * out.size + (out.size if has_bias else 0)
         if kind == "combine":  # each output element: k multiply-adds of the weighted expert outputs
             element = 2 * inputs[0].shape[-1] * out.size
@@ -428,7 +430,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
     def scores_and_heads(q: ShapeOnly, k: ShapeOnly, v: ShapeOnly, d_v: int) -> ShapeOnly:
         heads_out = S(B, h, T, d_v)
         if chunked:
-            rec("attn_heads", blocked_label(b), heads_out, (q, k, v), kind="attention")
+            rec("attn_heads", blocked_label(b), heads_out, (q, k, v), kind="attention", params=("sinks",))
         else:
             scores, masked, weights = S(B, h, T, T), S(B, h, T, T), S(B, h, T, T)
             rec("scores", scores_label(b), scores, (q, k), kind="matmul")
@@ -437,7 +439,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
                 rec("alibi_scores", "add ALiBi biases", biased, (scores,), kind="add")
                 scores = biased
             rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
-            rec("attn_weights", "softmax over keys", weights, (masked,), kind="softmax")
+            rec("attn_weights", "softmax over keys", weights, (masked,), kind="softmax", params=("sinks",))
             rec("attn_heads", "weights·V", heads_out, (weights, v), kind="matmul")
         concat, out = S(B, T, h * d_v), S(B, T, d)
         rec("attn_concat", "combine heads", concat, (heads_out,), kind="reshape")
@@ -520,14 +522,15 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
                    names: Any) -> ShapeOnly:
         """One MLP's rows (as MixtureOfExperts._mlp); label(stage) names a row, names(w) matrix w's parameters."""
         pre, act, out = S(*rows, width), S(*rows, width), S(*rows, d)
-        rec(key + "pre", label("expand"), pre, (inp, S(d, width)), kind="linear", params=names("w_1"))
+        rec(key + "pre", label("expand"), pre, (inp, S(d, width)), kind="linear", params=names("w_1") + names("b_1"))
         inputs: tuple[ShapeOnly, ...] = (pre,)
         if b.gated:
             up = S(*rows, width)
-            rec(key + "up", label("up (gate partner)"), up, (inp, S(d, width)), kind="linear", params=names("w_3"))
+            rec(key + "up", label("up (gate partner)"), up, (inp, S(d, width)), kind="linear",
+                params=names("w_3") + names("b_3"))
             inputs = (pre, up)
         rec(key + "act", label(f"activation ({b.activation})"), act, inputs, kind=b.activation)
-        rec(key + "out", label("contract"), out, (act, S(width, d)), kind="linear", params=names("w_2"))
+        rec(key + "out", label("contract"), out, (act, S(width, d)), kind="linear", params=names("w_2") + names("b_2"))
         return out
 
     def moe(inp: ShapeOnly) -> ShapeOnly:
@@ -535,7 +538,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         spec = b.moe
         E, k, ints = spec.n_experts, spec.top_k, np.dtype(np.intp)
         logits = S(B, T, E)
-        rec("router_logits", "router logits", logits, (inp, S(d, E)), kind="linear", params=("router",))
+        rec("router_logits", "router logits", logits, (inp, S(d, E)), kind="linear", params=("router", "b_router"))
         scores = logits
         if spec.order != "topk_softmax":
             scores = S(B, T, E)

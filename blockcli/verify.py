@@ -305,10 +305,32 @@ def _flat_key(b: BlockConfig, name: str) -> str:
     return f"{name}_clip" if b.clip_qkv else f"{name}_proj"
 
 
-def _softmax_keys(masked: np.ndarray) -> np.ndarray:
+def _sinks(c: Context) -> np.ndarray | None:
+    """Each head's sink logit as (1, h, 1, 1), when the block has attention sinks (gpt-oss)."""
+    if not c.cfg.attention_sinks:
+        return None
+    return np.asarray(c.subject.weights["sinks"], dtype=np.float64).reshape(1, -1, 1, 1)
+
+
+def _softmax_keys(masked: np.ndarray, sinks: np.ndarray | None = None) -> np.ndarray:
+    """Softmax over the key axis; with sinks, each head's sink logit is one more key whose weight is dropped."""
     top = np.max(masked, axis=-1, keepdims=True)
+    if sinks is not None:
+        top = np.maximum(top, sinks)
     e = np.exp(masked - top)
-    return e / e.sum(axis=-1, keepdims=True)
+    total = e.sum(axis=-1, keepdims=True) + (0.0 if sinks is None else np.exp(sinks - top))
+    return e / total
+
+
+def _row_sums(c: Context, w: np.ndarray) -> tuple[float, str]:
+    """(worst deviation of w's row sums from what they must be, what that is): 1, or with attention sinks
+    1 − the sink's weight, from the subject's masked scores (blockcli's when it returns none)."""
+    sinks = _sinks(c)
+    if sinks is None:
+        return _max(w.sum(axis=-1) - 1.0), "max |row sum − 1|"
+    masked = _masked(c) if "masked_scores" in c.inter or _scores_key(c.cfg) in c.inter else c.truth["masked_scores"]
+    expected = _softmax_keys(masked, sinks).sum(axis=-1)
+    return _max(w.sum(axis=-1) - expected), "max |row sum − (1 − sink weight)|"
 
 
 def _scores_key(b: BlockConfig) -> str:
@@ -327,14 +349,15 @@ def _masked(c: Context) -> np.ndarray:
 
 def check_softmax_axis(c: Context) -> tuple[bool, str, str]:
     (w,) = c.need("attn_weights")
-    rows = _max(w.sum(axis=-1) - 1.0)
+    rows, what = _row_sums(c, w)
     if _scores_key(c.cfg) not in c.inter and "masked_scores" not in c.inter:  # rows alone still catch a column softmax
-        return _within(rows, STATS), f"max |row sum − 1| {_fmt(rows)} (no scores returned: weights not compared " \
+        return _within(rows, STATS), f"{what} {_fmt(rows)} (no scores returned: weights not compared " \
             f"with a softmax of them)", f"{STATS:g}"
     tol = c.tolerance(EXACT * 100, 1.0)
-    diff = _diff(w, _softmax_keys(_masked(c)))
+    diff = _diff(w, _softmax_keys(_masked(c), _sinks(c)))
+    sinks = " with the sinks" if c.cfg.attention_sinks else ""
     return _within(rows, STATS) and _within(diff, tol), \
-        f"max |row sum − 1| {_fmt(rows)}; max |w − softmax_keys(masked)| {_fmt(diff)}", f"{STATS:g}; {tol:.3g}"
+        f"{what} {_fmt(rows)}; max |w − softmax_keys(masked{sinks})| {_fmt(diff)}", f"{STATS:g}; {tol:.3g}"
 
 
 def check_causal_mask(c: Context) -> tuple[bool, str, str]:
@@ -345,10 +368,10 @@ def check_causal_mask(c: Context) -> tuple[bool, str, str]:
         hidden |= np.tril(np.ones((T, T), dtype=bool), k=-c.cfg.sliding_window)
     above = _max(w[..., hidden])
     diag = float(np.min(np.diagonal(w, axis1=-2, axis2=-1))) if T else 1.0
-    rows = _max(w.sum(axis=-1) - 1.0)
+    rows, what = _row_sums(c, w)
     where = "outside the window or above the diagonal" if c.cfg.sliding_window else "above diagonal"
     measured = (f"max weight {where} {_fmt(above)}; min diagonal weight {_fmt(diag)}; "
-                f"max |row sum − 1| {_fmt(rows)}")
+                f"{what} {_fmt(rows)}")
     before = True
     if _scores_key(c.cfg) in c.inter and "masked_scores" in c.inter:
         # before softmax: the masked scores keep every visible score and hide every hidden one
@@ -502,8 +525,8 @@ def check_causality(c: Context) -> tuple[bool, str, str]:
 def check_rows(c: Context) -> tuple[bool, str, str]:
     (w,) = c.need("attn_weights")
     finite = bool(np.all(np.isfinite(w)))
-    rows = _max(w.sum(axis=-1) - 1.0) if finite else math.inf
-    return finite and _within(rows, STATS), f"all finite: {finite}; max |row sum − 1| {_fmt(rows)}", f"{STATS:g}"
+    rows, what = _row_sums(c, w) if finite else (math.inf, "max |row sum − 1|")
+    return finite and _within(rows, STATS), f"all finite: {finite}; {what} {_fmt(rows)}", f"{STATS:g}"
 
 
 def check_count(c: Context) -> tuple[bool, str, str]:

@@ -33,8 +33,8 @@ import numpy as np
 
 BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
 NORMS = ("layernorm", "rmsnorm")
-ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu")
-GATED = ("swiglu", "geglu")
+ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu", "clamped_swiglu")
+GATED = ("swiglu", "geglu", "clamped_swiglu")
 PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich")
 ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
@@ -111,6 +111,11 @@ def resolve_block(cfg):
         "mla": _resolve_mla(cfg.get("mla")),
         # Gemma 2: every score s becomes c * tanh(s / c) before the mask; 0 = no cap
         "attention_softcap": float(cfg.get("attention_softcap", 0.0)),
+        # gpt-oss: a learned logit per head joins every softmax row as a key with no value
+        "attention_sinks": bool(cfg.get("attention_sinks", False)),
+        # gpt-oss's gated unit: g = min(gate, c), g * sigmoid(alpha * g) * (clip(up, -c, c) + 1)
+        "swiglu_alpha": float(cfg.get("swiglu_alpha", 1.702)),
+        "swiglu_limit": float(cfg.get("swiglu_limit", 7.0)),
     }
 
 
@@ -127,6 +132,7 @@ def _resolve_moe(cfg):
         "n_groups": groups, "top_groups": int(cfg.get("top_groups", groups)),
         "group_score": cfg.get("group_score", "max"),
         "selection_bias": bool(cfg.get("selection_bias", False)),
+        "router_bias": bool(cfg.get("router_bias", False)),  # logits = vec . router + b_router
         "d_shared": int(cfg.get("d_shared", 0)), "shared_gate": bool(cfg.get("shared_gate", False)),
     }
 
@@ -196,14 +202,18 @@ def block_param_shapes(block_cfg, rms_beta=False):
     if b["moe"] is not None:
         moe, gated = b["moe"], b["activation"] in GATED
         shapes["router"] = (d, moe["n_experts"])
+        if moe["router_bias"]:
+            shapes["b_router"] = (moe["n_experts"],)
         if moe["selection_bias"]:
             shapes["router_bias"] = (moe["n_experts"],)
-        for e in range(moe["n_experts"]):
+        experts = ["experts.%d." % e for e in range(moe["n_experts"])] + (["shared_"] if moe["d_shared"] else [])
+        for key in experts:
+            width = moe["d_shared"] if key == "shared_" else moe["d_expert"]
             for name in ("w_1", "w_3", "w_2") if gated else ("w_1", "w_2"):
-                shapes["experts.%d.%s" % (e, name)] = (moe["d_expert"], d) if name == "w_2" else (d, moe["d_expert"])
+                shapes[key + name] = (width, d) if name == "w_2" else (d, width)
+                if b["bias"]["mlp"]:  # every expert's projections have biases (gpt-oss)
+                    shapes[key + "b" + name[1:]] = (d,) if name == "w_2" else (width,)
         if moe["d_shared"]:
-            for name in ("w_1", "w_3", "w_2") if gated else ("w_1", "w_2"):
-                shapes["shared_" + name] = (moe["d_shared"], d) if name == "w_2" else (d, moe["d_shared"])
             if moe["shared_gate"]:
                 shapes["shared_gate"] = (d, 1)
         return shapes
@@ -260,6 +270,8 @@ def _qkv_param_shapes(b, rms_beta):
     shapes["w_o"] = (h * d_h, d)
     if b["bias"]["out"]:
         shapes["b_o"] = (d,)
+    if b["attention_sinks"]:
+        shapes["sinks"] = (h,)
     if b["qk_norm"] != "none":
         for name, heads in (("q_norm", h), ("k_norm", h_kv)):
             # head: one (d_h,) shared by the heads; projection: (n*d_h,); each_head: a (d_h,) row per head
@@ -646,7 +658,10 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
                 if b["alibi"]:
                     score += alibi_slopes(h)[j] * (s - t)
                 scores.append(score)
-            p = softmax_list(scores)
+            if b["attention_sinks"]:  # one more logit in the softmax, whose weight is then dropped
+                p = softmax_list(scores + [float(_w(weights, "sinks", prefix)[j])])[:-1]
+            else:
+                p = softmax_list(scores)
             head_out = np.zeros(d_h, dtype=np.float64)
             for i, s in enumerate(keys):
                 head_out = head_out + p[i] * v_heads[s][g]
@@ -669,14 +684,25 @@ def _largest(values, k):
     return picked
 
 
+def gated_unit(b, gate, up):
+    """act(gate) * up, or gpt-oss's clamped SwiGLU."""
+    if b["activation"] == "clamped_swiglu":
+        c = b["swiglu_limit"]
+        g = min(gate, c)
+        return g * sigmoid(b["swiglu_alpha"] * g) * (min(max(up, -c), c) + 1.0)
+    return ACT_FN[b["activation"]](gate) * up
+
+
 def _expert(b, weights, prefix, name, vec):
-    """One bias-free expert MLP: act(vec W_1) [* vec W_3] W_2."""
-    a = linear_vec(vec, _w(weights, name + "w_1", prefix), None)
-    hidden = [ACT_FN[b["activation"]](float(z)) for z in a]
+    """One expert MLP: act(vec W_1 + b_1) [* (vec W_3 + b_3)] W_2 + b_2, the biases when bias.mlp."""
+    has = b["bias"]["mlp"]
+    a = linear_vec(vec, _w(weights, name + "w_1", prefix), _wopt(weights, name + "b_1", prefix, has))
     if b["activation"] in GATED:
-        up = linear_vec(vec, _w(weights, name + "w_3", prefix), None)
-        hidden = [hidden[i] * float(up[i]) for i in range(len(up))]
-    return linear_vec(np.array(hidden), _w(weights, name + "w_2", prefix), None)
+        up = linear_vec(vec, _w(weights, name + "w_3", prefix), _wopt(weights, name + "b_3", prefix, has))
+        hidden = [gated_unit(b, float(a[i]), float(up[i])) for i in range(len(up))]
+    else:
+        hidden = [ACT_FN[b["activation"]](float(z)) for z in a]
+    return linear_vec(np.array(hidden), _w(weights, name + "w_2", prefix), _wopt(weights, name + "b_2", prefix, has))
 
 
 def moe_routing(moe, weights, prefix, vec):
@@ -686,7 +712,8 @@ def moe_routing(moe, weights, prefix, vec):
     weights = the chosen (unbiased) scores, renormalised if asked, times routed_scaling. top-k-then-
     softmax: the softmax of the k largest logits, times routed_scaling."""
     E, k = moe["n_experts"], moe["top_k"]
-    logits = [float(z) for z in linear_vec(vec, _w(weights, "router", prefix), None)]
+    logits = [float(z) for z in linear_vec(vec, _w(weights, "router", prefix),
+                                            _wopt(weights, "b_router", prefix, moe["router_bias"]))]
     if moe["order"] == "topk_softmax":
         chosen = _largest(logits, k)
         return chosen, [w * moe["routed_scaling"] for w in softmax_list([logits[e] for e in chosen])]
@@ -737,14 +764,14 @@ def _mlp(b, weights, prefix, vec):
     b_1 = _wopt(weights, "b_1", prefix, mlp_b)
     w_2 = _w(weights, "w_2", prefix)
     b_2 = _wopt(weights, "b_2", prefix, mlp_b)
-    act = ACT_FN[b["activation"]]
     a = linear_vec(vec, w_1, b_1)
-    hidden = np.array([act(float(z)) for z in a], dtype=np.float64)
     if b["activation"] in GATED:
         w_3 = _w(weights, "w_3", prefix)
         b_3 = _wopt(weights, "b_3", prefix, mlp_b)
         up = linear_vec(vec, w_3, b_3)
-        hidden = np.array([hidden[i] * up[i] for i in range(len(up))], dtype=np.float64)
+        hidden = np.array([gated_unit(b, float(a[i]), float(up[i])) for i in range(len(up))], dtype=np.float64)
+    else:
+        hidden = np.array([ACT_FN[b["activation"]](float(z)) for z in a], dtype=np.float64)
     return linear_vec(hidden, w_2, b_2)
 
 

@@ -16,7 +16,7 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
         "n_kv_heads": n_kv,
         "d_ff": draw(st.integers(1, 40)),
         "norm": draw(st.sampled_from(["layernorm", "rmsnorm"])),
-        "activation": draw(st.sampled_from(["gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu"])),
+        "activation": draw(st.sampled_from(["gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu", "clamped_swiglu"])),
         "placement": draw(st.sampled_from(["pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich"])),
         "rope": rope,
         "bias": draw(st.one_of(st.booleans(), st.fixed_dictionaries(
@@ -29,7 +29,10 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
         "attention_softcap": draw(st.sampled_from([0.0, 0.0, 0.5, 3.0])),
         "norm_scale": draw(st.sampled_from([True, True, False])),
         "clip_qkv": draw(st.sampled_from([0.0, 0.0, 0.5])),
+        "attention_sinks": draw(st.sampled_from([False, False, True])),
     }
+    if block["activation"] == "clamped_swiglu":  # a limit that binds often, and one that rarely does
+        block.update(swiglu_limit=draw(st.sampled_from([0.3, 7.0])), swiglu_alpha=draw(st.sampled_from([1.702, 0.8])))
     if not rope and not block["attention_softcap"]:  # ALiBi with a soft cap is refused (no reference order)
         block["alibi"] = draw(st.sampled_from([False, False, True]))
     if rope:
@@ -43,7 +46,7 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
                         "qk_nope_head_dim": draw(st.integers(1, 4)), "qk_rope_head_dim": draw(st.sampled_from([2, 4])),
                         "v_head_dim": draw(st.integers(1, 5))}
         block.update(rope=True, n_kv_heads=n_heads, qk_norm="none", attention_scale=0.0, norm_scale=True, clip_qkv=0.0,
-                     attention_softcap=0.0)
+                     attention_softcap=0.0, attention_sinks=False)
         block.pop("head_dim", None)
         if not explicit:
             block["d_model"] = draw(st.integers(2, 24))
@@ -54,7 +57,8 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
 def moe_mappings(draw):
     """A random valid block whose MLP is a mixture of experts, in any routing variant."""
     block = draw(block_mappings())
-    block["bias"] = {"qkv": draw(st.booleans()), "out": draw(st.booleans()), "mlp": False, "norm": draw(st.booleans())}
+    block["bias"] = {"qkv": draw(st.booleans()), "out": draw(st.booleans()), "mlp": draw(st.booleans()),
+                     "norm": draw(st.booleans())}
     if block["norm"] == "rmsnorm":
         # an RMSNorm with a shift is read two ways by tests/reference.py (its rms_beta ambiguity), and its q/k and
         # latent norms differ between them, dense blocks included: not a question for the mixture
@@ -70,7 +74,8 @@ def moe_mappings(draw):
     top_groups = draw(st.integers(1, n_groups))
     top_k = draw(st.integers(1, top_groups * per_group))
     moe = {"n_experts": n_experts, "top_k": top_k, "d_expert": draw(st.integers(1, 12)),
-           "renormalize": draw(st.booleans()), "routed_scaling": draw(st.sampled_from([1.0, 1.0, 2.5]))}
+           "renormalize": draw(st.booleans()), "routed_scaling": draw(st.sampled_from([1.0, 1.0, 2.5])),
+           "router_bias": draw(st.booleans())}
     if n_groups == 1 and draw(st.booleans()):
         moe["order"] = draw(st.sampled_from(["softmax_topk", "topk_softmax"]))
     if moe.get("order") != "topk_softmax":

@@ -208,6 +208,17 @@ BLOCK_CASES = {
                                          moe={"n_experts": 6, "top_k": 2, "d_expert": 4, "routed_scaling": 1.5,
                                               "n_groups": 3, "top_groups": 1, "d_shared": 4}),
     "moe_top1_of_1": block_dict(bias=False, moe={"n_experts": 1, "top_k": 1, "d_expert": 9}),
+    # gpt-oss: sink logits, biased experts behind a biased router (top 2 of the logits softmaxed), the clamped
+    # SwiGLU at a limit that binds (0.4), a window, GQA, RoPE; and sinks beside ALiBi over a dense clamped MLP
+    "gpt_oss_sinks_clamped_moe": block_dict(norm="rmsnorm", bias={"qkv": True, "out": True, "mlp": True, "norm": False},
+                                            activation="clamped_swiglu", swiglu_limit=0.4, swiglu_alpha=1.3,
+                                            attention_sinks=True, n_kv_heads=2, rope=True, sliding_window=3,
+                                            moe={"n_experts": 4, "top_k": 2, "d_expert": 6, "order": "topk_softmax",
+                                                 "router_bias": True}),
+    "sinks_alibi_clamped_dense": block_dict(d_model=16, n_heads=4, activation="clamped_swiglu", swiglu_limit=0.3,
+                                            attention_sinks=True, alibi=True),
+    "moe_biased_experts_and_shared": block_dict(activation="geglu", moe={"n_experts": 3, "top_k": 1, "d_expert": 5,
+                                                                        "d_shared": 4, "router_bias": True}),
     # multi-head latent attention (DeepSeek): Q through its latent or one projection, values of their own width
     "mla_q_latent_interleaved": block_dict(norm="rmsnorm", bias=False, activation="swiglu", rope=True,
                                            rope_layout="interleaved", mla={

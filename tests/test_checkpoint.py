@@ -30,7 +30,7 @@ FAMILIES = ["gpt2", "opt", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "ge
             "falcon", "falcon-new", "falcon-sequential", "gemma2", "gemma3_text", "deepseek_v3", "deepseek_v3-yarn",
             "deepseek_v2", "olmo", "bloom", "opt-350m", "cohere-qk-norm", "mixtral", "mixtral-fused", "qwen2_moe",
             "qwen3_moe", "deepseek_v3-moe", "smollm3", "glm4_moe", "cohere2", "olmo3", "ministral",
-            "exaone4", "seed_oss", "ernie4_5"]
+            "exaone4", "seed_oss", "ernie4_5", "gpt_oss"]
 ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", "yarn", "longrope")]
 # Vision-language models, their language model run alone: Gemma 3 saved with transformers 4's names
 # (language_model.model.*, an untied language_model.lm_head) and with transformers 5's (model.language_model.*),
@@ -143,6 +143,65 @@ def test_bfloat16_checkpoint_is_widened_exactly_and_says_so() -> None:
     model = Model.from_config(load_config(folder), weights=folder, dtype="float32")
     assert relative(model(want["input_ids"]), want["logits_float32"]) <= 1e-4
     assert any("BF16 were widened to float32" in n for n in model.notes)
+
+
+def test_mxfp4_experts_dequantize_as_transformers_does_and_the_model_runs() -> None:
+    """gpt-oss laid out as OpenAI publishes it (expert matrices as random MXFP4 _blocks/_scales pairs): the
+    dequantized gate_up_proj equals the one transformers loaded, exactly, and logits, layers and a decode
+    step follow; count reads the pairs as the parameters they dequantize to."""
+    folder, want = FIXTURES / "gpt_oss-mxfp4", expected("gpt_oss-mxfp4")
+    config = load_config(folder)
+    model = Model.from_config(config, weights=folder, dtype="float32")
+    assert "MXFP4 tensors were dequantized to float32 (exactly)" in model.notes
+    held = np.stack([np.stack([model.params[f"blocks.0.experts.{e}.w_{j}"] for j in (1, 3)], axis=-1).reshape(
+        config.block.d_model, -1) for e in range(config.block.moe.n_experts)])  # (E, d, 2·d_e): gate, up interleaved
+    assert np.array_equal(held, want["gate_up_proj_0"])
+    ids = want["input_ids"]
+    assert relative(model(ids), want["logits_float32"]) <= 1e-4
+    x = model.embed(ids)
+    for i, block in enumerate(model.blocks):
+        x = block(x)
+        assert relative(x, want["layers_float32"][i]) <= 1e-4
+    caches = model.new_cache()
+    model.step(ids[:, :-1], caches)
+    assert relative(model.step(ids[:, -1:], caches), want["decode_logits_float32"]) <= 1e-4
+    data = json.loads(cli("count", folder, "--json").stdout)
+    assert data["total"] == int(want["parameters"]) and data["reconciled"]["method"] == "checkpoint"
+    assert data["checkpoint"]["stored_dtypes"]["MXFP4"] == sum(
+        math.prod(model.params[f"blocks.{i}.experts.{e}.{w}"].shape) for i in range(2) for e in range(4)
+        for w in ("w_1", "w_3", "w_2"))
+
+
+def test_mxfp4_values_follow_the_format_by_hand(tmp_path: Path) -> None:
+    """One 32-value group per row, written by hand: codes 0..15 then 15..0 (low nibble first), scales 127 (×1)
+    and 125 (×1/4); the E2M1 table is the OCP MX specification's."""
+    from safetensors.numpy import save_file
+
+    from blockcli.checkpoint import open_checkpoint, read_tensor
+
+    e2m1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+    codes = list(range(16)) + list(range(15, -1, -1))  # 32 codes of one group
+    packed = np.array([[codes[2 * j] | codes[2 * j + 1] << 4 for j in range(16)]] * 2, dtype=np.uint8)
+    save_file({"w_blocks": packed.reshape(1, 2, 1, 16), "w_scales": np.array([[[127], [125]]], dtype=np.uint8)},
+              tmp_path / "one.safetensors")
+    stored = open_checkpoint(tmp_path / "one.safetensors").tensors
+    assert list(stored) == ["w"] and stored["w"].shape == (1, 32, 2) and stored["w"].dtype == "MXFP4"
+    values = read_tensor(stored["w"])  # (1, 32, 2): the two rows' 32 values, as columns
+    assert values[0, :, 0].tolist() == [e2m1[c] for c in codes]
+    assert values[0, :, 1].tolist() == [e2m1[c] / 4 for c in codes]
+
+
+def test_an_mxfp4_pair_of_the_wrong_shapes_is_a_one_line_error(tmp_path: Path) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    folder = tmp_path / "bad"
+    shutil.copytree(FIXTURES / "gpt_oss-mxfp4", folder)
+    tensors = load_file(folder / "model.safetensors")
+    key = "model.layers.0.mlp.experts.down_proj_scales"
+    tensors[key] = tensors[key][:, :-1]
+    save_file(tensors, folder / "model.safetensors")
+    line = one_error_line(cli("count", folder))
+    assert "down_proj_blocks" in line and "not an MXFP4 pair" in line
 
 
 @pytest.mark.parametrize("name, switch_off", [

@@ -511,6 +511,13 @@ MIXTRAL_8X7B = {"architectures": ["MixtralForCausalLM"], "attention_dropout": 0.
 # https://huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json
 QWEN3_30B_A3B = {"architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48, "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768, "norm_topk_prob": True, "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4, "output_router_logits": False, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001, "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": True, "use_sliding_window": False, "vocab_size": 151936}
 
+# https://huggingface.co/openai/gpt-oss-20b/blob/main/config.json (OpenAI's fields experts_per_token and
+# initial_context_length, and its MXFP4 quantization_config, included); gpt-oss-120b's differs in its 36 layers
+# and 128 experts
+GPT_OSS_20B = {'architectures': ['GptOssForCausalLM'], 'attention_bias': True, 'attention_dropout': 0.0, 'eos_token_id': 200002, 'experts_per_token': 4, 'head_dim': 64, 'hidden_act': 'silu', 'hidden_size': 2880, 'initial_context_length': 4096, 'initializer_range': 0.02, 'intermediate_size': 2880, 'layer_types': ['sliding_attention', 'full_attention', 'sliding_attention', 'full_attention', 'sliding_attention', 'full_attention', 'sliding_attention', 'full_attention', 'sliding_attention', 'full_attention', 'sliding_attention', 'full_attention', 'sliding_attention', 'full_attention', 'sliding_attention', 'full_attention', 'sliding_attention', 'full_attention', 'sliding_attention', 'full_attention', 'sliding_attention', 'full_attention', 'sliding_attention', 'full_attention'], 'max_position_embeddings': 131072, 'model_type': 'gpt_oss', 'num_attention_heads': 64, 'num_experts_per_tok': 4, 'num_hidden_layers': 24, 'num_key_value_heads': 8, 'num_local_experts': 32, 'output_router_logits': False, 'pad_token_id': 199999, 'quantization_config': {'modules_to_not_convert': ['model.layers.*.self_attn', 'model.layers.*.mlp.router', 'model.embed_tokens', 'lm_head'], 'quant_method': 'mxfp4'}, 'rms_norm_eps': 1e-05, 'rope_scaling': {'beta_fast': 32.0, 'beta_slow': 1.0, 'factor': 32.0, 'original_max_position_embeddings': 4096, 'rope_type': 'yarn', 'truncate': False}, 'rope_theta': 150000, 'router_aux_loss_coef': 0.9, 'sliding_window': 128, 'swiglu_limit': 7.0, 'tie_word_embeddings': False, 'transformers_version': '4.55.0.dev0', 'use_cache': True, 'vocab_size': 201088}
+GPT_OSS_120B = {**GPT_OSS_20B, "num_hidden_layers": 36, "num_local_experts": 128,
+                "layer_types": ["sliding_attention", "full_attention"] * 18}
+
 CASES = [
     # KerasHub gpt2_presets.py "gpt2_base_en" (HF GPT2LMHeadModel, tied head counted once).
     pytest.param(GPT2, "gpt2", 124_439_808, id="gpt2"),
@@ -549,6 +556,9 @@ CASES = [
     # transformers 5.24 on the meta device (sum of numel), as the presets' tests say
     pytest.param(MIXTRAL_8X7B, "mixtral-8x7b", 46_702_792_704, id="mixtral-8x7b"),
     pytest.param(QWEN3_30B_A3B, "qwen3-30b-a3b", 30_532_122_624, id="qwen3-30b-a3b"),
+    # transformers 5.24 GptOssForCausalLM on the meta device; "20.91B" and "116.83B" in OpenAI's model card
+    pytest.param(GPT_OSS_20B, "gpt-oss-20b", 20_914_757_184, id="gpt-oss-20b"),
+    pytest.param(GPT_OSS_120B, "gpt-oss-120b", 116_829_156_672, id="gpt-oss-120b"),
 ]
 
 
@@ -2233,11 +2243,45 @@ def test_mixtral_window_and_theta_defaults(tmp_path: Path) -> None:
     assert block.rope_theta == 1e6 and block.sliding_window == 4096  # MixtralConfig's default_theta
 
 
+def test_gpt_oss_without_rope_fields_takes_gpt_oss_configs_defaults(tmp_path: Path) -> None:
+    """GptOssConfig.__post_init__ (transformers 5.24): with no rope_parameters, yarn with factor 32 over 4,096
+    original positions, beta_fast 32, beta_slow 1, not truncated, on default_theta 150,000; with no layer_types,
+    the even layers slide; num_experts_per_tok 4, swiglu_alpha 1.702, swiglu_limit 7."""
+    hf = with_fields(GPT_OSS_20B, rope_scaling=_DROP, rope_theta=_DROP, layer_types=_DROP, experts_per_token=_DROP,
+                     num_experts_per_tok=_DROP, swiglu_limit=_DROP, quantization_config=_DROP)
+    config = load_config(write_json(tmp_path, hf))
+    b = config.block
+    assert (b.rope_theta, b.rope_scaling.type, b.rope_scaling.factor, b.rope_scaling.original_max_positions,
+            b.rope_scaling.beta_fast, b.rope_scaling.beta_slow, b.rope_scaling.truncate) == (
+        150000.0, "yarn", 32.0, 4096, 32.0, 1.0, False)
+    assert [config.layer_block(i).sliding_window for i in range(4)] == [128, 0, 128, 0]
+    assert (b.moe.top_k, b.swiglu_alpha, b.swiglu_limit, b.attention_sinks, b.moe.router_bias) == (
+        4, 1.702, 7.0, True, True)
+    assert count_parameters(config).total == 20_914_757_184  # the same model as the published config
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"experts_per_token": 2}, "field 'experts_per_token' = 2 cannot be represented"),
+    ({"quantization_config": {"quant_method": "gptq", "bits": 4}}, "field 'quantization_config'"),
+    ({"quantization_config": "mxfp4"}, "field 'quantization_config'"),
+    ({"swiglu_limit": 0}, "field 'swiglu_limit': expected a number in (0, 1e+06]"),
+    ({"layer_types": ["chunked_attention"] * 24}, "field 'layer_types'"),
+])
+def test_gpt_oss_fields_it_cannot_represent_are_one_line_errors(tmp_path: Path, changes: dict, message: str) -> None:
+    assert message in hf_error(write_json(tmp_path, with_fields(GPT_OSS_20B, **changes)))
+
+
+def test_gpt_oss_mxfp4_config_is_read_with_a_note(tmp_path: Path) -> None:
+    config = load_config(write_json(tmp_path, GPT_OSS_20B))
+    assert "stored as MXFP4; counted and run dequantized" in config.about.description
+
+
 # --------------------------------------------------------------------------- fuzz: the newer families too
 
-NEWER = [GEMMA3_4B, MISTRAL_SMALL_31, SMOLLM3_3B, GLM45_AIR, COMMAND_R7B, OLMO3_7B, EXAONE4_32B, MINISTRAL]
+NEWER = [GEMMA3_4B, MISTRAL_SMALL_31, SMOLLM3_3B, GLM45_AIR, COMMAND_R7B, OLMO3_7B, EXAONE4_32B, MINISTRAL, GPT_OSS_20B]
 NEWER_KEYS = sorted({k for base in NEWER for k in base} | {"rope_parameters", "layer_types", "no_rope_layers",
-                                                           "sliding_window_pattern", "use_qk_norm", "text_config"})
+                                                           "sliding_window_pattern", "use_qk_norm", "text_config",
+                                                           "swiglu_alpha"})
 
 
 @given(base=st.sampled_from(NEWER), key=st.sampled_from(NEWER_KEYS), value=JSON_VALUES,

@@ -19,6 +19,7 @@ from blockcli.block import DecoderBlock, Model  # noqa: E402
 from blockcli.cli import app  # noqa: E402
 from blockcli.config import ConfigError, parse_config  # noqa: E402
 from blockcli.count import count_parameters  # noqa: E402
+from blockcli.shapes import block_parameter_shapes  # noqa: E402
 from blockcli.sizing import Dims, matmul_weights  # noqa: E402
 from blockcli.trace import analytic_trace, merge_expert_rows, run_trace  # noqa: E402
 from blockcli.verify import verify  # noqa: E402
@@ -69,11 +70,12 @@ def test_count_formula_equals_the_arrays_and_the_hand_active_count(block):
     result = count_parameters(cfg)
     assert result.reconciled.match, result.reconciled.mismatches
     shapes = ref.model_param_shapes(block, cfg.model.__dict__, rms_beta=block["bias"]["norm"])
-    moe, gated = block["moe"], block["activation"] in ("swiglu", "geglu")
+    moe, gated = block["moe"], block["activation"] in ("swiglu", "geglu", "clamped_swiglu")
     # the selection bias is stored but, as transformers holds it (a buffer), not a parameter
     assert result.buffers == (3 * moe["n_experts"] if moe.get("selection_bias") else 0)
     assert result.total + result.buffers == sum(math.prod(s) for s in shapes.values())
-    one_expert = (3 if gated else 2) * cfg.block.d_model * moe["d_expert"]
+    d, d_e = cfg.block.d_model, moe["d_expert"]
+    one_expert = (3 if gated else 2) * d * d_e + ((2 if gated else 1) * d_e + d if block["bias"]["mlp"] else 0)
     # active: every parameter but the E − k routed experts a token is not sent to, in each of the 3 layers
     assert result.active_total == result.total - 3 * (moe["n_experts"] - moe["top_k"]) * one_expert
 
@@ -155,9 +157,22 @@ def test_bad_moe_fields_are_one_line_naming_the_field(moe, message):
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_experts_with_biases_are_refused():
-    with pytest.raises(ConfigError, match="block.bias.mlp"):
-        parse_config({"block": dict(MIXTRAL_LIKE, bias=True)})
+def test_bias_mlp_gives_every_expert_and_the_router_flag_its_biases():
+    """gpt-oss: bias.mlp puts b_1, b_3 (d_e,) and b_2 (d,) on every routed and shared expert; moe.router_bias a
+    (E,) bias on the router's logits; the count is the hand sum of those and of the bias-free rest (d = 16, 2 heads)."""
+    moe = {"n_experts": 4, "top_k": 2, "d_expert": 6, "d_shared": 5, "router_bias": True}
+    cfg = parse_config({"block": dict(MIXTRAL_LIKE, bias={"qkv": False, "out": False, "mlp": True, "norm": False},
+                                      moe=moe)})
+    shapes = block_parameter_shapes(cfg.block)
+    d = cfg.block.d_model
+    assert shapes["b_router"] == (4,)
+    for key, width in [(f"experts.{e}.", 6) for e in range(4)] + [("shared_", 5)]:
+        assert (shapes[key + "b_1"], shapes[key + "b_3"], shapes[key + "b_2"]) == ((width,), (width,), (d,))
+    gated = lambda width: 3 * d * width + 2 * width + d  # w_1, w_3, w_2 and their biases
+    router = d * 4 + 4
+    norms = 2 * d
+    attention = 4 * d * d  # W_Q, W_K, W_V, W_O without biases (bias.qkv and bias.out false)
+    assert count_parameters(cfg).total == norms + attention + router + 4 * gated(6) + gated(5)
 
 
 @settings(max_examples=15, deadline=None)

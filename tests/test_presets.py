@@ -242,11 +242,37 @@ def falcon_7b_total(*, d: int, L: int, V: int, n_heads: int) -> int:
     return V * d + L * block + 2 * d  # word_embeddings + blocks + ln_f; lm_head shares word_embeddings
 
 
+def gpt_oss_total(*, d: int, L: int, V: int, h: int, kv: int, d_h: int, E: int, d_e: int, used: int | None = None) -> int:
+    """GptOssForCausalLM: q/k/v/o with biases and a sink logit per head; router (E, d) with an E-wide bias; E
+    experts each gate_up_proj (d, 2·d_e) + its bias (2·d_e) and down_proj (d_e, d) + its bias (d); two RMSNorm
+    weights per layer, the final norm, an untied lm_head. `used`: only that many experts (what a token uses)."""
+    attn = linear(d, h * d_h, True) + 2 * linear(d, kv * d_h, True) + linear(h * d_h, d, True) + h
+    expert = d * 2 * d_e + 2 * d_e + d_e * d + d
+    mlp = linear(d, E, True) + (E if used is None else used) * expert
+    return V * d + L * (attn + mlp + 2 * d) + d + d * V
+
+
 # --------------------------------------------------------------------------
 # The cases. Hyperparameters are those of each model's HF config.json.
 # --------------------------------------------------------------------------
 
 CASES = [
+    pytest.param(
+        "gpt-oss-20b", 20_914_757_184,
+        gpt_oss_total(d=2880, L=24, V=201088, h=64, kv=8, d_h=64, E=32, d_e=2880),
+        {"d_model": 2880, "n_heads": 64, "n_kv_heads": 8, "n_layers": 24, "vocab_size": 201088},
+        # transformers 5.24 GptOssForCausalLM on the meta device from
+        # https://huggingface.co/openai/gpt-oss-20b/blob/main/config.json (sum of numel, the MXFP4 experts as the
+        # dequantized parameters they load into); "20.91B" total in OpenAI's gpt-oss model card
+        id="gpt-oss-20b[transformers GptOssForCausalLM on meta=20914757184]",
+    ),
+    pytest.param(
+        "gpt-oss-120b", 116_829_156_672,
+        gpt_oss_total(d=2880, L=36, V=201088, h=64, kv=8, d_h=64, E=128, d_e=2880),
+        {"d_model": 2880, "n_heads": 64, "n_kv_heads": 8, "n_layers": 36, "vocab_size": 201088},
+        # the same for https://huggingface.co/openai/gpt-oss-120b/blob/main/config.json; "116.83B" in the card
+        id="gpt-oss-120b[transformers GptOssForCausalLM on meta=116829156672]",
+    ),
     pytest.param(
         "mixtral-8x7b", 46_702_792_704,
         moe_total(d=4096, L=32, V=32000, n_heads=32, n_kv=8, head_dim=128, experts=8, d_expert=14336),
@@ -712,6 +738,11 @@ ACTIVE = [
     ("qwen3-30b-a3b", 3_353_032_704,
      moe_total(d=2048, L=48, V=151936, n_heads=32, n_kv=4, head_dim=128, experts=128, d_expert=768, qk_norm=True,
                used=8)),
+    # gpt-oss: "3.61B" and "5.13B" active in OpenAI's model card, which leaves out the 579,133,440 of the embedding
+    ("gpt-oss-20b", 4_187_440_704,
+     gpt_oss_total(d=2880, L=24, V=201088, h=64, kv=8, d_h=64, E=32, d_e=2880, used=4)),
+    ("gpt-oss-120b", 5_711_982_912,
+     gpt_oss_total(d=2880, L=36, V=201088, h=64, kv=8, d_h=64, E=128, d_e=2880, used=4)),
     # GLM-4.5-Air: "12B active" on its model card, without the 1.24B of embeddings and head counted here
     ("glm-4.5-air", 13_424_123_904,
      glm45_total(d=4096, L=46, V=151552, h=96, kv=8, d_h=128, ff=10944, E=128, d_e=1408, dense=1, used=8)),
