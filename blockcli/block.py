@@ -70,7 +70,14 @@ def scores_label(cfg: BlockConfig) -> str:
 
 def blocked_label(cfg: BlockConfig) -> str:
     """The trace's name for the blocked kernel's one row."""
-    return f"blocked attention: softmax(mask(Q·Kᵀ/√d_h{' + ALiBi' if cfg.alibi else ''}))·V"
+    sinks = ", with each head's sink logit" if cfg.attention_sinks else ""
+    return f"blocked attention: softmax(mask(Q·Kᵀ/√d_h{' + ALiBi' if cfg.alibi else ''}){sinks})·V"
+
+
+def softmax_label(cfg: BlockConfig) -> str:
+    """The trace's name for the softmax row of the full table."""
+    return "softmax over keys and each head's sink logit (its weight dropped)" if cfg.attention_sinks else \
+        "softmax over keys"
 
 
 def logits_label(model: ModelConfig) -> str:
@@ -478,7 +485,7 @@ class MultiHeadAttention:
             else:
                 masked, weights = self.ops.attention_weights(scores, allowed)
             rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
-            rec("attn_weights", "softmax over keys", weights, (masked,), kind="softmax", params=("sinks",))
+            rec("attn_weights", softmax_label(self.cfg), weights, (masked,), kind="softmax", params=("sinks",))
             if drop is not None:
                 weights = drop(weights)  # (B, h, T_q, T_k): training mode only
             heads = weights @ v_all  # (B, h, T_q, d_h)

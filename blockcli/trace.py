@@ -22,7 +22,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from blockcli.block import (DecoderBlock, Model, attention_tile, block_parameter_shapes, blocked_label, experts_label,
-                            full_table, load_label, logits_label, model_parameter_shapes, routing_label, scores_label)
+                            full_table, load_label, logits_label, model_parameter_shapes, routing_label, scores_label,
+                            softmax_label)
 from blockcli.config import BlockConfig, Config, InputError, projected_width
 from blockcli.parallel import worker_count
 
@@ -439,7 +440,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
                 rec("alibi_scores", "add ALiBi biases", biased, (scores,), kind="add")
                 scores = biased
             rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
-            rec("attn_weights", "softmax over keys", weights, (masked,), kind="softmax", params=("sinks",))
+            rec("attn_weights", softmax_label(b), weights, (masked,), kind="softmax", params=("sinks",))
             rec("attn_heads", "weights·V", heads_out, (weights, v), kind="matmul")
         concat, out = S(B, T, h * d_v), S(B, T, d)
         rec("attn_concat", "combine heads", concat, (heads_out,), kind="reshape")
