@@ -222,7 +222,7 @@ def tensor_map_of(ckpt: Checkpoint) -> TensorMap:
         raise InputError(f"{ckpt.config_file}: not a JSON object (a Hugging Face config.json)") from None
     composite = COMPOSITES.get(model_type) if isinstance(model_type, str) else None
     if composite is not None:
-        text_config = data.get("text_config")
+        text_config = data.get("text_config", data if composite.flat else None)  # flat: the top level is it
         if not isinstance(text_config, dict):
             raise InputError(f"{ckpt.config_file}: field 'text_config': expected an object (the language model's "
                              f"config), so the tensor names cannot be mapped")
@@ -231,7 +231,7 @@ def tensor_map_of(ckpt: Checkpoint) -> TensorMap:
         raise InputError(f"{ckpt.config_file}: model_type {model_type!r} is not a family blockcli maps checkpoint "
                          f"tensors for (supported: {', '.join(sorted([*FAMILIES, *COMPOSITES]))})")
     tmap = FAMILIES[model_type].tensors
-    return nested(tmap) if composite is not None else tmap
+    return nested(tmap, composite.bases, composite.heads, composite.aside) if composite is not None else tmap
 
 
 def _entries(tmap: TensorMap, n_layers: int, n_experts: int = 0) -> Iterator[Tensor]:
@@ -338,8 +338,8 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
         matches.append(Match(entry, stored, tuple(shapes[k] for k in entry.keys)))
     aside = sorted(n for n in names - claimed if n.startswith(tmap.aside)) if tmap.aside else []
     if aside:
-        parts = dict.fromkeys(p.rstrip(".").split(".")[-1] for p in tmap.aside if any(n.startswith(p) for n in aside))
-        notes.append(f"{len(aside)} tensors of the {' and '.join(parts)} "
+        parts = [p for p in tmap.aside if any(n.startswith(p) for n in aside)]
+        notes.append(f"{len(aside)} tensors of the vision side under {' and '.join(f'{p}*' for p in parts)} "
                      f"({sum(math.prod(ckpt.tensors[n].shape) for n in aside):,} parameters) set aside: "
                      f"blockcli reads the language model only")
     past = re.compile(re.escape(tmap.prefix) + r"layers\.(\d+)\.")

@@ -93,7 +93,7 @@ def _keys(data: Mapping[str, Any]) -> tuple[set[str], set[str]]:
     present, known = set(data), COMMON_IGNORED | set(COMMON_NEUTRAL)
     composite = COMPOSITES.get(data["model_type"])
     if composite is not None:
-        present |= set(data["text_config"])
+        present |= set(data.get("text_config", ()))  # a flat config's fields are its top level's
         known |= composite.ignored | {"text_config", "tie_word_embeddings"}
         data = _language_model(data, "", composite, tuple(data))[0]  # every top-level key allowed: only reading
     family = FAMILIES[data["model_type"]]
@@ -107,13 +107,20 @@ def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
     """A vision-language config's `text_config` as a language model's own config.json (its
     model_type filled in, the top level's tie_word_embeddings in force), where it is, and a note
     on what is set aside. The top level's own fields are checked like any family's."""
+    if composite.flat and "text_config" not in data:  # transformers 4's layout: the language model's fields at the top
+        flat = {k: v for k, v in data.items() if k not in composite.ignored and k != "model_type"}
+        data = {**{k: v for k, v in data.items() if k in composite.ignored}, "model_type": data["model_type"],
+                "text_config": {k: v for k, v in flat.items() if k != "tie_word_embeddings"},
+                **({"tie_word_embeddings": flat["tie_word_embeddings"]} if "tie_word_embeddings" in flat else {})}
+        inner = where
+    else:
+        inner = f"{where}: text_config"
     top = Fields(data, where, composite.title)
     text = top.raw("text_config", why="the language model's config, which is what blockcli reads")
     if not isinstance(text, Mapping):
         raise top.invalid("text_config", text, "an object (the language model's config)")
     tie = top.bool("tie_word_embeddings", composite.tie_default)
     top.check_leftovers(composite.ignored | frozenset(allow_fields))
-    inner = f"{where}: text_config"
     text_type = text.get("model_type", composite.text_model_type)
     if text_type != composite.text_model_type:
         raise ConfigError(f"{inner}: field 'model_type' = {short(text_type)}: a {composite.title} config's "
@@ -121,7 +128,9 @@ def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
     note = (f"the language model of a {composite.title} model: its vision tower and multimodal projector "
             f"are not counted or run")
     language = {**composite.text_defaults, **text, "model_type": text_type}
-    if composite.tie_from_text:  # the language model's own field (its family's default when absent) decides
+    if composite.tie == "either":  # transformers' config class ties the top level when text_config ties
+        return {**language, "tie_word_embeddings": tie or text.get("tie_word_embeddings", False) is True}, inner, note
+    if composite.tie == "text":  # the language model's own field (its family's default when absent) decides
         if "tie_word_embeddings" in data and "tie_word_embeddings" in text and text["tie_word_embeddings"] != tie:
             note += (f"; the LM head is {'tied' if text['tie_word_embeddings'] else 'untied'} as text_config's "
                      f"tie_word_embeddings says, not the top level's")

@@ -42,9 +42,10 @@ tensor. Either form may be stored: the one found covers the keys, the other is n
 
 A vision-language model (Gemma 3 4B and up) stores its language model under another path:
 `language_model.model.layers.0...` and `language_model.lm_head.weight` as transformers 4 saved
-it, `model.language_model.layers.0...` and `lm_head.weight` as transformers 5 does. `nested`
-turns the language model's own map into that one; the vision tower's and projector's tensors
-are `aside`: recognised, counted in a note, never loaded.
+it, `model.language_model.layers.0...` and `lm_head.weight` as transformers 5 does (Qwen2-VL and
+its successors: `model.layers.0...` as transformers 4 saved them, and the tower under `visual.`).
+`nested` turns the language model's own map into that one, under the paths its `Composite` names;
+the vision tower's and projector's tensors are `aside`: recognised, counted in a note, never loaded.
 """
 
 from __future__ import annotations
@@ -74,22 +75,17 @@ class TensorMap:
     extra_layers: str = ""
 
 
-# Where a vision-language model keeps its language model's base, its LM head, and the parts beside them
-NESTED_BASES = ("model.language_model.", "language_model.model.", "language_model.")
-NESTED_HEADS = ("", "language_model.")
-NESTED_ASIDE = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
-
-
-def nested(tmap: TensorMap) -> TensorMap:
+def nested(tmap: TensorMap, bases: tuple[str, ...], heads: tuple[str, ...], aside: tuple[str, ...]) -> TensorMap:
     """The map of a language model saved inside a vision-language model: every name under each of
-    the paths it may have there (absolute names, so `top`), the vision side set aside."""
+    the paths it may have there, its base's under `bases`, its LM head's under `heads` (absolute names,
+    so `top`), and the parts under `aside` set aside."""
     def renamed(entry: Tensor) -> Tensor:
-        paths = NESTED_HEADS if entry.top else NESTED_BASES
+        paths = heads if entry.top else bases
         names = "|".join(path + name for name in entry.name.split("|") for path in paths)
         return Tensor(entry.keys, names, entry.layout, top=True)
 
     return TensorMap("", tuple(map(renamed, tmap.tensors)),
-                     tuple(path + pattern for pattern in tmap.buffers for path in NESTED_BASES), NESTED_ASIDE)
+                     tuple(path + pattern for pattern in tmap.buffers for path in bases), aside)
 
 
 def tensor(keys: str, name: str, layout: str = SAME, top: bool = False) -> Tensor:

@@ -35,7 +35,7 @@ ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", 
 # Vision-language models, their language model run alone: Gemma 3 saved with transformers 4's names
 # (language_model.model.*, an untied language_model.lm_head) and with transformers 5's (model.language_model.*),
 # Mistral 3 (a Pixtral tower beside a windowed Mistral)
-VISION_LANGUAGE = ["gemma3", "gemma3-v5-names", "mistral3"]
+VISION_LANGUAGE = ["gemma3", "gemma3-v5-names", "mistral3", "qwen2_5_vl", "qwen3_vl"]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
 

@@ -2276,12 +2276,66 @@ def test_gpt_oss_mxfp4_config_is_read_with_a_note(tmp_path: Path) -> None:
     assert "stored as MXFP4; counted and run dequantized" in config.about.description
 
 
+# https://huggingface.co/Qwen/Qwen2.5-VL-7B-Instruct/blob/main/config.json: transformers 4's flat layout, the
+# language model's fields at the top level beside vision_config, M-RoPE as rope_scaling type mrope
+QWEN25_VL_7B = {'architectures': ['Qwen2_5_VLForConditionalGeneration'], 'attention_dropout': 0.0, 'bos_token_id': 151643, 'eos_token_id': 151645, 'vision_start_token_id': 151652, 'vision_end_token_id': 151653, 'vision_token_id': 151654, 'image_token_id': 151655, 'video_token_id': 151656, 'hidden_act': 'silu', 'hidden_size': 3584, 'initializer_range': 0.02, 'intermediate_size': 18944, 'max_position_embeddings': 128000, 'max_window_layers': 28, 'model_type': 'qwen2_5_vl', 'num_attention_heads': 28, 'num_hidden_layers': 28, 'num_key_value_heads': 4, 'rms_norm_eps': 1e-06, 'rope_theta': 1000000.0, 'sliding_window': 32768, 'tie_word_embeddings': False, 'torch_dtype': 'bfloat16', 'transformers_version': '4.41.2', 'use_cache': True, 'use_sliding_window': False, 'vision_config': {'depth': 32, 'hidden_act': 'silu', 'hidden_size': 1280, 'intermediate_size': 3420, 'num_heads': 16, 'in_chans': 3, 'out_hidden_size': 3584, 'patch_size': 14, 'spatial_merge_size': 2, 'spatial_patch_size': 14, 'window_size': 112, 'fullatt_block_indexes': [7, 15, 23, 31], 'tokens_per_second': 2, 'temporal_patch_size': 2}, 'rope_scaling': {'type': 'mrope', 'mrope_section': [16, 24, 24]}, 'vocab_size': 152064}
+# https://huggingface.co/Qwen/Qwen3-VL-8B-Instruct/blob/main/config.json: text_config nested, interleaved M-RoPE
+QWEN3_VL_8B = {'architectures': ['Qwen3VLForConditionalGeneration'], 'image_token_id': 151655, 'model_type': 'qwen3_vl', 'text_config': {'attention_bias': False, 'attention_dropout': 0.0, 'bos_token_id': 151643, 'dtype': 'bfloat16', 'eos_token_id': 151645, 'head_dim': 128, 'hidden_act': 'silu', 'hidden_size': 4096, 'initializer_range': 0.02, 'intermediate_size': 12288, 'max_position_embeddings': 262144, 'model_type': 'qwen3_vl_text', 'num_attention_heads': 32, 'num_hidden_layers': 36, 'num_key_value_heads': 8, 'rms_norm_eps': 1e-06, 'rope_scaling': {'mrope_interleaved': True, 'mrope_section': [24, 20, 20], 'rope_type': 'default'}, 'rope_theta': 5000000, 'use_cache': True, 'vocab_size': 151936}, 'tie_word_embeddings': False, 'transformers_version': '4.57.0.dev0', 'video_token_id': 151656, 'vision_config': {'deepstack_visual_indexes': [8, 16, 24], 'depth': 27, 'hidden_act': 'gelu_pytorch_tanh', 'hidden_size': 1152, 'in_channels': 3, 'initializer_range': 0.02, 'intermediate_size': 4304, 'model_type': 'qwen3_vl', 'num_heads': 16, 'num_position_embeddings': 2304, 'out_hidden_size': 4096, 'patch_size': 16, 'spatial_merge_size': 2, 'temporal_patch_size': 2}, 'vision_end_token_id': 151653, 'vision_start_token_id': 151652}
+
+
+@pytest.mark.parametrize("hf, total", [
+    # transformers 5.24 Qwen2_5_VLForConditionalGeneration / Qwen3VLForConditionalGeneration on the meta device,
+    # the parameters outside model.visual (the language model and its untied lm_head); the same shapes as
+    # Qwen2.5-7B's and Qwen3-8B's, whose presets count 7,615,616,512 and 8,190,735,360 as well
+    (QWEN25_VL_7B, 7_615_616_512), (QWEN3_VL_8B, 8_190_735_360),
+])
+def test_qwen_vl_configs_count_their_language_model(tmp_path: Path, hf: dict, total: int) -> None:
+    config = load_config(write_json(tmp_path, hf))
+    assert count_parameters(config).total == total
+    assert config.block.rope and config.block.rope_scaling is None  # M-RoPE on text alone: plain RoPE
+    assert any("not counted or run" in note for note in config.notes)
+
+
+def test_qwen_vl_flat_and_nested_layouts_read_alike(tmp_path: Path) -> None:
+    """transformers 4's flat Qwen2.5-VL config and the same model with its language model under text_config
+    (as transformers 5 saves it) are one model; either level's tie_word_embeddings true ties the head."""
+    text = {k: v for k, v in QWEN25_VL_7B.items() if k not in (
+        "vision_config", "image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id",
+        "vision_token_id", "model_type", "tie_word_embeddings", "architectures", "transformers_version")}
+    nested = {k: QWEN25_VL_7B[k] for k in ("vision_config", "image_token_id", "model_type")}
+    flat, inner = (load_config(write_json(tmp_path, data, name)) for data, name in (
+        (QWEN25_VL_7B, "flat.json"), ({**nested, "text_config": {**text, "model_type": "qwen2_5_vl_text"}}, "n.json")))
+    assert asdict(flat.block) == asdict(inner.block) and asdict(flat.model) == asdict(inner.model)
+    for top, own in ((True, None), (False, True), (None, True)):
+        data = {**nested, "text_config": {**text, **({} if own is None else {"tie_word_embeddings": own})},
+                **({} if top is None else {"tie_word_embeddings": top})}
+        assert load_config(write_json(tmp_path, data)).model.tie_embeddings
+    assert not load_config(write_json(tmp_path, {**QWEN25_VL_7B, "tie_word_embeddings": False})).model.tie_embeddings
+
+
+@pytest.mark.parametrize("hf, changes, message", [
+    (QWEN25_VL_7B, {"rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 16]}},
+     "its sections add up to 56 rotary pairs, but a head of 128 has 64"),
+    (QWEN25_VL_7B, {"rope_scaling": {"type": "mrope", "mrope_section": "16,24,24"}}, "rope_scaling.mrope_section"),
+    (QWEN25_VL_7B, {"head_dim": 64}, "field 'head_dim' = 64 cannot be represented"),
+    (QWEN25_VL_7B, {"text_config": "none"}, "field 'text_config'"),
+    (QWEN3_VL_8B, {"text_config": {**QWEN3_VL_8B["text_config"], "rope_scaling": {
+        "rope_type": "default", "mrope_section": [24, 20, 20], "mrope_interleaved": "yes"}}},
+     "rope_scaling.mrope_interleaved"),
+    (QWEN3_VL_8B, {"text_config": {**QWEN3_VL_8B["text_config"], "model_type": "qwen3"}}, "expected to be 'qwen3_vl_text'"),
+])
+def test_qwen_vl_fields_it_cannot_represent_are_one_line_errors(tmp_path: Path, hf: dict, changes: dict,
+                                                                 message: str) -> None:
+    assert message in hf_error(write_json(tmp_path, with_fields(hf, **changes)))
+
+
 # --------------------------------------------------------------------------- fuzz: the newer families too
 
-NEWER = [GEMMA3_4B, MISTRAL_SMALL_31, SMOLLM3_3B, GLM45_AIR, COMMAND_R7B, OLMO3_7B, EXAONE4_32B, MINISTRAL, GPT_OSS_20B]
+NEWER = [GEMMA3_4B, MISTRAL_SMALL_31, SMOLLM3_3B, GLM45_AIR, COMMAND_R7B, OLMO3_7B, EXAONE4_32B, MINISTRAL, GPT_OSS_20B,
+         QWEN25_VL_7B, QWEN3_VL_8B]
 NEWER_KEYS = sorted({k for base in NEWER for k in base} | {"rope_parameters", "layer_types", "no_rope_layers",
                                                            "sliding_window_pattern", "use_qk_norm", "text_config",
-                                                           "swiglu_alpha"})
+                                                           "swiglu_alpha", "mrope_section"})
 
 
 @given(base=st.sampled_from(NEWER), key=st.sampled_from(NEWER_KEYS), value=JSON_VALUES,

@@ -29,11 +29,16 @@ class Composite:
     """A vision-language `model_type` whose config.json nests its language model's config under
     `text_config`. blockcli reads, counts and runs that language model; the vision tower and the
     projector that feed it image features are set aside (their fields ignored, their tensors noted).
-    Whether the LM head is tied: the top level's `tie_word_embeddings` decides, as in transformers 5
-    (Gemma 3), or, with `tie_from_text`, the language model's own (Mistral 3: transformers 5's top-level
-    default of true would tie Mistral Small's untied head, transformers issue #42313). transformers
-    saves `text_config` as its differences from the text config class, so a size missing there takes
-    that class's default (`text_defaults`)."""
+    Whether the LM head is tied (`tie`): the top level's `tie_word_embeddings` decides, as in
+    transformers 5 (`top`: Gemma 3); the language model's own (`text`: Mistral 3, where transformers 5's
+    top-level default of true would tie Mistral Small's untied head, transformers issue #42313); or
+    either one's true ties it (`either`: Qwen2-VL and its successors, whose config class sets the top
+    level's to true when text_config's is). transformers saves `text_config` as its differences from
+    the text config class, so a size missing there takes that class's default (`text_defaults`). With
+    `flat`, a config without `text_config` holds the language model's fields at its top level, beside
+    the vision side's (transformers 4's Qwen2-VL and Qwen2.5-VL configs). In checkpoints the language
+    model's base lives under one of `bases`, its LM head under one of `heads`, and the parts under
+    `aside` are set aside (blockcli/tensor_names.py, `nested`)."""
 
     model_type: str
     title: str  # as people write it ("Gemma 3")
@@ -41,7 +46,12 @@ class Composite:
     tie_default: bool  # the composite config class's default tie_word_embeddings
     ignored: frozenset[str]  # top-level fields of the vision side and its image-token bookkeeping
     text_defaults: Mapping[str, Any]  # the text config class's sizes, for those text_config leaves out
-    tie_from_text: bool = False  # text_config's tie_word_embeddings decides, not the top level's
+    tie: str = "top"  # top | text | either: whose tie_word_embeddings decides whether the LM head is tied
+    flat: bool = False  # the language model's fields may sit at the top level, with no text_config
+    bases: tuple[str, ...] = ("model.language_model.", "language_model.model.", "language_model.")
+    heads: tuple[str, ...] = ("", "language_model.")
+    aside: tuple[str, ...] = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                              "model.multi_modal_projector.")
 
 
 # Activation names (HF ACT2FN keys) → blockcli names, for plain (non-gated) MLPs.
@@ -116,6 +126,14 @@ def rope_base(f: Fields, theta_keys: tuple[str, ...], default: float, fraction_k
             raise f.unrepresentable("rope_parameters", dict(params), "it disagrees with rope_scaling")
         scaling = found or scaling
     return theta, fraction, scaling
+
+
+def with_data(f: Fields, data: Mapping[str, Any]) -> Fields:
+    """`f` reading `data` instead (a default filled in, a field rewritten), with the same record of the keys
+    read, the notes and the per-layer overrides."""
+    g = Fields(data, f.where, f.family)
+    g.used, g.notes, g.layers = f.used, f.notes, f.layers
+    return g
 
 
 def layer_type_ropes(f: Fields, block: dict, model: dict, sliding: list[bool], bases: tuple[float, str, float],

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from blockcli.families.common import Family, gated_rms, layer_types, sliding_layers
+from blockcli.families.common import Family, gated_rms, layer_types, sliding_layers, with_data
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA
 from blockcli.families.moe import MOE_TRAINING_ONLY
@@ -63,10 +63,8 @@ def _gpt_oss(f: Fields) -> tuple[dict, dict]:
 
 def _with_default_rope(f: Fields) -> Fields:
     """The same fields with GptOssConfig's default RoPE in place of the missing one."""
-    g = Fields({**f.data, "rope_parameters": {**DEFAULT_ROPE, **({"rope_theta": f.data["rope_theta"]}
-                                                                if f.data.get("rope_theta") is not None else {})}},
-               f.where, f.family)
-    g.used, g.notes, g.layers = f.used, f.notes, f.layers
+    theta = {"rope_theta": f.data["rope_theta"]} if f.data.get("rope_theta") is not None else {}
+    g = with_data(f, {**f.data, "rope_parameters": {**DEFAULT_ROPE, **theta}})
     g.ignore("rope_parameters", "rope_scaling")
     return g
 

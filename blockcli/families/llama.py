@@ -7,8 +7,10 @@ All are `gated_rms` blocks (RMSNorm, gated MLP, RoPE over the whole head) with a
 from __future__ import annotations
 
 import math
+from typing import Mapping
 
 from blockcli.families.common import (TRAINING_ONLY, Composite, Family, gated_activation, gated_rms, layer_types,
+                                      with_data,
                                       layer_type_ropes, override_layers, silu_gate, sliding_layers,
                                       window_by_key)
 from blockcli.families.fields import Fields
@@ -52,7 +54,7 @@ def _qwen2(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
-def _qwen_window(f: Fields, block: dict, model: dict) -> None:
+def _qwen_window(f: Fields, block: dict, model: dict, max_window_default: int = 28) -> None:
     """Qwen2/Qwen3: `use_sliding_window` puts the window on layers max_window_layers and up."""
     use_window = f.bool("use_sliding_window", False)
     f.ignore("max_window_layers")  # read only when the window is on
@@ -61,10 +63,80 @@ def _qwen_window(f: Fields, block: dict, model: dict) -> None:
     # sliding for the layers i >= max_window_layers; a layer slides only with a window
     sliding = layer_types(f, n_layers)
     if sliding is None:
-        first = f.int("max_window_layers", 28, minimum=0) if use_window else n_layers
+        first = f.int("max_window_layers", max_window_default, minimum=0) if use_window else n_layers
         sliding = [i >= first for i in range(n_layers)]
     sliding = [use_window and kind for kind in sliding]
     sliding_layers(f, block, model, sliding, default=4096)  # Qwen2Config/Qwen3Config: sliding_window 4096
+
+
+def _text_only_mrope(f: Fields) -> tuple[Fields, list[int] | None]:
+    """The fields with M-RoPE's keys taken out of the RoPE dict (`mrope_section`, `mrope_interleaved`; a
+    `type: mrope` is the default RoPE), and the section. Qwen-VL's multimodal RoPE turns each of three
+    frequency sections by its own position (time, height, width); for text alone the three are the same
+    position, so it is RoPE itself."""
+    for key in ("rope_scaling", "rope_parameters"):
+        params = f.data.get(key)
+        if isinstance(params, Mapping) and ("mrope_section" in params or params.get("type") == "mrope"
+                                            or params.get("rope_type") == "mrope"):
+            section = params.get("mrope_section")
+            if (not isinstance(section, list) or not section
+                    or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in section)):
+                raise f.invalid(f"{key}.mrope_section", section, "an array of positive integers (rotary pairs "
+                                                                 "per position axis)")
+            interleaved = params.get("mrope_interleaved", False)
+            if not isinstance(interleaved, bool):
+                raise f.invalid(f"{key}.mrope_interleaved", interleaved, "true or false")
+            rest = {k: v for k, v in params.items() if k not in ("mrope_section", "mrope_interleaved")}
+            if rest.get("type") == "mrope" or rest.get("rope_type") == "mrope":
+                rest = {k: v for k, v in rest.items() if k not in ("type", "rope_type")}
+            f.notes.append("multimodal RoPE (mrope_section) runs as plain RoPE: text positions are the same "
+                           "on its three axes")
+            return with_data(f, {**f.data, key: rest}), section
+    return f, None
+
+
+def _mrope_pairs(f: Fields, section: list[int] | None, block: dict) -> None:
+    """transformers splits each head's rotated pairs into the M-RoPE sections: they must add up to d_h / 2."""
+    if section is not None and sum(section) != block["head_dim"] // 2:
+        raise f.unrepresentable("mrope_section", section, f"its sections add up to {sum(section)} rotary pairs, but "
+                                                          f"a head of {block['head_dim']} has {block['head_dim'] // 2}")
+
+
+def _theta_default(f: Fields, block: dict, theta: float) -> None:
+    """The config class's RoPE base when the config gives none (its `default_theta`)."""
+    params = f.data.get("rope_parameters") or f.data.get("rope_scaling")
+    if f.data.get("rope_theta") is None and not (isinstance(params, Mapping) and params.get("rope_theta") is not None):
+        block["rope_theta"] = theta
+
+
+def _qwen_vl_text(f: Fields) -> tuple[dict, dict]:
+    """Qwen2-VL's and Qwen2.5-VL's language model (Qwen2VLTextConfig, Qwen2_5_VLTextConfig): Qwen2's block,
+    q/k/v biases always, head_dim = hidden_size / heads whatever the config says, RoPE base 1e6 by default,
+    the window from `max_window_layers` (default 80) up when `use_sliding_window`; M-RoPE, which text-only
+    input turns into RoPE."""
+    f, section = _text_only_mrope(f)
+    d, heads = f.int("hidden_size"), f.int("num_attention_heads")
+    if f.data.get("head_dim") is not None and d % heads == 0:
+        f.neutral("head_dim", d // heads, "Qwen2-VL's attention computes head_dim as hidden_size / num_attention_heads")
+    block, model = gated_rms(f, silu_gate, kv_default=8, tie_default=False, qkv_bias=True, out_bias=False,
+                             mlp_bias=False, eps_default=1e-5)
+    _theta_default(f, block, 1e6)
+    _mrope_pairs(f, section, block)
+    _qwen_window(f, block, model, max_window_default=80)
+    return block, model
+
+
+def _qwen3_vl_text(f: Fields) -> tuple[dict, dict]:
+    """Qwen3-VL's language model (Qwen3VLTextConfig): Qwen3's block (per-head q/k RMSNorm, `attention_bias`),
+    32 K/V heads of 128 and RoPE base 5e5 by default, no sliding window; interleaved M-RoPE, which text-only
+    input turns into RoPE (its deepstack adds visual features to early layers only when there is an image)."""
+    f, section = _text_only_mrope(f)
+    block, model = gated_rms(f, silu_gate, kv_default=32, tie_default=False, head_dim_default=128,
+                             mlp_bias=False, eps_default=1e-6)
+    block["qk_norm"] = "head"
+    _theta_default(f, block, 5e5)
+    _mrope_pairs(f, section, block)
+    return block, model
 
 
 def _qwen3(f: Fields) -> tuple[dict, dict]:
@@ -276,13 +348,31 @@ LLAMA_MLP = tuple(t for t in LLAMA.tensors if ".mlp." in t.name)  # gate_proj, u
 
 
 # Mistral Small 3.1/3.2, Magistral, Ministral 3: a Pixtral vision tower and a projector beside a Mistral
+# the top-level fields of a Qwen-VL config beside its language model's: the vision side and its token ids
+_QWEN_VL_TOP = frozenset({"vision_config", "image_token_id", "video_token_id", "vision_start_token_id",
+                          "vision_end_token_id", "vision_token_id"})
+# Qwen2VLTextConfig's and Qwen2_5_VLTextConfig's sizes (their other defaults are _qwen_vl_text's)
+_QWEN2_VL_SIZES = {"vocab_size": 152064, "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
+                   "num_attention_heads": 64, "max_position_embeddings": 32768}
+
 COMPOSITES = (
     Composite("mistral3", "Mistral 3 (vision-language)", "mistral", True, frozenset({
         "vision_config", "image_token_index", "image_token_id", "projector_hidden_act", "vision_feature_layer",
         "multimodal_projector_bias", "spatial_merge_size"}),
               # MistralConfig's sizes (its other defaults are _mistral's)
               {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-               "num_attention_heads": 32, "max_position_embeddings": 131072}, tie_from_text=True),
+               "num_attention_heads": 32, "max_position_embeddings": 131072}, tie="text"),
+    # Qwen2-VL, Qwen2.5-VL, Qwen3-VL: the language model under model.language_model. (transformers 5) or model.
+    # (transformers 4's checkpoints), the vision tower under visual. or model.visual.; either level's tie ties
+    *(Composite(model_type, title, f"{model_type}_text", False, _QWEN_VL_TOP, sizes, tie="either", flat=flat,
+                bases=("model.language_model.", "model."), heads=("",), aside=("visual.", "model.visual."))
+      for model_type, title, sizes, flat in (
+          ("qwen2_vl", "Qwen2-VL (vision-language)", _QWEN2_VL_SIZES, True),
+          ("qwen2_5_vl", "Qwen2.5-VL (vision-language)", _QWEN2_VL_SIZES, True),
+          # Qwen3VLTextConfig's sizes; Qwen3VLConfig has no flat layout
+          ("qwen3_vl", "Qwen3-VL (vision-language)", {
+              "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+              "num_attention_heads": 32, "max_position_embeddings": 128000}, False))),
 )
 
 FAMILIES = (
@@ -290,6 +380,9 @@ FAMILIES = (
     Family("mistral", "Mistral", _mistral, LLAMA, TRAINING_ONLY),
     Family("ministral", "Ministral", _ministral, LLAMA, TRAINING_ONLY),
     Family("qwen2", "Qwen2", _qwen2, LLAMA, TRAINING_ONLY),
+    Family("qwen2_vl_text", "Qwen2-VL's language model", _qwen_vl_text, LLAMA, TRAINING_ONLY),
+    Family("qwen2_5_vl_text", "Qwen2.5-VL's language model", _qwen_vl_text, LLAMA, TRAINING_ONLY),
+    Family("qwen3_vl_text", "Qwen3-VL's language model", _qwen3_vl_text, LLAMA, TRAINING_ONLY),
     Family("qwen3", "Qwen3", _qwen3, LLAMA, TRAINING_ONLY),
     Family("olmo2", "OLMo 2", _olmo2, OLMO2, TRAINING_ONLY),
     Family("olmo3", "OLMo 3", _olmo3, OLMO2, TRAINING_ONLY),
