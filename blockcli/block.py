@@ -802,7 +802,7 @@ class MixtureOfExperts:
         B, T, d = x.shape
         N, E, k = B * T, moe.n_experts, moe.top_k
         logits = x.reshape(N, d) @ p["router"]  # (N, E)
-        if moe.router_bias:  # gpt-oss: the router is a linear layer with a bias
+        if moe.logit_bias:  # gpt-oss: the router is a linear layer with a bias
             logits += p["b_router"]
         logits3 = logits.reshape(B, T, E)
         rec("router_logits", "router logits", logits3, (x, p["router"]), kind="linear", params=("router", "b_router"))

@@ -509,7 +509,8 @@ def _dequantize_mxfp4(stored: Stored) -> np.ndarray:
     values = np.empty((*prefix, rows, groups, 32), dtype=np.float32)
     values[..., 0::2] = table[codes & 0x0F]
     values[..., 1::2] = table[codes >> 4]
-    values = np.ldexp(values, exponents[..., None])  # exact: a power of two times a value of 2 significant bits
+    with np.errstate(over="ignore"):  # a scale past float32's range: refused just below, in one line
+        values = np.ldexp(values, exponents[..., None])  # exact: a power of two times a value of 2 significant bits
     if not np.all(np.isfinite(values)):
         raise InputError(f"{stored.file}: MXFP4 tensor '{stored.name}' scales values past the float32 range")
     return values.reshape(*prefix, rows, groups_32).swapaxes(-1, -2)  # (…, G·32, rows), as transformers holds it

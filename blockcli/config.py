@@ -91,7 +91,7 @@ class MoE:
     block.bias.mlp), their outputs summed with the routing weights; optionally shared experts every
     token uses.
 
-    Routing, as transformers' routers do it: logits = x·W_router (+ a learned bias if `router_bias`,
+    Routing, as transformers' routers do it: logits = x·W_router (+ a learned bias if `logit_bias`,
     gpt-oss); scores = softmax or sigmoid of the logits;
     `selection_bias` (DeepSeek-V3's e_score_correction_bias) is added to the scores for choosing
     only; with n_groups > 1 only the experts of the `top_groups` best groups (a group's score: its
@@ -112,7 +112,7 @@ class MoE:
     top_groups: int = 1  # the best groups whose experts may be chosen (DeepSeek's topk_group)
     group_score: str = "max"  # a group's score: max of its scores (DeepSeek-V2) or sum of its top two (V3)
     selection_bias: bool = False  # a learned (n_experts,) bias added to the scores for the choice only
-    router_bias: bool = False  # the router is a linear layer with a bias: logits = x·W + b (gpt-oss)
+    logit_bias: bool = False  # the router is a linear layer with a bias b_router: logits = x·W + b (gpt-oss)
     d_shared: int = 0  # width of the shared expert MLP every token uses (0: none)
     shared_gate: bool = False  # the shared expert's output times sigmoid(x·w_gate) (Qwen2-MoE)
 
@@ -826,7 +826,7 @@ def _parse_moe(value: Any) -> MoE | None:
         routed_scaling=_float(value, "routed_scaling", p, 1.0, 0.0, 1e6, low_open=True),
         n_groups=n_groups, top_groups=top_groups, group_score=group_score,
         selection_bias=_bool(value, "selection_bias", p, False),
-        router_bias=_bool(value, "router_bias", p, False),
+        logit_bias=_bool(value, "logit_bias", p, False),
         d_shared=_int(value, "d_shared", p, 0, minimum=0),
         shared_gate=_bool(value, "shared_gate", p, False),
     )

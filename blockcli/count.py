@@ -227,7 +227,7 @@ def moe_formula(b: BlockConfig) -> list[Row]:
         per = ((count,) if count else ())
         return term(matrices - 1, *per, width) + term(1, *per, "d")
 
-    rows = [Row("mlp.router", "router", term(1, "d", "E"), term(1, "E") if moe.router_bias else Poly(),
+    rows = [Row("mlp.router", "router", term(1, "d", "E"), term(1, "E") if moe.logit_bias else Poly(),
                 ("router", "b_router"))]
     if moe.selection_bias:  # transformers' DeepseekV3TopkRouter.e_score_correction_bias: a buffer
         rows.append(Row("mlp.router_bias", "router selection bias (buffer, not a parameter)", term(1, "E"), Poly(),
@@ -372,7 +372,8 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
 
     covered = {k for row in rows for k in row.keys}
     mismatches.extend(f"{tag}{k}: array not in the formula" for k in arrays if k not in covered)
-    for name, label, (w, bias) in (("attention", "attention (Q, K, V, O)", groups["attn"]),
+    attention = "attention (Q, K, V, O, sinks)" if config.block.attention_sinks else "attention (Q, K, V, O)"
+    for name, label, (w, bias) in (("attention", attention, groups["attn"]),
                                    ("mlp", "MLP", groups["mlp"]),
                                    ("norms", _norms_label(sum(r.name.startswith("ln") for r in rows)),
                                     groups["ln"]),

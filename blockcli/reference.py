@@ -42,7 +42,8 @@ def _gated(cfg: BlockConfig, gate: float, up: float) -> float:
     if cfg.activation == "clamped_swiglu":
         c, alpha = cfg.swiglu_limit, cfg.swiglu_alpha
         g = min(gate, c)
-        return g / (1 + math.exp(-alpha * g)) * (min(max(up, -c), c) + 1)
+        silu = g / (1 + math.exp(-alpha * g)) if alpha * g > -700 else 0.0  # exp(−αg) past float64's range
+        return silu * (min(max(up, -c), c) + 1)
     return _act(cfg.activation, gate) * up
 
 

@@ -105,7 +105,7 @@ def moe_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     assert moe is not None
     d = cfg.d_model
     shapes: dict[str, Shape] = {"router": (d, moe.n_experts)}
-    if moe.router_bias:
+    if moe.logit_bias:
         shapes["b_router"] = (moe.n_experts,)
     if moe.selection_bias:
         shapes["router_bias"] = (moe.n_experts,)

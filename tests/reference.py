@@ -132,7 +132,7 @@ def _resolve_moe(cfg):
         "n_groups": groups, "top_groups": int(cfg.get("top_groups", groups)),
         "group_score": cfg.get("group_score", "max"),
         "selection_bias": bool(cfg.get("selection_bias", False)),
-        "router_bias": bool(cfg.get("router_bias", False)),  # logits = vec . router + b_router
+        "logit_bias": bool(cfg.get("logit_bias", False)),  # logits = vec . router + b_router
         "d_shared": int(cfg.get("d_shared", 0)), "shared_gate": bool(cfg.get("shared_gate", False)),
     }
 
@@ -202,7 +202,7 @@ def block_param_shapes(block_cfg, rms_beta=False):
     if b["moe"] is not None:
         moe, gated = b["moe"], b["activation"] in GATED
         shapes["router"] = (d, moe["n_experts"])
-        if moe["router_bias"]:
+        if moe["logit_bias"]:
             shapes["b_router"] = (moe["n_experts"],)
         if moe["selection_bias"]:
             shapes["router_bias"] = (moe["n_experts"],)
@@ -713,7 +713,7 @@ def moe_routing(moe, weights, prefix, vec):
     softmax: the softmax of the k largest logits, times routed_scaling."""
     E, k = moe["n_experts"], moe["top_k"]
     logits = [float(z) for z in linear_vec(vec, _w(weights, "router", prefix),
-                                            _wopt(weights, "b_router", prefix, moe["router_bias"]))]
+                                            _wopt(weights, "b_router", prefix, moe["logit_bias"]))]
     if moe["order"] == "topk_softmax":
         chosen = _largest(logits, k)
         return chosen, [w * moe["routed_scaling"] for w in softmax_list([logits[e] for e in chosen])]

@@ -75,7 +75,7 @@ def moe_mappings(draw):
     top_k = draw(st.integers(1, top_groups * per_group))
     moe = {"n_experts": n_experts, "top_k": top_k, "d_expert": draw(st.integers(1, 12)),
            "renormalize": draw(st.booleans()), "routed_scaling": draw(st.sampled_from([1.0, 1.0, 2.5])),
-           "router_bias": draw(st.booleans())}
+           "logit_bias": draw(st.booleans())}
     if n_groups == 1 and draw(st.booleans()):
         moe["order"] = draw(st.sampled_from(["softmax_topk", "topk_softmax"]))
     if moe.get("order") != "topk_softmax":

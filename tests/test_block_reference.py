@@ -214,11 +214,11 @@ BLOCK_CASES = {
                                             activation="clamped_swiglu", swiglu_limit=0.4, swiglu_alpha=1.3,
                                             attention_sinks=True, n_kv_heads=2, rope=True, sliding_window=3,
                                             moe={"n_experts": 4, "top_k": 2, "d_expert": 6, "order": "topk_softmax",
-                                                 "router_bias": True}),
+                                                 "logit_bias": True}),
     "sinks_alibi_clamped_dense": block_dict(d_model=16, n_heads=4, activation="clamped_swiglu", swiglu_limit=0.3,
                                             attention_sinks=True, alibi=True),
     "moe_biased_experts_and_shared": block_dict(activation="geglu", moe={"n_experts": 3, "top_k": 1, "d_expert": 5,
-                                                                        "d_shared": 4, "router_bias": True}),
+                                                                        "d_shared": 4, "logit_bias": True}),
     # multi-head latent attention (DeepSeek): Q through its latent or one projection, values of their own width
     "mla_q_latent_interleaved": block_dict(norm="rmsnorm", bias=False, activation="swiglu", rope=True,
                                            rope_layout="interleaved", mla={
@@ -701,3 +701,20 @@ def test_model_refuses_empty_token_ids(shape):
     model = Model.from_config(make_cfg(BASE_BLOCK, model={"n_layers": 1, "vocab_size": 11, "max_positions": 8}))
     with pytest.raises(InputError, match=r"token ids of shape \(B, T\) with B, T >= 1"):
         model(np.zeros(shape, dtype=np.int64))
+
+
+def test_clamped_swiglu_far_below_zero_stays_finite_in_both_references():
+    """The gate is clamped from above only: at g ≪ 0, g·σ(αg) is 0 to double precision, not an overflow of
+    exp(−αg) (verify's item 12 compares with blockcli's slow reference, which must not raise there)."""
+    from blockcli.reference import reference_block
+
+    bd = block_dict(activation="clamped_swiglu", swiglu_limit=0.5, norm="rmsnorm", bias=False)
+    cfg = make_cfg(bd)
+    blk = DecoderBlock.from_config(cfg)
+    blk.params["w_1"] *= 3000.0  # gate pre-activations of ±thousands
+    x = np.random.default_rng(3).standard_normal((2, 5, cfg.block.d_model))
+    y = blk(x)
+    weights = {k: np.asarray(v) for k, v in blk.params.items()}
+    assert np.all(np.isfinite(y))
+    assert np.max(np.abs(y - reference_block(x, weights, cfg.block))) < 1e-9
+    assert np.max(np.abs(y - ref.block_forward(bd, weights, x))) < 1e-9

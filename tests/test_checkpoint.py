@@ -191,6 +191,19 @@ def test_mxfp4_values_follow_the_format_by_hand(tmp_path: Path) -> None:
     assert values[0, :, 1].tolist() == [e2m1[c] / 4 for c in codes]
 
 
+def test_mxfp4_scales_past_float32_are_one_line_errors(tmp_path: Path) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    folder = tmp_path / "huge"
+    shutil.copytree(FIXTURES / "gpt_oss-mxfp4", folder)
+    tensors = load_file(folder / "model.safetensors")
+    key = "model.layers.0.mlp.experts.down_proj_scales"
+    tensors[key] = np.full_like(tensors[key], 255)  # 2^128: every nonzero value past float32
+    save_file(tensors, folder / "model.safetensors")
+    line = one_error_line(cli("trace", folder))
+    assert "down_proj" in line and "past the float32 range" in line
+
+
 def test_an_mxfp4_pair_of_the_wrong_shapes_is_a_one_line_error(tmp_path: Path) -> None:
     from safetensors.numpy import load_file, save_file
 

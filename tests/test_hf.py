@@ -2255,7 +2255,7 @@ def test_gpt_oss_without_rope_fields_takes_gpt_oss_configs_defaults(tmp_path: Pa
             b.rope_scaling.beta_fast, b.rope_scaling.beta_slow, b.rope_scaling.truncate) == (
         150000.0, "yarn", 32.0, 4096, 32.0, 1.0, False)
     assert [config.layer_block(i).sliding_window for i in range(4)] == [128, 0, 128, 0]
-    assert (b.moe.top_k, b.swiglu_alpha, b.swiglu_limit, b.attention_sinks, b.moe.router_bias) == (
+    assert (b.moe.top_k, b.swiglu_alpha, b.swiglu_limit, b.attention_sinks, b.moe.logit_bias) == (
         4, 1.702, 7.0, True, True)
     assert count_parameters(config).total == 20_914_757_184  # the same model as the published config
 
@@ -2266,9 +2266,26 @@ def test_gpt_oss_without_rope_fields_takes_gpt_oss_configs_defaults(tmp_path: Pa
     ({"quantization_config": "mxfp4"}, "field 'quantization_config'"),
     ({"swiglu_limit": 0}, "field 'swiglu_limit': expected a number in (0, 1e+06]"),
     ({"layer_types": ["chunked_attention"] * 24}, "field 'layer_types'"),
+    ({"experts_per_token": "4"}, "field 'experts_per_token': expected an integer"),
+    ({"experts_per_token": True}, "field 'experts_per_token': expected an integer"),
+    ({"head_dim": None}, "field 'head_dim': expected a value"),
+    ({"rope_theta": None}, "field 'rope_theta': expected a value"),
+    ({"swiglu_limit": None}, "field 'swiglu_limit': expected a value"),
 ])
 def test_gpt_oss_fields_it_cannot_represent_are_one_line_errors(tmp_path: Path, changes: dict, message: str) -> None:
     assert message in hf_error(write_json(tmp_path, with_fields(GPT_OSS_20B, **changes)))
+
+
+def test_gpt_oss_attention_biases_default_on_and_num_experts_is_an_alias(tmp_path: Path) -> None:
+    """GptOssConfig: attention_bias defaults to true; num_experts is num_local_experts by its attribute_map.
+    The hand count of a config without attention_bias: each of 24 layers' q, k, v, o biases, 64·64 + 2·8·64
+    + 2880, are the difference from attention_bias false."""
+    no_field = load_config(write_json(tmp_path, with_fields(GPT_OSS_20B, attention_bias=_DROP), "a.json"))
+    off = load_config(write_json(tmp_path, with_fields(GPT_OSS_20B, attention_bias=False), "b.json"))
+    assert count_parameters(no_field).total == 20_914_757_184
+    assert count_parameters(no_field).total - count_parameters(off).total == 24 * (64 * 64 + 2 * 8 * 64 + 2880)
+    alias = with_fields(GPT_OSS_20B, num_local_experts=_DROP, num_experts=32)
+    assert count_parameters(load_config(write_json(tmp_path, alias, "c.json"))).total == 20_914_757_184
 
 
 def test_gpt_oss_mxfp4_config_is_read_with_a_note(tmp_path: Path) -> None:

@@ -158,9 +158,9 @@ def test_bad_moe_fields_are_one_line_naming_the_field(moe, message):
 
 
 def test_bias_mlp_gives_every_expert_and_the_router_flag_its_biases():
-    """gpt-oss: bias.mlp puts b_1, b_3 (d_e,) and b_2 (d,) on every routed and shared expert; moe.router_bias a
+    """gpt-oss: bias.mlp puts b_1, b_3 (d_e,) and b_2 (d,) on every routed and shared expert; moe.logit_bias a
     (E,) bias on the router's logits; the count is the hand sum of those and of the bias-free rest (d = 16, 2 heads)."""
-    moe = {"n_experts": 4, "top_k": 2, "d_expert": 6, "d_shared": 5, "router_bias": True}
+    moe = {"n_experts": 4, "top_k": 2, "d_expert": 6, "d_shared": 5, "logit_bias": True}
     cfg = parse_config({"block": dict(MIXTRAL_LIKE, bias={"qkv": False, "out": False, "mlp": True, "norm": False},
                                       moe=moe)})
     shapes = block_parameter_shapes(cfg.block)

@@ -106,8 +106,8 @@ def _deepseek(f: Fields, v3: bool) -> tuple[dict, dict]:
                        f"settings are unused")
     else:
         if isinstance(block["bias"], dict) and block["bias"]["mlp"]:  # (RMSNorm: never all four true)
-            raise f.unrepresentable("mlp_bias", True, "the shared expert would have biases; blockcli's experts "
-                                                      "have none")
+            raise f.unrepresentable("mlp_bias", True, "it gives the dense MLP biases but never the experts, and "
+                                                      "blockcli's bias.mlp gives both alike")
         block["moe"] = _moe(f, v3)
         if dense:  # layers 0..dense-1: the dense MLP, intermediate_size (block.d_ff) wide
             f.layers.append({"indices": list(range(dense)), "block": {"moe": None}})

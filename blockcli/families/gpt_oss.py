@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from blockcli.families.common import Family, gated_rms, layer_types, sliding_layers, with_data
+from blockcli.families.common import Family, first_of, gated_rms, layer_types, sliding_layers, with_data
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA
 from blockcli.families.moe import MOE_TRAINING_ONLY
@@ -35,14 +35,18 @@ def _clamped_swiglu(f: Fields) -> str:
 
 
 def _gpt_oss(f: Fields) -> tuple[dict, dict]:
+    # GptOssConfig (transformers 5) refuses null for these, and null rope_theta crashes transformers 4: a value
+    # null here would otherwise quietly take a default
+    for key in ("head_dim", "rope_theta", "swiglu_alpha", "swiglu_limit", "num_experts_per_tok", "attention_bias"):
+        if key in f.data and f.data[key] is None:
+            raise f.invalid(key, None, "a value (transformers' GptOssConfig refuses null)")
     if not any(f.data.get(key) is not None for key in ("rope_scaling", "rope_parameters")):
         f = _with_default_rope(f)
+    attention_bias = f.bool("attention_bias", True)  # GptOssConfig's default: q, k, v and o biased
     block, model = gated_rms(f, _clamped_swiglu, kv_default=8, tie_default=False, head_dim_default=64,
-                             mlp_bias=True, eps_default=1e-5)
+                             qkv_bias=attention_bias, out_bias=attention_bias, mlp_bias=True, eps_default=1e-5)
     if not f.has("rope_theta") and "rope_theta" not in (f.data.get("rope_parameters") or {}):
         block["rope_theta"] = 150000.0  # GptOssConfig.default_theta
-    block["bias"] = {**block["bias"], "mlp": True} if isinstance(block["bias"], dict) else \
-        {"qkv": block["bias"], "out": block["bias"], "mlp": True, "norm": False}
     block.update(attention_sinks=True, swiglu_alpha=f.float("swiglu_alpha", 1.702, high=1e6),
                  swiglu_limit=f.float("swiglu_limit", 7.0, high=1e6))
     n_layers = model["n_layers"]
@@ -50,13 +54,15 @@ def _gpt_oss(f: Fields) -> tuple[dict, dict]:
     sliding_layers(f, block, model, sliding, default=128)
     top_k = f.int("num_experts_per_tok", 4)
     # OpenAI's configs repeat it as experts_per_token, which transformers never reads: it must agree
-    if f.data.get("experts_per_token", top_k) != top_k:
+    if f.has("experts_per_token") and f.int("experts_per_token") != top_k:
         raise f.unrepresentable("experts_per_token", f.data["experts_per_token"],
                                 f"it disagrees with num_experts_per_tok = {top_k}, which transformers uses")
     # initial_context_length: OpenAI's name for the yarn scaling's original length, read from rope_scaling
     f.ignore("experts_per_token", "initial_context_length")
-    block["moe"] = {"n_experts": f.int("num_local_experts", 128), "top_k": top_k, "d_expert": block["d_ff"],
-                    "order": "topk_softmax", "router_bias": True}
+    # num_experts: GptOssConfig's alias of num_local_experts (its attribute_map)
+    n_experts = first_of(f, ("num_local_experts", "num_experts"), lambda key: f.int(key), 128)
+    block["moe"] = {"n_experts": n_experts, "top_k": top_k, "d_expert": block["d_ff"],
+                    "order": "topk_softmax", "logit_bias": True}
     _quantization(f)
     return block, model
 
