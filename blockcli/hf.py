@@ -119,6 +119,16 @@ def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
     text = top.raw("text_config", why="the language model's config, which is what blockcli reads")
     if not isinstance(text, Mapping):
         raise top.invalid("text_config", text, "an object (the language model's config)")
+    if composite.flat:  # transformers 4.52-4.56 wrote the text fields at both levels; transformers reads text_config's
+        for key in set(data) & set(text) - composite.ignored - {"model_type", "tie_word_embeddings"}:
+            if data[key] != text[key]:
+                raise top.unrepresentable(key, data[key], f"it disagrees with text_config's {short(text[key])}, "
+                                                          f"which transformers reads")
+            top.ignore(key)
+    # the vision side's token ids, which transformers 4.52-4.56 also wrote into text_config
+    text = {k: v for k, v in text.items() if k not in composite.ignored}
+    if "tie_word_embeddings" in text:
+        Fields(text, inner, composite.title).bool("tie_word_embeddings")  # true or false, nothing else
     tie = top.bool("tie_word_embeddings", composite.tie_default)
     top.check_leftovers(composite.ignored | frozenset(allow_fields))
     text_type = text.get("model_type", composite.text_model_type)
@@ -129,7 +139,7 @@ def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
             f"are not counted or run")
     language = {**composite.text_defaults, **text, "model_type": text_type}
     if composite.tie == "either":  # transformers' config class ties the top level when text_config ties
-        return {**language, "tie_word_embeddings": tie or text.get("tie_word_embeddings", False) is True}, inner, note
+        return {**language, "tie_word_embeddings": tie or text.get("tie_word_embeddings", False)}, inner, note
     if composite.tie == "text":  # the language model's own field (its family's default when absent) decides
         if "tie_word_embeddings" in data and "tie_word_embeddings" in text and text["tie_word_embeddings"] != tie:
             note += (f"; the LM head is {'tied' if text['tie_word_embeddings'] else 'untied'} as text_config's "

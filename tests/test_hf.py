@@ -2330,9 +2330,46 @@ def test_qwen_vl_flat_and_nested_layouts_read_alike(tmp_path: Path) -> None:
     assert not load_config(write_json(tmp_path, {**QWEN25_VL_7B, "tie_word_embeddings": False})).model.tie_embeddings
 
 
+def test_qwen3_vl_ties_by_the_top_level_only(tmp_path: Path) -> None:
+    """Qwen3VLConfig, unlike Qwen2-VL's classes, never copies text_config's tie_word_embeddings up, and
+    transformers ties by the top level's: tied, the head's V·d = 151,936·4,096 are counted once."""
+    text_tied = {**QWEN3_VL_8B, "text_config": {**QWEN3_VL_8B["text_config"], "tie_word_embeddings": True}}
+    assert not load_config(write_json(tmp_path, text_tied, "a.json")).model.tie_embeddings
+    top_tied = {**QWEN3_VL_8B, "tie_word_embeddings": True}
+    assert count_parameters(load_config(write_json(tmp_path, top_tied, "b.json"))).total == \
+        8_190_735_360 - 151_936 * 4_096
+
+
+def test_qwen_vl_configs_of_transformers_4_52_hold_the_text_fields_at_both_levels(tmp_path: Path) -> None:
+    """transformers 4.52-4.56 saved Qwen2.5-VL with the text fields at the top level and in text_config, whose
+    copy also carries the vision side's token ids (image_token_id null): transformers reads text_config."""
+    text = {k: v for k, v in QWEN25_VL_7B.items() if k not in ("vision_config", "model_type", "architectures")}
+    both = {**QWEN25_VL_7B, "text_config": {**text, "model_type": "qwen2_5_vl_text", "image_token_id": None}}
+    assert count_parameters(load_config(write_json(tmp_path, both, "a.json"))).total == 7_615_616_512
+    differing = {**both, "num_hidden_layers": 27}
+    assert "field 'num_hidden_layers' = 27 cannot be represented" in hf_error(write_json(tmp_path, differing, "b.json"))
+
+
+def test_qwen_vl_windows_sections_and_heads_as_transformers_reads_them(tmp_path: Path) -> None:
+    """A null sliding_window leaves every layer full even with use_sliding_window (Qwen2VLTextConfig's
+    layer_types); Qwen3-VL's interleaved sections need not add up to d_h / 2, nor be given at all."""
+    windowless = load_config(write_json(tmp_path, {**QWEN25_VL_7B, "use_sliding_window": True,
+                                                   "sliding_window": None}, "a.json"))
+    assert windowless.block.sliding_window == 0 and not windowless.layers_differ
+    for rope in ({"rope_type": "default", "mrope_section": [2, 2, 2], "mrope_interleaved": True},
+                 {"rope_type": "default", "mrope_interleaved": True}):
+        data = {**QWEN3_VL_8B, "text_config": {**QWEN3_VL_8B["text_config"], "rope_scaling": rope}}
+        assert count_parameters(load_config(write_json(tmp_path, data, "b.json"))).total == 8_190_735_360
+
+
 @pytest.mark.parametrize("hf, changes, message", [
+    (QWEN25_VL_7B, {"hidden_size": 3580, "head_dim": 128}, "does not divide 'hidden_size' = 3580"),
+    (QWEN25_VL_7B, {"rope_theta": None}, "field 'rope_theta': expected a number"),
+    (QWEN3_VL_8B, {"text_config": {**QWEN3_VL_8B["text_config"], "tie_word_embeddings": "yes"}},
+     "field 'tie_word_embeddings': expected true or false"),
     (QWEN25_VL_7B, {"rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 16]}},
-     "its sections add up to 56 rotary pairs, but a head of 128 has 64"),
+     "field 'rope_scaling.mrope_section' = [16, 24, 16] cannot be represented in blockcli's schema (its sections add "
+     "up to 56 rotary pairs, but a head of 128 has 64)"),
     (QWEN25_VL_7B, {"rope_scaling": {"type": "mrope", "mrope_section": "16,24,24"}}, "rope_scaling.mrope_section"),
     (QWEN25_VL_7B, {"head_dim": 64}, "field 'head_dim' = 64 cannot be represented"),
     (QWEN25_VL_7B, {"text_config": "none"}, "field 'text_config'"),

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from blockcli.families.common import (TRAINING_ONLY, Composite, Family, gated_activation, gated_rms, layer_types,
-                                      with_data,
+from blockcli.families.common import (TRAINING_ONLY, Composite, Family, divides, gated_activation, gated_rms,
+                                      layer_types, with_data,
                                       layer_type_ropes, override_layers, silu_gate, sliding_layers,
                                       window_by_key)
 from blockcli.families.fields import Fields
@@ -56,7 +56,8 @@ def _qwen2(f: Fields) -> tuple[dict, dict]:
 
 def _qwen_window(f: Fields, block: dict, model: dict, max_window_default: int = 28) -> None:
     """Qwen2/Qwen3: `use_sliding_window` puts the window on layers max_window_layers and up."""
-    use_window = f.bool("use_sliding_window", False)
+    # a null sliding_window leaves every layer full, whatever use_sliding_window and layer_types say
+    use_window = f.bool("use_sliding_window", False) and not (f.has("sliding_window") and f.data["sliding_window"] is None)
     f.ignore("max_window_layers")  # read only when the window is on
     n_layers = model["n_layers"]
     # Qwen2Config/Qwen3Config: sliding_window is None unless use_sliding_window; layer_types defaults to
@@ -76,30 +77,34 @@ def _text_only_mrope(f: Fields) -> tuple[Fields, list[int] | None]:
     position, so it is RoPE itself."""
     for key in ("rope_scaling", "rope_parameters"):
         params = f.data.get(key)
-        if isinstance(params, Mapping) and ("mrope_section" in params or params.get("type") == "mrope"
-                                            or params.get("rope_type") == "mrope"):
+        if isinstance(params, Mapping) and ("mrope_section" in params or "mrope_interleaved" in params
+                                            or "mrope" in (params.get("type"), params.get("rope_type"))):
             section = params.get("mrope_section")
-            if (not isinstance(section, list) or not section
-                    or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in section)):
+            if section is not None and (not isinstance(section, list) or not section or not all(
+                    isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in section)):
                 raise f.invalid(f"{key}.mrope_section", section, "an array of positive integers (rotary pairs "
                                                                  "per position axis)")
             interleaved = params.get("mrope_interleaved", False)
             if not isinstance(interleaved, bool):
                 raise f.invalid(f"{key}.mrope_interleaved", interleaved, "true or false")
             rest = {k: v for k, v in params.items() if k not in ("mrope_section", "mrope_interleaved")}
-            if rest.get("type") == "mrope" or rest.get("rope_type") == "mrope":
+            if "mrope" in (rest.get("type"), rest.get("rope_type")):
                 rest = {k: v for k, v in rest.items() if k not in ("type", "rope_type")}
             f.notes.append("multimodal RoPE (mrope_section) runs as plain RoPE: text positions are the same "
                            "on its three axes")
-            return with_data(f, {**f.data, key: rest}), section
+            return with_data(f, {**f.data, key: rest}), (f"{key}.mrope_section", section)
     return f, None
 
 
-def _mrope_pairs(f: Fields, section: list[int] | None, block: dict) -> None:
-    """transformers splits each head's rotated pairs into the M-RoPE sections: they must add up to d_h / 2."""
-    if section is not None and sum(section) != block["head_dim"] // 2:
-        raise f.unrepresentable("mrope_section", section, f"its sections add up to {sum(section)} rotary pairs, but "
-                                                          f"a head of {block['head_dim']} has {block['head_dim'] // 2}")
+def _mrope_pairs(f: Fields, found: tuple[str, list[int] | None] | None, block: dict) -> None:
+    """Qwen2-VL's M-RoPE cuts each head's rotary pairs into its sections one after another, so they must add up
+    to d_h / 2 (transformers fails otherwise); Qwen3-VL's interleaving has no such need."""
+    if found is None or found[1] is None:
+        return
+    (key, section), pairs = found, block["head_dim"] // 2
+    if sum(section) != pairs:
+        raise f.unrepresentable(key, section, f"its sections add up to {sum(section)} rotary pairs, but a head of "
+                                              f"{block['head_dim']} has {pairs}")
 
 
 def _theta_default(f: Fields, block: dict, theta: float) -> None:
@@ -116,8 +121,11 @@ def _qwen_vl_text(f: Fields) -> tuple[dict, dict]:
     input turns into RoPE."""
     f, section = _text_only_mrope(f)
     d, heads = f.int("hidden_size"), f.int("num_attention_heads")
-    if f.data.get("head_dim") is not None and d % heads == 0:
+    divides(f, "hidden_size", d, "num_attention_heads", heads)  # Qwen2-VL's attention refuses anything else
+    if f.data.get("head_dim") is not None:
         f.neutral("head_dim", d // heads, "Qwen2-VL's attention computes head_dim as hidden_size / num_attention_heads")
+    if f.has("rope_theta") and f.data["rope_theta"] is None:
+        raise f.invalid("rope_theta", None, "a number (null makes transformers fail)")
     block, model = gated_rms(f, silu_gate, kv_default=8, tie_default=False, qkv_bias=True, out_bias=False,
                              mlp_bias=False, eps_default=1e-5)
     _theta_default(f, block, 1e6)
@@ -130,12 +138,13 @@ def _qwen3_vl_text(f: Fields) -> tuple[dict, dict]:
     """Qwen3-VL's language model (Qwen3VLTextConfig): Qwen3's block (per-head q/k RMSNorm, `attention_bias`),
     32 K/V heads of 128 and RoPE base 5e5 by default, no sliding window; interleaved M-RoPE, which text-only
     input turns into RoPE (its deepstack adds visual features to early layers only when there is an image)."""
-    f, section = _text_only_mrope(f)
+    f, _ = _text_only_mrope(f)  # interleaved sections: any split of the pairs runs
+    if f.has("rope_theta") and f.data["rope_theta"] is None:
+        raise f.invalid("rope_theta", None, "a number (null makes transformers fail)")
     block, model = gated_rms(f, silu_gate, kv_default=32, tie_default=False, head_dim_default=128,
                              mlp_bias=False, eps_default=1e-6)
     block["qk_norm"] = "head"
     _theta_default(f, block, 5e5)
-    _mrope_pairs(f, section, block)
     return block, model
 
 
@@ -364,15 +373,16 @@ COMPOSITES = (
                "num_attention_heads": 32, "max_position_embeddings": 131072}, tie="text"),
     # Qwen2-VL, Qwen2.5-VL, Qwen3-VL: the language model under model.language_model. (transformers 5) or model.
     # (transformers 4's checkpoints), the vision tower under visual. or model.visual.; either level's tie ties
-    *(Composite(model_type, title, f"{model_type}_text", False, _QWEN_VL_TOP, sizes, tie="either", flat=flat,
+    # (Qwen2-VL's and Qwen2.5-VL's config classes tie the top level when text_config ties; Qwen3-VL's does not)
+    *(Composite(model_type, title, f"{model_type}_text", False, _QWEN_VL_TOP, sizes, tie=tie, flat=flat,
                 bases=("model.language_model.", "model."), heads=("",), aside=("visual.", "model.visual."))
-      for model_type, title, sizes, flat in (
-          ("qwen2_vl", "Qwen2-VL (vision-language)", _QWEN2_VL_SIZES, True),
-          ("qwen2_5_vl", "Qwen2.5-VL (vision-language)", _QWEN2_VL_SIZES, True),
+      for model_type, title, sizes, tie, flat in (
+          ("qwen2_vl", "Qwen2-VL (vision-language)", _QWEN2_VL_SIZES, "either", True),
+          ("qwen2_5_vl", "Qwen2.5-VL (vision-language)", _QWEN2_VL_SIZES, "either", True),
           # Qwen3VLTextConfig's sizes; Qwen3VLConfig has no flat layout
           ("qwen3_vl", "Qwen3-VL (vision-language)", {
               "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
-              "num_attention_heads": 32, "max_position_embeddings": 128000}, False))),
+              "num_attention_heads": 32, "max_position_embeddings": 128000}, "top", False))),
 )
 
 FAMILIES = (
