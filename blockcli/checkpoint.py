@@ -23,7 +23,7 @@ import json
 import math
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
@@ -31,8 +31,8 @@ from blockcli.config import Config, InputError, reading
 from blockcli.sources import load_config
 from blockcli.families import COMPOSITES, FAMILIES
 from blockcli.shapes import Shape, model_parameter_shapes
-from blockcli.tensor_names import (EXPERTS, EXPERTS_INTERLEAVED, FUSED, GROUPED_QKV, LINEAR, SAME, SPLIT, Tensor,
-                                   TensorMap, nested)
+from blockcli.tensor_names import (EXPERTS, EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE, FUSED, GROUPED_QKV, LINEAR,
+                                   SAME, SPLIT, Tensor, TensorMap, nested)
 
 if TYPE_CHECKING:
     import numpy as np  # imported where values are read: counting from headers needs no NumPy
@@ -270,9 +270,9 @@ def stored_shape(entry: Tensor, shapes: Mapping[str, Shape]) -> Shape:
     if entry.layout == EXPERTS:  # (E, one expert's outputs, in)
         n = _parts_per_expert(entry.keys)
         return (len(parts) // n, sum(p[-1] for p in parts[:n]), parts[0][0])
-    if entry.layout == EXPERTS_INTERLEAVED:  # (E, …, n·last): each expert's n parts interleaved along the last axis
-        n = _parts_per_expert(entry.keys)
-        return (len(parts) // n,) + parts[0][:-1] + (n * parts[0][-1],)
+    if entry.layout in (EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE):  # (E, …, Σ last): each expert's parts on the
+        n = _parts_per_expert(entry.keys)                               # last axis, interleaved or side by side
+        return (len(parts) // n,) + parts[0][:-1] + (sum(p[-1] for p in parts[:n]),)
     # FUSED, GROUPED_QKV: nn.Linear rows, all the parts' outputs, in sequence or interleaved by group
     return (sum(p[-1] for p in parts),) + parts[0][:-1]
 
@@ -327,6 +327,9 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
                              f"{config.name} has no {absent}")
         claimed.add(name)
         stored = ckpt.tensors[name]
+        # "a|b": the tensor is stored in either layout, told apart by its shape (the first when both fit)
+        fits = [replace(entry, layout=layout) for layout in entry.layout.split("|")]
+        entry = next((e for e in fits if stored.shape == stored_shape(e, shapes)), fits[0])
         expected = stored_shape(entry, shapes)
         if stored.shape != expected:
             raise InputError(f"{stored.file}: tensor '{name}' has shape {stored.shape}; {config.name} implies "
@@ -550,6 +553,10 @@ def _unpack(value: np.ndarray, layout: str, n_heads: int, parts: tuple[Shape, ..
     if layout == EXPERTS_INTERLEAVED:  # (E, …, n·last): part j of expert e is value[e, …, j::n]
         n = len(parts) // value.shape[0]
         return [value[e, ..., j::n] for e in range(value.shape[0]) for j in range(n)]
+    if layout == EXPERTS_SIDE_BY_SIDE:  # (E, …, Σ widths): expert e's parts one after another on the last axis
+        n = len(parts) // value.shape[0]
+        ends = [sum(p[-1] for p in parts[:j + 1]) for j in range(n)]
+        return [value[e, ..., end - p[-1]:end] for e in range(value.shape[0]) for end, p in zip(ends, parts[:n])]
     if layout in (SPLIT, FUSED):  # consecutive blocks of each part's output width, possibly unequal
         ends = [sum(p[-1] for p in parts[:j + 1]) for j in range(len(parts))]
         if layout == SPLIT:  # along the last axis

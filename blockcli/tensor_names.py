@@ -18,7 +18,8 @@ stored tensor, the blockcli key (or keys, for a fused tensor) it fills and the l
               [q_i k_i v_i]: GPT-NeoX's, Falcon's `query_key_value` and GPTBigCode's `c_attn`, in
               every variant
 
-A name `a|b` is stored under either (Falcon's norms are named by its block layout).
+A name `a|b` is stored under either (Falcon's norms are named by its block layout); a layout `a|b`
+is either, the one the stored shape fits (the first when both do).
 Names are relative to the family's base model (`prefix`): transformers saves
 `transformer.h.0...` from GPT2LMHeadModel but `h.0...` from GPT2Model, and both are read. A
 tensor marked `top` (the LM head) lives outside the base model. `{i}` is the layer index.
@@ -35,6 +36,8 @@ A mixture of experts adds one layout:
               matrices, vectors), its keys interleaved along the last axis: gpt-oss's `gate_up_proj`
               (E, d, 2·d_e), gate in the even columns and up in the odd ones; with one key, plain
               stacking (`down_proj` (E, d_e, d), the biases (E, d))
+    EXPERTS_SIDE_BY_SIDE  the same stacking, each expert's keys one after another along the last axis:
+              Qwen3-VL-MoE's `gate_up_proj` (E, d, 2·d_e) as its checkpoints store it, gate | up
 
 `{e}` is an expert's index: a name with `{e}` is one tensor per expert (as save_pretrained writes
 them, `experts.{e}.w1.weight`); keys with `{e}` in a name without it are all experts' in one fused
@@ -53,7 +56,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SAME, LINEAR, SPLIT, FUSED, GROUPED_QKV = "same", "linear", "split", "fused", "grouped_qkv"
-EXPERTS, EXPERTS_INTERLEAVED = "experts", "experts_interleaved"
+EXPERTS, EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE = "experts", "experts_interleaved", "experts_side_by_side"
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ ROPE_SCALED = [f"llama-rope-{kind}" for kind in ("linear", "dynamic", "llama3", 
 # Vision-language models, their language model run alone: Gemma 3 saved with transformers 4's names
 # (language_model.model.*, an untied language_model.lm_head) and with transformers 5's (model.language_model.*),
 # Mistral 3 (a Pixtral tower beside a windowed Mistral)
-VISION_LANGUAGE = ["gemma3", "gemma3-v5-names", "mistral3", "qwen2_5_vl", "qwen3_vl"]
+VISION_LANGUAGE = ["gemma3", "gemma3-v5-names", "mistral3", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
 
@@ -143,6 +143,23 @@ def test_bfloat16_checkpoint_is_widened_exactly_and_says_so() -> None:
     model = Model.from_config(load_config(folder), weights=folder, dtype="float32")
     assert relative(model(want["input_ids"]), want["logits_float32"]) <= 1e-4
     assert any("BF16 were widened to float32" in n for n in model.notes)
+
+
+def test_qwen3_vl_moe_experts_in_the_published_layout_read_by_their_shape(tmp_path: Path) -> None:
+    """Qwen3-VL-MoE's published checkpoints hold the experts transposed from transformers 5's own layout,
+    gate_up_proj (E, d, 2·d_e) and down_proj (E, d_e, d) (transformers' loader transposes them back): the
+    fixture's experts transposed so give transformers' logits all the same."""
+    from safetensors.numpy import load_file, save_file
+
+    folder = tmp_path / "published"
+    shutil.copytree(FIXTURES / "qwen3_vl_moe", folder)
+    tensors = load_file(folder / "model.safetensors")
+    for key in [k for k in tensors if k.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
+        tensors[key] = np.ascontiguousarray(tensors[key].transpose(0, 2, 1))
+    save_file(tensors, folder / "model.safetensors")
+    want = expected("qwen3_vl_moe")
+    model = Model.from_config(load_config(folder), weights=folder, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) <= 1e-9
 
 
 def test_mxfp4_experts_dequantize_as_transformers_does_and_the_model_runs() -> None:

@@ -2330,6 +2330,19 @@ def test_qwen_vl_flat_and_nested_layouts_read_alike(tmp_path: Path) -> None:
     assert not load_config(write_json(tmp_path, {**QWEN25_VL_7B, "tie_word_embeddings": False})).model.tie_embeddings
 
 
+# https://huggingface.co/Qwen/Qwen3-VL-30B-A3B-Instruct/blob/main/config.json
+QWEN3_VL_30B_A3B = {'architectures': ['Qwen3VLMoeForConditionalGeneration'], 'image_token_id': 151655, 'model_type': 'qwen3_vl_moe', 'text_config': {'attention_bias': False, 'attention_dropout': 0.0, 'bos_token_id': 151643, 'decoder_sparse_step': 1, 'dtype': 'bfloat16', 'eos_token_id': 151645, 'head_dim': 128, 'hidden_act': 'silu', 'hidden_size': 2048, 'initializer_range': 0.02, 'intermediate_size': 6144, 'max_position_embeddings': 262144, 'mlp_only_layers': [], 'model_type': 'qwen3_vl_moe_text', 'moe_intermediate_size': 768, 'norm_topk_prob': True, 'num_attention_heads': 32, 'num_experts': 128, 'num_experts_per_tok': 8, 'num_hidden_layers': 48, 'num_key_value_heads': 4, 'rms_norm_eps': 1e-06, 'rope_scaling': {'mrope_interleaved': True, 'mrope_section': [24, 20, 20], 'rope_type': 'default'}, 'rope_theta': 5000000, 'use_cache': True, 'vocab_size': 151936}, 'tie_word_embeddings': False, 'transformers_version': '4.57.0.dev0', 'video_token_id': 151656, 'vision_config': {'deepstack_visual_indexes': [8, 16, 24], 'depth': 27, 'hidden_act': 'gelu_pytorch_tanh', 'hidden_size': 1152, 'in_channels': 3, 'initializer_range': 0.02, 'intermediate_size': 4304, 'model_type': 'qwen3_vl_moe', 'num_heads': 16, 'num_position_embeddings': 2304, 'out_hidden_size': 2048, 'patch_size': 16, 'spatial_merge_size': 2, 'temporal_patch_size': 2}, 'vision_end_token_id': 151653, 'vision_start_token_id': 151652}
+
+
+def test_qwen3_vl_moe_counts_its_language_model(tmp_path: Path) -> None:
+    """transformers 5.24 Qwen3VLMoeForConditionalGeneration on the meta device, outside model.visual:
+    30,532,122,624, the shapes and count of Qwen3-30B-A3B (its preset), 3,353,032,704 of them active."""
+    result = count_parameters(load_config(write_json(tmp_path, QWEN3_VL_30B_A3B)))
+    assert (result.total, result.active_total) == (30_532_122_624, 3_353_032_704)
+    refused = {**QWEN3_VL_30B_A3B, "text_config": {**QWEN3_VL_30B_A3B["text_config"], "norm_topk_prob": False}}
+    assert "field 'norm_topk_prob' = False cannot be represented" in hf_error(write_json(tmp_path, refused))
+
+
 def test_qwen3_vl_ties_by_the_top_level_only(tmp_path: Path) -> None:
     """Qwen3VLConfig, unlike Qwen2-VL's classes, never copies text_config's tie_word_embeddings up, and
     transformers ties by the top level's: tied, the head's V·d = 151,936·4,096 are counted once."""
@@ -2386,7 +2399,7 @@ def test_qwen_vl_fields_it_cannot_represent_are_one_line_errors(tmp_path: Path, 
 # --------------------------------------------------------------------------- fuzz: the newer families too
 
 NEWER = [GEMMA3_4B, MISTRAL_SMALL_31, SMOLLM3_3B, GLM45_AIR, COMMAND_R7B, OLMO3_7B, EXAONE4_32B, MINISTRAL, GPT_OSS_20B,
-         QWEN25_VL_7B, QWEN3_VL_8B]
+         QWEN25_VL_7B, QWEN3_VL_8B, QWEN3_VL_30B_A3B]
 NEWER_KEYS = sorted({k for base in NEWER for k in base} | {"rope_parameters", "layer_types", "no_rope_layers",
                                                            "sliding_window_pattern", "use_qk_norm", "text_config",
                                                            "swiglu_alpha", "mrope_section"})

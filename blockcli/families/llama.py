@@ -70,9 +70,9 @@ def _qwen_window(f: Fields, block: dict, model: dict, max_window_default: int = 
     sliding_layers(f, block, model, sliding, default=4096)  # Qwen2Config/Qwen3Config: sliding_window 4096
 
 
-def _text_only_mrope(f: Fields) -> tuple[Fields, list[int] | None]:
+def text_only_mrope(f: Fields) -> tuple[Fields, tuple[str, list[int] | None] | None]:
     """The fields with M-RoPE's keys taken out of the RoPE dict (`mrope_section`, `mrope_interleaved`; a
-    `type: mrope` is the default RoPE), and the section. Qwen-VL's multimodal RoPE turns each of three
+    `type: mrope` is the default RoPE), and where the section was with its value (None: no M-RoPE). Qwen-VL's multimodal RoPE turns each of three
     frequency sections by its own position (time, height, width); for text alone the three are the same
     position, so it is RoPE itself."""
     for key in ("rope_scaling", "rope_parameters"):
@@ -107,8 +107,11 @@ def _mrope_pairs(f: Fields, found: tuple[str, list[int] | None] | None, block: d
                                               f"{block['head_dim']} has {pairs}")
 
 
-def _theta_default(f: Fields, block: dict, theta: float) -> None:
-    """The config class's RoPE base when the config gives none (its `default_theta`)."""
+def theta_default(f: Fields, block: dict, theta: float) -> None:
+    """The config class's RoPE base when the config gives none (its `default_theta`); a null one is refused,
+    as transformers fails on it."""
+    if f.has("rope_theta") and f.data["rope_theta"] is None:
+        raise f.invalid("rope_theta", None, "a number (null makes transformers fail)")
     params = f.data.get("rope_parameters") or f.data.get("rope_scaling")
     if f.data.get("rope_theta") is None and not (isinstance(params, Mapping) and params.get("rope_theta") is not None):
         block["rope_theta"] = theta
@@ -119,16 +122,14 @@ def _qwen_vl_text(f: Fields) -> tuple[dict, dict]:
     q/k/v biases always, head_dim = hidden_size / heads whatever the config says, RoPE base 1e6 by default,
     the window from `max_window_layers` (default 80) up when `use_sliding_window`; M-RoPE, which text-only
     input turns into RoPE."""
-    f, section = _text_only_mrope(f)
+    f, section = text_only_mrope(f)
     d, heads = f.int("hidden_size"), f.int("num_attention_heads")
     divides(f, "hidden_size", d, "num_attention_heads", heads)  # Qwen2-VL's attention refuses anything else
     if f.data.get("head_dim") is not None:
         f.neutral("head_dim", d // heads, "Qwen2-VL's attention computes head_dim as hidden_size / num_attention_heads")
-    if f.has("rope_theta") and f.data["rope_theta"] is None:
-        raise f.invalid("rope_theta", None, "a number (null makes transformers fail)")
     block, model = gated_rms(f, silu_gate, kv_default=8, tie_default=False, qkv_bias=True, out_bias=False,
                              mlp_bias=False, eps_default=1e-5)
-    _theta_default(f, block, 1e6)
+    theta_default(f, block, 1e6)
     _mrope_pairs(f, section, block)
     _qwen_window(f, block, model, max_window_default=80)
     return block, model
@@ -138,13 +139,11 @@ def _qwen3_vl_text(f: Fields) -> tuple[dict, dict]:
     """Qwen3-VL's language model (Qwen3VLTextConfig): Qwen3's block (per-head q/k RMSNorm, `attention_bias`),
     32 K/V heads of 128 and RoPE base 5e5 by default, no sliding window; interleaved M-RoPE, which text-only
     input turns into RoPE (its deepstack adds visual features to early layers only when there is an image)."""
-    f, _ = _text_only_mrope(f)  # interleaved sections: any split of the pairs runs
-    if f.has("rope_theta") and f.data["rope_theta"] is None:
-        raise f.invalid("rope_theta", None, "a number (null makes transformers fail)")
+    f, _ = text_only_mrope(f)  # interleaved sections: any split of the pairs runs
     block, model = gated_rms(f, silu_gate, kv_default=32, tie_default=False, head_dim_default=128,
                              mlp_bias=False, eps_default=1e-6)
     block["qk_norm"] = "head"
-    _theta_default(f, block, 5e5)
+    theta_default(f, block, 5e5)
     return block, model
 
 
@@ -358,8 +357,10 @@ LLAMA_MLP = tuple(t for t in LLAMA.tensors if ".mlp." in t.name)  # gate_proj, u
 
 # Mistral Small 3.1/3.2, Magistral, Ministral 3: a Pixtral vision tower and a projector beside a Mistral
 # the top-level fields of a Qwen-VL config beside its language model's: the vision side and its token ids
-_QWEN_VL_TOP = frozenset({"vision_config", "image_token_id", "video_token_id", "vision_start_token_id",
+QWEN_VL_TOP = frozenset({"vision_config", "image_token_id", "video_token_id", "vision_start_token_id",
                           "vision_end_token_id", "vision_token_id"})
+# where Qwen-VL checkpoints keep the language model: transformers 5's path, and transformers 4's model.
+QWEN_VL_BASES = ("model.language_model.", "model.")
 # Qwen2VLTextConfig's and Qwen2_5_VLTextConfig's sizes (their other defaults are _qwen_vl_text's)
 _QWEN2_VL_SIZES = {"vocab_size": 152064, "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
                    "num_attention_heads": 64, "max_position_embeddings": 32768}
@@ -374,8 +375,8 @@ COMPOSITES = (
     # Qwen2-VL, Qwen2.5-VL, Qwen3-VL: the language model under model.language_model. (transformers 5) or model.
     # (transformers 4's checkpoints), the vision tower under visual. or model.visual.; either level's tie ties
     # (Qwen2-VL's and Qwen2.5-VL's config classes tie the top level when text_config ties; Qwen3-VL's does not)
-    *(Composite(model_type, title, f"{model_type}_text", False, _QWEN_VL_TOP, sizes, tie=tie, flat=flat,
-                bases=("model.language_model.", "model."), heads=("",), aside=("visual.", "model.visual."))
+    *(Composite(model_type, title, f"{model_type}_text", False, QWEN_VL_TOP, sizes, tie=tie, flat=flat,
+                bases=QWEN_VL_BASES, heads=("",), aside=("visual.", "model.visual."))
       for model_type, title, sizes, tie, flat in (
           ("qwen2_vl", "Qwen2-VL (vision-language)", _QWEN2_VL_SIZES, "either", True),
           ("qwen2_5_vl", "Qwen2.5-VL (vision-language)", _QWEN2_VL_SIZES, "either", True),

@@ -14,11 +14,11 @@ Checkpoint tensors: per expert as `save_pretrained` writes them (Mixtral's
 
 from __future__ import annotations
 
-from blockcli.families.common import (TRAINING_ONLY, Family, apply_window, first_of, gated_rms, layer_types, silu_gate,
-                                      window_by_key)
+from blockcli.families.common import (TRAINING_ONLY, Composite, Family, apply_window, first_of, gated_rms, layer_types,
+                                      silu_gate, window_by_key)
 from blockcli.families.fields import Fields
-from blockcli.families.llama import LLAMA, LLAMA_MLP
-from blockcli.tensor_names import EXPERTS, LINEAR, Tensor, TensorMap, tensor
+from blockcli.families.llama import LLAMA, LLAMA_MLP, QWEN_VL_BASES, QWEN_VL_TOP, text_only_mrope, theta_default
+from blockcli.tensor_names import EXPERTS, EXPERTS_SIDE_BY_SIDE, LINEAR, Tensor, TensorMap, tensor
 
 # the router's load-balancing loss (its coefficient, and whether the logits are returned for it): training only
 MOE_TRAINING_ONLY = TRAINING_ONLY | {"output_router_logits", "router_aux_loss_coef"}
@@ -94,6 +94,32 @@ def _qwen3_moe(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _qwen3_vl_moe_text(f: Fields) -> tuple[dict, dict]:
+    """Qwen3-VL-MoE's language model (Qwen3VLMoeTextConfig): Qwen3-VL's attention (per-head q/k RMSNorm,
+    interleaved M-RoPE, which text alone turns into RoPE; head_dim hidden_size / heads unless given, as many
+    K/V heads as query heads by default) and Qwen3-MoE's mixture, always renormalised (its router divides the
+    top k by their sum; the config has no norm_topk_prob), its dense layers by `mlp_only_layers` and
+    `decoder_sparse_step`, intermediate_size wide."""
+    f, _ = text_only_mrope(f)
+    # Qwen3VLMoeTextConfig sets sliding_window to null (and saves it so): its attention never slides
+    f.neutral("sliding_window", None, "Qwen3-VL-MoE's attention has no sliding window")
+    f.neutral("norm_topk_prob", True, "Qwen3-VL-MoE's router always renormalises the top k; transformers reads no such "
+                                      "field")
+    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=True, mlp_bias=False, eps_default=1e-6)
+    block["qk_norm"] = "head"
+    theta_default(f, block, 5e5)
+    # transformers 5 writes num_experts as num_local_experts (its attribute_map)
+    n_experts = first_of(f, ("num_experts", "num_local_experts"), lambda key: f.int(key), 60)
+    block["moe"] = {"n_experts": n_experts, "top_k": f.int("num_experts_per_tok", 4),
+                    "d_expert": f.int("moe_intermediate_size", 1408), "renormalize": True}
+    dense = _dense_layers(f, model["n_layers"])
+    if len(dense) == model["n_layers"]:
+        del block["moe"]
+    elif dense:
+        f.layers.append({"indices": dense, "block": {"moe": None}})
+    return block, model
+
+
 def moe_tensors(router: str, experts: str, names: tuple[str, str, str], fused: str | None) -> tuple[Tensor, ...]:
     """A mixture's router and experts under `experts` (per expert: `{experts}.{e}.<gate|up|down>.weight`;
     fused 3-D: `{fused}.gate_up_proj` and `{fused}.down_proj`)."""
@@ -130,8 +156,28 @@ QWEN_MOE = TensorMap("model.", _LLAMA_ATTENTION + moe_tensors(
     *LLAMA_MLP,  # the dense layers' MLP (decoder_sparse_step, mlp_only_layers)
 ), buffers=LLAMA.buffers)
 
+# Qwen3-VL-MoE: Qwen3's attention, mlp.gate the router, and the experts fused per layer, as its published
+# checkpoints hold them, gate_up_proj (E, d, 2·d_e) with gate | up along the last axis and down_proj (E, d_e, d),
+# or transposed as transformers 5 holds and saves them, (E, 2·d_e, d) and (E, d, d_e): told apart by shape
+_EITHER = f"{EXPERTS_SIDE_BY_SIDE}|{EXPERTS}"
+QWEN3_VL_MOE = TensorMap("model.", _LLAMA_ATTENTION + (
+    tensor("blocks.{i}.router", "layers.{i}.mlp.gate.weight", LINEAR),
+    tensor("blocks.{i}.experts.{e}.w_1 blocks.{i}.experts.{e}.w_3", "layers.{i}.mlp.experts.gate_up_proj", _EITHER),
+    tensor("blocks.{i}.experts.{e}.w_2", "layers.{i}.mlp.experts.down_proj", _EITHER),
+    *LLAMA_MLP,  # the dense layers' MLP (mlp_only_layers, decoder_sparse_step)
+), buffers=LLAMA.buffers)
+
+COMPOSITES = (
+    # Qwen3VLMoeConfig: like Qwen3-VL's, the top level's tie_word_embeddings alone decides
+    Composite("qwen3_vl_moe", "Qwen3-VL-MoE (vision-language)", "qwen3_vl_moe_text", False, QWEN_VL_TOP, {
+        "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
+        "num_attention_heads": 16, "max_position_embeddings": 128000}, tie="top", bases=QWEN_VL_BASES,
+        heads=("",), aside=("visual.", "model.visual.")),
+)
+
 FAMILIES = (
     Family("mixtral", "Mixtral", _mixtral, MIXTRAL, MOE_TRAINING_ONLY | {"router_jitter_noise"}),  # jitter: training
     Family("qwen2_moe", "Qwen2-MoE", _qwen2_moe, QWEN_MOE, MOE_TRAINING_ONLY),
     Family("qwen3_moe", "Qwen3-MoE", _qwen3_moe, QWEN_MOE, MOE_TRAINING_ONLY),
+    Family("qwen3_vl_moe_text", "Qwen3-VL-MoE's language model", _qwen3_vl_moe_text, QWEN3_VL_MOE, MOE_TRAINING_ONLY),
 )
