@@ -72,9 +72,9 @@ def _qwen_window(f: Fields, block: dict, model: dict, max_window_default: int = 
 
 def text_only_mrope(f: Fields) -> tuple[Fields, tuple[str, list[int] | None] | None]:
     """The fields with M-RoPE's keys taken out of the RoPE dict (`mrope_section`, `mrope_interleaved`; a
-    `type: mrope` is the default RoPE), and where the section was with its value (None: no M-RoPE). Qwen-VL's multimodal RoPE turns each of three
-    frequency sections by its own position (time, height, width); for text alone the three are the same
-    position, so it is RoPE itself."""
+    `type: mrope` is the default RoPE), and the section's key with its value (None: no M-RoPE). Qwen-VL's
+    multimodal RoPE turns each of three frequency sections by its own position (time, height, width); for
+    text alone the three are the same position, so it is RoPE itself."""
     for key in ("rope_scaling", "rope_parameters"):
         params = f.data.get(key)
         if isinstance(params, Mapping) and ("mrope_section" in params or "mrope_interleaved" in params

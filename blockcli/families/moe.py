@@ -108,15 +108,9 @@ def _qwen3_vl_moe_text(f: Fields) -> tuple[dict, dict]:
     block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=True, mlp_bias=False, eps_default=1e-6)
     block["qk_norm"] = "head"
     theta_default(f, block, 5e5)
-    # transformers 5 writes num_experts as num_local_experts (its attribute_map)
-    n_experts = first_of(f, ("num_experts", "num_local_experts"), lambda key: f.int(key), 60)
-    block["moe"] = {"n_experts": n_experts, "top_k": f.int("num_experts_per_tok", 4),
-                    "d_expert": f.int("moe_intermediate_size", 1408), "renormalize": True}
-    dense = _dense_layers(f, model["n_layers"])
-    if len(dense) == model["n_layers"]:
-        del block["moe"]
-    elif dense:
-        f.layers.append({"indices": dense, "block": {"moe": None}})
+    _qwen_moe(f, block, model, 1408, 4, 60)
+    if "moe" in block:
+        block["moe"]["renormalize"] = True
     return block, model
 
 
