@@ -330,10 +330,10 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
         # "a|b": the tensor is stored in either layout, told apart by its shape (the first when both fit)
         fits = [replace(entry, layout=layout) for layout in entry.layout.split("|")]
         entry = next((e for e in fits if stored.shape == stored_shape(e, shapes)), fits[0])
-        expected = stored_shape(entry, shapes)
-        if stored.shape != expected:
+        if stored.shape != stored_shape(entry, shapes):
+            implied = " or ".join(dict.fromkeys(str(stored_shape(e, shapes)) for e in fits))
             raise InputError(f"{stored.file}: tensor '{name}' has shape {stored.shape}; {config.name} implies "
-                             f"{expected}")
+                             f"{implied}")
         for key in entry.keys:  # experts stored both per expert and fused would fill a key twice
             if key in filled:
                 raise InputError(f"{stored.file}: tensor '{name}' holds {key}, which '{filled[key]}' holds too")
@@ -546,15 +546,13 @@ def _unpack(value: np.ndarray, layout: str, n_heads: int, parts: tuple[Shape, ..
         groups = value.reshape(n_kv, n_heads // n_kv + 2, head_dim, *value.shape[1:])  # (h_kv, h/h_kv + 2, d_h[, d])
         grouped = [groups[:, :-2], groups[:, -2], groups[:, -1]]
         return [p.reshape(-1, *value.shape[1:]).T for p in grouped]  # (h·d_h[, d]), (h_kv·d_h[, d]) twice
-    if layout == EXPERTS:  # (E, Σ outputs, in): expert by expert, its parts' rows one after another
-        n = len(parts) // value.shape[0]
-        ends = [sum(p[-1] for p in parts[:j + 1]) for j in range(n)]
-        return [value[e, end - p[-1]:end].T for e in range(value.shape[0]) for end, p in zip(ends, parts[:n])]
     if layout == EXPERTS_INTERLEAVED:  # (E, …, n·last): part j of expert e is value[e, …, j::n]
         n = len(parts) // value.shape[0]
         return [value[e, ..., j::n] for e in range(value.shape[0]) for j in range(n)]
-    if layout == EXPERTS_SIDE_BY_SIDE:  # (E, …, Σ widths): expert e's parts one after another on the last axis
-        n = len(parts) // value.shape[0]
+    if layout in (EXPERTS, EXPERTS_SIDE_BY_SIDE):  # expert by expert, its parts one after another: along the
+        n = len(parts) // value.shape[0]          # rows of its (Σ outputs, in) (then transposed), or its last axis
+        if layout == EXPERTS:
+            value = value.swapaxes(1, 2)  # (E, in, Σ outputs)
         ends = [sum(p[-1] for p in parts[:j + 1]) for j in range(n)]
         return [value[e, ..., end - p[-1]:end] for e in range(value.shape[0]) for end, p in zip(ends, parts[:n])]
     if layout in (SPLIT, FUSED):  # consecutive blocks of each part's output width, possibly unequal

@@ -42,7 +42,7 @@ from typing import Any, Mapping
 
 from blockcli.config import Config, ConfigError, parse_config, read_text_file
 from blockcli.families import COMPOSITES, FAMILIES
-from blockcli.families.common import Composite
+from blockcli.families.common import Composite, refuse_nulls
 from blockcli.families.fields import COMMON_IGNORED, COMMON_NEUTRAL, Fields, json_kind, short
 
 RUN_DEFAULTS = {"batch": 1, "seq_len": 8, "dtype": "float32", "seed": 0}
@@ -129,6 +129,7 @@ def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
     text = {k: v for k, v in text.items() if k not in composite.ignored}
     if "tie_word_embeddings" in text:
         Fields(text, inner, composite.title).bool("tie_word_embeddings")  # true or false, nothing else
+    refuse_nulls(top, "tie_word_embeddings")
     tie = top.bool("tie_word_embeddings", composite.tie_default)
     top.check_leftovers(composite.ignored | frozenset(allow_fields))
     text_type = text.get("model_type", composite.text_model_type)

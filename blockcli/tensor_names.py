@@ -26,7 +26,7 @@ tensor marked `top` (the LM head) lives outside the base model. `{i}` is the lay
 A tensor the config does not call for (a bias of a bias-free config, the LM head of a tied
 model) is simply not expected. `buffers` are stored tensors that are not parameters (causal-mask
 and rotary-frequency buffers of older checkpoints): recognised, never loaded.
-A mixture of experts adds one layout:
+A mixture of experts adds three layouts:
 
     EXPERTS   a mixture's experts fused into one 3-D tensor (E, out, in), as transformers 5 holds them
               (and saves them with save_original_format=False): expert e's slice is nn.Linear's

@@ -162,6 +162,44 @@ def test_qwen3_vl_moe_experts_in_the_published_layout_read_by_their_shape(tmp_pa
     assert relative(model(want["input_ids"]), want["logits_float64"]) <= 1e-9
 
 
+def test_square_qwen3_vl_moe_experts_read_as_transformers_own_layout(tmp_path: Path) -> None:
+    """When d = 2·d_e (gate_up_proj) and d = d_e (down_proj) both orientations fit the shapes; transformers' loader
+    keeps a tensor already of its own shape, (E, 2·d_e, d) and (E, d, d_e), and so does blockcli: a model with
+    d_e = d / 2 saved that way, whose experts were written by hand from blockcli's keys, gives the same output as
+    the model built from those keys."""
+    from safetensors.numpy import save_file
+
+    config_json = json.loads((FIXTURES / "qwen3_vl_moe" / "config.json").read_text())
+    config_json["text_config"]["moe_intermediate_size"] = 16  # d = 32 = 2·d_e
+    folder = tmp_path / "square"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config_json))
+    config = load_config(folder / "config.json")
+    model = Model.from_config(config, dtype="float64")  # seeded weights under blockcli's keys
+    p, E = model.params, config.layer_block(1).moe.n_experts
+    tensors = {"model.language_model.embed_tokens.weight": p["wte"], "model.language_model.norm.weight": p["ln_f_gamma"],
+               "lm_head.weight": p["lm_head"].T}
+    for i in range(config.model.n_layers):
+        base = f"model.language_model.layers.{i}."
+        tensors.update({base + "input_layernorm.weight": p[f"blocks.{i}.ln1_gamma"],
+                        base + "post_attention_layernorm.weight": p[f"blocks.{i}.ln2_gamma"],
+                        base + "self_attn.q_norm.weight": p[f"blocks.{i}.q_norm_gamma"],
+                        base + "self_attn.k_norm.weight": p[f"blocks.{i}.k_norm_gamma"]})
+        tensors.update({base + f"self_attn.{x}_proj.weight": p[f"blocks.{i}.w_{x}"].T for x in "qkvo"})
+        if f"blocks.{i}.router" in p:  # transformers 5's own layout: each expert an nn.Linear's (out, in)
+            tensors[base + "mlp.gate.weight"] = p[f"blocks.{i}.router"].T
+            tensors[base + "mlp.experts.gate_up_proj"] = np.stack([np.concatenate(
+                [p[f"blocks.{i}.experts.{e}.w_1"], p[f"blocks.{i}.experts.{e}.w_3"]], axis=1).T for e in range(E)])
+            tensors[base + "mlp.experts.down_proj"] = np.stack([p[f"blocks.{i}.experts.{e}.w_2"].T for e in range(E)])
+        else:
+            tensors.update({base + f"mlp.{n}_proj.weight": p[f"blocks.{i}.w_{w}"].T
+                            for n, w in (("gate", "1"), ("up", "3"), ("down", "2"))})
+    save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, folder / "model.safetensors")
+    ids = expected("qwen3_vl_moe")["input_ids"]
+    loaded = Model.from_config(config, weights=folder, dtype="float64")
+    assert np.max(np.abs(loaded(ids) - model(ids))) < 1e-12
+
+
 def test_mxfp4_experts_dequantize_as_transformers_does_and_the_model_runs() -> None:
     """gpt-oss laid out as OpenAI publishes it (expert matrices as random MXFP4 _blocks/_scales pairs): the
     dequantized gate_up_proj equals the one transformers loaded, exactly, and logits, layers and a decode

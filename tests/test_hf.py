@@ -2339,8 +2339,23 @@ def test_qwen3_vl_moe_counts_its_language_model(tmp_path: Path) -> None:
     30,532,122,624, the shapes and count of Qwen3-30B-A3B (its preset), 3,353,032,704 of them active."""
     result = count_parameters(load_config(write_json(tmp_path, QWEN3_VL_30B_A3B)))
     assert (result.total, result.active_total) == (30_532_122_624, 3_353_032_704)
-    refused = {**QWEN3_VL_30B_A3B, "text_config": {**QWEN3_VL_30B_A3B["text_config"], "norm_topk_prob": False}}
-    assert "field 'norm_topk_prob' = False cannot be represented" in hf_error(write_json(tmp_path, refused))
+    text = QWEN3_VL_30B_A3B["text_config"]
+    # fields Qwen3VLMoeTextConfig never reads: the same model, with a note
+    unread = load_config(write_json(tmp_path, {**QWEN3_VL_30B_A3B, "text_config": {
+        **text, "norm_topk_prob": False, "sliding_window": 4096}}, "a.json"))
+    assert count_parameters(unread).total == 30_532_122_624 and unread.block.moe.renormalize
+    assert "norm_topk_prob False is not read" in unread.about.description
+    # Qwen3VLMoeTextConfig's default is 16 K/V heads: 32 query heads of 128, so K and V are 2·16·128 wide
+    default_kv = load_config(write_json(tmp_path, {**QWEN3_VL_30B_A3B, "text_config": {
+        k: v for k, v in text.items() if k != "num_key_value_heads"}}, "b.json"))
+    assert count_parameters(default_kv).total - 30_532_122_624 == 48 * 2 * 2048 * (16 - 4) * 128
+    for key in ("num_experts", "moe_intermediate_size", "decoder_sparse_step", "rope_theta"):
+        nulled = {**QWEN3_VL_30B_A3B, "text_config": {**text, key: None}}
+        assert f"field '{key}': expected a" in hf_error(write_json(tmp_path, nulled, "c.json"))
+    nested_null = {**QWEN3_VL_30B_A3B, "text_config": {**text, "rope_scaling": {**text["rope_scaling"], "rope_theta": None}}}
+    assert "field 'rope_scaling.rope_theta'" in hf_error(write_json(tmp_path, nested_null, "d.json"))
+    assert "field 'tie_word_embeddings': expected a value" in hf_error(
+        write_json(tmp_path, {**QWEN3_VL_30B_A3B, "tie_word_embeddings": None}, "e.json"))
 
 
 def test_qwen3_vl_ties_by_the_top_level_only(tmp_path: Path) -> None:

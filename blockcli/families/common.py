@@ -32,8 +32,8 @@ class Composite:
     Whether the LM head is tied (`tie`): the top level's `tie_word_embeddings` decides, as in
     transformers 5 (`top`: Gemma 3); the language model's own (`text`: Mistral 3, where transformers 5's
     top-level default of true would tie Mistral Small's untied head, transformers issue #42313); or
-    either one's true ties it (`either`: Qwen2-VL and its successors, whose config class sets the top
-    level's to true when text_config's is). transformers saves `text_config` as its differences from
+    either one's true ties it (`either`: Qwen2-VL and Qwen2.5-VL, whose config classes set the top
+    level's to true when text_config's is; Qwen3-VL's do not, so it is `top`). transformers saves `text_config` as its differences from
     the text config class, so a size missing there takes that class's default (`text_defaults`). With
     `flat`, a config without `text_config` holds the language model's fields at its top level, beside
     the vision side's (transformers 4's Qwen2-VL and Qwen2.5-VL configs). In checkpoints the language
@@ -126,6 +126,13 @@ def rope_base(f: Fields, theta_keys: tuple[str, ...], default: float, fraction_k
             raise f.unrepresentable("rope_parameters", dict(params), "it disagrees with rope_scaling")
         scaling = found or scaling
     return theta, fraction, scaling
+
+
+def refuse_nulls(f: Fields, *keys: str) -> None:
+    """A null in these fields is an error, not the default: transformers' config class refuses it."""
+    for key in keys:
+        if key in f.data and f.data[key] is None:
+            raise f.invalid(key, None, "a value (transformers' config class refuses null)")
 
 
 def with_data(f: Fields, data: Mapping[str, Any]) -> Fields:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from blockcli.families.common import Family, first_of, gated_rms, layer_types, sliding_layers, with_data
+from blockcli.families.common import Family, first_of, gated_rms, layer_types, refuse_nulls, sliding_layers, with_data
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA
 from blockcli.families.moe import MOE_TRAINING_ONLY
@@ -37,9 +37,7 @@ def _clamped_swiglu(f: Fields) -> str:
 def _gpt_oss(f: Fields) -> tuple[dict, dict]:
     # GptOssConfig (transformers 5) refuses null for these, and null rope_theta crashes transformers 4: a value
     # null here would otherwise quietly take a default
-    for key in ("head_dim", "rope_theta", "swiglu_alpha", "swiglu_limit", "num_experts_per_tok", "attention_bias"):
-        if key in f.data and f.data[key] is None:
-            raise f.invalid(key, None, "a value (transformers' GptOssConfig refuses null)")
+    refuse_nulls(f, "head_dim", "rope_theta", "swiglu_alpha", "swiglu_limit", "num_experts_per_tok", "attention_bias")
     if not any(f.data.get(key) is not None for key in ("rope_scaling", "rope_parameters")):
         f = _with_default_rope(f)
     attention_bias = f.bool("attention_bias", True)  # GptOssConfig's default: q, k, v and o biased

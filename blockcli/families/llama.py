@@ -57,7 +57,8 @@ def _qwen2(f: Fields) -> tuple[dict, dict]:
 def _qwen_window(f: Fields, block: dict, model: dict, max_window_default: int = 28) -> None:
     """Qwen2/Qwen3: `use_sliding_window` puts the window on layers max_window_layers and up."""
     # a null sliding_window leaves every layer full, whatever use_sliding_window and layer_types say
-    use_window = f.bool("use_sliding_window", False) and not (f.has("sliding_window") and f.data["sliding_window"] is None)
+    null_window = f.has("sliding_window") and f.data["sliding_window"] is None
+    use_window = f.bool("use_sliding_window", False) and not null_window
     f.ignore("max_window_layers")  # read only when the window is on
     n_layers = model["n_layers"]
     # Qwen2Config/Qwen3Config: sliding_window is None unless use_sliding_window; layer_types defaults to
@@ -112,6 +113,10 @@ def theta_default(f: Fields, block: dict, theta: float) -> None:
     as transformers fails on it."""
     if f.has("rope_theta") and f.data["rope_theta"] is None:
         raise f.invalid("rope_theta", None, "a number (null makes transformers fail)")
+    for key in ("rope_parameters", "rope_scaling"):
+        nested = f.data.get(key)
+        if isinstance(nested, Mapping) and "rope_theta" in nested and nested["rope_theta"] is None:
+            raise f.invalid(f"{key}.rope_theta", None, "a number (null makes transformers fail)")
     params = f.data.get("rope_parameters") or f.data.get("rope_scaling")
     if f.data.get("rope_theta") is None and not (isinstance(params, Mapping) and params.get("rope_theta") is not None):
         block["rope_theta"] = theta
@@ -355,7 +360,6 @@ OLMO2 = TensorMap("model.", (
 LLAMA_MLP = tuple(t for t in LLAMA.tensors if ".mlp." in t.name)  # gate_proj, up_proj, down_proj (and biases)
 
 
-# Mistral Small 3.1/3.2, Magistral, Ministral 3: a Pixtral vision tower and a projector beside a Mistral
 # the top-level fields of a Qwen-VL config beside its language model's: the vision side and its token ids
 QWEN_VL_TOP = frozenset({"vision_config", "image_token_id", "video_token_id", "vision_start_token_id",
                           "vision_end_token_id", "vision_token_id"})
@@ -366,6 +370,7 @@ _QWEN2_VL_SIZES = {"vocab_size": 152064, "hidden_size": 8192, "intermediate_size
                    "num_attention_heads": 64, "max_position_embeddings": 32768}
 
 COMPOSITES = (
+    # Mistral Small 3.1/3.2, Magistral, Ministral 3: a Pixtral vision tower and a projector beside a Mistral model
     Composite("mistral3", "Mistral 3 (vision-language)", "mistral", True, frozenset({
         "vision_config", "image_token_index", "image_token_id", "projector_hidden_act", "vision_feature_layer",
         "multimodal_projector_bias", "spatial_merge_size"}),
@@ -373,8 +378,8 @@ COMPOSITES = (
               {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
                "num_attention_heads": 32, "max_position_embeddings": 131072}, tie="text"),
     # Qwen2-VL, Qwen2.5-VL, Qwen3-VL: the language model under model.language_model. (transformers 5) or model.
-    # (transformers 4's checkpoints), the vision tower under visual. or model.visual.; either level's tie ties
-    # (Qwen2-VL's and Qwen2.5-VL's config classes tie the top level when text_config ties; Qwen3-VL's does not)
+    # (transformers 4's checkpoints), the vision tower under visual. or model.visual.; Qwen2-VL's and Qwen2.5-VL's
+    # config classes tie the top level when text_config ties (either level's true ties), Qwen3-VL's does not
     *(Composite(model_type, title, f"{model_type}_text", False, QWEN_VL_TOP, sizes, tie=tie, flat=flat,
                 bases=QWEN_VL_BASES, heads=("",), aside=("visual.", "model.visual."))
       for model_type, title, sizes, tie, flat in (

@@ -1,4 +1,4 @@
-"""The mixture-of-experts families: Mixtral, Qwen2-MoE (Qwen1.5-MoE) and Qwen3-MoE.
+"""The mixture-of-experts families: Mixtral, Qwen2-MoE (Qwen1.5-MoE), Qwen3-MoE and Qwen3-VL-MoE's language model.
 
 Each is a Llama-like `gated_rms` block whose MLP is `block.moe`: softmax router scores, top-k
 (`num_experts_per_tok` of `num_local_experts` / `num_experts`), renormalised always (Mixtral) or per
@@ -15,7 +15,7 @@ Checkpoint tensors: per expert as `save_pretrained` writes them (Mixtral's
 from __future__ import annotations
 
 from blockcli.families.common import (TRAINING_ONLY, Composite, Family, apply_window, first_of, gated_rms, layer_types,
-                                      silu_gate, window_by_key)
+                                      refuse_nulls, silu_gate, window_by_key)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, LLAMA_MLP, QWEN_VL_BASES, QWEN_VL_TOP, text_only_mrope, theta_default
 from blockcli.tensor_names import EXPERTS, EXPERTS_SIDE_BY_SIDE, LINEAR, Tensor, TensorMap, tensor
@@ -96,16 +96,20 @@ def _qwen3_moe(f: Fields) -> tuple[dict, dict]:
 
 def _qwen3_vl_moe_text(f: Fields) -> tuple[dict, dict]:
     """Qwen3-VL-MoE's language model (Qwen3VLMoeTextConfig): Qwen3-VL's attention (per-head q/k RMSNorm,
-    interleaved M-RoPE, which text alone turns into RoPE; head_dim hidden_size / heads unless given, as many
-    K/V heads as query heads by default) and Qwen3-MoE's mixture, always renormalised (its router divides the
-    top k by their sum; the config has no norm_topk_prob), its dense layers by `mlp_only_layers` and
-    `decoder_sparse_step`, intermediate_size wide."""
+    interleaved M-RoPE, which text alone turns into RoPE; head_dim hidden_size / heads unless given, 16 K/V
+    heads by default) and Qwen3-MoE's mixture, always renormalised (its router divides the top k by their sum;
+    the config class has no norm_topk_prob), its dense layers by `mlp_only_layers` and `decoder_sparse_step`,
+    intermediate_size wide."""
+    refuse_nulls(f, "num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
+                 "decoder_sparse_step", "num_key_value_heads")
     f, _ = text_only_mrope(f)
-    # Qwen3VLMoeTextConfig sets sliding_window to null (and saves it so): its attention never slides
-    f.neutral("sliding_window", None, "Qwen3-VL-MoE's attention has no sliding window")
-    f.neutral("norm_topk_prob", True, "Qwen3-VL-MoE's router always renormalises the top k; transformers reads no such "
-                                      "field")
-    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=True, mlp_bias=False, eps_default=1e-6)
+    # Qwen3VLMoeTextConfig sets sliding_window to null whatever the config says, and reads no norm_topk_prob
+    for key, why in (("sliding_window", "its attention never slides"),
+                     ("norm_topk_prob", "its router always renormalises the top k")):
+        if f.data.get(key) is not None:
+            f.notes.append(f"{key} {f.data[key]!r} is not read: transformers' Qwen3-VL-MoE {why}")
+        f.ignore(key)
+    block, model = gated_rms(f, silu_gate, kv_default=16, tie_default=True, mlp_bias=False, eps_default=1e-6)
     block["qk_norm"] = "head"
     theta_default(f, block, 5e5)
     _qwen_moe(f, block, model, 1408, 4, 60)
@@ -150,10 +154,11 @@ QWEN_MOE = TensorMap("model.", _LLAMA_ATTENTION + moe_tensors(
     *LLAMA_MLP,  # the dense layers' MLP (decoder_sparse_step, mlp_only_layers)
 ), buffers=LLAMA.buffers)
 
-# Qwen3-VL-MoE: Qwen3's attention, mlp.gate the router, and the experts fused per layer, as its published
-# checkpoints hold them, gate_up_proj (E, d, 2·d_e) with gate | up along the last axis and down_proj (E, d_e, d),
-# or transposed as transformers 5 holds and saves them, (E, 2·d_e, d) and (E, d, d_e): told apart by shape
-_EITHER = f"{EXPERTS_SIDE_BY_SIDE}|{EXPERTS}"
+# Qwen3-VL-MoE: Qwen3's attention, mlp.gate the router, and the experts fused per layer, as transformers 5 holds
+# and saves them, gate_up_proj (E, 2·d_e, d) and down_proj (E, d, d_e), or transposed as the published checkpoints
+# hold them, (E, d, 2·d_e) with gate | up along the last axis and (E, d_e, d): told apart by shape, transformers'
+# own layout when both fit (its loader transposes only a tensor that is not already of its own shape)
+_EITHER = f"{EXPERTS}|{EXPERTS_SIDE_BY_SIDE}"
 QWEN3_VL_MOE = TensorMap("model.", _LLAMA_ATTENTION + (
     tensor("blocks.{i}.router", "layers.{i}.mlp.gate.weight", LINEAR),
     tensor("blocks.{i}.experts.{e}.w_1 blocks.{i}.experts.{e}.w_3", "layers.{i}.mlp.experts.gate_up_proj", _EITHER),
