@@ -35,6 +35,9 @@ ROUTER_SCORINGS = ("softmax", "sigmoid")
 ROUTER_ORDERS = ("softmax_topk", "topk_softmax")
 GROUP_SCORES = ("max", "top2_sum")
 MAX_SIZE = 10**12  # far beyond any real model; keeps arithmetic and messages sane
+# layers are counted, traced and checked one by one: a million would take minutes; the deepest published
+# models have a few hundred
+MAX_LAYERS = 100_000
 MAX_CONFIG_BYTES = 2**20  # 1 MiB: real configs are a few KiB; a bigger file is a mistake and slow to parse
 
 
@@ -651,7 +654,8 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
-def _int(data: Mapping[str, Any], key: str, path: str, default: int, minimum: int = 1) -> int:
+def _int(data: Mapping[str, Any], key: str, path: str, default: int, minimum: int = 1,
+         maximum: int = MAX_SIZE) -> int:
     value = data.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, float) and value.is_integer() and math.isfinite(value):
@@ -660,8 +664,8 @@ def _int(data: Mapping[str, Any], key: str, path: str, default: int, minimum: in
             raise ConfigError(f"{path}.{key}: expected an integer, got {_kind(value)}")
     if value < minimum:
         raise ConfigError(f"{path}.{key}: expected an integer >= {minimum}, got {value}")
-    if value > MAX_SIZE:
-        raise ConfigError(f"{path}.{key}: expected at most {MAX_SIZE:,}, got {_kind(value)}")
+    if value > maximum:
+        raise ConfigError(f"{path}.{key}: expected at most {maximum:,}, got {_kind(value)}")
     return value
 
 
@@ -944,7 +948,7 @@ def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
     _check_keys(data, fields, "model.")
     p = "model"
     return ModelConfig(
-        n_layers=_int(data, "n_layers", p, 12),
+        n_layers=_int(data, "n_layers", p, 12, maximum=MAX_LAYERS),
         vocab_size=_int(data, "vocab_size", p, 50257),
         positions=_choice(data, "positions", p, "learned", POSITIONS),
         max_positions=_int(data, "max_positions", p, 1024),

@@ -711,3 +711,21 @@ def test_alibi_with_a_soft_cap_is_refused_naming_the_field():
                  {"block": {"attention_softcap": 0.5}, "model": {"positions": "alibi"}}):
         with pytest.raises(ConfigError, match=r"^block\.attention_softcap: ALiBi"):
             parse_config(data)
+
+
+def test_a_depth_no_model_comes_near_is_refused_before_any_layer_is_walked(tmp_path):
+    """count, trace and verify walk the layers one by one: 10⁸ of them would take minutes, so model.n_layers
+    (and a config.json's num_hidden_layers, n_layer) stops at 100,000, with one line naming the field."""
+    import json
+
+    from blockcli.sources import load_config
+
+    with pytest.raises(ConfigError, match=r"model\.n_layers: expected at most 100,000"):
+        parse_config({"block": {"d_model": 8, "n_heads": 2, "d_ff": 8}, "model": {"n_layers": 10**8, "vocab_size": 5}})
+    hf = {"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2, "intermediate_size": 8,
+          "num_hidden_layers": 10**9, "vocab_size": 5, "max_position_embeddings": 8}
+    (tmp_path / "config.json").write_text(json.dumps(hf))
+    with pytest.raises(ConfigError, match=r"field 'num_hidden_layers': expected an integer <= 100,000"):
+        load_config(tmp_path / "config.json")
+    assert parse_config({"block": {"d_model": 8, "n_heads": 2, "d_ff": 8},
+                         "model": {"n_layers": 100_000, "vocab_size": 5}}).model.n_layers == 100_000

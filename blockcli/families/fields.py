@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from blockcli.config import MAX_SIZE, ConfigError
+from blockcli.config import MAX_LAYERS, MAX_SIZE, ConfigError
+
+LAYER_COUNTS = frozenset({"num_hidden_layers", "n_layer", "num_layers"})  # the families' names for the depth
 
 MISSING = object()
 
@@ -106,8 +108,9 @@ class Fields:
             raise self.invalid(key, value, "an integer")
         if value < minimum:
             raise self.invalid(key, value, f"an integer >= {minimum}")
-        if value > MAX_SIZE:
-            raise self.invalid(key, value, f"an integer <= {MAX_SIZE:,}")
+        maximum = MAX_LAYERS if key in LAYER_COUNTS else MAX_SIZE  # layers are walked one by one
+        if value > maximum:
+            raise self.invalid(key, value, f"an integer <= {maximum:,}")
         return value
 
     def float(self, key: str, default: Any = MISSING, low: float = 0.0, high: float = 1.0,
