@@ -38,6 +38,7 @@ MAX_SIZE = 10**12  # far beyond any real model; keeps arithmetic and messages sa
 # layers are counted, traced and checked one by one: a million would take minutes; the deepest published
 # models have a few hundred
 MAX_LAYERS = 100_000
+MAX_EXPERTS = 100_000  # likewise the experts (the most in a published model: a few hundred)
 MAX_CONFIG_BYTES = 2**20  # 1 MiB: real configs are a few KiB; a bigger file is a mistake and slow to parse
 
 
@@ -805,7 +806,7 @@ def _parse_moe(value: Any) -> MoE | None:
     for key in ("n_experts", "top_k", "d_expert"):
         if key not in value:
             raise ConfigError(f"{p}.{key}: required")
-    n_experts = _int(value, "n_experts", p, 1)
+    n_experts = _int(value, "n_experts", p, 1, maximum=MAX_EXPERTS)
     top_k = _int(value, "top_k", p, 1)
     if top_k > n_experts:
         raise ConfigError(f"{p}.top_k: expected at most n_experts={n_experts}, got {top_k}")

@@ -713,9 +713,10 @@ def test_alibi_with_a_soft_cap_is_refused_naming_the_field():
             parse_config(data)
 
 
-def test_a_depth_no_model_comes_near_is_refused_before_any_layer_is_walked(tmp_path):
-    """count, trace and verify walk the layers one by one: 10⁸ of them would take minutes, so model.n_layers
-    (and a config.json's num_hidden_layers, n_layer) stops at 100,000, with one line naming the field."""
+def test_a_depth_or_expert_count_no_model_comes_near_is_refused_before_any_is_walked(tmp_path):
+    """count, trace and verify walk the layers and the experts one by one: 10⁸ of them would take minutes, so
+    model.n_layers and moe.n_experts (and a config.json's num_hidden_layers, n_layer, num_local_experts …) stop
+    at 100,000, with one line naming the field."""
     import json
 
     from blockcli.sources import load_config
@@ -729,3 +730,10 @@ def test_a_depth_no_model_comes_near_is_refused_before_any_layer_is_walked(tmp_p
         load_config(tmp_path / "config.json")
     assert parse_config({"block": {"d_model": 8, "n_heads": 2, "d_ff": 8},
                          "model": {"n_layers": 100_000, "vocab_size": 5}}).model.n_layers == 100_000
+    with pytest.raises(ConfigError, match=r"block\.moe\.n_experts: expected at most 100,000"):  # the experts too
+        parse_config({"block": {"d_model": 8, "n_heads": 2, "d_ff": 8, "bias": False,
+                                "moe": {"n_experts": 10**8, "top_k": 1, "d_expert": 4}}})
+    (tmp_path / "config.json").write_text(json.dumps({**hf, "model_type": "mixtral", "num_hidden_layers": 2,
+                                                      "num_key_value_heads": 2, "num_local_experts": 10**8}))
+    with pytest.raises(ConfigError, match=r"field 'num_local_experts': expected an integer <= 100,000"):
+        load_config(tmp_path / "config.json")

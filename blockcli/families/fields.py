@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from blockcli.config import MAX_LAYERS, MAX_SIZE, ConfigError
+from blockcli.config import MAX_EXPERTS, MAX_LAYERS, MAX_SIZE, ConfigError
 
-LAYER_COUNTS = frozenset({"num_hidden_layers", "n_layer", "num_layers"})  # the families' names for the depth
+# the families' names for the depth and the experts, which are walked one by one: bounded as the schema bounds them
+COUNT_LIMITS = {**dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers"), MAX_LAYERS),
+                **dict.fromkeys(("num_local_experts", "num_experts", "n_routed_experts"), MAX_EXPERTS)}
 
 MISSING = object()
 
@@ -108,7 +110,7 @@ class Fields:
             raise self.invalid(key, value, "an integer")
         if value < minimum:
             raise self.invalid(key, value, f"an integer >= {minimum}")
-        maximum = MAX_LAYERS if key in LAYER_COUNTS else MAX_SIZE  # layers are walked one by one
+        maximum = COUNT_LIMITS.get(key, MAX_SIZE)
         if value > maximum:
             raise self.invalid(key, value, f"an integer <= {maximum:,}")
         return value
