@@ -104,9 +104,10 @@ def _keys(data: Mapping[str, Any]) -> tuple[set[str], set[str]]:
 
 def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
                     allow_fields: tuple[str, ...] = ()) -> tuple[dict[str, Any], str, str]:
-    """A vision-language config's `text_config` as a language model's own config.json (its
-    model_type filled in, the top level's tie_word_embeddings in force), where it is, and a note
-    on what is set aside. The top level's own fields are checked like any family's."""
+    """A vision-language config's `text_config` (or, for a `flat` composite, the language model's fields
+    at its top level) as a language model's own config.json: its model_type filled in, the head tied as
+    the composite's `tie` rule says; where it is, and a note on what is set aside. The top level's own
+    fields are checked like any family's."""
     if composite.flat and "text_config" not in data:  # transformers 4's layout: the language model's fields at the top
         flat = {k: v for k, v in data.items() if k not in composite.ignored and k != "model_type"}
         data = {**{k: v for k, v in data.items() if k in composite.ignored}, "model_type": data["model_type"],

@@ -33,8 +33,9 @@ class Composite:
     transformers 5 (`top`: Gemma 3); the language model's own (`text`: Mistral 3, where transformers 5's
     top-level default of true would tie Mistral Small's untied head, transformers issue #42313); or
     either one's true ties it (`either`: Qwen2-VL and Qwen2.5-VL, whose config classes set the top
-    level's to true when text_config's is; Qwen3-VL's do not, so it is `top`). transformers saves `text_config` as its differences from
-    the text config class, so a size missing there takes that class's default (`text_defaults`). With
+    level's to true when text_config's is; Qwen3-VL's do not, so it is `top`). transformers saves
+    `text_config` as its differences from the text config class, so a size missing there takes that
+    class's default (`text_defaults`). With
     `flat`, a config without `text_config` holds the language model's fields at its top level, beside
     the vision side's (transformers 4's Qwen2-VL and Qwen2.5-VL configs). In checkpoints the language
     model's base lives under one of `bases`, its LM head under one of `heads`, and the parts under
