@@ -518,6 +518,18 @@ GPT_OSS_20B = {'architectures': ['GptOssForCausalLM'], 'attention_bias': True, '
 GPT_OSS_120B = {**GPT_OSS_20B, "num_hidden_layers": 36, "num_local_experts": 128,
                 "layer_types": ["sliding_attention", "full_attention"] * 18}
 
+# https://huggingface.co/Qwen/Qwen2.5-VL-7B-Instruct/blob/main/config.json: transformers 4's flat layout, the
+# language model's fields at the top level beside vision_config, M-RoPE as rope_scaling type mrope
+QWEN25_VL_7B = {'architectures': ['Qwen2_5_VLForConditionalGeneration'], 'attention_dropout': 0.0, 'bos_token_id': 151643, 'eos_token_id': 151645, 'vision_start_token_id': 151652, 'vision_end_token_id': 151653, 'vision_token_id': 151654, 'image_token_id': 151655, 'video_token_id': 151656, 'hidden_act': 'silu', 'hidden_size': 3584, 'initializer_range': 0.02, 'intermediate_size': 18944, 'max_position_embeddings': 128000, 'max_window_layers': 28, 'model_type': 'qwen2_5_vl', 'num_attention_heads': 28, 'num_hidden_layers': 28, 'num_key_value_heads': 4, 'rms_norm_eps': 1e-06, 'rope_theta': 1000000.0, 'sliding_window': 32768, 'tie_word_embeddings': False, 'torch_dtype': 'bfloat16', 'transformers_version': '4.41.2', 'use_cache': True, 'use_sliding_window': False, 'vision_config': {'depth': 32, 'hidden_act': 'silu', 'hidden_size': 1280, 'intermediate_size': 3420, 'num_heads': 16, 'in_chans': 3, 'out_hidden_size': 3584, 'patch_size': 14, 'spatial_merge_size': 2, 'spatial_patch_size': 14, 'window_size': 112, 'fullatt_block_indexes': [7, 15, 23, 31], 'tokens_per_second': 2, 'temporal_patch_size': 2}, 'rope_scaling': {'type': 'mrope', 'mrope_section': [16, 24, 24]}, 'vocab_size': 152064}
+# https://huggingface.co/Qwen/Qwen3-VL-8B-Instruct/blob/main/config.json: text_config nested, interleaved M-RoPE
+QWEN3_VL_8B = {'architectures': ['Qwen3VLForConditionalGeneration'], 'image_token_id': 151655, 'model_type': 'qwen3_vl', 'text_config': {'attention_bias': False, 'attention_dropout': 0.0, 'bos_token_id': 151643, 'dtype': 'bfloat16', 'eos_token_id': 151645, 'head_dim': 128, 'hidden_act': 'silu', 'hidden_size': 4096, 'initializer_range': 0.02, 'intermediate_size': 12288, 'max_position_embeddings': 262144, 'model_type': 'qwen3_vl_text', 'num_attention_heads': 32, 'num_hidden_layers': 36, 'num_key_value_heads': 8, 'rms_norm_eps': 1e-06, 'rope_scaling': {'mrope_interleaved': True, 'mrope_section': [24, 20, 20], 'rope_type': 'default'}, 'rope_theta': 5000000, 'use_cache': True, 'vocab_size': 151936}, 'tie_word_embeddings': False, 'transformers_version': '4.57.0.dev0', 'video_token_id': 151656, 'vision_config': {'deepstack_visual_indexes': [8, 16, 24], 'depth': 27, 'hidden_act': 'gelu_pytorch_tanh', 'hidden_size': 1152, 'in_channels': 3, 'initializer_range': 0.02, 'intermediate_size': 4304, 'model_type': 'qwen3_vl', 'num_heads': 16, 'num_position_embeddings': 2304, 'out_hidden_size': 4096, 'patch_size': 16, 'spatial_merge_size': 2, 'temporal_patch_size': 2}, 'vision_end_token_id': 151653, 'vision_start_token_id': 151652}
+
+
+# https://huggingface.co/Qwen/Qwen3-VL-30B-A3B-Instruct/blob/main/config.json
+QWEN3_VL_30B_A3B = {'architectures': ['Qwen3VLMoeForConditionalGeneration'], 'image_token_id': 151655, 'model_type': 'qwen3_vl_moe', 'text_config': {'attention_bias': False, 'attention_dropout': 0.0, 'bos_token_id': 151643, 'decoder_sparse_step': 1, 'dtype': 'bfloat16', 'eos_token_id': 151645, 'head_dim': 128, 'hidden_act': 'silu', 'hidden_size': 2048, 'initializer_range': 0.02, 'intermediate_size': 6144, 'max_position_embeddings': 262144, 'mlp_only_layers': [], 'model_type': 'qwen3_vl_moe_text', 'moe_intermediate_size': 768, 'norm_topk_prob': True, 'num_attention_heads': 32, 'num_experts': 128, 'num_experts_per_tok': 8, 'num_hidden_layers': 48, 'num_key_value_heads': 4, 'rms_norm_eps': 1e-06, 'rope_scaling': {'mrope_interleaved': True, 'mrope_section': [24, 20, 20], 'rope_type': 'default'}, 'rope_theta': 5000000, 'use_cache': True, 'vocab_size': 151936}, 'tie_word_embeddings': False, 'transformers_version': '4.57.0.dev0', 'video_token_id': 151656, 'vision_config': {'deepstack_visual_indexes': [8, 16, 24], 'depth': 27, 'hidden_act': 'gelu_pytorch_tanh', 'hidden_size': 1152, 'in_channels': 3, 'initializer_range': 0.02, 'intermediate_size': 4304, 'model_type': 'qwen3_vl_moe', 'num_heads': 16, 'num_position_embeddings': 2304, 'out_hidden_size': 2048, 'patch_size': 16, 'spatial_merge_size': 2, 'temporal_patch_size': 2}, 'vision_end_token_id': 151653, 'vision_start_token_id': 151652}
+
+
+
 CASES = [
     # KerasHub gpt2_presets.py "gpt2_base_en" (HF GPT2LMHeadModel, tied head counted once).
     pytest.param(GPT2, "gpt2", 124_439_808, id="gpt2"),
@@ -559,6 +571,10 @@ CASES = [
     # transformers 5.24 GptOssForCausalLM on the meta device; "20.91B" and "116.83B" in OpenAI's model card
     pytest.param(GPT_OSS_20B, "gpt-oss-20b", 20_914_757_184, id="gpt-oss-20b"),
     pytest.param(GPT_OSS_120B, "gpt-oss-120b", 116_829_156_672, id="gpt-oss-120b"),
+    # transformers 5.24 on the meta device, the parameters outside model.visual: the language models
+    pytest.param(QWEN25_VL_7B, "qwen2.5-vl-7b", 7_615_616_512, id="qwen2.5-vl-7b"),
+    pytest.param(QWEN3_VL_8B, "qwen3-vl-8b", 8_190_735_360, id="qwen3-vl-8b"),
+    pytest.param(QWEN3_VL_30B_A3B, "qwen3-vl-30b-a3b", 30_532_122_624, id="qwen3-vl-30b-a3b"),
 ]
 
 
@@ -2293,13 +2309,6 @@ def test_gpt_oss_mxfp4_config_is_read_with_a_note(tmp_path: Path) -> None:
     assert "stored as MXFP4; counted and run dequantized" in config.about.description
 
 
-# https://huggingface.co/Qwen/Qwen2.5-VL-7B-Instruct/blob/main/config.json: transformers 4's flat layout, the
-# language model's fields at the top level beside vision_config, M-RoPE as rope_scaling type mrope
-QWEN25_VL_7B = {'architectures': ['Qwen2_5_VLForConditionalGeneration'], 'attention_dropout': 0.0, 'bos_token_id': 151643, 'eos_token_id': 151645, 'vision_start_token_id': 151652, 'vision_end_token_id': 151653, 'vision_token_id': 151654, 'image_token_id': 151655, 'video_token_id': 151656, 'hidden_act': 'silu', 'hidden_size': 3584, 'initializer_range': 0.02, 'intermediate_size': 18944, 'max_position_embeddings': 128000, 'max_window_layers': 28, 'model_type': 'qwen2_5_vl', 'num_attention_heads': 28, 'num_hidden_layers': 28, 'num_key_value_heads': 4, 'rms_norm_eps': 1e-06, 'rope_theta': 1000000.0, 'sliding_window': 32768, 'tie_word_embeddings': False, 'torch_dtype': 'bfloat16', 'transformers_version': '4.41.2', 'use_cache': True, 'use_sliding_window': False, 'vision_config': {'depth': 32, 'hidden_act': 'silu', 'hidden_size': 1280, 'intermediate_size': 3420, 'num_heads': 16, 'in_chans': 3, 'out_hidden_size': 3584, 'patch_size': 14, 'spatial_merge_size': 2, 'spatial_patch_size': 14, 'window_size': 112, 'fullatt_block_indexes': [7, 15, 23, 31], 'tokens_per_second': 2, 'temporal_patch_size': 2}, 'rope_scaling': {'type': 'mrope', 'mrope_section': [16, 24, 24]}, 'vocab_size': 152064}
-# https://huggingface.co/Qwen/Qwen3-VL-8B-Instruct/blob/main/config.json: text_config nested, interleaved M-RoPE
-QWEN3_VL_8B = {'architectures': ['Qwen3VLForConditionalGeneration'], 'image_token_id': 151655, 'model_type': 'qwen3_vl', 'text_config': {'attention_bias': False, 'attention_dropout': 0.0, 'bos_token_id': 151643, 'dtype': 'bfloat16', 'eos_token_id': 151645, 'head_dim': 128, 'hidden_act': 'silu', 'hidden_size': 4096, 'initializer_range': 0.02, 'intermediate_size': 12288, 'max_position_embeddings': 262144, 'model_type': 'qwen3_vl_text', 'num_attention_heads': 32, 'num_hidden_layers': 36, 'num_key_value_heads': 8, 'rms_norm_eps': 1e-06, 'rope_scaling': {'mrope_interleaved': True, 'mrope_section': [24, 20, 20], 'rope_type': 'default'}, 'rope_theta': 5000000, 'use_cache': True, 'vocab_size': 151936}, 'tie_word_embeddings': False, 'transformers_version': '4.57.0.dev0', 'video_token_id': 151656, 'vision_config': {'deepstack_visual_indexes': [8, 16, 24], 'depth': 27, 'hidden_act': 'gelu_pytorch_tanh', 'hidden_size': 1152, 'in_channels': 3, 'initializer_range': 0.02, 'intermediate_size': 4304, 'model_type': 'qwen3_vl', 'num_heads': 16, 'num_position_embeddings': 2304, 'out_hidden_size': 4096, 'patch_size': 16, 'spatial_merge_size': 2, 'temporal_patch_size': 2}, 'vision_end_token_id': 151653, 'vision_start_token_id': 151652}
-
-
 @pytest.mark.parametrize("hf, total", [
     # transformers 5.24 Qwen2_5_VLForConditionalGeneration / Qwen3VLForConditionalGeneration on the meta device,
     # the parameters outside model.visual (the language model and its untied lm_head); the same shapes as
@@ -2328,10 +2337,6 @@ def test_qwen_vl_flat_and_nested_layouts_read_alike(tmp_path: Path) -> None:
                 **({} if top is None else {"tie_word_embeddings": top})}
         assert load_config(write_json(tmp_path, data)).model.tie_embeddings
     assert not load_config(write_json(tmp_path, {**QWEN25_VL_7B, "tie_word_embeddings": False})).model.tie_embeddings
-
-
-# https://huggingface.co/Qwen/Qwen3-VL-30B-A3B-Instruct/blob/main/config.json
-QWEN3_VL_30B_A3B = {'architectures': ['Qwen3VLMoeForConditionalGeneration'], 'image_token_id': 151655, 'model_type': 'qwen3_vl_moe', 'text_config': {'attention_bias': False, 'attention_dropout': 0.0, 'bos_token_id': 151643, 'decoder_sparse_step': 1, 'dtype': 'bfloat16', 'eos_token_id': 151645, 'head_dim': 128, 'hidden_act': 'silu', 'hidden_size': 2048, 'initializer_range': 0.02, 'intermediate_size': 6144, 'max_position_embeddings': 262144, 'mlp_only_layers': [], 'model_type': 'qwen3_vl_moe_text', 'moe_intermediate_size': 768, 'norm_topk_prob': True, 'num_attention_heads': 32, 'num_experts': 128, 'num_experts_per_tok': 8, 'num_hidden_layers': 48, 'num_key_value_heads': 4, 'rms_norm_eps': 1e-06, 'rope_scaling': {'mrope_interleaved': True, 'mrope_section': [24, 20, 20], 'rope_type': 'default'}, 'rope_theta': 5000000, 'use_cache': True, 'vocab_size': 151936}, 'tie_word_embeddings': False, 'transformers_version': '4.57.0.dev0', 'video_token_id': 151656, 'vision_config': {'deepstack_visual_indexes': [8, 16, 24], 'depth': 27, 'hidden_act': 'gelu_pytorch_tanh', 'hidden_size': 1152, 'in_channels': 3, 'initializer_range': 0.02, 'intermediate_size': 4304, 'model_type': 'qwen3_vl_moe', 'num_heads': 16, 'num_position_embeddings': 2304, 'out_hidden_size': 2048, 'patch_size': 16, 'spatial_merge_size': 2, 'temporal_patch_size': 2}, 'vision_end_token_id': 151653, 'vision_start_token_id': 151652}
 
 
 def test_qwen3_vl_moe_counts_its_language_model(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ For every preset in blockcli/presets/ four things must agree:
 The reference count is what HF transformers' ``AutoModelForCausalLM`` instantiates
 for the config, counting each tensor once: a tied LM head is not counted a second
 time, and buffers (causal masks, rotary ``inv_freq``, DeepSeek-V3's ``e_score_correction_bias``) are
-not parameters. All 37 totals below were also reproduced by instantiating the configs on the meta device
+not parameters. Every total below was also reproduced by instantiating the configs on the meta device
 with transformers 5.24 (``sum(p.numel() for p in model.parameters())``).
 """
 
@@ -256,7 +256,37 @@ def gpt_oss_total(*, d: int, L: int, V: int, h: int, kv: int, d_h: int, E: int, 
 # The cases. Hyperparameters are those of each model's HF config.json.
 # --------------------------------------------------------------------------
 
+# Hand totals shared by two presets each: a text model and the vision-language model built on its shapes
+QWEN25_7B_HAND = gated_rms_total(d=3584, L=28, V=152064, ff=18944, n_heads=28, n_kv=4, head_dim=128, tied=False,
+                                 qkv_bias=True)
+QWEN3_8B_HAND = gated_rms_total(d=4096, L=36, V=151936, ff=12288, n_heads=32, n_kv=8, head_dim=128, tied=False) \
+    + 36 * 2 * 128  # q_norm and k_norm: one RMSNorm weight of head_dim each per layer
+QWEN3_30B_A3B_HAND = moe_total(d=2048, L=48, V=151936, n_heads=32, n_kv=4, head_dim=128, experts=128, d_expert=768,
+                               qk_norm=True)
+
 CASES = [
+    # the language models of vision-language presets: transformers 5.24 on the meta device, the parameters
+    # outside model.visual (Qwen2_5_VLForConditionalGeneration, Qwen3VLForConditionalGeneration,
+    # Qwen3VLMoeForConditionalGeneration from each hub config.json)
+    pytest.param(
+        "qwen2.5-vl-7b", 7_615_616_512,
+        QWEN25_7B_HAND,
+        {"d_model": 3584, "n_heads": 28, "n_kv_heads": 4, "d_ff": 18944, "n_layers": 28, "vocab_size": 152064},
+        id="qwen2.5-vl-7b[transformers Qwen2_5_VLForConditionalGeneration without model.visual on meta=7615616512]",
+    ),
+    pytest.param(
+        "qwen3-vl-8b", 8_190_735_360,
+        QWEN3_8B_HAND,
+        {"d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "d_ff": 12288, "n_layers": 36,
+         "vocab_size": 151936},
+        id="qwen3-vl-8b[transformers Qwen3VLForConditionalGeneration without model.visual on meta=8190735360]",
+    ),
+    pytest.param(
+        "qwen3-vl-30b-a3b", 30_532_122_624,
+        QWEN3_30B_A3B_HAND,
+        {"d_model": 2048, "n_heads": 32, "n_kv_heads": 4, "n_layers": 48, "vocab_size": 151936},
+        id="qwen3-vl-30b-a3b[transformers Qwen3VLMoeForConditionalGeneration without model.visual on meta=30532122624]",
+    ),
     pytest.param(
         "gpt-oss-20b", 20_914_757_184,
         gpt_oss_total(d=2880, L=24, V=201088, h=64, kv=8, d_h=64, E=32, d_e=2880),
@@ -284,7 +314,7 @@ CASES = [
     ),
     pytest.param(
         "qwen3-30b-a3b", 30_532_122_624,
-        moe_total(d=2048, L=48, V=151936, n_heads=32, n_kv=4, head_dim=128, experts=128, d_expert=768, qk_norm=True),
+        QWEN3_30B_A3B_HAND,
         {"d_model": 2048, "n_heads": 32, "n_kv_heads": 4, "n_layers": 48, "vocab_size": 151936},
         # transformers 5.24 Qwen3MoeForCausalLM instantiated on the meta device from
         # https://huggingface.co/Qwen/Qwen3-30B-A3B/blob/main/config.json (sum of numel); "30.5B" on the model card
@@ -410,16 +440,14 @@ CASES = [
     ),
     pytest.param(
         "qwen2.5-7b", 7_615_616_512,
-        gated_rms_total(d=3584, L=28, V=152064, ff=18944, n_heads=28, n_kv=4, head_dim=128, tied=False,
-                        qkv_bias=True),
+        QWEN25_7B_HAND,
         {"d_model": 3584, "n_heads": 28, "n_kv_heads": 4, "d_ff": 18944, "n_layers": 28, "vocab_size": 152064},
         # HF Hub API safetensors for Qwen/Qwen2.5-7B: BF16 7,615,616,512 (the model card's "7.61B").
         id="qwen2.5-7b[HF safetensors BF16=7615616512]",
     ),
     pytest.param(
         "qwen3-8b", 8_190_735_360,
-        gated_rms_total(d=4096, L=36, V=151936, ff=12288, n_heads=32, n_kv=8, head_dim=128, tied=False)
-        + 36 * 2 * 128,  # q_norm and k_norm: one RMSNorm weight of head_dim each per layer
+        QWEN3_8B_HAND,
         {"d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "d_ff": 12288, "n_layers": 36,
          "vocab_size": 151936},
         # HF Hub API safetensors for Qwen/Qwen3-8B: BF16 8,190,735,360 (the model card's "8.2B").

@@ -104,9 +104,9 @@ def _qwen3_vl_moe_text(f: Fields) -> tuple[dict, dict]:
                  "decoder_sparse_step", "num_key_value_heads")
     f, _ = text_only_mrope(f)
     # Qwen3VLMoeTextConfig sets sliding_window to null whatever the config says, and reads no norm_topk_prob
-    for key, why in (("sliding_window", "its attention never slides"),
-                     ("norm_topk_prob", "its router always renormalises the top k")):
-        if f.data.get(key) is not None:
+    for key, meant, why in (("sliding_window", None, "never slides"),
+                            ("norm_topk_prob", True, "always renormalises the top k")):
+        if f.data.get(key, meant) not in (None, meant):
             f.notes.append(f"{key} {f.data[key]!r} is not read: transformers' Qwen3-VL-MoE {why}")
         f.ignore(key)
     block, model = gated_rms(f, silu_gate, kv_default=16, tie_default=True, mlp_bias=False, eps_default=1e-6)
