@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from blockcli.families.common import Family, first_of, gated_rms, layer_types, refuse_nulls, sliding_layers, with_data
 from blockcli.families.fields import Fields
-from blockcli.families.llama import LLAMA
+from blockcli.families.llama import LLAMA, theta_default
 from blockcli.families.moe import MOE_TRAINING_ONLY
 from blockcli.tensor_names import EXPERTS_INTERLEAVED, LINEAR, TensorMap, tensor
 
@@ -43,8 +43,7 @@ def _gpt_oss(f: Fields) -> tuple[dict, dict]:
     attention_bias = f.bool("attention_bias", True)  # GptOssConfig's default: q, k, v and o biased
     block, model = gated_rms(f, _clamped_swiglu, kv_default=8, tie_default=False, head_dim_default=64,
                              qkv_bias=attention_bias, out_bias=attention_bias, mlp_bias=True, eps_default=1e-5)
-    if not f.has("rope_theta") and "rope_theta" not in (f.data.get("rope_parameters") or {}):
-        block["rope_theta"] = 150000.0  # GptOssConfig.default_theta
+    theta_default(f, block, 150000.0)  # GptOssConfig.default_theta
     block.update(attention_sinks=True, swiglu_alpha=f.float("swiglu_alpha", 1.702, high=1e6),
                  swiglu_limit=f.float("swiglu_limit", 7.0, high=1e6))
     n_layers = model["n_layers"]

@@ -363,8 +363,9 @@ LLAMA_MLP = tuple(t for t in LLAMA.tensors if ".mlp." in t.name)  # gate_proj, u
 # the top-level fields of a Qwen-VL config beside its language model's: the vision side and its token ids
 QWEN_VL_TOP = frozenset({"vision_config", "image_token_id", "video_token_id", "vision_start_token_id",
                           "vision_end_token_id", "vision_token_id"})
-# where Qwen-VL checkpoints keep the language model: transformers 5's path, and transformers 4's model.
-QWEN_VL_BASES = ("model.language_model.", "model.")
+# where Qwen-VL checkpoints keep the language model (transformers 5's path, and transformers 4's model.), its
+# LM head, and the vision tower they set aside
+QWEN_VL_PATHS = {"bases": ("model.language_model.", "model."), "heads": ("",), "aside": ("visual.", "model.visual.")}
 # Qwen2VLTextConfig's and Qwen2_5_VLTextConfig's sizes (their other defaults are _qwen_vl_text's)
 _QWEN2_VL_SIZES = {"vocab_size": 152064, "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
                    "num_attention_heads": 64, "max_position_embeddings": 32768}
@@ -381,7 +382,7 @@ COMPOSITES = (
     # (transformers 4's checkpoints), the vision tower under visual. or model.visual.; Qwen2-VL's and Qwen2.5-VL's
     # config classes tie the top level when text_config ties (either level's true ties), Qwen3-VL's does not
     *(Composite(model_type, title, f"{model_type}_text", False, QWEN_VL_TOP, sizes, tie=tie, flat=flat,
-                bases=QWEN_VL_BASES, heads=("",), aside=("visual.", "model.visual."))
+                **QWEN_VL_PATHS)
       for model_type, title, sizes, tie, flat in (
           ("qwen2_vl", "Qwen2-VL (vision-language)", _QWEN2_VL_SIZES, "either", True),
           ("qwen2_5_vl", "Qwen2.5-VL (vision-language)", _QWEN2_VL_SIZES, "either", True),

@@ -17,7 +17,7 @@ from __future__ import annotations
 from blockcli.families.common import (TRAINING_ONLY, Composite, Family, apply_window, first_of, gated_rms, layer_types,
                                       refuse_nulls, silu_gate, window_by_key)
 from blockcli.families.fields import Fields
-from blockcli.families.llama import LLAMA, LLAMA_MLP, QWEN_VL_BASES, QWEN_VL_TOP, text_only_mrope, theta_default
+from blockcli.families.llama import LLAMA, LLAMA_MLP, QWEN_VL_PATHS, QWEN_VL_TOP, text_only_mrope, theta_default
 from blockcli.tensor_names import EXPERTS, EXPERTS_SIDE_BY_SIDE, LINEAR, Tensor, TensorMap, tensor
 
 # the router's load-balancing loss (its coefficient, and whether the logits are returned for it): training only
@@ -170,8 +170,7 @@ COMPOSITES = (
     # Qwen3VLMoeConfig: like Qwen3-VL's, the top level's tie_word_embeddings alone decides
     Composite("qwen3_vl_moe", "Qwen3-VL-MoE (vision-language)", "qwen3_vl_moe_text", False, QWEN_VL_TOP, {
         "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 24,
-        "num_attention_heads": 16, "max_position_embeddings": 128000}, tie="top", bases=QWEN_VL_BASES,
-        heads=("",), aside=("visual.", "model.visual.")),
+        "num_attention_heads": 16, "max_position_embeddings": 128000}, tie="top", **QWEN_VL_PATHS),
 )
 
 FAMILIES = (
