@@ -27,7 +27,7 @@ import numpy as np
 
 from blockcli.block import DecoderBlock, MixtureOfExperts
 from blockcli.config import parse_config
-from blockcli.ops import ACTIVATION_FUNCTIONS
+from blockcli.ops import ACTIVATION_KERNELS
 from machine import describe, summary_line  # benchmarks/machine.py
 
 CASES = ((8, 1), (8, 2), (8, 4), (16, 2), (32, 2))
@@ -44,7 +44,7 @@ def build(d: int, n_experts: int, top_k: int, dtype: str) -> MixtureOfExperts:
 def dense_then_mask(moe: MixtureOfExperts):
     """Every expert on every row, weighted by the (mostly zero) routing weights."""
     E = moe.cfg.moe.n_experts
-    silu = ACTIVATION_FUNCTIONS["silu"]
+    silu = ACTIVATION_KERNELS["silu"][0]
 
     def run(x: np.ndarray) -> np.ndarray:
         chosen, weights = moe.route(x)  # (B, T, k) each

@@ -699,7 +699,7 @@ def mlp_branches(cfg: BlockConfig) -> tuple[Callable[[Array], Array], Callable[[
     if cfg.activation == "clamped_swiglu":
         alpha, limit = cfg.swiglu_alpha, cfg.swiglu_limit
         return (lambda g: F.clamped_swiglu_gate(g, alpha, limit)), (lambda u: F.clamped_swiglu_up(u, limit))
-    return F.ACTIVATION_FUNCTIONS[cfg.activation], lambda u: u
+    return F.ACTIVATION_KERNELS[cfg.activation][0], lambda u: u
 
 
 @dataclass
@@ -752,7 +752,7 @@ class MLP:
             rec("mlp_up", "MLP up (gate partner)", up, (x, p["w_3"]), kind="linear", params=("w_3", "b_3"))
             act = act * partner(up)
             inputs = (pre, up)  # act(gate) ⊙ up reads both
-        rec("mlp_act", f"activation ({self.cfg.activation})", act, inputs, kind=self.cfg.activation)
+        rec("mlp_act", f"activation ({self.cfg.mlp_kind})", act, inputs, kind=self.cfg.mlp_kind)
         out = F.linear(act, p["w_2"], p.get("b_2"))  # (…, d)
         rec("mlp_out", "MLP contract", out, (act, p["w_2"]), kind="linear", params=("w_2", "b_2"))
         return out
@@ -882,7 +882,7 @@ class MixtureOfExperts:
     def _mlp(self, x: Array, key: str, label: str, rec: Record) -> Array:
         """One expert's act(x W_1 + b_1) [⊙ (x W_3 + b_3)] W_2 + b_2 on its rows x (n, d) (or (B, T, d) for
         the shared one); the biases when block.bias.mlp."""
-        p, act_name, (activation, partner) = self.p, self.cfg.activation, mlp_branches(self.cfg)
+        p, act_name, (activation, partner) = self.p, self.cfg.mlp_kind, mlp_branches(self.cfg)
 
         def linear(a: Array, name: str) -> Array:
             out = a @ p[key + "w_" + name]

@@ -670,6 +670,8 @@ def block_configs(draw):
         "bias": bias, "placement": draw(st.sampled_from(list(ref.PLACEMENTS))),
         "rope": draw(st.sampled_from(rope_opts)), "dropout": 0.0,
     }
+    if bd["activation"] in ref.FUNCTIONS:  # any function in a gated MLP as well as in a plain one
+        bd["gated"] = draw(st.booleans())
     return bd, draw(st.integers(1, 2)), draw(st.integers(1, 4)), draw(st.integers(0, 10**6))
 
 

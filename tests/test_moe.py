@@ -70,7 +70,7 @@ def test_count_formula_equals_the_arrays_and_the_hand_active_count(block):
     result = count_parameters(cfg)
     assert result.reconciled.match, result.reconciled.mismatches
     shapes = ref.model_param_shapes(block, cfg.model.__dict__, rms_beta=block["bias"]["norm"])
-    moe, gated = block["moe"], block["activation"] in ("swiglu", "geglu", "clamped_swiglu")
+    moe, gated = block["moe"], block.get("gated", block["activation"] in ref.GATED_NAMES)
     # the selection bias is stored but, as transformers holds it (a buffer), not a parameter
     assert result.buffers == (3 * moe["n_experts"] if moe.get("selection_bias") else 0)
     assert result.total + result.buffers == sum(math.prod(s) for s in shapes.values())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from blockcli.families.common import (TRAINING_ONLY, Composite, Family, gated_activation, gated_rms, layer_types,
+from blockcli.families.common import (TRAINING_ONLY, Composite, Family, gated_rms, mlp_activation, layer_types,
                                       layer_type_ropes, sliding_layers)
 from blockcli.families.fields import Fields
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
@@ -24,7 +24,7 @@ def _gemma2(f: Fields, pattern: int = 2, softcaps: tuple[float | None, float | N
     f.ignore("use_bidirectional_attention")
     # Gemma2MLP runs hidden_activation; hidden_act, which the published configs carry too, is unread
     f.ignore("hidden_act")
-    block, model = gated_rms(f, lambda g: gated_activation(g, "hidden_activation", "gelu_pytorch_tanh"),
+    block, model = gated_rms(f, lambda g: mlp_activation(g, "hidden_activation", "gelu_pytorch_tanh", gated=True),
                              kv_default=4, tie_default=True, head_dim_default=256, mlp_bias=False)
     block.update(placement="sandwich", norm_unit_offset=True)
     model["embedding_multiplier"] = math.sqrt(block["d_model"])

@@ -29,9 +29,9 @@ DEFAULT_ROPE = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_sl
                 "original_max_position_embeddings": 4096}
 
 
-def _clamped_swiglu(f: Fields) -> str:
+def _clamped_swiglu(f: Fields) -> dict[str, Any]:
     f.ignore("hidden_act")  # GptOssExperts always applies its clamped SwiGLU, whatever hidden_act says
-    return "clamped_swiglu"
+    return {"activation": "clamped_swiglu"}
 
 
 def _gpt_oss(f: Fields) -> tuple[dict, dict]:

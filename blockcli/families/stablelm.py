@@ -30,7 +30,7 @@ def _stablelm(f: Fields) -> tuple[dict, dict]:
     block = {
         "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
         "d_ff": f.int("intermediate_size"), "norm": "layernorm", "norm_eps": f.float("layer_norm_eps", 1e-5),
-        "activation": silu_gate(f),
+        **silu_gate(f),
         "bias": bias_groups(qkv_bias, False, False, True),  # o_proj and the MLP never have biases; nn.LayerNorm does
         "placement": "parallel_shared" if f.bool("use_parallel_residual", False) else "pre",
         "rope": rotating(rotated, head_dim), "rope_theta": theta,
