@@ -201,14 +201,14 @@ def _scale(p: Mapping[str, np.ndarray], which: str, cfg: BlockConfig) -> np.ndar
         return 1.0
     return p[f"{which}_gamma"] + (1.0 if cfg.norm_unit_offset else 0.0)
 def _expert(vec: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig, key: str) -> np.ndarray:
-    """One token through an MLP whose parameters are named `key` + w_1, b_1 …"""
-    pre = vec @ p[key + "w_1"] + p.get(key + "b_1", 0.0)
+    """One token through an MLP whose parameters are named `key` + w_gate, w_up, w_down (and b_…)."""
+    up = vec @ p[key + "w_up"] + p.get(key + "b_up", 0.0)
     if cfg.gated:
-        up = vec @ p[key + "w_3"] + p.get(key + "b_3", 0.0)
-        hidden = np.array([_gated(cfg, float(g), float(u)) for g, u in zip(pre, up)])
+        gate = vec @ p[key + "w_gate"] + p.get(key + "b_gate", 0.0)
+        hidden = np.array([_gated(cfg, float(g), float(u)) for g, u in zip(gate, up)])
     else:
-        hidden = np.array([_act(cfg.activation, float(g)) for g in pre])
-    return hidden @ p[key + "w_2"] + p.get(key + "b_2", 0.0)
+        hidden = np.array([_act(cfg.activation, float(u)) for u in up])
+    return hidden @ p[key + "w_down"] + p.get(key + "b_down", 0.0)
 
 
 def _best(values: list[float], k: int) -> list[int]:

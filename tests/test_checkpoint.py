@@ -189,11 +189,11 @@ def test_square_qwen3_vl_moe_experts_read_as_transformers_own_layout(tmp_path: P
         if f"blocks.{i}.router" in p:  # transformers 5's own layout: each expert an nn.Linear's (out, in)
             tensors[base + "mlp.gate.weight"] = p[f"blocks.{i}.router"].T
             tensors[base + "mlp.experts.gate_up_proj"] = np.stack([np.concatenate(
-                [p[f"blocks.{i}.experts.{e}.w_1"], p[f"blocks.{i}.experts.{e}.w_3"]], axis=1).T for e in range(E)])
-            tensors[base + "mlp.experts.down_proj"] = np.stack([p[f"blocks.{i}.experts.{e}.w_2"].T for e in range(E)])
+                [p[f"blocks.{i}.experts.{e}.w_gate"], p[f"blocks.{i}.experts.{e}.w_up"]], axis=1).T for e in range(E)])
+            tensors[base + "mlp.experts.down_proj"] = np.stack([p[f"blocks.{i}.experts.{e}.w_down"].T for e in range(E)])
         else:
-            tensors.update({base + f"mlp.{n}_proj.weight": p[f"blocks.{i}.w_{w}"].T
-                            for n, w in (("gate", "1"), ("up", "3"), ("down", "2"))})
+            tensors.update({base + f"mlp.{n}_proj.weight": p[f"blocks.{i}.w_{n}"].T
+                            for n in ("gate", "up", "down")})
     save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, folder / "model.safetensors")
     ids = expected("qwen3_vl_moe")["input_ids"]
     loaded = Model.from_config(config, weights=folder, dtype="float64")
@@ -208,7 +208,7 @@ def test_mxfp4_experts_dequantize_as_transformers_does_and_the_model_runs() -> N
     config = load_config(folder)
     model = Model.from_config(config, weights=folder, dtype="float32")
     assert "MXFP4 tensors were dequantized to float32 (exactly)" in model.notes
-    held = np.stack([np.stack([model.params[f"blocks.0.experts.{e}.w_{j}"] for j in (1, 3)], axis=-1).reshape(
+    held = np.stack([np.stack([model.params[f"blocks.0.experts.{e}.w_{j}"] for j in ("gate", "up")], axis=-1).reshape(
         config.block.d_model, -1) for e in range(config.block.moe.n_experts)])  # (E, d, 2·d_e): gate, up interleaved
     assert np.array_equal(held, want["gate_up_proj_0"])
     ids = want["input_ids"]
@@ -224,7 +224,7 @@ def test_mxfp4_experts_dequantize_as_transformers_does_and_the_model_runs() -> N
     assert data["total"] == int(want["parameters"]) and data["reconciled"]["method"] == "checkpoint"
     assert data["checkpoint"]["stored_dtypes"]["MXFP4"] == sum(
         math.prod(model.params[f"blocks.{i}.experts.{e}.{w}"].shape) for i in range(2) for e in range(4)
-        for w in ("w_1", "w_3", "w_2"))
+        for w in ("w_gate", "w_up", "w_down"))
 
 
 def test_mxfp4_values_follow_the_format_by_hand(tmp_path: Path) -> None:
@@ -939,13 +939,13 @@ def test_a_stored_head_that_is_a_copy_of_a_tied_embedding_is_accepted(tmp_path: 
 
 
 def test_a_fused_tensor_with_a_part_the_config_lacks_is_one_line(tmp_path: Path) -> None:
-    """Phi-3's gate_up_proj holds w_1 and w_3; an ungated config has no w_3."""
+    """Phi-3's gate_up_proj holds w_gate and w_up; an ungated config has no w_gate."""
     yaml_path = tmp_path / "ungated.yaml"
     assert cli("convert", FIXTURES / "phi3", "--output", yaml_path).returncode == 0
     text = yaml_path.read_text().replace("activation: swiglu", "activation: silu")
     yaml_path.write_text(text)
     line = one_error_line(cli("trace", yaml_path, "--weights", FIXTURES / "phi3", "--layer", "0"))
-    assert "gate_up_proj" in line and "has no blocks.0.w_3" in line
+    assert "gate_up_proj" in line and "has no blocks.0.w_gate" in line
 
 
 def test_weights_of_another_architecture_that_fit_the_shapes_are_noted() -> None:
