@@ -179,6 +179,9 @@ def _mapped(data: Any, where: str, allow_fields: tuple[str, ...]) -> tuple[dict[
     fields = Fields(data, where, family.title)
     block, model = family.read(fields)
     fields.check_leftovers(family.ignored | frozenset(allow_fields))
+    pad = data.get("pad_token_id")  # nn.Embedding's padding_idx: that row's gradient is always 0
+    if family.padding_idx and isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < model["vocab_size"]:
+        model["padding_idx"] = pad
 
     run = dict(RUN_DEFAULTS)
     run["seq_len"] = min(run["seq_len"], model["max_positions"])

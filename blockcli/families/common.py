@@ -23,6 +23,8 @@ class Family:
     read: Callable[[Fields], tuple[dict, dict]]  # config.json → blockcli's `block` and `model` sections
     tensors: TensorMap
     ignored: frozenset[str] = frozenset()  # fields that cannot change the network, beyond COMMON_IGNORED
+    # its token embedding is nn.Embedding(…, padding_idx=pad_token_id), whose padding row never gets a gradient
+    padding_idx: bool = True
 
 
 @dataclass(frozen=True)
