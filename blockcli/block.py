@@ -1240,8 +1240,8 @@ class MixtureOfExperts:
         chosen3, weights3 = chosen.reshape(B, T, -1), weights.reshape(B, T, -1)  # (B, T, k) each
         rec("router_choice", f"top-{k} experts per token", chosen3, (scores3,), kind="topk")
         rec("router_weights", routing_label(moe), weights3, (scores3,), kind="gather")
-        if saved is not None:
-            saved.update(probabilities=probabilities, chosen=chosen)
+        if saved is not None:  # the raw logits too: the load-balancing loss softmaxes them over every expert
+            saved.update(probabilities=probabilities, chosen=chosen, logits=logits)
         return chosen3, weights3
 
     def route_backward(self, x: Array, saved: Mapping[str, Any], d_weights: Array, tape: Tape) -> Array:
@@ -1265,6 +1265,8 @@ class MixtureOfExperts:
             np.put_along_axis(d_scores, chosen, d_weights, axis=-1)
             d_logits = (self.ops.softmax_backward(probabilities, d_scores) if moe.scoring == "softmax"
                         else d_scores * probabilities * (1.0 - probabilities))  # σ' = σ·(1 − σ)
+        if "aux_grad" in saved:  # the load-balancing loss's share (Model.aux_loss)
+            d_logits = d_logits + saved["aux_grad"]
         flat = x.reshape(-1, x.shape[-1])
         tape.add("router", self.ops.weight_grad(flat, d_logits))
         if moe.logit_bias:
@@ -1751,10 +1753,12 @@ class Model:
         ignored), as transformers' causal-LM loss: from the logits as `__call__` makes them, a chunk of
         tokens at a time, so the (B, T, V) table is never held."""
         targets = shifted_targets(ids, labels, self.model_config.vocab_size)
-        x = self.embed(ids)
-        for block in self.blocks:
-            x = block(x)
-        return self._cross_entropy(self.hidden(x), targets, None)
+        tape = Tape() if self._aux_layers() else None  # the load-balancing loss reads every router's logits
+        x = self.embed(ids, tape=tape)
+        for i, block in enumerate(self.blocks):
+            x = block(x, tape=tape.within(f"blocks.{i}.") if tape is not None else None)
+        loss = self._cross_entropy(self.hidden(x), targets, None)
+        return loss + (self.aux_loss(tape, grad=False) if tape is not None else 0.0)
 
     def loss_and_grads(self, ids: Array, labels: Array | None = None) -> tuple[float, dict[str, Array]]:
         """(`loss`, the gradient of every parameter): one forward that keeps what the backward reads, then the
@@ -1783,12 +1787,38 @@ class Model:
         x = self.embed(ids, tape=tape)
         for i, block in enumerate(self.blocks):
             x = block(x, tape=tape.within(f"blocks.{i}."))
-        loss = self._cross_entropy(self.hidden(x, tape=tape), targets, tape)
+        loss = self._cross_entropy(self.hidden(x, tape=tape), targets, tape) + self.aux_loss(tape, grad=True)
         dx = self.hidden_backward(tape.take("loss")["d_hidden"], tape)
         for i in reversed(range(len(self.blocks))):
             dx = self.blocks[i].backward(dx, tape.within(f"blocks.{i}."))
         self.embed_backward(dx, tape)
         return loss, tape
+
+    def _aux_layers(self) -> list[int]:
+        return [i for i, b in enumerate(self.blocks) if b.cfg.moe is not None and b.cfg.moe.aux_loss_coef]
+
+    def aux_loss(self, tape: Tape, grad: bool) -> float:
+        """The mixture layers' load-balancing loss times its coefficient, as transformers' load_balancing_loss_func
+        adds it (Switch Transformer, eqs. 4-6): with every layer's tokens pooled (R rows), f_e the share of the
+        top-k choices (of the softmax over all E experts) that went to expert e and P_e its mean probability,
+        E·Σ_e f_e·P_e. The choices are constants; with `grad`, each layer's dlogits = softmax's VJP of E·f/R
+        (times the coefficient) is left beside its routing's saved arrays for its backward."""
+        layers = self._aux_layers()
+        if not layers:
+            return 0.0
+        moe = self.blocks[layers[0]].cfg.moe
+        assert moe is not None
+        E, coef = moe.n_experts, moe.aux_loss_coef
+        saved = [tape.saved[f"blocks.{i}.mlp"] for i in layers]
+        probs = [F.softmax(kept["logits"].copy(), axis=-1) for kept in saved]  # (N, E) each
+        rows = sum(p.shape[0] for p in probs)
+        counts = sum(np.bincount(F.top_k(p, moe.top_k).ravel(), minlength=E) for p in probs)  # (E,)
+        share, mean_probability = counts / rows, sum(p.sum(axis=0) for p in probs) / rows  # (E,) each
+        if grad:
+            d_probability = np.asarray(coef * E * share / rows, dtype=probs[0].dtype)  # (E,): d(aux)/dP per row
+            for kept, p in zip(saved, probs):
+                kept["aux_grad"] = F.softmax_backward(p, np.broadcast_to(d_probability, p.shape))
+        return coef * E * float(np.sum(share * mean_probability))
 
     def _cross_entropy(self, hidden: Array, targets: Array, tape: Tape | None) -> float:
         """The mean of −log softmax(logits)[target] over the targets that are not -100, LOSS_CHUNK_BYTES of

@@ -119,6 +119,9 @@ class MoE:
     logit_bias: bool = False  # the router is a linear layer with a bias b_router: logits = x·W + b (gpt-oss)
     d_shared: int = 0  # width of the shared expert MLP every token uses (0: none)
     shared_gate: bool = False  # the shared expert's output times sigmoid(x·w_gate) (Qwen2-MoE)
+    # the loss adds this times Switch Transformer's load-balancing loss, E·Σ_e f_e·P_e over every mixture layer's
+    # tokens (transformers' router_aux_loss_coef, when output_router_logits); 0: none. Training only
+    aux_loss_coef: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -856,6 +859,7 @@ def _parse_moe(value: Any) -> MoE | None:
         logit_bias=_bool(value, "logit_bias", p, False),
         d_shared=_int(value, "d_shared", p, 0, minimum=0),
         shared_gate=_bool(value, "shared_gate", p, False),
+        aux_loss_coef=_float(value, "aux_loss_coef", p, 0.0, 0.0, 1e6),
     )
     if moe.order == "topk_softmax" and (moe.scoring != "softmax" or moe.selection_bias or moe.n_groups > 1):
         raise ConfigError(f"{p}.order: topk_softmax softmaxes the k chosen logits; it takes scoring softmax, "

@@ -50,21 +50,51 @@ def test_loss_and_gradients_equal_transformers(name: str, dtype: str) -> None:
     if f"loss_{dtype}" not in want:
         pytest.skip(f"{name} has no {dtype} reference (bfloat16 weights: float32 only)")
     folder = FIXTURES / name
-    model = Model.from_config(load_config(folder), weights=folder, dtype=dtype)
+    compare(Model.from_config(load_config(folder), weights=folder, dtype=dtype), want, dtype, "")
+
+
+AUX = sorted(name for name in WITH_GRADIENTS if "aux_loss_float64" in reference(name))
+
+
+@pytest.mark.parametrize("name", AUX)
+def test_the_load_balancing_loss_equals_transformers(tmp_path: Path, name: str) -> None:
+    """output_router_logits on (router_aux_loss_coef 0.37): transformers adds the load-balancing loss, and so
+    does blockcli, with its gradient through every router."""
+    folder = tmp_path / name
+    folder.mkdir()
+    for file in (FIXTURES / name).iterdir():
+        if file.name != "config.json":
+            (folder / file.name).symlink_to(file)
+    config = json.loads((FIXTURES / name / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "output_router_logits": True,
+                                                    "router_aux_loss_coef": 0.37}))
+    model = Model.from_config(load_config(folder), weights=folder, dtype="float64")
+    assert model.config.block.moe.aux_loss_coef == 0.37
+    want = reference(name)
+    compare(model, want, "float64", "aux_")
+    assert float(want["aux_loss_float64"]) > float(want["loss_float64"])  # it did add something
+
+
+def compare(model: Model, want: dict[str, np.ndarray], dtype: str, prefix: str) -> None:
+    """`loss_and_grads` on the fixture's ids and labels against the reference's loss and fingerprints (`prefix`:
+    aux_ for the run with the load-balancing loss)."""
     loss, grads = model.loss_and_grads(IDS, want["labels"])
-    assert abs(loss - float(want[f"loss_{dtype}"])) <= LOSS_TOLERANCE[dtype] * abs(float(want[f"loss_{dtype}"]))
+    expected = float(want[f"{prefix}loss_{dtype}"])
+    assert abs(loss - expected) <= LOSS_TOLERANCE[dtype] * abs(expected)
+    assert abs(model.loss(IDS, want["labels"]) - loss) <= 1e-12 * abs(loss)
     names = [str(n) for n in want["names"]]
     assert sorted(grads) == names  # every stored tensor, none more: a tied head's copy is not a parameter
     tol = GRAD_TOLERANCE[dtype]
-    scale = max(fp[1] for fp in want[f"fingerprints_{dtype}"])  # the largest gradient of the model
-    for n, ref_fp in zip(names, want[f"fingerprints_{dtype}"]):
+    fingerprints = want[f"{prefix}fingerprints_{dtype}"]
+    scale = max(fp[1] for fp in fingerprints)  # the largest gradient of the model
+    for n, ref_fp in zip(names, fingerprints):
         got = grads[n]
         assert got.dtype == np.dtype(dtype)
         fp = fingerprint(n, got)
         norm_r = np.sqrt(got.size)  # ‖r‖ of a standard normal r, within a few percent
         bounds = tol * np.array([ref_fp[0], ref_fp[1], ref_fp[0] * norm_r, ref_fp[0] * norm_r]) + tol * 1e-3 * scale
         assert np.all(np.abs(fp - ref_fp) <= bounds), (n, fp, ref_fp)
-        if f"{dtype}/{n}" in want:  # whole: each element within tol of the tensor's largest
+        if not prefix and f"{dtype}/{n}" in want:  # whole: each element within tol of the tensor's largest
             whole = want[f"{dtype}/{n}"]
             assert got.shape == whole.shape
             assert np.max(np.abs(got - whole)) <= tol * max(np.max(np.abs(whole)), 1e-3 * scale), n

@@ -25,6 +25,8 @@ class Family:
     ignored: frozenset[str] = frozenset()  # fields that cannot change the network, beyond COMMON_IGNORED
     # its token embedding is nn.Embedding(…, padding_idx=pad_token_id), whose padding row never gets a gradient
     padding_idx: bool = True
+    # its causal LM adds router_aux_loss_coef × the router's load-balancing loss when output_router_logits is set
+    aux_loss: bool = False
 
 
 @dataclass(frozen=True)
