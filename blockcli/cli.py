@@ -736,8 +736,11 @@ def report(
             reports.append(pages.build(cfg, source or "", weights=chosen, seq=seq, batch=batch,
                                        dtype=dtype.value if dtype else None,
                                        kv_dtype=kv_dtype.value if kv_dtype else None, train_log=train_log))
-        command = " ".join(["blockcli", "report", *(one_line(a) for a in sys.argv[2:])]) if sys.argv[1:2] == [
-            "report"] else "blockcli report"
+        # the command that makes this page, where it is written left out: the same page from any -o
+        workload = [f"{o} {v}" for o, v in (("--seq", seq), ("--batch", batch), ("--dtype", dtype and dtype.value),
+                                             ("--kv-dtype", kv_dtype and kv_dtype.value),
+                                             ("--train-log", train_log)) if v is not None]
+        command = " ".join(["blockcli report", *(one_line(s) for s in configs or []), *workload])
         text = pages.page(reports[0], command) if len(reports) == 1 else pages.compare_page(*reports, command)
         if output == "-":
             print_out(text)

@@ -136,14 +136,13 @@ def build(config: Config, source: str, *, weights: Path | None = None, seq: int 
 
 
 def sweep_points(config: Config, parameters: int, batch: int, dtype: str, kv_dtype: str | None) -> list[Any]:
-    """sizing.inference at each power-of-two length from SWEEP_MIN to the model's context (its
-    max_positions; 32,768 for a lone block), at most SWEEP_MAX."""
+    """sizing.inference at each power-of-two length from SWEEP_MIN (less for a context under 4,096) to
+    the model's context (its max_positions; 32,768 for a lone block), at most SWEEP_MAX."""
     from blockcli import sizing
 
-    limit = config.model.max_positions if config.model else 32768
-    limit = max(SWEEP_MIN, min(SWEEP_MAX, limit))
+    limit = min(SWEEP_MAX, config.model.max_positions if config.model else 32768)
     lengths = []
-    T = SWEEP_MIN
+    T = max(1, min(SWEEP_MIN, limit // 32))  # a short context still gets six points
     while T <= limit:
         lengths.append(T)
         T *= 2
@@ -683,7 +682,7 @@ def parameter_parts(r: ModelReport) -> list[tuple[str, int, str, str]]:
     groups = c.groups
     sizes = [len(g.layers) for g in groups] if c.config.model else [1]
     parts = []
-    after_blocks = False
+    after_blocks = False  # past the block's rows: the model's own tensors
     for comp in c.components:
         if comp.kind == "subtotal" and comp.name in ("attention", "mlp", "norms"):
             g = comp.group or 0
@@ -692,10 +691,10 @@ def parameter_parts(r: ModelReport) -> list[tuple[str, int, str, str]]:
             name = f"{where}{comp.label} × {layers}" if c.config.model else comp.label
             parts.append((name, comp.count * layers, f"{layers}·({comp.expression})" if layers > 1 else comp.expression,
                           comp.name))
-        if comp.name == "blocks":
-            after_blocks = True
+        if comp.name == "block" and comp.kind == "total":
+            after_blocks = True  # the model's own rows follow the (first) block total
             continue
-        if after_blocks and comp.kind == "tensor":
+        if after_blocks and comp.kind == "tensor" and comp.group is None:
             key = "embedding" if comp.name.startswith("embed") else "head" if comp.name == "lm_head" else "other"
             parts.append((comp.label, comp.count, comp.expression, key))
     return parts
