@@ -1020,6 +1020,7 @@ color:var(--ink);background:var(--bg)}
 main{max-width:1240px;margin:0 auto;padding:12px 16px 40px}
 header.top{border-bottom:2px solid var(--ink);margin-bottom:8px}
 h1{font-size:1.6rem;margin:.4em 0 .1em}
+h1,h2,h3,p,li,figcaption,footer{overflow-wrap:anywhere}
 h2{font-size:1.25rem;margin:0 0 .5em;padding-top:.3em;border-top:1px solid var(--line)}
 h3{font-size:1rem;margin:1em 0 .4em}
 section{margin:22px 0;break-inside:auto}
