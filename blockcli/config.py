@@ -22,9 +22,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from blockcli.activations import GATED_NAMES, SPELLINGS, mlp_kind, spelling
+
 NORMS = ("layernorm", "rmsnorm")
-ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu", "clamped_swiglu")
-GATED_ACTIVATIONS = ("swiglu", "geglu", "clamped_swiglu")
 PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich")
 ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
@@ -119,6 +119,9 @@ class MoE:
     logit_bias: bool = False  # the router is a linear layer with a bias b_router: logits = x·W + b (gpt-oss)
     d_shared: int = 0  # width of the shared expert MLP every token uses (0: none)
     shared_gate: bool = False  # the shared expert's output times sigmoid(x·w_gate) (Qwen2-MoE)
+    # the loss adds this times Switch Transformer's load-balancing loss, E·Σ_e f_e·P_e over every mixture layer's
+    # tokens (transformers' router_aux_loss_coef, when output_router_logits); 0: none. Training only
+    aux_loss_coef: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,7 @@ class BlockConfig:
     head_dim: int = 0  # 0 means d_model // n_heads
     norm: str = "layernorm"
     norm_eps: float = 1e-5
-    activation: str = "gelu_tanh"
+    activation: str = "gelu_tanh"  # a function of blockcli.activations (a gated form's name, swiglu, sets gated)
     bias: Bias = field(default_factory=Bias)
     placement: str = "pre"
     rope: float = 0.0  # fraction of each head rotated; 0 is off, 1 is the whole head
@@ -177,6 +180,18 @@ class BlockConfig:
     attention_sinks: bool = False  # a learned logit per head joins every row's softmax, then is dropped (gpt-oss)
     swiglu_alpha: float = 1.702  # clamped_swiglu: the gate's g·sigmoid(α·g)
     swiglu_limit: float = 7.0  # clamped_swiglu: the gate clamped to ≤ c, the up branch to [−c, c]
+    gated: bool = False  # act(x·W_gate) ⊙ x·W_up, then W_down; a gated form's name (swiglu) implies it
+
+    def __post_init__(self) -> None:
+        # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
+        if self.activation in GATED_NAMES:
+            object.__setattr__(self, "gated", True)
+            object.__setattr__(self, "activation", GATED_NAMES[self.activation])
+
+    @property
+    def mlp_kind(self) -> str:
+        """The MLP's activation step by the name people know it: `swiglu`, `gelu_tanh`, `gated_relu2`."""
+        return mlp_kind(spelling(self.activation, self.gated), self.gated)
 
     @property
     def sandwich(self) -> bool:
@@ -187,10 +202,6 @@ class BlockConfig:
     def shared_norm(self) -> bool:
         """Attention and MLP both read LN1(x): the block has no second norm (GPT-J, Phi)."""
         return self.placement == "parallel_shared"
-
-    @property
-    def gated(self) -> bool:
-        return self.activation in GATED_ACTIVATIONS
 
     @property
     def rope_dims(self) -> int:
@@ -237,6 +248,7 @@ class ModelConfig:
     logit_softcap: float = 0.0  # c > 0: logits become c·tanh(logits/c) (Gemma 2's final_logit_softcapping); 0: off
     embedding_norm: bool = False  # a norm of the block's kind on the embeddings before the first block (BLOOM)
     embedding_dim: int = 0  # e: token embeddings e wide, projected in to d and out again (OPT-350m); 0 is d_model
+    padding_idx: int | None = None  # a token whose embedding row never gets a gradient (nn.Embedding's padding_idx)
 
 
 def projected_width(model: ModelConfig | None, d_model: int) -> int:
@@ -716,6 +728,18 @@ def _parse_bias(value: Any) -> Bias:
                       f"got {_kind(value)}")
 
 
+def _parse_gated(data: Mapping[str, Any], activation: str) -> bool:
+    """block.gated: true when the activation names a gated form (swiglu), false by default otherwise."""
+    named = activation in GATED_NAMES
+    gated = _bool(data, "gated", "block", named)
+    if named and not gated:
+        raise ConfigError(f"block.gated: activation {activation} is a gated MLP's (act(x·W_gate) ⊙ x·W_up); "
+                          f"for a plain MLP write activation: {GATED_NAMES[activation]}"
+                          if activation != "clamped_swiglu" else
+                          "block.gated: activation clamped_swiglu exists only in a gated MLP (it clips the up branch)")
+    return gated
+
+
 def _parse_rope(value: Any) -> float:
     if isinstance(value, bool):
         return 1.0 if value else 0.0
@@ -727,7 +751,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "attention_dropout",
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
               "residual_multiplier", "moe", "mla", "attention_softcap", "norm_scale", "clip_qkv", "alibi",
-              "attention_sinks", "swiglu_alpha", "swiglu_limit")
+              "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -755,7 +779,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         d_ff=_int(data, "d_ff", p, 2048),
         norm=_choice(data, "norm", p, "layernorm", NORMS),
         norm_eps=_float(data, "norm_eps", p, 1e-5, 0.0, 1.0, low_open=True),
-        activation=_choice(data, "activation", p, "gelu_tanh", ACTIVATIONS),
+        activation=(activation := _choice(data, "activation", p, "gelu_tanh", SPELLINGS)),
+        gated=_parse_gated(data, activation),
         bias=_parse_bias(data.get("bias", True)),
         placement=_choice(data, "placement", p, "pre", PLACEMENTS),
         rope=rope,
@@ -834,6 +859,7 @@ def _parse_moe(value: Any) -> MoE | None:
         logit_bias=_bool(value, "logit_bias", p, False),
         d_shared=_int(value, "d_shared", p, 0, minimum=0),
         shared_gate=_bool(value, "shared_gate", p, False),
+        aux_loss_coef=_float(value, "aux_loss_coef", p, 0.0, 0.0, 1e6),
     )
     if moe.order == "topk_softmax" and (moe.scoring != "softmax" or moe.selection_bias or moe.n_groups > 1):
         raise ConfigError(f"{p}.order: topk_softmax softmaxes the k chosen logits; it takes scoring softmax, "
@@ -945,12 +971,16 @@ def _parse_rope_scaling(value: Any) -> RopeScaling | None:
 def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
     fields = ("n_layers", "vocab_size", "positions", "max_positions", "position_offset",
               "tie_embeddings", "final_norm", "lm_head_bias", "embedding_multiplier",
-              "logit_multiplier", "logit_softcap", "embedding_norm", "embedding_dim")
+              "logit_multiplier", "logit_softcap", "embedding_norm", "embedding_dim", "padding_idx")
     _check_keys(data, fields, "model.")
     p = "model"
+    vocab_size = _int(data, "vocab_size", p, 50257)
+    padding_idx = data.get("padding_idx")
+    if padding_idx is not None:
+        padding_idx = _int(data, "padding_idx", p, 0, minimum=0, maximum=vocab_size - 1)
     return ModelConfig(
         n_layers=_int(data, "n_layers", p, 12, maximum=MAX_LAYERS),
-        vocab_size=_int(data, "vocab_size", p, 50257),
+        vocab_size=vocab_size, padding_idx=padding_idx,
         positions=_choice(data, "positions", p, "learned", POSITIONS),
         max_positions=_int(data, "max_positions", p, 1024),
         position_offset=_int(data, "position_offset", p, 0, minimum=0),

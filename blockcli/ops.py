@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 
+from blockcli.activations import ACTIVATIONS
 from blockcli.parallel import share_out
 
 if TYPE_CHECKING:
@@ -70,17 +71,60 @@ def linear(x: Array, w: Array, b: Array | None) -> Array:
     return by_rows(fill, x, w.shape[1], np.result_type(x, w), work=x.size * w.shape[1])
 
 
+def weight_grad(x: Array, dy: Array) -> Array:
+    """dW = xᵀ·dy (n_in, n_out) of y = x @ W, summed over every row of x (…, n_in) and dy (…, n_out)."""
+    return x.reshape(-1, x.shape[-1]).T @ dy.reshape(-1, dy.shape[-1])
+
+
+def unbroadcast(grad: Array, shape: tuple[int, ...]) -> Array:
+    """The gradient of a parameter of `shape` that was broadcast against `grad`'s shape: summed over the
+    axes it was repeated along (leading ones, and those where it has length 1)."""
+    lead = grad.ndim - len(shape)
+    grad = grad.sum(axis=tuple(range(lead))) if lead else grad
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    return (grad.sum(axis=axes, keepdims=True) if axes else grad).reshape(shape)
+
+
+def sum_rows(dy: Array) -> Array:
+    """A bias's gradient: dy (…, n) summed over every row."""
+    return dy.reshape(-1, dy.shape[-1]).sum(axis=0)
+
+
+def sum_groups(d: Array, n_kv_heads: int) -> Array:
+    """Grouped-query K or V's gradient: (B, h, T, d_h) per query head → (B, h_kv, T, d_h), each K/V head's the
+    sum over the h/h_kv query heads that read it (np.repeat made head j·g + i a copy of K/V head j)."""
+    B, h, T, d_h = d.shape
+    return d.reshape(B, n_kv_heads, h // n_kv_heads, T, d_h).sum(axis=2)
+
+
 # ----------------------------------------------------------------------------- activations
+# Each registry row (blockcli.activations) has a forward f(x) and a backward f'(x)·dy here, keyed by its
+# name in ACTIVATION_KERNELS. The backward of a gated MLP's product is the block's (block.MLP).
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_GELU_CUBIC = 0.044715
 _erf = np.frompyfunc(math.erf, 1, 1)  # NumPy has no erf; math.erf is exact to double precision
+
+
+def erf(x: Array) -> Array:
+    return _erf(x).astype(x.dtype)
+
+
+def sigmoid(x: Array) -> Array:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # 1/(1 + e^−x), finite for large |x|
+
+
+def _normal_pdf(x: Array) -> Array:
+    """φ(x) = e^(−x²/2)/√(2π), 0 where x² overflows."""
+    with np.errstate(over="ignore", under="ignore"):
+        return np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
 
 
 def gelu_tanh(x: Array) -> Array:
     """0.5·x·(1 + tanh(u)), u = √(2/π)·(x + 0.044715·x³), computed as x / (1 + exp(−2u)) (the same
     function: 0.5·(1 + tanh u) is the logistic of 2u) with one temporary and no pow or tanh."""
     t = x * x
-    t *= -2.0 * _SQRT_2_OVER_PI * 0.044715
+    t *= -2.0 * _SQRT_2_OVER_PI * _GELU_CUBIC
     t += -2.0 * _SQRT_2_OVER_PI
     t *= x  # −2u
     with np.errstate(over="ignore", under="ignore"):  # exp(−2u) = inf for x ≪ 0: x/inf = −0, the limit
@@ -90,18 +134,144 @@ def gelu_tanh(x: Array) -> Array:
     return t
 
 
+def gelu_tanh_backward(x: Array, dy: Array) -> Array:
+    """dy·(0.5·(1 + tanh u) + 0.5·x·(1 − tanh² u)·√(2/π)·(1 + 3·0.044715·x²))."""
+    t = np.tanh(_SQRT_2_OVER_PI * (x + _GELU_CUBIC * x * x * x))
+    return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_CUBIC * x * x))
+
+
 def gelu(x: Array) -> Array:
     """Exact GELU, x·Φ(x). Elementwise math.erf: exact, but slower than the tanh form."""
-    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)).astype(x.dtype))
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+
+
+def gelu_backward(x: Array, dy: Array) -> Array:
+    """dy·(Φ(x) + x·φ(x))."""
+    return dy * (0.5 * (1.0 + erf(x / math.sqrt(2.0))) + x * _normal_pdf(x))
 
 
 def relu(x: Array) -> Array:
     return np.maximum(x, 0)
 
 
+def relu_backward(x: Array, dy: Array) -> Array:
+    return np.where(x > 0, dy, 0).astype(dy.dtype)
+
+
 def silu(x: Array) -> Array:
-    # x·sigmoid(x), written to stay finite for large |x|
-    return x * (0.5 * (1.0 + np.tanh(0.5 * x)))
+    return x * sigmoid(x)
+
+
+def silu_backward(x: Array, dy: Array) -> Array:
+    """dy·σ(x)·(1 + x·(1 − σ(x)))."""
+    s = sigmoid(x)
+    return dy * s * (1.0 + x * (1.0 - s))
+
+
+def relu2(x: Array) -> Array:
+    r = np.maximum(x, 0)
+    return r * r
+
+
+def relu2_backward(x: Array, dy: Array) -> Array:
+    return dy * 2 * np.maximum(x, 0)
+
+
+_QUICK = 1.702
+
+
+def quick_gelu(x: Array) -> Array:
+    return x * sigmoid(_QUICK * x)
+
+
+def quick_gelu_backward(x: Array, dy: Array) -> Array:
+    s = sigmoid(_QUICK * x)
+    return dy * (s + _QUICK * x * s * (1.0 - s))
+
+
+def gelu_10(x: Array) -> Array:
+    return np.clip(gelu(x), -10, 10)
+
+
+def gelu_10_backward(x: Array, dy: Array) -> Array:
+    g = gelu(x)
+    return np.where((g >= -10) & (g <= 10), gelu_backward(x, dy), 0).astype(dy.dtype)  # clip passes its bounds
+
+
+def relu6(x: Array) -> Array:
+    return np.clip(x, 0, 6)
+
+
+def relu6_backward(x: Array, dy: Array) -> Array:
+    return np.where((x > 0) & (x < 6), dy, 0).astype(dy.dtype)  # hardtanh's: open at both bounds
+
+
+_LEAK = 0.01
+
+
+def leaky_relu(x: Array) -> Array:
+    return np.where(x > 0, x, _LEAK * x).astype(x.dtype)
+
+
+def leaky_relu_backward(x: Array, dy: Array) -> Array:
+    return np.where(x > 0, dy, _LEAK * dy).astype(dy.dtype)
+
+
+def sigmoid_backward(x: Array, dy: Array) -> Array:
+    s = sigmoid(x)
+    return dy * s * (1.0 - s)
+
+
+def tanh(x: Array) -> Array:
+    return np.tanh(x)
+
+
+def tanh_backward(x: Array, dy: Array) -> Array:
+    t = np.tanh(x)
+    return dy * (1.0 - t * t)
+
+
+def softplus(x: Array) -> Array:
+    """log(1 + e^x), as torch computes it: x itself above 20."""
+    with np.errstate(over="ignore"):
+        return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20)))).astype(x.dtype)
+
+
+def mish(x: Array) -> Array:
+    return x * np.tanh(softplus(x))
+
+
+def mish_backward(x: Array, dy: Array) -> Array:
+    t = np.tanh(softplus(x))
+    return dy * (t + x * (1.0 - t * t) * sigmoid(x))
+
+
+def hardswish(x: Array) -> Array:
+    return x * np.clip(x + 3, 0, 6) / 6
+
+
+def hardswish_backward(x: Array, dy: Array) -> Array:
+    """torch's: 0 below −3, x/3 + 1/2 up to 3 (included), 1 above."""
+    return np.where(x < -3, 0, np.where(x <= 3, x / 3 + 0.5, 1)).astype(dy.dtype) * dy
+
+
+def identity(x: Array) -> Array:
+    return x
+
+
+def identity_backward(x: Array, dy: Array) -> Array:
+    return dy
+
+
+_LAPLACE_MU, _LAPLACE_SIGMA = 0.707107, 0.282095
+
+
+def laplace(x: Array) -> Array:
+    return 0.5 * (1.0 + erf((x - _LAPLACE_MU) / (_LAPLACE_SIGMA * math.sqrt(2.0))))
+
+
+def laplace_backward(x: Array, dy: Array) -> Array:
+    return dy * _normal_pdf((x - _LAPLACE_MU) / _LAPLACE_SIGMA) / _LAPLACE_SIGMA
 
 
 def clamped_swiglu_gate(x: Array, alpha: float, limit: float) -> Array:
@@ -110,16 +280,33 @@ def clamped_swiglu_gate(x: Array, alpha: float, limit: float) -> Array:
     return g * sigmoid(np.asarray(alpha, dtype=x.dtype) * g)
 
 
+def clamped_swiglu_gate_backward(x: Array, dy: Array, alpha: float, limit: float) -> Array:
+    """dy·(σ(αg) + αg·σ(αg)(1 − σ(αg))) where x <= limit (clamp passes its bound), 0 above."""
+    g = np.minimum(x, np.asarray(limit, dtype=x.dtype))
+    s = sigmoid(np.asarray(alpha, dtype=x.dtype) * g)
+    return np.where(x <= limit, dy * (s + alpha * g * s * (1.0 - s)), 0).astype(dy.dtype)
+
+
 def clamped_swiglu_up(x: Array, limit: float) -> Array:
     """gpt-oss's up branch (the gate's partner): clip(x, −limit, limit) + 1."""
     c = np.asarray(limit, dtype=x.dtype)
     return np.clip(x, -c, c) + np.asarray(1, dtype=x.dtype)
 
 
-ACTIVATION_FUNCTIONS: dict[str, Callable[[Array], Array]] = {
-    "gelu_tanh": gelu_tanh, "gelu": gelu, "relu": relu, "silu": silu,
-    "swiglu": silu, "geglu": gelu_tanh,  # gated forms: the activation on the w_1 branch
-}
+def clamped_swiglu_up_backward(x: Array, dy: Array, limit: float) -> Array:
+    return np.where((x >= -limit) & (x <= limit), dy, 0).astype(dy.dtype)
+
+
+Kernel = tuple[Callable[[Array], Array], Callable[[Array, Array], Array]]
+ACTIVATION_KERNELS: dict[str, Kernel] = {
+    "gelu_tanh": (gelu_tanh, gelu_tanh_backward), "gelu": (gelu, gelu_backward), "relu": (relu, relu_backward),
+    "silu": (silu, silu_backward), "relu2": (relu2, relu2_backward), "quick_gelu": (quick_gelu, quick_gelu_backward),
+    "gelu_10": (gelu_10, gelu_10_backward), "relu6": (relu6, relu6_backward),
+    "leaky_relu": (leaky_relu, leaky_relu_backward), "sigmoid": (sigmoid, sigmoid_backward),
+    "tanh": (tanh, tanh_backward), "mish": (mish, mish_backward), "hardswish": (hardswish, hardswish_backward),
+    "linear": (identity, identity_backward), "laplace": (laplace, laplace_backward),
+}  # clamped_swiglu takes its α and c from the config: block.mlp_branches binds them
+assert set(ACTIVATION_KERNELS) | {"clamped_swiglu"} == set(ACTIVATIONS), "every registry row has its kernels"
 
 # ----------------------------------------------------------------------------- norms
 
@@ -141,6 +328,28 @@ def rms_norm(x: Array, gamma: Array, beta: Array | None, eps: float) -> Array:
     return out if beta is None else out + beta
 
 
+def layer_norm_backward(x: Array, scale: Array | float, eps: float, dy: Array) -> tuple[Array, Array]:
+    """LayerNorm's vector-Jacobian product, from its input x (…, n), its scale and dy (…, n): (dx, dy·x̂), the
+    second summed by the caller over the axes its scale is shared along. With g = dy·γ and x̂ = (x − μ)/σ:
+    dx = (g − mean(g) − x̂·mean(g·x̂))/σ (the mean over the normalised axis, as μ and σ are taken)."""
+    mean = x.mean(axis=-1, keepdims=True)  # (…, 1)
+    centred = x - mean
+    inv = 1.0 / np.sqrt(np.mean(centred * centred, axis=-1, keepdims=True) + eps)  # (…, 1): 1/σ
+    xhat = centred * inv  # (…, n)
+    g = dy * scale
+    dx = (g - g.mean(axis=-1, keepdims=True) - xhat * np.mean(g * xhat, axis=-1, keepdims=True)) * inv
+    return dx, dy * xhat
+
+
+def rms_norm_backward(x: Array, scale: Array | float, eps: float, dy: Array) -> tuple[Array, Array]:
+    """RMSNorm's vector-Jacobian product: (dx, dy·x/rms). With g = dy·γ and r = 1/√(mean(x²) + ε):
+    dx = r·g − x·r³·mean(g·x), the second term because r depends on every x."""
+    inv = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)  # (…, 1): r
+    g = dy * scale
+    dx = inv * g - x * (inv ** 3) * np.mean(g * x, axis=-1, keepdims=True)
+    return dx, dy * (x * inv)
+
+
 # ----------------------------------------------------------------------------- attention pieces
 
 
@@ -150,6 +359,12 @@ def softmax(x: Array, axis: int = -1) -> Array:
     np.exp(shifted, out=shifted)
     shifted /= np.sum(shifted, axis=axis, keepdims=True)
     return shifted
+
+
+def softmax_backward(weights: Array, d_weights: Array, axis: int = -1) -> Array:
+    """Softmax's vector-Jacobian product from its output P and dP: P ⊙ (dP − Σ P ⊙ dP), the sum over the
+    softmax's axis (the row-sum term: every weight depends on every logit of its row)."""
+    return weights * (d_weights - np.sum(weights * d_weights, axis=axis, keepdims=True))
 
 
 def split_heads(x: Array, n_heads: int) -> Array:
@@ -305,6 +520,12 @@ def rotate_pairs(x: Array, cos: Array, sin: Array, layout: str) -> Array:
     return ROPE_LAYOUTS[layout](x, cos, sin)
 
 
+def rotate_pairs_backward(dy: Array, cos: Array, sin: Array, layout: str) -> Array:
+    """RoPE's vector-Jacobian product: each pair's rotation (times the scaling's attention factor) is a
+    fixed linear map whose transpose turns the other way, so dx is dy rotated by −θ."""
+    return ROPE_LAYOUTS[layout](dy, cos, -sin)
+
+
 def split_rope_part(x: Array, rope_dims: int) -> tuple[Array, Array]:
     """(…, d_nope + d_rope) → (…, d_nope), (…, d_rope): the part of a latent-attention query head RoPE
     leaves alone, then the part it turns (DeepSeek lays each head out as [no-RoPE | RoPE])."""
@@ -327,10 +548,6 @@ def sinusoidal_positions(positions: Array, d: int, dtype: np.dtype) -> Array:
 
 
 # ----------------------------------------------------------------------------- mixture-of-experts routing
-
-
-def sigmoid(x: Array) -> Array:
-    return 0.5 * (1.0 + np.tanh(0.5 * x))  # 1/(1 + e^−x), finite for large |x|
 
 
 def router_probabilities(logits: Array, scoring: str) -> Array:
@@ -381,6 +598,13 @@ class Ops:
     split_rope_part: Callable[[Array, int], tuple[Array, Array]] = split_rope_part
     normalise_latent: Callable[[Array, Callable[[Array], Array]], Array] = normalise_latent
     alibi_slopes: Callable[[int], Array] = alibi_slopes
+    # the backward's operations, where a seeded backward bug is one of them swapped
+    layer_norm_backward: Callable[[Array, Array | float, float, Array], tuple[Array, Array]] = layer_norm_backward
+    rms_norm_backward: Callable[[Array, Array | float, float, Array], tuple[Array, Array]] = rms_norm_backward
+    softmax_backward: Callable[[Array, Array], Array] = softmax_backward
+    rotate_pairs_backward: Callable[[Array, Array, Array, str], Array] = rotate_pairs_backward
+    weight_grad: Callable[[Array, Array], Array] = weight_grad
+    sum_groups: Callable[[Array, int], Array] = sum_groups
 
 
 STANDARD_OPS = Ops()

@@ -82,10 +82,10 @@ FALCON = TensorMap("transformer.", (
     tensor("blocks.{i}.b_o", "h.{i}.self_attention.dense.bias"),
     tensor("blocks.{i}.ln2_gamma", "h.{i}.post_attention_layernorm.weight|h.{i}.ln_mlp.weight"),
     tensor("blocks.{i}.ln2_beta", "h.{i}.post_attention_layernorm.bias|h.{i}.ln_mlp.bias"),
-    tensor("blocks.{i}.w_1", "h.{i}.mlp.dense_h_to_4h.weight", LINEAR),
-    tensor("blocks.{i}.b_1", "h.{i}.mlp.dense_h_to_4h.bias"),
-    tensor("blocks.{i}.w_2", "h.{i}.mlp.dense_4h_to_h.weight", LINEAR),
-    tensor("blocks.{i}.b_2", "h.{i}.mlp.dense_4h_to_h.bias"),
+    tensor("blocks.{i}.w_up", "h.{i}.mlp.dense_h_to_4h.weight", LINEAR),
+    tensor("blocks.{i}.b_up", "h.{i}.mlp.dense_h_to_4h.bias"),
+    tensor("blocks.{i}.w_down", "h.{i}.mlp.dense_4h_to_h.weight", LINEAR),
+    tensor("blocks.{i}.b_down", "h.{i}.mlp.dense_4h_to_h.bias"),
     tensor("ln_f_gamma", "ln_f.weight"),
     tensor("ln_f_beta", "ln_f.bias"),
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
@@ -95,5 +95,5 @@ FALCON = TensorMap("transformer.", (
 FAMILIES = (
     Family("falcon", "Falcon", _falcon, FALCON, frozenset({
         "hidden_dropout", "attention_dropout",  # training-only
-    })),
+    }), padding_idx=False),
 )

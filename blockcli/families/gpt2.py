@@ -51,10 +51,10 @@ GPT2 = TensorMap("transformer.", (
     tensor("blocks.{i}.b_o", "h.{i}.attn.c_proj.bias"),
     tensor("blocks.{i}.ln2_gamma", "h.{i}.ln_2.weight"),
     tensor("blocks.{i}.ln2_beta", "h.{i}.ln_2.bias"),
-    tensor("blocks.{i}.w_1", "h.{i}.mlp.c_fc.weight"),
-    tensor("blocks.{i}.b_1", "h.{i}.mlp.c_fc.bias"),
-    tensor("blocks.{i}.w_2", "h.{i}.mlp.c_proj.weight"),
-    tensor("blocks.{i}.b_2", "h.{i}.mlp.c_proj.bias"),
+    tensor("blocks.{i}.w_up", "h.{i}.mlp.c_fc.weight"),
+    tensor("blocks.{i}.b_up", "h.{i}.mlp.c_fc.bias"),
+    tensor("blocks.{i}.w_down", "h.{i}.mlp.c_proj.weight"),
+    tensor("blocks.{i}.b_down", "h.{i}.mlp.c_proj.bias"),
     tensor("ln_f_gamma", "ln_f.weight"),
     tensor("ln_f_beta", "ln_f.bias"),
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
@@ -72,10 +72,10 @@ GPT_BIGCODE = TensorMap("transformer.", (
     tensor("blocks.{i}.b_o", "h.{i}.attn.c_proj.bias"),
     tensor("blocks.{i}.ln2_gamma", "h.{i}.ln_2.weight"),
     tensor("blocks.{i}.ln2_beta", "h.{i}.ln_2.bias"),
-    tensor("blocks.{i}.w_1", "h.{i}.mlp.c_fc.weight", LINEAR),
-    tensor("blocks.{i}.b_1", "h.{i}.mlp.c_fc.bias"),
-    tensor("blocks.{i}.w_2", "h.{i}.mlp.c_proj.weight", LINEAR),
-    tensor("blocks.{i}.b_2", "h.{i}.mlp.c_proj.bias"),
+    tensor("blocks.{i}.w_up", "h.{i}.mlp.c_fc.weight", LINEAR),
+    tensor("blocks.{i}.b_up", "h.{i}.mlp.c_fc.bias"),
+    tensor("blocks.{i}.w_down", "h.{i}.mlp.c_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_down", "h.{i}.mlp.c_proj.bias"),
     tensor("ln_f_gamma", "ln_f.weight"),
     tensor("ln_f_beta", "ln_f.bias"),
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
@@ -90,7 +90,7 @@ FAMILIES = (
         "reorder_and_upcast_attn",  # numerics of fp16 training, same function
         # GPT2DoubleHeadsModel / sequence-classification heads, not part of the LM
         "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
-    })),
+    }), padding_idx=False),
     Family("gpt_bigcode", "GPTBigCode", _gpt_bigcode, GPT_BIGCODE, frozenset({
         "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",  # training-only dropout
         # where the softmax runs in half-precision training; transformers' eager attention ignores both
@@ -100,5 +100,5 @@ FAMILIES = (
         "pre_allocate_kv_cache", "n_ctx",
         # sequence-classification / double-heads settings, not part of the LM
         "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
-    })),
+    }), padding_idx=False),
 )

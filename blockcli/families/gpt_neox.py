@@ -49,10 +49,10 @@ GPT_NEOX = TensorMap("gpt_neox.", (
     tensor("blocks.{i}.b_o", "layers.{i}.attention.dense.bias"),
     tensor("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
     tensor("blocks.{i}.ln2_beta", "layers.{i}.post_attention_layernorm.bias"),
-    tensor("blocks.{i}.w_1", "layers.{i}.mlp.dense_h_to_4h.weight", LINEAR),
-    tensor("blocks.{i}.b_1", "layers.{i}.mlp.dense_h_to_4h.bias"),
-    tensor("blocks.{i}.w_2", "layers.{i}.mlp.dense_4h_to_h.weight", LINEAR),
-    tensor("blocks.{i}.b_2", "layers.{i}.mlp.dense_4h_to_h.bias"),
+    tensor("blocks.{i}.w_up", "layers.{i}.mlp.dense_h_to_4h.weight", LINEAR),
+    tensor("blocks.{i}.b_up", "layers.{i}.mlp.dense_h_to_4h.bias"),
+    tensor("blocks.{i}.w_down", "layers.{i}.mlp.dense_4h_to_h.weight", LINEAR),
+    tensor("blocks.{i}.b_down", "layers.{i}.mlp.dense_4h_to_h.bias"),
     tensor("ln_f_gamma", "final_layer_norm.weight"),
     tensor("ln_f_beta", "final_layer_norm.bias"),
     tensor("lm_head", "embed_out.weight", LINEAR, top=True),
@@ -64,5 +64,5 @@ FAMILIES = (
     Family("gpt_neox", "GPT-NeoX", _neox, GPT_NEOX, frozenset({
         "attention_dropout", "hidden_dropout", "classifier_dropout",  # training-only
         "use_memory_efficient_attention",
-    })),
+    }), padding_idx=False),
 )

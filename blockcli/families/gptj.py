@@ -46,10 +46,10 @@ GPTJ = TensorMap("transformer.", (
     tensor("blocks.{i}.ln1_beta", "h.{i}.ln_1.bias"),
     *(tensor(f"blocks.{{i}}.w_{x}", f"h.{{i}}.attn.{x}_proj.weight", LINEAR) for x in "qkv"),
     tensor("blocks.{i}.w_o", "h.{i}.attn.out_proj.weight", LINEAR),
-    tensor("blocks.{i}.w_1", "h.{i}.mlp.fc_in.weight", LINEAR),
-    tensor("blocks.{i}.b_1", "h.{i}.mlp.fc_in.bias"),
-    tensor("blocks.{i}.w_2", "h.{i}.mlp.fc_out.weight", LINEAR),
-    tensor("blocks.{i}.b_2", "h.{i}.mlp.fc_out.bias"),
+    tensor("blocks.{i}.w_up", "h.{i}.mlp.fc_in.weight", LINEAR),
+    tensor("blocks.{i}.b_up", "h.{i}.mlp.fc_in.bias"),
+    tensor("blocks.{i}.w_down", "h.{i}.mlp.fc_out.weight", LINEAR),
+    tensor("blocks.{i}.b_down", "h.{i}.mlp.fc_out.bias"),
     tensor("ln_f_gamma", "ln_f.weight"),
     tensor("ln_f_beta", "ln_f.bias"),
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
@@ -62,5 +62,5 @@ FAMILIES = (
         "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",  # training-only dropout
         # GPTJForSequenceClassification / double-heads settings, not part of the LM
         "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
-    })),
+    }), padding_idx=False),
 )
