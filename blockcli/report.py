@@ -170,14 +170,14 @@ def spread_heads(n_heads: int, n_kv_heads: int, count: int = MAP_HEADS) -> list[
 
 def _attention_key(b: BlockConfig) -> BlockConfig:
     """The block with its MLP fields neutral: two layers with equal keys draw equal seeded attention."""
-    return replace(b, d_ff=1, moe=None, activation="relu", placement="pre", dropout=0.0)
+    return replace(b, d_ff=1, moe=None, activation="relu", gated=False, placement="pre", dropout=0.0)
 
 
 def _narrow_mlp(b: BlockConfig) -> BlockConfig:
     """The block with a width-8 dense MLP. Its attention sees exactly what the full block's does:
     attention reads the block input (or LN1 of it) in every placement, and the seeded weights are
     drawn in declaration order, where LN1 and attention come before everything the MLP holds."""
-    return replace(b, d_ff=8, moe=None, activation="gelu_tanh" if not b.gated else b.activation)
+    return replace(b, d_ff=8, moe=None)
 
 
 def attention_maps(config: Config, weights: Path | None) -> tuple[list[AttentionMap], list[str]]:
@@ -307,7 +307,12 @@ PLACEMENT_WORDS = {
 }
 NORM_WORDS = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
 ACTIVATION_WORDS = {"gelu_tanh": "GELU (tanh)", "gelu": "GELU (exact)", "relu": "ReLU", "silu": "SiLU",
-                    "swiglu": "SwiGLU", "geglu": "GeGLU", "clamped_swiglu": "clamped SwiGLU"}
+                    "swiglu": "SwiGLU", "geglu": "GeGLU", "reglu": "ReGLU", "clamped_swiglu": "clamped SwiGLU"}
+
+
+def activation_words(b: BlockConfig) -> str:
+    """The MLP's activation as people write it (SwiGLU, GELU (tanh)); the registry's name otherwise."""
+    return ACTIVATION_WORDS.get(b.mlp_kind, b.mlp_kind)
 
 
 def attention_words(b: BlockConfig) -> str:
@@ -361,7 +366,7 @@ def block_features(b: BlockConfig) -> list[str]:
     out.append(f"{norm}; {PLACEMENT_WORDS[b.placement]}")
     if b.residual_multiplier != 1:
         out.append(f"each branch scaled by {b.residual_multiplier:g} before its residual add")
-    act = ACTIVATION_WORDS[b.activation]
+    act = activation_words(b)
     if b.moe is not None:
         e = b.moe
         text = (f"mixture of {e.n_experts} {act} experts of width {e.d_expert}, top-{e.top_k} per token "
@@ -506,7 +511,7 @@ def _attention_box(b: BlockConfig) -> Box:
 
 
 def _mlp_box(b: BlockConfig) -> Box:
-    act = ACTIVATION_WORDS[b.activation]
+    act = activation_words(b)
     if b.moe is None:
         return Box("mlp", (f"{act} MLP", f"{b.d_model:,} → {b.d_ff:,} → {b.d_model:,}"))
     e = b.moe
