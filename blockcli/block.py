@@ -1795,7 +1795,7 @@ class Model:
         x = self.embed(ids, tape=tape)
         for i, block in enumerate(self.blocks):
             x = block(x, tape=tape.within(f"blocks.{i}.") if tape is not None else None)
-        loss = self._cross_entropy(self.hidden(x), targets, None)
+        loss, _ = self._cross_entropy(self.hidden(x), targets, None)
         return loss + (self.aux_loss(tape, grad=False) if tape is not None else 0.0)
 
     def loss_and_grads(self, ids: Array, labels: Array | None = None) -> tuple[float, dict[str, Array]]:
@@ -1825,8 +1825,9 @@ class Model:
         x = self.embed(ids, tape=tape)
         for i, block in enumerate(self.blocks):
             x = block(x, tape=tape.within(f"blocks.{i}."))
-        loss = self._cross_entropy(self.hidden(x, tape=tape), targets, tape) + self.aux_loss(tape, grad=True)
-        dx = self.hidden_backward(tape.take("loss")["d_hidden"], tape)
+        loss, d_hidden = self._cross_entropy(self.hidden(x, tape=tape), targets, tape)
+        loss += self.aux_loss(tape, grad=True)
+        dx = self.hidden_backward(d_hidden, tape)
         for i in reversed(range(len(self.blocks))):
             dx = self.blocks[i].backward(dx, tape.within(f"blocks.{i}."))
         self.embed_backward(dx, tape)
@@ -1858,11 +1859,12 @@ class Model:
                 kept["aux_grad"] = F.softmax_backward(p, np.broadcast_to(d_probability, p.shape))
         return coef * E * float(np.sum(share * mean_probability))
 
-    def _cross_entropy(self, hidden: Array, targets: Array, tape: Tape | None) -> float:
+    def _cross_entropy(self, hidden: Array, targets: Array, tape: Tape | None) -> tuple[float, Array | None]:
         """The mean of −log softmax(logits)[target] over the targets that are not -100, LOSS_CHUNK_BYTES of
         logits at a time (a stable log-softmax: each row's maximum taken out before exp). With a tape, each
         chunk's dlogits = (softmax − one-hot)/n back through the soft cap and the multiplier into the head's
-        weight, its bias and the head's input (the tape's `loss`); never more than a chunk of the table."""
+        weight and its bias (on the tape) and the head's input (returned, (B, T, e)); never more than a chunk
+        of the table. Returns (the loss, that gradient or None)."""
         m = self.model_config
         rows_in, width = hidden.reshape(-1, hidden.shape[-1]), hidden.shape[-1]
         flat = targets.ravel()
@@ -1898,12 +1900,12 @@ class Model:
             if d_bias is not None:
                 d_bias += d_logits.sum(axis=0)
             d_hidden[lo:lo + chunk] = d_logits @ w.T
-        if tape is not None:
-            tape.keep("loss", d_hidden=d_hidden.reshape(hidden.shape[:-1] + (width,)))
-            tape.add(*(("wte", d_w.T) if m.tie_embeddings else ("lm_head", d_w)))
-            if d_bias is not None:
-                tape.add("lm_head_bias", d_bias)
-        return total / count
+        if tape is None:
+            return total / count, None
+        tape.add(*(("wte", d_w.T) if m.tie_embeddings else ("lm_head", d_w)))
+        if d_bias is not None:
+            tape.add("lm_head_bias", d_bias)
+        return total / count, d_hidden.reshape(hidden.shape[:-1] + (width,))
 
 
 IGNORE_INDEX = -100  # a label the loss skips (transformers' ignore_index)

@@ -404,6 +404,10 @@ def trace(
              "auto: the whole table up to 64 MiB."
     )] = AttentionMode.auto,
     all_layers: Annotated[bool, typer.Option("--all-layers", help="For a model, list every layer instead of one ×N group.")] = False,
+    backward: Annotated[bool, typer.Option(
+        "--backward", help="Also the backward: its rows in the order they run, gradient shapes and FLOPs, and what "
+                           "the forward saved for it, measured against its closed form and count --train's figure."
+    )] = False,
     show_attention: Annotated[Optional[str], typer.Option(
         metavar="[LAYER:]HEAD", help="Draw this head's attention weights for the first sequence.")] = None,
     json_out: JsonOpt = False,
@@ -492,16 +496,28 @@ def trace(
         rows = result.rows
         if cfg.model and not all_layers:
             rows = collapse_layers(rows, cfg.model.n_layers, [g.layers for g in cfg.layer_groups()])
+        if backward and chosen is TraceFormat.mermaid:
+            raise InputError("--backward has no Mermaid form; use --format table, markdown or json")
+        grads = None
+        if backward:
+            from blockcli.trace import backward_report
+
+            grads = backward_report(result, rows, chosen_weights, x)
 
         if chosen is TraceFormat.json:
-            print_out(render.to_json(render.trace_json(result, rows)))
+            data = render.trace_json(result, rows)
+            if grads is not None:
+                data["backward"] = render.backward_json(grads)
+            print_out(render.to_json(data))
         elif chosen is TraceFormat.markdown:
-            print_out(render.trace_markdown(result, rows))
+            print_out(render.trace_markdown(result, rows) + (render.backward_markdown(grads) if grads else ""))
         elif chosen is TraceFormat.mermaid:
             print_out(render.trace_mermaid(result, rows))
         else:
             out = console(record=bool(export_svg or export_html))
             out.print(render.trace_table(result, rows))
+            if grads is not None:
+                out.print(render.backward_table(grads))
             if head is not None:
                 head_layer, index = head
                 key = f"blocks.{head_layer}.attn_weights" if cfg.model else "attn_weights"

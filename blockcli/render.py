@@ -627,3 +627,83 @@ def train_table(name: str, steps: Sequence[Any], vocab_size: int, expect_loss: f
         lines.append(f"--expect-loss {expect_loss:g}: " + ("PASS" if final < expect_loss else
                                                              f"FAIL (the final loss {final:.4f} is not below it)"))
     return Group(Text(f"Training {name}: loss by step"), table, *map(Text, lines))
+
+
+# ----------------------------------------------------------------------------- trace --backward
+
+BACKWARD_HEADERS = ("#", "operation (backward)", "gradients it produces", "dY, symbolic", "FLOPs")
+
+
+def _backward_cells(rows: Sequence[Any]) -> list[list[str]]:
+    out = []
+    for r in rows:
+        name = r.op + (f" ×{r.repeat}, per layer" if r.repeat > 1 else "")
+        if r.layer is not None and r.repeat == 1:
+            name = f"[{r.layer}] {name}"
+        out.append([str(r.step), name, " ".join(_shape(s) for s in r.grad_shapes), r.symbolic,
+                    f"{r.flops:,}" if r.flops else ""])
+    return out
+
+
+def backward_lines(rep: Any) -> list[str]:
+    """The footer of trace --backward: FLOPs against the forward's, the gradients, what the forward saved."""
+    ratio = rep.flops / rep.forward_flops if rep.forward_flops else 0.0
+    lines = [f"backward FLOPs {rep.flops:,} ({human(rep.flops)}; matmul {rep.matmul_flops:,}) = {ratio:.2f} × the "
+             f"forward's {rep.forward_flops:,}: each linear layer's backward is two products (dX and dW) where its "
+             f"forward is one, the attention's recomputes its score tiles (a third product) and takes four more; "
+             f"elementwise work is costed by convention, and the token lookup's backward is a scatter-add"]
+    if rep.saved_bytes is not None:
+        lines.append(f"gradients: {rep.gradients} of {rep.parameters} parameter tensors, each of its parameter's "
+                     f"shape" + (f"; {len(rep.unrouted)} of experts no token was routed to got none (zero)"
+                                 if rep.unrouted else "")
+                     + ("" if rep.gradients + len(rep.unrouted) == rep.parameters else "; some others got none"))
+        closed = ("" if rep.closed_form_bytes is None else
+                  f"; closed form (blockcli.saved) {rep.closed_form_bytes:,} bytes: "
+                  + ("match" if rep.closed_form_bytes == rep.saved_bytes else
+                     f"DIFFERS by {rep.saved_bytes - rep.closed_form_bytes:+,}"))
+        lines.append(f"saved for the backward: {human_bytes(rep.saved_bytes)} ({rep.saved_bytes:,} bytes, measured: "
+                     f"the tape's peak){closed}" + ("; latent attention and mixtures of experts: measured only"
+                                                    if rep.closed_form_bytes is None else ""))
+    elif rep.closed_form_bytes is not None:
+        lines.append(f"saved for the backward (closed form, blockcli.saved): {human_bytes(rep.closed_form_bytes)} "
+                     f"({rep.closed_form_bytes:,} bytes)")
+    if rep.korthikanti_bytes:
+        base = rep.saved_bytes if rep.saved_bytes is not None else rep.closed_form_bytes
+        versus = f" (blockcli's is {base / rep.korthikanti_bytes:.2f} × it)" if base else ""
+        lines.append(f"count --train's activation figure for the same workload (Korthikanti et al.'s terms, "
+                     f"Megatron's implementation, fp32, no recomputation): {rep.korthikanti_bytes:,} bytes{versus}; "
+                     f"they keep different tensors by design: Megatron's the softmax table and dropout masks, "
+                     f"blockcli's each norm's input, the whole Q/K/V output, each row's log-sum-exp (never the "
+                     f"table) and the MLP's pre-activations (the activation is recomputed from them)")
+    return lines
+
+
+def backward_json(rep: Any) -> dict[str, Any]:
+    return {"ops": [{"step": r.step, "key": r.key, "op": r.op, "layer": r.layer, "repeat": r.repeat,
+                     "grad_shapes": [list(s) for s in r.grad_shapes], "symbolic": r.symbolic, "flops": r.flops,
+                     "matmul_flops": r.matmul_flops} for r in rep.rows],
+            "flops": rep.flops, "matmul_flops": rep.matmul_flops, "forward_flops": rep.forward_flops,
+            "ratio": rep.flops / rep.forward_flops if rep.forward_flops else None,
+            "saved_bytes": rep.saved_bytes, "closed_form_saved_bytes": rep.closed_form_bytes,
+            "saved_by_operation": rep.saved_by_operation, "gradients": rep.gradients, "parameters": rep.parameters,
+            "unrouted": rep.unrouted,
+            "korthikanti_activation_bytes": rep.korthikanti_bytes}
+
+
+def backward_table(rep: Any) -> Group:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="Backward, in the order it runs", title_justify="left", header_style="bold")
+    for h in BACKWARD_HEADERS:
+        table.add_column(h, justify="right" if h in ("#", "FLOPs") else "left", overflow="fold")
+    for cells in _backward_cells(rep.rows):
+        table.add_row(*cells)
+    return Group(table, Text("\n".join(backward_lines(rep))))
+
+
+def backward_markdown(rep: Any) -> str:
+    return ("\n**Backward, in the order it runs**\n\n" + markdown_table(BACKWARD_HEADERS, _backward_cells(rep.rows),
+                                                                      "rlllr")
+            + "\n" + "\n".join(f"- {line}" for line in backward_lines(rep)) + "\n")

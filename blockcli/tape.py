@@ -23,6 +23,8 @@ class Tape:
     grads: dict[str, Array] = field(default_factory=dict)  # parameter key → its gradient so far
     prefix: str = ""  # the keys of a block inside a model: 'blocks.3.'
     peak_bytes: int = 0  # the most the saved arrays ever held at once
+    # each operation's saved bytes when the backward began (its first `take`): what the whole forward kept
+    at_backward: dict[str, int] | None = None
 
     def within(self, prefix: str) -> Tape:
         """The same tape seen from inside a part of the model: keys under `prefix`."""
@@ -38,7 +40,11 @@ class Tape:
 
     def take(self, key: str) -> dict[str, Any]:
         """What operation `key` saved, removed from the tape (its backward runs once)."""
-        return self._root().saved.pop(self.prefix + key)
+        root = self._root()
+        if root.at_backward is None:
+            root.at_backward = {k: sum(a.nbytes for a in v.values() if isinstance(a, np.ndarray))
+                                for k, v in root.saved.items()}
+        return root.saved.pop(self.prefix + key)
 
     def add(self, key: str, grad: Array) -> None:
         """Add to parameter `key`'s gradient (a parameter used twice, as a tied embedding is, sums both)."""

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from blockcli.activations import MLP_KIND_FLOPS
-from blockcli.block import (DecoderBlock, activated, mlp_stage, Model, attention_tile, block_parameter_shapes, blocked_label, experts_label,
+from blockcli.block import (DecoderBlock, Model, activated, mlp_stage, attention_tile, block_parameter_shapes, blocked_label, experts_label,
                             full_table, load_label, logits_label, model_parameter_shapes, routing_label, scores_label,
                             softmax_label)
 from blockcli.config import BlockConfig, Config, InputError, projected_width
@@ -690,3 +690,127 @@ def collapse_layers(rows: list[OpRow], n_layers: int, groups: list[tuple[int, ..
             name = "*" if len(groups) == 1 else ",".join(map(str, group))
             out.append(replace(row, repeat=len(group), key=row.key.replace(f"blocks.{row.layer}.", f"blocks.{name}.", 1)))
     return out
+
+
+# ----------------------------------------------------------------------------- the backward
+
+
+# FLOPs per element of each elementwise operation's backward (the convention of ELEMENT_FLOPS): a norm's VJP
+# recomputes its statistics and applies the mean and cross terms, a rotation turns back, an add passes dy on
+BACKWARD_ELEMENT_FLOPS = {
+    "add": 0, "layernorm": 8, "rmsnorm": 6, "softmax": 4, "mask": 0, "rope": 3, "reshape": 0, "gather": 1,
+    "clip": 1, "sigmoid": 3, "topk": 0, "count": 0, "gate": 2,
+}
+
+
+@dataclass
+class BackwardRow:
+    step: int
+    key: str  # "d:" + the forward operation's key
+    op: str
+    layer: int | None
+    grad_shapes: list[tuple[int, ...]]  # the gradients it produces: of its inputs that are activations
+    symbolic: str  # the symbolic shape of the gradient it reads, dY (its forward's output's)
+    flops: int
+    matmul_flops: int
+    repeat: int = 1
+
+
+def _backward_flops(row: OpRow, config: Config) -> tuple[str, int, int]:
+    """(what the backward of `row` does, its FLOPs, of them matmul FLOPs)."""
+    out = math.prod(row.output_shape)
+    if row.kind == "linear":  # and the bias's sum over the rows, as many FLOPs as its forward add
+        return "dX = dY·Wᵀ and dW = Xᵀ·dY", 2 * row.matmul_flops + row.flops - row.matmul_flops, 2 * row.matmul_flops
+    if row.kind == "matmul" and row.key.rsplit(".", 1)[-1] == "scores":  # the table is not kept: recomputed
+        return "Q·Kᵀ recomputed, then dQ = dS·K and dK = dSᵀ·Q", 3 * row.matmul_flops, 3 * row.matmul_flops
+    if row.kind == "matmul":  # weights·V
+        return "dV = Pᵀ·dO and dP = dO·Vᵀ", 2 * row.matmul_flops, 2 * row.matmul_flops
+    if row.kind == "attention":  # the blocked kernel: Q·Kᵀ recomputed per tile, then four products
+        q, _, v = row.input_shapes
+        d_h, d_v = q[-1], v[-1]
+        recompute = row.matmul_flops * d_h // (d_h + d_v)
+        return (f"recompute score tiles Q·Kᵀ from each row's log-sum-exp ({recompute:,} FLOPs), then dV = Pᵀ·dO, "
+                f"dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q", row.matmul_flops * (3 * d_h + 2 * d_v) // (d_h + d_v),
+                row.matmul_flops * (3 * d_h + 2 * d_v) // (d_h + d_v))
+    if row.kind in MLP_KIND_FLOPS:
+        from blockcli.activations import function_of
+
+        gated = len(row.input_shapes) == 2
+        per = function_of(config.block.activation).backward_flops + (2 if gated else 0)
+        return "through the activation" + (" and the product with the up branch" if gated else ""), per * out, 0
+    per = BACKWARD_ELEMENT_FLOPS.get(row.kind, 0)
+    return "", per * out, 0
+
+
+def backward_rows(rows: list[OpRow], config: Config) -> list[BackwardRow]:
+    """The backward's rows, in the order it runs (the forward's reversed), each with the gradients it produces
+    (those of its inputs that are activations, then its parameters') and its FLOPs as `_backward_flops` counts
+    them. Rows without a backward of their own (the token ids' lookup reads no gradient) are kept: their
+    parameters still get one."""
+    out = []
+    for row in reversed(rows):
+        what, flops, matmul = _backward_flops(row, config)
+        grads = [s for s, src in zip(row.input_shapes, row.sources) if src is not None and src != 0 or
+                 (src == 0 and row.kind != "gather")]
+        out.append(BackwardRow(len(out) + 1, "d:" + row.key, f"∂ {row.op}" + (f": {what}" if what else ""),
+                               row.layer, grads, row.symbolic, flops, matmul, row.repeat))
+    return out
+
+
+@dataclass
+class BackwardReport:
+    rows: list[BackwardRow]
+    forward_flops: int
+    flops: int
+    matmul_flops: int
+    saved_bytes: int | None  # measured: the tape's peak (None for --shapes-only)
+    closed_form_bytes: int | None  # blockcli.saved's formula (None: latent attention, experts)
+    saved_by_operation: dict[str, int]  # measured, each operation's arrays (shared ones in each)
+    gradients: int  # parameter tensors that got a gradient of their own shape
+    parameters: int  # parameter tensors in all (buffers aside)
+    unrouted: list[str]  # parameters no gradient reached: those of experts no token was routed to
+    korthikanti_bytes: int | None  # count --train's activation figure for the same workload, precision fp32
+
+
+def backward_report(trace: Trace, rows: list[OpRow], weights: Any = None, x: np.ndarray | None = None) -> BackwardReport:
+    """The backward of the traced pass: rows (from the collapsed forward rows shown), FLOPs against the
+    forward's, and, for an executed trace, a real backward's measured saves and gradients."""
+    from blockcli.saved import model_saved_bytes
+    from blockcli.shapes import is_buffer
+    from blockcli.sizing import activation_terms
+    from blockcli.tape import Tape
+
+    cfg = trace.config
+    b_rows = backward_rows(rows, cfg)
+    flops = sum(r.flops * r.repeat for r in b_rows)
+    matmul = sum(r.matmul_flops * r.repeat for r in b_rows)
+    itemsize = np.dtype(trace.dtype).itemsize
+    closed = model_saved_bytes(cfg, trace.batch, trace.seq_len, itemsize, blocked=trace.attention == "chunked")
+    shapes = model_parameter_shapes(cfg) if cfg.model else block_parameter_shapes(cfg.block)
+    n_params = sum(1 for k in shapes if not is_buffer(k))
+    saved = None
+    by_op: dict[str, int] = {}
+    got, unrouted = 0, []
+    if trace.mode == "executed":
+        tape = Tape()
+        if cfg.model:
+            model = Model.from_config(cfg, weights, attention=trace.attention)
+            ids = np.random.default_rng(cfg.run.seed).integers(0, cfg.model.vocab_size,
+                                                               size=(trace.batch, trace.seq_len))
+            _, tape = model.backward_pass(ids, tape=tape)
+            grads, params = tape.grads, model.params
+        else:
+            blk = DecoderBlock.from_config(cfg, weights, attention=trace.attention)
+            inp = seeded_input(cfg) if x is None else x
+            y = blk(inp, tape=tape)
+            blk.backward(np.ones_like(y), tape)
+            grads, params = tape.grads, blk.params
+        saved, by_op = tape.peak_bytes, dict(tape.at_backward or {})
+        got = sum(1 for k, v in params.items() if not is_buffer(k) and k in grads and grads[k].size == v.size)
+        unrouted = [k for k in params if not is_buffer(k) and k not in grads and ".experts." in "." + k]
+    korthikanti = sum(t.bytes for t in activation_terms(cfg.block, trace.seq_len, trace.batch, "fp32", "none")) * \
+        (cfg.model.n_layers if cfg.model else 1)
+    return BackwardReport(b_rows, sum(r.flops * r.repeat for r in rows), flops, matmul, saved, closed, by_op, got,
+                          n_params, unrouted, korthikanti)
+
+

@@ -2,6 +2,7 @@
 independent loop reference, chunked attention, and the analytic (shapes-only) rows."""
 
 import json
+from pathlib import Path
 import math
 import subprocess
 import sys
@@ -334,3 +335,85 @@ def test_shapes_only_mermaid_draws_the_executed_graph(source):
     executed = runner.invoke(app, args).stdout
     assert runner.invoke(app, args + ["--shapes-only"]).stdout == executed
     assert executed.count("-->") > len(executed.splitlines()) // 2  # edges, not only nodes
+
+
+# ----------------------------------------------------------------------------- --backward
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.iterdir() if (p / "gradients.npz").is_file()))
+def test_backward_gives_every_parameter_a_gradient_of_its_shape(name):
+    from blockcli.trace import backward_report, collapse_layers
+
+    cfg = with_run(load_config(FIXTURES / name), 2, 6)
+    result = run_trace(cfg, weights=FIXTURES / name)
+    rows = collapse_layers(result.rows, cfg.model.n_layers, [g.layers for g in cfg.layer_groups()])
+    rep = backward_report(result, rows, FIXTURES / name)
+    assert rep.gradients + len(rep.unrouted) == rep.parameters > 0  # an expert no token chose has none
+    assert rep.saved_bytes > 0 and rep.closed_form_bytes in (None, rep.saved_bytes)
+    assert rep.rows[0].key == "d:logits" and rep.rows[-1].key.startswith("d:tok_emb")  # the forward reversed
+
+
+def test_backward_flops_by_hand_for_the_default_block():
+    """Each linear layer: 2 × its forward (dX and dW) plus its bias's sum; the scores 3 × (recomputed, dQ, dK),
+    weights·V 2 × (dV, dP): 4·(2·B·T·d·d)·2 + 2·(2·B·T·d·d_ff)·2 + 5·(2·B·h·T·T·d_h) for the matmuls."""
+    from blockcli.trace import backward_report
+
+    cfg = with_run(load_config(), 2, 5)
+    rep = backward_report(run_trace(cfg), run_trace(cfg).rows)
+    B, T, d, d_ff, h, d_h = 2, 5, 512, 2048, 8, 64
+    assert rep.matmul_flops == 4 * (2 * B * T * d * d) * 2 + 2 * (2 * B * T * d * d_ff) * 2 + 5 * 2 * B * h * T * T * d_h
+
+
+def test_backward_shapes_only_is_analytic_with_the_closed_form_of_the_saves():
+    result = runner.invoke(app, ["trace", "configs/tiny-gpt.yaml", "--shapes-only", "--backward", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)["backward"]
+    assert data["saved_bytes"] is None and data["closed_form_saved_bytes"] > 0
+    assert data["ops"][0]["key"].endswith("logits") and data["ratio"] > 1.9
+
+
+def test_backward_of_a_real_pass_reconciles_its_saves():
+    result = runner.invoke(app, ["trace", "configs/gqa-swiglu-rope.yaml", "--backward", "--attention", "chunked"])
+    assert result.exit_code == 0, result.output
+    assert "closed form (blockcli.saved)" in result.stdout and ": match" in result.stdout
+
+
+@pytest.mark.torch
+def test_backward_matmul_flops_equal_torchs_flop_counter():
+    """torch's FlopCounterMode over the same block's backward, SDPA on its math backend: each nn.Linear's two
+    products, attention's four (dV, dP, dQ, dK) as autograd takes them from the kept table. blockcli's attention
+    keeps no table and recomputes the scores: one product more (as torch's own count of its fused kernels'
+    backward has it, sdpa_backward_flop_count)."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from blockcli.trace import backward_report
+
+    cfg = with_run(load_config(), 2, 5)
+    trace = run_trace(cfg)
+    ours = backward_report(trace, trace.rows).matmul_flops
+    TF, b = torch.nn.functional, cfg.block
+    d, h, d_h, d_ff = b.d_model, b.n_heads, b.head_dim, b.d_ff
+    gen = torch.Generator().manual_seed(0)
+    w = {k: torch.randn(*s, generator=gen, requires_grad=True) for k, s in
+         {"qkv": (3 * d, d), "o": (d, d), "up": (d_ff, d), "down": (d, d_ff)}.items()}
+    x = torch.randn(2, 5, d, requires_grad=True)
+
+    def block(x):
+        n1 = TF.layer_norm(x, (d,))
+        q, k, v = (a.view(2, 5, h, d_h).transpose(1, 2) for a in TF.linear(n1, w["qkv"]).split(d, dim=-1))
+        a = TF.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(2, 5, d)
+        hres = x + TF.linear(a, w["o"])
+        return hres + TF.linear(TF.gelu(TF.linear(TF.layer_norm(hres, (d,)), w["up"]), approximate="tanh"), w["down"])
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        y = block(x)
+        with FlopCounterMode(display=False) as counter:
+            y.backward(torch.ones_like(y))
+    recompute = 2 * 2 * h * 5 * 5 * d_h  # Q·Kᵀ once more: 2·B·h·T·T·d_h
+    assert counter.get_total_flops() + recompute == ours
