@@ -40,6 +40,7 @@ MAX_SIZE = 10**12  # far beyond any real model; keeps arithmetic and messages sa
 MAX_LAYERS = 100_000
 MAX_EXPERTS = 100_000  # likewise the experts (the most in a published model: a few hundred)
 MAX_CONFIG_BYTES = 2**20  # 1 MiB: real configs are a few KiB; a bigger file is a mistake and slow to parse
+MAX_DIGITS = 100  # in an option's number: 10^100 of anything is past every model (and int() stops at 4,300)
 
 
 class InputError(ValueError):
@@ -408,6 +409,20 @@ def reading(path: Path, expected: str, error: type[InputError] = InputError) -> 
         if exc.errno == errno.ENOTDIR:
             raise error(f"{path}: a part of this path is a file, not a folder") from None
         raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
+def whole_number(digits: str, option: str) -> int:
+    """A string of decimal digits (from an option such as --max-memory) as an int; more than MAX_DIGITS of them
+    is an error naming the option, where int() would raise past 4,300 digits."""
+    if len(digits) > MAX_DIGITS:
+        raise InputError(f"{option}: a number of {len(digits):,} digits, more than any count or size needs "
+                         f"(at most {MAX_DIGITS})")
+    return int(digits)
+
+
+def clipped(text: str, limit: int = 60) -> str:
+    """What the user typed, for a message: itself, or its start and its length (a message stays one short line)."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
 
 
 def regular_file(path: Path, expected: str, error: type[InputError] = InputError) -> bool:
