@@ -22,6 +22,7 @@ and memory estimates never need to allocate. The forward pass can report each op
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -246,7 +247,8 @@ def resolve_weights(weights: str | Path | Mapping[str, Any] | None, shapes: Mapp
 
 
 def _one_block(weights: Mapping[str, Any], layer: int | None, source: str, notes: list[str] | None) -> Mapping[str, Any]:
-    layers = sorted({int(k.split(".")[1]) for k in weights if k.startswith("blocks.") and k.split(".")[1].isdigit()})
+    # a layer index is ASCII digits of sane length: 'blocks.².w_q' or a 5,000-digit one is an unexpected key, reported
+    layers = sorted({int(m[1]) for k in weights if (m := re.match(r"blocks\.([0-9]{1,9})\.", k))})
     if not layers:
         if layer is not None:
             raise InputError(f"{source}: holds one block's weights; --layer picks a block of a whole model's")

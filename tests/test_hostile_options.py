@@ -176,3 +176,14 @@ def test_an_int4_cache_of_an_odd_width_is_16_5_bytes_per_token_not_17(tmp_path: 
     assert "17 bytes per token" not in table
     whole = json.loads(blockcli("count", str(path), "--kv-dtype", "int8", "--json").stdout)["inference"]["kv_cache"]
     assert whole["bytes_per_token"] == 33 and isinstance(whole["bytes_per_token"], int) and whole["bytes"] == 99
+
+
+@pytest.mark.parametrize("index", ["9" * 5000, "\u00b2"], ids=["5000-digits", "superscript-two"])
+def test_a_weights_key_with_a_layer_index_int_cannot_read_is_one_line(tmp_path: Path, index: str) -> None:
+    """'blocks.N.' picks a whole model's layer N out of an .npz; an N of 5,000 digits, or '²' (which isdigit()
+    accepts), reached int() and gave a traceback."""
+    import numpy as np
+
+    np.savez(tmp_path / "w.npz", **{f"blocks.{index}.w_q": np.zeros(2)})
+    line = short_error(blockcli("trace", "--weights", str(tmp_path / "w.npz")))
+    assert "w.npz: missing weight" in line
