@@ -16,7 +16,6 @@ temporary folder.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -27,19 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "hf"
-
-
-def header_and_data(path: Path) -> tuple[dict, bytes]:
-    raw = path.read_bytes()
-    (length,) = struct.unpack("<Q", raw[:8])
-    return json.loads(raw[8:8 + length]), raw[8 + length:]
-
-
-def write(path: Path, header: dict, data: bytes) -> None:
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from test_checkpoint import FIXTURES  # noqa: E402  (the tests' fixture folders)
+from test_unreadable_checkpoints import header_and_data, write_header  # noqa: E402
 
 
 def copy_fixture(name: str, to: Path) -> Path:
@@ -53,14 +42,14 @@ def many_unexpected(folder: Path, n: int) -> None:
     for i in range(n):
         header[f"gpt_neox.layers.{i}.extra.weight"] = {"dtype": "F32", "shape": [1],
                                                       "data_offsets": [len(data) + 4 * i, len(data) + 4 * i + 4]}
-    write(path, header, data + b"\0" * (4 * n))
+    write_header(path, header, data + b"\0" * (4 * n))
 
 
 def padded_header(folder: Path, size: int) -> None:
     path = folder / "model.safetensors"
     header, data = header_and_data(path)
     header["__metadata__"] = {"format": "pt", "padding": "x" * size}
-    write(path, header, data)
+    write_header(path, header, data)
 
 
 def timed(command: list[str], env: dict[str, str], cwd: Path) -> float:

@@ -127,13 +127,13 @@ def test_a_hostile_index_is_one_line(tmp_path: Path, text: str | bytes, said: st
 # ----------------------------------------------------------------------------- bounded cost (item 9)
 
 
-def _header_and_data(path: Path) -> tuple[dict, bytes]:
+def header_and_data(path: Path) -> tuple[dict, bytes]:
     raw = path.read_bytes()
     (length,) = struct.unpack("<Q", raw[:8])
     return json.loads(raw[8:8 + length]), raw[8 + length:]
 
 
-def _write(path: Path, header: dict, data: bytes) -> None:
+def write_header(path: Path, header: dict, data: bytes) -> None:
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
     path.write_bytes(struct.pack("<Q", len(text)) + text + data)
@@ -144,9 +144,9 @@ def test_each_header_is_parsed_once_however_many_tensors_are_read(tmp_path: Path
     99 MB header). A 4 MB __metadata__ pads the header here; the values still equal transformers' logits."""
     folder = fixture_copy(tmp_path, "llama-bf16")
     path = folder / "model.safetensors"
-    header, data = _header_and_data(path)
+    header, data = header_and_data(path)
     header["__metadata__"] = {"format": "pt", "padding": "x" * 4_000_000}
-    _write(path, header, data)
+    write_header(path, header, data)
     from blockcli import checkpoint
 
     parsed: list[int] = []
@@ -169,7 +169,7 @@ def test_many_unexpected_tensors_are_refused_with_their_number(tmp_path: Path) -
     26-41 s); the message names four and counts the rest. Timing lives in benchmarks/bench_hostile_checkpoints.py."""
     folder = fixture_copy(tmp_path, "gpt_neox")
     path = folder / "model.safetensors"
-    header, data = _header_and_data(path)
+    header, data = header_and_data(path)
     extra = 5000
     for i in range(extra):
         header[f"gpt_neox.layers.{i}.extra.weight"] = {"dtype": "F32", "shape": [1],
@@ -177,7 +177,7 @@ def test_many_unexpected_tensors_are_refused_with_their_number(tmp_path: Path) -
     header[f"gpt_neox.layers.0.attention.masked_bias"] = {"dtype": "F32", "shape": [1],  # a buffer: recognised
                                                          "data_offsets": [len(data) + 4 * extra,
                                                                           len(data) + 4 * extra + 4]}
-    _write(path, header, data + b"\0" * (4 * extra + 4))
+    write_header(path, header, data + b"\0" * (4 * extra + 4))
     line = one_error_line(cli("count", folder))
     assert "unexpected tensor 'gpt_neox.layers.0.extra.weight'" in line
     assert f"and {extra - 4} more" in line and "masked_bias" not in line
