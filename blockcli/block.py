@@ -35,7 +35,8 @@ from blockcli.inputs import check_in_range, check_token_ids, load_npz
 from blockcli.checkpoint import is_checkpoint_path
 from blockcli.ops import STANDARD_OPS, Array, Ops
 from blockcli.parallel import share_out
-from blockcli.shapes import Shape, block_parameter_shapes, model_parameter_shapes
+from blockcli.shapes import Shape, block_parameter_shapes, is_buffer, model_parameter_shapes
+from blockcli.tape import Tape
 
 Record = Callable[..., None]  # record(key, op, out, inputs, kind=..., params=...)
 
@@ -215,7 +216,7 @@ def weights_file_limit(shapes: Mapping[str, Shape]) -> int:
 
 def resolve_weights(weights: str | Path | Mapping[str, Any] | None, shapes: Mapping[str, Shape],
                     seed: int, dtype: str, *, config: Config | None = None, layer: int | None = None,
-                    notes: list[str] | None = None) -> dict[str, Array]:
+                    notes: list[str] | None = None, stored: list[Any] | None = None) -> dict[str, Array]:
     """The parameters for `shapes`: seeded, or from weights (an .npz, a model folder or .safetensors
     file, or a name → array mapping). `layer` picks one block out of a whole model's weights;
     `config` tells a checkpoint which model it holds (else its own config.json does); `notes`
@@ -233,7 +234,7 @@ def resolve_weights(weights: str | Path | Mapping[str, Any] | None, shapes: Mapp
             from blockcli.checkpoint import load_weights  # safetensors only for checkpoints
 
             weights = load_weights(Path(weights), config, dtype, notes if notes is not None else [],
-                                   one_block=one_block, layer=layer)
+                                   one_block=one_block, layer=layer, stored=stored)
             return check_parameters(weights, shapes, dtype, source)
         # one block's shapes may be read out of a whole model's file: then the model bounds it
         whole = model_parameter_shapes(config) if config is not None and config.model else shapes
@@ -304,10 +305,13 @@ class Norm:
     eps: float
     ops: Ops = STANDARD_OPS
     unit_offset: bool = False  # scale by 1 + gamma (Gemma stores the scale's offset from 1)
+    name: str = ""  # its parameters are <name>_gamma and <name>_beta; its saved input goes under <name>
 
-    def __call__(self, x: Array) -> Array:
+    def __call__(self, x: Array, tape: Tape | None = None) -> Array:
         """x (…, d) → (…, d). With the standard ops, in row tiles shared among the cores (a seeded
-        bug may normalise across rows, so it gets the whole tensor)."""
+        bug may normalise across rows, so it gets the whole tensor). A tape keeps x."""
+        if tape is not None:
+            tape.keep(self.name, x=x)  # its backward recomputes μ and σ from x
         fn = self.ops.layer_norm if self.kind == "layernorm" else self.ops.rms_norm
         scale = norm_scale(self.gamma, self.unit_offset)  # (d,), computed per call: edits of gamma count
         if self.ops is not STANDARD_OPS:
@@ -318,6 +322,17 @@ class Norm:
 
         dtype = x.dtype if self.gamma is None else np.result_type(x, self.gamma)
         return F.by_rows(fill, x, x.shape[-1], dtype, work=4 * x.size)
+
+    def backward(self, dy: Array, tape: Tape) -> Array:
+        """dy (…, d) → dx (…, d); adds the gradients of its scale (of 1 + γ's γ, the same) and shift."""
+        x = tape.take(self.name)["x"]
+        fn = self.ops.layer_norm_backward if self.kind == "layernorm" else self.ops.rms_norm_backward
+        dx, d_scale = fn(x, norm_scale(self.gamma, self.unit_offset), self.eps, dy)  # (…, d) each
+        if self.gamma is not None:
+            tape.add(f"{self.name}_gamma", F.unbroadcast(d_scale, self.gamma.shape))
+        if self.beta is not None:
+            tape.add(f"{self.name}_beta", F.unbroadcast(dy, self.beta.shape))
+        return dx
 
 
 @dataclass
@@ -359,6 +374,80 @@ class KVCache:
         return self.k, self.v
 
 
+class ScoreTiles:
+    """The tiles both blocked attention kernels walk: query rows × K/V heads (`attention_tile`), each tile
+    seeing keys [first, last) only (those before its rows are in the window, the rest in the future);
+    Q with the score scale folded in and K, each head's rows in one run of memory; and the scores of a
+    tile, soft-capped, masked (only the tile's diagonal square, or the window's band) and ALiBi-biased
+    as the full path makes them."""
+
+    def __init__(self, cfg: BlockConfig, p: Mapping[str, Array], q: Array, k: Array, start: int,
+                 tile_bytes: int) -> None:
+        self.B, h, self.T, self.d_h = q.shape
+        self.h_kv, self.T_k = k.shape[1], k.shape[2]
+        self.group, self.start = h // self.h_kv, start
+        self.dtype = dtype = np.result_type(q, k)
+        self.qs = np.multiply(q, cfg.score_scale, dtype=dtype, order="C").reshape(
+            self.B, self.h_kv, self.group, self.T, self.d_h)
+        # a tile's keys in one run of memory, not rows strided through the QKV output (15% faster at L)
+        self.k = _rows_contiguous(k)  # (B, h_kv, T_k, d_h)
+        self.rows, self.heads = attention_tile(h, self.h_kv, self.T, self.T_k, q.itemsize, tile_bytes)
+        self.future = np.triu(np.full((self.rows, self.rows), -np.inf, dtype=dtype), k=1)  # (C, C)
+        self.window, self.cap = cfg.sliding_window, cfg.attention_softcap
+        self.slopes = (F.alibi_slopes(h).astype(dtype).reshape(self.h_kv, self.group, 1, 1)  # (h_kv, g, 1, 1)
+                       if cfg.alibi else None)
+        self.sinks = (p["sinks"].astype(dtype).reshape(self.h_kv, self.group, 1, 1)  # (h_kv, g, 1, 1)
+                      if cfg.attention_sinks else None)
+
+    def keys(self, lo: int, hi: int) -> tuple[int, int]:
+        """The keys [first, last) that some query row in [lo, hi) may see."""
+        return (max(0, self.start + lo - self.window + 1) if self.window else 0), self.start + hi
+
+    def tiles(self) -> list[tuple[int, int, int]]:
+        return [(b, g, lo) for b in range(self.B) for g in range(0, self.h_kv, self.heads)
+                for lo in range(0, self.T, self.rows)]
+
+    def cost(self, tile: tuple[int, int, int]) -> int:
+        first, last = self.keys(tile[2], min(self.T, tile[2] + self.rows))
+        return last - first
+
+    def buffer(self) -> Array:
+        """Room for one tile's scores (a worker's scratch)."""
+        return np.empty(self.heads * self.group * self.rows * self.T_k, dtype=self.dtype)
+
+    def scores(self, buf: Array, tile: tuple[int, int, int], capped: Array | None = None
+               ) -> tuple[Array, tuple[int, slice, int, int, int, int]]:
+        """The tile's scores (n, g·C, T_seen) in `buf`, and where it is: (b, its K/V heads, its rows lo:hi,
+        its keys first:last). `capped`, given, receives the soft-capped scores before mask and biases."""
+        b, g, lo = tile
+        hi = min(self.T, lo + self.rows)
+        (first, last), kv = self.keys(lo, hi), slice(g, min(self.h_kv, g + self.heads))
+        c, seen, n, group = hi - lo, last - first, kv.stop - g, self.group
+        q_tile = self.qs[b, kv, :, lo:hi].reshape(n, group * c, self.d_h)  # (n, g·C, d_h)
+        s = buf[:n * group * c * seen].reshape(n, group * c, seen)
+        np.matmul(q_tile, self.k[b, kv, first:last].swapaxes(-1, -2), out=s)  # (n, g·C, T_seen)
+        if self.cap:
+            soft_cap(s, self.cap)  # (n, g·C, T_seen), before the mask as in the full path
+            if capped is not None:
+                capped[:s.size] = s.ravel()
+        at = self.start + lo - first  # the tile's first query position, counted from its first key
+        if self.window:  # the band of the window, as in the full path
+            allowed = F.causal_mask(c, seen, at) & F.window_mask(c, seen, at, self.window)  # (C, T_seen)
+            s.reshape(n, group, c, seen)[...] += np.where(allowed, 0.0, -np.inf).astype(self.dtype)
+        else:
+            s.reshape(n, group, c, seen)[..., seen - c:] += self.future[:c, :c]  # the diagonal square
+        if self.slopes is not None:  # slope · (key − query position) for the tile's heads, rows and keys
+            distance = (np.arange(first, last)[None, :] - (self.start + np.arange(lo, hi))[:, None]).astype(self.dtype)
+            s.reshape(n, group, c, seen)[...] += self.slopes[kv] * distance  # (n, g, C, T_seen)
+        return s, (b, kv, lo, hi, first, last)
+
+    def sink(self, kv: slice, n: int, c: int) -> Array | None:
+        """The tile's rows' sink logits (n, g·C, 1), or None without sinks."""
+        if self.sinks is None:
+            return None
+        return np.broadcast_to(self.sinks[kv], (n, self.group, c, 1)).reshape(n, self.group * c, 1)
+
+
 @dataclass
 class MultiHeadAttention:
     """Causal multi-head self-attention with grouped-query K/V and optional RoPE.
@@ -387,9 +476,12 @@ class MultiHeadAttention:
                 p[f"b_{name}"] = self.b_qkv[lo:hi]
 
     def __call__(self, x: Array, rec: Record = _ignore, cache: KVCache | None = None,
-                 drop: Callable[[Array], Array] | None = None) -> Array:
+                 drop: Callable[[Array], Array] | None = None, tape: Tape | None = None) -> Array:
         """x (B, T, d) → (B, T, d). `drop`, in a training-mode pass, is dropout on the attention
-        probabilities (it needs the whole table, so it takes the full-table path)."""
+        probabilities (it needs the whole table, so it takes the full-table path). A tape keeps x, the
+        projections a clamp or a norm changes, Q, K and V as attention reads them, its output and (blocked)
+        each row's log-sum-exp: never the score table, which the backward recomputes tile by tile."""
+        assert tape is None or (cache is None and drop is None), "a backward runs on a whole pass, without dropout"
         cfg, p, ops = self.cfg, self.p, self.ops
         h, h_kv = cfg.n_heads, cfg.n_kv_heads
         B, T, _ = x.shape
@@ -403,11 +495,13 @@ class MultiHeadAttention:
         rec("k_proj", "K projection", k_flat, (x, p["w_k"]), kind="linear", params=("w_k", "b_k"))
         v_flat = qkv[..., q_width + kv_width:]  # (B, T, h_kv·d_h)
         rec("v_proj", "V projection", v_flat, (x, p["w_v"]), kind="linear", params=("w_v", "b_v"))
+        saved: dict[str, Any] = {"x": x}
         if cfg.clip_qkv:  # OLMo: each projection clamped to [-c, c]
+            saved["unclipped"] = qkv  # (B, T, (h + 2·h_kv)·d_h): where it is inside ±c, the gradient passes
             q_flat, k_flat, v_flat = self._clip(q_flat, k_flat, v_flat, rec)
 
         if cfg.qk_norm == "projection":  # OLMo2: over all of Q's (K's) features, before the heads are split
-            q_flat, k_flat = self._qk_norm(q_flat, k_flat, rec)  # (B, T, h·d_h), (B, T, h_kv·d_h)
+            q_flat, k_flat = self._qk_norm(q_flat, k_flat, rec, tape)  # (B, T, h·d_h), (B, T, h_kv·d_h)
         q = ops.split_heads(q_flat, h)  # (B, h, T, d_h)
         rec("q", "split heads Q", q, (q_flat,), kind="reshape")
         k = ops.split_heads(k_flat, h_kv)  # (B, h_kv, T, d_h)
@@ -415,7 +509,7 @@ class MultiHeadAttention:
         v = ops.split_heads(v_flat, h_kv)  # (B, h_kv, T, d_h)
         rec("v", "split heads V", v, (v_flat,), kind="reshape")
         if cfg.qk_norm in ("head", "each_head"):  # Qwen3, Gemma 3 (Command R+: each head its own weights), before RoPE
-            q, k = self._qk_norm(q, k, rec)  # (B, h, T, d_h), (B, h_kv, T, d_h)
+            q, k = self._qk_norm(q, k, rec, tape)  # (B, h, T, d_h), (B, h_kv, T, d_h)
 
         if cfg.rope:
             cos, sin = F.rope_tables(np.arange(start, start + T), cfg.rope_dims, cfg.rope_theta, x.dtype,
@@ -429,12 +523,55 @@ class MultiHeadAttention:
 
         if cache is not None:
             k, v = cache.append(k, v)  # (B, h_kv, T_seen, d_h)
-        heads = self._attend(q, k, v, start, rec, drop)  # (B, h, T, d_h)
+        heads = self._attend(q, k, v, start, rec, drop, saved if tape is not None else None)  # (B, h, T, d_h)
         concat = ops.combine_heads(heads)  # (B, T, h·d_h)
         rec("attn_concat", "combine heads", concat, (heads,), kind="reshape")
         out = ops.project_out(concat, p["w_o"], p.get("b_o"))  # (B, T, d)
         rec("attn_out", "output projection", out, (concat, p["w_o"]), kind="linear", params=("w_o", "b_o"))
+        if tape is not None:
+            tape.keep("attn", **saved)
         return out
+
+    def backward(self, d_out: Array, tape: Tape) -> Array:
+        """d_out (B, T, d) → dx (B, T, d), the forward in reverse: output projection, attention, RoPE
+        (rotated back), the q/k norms, the clamp, the Q/K/V projection (one GEMM for all three)."""
+        cfg, p, ops = self.cfg, self.p, self.ops
+        h, h_kv = cfg.n_heads, cfg.n_kv_heads
+        saved = tape.take("attn")
+        x = saved["x"]
+        d_concat = self._project_out_backward(d_out, saved["heads"], tape)  # (B, T, h·d_h)
+        dq, dk, dv = self._attend_backward(saved, ops.split_heads(d_concat, h), tape)  # (B, h(_kv), T, d_h)
+        if cfg.rope:
+            cos, sin = F.rope_tables(np.arange(x.shape[1]), cfg.rope_dims, cfg.rope_theta, x.dtype, cfg.rope_scaling)
+            dq = ops.rotate_pairs_backward(dq, cos, sin, cfg.rope_layout)  # (B, h, T, d_h)
+            dk = ops.rotate_pairs_backward(dk, cos, sin, cfg.rope_layout)  # (B, h_kv, T, d_h)
+        if cfg.qk_norm in ("head", "each_head"):
+            dq, dk = self._qk_norm_backward(dq, dk, tape)
+        dq_flat, dk_flat, dv_flat = ops.combine_heads(dq), ops.combine_heads(dk), ops.combine_heads(dv)
+        if cfg.qk_norm == "projection":
+            dq_flat, dk_flat = self._qk_norm_backward(dq_flat, dk_flat, tape)
+        d_qkv = np.concatenate([dq_flat, dk_flat, dv_flat], axis=-1)  # (B, T, (h + 2·h_kv)·d_h)
+        if cfg.clip_qkv:  # clip passes the gradient inside [−c, c], bounds included, as torch.clamp does
+            c = cfg.clip_qkv
+            d_qkv = np.where(np.abs(saved["unclipped"]) <= c, d_qkv, 0).astype(d_qkv.dtype)
+        dw = ops.weight_grad(x, d_qkv)  # (d, (h + 2·h_kv)·d_h)
+        q_width, kv_width = p["w_q"].shape[1], p["w_k"].shape[1]
+        bounds = {"q": (0, q_width), "k": (q_width, q_width + kv_width), "v": (q_width + kv_width, None)}
+        db = F.sum_rows(d_qkv) if self.b_qkv is not None else None
+        for name, (lo, hi) in bounds.items():
+            tape.add(f"w_{name}", dw[:, lo:hi])
+            if db is not None:
+                tape.add(f"b_{name}", db[lo:hi])
+        return d_qkv @ self.w_qkv.T  # (B, T, d)
+
+    def _project_out_backward(self, d_out: Array, heads: Array, tape: Tape) -> Array:
+        """W_O's gradients from the attention output (B, h, T, d_v) and d_out (B, T, d); returns d_concat."""
+        p = self.p
+        concat = self.ops.combine_heads(heads)  # (B, T, h·d_v)
+        tape.add("w_o", self.ops.weight_grad(concat, d_out))
+        if "b_o" in p:
+            tape.add("b_o", F.sum_rows(d_out))
+        return d_out @ p["w_o"].T  # (B, T, h·d_v)
 
     def _clip(self, q: Array, k: Array, v: Array, rec: Record) -> tuple[Array, Array, Array]:
         """Q, K and V projections clamped to [-clip_qkv, clip_qkv], each its own array."""
@@ -445,12 +582,14 @@ class MultiHeadAttention:
             out.append(clipped)
         return out[0], out[1], out[2]
 
-    def _qk_norm(self, q: Array, k: Array, rec: Record) -> tuple[Array, Array]:
+    def _qk_norm(self, q: Array, k: Array, rec: Record, tape: Tape | None = None) -> tuple[Array, Array]:
         """The block's kind of norm over the last axis of queries and keys, each with its own scale."""
         cfg, p = self.cfg, self.p
         out = []
         for name, a in (("q", q), ("k", k)):
             if cfg.qk_norm == "each_head":  # weights (heads, d_h): broadcast over (B, heads, T, d_h)
+                if tape is not None:
+                    tape.keep(f"{name}_norm", x=a)
                 fn = self.ops.layer_norm if cfg.norm == "layernorm" else self.ops.rms_norm
                 gamma, beta = p.get(f"{name}_norm_gamma"), p.get(f"{name}_norm_beta")
                 scale = norm_scale(gamma, cfg.norm_unit_offset)
@@ -461,15 +600,35 @@ class MultiHeadAttention:
                 out.append(normed)
                 continue
             norm = Norm(cfg.norm, p.get(f"{name}_norm_gamma"), p.get(f"{name}_norm_beta"), cfg.norm_eps, self.ops,
-                        cfg.norm_unit_offset)
-            normed = norm(a)  # same shape as a
+                        cfg.norm_unit_offset, name=f"{name}_norm")
+            normed = norm(a, tape)  # same shape as a
             rec(f"{name}_norm", f"{name.upper()} norm", normed, (a,), kind=cfg.norm,
                 params=(f"{name}_norm_gamma", f"{name}_norm_beta"))
             out.append(normed)
         return out[0], out[1]
 
+    def _qk_norm_backward(self, dq: Array, dk: Array, tape: Tape) -> tuple[Array, Array]:
+        cfg, p = self.cfg, self.p
+        out = []
+        for name, d in (("q", dq), ("k", dk)):
+            gamma, beta = p.get(f"{name}_norm_gamma"), p.get(f"{name}_norm_beta")
+            if cfg.qk_norm != "each_head":
+                out.append(Norm(cfg.norm, gamma, beta, cfg.norm_eps, self.ops, cfg.norm_unit_offset,
+                                name=f"{name}_norm").backward(d, tape))
+                continue
+            a = tape.take(f"{name}_norm")["x"]  # (B, heads, T, d_h), weights (heads, d_h) per head
+            fn = self.ops.layer_norm_backward if cfg.norm == "layernorm" else self.ops.rms_norm_backward
+            scale = norm_scale(gamma, cfg.norm_unit_offset)
+            dx, d_scale = fn(a, scale[:, None, :] if gamma is not None else scale, cfg.norm_eps, d)
+            if gamma is not None:
+                tape.add(f"{name}_norm_gamma", F.unbroadcast(d_scale, gamma[:, None, :].shape).reshape(gamma.shape))
+            if beta is not None:
+                tape.add(f"{name}_norm_beta", F.unbroadcast(d, beta[:, None, :].shape).reshape(beta.shape))
+            out.append(dx)
+        return out[0], out[1]
+
     def _attend(self, q: Array, k: Array, v: Array, start: int, rec: Record,
-                drop: Callable[[Array], Array] | None = None) -> Array:
+                drop: Callable[[Array], Array] | None = None, saved: dict[str, Any] | None = None) -> Array:
         """softmax(mask(Q·Kᵀ/√d_h))·V for q (B, h, T_q, d_h) and k, v (B, h_kv, T_k, d_h).
 
         `full` builds the whole (B, h, T_q, T_k) table from the `Ops` table, one recorded step at a
@@ -480,54 +639,110 @@ class MultiHeadAttention:
         B, h, T_q, _ = q.shape
         T_k = k.shape[2]
         table_bytes = B * h * T_q * T_k * q.itemsize
-        if (self.ops is not STANDARD_OPS or drop is not None
-                or full_table(self.attention, table_bytes, rec is not _ignore, self.chunk_bytes)):
-            k_all, v_all = k, v  # grouped-query: each K/V head serves h / h_kv query heads
-            if k.shape[1] != h:
-                k_all = np.repeat(k, h // k.shape[1], axis=1)  # (B, h, T_k, d_h)
-                v_all = np.repeat(v, h // v.shape[1], axis=1)  # (B, h, T_k, d_h)
-            scores = self.ops.attention_scores(q, k_all)  # (B, h, T_q, T_k)
-            if self.cfg.attention_scale:  # an override of 1/√d_h (Granite's attention_multiplier)
-                scores *= np.asarray(self.cfg.attention_scale * math.sqrt(q.shape[-1]), dtype=scores.dtype)
-            if self.cfg.softmax_mscale != 1.0:  # DeepSeek's yarn mscale, squared, on the softmax scale
-                scores *= np.asarray(self.cfg.softmax_mscale ** 2, dtype=scores.dtype)
-            if self.cfg.attention_softcap:  # Gemma 2: c·tanh(scores/c), before the mask
-                scores = soft_cap(scores, self.cfg.attention_softcap)
-            rec("scores", scores_label(self.cfg), scores, (q, k), kind="matmul")
-            if self.cfg.alibi:  # BLOOM: each head's slope times the distance to each key, unscaled
-                biased = scores + F.alibi_bias(self.ops.alibi_slopes(h), T_q, T_k, start, scores.dtype)
-                rec("alibi_scores", "add ALiBi biases", biased, (scores,), kind="add")
-                scores = biased  # (B, h, T_q, T_k)
-            allowed = self.ops.causal_mask(T_q, T_k, start)  # (T_q, T_k)
-            if self.cfg.sliding_window:
-                allowed = allowed & F.window_mask(T_q, T_k, start, self.cfg.sliding_window)
-            if self.cfg.attention_sinks:  # gpt-oss: each head's sink logit as one more, always visible key
-                masked, weights = self._with_sinks(scores, allowed)
-            else:
-                masked, weights = self.ops.attention_weights(scores, allowed)
+        full = (self.ops is not STANDARD_OPS or drop is not None
+                or full_table(self.attention, table_bytes, rec is not _ignore, self.chunk_bytes))
+        if saved is not None:  # what the backward reads: Q, K, V as attention sees them (after RoPE)
+            saved.update(q=q, k=k, v=v)
+        if full:
+            v_all = self._per_query_head(v)  # (B, h, T_k, d_h)
+            _, scores, masked, weights = self._table(q, k, start, rec)
+            weights = weights[..., :T_k]  # a sink's weight goes to no value
             rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
             rec("attn_weights", softmax_label(self.cfg), weights, (masked,), kind="softmax", params=("sinks",))
             if drop is not None:
                 weights = drop(weights)  # (B, h, T_q, T_k): training mode only
             heads = weights @ v_all  # (B, h, T_q, d_h)
             rec("attn_heads", "weights·V", heads, (weights, v), kind="matmul")
+            if saved is not None:
+                saved["heads"] = heads
             return heads
-        heads = self._attend_blocked(q, k, v, start)
+        lse = np.empty((B, h, T_q), dtype=np.result_type(q, k)) if saved is not None else None
+        heads = self._attend_blocked(q, k, v, start, lse)
+        if saved is not None:
+            saved.update(heads=heads, lse=lse)  # (B, h, T, d_v), (B, h, T): each row's log Σ exp(scores)
         rec("attn_heads", blocked_label(self.cfg), heads, (q, k, v), kind="attention", params=("sinks",))
         return heads
 
-    def _with_sinks(self, scores: Array, allowed: Array) -> tuple[Array, Array]:
-        """(masked scores, weights) (B, h, T_q, T_k) when each head's learned sink logit joins its rows'
-        softmax as one more key, visible to every query, whose weight is then dropped: a row's weights
-        sum to less than 1, the rest going to no value at all."""
-        B, h, T_q, T_k = scores.shape
-        sinks = np.broadcast_to(self.p["sinks"].astype(scores.dtype)[:, None, None], (B, h, T_q, 1))
-        masked, weights = self.ops.attention_weights(np.concatenate([scores, sinks], axis=-1),  # (B, h, T_q, T_k + 1)
-                                                     np.pad(allowed, ((0, 0), (0, 1)), constant_values=True))
-        return masked[..., :T_k], weights[..., :T_k]
+    def _per_query_head(self, kv: Array) -> Array:
+        """K or V (B, h_kv, T_k, d) as one head per query head (B, h, T_k, d): grouped-query attention's
+        K/V head j serves query heads j·g … j·g + g − 1."""
+        h = self.cfg.n_heads
+        return kv if kv.shape[1] == h else np.repeat(kv, h // kv.shape[1], axis=1)
 
-    def _attend_blocked(self, q: Array, k: Array, v: Array, start: int) -> Array:
-        """Tiles of query rows × K/V heads (`attention_tile`), shared among the cores.
+    def _table(self, q: Array, k: Array, start: int, rec: Record = _ignore
+               ) -> tuple[Array, Array, Array, Array]:
+        """The whole score table, one `Ops` step at a time: (the scores after any soft cap, then with ALiBi's
+        biases, the masked scores, the softmax weights), each (B, h, T_q, T_k); with attention sinks the
+        weights have one more column, each head's sink logit's, a key every query sees (its weight is then
+        dropped: a row's weights on the keys sum to less than 1)."""
+        cfg, ops = self.cfg, self.ops
+        B, h, T_q, _ = q.shape
+        T_k = k.shape[2]
+        scores = ops.attention_scores(q, self._per_query_head(k))  # (B, h, T_q, T_k)
+        if cfg.attention_scale:  # an override of 1/√d_h (Granite's attention_multiplier)
+            scores *= np.asarray(cfg.attention_scale * math.sqrt(q.shape[-1]), dtype=scores.dtype)
+        if cfg.softmax_mscale != 1.0:  # DeepSeek's yarn mscale, squared, on the softmax scale
+            scores *= np.asarray(cfg.softmax_mscale ** 2, dtype=scores.dtype)
+        if cfg.attention_softcap:  # Gemma 2: c·tanh(scores/c), before the mask
+            scores = soft_cap(scores, cfg.attention_softcap)
+        rec("scores", scores_label(cfg), scores, (q, k), kind="matmul")
+        capped = scores
+        if cfg.alibi:  # BLOOM: each head's slope times the distance to each key, unscaled
+            scores = scores + F.alibi_bias(ops.alibi_slopes(h), T_q, T_k, start, scores.dtype)  # (B, h, T_q, T_k)
+            rec("alibi_scores", "add ALiBi biases", scores, (capped,), kind="add")
+        allowed = ops.causal_mask(T_q, T_k, start)  # (T_q, T_k)
+        if cfg.sliding_window:
+            allowed = allowed & F.window_mask(T_q, T_k, start, cfg.sliding_window)
+        if not cfg.attention_sinks:
+            masked, weights = ops.attention_weights(scores, allowed)
+            return capped, scores, masked, weights
+        sinks = np.broadcast_to(self.p["sinks"].astype(scores.dtype)[:, None, None], (B, h, T_q, 1))
+        masked, weights = ops.attention_weights(np.concatenate([scores, sinks], axis=-1),  # (B, h, T_q, T_k + 1)
+                                                np.pad(allowed, ((0, 0), (0, 1)), constant_values=True))
+        return capped, scores, masked[..., :T_k], weights
+
+    def _attend_backward(self, saved: dict[str, Any], d_heads: Array, tape: Tape) -> tuple[Array, Array, Array]:
+        """(dQ (B, h, T, d_h), dK, dV (B, h_kv, T, d)) from d_heads (B, h, T, d_v), by the path the forward
+        took: the blocked kernel's (from each row's log-sum-exp) or the whole table's; the sinks' gradient
+        added to the tape."""
+        q, k, v = saved["q"], saved["k"], saved["v"]
+        if "lse" in saved:
+            dq, dk, dv, d_sinks = self._attend_blocked_backward(q, k, v, saved["heads"], saved["lse"], d_heads)
+        else:
+            dq, dk, dv, d_sinks = self._attend_full_backward(q, k, v, d_heads)
+        if d_sinks is not None:
+            tape.add("sinks", d_sinks)
+        return dq, dk, dv
+
+    def _attend_full_backward(self, q: Array, k: Array, v: Array, d_heads: Array
+                              ) -> tuple[Array, Array, Array, Array | None]:
+        """The whole table's backward, through the `Ops` table: dV = Pᵀ·dO, dP = dO·Vᵀ, dS = softmax's VJP,
+        through the soft cap (1 − tanh²), then dQ = dS·K·s and dK = dSᵀ·Q·s; grouped K/V heads sum their
+        query heads' gradients. The mask needs nothing: P is 0 where it hides a key, so dS is too."""
+        cfg, ops = self.cfg, self.ops
+        T_k = k.shape[2]
+        k_all, v_all = self._per_query_head(k), self._per_query_head(v)  # (B, h, T_k, d)
+        capped, _, _, weights_all = self._table(q, k, 0)
+        weights = weights_all[..., :T_k]  # (B, h, T_q, T_k)
+        dv_all = weights.swapaxes(-1, -2) @ d_heads  # (B, h, T_k, d_v)
+        d_weights = d_heads @ v_all.swapaxes(-1, -2)  # (B, h, T_q, T_k)
+        if cfg.attention_sinks:  # the sink column: no value, so no dP of its own
+            d_weights = np.concatenate([d_weights, np.zeros_like(d_weights[..., :1])], axis=-1)
+        d_scores_all = ops.softmax_backward(weights_all, d_weights)  # (B, h, T_q, T_k [+ 1])
+        d_sinks = d_scores_all[..., T_k].sum(axis=(0, 2)) if cfg.attention_sinks else None  # (h,)
+        d_scores = d_scores_all[..., :T_k]
+        if cfg.attention_softcap:  # d(c·tanh(s/c))/ds = 1 − tanh² = 1 − (capped/c)²
+            d_scores = d_scores * (1.0 - (capped / cfg.attention_softcap) ** 2)
+        scale = cfg.score_scale
+        dq = (d_scores @ k_all) * scale  # (B, h, T_q, d_h)
+        dk_all = (d_scores.swapaxes(-1, -2) @ q) * scale  # (B, h, T_k, d_h)
+        h_kv = k.shape[1]
+        return dq, ops.sum_groups(dk_all, h_kv), ops.sum_groups(dv_all, h_kv), d_sinks
+
+    def _attend_blocked(self, q: Array, k: Array, v: Array, start: int, lse: Array | None = None) -> Array:
+        """Tiles of query rows × K/V heads (`attention_tile`), shared among the cores; `lse` (B, h, T), when
+        given, receives each row's log-sum-exp of its scores (the sink's logit included), all a backward
+        needs to recompute the row's softmax.
 
         A tile sees keys [0, start + end of its rows) only (the rest are all in the future), Q, K
         and V are made contiguous per head (Q with the score scale folded in), only the tile's diagonal
@@ -536,13 +751,10 @@ class MultiHeadAttention:
         when V is copied. Grouped-query heads share their K/V head without copying it. Attention
         sinks join a row's maximum and its sum (the sink's weight goes to no value).
         """
-        B, h, T, d_h = q.shape
-        h_kv, T_k, d_v = k.shape[1], k.shape[2], v.shape[-1]  # d_v: the values' width (d_h but under MLA)
-        group = h // h_kv
-        dtype = np.result_type(q, k)
-        qs = np.multiply(q, self.cfg.score_scale, dtype=dtype, order="C").reshape(B, h_kv, group, T, d_h)
-        # a tile's keys in one run of memory, not rows strided through the QKV output (15% faster at L)
-        k = _rows_contiguous(k)  # (B, h_kv, T_k, d_h)
+        B, h, T, _ = q.shape
+        d_v = v.shape[-1]  # the values' width (d_h but under MLA)
+        grid = ScoreTiles(self.cfg, self.p, q, k, start, self.tile_bytes)
+        h_kv, group, dtype = grid.h_kv, grid.group, grid.dtype
         # V strided through the QKV output is copied anyway: then with a column of ones beside it, so that
         # weights·[V | 1] also yields each row's sum, one pass over the scores fewer. A K/V cache's
         # buffer is read in place (a copy would cost each decode step O(T_k)) and its sums taken apart.
@@ -552,44 +764,17 @@ class MultiHeadAttention:
             v_ones[..., :d_v] = v
             v_ones[..., d_v] = 1
         out = np.empty((B, T, h_kv, group, d_v), dtype=dtype)  # written in the combined-heads layout
-        rows, heads = attention_tile(h, h_kv, T, T_k, q.itemsize, self.tile_bytes)
-        future = np.triu(np.full((rows, rows), -np.inf, dtype=dtype), k=1)  # (C, C)
-        window, cap = self.cfg.sliding_window, self.cfg.attention_softcap
-        slopes = (F.alibi_slopes(h).astype(dtype).reshape(h_kv, group, 1, 1)  # (h_kv, g, 1, 1): ALiBi's per head
-                  if self.cfg.alibi else None)
-        sinks = (self.p["sinks"].astype(dtype).reshape(h_kv, group, 1, 1)  # (h_kv, g, 1, 1): each head's sink logit
-                 if self.cfg.attention_sinks else None)
-
-        def keys(lo: int, hi: int) -> tuple[int, int]:
-            """The keys [first, last) that some query row in [lo, hi) may see."""
-            return (max(0, start + lo - window + 1) if window else 0), start + hi
+        row_lse = None if lse is None else lse.reshape(B, h_kv, group, T)  # a view: written in place
 
         def run(tiles: Iterable[tuple[int, int, int]]) -> None:
-            buf = np.empty(heads * group * rows * T_k, dtype=dtype)
-            for b, g, lo in tiles:
-                hi = min(T, lo + rows)
-                (first, last), kv = keys(lo, hi), slice(g, min(h_kv, g + heads))
-                c, seen, n = hi - lo, last - first, kv.stop - g
-                q_tile = qs[b, kv, :, lo:hi].reshape(n, group * c, d_h)  # (n, g·C, d_h)
-                s = buf[:n * group * c * seen].reshape(n, group * c, seen)
-                np.matmul(q_tile, k[b, kv, first:last].swapaxes(-1, -2), out=s)  # (n, g·C, T_seen)
-                if cap:
-                    soft_cap(s, cap)  # (n, g·C, T_seen), before the mask as in the full path
-                if window:  # the band of the window, as in the full path
-                    allowed = F.causal_mask(c, seen, start + lo - first) & F.window_mask(c, seen, start + lo - first,
-                                                                                         window)  # (C, T_seen)
-                    s.reshape(n, group, c, seen)[...] += np.where(allowed, 0.0, -np.inf).astype(dtype)
-                else:
-                    s.reshape(n, group, c, seen)[..., seen - c:] += future[:c, :c]  # the diagonal square
-                if slopes is not None:  # slope · (key − query position) for the tile's heads, rows and keys
-                    distance = (np.arange(first, last)[None, :] - (start + np.arange(lo, hi))[:, None]).astype(dtype)
-                    s.reshape(n, group, c, seen)[...] += slopes[kv] * distance  # (n, g, C, T_seen)
+            buf = grid.buffer()
+            for tile in tiles:
+                s, (b, kv, lo, hi, first, last) = grid.scores(buf, tile)  # (n, g·C, T_seen)
+                n, c = s.shape[0], hi - lo
                 top = s.max(axis=-1, keepdims=True)  # (n, g·C, 1)
-                sunk = None
-                if sinks is not None:  # the sink is one more logit of the row: in its maximum and its sum
-                    sink = np.broadcast_to(sinks[kv], (n, group, c, 1)).reshape(n, group * c, 1)  # (n, g·C, 1)
+                sink = grid.sink(kv, n, c)  # (n, g·C, 1) or None
+                if sink is not None:  # the sink is one more logit of the row: in its maximum and its sum
                     np.maximum(top, sink, out=top)
-                    sunk = np.exp(sink - top)  # (n, g·C, 1): the sink's unnormalised weight
                 s -= top
                 np.exp(s, out=s)
                 if v_ones is None:
@@ -598,19 +783,72 @@ class MultiHeadAttention:
                 else:
                     both = s @ v_ones[b, kv, first:last]  # (n, g·C, d_v + 1): weights·V | row sums
                     mixed, total = both[..., :d_v], both[..., d_v:]  # (n, g·C, d_v), (n, g·C, 1)
-                if sunk is not None:
-                    total = total + sunk
+                if sink is not None:
+                    total = total + np.exp(sink - top)  # the sink's unnormalised weight
                 mixed = np.divide(mixed, total)  # (n, g·C, d_v)
                 out[b, lo:hi, kv] = mixed.reshape(n, group, c, d_v).transpose(2, 0, 1, 3)
+                if row_lse is not None:
+                    row_lse[b, kv, :, lo:hi] = (top + np.log(total)).reshape(n, group, c)
 
-        def cost(tile: tuple[int, int, int]) -> int:
-            first, last = keys(tile[2], min(T, tile[2] + rows))
-            return last - first
-
-        tiles = [(b, g, lo) for b in range(B) for g in range(0, h_kv, heads) for lo in range(0, T, rows)]
-        share_out(run, tiles, cost=cost,
-                  work=B * h * T * (start + T / 2) * (d_h + d_v))  # Q·Kᵀ and weights·V, causal half
+        share_out(run, grid.tiles(), cost=grid.cost,
+                  work=B * h * T * (start + T / 2) * (grid.d_h + d_v))  # Q·Kᵀ and weights·V, causal half
         return out.reshape(B, T, h, d_v).transpose(0, 2, 1, 3)  # (B, h, T, d_v) view
+
+    def _attend_blocked_backward(self, q: Array, k: Array, v: Array, out: Array, lse: Array, d_out: Array
+                                 ) -> tuple[Array, Array, Array, Array | None]:
+        """FlashAttention's backward, tile by tile as the forward ran, never holding the table: each tile's
+        P = exp(S − lse) is recomputed from Q, K and the saved row log-sum-exp; then dV += Pᵀ·dO,
+        dP = dO·Vᵀ, dS = P ⊙ (dP − D) with D = rowsum(dO ⊙ O) (softmax's row-sum term, computed once),
+        through the soft cap, dQ = dS·K·s and dK += dSᵀ·(Q·s). A sink's logit gets −Σ P_sink·D. Each worker
+        sums its tiles' dK and dV in buffers of its own (a K/V head's tiles may run on several), added up
+        after. Returns (dQ (B, h, T, d_h), dK, dV (B, h_kv, T_k, d), d_sinks (h,) or None)."""
+        B, h, T, d_h = q.shape
+        T_k, d_v = k.shape[2], v.shape[-1]
+        grid = ScoreTiles(self.cfg, self.p, q, k, 0, self.tile_bytes)
+        h_kv, group, dtype, cap, scale = grid.h_kv, grid.group, grid.dtype, grid.cap, self.cfg.score_scale
+        v = _rows_contiguous(v)  # (B, h_kv, T_k, d_v)
+        d_o = np.ascontiguousarray(d_out, dtype=dtype).reshape(B, h_kv, group, T, d_v)
+        D = np.einsum("bhtd,bhtd->bht", d_out, out).reshape(B, h_kv, group, T)  # rowsum(dO ⊙ O)
+        row_lse = lse.reshape(B, h_kv, group, T)
+        dq = np.empty((B, h_kv, group, T, d_h), dtype=dtype)
+        totals: list[tuple[Array, Array, Array]] = []  # each worker's (dK, dV, d_sinks)
+
+        def run(tiles: Iterable[tuple[int, int, int]]) -> None:
+            buf, d_p_buf = grid.buffer(), grid.buffer()
+            capped_buf = grid.buffer() if cap else None
+            dk, dv = np.zeros((B, h_kv, T_k, d_h), dtype=dtype), np.zeros((B, h_kv, T_k, d_v), dtype=dtype)
+            d_sinks = np.zeros((h_kv, group), dtype=dtype)
+            for tile in tiles:
+                s, (b, kv, lo, hi, first, last) = grid.scores(buf, tile, capped_buf)  # (n, g·C, T_seen)
+                n, c, seen = s.shape[0], hi - lo, last - first
+                s -= row_lse[b, kv, :, lo:hi].reshape(n, group * c, 1)
+                np.exp(s, out=s)  # P, the forward's weights
+                d_o_tile = d_o[b, kv, :, lo:hi].reshape(n, group * c, d_v)  # (n, g·C, d_v)
+                dv[b, kv, first:last] += s.swapaxes(-1, -2) @ d_o_tile  # (n, T_seen, d_v)
+                d_p = d_p_buf[:s.size].reshape(s.shape)
+                np.matmul(d_o_tile, v[b, kv, first:last].swapaxes(-1, -2), out=d_p)  # (n, g·C, T_seen): dP
+                d_row = D[b, kv, :, lo:hi].reshape(n, group * c, 1)
+                d_p -= d_row
+                d_p *= s  # dS
+                if cap:  # through c·tanh(s/c): 1 − tanh²
+                    t = capped_buf[:s.size].reshape(s.shape)
+                    t /= cap
+                    np.multiply(t, t, out=t)
+                    np.subtract(1.0, t, out=t)
+                    d_p *= t
+                dq[b, kv, :, lo:hi] = ((d_p @ grid.k[b, kv, first:last]) * scale).reshape(n, group, c, d_h)
+                dk[b, kv, first:last] += d_p.swapaxes(-1, -2) @ grid.qs[b, kv, :, lo:hi].reshape(n, group * c, d_h)
+                sink = grid.sink(kv, n, c)
+                if sink is not None:  # the sink's weight exp(sink − lse), with no value: dS_sink = −P_sink·D
+                    p_sink = np.exp(sink - row_lse[b, kv, :, lo:hi].reshape(n, group * c, 1))
+                    d_sinks[kv] -= (p_sink * d_row).reshape(n, group, c).sum(axis=-1)
+            totals.append((dk, dv, d_sinks))
+
+        share_out(run, grid.tiles(), cost=grid.cost,
+                  work=B * h * T * (T / 2) * (3 * d_h + 2 * d_v))  # Q·Kᵀ, dS·K, dSᵀ·Q; Pᵀ·dO, dO·Vᵀ
+        dk, dv, d_sinks = (sum(parts) for parts in zip(*totals))
+        return (dq.reshape(B, h, T, d_h), dk, dv,
+                d_sinks.reshape(h) if self.cfg.attention_sinks else None)
 
 
 @dataclass
@@ -634,17 +872,24 @@ class LatentAttention(MultiHeadAttention):
     def __post_init__(self) -> None:
         pass  # no fused Q/K/V: the projections differ in input (x or the latents) and width
 
-    def _latent_norm(self, name: str, a: Array, rec: Record, label: str) -> Array:
-        cfg, p = self.cfg, self.p
-        assert cfg.mla is not None
-        norm = Norm(cfg.norm, p[f"{name}_gamma"], p.get(f"{name}_beta"), cfg.mla.latent_norm_eps, self.ops,
-                    cfg.norm_unit_offset)
-        out = self.ops.normalise_latent(a, norm)  # same shape as a
-        rec(name, label, out, (a,), kind=cfg.norm, params=(f"{name}_gamma", f"{name}_beta"))
+    def _latent_norm(self, name: str, a: Array, rec: Record = _ignore, label: str = "",
+                     tape: Tape | None = None) -> Array:
+        norm = self._norm(name)
+        out = self.ops.normalise_latent(a, lambda x: norm(x, tape))  # same shape as a
+        rec(name, label, out, (a,), kind=self.cfg.norm, params=(f"{name}_gamma", f"{name}_beta"))
         return out
 
+    def _norm(self, name: str) -> Norm:
+        cfg, p = self.cfg, self.p
+        assert cfg.mla is not None
+        return Norm(cfg.norm, p[f"{name}_gamma"], p.get(f"{name}_beta"), cfg.mla.latent_norm_eps, self.ops,
+                    cfg.norm_unit_offset, name=name)
+
     def __call__(self, x: Array, rec: Record = _ignore, cache: KVCache | None = None,
-                 drop: Callable[[Array], Array] | None = None) -> Array:
+                 drop: Callable[[Array], Array] | None = None, tape: Tape | None = None) -> Array:
+        """x (B, T, d) → (B, T, d); a tape keeps x, the normalised latents, and attention's Q, K, V, output
+        and row log-sum-exps (the latents' norms keep their inputs)."""
+        assert tape is None or (cache is None and drop is None), "a backward runs on a whole pass, without dropout"
         cfg, p, ops, m = self.cfg, self.p, self.ops, self.cfg.mla
         assert m is not None
         h, r_kv, d_rope = cfg.n_heads, m.kv_lora_rank, m.qk_rope_head_dim
@@ -654,7 +899,7 @@ class LatentAttention(MultiHeadAttention):
         if m.q_lora_rank:
             q_lat = F.linear(x, p["w_q_a"], p.get("b_q_a"))  # (B, T, r_q)
             rec("q_a", "Q down-projection (latent)", q_lat, (x, p["w_q_a"]), kind="linear", params=("w_q_a", "b_q_a"))
-            q_lat = self._latent_norm("q_a_norm", q_lat, rec, "Q latent norm")  # (B, T, r_q)
+            q_lat = self._latent_norm("q_a_norm", q_lat, rec, "Q latent norm", tape)  # (B, T, r_q)
             q_flat = F.linear(q_lat, p["w_q_b"], None)  # (B, T, h·d_h)
             rec("q_proj", "Q up-projection", q_flat, (q_lat, p["w_q_b"]), kind="linear", params=("w_q_b",))
         else:
@@ -667,7 +912,7 @@ class LatentAttention(MultiHeadAttention):
         kv_a = F.linear(x, p["w_kv_a"], p.get("b_kv_a"))  # (B, T, r_kv + d_rope)
         rec("kv_a", "K/V down-projection (latent | RoPE key)", kv_a, (x, p["w_kv_a"]), kind="linear",
             params=("w_kv_a", "b_kv_a"))
-        latent = self._latent_norm("kv_a_norm", kv_a[..., :r_kv], rec, "K/V latent norm")  # (B, T, r_kv)
+        latent = self._latent_norm("kv_a_norm", kv_a[..., :r_kv], rec, "K/V latent norm", tape)  # (B, T, r_kv)
         k_pe = kv_a[:, None, :, r_kv:]  # (B, 1, T, d_rope): one RoPE key for every head
 
         cos, sin = F.rope_tables(np.arange(start, start + T), d_rope, cfg.rope_theta, x.dtype,
@@ -695,12 +940,52 @@ class LatentAttention(MultiHeadAttention):
         q_cat = np.concatenate((q_nope, q_pe), axis=-1)  # (B, h, T, d_nope + d_rope)
         rec("q_cat", "queries: Q_nope | RoPE'd Q_rope", q_cat, (q, q_pe), kind="reshape")
 
-        heads = self._attend(q_cat, k, v, start, rec, drop)  # (B, h, T, d_v)
+        saved: dict[str, Any] | None = ({"x": x, "latent": latent, "q_latent": q_lat if m.q_lora_rank else None}
+                                        if tape is not None else None)
+        heads = self._attend(q_cat, k, v, start, rec, drop, saved)  # (B, h, T, d_v)
         concat = ops.combine_heads(heads)  # (B, T, h·d_v)
         rec("attn_concat", "combine heads", concat, (heads,), kind="reshape")
         out = ops.project_out(concat, p["w_o"], p.get("b_o"))  # (B, T, d)
         rec("attn_out", "output projection", out, (concat, p["w_o"]), kind="linear", params=("w_o", "b_o"))
+        if tape is not None:
+            tape.keep("attn", **saved)
         return out
+
+    def backward(self, d_out: Array, tape: Tape) -> Array:
+        """d_out (B, T, d) → dx (B, T, d): W_O, attention, then the queries' and the keys' RoPE parts rotated
+        back (the shared key's gradient summed over the heads that read it), K_nope and V back through the
+        up-projection and the latent's norm, the two down-projections."""
+        cfg, p, ops, m = self.cfg, self.p, self.ops, self.cfg.mla
+        assert m is not None
+        h, d_rope, d_nope = cfg.n_heads, m.qk_rope_head_dim, m.qk_nope_head_dim
+        saved = tape.take("attn")
+        x = saved["x"]
+        d_concat = self._project_out_backward(d_out, saved["heads"], tape)  # (B, T, h·d_v)
+        dq, dk, dv = self._attend_backward(saved, ops.split_heads(d_concat, h), tape)  # (B, h, T, d_h), …, (…, d_v)
+        cos, sin = F.rope_tables(np.arange(x.shape[1]), d_rope, cfg.rope_theta, x.dtype, cfg.rope_scaling)
+        dq = np.concatenate((dq[..., :d_nope], ops.rotate_pairs_backward(dq[..., d_nope:], cos, sin, cfg.rope_layout)),
+                            axis=-1)  # (B, h, T, d_nope + d_rope)
+        dq_flat = ops.combine_heads(dq)  # (B, T, h·d_h)
+        if m.q_lora_rank:
+            tape.add("w_q_b", ops.weight_grad(saved["q_latent"], dq_flat))
+            d_q_lat = self._norm("q_a_norm").backward(dq_flat @ p["w_q_b"].T, tape)  # (B, T, r_q)
+            tape.add("w_q_a", ops.weight_grad(x, d_q_lat))
+            if "b_q_a" in p:
+                tape.add("b_q_a", F.sum_rows(d_q_lat))
+            dx = d_q_lat @ p["w_q_a"].T
+        else:
+            tape.add("w_q", ops.weight_grad(x, dq_flat))
+            dx = dq_flat @ p["w_q"].T
+        d_k_pe = ops.rotate_pairs_backward(dk[..., d_nope:].sum(axis=1, keepdims=True), cos, sin,
+                                           cfg.rope_layout)  # (B, 1, T, d_rope): every head read it
+        d_kv = ops.combine_heads(np.concatenate((dk[..., :d_nope], dv), axis=-1))  # (B, T, h·(d_nope + d_v))
+        tape.add("w_kv_b", ops.weight_grad(saved["latent"], d_kv))
+        d_kv_a = np.concatenate((self._norm("kv_a_norm").backward(d_kv @ p["w_kv_b"].T, tape), d_k_pe[:, 0]),
+                                axis=-1)  # (B, T, r_kv + d_rope)
+        tape.add("w_kv_a", ops.weight_grad(x, d_kv_a))
+        if "b_kv_a" in p:
+            tape.add("b_kv_a", F.sum_rows(d_kv_a))
+        return dx + d_kv_a @ p["w_kv_a"].T
 
 
 def _row_contiguous(a: Array) -> bool:
@@ -724,6 +1009,20 @@ def mlp_branches(cfg: BlockConfig) -> tuple[Callable[[Array], Array], Callable[[
     return F.ACTIVATION_KERNELS[cfg.activation][0], lambda u: u
 
 
+def mlp_branch_grads(cfg: BlockConfig) -> tuple[Callable[[Array, Array], Array], Callable[[Array, Array], Array]]:
+    """The backward of each of `mlp_branches`: (x, dy) → dx, the activation's and the up branch's."""
+    if cfg.activation == "clamped_swiglu":
+        alpha, limit = cfg.swiglu_alpha, cfg.swiglu_limit
+        return ((lambda g, dy: F.clamped_swiglu_gate_backward(g, dy, alpha, limit)),
+                (lambda u, dy: F.clamped_swiglu_up_backward(u, dy, limit)))
+    return F.ACTIVATION_KERNELS[cfg.activation][1], lambda u, dy: dy
+
+
+def mlp_roles(cfg: BlockConfig) -> tuple[str, ...]:
+    """The MLP's matrices by role: gate, up, down (gated), or up, down (plain)."""
+    return ("gate", "up", "down") if cfg.gated else ("up", "down")
+
+
 def activated(cfg: BlockConfig) -> str:
     """The role of the matrix whose output the activation reads: gate (gated), or up (plain)."""
     return "gate" if cfg.gated else "up"
@@ -742,11 +1041,12 @@ class MLP:
     cfg: BlockConfig
     p: Mapping[str, Array]
 
-    def __call__(self, x: Array, rec: Record = _ignore) -> Array:
+    def __call__(self, x: Array, rec: Record = _ignore, tape: Tape | None = None) -> Array:
         """x (B, T, d) → (B, T, d). Untraced, the rows go through in tiles of ROW_TILE shared among
-        the cores: the same arithmetic per row, without ever holding the (B, T, d_ff) activation."""
-        if rec is not _ignore:
-            return self._rows(x, rec)
+        the cores: the same arithmetic per row, without ever holding the (B, T, d_ff) activation; traced or
+        taped, whole."""
+        if rec is not _ignore or tape is not None:
+            return self._rows(x, rec, tape)
         d, d_ff = self.p["w_up"].shape
         return F.by_rows(self._fused_rows, x, d, np.result_type(x, self.p["w_up"], self.p["w_down"]),
                          work=x.size * d_ff * (3 if self.cfg.gated else 2))
@@ -774,23 +1074,93 @@ class MLP:
         if "b_down" in p:
             out += p["b_down"]
 
-    def _rows(self, x: Array, rec: Record = _ignore) -> Array:
-        p, (activation, partner), first = self.p, mlp_branches(self.cfg), activated(self.cfg)
-        pre = F.linear(x, p["w_" + first], p.get("b_" + first))  # (…, d_ff)
-        rec("mlp_pre", "MLP " + mlp_stage(self.cfg, "pre"), pre, (x, p["w_" + first]), kind="linear",
-            params=("w_" + first, "b_" + first))
-        act = activation(pre)  # (…, d_ff)
-        inputs: tuple[Array, ...] = (pre,)
-        if self.cfg.gated:
-            up = F.linear(x, p["w_up"], p.get("b_up"))  # (…, d_ff)
-            rec("mlp_up", "MLP " + mlp_stage(self.cfg, "up"), up, (x, p["w_up"]), kind="linear", params=("w_up", "b_up"))
-            act = act * partner(up)
-            inputs = (pre, up)  # act(gate) ⊙ up reads both
-        rec("mlp_act", f"activation ({self.cfg.mlp_kind})", act, inputs, kind=self.cfg.mlp_kind)
-        out = F.linear(act, p["w_down"], p.get("b_down"))  # (…, d)
-        rec("mlp_out", "MLP " + mlp_stage(self.cfg, "out"), out, (act, p["w_down"]), kind="linear",
-            params=("w_down", "b_down"))
+    def _rows(self, x: Array, rec: Record = _ignore, tape: Tape | None = None) -> Array:
+        saved: dict[str, Any] | None = {} if tape is not None else None
+        out = mlp_rows(self.cfg, self.p, x, "", "mlp_", ("MLP", "activation"), rec, saved)
+        if tape is not None:
+            tape.keep("mlp", **saved)
         return out
+
+    def backward(self, dy: Array, tape: Tape) -> Array:
+        """dy (B, T, d) → dx (B, T, d), and the gradients of W_gate, W_up, W_down and their biases."""
+        return mlp_backward(self.cfg, self.p, "", tape.take("mlp"), dy, tape)
+
+
+def mlp_rows(cfg: BlockConfig, p: Mapping[str, Array], x: Array, name: str, key: str, labels: tuple[str, str],
+             rec: Record = _ignore, saved: dict[str, Any] | None = None) -> Array:
+    """An MLP on x (…, d), whole: the dense MLP's traced pass, each expert's rows, the shared expert. Its
+    parameters are `name` + w_gate …, its recorded rows `key` + pre …, named after `labels` (the MLP's, its
+    activation's). `saved`, given, receives what its backward reads: x, the pre-activation, the up branch."""
+    (activation, partner), first = mlp_branches(cfg), activated(cfg)
+
+    def linear(a: Array, role: str) -> Array:
+        return F.linear(a, p[name + "w_" + role], p.get(name + "b_" + role))
+
+    pre = linear(x, first)  # (…, d_ff)
+    rec(key + "pre", f"{labels[0]} {mlp_stage(cfg, 'pre')}", pre, (x, p[name + "w_" + first]), kind="linear",
+        params=(name + "w_" + first, name + "b_" + first))
+    act = activation(pre)  # (…, d_ff)
+    inputs: tuple[Array, ...] = (pre,)
+    up = None
+    if cfg.gated:
+        up = linear(x, "up")  # (…, d_ff)
+        rec(key + "up", f"{labels[0]} {mlp_stage(cfg, 'up')}", up, (x, p[name + "w_up"]), kind="linear",
+            params=(name + "w_up", name + "b_up"))
+        act = act * partner(up)
+        inputs = (pre, up)  # act(gate) ⊙ up reads both
+    rec(key + "act", f"{labels[1]} ({cfg.mlp_kind})", act, inputs, kind=cfg.mlp_kind)
+    out = linear(act, "down")  # (…, d)
+    rec(key + "out", f"{labels[0]} {mlp_stage(cfg, 'out')}", out, (act, p[name + "w_down"]), kind="linear",
+        params=(name + "w_down", name + "b_down"))
+    if saved is not None:
+        saved.update(x=x, pre=pre, up=up)
+    return out
+
+
+# rows of an MLP's backward at a time: its d_ff-wide temporaries stay this small, its GEMMs large
+BACKWARD_ROWS = 1024
+
+
+def mlp_backward(cfg: BlockConfig, p: Mapping[str, Array], name: str, saved: Mapping[str, Any], dy: Array,
+                 tape: Tape) -> Array:
+    """An MLP's backward from what `mlp_rows` saved, BACKWARD_ROWS rows at a time: the activation recomputed
+    from the pre-activation, dW_down = actᵀ·dy, d_act = dy·W_downᵀ, then through the activation (and the
+    product with the up branch), dW_gate/dW_up = xᵀ·d, dx = d·Wᵀ. Returns dx, shaped as x."""
+    (activation, partner), (activation_grad, partner_grad), first = mlp_branches(cfg), mlp_branch_grads(cfg), \
+        activated(cfg)
+    x, pre, up = saved["x"], saved["pre"], saved["up"]
+    shape = x.shape
+    x, pre, dy = x.reshape(-1, shape[-1]), pre.reshape(-1, pre.shape[-1]), dy.reshape(-1, dy.shape[-1])
+    up = up.reshape(pre.shape) if up is not None else None
+    w_first, w_down = p[name + "w_" + first], p[name + "w_down"]
+    grads = {role: np.zeros_like(p[name + "w_" + role]) for role in mlp_roles(cfg)}
+    biases = {role: np.zeros_like(p[name + "b_" + role]) for role in mlp_roles(cfg) if name + "b_" + role in p}
+    dx = np.empty(x.shape, dtype=np.result_type(x, dy, w_first))
+    for lo in range(0, x.shape[0], BACKWARD_ROWS):
+        rows = slice(lo, lo + BACKWARD_ROWS)
+        a = activation(pre[rows])  # (r, d_ff)
+        u = partner(up[rows]) if up is not None else None
+        h = a * u if u is not None else a  # the contraction's input
+        grads["down"] += h.T @ dy[rows]
+        d_h = dy[rows] @ w_down.T  # (r, d_ff)
+        d_pre = activation_grad(pre[rows], d_h * u if u is not None else d_h)  # (r, d_ff)
+        grads[first] += x[rows].T @ d_pre
+        dx[rows] = d_pre @ w_first.T
+        if "down" in biases:
+            biases["down"] += dy[rows].sum(axis=0)
+        if first in biases:
+            biases[first] += d_pre.sum(axis=0)
+        if up is not None:
+            d_up = partner_grad(up[rows], d_h * a)  # (r, d_ff)
+            grads["up"] += x[rows].T @ d_up
+            dx[rows] += d_up @ p[name + "w_up"].T
+            if "up" in biases:
+                biases["up"] += d_up.sum(axis=0)
+    for role, g in grads.items():
+        tape.add(name + "w_" + role, g)
+    for role, g in biases.items():
+        tape.add(name + "b_" + role, g)
+    return dx.reshape(shape)
 
 
 def experts_label(stage: str, moe: Any, tokens: int) -> str:
@@ -830,8 +1200,9 @@ class MixtureOfExperts:
     p: Mapping[str, Array]
     ops: Ops = STANDARD_OPS
 
-    def route(self, x: Array, rec: Record = _ignore) -> tuple[Array, Array]:
-        """(chosen experts (B, T, k), their weights (B, T, k)) for x (B, T, d)."""
+    def route(self, x: Array, rec: Record = _ignore, saved: dict[str, Any] | None = None) -> tuple[Array, Array]:
+        """(chosen experts (B, T, k), their weights (B, T, k)) for x (B, T, d). `saved`, given, receives what
+        the routing's backward reads: the probabilities (or the chosen logits' softmax) and the choice."""
         moe, p, ops = self.cfg.moe, self.p, self.ops
         assert moe is not None
         B, T, d = x.shape
@@ -845,6 +1216,7 @@ class MixtureOfExperts:
             chosen = ops.top_k(logits, k)  # (N, k)
             weights = ops.router_probabilities(np.take_along_axis(logits, chosen, axis=-1), "softmax")  # (N, k)
             scores3 = logits3
+            probabilities = weights
         else:
             scores = ops.router_probabilities(logits, moe.scoring)  # (N, E)
             scores3 = scores.reshape(B, T, E)
@@ -861,6 +1233,7 @@ class MixtureOfExperts:
                 choice = np.where(np.repeat(allowed, E // moe.n_groups, axis=-1), choice, -np.inf)  # (N, E)
             chosen = ops.top_k(choice, k)  # (N, k)
             weights = np.take_along_axis(scores, chosen, axis=-1)  # (N, k)
+            probabilities = scores
             if moe.renormalize:
                 weights = ops.renormalize(weights)
         if moe.routed_scaling != 1.0:
@@ -868,15 +1241,48 @@ class MixtureOfExperts:
         chosen3, weights3 = chosen.reshape(B, T, -1), weights.reshape(B, T, -1)  # (B, T, k) each
         rec("router_choice", f"top-{k} experts per token", chosen3, (scores3,), kind="topk")
         rec("router_weights", routing_label(moe), weights3, (scores3,), kind="gather")
+        if saved is not None:  # the raw logits too: the load-balancing loss softmaxes them over every expert
+            saved.update(probabilities=probabilities, chosen=chosen, logits=logits)
         return chosen3, weights3
 
-    def __call__(self, x: Array, rec: Record = _ignore) -> Array:
-        """x (B, T, d) → (B, T, d)."""
+    def route_backward(self, x: Array, saved: Mapping[str, Any], d_weights: Array, tape: Tape) -> Array:
+        """The routing's backward: d_weights (N, k) of the chosen experts' weights → dx (N, d) through the
+        scaling, the renormalisation (w = s/Σs: ds = (dw − Σ dw·w)/Σs), the chosen scores (none flows
+        through the choice itself, as torch's top-k passes none) and the softmax or sigmoid, to the
+        router's logits; the router's weight and bias gradients added to the tape."""
+        moe, p = self.cfg.moe, self.p
+        assert moe is not None
+        probabilities, chosen = saved["probabilities"], saved["chosen"]  # (N, E) or (N, k); (N, k)
+        d_weights = d_weights * moe.routed_scaling
+        if moe.order == "topk_softmax":  # the softmax of the k chosen logits
+            d_logits = np.zeros((chosen.shape[0], moe.n_experts), dtype=d_weights.dtype)
+            np.put_along_axis(d_logits, chosen, self.ops.softmax_backward(probabilities, d_weights), axis=-1)
+        else:
+            if moe.renormalize:
+                raw = np.take_along_axis(probabilities, chosen, axis=-1)  # (N, k)
+                total = raw.sum(axis=-1, keepdims=True) + F.RENORMALIZE_EPS
+                d_weights = (d_weights - np.sum(d_weights * raw / total, axis=-1, keepdims=True)) / total
+            d_scores = np.zeros_like(probabilities)  # (N, E)
+            np.put_along_axis(d_scores, chosen, d_weights, axis=-1)
+            d_logits = (self.ops.softmax_backward(probabilities, d_scores) if moe.scoring == "softmax"
+                        else d_scores * probabilities * (1.0 - probabilities))  # σ' = σ·(1 − σ)
+        if "aux_grad" in saved:  # the load-balancing loss's share (Model.aux_loss)
+            d_logits = d_logits + saved["aux_grad"]
+        flat = x.reshape(-1, x.shape[-1])
+        tape.add("router", self.ops.weight_grad(flat, d_logits))
+        if moe.logit_bias:
+            tape.add("b_router", d_logits.sum(axis=0))
+        return d_logits @ p["router"].T  # (N, d)
+
+    def __call__(self, x: Array, rec: Record = _ignore, tape: Tape | None = None) -> Array:
+        """x (B, T, d) → (B, T, d). A tape keeps x, the routing, each expert's rows, saved MLP and output, and
+        the shared expert's."""
         moe, p = self.cfg.moe, self.p
         assert moe is not None
         B, T, d = x.shape
         flat = x.reshape(B * T, d)  # (N, d)
-        chosen3, weights3 = self.route(x, rec)  # (B, T, k) each
+        saved: dict[str, Any] | None = {"x": x, "experts": {}} if tape is not None else None
+        chosen3, weights3 = self.route(x, rec, saved)  # (B, T, k) each
         chosen, weights = chosen3.reshape(B * T, -1), weights3.reshape(-1)  # (N, k), (N·k,)
         traced = rec is not _ignore
         order = np.argsort(chosen, axis=None, kind="stable")  # (N·k,): routed slots sorted by expert
@@ -893,55 +1299,69 @@ class MixtureOfExperts:
             key = f"experts.{e}."
             xe = flat[rows]  # (n_e, d)
             rec(key + "in", f"expert {e}: gather its {load[e]} rows", xe, (x,), kind="gather")
-            ye = self._mlp(xe, key, f"expert {e}", rec)  # (n_e, d)
+            kept: dict[str, Any] | None = {} if saved is not None else None
+            ye = mlp_rows(self.cfg, p, xe, key, key, (f"expert {e}", f"expert {e} activation"), rec, kept)  # (n_e, d)
+            if saved is not None:
+                saved["experts"][e] = dict(kept, rows=rows, slots=slots, out=ye)
             outs.append(ye)
             out[rows] += weights[slots, None] * ye  # each token once per expert: no repeated rows
         routed = out.reshape(B, T, d)
         label = f"weighted sum of the {moe.top_k} routed experts' outputs"
         if not moe.d_shared:
             rec("mlp_out", label, routed, (weights3, *outs), kind="combine")
+            if tape is not None:
+                tape.keep("mlp", **saved, weights=weights)
             return routed
         rec("moe_routed", label, routed, (weights3, *outs), kind="combine")
-        shared = self._mlp(x, "shared_", "shared expert", rec)  # (B, T, d)
+        kept = {} if saved is not None else None
+        shared = mlp_rows(self.cfg, p, x, "shared_", "shared_", ("shared expert", "shared expert activation"), rec,
+                          kept)  # (B, T, d)
+        if saved is not None:
+            saved["shared"] = dict(kept, out=shared)
         if moe.shared_gate:
             gate = x @ p["shared_gate"]  # (B, T, 1)
             rec("shared_gate", "shared expert gate logit", gate, (x, p["shared_gate"]), kind="linear",
                 params=("shared_gate",))
             gated = F.sigmoid(gate) * shared  # (B, T, d)
             rec("shared_gated", "shared expert × sigmoid(gate)", gated, (gate, shared), kind="gate")
+            if saved is not None:
+                saved["shared"]["gate"] = gate
             shared = gated
         total = self.ops.add_shared(routed, shared)  # (B, T, d)
         rec("mlp_out", "routed + shared experts", total, (routed, shared), kind="add")
+        if tape is not None:
+            tape.keep("mlp", **saved, weights=weights)
         return total
 
-    def _mlp(self, x: Array, key: str, label: str, rec: Record) -> Array:
-        """One expert's MLP on its rows x (n, d) (or (B, T, d) for the shared one): as `MLP`, its biases when
-        block.bias.mlp."""
-        p, act_name, (activation, partner), first = self.p, self.cfg.mlp_kind, mlp_branches(self.cfg), activated(self.cfg)
-
-        def linear(a: Array, role: str) -> Array:
-            out = a @ p[key + "w_" + role]
-            if key + "b_" + role in p:
-                out += p[key + "b_" + role]
-            return out
-
-        pre = linear(x, first)  # (n, d_e)
-        rec(key + "pre", f"{label} {mlp_stage(self.cfg, 'pre')}", pre, (x, p[key + "w_" + first]), kind="linear",
-            params=(key + "w_" + first, key + "b_" + first))
-        act = activation(pre)  # (n, d_e)
-        inputs: tuple[Array, ...] = (pre,)
-        if self.cfg.gated:
-            up = linear(x, "up")  # (n, d_e)
-            rec(key + "up", f"{label} {mlp_stage(self.cfg, 'up')}", up, (x, p[key + "w_up"]), kind="linear",
-                params=(key + "w_up", key + "b_up"))
-            act = act * partner(up)
-            inputs = (pre, up)
-        rec(key + "act", f"{label} activation ({act_name})", act, inputs, kind=act_name)
-        out = linear(act, "down")  # (n, d)
-        rec(key + "out", f"{label} {mlp_stage(self.cfg, 'out')}", out, (act, p[key + "w_down"]), kind="linear",
-            params=(key + "w_down", key + "b_down"))
-        return out
-
+    def backward(self, d_out: Array, tape: Tape) -> Array:
+        """d_out (B, T, d) → dx (B, T, d): each expert's rows back through its MLP, scaled by their routing
+        weights, the weights' own gradient (d_out · the expert's output) back through the router, and the
+        shared expert (and its gate)."""
+        moe, p = self.cfg.moe, self.p
+        assert moe is not None
+        saved = tape.take("mlp")
+        x = saved["x"]
+        B, T, d = x.shape
+        d_flat = d_out.reshape(B * T, d)  # (N, d)
+        weights = saved["weights"]  # (N·k,)
+        d_weights = np.zeros_like(weights)
+        dx = np.zeros((B * T, d), dtype=np.result_type(x, d_out))
+        for e, kept in saved["experts"].items():
+            rows, slots = kept["rows"], kept["slots"]
+            d_weights[slots] = np.sum(d_flat[rows] * kept["out"], axis=-1)
+            dx[rows] += mlp_backward(self.cfg, p, f"experts.{e}.", kept, weights[slots, None] * d_flat[rows], tape)
+        dx += self.route_backward(x, saved, d_weights.reshape(B * T, -1), tape)
+        if moe.d_shared:
+            kept = saved["shared"]
+            d_shared = d_out
+            if moe.shared_gate:  # shared·σ(g): dg = Σ d_out·shared · σ(1 − σ)
+                gate = F.sigmoid(kept["gate"])  # (B, T, 1)
+                d_gate = np.sum(d_out * kept["out"], axis=-1, keepdims=True) * gate * (1.0 - gate)
+                tape.add("shared_gate", self.ops.weight_grad(x, d_gate))
+                dx += (d_gate @ p["shared_gate"].T).reshape(B * T, d)
+                d_shared = d_out * gate
+            dx += mlp_backward(self.cfg, p, "shared_", kept, d_shared, tape).reshape(B * T, d)
+        return dx.reshape(B, T, d)
 
 @dataclass
 class DecoderBlock:
@@ -968,14 +1388,16 @@ class DecoderBlock:
         if wrong is not None:
             raise InputError(f"block parameters: weight '{wrong}' has shape {np.shape(p[wrong])}, "
                              f"expected {declared[wrong]}")
-        self.ln1 = Norm(cfg.norm, p.get("ln1_gamma"), p.get("ln1_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset)
+        self.ln1 = Norm(cfg.norm, p.get("ln1_gamma"), p.get("ln1_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset,
+                        name="ln1")
         self.attn = (LatentAttention if cfg.mla else MultiHeadAttention)(cfg, p, self.ops, self.attention)
         self.ln2 = (None if cfg.shared_norm else
-                    Norm(cfg.norm, p.get("ln2_gamma"), p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset))
+                    Norm(cfg.norm, p.get("ln2_gamma"), p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset,
+                         name="ln2"))
         self.mlp = MixtureOfExperts(cfg, p, self.ops) if cfg.moe is not None else MLP(cfg, p)
         # sandwich: the norms of the two branch outputs (None otherwise)
         self.ln1_post, self.ln2_post = ((Norm(cfg.norm, p.get(f"{w}_gamma"), p.get(f"{w}_beta"), cfg.norm_eps, self.ops,
-                                              cfg.norm_unit_offset) for w in ("ln1_post", "ln2_post"))
+                                              cfg.norm_unit_offset, name=w) for w in ("ln1_post", "ln2_post"))
                                         if cfg.sandwich else (None, None))
 
     @classmethod
@@ -1001,9 +1423,11 @@ class DecoderBlock:
         return cls(block_cfg, params, ops, attention, notes)
 
     def __call__(self, x: Array, rec: Record = _ignore, cache: KVCache | None = None,
-                 train: bool = False, rng: np.random.Generator | None = None) -> Array:
+                 train: bool = False, rng: np.random.Generator | None = None, tape: Tape | None = None) -> Array:
         """x (B, T, d) → y (B, T, d). `train` applies dropout to the attention probabilities
-        (`attention_dropout`) and to the two branch outputs (`dropout`), all drawn from `rng`."""
+        (`attention_dropout`) and to the two branch outputs (`dropout`), all drawn from `rng`. A tape keeps
+        what `backward` reads (a pass for gradients runs without dropout and without a K/V cache)."""
+        assert tape is None or not train, "gradients are taken of the deterministic pass"
         check_block_input(x, self.cfg.d_model)
         add, norm = self.ops.residual_add, self.cfg.norm
         rng = rng or np.random.default_rng()
@@ -1011,69 +1435,105 @@ class DecoderBlock:
         r = _residual_scale(self.cfg.residual_multiplier)  # r·branch; recorded steps read the branch itself
         drop_probs = _dropout(self.cfg.attention_dropout, rng) if train and self.cfg.attention_dropout else None
         if self.cfg.placement == "pre":
-            n1 = self.ln1(x)  # (B, T, d)
+            n1 = self.ln1(x, tape)  # (B, T, d)
             rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
-            a = drop(self.attn(n1, rec, cache, drop_probs))  # (B, T, d)
+            a = drop(self.attn(n1, rec, cache, drop_probs, tape))  # (B, T, d)
             h = add(x, r(a))  # (B, T, d)
             rec("h", "residual add", h, (x, a), kind="add")
-            n2 = self.ln2(h)  # (B, T, d)
+            n2 = self.ln2(h, tape)  # (B, T, d)
             rec("ln2_out", "LN2", n2, (h,), kind=norm, params=("ln2_gamma", "ln2_beta"))
-            m = drop(self.mlp(n2, rec))  # (B, T, d)
+            m = drop(self.mlp(n2, rec, tape))  # (B, T, d)
             y = add(h, r(m))  # (B, T, d)
             rec("y", "residual add", y, (h, m), kind="add")
         elif self.cfg.placement == "post":
-            a = drop(self.attn(x, rec, cache, drop_probs))
+            a = drop(self.attn(x, rec, cache, drop_probs, tape))
             s1 = add(x, r(a))
             rec("h_pre", "residual add", s1, (x, a), kind="add")
-            h = self.ln1(s1)
+            h = self.ln1(s1, tape)
             rec("h", "LN1 (post)", h, (s1,), kind=norm, params=("ln1_gamma", "ln1_beta"))
-            m = drop(self.mlp(h, rec))
+            m = drop(self.mlp(h, rec, tape))
             s2 = add(h, r(m))
             rec("y_pre", "residual add", s2, (h, m), kind="add")
-            y = self.ln2(s2)
+            y = self.ln2(s2, tape)
             rec("y", "LN2 (post)", y, (s2,), kind=norm, params=("ln2_gamma", "ln2_beta"))
         elif self.cfg.placement == "sandwich":  # Gemma 2/3: a norm before and after each branch
-            n1 = self.ln1(x)  # (B, T, d)
+            n1 = self.ln1(x, tape)  # (B, T, d)
             rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
-            a = drop(self.attn(n1, rec, cache, drop_probs))  # (B, T, d)
-            p1 = self.ln1_post(a)  # (B, T, d)
+            a = drop(self.attn(n1, rec, cache, drop_probs, tape))  # (B, T, d)
+            p1 = self.ln1_post(a, tape)  # (B, T, d)
             rec("ln1_post_out", "LN1' (of the attention output)", p1, (a,), kind=norm,
                 params=("ln1_post_gamma", "ln1_post_beta"))
             h = add(x, r(p1))  # (B, T, d)
             rec("h", "residual add", h, (x, p1), kind="add")
-            n2 = self.ln2(h)  # (B, T, d)
+            n2 = self.ln2(h, tape)  # (B, T, d)
             rec("ln2_out", "LN2", n2, (h,), kind=norm, params=("ln2_gamma", "ln2_beta"))
-            m = drop(self.mlp(n2, rec))  # (B, T, d)
-            p2 = self.ln2_post(m)  # (B, T, d)
+            m = drop(self.mlp(n2, rec, tape))  # (B, T, d)
+            p2 = self.ln2_post(m, tape)  # (B, T, d)
             rec("ln2_post_out", "LN2' (of the MLP output)", p2, (m,), kind=norm,
                 params=("ln2_post_gamma", "ln2_post_beta"))
             y = add(h, r(p2))  # (B, T, d)
             rec("y", "residual add", y, (h, p2), kind="add")
         elif self.cfg.placement == "post_branch":  # OLMo2: each branch's output normalised, then added
-            a = drop(self.attn(x, rec, cache, drop_probs))  # (B, T, d)
-            n1 = self.ln1(r(a))  # (B, T, d)
+            a = drop(self.attn(x, rec, cache, drop_probs, tape))  # (B, T, d)
+            n1 = self.ln1(r(a), tape)  # (B, T, d)
             rec("ln1_out", "LN1 (of the attention output)", n1, (a,), kind=norm, params=("ln1_gamma", "ln1_beta"))
             h = add(x, n1)  # (B, T, d)
             rec("h", "residual add", h, (x, n1), kind="add")
-            m = drop(self.mlp(h, rec))  # (B, T, d)
-            n2 = self.ln2(r(m))  # (B, T, d)
+            m = drop(self.mlp(h, rec, tape))  # (B, T, d)
+            n2 = self.ln2(r(m), tape)  # (B, T, d)
             rec("ln2_out", "LN2 (of the MLP output)", n2, (m,), kind=norm, params=("ln2_gamma", "ln2_beta"))
             y = add(h, n2)  # (B, T, d)
             rec("y", "residual add", y, (h, n2), kind="add")
         else:  # parallel: both branches read x, through their own norms or one shared norm
-            n1 = self.ln1(x)
+            n1 = self.ln1(x, tape)
             rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
-            a = drop(self.attn(n1, rec, cache, drop_probs))
+            a = drop(self.attn(n1, rec, cache, drop_probs, tape))
             h = add(x, r(a))
             rec("h", "residual add (attention)", h, (x, a), kind="add")
             n2 = n1  # parallel_shared: the MLP reads LN1's output too
             if self.ln2 is not None:
-                n2 = self.ln2(x)
+                n2 = self.ln2(x, tape)
                 rec("ln2_out", "LN2", n2, (x,), kind=norm, params=("ln2_gamma", "ln2_beta"))
-            m = drop(self.mlp(n2, rec))
+            m = drop(self.mlp(n2, rec, tape))
             y = add(h, r(m))
             rec("y", "residual add (MLP)", y, (h, m), kind="add")
         return y
+
+    def backward(self, dy: Array, tape: Tape) -> Array:
+        """dy (B, T, d) → dx (B, T, d): the forward of `__call__` read in reverse, placement by placement,
+        each residual add passing its gradient to both of its inputs and each branch's multiplier r scaling
+        what flows into the branch; the parameters' gradients added to the tape."""
+        r, place = self.cfg.residual_multiplier, self.cfg.placement
+        if place == "pre":  # y = h + r·MLP(LN2(h)), h = x + r·MHA(LN1(x))
+            dh = dy + self.ln2.backward(self.mlp.backward(r * dy, tape), tape)
+            return dh + self.ln1.backward(self.attn.backward(r * dh, tape), tape)
+        if place == "post":  # y = LN2(h + r·MLP(h)), h = LN1(x + r·MHA(x))
+            d_s2 = self.ln2.backward(dy, tape)
+            d_s1 = self.ln1.backward(d_s2 + self.mlp.backward(r * d_s2, tape), tape)
+            return d_s1 + self.attn.backward(r * d_s1, tape)
+        if place == "sandwich":  # y = h + r·LN2'(MLP(LN2(h))), h = x + r·LN1'(MHA(LN1(x)))
+            dh = dy + self.ln2.backward(self.mlp.backward(self.ln2_post.backward(r * dy, tape), tape), tape)
+            return dh + self.ln1.backward(self.attn.backward(self.ln1_post.backward(r * dh, tape), tape), tape)
+        if place == "post_branch":  # y = h + LN2(r·MLP(h)), h = x + LN1(r·MHA(x))
+            dh = dy + self.mlp.backward(r * self.ln2.backward(dy, tape), tape)
+            return dh + self.attn.backward(r * self.ln1.backward(dh, tape), tape)
+        # parallel: y = x + r·MHA(LN1(x)) + r·MLP(LN2(x)), or both branches reading LN1(x) (parallel_shared)
+        d_mlp_in = self.mlp.backward(r * dy, tape)
+        d_attn_in = self.attn.backward(r * dy, tape)
+        if self.ln2 is None:
+            return dy + self.ln1.backward(d_attn_in + d_mlp_in, tape)
+        return dy + self.ln1.backward(d_attn_in, tape) + self.ln2.backward(d_mlp_in, tape)
+
+    def vjp(self, x: Array, dy: Array) -> tuple[Array, dict[str, Array]]:
+        """The block's vector-Jacobian product at x (B, T, d): (dy·∂y/∂x, {parameter key: dy·∂y/∂p}) for
+        dy (B, T, d), every parameter present (zeros where none flows)."""
+        check_block_input(x, self.cfg.d_model)
+        tape = Tape()
+        y = self(x, tape=tape)
+        if np.shape(dy) != y.shape:
+            raise InputError(f"dy: expected shape {y.shape} (the block's output), got {np.shape(dy)}")
+        dx = self.backward(np.asarray(dy, dtype=y.dtype), tape)
+        return dx, complete_grads(tape.grads, self.params)
 
     def new_cache(self) -> KVCache:
         return KVCache()
@@ -1081,6 +1541,13 @@ class DecoderBlock:
     def step(self, x_new: Array, cache: KVCache, rec: Record = _ignore) -> Array:
         """Incremental decoding: the outputs for tokens appended after those already in `cache`."""
         return self(x_new, rec, cache)
+
+
+def complete_grads(grads: Mapping[str, Array], params: Mapping[str, Array]) -> dict[str, Array]:
+    """A gradient for every parameter, in the parameters' order and shapes: zeros where none flowed (an
+    expert no token chose); buffers (DeepSeek's selection bias) have none."""
+    return {k: grads[k].reshape(v.shape).astype(v.dtype, copy=False) if k in grads else np.zeros_like(v)
+            for k, v in params.items() if not is_buffer(k)}
 
 
 def _residual_scale(multiplier: float) -> Callable[[Array], Array]:
@@ -1116,6 +1583,8 @@ class Model:
     ops: Ops = STANDARD_OPS
     attention: str = "auto"
     notes: list[str] = field(default_factory=list)  # what loading the weights had to say
+    # how a checkpoint stored the weights (checkpoint.Match: name, layout, keys), for gradients by stored name
+    stored: list[Any] = field(default_factory=list)
     blocks: list[DecoderBlock] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -1130,9 +1599,9 @@ class Model:
             self.blocks.append(block)
         b = self.config.block
         self.emb_ln = (Norm(b.norm, self.params.get("emb_ln_gamma"), self.params.get("emb_ln_beta"), b.norm_eps,
-                            self.ops, b.norm_unit_offset) if model.embedding_norm else None)
+                            self.ops, b.norm_unit_offset, name="emb_ln") if model.embedding_norm else None)
         self.ln_f = (Norm(b.norm, self.params.get("ln_f_gamma"), self.params.get("ln_f_beta"), b.norm_eps, self.ops,
-                          b.norm_unit_offset) if model.final_norm else None)
+                          b.norm_unit_offset, name="ln_f") if model.final_norm else None)
 
     @classmethod
     def from_config(cls, config: Config, weights: str | Path | Mapping[str, Any] | None = None, *,
@@ -1143,17 +1612,19 @@ class Model:
         dtype = dtype or config.run.dtype
         seed = config.run.seed if seed is None else seed
         notes: list[str] = []
-        params = resolve_weights(weights, model_parameter_shapes(config), seed, dtype, config=config, notes=notes)
-        return cls(config, params, ops, attention, notes)
+        stored: list[Any] = []
+        params = resolve_weights(weights, model_parameter_shapes(config), seed, dtype, config=config, notes=notes,
+                                 stored=stored)
+        return cls(config, params, ops, attention, notes, stored)
 
     @property
     def model_config(self) -> ModelConfig:
         assert self.config.model is not None
         return self.config.model
 
-    def embed(self, ids: Array, start: int = 0, rec: Record = _ignore) -> Array:
+    def embed(self, ids: Array, start: int = 0, rec: Record = _ignore, tape: Tape | None = None) -> Array:
         """Token ids (B, T) → X_0 (B, T, d): E[ids] plus positions (none for rope/alibi/none), then the
-        embedding norm if the model has one."""
+        embedding norm if the model has one. A tape keeps the ids (and the narrow embeddings a projection reads)."""
         m, d = self.model_config, self.config.block.d_model
         check_token_ids(ids, m.vocab_size)
         T = ids.shape[1]
@@ -1168,6 +1639,8 @@ class Model:
         rec("tok_emb_e" if narrow else "tok_emb",
             "token embedding" + (f" × {m.embedding_multiplier:g}" if m.embedding_multiplier != 1.0 else ""),
             tokens, (ids, wte), kind="gather", params=("wte",))
+        if tape is not None:
+            tape.keep("embed", ids=ids, narrow=tokens if narrow else None)
         if narrow:
             wide = F.linear(tokens, self.params["proj_in"], None)  # (B, T, d)
             rec("tok_emb", "project in (e → d)", wide, (tokens, self.params["proj_in"]), kind="linear",
@@ -1184,34 +1657,79 @@ class Model:
         else:
             x = tokens  # rope rotates q and k inside attention, alibi biases the scores; none adds nothing
         if self.emb_ln is not None:  # BLOOM's word_embeddings_layernorm
-            normed = self.emb_ln(x)  # (B, T, d)
+            normed = self.emb_ln(x, tape)  # (B, T, d)
             rec("embed_norm", "embedding norm", normed, (x,), kind=self.config.block.norm,
                 params=("emb_ln_gamma", "emb_ln_beta"))
             x = normed
         return x
 
-    def head(self, x: Array, rec: Record = _ignore) -> Array:
-        """Final norm and vocabulary projection: (B, T, d) → (B, T, V)."""
+    def embed_backward(self, dx: Array, tape: Tape) -> None:
+        """The embeddings' gradients from dX_0 (B, T, d): through the embedding norm, the learned positions'
+        rows (summed over the batch), the projection in, the multiplier, and into the token table's rows,
+        each row the sum over every position that looked it up."""
+        m = self.model_config
+        saved = tape.take("embed")
+        if self.emb_ln is not None:
+            dx = self.emb_ln.backward(dx, tape)
+        if m.positions == "learned":
+            d_table = np.zeros_like(self.params["wpe"])
+            d_table[m.position_offset:m.position_offset + dx.shape[1]] = dx.sum(axis=0)
+            tape.add("wpe", d_table)
+        if saved["narrow"] is not None:
+            tape.add("proj_in", self.ops.weight_grad(saved["narrow"], dx))
+            dx = dx @ self.params["proj_in"].T  # (B, T, e)
+        if m.embedding_multiplier != 1.0:
+            dx = dx * np.asarray(m.embedding_multiplier, dtype=dx.dtype)
+        d_wte = scatter_rows(saved["ids"].ravel(), dx.reshape(-1, dx.shape[-1]), self.params["wte"].shape[0])
+        if m.padding_idx is not None:  # as nn.Embedding(padding_idx=…): that row is never trained by its lookups
+            d_wte[m.padding_idx] = 0
+        tape.add("wte", d_wte)
+
+    def hidden(self, x: Array, rec: Record = _ignore, tape: Tape | None = None) -> Array:
+        """The LM head's input: the final norm of the last block's output (B, T, d), projected out to e
+        (OPT-350m)."""
         if self.ln_f is not None:
-            normed = self.ln_f(x)  # (B, T, d)
+            normed = self.ln_f(x, tape)  # (B, T, d)
             rec("ln_f_out", "final norm", normed, (x,), kind=self.config.block.norm, params=("ln_f_gamma", "ln_f_beta"))
             x = normed
         if "proj_out" in self.params:  # OPT-350m: back to the embeddings' width e
+            if tape is not None:
+                tape.keep("proj_out", x=x)
             narrow = F.linear(x, self.params["proj_out"], None)  # (B, T, e)
             rec("proj_out", "project out (d → e)", narrow, (x, self.params["proj_out"]), kind="linear",
                 params=("proj_out",))
             x = narrow
+        return x
+
+    def hidden_backward(self, d_hidden: Array, tape: Tape) -> Array:
+        if "proj_out" in self.params:
+            tape.add("proj_out", self.ops.weight_grad(tape.take("proj_out")["x"], d_hidden))
+            d_hidden = d_hidden @ self.params["proj_out"].T
+        return self.ln_f.backward(d_hidden, tape) if self.ln_f is not None else d_hidden
+
+    def head_weight(self) -> tuple[Array, tuple[str, ...]]:
+        """The vocabulary projection (e, V) and what it is: the token table transposed, when tied."""
         if self.model_config.tie_embeddings:
-            w = self.params["wte"].T  # (d, V): the embedding table reused
-            params: tuple[str, ...] = ("wte (tied)",)
-        else:
-            w, params = self.params["lm_head"], ("lm_head",)
-        logits = F.linear(x, w, self.params.get("lm_head_bias"))  # (B, T, V)
+            return self.params["wte"].T, ("wte (tied)",)  # (d, V): the embedding table reused
+        return self.params["lm_head"], ("lm_head",)
+
+    def logits_of(self, hidden: Array) -> Array:
+        """Logits (…, V) of the LM head's input (…, e): the projection and its bias, the logit multiplier and
+        the final soft cap."""
+        w, _ = self.head_weight()
+        logits = F.linear(hidden, w, self.params.get("lm_head_bias"))  # (…, V)
         multiplier = self.model_config.logit_multiplier
         if multiplier != 1.0:  # Cohere's logit_scale, Granite's 1 / logits_scaling
             logits *= np.asarray(multiplier, dtype=logits.dtype)
         if self.model_config.logit_softcap:  # Gemma 2's final_logit_softcapping
             logits = soft_cap(logits, self.model_config.logit_softcap)
+        return logits
+
+    def head(self, x: Array, rec: Record = _ignore) -> Array:
+        """Final norm and vocabulary projection: (B, T, d) → (B, T, V)."""
+        x = self.hidden(x, rec)
+        logits = self.logits_of(x)  # (B, T, V)
+        w, params = self.head_weight()
         rec("logits", logits_label(self.model_config), logits, (x, w), kind="linear", params=params + ("lm_head_bias",))
         return logits
 
@@ -1228,6 +1746,166 @@ class Model:
     def step(self, ids_new: Array, caches: list[KVCache], rec: Record = _ignore) -> Array:
         """Incremental decoding: logits for tokens appended after those already in `caches`."""
         return self(ids_new, rec, caches)
+
+    # ------------------------------------------------------------------------- training
+
+    def loss(self, ids: Array, labels: Array | None = None) -> float:
+        """The mean cross-entropy of position t predicting label t + 1 (labels default to the ids; -100 is
+        ignored), as transformers' causal-LM loss: from the logits as `__call__` makes them, a chunk of
+        tokens at a time, so the (B, T, V) table is never held."""
+        targets = shifted_targets(ids, labels, self.model_config.vocab_size)
+        tape = Tape() if self._aux_layers() else None  # the load-balancing loss reads every router's logits
+        x = self.embed(ids, tape=tape)
+        for i, block in enumerate(self.blocks):
+            x = block(x, tape=tape.within(f"blocks.{i}.") if tape is not None else None)
+        loss = self._cross_entropy(self.hidden(x), targets, None)
+        return loss + (self.aux_loss(tape, grad=False) if tape is not None else 0.0)
+
+    def loss_and_grads(self, ids: Array, labels: Array | None = None) -> tuple[float, dict[str, Array]]:
+        """(`loss`, the gradient of every parameter): one forward that keeps what the backward reads, then the
+        backward, block by block in reverse. Keyed by blockcli's keys, or, for a model loaded from a checkpoint,
+        by the checkpoint's tensor names in their stored layouts and shapes (GPT-2's fused c_attn (in, out),
+        nn.Linear's (out, in), fused experts as stored), in the run's dtype. A tied embedding's gradient sums
+        its two uses, once; an expert no token chose gets zeros; DeepSeek's selection bias, a buffer, none."""
+        loss, tape = self.backward_pass(ids, labels)
+        grads = complete_grads(tape.grads, self.params)
+        if not self.stored:  # blockcli's own keys (seeded weights, an .npz)
+            return loss, grads
+        from blockcli.checkpoint import stored_gradients
+
+        return loss, stored_gradients(self.stored, grads, self.config.block.n_heads)
+
+    def backward_pass(self, ids: Array, labels: Array | None = None, tape: Tape | None = None) -> tuple[float, Tape]:
+        """The loss, and the tape after the backward: its gradients under blockcli's keys, and the most the
+        forward kept for it (`peak_bytes`). Weights dequantized from a quantized checkpoint are frozen."""
+        frozen = [m.stored.name for m in self.stored if m.stored.dtype not in FLOAT_STORAGE]
+        if frozen:
+            raise InputError(f"gradients of quantized weights are not taken (they are frozen): {frozen[0]}"
+                             + (f" and {len(frozen) - 1} more tensors" if len(frozen) > 1 else "")
+                             + " are stored quantized; dequantize them to a float checkpoint first")
+        targets = shifted_targets(ids, labels, self.model_config.vocab_size)
+        tape = tape if tape is not None else Tape()
+        x = self.embed(ids, tape=tape)
+        for i, block in enumerate(self.blocks):
+            x = block(x, tape=tape.within(f"blocks.{i}."))
+        loss = self._cross_entropy(self.hidden(x, tape=tape), targets, tape) + self.aux_loss(tape, grad=True)
+        dx = self.hidden_backward(tape.take("loss")["d_hidden"], tape)
+        for i in reversed(range(len(self.blocks))):
+            dx = self.blocks[i].backward(dx, tape.within(f"blocks.{i}."))
+        self.embed_backward(dx, tape)
+        return loss, tape
+
+    def _aux_layers(self) -> list[int]:
+        return [i for i, b in enumerate(self.blocks) if b.cfg.moe is not None and b.cfg.moe.aux_loss_coef]
+
+    def aux_loss(self, tape: Tape, grad: bool) -> float:
+        """The mixture layers' load-balancing loss times its coefficient, as transformers' load_balancing_loss_func
+        adds it (Switch Transformer, eqs. 4-6): with every layer's tokens pooled (R rows), f_e the share of the
+        top-k choices (of the softmax over all E experts) that went to expert e and P_e its mean probability,
+        E·Σ_e f_e·P_e. The choices are constants; with `grad`, each layer's dlogits = softmax's VJP of E·f/R
+        (times the coefficient) is left beside its routing's saved arrays for its backward."""
+        layers = self._aux_layers()
+        if not layers:
+            return 0.0
+        moe = self.blocks[layers[0]].cfg.moe
+        assert moe is not None
+        E, coef = moe.n_experts, moe.aux_loss_coef
+        saved = [tape.saved[f"blocks.{i}.mlp"] for i in layers]
+        probs = [F.softmax(kept["logits"].copy(), axis=-1) for kept in saved]  # (N, E) each
+        rows = sum(p.shape[0] for p in probs)
+        counts = sum(np.bincount(F.top_k(p, moe.top_k).ravel(), minlength=E) for p in probs)  # (E,)
+        share, mean_probability = counts / rows, sum(p.sum(axis=0) for p in probs) / rows  # (E,) each
+        if grad:
+            d_probability = np.asarray(coef * E * share / rows, dtype=probs[0].dtype)  # (E,): d(aux)/dP per row
+            for kept, p in zip(saved, probs):
+                kept["aux_grad"] = F.softmax_backward(p, np.broadcast_to(d_probability, p.shape))
+        return coef * E * float(np.sum(share * mean_probability))
+
+    def _cross_entropy(self, hidden: Array, targets: Array, tape: Tape | None) -> float:
+        """The mean of −log softmax(logits)[target] over the targets that are not -100, LOSS_CHUNK_BYTES of
+        logits at a time (a stable log-softmax: each row's maximum taken out before exp). With a tape, each
+        chunk's dlogits = (softmax − one-hot)/n back through the soft cap and the multiplier into the head's
+        weight, its bias and the head's input (the tape's `loss`); never more than a chunk of the table."""
+        m = self.model_config
+        rows_in, width = hidden.reshape(-1, hidden.shape[-1]), hidden.shape[-1]
+        flat = targets.ravel()
+        valid = flat != IGNORE_INDEX
+        count = int(valid.sum())
+        w, _ = self.head_weight()
+        bias, cap, multiplier = self.params.get("lm_head_bias"), m.logit_softcap, m.logit_multiplier
+        chunk = max(1, LOSS_CHUNK_BYTES // (m.vocab_size * rows_in.itemsize))
+        d_hidden = np.empty_like(rows_in) if tape is not None else None
+        d_w = np.zeros(w.shape, dtype=rows_in.dtype) if tape is not None else None
+        d_bias = np.zeros(m.vocab_size, dtype=rows_in.dtype) if tape is not None and bias is not None else None
+        total = 0.0
+        for lo in range(0, rows_in.shape[0], chunk):
+            rows, keep, target = rows_in[lo:lo + chunk], valid[lo:lo + chunk], flat[lo:lo + chunk]
+            logits = self.logits_of(rows)  # (r, V)
+            capped_slope = 1.0 - (logits / cap) ** 2 if cap and tape is not None else None  # d(c·tanh(z/c))/dz
+            top = logits.max(axis=-1, keepdims=True)  # (r, 1)
+            shifted = logits - top
+            lse = np.log(np.exp(shifted).sum(axis=-1, keepdims=True))  # (r, 1): log Σ exp, less the maximum
+            picked = np.take_along_axis(shifted, np.where(keep, target, 0)[:, None], axis=-1)  # (r, 1)
+            total += float(np.sum((lse - picked)[keep], dtype=np.float64))
+            if tape is None:
+                continue
+            d_logits = np.exp(shifted - lse)  # (r, V): softmax
+            d_logits[np.flatnonzero(keep), target[keep]] -= 1.0
+            d_logits[~keep] = 0.0
+            d_logits /= count
+            if capped_slope is not None:
+                d_logits *= capped_slope
+            if multiplier != 1.0:
+                d_logits *= multiplier
+            d_w += self.ops.weight_grad(rows, d_logits)
+            if d_bias is not None:
+                d_bias += d_logits.sum(axis=0)
+            d_hidden[lo:lo + chunk] = d_logits @ w.T
+        if tape is not None:
+            tape.keep("loss", d_hidden=d_hidden.reshape(hidden.shape[:-1] + (width,)))
+            tape.add(*(("wte", d_w.T) if m.tie_embeddings else ("lm_head", d_w)))
+            if d_bias is not None:
+                tape.add("lm_head_bias", d_bias)
+        return total / count
+
+
+IGNORE_INDEX = -100  # a label the loss skips (transformers' ignore_index)
+FLOAT_STORAGE = ("F64", "F32", "F16", "BF16")  # stored dtypes a gradient can be taken for
+LOSS_CHUNK_BYTES = 64 * 2**20  # logits of this many bytes at a time: V = 256k, T = 4096 would be 4 GiB whole
+
+
+def shifted_targets(ids: Array, labels: Array | None, vocab_size: int) -> Array:
+    """What each position predicts (B, T): the next position's label (the ids when no labels are given), -100
+    at the last position and where a label is -100. Labels must be ids of the vocabulary or -100, shaped as
+    the ids, with at least one left to predict."""
+    check_token_ids(ids, vocab_size)
+    if labels is None:
+        labels = ids
+    labels = np.asarray(labels)
+    if labels.shape != ids.shape:
+        raise InputError(f"labels: expected the ids' shape {ids.shape}, got {labels.shape}")
+    if labels.dtype.kind not in "iu":
+        raise InputError(f"labels: expected integer token ids (or {IGNORE_INDEX}), got dtype {labels.dtype}")
+    if np.any((labels != IGNORE_INDEX) & ((labels < 0) | (labels >= vocab_size))):
+        bad = labels[(labels != IGNORE_INDEX) & ((labels < 0) | (labels >= vocab_size))][0]
+        raise InputError(f"labels: {bad} is neither a token id below vocab_size={vocab_size} nor {IGNORE_INDEX}")
+    targets = np.full(ids.shape, IGNORE_INDEX, dtype=np.int64)
+    targets[:, :-1] = labels[:, 1:]
+    if not np.any(targets != IGNORE_INDEX):
+        raise InputError("labels: no position has a label to predict (each position t predicts label t + 1; "
+                         f"the last has none, and {IGNORE_INDEX} is skipped)")
+    return targets
+
+
+def scatter_rows(index: Array, rows: Array, n: int) -> Array:
+    """(n, width) with rows[j] added into row index[j], repeated indices summed (a lookup's backward):
+    sorted once, summed by run, instead of np.add.at's element-wise loop."""
+    order = np.argsort(index, kind="stable")
+    sorted_index = index[order]
+    starts = np.flatnonzero(np.r_[True, sorted_index[1:] != sorted_index[:-1]])
+    out = np.zeros((n, rows.shape[-1]), dtype=rows.dtype)
+    out[sorted_index[starts]] = np.add.reduceat(rows[order], starts, axis=0)
+    return out
 
 
 def _prefixed(rec: Record, layer: int) -> Record:

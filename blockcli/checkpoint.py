@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
 from blockcli.config import Config, InputError, parse_json, read_text_file, reading, regular_file
 from blockcli.sources import load_config
 from blockcli.families import COMPOSITES, FAMILIES
-from blockcli.shapes import Shape, model_parameter_shapes
+from blockcli.shapes import Shape, is_buffer, model_parameter_shapes
 from blockcli.tensor_names import (EXPERTS, EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE, FUSED, GROUPED_QKV, LINEAR,
                                    SAME, SPLIT, Tensor, TensorMap, nested)
 
@@ -415,7 +415,7 @@ def checkpoint_sizes(path: Path, config: Config) -> tuple[dict[str, int], dict[s
 
 
 def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str], *, one_block: bool = False,
-                 layer: int | None = None) -> dict[str, np.ndarray]:
+                 layer: int | None = None, stored: list[Match] | None = None) -> dict[str, np.ndarray]:
     """The model's parameters under blockcli's keys, in blockcli's layouts and `dtype`; with
     `one_block`, only block `layer`'s tensors are read, under the block's own keys.
 
@@ -447,6 +447,8 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
         matches = [m for m in matches if m.entry.keys[0].startswith(prefix)]
         notes.append(f"weights of layer {layer} of {n_layers}")
     b = config.block
+    if stored is not None:  # how each tensor was stored: what gradients keyed by stored name need
+        stored.extend(matches)
     params = {}
     for m in matches:
         value = _in_run_dtype(read_tensor(m.stored), dtype, m.stored)
@@ -558,6 +560,33 @@ def _raw(stored: Stored) -> np.ndarray:
     if got != end - begin:
         raise InputError(f"{stored.file}: tensor '{stored.name}' is cut short (file truncated)")
     return data
+
+
+def stored_gradients(matches: list[Match], grads: Mapping[str, np.ndarray], n_heads: int) -> dict[str, np.ndarray]:
+    """Gradients under blockcli's keys → under the checkpoint's tensor names, each in its stored layout and
+    shape (a fused tensor's parts put back side by side, nn.Linear's (out, in) transposed back), in the
+    gradients' dtype: tensor by tensor what transformers' autograd gives its parameters."""
+    return {m.stored.name: _pack([grads[k] for k in m.entry.keys], m.entry.layout, n_heads, m.stored.shape)
+            for m in matches if not all(map(is_buffer, m.entry.keys))}  # a buffer (selection bias) has none
+
+
+def _pack(parts: list[np.ndarray], layout: str, n_heads: int, shape: Shape) -> np.ndarray:
+    """The inverse of `_unpack`: blockcli's arrays of one stored tensor → that tensor (`shape`)."""
+    import numpy as np
+
+    if layout == GROUPED_QKV:  # [q…q k v] per K/V head, each block d_h rows
+        rows = [p.T for p in parts]  # (h·d_h[, d]), (h_kv·d_h[, d]) twice
+        head_dim = rows[0].shape[0] // n_heads
+        n_kv = rows[1].shape[0] // head_dim
+        q = rows[0].reshape(n_kv, n_heads // n_kv, head_dim, *rows[0].shape[1:])
+        k, v = (r.reshape(n_kv, 1, head_dim, *r.shape[1:]) for r in rows[1:])
+        return np.concatenate([q, k, v], axis=1).reshape(shape)
+    value = np.empty(shape, dtype=np.result_type(*parts))
+    views = _unpack(value, layout, n_heads, tuple(p.shape for p in parts))  # every other layout: views of value
+    for view, part in zip(views, parts):
+        assert np.shares_memory(view, value), layout
+        view[...] = part
+    return value
 
 
 def _unpack(value: np.ndarray, layout: str, n_heads: int, parts: tuple[Shape, ...]) -> list[np.ndarray]:

@@ -120,6 +120,9 @@ class MoE:
     logit_bias: bool = False  # the router is a linear layer with a bias b_router: logits = x·W + b (gpt-oss)
     d_shared: int = 0  # width of the shared expert MLP every token uses (0: none)
     shared_gate: bool = False  # the shared expert's output times sigmoid(x·w_gate) (Qwen2-MoE)
+    # the loss adds this times Switch Transformer's load-balancing loss, E·Σ_e f_e·P_e over every mixture layer's
+    # tokens (transformers' router_aux_loss_coef, when output_router_logits); 0: none. Training only
+    aux_loss_coef: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -246,6 +249,7 @@ class ModelConfig:
     logit_softcap: float = 0.0  # c > 0: logits become c·tanh(logits/c) (Gemma 2's final_logit_softcapping); 0: off
     embedding_norm: bool = False  # a norm of the block's kind on the embeddings before the first block (BLOOM)
     embedding_dim: int = 0  # e: token embeddings e wide, projected in to d and out again (OPT-350m); 0 is d_model
+    padding_idx: int | None = None  # a token whose embedding row never gets a gradient (nn.Embedding's padding_idx)
 
 
 def projected_width(model: ModelConfig | None, d_model: int) -> int:
@@ -926,6 +930,7 @@ def _parse_moe(value: Any) -> MoE | None:
         logit_bias=_bool(value, "logit_bias", p, False),
         d_shared=_int(value, "d_shared", p, 0, minimum=0),
         shared_gate=_bool(value, "shared_gate", p, False),
+        aux_loss_coef=_float(value, "aux_loss_coef", p, 0.0, 0.0, 1e6),
     )
     if moe.order == "topk_softmax" and (moe.scoring != "softmax" or moe.selection_bias or moe.n_groups > 1):
         raise ConfigError(f"{p}.order: topk_softmax softmaxes the k chosen logits; it takes scoring softmax, "
@@ -1037,12 +1042,16 @@ def _parse_rope_scaling(value: Any) -> RopeScaling | None:
 def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
     fields = ("n_layers", "vocab_size", "positions", "max_positions", "position_offset",
               "tie_embeddings", "final_norm", "lm_head_bias", "embedding_multiplier",
-              "logit_multiplier", "logit_softcap", "embedding_norm", "embedding_dim")
+              "logit_multiplier", "logit_softcap", "embedding_norm", "embedding_dim", "padding_idx")
     _check_keys(data, fields, "model.")
     p = "model"
+    vocab_size = _int(data, "vocab_size", p, 50257)
+    padding_idx = data.get("padding_idx")
+    if padding_idx is not None:
+        padding_idx = _int(data, "padding_idx", p, 0, minimum=0, maximum=vocab_size - 1)
     return ModelConfig(
         n_layers=_int(data, "n_layers", p, 12, maximum=MAX_LAYERS),
-        vocab_size=_int(data, "vocab_size", p, 50257),
+        vocab_size=vocab_size, padding_idx=padding_idx,
         positions=_choice(data, "positions", p, "learned", POSITIONS),
         max_positions=_int(data, "max_positions", p, 1024),
         position_offset=_int(data, "position_offset", p, 0, minimum=0),

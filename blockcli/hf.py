@@ -178,6 +178,11 @@ def _mapped(data: Any, where: str, allow_fields: tuple[str, ...]) -> tuple[dict[
     fields = Fields(data, where, family.title)
     block, model = family.read(fields)
     fields.check_leftovers(family.ignored | frozenset(allow_fields))
+    if family.aux_loss and data.get("output_router_logits") is True and "moe" in block:  # the loss adds it
+        block["moe"]["aux_loss_coef"] = fields.float("router_aux_loss_coef", 0.001, low=0.0, high=1e6, low_open=False)
+    pad = data.get("pad_token_id")  # nn.Embedding's padding_idx: that row's gradient is always 0
+    if family.padding_idx and isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < model["vocab_size"]:
+        model["padding_idx"] = pad
 
     run = dict(RUN_DEFAULTS)
     run["seq_len"] = min(run["seq_len"], model["max_positions"])

@@ -71,6 +71,32 @@ def linear(x: Array, w: Array, b: Array | None) -> Array:
     return by_rows(fill, x, w.shape[1], np.result_type(x, w), work=x.size * w.shape[1])
 
 
+def weight_grad(x: Array, dy: Array) -> Array:
+    """dW = xᵀ·dy (n_in, n_out) of y = x @ W, summed over every row of x (…, n_in) and dy (…, n_out)."""
+    return x.reshape(-1, x.shape[-1]).T @ dy.reshape(-1, dy.shape[-1])
+
+
+def unbroadcast(grad: Array, shape: tuple[int, ...]) -> Array:
+    """The gradient of a parameter of `shape` that was broadcast against `grad`'s shape: summed over the
+    axes it was repeated along (leading ones, and those where it has length 1)."""
+    lead = grad.ndim - len(shape)
+    grad = grad.sum(axis=tuple(range(lead))) if lead else grad
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1)
+    return (grad.sum(axis=axes, keepdims=True) if axes else grad).reshape(shape)
+
+
+def sum_rows(dy: Array) -> Array:
+    """A bias's gradient: dy (…, n) summed over every row."""
+    return dy.reshape(-1, dy.shape[-1]).sum(axis=0)
+
+
+def sum_groups(d: Array, n_kv_heads: int) -> Array:
+    """Grouped-query K or V's gradient: (B, h, T, d_h) per query head → (B, h_kv, T, d_h), each K/V head's the
+    sum over the h/h_kv query heads that read it (np.repeat made head j·g + i a copy of K/V head j)."""
+    B, h, T, d_h = d.shape
+    return d.reshape(B, n_kv_heads, h // n_kv_heads, T, d_h).sum(axis=2)
+
+
 # ----------------------------------------------------------------------------- activations
 # Each registry row (blockcli.activations) has a forward f(x) and a backward f'(x)·dy here, keyed by its
 # name in ACTIVATION_KERNELS. The backward of a gated MLP's product is the block's (block.MLP).
@@ -302,6 +328,28 @@ def rms_norm(x: Array, gamma: Array, beta: Array | None, eps: float) -> Array:
     return out if beta is None else out + beta
 
 
+def layer_norm_backward(x: Array, scale: Array | float, eps: float, dy: Array) -> tuple[Array, Array]:
+    """LayerNorm's vector-Jacobian product, from its input x (…, n), its scale and dy (…, n): (dx, dy·x̂), the
+    second summed by the caller over the axes its scale is shared along. With g = dy·γ and x̂ = (x − μ)/σ:
+    dx = (g − mean(g) − x̂·mean(g·x̂))/σ (the mean over the normalised axis, as μ and σ are taken)."""
+    mean = x.mean(axis=-1, keepdims=True)  # (…, 1)
+    centred = x - mean
+    inv = 1.0 / np.sqrt(np.mean(centred * centred, axis=-1, keepdims=True) + eps)  # (…, 1): 1/σ
+    xhat = centred * inv  # (…, n)
+    g = dy * scale
+    dx = (g - g.mean(axis=-1, keepdims=True) - xhat * np.mean(g * xhat, axis=-1, keepdims=True)) * inv
+    return dx, dy * xhat
+
+
+def rms_norm_backward(x: Array, scale: Array | float, eps: float, dy: Array) -> tuple[Array, Array]:
+    """RMSNorm's vector-Jacobian product: (dx, dy·x/rms). With g = dy·γ and r = 1/√(mean(x²) + ε):
+    dx = r·g − x·r³·mean(g·x), the second term because r depends on every x."""
+    inv = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)  # (…, 1): r
+    g = dy * scale
+    dx = inv * g - x * (inv ** 3) * np.mean(g * x, axis=-1, keepdims=True)
+    return dx, dy * (x * inv)
+
+
 # ----------------------------------------------------------------------------- attention pieces
 
 
@@ -311,6 +359,12 @@ def softmax(x: Array, axis: int = -1) -> Array:
     np.exp(shifted, out=shifted)
     shifted /= np.sum(shifted, axis=axis, keepdims=True)
     return shifted
+
+
+def softmax_backward(weights: Array, d_weights: Array, axis: int = -1) -> Array:
+    """Softmax's vector-Jacobian product from its output P and dP: P ⊙ (dP − Σ P ⊙ dP), the sum over the
+    softmax's axis (the row-sum term: every weight depends on every logit of its row)."""
+    return weights * (d_weights - np.sum(weights * d_weights, axis=axis, keepdims=True))
 
 
 def split_heads(x: Array, n_heads: int) -> Array:
@@ -466,6 +520,12 @@ def rotate_pairs(x: Array, cos: Array, sin: Array, layout: str) -> Array:
     return ROPE_LAYOUTS[layout](x, cos, sin)
 
 
+def rotate_pairs_backward(dy: Array, cos: Array, sin: Array, layout: str) -> Array:
+    """RoPE's vector-Jacobian product: each pair's rotation (times the scaling's attention factor) is a
+    fixed linear map whose transpose turns the other way, so dx is dy rotated by −θ."""
+    return ROPE_LAYOUTS[layout](dy, cos, -sin)
+
+
 def split_rope_part(x: Array, rope_dims: int) -> tuple[Array, Array]:
     """(…, d_nope + d_rope) → (…, d_nope), (…, d_rope): the part of a latent-attention query head RoPE
     leaves alone, then the part it turns (DeepSeek lays each head out as [no-RoPE | RoPE])."""
@@ -538,6 +598,13 @@ class Ops:
     split_rope_part: Callable[[Array, int], tuple[Array, Array]] = split_rope_part
     normalise_latent: Callable[[Array, Callable[[Array], Array]], Array] = normalise_latent
     alibi_slopes: Callable[[int], Array] = alibi_slopes
+    # the backward's operations, where a seeded backward bug is one of them swapped
+    layer_norm_backward: Callable[[Array, Array | float, float, Array], tuple[Array, Array]] = layer_norm_backward
+    rms_norm_backward: Callable[[Array, Array | float, float, Array], tuple[Array, Array]] = rms_norm_backward
+    softmax_backward: Callable[[Array, Array], Array] = softmax_backward
+    rotate_pairs_backward: Callable[[Array, Array, Array, str], Array] = rotate_pairs_backward
+    weight_grad: Callable[[Array, Array], Array] = weight_grad
+    sum_groups: Callable[[Array, int], Array] = sum_groups
 
 
 STANDARD_OPS = Ops()

@@ -55,5 +55,5 @@ FAMILIES = (
         # (whose BLOOM always scales by 1/sqrt(head_dim), runs its softmax in float32, and builds d_ff = 4·hidden)
         "attention_softmax_in_fp32", "bias_dropout_fusion", "masked_softmax_fusion", "offset_alibi",
         "skip_bias_add", "skip_bias_add_qkv", "n_inner", "unk_token_id", "seq_length",
-    })),
+    }), padding_idx=False),
 )

@@ -23,6 +23,10 @@ class Family:
     read: Callable[[Fields], tuple[dict, dict]]  # config.json → blockcli's `block` and `model` sections
     tensors: TensorMap
     ignored: frozenset[str] = frozenset()  # fields that cannot change the network, beyond COMMON_IGNORED
+    # its token embedding is nn.Embedding(…, padding_idx=pad_token_id), whose padding row never gets a gradient
+    padding_idx: bool = True
+    # its causal LM adds router_aux_loss_coef × the router's load-balancing loss when output_router_logits is set
+    aux_loss: bool = False
 
 
 @dataclass(frozen=True)

@@ -95,5 +95,5 @@ FALCON = TensorMap("transformer.", (
 FAMILIES = (
     Family("falcon", "Falcon", _falcon, FALCON, frozenset({
         "hidden_dropout", "attention_dropout",  # training-only
-    })),
+    }), padding_idx=False),
 )

@@ -90,7 +90,7 @@ FAMILIES = (
         "reorder_and_upcast_attn",  # numerics of fp16 training, same function
         # GPT2DoubleHeadsModel / sequence-classification heads, not part of the LM
         "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
-    })),
+    }), padding_idx=False),
     Family("gpt_bigcode", "GPTBigCode", _gpt_bigcode, GPT_BIGCODE, frozenset({
         "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",  # training-only dropout
         # where the softmax runs in half-precision training; transformers' eager attention ignores both
@@ -100,5 +100,5 @@ FAMILIES = (
         "pre_allocate_kv_cache", "n_ctx",
         # sequence-classification / double-heads settings, not part of the LM
         "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
-    })),
+    }), padding_idx=False),
 )

@@ -64,5 +64,5 @@ FAMILIES = (
     Family("gpt_neox", "GPT-NeoX", _neox, GPT_NEOX, frozenset({
         "attention_dropout", "hidden_dropout", "classifier_dropout",  # training-only
         "use_memory_efficient_attention",
-    })),
+    }), padding_idx=False),
 )

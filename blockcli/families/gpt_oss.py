@@ -99,5 +99,5 @@ GPT_OSS = TensorMap("model.", (
 ), buffers=LLAMA.buffers)
 
 FAMILIES = (
-    Family("gpt_oss", "gpt-oss", _gpt_oss, GPT_OSS, MOE_TRAINING_ONLY),
+    Family("gpt_oss", "gpt-oss", _gpt_oss, GPT_OSS, MOE_TRAINING_ONLY, aux_loss=True),
 )

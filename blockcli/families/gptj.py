@@ -62,5 +62,5 @@ FAMILIES = (
         "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",  # training-only dropout
         # GPTJForSequenceClassification / double-heads settings, not part of the LM
         "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
-    })),
+    }), padding_idx=False),
 )

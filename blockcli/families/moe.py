@@ -174,8 +174,8 @@ COMPOSITES = (
 )
 
 FAMILIES = (
-    Family("mixtral", "Mixtral", _mixtral, MIXTRAL, MOE_TRAINING_ONLY | {"router_jitter_noise"}),  # jitter: training
-    Family("qwen2_moe", "Qwen2-MoE", _qwen2_moe, QWEN_MOE, MOE_TRAINING_ONLY),
-    Family("qwen3_moe", "Qwen3-MoE", _qwen3_moe, QWEN_MOE, MOE_TRAINING_ONLY),
-    Family("qwen3_vl_moe_text", "Qwen3-VL-MoE's language model", _qwen3_vl_moe_text, QWEN3_VL_MOE, MOE_TRAINING_ONLY),
+    Family("mixtral", "Mixtral", _mixtral, MIXTRAL, MOE_TRAINING_ONLY | {"router_jitter_noise"}, aux_loss=True),  # jitter: training
+    Family("qwen2_moe", "Qwen2-MoE", _qwen2_moe, QWEN_MOE, MOE_TRAINING_ONLY, aux_loss=True),
+    Family("qwen3_moe", "Qwen3-MoE", _qwen3_moe, QWEN_MOE, MOE_TRAINING_ONLY, aux_loss=True),
+    Family("qwen3_vl_moe_text", "Qwen3-VL-MoE's language model", _qwen3_vl_moe_text, QWEN3_VL_MOE, MOE_TRAINING_ONLY, aux_loss=True),
 )
