@@ -540,22 +540,23 @@ class MultiHeadAttention:
         saved = tape.take("attn")
         x = saved["x"]
         d_concat = self._project_out_backward(d_out, saved["heads"], tape)  # (B, T, h·d_h)
-        dq, dk, dv = self._attend_backward(saved, ops.split_heads(d_concat, h), tape)  # (B, h(_kv), T, d_h)
+        q_width, kv_width = p["w_q"].shape[1], p["w_k"].shape[1]
+        # dQ, dK, dV written straight into their columns of one (B, T, (h + 2·h_kv)·d_h) array, the Q/K/V GEMM's
+        d_qkv = np.empty(x.shape[:2] + (self.w_qkv.shape[1],), dtype=np.result_type(x, d_out))
+        d_flat = d_qkv[..., :q_width], d_qkv[..., q_width:q_width + kv_width], d_qkv[..., q_width + kv_width:]
+        dq, dk, dv = (ops.split_heads(a, heads) for a, heads in zip(d_flat, (h, h_kv, h_kv)))  # views (B, n, T, d_h)
+        self._attend_backward(saved, ops.split_heads(d_concat, h), tape, (dq, dk, dv))
         if cfg.rope:
             cos, sin = F.rope_tables(np.arange(x.shape[1]), cfg.rope_dims, cfg.rope_theta, x.dtype, cfg.rope_scaling)
-            dq = ops.rotate_pairs_backward(dq, cos, sin, cfg.rope_layout)  # (B, h, T, d_h)
-            dk = ops.rotate_pairs_backward(dk, cos, sin, cfg.rope_layout)  # (B, h_kv, T, d_h)
+            dq[...] = ops.rotate_pairs_backward(dq, cos, sin, cfg.rope_layout)  # (B, h, T, d_h)
+            dk[...] = ops.rotate_pairs_backward(dk, cos, sin, cfg.rope_layout)  # (B, h_kv, T, d_h)
         if cfg.qk_norm in ("head", "each_head"):
-            dq, dk = self._qk_norm_backward(dq, dk, tape)
-        dq_flat, dk_flat, dv_flat = ops.combine_heads(dq), ops.combine_heads(dk), ops.combine_heads(dv)
+            dq[...], dk[...] = self._qk_norm_backward(dq, dk, tape)
         if cfg.qk_norm == "projection":
-            dq_flat, dk_flat = self._qk_norm_backward(dq_flat, dk_flat, tape)
-        d_qkv = np.concatenate([dq_flat, dk_flat, dv_flat], axis=-1)  # (B, T, (h + 2·h_kv)·d_h)
+            d_flat[0][...], d_flat[1][...] = self._qk_norm_backward(d_flat[0], d_flat[1], tape)
         if cfg.clip_qkv:  # clip passes the gradient inside [−c, c], bounds included, as torch.clamp does
-            c = cfg.clip_qkv
-            d_qkv = np.where(np.abs(saved["unclipped"]) <= c, d_qkv, 0).astype(d_qkv.dtype)
+            d_qkv *= np.abs(saved["unclipped"]) <= cfg.clip_qkv
         dw = ops.weight_grad(x, d_qkv)  # (d, (h + 2·h_kv)·d_h)
-        q_width, kv_width = p["w_q"].shape[1], p["w_k"].shape[1]
         bounds = {"q": (0, q_width), "k": (q_width, q_width + kv_width), "v": (q_width + kv_width, None)}
         db = F.sum_rows(d_qkv) if self.b_qkv is not None else None
         for name, (lo, hi) in bounds.items():
@@ -701,15 +702,20 @@ class MultiHeadAttention:
                                                 np.pad(allowed, ((0, 0), (0, 1)), constant_values=True))
         return capped, scores, masked[..., :T_k], weights
 
-    def _attend_backward(self, saved: dict[str, Any], d_heads: Array, tape: Tape) -> tuple[Array, Array, Array]:
-        """(dQ (B, h, T, d_h), dK, dV (B, h_kv, T, d)) from d_heads (B, h, T, d_v), by the path the forward
-        took: the blocked kernel's (from each row's log-sum-exp) or the whole table's; the sinks' gradient
-        added to the tape."""
+    def _attend_backward(self, saved: dict[str, Any], d_heads: Array, tape: Tape,
+                         out: tuple[Array, Array, Array] | None = None) -> tuple[Array, Array, Array]:
+        """(dQ (B, h, T, d_h), dK, dV (B, h_kv, T, d)) from d_heads (B, h, T, d_v), written into `out` when
+        given, by the path the forward took: the blocked kernel's (from each row's log-sum-exp) or the whole
+        table's; the sinks' gradient added to the tape."""
         q, k, v = saved["q"], saved["k"], saved["v"]
         if "lse" in saved:
-            dq, dk, dv, d_sinks = self._attend_blocked_backward(q, k, v, saved["heads"], saved["lse"], d_heads)
+            dq, dk, dv, d_sinks = self._attend_blocked_backward(q, k, v, saved["heads"], saved["lse"], d_heads, out)
         else:
             dq, dk, dv, d_sinks = self._attend_full_backward(q, k, v, d_heads)
+            if out is not None:
+                for into, value in zip(out, (dq, dk, dv)):
+                    into[...] = value
+                dq, dk, dv = out
         if d_sinks is not None:
             tape.add("sinks", d_sinks)
         return dq, dk, dv
@@ -794,14 +800,16 @@ class MultiHeadAttention:
                   work=B * h * T * (start + T / 2) * (grid.d_h + d_v))  # Q·Kᵀ and weights·V, causal half
         return out.reshape(B, T, h, d_v).transpose(0, 2, 1, 3)  # (B, h, T, d_v) view
 
-    def _attend_blocked_backward(self, q: Array, k: Array, v: Array, out: Array, lse: Array, d_out: Array
+    def _attend_blocked_backward(self, q: Array, k: Array, v: Array, out: Array, lse: Array, d_out: Array,
+                                 into: tuple[Array, Array, Array] | None = None
                                  ) -> tuple[Array, Array, Array, Array | None]:
         """FlashAttention's backward, tile by tile as the forward ran, never holding the table: each tile's
         P = exp(S − lse) is recomputed from Q, K and the saved row log-sum-exp; then dV += Pᵀ·dO,
         dP = dO·Vᵀ, dS = P ⊙ (dP − D) with D = rowsum(dO ⊙ O) (softmax's row-sum term, computed once),
-        through the soft cap, dQ = dS·K·s and dK += dSᵀ·(Q·s). A sink's logit gets −Σ P_sink·D. Each worker
-        sums its tiles' dK and dV in buffers of its own (a K/V head's tiles may run on several), added up
-        after. Returns (dQ (B, h, T, d_h), dK, dV (B, h_kv, T_k, d), d_sinks (h,) or None)."""
+        through the soft cap, dQ = dS·K·s and dK += dSᵀ·(Q·s). A sink's logit gets −Σ P_sink·D. The workers
+        share out the K/V heads (and batch rows), each running every row tile of its own, so dK and dV are
+        summed in place, each by one worker. Returns (dQ (B, h, T, d_h), dK, dV (B, h_kv, T_k, d), d_sinks
+        (h,) or None)."""
         B, h, T, d_h = q.shape
         T_k, d_v = k.shape[2], v.shape[-1]
         grid = ScoreTiles(self.cfg, self.p, q, k, 0, self.tile_bytes)
@@ -810,45 +818,49 @@ class MultiHeadAttention:
         d_o = np.ascontiguousarray(d_out, dtype=dtype).reshape(B, h_kv, group, T, d_v)
         D = np.einsum("bhtd,bhtd->bht", d_out, out).reshape(B, h_kv, group, T)  # rowsum(dO ⊙ O)
         row_lse = lse.reshape(B, h_kv, group, T)
-        dq = np.empty((B, h_kv, group, T, d_h), dtype=dtype)
-        totals: list[tuple[Array, Array, Array]] = []  # each worker's (dK, dV, d_sinks)
+        if into is None:
+            into = (np.empty((B, h, T, d_h), dtype=dtype), np.empty((B, h_kv, T_k, d_h), dtype=dtype),
+                    np.empty((B, h_kv, T_k, d_v), dtype=dtype))
+        dq, dk, dv = into  # dQ is written tile by tile, dK and dV summed over the tiles
+        dk[...] = 0
+        dv[...] = 0
+        d_sinks = np.zeros((B, h_kv, group), dtype=dtype)
+        tiles = grid.tiles()
 
-        def run(tiles: Iterable[tuple[int, int, int]]) -> None:
+        def run(units: Iterable[tuple[int, int]]) -> None:
             buf, d_p_buf = grid.buffer(), grid.buffer()
             capped_buf = grid.buffer() if cap else None
-            dk, dv = np.zeros((B, h_kv, T_k, d_h), dtype=dtype), np.zeros((B, h_kv, T_k, d_v), dtype=dtype)
-            d_sinks = np.zeros((h_kv, group), dtype=dtype)
-            for tile in tiles:
-                s, (b, kv, lo, hi, first, last) = grid.scores(buf, tile, capped_buf)  # (n, g·C, T_seen)
-                n, c, seen = s.shape[0], hi - lo, last - first
-                s -= row_lse[b, kv, :, lo:hi].reshape(n, group * c, 1)
-                np.exp(s, out=s)  # P, the forward's weights
-                d_o_tile = d_o[b, kv, :, lo:hi].reshape(n, group * c, d_v)  # (n, g·C, d_v)
-                dv[b, kv, first:last] += s.swapaxes(-1, -2) @ d_o_tile  # (n, T_seen, d_v)
-                d_p = d_p_buf[:s.size].reshape(s.shape)
-                np.matmul(d_o_tile, v[b, kv, first:last].swapaxes(-1, -2), out=d_p)  # (n, g·C, T_seen): dP
-                d_row = D[b, kv, :, lo:hi].reshape(n, group * c, 1)
-                d_p -= d_row
-                d_p *= s  # dS
-                if cap:  # through c·tanh(s/c): 1 − tanh²
-                    t = capped_buf[:s.size].reshape(s.shape)
-                    t /= cap
-                    np.multiply(t, t, out=t)
-                    np.subtract(1.0, t, out=t)
-                    d_p *= t
-                dq[b, kv, :, lo:hi] = ((d_p @ grid.k[b, kv, first:last]) * scale).reshape(n, group, c, d_h)
-                dk[b, kv, first:last] += d_p.swapaxes(-1, -2) @ grid.qs[b, kv, :, lo:hi].reshape(n, group * c, d_h)
-                sink = grid.sink(kv, n, c)
-                if sink is not None:  # the sink's weight exp(sink − lse), with no value: dS_sink = −P_sink·D
-                    p_sink = np.exp(sink - row_lse[b, kv, :, lo:hi].reshape(n, group * c, 1))
-                    d_sinks[kv] -= (p_sink * d_row).reshape(n, group, c).sum(axis=-1)
-            totals.append((dk, dv, d_sinks))
+            for b, g in units:  # every row tile of these K/V heads: their dK and dV are this worker's alone
+                for tile in (t for t in tiles if t[:2] == (b, g)):
+                    s, (_, kv, lo, hi, first, last) = grid.scores(buf, tile, capped_buf)  # (n, g·C, T_seen)
+                    n, c = s.shape[0], hi - lo
+                    s -= row_lse[b, kv, :, lo:hi].reshape(n, group * c, 1)
+                    np.exp(s, out=s)  # P, the forward's weights
+                    d_o_tile = d_o[b, kv, :, lo:hi].reshape(n, group * c, d_v)  # (n, g·C, d_v)
+                    dv[b, kv, first:last] += s.swapaxes(-1, -2) @ d_o_tile  # (n, T_seen, d_v)
+                    d_p = d_p_buf[:s.size].reshape(s.shape)
+                    np.matmul(d_o_tile, v[b, kv, first:last].swapaxes(-1, -2), out=d_p)  # (n, g·C, T_seen): dP
+                    d_row = D[b, kv, :, lo:hi].reshape(n, group * c, 1)
+                    d_p -= d_row
+                    d_p *= s  # dS
+                    if cap:  # through c·tanh(s/c): 1 − tanh²
+                        t = capped_buf[:s.size].reshape(s.shape)
+                        t /= cap
+                        np.multiply(t, t, out=t)
+                        np.subtract(1.0, t, out=t)
+                        d_p *= t
+                    heads = slice(kv.start * group, kv.stop * group)  # the query heads of these K/V heads
+                    dq[b, heads, lo:hi] = ((d_p @ grid.k[b, kv, first:last]) * scale).reshape(n * group, c, d_h)
+                    dk[b, kv, first:last] += d_p.swapaxes(-1, -2) @ grid.qs[b, kv, :, lo:hi].reshape(n, group * c, d_h)
+                    sink = grid.sink(kv, n, c)
+                    if sink is not None:  # the sink's weight exp(sink − lse), with no value: dS_sink = −P_sink·D
+                        p_sink = np.exp(sink - row_lse[b, kv, :, lo:hi].reshape(n, group * c, 1))
+                        d_sinks[b, kv] -= (p_sink * d_row).reshape(n, group, c).sum(axis=-1)
 
-        share_out(run, grid.tiles(), cost=grid.cost,
+        units = sorted({t[:2] for t in tiles})
+        share_out(run, units, cost=lambda unit: 1,
                   work=B * h * T * (T / 2) * (3 * d_h + 2 * d_v))  # Q·Kᵀ, dS·K, dSᵀ·Q; Pᵀ·dO, dO·Vᵀ
-        dk, dv, d_sinks = (sum(parts) for parts in zip(*totals))
-        return (dq.reshape(B, h, T, d_h), dk, dv,
-                d_sinks.reshape(h) if self.cfg.attention_sinks else None)
+        return dq, dk, dv, d_sinks.sum(axis=0).reshape(h) if self.cfg.attention_sinks else None
 
 
 @dataclass
@@ -1099,6 +1111,18 @@ def mlp_rows(cfg: BlockConfig, p: Mapping[str, Array], x: Array, name: str, key:
     pre = linear(x, first)  # (…, d_ff)
     rec(key + "pre", f"{labels[0]} {mlp_stage(cfg, 'pre')}", pre, (x, p[name + "w_" + first]), kind="linear",
         params=(name + "w_" + first, name + "b_" + first))
+    if saved is not None and rec is _ignore:  # a pass for gradients: the activation a chunk of rows at a time
+        up = linear(x, "up") if cfg.gated else None  # (…, d_ff)
+        saved.update(x=x, pre=pre, up=up)
+        flat_pre, flat_up = pre.reshape(-1, pre.shape[-1]), up.reshape(-1, up.shape[-1]) if up is not None else None
+        out = np.empty((flat_pre.shape[0], x.shape[-1]), dtype=np.result_type(pre, p[name + "w_down"]))
+        for lo in range(0, flat_pre.shape[0], BACKWARD_ROWS):
+            rows = slice(lo, lo + BACKWARD_ROWS)
+            act = activation(flat_pre[rows])  # (r, d_ff); the identity's is pre itself: never changed in place
+            if flat_up is not None:
+                act = act * partner(flat_up[rows])
+            out[rows] = linear(act, "down")
+        return out.reshape(x.shape)
     act = activation(pre)  # (…, d_ff)
     inputs: tuple[Array, ...] = (pre,)
     up = None
@@ -1117,15 +1141,17 @@ def mlp_rows(cfg: BlockConfig, p: Mapping[str, Array], x: Array, name: str, key:
     return out
 
 
-# rows of an MLP's backward at a time: its d_ff-wide temporaries stay this small, its GEMMs large
-BACKWARD_ROWS = 1024
+# rows of an MLP's backward at a time: its d_ff-wide temporaries stay small (at d_ff = 4096 in float32, 4 MiB
+# each), its GEMMs still large enough for BLAS's full rate
+BACKWARD_ROWS = 256
 
 
 def mlp_backward(cfg: BlockConfig, p: Mapping[str, Array], name: str, saved: Mapping[str, Any], dy: Array,
                  tape: Tape) -> Array:
     """An MLP's backward from what `mlp_rows` saved, BACKWARD_ROWS rows at a time: the activation recomputed
     from the pre-activation, dW_down = actᵀ·dy, d_act = dy·W_downᵀ, then through the activation (and the
-    product with the up branch), dW_gate/dW_up = xᵀ·d, dx = d·Wᵀ. Returns dx, shaped as x."""
+    product with the up branch), dW_gate/dW_up = xᵀ·d, dx = d·Wᵀ. Each weight's gradient is summed over the
+    chunks through one scratch buffer of its size. Returns dx, shaped as x."""
     (activation, partner), (activation_grad, partner_grad), first = mlp_branches(cfg), mlp_branch_grads(cfg), \
         activated(cfg)
     x, pre, up = saved["x"], saved["pre"], saved["up"]
@@ -1133,29 +1159,41 @@ def mlp_backward(cfg: BlockConfig, p: Mapping[str, Array], name: str, saved: Map
     x, pre, dy = x.reshape(-1, shape[-1]), pre.reshape(-1, pre.shape[-1]), dy.reshape(-1, dy.shape[-1])
     up = up.reshape(pre.shape) if up is not None else None
     w_first, w_down = p[name + "w_" + first], p[name + "w_down"]
-    grads = {role: np.zeros_like(p[name + "w_" + role]) for role in mlp_roles(cfg)}
-    biases = {role: np.zeros_like(p[name + "b_" + role]) for role in mlp_roles(cfg) if name + "b_" + role in p}
-    dx = np.empty(x.shape, dtype=np.result_type(x, dy, w_first))
+    dtype = np.result_type(x, dy, w_first)
+    grads = {role: np.zeros(p[name + "w_" + role].shape, dtype=dtype) for role in mlp_roles(cfg)}
+    scratch = {role: np.empty_like(g) for role, g in grads.items()}
+    biases = {role: np.zeros(p[name + "b_" + role].shape, dtype=dtype) for role in mlp_roles(cfg)
+              if name + "b_" + role in p}
+    dx = np.empty(x.shape, dtype=dtype)
+
+    def add_weight_grad(role: str, a: Array, d: Array) -> None:  # grads[role] += aᵀ·d
+        np.matmul(a.T, d, out=scratch[role])
+        grads[role] += scratch[role]
+
     for lo in range(0, x.shape[0], BACKWARD_ROWS):
         rows = slice(lo, lo + BACKWARD_ROWS)
         a = activation(pre[rows])  # (r, d_ff)
         u = partner(up[rows]) if up is not None else None
-        h = a * u if u is not None else a  # the contraction's input
-        grads["down"] += h.T @ dy[rows]
+        add_weight_grad("down", a * u if u is not None else a, dy[rows])  # the contraction's input
         d_h = dy[rows] @ w_down.T  # (r, d_ff)
-        d_pre = activation_grad(pre[rows], d_h * u if u is not None else d_h)  # (r, d_ff)
-        grads[first] += x[rows].T @ d_pre
-        dx[rows] = d_pre @ w_first.T
         if "down" in biases:
             biases["down"] += dy[rows].sum(axis=0)
-        if first in biases:
-            biases[first] += d_pre.sum(axis=0)
         if up is not None:
             d_up = partner_grad(up[rows], d_h * a)  # (r, d_ff)
-            grads["up"] += x[rows].T @ d_up
-            dx[rows] += d_up @ p[name + "w_up"].T
+            add_weight_grad("up", x[rows], d_up)
+            np.matmul(d_up, p[name + "w_up"].T, out=dx[rows])
             if "up" in biases:
                 biases["up"] += d_up.sum(axis=0)
+            del d_up
+            d_h *= u
+        d_pre = activation_grad(pre[rows], d_h)  # (r, d_ff)
+        add_weight_grad(first, x[rows], d_pre)
+        if up is not None:
+            dx[rows] += d_pre @ w_first.T
+        else:
+            np.matmul(d_pre, w_first.T, out=dx[rows])
+        if first in biases:
+            biases[first] += d_pre.sum(axis=0)
     for role, g in grads.items():
         tape.add(name + "w_" + role, g)
     for role, g in biases.items():

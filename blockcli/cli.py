@@ -693,6 +693,72 @@ def verify(
     run_guarded(body, configs or [])
 
 
+# ----------------------------------------------------------------------------- report
+
+
+@app.command()
+def report(
+    configs: Annotated[Optional[list[str]], typer.Argument(
+        metavar="[CONFIG_OR_DIR] [OTHER]",
+        help="A config, preset or model folder (default: the built-in block); a second one puts the two side "
+             "by side with their differences highlighted.")] = None,
+    output: Annotated[str, typer.Option(
+        "--output", "-o", metavar="FILE.html", help="Where to write the page; - for standard output.")] = "report.html",
+    force: Annotated[bool, typer.Option("--force", help="Allow --output to overwrite an existing file.")] = False,
+    seq: Annotated[Optional[int], typer.Option(
+        help="Tokens per sequence T of the workload (default: run.seq_len).", min=1)] = None,
+    batch: Annotated[Optional[int], typer.Option(help="Sequences B of the workload (default: run.batch).", min=1)] = None,
+    dtype: Annotated[Optional[SizeDtype], typer.Option(
+        help="Dtype of weights and activations for the memory figures (default: run.dtype).")] = None,
+    kv_dtype: Annotated[Optional[SizeDtype], typer.Option("--kv-dtype", help="Dtype of the K/V cache (default: --dtype).")] = None,
+    train_log: Annotated[Optional[Path], typer.Option(
+        "--train-log", metavar="FILE.json",
+        help='Draw a training run\'s loss and gradient norm: {"steps": [{"step", "loss", "grad_norm"}, ...]}, '
+             "as `blockcli train --json` writes.")] = None,
+    allow_field: AllowFieldOpt = None,
+) -> None:
+    """One self-contained HTML page of a model: overview, diagram, parameters, shapes, attention maps, cost, checklist."""
+
+    def body() -> int:
+        from blockcli import report as pages
+        from blockcli.inputs import save_text
+
+        sources = configs or [None]
+        if len(sources) > 2:
+            raise InputError(f"report takes one config, or two to compare; got {len(sources)}")
+        if output != "-":
+            from blockcli.inputs import check_writable
+
+            check_writable(output, force, "--output")
+        loaded_configs = [loaded(s, allow_field) for s in sources]  # every config is read before any work
+        reports = []
+        for source, cfg in zip(sources, loaded_configs):
+            chosen, _ = own_weights(source, None)
+            reports.append(pages.build(cfg, source or "", weights=chosen, seq=seq, batch=batch,
+                                       dtype=dtype.value if dtype else None,
+                                       kv_dtype=kv_dtype.value if kv_dtype else None, train_log=train_log))
+        # the command that makes this page, where it is written left out: the same page from any -o
+        workload = [f"{o} {v}" for o, v in (("--seq", seq), ("--batch", batch), ("--dtype", dtype and dtype.value),
+                                             ("--kv-dtype", kv_dtype and kv_dtype.value),
+                                             ("--train-log", train_log)) if v is not None]
+        command = " ".join(["blockcli report", *(one_line(s) for s in configs or []), *workload])
+        text = pages.page(reports[0], command) if len(reports) == 1 else pages.compare_page(*reports, command)
+        if output == "-":
+            print_out(text)
+        else:
+            save_text(output, text, force)
+            print_out(f"wrote {one_line(output)} ({render_size(len(text.encode('utf-8')))})")
+        return EXIT_FAILED if any(r.failed for r in reports) else EXIT_OK
+
+    run_guarded(body, configs or [])
+
+
+def render_size(n: int) -> str:
+    from blockcli.units import human_bytes
+
+    return human_bytes(n)
+
+
 # ----------------------------------------------------------------------------- convert
 
 

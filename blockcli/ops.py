@@ -135,9 +135,25 @@ def gelu_tanh(x: Array) -> Array:
 
 
 def gelu_tanh_backward(x: Array, dy: Array) -> Array:
-    """dy·(0.5·(1 + tanh u) + 0.5·x·(1 − tanh² u)·√(2/π)·(1 + 3·0.044715·x²))."""
-    t = np.tanh(_SQRT_2_OVER_PI * (x + _GELU_CUBIC * x * x * x))
-    return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_CUBIC * x * x))
+    """dy·(s + 2·x·s·(1 − s)·u'), s = σ(2u) = 0.5·(1 + tanh u), u' = √(2/π)·(1 + 3·0.044715·x²): the forward's
+    logistic form differentiated, in place in two temporaries."""
+    x2 = x * x
+    s = x2 * (-2.0 * _SQRT_2_OVER_PI * _GELU_CUBIC)
+    s += -2.0 * _SQRT_2_OVER_PI
+    s *= x  # −2u
+    with np.errstate(over="ignore", under="ignore"):  # exp(−2u) = inf for x ≪ 0: s = 0, its limit
+        np.exp(s, out=s)
+    s += 1.0
+    np.reciprocal(s, out=s)  # s = σ(2u)
+    x2 *= 3.0 * _GELU_CUBIC
+    x2 += 1.0
+    x2 *= 2.0 * _SQRT_2_OVER_PI  # 2u'
+    x2 *= x
+    x2 *= 1.0 - s  # 2·x·(1 − s)·u'
+    x2 += 1.0
+    x2 *= s
+    x2 *= dy
+    return x2
 
 
 def gelu(x: Array) -> Array:
@@ -165,7 +181,12 @@ def silu(x: Array) -> Array:
 def silu_backward(x: Array, dy: Array) -> Array:
     """dy·σ(x)·(1 + x·(1 − σ(x)))."""
     s = sigmoid(x)
-    return dy * s * (1.0 + x * (1.0 - s))
+    out = 1.0 - s
+    out *= x
+    out += 1.0
+    out *= s
+    out *= dy
+    return out
 
 
 def relu2(x: Array) -> Array:

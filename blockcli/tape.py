@@ -46,7 +46,7 @@ class Tape:
         if full in root.grads:
             root.grads[full] = root.grads[full] + grad
         else:
-            root.grads[full] = np.array(grad, copy=True)  # never a view of an activation that is reused
+            root.grads[full] = grad  # a fresh array of the backward's (or a view of one), never a scratch buffer
 
     def saved_bytes(self) -> int:
         """Bytes the saved arrays hold now, each array (and each buffer behind views) counted once."""
