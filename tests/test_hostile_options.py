@@ -187,3 +187,19 @@ def test_a_weights_key_with_a_layer_index_int_cannot_read_is_one_line(tmp_path: 
     np.savez(tmp_path / "w.npz", **{f"blocks.{index}.w_q": np.zeros(2)})
     line = short_error(blockcli("trace", "--weights", str(tmp_path / "w.npz")))
     assert "w.npz: missing weight" in line
+
+
+@pytest.mark.parametrize("body, said", [
+    ("[" * 200_000 + "]" * 200_000, "JSON nested too deeply"),  # RecursionError
+    ('{"steps": [{"step": 1, "loss": ' + "9" * 5000 + ', "grad_norm": 1}]}', "a number has too many digits"),
+    ('{"steps": [{"step": 1, "loss": ' + "9" * 400 + ', "grad_norm": 1}]}',  # past float's range: OverflowError
+     "steps[0].loss: expected a finite number, got 9999"),
+    ('{"steps": [{"step": "' + "x" * 5000 + '", "loss": 1, "grad_norm": 1}]}', "(5,002 characters)"),
+], ids=["nested-200000-deep", "5000-digits", "400-digit-loss", "5000-character-step"])
+def test_a_hostile_train_log_is_one_short_line(tmp_path: Path, body: str, said: str) -> None:
+    """report --train-log reads JSON like every other file: through config.parse_json."""
+    path = tmp_path / "log.json"
+    path.write_text(body)
+    line = short_error(blockcli("report", "--train-log", str(path), "-o", str(tmp_path / "r.html")))
+    assert line.startswith(f"blockcli: error: --train-log {path}: ") and said in line, line
+    assert not (tmp_path / "r.html").exists()
