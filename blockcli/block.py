@@ -1809,9 +1809,9 @@ class Model:
         grads = complete_grads(tape.grads, self.params)
         if not self.stored:  # blockcli's own keys (seeded weights, an .npz)
             return loss, grads
-        from blockcli.checkpoint import stored_gradients
+        from blockcli.checkpoint import to_stored
 
-        return loss, stored_gradients(self.stored, grads, self.config.block.n_heads)
+        return loss, to_stored(self.stored, grads, self.config.block.n_heads)
 
     def backward_pass(self, ids: Array, labels: Array | None = None, tape: Tape | None = None) -> tuple[float, Tape]:
         """The loss, and the tape after the backward: its gradients under blockcli's keys, and the most the

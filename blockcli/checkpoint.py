@@ -562,12 +562,32 @@ def _raw(stored: Stored) -> np.ndarray:
     return data
 
 
-def stored_gradients(matches: list[Match], grads: Mapping[str, np.ndarray], n_heads: int) -> dict[str, np.ndarray]:
-    """Gradients under blockcli's keys → under the checkpoint's tensor names, each in its stored layout and
-    shape (a fused tensor's parts put back side by side, nn.Linear's (out, in) transposed back), in the
-    gradients' dtype: tensor by tensor what transformers' autograd gives its parameters."""
-    return {m.stored.name: _pack([grads[k] for k in m.entry.keys], m.entry.layout, n_heads, m.stored.shape)
-            for m in matches if not all(map(is_buffer, m.entry.keys))}  # a buffer (selection bias) has none
+def to_stored(matches: list[Match], arrays: Mapping[str, np.ndarray], n_heads: int,
+              buffers: bool = False) -> dict[str, np.ndarray]:
+    """Arrays under blockcli's keys (a model's parameters, or their gradients) → under the checkpoint's tensor
+    names, each in its stored layout and shape (a fused tensor's parts put back side by side, nn.Linear's
+    (out, in) transposed back), in the arrays' dtype: tensor by tensor what transformers holds. Buffers
+    (DeepSeek's selection bias) only with `buffers`: a gradient has none."""
+    return {m.stored.name: _pack([arrays[k] for k in m.entry.keys], m.entry.layout, n_heads, m.stored.shape)
+            for m in matches if buffers or not all(map(is_buffer, m.entry.keys))}
+
+
+def layout_of(config: Config, model_type: str) -> list[Match]:
+    """How a `model_type` folder stores `config`'s parameters: its family's tensor map, one Match per tensor
+    (absolute names), for weights blockcli writes out (`blockcli train --save`)."""
+    tmap = FAMILIES[model_type].tensors
+    shapes = model_parameter_shapes(config)
+    assert config.model is not None
+    n_experts = config.block.moe.n_experts if config.block.moe is not None else 0
+    matches = []
+    for entry in _entries(tmap, config.model.n_layers, n_experts):
+        if not all(k in shapes for k in entry.keys):  # a bias of a bias-free config, a tied model's head
+            continue
+        entry = replace(entry, layout=entry.layout.split("|")[0], name=entry.name.split("|")[0])
+        name = entry.name if entry.top else tmap.prefix + entry.name
+        shape = stored_shape(entry, shapes)
+        matches.append(Match(entry, Stored(name, shape, "F32", Path(SINGLE)), tuple(shapes[k] for k in entry.keys)))
+    return matches
 
 
 def _pack(parts: list[np.ndarray], layout: str, n_heads: int, shape: Shape) -> np.ndarray:

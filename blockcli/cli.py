@@ -753,6 +753,96 @@ def report(
     run_guarded(body, configs or [])
 
 
+@app.command()
+def train(
+    config: Annotated[Optional[str], typer.Argument(
+        metavar="[CONFIG_OR_DIR]", help="A config with a model section, a preset or a model folder (its own weights "
+                                        "are trained). Default: a tiny GPT-2-shaped model over 256 byte ids.")] = None,
+    batch: Annotated[Optional[int], typer.Option(help="Sequences B in the batch (default: run.batch).", min=1)] = None,
+    seq: Annotated[Optional[int], typer.Option(help="Tokens T per sequence (default: run.seq_len).", min=2)] = None,
+    text: Annotated[Optional[Path], typer.Option(
+        "--text", metavar="FILE", help="Train on this file's UTF-8 bytes (ids 0..255) instead of random ids.")] = None,
+    steps: Annotated[int, typer.Option(help="AdamW steps on the one batch.")] = 100,
+    lr: Annotated[float, typer.Option(help="Learning rate.")] = 1e-2,
+    weight_decay: Annotated[float, typer.Option(
+        "--weight-decay", help="Decoupled weight decay, on the matrices only.")] = 0.0,
+    seed: Annotated[Optional[int], typer.Option(
+        help="Seed of the weights and the random batch (default: run.seed).", min=0)] = None,
+    dtype: Annotated[Optional[Dtype], typer.Option(help="float32 or float64 (default: run.dtype).")] = None,
+    expect_loss: Annotated[Optional[float], typer.Option(
+        "--expect-loss", metavar="X", help="Exit 1 unless the final loss is below X (a CI gate: the model can learn).")
+    ] = None,
+    save: Annotated[Optional[Path], typer.Option(
+        "--save", metavar="DIR", help="Write the trained model as a Hugging Face folder (config.json + "
+                                      "model.safetensors) that blockcli and transformers load.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Allow --save to replace the files of an existing folder.")
+    ] = False,
+    json_out: JsonOpt = False,
+    allow_field: AllowFieldOpt = None,
+) -> None:
+    """Overfit one tiny batch with AdamW: the reference chapter's last milestone, the model learning."""
+
+    def body() -> int:
+        import math as _math
+        from dataclasses import replace
+
+        from blockcli import render
+        from blockcli import train as training
+        from blockcli.block import Model
+        from blockcli.config import parse_config
+
+        if expect_loss is not None and not _math.isfinite(expect_loss):
+            raise InputError(f"--expect-loss: expected a finite number, got {expect_loss}")
+        training.check_hyperparameters(steps, lr, weight_decay)
+        cfg = loaded(config, allow_field) if config is not None else parse_config(training.DEFAULT_MODEL,
+                                                                                  name="default tiny model")
+        if cfg.model is None:
+            raise InputError(f"{cfg.name}: a single block; training needs a model (a 'model' section with n_layers "
+                             f"and vocab_size)")
+        run = cfg.run
+        B, T, seed_ = batch or run.batch, seq or run.seq_len, run.seed if seed is None else seed
+        if cfg.model.positions == "learned" and T > cfg.model.max_positions:
+            raise InputError(f"--seq {T}: the model's learned positions stop at {cfg.model.max_positions}")
+        weights, folder = own_weights(config, None)
+        model = Model.from_config(replace(cfg, run=replace(run, seed=seed_)), weights=weights,
+                                  dtype=dtype.value if dtype else None)
+        if weights is None:
+            training.trainer_init(model, seed_)
+        ids = (training.text_batch(text, B, T, cfg.model.vocab_size) if text is not None
+               else training.random_batch(cfg.model.vocab_size, B, T, seed_))
+        if save is not None and save.exists() and not save.is_dir():
+            raise InputError(f"--save {save}: exists and is not a folder")
+        history = _train_with_progress(training, model, ids, steps, lr, weight_decay, show=not json_out)
+        written = ([str(p) for p in training.save_folder(model, save, force, Path(config) / "config.json"
+                                                          if model.stored else None)]
+                   if save is not None else [])
+        passed = expect_loss is None or history[-1].loss < expect_loss
+        if json_out:
+            print_out(render.to_json(render.train_json(cfg.name, history, cfg.model.vocab_size, expect_loss, written)))
+        else:
+            console().print(render.train_table(cfg.name, history, cfg.model.vocab_size, expect_loss))
+            for path in written:
+                print_out(f"wrote {one_line(path)}")
+        return EXIT_OK if passed else EXIT_FAILED
+
+    run_guarded(body, [config] if config else [])
+
+
+def _train_with_progress(training: Any, model: Any, ids: Any, steps: int, lr: float, weight_decay: float,
+                         show: bool) -> list[Any]:
+    """The training loop, with a Rich progress bar and the latest loss on a terminal (none in a pipe or with --json)."""
+    out = console(stderr=True)
+    if not show or not out.is_terminal or not sys.stdout.isatty():
+        return training.train(model, ids, steps, lr, weight_decay)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]}"),
+                  TimeRemainingColumn(), console=out, transient=True) as progress:
+        task = progress.add_task("train", total=steps, loss="…")
+        return training.train(model, ids, steps, lr, weight_decay,
+                              on_step=lambda s: progress.update(task, advance=1, loss=f"{s.loss:.4f}"))
+
+
 def render_size(n: int) -> str:
     from blockcli.units import human_bytes
 

@@ -293,3 +293,60 @@ def _yaml_string(text: str) -> str:
         else:
             out.append(f"\\U{code:08x}")
     return '"' + "".join(out) + '"'
+
+
+# --------------------------------------------------------------------------- blockcli → config.json
+
+def to_hf(config: Config) -> dict[str, Any]:
+    """The Hugging Face config.json of a model blockcli can write as a transformers folder: a GPT-2 (LayerNorm,
+    learned positions, plain MLP, biases) or a Llama (RMSNorm, RoPE, gated MLP) shaped model. Each candidate is
+    read back through this module's own reader and must give the very same block and model; the first field
+    that neither reproduces is named in the error (`blockcli train --save` of any other architecture)."""
+    from blockcli.activations import ACTIVATIONS
+
+    b, m = config.block, config.model
+    if m is None:
+        raise ConfigError(f"{config.name}: a single block; a Hugging Face folder holds a whole model (a 'model' section)")
+    act = ACTIVATIONS[b.activation].hf_names
+    candidates = {
+        "gpt2": {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": b.d_model,
+                 "n_head": b.n_heads, "n_layer": m.n_layers, "n_positions": m.max_positions, "n_inner": b.d_ff,
+                 "vocab_size": m.vocab_size, "activation_function": act[0] if act else b.activation,
+                 "layer_norm_epsilon": b.norm_eps, "tie_word_embeddings": m.tie_embeddings,
+                 # GPT2Config's <|endoftext|> (50256) exists only in GPT-2's own vocabulary
+                 **({"bos_token_id": None, "eos_token_id": None} if m.vocab_size <= 50256 else {})},
+        "llama": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": b.d_model,
+                  "intermediate_size": b.d_ff, "num_attention_heads": b.n_heads, "num_key_value_heads": b.n_kv_heads,
+                  "head_dim": b.head_dim, "num_hidden_layers": m.n_layers, "vocab_size": m.vocab_size,
+                  "max_position_embeddings": m.max_positions, "rms_norm_eps": b.norm_eps, "rope_theta": b.rope_theta,
+                  "hidden_act": act[0] if act else b.activation, "attention_bias": b.bias.qkv,
+                  "mlp_bias": b.bias.mlp, "tie_word_embeddings": m.tie_embeddings},
+    }
+    if m.padding_idx is not None:  # Llama's embedding has one (GPT-2's none: it cannot reproduce it)
+        candidates["llama"]["pad_token_id"] = m.padding_idx
+    differences = []
+    for model_type, data in candidates.items():
+        try:
+            back = parse_config(hf_to_mapping(data, "config.json"))
+        except ConfigError:
+            continue
+        wrong = _first_difference(config, back)
+        if wrong is None:
+            return data
+        differences.append(f"as {model_type}, {wrong}")
+    raise ConfigError(f"{config.name}: blockcli writes Hugging Face folders of GPT-2- and Llama-shaped models, and this "
+                      f"is neither ({'; '.join(differences) or 'no candidate reads back'})")
+
+
+def _first_difference(want: Config, got: Config) -> str | None:
+    """'block.norm is rmsnorm, not layernorm': the first field where `got` does not reproduce `want`."""
+    from dataclasses import fields
+
+    for section in ("block", "model"):
+        a, b = getattr(want, section), getattr(got, section)
+        for f in fields(a):
+            if getattr(a, f.name) != getattr(b, f.name):
+                return f"{section}.{f.name} would be {getattr(b, f.name)!r}, not {getattr(a, f.name)!r}"
+    if want.layers_differ or got.layers_differ:
+        return "its layers differ from one another"
+    return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
@@ -601,3 +602,43 @@ def mutants_matrix(rows: Sequence[tuple[Mutant, Report]], skipped: dict[str, str
                else Text(f"NOT caught: {', '.join(missed)}", style="bold red"))
     notes = [Text(f"not applicable to this config: {name} ({why})", style="dim") for name, why in skipped.items()]
     return Group(table, *notes, verdict)
+
+
+# ----------------------------------------------------------------------------- train
+
+
+def train_json(name: str, steps: Sequence[Any], vocab_size: int, expect_loss: float | None,
+               saved: Sequence[str]) -> dict[str, Any]:
+    final = steps[-1].loss
+    return {"config": name, "steps": [{"step": s.step, "loss": s.loss, "grad_norm": s.grad_norm} for s in steps],
+            "initial_loss": steps[0].loss, "final_loss": final, "ln_vocab": math.log(vocab_size),
+            "expect_loss": expect_loss, "passed": expect_loss is None or final < expect_loss, "saved": list(saved)}
+
+
+def _sampled(steps: Sequence[Any], rows: int = 10) -> list[Any]:
+    """About `rows` steps to show: the first, the last, evenly between."""
+    if len(steps) <= rows:
+        return list(steps)
+    picks = sorted({round(i * (len(steps) - 1) / (rows - 1)) for i in range(rows)})
+    return [steps[i] for i in picks]
+
+
+def train_table(name: str, steps: Sequence[Any], vocab_size: int, expect_loss: float | None) -> Group:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from blockcli.train import sparkline
+
+    table = Table()
+    for header in ("step", "loss", "gradient norm"):
+        table.add_column(header, justify="right")
+    for s in _sampled(steps):
+        table.add_row(f"{s.step:,}", f"{s.loss:.4f}", f"{s.grad_norm:.3g}")
+    final = steps[-1].loss
+    lines = [f"loss {steps[0].loss:.4f} → {final:.4f} in {len(steps):,} steps (ln V = {math.log(vocab_size):.4f}, "
+             f"the loss of a uniform guess)", f"curve: {sparkline([s.loss for s in steps])}"]
+    if expect_loss is not None:
+        lines.append(f"--expect-loss {expect_loss:g}: " + ("PASS" if final < expect_loss else
+                                                             f"FAIL (the final loss {final:.4f} is not below it)"))
+    return Group(Text(f"Training {name}: loss by step"), table, *map(Text, lines))
