@@ -50,7 +50,7 @@ def _mark_worker() -> None:
     _workers.add(threading.current_thread())
 
 
-_workers: weakref.WeakSet[threading.Thread] = weakref.WeakSet()  # the pool's threads, for is_pool_thread
+_workers: weakref.WeakSet[threading.Thread] = weakref.WeakSet()  # the pool's threads, which foreign_threads leaves out
 
 
 def foreign_threads(known: Iterable[threading.Thread] = ()) -> list[threading.Thread]:

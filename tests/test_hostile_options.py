@@ -203,3 +203,20 @@ def test_a_hostile_train_log_is_one_short_line(tmp_path: Path, body: str, said: 
     line = short_error(blockcli("report", "--train-log", str(path), "-o", str(tmp_path / "r.html")))
     assert line.startswith(f"blockcli: error: --train-log {path}: ") and said in line, line
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_training_run_that_diverges_is_one_line_without_numpy_warnings() -> None:
+    """--lr 1e30 overflows within two steps: the non-finite loss is refused, and NumPy's overflow warnings (five
+    of them, with their source lines) no longer come before the error line."""
+    line = short_error(blockcli("train", "--steps", "3", "--lr", "1e30"))
+    assert "the loss or the gradient is no longer finite" in line and "try a smaller --lr" in line
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--steps", HUGE], "Invalid value for '--steps'"),
+    (["--seed", HUGE], "Invalid value for '--seed'"),
+    (["--lr", "1e400"], "--lr: expected a positive finite learning rate, got inf"),
+    (["--expect-loss", "nan"], "--expect-loss: expected a finite number"),
+], ids=["5000-digit-steps", "5000-digit-seed", "lr-past-float", "nan-expected-loss"])
+def test_hostile_training_numbers_are_one_short_line(args: list[str], said: str) -> None:
+    assert said in short_error(blockcli("train", *args))
