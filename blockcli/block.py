@@ -267,7 +267,8 @@ def _renamed_mlp_keys(weights: Mapping[str, Any], notes: list[str] | None) -> Ma
 
 
 def _one_block(weights: Mapping[str, Any], layer: int | None, source: str, notes: list[str] | None) -> Mapping[str, Any]:
-    layers = sorted({int(k.split(".")[1]) for k in weights if k.startswith("blocks.") and k.split(".")[1].isdigit()})
+    # a layer index is ASCII digits of sane length: 'blocks.².w_q' or a 5,000-digit one is an unexpected key, reported
+    layers = sorted({int(m[1]) for k in weights if (m := re.match(r"blocks\.([0-9]{1,9})\.", k))})
     if not layers:
         if layer is not None:
             raise InputError(f"{source}: holds one block's weights; --layer picks a block of a whole model's")

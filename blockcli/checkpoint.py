@@ -19,15 +19,16 @@ they are read as one tensor `<name>` of the shape transformers dequantizes them 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 import struct
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
 
-from blockcli.config import Config, InputError, reading
+from blockcli.config import Config, InputError, parse_json, read_text_file, reading, regular_file
 from blockcli.sources import load_config
 from blockcli.families import COMPOSITES, FAMILIES
 from blockcli.shapes import Shape, is_buffer, model_parameter_shapes
@@ -45,14 +46,15 @@ FLOAT_DTYPES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2}
 FLOAT_DTYPE_OF = {"float64": "F64", "float32": "F32"}  # a run's dtype as safetensors names it
 
 
-@dataclass(frozen=True)
-class Stored:
-    """One tensor as its file's header describes it."""
+class Stored(NamedTuple):
+    """One tensor as its file's header describes it (a named tuple: a checkpoint may hold hundreds of
+    thousands, and a frozen dataclass takes three times as long to build)."""
 
     name: str
     shape: Shape
     dtype: str  # safetensors' name: F32, BF16, ...; MXFP4 for a pair of _blocks and _scales
     file: Path
+    offsets: tuple[int, int] = (0, 0)  # where its bytes lie in `file` (from the start of the file)
     packed: tuple[Stored, ...] = ()  # an MXFP4 tensor's stored pair: its _blocks and its _scales
 
     @property
@@ -94,45 +96,54 @@ def is_checkpoint_path(path: Path) -> bool:
 
 def weight_files(path: Path) -> tuple[Path, ...]:
     """The safetensors files of a folder (through its index when sharded) or the one file given."""
+    return _located(path)[0]
+
+
+def _located(path: Path) -> tuple[tuple[Path, ...], dict[str, Path] | None]:
+    """The weight files under `path`, and the index's tensor name → shard when a folder has one (read once).
+
+    Every entry of a folder that looks like weights (the index, each *.safetensors) must be a readable regular
+    file: a directory, a dangling link or a link loop under such a name is an error naming it, never a folder
+    that "holds no weights" (which would run, count and verify seeded weights instead)."""
     if not path.is_dir():
-        with reading(path, "a .safetensors file"):
-            path.stat()
-        return (path,)
+        if not regular_file(path, "a .safetensors file"):
+            raise InputError(f"{path}: file not found")
+        return (path,), None
     index = path / INDEX
-    if index.exists():
-        return tuple(dict.fromkeys(_read_index(index).values()))
-    if (path / SINGLE).is_file():
-        return (path / SINGLE,)
-    found = tuple(sorted(p for p in path.glob("*.safetensors") if p.is_file()))
+    found = sorted(p for p in path.glob("*.safetensors") if regular_file(p, "a .safetensors file"))
+    if regular_file(index, "a safetensors index"):
+        listed = _read_index(index)
+        return tuple(dict.fromkeys(listed.values())), listed
+    if path / SINGLE in found:
+        return (path / SINGLE,), None
     if found:
-        return found
+        return tuple(found), None
     pickled = sorted(p.name for pattern in PICKLED for p in path.glob(pattern))
     if pickled:
         raise InputError(f"{path}: holds {pickled[0]}, a pickled PyTorch checkpoint, which blockcli never loads "
                          f"(unpickling can run code); convert it to safetensors first, e.g. "
                          f"model.save_pretrained(folder) with transformers")
-    return ()
+    return (), None
+
+
+MAX_INDEX_BYTES = 100_000_000  # as large as a safetensors header may be; a real index is at most a few MB
 
 
 def _read_index(index: Path) -> dict[str, Path]:
     """tensor name → shard file, from model.safetensors.index.json; every shard must exist."""
-    with reading(index, "a safetensors index"):
-        text = index.read_text("utf-8")
-    try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{index}: not valid JSON ({exc})") from None
+    data = parse_json(read_text_file(index, "a safetensors index (JSON)", MAX_INDEX_BYTES, InputError), str(index),
+                      InputError)
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise InputError(f"{index}: expected an object with a non-empty 'weight_map' of tensor name → shard file")
     files: dict[str, Path] = {}  # each shard checked once
     for name, shard in weight_map.items():
-        if not isinstance(shard, str) or Path(shard).name != shard:
-            raise InputError(f"{index}: tensor '{name}' maps to {shard!r}, expected a file name in this folder")
-        if shard in files:
+        if isinstance(shard, str) and shard in files:
             continue
+        if not isinstance(shard, str) or Path(shard).name != shard or shard == "..":
+            raise InputError(f"{index}: tensor '{name}' maps to {shard!r}, expected a file name in this folder")
         files[shard] = index.parent / shard
-        if not files[shard].is_file():
+        if not regular_file(files[shard], f"shard {shard} (a .safetensors file)"):
             raise InputError(f"{index}: names shard {shard} (for tensor '{name}'), which is not in {index.parent}")
     return {name: files[shard] for name, shard in weight_map.items()}
 
@@ -141,26 +152,28 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
     """Headers of every weight file under `path` (a folder or a .safetensors file): no data read."""
     path = Path(path)
     folder = path if path.is_dir() else path.parent
+    files, listed = _located(path)
     index = folder / INDEX
-    listed = _read_index(index) if path.is_dir() and index.exists() else None  # read once
-    files = tuple(dict.fromkeys(listed.values())) if listed is not None else weight_files(path)
     config = folder / "config.json"
     tensors: dict[str, Stored] = {}
     for file in files:
-        for stored in _header(file):
-            if stored.name in tensors:
-                raise InputError(f"{file}: tensor '{stored.name}' is stored twice (also in {tensors[stored.name].file})")
-            tensors[stored.name] = stored
+        found = _header(file)
+        twice = found.keys() & tensors.keys()
+        if twice:
+            name = min(twice)
+            raise InputError(f"{file}: tensor '{name}' is stored twice (also in {tensors[name].file})")
+        tensors.update(found)
     if listed is not None:
         for name, shard in listed.items():
-            if name not in tensors or tensors[name].file != shard:
+            if name not in tensors or tensors[name].file is not shard:  # the same Path objects: _located's
                 raise InputError(f"{index}: lists tensor '{name}' in {shard.name}, but that file's header has no such "
                                  f"tensor")
         unlisted = [n for n in tensors if n not in listed]
         if unlisted:
             raise InputError(f"{tensors[unlisted[0]].file}: tensor '{unlisted[0]}' is not listed in {INDEX}")
     _pair_mxfp4(tensors)
-    return Checkpoint(folder, config if config.is_file() else None, files, tensors)
+    own_config = regular_file(config, "a Hugging Face config.json")  # a directory named config.json: named
+    return Checkpoint(folder, config if own_config else None, files, tensors)
 
 
 def _pair_mxfp4(tensors: dict[str, Stored]) -> None:
@@ -177,22 +190,29 @@ def _pair_mxfp4(tensors: dict[str, Stored]) -> None:
         if base in tensors:
             raise InputError(f"{blocks.file}: tensor '{base}' is stored twice (also as the MXFP4 pair '{name}')")
         *prefix, rows, groups, _ = blocks.shape
-        tensors[base] = Stored(base, (*prefix, groups * 32, rows), "MXFP4", blocks.file, (blocks, scales))
+        tensors[base] = Stored(base, (*prefix, groups * 32, rows), "MXFP4", blocks.file, packed=(blocks, scales))
         del tensors[name], tensors[base + "_scales"]
 
 
-def _header(file: Path) -> Iterator[Stored]:
+def _header(file: Path) -> dict[str, Stored]:
+    """Every tensor of one file by name, from its header, parsed once: the offsets kept let each tensor's bytes
+    be read later without parsing the header again (a header may be up to 100 MB)."""
     from safetensors import SafetensorError, safe_open
 
     with reading(file, "a .safetensors file"):
         try:
-            with safe_open(str(file), framework="np") as f:
-                names = list(f.keys())
-                described = [(n, tuple(f.get_slice(n).get_shape()), f.get_slice(n).get_dtype()) for n in names]
+            with safe_open(str(file), framework="np"):  # the format's own library validates header and extent
+                pass
         except SafetensorError as exc:
             raise InputError(f"{file}: not a valid safetensors file ({exc})") from None
-    for name, shape, dtype in described:
-        yield Stored(name, shape, str(dtype), file)
+        with open(file, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            header: dict[str, Any] = json.loads(f.read(length))  # valid: safetensors has just parsed it
+    header.pop("__metadata__", None)
+    start = 8 + length  # data offsets count from the end of the header
+    return {name: Stored._make((name, tuple(e["shape"]), e["dtype"], file,
+                                (start + e["data_offsets"][0], start + e["data_offsets"][1]), ()))
+            for name, e in header.items()}
 
 
 # ----------------------------------------------------------------------------- matching names
@@ -213,13 +233,10 @@ def tensor_map_of(ckpt: Checkpoint) -> TensorMap:
     if ckpt.config_file is None:
         raise InputError(f"{ckpt.describe()}: no config.json beside the weights, so its tensor names cannot be "
                          f"mapped; put the model's config.json beside it")
-    with reading(ckpt.config_file, "a Hugging Face config.json"):
-        text = ckpt.config_file.read_text("utf-8")
-    try:
-        data = json.loads(text)
-        model_type = data.get("model_type")
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-        raise InputError(f"{ckpt.config_file}: not a JSON object (a Hugging Face config.json)") from None
+    data = parse_json(read_text_file(ckpt.config_file, "a Hugging Face config.json"), str(ckpt.config_file))
+    if not isinstance(data, dict):
+        raise InputError(f"{ckpt.config_file}: not a JSON object (a Hugging Face config.json)")
+    model_type = data.get("model_type")
     composite = COMPOSITES.get(model_type) if isinstance(model_type, str) else None
     if composite is not None:
         text_config = data.get("text_config", data if composite.flat else None)  # flat: the top level is it
@@ -254,8 +271,12 @@ def _entries(tmap: TensorMap, n_layers: int, n_experts: int = 0) -> Iterator[Ten
                 yield one
 
 
-def _is_buffer(name: str, tmap: TensorMap) -> bool:
-    return any(re.fullmatch(re.escape(pattern).replace(r"\{i\}", r"\d+"), name) for pattern in tmap.buffers)
+@functools.lru_cache(maxsize=None)
+def _buffer_names(patterns: tuple[str, ...]) -> re.Pattern[str]:
+    """One regular expression for a map's buffer name patterns ({i}: a layer index), built once: a checkpoint
+    may hold hundreds of thousands of tensors to test."""
+    alternatives = "|".join(re.escape(p).replace(r"\{i\}", r"\d+") for p in patterns)
+    return re.compile(f"(?:{alternatives})" if patterns else r"(?!)")  # (?!) matches nothing
 
 
 def stored_shape(entry: Tensor, shapes: Mapping[str, Shape]) -> Shape:
@@ -345,18 +366,20 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
         notes.append(f"{len(aside)} tensors of the vision side under {' and '.join(f'{p}*' for p in parts)} "
                      f"({sum(math.prod(ckpt.tensors[n].shape) for n in aside):,} parameters) set aside: "
                      f"blockcli reads the language model only")
-    past = re.compile(re.escape(tmap.prefix) + r"layers\.(\d+)\.")
+    past = re.compile(re.escape(tmap.prefix) + r"layers\.([0-9]{1,9})\.")  # a 5,000-digit index: unexpected
     beyond = sorted(n for n in names - claimed if tmap.extra_layers and (m := past.match(n)) and int(m[1]) >= n_layers)
     if beyond:
         notes.append(f"{len(beyond)} tensors of the {tmap.extra_layers} layers past layer {n_layers - 1} "
                      f"({sum(math.prod(ckpt.tensors[n].shape) for n in beyond):,} parameters) set aside: "
                      f"transformers does not run them either")
-    unexpected = sorted(n for n in names - claimed - set(aside) - set(beyond) if not _is_buffer(_strip(n, tmap), tmap))
+    buffer = _buffer_names(tmap.buffers)
+    unexpected = sorted(n for n in names - claimed - set(aside) - set(beyond) if not buffer.fullmatch(_strip(n, tmap)))
     # a tensor not found is missing unless another form (per expert, or fused) holds all its keys
     problems = [f"missing tensor '{n}'" for n, keys in missing if not all(k in filled for k in keys)]
-    problems += [f"unexpected tensor '{n}' (in {ckpt.tensors[n].file.name})" for n in unexpected]
+    total = len(problems) + len(unexpected)  # only the first four are written out
+    problems += [f"unexpected tensor '{n}' (in {ckpt.tensors[n].file.name})" for n in unexpected[:max(0, 4 - len(problems))]]
     if problems:
-        shown = "; ".join(problems[:4]) + (f"; and {len(problems) - 4} more" if len(problems) > 4 else "")
+        shown = "; ".join(problems[:4]) + (f"; and {total - 4} more" if total > 4 else "")
         raise InputError(f"{ckpt.describe()}: tensors do not match {config.name}: {shown}")
     return matches, notes, tied_copy
 
@@ -404,7 +427,7 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
     if not ckpt.tensors:
         raise InputError(f"{path}: holds no safetensors weights")
     if ckpt.config_file is None and not path.is_dir():
-        return {name: read_tensor(stored).astype(dtype) for name, stored in ckpt.tensors.items()}
+        return {name: _in_run_dtype(read_tensor(stored), dtype, stored) for name, stored in ckpt.tensors.items()}
     if config is None or config.model is None:
         config = load_config(path)
     elif ckpt.config_file is not None:  # the tensors of a config.json beside them: say if the blocks differ
@@ -428,14 +451,14 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
         stored.extend(matches)
     params = {}
     for m in matches:
-        value = read_tensor(m.stored)
+        value = _in_run_dtype(read_tensor(m.stored), dtype, m.stored)
         for key, part in zip(m.entry.keys, _unpack(value, m.entry.layout, b.n_heads, m.parts)):
-            params[key[len(prefix):]] = part.astype(dtype, copy=False)
+            params[key[len(prefix):]] = part
     if tied_copy is not None and not one_block:  # a "copy" the model would ignore must really be one
         import numpy as np
 
-        head = read_tensor(tied_copy)
-        if head.shape != params["wte"].shape or not np.array_equal(head.astype(dtype, copy=False), params["wte"]):
+        head = _in_run_dtype(read_tensor(tied_copy), dtype, tied_copy)
+        if head.shape != params["wte"].shape or not np.array_equal(head, params["wte"]):
             raise InputError(f"{tied_copy.file}: tensor '{tied_copy.name}' differs from the token embedding, but "
                              f"{config.name} ties the LM head to it; untie it (tie_embeddings: false)")
         notes.append(f"'{tied_copy.name}' is a stored copy of the tied token embedding (checked equal): not used")
@@ -450,6 +473,15 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
     if narrower:
         notes.append(f"weights stored as {', '.join(narrower)} were rounded to {dtype}")
     return params
+
+
+def _in_run_dtype(value: np.ndarray, dtype: str, stored: Stored) -> np.ndarray:
+    """A tensor's values in the run's dtype. A float64 value past float32's range is refused, naming the tensor,
+    before the cast would turn it into Inf (with a RuntimeWarning)."""
+    from blockcli.inputs import check_in_range  # NumPy only where values are read
+
+    check_in_range(value, dtype, f"{stored.file}: tensor '{stored.name}'")
+    return value.astype(dtype, copy=False)
 
 
 def _differences(config: Config, config_file: Path) -> list[str]:
@@ -479,18 +511,13 @@ def read_tensor(stored: Stored) -> np.ndarray:
     if stored.dtype not in FLOAT_DTYPES:
         raise InputError(f"{stored.file}: tensor '{stored.name}' is stored as {stored.dtype}; blockcli loads "
                          f"floating-point weights (F32, F64, F16, BF16), not quantized ones")
+    raw = _raw(stored)
     if stored.dtype == "BF16":
-        words = _raw(stored).view("<u2").astype(np.uint32) << 16  # a bfloat16 is a float32's top 16 bits
+        words = raw.view("<u2").astype(np.uint32) << 16  # a bfloat16 is a float32's top 16 bits
         value = words.view(np.float32).reshape(stored.shape)
-    else:
-        from safetensors import SafetensorError, safe_open
-
-        with reading(stored.file, "a .safetensors file"):
-            try:
-                with safe_open(str(stored.file), framework="np") as f:
-                    value = f.get_tensor(stored.name)
-            except SafetensorError as exc:
-                raise InputError(f"{stored.file}: cannot read tensor '{stored.name}' ({exc})") from None
+    else:  # little-endian, as the format stores every dtype
+        value = raw.view({"F64": "<f8", "F32": "<f4", "F16": "<f2"}[stored.dtype]).reshape(stored.shape)
+        value = value.astype(value.dtype.newbyteorder("="), copy=False)  # native order (a no-op on x86 and ARM)
     if not np.all(np.isfinite(value)):
         raise InputError(f"{stored.file}: tensor '{stored.name}' contains NaN or Inf")
     return value
@@ -522,18 +549,17 @@ def _dequantize_mxfp4(stored: Stored) -> np.ndarray:
 
 
 def _raw(stored: Stored) -> np.ndarray:
-    """The bytes of one tensor, located through the file's header (already validated by safetensors)."""
+    """The bytes of one tensor, at the offsets its file's header gave (parsed once, when the file was opened)."""
     import numpy as np
 
+    begin, end = stored.offsets
+    data = np.empty(end - begin, dtype=np.uint8)  # writable: the values may be updated in place later
     with reading(stored.file, "a .safetensors file"), open(stored.file, "rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        header: dict[str, Any] = json.loads(f.read(length))
-        start, end = header[stored.name]["data_offsets"]
-        f.seek(8 + length + start)
-        data = f.read(end - start)
-    if len(data) != end - start:
+        f.seek(begin)
+        got = f.readinto(memoryview(data))
+    if got != end - begin:
         raise InputError(f"{stored.file}: tensor '{stored.name}' is cut short (file truncated)")
-    return np.frombuffer(data, dtype=np.uint8)
+    return data
 
 
 def to_stored(matches: list[Match], arrays: Mapping[str, np.ndarray], n_heads: int,

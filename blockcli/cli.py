@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 import sys
 from dataclasses import replace
@@ -19,7 +20,7 @@ from typing import Annotated, Any, Callable, NoReturn, Optional, Sequence
 import typer
 
 from blockcli import __version__
-from blockcli.config import InputError
+from blockcli.config import InputError, clipped
 
 app = typer.Typer(
     name="blockcli",
@@ -555,7 +556,7 @@ def _parse_head(spec: str, cfg: Any) -> tuple[int, int]:
     try:
         layer, head = int(layer_text or 0), int(head_text)
     except ValueError:
-        raise InputError(f"--show-attention: expected HEAD or LAYER:HEAD as integers, got '{spec}'") from None
+        raise InputError(f"--show-attention: expected HEAD or LAYER:HEAD as integers, got '{clipped(spec)}'") from None
     layers = cfg.model.n_layers if cfg.model else 1
     if not 0 <= layer < layers:
         raise InputError(f"--show-attention: layer {layer} is out of range 0..{layers - 1}")
@@ -933,6 +934,7 @@ def main() -> None:
             raise
         where = f"{exc.ctx.command_path}: " if getattr(exc, "ctx", None) is not None else ""
         message = " ".join(exc.format_message().split())
+        message = re.sub(r"'([^']{61,})'", lambda quoted: f"'{clipped(quoted[1])}'", message)  # a 5,000-digit --seq
         sys.stderr.write(f"blockcli: error: {where}{message} (see --help)\n")
         sys.exit(EXIT_USAGE)
     except Terminated as exc:
@@ -940,8 +942,26 @@ def main() -> None:
         sys.exit(128 + exc.signum)
     except KeyboardInterrupt:
         sys.stderr.write("blockcli: error: interrupted\n")
-        sys.exit(EXIT_INTERRUPTED)
-    sys.exit(code if isinstance(code, int) else EXIT_OK)
+        _exit(EXIT_INTERRUPTED)
+    _exit(code if isinstance(code, int) else EXIT_OK)
+
+
+def _exit(code: int) -> NoReturn:
+    """sys.exit, unless an --impl target left a non-daemon thread running (verify has waited for it and said so):
+    the interpreter would join it forever, so the process ends at once, its output flushed."""
+    import threading
+
+    if threading.active_count() > 1:
+        from blockcli.parallel import foreign_threads
+
+        if foreign_threads():
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError):
+                    pass
+            os._exit(code)
+    sys.exit(code)
 
 
 def app_for(args: Sequence[str]) -> typer.Typer:

@@ -40,6 +40,7 @@ MAX_SIZE = 10**12  # far beyond any real model; keeps arithmetic and messages sa
 MAX_LAYERS = 100_000
 MAX_EXPERTS = 100_000  # likewise the experts (the most in a published model: a few hundred)
 MAX_CONFIG_BYTES = 2**20  # 1 MiB: real configs are a few KiB; a bigger file is a mistake and slow to parse
+MAX_DIGITS = 100  # in an option's number: 10^100 of anything is past every model (and int() stops at 4,300)
 
 
 class InputError(ValueError):
@@ -422,6 +423,46 @@ def reading(path: Path, expected: str, error: type[InputError] = InputError) -> 
         raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
+def whole_number(digits: str, option: str) -> int:
+    """A string of decimal digits (from an option such as --max-memory) as an int; more than MAX_DIGITS of them
+    is an error naming the option, where int() would raise past 4,300 digits."""
+    if len(digits) > MAX_DIGITS:
+        raise InputError(f"{option}: a number of {len(digits):,} digits, more than any count or size needs "
+                         f"(at most {MAX_DIGITS})")
+    return int(digits)
+
+
+def clipped(text: str, limit: int = 60) -> str:
+    """What the user typed, for a message: itself, or its start and its length (a message stays one short line)."""
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
+def regular_file(path: Path, expected: str, error: type[InputError] = InputError) -> bool:
+    """Whether `path` is a regular file (its links followed): False when nothing at all is there.
+
+    Anything else under that name is an error naming it: a directory, a dangling symbolic link, a link
+    loop, a FIFO or a device. An entry that looks like the file but cannot be read is never passed over
+    as if it were absent (a CI gate would go green on seeded weights).
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        if not os.path.islink(path):
+            return False
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        raise error(f"{path}: a dangling symbolic link (to {target}, which does not exist), expected "
+                    f"{expected}") from None
+    except OSError as exc:
+        with reading(path, expected, error):
+            raise exc
+    if not stat.S_ISREG(mode):
+        raise error(f"{path}: is {file_kind(mode)}, expected {expected} (a regular file)")
+    return True
+
+
 def file_kind(mode: int) -> str:
     """What kind of file `mode` describes, for messages: 'a file', 'a directory', 'a FIFO (named pipe)', …"""
     for test, kind in ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
@@ -459,22 +500,52 @@ def read_capped(path: Path, expected: str, limit: int, error: type[InputError] =
         with open_regular(path, expected, error) as f, reading(path, expected, error):
             raw = f.read(limit + 1)
     if len(raw) > limit:
-        raise error(f"{name}: more than {limit // 2**20} MiB, expected {expected} (a few KiB); refused unread")
+        raise error(f"{name}: more than {limit // 2**20} MiB, expected {expected}; refused unread")
     return raw
 
 
-def read_text_file(path: Path, expected: str = "a YAML config") -> str:
+def read_text_file(path: Path, expected: str = "a YAML config", limit: int = MAX_CONFIG_BYTES,
+                   error: type[InputError] = ConfigError) -> str:
     """Read a UTF-8 text file (a BOM is allowed); binary or undecodable content is an InputError.
 
-    Only a regular file (or `-`, standard input) of at most MAX_CONFIG_BYTES is read.
+    Only a regular file (or `-`, standard input) of at most `limit` bytes is read.
     """
-    raw = read_capped(path, expected, MAX_CONFIG_BYTES, ConfigError)
+    raw = read_capped(path, expected, limit, error)
     if b"\x00" in raw:
-        raise ConfigError(f"{path}: binary file, expected {expected}")
+        raise error(f"{path}: binary file, expected {expected}")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+        raise error(f"{path}: not UTF-8 text (byte {exc.start}), expected {expected}") from None
+
+
+def parse_json(text: str, where: str, error: type[InputError] = ConfigError) -> Any:
+    """JSON text → data, every way it can be wrong one error naming `where`: invalid syntax, a key given
+    twice in one object (json keeps the last silently), NaN/Infinity (not JSON), an integer of more digits
+    than Python converts, nesting deeper than the interpreter's recursion limit."""
+    import json
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in seen:
+                raise error(f"{where}: field '{key}' appears twice in one JSON object")
+            seen[key] = value
+        return seen
+
+    def no_constant(name: str) -> Any:
+        raise error(f"{where}: invalid JSON: {name} is not a JSON number")
+
+    try:
+        return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
+    except InputError:
+        raise
+    except json.JSONDecodeError as exc:
+        raise error(f"{where}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except ValueError:  # Python's limit on digits in an integer literal (4300)
+        raise error(f"{where}: invalid JSON: a number has too many digits") from None
+    except RecursionError:
+        raise error(f"{where}: JSON nested too deeply") from None
 
 
 def read_yaml(path: Path, expected: str) -> Any:

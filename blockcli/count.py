@@ -496,7 +496,7 @@ _SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 def parse_amount(text: str, option: str = "count") -> tuple[int, int]:
     """'3152384', '3,152,384', '3.15M' → (value, tolerance). A suffixed decimal is exact to its last digit:
     '3.15M' is 3,150,000 ± 5,000 and '3.1523840M' is 3,152,384 exactly."""
-    from blockcli.config import InputError
+    from blockcli.config import InputError, clipped, whole_number
 
     raw = text.strip().replace("_", "")
     scale = 1
@@ -511,7 +511,8 @@ def parse_amount(text: str, option: str = "count") -> tuple[int, int]:
                    and (not grouped or all(len(g) == 3 for g in whole.split(",")[1:]) and 1 <= len(whole.split(",")[0]) <= 3))
     if not well_formed:
         raise InputError(f"{option}: expected a parameter count such as 3152384, 3,152,384 or 3.15M; "
-                         f"got '{text}'")
+                         f"got '{clipped(text)}'")
+    whole_number(digits + frac, option)  # digits past any count: one line, not int()'s limit
     places = 10 ** len(frac)
     scaled = (int(digits) * places + (int(frac) if frac else 0)) * scale  # the value times `places`
     if scaled % places:

@@ -34,13 +34,12 @@ vocabulary, context length) have no default here: a config.json without them is 
 from __future__ import annotations
 
 import difflib
-import json
 import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from blockcli.config import Config, ConfigError, parse_config, read_text_file
+from blockcli.config import Config, ConfigError, parse_config, parse_json, read_text_file
 from blockcli.families import COMPOSITES, FAMILIES
 from blockcli.families.common import Composite, refuse_nulls
 from blockcli.families.fields import COMMON_IGNORED, COMMON_NEUTRAL, Fields, json_kind, short
@@ -67,7 +66,7 @@ def read_hf(path: str | Path, allow_fields: tuple[str, ...] = ()) -> tuple[dict[
 
 def read_hf_text(text: str, where: str, allow_fields: tuple[str, ...] = ()) -> tuple[dict[str, Any], Config]:
     """`read_hf` on a config.json's text (standard input, say); `where` names it in messages."""
-    data = _parse_json(text, where)
+    data = parse_json(text, where)
     mapping, set_aside = _mapped(data, where, allow_fields)
     present, known = _keys(data)
     notes = tuple(f"{where}: {note}" for note in set_aside) + tuple(  # set_aside: said on every command
@@ -211,33 +210,6 @@ def to_yaml(config_mapping: Mapping[str, Any], comment: str = "") -> str:
     for key in keys:
         lines.extend(_yaml_entry(key, config_mapping[key], 0))
     return "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------- reading the file
-
-
-def _parse_json(text: str, where: str) -> Any:
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        seen: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in seen:
-                raise ConfigError(f"{where}: field '{key}' appears twice in one JSON object")
-            seen[key] = value
-        return seen
-
-    def no_constant(name: str) -> Any:
-        raise ConfigError(f"{where}: invalid JSON: {name} is not a JSON number")
-
-    try:
-        return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
-    except ConfigError:
-        raise
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{where}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-    except ValueError:  # Python's limit on digits in an integer literal (4300)
-        raise ConfigError(f"{where}: invalid JSON: a number has too many digits") from None
-    except RecursionError:
-        raise ConfigError(f"{where}: JSON nested too deeply") from None
 
 
 # --------------------------------------------------------------------------- YAML writing

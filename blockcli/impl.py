@@ -24,10 +24,12 @@ import inspect
 import os
 import signal
 import sys
+import threading
+import time
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -152,6 +154,28 @@ def guarded(what: str, timeout: float) -> Iterator[None]:
         raise SubjectError(f"{what} raised {type(exc).__name__}: {exc}", _user_traceback(exc)) from None
 
 
+THREAD_GRACE_SECONDS = 5.0  # how long threads a target left running may take to finish after the checks
+
+
+def threads_left_running(started_before: Iterable[threading.Thread], timeout: float) -> str | None:
+    """After the checks: the threads the target started and left running (not daemon threads, which never hold up
+    the exit) get up to THREAD_GRACE_SECONDS (or `timeout`, if shorter) to end; a message naming those still
+    running then, or None. The interpreter would wait for them at exit forever."""
+    from blockcli.parallel import foreign_threads
+
+    grace = min(THREAD_GRACE_SECONDS, timeout)
+    deadline = time.monotonic() + grace
+    for thread in foreign_threads(started_before):
+        thread.join(max(0.0, deadline - time.monotonic()))
+    running = foreign_threads(started_before)
+    if not running:
+        return None
+    names = ", ".join(f"'{t.name}'" for t in running[:3]) + (f" and {len(running) - 3} more" if len(running) > 3 else "")
+    return (f"the target left {len(running)} non-daemon thread{'s' if len(running) > 1 else ''} running ({names}) "
+            f"{grace:g} s after its last call; a process would wait for {'them' if len(running) > 1 else 'it'} at "
+            f"exit forever (blockcli exits without waiting): join threads before returning, or make them daemons")
+
+
 def _user_traceback(exc: BaseException) -> str:
     """The traceback from the first frame outside this module: the user's code, not blockcli's plumbing."""
     tb = exc.__traceback__
@@ -220,8 +244,12 @@ class UserBlock:
             raise InputError(f"--impl {label}: {type(obj).__name__} object returned by the factory is not "
                              f"callable on x")
         self.obj = obj
-        self.unused: dict[str, str] = getattr(obj, "unused", {})
-        self.accepts_intermediates = _accepts(obj, "return_intermediates")
+        try:
+            with guarded("inspecting it", timeout):  # a property of the user's object may raise too
+                self.unused: dict[str, str] = getattr(obj, "unused", {})
+                self.accepts_intermediates = _accepts(obj, "return_intermediates")
+        except SubjectError as exc:
+            raise InputError(f"--impl {label}: {exc}") from None
 
     def _call(self, x: np.ndarray, **kwargs: Any) -> Any:
         """One call on a private copy of x; a change to that copy is reported as an in-place update."""
@@ -315,7 +343,11 @@ def impl_subject(spec: str, weights: Mapping[str, np.ndarray], config: Config, t
     user = UserBlock(target, weights, config, timeout, spec, declared, weights_map)
     single = UserBlock(target, {k: v.astype(np.float32) for k, v in weights.items()}, config, timeout, spec,
                        declared, weights_map)
-    exposed = user.parameters()
+    try:
+        with guarded("listing its parameters", timeout):  # its own code (parameters(), a torch module's tensors)
+            exposed = user.parameters()
+    except SubjectError as exc:
+        raise InputError(f"--impl {spec}: {exc}") from None
     notes = user.notes  # the same list: the first call adds to it when it detects a (T, d) block
     if per_sequence:
         notes.append("--per-sequence: the block is called once per sequence on (T, d)")

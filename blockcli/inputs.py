@@ -123,7 +123,7 @@ def check_in_range(values: np.ndarray, dtype: str, source: str) -> None:
     peak = float(np.max(np.abs(values)))
     top = float(np.finfo(dtype).max)
     if peak > top:
-        raise InputError(f"{source}: holds {peak:.3g}, beyond the {dtype} range (±{top:.3g}); "
+        raise InputError(f"{source}: holds {peak:.3g}, out of {dtype} range (±{top:.3g}); "
                          f"use --dtype float64 or smaller values")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
@@ -46,6 +47,17 @@ if hasattr(os, "register_at_fork"):
 
 def _mark_worker() -> None:
     _local.worker = True
+    _workers.add(threading.current_thread())
+
+
+_workers: weakref.WeakSet[threading.Thread] = weakref.WeakSet()  # the pool's threads, which foreign_threads leaves out
+
+
+def foreign_threads(known: Iterable[threading.Thread] = ()) -> list[threading.Thread]:
+    """Live non-daemon threads other than the main thread, blockcli's own workers (idle between calls, they end
+    with the interpreter) and `known`: the interpreter would wait for each of them at exit."""
+    skip = {threading.main_thread(), *known}
+    return [t for t in threading.enumerate() if t.is_alive() and not t.daemon and t not in skip and t not in _workers]
 
 
 def _controller() -> Any:
@@ -132,12 +144,26 @@ def share_out(run: Callable[[Iterable[Tile]], None], tiles: Sequence[Tile], cost
             except BaseException:  # interrupted (Ctrl-C) while handing out or waiting
                 queue.close()
                 _wait(futures)
+                _retire_pool()
                 raise
             finally:
                 del _state["held"]
     for future in futures:
         if future.exception() is not None:
             raise future.exception()
+
+
+def _retire_pool() -> None:
+    """Shut the pool down without waiting (its workers end once idle) and forget it; the next call builds another.
+
+    An interrupt that lands while submit() starts a worker thread can leave that thread running but unregistered
+    with concurrent.futures, which wakes only registered threads at interpreter exit: the process would then wait
+    for it forever. The shutdown's wake-up goes through the queue the workers share, so it reaches that one too.
+    """
+    pool = _state.pop("pool", None)
+    _state.pop("workers", None)
+    if pool is not None:
+        pool.shutdown(wait=False)
 
 
 def _wait(futures: list[Any]) -> None:

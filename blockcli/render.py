@@ -10,6 +10,7 @@ import csv
 import io
 import json
 import math
+import re
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from blockcli.units import human_bytes
@@ -111,23 +112,33 @@ KV_EXPANDED_LABEL = "expanded keys and values, as a plain K/V cache holds them"
 
 
 def _kv_cache_json(inf: Inference) -> dict[str, Any]:
-    if not inf.kv_expanded_bytes_per_token:
-        return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token, "bytes": inf.kv_bytes,
-                "formula": "2·L·h_kv·d_h per token"}
-    return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token, "bytes": inf.kv_bytes,
-            "formula": "L·(r_kv + d_rope) per token", "stores": KV_LATENT_LABEL,
-            "expanded": {"bytes_per_token": inf.kv_expanded_bytes_per_token, "bytes": inf.kv_expanded_bytes,
+    """bytes_per_token is exact (16.5 for 33 int4 values: a number, not always an integer); bits_per_token says
+    the same as an integer; bytes is the packed total, rounded up to a whole byte once."""
+    if not inf.kv_expanded_bits_per_token:
+        return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token,
+                "bits_per_token": inf.kv_bits_per_token, "bytes": inf.kv_bytes, "formula": "2·L·h_kv·d_h per token"}
+    return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token, "bits_per_token": inf.kv_bits_per_token,
+            "bytes": inf.kv_bytes, "formula": "L·(r_kv + d_rope) per token", "stores": KV_LATENT_LABEL,
+            "expanded": {"bytes_per_token": inf.kv_expanded_bytes_per_token,
+                         "bits_per_token": inf.kv_expanded_bits_per_token, "bytes": inf.kv_expanded_bytes,
                          "formula": "L·h·(d_h + d_v) per token", "stores": KV_EXPANDED_LABEL}}
 
 
+def _kv_line(label: str, per_token: int | float, formula: str, dtype: str, total: int, B: int, T: int) -> str:
+    """'K/V cache: 4,096 bytes per token (2·L·h_kv·d_h × float32); 40 KiB for 2 × 5 tokens'; half a byte per token
+    (an odd number of int4 values) is printed as it is, 16.5, and the total says how it is rounded."""
+    packed = isinstance(per_token, float)
+    return (f"{label}: {per_token:,} bytes per token ({formula} × {dtype}{', two values a byte' if packed else ''}); "
+            f"{human_bytes(total)} for {B} × {T:,} tokens" + (" (packed, rounded up to a whole byte)" if packed else ""))
+
+
 def _kv_cache_lines(inf: Inference, B: int, T: int) -> list[str]:
-    if not inf.kv_expanded_bytes_per_token:
-        return [f"K/V cache: {inf.kv_bytes_per_token:,} bytes per token (2·L·h_kv·d_h × {inf.kv_dtype}); "
-                f"{human_bytes(inf.kv_bytes)} for {B} × {T:,} tokens"]
-    return [f"K/V cache, {KV_LATENT_LABEL}: {inf.kv_bytes_per_token:,} bytes per token "
-            f"(L·(r_kv + d_rope) × {inf.kv_dtype}); {human_bytes(inf.kv_bytes)} for {B} × {T:,} tokens",
-            f"K/V cache, {KV_EXPANDED_LABEL}: {inf.kv_expanded_bytes_per_token:,} bytes per token "
-            f"(L·h·(d_h + d_v) × {inf.kv_dtype}); {human_bytes(inf.kv_expanded_bytes)} for {B} × {T:,} tokens"]
+    if not inf.kv_expanded_bits_per_token:
+        return [_kv_line("K/V cache", inf.kv_bytes_per_token, "2·L·h_kv·d_h", inf.kv_dtype, inf.kv_bytes, B, T)]
+    return [_kv_line(f"K/V cache, {KV_LATENT_LABEL}", inf.kv_bytes_per_token, "L·(r_kv + d_rope)", inf.kv_dtype,
+                     inf.kv_bytes, B, T),
+            _kv_line(f"K/V cache, {KV_EXPANDED_LABEL}", inf.kv_expanded_bytes_per_token, "L·h·(d_h + d_v)",
+                     inf.kv_dtype, inf.kv_expanded_bytes, B, T)]
 
 
 def inference_json(inf: Inference) -> dict[str, Any]:
@@ -515,6 +526,10 @@ def verify_summary(report: Report) -> str:
         text += f", {counts['ERROR']} not run (error)"
     if counts["SKIP"]:
         text += f", {counts['SKIP']} skipped"
+    named = {m[1] for c in report.checks if c.error and (m := re.match(r"not run: error (\d+)", c.measured))}
+    outside = len(report.errors) - len(named)  # errors no row points at (a thread left running after the checks)
+    if outside > 0:
+        text += f", {outside} error{'s' if outside > 1 else ''} outside the checks"
     return text + (f" (items {', '.join(failed)})" if failed else "")
 
 

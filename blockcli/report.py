@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from blockcli import __version__
-from blockcli.config import BlockConfig, Config, InputError, read_text_file
+from blockcli.config import BlockConfig, Config, InputError, clipped, parse_json, read_text_file
 from blockcli.svg import PALETTE, Canvas, Series, esc, heatmap, line_chart
 from blockcli.units import human_bytes
 
@@ -257,15 +257,7 @@ def read_train_log(path: Path) -> list[TrainStep]:
     """A `blockcli train --json` log: {"steps": [{"step": int, "loss": float, "grad_norm": float}, ...]},
     steps strictly increasing, losses and norms finite (norms ≥ 0). Other keys are ignored."""
     where = f"--train-log {path}"
-    text = read_text_file(path, "a JSON training log")
-
-    def refuse(constant: str) -> None:
-        raise InputError(f"{where}: {constant} is not a number; expected finite losses and norms")
-
-    try:
-        data = json.loads(text, parse_constant=refuse)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{where}: not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from None
+    data = parse_json(read_text_file(path, "a JSON training log"), where, InputError)  # nesting, digits, NaN: one line
     if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
         raise InputError(f'{where}: expected a JSON object with a "steps" list, as `blockcli train --json` writes')
     entries = data["steps"]
@@ -279,13 +271,18 @@ def read_train_log(path: Path) -> list[TrainStep]:
             raise InputError(f"{where}: steps[{i}]: expected an object with step, loss and grad_norm")
         step = entry.get("step")
         if isinstance(step, bool) or not isinstance(step, int):
-            raise InputError(f"{where}: steps[{i}].step: expected an integer, got {json.dumps(step)}")
+            raise InputError(f"{where}: steps[{i}].step: expected an integer, got {clipped(json.dumps(step))}")
         values = []
         for name in ("loss", "grad_norm"):
             value = entry.get(name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise InputError(f"{where}: steps[{i}].{name}: expected a finite number, got {json.dumps(value)}")
-            values.append(float(value))
+            try:
+                number = math.nan if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
+            except OverflowError:  # an integer past the float range
+                number = math.inf
+            if not math.isfinite(number):
+                raise InputError(f"{where}: steps[{i}].{name}: expected a finite number, got "
+                                 f"{clipped(json.dumps(value))}")
+            values.append(number)
         if values[1] < 0:
             raise InputError(f"{where}: steps[{i}].grad_norm: a norm is ≥ 0, got {values[1]}")
         if steps and step <= steps[-1].step:

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from blockcli.activations import function_of
-from blockcli.config import BlockConfig, Config, InputError, layer_list, projected_width
+from blockcli.config import BlockConfig, Config, InputError, clipped, layer_list, projected_width, whole_number
 
 DTYPE_BITS = {"float64": 64, "float32": 32, "bfloat16": 16, "float16": 16, "float8": 8, "int8": 8, "int4": 4}
 OPTIMIZERS = ("adamw", "sgd", "sgd-momentum")
@@ -37,8 +37,14 @@ LOSS_BYTES = 4  # the logits kept for the cross-entropy are float32 (ibid.)
 
 
 def nbytes(count: int, dtype: str) -> int:
-    """Bytes of `count` elements at `dtype` (int4 packs two per byte)."""
+    """Bytes of `count` elements at `dtype` (int4 packs two per byte), rounded up to a whole byte."""
     return -(-count * DTYPE_BITS[dtype] // 8)
+
+
+def exact_bytes(bits: int) -> int | float:
+    """`bits` in bytes, exactly: an int when whole, else the half (or quarter…) byte as a float (16.5 for the 33
+    int4 values of an odd-width K/V latent per token), which a figure rounded to a whole byte would hide."""
+    return bits // 8 if bits % 8 == 0 else bits / 8
 
 
 # ----------------------------------------------------------------------------- shapes of the work
@@ -194,15 +200,24 @@ class Inference:
     dtype: str
     kv_dtype: str
     parameters: int
-    kv_bytes_per_token: int  # one sequence, all layers
-    kv_bytes: int  # B sequences of T tokens
+    kv_bits_per_token: int  # one sequence, all layers (bits: int4 packs two values per byte)
+    kv_bytes: int  # B sequences of T tokens, packed, rounded up to a whole byte
     activation_bytes: int
     prefill: ForwardFlops
     decode: int
     # latent attention only (else 0): the expanded keys and values per token and for B × T, beside the
-    # compressed latent that kv_bytes_per_token / kv_bytes count
-    kv_expanded_bytes_per_token: int = 0
+    # compressed latent that kv_bits_per_token / kv_bytes count
+    kv_expanded_bits_per_token: int = 0
     kv_expanded_bytes: int = 0
+
+    @property
+    def kv_bytes_per_token(self) -> int | float:
+        """Exact: 16.5 for 33 int4 values, never rounded to 17."""
+        return exact_bytes(self.kv_bits_per_token)
+
+    @property
+    def kv_expanded_bytes_per_token(self) -> int | float:
+        return exact_bytes(self.kv_expanded_bits_per_token)
 
     @property
     def parameter_bytes(self) -> int:
@@ -237,13 +252,14 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
     """Memory and FLOPs of serving `config` at B × T tokens, weights and activations at `dtype`."""
     groups = Dims.per_group(config)  # layers that differ: each group's own heads and window
     kv_dtype = kv_dtype or dtype
-    kv_per_token = sum(nbytes(kv_cache_elements(dims), kv_dtype) for dims in groups)
-    kv_bytes = sum(nbytes(kv_cache_elements(dims), kv_dtype) * dims.keys_seen(seq_len)  # a window keeps its last W
-                   for dims in groups) * batch
+    bits = DTYPE_BITS[kv_dtype]  # counted in bits, so an int4 cache of an odd width is not rounded per token
+    kv_per_token = sum(kv_cache_elements(dims) for dims in groups) * bits
+    kv_bytes = nbytes(sum(kv_cache_elements(dims) * dims.keys_seen(seq_len)  # a window keeps its last W
+                          for dims in groups) * batch, kv_dtype)
     # latent attention: the keys and values it would cache expanded (0 without latent attention)
-    expanded = sum(nbytes(kv_expanded_elements(dims), kv_dtype) for dims in groups if dims.latent)
-    expanded_bytes = sum(nbytes(kv_expanded_elements(dims), kv_dtype) * dims.keys_seen(seq_len)
-                         for dims in groups if dims.latent) * batch
+    expanded = sum(kv_expanded_elements(dims) for dims in groups if dims.latent) * bits
+    expanded_bytes = nbytes(sum(kv_expanded_elements(dims) * dims.keys_seen(seq_len)
+                                for dims in groups if dims.latent) * batch, kv_dtype)
     return Inference(seq_len, batch, dtype, kv_dtype, parameters, kv_per_token, kv_bytes,
                      max(inference_activation_bytes(dims, seq_len, batch, dtype) for dims in groups),
                      model_forward_flops(groups, seq_len, batch), model_decode_flops(groups, seq_len, batch),
@@ -500,9 +516,10 @@ def parse_size(text: str, option: str = "--max-memory") -> int:
     unit = match.group(2).upper() if match else None
     if match is None or unit not in _UNITS:
         raise InputError(f"{option}: expected a size such as 80GiB, 40GB or 1.5TiB (KB/MB/GB/TB are powers "
-                         f"of 1000, KiB/MiB/GiB/TiB of 1024, no unit is bytes); got '{text}'")
+                         f"of 1000, KiB/MiB/GiB/TiB of 1024, no unit is bytes); got '{clipped(text)}'")
     whole, _, frac = match.group(1).partition(".")
     scale = _UNITS[unit]
+    whole_number(whole + frac, option)  # digits past any size: one line, not int()'s limit
     return int(whole) * scale + (int(frac) * scale // 10 ** len(frac) if frac else 0)
 
 

@@ -11,7 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from blockcli.config import Config, ConfigError, load_yaml_config, parse_config, parse_yaml_text, read_text_file
+from blockcli.config import (Config, ConfigError, load_yaml_config, parse_config, parse_yaml_text, read_text_file,
+                             regular_file)
 
 
 def load_config(source: str | Path | Mapping[str, Any] | None = None, allow_fields: tuple[str, ...] = ()) -> Config:
@@ -41,7 +42,7 @@ def model_folder_config(path: Path) -> Path:
     """The config.json that describes a model folder or a .safetensors file beside it."""
     folder = path if path.is_dir() else path.parent
     config = folder / "config.json"
-    if not config.is_file():
+    if not regular_file(config, "a Hugging Face config.json", ConfigError):  # a directory, a dangling link: named
         what = "model folder" if path.is_dir() else "safetensors file"
         raise ConfigError(f"{path}: a {what} needs the model's config.json beside its weights "
                           f"(none in {folder}); a YAML config is a file")

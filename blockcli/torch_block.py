@@ -87,6 +87,12 @@ class TorchBlock:
         import torch
 
         self.torch, self.module, self.cfg = torch, module, cfg
+        for name, tensor in [*module.named_parameters(), *module.named_buffers()]:  # the inputs come as CPU tensors
+            if tensor.device.type != "cpu":
+                why = ("which holds shapes but no data to run on; build the module on the CPU (blockcli fills "
+                       "its parameters, not its buffers)" if tensor.is_meta else
+                       "and blockcli runs modules on the CPU (move it with module.to('cpu'))")
+                raise InputError(f"--impl {label}: {name} is on the {tensor.device.type} device, {why}")
         dtype = next(iter(weights.values())).dtype
         self.dtype = torch.float64 if dtype == np.float64 else torch.float32
         module.to(self.dtype)

@@ -25,7 +25,7 @@ from blockcli.activations import MLP_KIND_FLOPS
 from blockcli.block import (DecoderBlock, Model, activated, mlp_stage, attention_tile, block_parameter_shapes, blocked_label, experts_label,
                             full_table, load_label, logits_label, model_parameter_shapes, routing_label, scores_label,
                             softmax_label)
-from blockcli.config import BlockConfig, Config, InputError, projected_width
+from blockcli.config import BlockConfig, Config, InputError, clipped, projected_width, whole_number
 from blockcli.parallel import worker_count
 
 # Per-element FLOPs of the elementwise operations (a convention, stated in the README).
@@ -297,8 +297,8 @@ def available_bytes() -> int:
     limit = os.environ.get("BLOCKCLI_MEMORY_LIMIT")
     if limit:
         if not (limit.strip().isascii() and limit.strip().isdigit()):  # isdigit alone accepts "²"
-            raise InputError(f"BLOCKCLI_MEMORY_LIMIT: expected a number of bytes, got '{limit}'")
-        return int(limit)
+            raise InputError(f"BLOCKCLI_MEMORY_LIMIT: expected a number of bytes, got '{clipped(limit)}'")
+        return whole_number(limit.strip(), "BLOCKCLI_MEMORY_LIMIT")
     try:
         with open("/proc/meminfo") as f:
             for line in f:

@@ -97,7 +97,8 @@ def train(model: Model, ids: np.ndarray, steps: int, lr: float, weight_decay: fl
     check_hyperparameters(steps, lr, weight_decay)
     params = {k: v for k, v in model.params.items() if not is_buffer(k)}  # a buffer is not trained
     small = ids.size * sum(v.size for v in params.values()) < SMALL_STEP_WORK
-    with one_blas_thread_if(small):
+    # a diverging run (too large an --lr) is refused by its non-finite loss in one line, without NumPy's warnings
+    with one_blas_thread_if(small), np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         return _steps(model, params, ids, steps, lr, weight_decay, on_step)
 
 

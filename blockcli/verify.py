@@ -14,6 +14,7 @@ ERROR, not FAIL.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -22,7 +23,7 @@ import numpy as np
 
 from blockcli.block import DecoderBlock, block_parameter_shapes, norm_scale, resolve_weights
 from blockcli.checkpoint import is_checkpoint_path
-from blockcli.config import BlockConfig, Config, InputError, open_regular
+from blockcli.config import BlockConfig, Config, InputError, clipped, open_regular
 from blockcli.count import Formula, block_formula, evaluate, symbol_values
 from blockcli.ops import STANDARD_OPS, Ops, apply_rope, rope_tables
 from blockcli.reference import reference_block
@@ -118,7 +119,8 @@ class Report:
 
     @property
     def passed(self) -> bool:
-        return all(c.passed is not False for c in self.checks)
+        """No check failed and the subject raised no error (one outside every check too: a thread left running)."""
+        return all(c.passed is not False for c in self.checks) and not self.errors
 
 
 class Skip(Exception):
@@ -775,7 +777,7 @@ def parse_selection(text: str | None, option: str = "checks") -> set[int] | None
     try:
         ids = {int(part) for part in text.replace(" ", "").split(",") if part}
     except ValueError:
-        raise InputError(f"{option}: expected check numbers such as 4,8; got '{text}'") from None
+        raise InputError(f"{option}: expected check numbers such as 4,8; got '{clipped(text)}'") from None
     if not ids:
         raise InputError(f"{option}: expected at least one check number, such as 4,8")
     unknown = sorted(ids - set(CHECKS))
@@ -791,6 +793,9 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
     """Build the subject (blockcli's block, a seeded bug, or a user's `impl`), run it, run the checks.
     `layer` picks one block out of a whole model's weights, and that layer's block when layers differ
     (default: layer 0's)."""
+    for option, tolerance in (("--rtol", rtol), ("--atol", atol)):  # inf would pass every comparison, NaN none
+        if tolerance is not None and not (math.isfinite(tolerance) and tolerance >= 0):
+            raise InputError(f"{option}: expected a finite tolerance >= 0, got {tolerance}")
     layer_note, whole = [], config  # `whole`: the model the weights belong to
     if config.model is not None and config.layers_differ:
         shown = layer or 0
@@ -812,6 +817,7 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
                          f"check them (a limit of verify, not of this machine's memory)")
     params = resolve_weights(weights, block_parameter_shapes(cfg.block), cfg.run.seed, "float64", layer=layer,
                              notes=notes, config=whole if whole.model else None)
+    threads_before = threading.enumerate()  # any thread alive after the checks and not in here is the target's
     if impl is None:
         subject = block_subject(DecoderBlock(cfg.block, params, ops, attention="full"))
     else:
@@ -823,6 +829,13 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
     report = Report(config, [], notes)
     report.checks = run_checks(subject, cfg.block, x, formula, selected, report, rtol, atol)
     report.notes.extend(subject.notes)
+    if impl is not None:
+        from blockcli.impl import threads_left_running
+
+        running = threads_left_running(threads_before, timeout)
+        if running is not None:  # an error of the target: the report fails (and the CLI exits without waiting)
+            report.errors.append(running)
+            report.tracebacks.append("")
     return report
 
 

@@ -3,6 +3,7 @@ examples; BLOCKCLI_SLOW=0 or empty keeps it fast."""
 
 import os
 import reprlib
+import signal
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,6 +35,26 @@ def config_error_message(load: Callable[[], Any], what: Any = "") -> str:
     assert "\n" not in message, f"message is not one line: {message!r}"
     assert message.strip(), "empty message"
     return message
+
+
+SIGNALS_SENT = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)  # what the tests send to blockcli
+
+
+def default_signals() -> None:
+    """`preexec_fn` of a child a test signals: SIGINT, SIGHUP and SIGTERM at their default dispositions, whatever
+    the test run inherited. `nohup pytest … &` leaves SIGINT and SIGHUP ignored in every child, and blockcli
+    rightly keeps an ignored signal ignored, so the child would ignore the test's signal and exit 0."""
+    for signum in SIGNALS_SENT:
+        signal.signal(signum, signal.SIG_DFL)
+
+
+@pytest.fixture
+def python_sigint():
+    """Ctrl-C raising KeyboardInterrupt in this process for the test (as in a foreground run), even when pytest was
+    started with SIGINT ignored (a background job); the disposition it found is put back after."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture

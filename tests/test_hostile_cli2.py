@@ -30,6 +30,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
+from conftest import default_signals
 from test_hf import GPT2
 from test_hostile_cli import (SMALL_YAML, SUBPROCESS_ENV, block_input, flat_weights, gpt2_weights, make, npy_bytes,
                               npz_bytes, run_all)
@@ -472,7 +473,8 @@ def test_signal_during_save_leaves_no_temporary_file(signum: int, code: int, mes
                                                      tmp_path: Path) -> None:
     (tmp_path / "c.yaml").write_text(SLOW_SAVE)
     proc = subprocess.Popen([sys.executable, "-m", "blockcli", "trace", "c.yaml", "--save", "y.npz"], cwd=tmp_path,
-                            env=SUBPROCESS_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            env=SUBPROCESS_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals)  # not ignored, even under `nohup pytest &`
     deadline = time.monotonic() + 120
 
     def temporary_size() -> int:

@@ -190,7 +190,7 @@ def test_a_failing_worker_stops_the_others_early(shared_tiles):
     assert len(done) < 50  # the tiles in hand when the queue closed, not all the other 99
 
 
-def test_ctrl_c_while_waiting_stops_the_workers_and_reaches_the_caller(shared_tiles):
+def test_ctrl_c_while_waiting_stops_the_workers_and_reaches_the_caller(shared_tiles, python_sigint):
     import signal
     main = threading.main_thread().ident
     before = _blas_threads()
@@ -199,6 +199,41 @@ def test_ctrl_c_while_waiting_stops_the_workers_and_reaches_the_caller(shared_ti
         parallel.share_out(run, list(range(100)), cost=lambda t: t, work=1)
     assert len(done) < 50  # noticed within one 0.1 s wake-up, not after all 100 tiles
     assert _blas_threads() == before  # the limit was lifted on the way out
+
+
+INTERRUPTED_WHILE_STARTING = """
+import signal, threading, time
+from blockcli import parallel
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a foreground run, whatever this one inherited
+parallel.SHARED_WORK, parallel.worker_count = 0, lambda: 3
+main = threading.main_thread().ident
+
+def run(tiles):
+    for tile in tiles:
+        if tile == 99:  # the first tile pulled, while the caller is still starting the other workers
+            signal.pthread_kill(main, signal.SIGINT)
+        time.sleep(0.02)
+
+try:
+    parallel.share_out(run, list(range(100)), cost=lambda t: t, work=1)
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_ctrl_c_while_the_pool_starts_its_workers_lets_the_process_exit():
+    """A fresh process, so the pool is built in this very call: the interrupt lands while submit() starts a worker,
+    which concurrent.futures then never registers, and the interpreter used to wait for that thread at exit
+    forever (this test's own process hung after passing, run alone)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT, default_signals
+
+    for _ in range(3):  # where the interrupt lands varies from run to run
+        proc = subprocess.run([sys.executable, "-c", INTERRUPTED_WHILE_STARTING], capture_output=True, text=True,
+                              timeout=60, cwd=ROOT, preexec_fn=default_signals)
+        assert proc.returncode == 0 and proc.stdout == "interrupted\n", proc.stderr
 
 
 def test_a_child_forked_during_sharing_gets_blas_threads_back(shared_tiles):

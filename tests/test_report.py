@@ -260,12 +260,12 @@ def test_train_log_is_drawn_with_its_own_numbers(tmp_path):
 
 
 @pytest.mark.parametrize("body, message", [
-    ("{", "not JSON"),
+    ("{", "invalid JSON at line 1"),
     ("[]", '"steps" list'),
     ('{"steps": []}', "steps is empty"),
     ('{"steps": [{"step": 1.5, "loss": 1, "grad_norm": 1}]}', "steps[0].step: expected an integer"),
     ('{"steps": [{"step": true, "loss": 1, "grad_norm": 1}]}', "steps[0].step: expected an integer"),
-    ('{"steps": [{"step": 1, "loss": NaN, "grad_norm": 1}]}', "NaN is not a number"),
+    ('{"steps": [{"step": 1, "loss": NaN, "grad_norm": 1}]}', "NaN is not a JSON number"),
     ('{"steps": [{"step": 1, "loss": "1", "grad_norm": 1}]}', "steps[0].loss: expected a finite number"),
     ('{"steps": [{"step": 1, "loss": 1}]}', "steps[0].grad_norm: expected a finite number, got null"),
     ('{"steps": [{"step": 1, "loss": 1, "grad_norm": -1}]}', "steps[0].grad_norm: a norm is ≥ 0"),

@@ -11,7 +11,7 @@ import numpy as np
 from typer.testing import CliRunner
 
 from blockcli.cli import app
-from conftest import ROOT
+from conftest import ROOT, default_signals
 
 runner = CliRunner()
 
@@ -34,7 +34,8 @@ def test_ctrl_c_exits_130_and_leaves_no_file(tmp_path):
     out = tmp_path / "out.npz"
     env = dict(os.environ, BLOCKCLI_MEMORY_LIMIT=str(64 * 2**30))
     proc = subprocess.Popen([sys.executable, "-m", "blockcli", "trace", str(cfg), "--attention", "chunked",
-                             "--save", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                             "--save", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=default_signals)  # Ctrl-C not ignored, even under `nohup pytest &`
     time.sleep(3.0)  # well into the forward pass, which takes many seconds
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
