@@ -117,13 +117,18 @@ def run_guarded(body: Callable[[], int], sources: Sequence[Any] = ()) -> None:
     raise typer.Exit(code)
 
 
+PIPE_WIDTH = 10_000  # "as wide as the output needs": tables take their natural width, lines are never wrapped
+
+
 def console(**kwargs: Any):
-    """A Rich console; when stdout is not a terminal, wide enough that piped tables are not cut."""
+    """A Rich console. Tables fit its width (render.Fitted): a terminal's, or COLUMNS when set; when
+    stdout is not a terminal and COLUMNS is not set, as wide as the output needs, so a pipe or a file
+    gets every table whole, one line per row."""
     from rich.console import Console
 
     out = Console(**kwargs)
-    if not out.is_terminal and "width" not in kwargs:
-        out = Console(width=max(out.width, 160), **kwargs)
+    if not out.is_terminal and "width" not in kwargs and not os.environ.get("COLUMNS", "").strip().isdigit():
+        out = Console(width=PIPE_WIDTH, **kwargs)
     return out
 
 

@@ -50,6 +50,15 @@ NAMES = {
     19: "routing weights sum to 1 where the reference renormalises them (mixture of experts)",
 }
 
+# The checks as a matrix's legend names them (its column heads are the numbers)
+SHORT_NAMES = {
+    1: "divisible widths", 2: "head split", 3: "softmax axis", 4: "causal mask", 5: "heads concatenated, W_O",
+    6: "residual shapes", 7: "norm axis", 8: "no future leak", 9: "rows finite, sum 1", 10: "parameter count",
+    11: "K/V cache", 12: "independent reference", 13: "float32 vs float64", 14: "output shape and dtype",
+    15: "batch independence", 16: "determinism", 17: "large inputs", 18: "k distinct experts",
+    19: "routing weights sum to 1",
+}
+
 HINTS = {
     1: "pick n_heads dividing d_model (or set head_dim), and n_kv_heads dividing n_heads",
     2: "split heads with reshape(B, T, h, d_h) then transpose(0, 2, 1, 3), not a bare reshape",
