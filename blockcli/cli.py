@@ -132,6 +132,91 @@ def console(**kwargs: Any):
     return out
 
 
+PROGRESS_DELAY = 1.0  # seconds of work before a progress line appears: a quick command never shows one
+
+
+class ProgressLine:
+    """blockcli.progress's listener on a terminal: once work has run for PROGRESS_DELAY seconds, one
+    Rich progress line per task on stderr (what it is on, n of N, the time so far), gone when done."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.tasks: dict[str, tuple[int, Optional[int], str]] = {}
+        self.ids: dict[str, Any] = {}
+        self.lock = threading.Lock()
+        self.bar: Any = None
+        self.timer = threading.Timer(PROGRESS_DELAY, self.start)
+        self.timer.daemon = True
+
+    def __call__(self, task: str, done: int, total: Optional[int], now: str) -> None:
+        with self.lock:
+            if not self.timer.is_alive() and self.bar is None and not self.tasks:
+                try:
+                    self.timer.start()
+                except RuntimeError:  # started once already
+                    pass
+            if total is not None and done >= total:
+                self.tasks.pop(task, None)
+                if self.bar is not None and task in self.ids:
+                    self.bar.remove_task(self.ids.pop(task))
+                return
+            self.tasks[task] = (done, total, now)
+            if self.bar is not None:
+                self._show(task)
+
+    def _show(self, task: str) -> None:
+        done, total, now = self.tasks[task]
+        fields = {"description": f"{task}" + (f": {now}" if now else ""), "completed": done, "total": total,
+                  "count": f"{done} of {total}" if total is not None else ""}
+        if task in self.ids:
+            self.bar.update(self.ids[task], **fields)
+        else:
+            self.ids[task] = self.bar.add_task(**fields)
+
+    def start(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        with self.lock:
+            if self.bar is not None:
+                return
+            self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=20),
+                                TextColumn("{task.fields[count]}"), TimeElapsedColumn(),
+                                console=Console(stderr=True), transient=True, refresh_per_second=4)
+            self.bar.start()
+            for task in list(self.tasks):
+                self._show(task)
+
+    def stop(self) -> None:
+        self.timer.cancel()
+        with self.lock:
+            if self.bar is not None:
+                self.bar.stop()
+
+
+def progress_shown(shown: bool) -> Any:
+    """A context where long work shows a progress line: only when `shown` (the table format, not
+    --json) and both stdout and stderr are terminals; never in a pipe or a file."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def showing() -> Any:
+        if not (shown and sys.stdout.isatty() and sys.stderr.isatty()):
+            yield
+            return
+        from blockcli import progress
+
+        line = ProgressLine()
+        try:
+            with progress.listening(line):
+                yield
+        finally:
+            line.stop()
+
+    return showing()
+
+
 def print_out(text: str) -> None:
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
@@ -357,7 +442,13 @@ def presets(json_out: JsonOpt = False) -> None:
         if json_out:
             from blockcli.render import to_json
 
-            print_out(to_json([{"name": n, "description": d, "source": s, "parameters": p} for n, d, s, p in rows]))
+            from blockcli.config import preset_aliases
+            from blockcli.render import versioned
+
+            aliases = preset_aliases()
+            print_out(to_json(versioned({"presets": [
+                {"name": n, "description": d, "source": s, "parameters": p,
+                 "aliases": sorted(a for a, name in aliases.items() if name == n)} for n, d, s, p in rows]})))
         else:
             from blockcli.render import presets_table
 
@@ -629,13 +720,12 @@ def verify(
     def body() -> int:
         from blockcli import render
         from blockcli.mutants import MUTANTS, find_mutant, run_mutants
-        from blockcli.verify import CHECKS, parse_selection
+        from blockcli.verify import CHECKS, layers_to_verify, parse_selection
         from blockcli.verify import verify as run_checks
 
         if list_mutants:
             if json_out:
-                print_out(render.to_json([{"name": m.name, "description": m.description,
-                                           "expected": list(m.expected)} for m in MUTANTS]))
+                print_out(render.to_json(render.list_mutants_json(MUTANTS)))
             else:
                 print_out("\n".join(f"{m.name}  {m.description}" for m in MUTANTS))
             return EXIT_OK
@@ -650,16 +740,8 @@ def verify(
             given = " ".join(f"{o} {v}" for o, v in (("--only", only), ("--skip", skip)) if v is not None)
             raise InputError(f"{given}: selects no check, so nothing would be verified")
         sources = configs or [None]
-        if mutants:
-            if len(sources) > 1:
-                raise InputError("--mutants runs on one config at a time")
-            rows, skipped = run_mutants(loaded(sources[0], allow_field), weights=weights, only=chosen_only,
-                                        skip=chosen_skip)
-            if json_out:
-                print_out(render.to_json(render.mutants_json(rows, skipped)))
-            else:
-                console().print(render.mutants_matrix(rows, skipped))
-            return EXIT_OK if all(not r.passed for _, r in rows) else EXIT_FAILED
+        if mutants and len(sources) > 1:
+            raise InputError("--mutants runs on one config at a time")
         mutant = find_mutant(inject) if inject else None
         extra: dict[str, Any] = {"ops": mutant.ops, "formula": mutant.formula} if mutant else {}
         if (per_sequence or weights_map) and not impl:
@@ -670,26 +752,42 @@ def verify(
             mapping = read_yaml(weights_map, "a weights map (YAML)") if weights_map is not None else None
             extra.update(impl=impl, timeout=timeout, per_sequence=per_sequence, weights_map=mapping)
         configs_ = [loaded(s, allow_field) for s in sources]  # every config is checked before any runs
-        subjects = []
+        plans = []  # per config: its weights and the layers to verify (None: verify picks, saying so)
         for source, cfg in zip(sources, configs_):
             chosen, implicit = own_weights(source, weights)
-            which = layer if layer is not None or not implicit else 0
-            subjects.append((cfg, chosen, which))
-        reports = [run_checks(cfg, weights=w, layer=which, only=chosen_only, skip=chosen_skip, rtol=rtol, atol=atol,
-                              **extra) for cfg, w, which in subjects]
+            if layer is not None:
+                layers: list[Optional[int]] = [layer]
+            elif impl or (chosen is not None and not implicit):  # one block: yours, or the weights given
+                layers = [0 if implicit else None]
+            else:  # one layer of each kind, with its own weights when the model folder has them
+                layers = [0 if implicit and k is None else k for k in layers_to_verify(cfg)]
+            plans.append((cfg, chosen, layers))
+        with progress_shown(not json_out):
+            if mutants:
+                cfg, chosen, layers = plans[0]
+                matrices = [(which, *run_mutants(cfg, weights=chosen, layer=which, only=chosen_only,
+                                                 skip=chosen_skip)) for which in layers]
+            else:
+                grouped = [[run_checks(cfg, weights=w, layer=which, only=chosen_only, skip=chosen_skip, rtol=rtol,
+                                       atol=atol, **extra) for which in layers] for cfg, w, layers in plans]
+        if mutants:
+            escaped = any(r.passed for _, rows, _ in matrices for _, r in rows)
+            if json_out:
+                print_out(render.to_json(render.mutants_json(matrices, plans[0][0])))
+            else:
+                console().print(render.mutants_matrices(matrices, plans[0][0]))
+            return EXIT_FAILED if escaped else EXIT_OK
+        reports = [r for group in grouped for r in group]
         if show_traceback:
             for report in reports:
                 for n, text in enumerate(report.tracebacks, 1):
                     if text:
                         sys.stderr.write(f"blockcli: traceback of error {n}:\n{text}")
         if json_out:
-            data = [render.verify_json(r) for r in reports]
-            print_out(render.to_json(data[0] if len(data) == 1 else
-                                     {"passed": all(r.passed for r in reports), "configs": data}))
-        elif len(reports) == 1:
-            title = (f"Checklist for {reports[0].config.name}" + (f" with seeded bug '{inject}'" if inject else "")
-                     + (f" on {impl}" if impl else ""))
-            console().print(render.verify_table(reports[0], title))
+            print_out(render.to_json(render.verify_json(grouped)))
+        elif len(grouped) == 1:
+            what = (f" with seeded bug '{inject}'" if inject else "") + (f" on {impl}" if impl else "")
+            console().print(render.verify_tables(grouped[0], what))
         else:
             console().print(render.verify_summaries(reports))
         return EXIT_OK if all(r.passed for r in reports) else EXIT_FAILED

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
@@ -27,10 +28,23 @@ if TYPE_CHECKING:  # rich and the NumPy-based modules load only when a table is 
     from blockcli.verify import Report
 
 BAR_WIDTH = 12
+# The JSON contract's version: every command's JSON object carries it as "schema_version". It grows by one
+# when a key is renamed, removed or changes its type; new keys do not change it.
+SCHEMA_VERSION = 1
 
 
 def to_json(data: Any) -> str:
-    return json.dumps(data, indent=2, ensure_ascii=False)
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False)
+
+
+def versioned(data: dict[str, Any]) -> dict[str, Any]:
+    """A command's JSON object, "schema_version" first."""
+    return {"schema_version": SCHEMA_VERSION, **data}
+
+
+def number(value: float) -> float | None:
+    """A measured figure for JSON: None where it is not finite (a NaN, or the inf of a shape mismatch)."""
+    return value if math.isfinite(value) else None
 
 
 def bar(share: float, width: int = BAR_WIDTH) -> str:
@@ -286,6 +300,7 @@ def count_json(result: ParameterCount, inference: Inference, training: Training 
                budget: int | None = None) -> dict[str, Any]:
     rec = result.reconciled
     data = {
+        "schema_version": SCHEMA_VERSION,
         "config": result.config.name,
         "total": result.total,
         "per_block": result.per_block,
@@ -294,9 +309,10 @@ def count_json(result: ParameterCount, inference: Inference, training: Training 
         "active_per_token": result.active_total,
         "buffers": result.buffers,
         "components": [
-            {"name": c.name, "label": c.label, "kind": c.kind, "shape": c.shape, "weights": c.weights,
-             "biases": c.biases, "count": c.count, "active": c.active_count, "share": _share(c.count, result.total),
-             "formula": c.expression, **({"group": c.group} if c.group is not None else {})}
+            {"name": c.name, "label": c.label, "kind": c.kind, "shapes": [list(t) for t in c.shapes],
+             "copies": c.copies, "weights": c.weights, "biases": c.biases, "count": c.count, "active": c.active_count,
+             "share": _share(c.count, result.total), "formula": c.expression,
+             **({"group": c.group} if c.group is not None else {})}
             for c in result.components
         ],
         "layer_groups": [{"layers": list(g.layers), "n_layers": len(g.layers), "overrides": g.overrides,
@@ -432,10 +448,19 @@ def count_markdown(result: ParameterCount, inference: Inference, training: Train
     return text
 
 
+COUNT_CSV_HEADERS = ("component", "shape", "weights", "biases", "count", "share", "formula", "name", "kind")
+
+
 def count_csv(result: ParameterCount) -> str:
-    rows = [[_group_name(c), c.shape, c.weights, c.biases, c.count, _share(c.count, result.total), c.expression]
-            for c in result.components]
-    return csv_text(("name",) + COUNT_HEADERS[1:], rows)
+    """The table's rows under the table's headers (a block row of a model whose layers differ names its
+    block: "block 2: Q projection"), then the JSON's `name` and `kind` of each."""
+    rows = [[_csv_label(result, c), c.shape, c.weights, c.biases, c.count, _share(c.count, result.total),
+             c.expression, _group_name(c), c.kind] for c in result.components]
+    return csv_text(COUNT_CSV_HEADERS, rows)
+
+
+def _csv_label(result: ParameterCount, c: Component) -> str:
+    return f"block {c.group + 1}: {c.label}" if result.layers_differ and c.group is not None else c.label
 
 
 def _both(full: int, causal: int) -> str:
@@ -669,6 +694,7 @@ def _shape(shape: Sequence[int]) -> str:
 
 def trace_json(trace: Trace, rows: Sequence[OpRow]) -> dict[str, Any]:
     return {
+        "schema_version": SCHEMA_VERSION,
         "config": trace.config.name, "mode": trace.mode, "attention": trace.attention,
         "batch": trace.batch, "seq_len": trace.seq_len, "dtype": trace.dtype,
         "ops": [{"step": r.step, "key": r.key, "op": r.op, "kind": r.kind, "layer": r.layer, "repeat": r.repeat,
@@ -847,11 +873,27 @@ def attention_heatmap(weights: Any, title: str) -> Group:
 STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "SKIP": "yellow", "ERROR": "bold magenta"}
 
 
-def verify_json(report: Report) -> dict[str, Any]:
+def verify_json(grouped: Sequence[Sequence[Report]]) -> dict[str, Any]:
+    """verify's JSON: per config, its reports (one per kind of layer verified) as one object; several
+    configs as {"passed", "configs": [those objects]}."""
+    objects = [_config_json(reports) for reports in grouped]
+    if len(objects) == 1:
+        return versioned(objects[0])
+    return versioned({"passed": all(o["passed"] for o in objects), "configs": objects})
+
+
+def _config_json(reports: Sequence[Report]) -> dict[str, Any]:
+    """One config's checks, every row naming the layer it was run on (null: the config's only block)."""
     return {
-        "config": report.config.name, "passed": report.passed, "notes": report.notes, "errors": report.errors,
-        "checks": [{"id": c.id, "name": c.name, "status": c.status, "passed": c.passed, "measured": c.measured,
-                    "tolerance": c.tolerance, "hint": c.hint} for c in report.checks],
+        "config": reports[0].config.name, "passed": all(r.passed for r in reports),
+        "layers": [{"layer": r.layer, "kind": r.kind, "passed": r.passed} for r in reports],
+        "notes": list(dict.fromkeys(n for r in reports for n in r.notes)),
+        "errors": [e for r in reports for e in r.errors],
+        "checks": [{"id": c.id, "name": c.name, "layer": r.layer, "status": c.status, "passed": c.passed,
+                    "measured": c.measured, "tolerance": c.tolerance, "hint": c.hint,
+                    "figures": [{"quantity": f.quantity, "value": number(f.value), "tolerance": f.tolerance}
+                                for f in c.figures]}
+                   for r in reports for c in r.checks],
     }
 
 
@@ -859,7 +901,8 @@ def verify_summary(report: Report) -> str:
     counts = {s: sum(c.status == s for c in report.checks) for s in ("PASS", "FAIL", "SKIP", "ERROR")}
     failed = [str(c.id) for c in report.checks if c.passed is False]
     verdict = "PASS" if report.passed else "FAIL"
-    text = f"{verdict} {report.config.name}: {counts['PASS']} passed, {counts['FAIL']} failed"
+    where = f" layer {report.layer}" if report.layer is not None else ""
+    text = f"{verdict} {report.config.name}{where}: {counts['PASS']} passed, {counts['FAIL']} failed"
     if counts["ERROR"]:
         text += f", {counts['ERROR']} not run (error)"
     if counts["SKIP"]:
@@ -916,6 +959,24 @@ def verify_table(report: Report, title: str = "") -> Group:
     return Group(*parts)
 
 
+def verify_tables(reports: Sequence[Report], what: str = "") -> Group:
+    """One config's checklist: a table per kind of layer verified, each titled with its layer, and when
+    there are several a closing line for them all."""
+    from rich.console import Group
+    from rich.text import Text
+
+    parts: list[Any] = []
+    for r in reports:
+        where = f", layer {r.layer} ({r.kind})" if r.layer is not None and r.kind else ""
+        parts.append(verify_table(r, f"Checklist for {r.config.name}{where}{what}"))
+    if len(reports) > 1:
+        passed = all(r.passed for r in reports)
+        layers = ", ".join(str(r.layer) for r in reports)
+        parts.append(Text(f"{'PASS' if passed else 'FAIL'} {reports[0].config.name}: one layer of each of its "
+                          f"{len(reports)} kinds verified (layers {layers})", style="bold green" if passed else "bold red"))
+    return Group(*parts)
+
+
 def verify_summaries(reports: Sequence[Report]) -> Group:
     """One summary line per config, then its failures and notes."""
     from rich.console import Group
@@ -931,23 +992,49 @@ def verify_summaries(reports: Sequence[Report]) -> Group:
     return Group(*lines)
 
 
-def mutants_json(rows: Sequence[tuple[Mutant, Report]], skipped: dict[str, str]) -> dict[str, Any]:
-    return {
-        "passed": all(not r.passed for _, r in rows),
-        "not_applicable": [{"name": name, "reason": why} for name, why in skipped.items()],
-        "mutants": [{"name": m.name, "description": m.description, "expected": list(m.expected),
-                     "caught_by": [c.id for c in r.checks if c.passed is False]} for m, r in rows],
-    }
+Matrix = tuple[Any, Sequence[tuple["Mutant", "Report"]], dict[str, str]]  # (layer, rows, not applicable)
 
 
-def mutants_matrix(rows: Sequence[tuple[Mutant, Report]], skipped: dict[str, str]) -> Group:
+def mutants_json(matrices: Sequence[Matrix], config: Any) -> dict[str, Any]:
+    """--mutants: every seeded bug run on each kind of layer verified, each row naming its layer."""
+    return versioned({
+        "config": config.name,
+        "passed": all(not r.passed for _, rows, _ in matrices for _, r in rows),
+        "layers": [{"layer": layer, "kind": _kind(config, layer)} for layer, _, _ in matrices],
+        "not_applicable": [{"name": name, "layer": layer, "reason": why}
+                           for layer, _, skipped in matrices for name, why in skipped.items()],
+        "mutants": [{"name": m.name, "layer": layer, "description": m.description, "expected": list(m.expected),
+                     "caught_by": [c.id for c in r.checks if c.passed is False]}
+                    for layer, rows, _ in matrices for m, r in rows],
+    })
+
+
+def list_mutants_json(mutants: Sequence[Mutant]) -> dict[str, Any]:
+    return versioned({"mutants": [{"name": m.name, "description": m.description, "expected": list(m.expected)}
+                                  for m in mutants]})
+
+
+def _kind(config: Any, layer: Any) -> str:
+    return config.group_of(layer).describe() if layer is not None and config.layers_differ else ""
+
+
+def mutants_matrices(matrices: Sequence[Matrix], config: Any) -> Group:
+    """One matrix per kind of layer, titled with its layer when the layers differ."""
+    from rich.console import Group
+
+    return Group(*[mutants_matrix(rows, skipped, f"layer {layer} ({_kind(config, layer)})" if _kind(config, layer)
+                                  else "") for layer, rows, skipped in matrices])
+
+
+def mutants_matrix(rows: Sequence[tuple[Mutant, Report]], skipped: dict[str, str], where: str = "") -> Group:
     from rich.console import Group
     from rich.text import Text
 
     from blockcli.verify import SHORT_NAMES
 
     ids = [c.id for c in rows[0][1].checks] if rows else []
-    title = "Seeded bugs × checks (✗ = the check failed, i.e. caught the bug; the checks are named below)"
+    title = ("Seeded bugs × checks" + (f" on {where}" if where else "")
+             + " (✗ = the check failed, i.e. caught the bug; the checks are named below)")
 
     def cells(mutant: Mutant, report: Report) -> list[Any]:
         status = {c.id: c.passed for c in report.checks}
