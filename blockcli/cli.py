@@ -578,8 +578,9 @@ def trace(
             notes.append(f"a real pass would take about {_duration(seconds)} (over {UNASKED_PASS_SECONDS} s): rows "
                          f"are analytic (shapes only); --input, --weights or --save run it anyway")
         else:
-            result = run_trace(cfg, weights=chosen_weights, x=x, attention=mode, keep=bool(save or head), layer=picked,
-                               model_config=model_cfg)
+            with progress_shown(chosen is TraceFormat.table):
+                result = run_trace(cfg, weights=chosen_weights, x=x, attention=mode, keep=bool(save or head),
+                                   layer=picked, model_config=model_cfg)
         if implicit and result.mode == "executed":
             notes.insert(0, f"weights: the model folder's own ({config})")
         result.notes.extend(notes)
@@ -762,7 +763,7 @@ def verify(
             else:  # one layer of each kind, with its own weights when the model folder has them
                 layers = [0 if implicit and k is None else k for k in layers_to_verify(cfg)]
             plans.append((cfg, chosen, layers))
-        with progress_shown(not json_out):
+        with progress_shown(not json_out):  # verify's output has no other format
             if mutants:
                 cfg, chosen, layers = plans[0]
                 matrices = [(which, *run_mutants(cfg, weights=chosen, layer=which, only=chosen_only,

@@ -26,7 +26,7 @@ from blockcli.block import (DecoderBlock, Model, attention_tile, block_parameter
                             full_table, load_label, logits_label, model_parameter_shapes, routing_label, scores_label,
                             softmax_label)
 from blockcli.config import BlockConfig, Config, InputError, projected_width
-from blockcli.parallel import worker_count
+from blockcli.parallel import fit_blas_threads, worker_count
 
 # Per-element FLOPs of the elementwise operations (a convention, stated in the README).
 ELEMENT_FLOPS = {
@@ -378,7 +378,7 @@ def _import_sharing_modules() -> None:
     pool and its queue and logging), so that the measured peak holds no module objects."""
     import concurrent.futures.thread  # noqa: F401  (and with it queue)
 
-    worker_count()  # imports threadpoolctl
+    fit_blas_threads()  # imports threadpoolctl, and sizes BLAS to the cores free of other work
 
 
 def _overflow_hint(config: Config) -> str:

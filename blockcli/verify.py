@@ -25,6 +25,7 @@ from blockcli.checkpoint import is_checkpoint_path
 from blockcli.config import BlockConfig, Config, InputError, open_regular
 from blockcli.count import Formula, block_formula, evaluate, symbol_values
 from blockcli.ops import STANDARD_OPS, Ops, apply_rope, rope_tables
+from blockcli.parallel import fit_blas_threads
 from blockcli import progress
 from blockcli.reference import reference_block
 from blockcli.subject import Subject, SubjectError
@@ -884,6 +885,7 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
         config = config.for_layer(shown)
         if weights is None:
             layer = None  # the layer picks a block config; there are no weights to pick from
+    fit_blas_threads()  # as many BLAS threads as there are cores free: small products on busy cores otherwise wait
     cfg, notes = verification_config(config)
     notes = layer_note + notes
     if weights is not None and any("scaled" in n for n in notes):
