@@ -8,7 +8,8 @@ load level's runs and stopped after; N = 0 is the machine as it is. Under each l
 runs each workload once per round, in a rotating order, each in a fresh process:
 
   workloads  `verify --mutants` on the default block (the issue's case: many small matrix products),
-             and one untraced forward pass of the forward benchmark's M block (d=768, 12 heads,
+             `trace gpt2 --seq 512` (a traced real pass: weights drawn, every step recorded), and one
+             untraced forward pass of the forward benchmark's M block (d=768, 12 heads,
              d_ff=3072, B=2, T=1024, float32: the tiles shared among the cores);
   contenders this tree; the baseline (`--baseline`, a git revision, exported with `git archive`) as
              it runs by default; and the baseline with OPENBLAS_NUM_THREADS=1 (and OMP_NUM_THREADS=1),
@@ -16,7 +17,7 @@ runs each workload once per round, in a rotating order, each in a fresh process:
 
 It prints the machine (benchmarks/machine.py) and its load average, then per load and workload the
 median seconds of each contender and the ratios baseline / this tree and (one BLAS thread) / this tree,
-side by side, with the threads this tree chose (blockcli.parallel.worker_count, as the workload saw it).
+side by side, with the threads this tree chose (the BLAS threads for the commands, the tile workers for the forward pass).
 """
 
 from __future__ import annotations
@@ -49,11 +50,11 @@ start = time.perf_counter()
 block(x)
 print(time.perf_counter() - start, worker_count())
 """
-VERIFY = """
+COMMAND = """
 import sys, time
 from blockcli.cli import main
 from blockcli import parallel
-sys.argv = ["blockcli", "verify", "--mutants", "--json"]
+sys.argv = ["blockcli", *ARGS]
 start = time.perf_counter()
 try:
     main()
@@ -61,6 +62,9 @@ except SystemExit:
     pass
 sys.stderr.write(f"{time.perf_counter() - start} {parallel._state.get('fitted', '-')}\\n")
 """
+
+
+COMMANDS = {"verify": ["verify", "--mutants", "--json"], "trace": ["trace", "gpt2", "--seq", "512", "--json"]}
 
 
 def export(revision: str, into: Path) -> Path:
@@ -76,7 +80,7 @@ def run(workload: str, tree: Path, one_thread: bool) -> tuple[float, str]:
     env.pop("BLOCKCLI_THREADS", None)
     if one_thread:
         env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    code = FORWARD if workload == "forward" else VERIFY
+    code = FORWARD if workload == "forward" else COMMAND.replace("ARGS", repr(COMMANDS[workload]))
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tree)
     line = (proc.stdout if workload == "forward" else proc.stderr).strip().splitlines()[-1]
     seconds, threads = line.split()
@@ -88,7 +92,7 @@ def main() -> None:
     ap.add_argument("--baseline", default="main", help="git revision to compare with (default main)")
     ap.add_argument("--rounds", type=int, default=3, help="timed rounds per load (default 3)")
     ap.add_argument("--loads", default="0,1,2", help="busy processes per load level (default 0,1,2)")
-    ap.add_argument("--workloads", default="verify,forward", help="verify, forward or both (default)")
+    ap.add_argument("--workloads", default="verify,trace,forward", help="any of verify, trace, forward (default all)")
     ap.add_argument("--json", metavar="OUT", type=Path, help="write the figures to this JSON file")
     args = ap.parse_args()
 

@@ -130,28 +130,43 @@ def _blas_ceiling() -> int:
     return _state["blas_max"]
 
 
+def _fixed_threads() -> int:
+    """BLOCKCLI_THREADS, when set to a positive number (at most the allowed cores); else 0."""
+    fixed = os.environ.get("BLOCKCLI_THREADS", "").strip()
+    return min(int(fixed), len(allowed_cores())) if fixed.isdigit() and int(fixed) > 0 else 0
+
+
 def worker_count() -> int:
     """Threads to share tiles among: BLOCKCLI_THREADS when set; else as many as BLAS may use (so
-    OPENBLAS_NUM_THREADS=1 and the like turn sharing off) and no more than the cores free of other
-    processes' work (free_cores), so a busy machine is not oversubscribed; 1 if no BLAS can be held."""
+    OPENBLAS_NUM_THREADS=1 and the like turn sharing off), at most the cores this process may run on;
+    1 if no BLAS can be held. Not fewer when other processes are busy: the workers pull their tiles
+    from one queue, so a slowed core takes fewer (benchmarks/bench_contention.py measured fewer workers
+    slower under load, 0.64 s against 0.45 s for a forward pass with both cores busy elsewhere)."""
     ceiling = _blas_ceiling()
     if not ceiling:
         return 1
-    fixed = os.environ.get("BLOCKCLI_THREADS", "").strip()
-    if fixed.isdigit() and int(fixed) > 0:
-        return min(int(fixed), len(allowed_cores()))
-    return max(1, min(ceiling, free_cores()))
+    return _fixed_threads() or max(1, min(ceiling, len(allowed_cores())))
+
+
+def blas_threads() -> int:
+    """Threads for the matrix products outside the shared tiles: BLOCKCLI_THREADS when set; else as
+    many as BLAS may use, at most the cores free of other processes' work (free_cores). BLAS splits
+    each product among its threads and waits for all of them, so a thread on a busy core stalls the
+    rest: `verify --mutants` with both cores busy took 41 s with BLAS's two threads, 6.8 s with one."""
+    ceiling = _blas_ceiling()
+    if not ceiling:
+        return 1
+    return _fixed_threads() or max(1, min(ceiling, free_cores()))
 
 
 def fit_blas_threads() -> int:
-    """Hold BLAS to worker_count() threads for the matrix products outside shared tiles too (a small
-    product's BLAS threads wait for each other on a busy core); re-measured at most every REFIT_SECONDS.
-    Returns the thread count."""
-    workers = worker_count()
-    if _blas_ceiling() and _state.get("fitted") != workers:
-        _controller().limit(limits=workers, user_api="blas")  # kept until the process ends or refits
-        _state["fitted"] = workers
-    return workers
+    """Hold BLAS to blas_threads() for the products outside shared tiles (re-measured at most every
+    REFIT_SECONDS); returns that count."""
+    threads = blas_threads()
+    if _blas_ceiling() and _state.get("fitted") != threads:
+        _controller().limit(limits=threads, user_api="blas")  # kept until the process ends or refits
+        _state["fitted"] = threads
+    return threads
 
 
 def _pool(workers: int) -> Any:
@@ -198,7 +213,8 @@ def share_out(run: Callable[[Iterable[Tile]], None], tiles: Sequence[Tile], cost
         run(tiles)
         return
     with _sharing:
-        workers = fit_blas_threads()  # read inside the lock: another caller's limit is lifted by now
+        fit_blas_threads()  # the limit restored after the tiles: the free cores, measured now
+        workers = worker_count()  # read inside the lock: another caller's limit is lifted by now
         if workers == 1:
             run(tiles)
             return
