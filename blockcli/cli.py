@@ -35,9 +35,10 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 ConfigArg = Annotated[
     Optional[str],
     typer.Argument(metavar="[CONFIG_OR_PRESET]",
-                   help="A YAML config (- for standard input), a Hugging Face config.json, or a preset name "
-                        "(see `blockcli presets`). "
-                        "Default: the reference chapter's block (d=512, h=8, d_ff=2048)."),
+                   help="A YAML config (- for standard input), a Hugging Face config.json, a model folder "
+                        "(its config.json, and its safetensors weights where a command reads weights), or a "
+                        "preset: its name in any case, or the Hub repository it was transcribed from (see "
+                        "`blockcli presets`). Default: the reference chapter's block (d=512, h=8, d_ff=2048)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (same as --format json).")]
 AllowFieldOpt = Annotated[Optional[list[str]], typer.Option(
@@ -248,7 +249,20 @@ class GuardedStdout:
             encoding = self._stream.encoding or "ascii"
             # the rest (a non-ASCII file name, say) as \uXXXX, which a JSON reader also decodes
             text = text.translate(ASCII_SPELLING).encode(encoding, "backslashreplace").decode(encoding)
-        return self._guard(self._stream.write, text)
+        raw = getattr(self._stream, "buffer", None)
+        if raw is None:
+            return self._guard(self._stream.write, text)
+        # Write the bytes until all are written: a pipe whose reader leaves mid-write takes part of a large
+        # write, and Python's buffered writer reports the part without an error, so the rest would be lost
+        # with exit 0; the next write fails (a closed pipe), which is exit 2 with one line.
+        self._guard(self._stream.flush)
+        data = memoryview(text.encode(self._stream.encoding or "utf-8", self._stream.errors or "strict"))
+        while data:
+            written = self._guard(raw.write, data)
+            if not written:  # a non-blocking stream that takes nothing: waiting would spin
+                raise OutputError("standard output: cannot write (it takes no more)")
+            data = data[written:]
+        return len(text)
 
     def flush(self) -> None:
         self._guard(self._stream.flush)
@@ -372,7 +386,8 @@ def count(
             raise InputError(f"{training_only[0]} sizes a training step; add --train")
         cfg = loaded(config, allow_field)
         T, B = seq or cfg.run.seq_len, batch or cfg.run.batch
-        sizing.check_workload(cfg, T)
+        if (past := sizing.check_workload(cfg, T)) is not None:
+            _config_notes.append(past)
         stored = None
         if config and Path(config).exists():  # not a preset's name: checkpoint.py only for a real path
             from blockcli.checkpoint import checkpoint_sizes, is_checkpoint_path
@@ -501,7 +516,8 @@ def trace(
     )] = AttentionMode.auto,
     all_layers: Annotated[bool, typer.Option("--all-layers", help="For a model, list every layer instead of one ×N group.")] = False,
     show_attention: Annotated[Optional[str], typer.Option(
-        metavar="[LAYER:]HEAD", help="Draw this head's attention weights for the first sequence.")] = None,
+        metavar="[LAYER:]HEAD", help="Draw this head's attention weights for the first sequence; layers and "
+                                     "heads count from 0 (2:5 is the sixth head of the third layer).")] = None,
     json_out: JsonOpt = False,
     fmt: Annotated[TraceFormat, typer.Option("--format", "-f", help="Output format.")] = TraceFormat.table,
     export_svg: Annotated[Optional[str], typer.Option(help="Also write the rendered table as SVG.")] = None,
@@ -554,6 +570,11 @@ def trace(
         else:
             batch_, seq_ = batch, seq
         cfg = with_run(cfg, batch_, seq_, dtype.value if dtype else None)
+        if cfg.model is not None:
+            from blockcli.sizing import check_workload
+
+            if (past := check_workload(cfg, cfg.run.seq_len)) is not None:
+                _config_notes.append(past)
         if x is not None and cfg.model is None:
             check_in_range(x, cfg.run.dtype, str(input_file))
         head = _parse_head(show_attention, cfg) if show_attention else None

@@ -629,7 +629,7 @@ def _count_fitted(result: ParameterCount) -> Fitted:
         for c in result.components:
             counts = f"{c.count:,}" + (f" = {c.weights:,} weights + {c.biases:,} biases" if c.biases else "")
             entries.append((Text(c.label, style=style(c) or ""),
-                            [f"count {counts}; {share(c, False)}", *(f"shape {s}" for s in [c.shape] if s),
+                            [f"count {counts} · {share(c, False)}", *(f"shape {s}" for s in [c.shape] if s),
                              *(f"formula {e}" for e in [c.expression] if e)]))
         return records(title, entries, width)
 
@@ -781,7 +781,7 @@ def trace_table(trace: Trace, rows: Sequence[OpRow]) -> Group:
 
     def fallback(width: int) -> Any:
         return records(title, [(f"{step} {name}", [f"in {inputs}" if inputs else "", f"out {output} {symbolic}",
-                                                   f"params {params or 0}; FLOPs {flops}; {size}"])
+                                                   f"params {params or 0} · FLOPs {flops} · {size}"])
                                for step, name, inputs, output, symbolic, params, flops, size in cells], width)
 
     grids = [grid(False, False, False), grid(True, False, False), grid(True, True, False), grid(True, True, True)]
