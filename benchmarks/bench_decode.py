@@ -81,7 +81,7 @@ def torch_decoder(block: DecoderBlock, x: np.ndarray, context: int, steps_max: i
         heads = F.scaled_dot_product_attention(q, k_cache[:, :, :start + T], v_cache[:, :, :start + T],
                                                is_causal=T > 1)
         hid = a + heads.transpose(1, 2).reshape(B, T, d) @ p["w_o"] + p["b_o"]
-        m = F.gelu(layer_norm(hid, "ln2") @ p["w_1"] + p["b_1"], approximate="tanh") @ p["w_2"] + p["b_2"]
+        m = F.gelu(layer_norm(hid, "ln2") @ p["w_up"] + p["b_up"], approximate="tanh") @ p["w_down"] + p["b_down"]
         return hid + m
 
     xt = torch.from_numpy(x)

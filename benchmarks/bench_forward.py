@@ -245,9 +245,9 @@ def naive_block(x: np.ndarray, p: dict[str, np.ndarray], cfg) -> np.ndarray:
     concat = heads.transpose(0, 2, 1, 3).reshape(B, T, h * d_h)
     hres = x + (concat @ p["w_o"] + p["b_o"])
     m = layer_norm(hres, p["ln2_gamma"], p["ln2_beta"])
-    f = m @ p["w_1"] + p["b_1"]
+    f = m @ p["w_up"] + p["b_up"]
     f = 0.5 * f * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (f + 0.044715 * f ** 3)))
-    return hres + (f @ p["w_2"] + p["b_2"])
+    return hres + (f @ p["w_down"] + p["b_down"])
 
 
 def check_naive_supports(cfg) -> None:
@@ -266,7 +266,7 @@ def torch_params(p: dict[str, np.ndarray]) -> dict[str, Any]:
         "b_qkv": t(np.concatenate([p["b_q"], p["b_k"], p["b_v"]])),
         "w_o": t(p["w_o"].T), "b_o": t(p["b_o"]),
         "ln2_gamma": t(p["ln2_gamma"]), "ln2_beta": t(p["ln2_beta"]),
-        "w_1": t(p["w_1"].T), "b_1": t(p["b_1"]), "w_2": t(p["w_2"].T), "b_2": t(p["b_2"]),
+        "w_up": t(p["w_up"].T), "b_up": t(p["b_up"]), "w_down": t(p["w_down"].T), "b_down": t(p["b_down"]),
     }
 
 
@@ -283,8 +283,8 @@ def torch_block(x, tp: dict[str, Any], cfg):
     heads = TF.scaled_dot_product_attention(q, k, v, is_causal=True, **extra)
     hres = x + TF.linear(heads.transpose(1, 2).reshape(B, T, h * d_h), tp["w_o"], tp["b_o"])
     n2 = TF.layer_norm(hres, (d,), tp["ln2_gamma"], tp["ln2_beta"], b.norm_eps)
-    f = TF.gelu(TF.linear(n2, tp["w_1"], tp["b_1"]), approximate="tanh")
-    return hres + TF.linear(f, tp["w_2"], tp["b_2"])
+    f = TF.gelu(TF.linear(n2, tp["w_up"], tp["b_up"]), approximate="tanh")
+    return hres + TF.linear(f, tp["w_down"], tp["b_down"])
 
 
 def matmul_flops(cfg) -> int:
@@ -411,7 +411,7 @@ def breakdown(block: DecoderBlock, x: np.ndarray, runs: int) -> list[dict[str, A
         wrap(MultiHeadAttention, "_attend_blocked", lambda self, *a: "blocked attention (Q·Kᵀ, mask, softmax, ·V)",
              lambda self, q, k, v, start: attention_flops_as_run(self, q, k, start)),
         wrap(MLP, "__call__", lambda self, a, *r: "MLP (expand, bias+activation, contract: fused row tiles)",
-             lambda self, a, *r: 2 * (a.size // a.shape[-1]) * self.p["w_1"].size * (3 if self.cfg.gated else 2)),
+             lambda self, a, *r: 2 * (a.size // a.shape[-1]) * self.p["w_up"].size * (3 if self.cfg.gated else 2)),
     ]
     per_label: dict[str, list[tuple[float, int, int]]] = {}
     try:

@@ -27,7 +27,7 @@ import numpy as np
 
 from blockcli.block import DecoderBlock, MixtureOfExperts
 from blockcli.config import parse_config
-from blockcli.ops import ACTIVATION_FUNCTIONS
+from blockcli.ops import ACTIVATION_KERNELS
 from machine import describe, summary_line  # benchmarks/machine.py
 
 CASES = ((8, 1), (8, 2), (8, 4), (16, 2), (32, 2))
@@ -44,7 +44,7 @@ def build(d: int, n_experts: int, top_k: int, dtype: str) -> MixtureOfExperts:
 def dense_then_mask(moe: MixtureOfExperts):
     """Every expert on every row, weighted by the (mostly zero) routing weights."""
     E = moe.cfg.moe.n_experts
-    silu = ACTIVATION_FUNCTIONS["silu"]
+    silu = ACTIVATION_KERNELS["silu"][0]
 
     def run(x: np.ndarray) -> np.ndarray:
         chosen, weights = moe.route(x)  # (B, T, k) each
@@ -52,8 +52,8 @@ def dense_then_mask(moe: MixtureOfExperts):
         np.put_along_axis(dense, chosen, weights, axis=-1)
         out = np.zeros_like(x)
         for e in range(E):
-            p = {k: moe.p[f"experts.{e}.{k}"] for k in ("w_1", "w_3", "w_2")}
-            out += dense[..., e:e + 1] * ((silu(x @ p["w_1"]) * (x @ p["w_3"])) @ p["w_2"])
+            p = {k: moe.p[f"experts.{e}.{k}"] for k in ("w_gate", "w_up", "w_down")}
+            out += dense[..., e:e + 1] * ((silu(x @ p["w_gate"]) * (x @ p["w_up"])) @ p["w_down"])
         return out
 
     return run
@@ -74,9 +74,9 @@ def torch_moe(moe: MixtureOfExperts, dtype: str):
     with torch.no_grad():
         block.gate.weight.copy_(torch.from_numpy(moe.p["router"].T.copy()))
         for e in range(spec.n_experts):
-            gate_up = np.concatenate([moe.p[f"experts.{e}.w_1"].T, moe.p[f"experts.{e}.w_3"].T])  # (2·d_e, d)
+            gate_up = np.concatenate([moe.p[f"experts.{e}.w_gate"].T, moe.p[f"experts.{e}.w_up"].T])  # (2·d_e, d)
             block.experts.gate_up_proj[e].copy_(torch.from_numpy(gate_up))
-            block.experts.down_proj[e].copy_(torch.from_numpy(moe.p[f"experts.{e}.w_2"].T.copy()))
+            block.experts.down_proj[e].copy_(torch.from_numpy(moe.p[f"experts.{e}.w_down"].T.copy()))
 
     def run(x: np.ndarray) -> np.ndarray:
         with torch.no_grad():

@@ -22,6 +22,7 @@ and memory estimates never need to allocate. The forward pass can report each op
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -163,8 +164,8 @@ GPT2_NAMES = {
     "ln_1.weight": "ln1_gamma", "ln_1.bias": "ln1_beta",
     "attn.c_proj.weight": "w_o", "attn.c_proj.bias": "b_o",
     "ln_2.weight": "ln2_gamma", "ln_2.bias": "ln2_beta",
-    "mlp.c_fc.weight": "w_1", "mlp.c_fc.bias": "b_1",
-    "mlp.c_proj.weight": "w_2", "mlp.c_proj.bias": "b_2",
+    "mlp.c_fc.weight": "w_up", "mlp.c_fc.bias": "b_up",
+    "mlp.c_proj.weight": "w_down", "mlp.c_proj.bias": "b_down",
 }
 
 
@@ -240,9 +241,28 @@ def resolve_weights(weights: str | Path | Mapping[str, Any] | None, shapes: Mapp
         weights = load_npz(weights, limit=limit, expected=shapes)
     if any(k.endswith(("c_attn.weight", "ln_1.weight")) for k in weights):
         weights = from_gpt2_names(weights, source)
+    weights = _renamed_mlp_keys(weights, notes)
     if one_block:  # take it out of a whole model's weights, if that is what they are
         weights = _one_block(weights, layer, source, notes)
     return check_parameters(weights, shapes, dtype, source)
+
+
+_OLD_MLP_KEY = re.compile(r"(.*?)([wb])_([123])$")
+
+
+def _renamed_mlp_keys(weights: Mapping[str, Any], notes: list[str] | None) -> Mapping[str, Any]:
+    """Weights saved under blockcli 0.1's MLP keys read under today's: w_1 (the activated matrix) is w_gate
+    where its MLP has a w_3 (gated) and w_up where not, w_3 is w_up, w_2 is w_down; the same for b_."""
+    old = {k: m for k in weights if (m := _OLD_MLP_KEY.fullmatch(k))}
+    if not old:
+        return weights
+    gated = {m.group(1) for m in old.values() if m.group(3) == "3"}
+    roles = {"1": lambda prefix: "gate" if prefix in gated else "up", "3": lambda prefix: "up",
+             "2": lambda prefix: "down"}
+    if notes is not None:
+        notes.append("MLP weights under blockcli 0.1's keys (w_1, w_3, w_2) read as w_gate/w_up, w_up and w_down")
+    return {(f"{m.group(1)}{m.group(2)}_{roles[m.group(3)](m.group(1))}" if (m := old.get(k)) else k): v
+            for k, v in weights.items()}
 
 
 def _one_block(weights: Mapping[str, Any], layer: int | None, source: str, notes: list[str] | None) -> Mapping[str, Any]:
@@ -694,17 +714,29 @@ def _rows_contiguous(a: Array) -> Array:
 
 
 def mlp_branches(cfg: BlockConfig) -> tuple[Callable[[Array], Array], Callable[[Array], Array]]:
-    """(activation of x·W_1 + b_1, what the gated form does to its partner x·W_3 + b_3 before the product):
+    """(the activation of x·W_gate + b (x·W_up + b in a plain MLP), what a gated MLP does to the up branch before
+    the product):
     the activation and the identity, or gpt-oss's clamped SwiGLU, min(g, c)·σ(α·min(g, c)) · (clip(u, ±c) + 1)."""
     if cfg.activation == "clamped_swiglu":
         alpha, limit = cfg.swiglu_alpha, cfg.swiglu_limit
         return (lambda g: F.clamped_swiglu_gate(g, alpha, limit)), (lambda u: F.clamped_swiglu_up(u, limit))
-    return F.ACTIVATION_FUNCTIONS[cfg.activation], lambda u: u
+    return F.ACTIVATION_KERNELS[cfg.activation][0], lambda u: u
+
+
+def activated(cfg: BlockConfig) -> str:
+    """The role of the matrix whose output the activation reads: gate (gated), or up (plain)."""
+    return "gate" if cfg.gated else "up"
+
+
+def mlp_stage(cfg: BlockConfig, stage: str) -> str:
+    """The trace's name for an MLP's matrix product `stage` (pre, up, out), by the matrix's role."""
+    return {"pre": f"{activated(cfg)} (expand)", "up": "up (gate partner)", "out": "down (contract)"}[stage]
 
 
 @dataclass
 class MLP:
-    """Expand, activate, contract: act(x W_1 + b_1) [· (x W_3 + b_3) when gated] W_2 + b_2."""
+    """Expand, activate, contract: act(x W_up + b_up) W_down + b_down, or gated
+    (act(x W_gate + b_gate) ⊙ (x W_up + b_up)) W_down + b_down."""
 
     cfg: BlockConfig
     p: Mapping[str, Array]
@@ -714,47 +746,49 @@ class MLP:
         the cores: the same arithmetic per row, without ever holding the (B, T, d_ff) activation."""
         if rec is not _ignore:
             return self._rows(x, rec)
-        d, d_ff = self.p["w_1"].shape
-        return F.by_rows(self._fused_rows, x, d, np.result_type(x, self.p["w_1"], self.p["w_2"]),
+        d, d_ff = self.p["w_up"].shape
+        return F.by_rows(self._fused_rows, x, d, np.result_type(x, self.p["w_up"], self.p["w_down"]),
                          work=x.size * d_ff * (3 if self.cfg.gated else 2))
 
     def _fused_rows(self, x: Array, out: Array) -> None:
         """One row tile x (r, d) of the untraced pass into out (r, d): `_rows`' arithmetic, with the
         biases, the activation and the gate applied in place a slab of rows at a time, so their
         passes over the (r, d_ff) activation stay in cache instead of streaming it through memory."""
-        p, (act, partner) = self.p, mlp_branches(self.cfg)
-        b_1, b_3 = p.get("b_1"), p.get("b_3")
-        pre = x @ p["w_1"]  # (r, d_ff)
-        up = x @ p["w_3"] if self.cfg.gated else None  # (r, d_ff)
+        p, (act, partner), first = self.p, mlp_branches(self.cfg), activated(self.cfg)
+        b_first, b_up = p.get("b_" + first), p.get("b_up")
+        pre = x @ p["w_" + first]  # (r, d_ff)
+        up = x @ p["w_up"] if self.cfg.gated else None  # (r, d_ff)
         for rows in F.slabs(pre):
             z = pre[rows]  # (s, d_ff), a view
-            if b_1 is not None:
-                z += b_1
+            if b_first is not None:
+                z += b_first
             a = act(z)
             if up is not None:
-                gate = up[rows]
-                if b_3 is not None:
-                    gate += b_3
-                a *= partner(gate)
+                partner_rows = up[rows]
+                if b_up is not None:
+                    partner_rows += b_up
+                a *= partner(partner_rows)
             z[...] = a
-        np.matmul(pre, p["w_2"], out=out)  # (r, d)
-        if "b_2" in p:
-            out += p["b_2"]
+        np.matmul(pre, p["w_down"], out=out)  # (r, d)
+        if "b_down" in p:
+            out += p["b_down"]
 
     def _rows(self, x: Array, rec: Record = _ignore) -> Array:
-        p, (activation, partner) = self.p, mlp_branches(self.cfg)
-        pre = F.linear(x, p["w_1"], p.get("b_1"))  # (…, d_ff)
-        rec("mlp_pre", "MLP expand", pre, (x, p["w_1"]), kind="linear", params=("w_1", "b_1"))
+        p, (activation, partner), first = self.p, mlp_branches(self.cfg), activated(self.cfg)
+        pre = F.linear(x, p["w_" + first], p.get("b_" + first))  # (…, d_ff)
+        rec("mlp_pre", "MLP " + mlp_stage(self.cfg, "pre"), pre, (x, p["w_" + first]), kind="linear",
+            params=("w_" + first, "b_" + first))
         act = activation(pre)  # (…, d_ff)
         inputs: tuple[Array, ...] = (pre,)
         if self.cfg.gated:
-            up = F.linear(x, p["w_3"], p.get("b_3"))  # (…, d_ff)
-            rec("mlp_up", "MLP up (gate partner)", up, (x, p["w_3"]), kind="linear", params=("w_3", "b_3"))
+            up = F.linear(x, p["w_up"], p.get("b_up"))  # (…, d_ff)
+            rec("mlp_up", "MLP " + mlp_stage(self.cfg, "up"), up, (x, p["w_up"]), kind="linear", params=("w_up", "b_up"))
             act = act * partner(up)
             inputs = (pre, up)  # act(gate) ⊙ up reads both
-        rec("mlp_act", f"activation ({self.cfg.activation})", act, inputs, kind=self.cfg.activation)
-        out = F.linear(act, p["w_2"], p.get("b_2"))  # (…, d)
-        rec("mlp_out", "MLP contract", out, (act, p["w_2"]), kind="linear", params=("w_2", "b_2"))
+        rec("mlp_act", f"activation ({self.cfg.mlp_kind})", act, inputs, kind=self.cfg.mlp_kind)
+        out = F.linear(act, p["w_down"], p.get("b_down"))  # (…, d)
+        rec("mlp_out", "MLP " + mlp_stage(self.cfg, "out"), out, (act, p["w_down"]), kind="linear",
+            params=("w_down", "b_down"))
         return out
 
 
@@ -880,30 +914,31 @@ class MixtureOfExperts:
         return total
 
     def _mlp(self, x: Array, key: str, label: str, rec: Record) -> Array:
-        """One expert's act(x W_1 + b_1) [⊙ (x W_3 + b_3)] W_2 + b_2 on its rows x (n, d) (or (B, T, d) for
-        the shared one); the biases when block.bias.mlp."""
-        p, act_name, (activation, partner) = self.p, self.cfg.activation, mlp_branches(self.cfg)
+        """One expert's MLP on its rows x (n, d) (or (B, T, d) for the shared one): as `MLP`, its biases when
+        block.bias.mlp."""
+        p, act_name, (activation, partner), first = self.p, self.cfg.mlp_kind, mlp_branches(self.cfg), activated(self.cfg)
 
-        def linear(a: Array, name: str) -> Array:
-            out = a @ p[key + "w_" + name]
-            if key + "b_" + name in p:
-                out += p[key + "b_" + name]
+        def linear(a: Array, role: str) -> Array:
+            out = a @ p[key + "w_" + role]
+            if key + "b_" + role in p:
+                out += p[key + "b_" + role]
             return out
 
-        pre = linear(x, "1")  # (n, d_e)
-        rec(key + "pre", f"{label} expand", pre, (x, p[key + "w_1"]), kind="linear", params=(key + "w_1", key + "b_1"))
+        pre = linear(x, first)  # (n, d_e)
+        rec(key + "pre", f"{label} {mlp_stage(self.cfg, 'pre')}", pre, (x, p[key + "w_" + first]), kind="linear",
+            params=(key + "w_" + first, key + "b_" + first))
         act = activation(pre)  # (n, d_e)
         inputs: tuple[Array, ...] = (pre,)
         if self.cfg.gated:
-            up = linear(x, "3")  # (n, d_e)
-            rec(key + "up", f"{label} up (gate partner)", up, (x, p[key + "w_3"]), kind="linear",
-                params=(key + "w_3", key + "b_3"))
+            up = linear(x, "up")  # (n, d_e)
+            rec(key + "up", f"{label} {mlp_stage(self.cfg, 'up')}", up, (x, p[key + "w_up"]), kind="linear",
+                params=(key + "w_up", key + "b_up"))
             act = act * partner(up)
             inputs = (pre, up)
         rec(key + "act", f"{label} activation ({act_name})", act, inputs, kind=act_name)
-        out = linear(act, "2")  # (n, d)
-        rec(key + "out", f"{label} contract", out, (act, p[key + "w_2"]), kind="linear",
-            params=(key + "w_2", key + "b_2"))
+        out = linear(act, "down")  # (n, d)
+        rec(key + "out", f"{label} {mlp_stage(self.cfg, 'out')}", out, (act, p[key + "w_down"]), kind="linear",
+            params=(key + "w_down", key + "b_down"))
         return out
 
 

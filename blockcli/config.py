@@ -23,9 +23,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from blockcli.activations import GATED_NAMES, SPELLINGS, mlp_kind, spelling
+
 NORMS = ("layernorm", "rmsnorm")
-ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu", "clamped_swiglu")
-GATED_ACTIVATIONS = ("swiglu", "geglu", "clamped_swiglu")
 PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich")
 ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
@@ -154,7 +154,7 @@ class BlockConfig:
     head_dim: int = 0  # 0 means d_model // n_heads
     norm: str = "layernorm"
     norm_eps: float = 1e-5
-    activation: str = "gelu_tanh"
+    activation: str = "gelu_tanh"  # a function of blockcli.activations (a gated form's name, swiglu, sets gated)
     bias: Bias = field(default_factory=Bias)
     placement: str = "pre"
     rope: float = 0.0  # fraction of each head rotated; 0 is off, 1 is the whole head
@@ -178,6 +178,18 @@ class BlockConfig:
     attention_sinks: bool = False  # a learned logit per head joins every row's softmax, then is dropped (gpt-oss)
     swiglu_alpha: float = 1.702  # clamped_swiglu: the gate's g·sigmoid(α·g)
     swiglu_limit: float = 7.0  # clamped_swiglu: the gate clamped to ≤ c, the up branch to [−c, c]
+    gated: bool = False  # act(x·W_gate) ⊙ x·W_up, then W_down; a gated form's name (swiglu) implies it
+
+    def __post_init__(self) -> None:
+        # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
+        if self.activation in GATED_NAMES:
+            object.__setattr__(self, "gated", True)
+            object.__setattr__(self, "activation", GATED_NAMES[self.activation])
+
+    @property
+    def mlp_kind(self) -> str:
+        """The MLP's activation step by the name people know it: `swiglu`, `gelu_tanh`, `gated_relu2`."""
+        return mlp_kind(spelling(self.activation, self.gated), self.gated)
 
     @property
     def sandwich(self) -> bool:
@@ -188,10 +200,6 @@ class BlockConfig:
     def shared_norm(self) -> bool:
         """Attention and MLP both read LN1(x): the block has no second norm (GPT-J, Phi)."""
         return self.placement == "parallel_shared"
-
-    @property
-    def gated(self) -> bool:
-        return self.activation in GATED_ACTIVATIONS
 
     @property
     def rope_dims(self) -> int:
@@ -785,6 +793,18 @@ def _parse_bias(value: Any) -> Bias:
                       f"got {_kind(value)}")
 
 
+def _parse_gated(data: Mapping[str, Any], activation: str) -> bool:
+    """block.gated: true when the activation names a gated form (swiglu), false by default otherwise."""
+    named = activation in GATED_NAMES
+    gated = _bool(data, "gated", "block", named)
+    if named and not gated:
+        raise ConfigError(f"block.gated: activation {activation} is a gated MLP's (act(x·W_gate) ⊙ x·W_up); "
+                          f"for a plain MLP write activation: {GATED_NAMES[activation]}"
+                          if activation != "clamped_swiglu" else
+                          "block.gated: activation clamped_swiglu exists only in a gated MLP (it clips the up branch)")
+    return gated
+
+
 def _parse_rope(value: Any) -> float:
     if isinstance(value, bool):
         return 1.0 if value else 0.0
@@ -796,7 +816,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "attention_dropout",
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
               "residual_multiplier", "moe", "mla", "attention_softcap", "norm_scale", "clip_qkv", "alibi",
-              "attention_sinks", "swiglu_alpha", "swiglu_limit")
+              "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -824,7 +844,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         d_ff=_int(data, "d_ff", p, 2048),
         norm=_choice(data, "norm", p, "layernorm", NORMS),
         norm_eps=_float(data, "norm_eps", p, 1e-5, 0.0, 1.0, low_open=True),
-        activation=_choice(data, "activation", p, "gelu_tanh", ACTIVATIONS),
+        activation=(activation := _choice(data, "activation", p, "gelu_tanh", SPELLINGS)),
+        gated=_parse_gated(data, activation),
         bias=_parse_bias(data.get("bias", True)),
         placement=_choice(data, "placement", p, "pre", PLACEMENTS),
         rope=rope,

@@ -202,13 +202,13 @@ def block_formula(b: BlockConfig) -> list[Row]:
     if b.moe is not None:
         return rows + moe_formula(b)
     mlp_bias = b.bias.mlp
-    rows.append(Row("mlp.1", "MLP gate (w_1, activated)" if b.gated else "MLP expansion",
-                    term(1, "d", "d_ff"), term(1, "d_ff") if mlp_bias else no, ("w_1", "b_1")))
     if b.gated:
-        rows.append(Row("mlp.3", "MLP up (w_3)", term(1, "d", "d_ff"), term(1, "d_ff") if mlp_bias else no,
-                        ("w_3", "b_3")))
-    rows.append(Row("mlp.2", "MLP contraction", term(1, "d", "d_ff"), term(1, "d") if mlp_bias else no,
-                    ("w_2", "b_2")))
+        rows.append(Row("mlp.gate", "MLP gate (w_gate, activated)", term(1, "d", "d_ff"),
+                        term(1, "d_ff") if mlp_bias else no, ("w_gate", "b_gate")))
+    rows.append(Row("mlp.up", "MLP up (w_up, the gate's partner)" if b.gated else "MLP up (w_up, expansion)",
+                    term(1, "d", "d_ff"), term(1, "d_ff") if mlp_bias else no, ("w_up", "b_up")))
+    rows.append(Row("mlp.down", "MLP down (w_down, contraction)", term(1, "d", "d_ff"), term(1, "d") if mlp_bias else no,
+                    ("w_down", "b_down")))
     return rows
 
 
@@ -219,9 +219,9 @@ def moe_formula(b: BlockConfig) -> list[Row]:
     moe = b.moe
     assert moe is not None
     matrices = 3 if b.gated else 2
-    names = ("w_1", "w_3", "w_2") if b.gated else ("w_1", "w_2")
+    names = ("w_gate", "w_up", "w_down") if b.gated else ("w_up", "w_down")
     if b.bias.mlp:
-        names += ("b_1", "b_3", "b_2") if b.gated else ("b_1", "b_2")
+        names += ("b_gate", "b_up", "b_down") if b.gated else ("b_up", "b_down")
 
     def expert_biases(count: str | None, width: str) -> Poly:  # (1 or 2)·d_e + d per expert, times E or k
         if not b.bias.mlp:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 import numpy as np
 
+from blockcli.activations import ACTIVATIONS
 from blockcli.parallel import share_out
 
 if TYPE_CHECKING:
@@ -71,16 +72,33 @@ def linear(x: Array, w: Array, b: Array | None) -> Array:
 
 
 # ----------------------------------------------------------------------------- activations
+# Each registry row (blockcli.activations) has a forward f(x) and a backward f'(x)·dy here, keyed by its
+# name in ACTIVATION_KERNELS. The backward of a gated MLP's product is the block's (block.MLP).
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_GELU_CUBIC = 0.044715
 _erf = np.frompyfunc(math.erf, 1, 1)  # NumPy has no erf; math.erf is exact to double precision
+
+
+def erf(x: Array) -> Array:
+    return _erf(x).astype(x.dtype)
+
+
+def sigmoid(x: Array) -> Array:
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # 1/(1 + e^−x), finite for large |x|
+
+
+def _normal_pdf(x: Array) -> Array:
+    """φ(x) = e^(−x²/2)/√(2π), 0 where x² overflows."""
+    with np.errstate(over="ignore", under="ignore"):
+        return np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
 
 
 def gelu_tanh(x: Array) -> Array:
     """0.5·x·(1 + tanh(u)), u = √(2/π)·(x + 0.044715·x³), computed as x / (1 + exp(−2u)) (the same
     function: 0.5·(1 + tanh u) is the logistic of 2u) with one temporary and no pow or tanh."""
     t = x * x
-    t *= -2.0 * _SQRT_2_OVER_PI * 0.044715
+    t *= -2.0 * _SQRT_2_OVER_PI * _GELU_CUBIC
     t += -2.0 * _SQRT_2_OVER_PI
     t *= x  # −2u
     with np.errstate(over="ignore", under="ignore"):  # exp(−2u) = inf for x ≪ 0: x/inf = −0, the limit
@@ -90,18 +108,144 @@ def gelu_tanh(x: Array) -> Array:
     return t
 
 
+def gelu_tanh_backward(x: Array, dy: Array) -> Array:
+    """dy·(0.5·(1 + tanh u) + 0.5·x·(1 − tanh² u)·√(2/π)·(1 + 3·0.044715·x²))."""
+    t = np.tanh(_SQRT_2_OVER_PI * (x + _GELU_CUBIC * x * x * x))
+    return dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3.0 * _GELU_CUBIC * x * x))
+
+
 def gelu(x: Array) -> Array:
     """Exact GELU, x·Φ(x). Elementwise math.erf: exact, but slower than the tanh form."""
-    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)).astype(x.dtype))
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+
+
+def gelu_backward(x: Array, dy: Array) -> Array:
+    """dy·(Φ(x) + x·φ(x))."""
+    return dy * (0.5 * (1.0 + erf(x / math.sqrt(2.0))) + x * _normal_pdf(x))
 
 
 def relu(x: Array) -> Array:
     return np.maximum(x, 0)
 
 
+def relu_backward(x: Array, dy: Array) -> Array:
+    return np.where(x > 0, dy, 0).astype(dy.dtype)
+
+
 def silu(x: Array) -> Array:
-    # x·sigmoid(x), written to stay finite for large |x|
-    return x * (0.5 * (1.0 + np.tanh(0.5 * x)))
+    return x * sigmoid(x)
+
+
+def silu_backward(x: Array, dy: Array) -> Array:
+    """dy·σ(x)·(1 + x·(1 − σ(x)))."""
+    s = sigmoid(x)
+    return dy * s * (1.0 + x * (1.0 - s))
+
+
+def relu2(x: Array) -> Array:
+    r = np.maximum(x, 0)
+    return r * r
+
+
+def relu2_backward(x: Array, dy: Array) -> Array:
+    return dy * 2 * np.maximum(x, 0)
+
+
+_QUICK = 1.702
+
+
+def quick_gelu(x: Array) -> Array:
+    return x * sigmoid(_QUICK * x)
+
+
+def quick_gelu_backward(x: Array, dy: Array) -> Array:
+    s = sigmoid(_QUICK * x)
+    return dy * (s + _QUICK * x * s * (1.0 - s))
+
+
+def gelu_10(x: Array) -> Array:
+    return np.clip(gelu(x), -10, 10)
+
+
+def gelu_10_backward(x: Array, dy: Array) -> Array:
+    g = gelu(x)
+    return np.where((g >= -10) & (g <= 10), gelu_backward(x, dy), 0).astype(dy.dtype)  # clip passes its bounds
+
+
+def relu6(x: Array) -> Array:
+    return np.clip(x, 0, 6)
+
+
+def relu6_backward(x: Array, dy: Array) -> Array:
+    return np.where((x > 0) & (x < 6), dy, 0).astype(dy.dtype)  # hardtanh's: open at both bounds
+
+
+_LEAK = 0.01
+
+
+def leaky_relu(x: Array) -> Array:
+    return np.where(x > 0, x, _LEAK * x).astype(x.dtype)
+
+
+def leaky_relu_backward(x: Array, dy: Array) -> Array:
+    return np.where(x > 0, dy, _LEAK * dy).astype(dy.dtype)
+
+
+def sigmoid_backward(x: Array, dy: Array) -> Array:
+    s = sigmoid(x)
+    return dy * s * (1.0 - s)
+
+
+def tanh(x: Array) -> Array:
+    return np.tanh(x)
+
+
+def tanh_backward(x: Array, dy: Array) -> Array:
+    t = np.tanh(x)
+    return dy * (1.0 - t * t)
+
+
+def softplus(x: Array) -> Array:
+    """log(1 + e^x), as torch computes it: x itself above 20."""
+    with np.errstate(over="ignore"):
+        return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20)))).astype(x.dtype)
+
+
+def mish(x: Array) -> Array:
+    return x * np.tanh(softplus(x))
+
+
+def mish_backward(x: Array, dy: Array) -> Array:
+    t = np.tanh(softplus(x))
+    return dy * (t + x * (1.0 - t * t) * sigmoid(x))
+
+
+def hardswish(x: Array) -> Array:
+    return x * np.clip(x + 3, 0, 6) / 6
+
+
+def hardswish_backward(x: Array, dy: Array) -> Array:
+    """torch's: 0 below −3, x/3 + 1/2 up to 3 (included), 1 above."""
+    return np.where(x < -3, 0, np.where(x <= 3, x / 3 + 0.5, 1)).astype(dy.dtype) * dy
+
+
+def identity(x: Array) -> Array:
+    return x
+
+
+def identity_backward(x: Array, dy: Array) -> Array:
+    return dy
+
+
+_LAPLACE_MU, _LAPLACE_SIGMA = 0.707107, 0.282095
+
+
+def laplace(x: Array) -> Array:
+    return 0.5 * (1.0 + erf((x - _LAPLACE_MU) / (_LAPLACE_SIGMA * math.sqrt(2.0))))
+
+
+def laplace_backward(x: Array, dy: Array) -> Array:
+    return dy * _normal_pdf((x - _LAPLACE_MU) / _LAPLACE_SIGMA) / _LAPLACE_SIGMA
 
 
 def clamped_swiglu_gate(x: Array, alpha: float, limit: float) -> Array:
@@ -110,16 +254,33 @@ def clamped_swiglu_gate(x: Array, alpha: float, limit: float) -> Array:
     return g * sigmoid(np.asarray(alpha, dtype=x.dtype) * g)
 
 
+def clamped_swiglu_gate_backward(x: Array, dy: Array, alpha: float, limit: float) -> Array:
+    """dy·(σ(αg) + αg·σ(αg)(1 − σ(αg))) where x <= limit (clamp passes its bound), 0 above."""
+    g = np.minimum(x, np.asarray(limit, dtype=x.dtype))
+    s = sigmoid(np.asarray(alpha, dtype=x.dtype) * g)
+    return np.where(x <= limit, dy * (s + alpha * g * s * (1.0 - s)), 0).astype(dy.dtype)
+
+
 def clamped_swiglu_up(x: Array, limit: float) -> Array:
     """gpt-oss's up branch (the gate's partner): clip(x, −limit, limit) + 1."""
     c = np.asarray(limit, dtype=x.dtype)
     return np.clip(x, -c, c) + np.asarray(1, dtype=x.dtype)
 
 
-ACTIVATION_FUNCTIONS: dict[str, Callable[[Array], Array]] = {
-    "gelu_tanh": gelu_tanh, "gelu": gelu, "relu": relu, "silu": silu,
-    "swiglu": silu, "geglu": gelu_tanh,  # gated forms: the activation on the w_1 branch
-}
+def clamped_swiglu_up_backward(x: Array, dy: Array, limit: float) -> Array:
+    return np.where((x >= -limit) & (x <= limit), dy, 0).astype(dy.dtype)
+
+
+Kernel = tuple[Callable[[Array], Array], Callable[[Array, Array], Array]]
+ACTIVATION_KERNELS: dict[str, Kernel] = {
+    "gelu_tanh": (gelu_tanh, gelu_tanh_backward), "gelu": (gelu, gelu_backward), "relu": (relu, relu_backward),
+    "silu": (silu, silu_backward), "relu2": (relu2, relu2_backward), "quick_gelu": (quick_gelu, quick_gelu_backward),
+    "gelu_10": (gelu_10, gelu_10_backward), "relu6": (relu6, relu6_backward),
+    "leaky_relu": (leaky_relu, leaky_relu_backward), "sigmoid": (sigmoid, sigmoid_backward),
+    "tanh": (tanh, tanh_backward), "mish": (mish, mish_backward), "hardswish": (hardswish, hardswish_backward),
+    "linear": (identity, identity_backward), "laplace": (laplace, laplace_backward),
+}  # clamped_swiglu takes its α and c from the config: block.mlp_branches binds them
+assert set(ACTIVATION_KERNELS) | {"clamped_swiglu"} == set(ACTIVATIONS), "every registry row has its kernels"
 
 # ----------------------------------------------------------------------------- norms
 
@@ -327,10 +488,6 @@ def sinusoidal_positions(positions: Array, d: int, dtype: np.dtype) -> Array:
 
 
 # ----------------------------------------------------------------------------- mixture-of-experts routing
-
-
-def sigmoid(x: Array) -> Array:
-    return 0.5 * (1.0 + np.tanh(0.5 * x))  # 1/(1 + e^−x), finite for large |x|
 
 
 def router_probabilities(logits: Array, scoring: str) -> Array:

@@ -27,14 +27,40 @@ def _norm(v: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None, kind: str, 
     return out if beta is None else out + beta
 
 
+def _sigmoid(u: float) -> float:
+    return 1 / (1 + math.exp(-u)) if u > -700 else 0.0  # exp(−u) past float64's range below −700
+
+
+def _gelu(u: float) -> float:
+    return 0.5 * u * (1 + math.erf(u / math.sqrt(2)))
+
+
+def _softplus(u: float) -> float:
+    return u if u > 20 else math.log1p(math.exp(u))
+
+
+# each activation of blockcli.activations, one scalar at a time, written from its formula
+_SCALAR_ACTIVATIONS = {
+    "gelu_tanh": lambda u: 0.5 * u * (1 + math.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u**3))),
+    "gelu": _gelu,
+    "relu": lambda u: max(u, 0.0),
+    "silu": lambda u: u * _sigmoid(u),
+    "relu2": lambda u: max(u, 0.0) ** 2,
+    "quick_gelu": lambda u: u * _sigmoid(1.702 * u),
+    "gelu_10": lambda u: min(max(_gelu(u), -10.0), 10.0),
+    "relu6": lambda u: min(max(u, 0.0), 6.0),
+    "leaky_relu": lambda u: u if u > 0 else 0.01 * u,
+    "sigmoid": _sigmoid,
+    "tanh": math.tanh,
+    "mish": lambda u: u * math.tanh(_softplus(u)),
+    "hardswish": lambda u: u * min(max(u + 3, 0.0), 6.0) / 6,
+    "linear": lambda u: u,
+    "laplace": lambda u: 0.5 * (1 + math.erf((u - 0.707107) / (0.282095 * math.sqrt(2)))),
+}
+
+
 def _act(name: str, u: float) -> float:
-    if name in ("gelu_tanh", "geglu"):
-        return 0.5 * u * (1 + math.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u**3)))
-    if name == "gelu":
-        return 0.5 * u * (1 + math.erf(u / math.sqrt(2)))
-    if name == "relu":
-        return max(u, 0.0)
-    return u / (1 + math.exp(-u)) if u > -700 else 0.0  # silu, swiglu
+    return _SCALAR_ACTIVATIONS[name](u)
 
 
 def _gated(cfg: BlockConfig, gate: float, up: float) -> float:
@@ -175,14 +201,14 @@ def _scale(p: Mapping[str, np.ndarray], which: str, cfg: BlockConfig) -> np.ndar
         return 1.0
     return p[f"{which}_gamma"] + (1.0 if cfg.norm_unit_offset else 0.0)
 def _expert(vec: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig, key: str) -> np.ndarray:
-    """One token through an MLP whose parameters are named `key` + w_1, b_1 …"""
-    pre = vec @ p[key + "w_1"] + p.get(key + "b_1", 0.0)
+    """One token through an MLP whose parameters are named `key` + w_gate, w_up, w_down (and b_…)."""
+    up = vec @ p[key + "w_up"] + p.get(key + "b_up", 0.0)
     if cfg.gated:
-        up = vec @ p[key + "w_3"] + p.get(key + "b_3", 0.0)
-        hidden = np.array([_gated(cfg, float(g), float(u)) for g, u in zip(pre, up)])
+        gate = vec @ p[key + "w_gate"] + p.get(key + "b_gate", 0.0)
+        hidden = np.array([_gated(cfg, float(g), float(u)) for g, u in zip(gate, up)])
     else:
-        hidden = np.array([_act(cfg.activation, float(g)) for g in pre])
-    return hidden @ p[key + "w_2"] + p.get(key + "b_2", 0.0)
+        hidden = np.array([_act(cfg.activation, float(u)) for u in up])
+    return hidden @ p[key + "w_down"] + p.get(key + "b_down", 0.0)
 
 
 def _best(values: list[float], k: int) -> list[int]:

@@ -80,26 +80,27 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     return shapes
 
 
+def mlp_matrices(cfg: BlockConfig) -> tuple[str, ...]:
+    """The MLP's matrices by role, the activated one first: gate, up, down (gated), or up, down (plain).
+    Each has its bias `b_<role>` with block.bias.mlp."""
+    return ("gate", "up", "down") if cfg.gated else ("up", "down")
+
+
 def mlp_shapes(cfg: BlockConfig, prefix: str = "", d_ff: int = 0) -> dict[str, Shape]:
-    """An MLP's w_1 (d, d_ff) [w_3] w_2 (d_ff, d) and their biases, its keys after `prefix` (an expert's
-    'experts.3.', the shared expert's 'shared_'); d_ff: its width, if not block.d_ff."""
+    """An MLP's w_gate (d, d_ff) (gated only), w_up (d, d_ff), w_down (d_ff, d) and their biases, its keys
+    after `prefix` (an expert's 'experts.3.', the shared expert's 'shared_'); d_ff: its width, if not block.d_ff."""
     d, d_ff = cfg.d_model, d_ff or cfg.d_ff
-    shapes: dict[str, Shape] = {f"{prefix}w_1": (d, d_ff)}
-    if cfg.bias.mlp:
-        shapes[f"{prefix}b_1"] = (d_ff,)
-    if cfg.gated:
-        shapes[f"{prefix}w_3"] = (d, d_ff)
+    shapes: dict[str, Shape] = {}
+    for role in mlp_matrices(cfg):
+        shapes[f"{prefix}w_{role}"] = (d_ff, d) if role == "down" else (d, d_ff)
         if cfg.bias.mlp:
-            shapes[f"{prefix}b_3"] = (d_ff,)
-    shapes[f"{prefix}w_2"] = (d_ff, d)
-    if cfg.bias.mlp:
-        shapes[f"{prefix}b_2"] = (d,)
+            shapes[f"{prefix}b_{role}"] = (d,) if role == "down" else (d_ff,)
     return shapes
 
 
 def moe_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     """A mixture of experts: the router (d, E) and its bias, its selection bias, each routed expert's
-    matrices `experts.{e}.w_1` (d, d_e) [w_3] w_2 (d_e, d) (and biases), and the shared expert's (d, d_s) …
+    matrices `experts.{e}.w_gate` (d, d_e), w_up, w_down (d_e, d) (and biases), and the shared expert's (d, d_s) …
     and its gate (d, 1)."""
     moe = cfg.moe
     assert moe is not None

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
+from blockcli.activations import function_of
 from blockcli.config import BlockConfig, Config, InputError, layer_list, projected_width
 
 DTYPE_BITS = {"float64": 64, "float32": 32, "bfloat16": 16, "float16": 16, "float8": 8, "int8": 8, "int4": 4}
@@ -373,8 +374,9 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
         terms += [Term(name, f"{unit}·d_ff", act(d_ff), k) for name, k in
                   (("gate pre-activation", "8"), ("activated gate", ""), ("up projection", ""),
                    ("gate ⊙ up (contraction input)", "8"))]
-    elif block.activation == "relu":
-        terms.append(Term("ReLU output (its backward and the contraction input)", f"{unit}·d_ff", act(d_ff), "8"))
+    elif function_of(block.activation).saves != "input":  # ReLU: its output is all its backward reads
+        terms.append(Term(f"{block.activation} output (its backward and the contraction input)", f"{unit}·d_ff",
+                          act(d_ff), "8"))
     else:
         terms += [Term(f"{block.activation} input", f"{unit}·d_ff", act(d_ff), "8"),
                   Term(f"{block.activation} output (contraction input)", f"{unit}·d_ff", act(d_ff), "8")]

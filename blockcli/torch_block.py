@@ -23,15 +23,15 @@ SCHEMES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "attn.c_attn": (("w_q", "w_k", "w_v"), ("b_q", "b_k", "b_v")),
     "attn.c_proj": (("w_o",), ("b_o",)),
     "ln_2": (("ln2_gamma",), ("ln2_beta",)),
-    "mlp.c_fc": (("w_1",), ("b_1",)),
-    "mlp.c_proj": (("w_2",), ("b_2",)),
+    "mlp.c_fc": (("w_up",), ("b_up",)),
+    "mlp.c_proj": (("w_down",), ("b_down",)),
     # split Q/K/V under attn. (GPT-J, GPT-Neo, nanoGPT variants)
     "attn.q_proj": (("w_q",), ("b_q",)),
     "attn.k_proj": (("w_k",), ("b_k",)),
     "attn.v_proj": (("w_v",), ("b_v",)),
     "attn.out_proj": (("w_o",), ("b_o",)),
-    "mlp.fc_in": (("w_1",), ("b_1",)),
-    "mlp.fc_out": (("w_2",), ("b_2",)),
+    "mlp.fc_in": (("w_up",), ("b_up",)),
+    "mlp.fc_out": (("w_down",), ("b_down",)),
     # transformers' Llama, Mistral, Qwen2 (and OPT-style self_attn.out_proj, fc1, fc2)
     "input_layernorm": (("ln1_gamma",), ("ln1_beta",)),
     "self_attn.q_proj": (("w_q",), ("b_q",)),
@@ -44,18 +44,18 @@ SCHEMES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "self_attn.k_norm": (("k_norm_gamma",), ("k_norm_beta",)),
     "self_attn.out_proj": (("w_o",), ("b_o",)),
     "post_attention_layernorm": (("ln2_gamma",), ("ln2_beta",)),
-    "mlp.gate_proj": (("w_1",), ("b_1",)),
-    "mlp.up_proj": (("w_3",), ("b_3",)),
-    "mlp.down_proj": (("w_2",), ("b_2",)),
+    "mlp.gate_proj": (("w_gate",), ("b_gate",)),
+    "mlp.up_proj": (("w_up",), ("b_up",)),
+    "mlp.down_proj": (("w_down",), ("b_down",)),
     "self_attn_layer_norm": (("ln1_gamma",), ("ln1_beta",)),
     "final_layer_norm": (("ln2_gamma",), ("ln2_beta",)),
-    "fc1": (("w_1",), ("b_1",)),
-    "fc2": (("w_2",), ("b_2",)),
+    "fc1": (("w_up",), ("b_up",)),
+    "fc2": (("w_down",), ("b_down",)),
     # GPT-NeoX (Pythia): Q, K, V fused per head, [q_0 k_0 v_0 q_1 k_1 v_1 …] along the output (PER_HEAD_QKV)
     "attention.query_key_value": (("w_q", "w_k", "w_v"), ("b_q", "b_k", "b_v")),
     "attention.dense": (("w_o",), ("b_o",)),
-    "mlp.dense_h_to_4h": (("w_1",), ("b_1",)),
-    "mlp.dense_4h_to_h": (("w_2",), ("b_2",)),
+    "mlp.dense_h_to_4h": (("w_up",), ("b_up",)),
+    "mlp.dense_4h_to_h": (("w_down",), ("b_down",)),
 }
 PER_HEAD_QKV = {"attention.query_key_value"}  # fused per head rather than Q | K | V (needs h = h_kv)
 
@@ -240,7 +240,7 @@ class Recorder:
 
 
 def _joined(keys: tuple[str, ...]) -> str:
-    """'w_1 makes' or 'w_q | w_k | w_v make': the blockcli side of a shape message."""
+    """'w_up makes' or 'w_q | w_k | w_v make': the blockcli side of a shape message."""
     return f"{keys[0]} makes" if len(keys) == 1 else f"{' | '.join(keys)} make"
 
 

@@ -22,7 +22,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from blockcli import progress
-from blockcli.block import (DecoderBlock, Model, attention_tile, block_parameter_shapes, blocked_label, experts_label,
+from blockcli.activations import MLP_KIND_FLOPS
+from blockcli.block import (DecoderBlock, activated, mlp_stage, Model, attention_tile, block_parameter_shapes, blocked_label, experts_label,
                             full_table, load_label, logits_label, model_parameter_shapes, routing_label, scores_label,
                             softmax_label)
 from blockcli.config import BlockConfig, Config, InputError, projected_width
@@ -31,8 +32,7 @@ from blockcli.parallel import fit_blas_threads, worker_count
 # Per-element FLOPs of the elementwise operations (a convention, stated in the README).
 ELEMENT_FLOPS = {
     "add": 1, "layernorm": 5, "rmsnorm": 3, "softmax": 4, "mask": 0, "rope": 3,
-    "gelu_tanh": 8, "gelu": 8, "relu": 1, "silu": 4, "swiglu": 5, "geglu": 9,
-    "clamped_swiglu": 11,  # min, α·g, sigmoid (4), g·σ, clip (2), + 1, the product
+    **MLP_KIND_FLOPS,  # an MLP's activation step, as the activation registry costs it (gated: + the product)
     "reshape": 0, "gather": 0, "clip": 1,
     "sigmoid": 4, "topk": 0, "count": 0, "gate": 1,  # a mixture of experts' routing and shared gate
     # "combine" (the weighted sum of a token's k expert outputs) costs 2·k per output element: see Recorder
@@ -537,15 +537,18 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
                    names: Any) -> ShapeOnly:
         """One MLP's rows (as MixtureOfExperts._mlp); label(stage) names a row, names(w) matrix w's parameters."""
         pre, act, out = S(*rows, width), S(*rows, width), S(*rows, d)
-        rec(key + "pre", label("expand"), pre, (inp, S(d, width)), kind="linear", params=names("w_1") + names("b_1"))
+        first = activated(b)
+        rec(key + "pre", label(mlp_stage(b, "pre")), pre, (inp, S(d, width)), kind="linear",
+            params=names("w_" + first) + names("b_" + first))
         inputs: tuple[ShapeOnly, ...] = (pre,)
         if b.gated:
             up = S(*rows, width)
-            rec(key + "up", label("up (gate partner)"), up, (inp, S(d, width)), kind="linear",
-                params=names("w_3") + names("b_3"))
+            rec(key + "up", label(mlp_stage(b, "up")), up, (inp, S(d, width)), kind="linear",
+                params=names("w_up") + names("b_up"))
             inputs = (pre, up)
-        rec(key + "act", label(f"activation ({b.activation})"), act, inputs, kind=b.activation)
-        rec(key + "out", label("contract"), out, (act, S(width, d)), kind="linear", params=names("w_2") + names("b_2"))
+        rec(key + "act", label(f"activation ({b.mlp_kind})"), act, inputs, kind=b.mlp_kind)
+        rec(key + "out", label(mlp_stage(b, "out")), out, (act, S(width, d)), kind="linear",
+            params=names("w_down") + names("b_down"))
         return out
 
     def moe(inp: ShapeOnly) -> ShapeOnly:
@@ -587,14 +590,16 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         if b.moe is not None:
             return moe(inp)
         pre, act, out = S(B, T, d_ff), S(B, T, d_ff), S(B, T, d)
-        rec("mlp_pre", "MLP expand", pre, (inp, S(d, d_ff)), kind="linear", params=("w_1", "b_1"))
+        first = activated(b)
+        rec("mlp_pre", "MLP " + mlp_stage(b, "pre"), pre, (inp, S(d, d_ff)), kind="linear",
+            params=("w_" + first, "b_" + first))
         inputs: tuple[ShapeOnly, ...] = (pre,)
         if b.gated:
             up = S(B, T, d_ff)
-            rec("mlp_up", "MLP up (gate partner)", up, (inp, S(d, d_ff)), kind="linear", params=("w_3", "b_3"))
+            rec("mlp_up", "MLP " + mlp_stage(b, "up"), up, (inp, S(d, d_ff)), kind="linear", params=("w_up", "b_up"))
             inputs = (pre, up)
-        rec("mlp_act", f"activation ({b.activation})", act, inputs, kind=b.activation)
-        rec("mlp_out", "MLP contract", out, (act, S(d_ff, d)), kind="linear", params=("w_2", "b_2"))
+        rec("mlp_act", f"activation ({b.mlp_kind})", act, inputs, kind=b.mlp_kind)
+        rec("mlp_out", "MLP " + mlp_stage(b, "out"), out, (act, S(d_ff, d)), kind="linear", params=("w_down", "b_down"))
         return out
 
     def norm(key: str, op: str, which: str, inp: ShapeOnly) -> ShapeOnly:
@@ -628,7 +633,6 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
     return add("y", "residual add (MLP)", hid, mlp(n2))
 
 
-_EXPERT_STAGES = {"in": "gather their rows", "pre": "expand", "up": "up (gate partner)", "out": "contract"}
 
 
 def merge_expert_rows(rows: list[OpRow], config: Config, tokens: int) -> list[OpRow]:
@@ -657,7 +661,8 @@ def merge_expert_rows(rows: list[OpRow], config: Config, tokens: int) -> list[Op
             continue
         group = merged.get((row.layer, base))
         if group is None:
-            stage = _EXPERT_STAGES.get(base, f"activation ({config.block.activation})")
+            stage = ("gather their rows" if base == "in" else mlp_stage(config.block, base) if base in ("pre", "up", "out")
+                     else f"activation ({config.block.mlp_kind})")
             group = replace(row, step=len(out) + 1, key=f"{prefix}{ALL_EXPERTS}{base}",
                             op=experts_label(stage, moe, tokens), params=0, flops=0,
                             matmul_flops=0, bytes=0, output_shape=(0,) + row.output_shape[1:],

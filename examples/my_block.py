@@ -3,7 +3,7 @@
     blockcli verify --impl examples/my_block.py:MyBlock
 
 blockcli builds MyBlock(weights, config), then calls the result on x (B, T, d).
-weights uses blockcli's keys (ln1_gamma, w_q, b_q, ..., w_2, b_2), W shaped (in, out);
+weights uses blockcli's keys (ln1_gamma, w_q, b_q, ..., w_down, b_down), W shaped (in, out);
 config is the YAML as a plain dict. This one is the reference chapter's pre-norm block:
 LayerNorm, causal multi-head attention, tanh-GELU MLP.
 """
@@ -42,9 +42,9 @@ class MyBlock:
         attn_out = concat @ w["w_o"] + w["b_o"]
         hidden = x + attn_out
         n2 = self.layer_norm(hidden, w["ln2_gamma"], w["ln2_beta"])
-        u = n2 @ w["w_1"] + w["b_1"]
+        u = n2 @ w["w_up"] + w["b_up"]
         act = 0.5 * u * (1 + np.tanh(np.sqrt(2 / np.pi) * (u + 0.044715 * u**3)))
-        mlp_out = act @ w["w_2"] + w["b_2"]
+        mlp_out = act @ w["w_down"] + w["b_down"]
         y = hidden + mlp_out
         if not return_intermediates:
             return y

@@ -33,8 +33,11 @@ import numpy as np
 
 BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
 NORMS = ("layernorm", "rmsnorm")
-ACTIVATIONS = ("gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu", "clamped_swiglu")
-GATED = ("swiglu", "geglu", "clamped_swiglu")
+# the MLP's elementwise functions, and the gated forms known by a name of their own
+FUNCTIONS = ("gelu_tanh", "gelu", "relu", "silu", "relu2", "quick_gelu", "gelu_10", "relu6", "leaky_relu", "sigmoid",
+             "tanh", "mish", "hardswish", "linear", "laplace")
+GATED_NAMES = {"swiglu": "silu", "geglu": "gelu_tanh", "reglu": "relu", "clamped_swiglu": "clamped_swiglu"}
+ACTIVATIONS = FUNCTIONS + tuple(GATED_NAMES)
 PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich")
 ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
@@ -56,6 +59,9 @@ def resolve_block(cfg):
     act = cfg["activation"]
     if act not in ACTIVATIONS:
         raise ValueError("bad activation %r" % (act,))
+    gated = bool(cfg.get("gated", act in GATED_NAMES))  # act(x W_gate) * (x W_up), then W_down
+    if act in GATED_NAMES and not gated:
+        raise ValueError("%s is a gated MLP's activation" % (act,))
     placement = cfg["placement"]
     if placement not in PLACEMENTS:
         raise ValueError("bad placement %r" % (placement,))
@@ -85,7 +91,8 @@ def resolve_block(cfg):
         "d_ff": d_ff,
         "norm": norm,
         "norm_eps": float(cfg.get("norm_eps", 1e-5)),
-        "activation": act,
+        "activation": GATED_NAMES.get(act, act),  # the function
+        "gated": gated,
         "bias": bias,
         "placement": placement,
         "rope": rope,  # fraction of each head's dims rotated; 0.0 = no RoPE
@@ -200,7 +207,7 @@ def block_param_shapes(block_cfg, rms_beta=False):
     else:
         shapes.update(_qkv_param_shapes(b, rms_beta))
     if b["moe"] is not None:
-        moe, gated = b["moe"], b["activation"] in GATED
+        moe, gated = b["moe"], b["gated"]
         shapes["router"] = (d, moe["n_experts"])
         if moe["logit_bias"]:
             shapes["b_router"] = (moe["n_experts"],)
@@ -209,23 +216,23 @@ def block_param_shapes(block_cfg, rms_beta=False):
         experts = ["experts.%d." % e for e in range(moe["n_experts"])] + (["shared_"] if moe["d_shared"] else [])
         for key in experts:
             width = moe["d_shared"] if key == "shared_" else moe["d_expert"]
-            for name in ("w_1", "w_3", "w_2") if gated else ("w_1", "w_2"):
-                shapes[key + name] = (width, d) if name == "w_2" else (d, width)
+            for name in ("w_gate", "w_up", "w_down") if gated else ("w_up", "w_down"):
+                shapes[key + name] = (width, d) if name == "w_down" else (d, width)
                 if b["bias"]["mlp"]:  # every expert's projections have biases (gpt-oss)
-                    shapes[key + "b" + name[1:]] = (d,) if name == "w_2" else (width,)
+                    shapes[key + "b" + name[1:]] = (d,) if name == "w_down" else (width,)
         if moe["d_shared"]:
             if moe["shared_gate"]:
                 shapes["shared_gate"] = (d, 1)
         return shapes
-    shapes["w_1"] = (d, d_ff)
-    shapes["w_2"] = (d_ff, d)
-    if b["bias"]["mlp"]:
-        shapes["b_1"] = (d_ff,)
-        shapes["b_2"] = (d,)
-    if b["activation"] in GATED:
-        shapes["w_3"] = (d, d_ff)
+    if b["gated"]:  # act(x W_gate + b_gate) * (x W_up + b_up), then W_down
+        shapes["w_gate"] = (d, d_ff)
         if b["bias"]["mlp"]:
-            shapes["b_3"] = (d_ff,)
+            shapes["b_gate"] = (d_ff,)
+    shapes["w_up"] = (d, d_ff)
+    shapes["w_down"] = (d_ff, d)
+    if b["bias"]["mlp"]:
+        shapes["b_up"] = (d_ff,)
+        shapes["b_down"] = (d,)
     return shapes
 
 
@@ -343,13 +350,26 @@ def silu(x):
     return x * sigmoid(x)
 
 
+def softplus(x):
+    return x if x > 20.0 else math.log(1.0 + math.exp(x))
+
+
 ACT_FN = {
     "gelu_tanh": gelu_tanh,
     "gelu": gelu_erf,
     "relu": relu,
     "silu": silu,
-    "swiglu": silu,      # gate activation of the gated variants
-    "geglu": gelu_tanh,
+    "relu2": lambda x: relu(x) * relu(x),
+    "quick_gelu": lambda x: x * sigmoid(1.702 * x),
+    "gelu_10": lambda x: max(-10.0, min(10.0, gelu_erf(x))),
+    "relu6": lambda x: max(0.0, min(6.0, x)),
+    "leaky_relu": lambda x: x if x > 0.0 else 0.01 * x,
+    "sigmoid": sigmoid,
+    "tanh": math.tanh,
+    "mish": lambda x: x * math.tanh(softplus(x)),
+    "hardswish": lambda x: x * max(0.0, min(6.0, x + 3.0)) / 6.0,
+    "linear": lambda x: x,
+    "laplace": lambda x: 0.5 * (1.0 + math.erf((x - 0.707107) / (0.282095 * math.sqrt(2.0)))),
 }
 
 
@@ -694,15 +714,8 @@ def gated_unit(b, gate, up):
 
 
 def _expert(b, weights, prefix, name, vec):
-    """One expert MLP: act(vec W_1 + b_1) [* (vec W_3 + b_3)] W_2 + b_2, the biases when bias.mlp."""
-    has = b["bias"]["mlp"]
-    a = linear_vec(vec, _w(weights, name + "w_1", prefix), _wopt(weights, name + "b_1", prefix, has))
-    if b["activation"] in GATED:
-        up = linear_vec(vec, _w(weights, name + "w_3", prefix), _wopt(weights, name + "b_3", prefix, has))
-        hidden = [gated_unit(b, float(a[i]), float(up[i])) for i in range(len(up))]
-    else:
-        hidden = [ACT_FN[b["activation"]](float(z)) for z in a]
-    return linear_vec(np.array(hidden), _w(weights, name + "w_2", prefix), _wopt(weights, name + "b_2", prefix, has))
+    """One expert MLP, as a dense one (_mlp) under its own prefix `name`, the biases when bias.mlp."""
+    return _dense_mlp(b, weights, prefix, vec, name, b["bias"]["mlp"])
 
 
 def moe_routing(moe, weights, prefix, vec):
@@ -759,20 +772,18 @@ def _moe(b, weights, prefix, vec):
 def _mlp(b, weights, prefix, vec):
     if b["moe"] is not None:
         return _moe(b, weights, prefix, vec)
-    mlp_b = b["bias"]["mlp"]
-    w_1 = _w(weights, "w_1", prefix)
-    b_1 = _wopt(weights, "b_1", prefix, mlp_b)
-    w_2 = _w(weights, "w_2", prefix)
-    b_2 = _wopt(weights, "b_2", prefix, mlp_b)
-    a = linear_vec(vec, w_1, b_1)
-    if b["activation"] in GATED:
-        w_3 = _w(weights, "w_3", prefix)
-        b_3 = _wopt(weights, "b_3", prefix, mlp_b)
-        up = linear_vec(vec, w_3, b_3)
-        hidden = np.array([gated_unit(b, float(a[i]), float(up[i])) for i in range(len(up))], dtype=np.float64)
+    return _dense_mlp(b, weights, prefix, vec, "", b["bias"]["mlp"])
+
+
+def _dense_mlp(b, weights, prefix, vec, name, has_bias):
+    """act(vec W_up + b_up) W_down + b_down, or gated act(vec W_gate + b_gate) * (vec W_up + b_up), then W_down."""
+    up = linear_vec(vec, _w(weights, name + "w_up", prefix), _wopt(weights, name + "b_up", prefix, has_bias))
+    if b["gated"]:
+        gate = linear_vec(vec, _w(weights, name + "w_gate", prefix), _wopt(weights, name + "b_gate", prefix, has_bias))
+        hidden = np.array([gated_unit(b, float(gate[i]), float(up[i])) for i in range(len(up))], dtype=np.float64)
     else:
-        hidden = np.array([ACT_FN[b["activation"]](float(z)) for z in a], dtype=np.float64)
-    return linear_vec(hidden, w_2, b_2)
+        hidden = np.array([ACT_FN[b["activation"]](float(z)) for z in up], dtype=np.float64)
+    return linear_vec(hidden, _w(weights, name + "w_down", prefix), _wopt(weights, name + "b_down", prefix, has_bias))
 
 
 def _block_sequence(b, weights, prefix, xs, rope_fraction, rms_beta):

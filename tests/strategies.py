@@ -2,6 +2,8 @@
 
 from hypothesis import strategies as st
 
+from blockcli.activations import ACTIVATIONS, SPELLINGS
+
 
 @st.composite
 def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
@@ -16,7 +18,7 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
         "n_kv_heads": n_kv,
         "d_ff": draw(st.integers(1, 40)),
         "norm": draw(st.sampled_from(["layernorm", "rmsnorm"])),
-        "activation": draw(st.sampled_from(["gelu_tanh", "gelu", "relu", "silu", "swiglu", "geglu", "clamped_swiglu"])),
+        "activation": draw(st.sampled_from(SPELLINGS)),
         "placement": draw(st.sampled_from(["pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich"])),
         "rope": rope,
         "bias": draw(st.one_of(st.booleans(), st.fixed_dictionaries(
@@ -31,6 +33,8 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
         "clip_qkv": draw(st.sampled_from([0.0, 0.0, 0.5])),
         "attention_sinks": draw(st.sampled_from([False, False, True])),
     }
+    if block["activation"] in ACTIVATIONS and not ACTIVATIONS[block["activation"]].gated_only:
+        block["gated"] = draw(st.booleans())  # any function in a gated MLP as well as in a plain one
     if block["activation"] == "clamped_swiglu":  # a limit that binds often, and one that rarely does
         block.update(swiglu_limit=draw(st.sampled_from([0.3, 7.0])), swiglu_alpha=draw(st.sampled_from([1.702, 0.8])))
     if not rope and not block["attention_softcap"]:  # ALiBi with a soft cap is refused (no reference order)

@@ -670,6 +670,8 @@ def block_configs(draw):
         "bias": bias, "placement": draw(st.sampled_from(list(ref.PLACEMENTS))),
         "rope": draw(st.sampled_from(rope_opts)), "dropout": 0.0,
     }
+    if bd["activation"] in ref.FUNCTIONS:  # any function in a gated MLP as well as in a plain one
+        bd["gated"] = draw(st.booleans())
     return bd, draw(st.integers(1, 2)), draw(st.integers(1, 4)), draw(st.integers(0, 10**6))
 
 
@@ -711,7 +713,7 @@ def test_clamped_swiglu_far_below_zero_stays_finite_in_both_references():
     bd = block_dict(activation="clamped_swiglu", swiglu_limit=0.5, norm="rmsnorm", bias=False)
     cfg = make_cfg(bd)
     blk = DecoderBlock.from_config(cfg)
-    blk.params["w_1"] *= 3000.0  # gate pre-activations of ±thousands
+    blk.params["w_gate"] *= 3000.0  # gate pre-activations of ±thousands
     x = np.random.default_rng(3).standard_normal((2, 5, cfg.block.d_model))
     y = blk(x)
     weights = {k: np.asarray(v) for k, v in blk.params.items()}

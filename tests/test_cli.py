@@ -48,6 +48,16 @@ def test_every_config_field_is_in_the_readme():
             assert re.search(rf"\b{field.name}\b", README), f"README does not document {section}.{field.name}"
 
 
+def test_every_activation_is_in_the_readmes_table():
+    from blockcli.activations import ACTIVATIONS
+
+    table = README[README.index("### Activations"):README.index("### Layers that differ")]
+    for activation in ACTIVATIONS.values():
+        row = next((line for line in table.splitlines() if line.startswith(f"| `{activation.name}` |")), None)
+        assert row is not None, f"README's activation table has no row for {activation.name}"
+        assert all(f"`{name}`" in row for name in activation.hf_names), row
+
+
 def test_every_family_and_preset_is_in_the_readme():
     from blockcli.families import COMPOSITES, FAMILIES
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 from typer.testing import CliRunner
@@ -56,7 +57,7 @@ def test_grouped_query_shapes_and_counts():
     rows = components(count_parameters(cfg))
     assert rows["attn.k"].shape == "(64, 16)" and rows["attn.k"].count == 64 * 16
     assert rows["attn.q"].count == 64 * 64
-    assert rows["mlp.3"].count == 64 * 100  # the third (gate partner) matrix
+    assert rows["mlp.up"].count == 64 * 100  # the third (gate partner) matrix
     assert count_parameters(cfg).total == 2 * 64 * 64 + 2 * 64 * 16 + 3 * 64 * 100 + 2 * 64
 
 
@@ -107,9 +108,9 @@ def test_a_block_holds_exactly_the_declared_shapes_count_reconciles_with():
     params = DecoderBlock.from_config(cfg).params
     assert {k: v.shape for k, v in params.items()} == block_parameter_shapes(cfg.block)
     wrong_shape = {**params, "w_k": params["w_k"][:, :-1]}
-    missing = {k: v for k, v in params.items() if k != "w_3"}
-    extra = {**params, "w_extra": params["w_1"]}
-    for weights, named in ((wrong_shape, "w_k"), (missing, "w_3"), (extra, "w_extra")):
+    missing = {k: v for k, v in params.items() if k != "w_up"}
+    extra = {**params, "w_extra": params["w_gate"]}
+    for weights, named in ((wrong_shape, "w_k"), (missing, "w_up"), (extra, "w_extra")):
         with pytest.raises(InputError, match=named):
             DecoderBlock(cfg.block, weights)
 
@@ -254,3 +255,21 @@ def test_declared_sizes_sum_every_declared_shape():
     buffers = sum(math.prod(s) for k, s in shapes.items() if k.endswith(".router_bias"))
     assert declared_sizes(mixed) == (sum(math.prod(s) for s in shapes.values()) - buffers, buffers) != (0, 0)
     assert buffers == 2 * 8  # layers 1 and 2 route; layer 0 is dense
+
+
+@pytest.mark.parametrize("config, renamed", [
+    ("configs/gqa-swiglu-rope.yaml", {"w_1": "w_gate", "w_3": "w_up", "w_2": "w_down"}),  # gated
+    ("configs/tiny-gpt.yaml", {"w_1": "w_up", "b_1": "b_up", "w_2": "w_down", "b_2": "b_down"}),  # plain
+])
+def test_weights_under_the_old_mlp_keys_still_load(tmp_path, config, renamed):
+    """blockcli 0.1 named the MLP's matrices w_1 (activated), w_3 (its partner) and w_2: such an .npz loads."""
+    cfg = load_config(config)
+    blk = DecoderBlock.from_config(cfg.for_layer(0) if cfg.model else cfg)
+    inverse = {new: old for old, new in renamed.items()}
+    old = {inverse.get(k, k): v for k, v in blk.params.items()}
+    assert set(old) != set(blk.params)
+    np.savez(tmp_path / "old.npz", **old)
+    again = DecoderBlock.from_config(cfg.for_layer(0) if cfg.model else cfg, weights=tmp_path / "old.npz")
+    assert any("blockcli 0.1" in note for note in again.notes)
+    x = np.random.default_rng(0).standard_normal((1, 3, cfg.block.d_model))
+    assert np.array_equal(blk(x), again(x))

@@ -978,9 +978,10 @@ def test_hf_module_does_not_import_yaml() -> None:
     (OPT_125M, "layer_norm_elementwise_affine", False),
     (GPT2, "scale_attn_by_inverse_layer_idx", True),
     (GPT2, "add_cross_attention", True),
-    (GPT2, "activation_function", "quick_gelu"),
+    (GPT2, "activation_function", "xielu"),  # an activation with learned parameters of its own
+    (GPT2, "activation_function", "gelu_newest"),  # no such activation
     (GPT2, "quantization_config", {"load_in_8bit": True}),
-    (LLAMA_2_7B, "hidden_act", "gelu"),  # exact-erf gated GELU is not blockcli's geglu
+    (LLAMA_2_7B, "hidden_act", "prelu"),
     (LLAMA_2_7B, "some_future_field", 1),
     (GEMMA_2B, "hidden_activation", "gelu"),
     (GEMMA_2B, "hidden_act", "silu"),
@@ -991,6 +992,27 @@ def test_unrepresentable_field_is_named(tmp_path: Path, base: dict, key: str, va
     message = hf_error(path)
     assert f"field '{key}'" in message
     assert "cannot be represented in blockcli's schema (" in message
+
+
+@pytest.mark.parametrize("hf_name, activation, gated", [
+    ("silu", "swiglu", None), ("swish", "swiglu", None), ("gelu_pytorch_tanh", "geglu", None),
+    ("gelu_new", "geglu", None), ("relu", "reglu", None), ("gelu", "gelu", True), ("relu2", "relu2", True),
+    ("quick_gelu", "quick_gelu", True), ("gelu_10", "gelu_10", True), ("tanh", "tanh", True),
+])
+def test_a_gated_mlp_takes_any_activation_transformers_has(hf_name: str, activation: str, gated: bool | None) -> None:
+    """Structure and activation apart: Llama's gated MLP with each ACT2FN name, written by its gated form's name
+    where it has one (silu: swiglu), else as the function with `gated: true`."""
+    block = block_of(with_fields(LLAMA_2_7B, hidden_act=hf_name))
+    assert block["activation"] == activation and block.get("gated") is gated
+    assert parse_config(hf_to_mapping(with_fields(LLAMA_2_7B, hidden_act=hf_name), "x.json")).block.gated
+
+
+@pytest.mark.parametrize("hf_name, activation", [("quick_gelu", "quick_gelu"), ("relu2", "relu2"), ("gelu", "gelu"),
+                                                 ("gelu_fast", "gelu_tanh"), ("mish", "mish"), ("silu", "silu")])
+def test_a_plain_mlp_takes_any_activation_transformers_has(hf_name: str, activation: str) -> None:
+    block = block_of(with_fields(GPT2, activation_function=hf_name))
+    assert block["activation"] == activation and "gated" not in block
+    assert not parse_config(hf_to_mapping(with_fields(GPT2, activation_function=hf_name), "x.json")).block.gated
 
 
 def test_rope_scaling_kinds_are_mapped() -> None:

@@ -83,7 +83,7 @@ def test_overrides_need_a_model():
 def test_model_matches_the_loop_reference_layer_by_layer():
     cfg = parse_config(mapping())
     shapes = ref.model_param_shapes(BLOCK, MODEL, layers=LAYERS)
-    assert shapes["blocks.1.w_1"] == (16, 40) and shapes["blocks.0.w_1"] == (16, 24)
+    assert shapes["blocks.1.w_gate"] == (16, 40) and shapes["blocks.0.w_gate"] == (16, 24)
     w = random_weights(shapes, seed=3)
     model = Model.from_config(cfg, weights=w)
     ids = np.random.default_rng(1).integers(0, MODEL["vocab_size"], size=(2, 7))
@@ -116,7 +116,7 @@ def test_count_groups_and_exact_total():
     assert result.group_counts == (sliding, wide) and result.reconciled.match
     blocks = next(c for c in result.components if c.name == "blocks")
     assert blocks.count == 2 * sliding + 2 * wide and blocks.expression == f"2·{sliding:,} + 2·{wide:,}"
-    assert {c.group for c in result.components if c.name == "mlp.1"} == {0, 1}
+    assert {c.group for c in result.components if c.name == "mlp.gate"} == {0, 1}
 
 
 def test_count_cli_shows_each_group_with_its_layers(tmp_path):

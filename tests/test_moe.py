@@ -70,7 +70,7 @@ def test_count_formula_equals_the_arrays_and_the_hand_active_count(block):
     result = count_parameters(cfg)
     assert result.reconciled.match, result.reconciled.mismatches
     shapes = ref.model_param_shapes(block, cfg.model.__dict__, rms_beta=block["bias"]["norm"])
-    moe, gated = block["moe"], block["activation"] in ("swiglu", "geglu", "clamped_swiglu")
+    moe, gated = block["moe"], block.get("gated", block["activation"] in ref.GATED_NAMES)
     # the selection bias is stored but, as transformers holds it (a buffer), not a parameter
     assert result.buffers == (3 * moe["n_experts"] if moe.get("selection_bias") else 0)
     assert result.total + result.buffers == sum(math.prod(s) for s in shapes.values())
@@ -100,7 +100,7 @@ def test_an_expert_no_token_chooses_is_never_computed():
     moe = DecoderBlock.from_config(config(MIXTRAL_LIKE)).mlp
     moe.p["router"][:, 3] = -1.0  # for x = 1 (every feature), expert 3's logit is -16: below every other one
     moe.p["router"][:, :3] = np.abs(moe.p["router"][:, :3])
-    for key in ("w_1", "w_3", "w_2"):
+    for key in ("w_gate", "w_up", "w_down"):
         moe.p[f"experts.3.{key}"] = np.full_like(moe.p[f"experts.3.{key}"], np.nan)  # any use would show
     x = np.ones((2, 3, 16))
     chosen, _ = moe.route(x)
@@ -158,7 +158,7 @@ def test_bad_moe_fields_are_one_line_naming_the_field(moe, message):
 
 
 def test_bias_mlp_gives_every_expert_and_the_router_flag_its_biases():
-    """gpt-oss: bias.mlp puts b_1, b_3 (d_e,) and b_2 (d,) on every routed and shared expert; moe.logit_bias a
+    """gpt-oss: bias.mlp puts b_gate, b_up (d_e,) and b_down (d,) on every routed and shared expert; moe.logit_bias a
     (E,) bias on the router's logits; the count is the hand sum of those and of the bias-free rest (d = 16, 2 heads)."""
     moe = {"n_experts": 4, "top_k": 2, "d_expert": 6, "d_shared": 5, "logit_bias": True}
     cfg = parse_config({"block": dict(MIXTRAL_LIKE, bias={"qkv": False, "out": False, "mlp": True, "norm": False},
@@ -167,8 +167,8 @@ def test_bias_mlp_gives_every_expert_and_the_router_flag_its_biases():
     d = cfg.block.d_model
     assert shapes["b_router"] == (4,)
     for key, width in [(f"experts.{e}.", 6) for e in range(4)] + [("shared_", 5)]:
-        assert (shapes[key + "b_1"], shapes[key + "b_3"], shapes[key + "b_2"]) == ((width,), (width,), (d,))
-    gated = lambda width: 3 * d * width + 2 * width + d  # w_1, w_3, w_2 and their biases
+        assert (shapes[key + "b_gate"], shapes[key + "b_up"], shapes[key + "b_down"]) == ((width,), (width,), (d,))
+    gated = lambda width: 3 * d * width + 2 * width + d  # w_gate, w_up, w_down and their biases
     router = d * 4 + 4
     norms = 2 * d
     attention = 4 * d * d  # W_Q, W_K, W_V, W_O without biases (bias.qkv and bias.out false)
@@ -226,9 +226,9 @@ def test_deepseek_v3_routing_equals_transformers_deepseekv3moe():
     p["router"], p["router_bias"] = want["gate.weight"].T, want["gate.e_score_correction_bias"]
     for e in range(E):
         gate_up = want["experts.gate_up_proj"][e]  # (2·width, d): gate rows, then up rows
-        p[f"experts.{e}.w_1"], p[f"experts.{e}.w_3"] = gate_up[:width].T, gate_up[width:].T
-        p[f"experts.{e}.w_2"] = want["experts.down_proj"][e].T
-    for ours, theirs in (("w_1", "gate_proj"), ("w_3", "up_proj"), ("w_2", "down_proj")):
+        p[f"experts.{e}.w_gate"], p[f"experts.{e}.w_up"] = gate_up[:width].T, gate_up[width:].T
+        p[f"experts.{e}.w_down"] = want["experts.down_proj"][e].T
+    for ours, theirs in (("w_gate", "gate_proj"), ("w_up", "up_proj"), ("w_down", "down_proj")):
         p[f"shared_{ours}"] = want[f"shared_experts.{theirs}.weight"].T
     y = blk.mlp(want["x"])
     assert np.max(np.abs(y - want["y"])) / np.max(np.abs(want["y"])) < 1e-12

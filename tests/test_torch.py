@@ -195,7 +195,7 @@ def test_a_parameter_of_the_wrong_shape_exits_2_naming_it(tmp_path):
     config.write_text(NANO_CONFIG.replace("d_ff: 256", "d_ff: 128"))  # nanoGPT's MLP is always 4·d wide
     result = runner.invoke(app, ["verify", str(config), "--impl", f"{TORCH}:nanogpt"])
     assert result.exit_code == 2 and result.stdout == ""
-    assert "parameter mlp.c_fc.weight has shape (256, 64), but w_1 makes (128, 64) as the module stores it" \
+    assert "parameter mlp.c_fc.weight has shape (256, 64), but w_up makes (128, 64) as the module stores it" \
         in result.stderr
     assert "Traceback" not in result.stderr
 

@@ -108,7 +108,7 @@ def independent_intermediates(x, p, d_h, n_heads, eps):
     scores = np.zeros((B, n_heads, T, T)); weights = np.zeros_like(scores)
     concat = np.zeros((B, T, n_heads * d_h))
     ln1 = np.zeros_like(x); attn_out = np.zeros_like(x); h = np.zeros_like(x); ln2 = np.zeros_like(x)
-    pre = np.zeros((B, T, p["w_1"].shape[1])); act = np.zeros_like(pre); mlp = np.zeros_like(x); y = np.zeros_like(x)
+    pre = np.zeros((B, T, p["w_up"].shape[1])); act = np.zeros_like(pre); mlp = np.zeros_like(x); y = np.zeros_like(x)
     for b in range(B):
         for t in range(T):
             ln1[b, t] = ref.layer_norm_vec(x[b, t], p["ln1_gamma"], p["ln1_beta"], eps)
@@ -127,9 +127,9 @@ def independent_intermediates(x, p, d_h, n_heads, eps):
             attn_out[b, t] = ref.linear_vec(concat[b, t], p["w_o"], p["b_o"])
             h[b, t] = x[b, t] + attn_out[b, t]
             ln2[b, t] = ref.layer_norm_vec(h[b, t], p["ln2_gamma"], p["ln2_beta"], eps)
-            pre[b, t] = ref.linear_vec(ln2[b, t], p["w_1"], p["b_1"])
+            pre[b, t] = ref.linear_vec(ln2[b, t], p["w_up"], p["b_up"])
             act[b, t] = [ref.gelu_tanh(float(u)) for u in pre[b, t]]
-            mlp[b, t] = ref.linear_vec(act[b, t], p["w_2"], p["b_2"])
+            mlp[b, t] = ref.linear_vec(act[b, t], p["w_down"], p["b_down"])
             y[b, t] = h[b, t] + mlp[b, t]
     return {"ln1_out": ln1, "q": q, "k": k, "v": v, "scores": scores, "attn_weights": weights,
             "attn_concat": concat, "attn_out": attn_out, "h": h, "ln2_out": ln2, "mlp_pre": pre,

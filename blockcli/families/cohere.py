@@ -63,7 +63,7 @@ def _cohere_block(f: Fields, theta_default: float) -> tuple[dict, dict]:
     block = {
         "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
         "d_ff": f.int("intermediate_size"), "norm": "layernorm", "norm_eps": f.float("layer_norm_eps", 1e-5),
-        "activation": silu_gate(f),
+        **silu_gate(f),
         "bias": bias_groups(bias, bias, False, False),  # CohereLayerNorm has no shift; the MLP no biases
         "placement": "parallel_shared", "rope": True, "rope_theta": theta, "rope_layout": "interleaved",
     }

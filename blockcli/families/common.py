@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from blockcli.activations import FROM_TRANSFORMERS, GATED_NAMES, spelling
 from blockcli.config import ConfigError
 from blockcli.families.fields import Fields
 from blockcli.tensor_names import TensorMap
@@ -55,35 +56,23 @@ class Composite:
                               "model.multi_modal_projector.")
 
 
-# Activation names (HF ACT2FN keys) → blockcli names, for plain (non-gated) MLPs.
-PLAIN_ACTIVATIONS = {
-    "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
-    "gelu": "gelu", "relu": "relu", "silu": "silu", "swish": "silu",
-}
-# For gated MLPs act(x·W_gate) * (x·W_up): which act gives which blockcli gated activation.
-GATED_ACTIVATIONS = {
-    "silu": "swiglu", "swish": "swiglu",
-    "gelu_pytorch_tanh": "geglu", "gelu_new": "geglu", "gelu_fast": "geglu",
-}
+def mlp_activation(f: Fields, key: str, default: str, *, gated: bool,
+                   exact_gelu_is_tanh: bool = False) -> dict[str, Any]:
+    """The block fields of an MLP whose activation is transformers' `ACT2FN[f[key]]`, gated or plain:
+    `activation` (a gated form by its own name, swiglu for SiLU), and `gated: true` where no such name
+    says it. `exact_gelu_is_tanh`: the family runs "gelu" as the tanh approximation (Gemma's legacy)."""
+    name = f.str(key, default)
+    function = "gelu_tanh" if exact_gelu_is_tanh and name == "gelu" else FROM_TRANSFORMERS.get(name)
+    if function is None:
+        raise f.unrepresentable(key, name, "not one of transformers' activations blockcli runs: "
+                                           + ", ".join(sorted(FROM_TRANSFORMERS)))
+    written = spelling(function, gated)
+    return {"activation": written, **({"gated": True} if gated and written not in GATED_NAMES else {})}
 
 
 def plain_activation(f: Fields, key: str, default: str) -> str:
-    name = f.str(key, default)
-    if name not in PLAIN_ACTIVATIONS:
-        raise f.unrepresentable(key, name, "blockcli's activations are gelu_tanh (gelu_new, gelu_pytorch_tanh, "
-                                           "gelu_fast), gelu, relu and silu")
-    return PLAIN_ACTIVATIONS[name]
-
-
-def gated_activation(f: Fields, key: str, default: str, exact_gelu_is_tanh: bool = False) -> str:
-    name = f.str(key, default)
-    if exact_gelu_is_tanh and name == "gelu":
-        return "geglu"
-    if name not in GATED_ACTIVATIONS:
-        why = ("blockcli's gated activations are swiglu (silu) and geglu, whose GELU is the tanh approximation"
-               if name == "gelu" else "blockcli's gated activations are swiglu (silu) and geglu (tanh GELU)")
-        raise f.unrepresentable(key, name, why)
-    return GATED_ACTIVATIONS[name]
+    """block.activation of a plain MLP act(x·W_up)·W_down."""
+    return mlp_activation(f, key, default, gated=False)["activation"]
 
 
 # transformers' rope_scaling / rope_parameters keys → blockcli's block.rope_scaling fields
@@ -285,7 +274,7 @@ def model_section(n_layers: int, vocab: int, positions: str, max_positions: int,
     return model
 
 
-def gated_rms(f: Fields, activation: Callable[[Fields], str], *, kv_default: int | None,
+def gated_rms(f: Fields, activation: Callable[[Fields], dict[str, Any]], *, kv_default: int | None,
               tie_default: bool, head_dim_default: int | None = None, qkv_bias: bool | None = None,
               out_bias: bool | None = None, mlp_bias: bool | None = None, eps_default: float = 1e-6,
               fraction_keys: tuple[str, ...] = (), fraction_default: float = 1.0) -> tuple[dict, dict]:
@@ -323,7 +312,7 @@ def gated_rms(f: Fields, activation: Callable[[Fields], str], *, kv_default: int
     block = {
         "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
         "d_ff": f.int("intermediate_size"), "norm": "rmsnorm", "norm_eps": f.float("rms_norm_eps", eps_default),
-        "activation": activation(f),
+        **activation(f),
         "bias": bias_groups(attention_bias, attention_bias if out_bias is None else out_bias,
                             f.bool("mlp_bias", False) if mlp_bias is None else mlp_bias, False),
         "placement": "pre", "rope": True if fraction == 1.0 else fraction if rotated else False, "rope_theta": theta,
@@ -336,8 +325,9 @@ def gated_rms(f: Fields, activation: Callable[[Fields], str], *, kv_default: int
     return block, model
 
 
-def silu_gate(f: Fields) -> str:
-    return gated_activation(f, "hidden_act", "silu")
+def silu_gate(f: Fields) -> dict[str, Any]:
+    """A gated MLP with `hidden_act` (SiLU by default: SwiGLU)."""
+    return mlp_activation(f, "hidden_act", "silu", gated=True)
 
 
 def layer_types(f: Fields, n_layers: int) -> list[bool] | None:

@@ -142,9 +142,9 @@ _EXPERT_LAYERS = (
     *moe_tensors("layers.{i}.mlp.gate", "layers.{i}.mlp.experts", ("gate_proj", "up_proj", "down_proj"),
                  "layers.{i}.mlp.experts"),
     tensor("blocks.{i}.router_bias", "layers.{i}.mlp.gate.e_score_correction_bias"),
-    tensor("blocks.{i}.shared_w_1", "layers.{i}.mlp.shared_experts.gate_proj.weight", LINEAR),
-    tensor("blocks.{i}.shared_w_3", "layers.{i}.mlp.shared_experts.up_proj.weight", LINEAR),
-    tensor("blocks.{i}.shared_w_2", "layers.{i}.mlp.shared_experts.down_proj.weight", LINEAR),
+    tensor("blocks.{i}.shared_w_gate", "layers.{i}.mlp.shared_experts.gate_proj.weight", LINEAR),
+    tensor("blocks.{i}.shared_w_up", "layers.{i}.mlp.shared_experts.up_proj.weight", LINEAR),
+    tensor("blocks.{i}.shared_w_down", "layers.{i}.mlp.shared_experts.down_proj.weight", LINEAR),
 )
 
 # Llama's layout with latent attention's projections and norms: q_proj when q_lora_rank is null (V2-Lite),

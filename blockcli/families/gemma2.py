@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from blockcli.families.common import (TRAINING_ONLY, Composite, Family, gated_activation, gated_rms, layer_types,
+from blockcli.families.common import (TRAINING_ONLY, Composite, Family, gated_rms, mlp_activation, layer_types,
                                       layer_type_ropes, sliding_layers)
 from blockcli.families.fields import Fields
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
@@ -24,7 +24,7 @@ def _gemma2(f: Fields, pattern: int = 2, softcaps: tuple[float | None, float | N
     f.ignore("use_bidirectional_attention")
     # Gemma2MLP runs hidden_activation; hidden_act, which the published configs carry too, is unread
     f.ignore("hidden_act")
-    block, model = gated_rms(f, lambda g: gated_activation(g, "hidden_activation", "gelu_pytorch_tanh"),
+    block, model = gated_rms(f, lambda g: mlp_activation(g, "hidden_activation", "gelu_pytorch_tanh", gated=True),
                              kv_default=4, tie_default=True, head_dim_default=256, mlp_bias=False)
     block.update(placement="sandwich", norm_unit_offset=True)
     model["embedding_multiplier"] = math.sqrt(block["d_model"])
@@ -80,9 +80,9 @@ GEMMA2 = TensorMap("model.", (
     *(tensor(f"blocks.{{i}}.b_{x}", f"layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkvo"),
     tensor("blocks.{i}.ln1_post_gamma", "layers.{i}.post_attention_layernorm.weight"),
     tensor("blocks.{i}.ln2_gamma", "layers.{i}.pre_feedforward_layernorm.weight"),
-    tensor("blocks.{i}.w_1", "layers.{i}.mlp.gate_proj.weight", LINEAR),
-    tensor("blocks.{i}.w_3", "layers.{i}.mlp.up_proj.weight", LINEAR),
-    tensor("blocks.{i}.w_2", "layers.{i}.mlp.down_proj.weight", LINEAR),
+    tensor("blocks.{i}.w_gate", "layers.{i}.mlp.gate_proj.weight", LINEAR),
+    tensor("blocks.{i}.w_up", "layers.{i}.mlp.up_proj.weight", LINEAR),
+    tensor("blocks.{i}.w_down", "layers.{i}.mlp.down_proj.weight", LINEAR),
     tensor("blocks.{i}.ln2_post_gamma", "layers.{i}.post_feedforward_layernorm.weight"),
     tensor("ln_f_gamma", "norm.weight"),
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),

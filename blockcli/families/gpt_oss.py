@@ -29,9 +29,9 @@ DEFAULT_ROPE = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_sl
                 "original_max_position_embeddings": 4096}
 
 
-def _clamped_swiglu(f: Fields) -> str:
+def _clamped_swiglu(f: Fields) -> dict[str, Any]:
     f.ignore("hidden_act")  # GptOssExperts always applies its clamped SwiGLU, whatever hidden_act says
-    return "clamped_swiglu"
+    return {"activation": "clamped_swiglu"}
 
 
 def _gpt_oss(f: Fields) -> tuple[dict, dict]:
@@ -91,11 +91,11 @@ GPT_OSS = TensorMap("model.", (
     tensor("blocks.{i}.sinks", "layers.{i}.self_attn.sinks"),
     tensor("blocks.{i}.router", "layers.{i}.mlp.router.weight", LINEAR),
     tensor("blocks.{i}.b_router", "layers.{i}.mlp.router.bias"),
-    tensor("blocks.{i}.experts.{e}.w_1 blocks.{i}.experts.{e}.w_3", EXPERTS + "gate_up_proj", EXPERTS_INTERLEAVED),
-    tensor("blocks.{i}.experts.{e}.b_1 blocks.{i}.experts.{e}.b_3", EXPERTS + "gate_up_proj_bias",
+    tensor("blocks.{i}.experts.{e}.w_gate blocks.{i}.experts.{e}.w_up", EXPERTS + "gate_up_proj", EXPERTS_INTERLEAVED),
+    tensor("blocks.{i}.experts.{e}.b_gate blocks.{i}.experts.{e}.b_up", EXPERTS + "gate_up_proj_bias",
            EXPERTS_INTERLEAVED),
-    tensor("blocks.{i}.experts.{e}.w_2", EXPERTS + "down_proj", EXPERTS_INTERLEAVED),
-    tensor("blocks.{i}.experts.{e}.b_2", EXPERTS + "down_proj_bias", EXPERTS_INTERLEAVED),
+    tensor("blocks.{i}.experts.{e}.w_down", EXPERTS + "down_proj", EXPERTS_INTERLEAVED),
+    tensor("blocks.{i}.experts.{e}.b_down", EXPERTS + "down_proj_bias", EXPERTS_INTERLEAVED),
 ), buffers=LLAMA.buffers)
 
 FAMILIES = (

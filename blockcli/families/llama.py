@@ -7,9 +7,9 @@ All are `gated_rms` blocks (RMSNorm, gated MLP, RoPE over the whole head) with a
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Any, Mapping
 
-from blockcli.families.common import (TRAINING_ONLY, Composite, Family, divides, gated_activation, gated_rms,
+from blockcli.families.common import (TRAINING_ONLY, Composite, Family, divides, gated_rms, mlp_activation,
                                       layer_types, with_data,
                                       layer_type_ropes, override_layers, silu_gate, sliding_layers,
                                       window_by_key)
@@ -274,7 +274,7 @@ def _olmo(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
-def _gemma_gate(f: Fields) -> str:
+def _gemma_gate(f: Fields) -> dict[str, Any]:
     """Which gated activation Gemma runs, where transformers' versions agree on it.
 
     transformers 5 runs `hidden_act` (default gelu_pytorch_tanh; the legacy "gelu" of the original
@@ -282,12 +282,12 @@ def _gemma_gate(f: Fields) -> str:
     `hidden_activation`, or gelu_pytorch_tanh when it was absent. A config on which the two
     disagree is refused, naming the field.
     """
-    act = gated_activation(f, "hidden_act", "gelu_pytorch_tanh", exact_gelu_is_tanh=True)  # transformers 5
+    act = mlp_activation(f, "hidden_act", "gelu_pytorch_tanh", gated=True, exact_gelu_is_tanh=True)  # transformers 5
     if f.data.get("hidden_activation") is None:
         f.ignore("hidden_activation")
-        older = "geglu"  # transformers 4 without hidden_activation: gelu_pytorch_tanh
+        older = {"activation": "geglu"}  # transformers 4 without hidden_activation: gelu_pytorch_tanh
     else:
-        older = gated_activation(f, "hidden_activation", "gelu_pytorch_tanh")
+        older = mlp_activation(f, "hidden_activation", "gelu_pytorch_tanh", gated=True)
     if act != older:
         key = "hidden_activation" if f.data.get("hidden_activation") is not None else "hidden_act"
         raise f.unrepresentable(key, f.data[key], "transformers 5 runs hidden_act (gelu_pytorch_tanh by default) and "
@@ -331,12 +331,12 @@ LLAMA = TensorMap("model.", (
     tensor("blocks.{i}.q_norm_gamma", "layers.{i}.self_attn.q_norm.weight"),  # qwen3, olmo2
     tensor("blocks.{i}.k_norm_gamma", "layers.{i}.self_attn.k_norm.weight"),  # qwen3, olmo2
     tensor("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
-    tensor("blocks.{i}.w_1", "layers.{i}.mlp.gate_proj.weight", LINEAR),
-    tensor("blocks.{i}.b_1", "layers.{i}.mlp.gate_proj.bias"),
-    tensor("blocks.{i}.w_3", "layers.{i}.mlp.up_proj.weight", LINEAR),
-    tensor("blocks.{i}.b_3", "layers.{i}.mlp.up_proj.bias"),
-    tensor("blocks.{i}.w_2", "layers.{i}.mlp.down_proj.weight", LINEAR),
-    tensor("blocks.{i}.b_2", "layers.{i}.mlp.down_proj.bias"),
+    tensor("blocks.{i}.w_gate", "layers.{i}.mlp.gate_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_gate", "layers.{i}.mlp.gate_proj.bias"),
+    tensor("blocks.{i}.w_up", "layers.{i}.mlp.up_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_up", "layers.{i}.mlp.up_proj.bias"),
+    tensor("blocks.{i}.w_down", "layers.{i}.mlp.down_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_down", "layers.{i}.mlp.down_proj.bias"),
     tensor("ln_f_gamma", "norm.weight"),
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
 ), buffers=("layers.{i}.self_attn.rotary_emb.inv_freq",))
@@ -350,9 +350,9 @@ OLMO2 = TensorMap("model.", (
     tensor("blocks.{i}.q_norm_gamma", "layers.{i}.self_attn.q_norm.weight"),
     tensor("blocks.{i}.k_norm_gamma", "layers.{i}.self_attn.k_norm.weight"),
     tensor("blocks.{i}.ln1_gamma", "layers.{i}.post_attention_layernorm.weight"),
-    tensor("blocks.{i}.w_1", "layers.{i}.mlp.gate_proj.weight", LINEAR),
-    tensor("blocks.{i}.w_3", "layers.{i}.mlp.up_proj.weight", LINEAR),
-    tensor("blocks.{i}.w_2", "layers.{i}.mlp.down_proj.weight", LINEAR),
+    tensor("blocks.{i}.w_gate", "layers.{i}.mlp.gate_proj.weight", LINEAR),
+    tensor("blocks.{i}.w_up", "layers.{i}.mlp.up_proj.weight", LINEAR),
+    tensor("blocks.{i}.w_down", "layers.{i}.mlp.down_proj.weight", LINEAR),
     tensor("blocks.{i}.ln2_gamma", "layers.{i}.post_feedforward_layernorm.weight"),
     tensor("ln_f_gamma", "norm.weight"),
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),

@@ -123,14 +123,14 @@ def moe_tensors(router: str, experts: str, names: tuple[str, str, str], fused: s
     fused 3-D: `{fused}.gate_up_proj` and `{fused}.down_proj`)."""
     gate, up, down = names
     per_expert = (tensor("blocks.{i}.router", f"{router}.weight", LINEAR),
-                  tensor("blocks.{i}.experts.{e}.w_1", f"{experts}.{{e}}.{gate}.weight", LINEAR),
-                  tensor("blocks.{i}.experts.{e}.w_3", f"{experts}.{{e}}.{up}.weight", LINEAR),
-                  tensor("blocks.{i}.experts.{e}.w_2", f"{experts}.{{e}}.{down}.weight", LINEAR))
+                  tensor("blocks.{i}.experts.{e}.w_gate", f"{experts}.{{e}}.{gate}.weight", LINEAR),
+                  tensor("blocks.{i}.experts.{e}.w_up", f"{experts}.{{e}}.{up}.weight", LINEAR),
+                  tensor("blocks.{i}.experts.{e}.w_down", f"{experts}.{{e}}.{down}.weight", LINEAR))
     if fused is None:
         return per_expert
-    return per_expert + (tensor("blocks.{i}.experts.{e}.w_1 blocks.{i}.experts.{e}.w_3", f"{fused}.gate_up_proj",
+    return per_expert + (tensor("blocks.{i}.experts.{e}.w_gate blocks.{i}.experts.{e}.w_up", f"{fused}.gate_up_proj",
                                 EXPERTS),
-                         tensor("blocks.{i}.experts.{e}.w_2", f"{fused}.down_proj", EXPERTS))
+                         tensor("blocks.{i}.experts.{e}.w_down", f"{fused}.down_proj", EXPERTS))
 
 
 _LLAMA_ATTENTION = tuple(t for t in LLAMA.tensors if t not in LLAMA_MLP)
@@ -147,9 +147,9 @@ MIXTRAL = TensorMap("model.", _LLAMA_ATTENTION + (
 # mlp.experts.{e}.gate_proj / up_proj / down_proj, or the fused mlp.experts.gate_up_proj / down_proj
 QWEN_MOE = TensorMap("model.", _LLAMA_ATTENTION + moe_tensors(
     "layers.{i}.mlp.gate", "layers.{i}.mlp.experts", ("gate_proj", "up_proj", "down_proj"), "layers.{i}.mlp.experts") + (
-    tensor("blocks.{i}.shared_w_1", "layers.{i}.mlp.shared_expert.gate_proj.weight", LINEAR),
-    tensor("blocks.{i}.shared_w_3", "layers.{i}.mlp.shared_expert.up_proj.weight", LINEAR),
-    tensor("blocks.{i}.shared_w_2", "layers.{i}.mlp.shared_expert.down_proj.weight", LINEAR),
+    tensor("blocks.{i}.shared_w_gate", "layers.{i}.mlp.shared_expert.gate_proj.weight", LINEAR),
+    tensor("blocks.{i}.shared_w_up", "layers.{i}.mlp.shared_expert.up_proj.weight", LINEAR),
+    tensor("blocks.{i}.shared_w_down", "layers.{i}.mlp.shared_expert.down_proj.weight", LINEAR),
     tensor("blocks.{i}.shared_gate", "layers.{i}.mlp.shared_expert_gate.weight", LINEAR),
     *LLAMA_MLP,  # the dense layers' MLP (decoder_sparse_step, mlp_only_layers)
 ), buffers=LLAMA.buffers)
@@ -161,8 +161,8 @@ QWEN_MOE = TensorMap("model.", _LLAMA_ATTENTION + moe_tensors(
 _EITHER = f"{EXPERTS}|{EXPERTS_SIDE_BY_SIDE}"
 QWEN3_VL_MOE = TensorMap("model.", _LLAMA_ATTENTION + (
     tensor("blocks.{i}.router", "layers.{i}.mlp.gate.weight", LINEAR),
-    tensor("blocks.{i}.experts.{e}.w_1 blocks.{i}.experts.{e}.w_3", "layers.{i}.mlp.experts.gate_up_proj", _EITHER),
-    tensor("blocks.{i}.experts.{e}.w_2", "layers.{i}.mlp.experts.down_proj", _EITHER),
+    tensor("blocks.{i}.experts.{e}.w_gate blocks.{i}.experts.{e}.w_up", "layers.{i}.mlp.experts.gate_up_proj", _EITHER),
+    tensor("blocks.{i}.experts.{e}.w_down", "layers.{i}.mlp.experts.down_proj", _EITHER),
     *LLAMA_MLP,  # the dense layers' MLP (mlp_only_layers, decoder_sparse_step)
 ), buffers=LLAMA.buffers)
 

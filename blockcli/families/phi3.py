@@ -43,8 +43,8 @@ PHI3 = TensorMap("model.", (
     tensor(QKV, "layers.{i}.self_attn.qkv_proj.weight", FUSED),
     tensor("blocks.{i}.w_o", "layers.{i}.self_attn.o_proj.weight", LINEAR),
     tensor("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
-    tensor("blocks.{i}.w_1 blocks.{i}.w_3", "layers.{i}.mlp.gate_up_proj.weight", FUSED),
-    tensor("blocks.{i}.w_2", "layers.{i}.mlp.down_proj.weight", LINEAR),
+    tensor("blocks.{i}.w_gate blocks.{i}.w_up", "layers.{i}.mlp.gate_up_proj.weight", FUSED),
+    tensor("blocks.{i}.w_down", "layers.{i}.mlp.down_proj.weight", LINEAR),
     tensor("ln_f_gamma", "norm.weight"),
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
 ))

@@ -30,7 +30,7 @@ def _stablelm(f: Fields) -> tuple[dict, dict]:
     block = {
         "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim,
         "d_ff": f.int("intermediate_size"), "norm": "layernorm", "norm_eps": f.float("layer_norm_eps", 1e-5),
-        "activation": silu_gate(f),
+        **silu_gate(f),
         "bias": bias_groups(qkv_bias, False, False, True),  # o_proj and the MLP never have biases; nn.LayerNorm does
         "placement": "parallel_shared" if f.bool("use_parallel_residual", False) else "pre",
         "rope": rotating(rotated, head_dim), "rope_theta": theta,
@@ -52,9 +52,9 @@ STABLELM = TensorMap("model.", (
     *(tensor(f"blocks.{{i}}.b_{x}", f"layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkv"),
     tensor("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
     tensor("blocks.{i}.ln2_beta", "layers.{i}.post_attention_layernorm.bias"),
-    tensor("blocks.{i}.w_1", "layers.{i}.mlp.gate_proj.weight", LINEAR),
-    tensor("blocks.{i}.w_3", "layers.{i}.mlp.up_proj.weight", LINEAR),
-    tensor("blocks.{i}.w_2", "layers.{i}.mlp.down_proj.weight", LINEAR),
+    tensor("blocks.{i}.w_gate", "layers.{i}.mlp.gate_proj.weight", LINEAR),
+    tensor("blocks.{i}.w_up", "layers.{i}.mlp.up_proj.weight", LINEAR),
+    tensor("blocks.{i}.w_down", "layers.{i}.mlp.down_proj.weight", LINEAR),
     tensor("ln_f_gamma", "norm.weight"),
     tensor("ln_f_beta", "norm.bias"),
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),

@@ -58,9 +58,9 @@ class Correct:
         attn_out = concat if bug == "missing-wo" else concat @ w["w_o"] + w["b_o"]
         hidden = x + (attn_out[:, -1:, :] if bug == "residual-broadcast" else attn_out)
         n2 = self.norm(hidden, w["ln2_gamma"], w["ln2_beta"])
-        u = n2 @ w["w_1"] + w["b_1"]
+        u = n2 @ w["w_up"] + w["b_up"]
         act = 0.5 * u * (1 + np.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u**3)))
-        mlp_out = act @ w["w_2"] + w["b_2"]
+        mlp_out = act @ w["w_down"] + w["b_down"]
         y = hidden + mlp_out
         if not return_intermediates:
             return y
@@ -174,9 +174,9 @@ def _no_max_shift(block, x):
     e = np.exp(np.where(np.tril(np.ones((T, T), bool)), scores, -np.inf))
     concat = ((e / e.sum(axis=-1, keepdims=True)) @ v).transpose(0, 2, 1, 3).reshape(x.shape)
     hidden = x + concat @ w["w_o"] + w["b_o"]
-    u = block.norm(hidden, w["ln2_gamma"], w["ln2_beta"]) @ w["w_1"] + w["b_1"]
+    u = block.norm(hidden, w["ln2_gamma"], w["ln2_beta"]) @ w["w_up"] + w["b_up"]
     act = 0.5 * u * (1 + np.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u**3)))
-    return hidden + act @ w["w_2"] + w["b_2"]
+    return hidden + act @ w["w_down"] + w["b_down"]
 
 
 BUILT = []  # the weights of every call of the counts_builds factory

@@ -33,7 +33,7 @@ def build(weights, config):
     """The factory: the chapter's block as written, its arrays replaced by blockcli's."""
     block = SequenceBlock(config["block"]["d_model"], config["block"]["n_heads"])
     names = {"W_q": "w_q", "W_k": "w_k", "W_v": "w_v", "W_o": "w_o", "gamma1": "ln1_gamma", "gamma2": "ln2_gamma",
-             "W1": "w_1", "b1": "b_1", "W2": "w_2", "b2": "b_2"}
+             "W1": "w_up", "b1": "b_up", "W2": "w_down", "b2": "b_down"}
     for attr, key in names.items():
         setattr(block, attr, weights[key])
     return block
