@@ -218,12 +218,11 @@ class Grid:
         from rich.table import Table
         from rich.text import Text
 
-        table = Table(title=self.title, title_justify="left", header_style="bold")
+        table = Table(header_style="bold")
         if self.compact:
             from rich import box
 
-            table = Table(title=self.title, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
-                          show_edge=False, padding=0, pad_edge=False)
+            table = Table(header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, padding=0, pad_edge=False)
         for col, w in zip(self.columns, widths):
             header = [ln for atoms in _cell_lines(col.header, True) for ln in lay_out(atoms, w)]
             table.add_column(Text("\n").join(header), justify=col.justify, width=w, no_wrap=True)
@@ -247,6 +246,10 @@ class Fitted:
         for grid in self.grids:
             widths = grid.widths(options.max_width)
             if widths is not None:
+                if grid.title:  # its own line, wrapped at the width: a table's title would be padded to the table's
+                    title = _text(grid.title).copy()
+                    title.stylize("bold")
+                    yield title
                 yield grid.table(widths)
                 return
         yield self.fallback(options.max_width)
