@@ -749,7 +749,8 @@ def verify(
             if json_out:
                 print_out(render.to_json(render.list_mutants_json(MUTANTS)))
             else:
-                print_out("\n".join(f"{m.name}  {m.description}" for m in MUTANTS))
+                width = max(len(m.name) for m in MUTANTS)
+                print_out("\n".join(f"{m.name:<{width}}  {m.description}" for m in MUTANTS))
             return EXIT_OK
         if impl and (inject or mutants):
             raise InputError("--impl checks your block; --inject and --mutants check blockcli's seeded bugs")

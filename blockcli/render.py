@@ -260,6 +260,20 @@ class Fitted:
         return Measurement(min(options.max_width, 40), options.max_width)
 
 
+class Indented:
+    """A line indented by `by`, its wrapped continuation lines too (broken only between atoms)."""
+
+    def __init__(self, text: str, style: str = "", by: int = 2) -> None:
+        self.text, self.style, self.by = text, style, by
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.text import Text
+
+        for atoms in _cell_lines(Text(self.text, style=self.style), True):
+            for line in lay_out(atoms, max(1, options.max_width - self.by)):
+                yield Text(" " * self.by) + line
+
+
 class Flow:
     """Items laid out in lines of the width they are drawn at, broken only between items."""
 
@@ -955,7 +969,7 @@ def verify_table(report: Report, title: str = "") -> Group:
     parts: list[Any] = [_verify_fitted(report, title or f"Checklist for {report.config.name}")]
     for c in report.checks:
         if c.passed is False and c.hint:
-            parts.append(Text(f"  {c.id}. hint: {c.hint}", style="red"))
+            parts.append(Indented(f"{c.id}. hint: {c.hint}", "red"))
     parts += [Text(f"error {n}: {e}", style="bold magenta") for n, e in enumerate(report.errors, 1)]
     parts += [Text(f"note: {n}", style="dim") for n in report.notes]
     parts.append(Text(verify_summary(report), style="bold green" if report.passed else "bold red"))
@@ -988,10 +1002,10 @@ def verify_summaries(reports: Sequence[Report]) -> Group:
     lines = []
     for r in reports:
         lines.append(Text(verify_summary(r), style="green" if r.passed else "bold red"))
-        lines += [Text(f"  {c.id}. {c.name}: {c.measured}" + (f" — hint: {c.hint}" if c.hint else ""))
+        lines += [Indented(f"{c.id}. {c.name}: {c.measured}" + (f" — hint: {c.hint}" if c.hint else ""))
                   for c in r.checks if c.passed is False]
-        lines += [Text(f"  error {n}: {e}", style="bold magenta") for n, e in enumerate(r.errors, 1)]
-        lines += [Text(f"  note: {note}", style="dim") for note in r.notes]
+        lines += [Indented(f"error {n}: {e}", "bold magenta") for n, e in enumerate(r.errors, 1)]
+        lines += [Indented(f"note: {note}", "dim") for note in r.notes]
     return Group(*lines)
 
 
