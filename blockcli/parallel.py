@@ -56,6 +56,10 @@ def _controller() -> Any:
 
 
 REFIT_SECONDS = 1.0  # how often the free cores are measured again during long work
+# A share of fewer multiply-adds (about 10 ms on one core) goes to the free cores only: its workers all
+# finish within a few of the scheduler's time slices, so one on a busy core holds up the rest (verify's
+# small blocks); a larger share goes to every allowed core, each worker pulling tiles as it can.
+CONTENDED_WORK = 2**28
 
 
 def allowed_cores() -> list[int]:
@@ -139,9 +143,10 @@ def _fixed_threads() -> int:
 def worker_count() -> int:
     """Threads to share tiles among: BLOCKCLI_THREADS when set; else as many as BLAS may use (so
     OPENBLAS_NUM_THREADS=1 and the like turn sharing off), at most the cores this process may run on;
-    1 if no BLAS can be held. Not fewer when other processes are busy: the workers pull their tiles
-    from one queue, so a slowed core takes fewer (benchmarks/bench_contention.py measured fewer workers
-    slower under load, 0.64 s against 0.45 s for a forward pass with both cores busy elsewhere)."""
+    1 if no BLAS can be held. share_out gives a large share all of them even when other processes are
+    busy: the workers pull their tiles from one queue, so a slowed core takes fewer
+    (benchmarks/bench_contention.py measured one worker slower under load, 0.64 s against 0.45 s for a
+    forward pass with both cores busy elsewhere); a share under CONTENDED_WORK, the free cores only."""
     ceiling = _blas_ceiling()
     if not ceiling:
         return 1
@@ -213,8 +218,10 @@ def share_out(run: Callable[[Iterable[Tile]], None], tiles: Sequence[Tile], cost
         run(tiles)
         return
     with _sharing:
-        fit_blas_threads()  # the limit restored after the tiles: the free cores, measured now
+        free = fit_blas_threads()  # the limit restored after the tiles: the free cores, measured now
         workers = worker_count()  # read inside the lock: another caller's limit is lifted by now
+        if work < CONTENDED_WORK:  # a short share waits for its slowest worker: only the free cores
+            workers = min(workers, free)
         if workers == 1:
             run(tiles)
             return

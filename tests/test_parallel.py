@@ -307,3 +307,21 @@ def test_fewer_tiles_than_workers_reuse_the_pool(shared_tiles):
     pool = parallel._state["pool"]
     parallel.share_out(lambda tiles: list(tiles), [0, 1], cost=lambda t: 1, work=1)
     assert parallel._state["pool"] is pool
+
+
+def test_a_short_share_on_busy_cores_goes_to_the_free_ones_a_long_one_to_all(monkeypatch):
+    if not _blas_threads() or len(parallel.allowed_cores()) < 2:
+        pytest.skip("needs a BLAS threadpoolctl can see and two cores")
+    monkeypatch.setattr(parallel, "free_cores", lambda: 1)  # another process busy on the other core
+    monkeypatch.setattr(parallel, "worker_count", lambda: 2)
+    for work, threads in ((parallel.CONTENDED_WORK - 1, 1), (parallel.CONTENDED_WORK, 2)):
+        seen, gate = set(), threading.Barrier(threads, timeout=5)
+
+        def run(tiles):
+            for _ in tiles:
+                seen.add(threading.get_ident())
+                if threads == 2:
+                    gate.wait()  # each of the two workers holds a tile until the other has one
+
+        parallel.share_out(run, [0, 1], cost=lambda t: 1, work=work)
+        assert len(seen) == threads, (work, seen)
