@@ -36,9 +36,10 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 ConfigArg = Annotated[
     Optional[str],
     typer.Argument(metavar="[CONFIG_OR_PRESET]",
-                   help="A YAML config (- for standard input), a Hugging Face config.json, or a preset name "
-                        "(see `blockcli presets`). "
-                        "Default: the reference chapter's block (d=512, h=8, d_ff=2048)."),
+                   help="A YAML config (- for standard input), a Hugging Face config.json, a model folder "
+                        "(its config.json, and its safetensors weights where a command reads weights), or a "
+                        "preset: its name in any case, or the Hub repository it was transcribed from (see "
+                        "`blockcli presets`). Default: the reference chapter's block (d=512, h=8, d_ff=2048)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (same as --format json).")]
 AllowFieldOpt = Annotated[Optional[list[str]], typer.Option(
@@ -118,14 +119,104 @@ def run_guarded(body: Callable[[], int], sources: Sequence[Any] = ()) -> None:
     raise typer.Exit(code)
 
 
+PIPE_WIDTH = 10_000  # "as wide as the output needs": tables take their natural width, lines are never wrapped
+
+
 def console(**kwargs: Any):
-    """A Rich console; when stdout is not a terminal, wide enough that piped tables are not cut."""
+    """A Rich console. Tables fit its width (render.Fitted): a terminal's, or COLUMNS when set; when
+    stdout is not a terminal and COLUMNS is not set, as wide as the output needs, so a pipe or a file
+    gets every table whole, one line per row."""
     from rich.console import Console
 
     out = Console(**kwargs)
-    if not out.is_terminal and "width" not in kwargs:
-        out = Console(width=max(out.width, 160), **kwargs)
+    if not out.is_terminal and "width" not in kwargs and not os.environ.get("COLUMNS", "").strip().isdigit():
+        out = Console(width=PIPE_WIDTH, **kwargs)
     return out
+
+
+PROGRESS_DELAY = 1.0  # seconds of work before a progress line appears: a quick command never shows one
+
+
+class ProgressLine:
+    """blockcli.progress's listener on a terminal: once work has run for PROGRESS_DELAY seconds, one
+    Rich progress line per task on stderr (what it is on, n of N, the time so far), gone when done."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.tasks: dict[str, tuple[int, Optional[int], str]] = {}
+        self.ids: dict[str, Any] = {}
+        self.lock = threading.Lock()
+        self.bar: Any = None
+        self.timer = threading.Timer(PROGRESS_DELAY, self.start)
+        self.timer.daemon = True
+
+    def __call__(self, task: str, done: int, total: Optional[int], now: str) -> None:
+        with self.lock:
+            if not self.timer.is_alive() and self.bar is None and not self.tasks:
+                try:
+                    self.timer.start()
+                except RuntimeError:  # started once already
+                    pass
+            if total is not None and done >= total:
+                self.tasks.pop(task, None)
+                if self.bar is not None and task in self.ids:
+                    self.bar.remove_task(self.ids.pop(task))
+                return
+            self.tasks[task] = (done, total, now)
+            if self.bar is not None:
+                self._show(task)
+
+    def _show(self, task: str) -> None:
+        done, total, now = self.tasks[task]
+        fields = {"description": f"{task}" + (f": {now}" if now else ""), "completed": done, "total": total,
+                  "count": f"{done} of {total}" if total is not None else ""}
+        if task in self.ids:
+            self.bar.update(self.ids[task], **fields)
+        else:
+            self.ids[task] = self.bar.add_task(**fields)
+
+    def start(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        with self.lock:
+            if self.bar is not None:
+                return
+            self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=20),
+                                TextColumn("{task.fields[count]}"), TimeElapsedColumn(),
+                                console=Console(stderr=True), transient=True, refresh_per_second=4)
+            self.bar.start()
+            for task in list(self.tasks):
+                self._show(task)
+
+    def stop(self) -> None:
+        self.timer.cancel()
+        with self.lock:
+            if self.bar is not None:
+                self.bar.stop()
+
+
+def progress_shown(shown: bool) -> Any:
+    """A context where long work shows a progress line: only when `shown` (the table format, not
+    --json) and both stdout and stderr are terminals; never in a pipe or a file."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def showing() -> Any:
+        if not (shown and sys.stdout.isatty() and sys.stderr.isatty()):
+            yield
+            return
+        from blockcli import progress
+
+        line = ProgressLine()
+        try:
+            with progress.listening(line):
+                yield
+        finally:
+            line.stop()
+
+    return showing()
 
 
 def print_out(text: str) -> None:
@@ -159,7 +250,20 @@ class GuardedStdout:
             encoding = self._stream.encoding or "ascii"
             # the rest (a non-ASCII file name, say) as \uXXXX, which a JSON reader also decodes
             text = text.translate(ASCII_SPELLING).encode(encoding, "backslashreplace").decode(encoding)
-        return self._guard(self._stream.write, text)
+        raw = getattr(self._stream, "buffer", None)
+        if raw is None:
+            return self._guard(self._stream.write, text)
+        # Write the bytes until all are written: a pipe whose reader leaves mid-write takes part of a large
+        # write, and Python's buffered writer reports the part without an error, so the rest would be lost
+        # with exit 0; the next write fails (a closed pipe), which is exit 2 with one line.
+        self._guard(self._stream.flush)
+        data = memoryview(text.encode(self._stream.encoding or "utf-8", self._stream.errors or "strict"))
+        while data:
+            written = self._guard(raw.write, data)
+            if not written:  # a non-blocking stream that takes nothing: waiting would spin
+                raise OutputError("standard output: cannot write (it takes no more)")
+            data = data[written:]
+        return len(text)
 
     def flush(self) -> None:
         self._guard(self._stream.flush)
@@ -283,7 +387,8 @@ def count(
             raise InputError(f"{training_only[0]} sizes a training step; add --train")
         cfg = loaded(config, allow_field)
         T, B = seq or cfg.run.seq_len, batch or cfg.run.batch
-        sizing.check_workload(cfg, T)
+        if (past := sizing.check_workload(cfg, T)) is not None:
+            _config_notes.append(past)
         stored = None
         if config and Path(config).exists():  # not a preset's name: checkpoint.py only for a real path
             from blockcli.checkpoint import checkpoint_sizes, is_checkpoint_path
@@ -353,7 +458,13 @@ def presets(json_out: JsonOpt = False) -> None:
         if json_out:
             from blockcli.render import to_json
 
-            print_out(to_json([{"name": n, "description": d, "source": s, "parameters": p} for n, d, s, p in rows]))
+            from blockcli.config import preset_aliases
+            from blockcli.render import versioned
+
+            aliases = preset_aliases()
+            print_out(to_json(versioned({"presets": [
+                {"name": n, "description": d, "source": s, "parameters": p,
+                 "aliases": sorted(a for a, name in aliases.items() if name == n)} for n, d, s, p in rows]})))
         else:
             from blockcli.render import presets_table
 
@@ -410,7 +521,8 @@ def trace(
                            "the forward saved for it, measured against its closed form and count --train's figure."
     )] = False,
     show_attention: Annotated[Optional[str], typer.Option(
-        metavar="[LAYER:]HEAD", help="Draw this head's attention weights for the first sequence.")] = None,
+        metavar="[LAYER:]HEAD", help="Draw this head's attention weights for the first sequence; layers and "
+                                     "heads count from 0 (2:5 is the sixth head of the third layer).")] = None,
     json_out: JsonOpt = False,
     fmt: Annotated[TraceFormat, typer.Option("--format", "-f", help="Output format.")] = TraceFormat.table,
     export_svg: Annotated[Optional[str], typer.Option(help="Also write the rendered table as SVG.")] = None,
@@ -463,6 +575,11 @@ def trace(
         else:
             batch_, seq_ = batch, seq
         cfg = with_run(cfg, batch_, seq_, dtype.value if dtype else None)
+        if cfg.model is not None:
+            from blockcli.sizing import check_workload
+
+            if (past := check_workload(cfg, cfg.run.seq_len)) is not None:
+                _config_notes.append(past)
         if x is not None and cfg.model is None:
             check_in_range(x, cfg.run.dtype, str(input_file))
         head = _parse_head(show_attention, cfg) if show_attention else None
@@ -487,8 +604,9 @@ def trace(
             notes.append(f"a real pass would take about {_duration(seconds)} (over {UNASKED_PASS_SECONDS} s): rows "
                          f"are analytic (shapes only); --input, --weights or --save run it anyway")
         else:
-            result = run_trace(cfg, weights=chosen_weights, x=x, attention=mode, keep=bool(save or head), layer=picked,
-                               model_config=model_cfg)
+            with progress_shown(chosen is TraceFormat.table):
+                result = run_trace(cfg, weights=chosen_weights, x=x, attention=mode, keep=bool(save or head),
+                                   layer=picked, model_config=model_cfg)
         if implicit and result.mode == "executed":
             notes.insert(0, f"weights: the model folder's own ({config})")
         result.notes.extend(notes)
@@ -641,15 +759,15 @@ def verify(
     def body() -> int:
         from blockcli import render
         from blockcli.mutants import MUTANTS, find_mutant, run_mutants
-        from blockcli.verify import CHECKS, parse_selection
+        from blockcli.verify import CHECKS, layers_to_verify, parse_selection
         from blockcli.verify import verify as run_checks
 
         if list_mutants:
             if json_out:
-                print_out(render.to_json([{"name": m.name, "description": m.description,
-                                           "expected": list(m.expected)} for m in MUTANTS]))
+                print_out(render.to_json(render.list_mutants_json(MUTANTS)))
             else:
-                print_out("\n".join(f"{m.name}  {m.description}" for m in MUTANTS))
+                width = max(len(m.name) for m in MUTANTS)
+                print_out("\n".join(f"{m.name:<{width}}  {m.description}" for m in MUTANTS))
             return EXIT_OK
         if impl and (inject or mutants):
             raise InputError("--impl checks your block; --inject and --mutants check blockcli's seeded bugs")
@@ -662,16 +780,8 @@ def verify(
             given = " ".join(f"{o} {v}" for o, v in (("--only", only), ("--skip", skip)) if v is not None)
             raise InputError(f"{given}: selects no check, so nothing would be verified")
         sources = configs or [None]
-        if mutants:
-            if len(sources) > 1:
-                raise InputError("--mutants runs on one config at a time")
-            rows, skipped = run_mutants(loaded(sources[0], allow_field), weights=weights, only=chosen_only,
-                                        skip=chosen_skip)
-            if json_out:
-                print_out(render.to_json(render.mutants_json(rows, skipped)))
-            else:
-                console().print(render.mutants_matrix(rows, skipped))
-            return EXIT_OK if all(not r.passed for _, r in rows) else EXIT_FAILED
+        if mutants and len(sources) > 1:
+            raise InputError("--mutants runs on one config at a time")
         mutant = find_mutant(inject) if inject else None
         extra: dict[str, Any] = {"ops": mutant.ops, "formula": mutant.formula} if mutant else {}
         if (per_sequence or weights_map) and not impl:
@@ -682,26 +792,42 @@ def verify(
             mapping = read_yaml(weights_map, "a weights map (YAML)") if weights_map is not None else None
             extra.update(impl=impl, timeout=timeout, per_sequence=per_sequence, weights_map=mapping)
         configs_ = [loaded(s, allow_field) for s in sources]  # every config is checked before any runs
-        subjects = []
+        plans = []  # per config: its weights and the layers to verify (None: verify picks, saying so)
         for source, cfg in zip(sources, configs_):
             chosen, implicit = own_weights(source, weights)
-            which = layer if layer is not None or not implicit else 0
-            subjects.append((cfg, chosen, which))
-        reports = [run_checks(cfg, weights=w, layer=which, only=chosen_only, skip=chosen_skip, rtol=rtol, atol=atol,
-                              **extra) for cfg, w, which in subjects]
+            if layer is not None:
+                layers: list[Optional[int]] = [layer]
+            elif impl or (chosen is not None and not implicit):  # one block: yours, or the weights given
+                layers = [0 if implicit else None]
+            else:  # one layer of each kind, with its own weights when the model folder has them
+                layers = [0 if implicit and k is None else k for k in layers_to_verify(cfg)]
+            plans.append((cfg, chosen, layers))
+        with progress_shown(not json_out):  # verify's output has no other format
+            if mutants:
+                cfg, chosen, layers = plans[0]
+                matrices = [(which, *run_mutants(cfg, weights=chosen, layer=which, only=chosen_only,
+                                                 skip=chosen_skip)) for which in layers]
+            else:
+                grouped = [[run_checks(cfg, weights=w, layer=which, only=chosen_only, skip=chosen_skip, rtol=rtol,
+                                       atol=atol, **extra) for which in layers] for cfg, w, layers in plans]
+        if mutants:
+            escaped = any(r.passed for _, rows, _ in matrices for _, r in rows)
+            if json_out:
+                print_out(render.to_json(render.mutants_json(matrices, plans[0][0])))
+            else:
+                console().print(render.mutants_matrices(matrices, plans[0][0]))
+            return EXIT_FAILED if escaped else EXIT_OK
+        reports = [r for group in grouped for r in group]
         if show_traceback:
             for report in reports:
                 for n, text in enumerate(report.tracebacks, 1):
                     if text:
                         sys.stderr.write(f"blockcli: traceback of error {n}:\n{text}")
         if json_out:
-            data = [render.verify_json(r) for r in reports]
-            print_out(render.to_json(data[0] if len(data) == 1 else
-                                     {"passed": all(r.passed for r in reports), "configs": data}))
-        elif len(reports) == 1:
-            title = (f"Checklist for {reports[0].config.name}" + (f" with seeded bug '{inject}'" if inject else "")
-                     + (f" on {impl}" if impl else ""))
-            console().print(render.verify_table(reports[0], title))
+            print_out(render.to_json(render.verify_json(grouped)))
+        elif len(grouped) == 1:
+            what = (f" with seeded bug '{inject}'" if inject else "") + (f" on {impl}" if impl else "")
+            console().print(render.verify_tables(grouped[0], what))
         else:
             console().print(render.verify_summaries(reports))
         return EXIT_OK if all(r.passed for r in reports) else EXIT_FAILED

@@ -14,6 +14,7 @@ import difflib
 import errno
 import math
 import os
+import re
 import stat
 import sys
 from contextlib import contextmanager
@@ -387,20 +388,88 @@ def _read_preset(name: str) -> str:
     return resources.files("blockcli.presets").joinpath(f"{name}.yaml").read_text("utf-8")
 
 
+HUB_SOURCE = re.compile(r'^\s*source:\s*"?https://huggingface\.co/([^/\s"]+)/([^/\s"]+)/', re.M)
+
+
+def preset_aliases() -> dict[str, str]:
+    """Other names of each preset, lowercased: the Hub repository its hyperparameters were transcribed
+    from (`meta-llama/Llama-3.1-8B`) and that repository's name alone (`mistral-7b-v0.1`) — the same
+    model under the names people type, never a neighbour. Read from each preset's `about.source` line."""
+    aliases: dict[str, str] = {}
+    for name in preset_names():
+        match = HUB_SOURCE.search(_read_preset(name))
+        if match:
+            owner, repo = match.group(1).lower(), match.group(2).lower()
+            for alias in (f"{owner}/{repo}", repo):
+                if alias != name:
+                    aliases.setdefault(alias, name)
+    return aliases
+
+
+def find_preset(source: str) -> str | None:
+    """The preset `source` names: its name or an alias (preset_aliases), in any case; None if none."""
+    key = source.strip().lower()
+    names = preset_names()
+    if key in names:
+        return key
+    return preset_aliases().get(key) if key else None
+
+
+def _tokens(name: str) -> list[str]:
+    return [t for t in re.split(r"[-_./\s]+", name.lower()) if t]
+
+
+def _edits(a: str, b: str) -> int:
+    """Levenshtein distance between two short strings."""
+    row = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, cb in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+    return row[-1]
+
+
+def preset_typo(source: str) -> str | None:
+    """A preset `source` is a misspelling of, or None. Only a slip in a word's letters counts: the same
+    number of words, every word holding a digit (a version, a size: `3.1`, `8b`, `v0`) exactly equal, and
+    the others at most two edits apart — so `mistral-7b-v0.3` never suggests `mistral-7b` (v0.1) and
+    `gpt3` never `gpt2`, while `lama-3-8b` suggests `llama-3-8b`."""
+    words = _tokens(source)
+    best: tuple[int, str] | None = None
+    for name in [*preset_names(), *preset_aliases()]:
+        other = _tokens(name)
+        if len(other) != len(words):
+            continue
+        cost = 0
+        for a, b in zip(words, other):
+            if any(ch.isdigit() for ch in a + b):
+                cost += 0 if a == b else 99
+            else:
+                cost += _edits(a, b) if _edits(a, b) <= min(2, max(1, len(b) // 3)) else 99
+        if 0 < cost < 99 and (best is None or cost < best[0]):
+            best = (cost, find_preset(name) or name)
+    return best[1] if best else None
+
+
 def load_yaml_config(source: str) -> Config:
     """A config from a preset name or a YAML file.
 
     blockcli.sources.load_config is the entry point for every kind of source; this is its YAML part.
     """
     path = Path(source)
-    looks_like_path = (path.suffix.lower() in (".yaml", ".yml") or "/" in source or path.exists()
-                       or path.is_symlink())  # a dangling link or a link loop is a path too
-    if not looks_like_path:
-        if source in preset_names():
-            return parse_config(parse_yaml_text(_read_preset(source), source), name=source)
-        close = difflib.get_close_matches(source, preset_names(), n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else "; run 'blockcli presets' to list them"
-        raise ConfigError(f"{source}: no such file or preset{hint}")
+    exists = path.exists() or path.is_symlink()  # a dangling link or a link loop is a path too
+    yaml_path = path.suffix.lower() in (".yaml", ".yml")
+    if not exists and not yaml_path:
+        # a preset's name or alias in any case; a Hub repository id (owner/name) is one of those aliases
+        preset = find_preset(source)
+        if preset is not None:
+            return parse_config(parse_yaml_text(_read_preset(preset), preset), name=preset)
+        if "/" not in source or source.count("/") == 1 and not source.startswith((".", "/", "~")):
+            typo = preset_typo(source)
+            hint = (f"; did you mean '{typo}'?" if typo else
+                    "; `blockcli presets` lists the packaged ones, and any model's Hugging Face config.json "
+                    "(or its model folder) works as well")
+            raise ConfigError(f"{source}: no such file or preset{hint}")
     return parse_config(parse_yaml_text(read_text_file(path), str(path)), name=str(path))
 
 

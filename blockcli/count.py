@@ -70,6 +70,8 @@ class Component:
     kind: str = "tensor"  # tensor | subtotal | total | tied | buffer (stored, not a parameter: in no total)
     active: int | None = None  # of `count`, what one token uses (a mixture's k of E experts); None: all of it
     group: int | None = None  # when layers differ: which of `ParameterCount.groups` a block row describes
+    shapes: tuple[tuple[int, ...], ...] = ()  # the tensors `shape` describes (one expert's, for the routed experts)
+    copies: int = 1  # how many times `shapes` is counted: E for the routed experts, else 1
 
     @property
     def count(self) -> int:
@@ -358,9 +360,10 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
         measured = sum(arrays.get(k, 0) for k in row.keys)
         if measured != w + bias:
             mismatches.append(f"{tag}{row.name}: formula {w + bias:,} vs arrays {measured:,}")
-        components.append(Component(row.name, row.label, _shapes_text(row.keys, config.block, shapes), w, bias,
-                                    render(row.weights + row.biases), row.keys, active=active,
-                                    kind="buffer" if row.buffer else "tensor"))
+        text, tensors, copies = _shapes_of(row.keys, config.block, shapes)
+        components.append(Component(row.name, row.label, text, w, bias, render(row.weights + row.biases), row.keys,
+                                    active=active, kind="buffer" if row.buffer else "tensor", shapes=tensors,
+                                    copies=copies))
         if row.buffer:
             buffers += w + bias
             continue
@@ -430,16 +433,17 @@ def _model_rows(config: Config, groups: list[LayerGroup], polys: list[tuple[Poly
     d = b.d_model
     e = projected_width(m, d)  # OPT-350m: embeddings e wide, with project_in (e, d) and project_out (d, e)
     rows = [Component("embed.tokens", "token embedding", str((m.vocab_size, e or d)),
-                      m.vocab_size * (e or d), 0, "V·e" if e else "V·d", ("wte",))]
+                      m.vocab_size * (e or d), 0, "V·e" if e else "V·d", ("wte",), shapes=((m.vocab_size, e or d),))]
     if e:
         rows.append(Component("embed.project_in", f"project in (e = {e:,} → d)", str((e, d)), e * d, 0, "e·d",
-                              ("proj_in",)))
+                              ("proj_in",), shapes=((e, d),)))
     pos = 0
     if m.positions == "learned":
         P = m.max_positions + m.position_offset
         pos = P * d
         note = "P·d" if not m.position_offset else f"P·d (P = {m.max_positions:,} + offset {m.position_offset})"
-        rows.append(Component("embed.positions", "position embedding", str((P, d)), pos, 0, note, ("wpe",)))
+        rows.append(Component("embed.positions", "position embedding", str((P, d)), pos, 0, note, ("wpe",),
+                              shapes=((P, d),)))
     if m.embedding_norm:  # BLOOM's word_embeddings_layernorm
         rows.append(_model_norm("embed.norm", "embedding", "emb_ln", b))
     shape = (f"{m.n_layers} × block" if len(groups) == 1 else
@@ -451,16 +455,17 @@ def _model_rows(config: Config, groups: list[LayerGroup], polys: list[tuple[Poly
         rows.append(_model_norm("final_norm", "final", "ln_f", b))
     if e:
         rows.append(Component("lm_head.project_out", f"project out (d → e = {e:,})", str((d, e)), d * e, 0, "d·e",
-                              ("proj_out",)))
+                              ("proj_out",), shapes=((d, e),)))
     head_bias = m.vocab_size if m.lm_head_bias else 0
     width, symbol = (e, "e") if e else (d, "d")
     if m.tie_embeddings:
         rows.append(Component("lm_head", "LM head (tied to token embedding)", str((width, m.vocab_size)),
                               0, head_bias, "0 (tied)" + (" + V" if head_bias else ""), ("lm_head_bias",),
-                              kind="tied"))
+                              kind="tied", shapes=((width, m.vocab_size),) + (((m.vocab_size,),) if head_bias else ())))
     else:
         rows.append(Component("lm_head", "LM head", str((width, m.vocab_size)), width * m.vocab_size, head_bias,
-                              f"{symbol}·V" + (" + V" if head_bias else ""), ("lm_head", "lm_head_bias")))
+                              f"{symbol}·V" + (" + V" if head_bias else ""), ("lm_head", "lm_head_bias"),
+                              shapes=((width, m.vocab_size),) + (((m.vocab_size,),) if head_bias else ())))
     weights = sum(r.weights for r in rows)
     biases = sum(r.biases for r in rows)
     total = weights + biases
@@ -478,14 +483,18 @@ def _model_norm(name: str, where: str, prefix: str, b: BlockConfig) -> Component
     scale, shift = d if b.norm_scale else 0, d if b.bias.norm else 0
     parts = (scale > 0) + (shift > 0)
     return Component(name, f"{where} {_norm_name(b)}", " + ".join([str((d,))] * parts) or "none (no scale, no shift)",
-                     scale, shift, ("0", "d", "2·d")[parts], (f"{prefix}_gamma", f"{prefix}_beta"))
+                     scale, shift, ("0", "d", "2·d")[parts], (f"{prefix}_gamma", f"{prefix}_beta"),
+                     shapes=((d,),) * parts)
 
 
-def _shapes_text(keys: tuple[str, ...], b: BlockConfig, shapes: Mapping[str, Shape]) -> str:
+def _shapes_of(keys: tuple[str, ...], b: BlockConfig,
+               shapes: Mapping[str, Shape]) -> tuple[str, tuple[tuple[int, ...], ...], int]:
+    """A row's tensors: as the table writes them, as a tuple of shapes, and how many copies of those."""
     if b.moe is not None and keys and keys[0].startswith("experts."):  # E experts of the same shapes
-        first = [k for k in keys if k.startswith("experts.0.")]
-        return f"{b.moe.n_experts} × (" + " + ".join(str(shapes[k]) for k in first) + ")"
-    return " + ".join(str(shapes[k]) for k in keys if k in shapes)
+        first = tuple(tuple(shapes[k]) for k in keys if k.startswith("experts.0."))
+        return f"{b.moe.n_experts} × (" + " + ".join(str(s) for s in first) + ")", first, b.moe.n_experts
+    tensors = tuple(tuple(shapes[k]) for k in keys if k in shapes)
+    return " + ".join(str(s) for s in tensors), tensors, 1
 
 
 # ----------------------------------------------------------------------------- budgets for CI

@@ -65,6 +65,12 @@ def load_target(spec: str) -> Callable[..., Any]:
         finally:
             sys.path.remove(str(path.resolve().parent))
     else:
+        # the working directory first, as `python -m blockcli` has it: the `blockcli` script's sys.path
+        # starts at its own folder, so `--impl package.module:Name` would otherwise work under one only
+        here = os.getcwd()
+        added = here not in sys.path and "" not in sys.path
+        if added:
+            sys.path.insert(0, here)
         try:
             with stdout_to_stderr():
                 module = importlib.import_module(where)
@@ -74,6 +80,9 @@ def load_target(spec: str) -> Callable[..., Any]:
             raise InputError(f"--impl {spec}: syntax error in {exc.filename} at line {exc.lineno}: {exc.msg}") from None
         except Exception as exc:
             raise InputError(f"--impl {spec}: cannot import {where} ({type(exc).__name__}: {exc})") from None
+        finally:
+            if added:
+                sys.path.remove(here)
     target = getattr(module, name, None)
     if target is None:
         available = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))

@@ -240,7 +240,16 @@ def run_mutants(config: Config, **options: Any) -> tuple[list[tuple[Mutant, Any]
     """The checklist on every seeded bug that can show in this config: ([(mutant, report)], {name: why not})."""
     from blockcli.verify import verification_config, verify
 
-    block = verification_config(config)[0].block  # the block the checks really run on
+    layer = options.get("layer")
+    chosen = config.for_layer(layer or 0) if config.model is not None and config.layers_differ else config
+    block = verification_config(chosen)[0].block  # the block the checks really run on
     skipped = {m.name: why for m in MUTANTS if (why := m.inapplicable(block))}
-    rows = [(m, verify(config, ops=m.ops, formula=m.formula, **options)) for m in MUTANTS if m.name not in skipped]
+    from blockcli.progress import report
+
+    chosen_mutants = [m for m in MUTANTS if m.name not in skipped]
+    rows = []
+    for i, m in enumerate(chosen_mutants):
+        report("seeded bugs", i, len(chosen_mutants), m.name)
+        rows.append((m, verify(config, ops=m.ops, formula=m.formula, **options)))
+    report("seeded bugs", len(chosen_mutants), len(chosen_mutants))
     return rows, skipped

@@ -11,6 +11,7 @@ when a pass is big enough to share out, so `blockcli count` never pays for it.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import weakref
@@ -37,7 +38,7 @@ def _after_fork_in_child() -> None:
     global _sharing
     if "held" in _state:
         _state["held"].restore_original_limits()
-    _state.clear()
+    _state.clear()  # the child measures its own free cores (its BLAS keeps the limit it inherited)
     _sharing = threading.Lock()
 
 
@@ -67,14 +68,123 @@ def _controller() -> Any:
     return _state["controller"]
 
 
-def worker_count() -> int:
-    """Threads to share tiles among: as many as BLAS uses (so OPENBLAS_NUM_THREADS=1 and the like
-    turn sharing off), at most the cores this process may run on; 1 if no BLAS can be held."""
+REFIT_SECONDS = 1.0  # how often the free cores are measured again during long work
+# A share of fewer multiply-adds (about 10 ms on one core) goes to the free cores only: its workers all
+# finish within a few of the scheduler's time slices, so one on a busy core holds up the rest (verify's
+# small blocks); a larger share goes to every allowed core, each worker pulling tiles as it can.
+CONTENDED_WORK = 2**28
+
+
+def allowed_cores() -> list[int]:
+    """The CPUs this process may run on (its affinity), as many as a cgroup CPU quota allows."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            cpus = cpus[:max(1, -(-int(quota) // int(period)))]
+    except (OSError, ValueError):
+        pass
+    return cpus
+
+
+def _busy_ticks(cpus: Sequence[int]) -> tuple[float, float] | None:
+    """(busy, total) clock ticks of `cpus` since boot, from /proc/stat; None where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            lines = [line.split() for line in f if line.startswith("cpu") and line[3:4].isdigit()]
+    except OSError:
+        return None
+    busy = total = 0.0
+    for fields in lines:
+        if int(fields[0][3:]) in cpus:
+            ticks = [float(v) for v in fields[1:9]]  # user nice system idle iowait irq softirq steal
+            total += sum(ticks)
+            busy += sum(ticks) - ticks[3] - ticks[4]
+    return (busy, total) if total else None
+
+
+def _others_running() -> float:
+    """How many runnable threads other than this one the system has right now (/proc/loadavg)."""
+    try:
+        with open("/proc/loadavg") as f:
+            return max(0.0, float(f.read().split()[3].split("/")[0]) - 1)
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def free_cores() -> int:
+    """The allowed cores other processes are not busy on: measured over the time since the last call
+    (the cores' busy time from /proc/stat less this process's own CPU time), or on a first call from
+    the threads runnable right now; at least 1. Measured again at most every REFIT_SECONDS."""
+    import time
+
+    now = time.monotonic()
+    if now - _state.get("measured_at", -math.inf) < REFIT_SECONDS:
+        return _state["free"]
+    cpus = allowed_cores()
+    ticks, own = _busy_ticks(cpus), time.process_time()
+    last = _state.get("sample")
+    if ticks is not None and last is not None and ticks[1] > last[0][1]:
+        wall = (ticks[1] - last[0][1]) / len(cpus)  # ticks of one core over the interval
+        others = max(0.0, (ticks[0] - last[0][0]) - (own - last[1]) * os.sysconf("SC_CLK_TCK")) / wall
+    else:
+        others = _others_running()
+    _state.update(sample=(ticks, own) if ticks is not None else None, measured_at=now,
+                  free=max(1, min(len(cpus), round(len(cpus) - others))))
+    return _state["free"]
+
+
+def _blas_ceiling() -> int:
+    """The BLAS threads NumPy's BLAS was set to use (OPENBLAS_NUM_THREADS and the like), not counting a
+    limit fit_blas_threads set itself; 0 if no BLAS can be held."""
     blas = _controller().select(user_api="blas").info()
     if not blas:
+        return 0
+    current = max(lib["num_threads"] for lib in blas)
+    if "blas_max" not in _state or current != _state.get("fitted"):  # someone else set it: follow them
+        _state["blas_max"] = current
+    return _state["blas_max"]
+
+
+def _fixed_threads() -> int:
+    """BLOCKCLI_THREADS, when set to a positive number (at most the allowed cores); else 0."""
+    fixed = os.environ.get("BLOCKCLI_THREADS", "").strip()
+    return min(int(fixed), len(allowed_cores())) if fixed.isdigit() and int(fixed) > 0 else 0
+
+
+def worker_count() -> int:
+    """Threads to share tiles among: BLOCKCLI_THREADS when set; else as many as BLAS may use (so
+    OPENBLAS_NUM_THREADS=1 and the like turn sharing off), at most the cores this process may run on;
+    1 if no BLAS can be held. share_out gives a large share all of them even when other processes are
+    busy: the workers pull their tiles from one queue, so a slowed core takes fewer
+    (benchmarks/bench_contention.py measured one worker slower under load, 0.64 s against 0.45 s for a
+    forward pass with both cores busy elsewhere); a share under CONTENDED_WORK, the free cores only."""
+    ceiling = _blas_ceiling()
+    if not ceiling:
         return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cores, max(lib["num_threads"] for lib in blas)))
+    return _fixed_threads() or max(1, min(ceiling, len(allowed_cores())))
+
+
+def blas_threads() -> int:
+    """Threads for the matrix products outside the shared tiles: BLOCKCLI_THREADS when set; else as
+    many as BLAS may use, at most the cores free of other processes' work (free_cores). BLAS splits
+    each product among its threads and waits for all of them, so a thread on a busy core stalls the
+    rest: `verify --mutants` with both cores busy took 41 s with BLAS's two threads, 6.8 s with one."""
+    ceiling = _blas_ceiling()
+    if not ceiling:
+        return 1
+    return _fixed_threads() or max(1, min(ceiling, free_cores()))
+
+
+def fit_blas_threads() -> int:
+    """Hold BLAS to blas_threads() for the products outside shared tiles (re-measured at most every
+    REFIT_SECONDS); returns that count."""
+    threads = blas_threads()
+    if _blas_ceiling() and _state.get("fitted") != threads:
+        _controller().limit(limits=threads, user_api="blas")  # kept until the process ends or refits
+        _state["fitted"] = threads
+    return threads
 
 
 def _pool(workers: int) -> Any:
@@ -121,7 +231,10 @@ def share_out(run: Callable[[Iterable[Tile]], None], tiles: Sequence[Tile], cost
         run(tiles)
         return
     with _sharing:
+        free = fit_blas_threads()  # the limit restored after the tiles: the free cores, measured now
         workers = worker_count()  # read inside the lock: another caller's limit is lifted by now
+        if work < CONTENDED_WORK:  # a short share waits for its slowest worker: only the free cores
+            workers = min(workers, free)
         if workers == 1:
             run(tiles)
             return

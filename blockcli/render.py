@@ -11,13 +11,15 @@ import io
 import json
 import math
 import re
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from blockcli.units import human_bytes
 
 if TYPE_CHECKING:  # rich and the NumPy-based modules load only when a table is drawn
     from rich.console import Group
     from rich.table import Table
+    from rich.text import Text
 
     from blockcli.count import Component, ParameterCount
     from blockcli.mutants import Mutant
@@ -26,10 +28,23 @@ if TYPE_CHECKING:  # rich and the NumPy-based modules load only when a table is 
     from blockcli.verify import Report
 
 BAR_WIDTH = 12
+# The JSON contract's version: every command's JSON object carries it as "schema_version". It grows by one
+# when a key is renamed, removed or changes its type; new keys do not change it.
+SCHEMA_VERSION = 1
 
 
 def to_json(data: Any) -> str:
-    return json.dumps(data, indent=2, ensure_ascii=False)
+    return json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False)
+
+
+def versioned(data: dict[str, Any]) -> dict[str, Any]:
+    """A command's JSON object, "schema_version" first."""
+    return {"schema_version": SCHEMA_VERSION, **data}
+
+
+def number(value: float) -> float | None:
+    """A measured figure for JSON: None where it is not finite (a NaN, or the inf of a shape mismatch)."""
+    return value if math.isfinite(value) else None
 
 
 def bar(share: float, width: int = BAR_WIDTH) -> str:
@@ -64,6 +79,235 @@ def human(n: float) -> str:
     return f"{n:g}"
 
 
+# ----------------------------------------------------------------------------- tables that fit the width
+#
+# A table is drawn at the width it is printed at (a terminal's, or as wide as it needs in a pipe), choosing
+# the first of its layouts that fits: the full table; then layouts that move a column (a formula, a symbolic
+# shape, a tolerance) under another column's text; last, one record per row. A cell wraps only between its
+# atoms: words, and whole shapes such as (4096, 14336); a number is never cut, and no column is squeezed below
+# its longest atom. blockcli lays out the lines itself, so Rich never wraps or truncates a cell.
+
+MAX_ATOM = 24  # a parenthesised group longer than this wraps between its words instead
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of a fitted table: `wrap` False draws each line of a cell whole (numbers, bars);
+    wrapping never makes a column narrower than min(its natural width, `comfort`)."""
+
+    header: str
+    justify: str = "left"
+    wrap: bool = True
+    comfort: int = 14
+
+
+def _text(cell: Any) -> Text:
+    from rich.text import Text
+
+    return cell if isinstance(cell, Text) else Text(str(cell))
+
+
+def atom_spans(plain: str) -> list[tuple[int, int]]:
+    """Where a line may break: its words, except that a parenthesised group opened in a word stays whole
+    with the words up to its closing parenthesis, `(2, 5, 12)` or `L·(4·d² + 2·d)`, up to MAX_ATOM."""
+    words = [(m.start(), m.end()) for m in re.finditer(r"\S+", plain)]
+    spans: list[tuple[int, int]] = []
+    depth, i = 0, 0
+    while i < len(words):
+        start_depth, deepest, j = depth, depth, i
+        while True:
+            for ch in plain[words[j][0]:words[j][1]]:
+                depth += (ch == "(") - (ch == ")")
+                deepest = max(deepest, depth)
+            if deepest > start_depth and depth >= deepest and j + 1 < len(words):
+                j += 1
+                continue
+            break
+        if j > i and words[j][1] - words[i][0] > MAX_ATOM:  # too long to keep whole: its words, one by one
+            depth = start_depth
+            for ch in plain[words[i][0]:words[i][1]]:
+                depth += (ch == "(") - (ch == ")")
+            spans.append(words[i])
+            i += 1
+            continue
+        spans.append((words[i][0], words[j][1]))
+        i = j + 1
+    return spans
+
+
+def _cell_lines(cell: Any, wrap: bool) -> list[list[Text]]:
+    """A cell's explicit lines, each as its atoms (one atom per line when the column does not wrap)."""
+    lines = _text(cell).split("\n", allow_blank=True)
+    if not wrap:
+        return [[line] for line in lines]
+    return [[line[a:b] for a, b in atom_spans(line.plain)] for line in lines]
+
+
+def lay_out(atoms: Sequence[Text], width: int) -> list[Text]:
+    """Atoms joined by single spaces into lines of at most `width` cells (an atom wider than that
+    gets a line of its own)."""
+    from rich.cells import cell_len
+    from rich.text import Text
+
+    lines: list[Text] = []
+    current: Text | None = None
+    for atom in atoms:
+        if current is not None and cell_len(current.plain) + 1 + cell_len(atom.plain) <= width:
+            current.append(" ")
+            current.append_text(atom)
+        else:
+            if current is not None:
+                lines.append(current)
+            current = atom.copy()
+    if current is not None:
+        lines.append(current)
+    return lines or [Text("")]
+
+
+@dataclass
+class Grid:
+    """A table's columns and rows, drawn at a given width only if every cell fits whole."""
+
+    title: Any
+    columns: Sequence[Column]
+    rows: list[list[Any]] = field(default_factory=list)
+    styles: list[str | None] = field(default_factory=list)
+    ends: list[bool] = field(default_factory=list)
+    compact: bool = False  # no borders and no padding: one space between columns, a rule under the header
+
+    def add(self, *cells: Any, style: str | None = None, end_section: bool = False) -> None:
+        self.rows.append(list(cells))
+        self.styles.append(style)
+        self.ends.append(end_section)
+
+    def widths(self, width: int) -> list[int] | None:
+        """Each column's width at a total of `width` (borders and padding included), or None when the
+        longest atoms alone do not fit."""
+        from rich.cells import cell_len
+
+        n = len(self.columns)
+        lowest, natural = [], []
+        for k, col in enumerate(self.columns):
+            cells = [_cell_lines(col.header, True)] + [_cell_lines(row[k], col.wrap) for row in self.rows]
+            atoms = [cell_len(a.plain) for lines in cells for line in lines for a in line]
+            full = [sum(cell_len(a.plain) for a in line) + len(line) - 1 for lines in cells for line in lines]
+            longest, nat = max(atoms, default=0), max(full, default=0)
+            lowest.append(nat if not col.wrap else max(longest, min(nat, col.comfort)))
+            natural.append(nat)
+        # a vertical line between and around the columns and one space each side of a cell; compact: one space
+        room = width - (n - 1 if self.compact else 3 * n + 1)
+        spare = room - sum(lowest)
+        if spare < 0:
+            return None
+        if sum(natural) <= room:
+            return natural
+
+        def at(level: int) -> list[int]:  # every column that wraps raised to `level`, none past its natural width
+            return [min(b, max(a, level)) for a, b in zip(lowest, natural)]
+
+        level = 0  # at(0) is `lowest`, which fits
+        while sum(at(level + 1)) <= room:
+            level += 1
+        got = at(level)
+        for k in range(n):  # what is left goes to the first columns still short of their natural width
+            grow = min(natural[k] - got[k], room - sum(got))
+            got[k] += grow
+        return got
+
+    def table(self, widths: Sequence[int]) -> Table:
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(header_style="bold")
+        if self.compact:
+            from rich import box
+
+            table = Table(header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, padding=0, pad_edge=False)
+        for col, w in zip(self.columns, widths):
+            header = [ln for atoms in _cell_lines(col.header, True) for ln in lay_out(atoms, w)]
+            table.add_column(Text("\n").join(header), justify=col.justify, width=w, no_wrap=True)
+        for row, style, end in zip(self.rows, self.styles, self.ends):
+            cells = []
+            for cell, col, w in zip(row, self.columns, widths):
+                lines = [ln for atoms in _cell_lines(cell, col.wrap) for ln in
+                         (lay_out(atoms, w) if col.wrap else atoms)]
+                cells.append(Text("\n").join(lines))
+            table.add_row(*cells, style=style, end_section=end)
+        return table
+
+
+class Fitted:
+    """The first of `grids` that fits the width it is drawn at; else `fallback(width)`."""
+
+    def __init__(self, grids: Sequence[Grid], fallback: Callable[[int], Any]) -> None:
+        self.grids, self.fallback = list(grids), fallback
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        for grid in self.grids:
+            widths = grid.widths(options.max_width)
+            if widths is not None:
+                if grid.title:  # its own line, wrapped at the width: a table's title would be padded to the table's
+                    title = _text(grid.title).copy()
+                    title.stylize("bold")
+                    yield title
+                yield grid.table(widths)
+                return
+        yield self.fallback(options.max_width)
+
+    def __rich_measure__(self, console: Any, options: Any) -> Any:
+        from rich.measure import Measurement
+
+        return Measurement(min(options.max_width, 40), options.max_width)
+
+
+class Indented:
+    """A line indented by `by`, its wrapped continuation lines too (broken only between atoms)."""
+
+    def __init__(self, text: str, style: str = "", by: int = 2) -> None:
+        self.text, self.style, self.by = text, style, by
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.text import Text
+
+        for atoms in _cell_lines(Text(self.text, style=self.style), True):
+            for line in lay_out(atoms, max(1, options.max_width - self.by)):
+                yield Text(" " * self.by) + line
+
+
+class Flow:
+    """Items laid out in lines of the width they are drawn at, broken only between items."""
+
+    def __init__(self, items: Sequence[Any], prefix: str = "", separator: str = " ") -> None:
+        self.items, self.prefix, self.separator = list(items), prefix, separator
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.text import Text
+
+        atoms = [_text(item).copy() for item in self.items]
+        for atom in atoms[:-1]:
+            atom.append(self.separator.rstrip())
+        if atoms:
+            atoms[0] = Text(self.prefix).append_text(atoms[0])
+        pad = len(self.separator) - len(self.separator.rstrip()) - 1  # lay_out puts one space between atoms
+        for atom in atoms[:-1]:
+            atom.append(" " * pad)
+        yield from lay_out(atoms, options.max_width)
+
+
+def records(title: Any, entries: Sequence[tuple[Any, Sequence[Any]]], width: int) -> Group:
+    """The last layout: each row a heading line and its fields below, indented, wrapped between atoms."""
+    from rich.console import Group
+    from rich.text import Text
+
+    parts: list[Any] = [_text(title)] if title else []
+    for heading, fields in entries:
+        parts += lay_out([a for line in _cell_lines(heading, True) for a in line], width)
+        for item in fields:
+            for line in _cell_lines(item, True):
+                parts += [Text("  ") + ln for ln in lay_out(line, max(1, width - 2))]
+    return Group(*parts)
+
+
 # ----------------------------------------------------------------------------- count
 
 COUNT_HEADERS = ("component", "shape", "weights", "biases", "count", "share", "formula")
@@ -73,6 +317,7 @@ def count_json(result: ParameterCount, inference: Inference, training: Training 
                budget: int | None = None) -> dict[str, Any]:
     rec = result.reconciled
     data = {
+        "schema_version": SCHEMA_VERSION,
         "config": result.config.name,
         "total": result.total,
         "per_block": result.per_block,
@@ -81,9 +326,10 @@ def count_json(result: ParameterCount, inference: Inference, training: Training 
         "active_per_token": result.active_total,
         "buffers": result.buffers,
         "components": [
-            {"name": c.name, "label": c.label, "kind": c.kind, "shape": c.shape, "weights": c.weights,
-             "biases": c.biases, "count": c.count, "active": c.active_count, "share": _share(c.count, result.total),
-             "formula": c.expression, **({"group": c.group} if c.group is not None else {})}
+            {"name": c.name, "label": c.label, "kind": c.kind, "shapes": [list(t) for t in c.shapes],
+             "copies": c.copies, "weights": c.weights, "biases": c.biases, "count": c.count, "active": c.active_count,
+             "share": _share(c.count, result.total), "formula": c.expression,
+             **({"group": c.group} if c.group is not None else {})}
             for c in result.components
         ],
         "layer_groups": [{"layers": list(g.layers), "n_layers": len(g.layers), "overrides": g.overrides,
@@ -229,10 +475,19 @@ def count_markdown(result: ParameterCount, inference: Inference, training: Train
     return text
 
 
+COUNT_CSV_HEADERS = ("component", "shape", "weights", "biases", "count", "share", "formula", "name", "kind")
+
+
 def count_csv(result: ParameterCount) -> str:
-    rows = [[_group_name(c), c.shape, c.weights, c.biases, c.count, _share(c.count, result.total), c.expression]
-            for c in result.components]
-    return csv_text(("name",) + COUNT_HEADERS[1:], rows)
+    """The table's rows under the table's headers (a block row of a model whose layers differ names its
+    block: "block 2: Q projection"), then the JSON's `name` and `kind` of each."""
+    rows = [[_csv_label(result, c), c.shape, c.weights, c.biases, c.count, _share(c.count, result.total),
+             c.expression, _group_name(c), c.kind] for c in result.components]
+    return csv_text(COUNT_CSV_HEADERS, rows)
+
+
+def _csv_label(result: ParameterCount, c: Component) -> str:
+    return f"block {c.group + 1}: {c.label}" if result.layers_differ and c.group is not None else c.label
 
 
 def _both(full: int, causal: int) -> str:
@@ -325,54 +580,132 @@ def _term_rows(tr: Training) -> list[list[str]]:
 
 
 def count_table(result: ParameterCount, inference: Inference, training: Training | None = None) -> Group:
+    """The breakdown as a table fitted to the width it is drawn at (see Fitted), the footer below it."""
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
-    title = f"Parameters of {result.config.name}"
-    table = Table(title=title, title_justify="left", header_style="bold")
-    for header in COUNT_HEADERS:
-        table.add_column(header, justify="right" if header in ("weights", "biases", "count", "share") else "left",
-                         no_wrap=header != "formula")
-    # a rule after each block's attention part (through its norms) and after its MLP part
-    parts = ["mlp" if c.name.startswith("mlp.") else "attn" if c.name.startswith(("attn.", "ln")) else ""
-             for c in result.components]
-    section_ends = {i for i in range(1, len(parts)) if parts[i - 1] and parts[i] != parts[i - 1]}
-    for i, (c, row) in enumerate(zip(result.components, _count_rows(result))):
-        if (header := _group_header(result, c)) is not None:  # each group's rows under its name, which
-            name, what = header.split(": ", 1)  # goes in the wrapping column: a long one cannot widen the others
-            table.add_row(name, *[""] * (len(COUNT_HEADERS) - 2), what, style="bold italic")
-        style = "bold" if c.kind == "total" else "dim" if c.kind in ("tied", "buffer") else None
-        share = _share(c.count, result.total)
-        row[5] = f"{bar(share)} {100 * share:5.1f}%"
-        table.add_row(*row, style=style, end_section=c.kind == "total" or i + 1 in section_ends)
     footer = Text("\n".join(count_footer_lines(result, inference, training)))
     if not result.reconciled.match:
         footer.stylize("bold red", 0, len(footer.plain.split("\n")[0]))
-    parts: list[Any] = [table, footer]
+    parts: list[Any] = [_count_fitted(result), footer]
     if training is not None:
-        terms = Table(title=f"Activations per layer, recompute {training.recompute} (Korthikanti et al. 2022, §4)",
-                      title_justify="left", header_style="bold")
-        for header in TERM_HEADERS:
-            terms.add_column(header, justify="right" if header == "bytes" else "left")
-        rows = _term_rows(training)
-        for i, row in enumerate(rows):
-            terms.add_row(*row, style="bold" if row[0] == "total" or row[0].startswith("one layer") else None,
-                          end_section=i in (len(training.layer_terms) - 1, len(training.layer_terms)
-                                            + len(training.other_layers), len(rows) - 2))
-        parts.append(terms)
+        parts.append(_terms_fitted(training))
     return Group(*parts)
 
 
-def presets_table(rows: Sequence[tuple[str, str, str, int | None]]) -> Table:
-    from rich.table import Table
+def _count_fitted(result: ParameterCount) -> Fitted:
+    from rich.text import Text
 
-    table = Table(title="Packaged presets", title_justify="left", header_style="bold")
-    for header in ("name", "parameters", "description", "source"):
-        table.add_column(header, justify="right" if header == "parameters" else "left")
+    title = f"Parameters of {result.config.name}"
+    # a rule after each block's attention part (through its norms) and after its MLP part
+    parts = ["mlp" if c.name.startswith("mlp.") else "attn" if c.name.startswith(("attn.", "ln")) else ""
+             for c in result.components]
+    ends = {i for i in range(1, len(parts)) if parts[i - 1] and parts[i] != parts[i - 1]}
+    biased = any(c.biases for c in result.components)
+
+    def style(c: Component) -> str | None:
+        return "bold" if c.kind == "total" else "dim" if c.kind in ("tied", "buffer") else None
+
+    def share(c: Component, drawn: bool) -> str:
+        value = _share(c.count, result.total)
+        return f"{bar(value)} {100 * value:5.1f}%" if drawn else f"{100 * value:.1f}%"
+
+    def under(*lines: str) -> Text:  # a row's first line, and what moved under it, dimmed
+        text = Text(lines[0])
+        for line in lines[1:]:
+            if line:
+                text.append("\n" + line, style="dim")
+        return text
+
+    def grid(drawn_bar: bool, formula_under: bool, split_count: bool, shape_under: bool) -> Grid:
+        columns = [Column("component", comfort=18)] + ([] if shape_under else [Column("shape", comfort=16)])
+        if split_count:
+            columns += [Column("weights", "right", False), Column("biases", "right", False)]
+        columns += [Column("count" if split_count or not biased else "count\nweights + biases", "right", False),
+                    Column("share", "right", False)]
+        if not formula_under:
+            columns.append(Column("formula", comfort=16))
+        g = Grid(title, columns)
+        for i, c in enumerate(result.components):
+            if (header := _group_header(result, c)) is not None:  # each group's rows under its name
+                name, what = header.split(": ", 1)
+                if formula_under:
+                    g.add(Text(f"{name}: {what}"), *[""] * (len(columns) - 1), style="bold italic")
+                else:
+                    g.add(name, *[""] * (len(columns) - 2), what, style="bold italic")
+            first = under(c.label, c.shape if shape_under else "", c.expression if formula_under else "")
+            cells: list[Any] = [first] + ([] if shape_under else [c.shape])
+            if split_count:
+                cells += [f"{c.weights:,}", f"{c.biases:,}", f"{c.count:,}"]
+            else:
+                cells.append(under(f"{c.count:,}", f"{c.weights:,} + {c.biases:,}" if biased and c.biases else ""))
+            cells.append(share(c, drawn_bar))
+            if not formula_under:
+                cells.append(c.expression)
+            g.add(*cells, style=style(c), end_section=c.kind == "total" or i + 1 in ends)
+        return g
+
+    # (bar drawn, formula under the label, weights and biases columns, shape under the label)
+    layouts = [(True, False, True, False), (False, False, True, False)]
+    layouts += [(False, True, True, False), (False, True, False, False)] if biased else \
+        [(False, False, False, False), (False, True, False, False)]  # no biases: weights = count
+    grids = [grid(*layout) for layout in layouts + [(False, True, False, True)]]
+
+    def fallback(width: int) -> Any:
+        entries = []
+        for c in result.components:
+            counts = f"{c.count:,}" + (f" = {c.weights:,} weights + {c.biases:,} biases" if c.biases else "")
+            entries.append((Text(c.label, style=style(c) or ""),
+                            [f"count {counts} · {share(c, False)}", *(f"shape {s}" for s in [c.shape] if s),
+                             *(f"formula {e}" for e in [c.expression] if e)]))
+        return records(title, entries, width)
+
+    return Fitted(grids, fallback)
+
+
+def _terms_fitted(training: Training) -> Fitted:
+    from rich.text import Text
+
+    title = f"Activations per layer, recompute {training.recompute} (Korthikanti et al. 2022, §4)"
+    rows = _term_rows(training)
+    ends = {len(training.layer_terms) - 1, len(training.layer_terms) + len(training.other_layers), len(rows) - 2}
+
+    def style(row: list[str]) -> str | None:
+        return "bold" if row[0] == "total" or row[0].startswith("one layer") else None
+
+    full = Grid(title, [Column(TERM_HEADERS[0], comfort=20), Column(TERM_HEADERS[1], comfort=14),
+                        Column(TERM_HEADERS[2], "right", False), Column(TERM_HEADERS[3], comfort=10)])
+    stacked = Grid(title, [Column(f"{TERM_HEADERS[0]}\nsize; Korthikanti (s·b·h)", comfort=20),
+                           Column(TERM_HEADERS[2], "right", False)])
+    for i, row in enumerate(rows):
+        full.add(*row, style=style(row), end_section=i in ends)
+        text = Text(row[0])
+        if row[1]:
+            text.append("\n" + row[1] + (f"; Korthikanti {row[3]}" if row[3] else ""), style="dim")
+        stacked.add(text, row[2], style=style(row), end_section=i in ends)
+    return Fitted([full, stacked], lambda width: records(title, [(r[0], [f"{r[2]} bytes", r[1], r[3]])
+                                                                for r in rows], width))
+
+
+def hub_id(source: str) -> str:
+    """A preset's source as a table shows it: the Hub repository of a huggingface.co config URL."""
+    return re.sub(r"https://huggingface\.co/([^/\s]+/[^/\s]+)/(?:blob|resolve)/[^/\s]+/config\.json", r"\1", source)
+
+
+def presets_table(rows: Sequence[tuple[str, str, str, int | None]]) -> Fitted:
+    from rich.text import Text
+
+    title = "Packaged presets (the JSON has each source's full address)"
+    full = Grid(title, [Column("name", comfort=10), Column("parameters", "right", False),
+                        Column("description", comfort=30), Column("source", comfort=20)])
+    stacked = Grid(title, [Column("name", comfort=10), Column("parameters", "right", False),
+                           Column("description\nsource", comfort=30)])
     for name, description, source, parameters in rows:
-        table.add_row(name, f"{parameters:,}" if parameters else "", description, source)
-    return table
+        count = f"{parameters:,}" if parameters else ""
+        full.add(name, count, description, hub_id(source))
+        stacked.add(name, count, Text(description).append("\n" + hub_id(source), style="dim"))
+    return Fitted([full, stacked], lambda width: records(title, [
+        (f"{name}  {f'{p:,}' if p else ''}", [d, hub_id(s)]) for name, d, s, p in rows], width))
 
 
 # ----------------------------------------------------------------------------- trace
@@ -388,6 +721,7 @@ def _shape(shape: Sequence[int]) -> str:
 
 def trace_json(trace: Trace, rows: Sequence[OpRow]) -> dict[str, Any]:
     return {
+        "schema_version": SCHEMA_VERSION,
         "config": trace.config.name, "mode": trace.mode, "attention": trace.attention,
         "batch": trace.batch, "seq_len": trace.seq_len, "dtype": trace.dtype,
         "ops": [{"step": r.step, "key": r.key, "op": r.op, "kind": r.kind, "layer": r.layer, "repeat": r.repeat,
@@ -441,17 +775,44 @@ def trace_footer_lines(trace: Trace, rows: Sequence[OpRow] = ()) -> list[str]:
 
 
 def trace_table(trace: Trace, rows: Sequence[OpRow]) -> Group:
+    """The rows as a table fitted to the width it is drawn at (see Fitted), the footer below it."""
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=trace_header(trace), title_justify="left", header_style="bold")
-    for h in TRACE_HEADERS:
-        table.add_column(h, justify="right" if h in ("#", "params", "FLOPs", "bytes") else "left",
-                         overflow="fold")
-    for r, cells in zip(rows, _trace_rows(rows)):
-        table.add_row(*cells, end_section=r.key.endswith(".y") or r.key == "y")
-    return Group(table, Text("\n".join(trace_footer_lines(trace, rows))))
+    title = trace_header(trace)
+    cells = _trace_rows(rows)
+    ends = [r.key.endswith(".y") or r.key == "y" for r in rows]
+
+    def dim_under(first: str, second: str, mark: str = "") -> Text:
+        text = Text(first)
+        if second:
+            text.append(f"\n{mark}{second}", style="dim")
+        return text
+
+    def grid(symbolic_under: bool, inputs_under: bool, bytes_under: bool) -> Grid:
+        columns = [Column("#", "right", False), Column("operation", comfort=18)]
+        columns += [] if inputs_under else [Column("inputs", comfort=16)]
+        columns.append(Column("output\nsymbolic" if symbolic_under else "output", comfort=16))
+        columns += [] if symbolic_under else [Column("symbolic", comfort=12)]
+        columns += [Column("params", "right", False), Column("FLOPs\nbytes" if bytes_under else "FLOPs", "right",
+                                                             comfort=14)]
+        columns += [] if bytes_under else [Column("bytes", "right", False)]
+        g = Grid(title, columns)
+        for (step, name, inputs, output, symbolic, params, flops, size), end in zip(cells, ends):
+            row: list[Any] = [step, dim_under(name, inputs, "in ") if inputs_under else name]
+            row += [] if inputs_under else [inputs]
+            row += [dim_under(output, symbolic)] if symbolic_under else [output, symbolic]
+            row += [params, dim_under(flops, size)] if bytes_under else [params, flops, size]
+            g.add(*row, end_section=end)
+        return g
+
+    def fallback(width: int) -> Any:
+        return records(title, [(f"{step} {name}", [f"in {inputs}" if inputs else "", f"out {output} {symbolic}",
+                                                   f"params {params or 0} · FLOPs {flops} · {size}"])
+                               for step, name, inputs, output, symbolic, params, flops, size in cells], width)
+
+    grids = [grid(False, False, False), grid(True, False, False), grid(True, True, False), grid(True, True, True)]
+    return Group(Fitted(grids, fallback), Text("\n".join(trace_footer_lines(trace, rows))))
 
 
 def trace_markdown(trace: Trace, rows: Sequence[OpRow]) -> str:
@@ -481,27 +842,57 @@ def trace_mermaid(trace: Trace, rows: Sequence[OpRow]) -> str:
     return "\n".join(lines) + "\n"
 
 
+class Heatmap:
+    """One head's (T, T) attention weights as shaded cells, drawn as wide as the width allows: two
+    characters a cell and a space, else one and a space, else one; key positions are labelled at a
+    step where their numbers fit whole."""
+
+    SHADES = " ░▒▓█"
+
+    def __init__(self, weights: Any) -> None:
+        self.weights = weights
+
+    def __rich_console__(self, console: Any, options: Any) -> Any:
+        from rich.text import Text
+
+        T = self.weights.shape[0]
+        label = len(str(T - 1))
+        tail = "   key →"
+        for cell_width, gap in ((2, 1), (1, 1), (1, 0)):
+            pitch = cell_width + gap
+            if label + 1 + T * pitch + len(tail) <= options.max_width:
+                break
+        else:
+            yield Text(f"(a {T} × {T} map needs {label + 1 + T + len(tail)} columns; this output has "
+                       f"{options.max_width}: widen the terminal, or set COLUMNS)", style="dim")
+            return
+        step = next(s for s in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10**9) if s * pitch >= label + 1 or s >= T)
+        header = [" "] * (T * pitch)
+        for s in range(0, T, step):  # each label ends at its cell's last character
+            end = s * pitch + cell_width
+            text = str(s)
+            if end - len(text) >= 0:
+                header[end - len(text):end] = list(text)
+        out = Text(" " * (label + 1) + "".join(header).rstrip() + tail + "\n", style="dim")
+        for t in range(T):
+            out.append(str(t).rjust(label) + " ", style="dim")
+            for s in range(T):
+                w = float(self.weights[t, s])
+                cell = self.SHADES[min(4, int(w * 4.999))] * cell_width if w > 0 else "·".rjust(cell_width)
+                level = int(90 + 165 * w)
+                out.append(cell, style=f"rgb({level},{level},{level})" if w > 0 else "dim")
+                out.append(" " * gap)
+            out.append("\n")
+        out.append("query ↓   (denser blocks = larger weight; · = masked, exactly 0)", style="dim")
+        yield out
+
+
 def attention_heatmap(weights: Any, title: str) -> Group:
     """One head's (T, T) attention weights as shaded cells; the masked triangle shows as `·`."""
     from rich.console import Group
     from rich.text import Text
 
-    T = weights.shape[0]
-    shades = " ░▒▓█"
-    text = Text()
-    width = len(str(T - 1))
-    text.append(" " * (width + 1) + " ".join(str(s).rjust(2) for s in range(T)) + "   key →\n", style="dim")
-    for t in range(T):
-        text.append(str(t).rjust(width) + " ", style="dim")
-        for s in range(T):
-            w = float(weights[t, s])
-            cell = shades[min(4, int(w * 4.999))] * 2 if w > 0 else " ·"
-            level = int(90 + 165 * w)
-            text.append(cell, style=f"rgb({level},{level},{level})" if w > 0 else "dim")
-            text.append(" ")
-        text.append("\n")
-    text.append("query ↓   (darker blocks = larger weight; · = masked, exactly 0)", style="dim")
-    return Group(Text(title, style="bold"), text)
+    return Group(Text(title, style="bold"), Heatmap(weights))
 
 
 # ----------------------------------------------------------------------------- verify
@@ -509,11 +900,27 @@ def attention_heatmap(weights: Any, title: str) -> Group:
 STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "SKIP": "yellow", "ERROR": "bold magenta"}
 
 
-def verify_json(report: Report) -> dict[str, Any]:
+def verify_json(grouped: Sequence[Sequence[Report]]) -> dict[str, Any]:
+    """verify's JSON: per config, its reports (one per kind of layer verified) as one object; several
+    configs as {"passed", "configs": [those objects]}."""
+    objects = [_config_json(reports) for reports in grouped]
+    if len(objects) == 1:
+        return versioned(objects[0])
+    return versioned({"passed": all(o["passed"] for o in objects), "configs": objects})
+
+
+def _config_json(reports: Sequence[Report]) -> dict[str, Any]:
+    """One config's checks, every row naming the layer it was run on (null: the config's only block)."""
     return {
-        "config": report.config.name, "passed": report.passed, "notes": report.notes, "errors": report.errors,
-        "checks": [{"id": c.id, "name": c.name, "status": c.status, "passed": c.passed, "measured": c.measured,
-                    "tolerance": c.tolerance, "hint": c.hint} for c in report.checks],
+        "config": reports[0].config.name, "passed": all(r.passed for r in reports),
+        "layers": [{"layer": r.layer, "kind": r.kind, "passed": r.passed} for r in reports],
+        "notes": list(dict.fromkeys(n for r in reports for n in r.notes)),
+        "errors": [e for r in reports for e in r.errors],
+        "checks": [{"id": c.id, "name": c.name, "layer": r.layer, "status": c.status, "passed": c.passed,
+                    "measured": c.measured, "tolerance": c.tolerance, "hint": c.hint,
+                    "figures": [{"quantity": f.quantity, "value": number(f.value), "tolerance": f.tolerance}
+                                for f in c.figures]}
+                   for r in reports for c in r.checks],
     }
 
 
@@ -521,7 +928,8 @@ def verify_summary(report: Report) -> str:
     counts = {s: sum(c.status == s for c in report.checks) for s in ("PASS", "FAIL", "SKIP", "ERROR")}
     failed = [str(c.id) for c in report.checks if c.passed is False]
     verdict = "PASS" if report.passed else "FAIL"
-    text = f"{verdict} {report.config.name}: {counts['PASS']} passed, {counts['FAIL']} failed"
+    where = f" layer {report.layer}" if report.layer is not None else ""
+    text = f"{verdict} {report.config.name}{where}: {counts['PASS']} passed, {counts['FAIL']} failed"
     if counts["ERROR"]:
         text += f", {counts['ERROR']} not run (error)"
     if counts["SKIP"]:
@@ -533,25 +941,70 @@ def verify_summary(report: Report) -> str:
     return text + (f" (items {', '.join(failed)})" if failed else "")
 
 
-def verify_table(report: Report, title: str = "") -> Group:
-    from rich.console import Group
-    from rich.table import Table
+def _verify_fitted(report: Report, title: str) -> Fitted:
     from rich.text import Text
 
-    table = Table(title=title or f"Checklist for {report.config.name}", title_justify="left", header_style="bold")
-    for h, justify in (("#", "right"), ("check", "left"), ("result", "left"), ("measured", "left"),
-                       ("tolerance", "left")):
-        table.add_column(h, justify=justify, overflow="fold")
-    for c in report.checks:
-        table.add_row(str(c.id), c.name, Text(c.status, style=STATUS_STYLE[c.status]), c.measured, c.tolerance,
-                      end_section=c.id == 10)
-    parts: list[Any] = [table]
+    def status(c: Any) -> Text:
+        return Text(c.status, style=STATUS_STYLE[c.status])
+
+    def grid(tolerance_under: bool, measured_under: bool) -> Grid:
+        columns = [Column("#", "right", False), Column("check" + ("\nmeasured; tolerance" if measured_under else ""),
+                                                       comfort=22), Column("result", wrap=False)]
+        if not measured_under:
+            columns.append(Column("measured" + ("\ntolerance" if tolerance_under else ""), comfort=26))
+            columns += [] if tolerance_under else [Column("tolerance", comfort=14)]
+        g = Grid(title, columns)
+        for c in report.checks:
+            if measured_under:
+                text = Text(c.name)
+                text.append(f"\n{c.measured}" + (f"; tolerance {c.tolerance}" if c.tolerance else ""), style="dim")
+                g.add(str(c.id), text, status(c), end_section=c.id == 10)
+            elif tolerance_under:
+                text = Text(c.measured)
+                if c.tolerance:
+                    text.append(f"\ntolerance {c.tolerance}", style="dim")
+                g.add(str(c.id), c.name, status(c), text, end_section=c.id == 10)
+            else:
+                g.add(str(c.id), c.name, status(c), c.measured, c.tolerance, end_section=c.id == 10)
+        return g
+
+    def fallback(width: int) -> Any:
+        return records(title, [(Text(f"{c.id}. ").append_text(status(c)).append(f" {c.name}"),
+                                [c.measured, f"tolerance {c.tolerance}" if c.tolerance else ""])
+                               for c in report.checks], width)
+
+    return Fitted([grid(False, False), grid(True, False), grid(True, True)], fallback)
+
+
+def verify_table(report: Report, title: str = "") -> Group:
+    from rich.console import Group
+    from rich.text import Text
+
+    parts: list[Any] = [_verify_fitted(report, title or f"Checklist for {report.config.name}")]
     for c in report.checks:
         if c.passed is False and c.hint:
-            parts.append(Text(f"  {c.id}. hint: {c.hint}", style="red"))
+            parts.append(Indented(f"{c.id}. hint: {c.hint}", "red"))
     parts += [Text(f"error {n}: {e}", style="bold magenta") for n, e in enumerate(report.errors, 1)]
     parts += [Text(f"note: {n}", style="dim") for n in report.notes]
     parts.append(Text(verify_summary(report), style="bold green" if report.passed else "bold red"))
+    return Group(*parts)
+
+
+def verify_tables(reports: Sequence[Report], what: str = "") -> Group:
+    """One config's checklist: a table per kind of layer verified, each titled with its layer, and when
+    there are several a closing line for them all."""
+    from rich.console import Group
+    from rich.text import Text
+
+    parts: list[Any] = []
+    for r in reports:
+        where = f", layer {r.layer} ({r.kind})" if r.layer is not None and r.kind else ""
+        parts.append(verify_table(r, f"Checklist for {r.config.name}{where}{what}"))
+    if len(reports) > 1:
+        passed = all(r.passed for r in reports)
+        layers = ", ".join(str(r.layer) for r in reports)
+        parts.append(Text(f"{'PASS' if passed else 'FAIL'} {reports[0].config.name}: one layer of each of its "
+                          f"{len(reports)} kinds verified (layers {layers})", style="bold green" if passed else "bold red"))
     return Group(*parts)
 
 
@@ -563,45 +1016,86 @@ def verify_summaries(reports: Sequence[Report]) -> Group:
     lines = []
     for r in reports:
         lines.append(Text(verify_summary(r), style="green" if r.passed else "bold red"))
-        lines += [Text(f"  {c.id}. {c.name}: {c.measured}" + (f" — hint: {c.hint}" if c.hint else ""))
+        lines += [Indented(f"{c.id}. {c.name}: {c.measured}" + (f" — hint: {c.hint}" if c.hint else ""))
                   for c in r.checks if c.passed is False]
-        lines += [Text(f"  error {n}: {e}", style="bold magenta") for n, e in enumerate(r.errors, 1)]
-        lines += [Text(f"  note: {note}", style="dim") for note in r.notes]
+        lines += [Indented(f"error {n}: {e}", "bold magenta") for n, e in enumerate(r.errors, 1)]
+        lines += [Indented(f"note: {note}", "dim") for note in r.notes]
     return Group(*lines)
 
 
-def mutants_json(rows: Sequence[tuple[Mutant, Report]], skipped: dict[str, str]) -> dict[str, Any]:
-    return {
-        "passed": all(not r.passed for _, r in rows),
-        "not_applicable": [{"name": name, "reason": why} for name, why in skipped.items()],
-        "mutants": [{"name": m.name, "description": m.description, "expected": list(m.expected),
-                     "caught_by": [c.id for c in r.checks if c.passed is False]} for m, r in rows],
-    }
+Matrix = tuple[Any, Sequence[tuple["Mutant", "Report"]], dict[str, str]]  # (layer, rows, not applicable)
 
 
-def mutants_matrix(rows: Sequence[tuple[Mutant, Report]], skipped: dict[str, str]) -> Group:
+def mutants_json(matrices: Sequence[Matrix], config: Any) -> dict[str, Any]:
+    """--mutants: every seeded bug run on each kind of layer verified, each row naming its layer."""
+    return versioned({
+        "config": config.name,
+        "passed": all(not r.passed for _, rows, _ in matrices for _, r in rows),
+        "layers": [{"layer": layer, "kind": _kind(config, layer)} for layer, _, _ in matrices],
+        "not_applicable": [{"name": name, "layer": layer, "reason": why}
+                           for layer, _, skipped in matrices for name, why in skipped.items()],
+        "mutants": [{"name": m.name, "layer": layer, "description": m.description, "expected": list(m.expected),
+                     "caught_by": [c.id for c in r.checks if c.passed is False]}
+                    for layer, rows, _ in matrices for m, r in rows],
+    })
+
+
+def list_mutants_json(mutants: Sequence[Mutant]) -> dict[str, Any]:
+    return versioned({"mutants": [{"name": m.name, "description": m.description, "expected": list(m.expected)}
+                                  for m in mutants]})
+
+
+def _kind(config: Any, layer: Any) -> str:
+    return config.group_of(layer).describe() if layer is not None and config.layers_differ else ""
+
+
+def mutants_matrices(matrices: Sequence[Matrix], config: Any) -> Group:
+    """One matrix per kind of layer, titled with its layer when the layers differ."""
     from rich.console import Group
-    from rich.table import Table
+
+    return Group(*[mutants_matrix(rows, skipped, f"layer {layer} ({_kind(config, layer)})" if _kind(config, layer)
+                                  else "") for layer, rows, skipped in matrices])
+
+
+def mutants_matrix(rows: Sequence[tuple[Mutant, Report]], skipped: dict[str, str], where: str = "") -> Group:
+    from rich.console import Group
     from rich.text import Text
 
+    from blockcli.verify import SHORT_NAMES
+
     ids = [c.id for c in rows[0][1].checks] if rows else []
-    table = Table(title="Seeded bugs × checks (✗ = the check failed, i.e. caught the bug)", title_justify="left",
-                  header_style="bold")
-    table.add_column("seeded bug")
-    for i in ids:
-        table.add_column(str(i), justify="center")
-    table.add_column("caught")
-    for mutant, report in rows:
+    title = ("Seeded bugs × checks" + (f" on {where}" if where else "")
+             + " (✗ = the check failed, i.e. caught the bug; the checks are named below)")
+
+    def cells(mutant: Mutant, report: Report) -> list[Any]:
         status = {c.id: c.passed for c in report.checks}
-        cells = [Text("✗", style="bold red" if i in mutant.expected else "red") if status[i] is False
-                 else Text("·", style="dim") for i in ids]
-        caught = not report.passed
-        table.add_row(mutant.name, *cells, Text("yes" if caught else "NO", style="green" if caught else "bold red"))
+        return [Text("✗", style="bold red" if i in mutant.expected else "red") if status[i] is False
+                else Text("·", style="dim") for i in ids]
+
+    def caught(report: Report) -> Text:
+        return Text("yes" if not report.passed else "NO", style="green" if not report.passed else "bold red")
+
+    def grid(compact: bool, stacked: bool) -> Grid:
+        heads = [f"{i // 10 or ''}\n{i % 10}" if stacked else str(i) for i in ids]
+        g = Grid(title, [Column("seeded bug", wrap=False)] + [Column(h, "center", False) for h in heads]
+                 + [Column("caught", wrap=False)], compact=compact)
+        for mutant, report in rows:
+            g.add(mutant.name, *cells(mutant, report), caught(report))
+        return g
+
+    def fallback(width: int) -> Any:
+        return records(title, [(Text(f"{m.name}: ").append_text(caught(r)),
+                                ["caught by " + (", ".join(str(c.id) for c in r.checks if c.passed is False) or
+                                                 "no check")]) for m, r in rows], width)
+
+    legend = Flow([Text(f"{i} {SHORT_NAMES[i]}") for i in ids], prefix="checks: ", separator=" · ")
     missed = [m.name for m, r in rows if r.passed]
     verdict = (Text(f"every seeded bug is caught ({len(rows)} bugs)", style="bold green") if not missed
                else Text(f"NOT caught: {', '.join(missed)}", style="bold red"))
     notes = [Text(f"not applicable to this config: {name} ({why})", style="dim") for name, why in skipped.items()]
-    return Group(table, *notes, verdict)
+    matrix = Fitted([grid(False, False), grid(True, False), grid(True, True)], fallback)
+    return Group(matrix, legend, *notes, verdict)
+
 
 
 # ----------------------------------------------------------------------------- train

@@ -523,9 +523,14 @@ def parse_size(text: str, option: str = "--max-memory") -> int:
     return int(whole) * scale + (int(frac) * scale // 10 ** len(frac) if frac else 0)
 
 
-def check_workload(config: Config, seq_len: int) -> None:
-    """A model with learned positions has no row for a token beyond max_positions."""
+def check_workload(config: Config, seq_len: int) -> str | None:
+    """A model with learned positions has no row for a token beyond max_positions (an error); for any
+    other model, a note when the sequence is longer than the positions it was built for."""
     m = config.model
     if m is not None and m.positions == "learned" and seq_len > m.max_positions:
         raise InputError(f"--seq: {seq_len} tokens exceed model.max_positions={m.max_positions} "
                          f"(learned positions)")
+    if m is not None and seq_len > m.max_positions:
+        return (f"{seq_len:,} tokens are past the model's max_positions {m.max_positions:,} (a config.json's "
+                f"max_position_embeddings): computed as asked, but the model was not built for them")
+    return None

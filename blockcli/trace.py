@@ -21,12 +21,13 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from blockcli import progress
 from blockcli.activations import MLP_KIND_FLOPS
 from blockcli.block import (DecoderBlock, Model, activated, mlp_stage, attention_tile, block_parameter_shapes, blocked_label, experts_label,
                             full_table, load_label, logits_label, model_parameter_shapes, routing_label, scores_label,
                             softmax_label)
 from blockcli.config import BlockConfig, Config, InputError, clipped, projected_width, whole_number
-from blockcli.parallel import worker_count
+from blockcli.parallel import fit_blas_threads, worker_count
 
 # Per-element FLOPs of the elementwise operations (a convention, stated in the README).
 ELEMENT_FLOPS = {
@@ -327,12 +328,23 @@ def run_trace(config: Config, *, weights: Any = None, x: np.ndarray | None = Non
         x = seeded_input(config)
     elif config.model is None:
         x = x.astype(config.run.dtype)
+    progress.report("weights", 0, None, "drawing the seeded weights" if weights is None else f"loading {weights}")
     if config.model:
         net: Model | DecoderBlock = Model.from_config(config, weights, attention=attention)
     else:
         net = DecoderBlock.from_config(config, weights, attention=attention, layer=layer, model_config=model_config)
+    progress.report("weights", 1, 1)
     sizes = {k: v.size for k, v in net.params.items()}
     rec = Recorder(sizes, keep=keep, pass_input=x, symbolic=symbolic_shapes(config.block))
+    layers = config.model.n_layers if config.model else 0
+    at = [-1]
+
+    def reporting(key: str, *args: Any, **kwargs: Any) -> None:  # the pass's layer, as progress
+        layer_now = kwargs.get("layer")
+        if layer_now is not None and layer_now != at[0]:
+            at[0] = layer_now
+            progress.report("forward pass", layer_now, layers, f"layer {layer_now}")
+        rec(key, *args, **kwargs)
     _import_sharing_modules()
     tracemalloc.start()
     try:
@@ -340,7 +352,7 @@ def run_trace(config: Config, *, weights: Any = None, x: np.ndarray | None = Non
         baseline = tracemalloc.get_traced_memory()[0]
         try:
             with np.errstate(over="raise", invalid="raise"):  # overflow is an error, never a quiet NaN or 0
-                out = net(x, rec)
+                out = net(x, reporting if layers else rec)
         except FloatingPointError as exc:
             last = rec.rows[-1] if rec.rows else None
             where = f"after step {last.step} ({last.op}, {last.key})" if last else "in the first step"
@@ -349,6 +361,8 @@ def run_trace(config: Config, *, weights: Any = None, x: np.ndarray | None = Non
         peak = tracemalloc.get_traced_memory()[1] - baseline
     finally:
         tracemalloc.stop()
+        if layers:
+            progress.report("forward pass", layers, layers)
     bad = rec.first_nonfinite
     if bad is not None:
         raise InputError(f"the forward pass overflowed: non-finite values first appear at step {bad.step} "
@@ -364,7 +378,7 @@ def _import_sharing_modules() -> None:
     pool and its queue and logging), so that the measured peak holds no module objects."""
     import concurrent.futures.thread  # noqa: F401  (and with it queue)
 
-    worker_count()  # imports threadpoolctl
+    fit_blas_threads()  # imports threadpoolctl, and sizes BLAS to the cores free of other work
 
 
 def _overflow_hint(config: Config) -> str:

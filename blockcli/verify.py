@@ -26,6 +26,8 @@ from blockcli.checkpoint import is_checkpoint_path
 from blockcli.config import BlockConfig, Config, InputError, clipped, open_regular
 from blockcli.count import Formula, block_formula, evaluate, symbol_values
 from blockcli.ops import STANDARD_OPS, Ops, apply_rope, rope_tables
+from blockcli.parallel import fit_blas_threads
+from blockcli import progress
 from blockcli.reference import reference_block
 from blockcli.subject import Subject, SubjectError
 
@@ -49,6 +51,15 @@ NAMES = {
     17: "finite output for large inputs and very sharp attention scores",
     18: "each token uses exactly k distinct routed experts (mixture of experts)",
     19: "routing weights sum to 1 where the reference renormalises them (mixture of experts)",
+}
+
+# The checks as a matrix's legend names them (its column heads are the numbers)
+SHORT_NAMES = {
+    1: "divisible widths", 2: "head split", 3: "softmax axis", 4: "causal mask", 5: "heads concatenated, W_O",
+    6: "residual shapes", 7: "norm axis", 8: "no future leak", 9: "rows finite, sum 1", 10: "parameter count",
+    11: "K/V cache", 12: "independent reference", 13: "float32 vs float64", 14: "output shape and dtype",
+    15: "batch independence", 16: "determinism", 17: "large inputs", 18: "k distinct experts",
+    19: "routing weights sum to 1",
 }
 
 HINTS = {
@@ -95,6 +106,15 @@ ROPE_HINT = ("your output matches blockcli's block with interleaved RoPE pairs (
 
 
 @dataclass(frozen=True)
+class Figure:
+    """One number a check measured, and the bound it was held to (None: a count or a size, no bound)."""
+
+    quantity: str
+    value: float
+    tolerance: float | None = None
+
+
+@dataclass(frozen=True)
 class Check:
     id: int
     name: str
@@ -103,6 +123,7 @@ class Check:
     tolerance: str
     hint: str = ""
     error: bool = False  # the subject failed (raised, exited, timed out) before the check could measure
+    figures: tuple[Figure, ...] = ()  # the numbers of `measured` and `tolerance`, for JSON readers
 
     @property
     def status(self) -> str:
@@ -116,6 +137,8 @@ class Report:
     notes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # each failure of the subject, once, numbered in the rows
     tracebacks: list[str] = field(default_factory=list)  # the same failures' tracebacks (for --traceback)
+    layer: int | None = None  # the model layer whose block was verified, when its layers differ (else None)
+    kind: str = ""  # that layer's group of identical blocks, as LayerGroup.describe() says it
 
     @property
     def passed(self) -> bool:
@@ -154,12 +177,23 @@ class Recording:
         self.inputs[key] = [tuple(a.shape) for a in inputs]
 
 
-class Context:
+class Measuring:
+    """What a check context keeps of the numbers the running check measures (`figures`)."""
+
+    figures: list[Figure]
+
+    def figure(self, quantity: str, value: float, tolerance: float | None = None) -> None:
+        """Record a number the running check measured, and the bound it holds it to."""
+        self.figures.append(Figure(quantity, float(value), None if tolerance is None else float(tolerance)))
+
+
+class Context(Measuring):
     """A subject run once on x, with blockcli's own block on the same weights as the truth."""
 
     def __init__(self, subject: Subject, cfg: BlockConfig, x: np.ndarray, formula: Formula,
                  rtol: float | None = None, atol: float | None = None) -> None:
         self.subject, self.cfg, self.x, self.formula = subject, cfg, x, formula
+        self.figures: list[Figure] = []  # what the check running now measured
         self.loosened = rtol is not None or atol is not None  # --rtol/--atol given: they also floor the others
         self._long: tuple[np.ndarray, np.ndarray] | None = None
         self.rtol, self.atol = AGREE if rtol is None else rtol, 0.0 if atol is None else atol
@@ -239,12 +273,19 @@ def check_divisibility(c: Context) -> tuple[bool, str, str]:
                   "K_nope | V": (p["w_kv_b"].shape[1], b.n_heads * (m.qk_nope_head_dim + m.v_head_dim)),
                   "W_O rows": (p["w_o"].shape[0], b.n_heads * m.v_head_dim)}
         ok = all(got == want for got, want in widths.values())
+        for k, (got, want) in widths.items():
+            c.figure(f"{k} width − expected", got - want, 0)
         return ok, "latent attention widths: " + "; ".join(f"{k} {got} (expected {want})"
                                                           for k, (got, want) in widths.items()), "exact"
     widths = (p["w_q"].shape[1], p["w_k"].shape[1])
     ok = (widths == (b.n_heads * b.head_dim, b.n_kv_heads * b.head_dim) and b.n_heads % b.n_kv_heads == 0)
     div = f"d_model % n_heads = {b.d_model % b.n_heads}" if b.n_heads * b.head_dim == b.d_model else \
         f"head_dim {b.head_dim} set explicitly (h·d_h = {b.n_heads * b.head_dim})"
+    if b.n_heads * b.head_dim == b.d_model:
+        c.figure("d_model % n_heads", b.d_model % b.n_heads, 0)
+    c.figure("n_heads % n_kv_heads", b.n_heads % b.n_kv_heads, 0)
+    c.figure("Q width − h·d_h", widths[0] - b.n_heads * b.head_dim, 0)
+    c.figure("K width − h_kv·d_h", widths[1] - b.n_kv_heads * b.head_dim, 0)
     return ok, f"{div}; n_heads % n_kv_heads = {b.n_heads % b.n_kv_heads}; Q/K widths {widths}", "exact"
 
 
@@ -267,6 +308,7 @@ def _latent_head_split(c: Context) -> tuple[bool, str, str]:
     shapes = "; ".join(f"{n} {a.shape}" + ("" if a.shape == shape else f" (expected {shape})")
                        for n, (a, shape) in expected.items())
     tol = c.tolerance(EXACT * 100, q_flat)
+    c.figure("max |head − column slice|", worst, tol)
     return shapes_ok and _within(worst, tol), f"{shapes}; max |head − column slice| {_fmt(worst)} (K's RoPE part: " \
         f"the shared key)", f"shape exact; {tol:.3g}"
 
@@ -296,6 +338,7 @@ def check_head_split(c: Context) -> tuple[bool, str, str]:
                                                           else f" (expected {(B, heads[n], T, b.head_dim)})")
                        for n in heads)
     tol = c.tolerance(EXACT * 100, flat["q"])
+    c.figure("max |head − column slice|", worst, tol)
     return shapes_ok and _within(worst, tol), f"{shapes}; max |head − column slice| {_fmt(worst)}", \
         f"shape exact; {tol:.3g}"
 
@@ -352,11 +395,13 @@ def _masked(c: Context) -> np.ndarray:
 def check_softmax_axis(c: Context) -> tuple[bool, str, str]:
     (w,) = c.need("attn_weights")
     rows, what = _row_sums(c, w)
+    c.figure(what, rows, STATS)
     if _scores_key(c.cfg) not in c.inter and "masked_scores" not in c.inter:  # rows alone still catch a column softmax
         return _within(rows, STATS), f"{what} {_fmt(rows)} (no scores returned: weights not compared " \
             f"with a softmax of them)", f"{STATS:g}"
     tol = c.tolerance(EXACT * 100, 1.0)
     diff = _diff(w, _softmax_keys(_masked(c), _sinks(c)))
+    c.figure("max |w − softmax_keys(masked)|", diff, tol)
     sinks = " with the sinks" if c.cfg.attention_sinks else ""
     return _within(rows, STATS) and _within(diff, tol), \
         f"{what} {_fmt(rows)}; max |w − softmax_keys(masked{sinks})| {_fmt(diff)}", f"{STATS:g}; {tol:.3g}"
@@ -374,6 +419,9 @@ def check_causal_mask(c: Context) -> tuple[bool, str, str]:
     where = "outside the window or above the diagonal" if c.cfg.sliding_window else "above diagonal"
     measured = (f"max weight {where} {_fmt(above)}; min diagonal weight {_fmt(diag)}; "
                 f"{what} {_fmt(rows)}")
+    c.figure(f"max weight {where}", above, 0)
+    c.figure("min diagonal weight (must be > 0)", diag)
+    c.figure(what, rows, STATS)
     before = True
     if _scores_key(c.cfg) in c.inter and "masked_scores" in c.inter:
         # before softmax: the masked scores keep every visible score and hide every hidden one
@@ -387,6 +435,7 @@ def check_causal_mask(c: Context) -> tuple[bool, str, str]:
         masked = c.inter["masked_scores"]
         worst = _max(masked[..., ~hidden])
         capped = worst <= cap
+        c.figure("max |visible score|", worst, cap)
         measured += f"; soft cap: max |visible score| {_fmt(worst)} (c = {cap:g})"
     ok = above == 0.0 and diag > 0 and _within(rows, STATS) and before and capped
     return ok, measured, f"above = 0 exactly; diagonal > 0; {STATS:g}" + (f"; |score| <= {cap:g}" if cap else "")
@@ -406,6 +455,7 @@ def check_concat(c: Context) -> tuple[bool, str, str]:
         order = max((_diff(concat[..., i * d_v:(i + 1) * d_v], heads[:, i])
                      for i in range(b.n_heads)), default=0.0) if shape_ok and heads.ndim == 4 else math.inf
         measured += f"; max |slice i − head i{source}| {_fmt(order)}"
+        c.figure("max |slice i − head i|", order, c.tolerance(EXACT * 100, concat))
     else:
         measured += "; head order not compared (needs attn_heads, or attn_weights and v_proj)"
     wo = 0.0
@@ -413,6 +463,7 @@ def check_concat(c: Context) -> tuple[bool, str, str]:
         p = c.subject.weights
         wo = _diff(c.inter["attn_out"], concat @ p["w_o"] + p.get("b_o", 0.0)) if shape_ok else math.inf
         measured += f"; max |out − concat·W_O − b_O| {_fmt(wo)}"
+        c.figure("max |out − concat·W_O − b_O|", wo, c.tolerance(EXACT * 100, concat))
     elif heads is None:
         raise Skip("needs attn_concat with attn_heads (or attn_weights and v_proj) or attn_out")
     tol = c.tolerance(EXACT * 100, concat)
@@ -454,6 +505,7 @@ def check_residual(c: Context) -> tuple[bool, str, str]:
         shapes.append(f"{key}: {' + '.join(str(s) for s in operands)}")
         worst = max(worst, _diff(result, left + right) if left.shape == right.shape else math.inf)
     tol = c.tolerance(EXACT, c.x)
+    c.figure("max |sum − (a + b)|", worst, tol)
     return ok and _within(worst, tol), f"{'; '.join(shapes)}; max |sum − (a + b)| {_fmt(worst)}", \
         f"shapes equal; {tol:.3g}"
 
@@ -473,11 +525,14 @@ def check_norm_axis(c: Context) -> tuple[bool, str, str]:
         mean = _max(x_hat.mean(axis=-1))
         spread = _max(x_hat.var(axis=-1) - var / (var + b.norm_eps))
         stats = f"max |token mean| {_fmt(mean)}; max |token variance − σ²/(σ²+ε)| {_fmt(spread)}"
+        c.figure("max |token mean|", mean, STATS)
+        c.figure("max |token variance − σ²/(σ²+ε)|", spread, STATS)
     else:
         ms = (norm_input**2).mean(axis=-1)
         mean = 0.0
         spread = _max(np.sqrt((x_hat**2).mean(axis=-1)) - np.sqrt(ms / (ms + b.norm_eps)))
         stats = f"max |token RMS − √(m/(m+ε))| {_fmt(spread)}"
+        c.figure("max |token RMS − √(m/(m+ε))|", spread, STATS)
     ok = _within(mean, STATS) and _within(spread, STATS)
     if c.subject.block is not None:  # blockcli's norm can be run alone: move one token, watch the others
         norm = c.subject.block.ln1
@@ -486,6 +541,7 @@ def check_norm_axis(c: Context) -> tuple[bool, str, str]:
         change = norm(moved) - norm(c.x)
         leak = _max(change[:-1]) + _max(change[-1, :-1])
         ok &= leak == 0.0
+        c.figure("other tokens changed by", leak, 0)
         stats += f"; other tokens changed by {_fmt(leak)}"
     return ok, stats, f"{STATS:g}; others unchanged exactly"
 
@@ -509,6 +565,7 @@ def check_causality(c: Context) -> tuple[bool, str, str]:
     first = f" (perturbing position {where})" if where >= 0 and worst > 0 else ""
     tol = c.tolerance(PERTURB, c.y)
     measured = f"max change at earlier positions {_fmt(worst)}{first}, all {T} positions"
+    c.figure("max change at earlier positions", worst, tol)
     if c.subject.block is None and _within(worst, tol):  # a user's block: also two positions at a long T
         x, y = c.long()
         long_worst, at = 0.0, -1
@@ -518,6 +575,7 @@ def check_causality(c: Context) -> tuple[bool, str, str]:
             diff = _diff(c.subject.forward(moved)[:, :j], y[:, :j])
             if not diff <= long_worst:
                 long_worst, at = diff, j
+        c.figure(f"max change at earlier positions, T={x.shape[1]}", long_worst, tol)
         worst = max(worst, long_worst) if not math.isnan(long_worst) else long_worst
         measured += (f"; at T={x.shape[1]}, perturbing positions T/2 and T−1: {_fmt(long_worst)}"
                      + (f" (perturbing position {at})" if at >= 0 and long_worst > 0 else ""))
@@ -528,6 +586,7 @@ def check_rows(c: Context) -> tuple[bool, str, str]:
     (w,) = c.need("attn_weights")
     finite = bool(np.all(np.isfinite(w)))
     rows, what = _row_sums(c, w) if finite else (math.inf, "max |row sum − 1|")
+    c.figure(what, rows, STATS)
     return finite and _within(rows, STATS), f"all finite: {finite}; {what} {_fmt(rows)}", f"{STATS:g}"
 
 
@@ -548,6 +607,9 @@ def check_count(c: Context) -> tuple[bool, str, str]:
                 bad.append(f"{row.name} {hand:,} vs {real:,}")
     elif hand_total != total:
         bad.append("totals differ (names are not blockcli's, so components are not compared)")
+    c.figure("hand count", hand_total)
+    c.figure("array count", total)
+    c.figure("hand − arrays", hand_total - total, 0)
     return not bad, f"hand {hand_total:,} vs arrays {total:,}" + (f" ({'; '.join(bad)})" if bad else ""), "exact"
 
 
@@ -566,6 +628,7 @@ def check_cache(c: Context) -> tuple[bool, str, str]:
     cache = block.new_cache()
     steps = [block.step(c.x[:, t:t + 1], cache) for t in range(c.x.shape[1])]
     diff = _diff(np.concatenate(steps, axis=1), c.y)
+    c.figure("max |cached − full|", diff, EXACT * 100)
     return _within(diff, EXACT * 100), f"max |cached − full| {_fmt(diff)}", f"{EXACT * 100:g}"
 
 
@@ -573,18 +636,22 @@ def check_reference(c: Context) -> tuple[bool, str, str] | tuple[bool, str, str,
     """blockcli's block against the slow loop reference; a user's block against blockcli's."""
     if c.subject.block is not None:
         diff = _diff(c.y, reference_block(c.x, c.subject.weights, c.cfg))
+        c.figure("max |block − slow reference|", diff, EXACT * 100)
         return _within(diff, EXACT * 100), f"max |block − slow reference| {_fmt(diff)}", f"{EXACT * 100:g}"
     diff = _diff(c.y, c.truth_y)
     scale = _scale(c.truth_y)
     tol = c.atol + c.rtol * scale
     measured = f"max |y − blockcli| {_fmt(diff)} (relative {_fmt(diff / scale)})"
     tolerance = f"atol {c.atol:g} + rtol {c.rtol:g} · max(1, max|y|)"
+    c.figure("max |y − blockcli|", diff, tol)
+    c.figure("relative: max |y − blockcli| / max(1, max|y|)", diff / scale)
     if _within(diff, tol):
         x, y = c.long()
         truth = DecoderBlock(c.cfg, c.subject.weights, attention="full")(x)
         long_diff = _diff(y, truth)
         measured += f"; at T={x.shape[1]}: {_fmt(long_diff)}"
         long_ok = _within(long_diff, c.atol + c.rtol * _scale(truth))
+        c.figure(f"max |y − blockcli|, T={x.shape[1]}", long_diff, c.atol + c.rtol * _scale(truth))
         return long_ok, measured, tolerance, "" if long_ok else \
             f"it agrees at T={c.x.shape[1]} but not at T={x.shape[1]}: look for a mask, RoPE table or buffer " \
             f"built for a fixed length"
@@ -634,6 +701,7 @@ def check_float32(c: Context) -> tuple[bool, str, str]:
         raise Skip("no float32 instance of the implementation")
     y32 = np.asarray(c.subject.forward32(c.x.astype(np.float32)), dtype=np.float64)
     rel = _diff(y32, c.y) / max(_max(c.y), 1.0)
+    c.figure("max |y32 − y64| / max|y64|", rel, FLOAT32)
     return _within(rel, FLOAT32), f"max |y32 − y64| / max|y64| {_fmt(rel)}", f"{FLOAT32:g} relative"
 
 
@@ -653,12 +721,14 @@ def check_batch_independence(c: Context) -> tuple[bool, str, str]:
     other[1:] = np.random.default_rng(999).standard_normal(other[1:].shape)
     diff = _diff(c.subject.forward(other)[0], c.y[0])
     tol = c.tolerance(PERTURB, c.y)
+    c.figure("max change of the first sequence", diff, tol)
     return _within(diff, tol), f"first sequence changed by {_fmt(diff)} when the others changed", f"{tol:.3g}"
 
 
 def check_determinism(c: Context) -> tuple[bool, str, str]:
     again = c.subject.forward(c.x.copy())
     same = bool(np.array_equal(again, c.y))
+    c.figure("max |second call − first call|", 0.0 if same else _diff(again, c.y), 0)
     return same, "two calls on the same input are bit-identical" if same else \
         f"two calls differ by {_fmt(_diff(again, c.y))}", "bit-identical"
 
@@ -703,6 +773,8 @@ def check_experts_per_token(c: Context) -> tuple[bool, str, str]:
     distinct = [len(set(r.tolist())) for r in rows]
     in_range = bool(np.all((rows >= 0) & (rows < moe.n_experts)))
     ok = in_range and min(distinct) == max(distinct) == moe.top_k
+    c.figure("fewest distinct experts of a token", min(distinct), moe.top_k)
+    c.figure("most distinct experts of a token", max(distinct), moe.top_k)
     return ok, (f"distinct experts per token {min(distinct)}…{max(distinct)} (k = {moe.top_k}); all in "
                 f"0…{moe.n_experts - 1}: {in_range}"), "exact"
 
@@ -714,6 +786,7 @@ def check_routing_weights(c: Context) -> tuple[bool, str, str]:
     (weights,) = c.need("router_weights")
     sums = np.asarray(weights, dtype=np.float64).sum(axis=-1) / moe.routed_scaling
     worst = _max(sums - 1.0)
+    c.figure("max |Σ weights − 1|", worst, STATS)
     scaled = f" (after dividing by routed_scaling {moe.routed_scaling:g})" if moe.routed_scaling != 1.0 else ""
     return _within(worst, STATS), f"max |Σ weights − 1| {_fmt(worst)}{scaled}", f"{STATS:g}"
 
@@ -786,6 +859,15 @@ def parse_selection(text: str | None, option: str = "checks") -> set[int] | None
     return ids
 
 
+def layers_to_verify(config: Config) -> list[int | None]:
+    """One layer of each kind: the first layer of each group of identical blocks (dense and mixture of
+    experts, sliding and global, with and without RoPE...); [None] for a block, or a model whose layers
+    are all alike."""
+    if config.model is None or not config.layers_differ:
+        return [None]
+    return [group.layers[0] for group in config.layer_groups()]
+
+
 def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, formula: Formula = block_formula,
            only: set[int] | None = None, skip: set[int] | None = None, impl: str | None = None,
            timeout: float = 60.0, rtol: float | None = None, atol: float | None = None, per_sequence: bool = False,
@@ -797,15 +879,18 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
         if tolerance is not None and not (math.isfinite(tolerance) and tolerance >= 0):
             raise InputError(f"{option}: expected a finite tolerance >= 0, got {tolerance}")
     layer_note, whole = [], config  # `whole`: the model the weights belong to
+    shown, kind = None, ""
     if config.model is not None and config.layers_differ:
         shown = layer or 0
         if not 0 <= shown < config.model.n_layers:
             raise InputError(f"--layer {layer}: the model has layers 0..{config.model.n_layers - 1}")
-        layer_note.append(f"layers differ: verified layer {shown}'s block, {config.group_of(shown).describe()}"
+        kind = config.group_of(shown).describe()
+        layer_note.append(f"layers differ: verified layer {shown}'s block, {kind}"
                           + ("; --layer N picks another" if layer is None else ""))
         config = config.for_layer(shown)
         if weights is None:
             layer = None  # the layer picks a block config; there are no weights to pick from
+    fit_blas_threads()  # as many BLAS threads as there are cores free: small products on busy cores otherwise wait
     cfg, notes = verification_config(config)
     notes = layer_note + notes
     if weights is not None and any("scaled" in n for n in notes):
@@ -826,7 +911,7 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
         subject = impl_subject(impl, params, cfg, timeout, per_sequence=per_sequence, weights_map=weights_map)
     x = np.random.default_rng(cfg.run.seed + 1).standard_normal((cfg.run.batch, cfg.run.seq_len, cfg.block.d_model))
     selected = [i for i in CHECKS if (only is None or i in only) and not (skip and i in skip)]
-    report = Report(config, [], notes)
+    report = Report(config, [], notes, layer=shown, kind=kind)
     report.checks = run_checks(subject, cfg.block, x, formula, selected, report, rtol, atol)
     report.notes.extend(subject.notes)
     if impl is not None:
@@ -862,13 +947,16 @@ def run_checks(subject: Subject, cfg: BlockConfig, x: np.ndarray, formula: Formu
         except Exception as exc:  # blockcli's own block with a seeded bug
             context, failure = _Structure(subject, cfg, formula), SubjectError(
                 f"the forward pass raised {type(exc).__name__}: {exc}")
-        for i in selected:
+        selected = list(selected)
+        for n, i in enumerate(selected):
+            progress.report("checks", n, len(selected), f"{i}. {SHORT_NAMES[i]}")
             if failure and i == 11 and subject.block is None:
                 checks.append(Check(i, NAMES[i], None, "an --impl target has no K/V-cache interface", ""))
                 continue
             if failure and i not in (1, 10):
                 checks.append(error_row(i, failure, "the first call failed"))
                 continue
+            context.figures = []
             try:
                 passed, measured, tolerance, *hint = CHECKS[i](context)
             except Skip as reason:
@@ -880,14 +968,16 @@ def run_checks(subject: Subject, cfg: BlockConfig, x: np.ndarray, formula: Formu
             except Exception as exc:  # the subject's values broke a comparison (a wrong shape, a wrong type)
                 passed, measured, tolerance, hint = False, f"could not compare: {type(exc).__name__}: {exc}", "", []
             checks.append(Check(i, NAMES[i], passed, measured, tolerance,
-                                "" if passed else (hint[0] if hint else HINTS[i])))
+                                "" if passed else (hint[0] if hint else HINTS[i]), figures=tuple(context.figures)))
+        progress.report("checks", len(selected), len(selected))
     return checks
 
 
 @dataclass
-class _Structure:
+class _Structure(Measuring):
     """What the structural checks (1 and 10) need when the forward pass itself failed."""
 
     subject: Subject
     cfg: BlockConfig
     formula: Formula
+    figures: list[Figure] = field(default_factory=list)

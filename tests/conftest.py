@@ -64,6 +64,7 @@ def shared_tiles(monkeypatch):
     passes one row at a time: tiny tests take the threaded, tiled path."""
     from blockcli import ops, parallel
     monkeypatch.setattr(parallel, "SHARED_WORK", 0)
+    monkeypatch.setattr(parallel, "CONTENDED_WORK", 0)  # every share large enough for every worker
     monkeypatch.setattr(ops, "ROW_TILE", 3)
     monkeypatch.setattr(ops, "SLAB_BYTES", 1)
     monkeypatch.setattr(parallel, "worker_count", lambda: 3)

@@ -209,10 +209,40 @@ def test_unreadable_file(tmp_path: Path) -> None:
     assert "permission" in message.lower()
 
 
-def test_unknown_preset_name_suggests_a_close_one() -> None:
-    message = config_error("gpt3")
-    assert message.startswith("gpt3")
-    assert "gpt2" in message
+def test_unknown_preset_name_never_suggests_another_model() -> None:
+    # GPT-3 is not GPT-2, and Mistral 7B v0.2 is neither v0.1 nor v0.3: a word holding a digit must match
+    for name in ("gpt3", "mistral-7b-v0.2", "llama-3.1-8", "mixtral-8x22b", "qwen3-8b-base"):
+        message = config_error(name)
+        assert message.startswith(name) and "did you mean" not in message, message
+        assert "config.json" in message and "blockcli presets" in message, message
+
+
+@pytest.mark.parametrize("typed, preset", [("lama-3-8b", "llama-3-8b"), ("gpt-os-20b", "gpt-oss-20b"),
+                                           ("deepsek-v3", "deepseek-v3")])
+def test_a_misspelt_word_suggests_the_preset(typed: str, preset: str) -> None:
+    assert f"did you mean '{preset}'?" in config_error(typed)
+
+
+@pytest.mark.parametrize("typed, preset", [
+    ("Llama-3.1-8B", "llama-3.1-8b"), ("GPT2", "gpt2"), ("Mistral-7B-v0.3", "mistral-7b-v0.3"),
+    # the Hub repository a preset was transcribed from, and that repository's name: the same model
+    ("meta-llama/Llama-3.1-8B", "llama-3.1-8b"), ("mistral-7b-v0.1", "mistral-7b"),
+    ("mistralai/Mistral-7B-v0.1", "mistral-7b"), ("Llama-3.3-70B-Instruct", "llama-3.3-70b"),
+    ("openai-community/gpt2", "gpt2"),
+])
+def test_preset_names_match_in_any_case_and_by_their_hub_repository(typed: str, preset: str) -> None:
+    from blockcli.sources import load_config
+
+    assert load_config(typed).name == preset
+
+
+def test_every_alias_is_its_presets_own_source() -> None:
+    from blockcli.config import preset_aliases
+    from blockcli.sources import load_config
+
+    for alias, name in preset_aliases().items():
+        source = load_config(name).about.source.lower()
+        assert f"huggingface.co/{alias}/" in source or f"/{alias}/blob/" in source, (alias, name, source)
 
 
 # ============================================================================ top level

@@ -174,7 +174,7 @@ def test_json_matches_table_and_has_stable_keys():
     assert {"formula", "arrays", "match"} <= set(data["reconciled"])
     table = runner.invoke(app, ["count"]).stdout
     for comp in data["components"]:
-        assert {"name", "shape", "weights", "biases", "count"} <= set(comp)
+        assert {"name", "shapes", "copies", "weights", "biases", "count"} <= set(comp)
         assert f"{comp['count']:,}" in table
 
 
@@ -195,7 +195,9 @@ def test_expect_and_max_exit_codes(args, code):
 
 def test_presets_listing():
     out = runner.invoke(app, ["presets", "--json"])
-    names = {p["name"] for p in json.loads(out.stdout)}
+    data = json.loads(out.stdout)
+    assert data["schema_version"] == 1
+    names = {p["name"] for p in data["presets"]}
     assert {"gpt2", "llama-2-7b", "gemma-2b", "opt-125m", "pythia-160m"} <= names
 
 

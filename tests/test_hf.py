@@ -530,6 +530,27 @@ QWEN3_VL_30B_A3B = {'architectures': ['Qwen3VLMoeForConditionalGeneration'], 'im
 
 
 
+# The presets people ask for first (issue #31), each transcribed from its hub config.json
+# https://huggingface.co/meta-llama/Llama-3.1-70B/blob/main/config.json
+LLAMA_3_1_70B = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 8192, "initializer_range": 0.02, "intermediate_size": 28672, "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama", "num_attention_heads": 64, "num_hidden_layers": 80, "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"}, "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.43.0.dev0", "use_cache": True, "vocab_size": 128256}
+# https://huggingface.co/meta-llama/Llama-3.3-70B-Instruct/blob/main/config.json (its fields as Llama 3.1 70B's, plus head_dim; eos ids differ)
+LLAMA_3_3_70B = {**LLAMA_3_1_70B, "eos_token_id": [128001, 128008, 128009], "head_dim": 128, "transformers_version": "4.47.0.dev0"}
+# https://huggingface.co/meta-llama/Llama-3.1-405B/blob/main/config.json (Llama 3.1 70B's fields but the sizes)
+LLAMA_3_1_405B = {**LLAMA_3_1_70B, "hidden_size": 16384, "intermediate_size": 53248, "num_attention_heads": 128, "num_hidden_layers": 126, "transformers_version": "4.43.0.dev0"}
+# https://huggingface.co/meta-llama/Llama-3.2-3B/blob/main/config.json
+LLAMA_3_2_3B = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 128, "hidden_act": "silu", "hidden_size": 3072, "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama", "num_attention_heads": 24, "num_hidden_layers": 28, "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"}, "rope_theta": 500000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "transformers_version": "4.45.0.dev0", "use_cache": True, "vocab_size": 128256}
+# https://huggingface.co/mistralai/Mistral-7B-v0.3/blob/main/config.json
+MISTRAL_7B_V03 = {"architectures": ["MistralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.42.0.dev0", "use_cache": True, "vocab_size": 32768}
+# https://huggingface.co/Qwen/Qwen2.5-72B/blob/main/config.json
+QWEN2_5_72B = {"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 8192, "initializer_range": 0.02, "intermediate_size": 29568, "max_position_embeddings": 131072, "max_window_layers": 80, "model_type": "qwen2", "num_attention_heads": 64, "num_hidden_layers": 80, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": 131072, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.43.1", "use_cache": True, "use_sliding_window": False, "vocab_size": 152064}
+# https://huggingface.co/Qwen/Qwen2.5-32B/blob/main/config.json (Qwen2.5-72B's fields but the sizes)
+QWEN2_5_32B = {**QWEN2_5_72B, "hidden_size": 5120, "intermediate_size": 27648, "max_window_layers": 64, "num_attention_heads": 40, "num_hidden_layers": 64}
+# https://huggingface.co/Qwen/Qwen2.5-14B/blob/main/config.json (Qwen2.5-72B's fields but the sizes)
+QWEN2_5_14B = {**QWEN2_5_72B, "hidden_size": 5120, "intermediate_size": 13824, "max_window_layers": 48, "num_attention_heads": 40, "num_hidden_layers": 48}
+# https://huggingface.co/Qwen/Qwen3-32B/blob/main/config.json
+QWEN3_32B = {"architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 5120, "initializer_range": 0.02, "intermediate_size": 25600, "max_position_embeddings": 40960, "max_window_layers": 64, "model_type": "qwen3", "num_attention_heads": 64, "num_hidden_layers": 64, "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": True, "use_sliding_window": False, "vocab_size": 151936}
+
+
 CASES = [
     # KerasHub gpt2_presets.py "gpt2_base_en" (HF GPT2LMHeadModel, tied head counted once).
     pytest.param(GPT2, "gpt2", 124_439_808, id="gpt2"),
@@ -575,6 +596,16 @@ CASES = [
     pytest.param(QWEN25_VL_7B, "qwen2.5-vl-7b", 7_615_616_512, id="qwen2.5-vl-7b"),
     pytest.param(QWEN3_VL_8B, "qwen3-vl-8b", 8_190_735_360, id="qwen3-vl-8b"),
     pytest.param(QWEN3_VL_30B_A3B, "qwen3-vl-30b-a3b", 30_532_122_624, id="qwen3-vl-30b-a3b"),
+    # transformers 5.24 on the meta device (sum of numel), as tests/test_presets.py says
+    pytest.param(LLAMA_3_1_70B, "llama-3.1-70b", 70_553_706_496, id="llama-3.1-70b"),
+    pytest.param(LLAMA_3_3_70B, "llama-3.3-70b", 70_553_706_496, id="llama-3.3-70b"),
+    pytest.param(LLAMA_3_1_405B, "llama-3.1-405b", 405_853_388_800, id="llama-3.1-405b"),
+    pytest.param(LLAMA_3_2_3B, "llama-3.2-3b", 3_212_749_824, id="llama-3.2-3b"),
+    pytest.param(MISTRAL_7B_V03, "mistral-7b-v0.3", 7_248_023_552, id="mistral-7b-v0.3"),
+    pytest.param(QWEN2_5_14B, "qwen2.5-14b", 14_770_033_664, id="qwen2.5-14b"),
+    pytest.param(QWEN2_5_32B, "qwen2.5-32b", 32_763_876_352, id="qwen2.5-32b"),
+    pytest.param(QWEN2_5_72B, "qwen2.5-72b", 72_706_203_648, id="qwen2.5-72b"),
+    pytest.param(QWEN3_32B, "qwen3-32b", 32_762_123_264, id="qwen3-32b"),
 ]
 
 

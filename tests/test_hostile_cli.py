@@ -217,7 +217,7 @@ ERROR_CASES: list[Case] = [
     Case("count-config-unreadable", ["count", "locked.yaml"], make(locked_DOT_yaml=SMALL_YAML),
          names=("locked.yaml",), unreadable="locked.yaml"),
     Case("count-hf-config-missing", ["count", "nope.json"], names=("nope.json",)),
-    Case("count-unknown-preset", ["count", "gpt3"], names=("gpt3", "gpt2")),
+    Case("count-unknown-preset", ["count", "gpt3"], names=("gpt3", "config.json")),
     Case("count-expect-garbage", ["count", "cfg.yaml", "--expect", "garbage"], names=("--expect", "garbage")),
     Case("count-max-garbage", ["count", "cfg.yaml", "--max", "lots"], names=("--max", "lots")),
     Case("count-format-unknown", ["count", "cfg.yaml", "--format", "xml"], names=("--format", "xml")),

@@ -268,3 +268,35 @@ def test_a_mask_cached_for_16_positions_fails_at_the_long_t():
     assert result.exit_code == 1 and s[4]["status"] == "PASS"
     assert s[8]["status"] == "FAIL" and "at T=64" in s[8]["measured"]
     assert s[12]["status"] == "FAIL" and "agrees at T=5 but not at T=64" in s[12]["hint"]
+
+
+def test_a_module_target_imports_from_the_working_directory_under_both_entry_points(tmp_path):
+    """`--impl package.module:Name` finds the package in the working directory under the `blockcli` script
+    (whose sys.path starts at its own folder) as under `python -m blockcli` (whose starts at the cwd)."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    package = tmp_path / "myblocks"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    shutil.copy(ROOT / "examples" / "my_block.py", package / "mine.py")
+    script = shutil.which("blockcli", path=str(Path(sys.executable).parent))
+    if script is None:
+        pytest.skip("the blockcli script is not installed beside this interpreter")
+    results = []
+    for command in ([script], [sys.executable, "-m", "blockcli"]):
+        out = subprocess.run([*command, "verify", "--impl", "myblocks.mine:MyBlock", "--only", "12,14", "--json"],
+                             cwd=tmp_path, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        results.append([(c["id"], c["status"]) for c in json.loads(out.stdout)["checks"]])
+    assert results[0] == results[1] == [(12, "PASS"), (14, "PASS")]
+
+
+def test_every_path_an_example_names_is_shipped():
+    import re
+
+    for example in sorted((ROOT / "examples").glob("*.py")):
+        docstring = example.read_text(encoding="utf-8").split('"""')[1]
+        for path in re.findall(r"\b((?:configs|examples|tests)/[\w./-]+\.(?:yaml|py))", docstring):
+            assert (ROOT / path).is_file(), f"{example.name} names {path}, which is not in the repository"

@@ -93,6 +93,26 @@ def _blas_threads():
     return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
 
 
+FREE_CORES = parallel.free_cores  # the real measurement, for the tests of it
+
+
+@pytest.fixture(autouse=True)
+def blas_as_configured(monkeypatch):
+    """Each test starts with BLAS at the threads it was configured with, and sees every allowed core
+    free: on a busy machine parallel.fit_blas_threads would hold BLAS to fewer, which the tests of
+    sharing do not expect (the tests of the measurement call FREE_CORES)."""
+    from threadpoolctl import threadpool_limits
+
+    monkeypatch.setattr(parallel, "free_cores", lambda: len(parallel.allowed_cores()))
+
+    ceiling = parallel._blas_ceiling()
+    if ceiling:
+        threadpool_limits(limits=ceiling, user_api="blas")
+    for key in ("fitted", "measured_at", "free", "sample"):
+        parallel._state.pop(key, None)
+    yield
+
+
 def test_blas_runs_one_thread_inside_workers_and_gets_its_threads_back(monkeypatch):
     before = _blas_threads()
     if not before:
@@ -109,6 +129,45 @@ def test_worker_count_follows_blas_threads():
     from threadpoolctl import threadpool_limits
     with threadpool_limits(limits=1, user_api="blas"):
         assert parallel.worker_count() == 1  # OPENBLAS_NUM_THREADS=1 and friends turn sharing off
+
+
+def test_free_cores_are_the_allowed_cores_less_what_others_used(monkeypatch):
+    # Two allowed cores; between two looks each core ran 100 clock ticks (200 in all), 150 of them busy, and
+    # 0.5 s of that (50 ticks at 100 per second) was this process's own: others used (150 − 50) / 100 = 1
+    # core, so 1 is free. Then others use 20 ticks of the next 200 and this process 120: 2 free.
+    samples = iter([(1000.0, 4000.0), (1150.0, 4200.0), (1290.0, 4400.0)])
+    own = iter([10.0, 10.5, 11.7])
+    clock = iter([100.0, 101.5, 103.0])
+    monkeypatch.setattr(parallel, "_state", {})
+    monkeypatch.setattr(parallel, "allowed_cores", lambda: [0, 1])
+    monkeypatch.setattr(parallel, "_busy_ticks", lambda cpus: next(samples))
+    monkeypatch.setattr(parallel, "_others_running", lambda: 0.0)
+    monkeypatch.setattr(parallel.os, "sysconf", lambda name: 100)
+    monkeypatch.setattr(time, "process_time", lambda: next(own))
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    assert FREE_CORES() == 2  # the first look: nothing else runnable
+    assert FREE_CORES() == 1
+    assert FREE_CORES() == 2
+
+
+def test_free_cores_are_measured_again_only_after_a_second(monkeypatch):
+    monkeypatch.setattr(parallel, "_state", {"measured_at": 50.0, "free": 1})
+    monkeypatch.setattr(time, "monotonic", lambda: 50.5)
+    assert FREE_CORES() == 1
+
+
+def test_blas_holds_the_free_cores_and_blockcli_threads_fixes_the_count(monkeypatch):
+    from threadpoolctl import threadpool_limits
+
+    if not _blas_threads() or len(parallel.allowed_cores()) < 2:
+        pytest.skip("needs a BLAS threadpoolctl can see and two cores")
+    with threadpool_limits(limits=2, user_api="blas"):  # as an unlimited BLAS of two threads; restored after
+        monkeypatch.setattr(parallel, "_state", {})
+        monkeypatch.setattr(parallel, "free_cores", lambda: 1)
+        assert parallel.fit_blas_threads() == 1 and max(_blas_threads()) == 1
+        assert parallel.worker_count() == 2  # the pool keeps both cores: its workers pull tiles from a queue
+        monkeypatch.setenv("BLOCKCLI_THREADS", "2")
+        assert parallel.fit_blas_threads() == 2 == max(_blas_threads()) == parallel.worker_count()
 
 
 # The benchmark's three shapes (S, M, L) with their head counts and d_ff = 4·d kept, the head width
@@ -283,3 +342,21 @@ def test_fewer_tiles_than_workers_reuse_the_pool(shared_tiles):
     pool = parallel._state["pool"]
     parallel.share_out(lambda tiles: list(tiles), [0, 1], cost=lambda t: 1, work=1)
     assert parallel._state["pool"] is pool
+
+
+def test_a_short_share_on_busy_cores_goes_to_the_free_ones_a_long_one_to_all(monkeypatch):
+    if not _blas_threads() or len(parallel.allowed_cores()) < 2:
+        pytest.skip("needs a BLAS threadpoolctl can see and two cores")
+    monkeypatch.setattr(parallel, "free_cores", lambda: 1)  # another process busy on the other core
+    monkeypatch.setattr(parallel, "worker_count", lambda: 2)
+    for work, threads in ((parallel.CONTENDED_WORK - 1, 1), (parallel.CONTENDED_WORK, 2)):
+        seen, gate = set(), threading.Barrier(threads, timeout=5)
+
+        def run(tiles):
+            for _ in tiles:
+                seen.add(threading.get_ident())
+                if threads == 2:
+                    gate.wait()  # each of the two workers holds a tile until the other has one
+
+        parallel.share_out(run, [0, 1], cost=lambda t: 1, work=work)
+        assert len(seen) == threads, (work, seen)

@@ -692,6 +692,45 @@ CASES.append(pytest.param(
     id="deepseek-v2-lite[transformers DeepseekV2ForCausalLM on meta=15706484224]",
 ))
 
+# The presets people ask for first (issue #31). Each total is what transformers 5.24 instantiates on the meta
+# device from the model's hub config.json (AutoModelForCausalLM.from_config, sum of numel).
+ASKED_FOR = [
+    # meta-llama/Llama-3.1-70B and Llama-3.3-70B-Instruct, the same shapes
+    ("llama-3.1-70b", 70_553_706_496, dict(d=8192, L=80, V=128256, ff=28672, n_heads=64, n_kv=8, head_dim=128,
+                                           tied=False)),
+    ("llama-3.3-70b", 70_553_706_496, dict(d=8192, L=80, V=128256, ff=28672, n_heads=64, n_kv=8, head_dim=128,
+                                           tied=False)),
+    # meta-llama/Llama-3.1-405B
+    ("llama-3.1-405b", 405_853_388_800, dict(d=16384, L=126, V=128256, ff=53248, n_heads=128, n_kv=8, head_dim=128,
+                                             tied=False)),
+    # meta-llama/Llama-3.2-3B, tied head
+    ("llama-3.2-3b", 3_212_749_824, dict(d=3072, L=28, V=128256, ff=8192, n_heads=24, n_kv=8, head_dim=128,
+                                         tied=True)),
+    # mistralai/Mistral-7B-v0.3: v0.1's block with a 32,768-token vocabulary
+    ("mistral-7b-v0.3", 7_248_023_552, dict(d=4096, L=32, V=32768, ff=14336, n_heads=32, n_kv=8, head_dim=128,
+                                            tied=False)),
+    # Qwen/Qwen2.5-14B, -32B and -72B: q/k/v biases
+    ("qwen2.5-14b", 14_770_033_664, dict(d=5120, L=48, V=152064, ff=13824, n_heads=40, n_kv=8, head_dim=128,
+                                         tied=False, qkv_bias=True)),
+    ("qwen2.5-32b", 32_763_876_352, dict(d=5120, L=64, V=152064, ff=27648, n_heads=40, n_kv=8, head_dim=128,
+                                         tied=False, qkv_bias=True)),
+    ("qwen2.5-72b", 72_706_203_648, dict(d=8192, L=80, V=152064, ff=29568, n_heads=64, n_kv=8, head_dim=128,
+                                         tied=False, qkv_bias=True)),
+]
+for _name, _total, _shape in ASKED_FOR:
+    CASES.append(pytest.param(
+        _name, _total, gated_rms_total(**_shape),
+        {"d_model": _shape["d"], "n_heads": _shape["n_heads"], "n_kv_heads": _shape["n_kv"],
+         "head_dim": _shape["head_dim"], "d_ff": _shape["ff"], "n_layers": _shape["L"], "vocab_size": _shape["V"]},
+        id=f"{_name}[transformers on meta={_total}]"))
+CASES.append(pytest.param(
+    # Qwen/Qwen3-32B: Qwen3's q_norm and k_norm add two head_dim weights per layer
+    "qwen3-32b", 32_762_123_264,
+    gated_rms_total(d=5120, L=64, V=151936, ff=25600, n_heads=64, n_kv=8, head_dim=128, tied=False) + 64 * 2 * 128,
+    {"d_model": 5120, "n_heads": 64, "n_kv_heads": 8, "head_dim": 128, "d_ff": 25600, "n_layers": 64,
+     "vocab_size": 151936},
+    id="qwen3-32b[transformers Qwen3ForCausalLM on meta=32762123264]"))
+
 PRESET_NAMES = [c.values[0] for c in CASES]
 
 
