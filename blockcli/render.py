@@ -1104,9 +1104,10 @@ def mutants_matrix(rows: Sequence[tuple[Mutant, Report]], skipped: dict[str, str
 def train_json(name: str, steps: Sequence[Any], vocab_size: int, expect_loss: float | None,
                saved: Sequence[str]) -> dict[str, Any]:
     final = steps[-1].loss
-    return {"config": name, "steps": [{"step": s.step, "loss": s.loss, "grad_norm": s.grad_norm} for s in steps],
-            "initial_loss": steps[0].loss, "final_loss": final, "ln_vocab": math.log(vocab_size),
-            "expect_loss": expect_loss, "passed": expect_loss is None or final < expect_loss, "saved": list(saved)}
+    return versioned({
+        "config": name, "steps": [{"step": s.step, "loss": s.loss, "grad_norm": s.grad_norm} for s in steps],
+        "initial_loss": steps[0].loss, "final_loss": final, "ln_vocab": math.log(vocab_size),
+        "expect_loss": expect_loss, "passed": expect_loss is None or final < expect_loss, "saved": list(saved)})
 
 
 def _sampled(steps: Sequence[Any], rows: int = 10) -> list[Any]:

@@ -85,7 +85,7 @@ class ModelReport:
     maps: list[AttentionMap]
     map_notes: list[str]
     sweep: list[Any]  # sizing.Inference at each length of the cost charts
-    checks: Any  # verify.Report, or None when the checklist could not run
+    checks: Any  # verify's reports, one per kind of layer (as `verify` runs them), or None when it could not run
     check_note: str
     train_log: list[TrainStep] | None = None
     train_log_name: str = ""
@@ -94,7 +94,7 @@ class ModelReport:
     @property
     def failed(self) -> bool:
         """A check failed or the formula and the arrays disagree: the command exits 1 (the page is written)."""
-        return (self.checks is not None and not self.checks.passed) or not self.count.reconciled.match
+        return (self.checks is not None and not all(r.passed for r in self.checks)) or not self.count.reconciled.match
 
 
 def build(config: Config, source: str, *, weights: Path | None = None, seq: int | None = None,
@@ -152,11 +152,13 @@ def sweep_points(config: Config, parameters: int, batch: int, dtype: str, kv_dty
 
 
 def checklist(config: Config, weights: Path | None) -> tuple[Any, str]:
-    """verify's report (seeded weights, or the folder's own layer 0), or None and why it could not run."""
-    from blockcli.verify import verify
+    """verify's reports for one layer of each kind, as `verify` picks them (seeded weights, or the
+    folder's own weights of that layer), or None and why they could not run."""
+    from blockcli.verify import layers_to_verify, verify
 
+    layers = [0 if weights is not None and k is None else k for k in layers_to_verify(config)]
     try:
-        return verify(config, weights=weights, layer=0 if weights is not None else None), ""
+        return [verify(config, weights=weights, layer=k) for k in layers], ""
     except InputError as exc:
         return None, f"the checklist could not run: {exc}"
 
@@ -874,21 +876,26 @@ def cost_section(r: ModelReport) -> Section:
 def checklist_section(r: ModelReport) -> Section:
     from blockcli.render import verify_summary
 
-    rep = r.checks
-    if rep is None:
+    if r.checks is None:
         return Section("checklist", "Checklist", _notes([r.check_note]))
-    rows = []
-    for c in rep.checks:
-        status = c.status
-        rows.append(f'<tr data-check="{c.id}" class="{status.lower()}">' + _cell(c.id, "num") + _cell(c.name, "name")
-                    + f'<td class="status"><span class="badge {status.lower()}">{status}</span></td>'
-                    + _cell(c.measured, "measured") + _cell(c.tolerance, "tolerance")
-                    + _cell(c.hint if c.passed is False else "", "hint") + "</tr>")
-    table = _table(("#", "check", "result", "measured", "tolerance", "hint"), rows, "checks", (0,))
-    summary = verify_summary(rep)
-    body = (f'<p class="verdict {"pass" if rep.passed else "fail"}" data-passed="{str(rep.passed).lower()}">'
-            f"{esc(summary)}</p>{table}" + _notes(list(rep.notes) + [f"error {i}: {e}" for i, e in
-                                                                    enumerate(rep.errors, 1)]))
+    several = len(r.checks) > 1
+    rows, verdicts = [], []
+    for rep in r.checks:
+        for c in rep.checks:
+            status, key = c.status, f"{rep.layer}:{c.id}" if several else str(c.id)
+            rows.append(f'<tr data-check="{key}" class="{status.lower()}">' + _cell(c.id, "num")
+                        + (_cell(rep.layer, "num layer") if several else "") + _cell(c.name, "name")
+                        + f'<td class="status"><span class="badge {status.lower()}">{status}</span></td>'
+                        + _cell(c.measured, "measured") + _cell(c.tolerance, "tolerance")
+                        + _cell(c.hint if c.passed is False else "", "hint") + "</tr>")
+        verdicts.append(f'<p class="verdict {"pass" if rep.passed else "fail"}">{esc(verify_summary(rep))}</p>')
+    header = ("#", *(("layer",) if several else ()), "check", "result", "measured", "tolerance", "hint")
+    table = _table(header, rows, "checks", (0, 1) if several else (0,))
+    passed = all(rep.passed for rep in r.checks)
+    notes = list(dict.fromkeys(n for rep in r.checks for n in rep.notes))
+    errors = [e for rep in r.checks for e in rep.errors]
+    body = (f'<div data-passed="{str(passed).lower()}">{"".join(verdicts)}</div>{table}'
+            + _notes(notes + [f"error {i}: {e}" for i, e in enumerate(errors, 1)]))
     return Section("checklist", "Checklist", body)
 
 
@@ -970,8 +977,8 @@ def key_figures(r: ModelReport) -> list[tuple[str, str, Any]]:
         ("K/V cache per token (bytes)", exact(inf.kv_bytes_per_token), inf.kv_bytes_per_token),
         ("prefill FLOPs (causal)", f"{exact(prefill)} ({human(prefill)})", prefill),
         ("decode step FLOPs", f"{exact(inf.decode)} ({human(inf.decode)})", inf.decode),
-        ("checklist", "—" if r.checks is None else "PASS" if r.checks.passed else "FAIL",
-         None if r.checks is None else r.checks.passed),
+        ("checklist", "—" if r.checks is None else "PASS" if all(c.passed for c in r.checks) else "FAIL",
+         None if r.checks is None else all(c.passed for c in r.checks)),
     ]
 
 

@@ -18,17 +18,19 @@ from conftest import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 # mappings whose keys are data (dtype names, a group's overridden fields), not part of the schema
-DATA_KEYS = {"parameter_bytes_by_dtype", "stored_dtypes", "overrides"}
+DATA_KEYS = {"parameter_bytes_by_dtype", "stored_dtypes", "overrides", "saved_by_operation"}
 
 RUNS = {
     "count --json": [["count"], ["count", "gpt2"], ["count", "deepseek-v3", "--train", "--max-memory", "1TiB"],
                      ["count", "tests/fixtures/hf/llama"], ["count", "gpt-oss-20b", "--train", "--recompute", "full"],
                      ["count", "configs/alternating-window.yaml"]],
-    "trace --json": [["trace"], ["trace", "configs/tiny-gpt.yaml"], ["trace", "gpt2", "--shapes-only"]],
+    "trace --json": [["trace"], ["trace", "configs/tiny-gpt.yaml"], ["trace", "gpt2", "--shapes-only"],
+                     ["trace", "--backward"], ["trace", "configs/tiny-gpt.yaml", "--backward", "--shapes-only"]],
     "verify --json": [["verify"], ["verify", "configs/alternating-window.yaml", "--only", "1,4,10"],
                       ["verify", "configs/tiny-gpt.yaml", "configs/worked-shapes.yaml", "--only", "1,12"],
                       ["verify", "--impl", "tests/impls/buggy_blocks.py:Raises", "--only", "8,14"]],
     "verify --mutants --json": [["verify", "--mutants", "--only", "12"], ["verify", "--list-mutants"]],
+    "train --json": [["train", "--steps", "3"]],
     "presets --json": [["presets"]],
 }
 

@@ -52,13 +52,20 @@ def run(command: str) -> list[str]:
     command = command.removeprefix("pip install . && ")
     if not (Path(sys.executable).parent / "blockcli").exists():  # an interpreter without the script: the module
         command = f'blockcli() {{ "{sys.executable}" -m blockcli "$@"; }}; ' + command
-    proc = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    before = set(ROOT.iterdir())
+    try:
+        proc = subprocess.run(["bash", "-c", command], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    finally:  # what a command wrote (report's pages) goes, so the checkout stays as it was
+        for path in set(ROOT.iterdir()) - before:
+            if path.is_file():
+                path.unlink()
     return (proc.stdout + proc.stderr).rstrip("\n").split("\n") if proc.stdout + proc.stderr else []
 
 
 def masked(line: str) -> str:
     line = re.sub(r"\d+(?:\.\d+)?e-(?:0[5-9]|[1-9]\d)", "<small>", line)  # rounding-level figures
     line = re.sub(r"[\d.]+ (?:B|KiB|MiB|GiB) \(measured\)", "<peak> (measured)", line)
+    line = re.sub(r"^(wrote \S+) \(\d+ KiB\)", r"\1 (<size>)", line)  # a page's size moves with its text
     line = re.sub(r"[━─═]+", "─", line)  # column widths
     return re.sub(r" +", " ", line).rstrip()
 

@@ -149,9 +149,13 @@ def test_checklist_equals_verify_json(pages):
     for name, args in (("llama", ["llama-3.1-8b"]), ("gemma3", [str(GEMMA3)])):
         data = cli_json("verify", *args)
         shown = rows(pages[name], "data-check")
-        assert list(shown) == [str(c["id"]) for c in data["checks"]]
+        several = len(data["layers"]) > 1  # one layer of each kind, as verify runs them: rows keyed layer:id
+        key = {id(c): f"{c['layer']}:{c['id']}" if several else str(c["id"]) for c in data["checks"]}
+        assert list(shown) == list(key.values())
         for check in data["checks"]:
-            cells = shown[str(check["id"])]
+            cells = shown[key[id(check)]]
+            if several:
+                assert cells["layer"] == str(check["layer"])
             assert cells["status"] == check["status"]
             assert cells["measured"] == " ".join(check["measured"].split())
             assert cells["name"] == " ".join(check["name"].split())
