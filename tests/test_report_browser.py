@@ -30,7 +30,7 @@ READ = """(() => {
   const components = [...document.querySelectorAll('section#parameters tr[data-component]')].map(
     r => [r.dataset.component, r.dataset.group ?? null, text(r.querySelector('td.count'))]);
   const checks = [...document.querySelectorAll('section#checklist tr[data-check]')].map(
-    r => [Number(r.dataset.check), text(r.querySelector('td.status')), text(r.querySelector('td.measured'))]);
+    r => [Number(text(r.querySelector('td.num'))), text(r.querySelector('td.status')), text(r.querySelector('td.measured'))]);
   const sections = [...document.querySelectorAll('section')].map(s => s.id);
   const heights = [...document.querySelectorAll('section')].map(s => s.getBoundingClientRect().height);
   const svgs = [...document.querySelectorAll('svg')].map(s => s.getBoundingClientRect().width);
