@@ -670,7 +670,7 @@ class MultiHeadAttention:
         h = self.cfg.n_heads
         return kv if kv.shape[1] == h else np.repeat(kv, h // kv.shape[1], axis=1)
 
-    def _table(self, q: Array, k: Array, start: int, rec: Record = _ignore
+    def _table(self, q: Array, k: Array, start: int, rec: Record = _ignore, backward: bool = False
                ) -> tuple[Array, Array, Array, Array]:
         """The whole score table, one `Ops` step at a time: (the scores after any soft cap, then with ALiBi's
         biases, the masked scores, the softmax weights), each (B, h, T_q, T_k); with attention sinks the
@@ -691,7 +691,7 @@ class MultiHeadAttention:
         if cfg.alibi:  # BLOOM: each head's slope times the distance to each key, unscaled
             scores = scores + F.alibi_bias(ops.alibi_slopes(h), T_q, T_k, start, scores.dtype)  # (B, h, T_q, T_k)
             rec("alibi_scores", "add ALiBi biases", scores, (capped,), kind="add")
-        allowed = ops.causal_mask(T_q, T_k, start)  # (T_q, T_k)
+        allowed = (ops.backward_mask if backward else ops.causal_mask)(T_q, T_k, start)  # (T_q, T_k)
         if cfg.sliding_window:
             allowed = allowed & F.window_mask(T_q, T_k, start, cfg.sliding_window)
         if not cfg.attention_sinks:
@@ -728,7 +728,7 @@ class MultiHeadAttention:
         cfg, ops = self.cfg, self.ops
         T_k = k.shape[2]
         k_all, v_all = self._per_query_head(k), self._per_query_head(v)  # (B, h, T_k, d)
-        capped, _, _, weights_all = self._table(q, k, 0)
+        capped, _, _, weights_all = self._table(q, k, 0, backward=True)
         weights = weights_all[..., :T_k]  # (B, h, T_q, T_k)
         dv_all = weights.swapaxes(-1, -2) @ d_heads  # (B, h, T_k, d_v)
         d_weights = d_heads @ v_all.swapaxes(-1, -2)  # (B, h, T_q, T_k)

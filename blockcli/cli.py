@@ -730,6 +730,10 @@ def verify(
     inject: Annotated[Optional[str], typer.Option(metavar="NAME",
                                                   help="Run the checklist on a seeded bug (exits 1).")] = None,
     mutants: Annotated[bool, typer.Option("--mutants", help="Run every seeded bug; print the bug × check matrix.")] = False,
+    grad: Annotated[bool, typer.Option(
+        "--grad", help="Also check the backward (items 20-23): gradients against finite differences and blockcli's "
+                       "backward, no gradient from later positions, no dead parameter; with --mutants, also the "
+                       "backward's seeded bugs.")] = False,
     list_mutants: Annotated[bool, typer.Option("--list-mutants", help="List the seeded bugs and exit.")] = False,
     impl: Annotated[Optional[str], typer.Option(
         metavar="FILE.py:Name", help="Check your own block: Name(weights, config), or Name(config) returning a "
@@ -759,7 +763,7 @@ def verify(
     def body() -> int:
         from blockcli import render
         from blockcli.mutants import MUTANTS, find_mutant, run_mutants
-        from blockcli.verify import CHECKS, layers_to_verify, parse_selection
+        from blockcli.verify import CHECKS, GRAD_CHECKS, layers_to_verify, parse_selection
         from blockcli.verify import verify as run_checks
 
         if list_mutants:
@@ -767,7 +771,8 @@ def verify(
                 print_out(render.to_json(render.list_mutants_json(MUTANTS)))
             else:
                 width = max(len(m.name) for m in MUTANTS)
-                print_out("\n".join(f"{m.name:<{width}}  {m.description}" for m in MUTANTS))
+                print_out("\n".join(f"{m.name:<{width}}  {'(backward, --grad) ' if m.backward else ''}{m.description}"
+                                    for m in MUTANTS))
             return EXIT_OK
         if impl and (inject or mutants):
             raise InputError("--impl checks your block; --inject and --mutants check blockcli's seeded bugs")
@@ -776,7 +781,8 @@ def verify(
         if not (math.isfinite(timeout) and timeout > 0):
             raise InputError(f"--timeout: expected a positive number of seconds, got {timeout}")
         chosen_only, chosen_skip = parse_selection(only, "--only"), parse_selection(skip, "--skip")
-        if not (chosen_only or set(CHECKS)) - (chosen_skip or set()):
+        offered = set(CHECKS) if grad else set(CHECKS) - set(GRAD_CHECKS)  # the gradient checks: with --grad
+        if not (chosen_only or offered) - (chosen_skip or set()):
             given = " ".join(f"{o} {v}" for o, v in (("--only", only), ("--skip", skip)) if v is not None)
             raise InputError(f"{given}: selects no check, so nothing would be verified")
         sources = configs or [None]
@@ -792,6 +798,16 @@ def verify(
             mapping = read_yaml(weights_map, "a weights map (YAML)") if weights_map is not None else None
             extra.update(impl=impl, timeout=timeout, per_sequence=per_sequence, weights_map=mapping)
         configs_ = [loaded(s, allow_field) for s in sources]  # every config is checked before any runs
+        if mutant is not None:
+            from blockcli.mutants import checked_block, preset_it_shows_on, why_not
+
+            for source, cfg in zip(sources, configs_):
+                kinds = [layer] if layer is not None else layers_to_verify(cfg)
+                if all(why_not(mutant, checked_block(cfg, k), grad) for k in kinds):
+                    why = why_not(mutant, checked_block(cfg, kinds[0]), grad)
+                    where = preset_it_shows_on(mutant) if not (mutant.backward and not grad) else None
+                    raise InputError(f"--inject {inject}: cannot show on {cfg.name} ({why})"
+                                     + (f"; it shows on the preset {where}" if where else ""))
         plans = []  # per config: its weights and the layers to verify (None: verify picks, saying so)
         for source, cfg in zip(sources, configs_):
             chosen, implicit = own_weights(source, weights)
@@ -805,11 +821,11 @@ def verify(
         with progress_shown(not json_out):  # verify's output has no other format
             if mutants:
                 cfg, chosen, layers = plans[0]
-                matrices = [(which, *run_mutants(cfg, weights=chosen, layer=which, only=chosen_only,
+                matrices = [(which, *run_mutants(cfg, grad, weights=chosen, layer=which, only=chosen_only,
                                                  skip=chosen_skip)) for which in layers]
             else:
                 grouped = [[run_checks(cfg, weights=w, layer=which, only=chosen_only, skip=chosen_skip, rtol=rtol,
-                                       atol=atol, **extra) for which in layers] for cfg, w, layers in plans]
+                                       atol=atol, grad=grad, **extra) for which in layers] for cfg, w, layers in plans]
         if mutants:
             escaped = any(r.passed for _, rows, _ in matrices for _, r in rows)
             if json_out:

@@ -7,6 +7,7 @@ The contract, documented in the README:
     y = block(x)                       # x (B, T, d) → y (B, T, d); a block written for (T, d) is detected
     y, inter = block(x, return_intermediates=True)   # optional: a mapping of named intermediates
     block.parameters() or block.params # optional: name → array, for the parameter count
+    dx, grads = block.backward(dy)     # optional (verify --grad): after a call on x, dy·∂y/∂x and {key: dy·∂y/∂w}
 
 A target that cannot be loaded or built (missing file, syntax error, missing name, wrong
 signature, an error or sys.exit while importing or building) is an input error (exit 2). Once
@@ -309,6 +310,36 @@ class UserBlock:
         return {k: np.stack([f[k] for f in found]) for k in found[0]
                 if all(k in f and f[k].shape == found[0][k].shape for f in found)}
 
+    @property
+    def has_backward(self) -> bool:
+        return self.torch or callable(getattr(self.obj, "backward", None))
+
+    def gradients(self, x: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray | None]]:
+        """(dx, {weight key: gradient}) at x for the cotangent dy: a torch module's autograd, or a NumPy block's
+        forward on x then its backward(dy) → (dx, {weight key: gradient}) (once per sequence for a (T, d)
+        block, the weights' gradients summed)."""
+        if self.torch:
+            with guarded(f"the backward of {self.label}", self.timeout):
+                return self.obj.gradients(x, dy)
+        if self.per_sequence:
+            parts = [self._numpy_gradients(x[b], dy[b]) for b in range(x.shape[0])]
+            keys = {k for _, g in parts for k in g}
+            summed = {k: None if any(g.get(k) is None for _, g in parts) else sum(g[k] for _, g in parts)
+                      for k in keys}
+            return np.stack([dx for dx, _ in parts]), summed
+        return self._numpy_gradients(x, dy)
+
+    def _numpy_gradients(self, x: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray | None]]:
+        self._call(x)
+        with guarded(f"{self.label}.backward(dy)", self.timeout):
+            result = self.obj.backward(dy.copy())
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[1], Mapping)):
+            raise SubjectError(f"{self.label}.backward(dy) must return (dx, {{weight key: gradient}}), got "
+                               f"{type(result).__name__}")
+        dx, grads = result
+        return np.asarray(dx), {str(k): None if v is None else np.asarray(v, dtype=np.float64)
+                                for k, v in grads.items()}
+
     def parameters(self) -> dict[str, np.ndarray] | None:
         source = getattr(self.obj, "parameters", None)
         params = source() if callable(source) else getattr(self.obj, "params", None)
@@ -382,6 +413,7 @@ def impl_subject(spec: str, weights: Mapping[str, np.ndarray], config: Config, t
         notes=notes,
         torch=user.torch,
         unused=user.unused,
+        gradients=user.gradients if user.has_backward else None,
     )
 
 

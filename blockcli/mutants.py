@@ -31,6 +31,7 @@ class Mutant:
     formula: Formula = block_formula
     # why this bug cannot show in a config (None: it can), e.g. forgetting biases a config has none of
     inapplicable: Callable[[BlockConfig], str | None] = _always
+    backward: bool = False  # a bug of the backward alone: only the gradient checks (--grad) can see it
 
 
 def _one_head(cfg: BlockConfig) -> str | None:
@@ -167,6 +168,54 @@ def _latent_unnormalised(latent: Array, norm: Callable[[Array], Array]) -> Array
     return latent
 
 
+def _softmax_backward_without_row_sum(weights: Array, d_weights: Array, axis: int = -1) -> Array:
+    return weights * d_weights  # P ⊙ dP: the − Σ P ⊙ dP term of every logit's share in its row forgotten
+
+
+def _layer_norm_backward_without_mean(x: Array, scale: Array | float, eps: float, dy: Array) -> tuple[Array, Array]:
+    centred = x - x.mean(axis=-1, keepdims=True)
+    inv = 1.0 / np.sqrt(np.mean(centred * centred, axis=-1, keepdims=True) + eps)
+    xhat, g = centred * inv, dy * scale
+    return (g - xhat * np.mean(g * xhat, axis=-1, keepdims=True)) * inv, dy * xhat  # no − mean(g): μ's share
+
+
+def _rms_norm_backward_without_cross(x: Array, scale: Array | float, eps: float, dy: Array) -> tuple[Array, Array]:
+    inv = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    return inv * (dy * scale), dy * (x * inv)  # as if the rms were a constant: no − x·r³·mean(g·x)
+
+
+def _weight_grad_transposed(x: Array, dy: Array) -> Array:
+    n_in, n_out = x.shape[-1], dy.shape[-1]
+    return (dy.reshape(-1, n_out).T @ x.reshape(-1, n_in)).reshape(n_in, n_out)  # dYᵀ·X, laid into W's shape
+
+
+def _sum_groups_first_head(d: Array, n_kv_heads: int) -> Array:
+    B, h, T, d_h = d.shape
+    return d.reshape(B, n_kv_heads, h // n_kv_heads, T, d_h)[:, :, 0]  # only the group's first query head
+
+
+def _rope_backward_forward(dy: Array, cos: Array, sin: Array, layout: str) -> Array:
+    return F.ROPE_LAYOUTS[layout](dy, cos, sin)  # turned by +θ again instead of back by −θ
+
+
+def _no_layernorm(cfg: BlockConfig) -> str | None:
+    return None if cfg.norm == "layernorm" else "the block's norms are RMSNorms"
+
+
+def _no_rmsnorm(cfg: BlockConfig) -> str | None:
+    return None if cfg.norm == "rmsnorm" else "the block's norms are LayerNorms"
+
+
+def _no_groups(cfg: BlockConfig) -> str | None:
+    if cfg.mla is not None:
+        return "latent attention has no K/V groups"
+    return None if cfg.n_kv_heads < cfg.n_heads else "every query head has its own K/V head"
+
+
+def _no_rope(cfg: BlockConfig) -> str | None:
+    return None if cfg.rope else "RoPE is off"
+
+
 def _formula_without_biases(cfg: BlockConfig) -> list[Row]:
     return [replace(row, biases=Poly()) for row in block_formula(cfg)]
 
@@ -222,6 +271,25 @@ MUTANTS: tuple[Mutant, ...] = (
            _ops(renormalize=lambda w: w), inapplicable=_unnormalised_reference),
     Mutant("shared-expert-dropped", "the shared expert's output is never added", (12,),
            _ops(add_shared=lambda routed, shared: routed), inapplicable=_no_shared),
+    # bugs of the backward alone: the forward is right, so only the gradient checks (--grad) see them
+    Mutant("softmax-backward-no-row-sum", "softmax backward P ⊙ dP, without the row-sum term − P ⊙ Σ P ⊙ dP",
+           (20, 23), _ops(softmax_backward=_softmax_backward_without_row_sum), backward=True),
+    Mutant("layernorm-backward-no-mean", "LayerNorm backward without the mean term (the gradient through μ)",
+           (20, 23), _ops(layer_norm_backward=_layer_norm_backward_without_mean), inapplicable=_no_layernorm,
+           backward=True),
+    Mutant("rmsnorm-backward-no-cross", "RMSNorm backward without the cross term (the gradient through the rms)",
+           (20, 23), _ops(rms_norm_backward=_rms_norm_backward_without_cross), inapplicable=_no_rmsnorm,
+           backward=True),
+    Mutant("weight-grad-transposed", "attention weight gradients dYᵀ·X laid into W's shape, where Xᵀ·dY belongs",
+           (20, 23), _ops(weight_grad=_weight_grad_transposed), backward=True),
+    Mutant("score-grad-unmasked", "the backward recomputes the softmax without the causal mask, so the score "
+           "gradient reaches future keys", (20, 21, 23), _ops(backward_mask=_no_mask), backward=True),
+    Mutant("gqa-grad-one-head", "a K/V head's gradient taken from the first query head of its group only, not "
+           "summed over the group", (20, 23), _ops(sum_groups=_sum_groups_first_head), inapplicable=_no_groups,
+           backward=True),
+    Mutant("rope-backward-forward-rotation", "RoPE's backward rotates by +θ (the forward's turn) instead of back by "
+           "−θ", (20, 23), _ops(rotate_pairs_backward=_rope_backward_forward), inapplicable=_no_rope,
+           backward=True),
 )
 
 
@@ -236,20 +304,52 @@ def find_mutant(name: str) -> Mutant:
     raise InputError(f"--inject: no seeded bug named '{name}'{hint}")
 
 
-def run_mutants(config: Config, **options: Any) -> tuple[list[tuple[Mutant, Any]], dict[str, str]]:
-    """The checklist on every seeded bug that can show in this config: ([(mutant, report)], {name: why not})."""
-    from blockcli.verify import verification_config, verify
+def checked_block(config: Config, layer: int | None = None) -> BlockConfig:
+    """The block verify's checks really run on (that layer's, the scaled copy of a large one)."""
+    from blockcli.verify import verification_config
 
-    layer = options.get("layer")
     chosen = config.for_layer(layer or 0) if config.model is not None and config.layers_differ else config
-    block = verification_config(chosen)[0].block  # the block the checks really run on
-    skipped = {m.name: why for m in MUTANTS if (why := m.inapplicable(block))}
+    return verification_config(chosen)[0].block
+
+
+def why_not(mutant: Mutant, block: BlockConfig, grad: bool) -> str | None:
+    """Why this seeded bug cannot show on this block (None: it can)."""
+    if mutant.backward and not grad:
+        return "a bug of the backward: --grad runs the checks that see it"
+    return mutant.inapplicable(block)
+
+
+FAMILIAR_PRESETS = ("gpt2", "llama-3.1-8b", "mixtral-8x7b", "deepseek-v3")  # suggested first, when the bug shows
+
+
+def preset_it_shows_on(mutant: Mutant) -> str | None:
+    """The first preset whose checked block this bug can show on (None: none can)."""
+    from blockcli.config import preset_names
+    from blockcli.sources import load_config
+
+    known = [n for n in FAMILIAR_PRESETS if n in preset_names()]
+    for name in known + [n for n in preset_names() if n not in known]:
+        config = load_config(name)
+        layers = [None] if config.model is None or not config.layers_differ else \
+            [g.layers[0] for g in config.layer_groups()]
+        if any(mutant.inapplicable(checked_block(config, k)) is None for k in layers):
+            return name
+    return None
+
+
+def run_mutants(config: Config, grad: bool = False, **options: Any) -> tuple[list[tuple[Mutant, Any]], dict[str, str]]:
+    """The checklist on every seeded bug that can show in this config: ([(mutant, report)], {name: why not});
+    the backward's bugs with `grad` only (the checks that see them)."""
+    from blockcli.verify import verify
+
+    block = checked_block(config, options.get("layer"))
+    skipped = {m.name: why for m in MUTANTS if (why := why_not(m, block, grad))}
     from blockcli.progress import report
 
     chosen_mutants = [m for m in MUTANTS if m.name not in skipped]
     rows = []
     for i, m in enumerate(chosen_mutants):
         report("seeded bugs", i, len(chosen_mutants), m.name)
-        rows.append((m, verify(config, ops=m.ops, formula=m.formula, **options)))
+        rows.append((m, verify(config, ops=m.ops, formula=m.formula, grad=grad, **options)))
     report("seeded bugs", len(chosen_mutants), len(chosen_mutants))
     return rows, skipped

@@ -626,6 +626,7 @@ class Ops:
     rotate_pairs_backward: Callable[[Array, Array, Array, str], Array] = rotate_pairs_backward
     weight_grad: Callable[[Array, Array], Array] = weight_grad
     sum_groups: Callable[[Array, int], Array] = sum_groups
+    backward_mask: Callable[[int, int, int], Array] = causal_mask  # the whole table's backward recomputes P under it
 
 
 STANDARD_OPS = Ops()

@@ -1041,8 +1041,8 @@ def mutants_json(matrices: Sequence[Matrix], config: Any) -> dict[str, Any]:
 
 
 def list_mutants_json(mutants: Sequence[Mutant]) -> dict[str, Any]:
-    return versioned({"mutants": [{"name": m.name, "description": m.description, "expected": list(m.expected)}
-                                  for m in mutants]})
+    return versioned({"mutants": [{"name": m.name, "description": m.description, "expected": list(m.expected),
+                                   "backward": m.backward} for m in mutants]})
 
 
 def _kind(config: Any, layer: Any) -> str:

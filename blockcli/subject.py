@@ -31,6 +31,9 @@ class Subject:
     notes: list[str] = field(default_factory=list)  # how the subject was adapted (per sequence, torch, …)
     torch: bool = False  # a torch.nn.Module: its intermediates come from forward hooks on its submodules
     unused: dict[str, str] = field(default_factory=dict)  # weight key → the filled submodule that never ran
+    # (x, dy) → (dx, {weight key: gradient, None where none reached it}): its own backward (blockcli's VJP, a torch
+    # module's autograd, a NumPy block's backward(dy)); None: it has none
+    gradients: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, dict[str, np.ndarray | None]]] | None = None
 
 
 class SubjectError(Exception):

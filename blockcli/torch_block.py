@@ -4,7 +4,8 @@ Imported only when an `--impl` target returns a torch.nn.Module (torch stays an 
 Parameter names are matched by dotted suffix, so a wrapper module around a layer works, against the
 naming schemes below (or a user's `--weights-map`). Matrix layout is decided by module type: an
 nn.Linear stores (out, in) and is transposed from blockcli's (in, out); GPT-2's Conv1D already
-stores (in, out). The module runs in the verified dtype, in eval mode, without gradients.
+stores (in, out). The module runs in the verified dtype, in eval mode, without gradients; `gradients` runs
+its own autograd (verify --grad) and lays each parameter's gradient out as blockcli's weight.
 """
 
 from __future__ import annotations
@@ -105,6 +106,8 @@ class TorchBlock:
     def _fill(self, weights: Mapping[str, np.ndarray], user_map: Mapping[str, Any],
               label: str) -> dict[str, list[str]]:
         torch, modules = self.torch, dict(self.module.named_modules())
+        # parameter name → (its blockcli keys, their widths along the output axis, stored transposed, fused per head)
+        self.layouts: dict[str, tuple[tuple[str, ...], tuple[int, ...], bool, bool]] = {}
         used: set[str] = set()
         unfilled, filled = [], {}  # filled: module name → the blockcli keys of its parameters
         for name, param in self.module.named_parameters():
@@ -119,13 +122,15 @@ class TorchBlock:
                 unfilled.append(f"{name} (no {', '.join(missing)} in this config)")
                 continue
             value = np.concatenate([weights[k] for k in keys], axis=-1)
-            if _suffix(owner_name, SCHEMES) in PER_HEAD_QKV and _suffix(name, user_map) is None:
+            per_head = _suffix(owner_name, SCHEMES) in PER_HEAD_QKV and _suffix(name, user_map) is None
+            if per_head:
                 if self.cfg.n_kv_heads != self.cfg.n_heads:
                     raise InputError(f"--impl {label}: {name} fuses Q, K and V per head, which needs "
                                      f"n_kv_heads = n_heads (the config has {self.cfg.n_kv_heads}/{self.cfg.n_heads})")
                 value = _per_head(value, self.cfg.n_heads)
+            transposed = False
             if value.ndim == 2:
-                value = self._layout(value, owner, tuple(param.shape), name, keys, label)
+                value, transposed = self._layout(value, owner, tuple(param.shape), name, keys, label)
             if tuple(value.shape) != tuple(param.shape):
                 raise InputError(f"--impl {label}: parameter {name} has shape {tuple(param.shape)}, but "
                                  f"{_joined(keys)} {tuple(value.shape)} as the module stores it")
@@ -133,6 +138,7 @@ class TorchBlock:
                 param.copy_(torch.from_numpy(np.ascontiguousarray(value)))
             used.update(keys)
             filled.setdefault(owner_name, []).extend(keys)
+            self.layouts[name] = (keys, tuple(weights[k].shape[-1] for k in keys), transposed, per_head)
         if unfilled:
             self.notes.append(f"parameters not filled (left as the module built them): {', '.join(unfilled)}")
         spare = sorted(set(weights) - used)
@@ -156,18 +162,19 @@ class TorchBlock:
         return bias if leaf == "bias" else None
 
     def _layout(self, value: np.ndarray, owner: Any, shape: tuple[int, ...], name: str, keys: tuple[str, ...],
-                label: str) -> np.ndarray:
-        """blockcli's (in, out) as the module stores it: transposed for nn.Linear, as-is for Conv1D."""
+                label: str) -> tuple[np.ndarray, bool]:
+        """blockcli's (in, out) as the module stores it, and whether that is transposed: for nn.Linear, not for
+        Conv1D."""
         kind = type(owner).__name__
         if isinstance(owner, self.torch.nn.Linear):
-            return value.T
+            return value.T, True
         if kind == "Conv1D":
-            return value
+            return value, False
         if value.shape == shape and value.T.shape != shape:
-            return value
+            return value, False
         if value.T.shape == shape:
             self.notes.append(f"{name}: a {kind}, taken as (out, in) like nn.Linear")
-            return value.T
+            return value.T, True
         raise InputError(f"--impl {label}: parameter {name} has shape {shape}, but {_joined(keys)} "
                          f"{value.shape}")
 
@@ -195,6 +202,34 @@ class TorchBlock:
         if isinstance(y, np.ndarray):
             recorder.inter["y"] = y  # the second residual's sum (item 6), as the module returned it
         return (y, recorder.inter) if return_intermediates else y
+
+
+    def gradients(self, x: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray | None]]:
+        """The module's own autograd at x for the cotangent dy: (dx, {blockcli key: gradient}), each parameter's
+        gradient laid out as blockcli's weight (None where autograd left .grad empty: a detached parameter)."""
+        torch = self.torch
+        for param in self.module.parameters():
+            param.grad = None
+        given = torch.from_numpy(x.copy()).requires_grad_(True)
+        with torch.enable_grad():
+            out = self.module(given)
+            y = out[0] if isinstance(out, (tuple, list)) else out
+            y.backward(torch.from_numpy(np.ascontiguousarray(dy, dtype=x.dtype)))
+        dx = given.grad.detach().cpu().numpy() if given.grad is not None else np.zeros_like(x)
+        grads: dict[str, np.ndarray | None] = {}
+        for name, param in self.module.named_parameters():
+            if name not in self.layouts:
+                continue
+            keys, widths, transposed, per_head = self.layouts[name]
+            if param.grad is None:
+                grads.update(dict.fromkeys(keys))
+                continue
+            g = param.grad.detach().cpu().numpy()
+            g = g.T if transposed else g
+            g = _from_per_head(g, self.cfg.n_heads) if per_head else g
+            for key, part in zip(keys, np.split(g, np.cumsum(widths)[:-1], axis=-1)):
+                grads[key] = part.copy()
+        return dx, grads
 
 
 class Recorder:
@@ -255,6 +290,12 @@ def _per_head(fused: np.ndarray, n_heads: int) -> np.ndarray:
     q, k, v = np.split(fused, 3, axis=-1)  # (…, h·d_h) each
     heads = [part.reshape(*part.shape[:-1], n_heads, -1) for part in (q, k, v)]  # (…, h, d_h)
     return np.stack(heads, axis=-2).reshape(fused.shape)  # (…, h, 3, d_h) → (…, 3·h·d_h)
+
+
+def _from_per_head(fused: np.ndarray, n_heads: int) -> np.ndarray:
+    """_per_head undone: per head [q_i k_i v_i] (…, 3·h·d_h) → Q | K | V."""
+    per_head = fused.reshape(*fused.shape[:-1], n_heads, 3, -1)  # (…, h, 3, d_h)
+    return np.concatenate([per_head[..., i, :].reshape(*fused.shape[:-1], -1) for i in range(3)], axis=-1)
 
 
 def _array(value: Any) -> np.ndarray | None:

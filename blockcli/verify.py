@@ -51,7 +51,12 @@ NAMES = {
     17: "finite output for large inputs and very sharp attention scores",
     18: "each token uses exactly k distinct routed experts (mixture of experts)",
     19: "routing weights sum to 1 where the reference renormalises them (mixture of experts)",
+    20: "gradients equal central finite differences along seeded random directions",
+    21: "causal in backward: an output's gradient reaches no later position's input",
+    22: "every parameter receives a gradient",
+    23: "gradients equal blockcli's reference backward (the input's and every parameter's)",
 }
+GRAD_CHECKS = (20, 21, 22, 23)  # run with --grad (or named in --only)
 
 # The checks as a matrix's legend names them (its column heads are the numbers)
 SHORT_NAMES = {
@@ -59,7 +64,8 @@ SHORT_NAMES = {
     6: "residual shapes", 7: "norm axis", 8: "no future leak", 9: "rows finite, sum 1", 10: "parameter count",
     11: "K/V cache", 12: "independent reference", 13: "float32 vs float64", 14: "output shape and dtype",
     15: "batch independence", 16: "determinism", 17: "large inputs", 18: "k distinct experts",
-    19: "routing weights sum to 1",
+    19: "routing weights sum to 1", 20: "finite differences", 21: "causal backward", 22: "no dead parameter",
+    23: "reference gradients",
 }
 
 HINTS = {
@@ -82,6 +88,13 @@ HINTS = {
     17: "subtract the row maximum before exp in softmax; keep eps inside the square root",
     18: "take top-k with k = num_experts_per_tok over the expert axis of the router scores, without repeats",
     19: "divide the k chosen weights by their sum (norm_topk_prob / renormalize) before routed_scaling_factor",
+    20: "the backward does not differentiate the forward: hold each step's VJP against its forward (softmax's row-sum "
+        "term, a norm's mean and cross terms, a transposed weight gradient, RoPE turned back by −θ)",
+    21: "mask the score gradient as the scores are masked: zero dS above the diagonal (recompute P under the mask)",
+    22: "the parameter is detached (.detach(), torch.no_grad(), a NumPy copy) or multiplied by zero on its way to "
+        "the output",
+    23: "compare each gradient with blockcli's: a transposed weight gradient, a K/V head's gradient not summed over "
+        "its query heads, RoPE's backward rotating by +θ",
 }
 
 # Tolerances (float64 unless stated).
@@ -93,6 +106,10 @@ AGREE = 1e-9  # a user's float64 block against blockcli's, relative to the outpu
 LARGE = 1e4  # the input scale of check 17
 QK_SCALE = 100.0  # check 17's W_Q and W_K scale: scores grow 10⁴-fold, past exp's range without the max shift
 LONG_SEQ = 64  # items 8 and 12 also run an --impl target at max(LONG_SEQ, 4·T): a mask cached at a fixed size
+FD_STEP = 1e-5  # item 20's central-difference step along a unit-norm direction
+FD_RTOL = 1e-5  # item 20: |analytic − numeric| within this share of their size, plus the rounding floor below
+FD_ROUNDING = 1e-13  # of Σ|dy ⊙ y| / step: what float64 rounding of the loss leaves in a difference quotient
+DEAD = 1e-12  # item 22: a gradient this share of the largest one is none
 
 MAX_VERIFY_SEQ = 32
 SCALE_LIMIT = 40_000_000  # blocks with more parameters are verified on a scaled copy
@@ -161,7 +178,8 @@ def block_subject(block: DecoderBlock) -> Subject:
     def rebuild(weights: dict[str, np.ndarray]) -> Callable[[np.ndarray], np.ndarray]:
         return DecoderBlock(block.cfg, weights, block.ops, block.attention)
 
-    return Subject(block, block.params, intermediates, lambda: block.params, single, block, rebuild)
+    return Subject(block, block.params, intermediates, lambda: block.params, single, block, rebuild,
+                   gradients=block.vjp)
 
 
 class Recording:
@@ -196,6 +214,9 @@ class Context(Measuring):
         self.figures: list[Figure] = []  # what the check running now measured
         self.loosened = rtol is not None or atol is not None  # --rtol/--atol given: they also floor the others
         self._long: tuple[np.ndarray, np.ndarray] | None = None
+        self.dy = np.random.default_rng(13).standard_normal(x.shape)  # the gradient checks' cotangent (B, T, d)
+        self._grads: tuple[np.ndarray, dict[str, np.ndarray | None]] | None = None
+        self._reference_grads: tuple[np.ndarray, dict[str, np.ndarray]] | None = None
         self.rtol, self.atol = AGREE if rtol is None else rtol, 0.0 if atol is None else atol
         truth = Recording(DecoderBlock(cfg, subject.weights, attention="full"), x)
         self.truth, self.truth_y = truth.inter, truth.y
@@ -224,6 +245,28 @@ class Context(Measuring):
             x = np.random.default_rng(7).standard_normal((1, max(LONG_SEQ, 4 * T), d))
             self._long = x, self.subject.forward(x)
         return self._long
+
+    def gradients(self) -> tuple[np.ndarray, dict[str, np.ndarray | None]]:
+        """The subject's own backward at (x, dy) for the seeded cotangent dy (one call, kept); Skip without one."""
+        if self._grads is None:
+            if self.subject.gradients is None:
+                raise Skip("the target has no backward: a torch.nn.Module (its autograd) or a NumPy block with a "
+                           "backward(dy) method returning (dx, {weight key: gradient})")
+            dx, grads = self.subject.gradients(self.x, self.dy)
+            if np.shape(dx) != self.x.shape:
+                raise SubjectError(f"the backward returned dx of shape {np.shape(dx)}, expected {self.x.shape}")
+            for key, g in grads.items():
+                if g is not None and key in self.subject.weights and np.shape(g) != self.subject.weights[key].shape:
+                    raise SubjectError(f"the backward returned {key}'s gradient of shape {np.shape(g)}, expected "
+                                       f"{self.subject.weights[key].shape} (the weight's)")
+            self._grads = np.asarray(dx, dtype=np.float64), grads
+        return self._grads
+
+    def reference_gradients(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """blockcli's own backward (standard operations, the whole score table) on the same weights, x and dy."""
+        if self._reference_grads is None:
+            self._reference_grads = DecoderBlock(self.cfg, self.subject.weights, attention="full").vjp(self.x, self.dy)
+        return self._reference_grads
 
     def tolerance(self, default: float, reference: Any) -> float:
         """A check's own tolerance, or, when --rtol/--atol are given, the larger of it and
@@ -791,12 +834,134 @@ def check_routing_weights(c: Context) -> tuple[bool, str, str]:
     return _within(worst, STATS), f"max |Σ weights − 1| {_fmt(worst)}{scaled}", f"{STATS:g}"
 
 
+# ----------------------------------------------------------------------------- gradients (--grad)
+
+
+def _norm(a: np.ndarray | None) -> float:
+    return 0.0 if a is None else float(np.max(np.abs(a), initial=0.0))
+
+
+def check_finite_differences(c: Context) -> tuple[bool, str, str]:
+    """⟨dy, y⟩'s directional derivative along a seeded unit direction, one per tensor (the input, each
+    weight), from the subject's gradient and from a central difference of two forward passes."""
+    dx, grads = c.gradients()
+    rng = np.random.default_rng(17)
+
+    def loss(y: np.ndarray) -> float:
+        return float(np.vdot(c.dy, y))
+
+    off = _diff(c.y, c.truth_y) / _scale(c.truth_y)
+    if AGREE < off <= FLOAT32:  # float32 arithmetic inside: a difference quotient would measure its rounding
+        raise Skip(f"the target's forward is {_fmt(off)} off blockcli's (relative), float32 arithmetic inside: "
+                   f"finite differences would measure its rounding; item 23 holds its gradients to blockcli's")
+    floor = FD_ROUNDING * float(np.sum(np.abs(c.dy * c.y))) / FD_STEP
+    worst = (0.0, "", 0.0, 0.0)  # (error over tolerance, tensor, analytic, numeric)
+    failed = []
+
+    def compare(name: str, gradient: np.ndarray | None, plus: np.ndarray, minus: np.ndarray, u: np.ndarray) -> None:
+        nonlocal worst
+        analytic = 0.0 if gradient is None else float(np.vdot(gradient, u))
+        numeric = (loss(plus) - loss(minus)) / (2 * FD_STEP)
+        tol = FD_RTOL * max(abs(analytic), abs(numeric)) + floor
+        ratio = abs(analytic - numeric) / tol
+        if not ratio <= 1:  # NaN fails too
+            failed.append(name)
+        if not ratio <= worst[0]:
+            worst = (ratio, name, analytic, numeric)
+
+    u = rng.standard_normal(c.x.shape)
+    u /= np.linalg.norm(u)
+    compare("x", dx, c.subject.forward(c.x + FD_STEP * u), c.subject.forward(c.x - FD_STEP * u), u)
+    rebuild = c.subject.rebuild
+    keys = [k for k in c.reference_gradients()[1]] if rebuild is not None else []
+    for key in keys:
+        w = c.subject.weights[key]
+        u = rng.standard_normal(w.shape)
+        u /= np.linalg.norm(u)
+        runs = [rebuild({**c.subject.weights, key: w + sign * FD_STEP * u})(c.x) for sign in (1, -1)]
+        compare(key, grads.get(key), runs[0], runs[1], u)
+    ratio, name, analytic, numeric = worst
+    c.figure("max |analytic − numeric| / tolerance", ratio, 1.0)
+    measured = (f"{len(keys) + 1} tensors (x and every weight), one direction each; worst {name}: analytic "
+                f"{analytic:.8g}, numeric {numeric:.8g} ({_fmt(ratio)} of the tolerance)")
+    if failed:
+        measured += f"; differ: {', '.join(failed)}"
+    return not failed, measured, f"rtol {FD_RTOL:g} + float64 rounding at step {FD_STEP:g}"
+
+
+def check_backward_causality(c: Context) -> tuple[bool, str, str]:
+    """dy at one position t only: the input gradient at every later position must be exactly 0."""
+    if c.subject.gradients is None:
+        c.gradients()  # the Skip that says why
+    T = c.x.shape[1]
+    positions = sorted({0, T // 2, T - 2})
+    worst, at, scale = 0.0, -1, 0.0
+    for t in positions:
+        dy = np.zeros_like(c.dy)
+        dy[:, t] = c.dy[:, t]
+        dx, _ = c.subject.gradients(c.x, dy)
+        dx = np.asarray(dx)
+        leak = _norm(dx[:, t + 1:])
+        scale = max(scale, _norm(dx[:, :t + 1]))
+        if not leak <= worst:
+            worst, at = leak, t
+    tol = EXACT * max(1.0, scale)
+    c.figure("max |dx| after the position of dy", worst, tol)
+    where = f" (dy at position {at})" if worst > 0 else ""
+    return _within(worst, tol), (f"max |dx| at later positions {_fmt(worst)}{where}, dy at positions "
+                                 f"{', '.join(map(str, positions))}"), f"{tol:.3g}"
+
+
+def check_dead_parameters(c: Context) -> tuple[bool, str, str]:
+    """Every weight that blockcli's reference gives a gradient receives one from the subject."""
+    _, grads = c.gradients()
+    _, reference = c.reference_gradients()
+    largest = max((_norm(g) for g in grads.values() if g is not None), default=0.0)
+    largest_ref = max((_norm(g) for g in reference.values()), default=0.0)
+    idle = [k for k, g in reference.items() if _norm(g) <= DEAD * largest_ref]  # none flows to them at all
+    dead = [k for k in reference if k not in idle and (grads.get(k) is None or _norm(grads[k]) <= DEAD * largest)]
+    c.figure("parameters without a gradient", len(dead), 0)
+    measured = f"{len(reference) - len(dead)} of {len(reference)} parameters receive a gradient"
+    if dead:
+        missing = [k for k in dead if grads.get(k) is None]
+        zero = [k for k in dead if k not in missing]
+        measured += "".join(f"; {what}: {', '.join(keys)}" for what, keys in
+                            (("none returned", missing), ("all zeros", zero)) if keys)
+    if idle:
+        named = ", ".join(idle[:4]) + (f" and {len(idle) - 4} more" if len(idle) > 4 else "")
+        measured += f"; none flows to {named} in blockcli's reference either (not counted)"
+    return not dead, measured, f"nonzero: max |g| > {DEAD:g} · the largest"
+
+
+def check_reference_gradients(c: Context) -> tuple[bool, str, str]:
+    """The subject's dx and weight gradients against blockcli's backward, each within atol + rtol · max(1, max|g|)."""
+    if c.subject.block is not None and c.subject.block.ops is STANDARD_OPS:
+        raise Skip("blockcli's block is the reference; item 20 holds its gradients to finite differences")
+    dx, grads = c.gradients()
+    ref_dx, reference = c.reference_gradients()
+    worst, failed = (0.0, "x"), []
+    for name, got, want in [("x", dx, ref_dx), *((k, grads.get(k), g) for k, g in reference.items())]:
+        tol = c.atol + c.rtol * _scale(want)
+        diff = math.inf if got is None else _diff(np.asarray(got, dtype=np.float64), want)
+        if not _within(diff, tol):
+            failed.append(name)
+        if not diff / _scale(want) <= worst[0]:
+            worst = (diff / _scale(want), name)
+    c.figure("max relative |g − blockcli|", worst[0], c.rtol)
+    measured = f"{len(reference) + 1} gradients (dx and every weight's); worst {worst[1]}: relative {_fmt(worst[0])}"
+    if failed:
+        measured += f"; differ: {', '.join(failed)}"
+    return not failed, measured, f"atol {c.atol:g} + rtol {c.rtol:g} · max(1, max|g|)"
+
+
 CHECKS: dict[int, Callable[[Context], tuple[bool, str, str]]] = {
     1: check_divisibility, 2: check_head_split, 3: check_softmax_axis, 4: check_causal_mask, 5: check_concat,
     6: check_residual, 7: check_norm_axis, 8: check_causality, 9: check_rows, 10: check_count,
     11: check_cache, 12: check_reference, 13: check_float32, 14: check_output_shape,
     15: check_batch_independence, 16: check_determinism, 17: check_large_inputs,
     18: check_experts_per_token, 19: check_routing_weights,
+    20: check_finite_differences, 21: check_backward_causality, 22: check_dead_parameters,
+    23: check_reference_gradients,
 }
 
 
@@ -871,7 +1036,7 @@ def layers_to_verify(config: Config) -> list[int | None]:
 def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, formula: Formula = block_formula,
            only: set[int] | None = None, skip: set[int] | None = None, impl: str | None = None,
            timeout: float = 60.0, rtol: float | None = None, atol: float | None = None, per_sequence: bool = False,
-           weights_map: Any = None, layer: int | None = None) -> Report:
+           weights_map: Any = None, layer: int | None = None, grad: bool = False) -> Report:
     """Build the subject (blockcli's block, a seeded bug, or a user's `impl`), run it, run the checks.
     `layer` picks one block out of a whole model's weights, and that layer's block when layers differ
     (default: layer 0's)."""
@@ -910,7 +1075,8 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
 
         subject = impl_subject(impl, params, cfg, timeout, per_sequence=per_sequence, weights_map=weights_map)
     x = np.random.default_rng(cfg.run.seed + 1).standard_normal((cfg.run.batch, cfg.run.seq_len, cfg.block.d_model))
-    selected = [i for i in CHECKS if (only is None or i in only) and not (skip and i in skip)]
+    selected = [i for i in CHECKS if (only is None or i in only) and not (skip and i in skip)
+                and (grad or only is not None or i not in GRAD_CHECKS)]  # --grad's checks: on request
     report = Report(config, [], notes, layer=shown, kind=kind)
     report.checks = run_checks(subject, cfg.block, x, formula, selected, report, rtol, atol)
     report.notes.extend(subject.notes)
