@@ -7,14 +7,18 @@ already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only 
 imports yaml) that `load_config` reads back to an equal Config. Each family's own map lives in
 blockcli/families/ (one table row per `model_type`).
 
-The rule for every key of the JSON object is one of three, and never "silently dropped":
+The rule for every key of the JSON object is one of four, and never "silently dropped":
 
 1. **mapped**: it determines a blockcli field (sizes, norm, activation, biases, positions, ...);
 2. **ignored on purpose**: it cannot change the architecture or the inference-time function
    (token ids, dtype, `use_cache`, initializer ranges, `architectures`, generation settings,
    and dropout rates, which only act in training; blockcli's presets describe the model in
    eval mode, so `block.dropout` stays 0). Each family has an explicit allow-list;
-3. **an error**: anything else, including a known field at a value blockcli cannot express
+3. **unread by transformers**: a field of the family's published configs that its transformers
+   modelling code never reads (`Family.unread`, each with the reason it was checked by): accepted at
+   any value, with a note naming it, and never mapped, so it changes no number (transformers' model
+   is the same with or without it);
+4. **an error**: anything else, including a known field at a value blockcli cannot express
    (an exact-erf gated GELU, `layer_norm_elementwise_affine: false`, ...), and any key no
    family map reads. The message names the field: ``<file>: field 'alibi' = True cannot be
    represented in blockcli's schema (why)``. `--allow-field NAME` accepts one unknown key at the
@@ -98,7 +102,7 @@ def _keys(data: Mapping[str, Any]) -> tuple[set[str], set[str]]:
     family = FAMILIES[data["model_type"]]
     fields = Fields(data, "", family.title)
     family.read(fields)
-    return present, known | fields.used | set(family.ignored)
+    return present, known | fields.used | set(family.ignored) | set(family.unread)
 
 
 def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
@@ -177,6 +181,8 @@ def _mapped(data: Any, where: str, allow_fields: tuple[str, ...]) -> tuple[dict[
     family = FAMILIES[data["model_type"]]
     fields = Fields(data, where, family.title)
     block, model = family.read(fields)
+    unread = [key for key in family.unread if key in data and key not in fields.used]
+    fields.ignore(*unread)
     fields.check_leftovers(family.ignored | frozenset(allow_fields))
     if family.aux_loss and data.get("output_router_logits") is True and "moe" in block:  # the loss adds it
         block["moe"]["aux_loss_coef"] = fields.float("router_aux_loss_coef", 0.001, low=0.0, high=1e6, low_open=False)
@@ -190,10 +196,24 @@ def _mapped(data: Any, where: str, allow_fields: tuple[str, ...]) -> tuple[dict[
     if set_aside + fields.notes:
         description += "; " + "; ".join(set_aside + fields.notes)
     about = {"description": description, "source": source}
+    if unread:  # said on every command, like a composite's note, but not part of the model's description
+        set_aside.append(_unread_note(family.title, {key: family.unread[key] for key in unread}))
     mapping = {"about": about, "block": block, "model": model, "run": run}
     if fields.layers:
         mapping["layers"] = fields.layers
     return mapping, set_aside
+
+
+def _unread_note(title: str, unread: Mapping[str, str]) -> str:
+    """One line naming the fields accepted because transformers' modelling code never reads them, grouped
+    by their reason."""
+    by_reason: dict[str, list[str]] = {}
+    for key, why in unread.items():
+        by_reason.setdefault(why, []).append(key)
+    listed = "; ".join(f"{', '.join(keys)} ({why})" for why, keys in by_reason.items())
+    word = "field" if len(unread) == 1 else "fields"
+    return (f"{word} transformers' {title} modelling code never reads, accepted and ignored (no count or "
+            f"number depends on {'it' if len(unread) == 1 else 'them'}): {listed}")
 
 
 def to_yaml(config_mapping: Mapping[str, Any], comment: str = "") -> str:
