@@ -43,7 +43,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from blockcli.config import Config, ConfigError, parse_config, parse_json, read_text_file
+from blockcli.config import Config, ConfigError, Quantization, parse_config, parse_json, read_text_file
 from blockcli.families import COMPOSITES, FAMILIES
 from blockcli.families.common import Composite, refuse_nulls
 from blockcli.families.fields import COMMON_IGNORED, COMMON_NEUTRAL, Fields, json_kind, short
@@ -71,12 +71,12 @@ def read_hf(path: str | Path, allow_fields: tuple[str, ...] = ()) -> tuple[dict[
 def read_hf_text(text: str, where: str, allow_fields: tuple[str, ...] = ()) -> tuple[dict[str, Any], Config]:
     """`read_hf` on a config.json's text (standard input, say); `where` names it in messages."""
     data = parse_json(text, where)
-    mapping, set_aside = _mapped(data, where, allow_fields)
+    mapping, set_aside, quant = _mapped(data, where, allow_fields)
     present, known = _keys(data)
     notes = tuple(f"{where}: {note}" for note in set_aside) + tuple(  # set_aside: said on every command
         _allowed_note(where, key, key in present, key in known) for key in dict.fromkeys(allow_fields))
     try:
-        return mapping, replace(parse_config(mapping, name=where), notes=notes)
+        return mapping, replace(parse_config(mapping, name=where), notes=notes, quantization=quant)
     except ConfigError as exc:  # a mapped value blockcli rejects: say which file it came from
         raise ConfigError(f"{where}: {exc} (after mapping the Hugging Face config onto blockcli's schema)") from None
 
@@ -106,11 +106,11 @@ def _keys(data: Mapping[str, Any]) -> tuple[set[str], set[str]]:
 
 
 def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
-                    allow_fields: tuple[str, ...] = ()) -> tuple[dict[str, Any], str, str]:
+                    allow_fields: tuple[str, ...] = ()) -> tuple[dict[str, Any], str, str, Quantization | None]:
     """A vision-language config's `text_config` (or, for a `flat` composite, the language model's fields
     at its top level) as a language model's own config.json: its model_type filled in, the head tied as
     the composite's `tie` rule says; where it is, and a note on what is set aside. The top level's own
-    fields are checked like any family's."""
+    fields are checked like any family's; a quantization_config there is returned too."""
     if composite.flat and "text_config" not in data:  # transformers 4's layout: the language model's fields at the top
         flat = {k: v for k, v in data.items() if k not in composite.ignored and k != "model_type"}
         data = {**{k: v for k, v in data.items() if k in composite.ignored}, "model_type": data["model_type"],
@@ -136,6 +136,7 @@ def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
     refuse_nulls(top, "tie_word_embeddings")
     tie = top.bool("tie_word_embeddings", composite.tie_default)
     top.check_leftovers(composite.ignored | frozenset(allow_fields))
+    quant = top.quantization
     text_type = text.get("model_type", composite.text_model_type)
     if text_type != composite.text_model_type:
         raise ConfigError(f"{inner}: field 'model_type' = {short(text_type)}: a {composite.title} config's "
@@ -144,16 +145,16 @@ def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
             f"are not counted or run")
     language = {**composite.text_defaults, **text, "model_type": text_type}
     if composite.tie == "either":  # transformers' config class ties the top level when text_config ties
-        return {**language, "tie_word_embeddings": tie or text.get("tie_word_embeddings", False)}, inner, note
+        return {**language, "tie_word_embeddings": tie or text.get("tie_word_embeddings", False)}, inner, note, quant
     if composite.tie == "text":  # the language model's own field (its family's default when absent) decides
         if "tie_word_embeddings" in data and "tie_word_embeddings" in text and text["tie_word_embeddings"] != tie:
             note += (f"; the LM head is {'tied' if text['tie_word_embeddings'] else 'untied'} as text_config's "
                      f"tie_word_embeddings says, not the top level's")
-        return language, inner, note
+        return language, inner, note, quant
     if "tie_word_embeddings" in text and text["tie_word_embeddings"] != tie:
         note += (f"; the LM head is {'tied' if tie else 'untied'} as the top level's tie_word_embeddings says "
                  f"(transformers reads that one), not text_config's")
-    return {**language, "tie_word_embeddings": tie}, inner, note
+    return {**language, "tie_word_embeddings": tie}, inner, note, quant
 
 
 def hf_to_mapping(data: Any, where: str, allow_fields: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -161,17 +162,19 @@ def hf_to_mapping(data: Any, where: str, allow_fields: tuple[str, ...] = ()) -> 
     return _mapped(data, where, allow_fields)[0]
 
 
-def _mapped(data: Any, where: str, allow_fields: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
-    """`hf_to_mapping`, and what a vision-language config's reading sets aside (a note, or none)."""
+def _mapped(data: Any, where: str, allow_fields: tuple[str, ...]
+            ) -> tuple[dict[str, Any], list[str], Quantization | None]:
+    """`hf_to_mapping`, the notes every command says (what a vision-language config's reading sets aside, the
+    fields transformers never reads, a quantization), and the quantization_config recognised, if any."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: top level must be a JSON object (a Hugging Face config.json), "
                           f"got {json_kind(data)}")
     supported = ", ".join(sorted([*FAMILIES, *COMPOSITES]))
     if "model_type" not in data:
         raise ConfigError(f"{where}: field 'model_type' is missing; expected one of: {supported}")
-    model_type, source, set_aside = data["model_type"], where, []
+    model_type, source, set_aside, quant = data["model_type"], where, [], None
     if isinstance(model_type, str) and model_type in COMPOSITES:
-        data, where, note = _language_model(data, where, COMPOSITES[model_type], allow_fields)
+        data, where, note, quant = _language_model(data, where, COMPOSITES[model_type], allow_fields)
         set_aside.append(note)
     if not isinstance(model_type, str) or model_type not in FAMILIES and model_type not in COMPOSITES:
         close = difflib.get_close_matches(str(model_type), [*FAMILIES, *COMPOSITES], n=1)
@@ -198,10 +201,17 @@ def _mapped(data: Any, where: str, allow_fields: tuple[str, ...]) -> tuple[dict[
     about = {"description": description, "source": source}
     if unread:  # said on every command, like a composite's note, but not part of the model's description
         set_aside.append(_unread_note(family.title, {key: family.unread[key] for key in unread}))
+    quant = fields.quantization or quant
+    if quant is not None:
+        if quant.method == "fp8":  # the bytes follow from the shapes when every matrix is blocked on its own
+            alone = not any(len(t.keys) > 1 and t.layout != "experts" for t in family.tensors.tensors)
+            quant = replace(quant, exact_bytes=quant.exact_bytes and alone)
+        set_aside.append(f"quantization_config: {quant.description}: the counts are logical parameters, as the "
+                         f"unquantized model has them; the stored bytes depend on the quantization")
     mapping = {"about": about, "block": block, "model": model, "run": run}
     if fields.layers:
         mapping["layers"] = fields.layers
-    return mapping, set_aside
+    return mapping, set_aside, quant
 
 
 def _unread_note(title: str, unread: Mapping[str, str]) -> str:

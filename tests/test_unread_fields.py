@@ -162,7 +162,7 @@ def _write(tmp_path: Path, data: dict, name: str = "config.json") -> Path:
 
 @pytest.mark.parametrize("hf, field, value", [
     (GPT2_MEDIUM, "predict_special_tokens", False),
-    (GPT2_MEDIUM, "n_ctx", 7),  # not the position table's size: that is n_positions
+    (GPT2_MEDIUM, "n_special", 2),
     (SANTACODER, "runner_max_sequence_length", 8192),
     (PHI_4_MINI, "lm_head_bias", True),  # transformers' Phi-3 has no LM-head bias whatever this says
     (PHI_4_MINI, "mlp_bias", True),
