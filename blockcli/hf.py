@@ -24,6 +24,10 @@ The rule for every key of the JSON object is one of four, and never "silently dr
    represented in blockcli's schema (why)``. `--allow-field NAME` accepts one unknown key at the
    user's risk, and the Config's notes say so.
 
+`quantization_config` is read by `fields.read_quantization`: a method blockcli recognises (fp8 with
+per-block scales, gptq, awq, compressed-tensors) becomes `Config.quantization`, the counts stay those of
+the logical model and a note says so; any other is an error naming its quant_method.
+
 A vision-language config (Gemma 3 4B and up, Mistral Small 3.1: `model_type` gemma3, mistral3) is
 read as its `text_config`, the language model blockcli counts and runs; its top level is checked like
 a family's, and a note says the vision tower and projector are not counted
