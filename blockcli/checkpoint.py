@@ -400,6 +400,7 @@ def stored_sizes(matches: list[Match]) -> dict[str, int]:
 def checkpoint_sizes(path: Path, config: Config) -> tuple[dict[str, int], dict[str, Any]] | None:
     """For `count`: stored sizes under blockcli's keys and a description of the files, from the
     headers alone; None when the folder holds no weights (only a config.json)."""
+    refuse_quantized(path, config)
     ckpt = open_checkpoint(path)
     if not ckpt.tensors:
         return None
@@ -409,6 +410,27 @@ def checkpoint_sizes(path: Path, config: Config) -> tuple[dict[str, int], dict[s
     info = {"path": str(path), "files": [f.name for f in ckpt.files], "tensors": len(ckpt.tensors),
             "bytes_on_disk": ckpt.disk_bytes, "stored_dtypes": ckpt.dtypes, "notes": notes}
     return stored_sizes(matches), info
+
+
+def refuse_quantized(path: Path, config: Config | None) -> None:
+    """A quantized checkpoint's weights (fp8, gptq, ...: its config.json's quantization_config) are not read:
+    one line naming the quant_method. gpt-oss's MXFP4 experts are the exception, read and dequantized."""
+    path = Path(path)
+    if not weight_files(path):
+        return
+    method = config.quantization.method if config is not None and config.quantization is not None else None
+    own = (path if path.is_dir() else path.parent) / "config.json"
+    if method is None and own.is_file():
+        try:
+            quant = json.loads(own.read_text(encoding="utf-8")).get("quantization_config")
+        except (OSError, ValueError, AttributeError):  # unreadable: the config's own reader says why, later
+            quant = None
+        found = quant.get("quant_method") if isinstance(quant, Mapping) else None
+        method = None if found == "mxfp4" else (str(found) if found is not None else None)
+    if method is not None:
+        raise InputError(f"{path}: holds quantized weights (quantization_config quant_method '{method}'); blockcli "
+                         f"runs unquantized weights only (and gpt-oss's MXFP4 experts): count the model from its "
+                         f"config.json alone, or run seeded weights")
 
 
 # ----------------------------------------------------------------------------- loading values
@@ -423,6 +445,7 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
     checkpoint's own config.json. A safetensors file without a config.json beside it holds
     blockcli's own keys, and is returned as it is (checked by the caller like an .npz).
     """
+    refuse_quantized(path, config)
     ckpt = open_checkpoint(path)
     if not ckpt.tensors:
         raise InputError(f"{path}: holds no safetensors weights")

@@ -275,6 +275,21 @@ class About:
 
 
 @dataclass(frozen=True)
+class Quantization:
+    """A config.json's `quantization_config` blockcli recognises: the checkpoint stores quantized weights, and
+    blockcli counts (and, on seeded weights, runs) the logical model, as the unquantized one has it."""
+
+    method: str  # quant_method: fp8 | gptq | awq | compressed-tensors
+    bits: tuple[int, ...]  # of a quantized weight (compressed-tensors' groups may differ)
+    block: tuple[int, int] | None = None  # fp8: the (rows, columns) of a weight block one float32 scale covers
+    stored_dtype: str = "bfloat16"  # what the unquantized tensors are stored in (torch_dtype)
+    # fp8: each linear matrix of a block is quantized on its own (no fused storage) and no module is kept
+    # unquantized beyond the embeddings, LM head, norms and routers: the stored bytes follow from the shapes
+    exact_bytes: bool = False
+    description: str = ""  # "fp8 (e4m3, 128x128 blocks)"
+
+
+@dataclass(frozen=True)
 class Config:
     block: BlockConfig
     model: ModelConfig | None = None
@@ -283,6 +298,7 @@ class Config:
     name: str = "default"  # preset name, file path, or "default"
     notes: tuple[str, ...] = ()  # what loading it has to tell the user (fields accepted by --allow-field)
     layer_blocks: tuple[BlockConfig, ...] = ()  # layer i's block when some layers differ; () when all are `block`
+    quantization: Quantization | None = None  # a config.json's recognised quantization_config (counts stay logical)
 
     def layer_block(self, layer: int) -> BlockConfig:
         """The block of layer `layer` (0-based): `block` unless a `layers:` entry overrides it."""

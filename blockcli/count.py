@@ -528,3 +528,53 @@ def parse_amount(text: str, option: str = "count") -> tuple[int, int]:
         raise InputError(f"{option}: '{text}' is not a whole number of parameters")
     half_unit = scale // places // 2 if scale > places else 0  # half the last digit's place value
     return scaled // places, half_unit
+
+
+# --------------------------------------------------------------------------- a quantized checkpoint's bytes
+
+# the block rows whose matrices are nn.Linear weights, which a block-fp8 checkpoint stores quantized; the other
+# rows (norms, biases, routers, which transformers builds as plain parameters) keep the checkpoint's dtype
+_FP8_ROWS = frozenset({"attn.q", "attn.k", "attn.v", "attn.o", "attn.q_a", "attn.q_b", "attn.kv_a", "attn.kv_b",
+                       "mlp.gate", "mlp.up", "mlp.down", "mlp.experts", "mlp.shared"})
+_STORED_SIZE = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@dataclass(frozen=True)
+class Fp8Bytes:
+    """What a block-fp8 checkpoint of the counted model stores (buffers aside)."""
+
+    quantized: int  # weights stored as one byte each
+    scales: int  # float32 scales, one per weight block
+    plain: int  # the other parameters, at the checkpoint's own dtype
+    bytes: int
+
+
+def fp8_stored_bytes(result: ParameterCount) -> Fp8Bytes | None:
+    """The stored bytes of the model `result` counts, as a block-fp8 checkpoint (DeepSeek-V3's, Qwen3's FP8)
+    holds it: each block's linear matrix (in, out) as fp8, one byte a weight, plus one float32 scale per
+    block of its (out, in) weight, ceil(out / rows) · ceil(in / columns); embeddings, the LM head, norms,
+    biases and routers at the checkpoint's dtype. None when the config's quantization is not such an fp8, or
+    when the shapes do not say it exactly (fused storage, modules kept unquantized, a matrix of another kind)."""
+    quant, config = result.config.quantization, result.config
+    if quant is None or quant.method != "fp8" or quant.block is None or not quant.exact_bytes or config.model is None:
+        return None
+    rows, cols = quant.block
+    n_layers = config.model.n_layers
+    last_block = max(i for i, c in enumerate(result.components) if c.kind == "total" and c.name == "block")
+    quantized = scales = 0
+    for index, c in enumerate(result.components):
+        if index > last_block or c.kind != "tensor":
+            continue
+        matrices = [s for s in c.shapes if len(s) == 2]
+        if not matrices:
+            continue
+        if c.name not in _FP8_ROWS:
+            if "router" in c.name:
+                continue
+            return None  # a matrix blockcli cannot say is a linear layer's
+        layers = len(result.groups[c.group].layers) if c.group is not None else n_layers
+        for n_in, n_out in matrices:
+            quantized += layers * c.copies * n_in * n_out
+            scales += layers * c.copies * math.ceil(n_out / rows) * math.ceil(n_in / cols)
+    plain = result.total - quantized
+    return Fp8Bytes(quantized, scales, plain, quantized + 4 * scales + _STORED_SIZE[quant.stored_dtype] * plain)

@@ -7,18 +7,26 @@ already-parsed JSON; `to_yaml` writes a mapping out as YAML text (by hand: only 
 imports yaml) that `load_config` reads back to an equal Config. Each family's own map lives in
 blockcli/families/ (one table row per `model_type`).
 
-The rule for every key of the JSON object is one of three, and never "silently dropped":
+The rule for every key of the JSON object is one of four, and never "silently dropped":
 
 1. **mapped**: it determines a blockcli field (sizes, norm, activation, biases, positions, ...);
 2. **ignored on purpose**: it cannot change the architecture or the inference-time function
    (token ids, dtype, `use_cache`, initializer ranges, `architectures`, generation settings,
    and dropout rates, which only act in training; blockcli's presets describe the model in
    eval mode, so `block.dropout` stays 0). Each family has an explicit allow-list;
-3. **an error**: anything else, including a known field at a value blockcli cannot express
+3. **unread by transformers**: a field of the family's published configs that its transformers
+   modelling code never reads (`Family.unread`, each with the reason it was checked by): accepted at
+   any value, with a note naming it, and never mapped, so it changes no number (transformers' model
+   is the same with or without it);
+4. **an error**: anything else, including a known field at a value blockcli cannot express
    (an exact-erf gated GELU, `layer_norm_elementwise_affine: false`, ...), and any key no
    family map reads. The message names the field: ``<file>: field 'alibi' = True cannot be
    represented in blockcli's schema (why)``. `--allow-field NAME` accepts one unknown key at the
    user's risk, and the Config's notes say so.
+
+`quantization_config` is read by `fields.read_quantization`: a method blockcli recognises (fp8 with
+per-block scales, gptq, awq, compressed-tensors) becomes `Config.quantization`, the counts stay those of
+the logical model and a note says so; any other is an error naming its quant_method.
 
 A vision-language config (Gemma 3 4B and up, Mistral Small 3.1: `model_type` gemma3, mistral3) is
 read as its `text_config`, the language model blockcli counts and runs; its top level is checked like
@@ -39,7 +47,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
-from blockcli.config import Config, ConfigError, parse_config, parse_json, read_text_file
+from blockcli.config import Config, ConfigError, Quantization, parse_config, parse_json, read_text_file
 from blockcli.families import COMPOSITES, FAMILIES
 from blockcli.families.common import Composite, refuse_nulls
 from blockcli.families.fields import COMMON_IGNORED, COMMON_NEUTRAL, Fields, json_kind, short
@@ -67,12 +75,12 @@ def read_hf(path: str | Path, allow_fields: tuple[str, ...] = ()) -> tuple[dict[
 def read_hf_text(text: str, where: str, allow_fields: tuple[str, ...] = ()) -> tuple[dict[str, Any], Config]:
     """`read_hf` on a config.json's text (standard input, say); `where` names it in messages."""
     data = parse_json(text, where)
-    mapping, set_aside = _mapped(data, where, allow_fields)
+    mapping, set_aside, quant = _mapped(data, where, allow_fields)
     present, known = _keys(data)
     notes = tuple(f"{where}: {note}" for note in set_aside) + tuple(  # set_aside: said on every command
         _allowed_note(where, key, key in present, key in known) for key in dict.fromkeys(allow_fields))
     try:
-        return mapping, replace(parse_config(mapping, name=where), notes=notes)
+        return mapping, replace(parse_config(mapping, name=where), notes=notes, quantization=quant)
     except ConfigError as exc:  # a mapped value blockcli rejects: say which file it came from
         raise ConfigError(f"{where}: {exc} (after mapping the Hugging Face config onto blockcli's schema)") from None
 
@@ -98,15 +106,15 @@ def _keys(data: Mapping[str, Any]) -> tuple[set[str], set[str]]:
     family = FAMILIES[data["model_type"]]
     fields = Fields(data, "", family.title)
     family.read(fields)
-    return present, known | fields.used | set(family.ignored)
+    return present, known | fields.used | set(family.ignored) | set(family.unread)
 
 
 def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
-                    allow_fields: tuple[str, ...] = ()) -> tuple[dict[str, Any], str, str]:
+                    allow_fields: tuple[str, ...] = ()) -> tuple[dict[str, Any], str, str, Quantization | None]:
     """A vision-language config's `text_config` (or, for a `flat` composite, the language model's fields
     at its top level) as a language model's own config.json: its model_type filled in, the head tied as
     the composite's `tie` rule says; where it is, and a note on what is set aside. The top level's own
-    fields are checked like any family's."""
+    fields are checked like any family's; a quantization_config there is returned too."""
     if composite.flat and "text_config" not in data:  # transformers 4's layout: the language model's fields at the top
         flat = {k: v for k, v in data.items() if k not in composite.ignored and k != "model_type"}
         data = {**{k: v for k, v in data.items() if k in composite.ignored}, "model_type": data["model_type"],
@@ -132,6 +140,7 @@ def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
     refuse_nulls(top, "tie_word_embeddings")
     tie = top.bool("tie_word_embeddings", composite.tie_default)
     top.check_leftovers(composite.ignored | frozenset(allow_fields))
+    quant = top.quantization
     text_type = text.get("model_type", composite.text_model_type)
     if text_type != composite.text_model_type:
         raise ConfigError(f"{inner}: field 'model_type' = {short(text_type)}: a {composite.title} config's "
@@ -140,16 +149,16 @@ def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
             f"are not counted or run")
     language = {**composite.text_defaults, **text, "model_type": text_type}
     if composite.tie == "either":  # transformers' config class ties the top level when text_config ties
-        return {**language, "tie_word_embeddings": tie or text.get("tie_word_embeddings", False)}, inner, note
+        return {**language, "tie_word_embeddings": tie or text.get("tie_word_embeddings", False)}, inner, note, quant
     if composite.tie == "text":  # the language model's own field (its family's default when absent) decides
         if "tie_word_embeddings" in data and "tie_word_embeddings" in text and text["tie_word_embeddings"] != tie:
             note += (f"; the LM head is {'tied' if text['tie_word_embeddings'] else 'untied'} as text_config's "
                      f"tie_word_embeddings says, not the top level's")
-        return language, inner, note
+        return language, inner, note, quant
     if "tie_word_embeddings" in text and text["tie_word_embeddings"] != tie:
         note += (f"; the LM head is {'tied' if tie else 'untied'} as the top level's tie_word_embeddings says "
                  f"(transformers reads that one), not text_config's")
-    return {**language, "tie_word_embeddings": tie}, inner, note
+    return {**language, "tie_word_embeddings": tie}, inner, note, quant
 
 
 def hf_to_mapping(data: Any, where: str, allow_fields: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -157,17 +166,19 @@ def hf_to_mapping(data: Any, where: str, allow_fields: tuple[str, ...] = ()) -> 
     return _mapped(data, where, allow_fields)[0]
 
 
-def _mapped(data: Any, where: str, allow_fields: tuple[str, ...]) -> tuple[dict[str, Any], list[str]]:
-    """`hf_to_mapping`, and what a vision-language config's reading sets aside (a note, or none)."""
+def _mapped(data: Any, where: str, allow_fields: tuple[str, ...]
+            ) -> tuple[dict[str, Any], list[str], Quantization | None]:
+    """`hf_to_mapping`, the notes every command says (what a vision-language config's reading sets aside, the
+    fields transformers never reads, a quantization), and the quantization_config recognised, if any."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: top level must be a JSON object (a Hugging Face config.json), "
                           f"got {json_kind(data)}")
     supported = ", ".join(sorted([*FAMILIES, *COMPOSITES]))
     if "model_type" not in data:
         raise ConfigError(f"{where}: field 'model_type' is missing; expected one of: {supported}")
-    model_type, source, set_aside = data["model_type"], where, []
+    model_type, source, set_aside, quant = data["model_type"], where, [], None
     if isinstance(model_type, str) and model_type in COMPOSITES:
-        data, where, note = _language_model(data, where, COMPOSITES[model_type], allow_fields)
+        data, where, note, quant = _language_model(data, where, COMPOSITES[model_type], allow_fields)
         set_aside.append(note)
     if not isinstance(model_type, str) or model_type not in FAMILIES and model_type not in COMPOSITES:
         close = difflib.get_close_matches(str(model_type), [*FAMILIES, *COMPOSITES], n=1)
@@ -177,6 +188,8 @@ def _mapped(data: Any, where: str, allow_fields: tuple[str, ...]) -> tuple[dict[
     family = FAMILIES[data["model_type"]]
     fields = Fields(data, where, family.title)
     block, model = family.read(fields)
+    unread = [key for key in family.unread if key in data and key not in fields.used]
+    fields.ignore(*unread)
     fields.check_leftovers(family.ignored | frozenset(allow_fields))
     if family.aux_loss and data.get("output_router_logits") is True and "moe" in block:  # the loss adds it
         block["moe"]["aux_loss_coef"] = fields.float("router_aux_loss_coef", 0.001, low=0.0, high=1e6, low_open=False)
@@ -190,10 +203,31 @@ def _mapped(data: Any, where: str, allow_fields: tuple[str, ...]) -> tuple[dict[
     if set_aside + fields.notes:
         description += "; " + "; ".join(set_aside + fields.notes)
     about = {"description": description, "source": source}
+    if unread:  # said on every command, like a composite's note, but not part of the model's description
+        set_aside.append(_unread_note(family.title, {key: family.unread[key] for key in unread}))
+    quant = fields.quantization or quant
+    if quant is not None:
+        if quant.method == "fp8":  # the bytes follow from the shapes when every matrix is blocked on its own
+            alone = not any(len(t.keys) > 1 and t.layout != "experts" for t in family.tensors.tensors)
+            quant = replace(quant, exact_bytes=quant.exact_bytes and alone)
+        set_aside.append(f"quantization_config: {quant.description}: the counts are logical parameters, as the "
+                         f"unquantized model has them; the stored bytes depend on the quantization")
     mapping = {"about": about, "block": block, "model": model, "run": run}
     if fields.layers:
         mapping["layers"] = fields.layers
-    return mapping, set_aside
+    return mapping, set_aside, quant
+
+
+def _unread_note(title: str, unread: Mapping[str, str]) -> str:
+    """One line naming the fields accepted because transformers' modelling code never reads them, grouped
+    by their reason."""
+    by_reason: dict[str, list[str]] = {}
+    for key, why in unread.items():
+        by_reason.setdefault(why, []).append(key)
+    listed = "; ".join(f"{', '.join(keys)} ({why})" for why, keys in by_reason.items())
+    word = "field" if len(unread) == 1 else "fields"
+    return (f"{word} transformers' {title} modelling code never reads, accepted and ignored (no count or "
+            f"number depends on {'it' if len(unread) == 1 else 'them'}): {listed}")
 
 
 def to_yaml(config_mapping: Mapping[str, Any], comment: str = "") -> str:

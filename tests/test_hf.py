@@ -1130,7 +1130,7 @@ def test_gptj_rotary_dim_rotates_exactly_that_many_dims(tmp_path: Path, rotary_d
     ({"rotary_dim": 512}, "rotary_dim"),  # wider than a head
     ({"rotary": False}, "rotary"),
     ({"scale_attn_weights": False}, "scale_attn_weights"),
-    ({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, "rope_scaling"),  # GPT-J reads no scaling
+    # GPT-J reads no rope_scaling at all: accepted with a note, at any value (tests/test_unread_fields.py)
 ])
 def test_gptj_fields_it_cannot_represent(tmp_path: Path, changes: dict, field: str) -> None:
     assert f"field '{field}'" in hf_error(write_json(tmp_path, with_fields(GPTJ_6B, **changes)))
@@ -1311,7 +1311,7 @@ def test_blockcli_rejection_after_mapping_names_the_file(tmp_path: Path, monkeyp
     # Defensive path: should the mapping ever hold a value parse_config rejects, the message still names the file.
     import blockcli.hf
 
-    monkeypatch.setattr(blockcli.hf, "_mapped", lambda data, where, allow=(): ({"block": {"d_model": -1}}, []))
+    monkeypatch.setattr(blockcli.hf, "_mapped", lambda data, where, allow=(): ({"block": {"d_model": -1}}, [], None))
     message = hf_error(write_json(tmp_path, GPT2))
     assert "block.d_model" in message
 

@@ -8,7 +8,9 @@ A family is one table row in the module of its lineage (Llama's relatives share 
   `Fields`, which records every key it looks at. Most families are a few lines on a shared
   builder (`gated_rms` for the Llama-like blocks); every key is mapped, accepted at a neutral
   value with the reason (`f.neutral`), ignored on purpose (`ignored`, or `f.ignore` with a
-  comment), or refused: hf.py refuses any key left unread, naming it.
+  comment), listed in `unread` (a published field the family's transformers modelling code never
+  reads, with the reason: accepted at any value, with a note), or refused: hf.py refuses any key
+  left unread, naming it.
 - `tensors` lists the checkpoint's tensor names against blockcli's parameter keys, with the
   layout each is stored in (blockcli/tensor_names.py explains the layouts).
 

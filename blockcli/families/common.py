@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from blockcli.activations import FROM_TRANSFORMERS, GATED_NAMES, spelling
@@ -23,6 +23,9 @@ class Family:
     read: Callable[[Fields], tuple[dict, dict]]  # config.json → blockcli's `block` and `model` sections
     tensors: TensorMap
     ignored: frozenset[str] = frozenset()  # fields that cannot change the network, beyond COMMON_IGNORED
+    # fields of published configs that the family's transformers modelling code never reads (checked in
+    # transformers 5.24's modeling_*.py), each with the reason: accepted at any value with a note, never mapped
+    unread: Mapping[str, str] = field(default_factory=dict, hash=False)
     # its token embedding is nn.Embedding(…, padding_idx=pad_token_id), whose padding row never gets a gradient
     padding_idx: bool = True
     # its causal LM adds router_aux_loss_coef × the router's load-balancing loss when output_router_logits is set

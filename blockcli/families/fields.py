@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from blockcli.config import MAX_EXPERTS, MAX_LAYERS, MAX_SIZE, ConfigError
+from blockcli.config import MAX_EXPERTS, MAX_LAYERS, MAX_SIZE, ConfigError, Quantization
 
 # the families' names for the depth and the experts, which are walked one by one: bounded as the schema bounds them
 COUNT_LIMITS = {**dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers"), MAX_LAYERS),
@@ -41,8 +41,71 @@ COMMON_NEUTRAL: dict[str, tuple[Any, str]] = {
     "is_encoder_decoder": (False, "blockcli models decoder-only stacks"),
     "add_cross_attention": (False, "blockcli's blocks have no cross-attention"),
     "pruned_heads": ({}, "blockcli gives every layer the same number of heads"),
-    "quantization_config": (None, "blockcli counts and runs unquantized weights"),
 }
+
+# quantization_config's quant_method values blockcli recognises (`read_quantization`), for messages
+QUANT_METHODS = "fp8 (with weight_block_size), gptq, awq, compressed-tensors"
+_FP8_KEYS = frozenset({"quant_method", "fmt", "activation_scheme", "weight_block_size", "modules_to_not_convert"})
+_WEIGHT_BITS = (2, 3, 4, 8)
+
+
+def read_quantization(f: "Fields") -> Quantization | None:
+    """A config.json's `quantization_config`: None when absent or null; a Quantization for a method blockcli
+    recognises (the counts stay those of the logical model); an error naming quant_method for any other."""
+    f.used.add("quantization_config")
+    quant = f.data.get("quantization_config")
+    if quant is None:
+        return None
+    if not isinstance(quant, Mapping):
+        raise f.invalid("quantization_config", quant, "an object")
+    method = quant.get("quant_method")
+    stored = f.data.get("torch_dtype", f.data.get("dtype"))
+    stored = stored if stored in ("bfloat16", "float16", "float32") else "bfloat16"
+    if method == "fp8":
+        for key in quant:
+            if key not in _FP8_KEYS:
+                raise f.unrepresentable(f"quantization_config.{key}", quant[key], "not a field of an fp8 "
+                                        "quantization_config blockcli knows")
+        block = quant.get("weight_block_size")
+        if not (isinstance(block, list) and len(block) == 2
+                and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in block)):
+            raise f.unrepresentable("quantization_config", dict(quant), "blockcli recognises fp8 with a "
+                                    "weight_block_size of two positive integers (per-block scales)")
+        if quant.get("fmt", "e4m3") != "e4m3":
+            raise f.unrepresentable("quantization_config.fmt", quant["fmt"], "blockcli recognises fp8 as e4m3")
+        if quant.get("activation_scheme", "dynamic") not in ("dynamic", "static"):
+            raise f.unrepresentable("quantization_config.activation_scheme", quant["activation_scheme"],
+                                    "expected dynamic or static")
+        kept = quant.get("modules_to_not_convert")
+        if kept is not None and not (isinstance(kept, list) and all(isinstance(k, str) for k in kept)):
+            raise f.invalid("quantization_config.modules_to_not_convert", kept, "null or an array of names")
+        # the bytes follow from the shapes when nothing beyond the LM head and the embedding stays unquantized
+        plain = all(k.split(".")[-1] in ("lm_head", "embed_tokens") for k in kept or ())
+        return Quantization("fp8", (8,), (block[0], block[1]), stored, plain,
+                            f"fp8 (e4m3, {block[0]}x{block[1]} blocks)")
+    if method in ("gptq", "awq"):
+        key = "bits" if "bits" in quant or method == "gptq" else "w_bit"  # AutoAWQ's older spelling
+        bits = quant.get(key)
+        if isinstance(bits, bool) or bits not in _WEIGHT_BITS:
+            raise f.invalid(f"quantization_config.{key}", bits, f"the bits of a {method} weight: "
+                                                                f"{', '.join(map(str, _WEIGHT_BITS))}")
+        group = quant.get("group_size", quant.get("q_group_size"))
+        grouped = f", groups of {group}" if isinstance(group, int) and not isinstance(group, bool) and group > 0 else ""
+        return Quantization(method, (bits,), None, stored, False, f"{method} ({bits}-bit{grouped})")
+    if method == "compressed-tensors":
+        groups = quant.get("config_groups")
+        found = sorted({g["weights"]["num_bits"] for g in groups.values()
+                        if isinstance(g, Mapping) and isinstance(g.get("weights"), Mapping)
+                        and isinstance(g["weights"].get("num_bits"), int)}) if isinstance(groups, Mapping) else []
+        if not found:
+            raise f.unrepresentable("quantization_config", dict(quant), "blockcli recognises compressed-tensors "
+                                    "by its config_groups' weights.num_bits, and finds none")
+        form = quant.get("format")
+        return Quantization(method, tuple(found), None, stored, False,
+                            f"compressed-tensors ({'/'.join(map(str, found))}-bit weights"
+                            f"{f', {form}' if isinstance(form, str) else ''})")
+    raise f.unrepresentable("quantization_config", dict(quant), f"quant_method {short(method)}: blockcli "
+                            f"recognises {QUANT_METHODS}")
 
 
 def json_kind(value: Any) -> str:
@@ -75,6 +138,7 @@ class Fields:
         self.used: set[str] = set()
         self.notes: list[str] = []
         self.layers: list[dict[str, Any]] = []  # per-layer overrides ({indices, block}) the map found
+        self.quantization: Quantization | None = None  # the quantization_config check_leftovers recognised
 
     # -- errors
 
@@ -155,6 +219,8 @@ class Fields:
         self.used.update(keys)
 
     def check_leftovers(self, ignored: frozenset[str]) -> None:
+        if "quantization_config" not in self.used:  # read here unless the family reads its own (gpt-oss's MXFP4)
+            self.quantization = read_quantization(self)
         for key, (neutral, why) in COMMON_NEUTRAL.items():
             if key not in self.used:
                 self.neutral(key, neutral, why)

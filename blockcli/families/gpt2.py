@@ -84,21 +84,26 @@ GPT_BIGCODE = TensorMap("transformer.", (
 
 FAMILIES = (
     Family("gpt2", "GPT-2", _gpt2, GPT2, frozenset({
-        "n_ctx",  # legacy duplicate of n_positions, unused by HF GPT-2
-        "n_special",  # OpenAI GPT's count of special tokens, unused by HF GPT-2 (gpt2-medium's config has it)
+        "n_ctx",  # legacy duplicate of n_positions, unused by HF GPT-2 (said by every GPT-2 config: no note)
         "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",  # training-only dropout
         "reorder_and_upcast_attn",  # numerics of fp16 training, same function
         # GPT2DoubleHeadsModel / sequence-classification heads, not part of the LM
         "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
-    }), padding_idx=False),
+    }), padding_idx=False, unread={  # modeling_gpt2.py (transformers 5.24) reads none of these
+        # OpenAI GPT's options, which gpt2-medium's published config still carries
+        "n_special": "OpenAI GPT's count of special tokens",
+        "predict_special_tokens": "OpenAI GPT's option to predict its special tokens",
+    }),
     Family("gpt_bigcode", "GPTBigCode", _gpt_bigcode, GPT_BIGCODE, frozenset({
         "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",  # training-only dropout
         # where the softmax runs in half-precision training; transformers' eager attention ignores both
         "attention_softmax_in_fp32", "scale_attention_softmax_in_fp32",
-        # settings of BigCode's own inference runner and exporter, never read by transformers
-        "inference_runner", "validate_runner_input", "max_batch_size", "max_sequence_length", "pad_key_length",
-        "pre_allocate_kv_cache", "n_ctx",
+        "n_ctx",  # legacy duplicate of n_positions, unused by HF GPTBigCode
         # sequence-classification / double-heads settings, not part of the LM
         "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
-    }), padding_idx=False),
+    }), padding_idx=False, unread={  # modeling_gpt_bigcode.py (transformers 5.24) reads none of these
+        **dict.fromkeys(("inference_runner", "validate_runner_input", "max_batch_size", "max_sequence_length",
+                         "runner_max_sequence_length", "pad_key_length", "pre_allocate_kv_cache"),
+                        "settings of BigCode's own inference runner"),  # in StarCoder's and SantaCoder's configs
+    }),
 )

@@ -62,5 +62,9 @@ FAMILIES = (
         "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",  # training-only dropout
         # GPTJForSequenceClassification / double-heads settings, not part of the LM
         "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
-    }), padding_idx=False),
+    }), padding_idx=False, unread=dict.fromkeys(
+        # GPT-J-6B's config says {"rope_type": "gptj"}; transformers 5 saves a rope_scaling as rope_parameters
+        ("rope_scaling", "rope_parameters"),
+        "transformers' GPT-J rotates by sinusoidal tables of rotary_dim alone, base 10000"),  # modeling_gptj.py, 5.24
+    ),
 )

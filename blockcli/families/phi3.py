@@ -53,5 +53,12 @@ PHI3 = TensorMap("model.", (
 FAMILIES = (
     Family("phi3", "Phi-3", _phi3, PHI3, frozenset({
         "attention_dropout", "embd_pdrop", "resid_pdrop",  # training-only dropout
-    })),
+    }), unread={  # Phi-4-mini's config has them; modeling_phi3.py (transformers 5.24) reads none of them
+        "full_attn_mod": "a setting of Microsoft's own modelling code: transformers' Phi-3 attends as "
+                         "sliding_window says",
+        "interpolate_factor": "a setting of Microsoft's own modelling code: transformers' Phi-3 scales RoPE as "
+                              "rope_scaling says",
+        "lm_head_bias": "transformers' Phi-3 builds its LM head without a bias",
+        "mlp_bias": "transformers' Phi-3 builds its MLP without biases",
+    }),
 )

@@ -15,7 +15,6 @@ def _starcoder2(f: Fields) -> tuple[dict, dict]:
     # the published configs carry fields of the original training code that transformers never reads
     f.neutral("norm_type", "layer_norm", "blockcli maps StarCoder2's LayerNorm; another norm_type is another model")
     f.neutral("mlp_type", "default", "blockcli maps StarCoder2's plain MLP; another mlp_type is another model")
-    f.ignore("layer_norm_epsilon")  # unread by transformers, which takes norm_epsilon
     d = f.int("hidden_size")
     heads = f.int("num_attention_heads")
     kv = f.int("num_key_value_heads", 2)
@@ -65,5 +64,8 @@ STARCODER2 = TensorMap("model.", (
 FAMILIES = (
     Family("starcoder2", "StarCoder2", _starcoder2, STARCODER2, frozenset({
         "attention_dropout", "residual_dropout", "embedding_dropout",  # training-only
-    })),
+    }), unread={  # fields of the original training code; modeling_starcoder2.py (transformers 5.24) reads neither
+        "activation_function": "transformers' StarCoder2 takes its activation from hidden_act",
+        "layer_norm_epsilon": "transformers' StarCoder2 takes its LayerNorm epsilon from norm_epsilon",
+    }),
 )
