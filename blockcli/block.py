@@ -1903,7 +1903,7 @@ class Model:
             d_hidden[lo:lo + chunk] = d_logits @ w.T
         if tape is None:
             return total / count, None
-        tape.add(*(("wte", d_w.T) if m.tie_embeddings else ("lm_head", d_w)))
+        tape.add(*(("wte", self.ops.head_grad_to_table(d_w)) if m.tie_embeddings else ("lm_head", d_w)))
         if d_bias is not None:
             tape.add("lm_head_bias", d_bias)
         return total / count, d_hidden.reshape(hidden.shape[:-1] + (width,))

@@ -740,9 +740,9 @@ def verify(
                                                   help="Run the checklist on a seeded bug (exits 1).")] = None,
     mutants: Annotated[bool, typer.Option("--mutants", help="Run every seeded bug; print the bug × check matrix.")] = False,
     grad: Annotated[bool, typer.Option(
-        "--grad", help="Also check the backward (items 20-23): gradients against finite differences and blockcli's "
-                       "backward, no gradient from later positions, no dead parameter; with --mutants, also the "
-                       "backward's seeded bugs.")] = False,
+        "--grad", help="Also check the backward (items 20-24): gradients against finite differences and blockcli's "
+                       "backward, no gradient to later positions, no dead parameter, a model's loss gradients; with "
+                       "--mutants, also the backward's seeded bugs.")] = False,
     list_mutants: Annotated[bool, typer.Option("--list-mutants", help="List the seeded bugs and exit.")] = False,
     impl: Annotated[Optional[str], typer.Option(
         metavar="FILE.py:Name", help="Check your own block: Name(weights, config), or Name(config) returning a "
@@ -808,12 +808,12 @@ def verify(
             extra.update(impl=impl, timeout=timeout, per_sequence=per_sequence, weights_map=mapping)
         configs_ = [loaded(s, allow_field) for s in sources]  # every config is checked before any runs
         if mutant is not None:
-            from blockcli.mutants import checked_block, preset_it_shows_on, why_not
+            from blockcli.mutants import preset_it_shows_on, why_not
 
             for source, cfg in zip(sources, configs_):
                 kinds = [layer] if layer is not None else layers_to_verify(cfg)
-                if all(why_not(mutant, checked_block(cfg, k), grad) for k in kinds):
-                    why = why_not(mutant, checked_block(cfg, kinds[0]), grad)
+                if all(why_not(mutant, cfg, k, grad) for k in kinds):
+                    why = why_not(mutant, cfg, kinds[0], grad)
                     where = preset_it_shows_on(mutant) if not (mutant.backward and not grad) else None
                     raise InputError(f"--inject {inject}: cannot show on {cfg.name} ({why})"
                                      + (f"; it shows on the preset {where}" if where else ""))

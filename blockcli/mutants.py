@@ -32,6 +32,7 @@ class Mutant:
     # why this bug cannot show in a config (None: it can), e.g. forgetting biases a config has none of
     inapplicable: Callable[[BlockConfig], str | None] = _always
     backward: bool = False  # a bug of the backward alone: only the gradient checks (--grad) can see it
+    tied_head: bool = False  # a bug of a model's tied embedding table: needs a model config whose head is tied
 
 
 def _one_head(cfg: BlockConfig) -> str | None:
@@ -273,22 +274,25 @@ MUTANTS: tuple[Mutant, ...] = (
            _ops(add_shared=lambda routed, shared: routed), inapplicable=_no_shared),
     # bugs of the backward alone: the forward is right, so only the gradient checks (--grad) see them
     Mutant("softmax-backward-no-row-sum", "softmax backward P ⊙ dP, without the row-sum term − P ⊙ Σ P ⊙ dP",
-           (20, 23), _ops(softmax_backward=_softmax_backward_without_row_sum), backward=True),
+           (20, 23, 24), _ops(softmax_backward=_softmax_backward_without_row_sum), backward=True),
     Mutant("layernorm-backward-no-mean", "LayerNorm backward without the mean term (the gradient through μ)",
-           (20, 23), _ops(layer_norm_backward=_layer_norm_backward_without_mean), inapplicable=_no_layernorm,
+           (20, 23, 24), _ops(layer_norm_backward=_layer_norm_backward_without_mean), inapplicable=_no_layernorm,
            backward=True),
     Mutant("rmsnorm-backward-no-cross", "RMSNorm backward without the cross term (the gradient through the rms)",
-           (20, 23), _ops(rms_norm_backward=_rms_norm_backward_without_cross), inapplicable=_no_rmsnorm,
+           (20, 23, 24), _ops(rms_norm_backward=_rms_norm_backward_without_cross), inapplicable=_no_rmsnorm,
            backward=True),
     Mutant("weight-grad-transposed", "attention weight gradients dYᵀ·X laid into W's shape, where Xᵀ·dY belongs",
-           (20, 23), _ops(weight_grad=_weight_grad_transposed), backward=True),
+           (20, 23, 24), _ops(weight_grad=_weight_grad_transposed), backward=True),
     Mutant("score-grad-unmasked", "the backward recomputes the softmax without the causal mask, so the score "
-           "gradient reaches future keys", (20, 21, 23), _ops(backward_mask=_no_mask), backward=True),
+           "gradient reaches future keys", (20, 21, 23, 24), _ops(backward_mask=_no_mask), backward=True),
     Mutant("gqa-grad-one-head", "a K/V head's gradient taken from the first query head of its group only, not "
-           "summed over the group", (20, 23), _ops(sum_groups=_sum_groups_first_head), inapplicable=_no_groups,
+           "summed over the group", (20, 23, 24), _ops(sum_groups=_sum_groups_first_head), inapplicable=_no_groups,
            backward=True),
+    Mutant("tied-embedding-one-use", "a tied embedding table's gradient from the token lookup only: the LM head's "
+           "use of the same table forgotten", (24,), _ops(head_grad_to_table=lambda d: np.zeros(d.shape[::-1], d.dtype)),
+           backward=True, tied_head=True),
     Mutant("rope-backward-forward-rotation", "RoPE's backward rotates by +θ (the forward's turn) instead of back by "
-           "−θ", (20, 23), _ops(rotate_pairs_backward=_rope_backward_forward), inapplicable=_no_rope,
+           "−θ", (20, 23, 24), _ops(rotate_pairs_backward=_rope_backward_forward), inapplicable=_no_rope,
            backward=True),
 )
 
@@ -312,11 +316,13 @@ def checked_block(config: Config, layer: int | None = None) -> BlockConfig:
     return verification_config(chosen)[0].block
 
 
-def why_not(mutant: Mutant, block: BlockConfig, grad: bool) -> str | None:
-    """Why this seeded bug cannot show on this block (None: it can)."""
+def why_not(mutant: Mutant, config: Config, layer: int | None, grad: bool) -> str | None:
+    """Why this seeded bug cannot show on this config's checked block (None: it can)."""
     if mutant.backward and not grad:
         return "a bug of the backward: --grad runs the checks that see it"
-    return mutant.inapplicable(block)
+    if mutant.tied_head and not (config.model is not None and config.model.tie_embeddings):
+        return "no tied embedding table: a model config (preset, config.json) whose LM head reuses it"
+    return mutant.inapplicable(checked_block(config, layer))
 
 
 FAMILIAR_PRESETS = ("gpt2", "llama-3.1-8b", "mixtral-8x7b", "deepseek-v3")  # suggested first, when the bug shows
@@ -332,7 +338,7 @@ def preset_it_shows_on(mutant: Mutant) -> str | None:
         config = load_config(name)
         layers = [None] if config.model is None or not config.layers_differ else \
             [g.layers[0] for g in config.layer_groups()]
-        if any(mutant.inapplicable(checked_block(config, k)) is None for k in layers):
+        if any(why_not(mutant, config, k, grad=True) is None for k in layers):
             return name
     return None
 
@@ -342,8 +348,7 @@ def run_mutants(config: Config, grad: bool = False, **options: Any) -> tuple[lis
     the backward's bugs with `grad` only (the checks that see them)."""
     from blockcli.verify import verify
 
-    block = checked_block(config, options.get("layer"))
-    skipped = {m.name: why for m in MUTANTS if (why := why_not(m, block, grad))}
+    skipped = {m.name: why for m in MUTANTS if (why := why_not(m, config, options.get("layer"), grad))}
     from blockcli.progress import report
 
     chosen_mutants = [m for m in MUTANTS if m.name not in skipped]

@@ -71,6 +71,12 @@ def linear(x: Array, w: Array, b: Array | None) -> Array:
     return by_rows(fill, x, w.shape[1], np.result_type(x, w), work=x.size * w.shape[1])
 
 
+def head_grad_to_table(d_head: Array) -> Array:
+    """The LM head's gradient (d, V) laid into its tied embedding table's shape (V, d), summed there with the token
+    lookup's rows (the table's two uses)."""
+    return d_head.T
+
+
 def weight_grad(x: Array, dy: Array) -> Array:
     """dW = xᵀ·dy (n_in, n_out) of y = x @ W, summed over every row of x (…, n_in) and dy (…, n_out)."""
     return x.reshape(-1, x.shape[-1]).T @ dy.reshape(-1, dy.shape[-1])
@@ -627,6 +633,7 @@ class Ops:
     weight_grad: Callable[[Array, Array], Array] = weight_grad
     sum_groups: Callable[[Array, int], Array] = sum_groups
     backward_mask: Callable[[int, int, int], Array] = causal_mask  # the whole table's backward recomputes P under it
+    head_grad_to_table: Callable[[Array], Array] = head_grad_to_table
 
 
 STANDARD_OPS = Ops()

@@ -55,8 +55,9 @@ NAMES = {
     21: "causal in backward: an output's gradient reaches no later position's input",
     22: "every parameter receives a gradient",
     23: "gradients equal blockcli's reference backward (the input's and every parameter's)",
+    24: "a model's loss gradients equal finite differences (embeddings, positions, final norm, head)",
 }
-GRAD_CHECKS = (20, 21, 22, 23)  # run with --grad (or named in --only)
+GRAD_CHECKS = (20, 21, 22, 23, 24)  # run with --grad (or named in --only)
 
 # The checks as a matrix's legend names them (its column heads are the numbers)
 SHORT_NAMES = {
@@ -65,7 +66,7 @@ SHORT_NAMES = {
     11: "K/V cache", 12: "independent reference", 13: "float32 vs float64", 14: "output shape and dtype",
     15: "batch independence", 16: "determinism", 17: "large inputs", 18: "k distinct experts",
     19: "routing weights sum to 1", 20: "finite differences", 21: "causal backward", 22: "no dead parameter",
-    23: "reference gradients",
+    23: "reference gradients", 24: "model gradients",
 }
 
 HINTS = {
@@ -95,6 +96,8 @@ HINTS = {
         "the output",
     23: "compare each gradient with blockcli's: a transposed weight gradient, a K/V head's gradient not summed over "
         "its query heads, RoPE's backward rotating by +θ",
+    24: "a tied embedding's gradient is the sum of both uses (the token lookup's rows and the LM head's product); "
+        "check the shifted targets, the final norm and the positions' rows too",
 }
 
 # Tolerances (float64 unless stated).
@@ -112,6 +115,7 @@ FD_ROUNDING = 1e-13  # of Σ|dy ⊙ y| / step: what float64 rounding of the loss
 DEAD = 1e-12  # item 22: a gradient this share of the largest one is none
 
 MAX_VERIFY_SEQ = 32
+MODEL_VOCAB = 48  # item 24's model: the verified block once, under a vocabulary this small
 SCALE_LIMIT = 40_000_000  # blocks with more parameters are verified on a scaled copy
 
 
@@ -209,8 +213,9 @@ class Context(Measuring):
     """A subject run once on x, with blockcli's own block on the same weights as the truth."""
 
     def __init__(self, subject: Subject, cfg: BlockConfig, x: np.ndarray, formula: Formula,
-                 rtol: float | None = None, atol: float | None = None) -> None:
+                 rtol: float | None = None, atol: float | None = None, model: Config | None = None) -> None:
         self.subject, self.cfg, self.x, self.formula = subject, cfg, x, formula
+        self.model = model  # the whole model's config (item 24), None for a lone block
         self.figures: list[Figure] = []  # what the check running now measured
         self.loosened = rtol is not None or atol is not None  # --rtol/--atol given: they also floor the others
         self._long: tuple[np.ndarray, np.ndarray] | None = None
@@ -954,6 +959,56 @@ def check_reference_gradients(c: Context) -> tuple[bool, str, str]:
     return not failed, measured, f"atol {c.atol:g} + rtol {c.rtol:g} · max(1, max|g|)"
 
 
+def small_model(config: Config, block: BlockConfig) -> Config:
+    """Item 24's model: the model's embeddings, positions, final norm and head (tied or not) around one layer of
+    the verified block, under a vocabulary of MODEL_VOCAB tokens (and an embedding width of 8 where it is its
+    own)."""
+    assert config.model is not None
+    m = config.model
+    padding = None if m.padding_idx is None else min(m.padding_idx, MODEL_VOCAB - 1)
+    small = replace(m, n_layers=1, vocab_size=MODEL_VOCAB, max_positions=max(m.max_positions, MAX_VERIFY_SEQ),
+                    embedding_dim=8 if m.embedding_dim else 0, padding_idx=padding)
+    return replace(config, block=block, model=small, layer_blocks=())
+
+
+def check_model_gradients(c: Context) -> tuple[bool, str, str]:
+    """The mean cross-entropy of shifted targets: each parameter tensor's gradient from `Model.loss_and_grads`
+    (with the subject's operations) against a central difference of the loss along a seeded unit direction."""
+    from blockcli.block import Model
+
+    if c.model is None or c.model.model is None:
+        raise Skip("a block config has no model around it (vocab_size, n_layers): a preset or a config.json has")
+    if c.subject.block is None:
+        raise Skip("an --impl target is one block; the model's embeddings and head are blockcli's")
+    config = small_model(c.model, c.cfg)
+    model = Model.from_config(config, dtype="float64", seed=3, ops=c.subject.block.ops, attention="full")
+    rng = np.random.default_rng(19)
+    tokens = [t for t in range(MODEL_VOCAB) if t != config.model.padding_idx]  # the padding row: nn.Embedding's
+    ids = rng.choice(tokens, (c.x.shape[0], c.x.shape[1]))  # rule stops its lookups' gradient, not its use
+    loss, grads = model.loss_and_grads(ids)
+    floor = 1e3 * FD_ROUNDING * max(1.0, abs(loss)) / FD_STEP  # the loss is a mean: few terms to round
+    worst, failed = (0.0, ""), []
+    for key, g in grads.items():
+        w = model.params[key]
+        u = rng.standard_normal(w.shape)
+        u /= np.linalg.norm(u)
+        f = [Model(config, {**model.params, key: w + sign * FD_STEP * u}, model.ops, "full").loss(ids)
+             for sign in (1, -1)]
+        analytic, numeric = float(np.vdot(g, u)), (f[0] - f[1]) / (2 * FD_STEP)
+        ratio = abs(analytic - numeric) / (FD_RTOL * max(abs(analytic), abs(numeric)) + floor)
+        if not ratio <= 1:
+            failed.append(key)
+        if not ratio <= worst[0]:
+            worst = (ratio, key)
+    c.figure("max |analytic − numeric| / tolerance", worst[0], 1.0)
+    tied = "tied" if config.model.tie_embeddings else "untied"
+    measured = (f"{len(grads)} tensors of a 1-layer model (V={MODEL_VOCAB}, {tied} head), loss {loss:.6g}; worst "
+                f"{worst[1]}: {_fmt(worst[0])} of the tolerance")
+    if failed:
+        measured += f"; differ: {', '.join(failed)}"
+    return not failed, measured, f"rtol {FD_RTOL:g} + the loss's rounding at step {FD_STEP:g}"
+
+
 CHECKS: dict[int, Callable[[Context], tuple[bool, str, str]]] = {
     1: check_divisibility, 2: check_head_split, 3: check_softmax_axis, 4: check_causal_mask, 5: check_concat,
     6: check_residual, 7: check_norm_axis, 8: check_causality, 9: check_rows, 10: check_count,
@@ -961,7 +1016,7 @@ CHECKS: dict[int, Callable[[Context], tuple[bool, str, str]]] = {
     15: check_batch_independence, 16: check_determinism, 17: check_large_inputs,
     18: check_experts_per_token, 19: check_routing_weights,
     20: check_finite_differences, 21: check_backward_causality, 22: check_dead_parameters,
-    23: check_reference_gradients,
+    23: check_reference_gradients, 24: check_model_gradients,
 }
 
 
@@ -1078,7 +1133,8 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
     selected = [i for i in CHECKS if (only is None or i in only) and not (skip and i in skip)
                 and (grad or only is not None or i not in GRAD_CHECKS)]  # --grad's checks: on request
     report = Report(config, [], notes, layer=shown, kind=kind)
-    report.checks = run_checks(subject, cfg.block, x, formula, selected, report, rtol, atol)
+    report.checks = run_checks(subject, cfg.block, x, formula, selected, report, rtol, atol,
+                               config if config.model is not None else None)
     report.notes.extend(subject.notes)
     if impl is not None:
         from blockcli.impl import threads_left_running
@@ -1091,7 +1147,8 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
 
 
 def run_checks(subject: Subject, cfg: BlockConfig, x: np.ndarray, formula: Formula, selected: Iterable[int],
-               report: Report, rtol: float | None = None, atol: float | None = None) -> list[Check]:
+               report: Report, rtol: float | None = None, atol: float | None = None,
+               model: Config | None = None) -> list[Check]:
     """Run the selected checks. A failure of the subject is recorded once in `report.errors`; the checks it
     prevented are ERROR rows pointing at it, never FAILs with unrelated hints."""
     checks = []
@@ -1107,7 +1164,7 @@ def run_checks(subject: Subject, cfg: BlockConfig, x: np.ndarray, formula: Formu
     with np.errstate(all="ignore"):
         failure: SubjectError | None = None
         try:
-            context: Any = Context(subject, cfg, x, formula, rtol, atol)
+            context: Any = Context(subject, cfg, x, formula, rtol, atol, model)
         except SubjectError as exc:  # a broken block may fail anywhere in its forward pass
             context, failure = _Structure(subject, cfg, formula), exc
         except Exception as exc:  # blockcli's own block with a seeded bug

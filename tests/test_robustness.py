@@ -82,5 +82,6 @@ def test_mutants_not_applicable_to_a_config_are_listed_not_failed():
     assert {m["name"] for m in data["not_applicable"][8:]} == {"softmax-backward-no-row-sum", "layernorm-backward-no-mean",
                                                                "rmsnorm-backward-no-cross", "weight-grad-transposed",
                                                                "score-grad-unmasked", "gqa-grad-one-head",
-                                                               "rope-backward-forward-rotation"}
+                                                               "rope-backward-forward-rotation",
+                                                               "tied-embedding-one-use"}
     assert all(m["caught_by"] for m in data["mutants"])

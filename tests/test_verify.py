@@ -162,7 +162,7 @@ def test_every_preset_passes_on_its_own_block(name):
 
 
 def test_names_cover_the_chapter_checklist():
-    assert len(NAMES) == 23 and all(NAMES[i] for i in range(1, 11))  # 20-23: the gradient checks (--grad)
+    assert len(NAMES) == 24 and all(NAMES[i] for i in range(1, 11))  # 20-24: the gradient checks (--grad)
 
 
 def test_softmax_without_max_is_caught_under_qk_norm():

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from blockcli.block import DecoderBlock, block_parameter_shapes, init_parameters
 from blockcli.cli import app
 from blockcli.config import parse_config, preset_names
-from blockcli.mutants import MUTANTS
+from blockcli.mutants import MUTANTS, why_not
 from blockcli.sources import load_config
 from blockcli.verify import GRAD_CHECKS, verify
 from conftest import ROOT
@@ -25,10 +25,12 @@ IMPLS = ROOT / "tests" / "impls" / "backward_blocks.py"
 EXAMPLE = f"{ROOT / 'examples' / 'my_block_backward.py'}:MyBlockWithBackward"
 # the default block has LayerNorm, one K/V head per query head and no RoPE; this one RMSNorm, GQA and RoPE
 GQA_ROPE = ROOT / "configs" / "gqa-swiglu-rope.yaml"
-MEANT = {"softmax-backward-no-row-sum": {20, 23}, "layernorm-backward-no-mean": {20, 23},
-         "rmsnorm-backward-no-cross": {20, 23}, "weight-grad-transposed": {20, 23},
-         "score-grad-unmasked": {20, 21, 23}, "gqa-grad-one-head": {20, 23},
-         "rope-backward-forward-rotation": {20, 23}}
+# item 24 (the model's gradients) catches each too, on a model config; on a lone block it skips
+MEANT = {"softmax-backward-no-row-sum": {20, 23, 24}, "layernorm-backward-no-mean": {20, 23, 24},
+         "rmsnorm-backward-no-cross": {20, 23, 24}, "weight-grad-transposed": {20, 23, 24},
+         "score-grad-unmasked": {20, 21, 23, 24}, "gqa-grad-one-head": {20, 23, 24},
+         "rope-backward-forward-rotation": {20, 23, 24}, "tied-embedding-one-use": {24}}
+BLOCK_LEVEL = [m for m in BACKWARD if not m.tied_head]
 
 
 def failed(report):
@@ -40,21 +42,33 @@ def run_json(*args):
     return result.exit_code, json.loads(result.stdout)
 
 
-@pytest.mark.parametrize("mutant", BACKWARD, ids=lambda m: m.name)
+@pytest.mark.parametrize("mutant", BLOCK_LEVEL, ids=lambda m: m.name)
 @pytest.mark.parametrize("source", [None, GQA_ROPE], ids=["default", "gqa-rope"])
 def test_each_backward_bug_is_caught_by_its_gradient_check_only(mutant, source):
     config = load_config(source)
     if mutant.inapplicable(config.block):
         pytest.skip(mutant.inapplicable(config.block))  # tried on the other config
     report = verify(config, ops=mutant.ops, formula=mutant.formula, grad=True)
-    assert failed(report) == MEANT[mutant.name]  # the forward is right: every forward check passes
+    assert failed(report) == MEANT[mutant.name] - {24}  # the forward is right: every forward check passes
     assert set(mutant.expected) == MEANT[mutant.name]
 
 
-def test_every_backward_bug_shows_on_one_of_the_two_configs():
+@pytest.mark.parametrize("mutant", BACKWARD, ids=lambda m: m.name)
+@pytest.mark.parametrize("preset", ["gpt2", "llama-3.1-8b"])  # tied LayerNorm MHA; untied RMSNorm GQA RoPE
+def test_on_a_model_the_model_check_catches_each_backward_bug_too(mutant, preset):
+    config = load_config(preset)
+    why = why_not(mutant, config, None, grad=True)
+    if why:
+        pytest.skip(why)
+    report = verify(config, ops=mutant.ops, formula=mutant.formula, grad=True)
+    assert failed(report) == MEANT[mutant.name]
+
+
+def test_every_backward_bug_shows_on_one_of_the_configs():
     assert set(MEANT) == {m.name for m in BACKWARD}
-    blocks = [load_config(None).block, load_config(GQA_ROPE).block]
-    assert all(any(m.inapplicable(b) is None for b in blocks) for m in BACKWARD)
+    configs = [load_config(s) for s in (None, GQA_ROPE, "gpt2", "llama-3.1-8b")]
+    assert all(any(why_not(m, c, None, grad=True) is None for c in configs[:2]) for m in BLOCK_LEVEL)
+    assert all(any(why_not(m, c, None, grad=True) is None for c in configs[2:]) for m in BACKWARD)
 
 
 @pytest.mark.parametrize("name", preset_names())
@@ -62,6 +76,8 @@ def test_gradient_checks_pass_on_every_preset(name):
     report = verify(load_config(name), only=GRAD)  # layer 0's block, scaled down where the preset is large
     assert report.passed, [(c.id, c.measured) for c in report.checks if not c.passed]
     assert [c.id for c in report.checks] == sorted(GRAD)
+    model = next(c for c in report.checks if c.id == 24)
+    assert model.status == "PASS", model.measured  # every preset is a model: its embeddings and head checked
 
 
 @pytest.mark.parametrize("name", FOLDERS)
@@ -75,7 +91,7 @@ def test_a_hand_written_numpy_backward_passes_and_is_held_to_blockcli():
     code, data = run_json("--impl", EXAMPLE, "--grad")
     assert code == 0, data
     status = {c["id"]: c["status"] for c in data["checks"]}
-    assert all(status[i] == "PASS" for i in GRAD)
+    assert all(status[i] == "PASS" for i in GRAD - {24}) and status[24] == "SKIP"  # a block, no model
 
 
 @pytest.mark.parametrize("target, meant, words", [
@@ -94,7 +110,8 @@ def test_a_wrong_backward_fails_the_check_meant_for_it(target, meant, words):
 def test_a_backward_returning_the_wrong_thing_is_an_error_not_a_pass():
     code, data = run_json("--impl", f"{IMPLS}:ReturnsOnlyDx", "--grad")
     assert code == 1
-    assert {c["id"]: c["status"] for c in data["checks"] if c["id"] in GRAD} == dict.fromkeys(GRAD, "ERROR")
+    assert {c["id"]: c["status"] for c in data["checks"] if c["id"] in GRAD} == {**dict.fromkeys(GRAD - {24}, "ERROR"),
+                                                                                  24: "SKIP"}
     assert "must return (dx, {weight key: gradient})" in data["errors"][0]
 
 
@@ -102,15 +119,16 @@ def test_a_target_without_backward_skips_the_gradient_checks_saying_why():
     code, data = run_json("--impl", f"{ROOT / 'examples' / 'my_block.py'}:MyBlock", "--grad")
     assert code == 0
     skipped = [c for c in data["checks"] if c["id"] in GRAD]
-    assert [c["status"] for c in skipped] == ["SKIP"] * 4
-    assert all("has no backward" in c["measured"] for c in skipped)
+    assert [c["status"] for c in skipped] == ["SKIP"] * 5
+    assert all("has no backward" in c["measured"] for c in skipped[:4])
+    assert "no model around it" in skipped[4]["measured"]
 
 
 def test_grad_is_off_by_default_and_only_names_them():
     _, data = run_json()
     assert [c["id"] for c in data["checks"]] == list(range(1, 20))
     _, data = run_json("--grad")
-    assert [c["id"] for c in data["checks"]] == list(range(1, 24))
+    assert [c["id"] for c in data["checks"]] == list(range(1, 25))
     _, data = run_json("--only", "21")
     assert [(c["id"], c["status"]) for c in data["checks"]] == [(21, "PASS")]
 
@@ -120,11 +138,10 @@ def test_the_mutant_matrix_takes_the_backward_bugs_with_grad():
     assert code == 0
     names = {m["name"] for m in data["mutants"]}
     assert {"rmsnorm-backward-no-cross", "gqa-grad-one-head", "rope-backward-forward-rotation"} <= names
-    for m in data["mutants"]:
-        assert set(m["caught_by"]) == set(m["expected"]) or not set(m["expected"]) & GRAD
-    code, data = run_json("--mutants", str(GQA_ROPE))
-    assert code == 0 and not names & {m["name"] for m in data["mutants"]} - {m.name for m in MUTANTS
-                                                                            if not m.backward}
+    for m in data["mutants"]:  # a lone block: item 24 (a model's) skips
+        assert set(m["caught_by"]) == set(m["expected"]) - {24} or not set(m["expected"]) & GRAD
+    code, data = run_json("--mutants", str(GQA_ROPE))  # without --grad: the backward's bugs are not run
+    assert code == 0 and not {m["name"] for m in data["mutants"]} & set(MEANT)
     listed = run_json("--list-mutants")[1]["mutants"]
     assert {m["name"] for m in listed if m["backward"]} == set(MEANT)
 
