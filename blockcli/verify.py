@@ -842,7 +842,8 @@ def check_routing_weights(c: Context) -> tuple[bool, str, str]:
 # ----------------------------------------------------------------------------- gradients (--grad)
 
 
-def _norm(a: np.ndarray | None) -> float:
+def _peak(a: np.ndarray | None) -> float:
+    """max |a|, 0 for none."""
     return 0.0 if a is None else float(np.max(np.abs(a), initial=0.0))
 
 
@@ -878,7 +879,7 @@ def check_finite_differences(c: Context) -> tuple[bool, str, str]:
     u /= np.linalg.norm(u)
     compare("x", dx, c.subject.forward(c.x + FD_STEP * u), c.subject.forward(c.x - FD_STEP * u), u)
     rebuild = c.subject.rebuild
-    keys = [k for k in c.reference_gradients()[1]] if rebuild is not None else []
+    keys = list(c.reference_gradients()[1]) if rebuild is not None else []
     for key in keys:
         w = c.subject.weights[key]
         u = rng.standard_normal(w.shape)
@@ -906,8 +907,8 @@ def check_backward_causality(c: Context) -> tuple[bool, str, str]:
         dy[:, t] = c.dy[:, t]
         dx, _ = c.subject.gradients(c.x, dy)
         dx = np.asarray(dx)
-        leak = _norm(dx[:, t + 1:])
-        scale = max(scale, _norm(dx[:, :t + 1]))
+        leak = _peak(dx[:, t + 1:])
+        scale = max(scale, _peak(dx[:, :t + 1]))
         if not leak <= worst:
             worst, at = leak, t
     tol = EXACT * max(1.0, scale)
@@ -921,10 +922,10 @@ def check_dead_parameters(c: Context) -> tuple[bool, str, str]:
     """Every weight that blockcli's reference gives a gradient receives one from the subject."""
     _, grads = c.gradients()
     _, reference = c.reference_gradients()
-    largest = max((_norm(g) for g in grads.values() if g is not None), default=0.0)
-    largest_ref = max((_norm(g) for g in reference.values()), default=0.0)
-    idle = [k for k, g in reference.items() if _norm(g) <= DEAD * largest_ref]  # none flows to them at all
-    dead = [k for k in reference if k not in idle and (grads.get(k) is None or _norm(grads[k]) <= DEAD * largest)]
+    largest = max((_peak(g) for g in grads.values() if g is not None), default=0.0)
+    largest_ref = max((_peak(g) for g in reference.values()), default=0.0)
+    idle = [k for k, g in reference.items() if _peak(g) <= DEAD * largest_ref]  # none flows to them at all
+    dead = [k for k in reference if k not in idle and (grads.get(k) is None or _peak(grads[k]) <= DEAD * largest)]
     c.figure("parameters without a gradient", len(dead), 0)
     measured = f"{len(reference) - len(dead)} of {len(reference)} parameters receive a gradient"
     if dead:
