@@ -433,7 +433,8 @@ def count(
             adapters = None
             if lora_rank is not None:
                 adapters = sizing.lora(cfg, lora_rank, targets, lora_alpha,
-                                       (frozen_dtype or FrozenDtype.bf16).value, _model_type(config))
+                                       (frozen_dtype or FrozenDtype.bf16).value,
+                                       _model_type(config) or cfg.about.model_type)
             training = sizing.training(cfg, result.total, result.non_embedding, T, B,
                                        optimizer=(optimizer or Optimizer.adamw).value,
                                        precision=(precision or Precision.mixed).value, dp=dp or 1,

@@ -657,13 +657,17 @@ Fused = dict[tuple[str, ...], str]
 
 def fused_modules(model_type: str | None) -> tuple[Fused, str]:
     """The fused modules of `model_type`'s family (role tuple → module name) and a phrase saying whose
-    layout that is; with no family (a preset or a YAML config), every matrix its own module (Llama's
-    layout)."""
+    layout that is; with no family (a YAML config without about.model_type), every matrix its own module
+    (Llama's layout)."""
     from blockcli.families import FAMILIES  # lazy: only for a config.json's family
 
+    if model_type and model_type not in FAMILIES:
+        raise InputError(f"about.model_type: {clipped(model_type)!r} is not a family blockcli knows (one of "
+                         f"{', '.join(sorted(FAMILIES))})")
     family = FAMILIES.get(model_type) if model_type else None
     if family is None:
-        return {}, "one module per matrix (Llama's layout; a config.json's family gives its own)"
+        return {}, ("one module per matrix (Llama's layout; a config.json's family, or about.model_type, gives "
+                    "its own)")
     fused: Fused = {}
     for entry in family.tensors.tensors:
         roles = tuple(k.rsplit(".w_", 1)[-1] for k in entry.keys if k.startswith("blocks.{i}.w_"))
@@ -790,10 +794,11 @@ def quantized_bytes(shape: tuple[int, ...], dtype: str) -> int:
     - bf16: 2 bytes a weight.
     - int8: LLM.int8() (Dettmers et al. 2022; bitsandbytes Int8Params): 1 byte a weight and one float32
       scale per output row (its `SCB`).
-    - nf4: QLoRA (Dettmers et al. 2023, §3) with double quantization, as bitsandbytes' quantize_4bit with
-      compress_statistics=True stores it: 4 bits a weight (two per byte); one absmax per block of 64
-      weights, itself quantized to 8 bits (quantize_blockwise of absmax − mean, blocksize 256); one float32
-      per 256 of those, and the float32 mean: 4 + 8/64 + 32/(64·256) = 4.127 bits a weight (the paper's
+    - nf4: QLoRA (Dettmers et al. 2023, §3, "Double Quantization") as bitsandbytes stores it
+      (bitsandbytes/functional.py, quantize_4bit(blocksize=64, compress_statistics=True), which is
+      transformers' bnb_4bit_use_double_quant=True): 4 bits a weight, (n + 1) // 2 bytes; one absmax per
+      block of 64 weights, its mean subtracted (`offset`, one float32) and quantized to uint8 by
+      quantize_blockwise(absmax - offset, blocksize=256), whose state2 keeps one float32 absmax per 256: 4 + 8/64 + 32/(64·256) = 4.127 bits a weight (the paper's
       0.127 bits of constants per parameter). The 16-value NF4 code and the shared 8-bit code table are not counted.
     - int4: 4 bits a weight, two per byte; a scheme's scales and zeros (GPTQ's, AWQ's per group) are not."""
     n = math.prod(shape)

@@ -53,17 +53,26 @@ def test_trainable_parameters_equal_peft(family, name):
     assert sum(a["parameters"] for a in lora["adapters"]) == expected
 
 
-def test_gpt2_fused_c_attn_is_one_adapter_of_r_times_d_plus_3d():
+def test_gpt2_fused_c_attn_is_one_adapter_of_r_times_d_plus_3d(tmp_path):
     d, r, L = 768, 8, 12
     lora = lora_json(ROOT / "tests" / "fixtures" / "hf" / "gpt2", "q,k,v", r)["lora"]
     assert lora["layout"].startswith("GPT-2's modules")
     # the fixture's GPT-2 is 32 wide with 2 layers: one c_attn adapter per layer, r·(d + 3·d)
     assert [a["module"] for a in lora["adapters"]] == ["c_attn"]
     assert lora["trainable_parameters"] == 2 * r * (32 + 3 * 32)
-    # the preset has no family: one adapter per matrix, r·(d + d) for each of Q, K and V
+    # the preset names its family (about.model_type: gpt2): PEFT's well-known 294,912 for c_attn at r = 8
     preset = lora_json("gpt2", "q,k,v", r)["lora"]
-    assert preset["trainable_parameters"] == L * 3 * r * (d + d)
-    assert "Llama's layout" in preset["layout"]
+    assert preset["trainable_parameters"] == L * r * (d + 3 * d) == 294_912
+    # a YAML config without about.model_type: one adapter per matrix, r·(d + d) for each of Q, K and V
+    text = (ROOT / "blockcli" / "presets" / "gpt2.yaml").read_text()
+    plain = tmp_path / "gpt2-plain.yaml"
+    plain.write_text("".join(line for line in text.splitlines(True) if "model_type" not in line))
+    separate = lora_json(plain, "q", r)["lora"]
+    assert separate["trainable_parameters"] == L * r * (d + d)
+    assert "Llama's layout" in separate["layout"]
+    plain.write_text(text.replace("model_type: gpt2", "model_type: gpt3"))
+    out = runner.invoke(app, ["count", str(plain), "--train", "--lora-rank", "4", "--lora-targets", "q,k,v"])
+    assert out.exit_code == 2 and out.stderr.strip().splitlines()[0].startswith("blockcli: error: about.model_type:")
 
 
 # ----------------------------------------------------------------------------- memory
