@@ -375,14 +375,15 @@ def count(
     recompute: Annotated[Optional[Recompute], typer.Option(
         help="With --train: activation recomputation none (default), selective or full.")] = None,
     lora_rank: Annotated[Optional[int], typer.Option(
-        "--lora-rank", metavar="R", help="With --train: fine-tune with LoRA adapters of rank R (only they train).")] = None,
+        "--lora-rank", metavar="R",
+        help="With --train: fine-tune with LoRA adapters of rank R (only they train).")] = None,
     lora_targets: Annotated[Optional[str], typer.Option(
         "--lora-targets", metavar="ROLES",
         help="With --lora-rank: the matrices adapted, q,k,v,o,gate,up,down,router (comma-separated) or all-linear "
              "(every linear layer but the LM head).")] = None,
     lora_alpha: Annotated[Optional[float], typer.Option(
         "--lora-alpha", metavar="A", help="With --lora-rank: LoRA's alpha (scale alpha/r); changes no memory or "
-                                          "FLOPs figure (default R).")] = None,
+                                          "FLOPs figure (default 8, as PEFT's).")] = None,
     frozen_dtype: Annotated[Optional[FrozenDtype], typer.Option(
         "--frozen-dtype", help="With --lora-rank: the frozen base weights' storage: bf16 (default), int8 (LLM.int8()), "
                                "nf4 (QLoRA, double-quantized) or int4.")] = None,

@@ -595,7 +595,8 @@ def training_lines(tr: Training) -> list[str]:
 
 
 FROZEN_NAMES = {"bf16": "bfloat16", "int8": "int8 (LLM.int8(): a float32 scale per output row)",
-                "nf4": "NF4 with double quantization (QLoRA: 4.127 bits a weight)", "int4": "int4 (4 bits, no constants)"}
+                "nf4": "NF4 with double quantization (QLoRA: 4.127 bits a weight)",
+                "int4": "int4 (4 bits, no constants)"}
 
 
 def lora_lines(lo: Lora) -> list[str]:

@@ -592,6 +592,7 @@ def check_workload(config: Config, seq_len: int) -> str | None:
 LORA_ROLES = ("q", "k", "v", "o", "gate", "up", "down", "router")
 ALL_LINEAR = "all-linear"
 FROZEN_DTYPES = ("bf16", "int8", "nf4", "int4")
+PEFT_ALPHA = 8.0  # peft.LoraConfig's default lora_alpha
 NF4_BLOCK = 64  # weights per absmax constant (QLoRA §3, "4-bit NormalFloat"; bitsandbytes quantize_4bit blocksize=64)
 NF4_BLOCK2 = 256  # absmax constants per float32 constant of the second quantization (QLoRA §3, "Double Quantization")
 
@@ -733,6 +734,8 @@ def parse_lora_targets(text: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(part.strip().lower() for part in text.split(",")))
     if names == (ALL_LINEAR,):
         return names
+    if ALL_LINEAR in names:
+        raise InputError(f"--lora-targets: {ALL_LINEAR} stands alone (it is every linear layer); got '{clipped(text)}'")
     bad = [n for n in names if n not in LORA_ROLES]
     if bad or not names:
         raise InputError(f"--lora-targets: {clipped(bad[0]) if bad and bad[0] else 'an empty name'} is not a target; "
@@ -785,7 +788,7 @@ def lora(config: Config, rank: int, targets: tuple[str, ...], alpha: float | Non
     parameters, quantized, frozen = frozen_base(config, frozen_dtype)
     widths = tuple(sum(a.tokens * rank for a in block_adapters(g.block, fused) if wanted & set(a.roles))
                    for g in groups)
-    return Lora(rank, alpha if alpha is not None else float(rank), targets, layout, tuple(adapters), frozen_dtype,
+    return Lora(rank, alpha if alpha is not None else PEFT_ALPHA, targets, layout, tuple(adapters), frozen_dtype,
                 parameters, quantized, frozen, widths)
 
 
@@ -798,8 +801,9 @@ def quantized_bytes(shape: tuple[int, ...], dtype: str) -> int:
       (bitsandbytes/functional.py, quantize_4bit(blocksize=64, compress_statistics=True), which is
       transformers' bnb_4bit_use_double_quant=True): 4 bits a weight, (n + 1) // 2 bytes; one absmax per
       block of 64 weights, its mean subtracted (`offset`, one float32) and quantized to uint8 by
-      quantize_blockwise(absmax - offset, blocksize=256), whose state2 keeps one float32 absmax per 256: 4 + 8/64 + 32/(64·256) = 4.127 bits a weight (the paper's
-      0.127 bits of constants per parameter). The 16-value NF4 code and the shared 8-bit code table are not counted.
+      quantize_blockwise(absmax - offset, blocksize=256), whose state2 keeps one float32 absmax per 256:
+      4 + 8/64 + 32/(64·256) = 4.127 bits a weight (the paper's 0.127 bits of constants per parameter).
+      The 16-value NF4 code and the shared 8-bit code table are not counted.
     - int4: 4 bits a weight, two per byte; a scheme's scales and zeros (GPTQ's, AWQ's per group) are not."""
     n = math.prod(shape)
     if dtype == "bf16":

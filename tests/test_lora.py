@@ -137,6 +137,7 @@ def test_lora_alpha_changes_nothing_in_memory_or_flops():
     a = lora_json("llama-3-8b", "q,k,v,o", 8, "--lora-alpha", "16")
     b = lora_json("llama-3-8b", "q,k,v,o", 8, "--lora-alpha", "64")
     assert (a["lora"]["alpha"], a["lora"]["scale"], b["lora"]["scale"]) == (16, 2, 8)
+    assert lora_json("llama-3-8b", "q", 4)["lora"]["alpha"] == 8  # peft.LoraConfig's default lora_alpha
     for key in ("states_per_device", "activations", "memory_bytes_per_device", "step"):
         assert a[key] == b[key]
 
@@ -183,6 +184,7 @@ def test_the_table_and_markdown_show_the_adapters_and_the_frozen_base():
     (["--train", "--lora-rank", "-3", "--lora-targets", "q"], "--lora-rank"),
     (["--train", "--lora-rank", "4", "--lora-targets", "q,wq"], "wq"),
     (["--train", "--lora-rank", "4", "--lora-targets", ""], "--lora-targets"),
+    (["--train", "--lora-rank", "4", "--lora-targets", "all-linear,q"], "all-linear"),
     (["--train", "--lora-rank", "4", "--lora-targets", "gate"], "gate"),  # GPT-2's MLP is plain
     (["--train", "--lora-rank", "4", "--lora-targets", "router"], "router"),  # and dense
     (["--train", "--lora-rank", "4"], "--lora-targets"),
