@@ -341,6 +341,13 @@ class Recompute(str, Enum):
     full = "full"
 
 
+class FrozenDtype(str, Enum):
+    bf16 = "bf16"
+    int8 = "int8"
+    nf4 = "nf4"
+    int4 = "int4"
+
+
 @app.command()
 def count(
     config: ConfigArg = None,
@@ -367,6 +374,19 @@ def count(
         min=0, max=3)] = None,
     recompute: Annotated[Optional[Recompute], typer.Option(
         help="With --train: activation recomputation none (default), selective or full.")] = None,
+    lora_rank: Annotated[Optional[int], typer.Option(
+        "--lora-rank", metavar="R",
+        help="With --train: fine-tune with LoRA adapters of rank R (only they train).")] = None,
+    lora_targets: Annotated[Optional[str], typer.Option(
+        "--lora-targets", metavar="ROLES",
+        help="With --lora-rank: the matrices adapted, q,k,v,o,gate,up,down,router (comma-separated) or all-linear "
+             "(every linear layer but the LM head).")] = None,
+    lora_alpha: Annotated[Optional[float], typer.Option(
+        "--lora-alpha", metavar="A", help="With --lora-rank: LoRA's alpha (scale alpha/r); changes no memory or "
+                                          "FLOPs figure (default 8, as PEFT's).")] = None,
+    frozen_dtype: Annotated[Optional[FrozenDtype], typer.Option(
+        "--frozen-dtype", help="With --lora-rank: the frozen base weights' storage: bf16 (default), int8 (LLM.int8()), "
+                               "nf4 (QLoRA, double-quantized) or int4.")] = None,
     max_memory: Annotated[Optional[str], typer.Option(
         "--max-memory", metavar="SIZE",
         help="Exit 1 if the workload's memory exceeds SIZE (80GiB, 40GB): inference weights + K/V cache + "
@@ -385,6 +405,16 @@ def count(
                                         ("--zero", zero), ("--recompute", recompute)) if v is not None]
         if training_only and not train:
             raise InputError(f"{training_only[0]} sizes a training step; add --train")
+        lora_only = [o for o, v in (("--lora-rank", lora_rank), ("--lora-targets", lora_targets),
+                                    ("--lora-alpha", lora_alpha), ("--frozen-dtype", frozen_dtype)) if v is not None]
+        if lora_only and not train:
+            raise InputError(f"{lora_only[0]} sizes a fine-tuning step; add --train")
+        if lora_only and lora_rank is None:
+            raise InputError(f"{lora_only[0]} needs --lora-rank R (the adapters' rank)")
+        if lora_rank is not None and lora_targets is None:
+            raise InputError("--lora-rank needs --lora-targets: q,k,v,o,gate,up,down,router (comma-separated) "
+                             "or all-linear")
+        targets = sizing.parse_lora_targets(lora_targets) if lora_targets is not None else ()
         cfg = loaded(config, allow_field)
         T, B = seq or cfg.run.seq_len, batch or cfg.run.batch
         if (past := sizing.check_workload(cfg, T)) is not None:
@@ -410,10 +440,17 @@ def count(
                                      kv_dtype.value if kv_dtype else None)
         training = None
         if train:
+            adapters = None
+            if lora_rank is not None:
+                adapters = sizing.lora(cfg, lora_rank, targets, lora_alpha,
+                                       (frozen_dtype or FrozenDtype.bf16).value,
+                                       _model_type(config) or cfg.about.model_type)
             training = sizing.training(cfg, result.total, result.non_embedding, T, B,
                                        optimizer=(optimizer or Optimizer.adamw).value,
                                        precision=(precision or Precision.mixed).value, dp=dp or 1,
-                                       zero=zero or 0, recompute=(recompute or Recompute.none).value)
+                                       zero=zero or 0, recompute=(recompute or Recompute.none).value,
+                                       active_non_embedding=result.active_total - (result.total - result.non_embedding),
+                                       lora=adapters)
         chosen = CountFormat.json if json_out else fmt
         if chosen is CountFormat.json:
             print_out(render.to_json(render.count_json(result, inference, training, memory_budget)))
@@ -447,6 +484,31 @@ def count(
         return code
 
     run_guarded(body, [config])
+
+
+def _model_type(source: str | None) -> str | None:
+    """The model_type of a config.json or model folder `source` (a vision-language one's language model's),
+    for its family's module layout; None for a preset, a YAML config or standard input."""
+    if not source or source == "-" or not Path(source).exists():
+        return None
+    from blockcli.sources import model_folder_config
+
+    path = Path(source)
+    if path.is_dir() or path.suffix.lower() == ".safetensors":
+        path = model_folder_config(path)
+    if path.suffix.lower() != ".json":
+        return None
+    import json
+
+    from blockcli.families import COMPOSITES
+
+    data = json.loads(path.read_text("utf-8"))  # already read and checked by loaded()
+    model_type = data.get("model_type")
+    composite = COMPOSITES.get(model_type)
+    if composite is not None:
+        text = data.get("text_config") if isinstance(data.get("text_config"), dict) else data
+        model_type = text.get("model_type", composite.text_model_type)
+    return model_type if isinstance(model_type, str) else None
 
 
 # ----------------------------------------------------------------------------- presets

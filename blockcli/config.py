@@ -272,6 +272,7 @@ class About:
     description: str = ""
     source: str = ""
     parameters: int | None = None
+    model_type: str = ""  # the Hugging Face family whose modules hold these matrices (count --lora-* reads it)
 
 
 @dataclass(frozen=True)
@@ -1181,9 +1182,9 @@ def _parse_run(data: Mapping[str, Any]) -> RunConfig:
 
 
 def _parse_about(data: Mapping[str, Any]) -> About:
-    _check_keys(data, ("description", "source", "parameters"), "about.")
-    for key in ("description", "source"):
+    _check_keys(data, ("description", "source", "parameters", "model_type"), "about.")
+    for key in ("description", "source", "model_type"):
         if not isinstance(data.get(key, ""), str):
             raise ConfigError(f"about.{key}: expected a string, got {_kind(data[key])}")
     parameters = _int(data, "parameters", "about", 1) if "parameters" in data else None
-    return About(data.get("description", ""), data.get("source", ""), parameters)
+    return About(data.get("description", ""), data.get("source", ""), parameters, data.get("model_type", ""))

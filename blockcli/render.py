@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # rich and the NumPy-based modules load only when a table is 
 
     from blockcli.count import Component, ParameterCount
     from blockcli.mutants import Mutant
-    from blockcli.sizing import Inference, Term, Training
+    from blockcli.sizing import Inference, Lora, Term, Training
     from blockcli.trace import OpRow, Trace
     from blockcli.verify import Report
 
@@ -423,16 +423,36 @@ def training_json(tr: Training) -> dict[str, Any]:
                         "layer_terms": _terms_json(tr.layer_terms), "other_terms": _terms_json(tr.other_terms),
                         "total": tr.activation_bytes},
         "memory_bytes_per_device": tr.memory_bytes,
-        "step": {"forward": {"full": _flops(tr.forward.total()), "causal": _flops(tr.forward.total(True))},
-                 "backward": {"full": _flops(2 * tr.forward.total()), "causal": _flops(2 * tr.forward.total(True))},
-                 "recompute": {"full": _flops(tr.recompute_flops.total()),
-                               "causal": _flops(tr.recompute_flops.total(True))},
+        "step": {"forward": {"full": _flops(tr.forward_flops()), "causal": _flops(tr.forward_flops(True))},
+                 "backward": {"full": _flops(tr.backward_flops()), "causal": _flops(tr.backward_flops(True))},
+                 "recompute": {"full": _flops(tr.recomputed_flops()),
+                               "causal": _flops(tr.recomputed_flops(True))},
                  "total": {"full": _flops(tr.step_flops()), "causal": _flops(tr.step_flops(True))},
                  "per_token": {"full": _flops(tr.step_flops() // tr.tokens),
                                "causal": _flops(tr.step_flops(True) // tr.tokens)},
-                 "six_n": tr.six_n},
+                 "six_n": tr.six_n, "six_n_parameters": tr.six_n_parameters,
+                 "six_n_basis": "active_non_embedding" if tr.six_n_active else "non_embedding"},
         "notes": tr.notes,
+        **({"lora": lora_json(tr.lora, tr)} if tr.lora is not None else {}),
     }
+
+
+def lora_json(lo: Lora, tr: Training) -> dict[str, Any]:
+    return {
+        "rank": lo.rank, "alpha": lo.alpha, "scale": lo.scale, "targets": list(lo.targets), "layout": lo.layout,
+        "trainable_parameters": lo.trainable, "trainable_share": _share(lo.trainable, lo.frozen_parameters),
+        "adapters": [{"module": a.module, "roles": list(a.roles), "in": a.fan_in, "out": a.fan_out,
+                      "layers": a.layers, "per_layer": a.n, "copies": a.copies,
+                      "parameters": a.parameters(lo.rank), "formula": _adapter_formula(a)} for a in lo.adapters],
+        "frozen": {"parameters": lo.frozen_parameters, "dtype": lo.frozen_dtype,
+                   "quantized_parameters": lo.quantized_parameters, "bytes": lo.frozen_bytes},
+        "flops_per_token": _flops(lo.flops_per_token()),
+    }
+
+
+def _adapter_formula(a: Any) -> str:
+    copies = f"{a.layers}·{a.n}" if a.n > 1 else f"{a.layers}"
+    return f"{copies}·r·({a.fan_in} + {a.fan_out})"
 
 
 def _share(count: int, total: int) -> float:
@@ -472,6 +492,8 @@ def count_markdown(result: ParameterCount, inference: Inference, training: Train
         f"- {line}" for line in count_footer_lines(result, inference, training)) + "\n"
     if training is not None:
         text += "\n" + markdown_table(TERM_HEADERS, _term_rows(training), "llrl")
+        if training.lora is not None:
+            text += "\n" + markdown_table(ADAPTER_HEADERS, _adapter_rows(training.lora), "lrrrl")
     return text
 
 
@@ -559,11 +581,35 @@ def training_lines(tr: Training) -> list[str]:
         + f"{human_bytes(tr.activations_outside_layers)} "
         f"outside the layers = {human_bytes(tr.activation_bytes)}",
         f"training memory per device: {human_bytes(tr.memory_bytes)} = model states + activations",
-        f"FLOPs per step ({tr.tokens:,} tokens): forward + backward (2× forward)"
+        f"FLOPs per step ({tr.tokens:,} tokens): forward + backward ("
+        + ("the frozen weights' products once, the scores' and the adapters' twice" if tr.lora is not None
+           else "2× forward") + ")"
         + (f" + recomputed forward ({tr.recompute})" if tr.recompute != "none" else "")
         + f" = {_both(tr.step_flops(), tr.step_flops(True))}; per token {human(tr.step_flops() // tr.tokens)} full; "
-        f"6·N rule (Kaplan et al. 2020, N non-embedding): {tr.six_n:,} ({human(tr.six_n)})",
+        + (f"6·N rule (Kaplan et al. 2020, N = {tr.six_n_parameters:,} active non-embedding parameters per token, "
+           f"a mixture of experts): " if tr.six_n_active else "6·N rule (Kaplan et al. 2020, N non-embedding): ")
+        + f"{tr.six_n:,} ({human(tr.six_n)})",
+        *(lora_lines(tr.lora) if tr.lora is not None else []),
         *tr.notes,
+    ]
+
+
+FROZEN_NAMES = {"bf16": "bfloat16", "int8": "int8 (LLM.int8(): a float32 scale per output row)",
+                "nf4": "NF4 with double quantization (QLoRA: 4.127 bits a weight)",
+                "int4": "int4 (4 bits, no constants)"}
+
+
+def lora_lines(lo: Lora) -> list[str]:
+    targets = ", ".join(lo.targets)
+    return [
+        f"LoRA: rank {lo.rank} on {targets}: {lo.trainable:,} trainable parameters "
+        f"({100 * _share(lo.trainable, lo.frozen_parameters):.4f}% of {lo.frozen_parameters:,}), r·(in + out) per "
+        f"adapted module, {lo.layout}; gradients and optimizer states for these only; alpha {lo.alpha:g} (scale "
+        f"alpha/r = {lo.scale:g}: the update's size, nothing in memory or FLOPs)",
+        f"frozen base: {human_bytes(lo.frozen_bytes)} ({lo.frozen_bytes:,} bytes): "
+        + (f"{lo.frozen_parameters:,} weights at bfloat16" if lo.frozen_dtype == "bf16" else
+           f"{lo.quantized_parameters:,} weights of the blocks' matrices at {FROZEN_NAMES[lo.frozen_dtype]}, the other "
+           f"{lo.frozen_parameters - lo.quantized_parameters:,} (embeddings, norms, biases, LM head) at bfloat16"),
     ]
 
 
@@ -590,6 +636,8 @@ def count_table(result: ParameterCount, inference: Inference, training: Training
     parts: list[Any] = [_count_fitted(result), footer]
     if training is not None:
         parts.append(_terms_fitted(training))
+        if training.lora is not None:
+            parts.append(_adapters_fitted(training.lora))
     return Group(*parts)
 
 
@@ -685,6 +733,28 @@ def _terms_fitted(training: Training) -> Fitted:
         stacked.add(text, row[2], style=style(row), end_section=i in ends)
     return Fitted([full, stacked], lambda width: records(title, [(r[0], [f"{r[2]} bytes", r[1], r[3]])
                                                                 for r in rows], width))
+
+
+ADAPTER_HEADERS = ("LoRA adapter", "in → out", "copies", "trainable", "formula")
+
+
+def _adapter_rows(lo: Lora) -> list[list[str]]:
+    rows = [[f"{a.module}" + (f" ({', '.join(a.roles)})" if a.roles and a.roles != (a.module,) else ""),
+             f"{a.fan_in:,} → {a.fan_out:,}", f"{a.copies:,}", f"{a.parameters(lo.rank):,}", _adapter_formula(a)]
+            for a in lo.adapters]
+    return rows + [["total", "", "", f"{lo.trainable:,}", f"r = {lo.rank}"]]
+
+
+def _adapters_fitted(lo: Lora) -> Fitted:
+    title = f"LoRA adapters, rank {lo.rank}: A (r × in) and B (out × r) per module"
+    rows = _adapter_rows(lo)
+    full = Grid(title, [Column(ADAPTER_HEADERS[0], comfort=16), Column(ADAPTER_HEADERS[1], "right", False),
+                        Column(ADAPTER_HEADERS[2], "right", False), Column(ADAPTER_HEADERS[3], "right", False),
+                        Column(ADAPTER_HEADERS[4], comfort=12)])
+    for i, row in enumerate(rows):
+        full.add(*row, style="bold" if row[0] == "total" else None, end_section=i == len(rows) - 2)
+    return Fitted([full], lambda width: records(title, [(r[0], [f"{r[3]} trainable", r[1], r[4]]) for r in rows],
+                                                width))
 
 
 def hub_id(source: str) -> str:

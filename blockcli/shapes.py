@@ -135,7 +135,7 @@ def block_parameter_shapes(cfg: BlockConfig) -> dict[str, Shape]:
 
 def model_parameter_shapes(config: Config) -> dict[str, Shape]:
     """Every parameter of the model: embeddings, blocks.{i}.*, final norm, LM head."""
-    before, after = _outer_shapes(config)
+    before, after = outer_shapes(config)
     assert config.model is not None
     shapes = dict(before)
     for i in range(config.model.n_layers):  # each layer's own block (`layers:` overrides)
@@ -155,7 +155,7 @@ def declared_sizes(config: Config) -> tuple[int, int]:
         if block not in per_block:
             per_block[block] = _split(block_parameter_shapes(block))
         parameters, buffers = parameters + per_block[block][0], buffers + per_block[block][1]
-    before, after = _outer_shapes(config)
+    before, after = outer_shapes(config)
     outer_parameters, outer_buffers = _split({**before, **after})
     return parameters + outer_parameters, buffers + outer_buffers
 
@@ -165,7 +165,7 @@ def _split(shapes: dict[str, Shape]) -> tuple[int, int]:
     return sum(n for n, buffer in sizes if not buffer), sum(n for n, buffer in sizes if buffer)
 
 
-def _outer_shapes(config: Config) -> tuple[dict[str, Shape], dict[str, Shape]]:
+def outer_shapes(config: Config) -> tuple[dict[str, Shape], dict[str, Shape]]:
     """The model's parameters before its blocks (embeddings) and after them (final norm, LM head)."""
     model, block = config.model, config.block
     assert model is not None

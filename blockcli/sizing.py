@@ -22,6 +22,7 @@ Conventions (named in the output too):
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 
@@ -435,9 +436,12 @@ class Training:
     n_layers: int
     forward: ForwardFlops  # of the global batch (batch × dp sequences)
     recompute_flops: ForwardFlops
-    six_n: int  # Kaplan et al. 2020: 6 × non-embedding parameters × tokens
+    six_n: int  # Kaplan et al. 2020: 6 × N × tokens, N the non-embedding parameters a token uses
     notes: list[str] = field(default_factory=list)
     other_layers: tuple[tuple[int, int], ...] = ()  # when layers differ: (layers, bytes per layer) of the other groups
+    six_n_parameters: int = 0  # N: the non-embedding parameters, or a mixture of experts' active ones
+    six_n_active: bool = False  # N is the active count (a mixture of experts), not all of them
+    lora: Lora | None = None
 
     @property
     def activations_per_layer(self) -> int:
@@ -466,15 +470,39 @@ class Training:
     def tokens(self) -> int:
         return self.seq_len * self.batch * self.dp
 
+    @property
+    def lora_flops(self) -> int:
+        """The adapters' forward products, of the global batch (0 without LoRA)."""
+        return self.lora.flops_per_token() * self.tokens if self.lora is not None else 0
+
+    def forward_flops(self, causal: bool = False) -> int:
+        return self.forward.total(causal) + self.lora_flops
+
+    def backward_flops(self, causal: bool = False) -> int:
+        """2× the forward (gradients of the inputs and of the weights); with LoRA the frozen weights'
+        products only once (their inputs' gradients), the score products and the adapters' twice."""
+        if self.lora is None:
+            return 2 * self.forward.total(causal)
+        f = self.forward
+        return f.blocks_dense + f.head + 2 * (f.scores_causal if causal else f.scores_full) + 2 * self.lora_flops
+
+    def recomputed_flops(self, causal: bool = False) -> int:
+        """The forward work done again (full recomputation redoes the adapters' products too)."""
+        return self.recompute_flops.total(causal) + (self.lora_flops if self.recompute == "full" else 0)
+
     def step_flops(self, causal: bool = False) -> int:
-        """Forward, backward (2× the forward: gradients of inputs and of weights), and the recomputed
-        forward work, of the global batch."""
-        return 3 * self.forward.total(causal) + self.recompute_flops.total(causal)
+        """Forward, backward, and the recomputed forward work, of the global batch."""
+        return self.forward_flops(causal) + self.backward_flops(causal) + self.recomputed_flops(causal)
 
 
 def training(config: Config, parameters: int, non_embedding: int, seq_len: int, batch: int, *,
              optimizer: str = "adamw", precision: str = "mixed", dp: int = 1, zero: int = 0,
-             recompute: str = "none") -> Training:
+             recompute: str = "none", active_non_embedding: int | None = None,
+             lora: Lora | None = None) -> Training:
+    """A training step. `active_non_embedding`: what one token uses of the non-embedding parameters (a
+    mixture of experts' active ones), the N of Kaplan's 6·N. With `lora`, only the adapters train: their
+    gradients and optimizer states, the frozen base at its dtype, the x·A intermediates kept, and a
+    backward without the frozen weights' gradient products."""
     for option, value, allowed in (("--optimizer", optimizer, OPTIMIZERS), ("--precision", precision, PRECISIONS),
                                    ("--recompute", recompute, RECOMPUTE), ("--zero", zero, (0, 1, 2, 3))):
         if value not in allowed:
@@ -491,17 +519,40 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
     notes = [] if dp > 1 or zero == 0 else [f"ZeRO stage {zero} partitions over --dp devices; with --dp 1 "
                                             "nothing is divided"]
     layer_groups = config.layer_groups()
-    others = tuple((len(g.layers), sum(t.bytes for t in activation_terms(g.block, seq_len, batch, precision,
-                                                                         recompute))) for g in layer_groups[1:])
+
+    def terms(i: int, block: BlockConfig) -> list[Term]:
+        kept = activation_terms(block, seq_len, batch, precision, recompute)
+        if lora is not None and recompute != "full" and lora.kept_per_token[i]:
+            beta = 2 if precision == "mixed" else 4
+            kept.append(Term("LoRA: x·A of each adapted matrix (B's input)", f"{beta}·s·b·Σr",
+                             beta * batch * seq_len * lora.kept_per_token[i]))
+        return kept
+
+    others = tuple((len(g.layers), sum(t.bytes for t in terms(i, g.block)))
+                   for i, g in enumerate(layer_groups) if i > 0)
     if others:
         notes.append(f"layers differ: the per-layer activations are those of {layer_list(layer_groups[0].layers)}; "
                      + "; ".join(f"{layer_list(g.layers)} keep {size:,} bytes each"
                                  for g, (_, size) in zip(layer_groups[1:], others)))
-    return Training(optimizer, precision, dp, zero, recompute, seq_len, batch, per,
-                    states_per_device(parameters, per, dp, zero),
-                    activation_terms(layer_groups[0].block, seq_len, batch, precision, recompute),
-                    head_terms(config, seq_len, batch, precision), groups[0].L, forward, again,
-                    6 * non_embedding * seq_len * batch * dp, notes, others)
+    active = non_embedding if active_non_embedding is None else active_non_embedding
+    if lora is None:
+        states = states_per_device(parameters, per, dp, zero)
+    else:
+        states = lora_states(lora, per, dp, zero)
+    return Training(optimizer, precision, dp, zero, recompute, seq_len, batch, per, states,
+                    terms(0, layer_groups[0].block), head_terms(config, seq_len, batch, precision), groups[0].L,
+                    forward, again, 6 * active * seq_len * batch * dp, notes, others, active,
+                    active != non_embedding, lora)
+
+
+def lora_states(lora: Lora, per: StateBytes, dp: int, zero: int) -> dict[str, int]:
+    """Model-state bytes per device with LoRA: the frozen base at its dtype plus the adapters' weights;
+    gradients and optimizer states (fp32 master copy and moments) of the adapters only. ZeRO partitions
+    as for full training: stage 1 the optimizer states, 2 the gradients, 3 the weights (frozen ones too)."""
+    n = lora.trainable
+    share = lambda size, stage: -(-size // dp) if zero >= stage else size  # noqa: E731
+    return {"weights": share(lora.frozen_bytes + n * per.weights, 3), "gradients": share(n * per.gradients, 2),
+            "optimizer": share(n * per.optimizer, 1)}
 
 
 # ----------------------------------------------------------------------------- budgets
@@ -534,3 +585,260 @@ def check_workload(config: Config, seq_len: int) -> str | None:
         return (f"{seq_len:,} tokens are past the model's max_positions {m.max_positions:,} (a config.json's "
                 f"max_position_embeddings): computed as asked, but the model was not built for them")
     return None
+
+
+# ----------------------------------------------------------------------------- fine-tuning: LoRA
+
+LORA_ROLES = ("q", "k", "v", "o", "gate", "up", "down", "router")
+ALL_LINEAR = "all-linear"
+FROZEN_DTYPES = ("bf16", "int8", "nf4", "int4")
+PEFT_ALPHA = 8.0  # peft.LoraConfig's default lora_alpha
+NF4_BLOCK = 64  # weights per absmax constant (QLoRA §3, "4-bit NormalFloat"; bitsandbytes quantize_4bit blocksize=64)
+NF4_BLOCK2 = 256  # absmax constants per float32 constant of the second quantization (QLoRA §3, "Double Quantization")
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """One adapted module, as PEFT wraps it: A (r × in) and B (out × r), in `layers` layers, `n` of it per
+    layer (E for a routed expert's, each its own adapter); `roles`: the blockcli roles it computes (q, k, v
+    for a fused module); a token passes through `tokens` of the n (a routed expert's k of E)."""
+
+    module: str
+    roles: tuple[str, ...]
+    fan_in: int
+    fan_out: int
+    layers: int
+    n: int = 1
+    tokens: int = 1
+
+    @property
+    def copies(self) -> int:
+        return self.layers * self.n
+
+    def parameters(self, rank: int) -> int:
+        return self.copies * rank * (self.fan_in + self.fan_out)
+
+    def flops_per_token(self, rank: int) -> int:
+        """x·A then ·B, in every layer, for the `tokens` of the n a token passes through."""
+        return 2 * self.layers * self.tokens * rank * (self.fan_in + self.fan_out)
+
+
+@dataclass(frozen=True)
+class Lora:
+    rank: int
+    alpha: float
+    targets: tuple[str, ...]  # as given: roles, or ("all-linear",)
+    layout: str  # whose modules the adapters follow, in words
+    adapters: tuple[Adapter, ...]
+    frozen_dtype: str
+    frozen_parameters: int  # every parameter of the base model
+    quantized_parameters: int  # those stored at frozen_dtype (the blocks' weight matrices)
+    frozen_bytes: int
+    # per layer group (config.layer_groups()): the x·A values a token keeps, Σ r over the adapted matrices
+    # it passes through (k of a routed expert's E)
+    kept_per_token: tuple[int, ...] = ()
+
+    @property
+    def trainable(self) -> int:
+        return sum(a.parameters(self.rank) for a in self.adapters)
+
+    def flops_per_token(self) -> int:
+        return sum(a.flops_per_token(self.rank) for a in self.adapters)
+
+    @property
+    def scale(self) -> float:
+        """PEFT's scaling alpha / r: the size of the update B·A·x, nothing in memory or FLOPs."""
+        return self.alpha / self.rank
+
+
+# Modules fused in a family's checkpoint (and in transformers' modules): its tensor map's entries that fill
+# several of a layer's matrices, by blockcli role; e.g. GPT-2's c_attn holds q, k, v.
+Fused = dict[tuple[str, ...], str]
+
+
+def fused_modules(model_type: str | None) -> tuple[Fused, str]:
+    """The fused modules of `model_type`'s family (role tuple → module name) and a phrase saying whose
+    layout that is; with no family (a YAML config without about.model_type), every matrix its own module
+    (Llama's layout)."""
+    from blockcli.families import FAMILIES  # lazy: only for a config.json's family
+
+    if model_type and model_type not in FAMILIES:
+        raise InputError(f"about.model_type: {clipped(model_type)!r} is not a family blockcli knows (one of "
+                         f"{', '.join(sorted(FAMILIES))})")
+    family = FAMILIES.get(model_type) if model_type else None
+    if family is None:
+        return {}, ("one module per matrix (Llama's layout; a config.json's family, or about.model_type, gives "
+                    "its own)")
+    fused: Fused = {}
+    for entry in family.tensors.tensors:
+        roles = tuple(k.rsplit(".w_", 1)[-1] for k in entry.keys if k.startswith("blocks.{i}.w_"))
+        if len(roles) > 1 and len(roles) == len(entry.keys):
+            fused[roles] = entry.name.split("|")[0].rsplit(".", 2)[-2]  # h.{i}.attn.c_attn.weight → c_attn
+    return fused, f"{family.title}'s modules" + (
+        " (" + "; ".join(f"{name}: {', '.join(roles)}" for roles, name in fused.items()) + ")" if fused else "")
+
+
+def block_adapters(block: BlockConfig, fused: Fused, layers: int = 1) -> list[Adapter]:
+    """Every linear module of a block, in forward order, as transformers 5 holds them: the attention's
+    projections (latent attention's low-rank ones: q through q_a and q_b, K and V through the shared
+    kv_a and kv_b), the MLP's, or a mixture's router, routed experts (each expert's gate and up fused,
+    as transformers 5's gate_up_proj holds them; one adapter per expert, as PEFT's target_parameters
+    gives each expert its own rank r) and shared expert (and its gate)."""
+    from blockcli.shapes import block_parameter_shapes  # lazy: only for --lora-*
+
+    shapes = block_parameter_shapes(block)
+    out: list[Adapter] = []
+
+    def add(module: str, roles: tuple[str, ...], keys: tuple[str, ...], n: int = 1, tokens: int = 1) -> None:
+        if all(k in shapes for k in keys):
+            out.append(Adapter(module, roles, shapes[keys[0]][0], sum(shapes[k][1] for k in keys), layers, n,
+                               tokens))
+
+    attention = ("q", "k", "v")
+    if block.mla is not None:
+        add("q_a", ("q",), ("w_q_a",))
+        add("q_b", ("q",), ("w_q_b",))
+        add("q", ("q",), ("w_q",))
+        add("kv_a", ("k", "v"), ("w_kv_a",))
+        add("kv_b", ("k", "v"), ("w_kv_b",))
+    elif attention in fused:
+        add(fused[attention], attention, ("w_q", "w_k", "w_v"))
+    else:
+        for role in attention:
+            add(role, (role,), (f"w_{role}",))
+    add("o", ("o",), ("w_o",))
+    moe = block.moe
+    if moe is None:
+        if ("gate", "up") in fused:
+            add(fused[("gate", "up")], ("gate", "up"), ("w_gate", "w_up"))
+        else:
+            add("gate", ("gate",), ("w_gate",))
+            add("up", ("up",), ("w_up",))
+        add("down", ("down",), ("w_down",))
+        return out
+    add("router", ("router",), ("router",))
+    E, k = moe.n_experts, moe.top_k
+    if block.gated:
+        add("experts gate_up", ("gate", "up"), ("experts.0.w_gate", "experts.0.w_up"), E, k)
+    else:
+        add("experts up", ("up",), ("experts.0.w_up",), E, k)
+    add("experts down", ("down",), ("experts.0.w_down",), E, k)
+    for role in ("gate", "up", "down"):
+        add(f"shared {role}", (role,), (f"shared_w_{role}",))
+    add("shared gate", ("router",), ("shared_gate",))
+    return out
+
+
+def parse_lora_targets(text: str) -> tuple[str, ...]:
+    """'q,k,v' → ('q', 'k', 'v'); 'all-linear' → ('all-linear',). Unknown names are an InputError."""
+    names = tuple(dict.fromkeys(part.strip().lower() for part in text.split(",")))
+    if names == (ALL_LINEAR,):
+        return names
+    if ALL_LINEAR in names:
+        raise InputError(f"--lora-targets: {ALL_LINEAR} stands alone (it is every linear layer); got '{clipped(text)}'")
+    bad = [n for n in names if n not in LORA_ROLES]
+    if bad or not names:
+        raise InputError(f"--lora-targets: {clipped(bad[0]) if bad and bad[0] else 'an empty name'} is not a target; "
+                         f"expected {ALL_LINEAR} or a comma-separated list of {', '.join(LORA_ROLES)}")
+    return names
+
+
+def lora(config: Config, rank: int, targets: tuple[str, ...], alpha: float | None = None,
+         frozen_dtype: str = "bf16", model_type: str | None = None) -> Lora:
+    """LoRA (Hu et al. 2021) on `targets` at rank r, counted as PEFT counts it: each adapted module
+    gets A (r × in) and B (out × r), r·(in + out) trainable parameters; the base model is frozen at
+    `frozen_dtype`. `all-linear` adapts every linear layer of the blocks and OPT-350m's project in/out,
+    not the LM head (PEFT's all-linear). A fused module (GPT-2's c_attn: q, k, v) gets one adapter,
+    r·(d + 3·d), so its roles are targeted together or not at all."""
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise InputError(f"--lora-rank: expected a whole number of at least 1, got {rank!r}")
+    if alpha is not None and not (alpha > 0 and alpha != float("inf")):
+        raise InputError(f"--lora-alpha: expected a positive number, got {alpha!r}")
+    if frozen_dtype not in FROZEN_DTYPES:
+        raise InputError(f"--frozen-dtype: expected one of {', '.join(FROZEN_DTYPES)}, got {frozen_dtype!r}")
+    fused, layout = fused_modules(model_type)
+    everything = targets == (ALL_LINEAR,)
+    wanted = set(LORA_ROLES) if everything else set(targets)
+    groups = config.layer_groups()
+    merged: dict[tuple, Adapter] = {}
+    present: set[str] = set()
+    for group in groups:
+        for a in block_adapters(group.block, fused, len(group.layers) if config.model else 1):
+            present.update(a.roles)
+            chosen = wanted & set(a.roles)
+            if not chosen:
+                continue
+            if chosen != set(a.roles) and not everything:
+                missing = [r for r in a.roles if r not in chosen]
+                raise InputError(f"--lora-targets: {', '.join(r for r in a.roles if r in chosen)} shares the module "
+                                 f"'{a.module}' with {', '.join(missing)} ({layout}); target "
+                                 f"{','.join(a.roles)} together")
+            key = (a.module, a.roles, a.fan_in, a.fan_out, a.n, a.tokens)
+            merged[key] = replace(a, layers=merged[key].layers + a.layers) if key in merged else a
+    if not everything:
+        absent = [t for t in targets if t not in present]
+        if absent:
+            raise InputError(f"--lora-targets: {absent[0]}: {config.name} has no such matrix (its layers have "
+                             f"{', '.join(r for r in LORA_ROLES if r in present)})")
+    adapters = list(merged.values())
+    m, d = config.model, config.block.d_model
+    e = projected_width(m, d)
+    if everything and e:  # OPT-350m's project_in and project_out are nn.Linear too
+        adapters += [Adapter("proj_in", (), e, d, 1), Adapter("proj_out", (), d, e, 1)]
+    parameters, quantized, frozen = frozen_base(config, frozen_dtype)
+    widths = tuple(sum(a.tokens * rank for a in block_adapters(g.block, fused) if wanted & set(a.roles))
+                   for g in groups)
+    return Lora(rank, alpha if alpha is not None else PEFT_ALPHA, targets, layout, tuple(adapters), frozen_dtype,
+                parameters, quantized, frozen, widths)
+
+
+def quantized_bytes(shape: tuple[int, ...], dtype: str) -> int:
+    """Bytes of one frozen weight matrix (in, out) at `dtype`:
+    - bf16: 2 bytes a weight.
+    - int8: LLM.int8() (Dettmers et al. 2022; bitsandbytes Int8Params): 1 byte a weight and one float32
+      scale per output row (its `SCB`).
+    - nf4: QLoRA (Dettmers et al. 2023, §3, "Double Quantization") as bitsandbytes stores it
+      (bitsandbytes/functional.py, quantize_4bit(blocksize=64, compress_statistics=True), which is
+      transformers' bnb_4bit_use_double_quant=True): 4 bits a weight, (n + 1) // 2 bytes; one absmax per
+      block of 64 weights, its mean subtracted (`offset`, one float32) and quantized to uint8 by
+      quantize_blockwise(absmax - offset, blocksize=256), whose state2 keeps one float32 absmax per 256:
+      4 + 8/64 + 32/(64·256) = 4.127 bits a weight (the paper's 0.127 bits of constants per parameter).
+      The 16-value NF4 code and the shared 8-bit code table are not counted.
+    - int4: 4 bits a weight, two per byte; a scheme's scales and zeros (GPTQ's, AWQ's per group) are not."""
+    n = math.prod(shape)
+    if dtype == "bf16":
+        return 2 * n
+    if dtype == "int8":
+        return n + 4 * shape[-1]
+    packed = -(-n // 2)
+    if dtype == "int4":
+        return packed
+    blocks = -(-n // NF4_BLOCK)
+    return packed + blocks + 4 * -(-blocks // NF4_BLOCK2) + 4
+
+
+def frozen_base(config: Config, dtype: str) -> tuple[int, int, int]:
+    """(parameters, those quantized, bytes) of the frozen base model: the blocks' weight matrices (and
+    OPT-350m's project in/out) at `dtype`, as bitsandbytes replaces each nn.Linear but the LM head; the
+    embeddings, norms, biases and LM head at 16 bits. Buffers are not parameters: not counted."""
+    from blockcli.shapes import block_parameter_shapes, is_buffer, outer_shapes  # lazy: only for --lora-*
+
+    if config.model is None:
+        counted = [(block_parameter_shapes(config.block), 1)]
+    else:
+        before, after = outer_shapes(config)
+        counted = [(block_parameter_shapes(g.block), len(g.layers)) for g in config.layer_groups()]
+        counted.append(({**before, **after}, 1))
+    parameters = quantized = frozen = 0
+    for shapes, copies in counted:
+        for name, shape in shapes.items():
+            if is_buffer(name):
+                continue
+            n = math.prod(shape) * copies
+            parameters += n
+            if len(shape) == 2 and "norm" not in name and name not in ("wte", "wpe", "lm_head"):
+                quantized += n
+                frozen += quantized_bytes(shape, dtype) * copies
+            else:
+                frozen += 2 * n
+    return parameters, quantized, frozen

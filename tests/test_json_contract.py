@@ -23,7 +23,9 @@ DATA_KEYS = {"parameter_bytes_by_dtype", "stored_dtypes", "overrides", "saved_by
 RUNS = {
     "count --json": [["count"], ["count", "gpt2"], ["count", "deepseek-v3", "--train", "--max-memory", "1TiB"],
                      ["count", "tests/fixtures/hf/llama"], ["count", "gpt-oss-20b", "--train", "--recompute", "full"],
-                     ["count", "configs/alternating-window.yaml"]],
+                     ["count", "configs/alternating-window.yaml"],
+                     ["count", "tests/fixtures/hf/mixtral", "--train", "--lora-rank", "8", "--lora-targets",
+                      "all-linear", "--frozen-dtype", "nf4"]],
     "trace --json": [["trace"], ["trace", "configs/tiny-gpt.yaml"], ["trace", "gpt2", "--shapes-only"],
                      ["trace", "--backward"], ["trace", "configs/tiny-gpt.yaml", "--backward", "--shapes-only"]],
     "verify --json": [["verify"], ["verify", "configs/alternating-window.yaml", "--only", "1,4,10"],
