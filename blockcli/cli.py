@@ -374,6 +374,21 @@ def count(
         min=0, max=3)] = None,
     recompute: Annotated[Optional[Recompute], typer.Option(
         help="With --train: activation recomputation none (default), selective or full.")] = None,
+    tp: Annotated[Optional[int], typer.Option(
+        help="Tensor-parallel devices: heads, MLP width and vocabulary split over them (Megatron's layout).",
+        min=1)] = None,
+    pp: Annotated[Optional[int], typer.Option(help="Pipeline stages: the layers split into pp consecutive parts.",
+                                              min=1)] = None,
+    sp: Annotated[bool, typer.Option("--sp", help="With --train and --tp: sequence parallelism (the d-wide "
+                                                  "activations split over the tp devices too).")] = False,
+    ep: Annotated[Optional[int], typer.Option(
+        help="Expert-parallel devices: a mixture's routed experts split over them (inside --dp when training).",
+        min=1)] = None,
+    micro_batches: Annotated[Optional[int], typer.Option(
+        "--micro-batches", help="With --train: micro-batches per step (of --batch sequences each); 1F1B keeps "
+                                "min(pp − stage, m) in flight (default 1).", min=1)] = None,
+    vpp: Annotated[Optional[int], typer.Option(
+        help="With --train and --pp: model chunks per pipeline device (the interleaved schedule).", min=1)] = None,
     lora_rank: Annotated[Optional[int], typer.Option(
         "--lora-rank", metavar="R",
         help="With --train: fine-tune with LoRA adapters of rank R (only they train).")] = None,
@@ -402,7 +417,8 @@ def count(
         budget = parse_amount(max_total, "--max")[0] if max_total is not None else None
         memory_budget = sizing.parse_size(max_memory) if max_memory is not None else None
         training_only = [o for o, v in (("--optimizer", optimizer), ("--precision", precision), ("--dp", dp),
-                                        ("--zero", zero), ("--recompute", recompute)) if v is not None]
+                                        ("--zero", zero), ("--recompute", recompute), ("--sp", sp or None),
+                                        ("--micro-batches", micro_batches), ("--vpp", vpp)) if v is not None]
         if training_only and not train:
             raise InputError(f"{training_only[0]} sizes a training step; add --train")
         lora_only = [o for o, v in (("--lora-rank", lora_rank), ("--lora-targets", lora_targets),
@@ -414,6 +430,10 @@ def count(
         if lora_rank is not None and lora_targets is None:
             raise InputError("--lora-rank needs --lora-targets: q,k,v,o,gate,up,down,router (comma-separated) "
                              "or all-linear")
+        parallel = any(v is not None for v in (tp, pp, ep, micro_batches, vpp)) or sp
+        if parallel and lora_rank is not None:
+            raise InputError("--lora-rank with model parallelism (--tp, --pp, --ep …) is not modelled; size LoRA on "
+                             "one device with --dp and --zero")
         targets = sizing.parse_lora_targets(lora_targets) if lora_targets is not None else ()
         cfg = loaded(config, allow_field)
         T, B = seq or cfg.run.seq_len, batch or cfg.run.batch
@@ -450,16 +470,26 @@ def count(
                                        precision=(precision or Precision.mixed).value, dp=dp or 1,
                                        zero=zero or 0, recompute=(recompute or Recompute.none).value,
                                        active_non_embedding=result.active_total - (result.total - result.non_embedding),
-                                       lora=adapters)
+                                       lora=adapters, micro_batches=micro_batches or 1)
+        plan = None
+        if parallel:
+            from blockcli.ranks import Layout, plan as rank_plan
+
+            layout = Layout(tp or 1, pp or 1, sp, ep or 1, dp or 1, micro_batches or 1, vpp or 1)
+            plan = rank_plan(cfg, layout, T, B, training=train,
+                             per=training.per_parameter if training else None, zero=zero or 0,
+                             precision=(precision or Precision.mixed).value,
+                             recompute=(recompute or Recompute.none).value, dtype=inference.dtype,
+                             kv_bits=sizing.DTYPE_BITS[inference.kv_dtype])
         chosen = CountFormat.json if json_out else fmt
         if chosen is CountFormat.json:
-            print_out(render.to_json(render.count_json(result, inference, training, memory_budget)))
+            print_out(render.to_json(render.count_json(result, inference, training, memory_budget, plan)))
         elif chosen is CountFormat.markdown:
-            print_out(render.count_markdown(result, inference, training))
+            print_out(render.count_markdown(result, inference, training, plan))
         elif chosen is CountFormat.csv:
             print_out(render.count_csv(result))
         else:
-            console().print(render.count_table(result, inference, training))
+            console().print(render.count_table(result, inference, training, plan))
         code = EXIT_OK
         declared = result.config.about.parameters
         if declared is not None and declared != result.total:
@@ -475,9 +505,10 @@ def count(
         if budget is not None and result.total > budget:
             sys.stderr.write(f"blockcli: {result.total:,} parameters exceed the budget of {budget:,}\n")
             code = EXIT_FAILED
-        used = (training or inference).memory_bytes
+        used = (plan or training or inference).memory_bytes
         if memory_budget is not None and used > memory_budget:
-            what = "training memory per device" if training else "inference memory"
+            what = ("the most loaded device's " if plan else "") + (
+                "training memory per device" if training else "inference memory")
             sys.stderr.write(f"blockcli: {what} {render.human_bytes(used)} ({used:,} bytes) exceeds "
                              f"--max-memory {max_memory} ({memory_budget:,} bytes)\n")
             code = EXIT_FAILED

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # rich and the NumPy-based modules load only when a table is 
 
     from blockcli.count import Component, ParameterCount
     from blockcli.mutants import Mutant
+    from blockcli.ranks import RankPlan, Stage
     from blockcli.sizing import Inference, Lora, Term, Training
     from blockcli.trace import OpRow, Trace
     from blockcli.verify import Report
@@ -314,7 +315,7 @@ COUNT_HEADERS = ("component", "shape", "weights", "biases", "count", "share", "f
 
 
 def count_json(result: ParameterCount, inference: Inference, training: Training | None = None,
-               budget: int | None = None) -> dict[str, Any]:
+               budget: int | None = None, ranks: RankPlan | None = None) -> dict[str, Any]:
     rec = result.reconciled
     data = {
         "schema_version": SCHEMA_VERSION,
@@ -343,8 +344,10 @@ def count_json(result: ParameterCount, inference: Inference, training: Training 
         data["checkpoint"] = result.checkpoint
     if training is not None:
         data["training"] = training_json(training)
+    if ranks is not None:
+        data["parallel"] = ranks_json(ranks)
     if budget is not None:
-        used = (training or inference).memory_bytes
+        used = (ranks or training or inference).memory_bytes
         data["budget"] = {"max_memory_bytes": budget, "memory_bytes": used, "within": used <= budget}
     return data
 
@@ -414,7 +417,8 @@ def training_json(tr: Training) -> dict[str, Any]:
     per = tr.per_parameter
     return {
         "optimizer": tr.optimizer, "precision": tr.precision, "dp": tr.dp, "zero": tr.zero,
-        "recompute": tr.recompute, "seq_len": tr.seq_len, "batch": tr.batch, "tokens_per_step": tr.tokens,
+        "recompute": tr.recompute, "seq_len": tr.seq_len, "batch": tr.batch, "micro_batches": tr.micro_batches,
+        "tokens_per_step": tr.tokens,
         "bytes_per_parameter": {"weights": per.weights, "gradients": per.gradients, "optimizer": per.optimizer,
                                 "total": per.total},
         "states_per_device": {**tr.states, "total": tr.state_bytes},
@@ -482,7 +486,8 @@ def _group_header(result: ParameterCount, c: Component) -> str | None:
     return None
 
 
-def count_markdown(result: ParameterCount, inference: Inference, training: Training | None = None) -> str:
+def count_markdown(result: ParameterCount, inference: Inference, training: Training | None = None,
+                   ranks: RankPlan | None = None) -> str:
     rows = []
     for c, row in zip(result.components, _count_rows(result)):
         if (header := _group_header(result, c)) is not None:
@@ -494,6 +499,10 @@ def count_markdown(result: ParameterCount, inference: Inference, training: Train
         text += "\n" + markdown_table(TERM_HEADERS, _term_rows(training), "llrl")
         if training.lora is not None:
             text += "\n" + markdown_table(ADAPTER_HEADERS, _adapter_rows(training.lora), "lrrrl")
+    if ranks is not None:
+        headers = rank_headers(ranks)
+        text += (f"\n**{_rank_title(ranks)}**\n\n" + markdown_table(headers, _rank_rows(ranks), "l" + "r" * (len(headers) - 1))
+                 + "\n" + "".join(f"- {line}\n" for line in ranks_lines(ranks)))
     return text
 
 
@@ -572,7 +581,8 @@ def training_lines(tr: Training) -> list[str]:
     return [
         f"training: {OPTIMIZER_NAMES[tr.optimizer]}, {tr.precision} precision: {per.total} bytes per parameter "
         f"({per.weights} weights + {per.gradients} gradients + {per.optimizer} optimizer); "
-        f"{tr.dp} data-parallel device{'s' if tr.dp > 1 else ''}{zero}; micro-batch {tr.batch} × {tr.seq_len:,} tokens",
+        f"{tr.dp} data-parallel device{'s' if tr.dp > 1 else ''}{zero}; micro-batch {tr.batch} × {tr.seq_len:,} tokens"
+        + (f", {tr.micro_batches} per step" if tr.micro_batches > 1 else ""),
         f"model states per device: {human_bytes(tr.state_bytes)} (weights {human_bytes(st['weights'])}, gradients "
         f"{human_bytes(st['gradients'])}, optimizer {human_bytes(st['optimizer'])})",
         f"activations kept for the backward pass (recompute {tr.recompute}): {human_bytes(tr.activations_per_layer)} "
@@ -625,7 +635,8 @@ def _term_rows(tr: Training) -> list[list[str]]:
     return rows
 
 
-def count_table(result: ParameterCount, inference: Inference, training: Training | None = None) -> Group:
+def count_table(result: ParameterCount, inference: Inference, training: Training | None = None,
+                ranks: RankPlan | None = None) -> Group:
     """The breakdown as a table fitted to the width it is drawn at (see Fitted), the footer below it."""
     from rich.console import Group
     from rich.text import Text
@@ -638,6 +649,8 @@ def count_table(result: ParameterCount, inference: Inference, training: Training
         parts.append(_terms_fitted(training))
         if training.lora is not None:
             parts.append(_adapters_fitted(training.lora))
+    if ranks is not None:
+        parts += [_ranks_fitted(ranks), Text("\n".join(ranks_lines(ranks)))]
     return Group(*parts)
 
 
@@ -733,6 +746,87 @@ def _terms_fitted(training: Training) -> Fitted:
         stacked.add(text, row[2], style=style(row), end_section=i in ends)
     return Fitted([full, stacked], lambda width: records(title, [(r[0], [f"{r[2]} bytes", r[1], r[3]])
                                                                 for r in rows], width))
+
+
+def _shown_stages(plan: RankPlan) -> list[Stage]:
+    """The stages a table shows: every one up to four, else the first, the second, the last and the most loaded."""
+    if len(plan.stages) <= 4:
+        return plan.stages
+    picked = {0, 1, len(plan.stages) - 1, plan.most_loaded.index}
+    return [s for s in plan.stages if s.index in picked]
+
+
+def _rank_rows(plan: RankPlan) -> list[list[str]]:
+    from blockcli.config import layer_list
+
+    stages = _shown_stages(plan)
+    rows = [["layers", *(layer_list(s.layers) for s in stages)],
+            ["parameters", *(f"{s.parameters:,}" for s in stages)]]
+    if any(s.expert_parameters for s in plan.stages):
+        rows.append(["  of which routed experts", *(f"{s.expert_parameters:,}" for s in stages)])
+    if plan.training:
+        rows += [[name, *(f"{s.states[name]:,}" for s in stages)] for name in ("weights", "gradients", "optimizer")]
+        rows.append(["activations per micro-batch", *(f"{s.layer_activations + s.other_activations:,}" for s in stages)])
+        rows.append(["micro-batches in flight", *(f"{s.in_flight:g}" for s in stages)])
+        rows.append(["activations", *(f"{s.activations:,}" for s in stages)])
+    else:
+        rows.append([f"weights ({plan.dtype})", *(f"{plan.weight_bytes(s):,}" for s in stages)])
+        rows.append(["K/V cache", *(f"{s.kv_cache:,}" for s in stages)])
+    rows.append(["total bytes", *(f"{plan.memory(s):,}" for s in stages)])
+    rows.append(["total", *(human_bytes(plan.memory(s)) + (" (most)" if s is plan.most_loaded else "") for s in stages)])
+    return rows
+
+
+def _rank_title(plan: RankPlan) -> str:
+    lo = plan.layout
+    parts = [f"tp {lo.tp}" + (" with sp" if lo.sp and lo.tp > 1 else ""), f"pp {lo.pp}"
+             + (f" × vpp {lo.vpp}" if lo.vpp > 1 else "")] + ([f"ep {lo.ep}"] if lo.ep > 1 else [])
+    if plan.training:
+        parts += [f"dp {lo.dp}", f"{lo.micro_batches} micro-batch{'es' if lo.micro_batches > 1 else ''}"]
+    return f"Per device, by pipeline stage ({', '.join(parts)}; {lo.devices} devices)"
+
+
+def rank_headers(plan: RankPlan) -> list[str]:
+    return ["per device"] + [f"stage {s.index}" for s in _shown_stages(plan)]
+
+
+def _ranks_fitted(plan: RankPlan) -> Fitted:
+    title, rows = _rank_title(plan), _rank_rows(plan)
+    grids = [Grid(title, [Column("per device", comfort=12)] + [Column(h, "right", False) for h in rank_headers(plan)[1:]],
+                  compact=compact) for compact in (False, True)]
+    for grid in grids:
+        for row in rows:
+            grid.add(*row, style="bold" if row[0].startswith("total") else None)
+    return Fitted(grids, lambda width: records(title, [(h, [f"{r[0]}: {r[i]}" for r in rows if r[0]])
+                                                        for i, h in enumerate(rank_headers(plan)) if i], width))
+
+
+def ranks_lines(plan: RankPlan) -> list[str]:
+    worst = plan.most_loaded
+    return [f"the figures above hold the whole model on one device; split as laid out, the most loaded device is "
+            f"stage {worst.index}'s: {human_bytes(plan.memory_bytes)} ({plan.memory_bytes:,} bytes)"
+            + ("; activations: Korthikanti et al. 2022's split over tp (d-wide tensors only with --sp), "
+               "1F1B's micro-batches in flight" if plan.training else "; K/V heads per device as tensor parallelism "
+                                                                     "splits them"), *plan.notes]
+
+
+def ranks_json(plan: RankPlan) -> dict[str, Any]:
+    lo = plan.layout
+    return {
+        "tp": lo.tp, "pp": lo.pp, "sp": lo.sp and lo.tp > 1, "ep": lo.ep, "dp": lo.dp,
+        "micro_batches": lo.micro_batches, "vpp": lo.vpp, "devices": lo.devices,
+        "vocab_padded": plan.vocab_padded,
+        "stages": [{"stage": s.index, "layers": list(s.layers), "parameters": s.parameters,
+                    "expert_parameters": s.expert_parameters,
+                    **({"states": {**s.states, "total": sum(s.states.values())}, "in_flight": s.in_flight,
+                        "activations_per_micro_batch": s.layer_activations + s.other_activations,
+                        "activations": s.activations} if plan.training else
+                       {"weight_bytes": plan.weight_bytes(s), "kv_cache_bytes": s.kv_cache}),
+                    "memory_bytes": plan.memory(s)} for s in plan.stages],
+        "most_loaded_stage": plan.most_loaded.index,
+        "memory_bytes": plan.memory_bytes,
+        "notes": plan.notes,
+    }
 
 
 ADAPTER_HEADERS = ("LoRA adapter", "in → out", "copies", "trainable", "formula")

@@ -326,6 +326,7 @@ class Term:
     formula: str
     bytes: int
     korthikanti: str = ""  # the matching term of their GPT layer, s·b·h units (h = d there)
+    sequence: bool = False  # d wide, a row per token: split by sequence parallelism, whole on every tensor-parallel rank
 
 
 def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompute: str) -> list[Term]:
@@ -348,7 +349,7 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
     mask = lambda n: MASK_BYTES * b * s * n  # noqa: E731
     unit = f"{beta}·s·b"
     if recompute == "full":
-        return [Term("layer input (everything else recomputed)", f"{unit}·d", act(d), "2")]
+        return [Term("layer input (everything else recomputed)", f"{unit}·d", act(d), "2", sequence=True)]
     post = block.placement == "post"  # H = LN1(X + MHA(X)): attention reads x, the norms read the sums
     shared = block.placement == "parallel_shared"  # one norm: its output is both the QKV and the MLP input
     names = (("norm 1 input (x + attention)", "Q, K, V input (the block input x)", "norm 2 input (h + MLP)",
@@ -358,8 +359,8 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
              ("norm 1 input" + (" (= norm 2 input: both read x)" if block.placement == "parallel" else ""),
               "Q, K, V and MLP input (the shared norm's output)" if shared else "Q, K, V input (norm 1 output)",
               "norm 2 input", "MLP input (norm 2 output)"))
-    terms = [Term(names[0], f"{unit}·d", act(d), "2"),
-             Term(names[1], f"{unit}·d", act(d), "2"),
+    terms = [Term(names[0], f"{unit}·d", act(d), "2", sequence=True),
+             Term(names[1], f"{unit}·d", act(d), "2", sequence=True),
              Term("Q and K, for Q·Kᵀ", f"{unit}·(h + h_kv)·d_h", act((h + h_kv) * d_h), "4")]
     if recompute == "none":
         table = b * h * s * s
@@ -380,13 +381,13 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
         terms += [Term("V, for weights·V", f"{unit}·h_kv·d_h", act(h_kv * d_h), "2"),
                   Term("output projection input", f"{unit}·h·d_h", act(h * d_h), "2")]
     if block.dropout:
-        terms.append(Term("attention-branch dropout mask", f"{MASK_BYTES}·s·b·d", mask(d), "1"))
+        terms.append(Term("attention-branch dropout mask", f"{MASK_BYTES}·s·b·d", mask(d), "1", sequence=True))
     if block.sandwich:  # the norm of the attention output reads it (Gemma 2/3)
-        terms.append(Term("norm of the attention output: its input", f"{unit}·d", act(d), ""))
+        terms.append(Term("norm of the attention output: its input", f"{unit}·d", act(d), "", sequence=True))
     if block.placement not in ("parallel", "parallel_shared"):
-        terms.append(Term(names[2], f"{unit}·d", act(d), "2"))
+        terms.append(Term(names[2], f"{unit}·d", act(d), "2", sequence=True))
     if not shared:
-        terms.append(Term(names[3], f"{unit}·d", act(d), "2"))
+        terms.append(Term(names[3], f"{unit}·d", act(d), "2", sequence=True))
     if block.gated:
         terms += [Term(name, f"{unit}·d_ff", act(d_ff), k) for name, k in
                   (("gate pre-activation", "8"), ("activated gate", ""), ("up projection", ""),
@@ -398,9 +399,9 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
         terms += [Term(f"{block.activation} input", f"{unit}·d_ff", act(d_ff), "8"),
                   Term(f"{block.activation} output (contraction input)", f"{unit}·d_ff", act(d_ff), "8")]
     if block.dropout:
-        terms.append(Term("MLP-branch dropout mask", f"{MASK_BYTES}·s·b·d", mask(d), "1"))
+        terms.append(Term("MLP-branch dropout mask", f"{MASK_BYTES}·s·b·d", mask(d), "1", sequence=True))
     if block.sandwich:  # and the norm of the MLP output reads it
-        terms.append(Term("norm of the MLP output: its input", f"{unit}·d", act(d), ""))
+        terms.append(Term("norm of the MLP output: its input", f"{unit}·d", act(d), "", sequence=True))
     return terms
 
 
@@ -412,8 +413,8 @@ def head_terms(config: Config, T: int, B: int, precision: str) -> list[Term]:
         return []
     beta = 2 if precision == "mixed" else 4
     d = config.block.d_model
-    terms = [Term("final norm input", f"{beta}·s·b·d", beta * B * T * d)] if m.final_norm else []
-    return terms + [Term("LM head input", f"{beta}·s·b·d", beta * B * T * d),
+    terms = [Term("final norm input", f"{beta}·s·b·d", beta * B * T * d, sequence=True)] if m.final_norm else []
+    return terms + [Term("LM head input", f"{beta}·s·b·d", beta * B * T * d, sequence=True),
                     Term("logits for the loss (float32)", f"{LOSS_BYTES}·s·b·V", LOSS_BYTES * B * T * m.vocab_size)]
 
 
@@ -434,7 +435,7 @@ class Training:
     layer_terms: list[Term]
     other_terms: list[Term]
     n_layers: int
-    forward: ForwardFlops  # of the global batch (batch × dp sequences)
+    forward: ForwardFlops  # of the global batch (batch × micro_batches × dp sequences)
     recompute_flops: ForwardFlops
     six_n: int  # Kaplan et al. 2020: 6 × N × tokens, N the non-embedding parameters a token uses
     notes: list[str] = field(default_factory=list)
@@ -442,6 +443,7 @@ class Training:
     six_n_parameters: int = 0  # N: the non-embedding parameters, or a mixture of experts' active ones
     six_n_active: bool = False  # N is the active count (a mixture of experts), not all of them
     lora: Lora | None = None
+    micro_batches: int = 1  # per step, each of `batch` sequences per device
 
     @property
     def activations_per_layer(self) -> int:
@@ -468,7 +470,7 @@ class Training:
 
     @property
     def tokens(self) -> int:
-        return self.seq_len * self.batch * self.dp
+        return self.seq_len * self.batch * self.micro_batches * self.dp
 
     @property
     def lora_flops(self) -> int:
@@ -498,7 +500,7 @@ class Training:
 def training(config: Config, parameters: int, non_embedding: int, seq_len: int, batch: int, *,
              optimizer: str = "adamw", precision: str = "mixed", dp: int = 1, zero: int = 0,
              recompute: str = "none", active_non_embedding: int | None = None,
-             lora: Lora | None = None) -> Training:
+             lora: Lora | None = None, micro_batches: int = 1) -> Training:
     """A training step. `active_non_embedding`: what one token uses of the non-embedding parameters (a
     mixture of experts' active ones), the N of Kaplan's 6·N. With `lora`, only the adapters train: their
     gradients and optimizer states, the frozen base at its dtype, the x·A intermediates kept, and a
@@ -509,7 +511,8 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
             raise InputError(f"{option}: expected one of {', '.join(map(str, allowed))}, got {value!r}")
     groups = Dims.per_group(config)
     per = state_bytes(optimizer, precision)
-    forward = model_forward_flops(groups, seq_len, batch * dp)
+    sequences = batch * micro_batches * dp  # of the step
+    forward = model_forward_flops(groups, seq_len, sequences)
     if recompute == "full":  # every layer's forward again; the LM head is not inside a checkpoint
         again = ForwardFlops(forward.blocks_dense, forward.scores_full, forward.scores_causal, 0)
     elif recompute == "selective":  # the two score products (and the cheap softmax and dropout)
@@ -541,8 +544,8 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
         states = lora_states(lora, per, dp, zero)
     return Training(optimizer, precision, dp, zero, recompute, seq_len, batch, per, states,
                     terms(0, layer_groups[0].block), head_terms(config, seq_len, batch, precision), groups[0].L,
-                    forward, again, 6 * active * seq_len * batch * dp, notes, others, active,
-                    active != non_embedding, lora)
+                    forward, again, 6 * active * seq_len * sequences, notes, others, active,
+                    active != non_embedding, lora, micro_batches)
 
 
 def lora_states(lora: Lora, per: StateBytes, dp: int, zero: int) -> dict[str, int]:

@@ -73,6 +73,22 @@ def test_count_tables_keep_every_number_whole(name, train, width):
     assert_fits(drawn(table, width), width, numbers)
 
 
+@pytest.mark.parametrize("width", WIDTHS)
+def test_per_device_table_keeps_every_number_whole(width):
+    from blockcli.ranks import Layout, plan
+
+    cfg = load_config("llama-3.1-70b")
+    result = count_parameters(cfg)
+    inf = inference(cfg, result.total, 4096, 1, "bfloat16")
+    tr = training(cfg, result.total, result.non_embedding, 4096, 1, dp=4, zero=1, micro_batches=8)
+    ranks = plan(cfg, Layout(tp=8, pp=4, sp=True, dp=4, micro_batches=8), 4096, 1, training=True,
+                 per=tr.per_parameter, zero=1)
+    stages = render.count_json(result, inf, tr, ranks=ranks)["parallel"]["stages"]
+    numbers = [f"{s[key]:,}" for s in stages for key in ("parameters", "activations", "memory_bytes")]
+    numbers += [f"{s['states'][key]:,}" for s in stages for key in ("weights", "gradients", "optimizer")]
+    assert_fits(drawn(render.count_table(result, inf, tr, ranks), width), width, numbers)
+
+
 def trace_numbers(data: dict) -> list[str]:
     numbers = []
     for op in data["ops"]:
