@@ -547,6 +547,10 @@ def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | No
         f"workload: batch {B} × {T:,} tokens, weights and activations {inf.dtype}, K/V cache {inf.kv_dtype}",
         f"parameter memory: {human_bytes(inf.parameter_bytes)} ({result.total:,} × {inf.dtype})",
         *_kv_cache_lines(inf, B, T),
+        *([f"K/V cache of the windowed layers: the last {min(windows):,} tokens' keys and values, exact for a cache "
+           f"that keeps only them; transformers' sliding-window cache keeps a whole prefill's {T:,} until the next "
+           f"update"] if (windows := [g.block.sliding_window for g in result.config.layer_groups()
+                                      if 0 < g.block.sliding_window < T]) else []),
         f"inference memory: {human_bytes(inf.memory_bytes)} = weights + K/V cache + "
         f"{human_bytes(inf.activation_bytes)} activations (one layer's prefill working set)",
         f"prefill of {T:,} tokens × {B}: {_both(prefill, causal)} FLOPs; per token "
@@ -584,7 +588,8 @@ def training_lines(tr: Training) -> list[str]:
         f"{tr.dp} data-parallel device{'s' if tr.dp > 1 else ''}{zero}; micro-batch {tr.batch} × {tr.seq_len:,} tokens"
         + (f", {tr.micro_batches} per step" if tr.micro_batches > 1 else ""),
         f"model states per device: {human_bytes(tr.state_bytes)} (weights {human_bytes(st['weights'])}, gradients "
-        f"{human_bytes(st['gradients'])}, optimizer {human_bytes(st['optimizer'])})",
+        f"{human_bytes(st['gradients'])}, optimizer {human_bytes(st['optimizer'])}"
+        + (f", gathered layer {human_bytes(st['gathered_layer'])}" if "gathered_layer" in st else "") + ")",
         f"activations kept for the backward pass (recompute {tr.recompute}): {human_bytes(tr.activations_per_layer)} "
         f"per layer ({tr.activations_per_layer:,} bytes) × {tr.n_layers} + "
         + (f"{human_bytes(sum(n * size for n, size in tr.other_layers))} in the other layers + " if tr.other_layers else "")

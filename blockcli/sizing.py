@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from blockcli.activations import function_of
 from blockcli.config import BlockConfig, Config, InputError, clipped, layer_list, projected_width, whole_number
+from blockcli.shapes import block_parameter_shapes, is_buffer, outer_shapes
 
 DTYPE_BITS = {"float64": 64, "float32": 32, "bfloat16": 16, "float16": 16, "float8": 8, "int8": 8, "int4": 4}
 OPTIMIZERS = ("adamw", "sgd", "sgd-momentum")
@@ -540,12 +541,48 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
     active = non_embedding if active_non_embedding is None else active_non_embedding
     if lora is None:
         states = states_per_device(parameters, per, dp, zero)
+        if zero == 3:  # each layer's weights gathered whole for its forward and backward
+            module, size = largest_module(config)
+            states["gathered_layer"] = GATHER_BYTES * size
+            notes.append(f"ZeRO stage 3 gathers each module whole while it runs: + {GATHER_BYTES} bytes × the "
+                         f"largest one's {size:,} parameters ({module}), as DeepSpeed's estimator adds")
     else:
         states = lora_states(lora, per, dp, zero)
     return Training(optimizer, precision, dp, zero, recompute, seq_len, batch, per, states,
                     terms(0, layer_groups[0].block), head_terms(config, seq_len, batch, precision), groups[0].L,
                     forward, again, 6 * active * seq_len * sequences, notes, others, active,
                     active != non_embedding, lora, micro_batches)
+
+
+GATHER_BYTES = 4  # DeepSpeed's ZeRO-3 estimator: the largest module's 16-bit weights and gradients, whole on each device
+
+
+def largest_module(config: Config) -> tuple[str, int]:
+    """(name, parameters) of the largest module, its own parameters (DeepSpeed's `parameters(recurse=False)`):
+    a linear layer's weight and bias, an embedding table, a norm, the router, or a mixture's routed experts
+    together (transformers 5 fuses them into one module of E·(2 or 3)·d·d_e weights)."""
+    modules: dict[str, int] = {}
+
+    def add(name: str, shape: tuple[int, ...]) -> None:
+        modules[name] = modules.get(name, 0) + math.prod(shape)
+
+    before, after = outer_shapes(config) if config.model else ({}, {})
+    outer = {"wte": "the token embedding", "wpe": "the position embedding", "lm_head": "the LM head",
+             "lm_head_bias": "the LM head"}
+    for key, shape in {**before, **after}.items():
+        add(outer.get(key, re.sub(r"_(gamma|beta)$", "", key)), shape)
+    for group in config.layer_groups():
+        where = layer_list(group.layers)
+        for key, shape in block_parameter_shapes(group.block).items():
+            if is_buffer(key):
+                continue
+            if key.startswith("experts."):
+                add(f"the routed experts of one of {where}", shape)
+            else:  # w_q and b_q one linear layer; ln1_gamma and ln1_beta one norm
+                module = re.sub(r"^(shared_)?[wb]_|_(gamma|beta)$", lambda m: m.group(1) or "", key)
+                add(f"{module} of one of {where}", shape)
+    name = max(modules, key=modules.__getitem__)
+    return name, modules[name]
 
 
 def lora_states(lora: Lora, per: StateBytes, dp: int, zero: int) -> dict[str, int]:

@@ -122,7 +122,8 @@ def test_zero_paper_figure_1_example():
 def test_zero_stage_3_in_the_cli():
     data = count_json("llama-3-8b", "--train", "--dp", "8", "--zero", "3", "--seq", "8192", "--batch", "1")
     states = data["training"]["states_per_device"]
-    assert states["total"] == pytest.approx(16 * 8_030_261_248 / 8, abs=3)
+    # 16 bytes a parameter over 8 devices, and the largest module (the 128,256 × 4,096 embedding or LM head) gathered
+    assert states["total"] == pytest.approx(16 * 8_030_261_248 / 8 + 4 * V * D, abs=3)
 
 
 # ----------------------------------------------------------------------------- activations (Korthikanti)
@@ -262,3 +263,22 @@ def test_attention_dropout_acts_on_the_probabilities_in_training_mode_only():
     h = x + attn
     expected = h + block.mlp(block.ln2(h))
     assert np.max(np.abs(block(x, train=True, rng=np.random.default_rng(5)) - expected)) < 1e-12
+
+
+def test_zero3_adds_the_largest_module_gathered_whole():
+    """DeepSpeed's ZeRO-3 estimator adds 4 bytes × the largest module's own parameters: GPT-3's token
+    embedding (50,257 × 12,288); Mixtral's fused routed experts of one layer (8 × 3 × 4,096 × 14,336)."""
+    gpt3 = count_json(GPT3, "--train", "--dp", "64", "--zero", "3")["training"]["states_per_device"]
+    assert gpt3["gathered_layer"] == 4 * 50257 * 12288
+    assert gpt3["total"] == gpt3["weights"] + gpt3["gradients"] + gpt3["optimizer"] + gpt3["gathered_layer"]
+    mixtral = count_json("mixtral-8x7b", "--train", "--dp", "64", "--zero", "3")["training"]
+    assert mixtral["states_per_device"]["gathered_layer"] == 4 * 8 * 3 * 4096 * 14336
+    assert any("routed experts" in n for n in mixtral["notes"])
+    assert "gathered_layer" not in count_json(GPT3, "--train", "--dp", "64", "--zero", "2")["training"]["states_per_device"]
+
+
+def test_a_windowed_cache_says_what_transformers_keeps():
+    out = runner.invoke(app, ["count", "configs/alternating-window.yaml", "--seq", "200", "-f", "markdown"])
+    assert out.exit_code == 0 and "keeps a whole prefill's 200 until the next update" in out.stdout
+    short = runner.invoke(app, ["count", "configs/alternating-window.yaml", "--seq", "100", "-f", "markdown"])
+    assert "whole prefill" not in short.stdout
