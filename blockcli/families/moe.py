@@ -1,4 +1,5 @@
-"""The mixture-of-experts families: Mixtral, Qwen2-MoE (Qwen1.5-MoE), Qwen3-MoE and Qwen3-VL-MoE's language model.
+"""The mixture-of-experts families: Mixtral, Qwen2-MoE (Qwen1.5-MoE), Qwen3-MoE, Qwen3-VL-MoE's language model and
+OLMoE (Qwen-MoE's tensor names, OLMo 2's q/k norms over the whole projection).
 
 Each is a Llama-like `gated_rms` block whose MLP is `block.moe`: softmax router scores, top-k
 (`num_experts_per_tok` of `num_local_experts` / `num_experts`), renormalised always (Mixtral) or per
@@ -118,6 +119,20 @@ def _qwen3_vl_moe_text(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _olmoe(f: Fields) -> tuple[dict, dict]:
+    """OLMoE: Llama's pre-norm block with OLMo 2's q/k RMSNorm over the whole projection (before the heads
+    are split and rotated), and a SwiGLU mixture on every layer: softmax over `num_experts`, the top
+    `num_experts_per_tok`, renormalised if `norm_topk_prob` (default false); each expert intermediate_size wide."""
+    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False, mlp_bias=False, eps_default=1e-5)
+    block["qk_norm"] = "projection"
+    # OlmoeAttention clamps q, k and v after its q/k norms; blockcli's clip_qkv clamps the projections before them
+    f.neutral("clip_qkv", None, "OLMoE clamps q, k and v after its q/k norms, blockcli's clip_qkv before them")
+    n_experts = first_of(f, ("num_experts", "num_local_experts"), lambda key: f.int(key), 64)
+    block["moe"] = {"n_experts": n_experts, "top_k": f.int("num_experts_per_tok", 8), "d_expert": block["d_ff"],
+                    "renormalize": f.bool("norm_topk_prob", False)}
+    return block, model
+
+
 def moe_tensors(router: str, experts: str, names: tuple[str, str, str], fused: str | None) -> tuple[Tensor, ...]:
     """A mixture's router and experts under `experts` (per expert: `{experts}.{e}.<gate|up|down>.weight`;
     fused 3-D: `{fused}.gate_up_proj` and `{fused}.down_proj`)."""
@@ -177,5 +192,6 @@ FAMILIES = (
     Family("mixtral", "Mixtral", _mixtral, MIXTRAL, MOE_TRAINING_ONLY | {"router_jitter_noise"}, aux_loss=True),  # jitter: training
     Family("qwen2_moe", "Qwen2-MoE", _qwen2_moe, QWEN_MOE, MOE_TRAINING_ONLY, aux_loss=True),
     Family("qwen3_moe", "Qwen3-MoE", _qwen3_moe, QWEN_MOE, MOE_TRAINING_ONLY, aux_loss=True),
+    Family("olmoe", "OLMoE", _olmoe, QWEN_MOE, MOE_TRAINING_ONLY, aux_loss=True),
     Family("qwen3_vl_moe_text", "Qwen3-VL-MoE's language model", _qwen3_vl_moe_text, QWEN3_VL_MOE, MOE_TRAINING_ONLY, aux_loss=True),
 )

@@ -1,0 +1,65 @@
+"""The newer mixture-of-experts families read from config.json (OLMoE, …): their parameter counts against
+transformers 5.24's own totals (the model built on the meta device from the config, sum of numel over
+parameters(), tied weights once) and a hand count, for the config class's defaults and for random configs
+with other switches set; and the fields each one refuses. Their forward, decode step and gradients are held
+to transformers by tests/test_checkpoint.py and tests/test_gradients.py on the fixtures generate.py writes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from blockcli.config import parse_config
+from blockcli.count import count_parameters
+from blockcli.hf import hf_to_mapping
+from blockcli.sources import load_config
+from conftest import config_error_message
+
+
+def total(data: dict) -> int:
+    return count_parameters(parse_config(hf_to_mapping(data, "x.json"))).total
+
+
+def olmoe_by_hand(d: int, layers: int, heads: int, kv: int, d_e: int, experts: int, vocab: int, tied: bool,
+                  bias: bool) -> int:
+    """Q, K, V, O (with biases if attention_bias), q_norm (d) and k_norm (kv·d_h), two RMSNorms, the router
+    (E·d) and E SwiGLU experts; the embedding, the final norm and an untied head."""
+    d_h = d // heads
+    attention = 2 * d * d + 2 * d * kv * d_h + (2 * d + 2 * kv * d_h if bias else 0) + d + kv * d_h
+    layer = attention + 2 * d + experts * d + experts * 3 * d * d_e
+    return layers * layer + vocab * d * (1 if tied else 2) + d
+
+
+# OlmoeConfig's sizes (blockcli asks for the sizes themselves; every other field takes the class's default)
+OLMOE_SIZES = {"model_type": "olmoe", "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 16,
+               "intermediate_size": 2048, "vocab_size": 50304, "max_position_embeddings": 4096}
+
+
+@pytest.mark.parametrize("data, transformers_total, by_hand", [
+    # OlmoeConfig() on the meta device: 64 experts, top 8, no K/V grouping, untied
+    (OLMOE_SIZES, 13_361_612_800, olmoe_by_hand(2048, 16, 16, 16, 2048, 64, 50304, False, False)),
+    # a random config: GQA 6/2, 7 experts of 40, biases on q/k/v/o, tied
+    ({"model_type": "olmoe", "hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 2,
+      "num_hidden_layers": 3, "intermediate_size": 40, "num_experts": 7, "num_experts_per_tok": 3, "vocab_size": 1000,
+      "max_position_embeddings": 4096, "tie_word_embeddings": True, "attention_bias": True},
+     415_488, olmoe_by_hand(96, 3, 6, 2, 40, 7, 1000, True, True)),
+])
+def test_olmoe_counts_as_transformers(data: dict, transformers_total: int, by_hand: int) -> None:
+    assert total(data) == by_hand == transformers_total
+
+
+def test_olmoe_block_is_llama_with_projection_qk_norms_and_softmax_routing() -> None:
+    block = hf_to_mapping({**OLMOE_SIZES, "norm_topk_prob": True, "num_experts": 8, "num_experts_per_tok": 2},
+                          "x.json")["block"]
+    assert block["qk_norm"] == "projection" and block["placement"] == "pre" and block["n_kv_heads"] == 16
+    assert block["moe"] == {"n_experts": 8, "top_k": 2, "d_expert": 2048, "renormalize": True}
+    assert block["norm_eps"] == 1e-5
+
+
+def test_olmoe_clip_qkv_is_refused_naming_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "olmoe", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, '
+                    '"intermediate_size": 32, "vocab_size": 100, "max_position_embeddings": 64, "clip_qkv": 8.0}')
+    message = config_error_message(lambda: load_config(path), path)
+    assert "field 'clip_qkv'" in message and "after its q/k norms" in message
