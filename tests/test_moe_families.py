@@ -1,4 +1,4 @@
-"""The newer mixture-of-experts families read from config.json (OLMoE, …): their parameter counts against
+"""The newer mixture-of-experts families read from config.json (OLMoE, MiniMax-M2): their parameter counts against
 transformers 5.24's own totals (the model built on the meta device from the config, sum of numel over
 parameters(), tied weights once) and a hand count, for the config class's defaults and for random configs
 with other switches set; and the fields each one refuses. Their forward, decode step and gradients are held
@@ -63,3 +63,39 @@ def test_olmoe_clip_qkv_is_refused_naming_the_field(tmp_path: Path) -> None:
                     '"intermediate_size": 32, "vocab_size": 100, "max_position_embeddings": 64, "clip_qkv": 8.0}')
     message = config_error_message(lambda: load_config(path), path)
     assert "field 'clip_qkv'" in message and "after its q/k norms" in message
+
+
+def minimax_m2_by_hand(d: int, layers: int, heads: int, kv: int, d_h: int, d_e: int, experts: int, vocab: int,
+                       tied: bool) -> int:
+    """Q, K, V, O without biases, q_norm (h·d_h) and k_norm (kv·d_h), two RMSNorms, the router (E·d) and E
+    SwiGLU experts (the selection bias is a buffer, not a parameter); the embedding, the final norm, the head."""
+    attention = 2 * d * heads * d_h + 2 * d * kv * d_h + heads * d_h + kv * d_h
+    layer = attention + 2 * d + experts * d + experts * 3 * d * d_e
+    return layers * layer + vocab * d * (1 if tied else 2) + d
+
+
+# MiniMaxM2Config's sizes
+MINIMAX_M2_SIZES = {"model_type": "minimax_m2", "hidden_size": 3072, "num_hidden_layers": 62,
+                    "num_attention_heads": 48, "intermediate_size": 1536, "vocab_size": 200064,
+                    "max_position_embeddings": 196608}
+
+
+@pytest.mark.parametrize("data, transformers_total, by_hand", [
+    # MiniMaxM2Config() on the meta device: 256 experts, top 8, GQA 48/8 of 128, untied
+    (MINIMAX_M2_SIZES, 228_689_748_992, minimax_m2_by_hand(3072, 62, 48, 8, 128, 1536, 256, 200064, False)),
+    # a random config: GQA 6/3 of 20 (not hidden_size / heads), 7 experts of 40, half of each head rotated, tied
+    ({"model_type": "minimax_m2", "hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 3,
+      "head_dim": 20, "num_hidden_layers": 3, "intermediate_size": 40, "num_local_experts": 7,
+      "num_experts_per_tok": 3, "vocab_size": 1000, "max_position_embeddings": 4096, "tie_word_embeddings": True,
+      "rotary_dim": 10}, 444_828, minimax_m2_by_hand(96, 3, 6, 3, 20, 40, 7, 1000, True)),
+])
+def test_minimax_m2_counts_as_transformers(data: dict, transformers_total: int, by_hand: int) -> None:
+    assert total(data) == by_hand == transformers_total
+
+
+def test_minimax_m2_routes_by_biased_sigmoid_and_rotates_rotary_dim() -> None:
+    block = hf_to_mapping({**MINIMAX_M2_SIZES, "rotary_dim": 64}, "x.json")["block"]
+    assert block["moe"] == {"n_experts": 256, "top_k": 8, "d_expert": 1536, "scoring": "sigmoid",
+                            "selection_bias": True, "renormalize": True}
+    assert block["qk_norm"] == "projection" and block["head_dim"] == 128 and block["n_kv_heads"] == 8
+    assert int(128 * block["rope"]) == 64 and block["rope_theta"] == 5e6

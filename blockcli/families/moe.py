@@ -16,7 +16,7 @@ Checkpoint tensors: per expert as `save_pretrained` writes them (Mixtral's
 from __future__ import annotations
 
 from blockcli.families.common import (TRAINING_ONLY, Composite, Family, apply_window, first_of, gated_rms, layer_types,
-                                      refuse_nulls, silu_gate, window_by_key)
+                                      refuse_nulls, rotating, silu_gate, window_by_key, with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, LLAMA_MLP, QWEN_VL_PATHS, QWEN_VL_TOP, text_only_mrope, theta_default
 from blockcli.tensor_names import EXPERTS, EXPERTS_SIDE_BY_SIDE, LINEAR, Tensor, TensorMap, tensor
@@ -133,6 +133,29 @@ def _olmoe(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _minimax_m2(f: Fields) -> tuple[dict, dict]:
+    """MiniMax-M2: Llama's pre-norm block (GQA 48/8 of 128 by default, RoPE base 5e6) with q/k RMSNorm over
+    the whole projection and RoPE on part of each head (`partial_rotary_factor`, or the released configs'
+    `rotary_dim`); a SwiGLU mixture on every layer routed as DeepSeek-V3 without groups: sigmoid scores, the
+    selection bias (e_score_correction_bias) for the choice only, the top k always renormalised."""
+    if f.data.get("rotary_dim") is not None and f.data.get("partial_rotary_factor") is None:
+        # MiniMaxM2Config turns the legacy rotary_dim into partial_rotary_factor = rotary_dim / head_dim
+        head_dim = f.int("head_dim", 128)
+        rotated = f.int("rotary_dim")
+        if rotated > head_dim:
+            raise f.invalid("rotary_dim", rotated, f"at most head_dim ({head_dim})")
+        f = with_data(f, {**f.data, "partial_rotary_factor": rotating(rotated, head_dim)})
+    f.ignore("rotary_dim")
+    block, model = gated_rms(f, silu_gate, kv_default=8, tie_default=False, head_dim_default=128, qkv_bias=False,
+                             out_bias=False, mlp_bias=False, eps_default=1e-6, fraction_keys=("partial_rotary_factor",))
+    theta_default(f, block, 5e6)
+    block["qk_norm"] = "projection"
+    n_experts = first_of(f, ("num_local_experts", "num_experts"), lambda key: f.int(key), 256)
+    block["moe"] = {"n_experts": n_experts, "top_k": f.int("num_experts_per_tok", 8), "d_expert": block["d_ff"],
+                    "scoring": "sigmoid", "selection_bias": True, "renormalize": True}
+    return block, model
+
+
 def moe_tensors(router: str, experts: str, names: tuple[str, str, str], fused: str | None) -> tuple[Tensor, ...]:
     """A mixture's router and experts under `experts` (per expert: `{experts}.{e}.<gate|up|down>.weight`;
     fused 3-D: `{fused}.gate_up_proj` and `{fused}.down_proj`)."""
@@ -181,6 +204,13 @@ QWEN3_VL_MOE = TensorMap("model.", _LLAMA_ATTENTION + (
     *LLAMA_MLP,  # the dense layers' MLP (mlp_only_layers, decoder_sparse_step)
 ), buffers=LLAMA.buffers)
 
+# MiniMax-M2: Mixtral's names (block_sparse_moe as save_pretrained writes them, mlp in transformers 5), the q/k
+# norms, and the selection bias, a buffer of the mixture itself (not of its gate)
+MINIMAX_M2 = TensorMap("model.", MIXTRAL.tensors + (
+    tensor("blocks.{i}.router_bias",
+           "layers.{i}.block_sparse_moe.e_score_correction_bias|layers.{i}.mlp.e_score_correction_bias"),
+), buffers=LLAMA.buffers)
+
 COMPOSITES = (
     # Qwen3VLMoeConfig: like Qwen3-VL's, the top level's tie_word_embeddings alone decides
     Composite("qwen3_vl_moe", "Qwen3-VL-MoE (vision-language)", "qwen3_vl_moe_text", False, QWEN_VL_TOP, {
@@ -192,6 +222,8 @@ FAMILIES = (
     Family("mixtral", "Mixtral", _mixtral, MIXTRAL, MOE_TRAINING_ONLY | {"router_jitter_noise"}, aux_loss=True),  # jitter: training
     Family("qwen2_moe", "Qwen2-MoE", _qwen2_moe, QWEN_MOE, MOE_TRAINING_ONLY, aux_loss=True),
     Family("qwen3_moe", "Qwen3-MoE", _qwen3_moe, QWEN_MOE, MOE_TRAINING_ONLY, aux_loss=True),
+    Family("minimax_m2", "MiniMax-M2", _minimax_m2, MINIMAX_M2, MOE_TRAINING_ONLY | {"router_jitter_noise"},
+           aux_loss=True),  # jitter: training only
     Family("olmoe", "OLMoE", _olmoe, QWEN_MOE, MOE_TRAINING_ONLY, aux_loss=True),
     Family("qwen3_vl_moe_text", "Qwen3-VL-MoE's language model", _qwen3_vl_moe_text, QWEN3_VL_MOE, MOE_TRAINING_ONLY, aux_loss=True),
 )
