@@ -99,3 +99,50 @@ def test_minimax_m2_routes_by_biased_sigmoid_and_rotates_rotary_dim() -> None:
                             "selection_bias": True, "renormalize": True}
     assert block["qk_norm"] == "projection" and block["head_dim"] == 128 and block["n_kv_heads"] == 8
     assert int(128 * block["rope"]) == 64 and block["rope_theta"] == 5e6
+
+
+def glm4_moe_lite_by_hand(d: int, heads: int, q_rank: int, kv_rank: int, nope: int, rope: int, v: int, bias: bool,
+                          d_ff: int, d_e: int, experts: int, shared: int, kinds: list[str], vocab: int,
+                          tied: bool) -> int:
+    """Latent attention (q_a_proj, q_a_layernorm, q_b_proj, or one q_proj when the rank is null; kv_a_proj_with_mqa,
+    kv_a_layernorm, kv_b_proj; o_proj; attention_bias on q_a, kv_a and o), two RMSNorms, and a dense SwiGLU MLP
+    or the router, E experts and the shared experts; the embedding, the final norm and an untied head."""
+    q = d * q_rank + q_rank + q_rank * heads * (nope + rope) + (q_rank if bias else 0) if q_rank \
+        else d * heads * (nope + rope)
+    kv = d * (kv_rank + rope) + (kv_rank + rope if bias else 0) + kv_rank + kv_rank * heads * (nope + v)
+    attention = q + kv + heads * v * d + (d if bias else 0) + 2 * d
+    mixture = experts * d + experts * 3 * d * d_e + 3 * d * d_e * shared
+    return sum(attention + (3 * d * d_ff if kind == "dense" else mixture) for kind in kinds) \
+        + vocab * d * (1 if tied else 2) + d
+
+
+# Glm4MoeLiteConfig's sizes
+GLM4_MOE_LITE_SIZES = {"model_type": "glm4_moe_lite", "hidden_size": 2048, "num_hidden_layers": 47,
+                       "num_attention_heads": 20, "intermediate_size": 10240, "vocab_size": 154880,
+                       "max_position_embeddings": 202752}
+GLM_RANDOM = {"model_type": "glm4_moe_lite", "hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 6,
+              "num_hidden_layers": 4, "intermediate_size": 80, "moe_intermediate_size": 24, "n_routed_experts": 6,
+              "num_experts_per_tok": 2, "n_shared_experts": 2, "q_lora_rank": None, "kv_lora_rank": 32,
+              "qk_nope_head_dim": 12, "qk_rope_head_dim": 8, "v_head_dim": 10, "attention_bias": True,
+              "mlp_layer_types": ["dense", "sparse", "dense", "sparse"], "vocab_size": 1000,
+              "max_position_embeddings": 4096, "tie_word_embeddings": True}
+
+
+@pytest.mark.parametrize("data, transformers_total, by_hand", [
+    # Glm4MoeLiteConfig() on the meta device: layer 0 dense, 46 layers of 64 experts (top 4) and one shared
+    (GLM4_MOE_LITE_SIZES, 29_943_390_976, glm4_moe_lite_by_hand(
+        2048, 20, 768, 512, 192, 64, 256, False, 10240, 1536, 64, 1, ["dense"] + ["sparse"] * 46, 154880, False)),
+    # a random config: one q_proj (q_lora_rank null), attention biases, dense layers 0 and 2, 2 shared experts, tied
+    (GLM_RANDOM, 356_736, glm4_moe_lite_by_hand(96, 6, 0, 32, 12, 8, 10, True, 80, 24, 6, 2,
+                                                GLM_RANDOM["mlp_layer_types"], 1000, True)),
+])
+def test_glm4_moe_lite_counts_as_transformers(data: dict, transformers_total: int, by_hand: int) -> None:
+    assert total(data) == by_hand == transformers_total
+
+
+def test_glm4_moe_lite_reads_mlp_layer_types_and_not_first_k_dense_replace() -> None:
+    mapping = hf_to_mapping({**GLM_RANDOM, "first_k_dense_replace": 3}, "x.json")
+    assert mapping["layers"] == [{"indices": [0, 2], "block": {"moe": None}}]
+    assert mapping["block"]["moe"]["routed_scaling"] == 1.8 and mapping["block"]["moe"]["selection_bias"]
+    bad = {**GLM_RANDOM, "mlp_layer_types": ["dense", "moe", "dense", "sparse"]}
+    assert "field 'mlp_layer_types'" in config_error_message(lambda: hf_to_mapping(bad, "x.json"))

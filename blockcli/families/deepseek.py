@@ -136,6 +136,53 @@ def _deepseek_v3(f: Fields) -> tuple[dict, dict]:
     return _deepseek(f, v3=True)
 
 
+def _glm4_moe_lite(f: Fields) -> tuple[dict, dict]:
+    """GLM-4.7-Flash (Glm4MoeLiteConfig): DeepSeek-V3's block, latent attention and router (sigmoid, selection
+    bias, groups by their top-two sums, renormalised per norm_topk_prob, times routed_scaling_factor) with its own
+    defaults, and the dense layers named by `mlp_layer_types` ("dense" or "sparse" per layer; by default layer 0
+    dense), not by first_k_dense_replace, which Glm4MoeLiteConfig never reads."""
+    f.ignore("num_nextn_predict_layers", "num_mtp_layers", "output_router_logits", "pretraining_tp", "qk_head_dim")
+    if f.has("first_k_dense_replace"):
+        f.ignore("first_k_dense_replace")
+        f.notes.append("first_k_dense_replace is not read: transformers' GLM-4.7-Flash takes its dense layers from "
+                       "mlp_layer_types (by default layer 0 alone)")
+    n_layers = f.int("num_hidden_layers")
+    kinds = f.raw("mlp_layer_types", None)
+    if kinds is None:
+        kinds = ["dense"] + ["sparse"] * (n_layers - 1)
+    elif not isinstance(kinds, list) or len(kinds) != n_layers or any(k not in ("dense", "sparse") for k in kinds):
+        raise f.invalid("mlp_layer_types", kinds, f'an array of {n_layers} layer kinds, "dense" or "sparse"')
+    # Glm4MoeLiteConfig's head_dim is qk_rope_head_dim (its attribute_map); the heads need not divide hidden_size
+    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False, mlp_bias=False, eps_default=1e-5,
+                             head_dim_default=f.int("qk_rope_head_dim", 64))
+    dense = [i for i, kind in enumerate(kinds) if kind == "dense"]
+    if len(dense) == n_layers:
+        f.ignore("n_routed_experts", "moe_intermediate_size", "n_shared_experts", "routed_scaling_factor", "n_group",
+                 "topk_group", "num_experts_per_tok", "norm_topk_prob")
+        f.notes.append("every layer dense (mlp_layer_types): the expert settings are unused")
+    else:
+        d_expert = f.int("moe_intermediate_size", 1536)
+        block["moe"] = {"n_experts": f.int("n_routed_experts", 64), "top_k": f.int("num_experts_per_tok", 4),
+                        "d_expert": d_expert, "routed_scaling": f.float("routed_scaling_factor", 1.8, high=1e6),
+                        "d_shared": d_expert * f.int("n_shared_experts", 1, minimum=0), "scoring": "sigmoid",
+                        "selection_bias": True, "group_score": "top2_sum",
+                        "renormalize": f.bool("norm_topk_prob", True), "n_groups": f.int("n_group", 1),
+                        "top_groups": f.int("topk_group", 1)}
+        if dense:
+            f.layers.append({"indices": dense, "block": {"moe": None}})
+    heads = block["n_heads"]
+    if block.pop("n_kv_heads") != heads:  # kv_b_proj makes one K and V per head
+        raise f.unrepresentable("num_key_value_heads", f.data["num_key_value_heads"],
+                                f"latent attention expands one K and V per query head ({heads})")
+    block.pop("head_dim")
+    q_rank = 768 if not f.has("q_lora_rank") else 0 if f.raw("q_lora_rank", None) is None else f.int("q_lora_rank")
+    block["mla"] = {"q_lora_rank": q_rank, "kv_lora_rank": f.int("kv_lora_rank", 512),
+                    "qk_nope_head_dim": f.int("qk_nope_head_dim", 192),
+                    "qk_rope_head_dim": f.int("qk_rope_head_dim", 64), "v_head_dim": f.int("v_head_dim", 256)}
+    block["rope_layout"] = "interleaved" if f.bool("rope_interleave", True) else "half"
+    return block, model
+
+
 # DeepSeek's expert layers: mlp.gate (its e_score_correction_bias a buffer), the routed experts per expert or
 # fused (E, …), the shared experts fused into one MLP
 _EXPERT_LAYERS = (
@@ -185,4 +232,5 @@ FAMILIES = (
     Family("deepseek_v2", "DeepSeek-V2", _deepseek_v2, DEEPSEEK, TRAINING_ONLY),
     Family("deepseek_v3", "DeepSeek-V3", _deepseek_v3, DEEPSEEK_V3, TRAINING_ONLY),
     Family("glm4_moe", "GLM-4.5", _glm4_moe, GLM4_MOE, TRAINING_ONLY),
+    Family("glm4_moe_lite", "GLM-4.7-Flash", _glm4_moe_lite, DEEPSEEK_V3, TRAINING_ONLY),
 )
