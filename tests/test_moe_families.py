@@ -1,4 +1,4 @@
-"""The newer mixture-of-experts families read from config.json (OLMoE, MiniMax-M2): their parameter counts against
+"""The newer mixture-of-experts families read from config.json (OLMoE, MiniMax-M2, GLM-4.7-Flash, Granite MoE): their parameter counts against
 transformers 5.24's own totals (the model built on the meta device from the config, sum of numel over
 parameters(), tied weights once) and a hand count, for the config class's defaults and for random configs
 with other switches set; and the fields each one refuses. Their forward, decode step and gradients are held
@@ -146,3 +146,36 @@ def test_glm4_moe_lite_reads_mlp_layer_types_and_not_first_k_dense_replace() -> 
     assert mapping["block"]["moe"]["routed_scaling"] == 1.8 and mapping["block"]["moe"]["selection_bias"]
     bad = {**GLM_RANDOM, "mlp_layer_types": ["dense", "moe", "dense", "sparse"]}
     assert "field 'mlp_layer_types'" in config_error_message(lambda: hf_to_mapping(bad, "x.json"))
+
+
+def granitemoe_by_hand(d: int, layers: int, heads: int, kv: int, d_e: int, experts: int, vocab: int, tied: bool,
+                       bias: bool) -> int:
+    """Q, K, V, O (biases if attention_bias), two RMSNorms, the router (E·d) and E SwiGLU experts; the embedding,
+    the final norm and an untied head (the four multipliers are scalars of the config, not parameters)."""
+    d_h = d // heads
+    attention = 2 * d * d + 2 * d * kv * d_h + (2 * d + 2 * kv * d_h if bias else 0)
+    return layers * (attention + 2 * d + experts * d + experts * 3 * d * d_e) + vocab * d * (1 if tied else 2) + d
+
+
+GRANITEMOE_SIZES = {"model_type": "granitemoe", "hidden_size": 4096, "num_hidden_layers": 32,
+                    "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 32000,
+                    "max_position_embeddings": 2048}
+
+
+@pytest.mark.parametrize("data, transformers_total, by_hand", [
+    # GraniteMoeConfig() on the meta device: 8 experts, top 2, no K/V grouping, untied
+    (GRANITEMOE_SIZES, 37_039_116_288, granitemoe_by_hand(4096, 32, 32, 32, 11008, 8, 32000, False, False)),
+    # a random config: GQA 6/2, 7 experts of 40, biases on q/k/v/o, tied
+    ({"model_type": "granitemoe", "hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 2,
+      "num_hidden_layers": 3, "intermediate_size": 40, "num_local_experts": 7, "num_experts_per_tok": 3,
+      "vocab_size": 1000, "max_position_embeddings": 4096, "tie_word_embeddings": True, "attention_bias": True},
+     415_104, granitemoe_by_hand(96, 3, 6, 2, 40, 7, 1000, True, True)),
+])
+def test_granitemoe_counts_as_transformers(data: dict, transformers_total: int, by_hand: int) -> None:
+    assert total(data) == by_hand == transformers_total
+
+
+def test_granitemoe_softmaxes_the_top_k_logits_and_keeps_granites_scalars() -> None:
+    mapping = hf_to_mapping({**GRANITEMOE_SIZES, "attention_multiplier": 0.25, "logits_scaling": 4.0}, "x.json")
+    assert mapping["block"]["moe"] == {"n_experts": 8, "top_k": 2, "d_expert": 11008, "order": "topk_softmax"}
+    assert mapping["block"]["attention_scale"] == 0.25 and mapping["model"]["logit_multiplier"] == 0.25

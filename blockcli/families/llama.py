@@ -313,11 +313,17 @@ def _granite(f: Fields) -> tuple[dict, dict]:
     `attention_multiplier` (in place of 1/√d_h; its default 1.0 is used as given), logits divided by
     `logits_scaling` (`model.logit_multiplier` = 1 / logits_scaling)."""
     block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False)
+    granite_scalars(f, block, model)
+    return block, model
+
+
+def granite_scalars(f: Fields, block: dict, model: dict) -> None:
+    """Granite's four scalars (Granite and Granite MoE): attention_multiplier, residual_multiplier,
+    embedding_multiplier and 1 / logits_scaling."""
     block["attention_scale"] = f.float("attention_multiplier", 1.0, high=1e6)
     block["residual_multiplier"] = f.float("residual_multiplier", 1.0, high=1e6)
     model["embedding_multiplier"] = f.float("embedding_multiplier", 1.0, high=1e6)
     model["logit_multiplier"] = 1.0 / f.float("logits_scaling", 1.0, low=1e-6, high=1e6)
-    return block, model
 
 
 # Llama, Mistral, Qwen2, Qwen3, Gemma, Granite and Cohere (with no post_attention_layernorm) share their

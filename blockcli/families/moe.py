@@ -18,7 +18,8 @@ from __future__ import annotations
 from blockcli.families.common import (TRAINING_ONLY, Composite, Family, apply_window, first_of, gated_rms, layer_types,
                                       refuse_nulls, rotating, silu_gate, window_by_key, with_data)
 from blockcli.families.fields import Fields
-from blockcli.families.llama import LLAMA, LLAMA_MLP, QWEN_VL_PATHS, QWEN_VL_TOP, text_only_mrope, theta_default
+from blockcli.families.llama import (LLAMA, LLAMA_MLP, QWEN_VL_PATHS, QWEN_VL_TOP, granite_scalars, text_only_mrope,
+                                     theta_default)
 from blockcli.tensor_names import EXPERTS, EXPERTS_SIDE_BY_SIDE, LINEAR, Tensor, TensorMap, tensor
 
 # the router's load-balancing loss (its coefficient, and whether the logits are returned for it): training only
@@ -156,6 +157,17 @@ def _minimax_m2(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _granitemoe(f: Fields) -> tuple[dict, dict]:
+    """Granite MoE (granite-3.x-a*m/b): Granite's block and four scalars (embedding, residual, attention and
+    logits multipliers) with a SwiGLU mixture on every layer routed as Mixtral's original code: the top
+    `num_experts_per_tok` of `num_local_experts` logits, softmaxed over those k; each expert intermediate_size wide."""
+    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False, mlp_bias=False)
+    granite_scalars(f, block, model)
+    block["moe"] = {"n_experts": f.int("num_local_experts", 8), "top_k": f.int("num_experts_per_tok", 2),
+                    "d_expert": block["d_ff"], "order": "topk_softmax"}
+    return block, model
+
+
 def moe_tensors(router: str, experts: str, names: tuple[str, str, str], fused: str | None) -> tuple[Tensor, ...]:
     """A mixture's router and experts under `experts` (per expert: `{experts}.{e}.<gate|up|down>.weight`;
     fused 3-D: `{fused}.gate_up_proj` and `{fused}.down_proj`)."""
@@ -211,6 +223,18 @@ MINIMAX_M2 = TensorMap("model.", MIXTRAL.tensors + (
            "layers.{i}.block_sparse_moe.e_score_correction_bias|layers.{i}.mlp.e_score_correction_bias"),
 ), buffers=LLAMA.buffers)
 
+# Granite MoE: Llama's attention; the router and the fused experts (E, 2·d_e, d) and (E, d, d_e) under
+# block_sparse_moe, as save_pretrained writes them (router.layer, input_linear, output_linear) or as transformers 5
+# holds them (router, experts.gate_up_proj, experts.down_proj)
+GRANITE_MOE = TensorMap("model.", _LLAMA_ATTENTION + (
+    tensor("blocks.{i}.router", "layers.{i}.block_sparse_moe.router.layer.weight|"
+                                "layers.{i}.block_sparse_moe.router.weight", LINEAR),
+    tensor("blocks.{i}.experts.{e}.w_gate blocks.{i}.experts.{e}.w_up",
+           "layers.{i}.block_sparse_moe.input_linear.weight|layers.{i}.block_sparse_moe.experts.gate_up_proj", EXPERTS),
+    tensor("blocks.{i}.experts.{e}.w_down",
+           "layers.{i}.block_sparse_moe.output_linear.weight|layers.{i}.block_sparse_moe.experts.down_proj", EXPERTS),
+), buffers=LLAMA.buffers)
+
 COMPOSITES = (
     # Qwen3VLMoeConfig: like Qwen3-VL's, the top level's tie_word_embeddings alone decides
     Composite("qwen3_vl_moe", "Qwen3-VL-MoE (vision-language)", "qwen3_vl_moe_text", False, QWEN_VL_TOP, {
@@ -224,6 +248,7 @@ FAMILIES = (
     Family("qwen3_moe", "Qwen3-MoE", _qwen3_moe, QWEN_MOE, MOE_TRAINING_ONLY, aux_loss=True),
     Family("minimax_m2", "MiniMax-M2", _minimax_m2, MINIMAX_M2, MOE_TRAINING_ONLY | {"router_jitter_noise"},
            aux_loss=True),  # jitter: training only
+    Family("granitemoe", "Granite MoE", _granitemoe, GRANITE_MOE, MOE_TRAINING_ONLY, aux_loss=True),
     Family("olmoe", "OLMoE", _olmoe, QWEN_MOE, MOE_TRAINING_ONLY, aux_loss=True),
     Family("qwen3_vl_moe_text", "Qwen3-VL-MoE's language model", _qwen3_vl_moe_text, QWEN3_VL_MOE, MOE_TRAINING_ONLY, aux_loss=True),
 )
