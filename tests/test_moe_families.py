@@ -1,7 +1,7 @@
 """The newer mixture-of-experts families read from config.json (OLMoE, MiniMax-M2, GLM-4.7-Flash, Granite MoE):
-their parameter counts against transformers 5.24's own totals (the model built on the meta device from the config, sum of numel over
-parameters(), tied weights once) and a hand count, for the config class's defaults and for random configs
-with other switches set; and the fields each one refuses. Their forward, decode step and gradients are held
+their parameter counts against transformers 5.24's own totals (the model built on the meta device from the config,
+sum of numel over parameters(), tied weights once) and a hand count, for the config class's defaults and for random
+configs with other switches set; and the fields each one refuses. Their forward, decode step and gradients are held
 to transformers by tests/test_checkpoint.py and tests/test_gradients.py on the fixtures generate.py writes."""
 
 from __future__ import annotations
