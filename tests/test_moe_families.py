@@ -1,5 +1,5 @@
-"""The newer mixture-of-experts families read from config.json (OLMoE, MiniMax-M2, GLM-4.7-Flash, Granite MoE):
-their parameter counts against transformers 5.24's own totals (the model built on the meta device from the config,
+"""The newer mixture-of-experts families read from config.json (OLMoE, MiniMax-M2, GLM-4.7-Flash, Granite MoE and
+its shared-expert variant): their parameter counts against transformers 5.24's own totals (the model built on the meta device from the config,
 sum of numel over parameters(), tied weights once) and a hand count, for the config class's defaults and for random
 configs with other switches set; and the fields each one refuses. Their forward, decode step and gradients are held
 to transformers by tests/test_checkpoint.py and tests/test_gradients.py on the fixtures generate.py writes."""
@@ -179,3 +179,17 @@ def test_granitemoe_softmaxes_the_top_k_logits_and_keeps_granites_scalars() -> N
     mapping = hf_to_mapping({**GRANITEMOE_SIZES, "attention_multiplier": 0.25, "logits_scaling": 4.0}, "x.json")
     assert mapping["block"]["moe"] == {"n_experts": 8, "top_k": 2, "d_expert": 11008, "order": "topk_softmax"}
     assert mapping["block"]["attention_scale"] == 0.25 and mapping["model"]["logit_multiplier"] == 0.25
+
+
+@pytest.mark.parametrize("data, transformers_total, by_hand", [
+    # GraniteMoeSharedConfig() on the meta device: shared_intermediate_size 0, no shared expert: Granite MoE's total
+    ({**GRANITEMOE_SIZES, "model_type": "granitemoeshared"}, 37_039_116_288,
+     granitemoe_by_hand(4096, 32, 32, 32, 11008, 8, 32000, False, False)),
+    # a random config with a shared expert of 56 (gate | up fused, and down: 3·d·56 a layer)
+    ({"model_type": "granitemoeshared", "hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 2,
+      "num_hidden_layers": 3, "intermediate_size": 40, "shared_intermediate_size": 56, "num_local_experts": 7,
+      "num_experts_per_tok": 3, "vocab_size": 1000, "max_position_embeddings": 4096, "tie_word_embeddings": True,
+      "attention_bias": True}, 463_488, granitemoe_by_hand(96, 3, 6, 2, 40, 7, 1000, True, True) + 3 * 3 * 96 * 56),
+])
+def test_granitemoeshared_counts_as_transformers(data: dict, transformers_total: int, by_hand: int) -> None:
+    assert total(data) == by_hand == transformers_total

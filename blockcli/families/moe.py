@@ -20,7 +20,7 @@ from blockcli.families.common import (TRAINING_ONLY, Composite, Family, apply_wi
 from blockcli.families.fields import Fields
 from blockcli.families.llama import (LLAMA, LLAMA_MLP, QWEN_VL_PATHS, QWEN_VL_TOP, granite_scalars, text_only_mrope,
                                      theta_default)
-from blockcli.tensor_names import EXPERTS, EXPERTS_SIDE_BY_SIDE, LINEAR, Tensor, TensorMap, tensor
+from blockcli.tensor_names import EXPERTS, EXPERTS_SIDE_BY_SIDE, FUSED, LINEAR, Tensor, TensorMap, tensor
 
 # the router's load-balancing loss (its coefficient, and whether the logits are returned for it): training only
 MOE_TRAINING_ONLY = TRAINING_ONLY | {"output_router_logits", "router_aux_loss_coef"}
@@ -168,6 +168,16 @@ def _granitemoe(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _granitemoeshared(f: Fields) -> tuple[dict, dict]:
+    """Granite MoE with a shared expert: Granite MoE's block plus an ungated SwiGLU MLP every token uses,
+    `shared_intermediate_size` wide (GraniteMoeSharedConfig's default 0: none), added to the routed experts' sum."""
+    block, model = _granitemoe(f)
+    shared = f.int("shared_intermediate_size", 0, minimum=0)
+    if shared:
+        block["moe"]["d_shared"] = shared
+    return block, model
+
+
 def moe_tensors(router: str, experts: str, names: tuple[str, str, str], fused: str | None) -> tuple[Tensor, ...]:
     """A mixture's router and experts under `experts` (per expert: `{experts}.{e}.<gate|up|down>.weight`;
     fused 3-D: `{fused}.gate_up_proj` and `{fused}.down_proj`)."""
@@ -235,6 +245,12 @@ GRANITE_MOE = TensorMap("model.", _LLAMA_ATTENTION + (
            "layers.{i}.block_sparse_moe.output_linear.weight|layers.{i}.block_sparse_moe.experts.down_proj", EXPERTS),
 ), buffers=LLAMA.buffers)
 
+# Granite MoE's names and the shared expert's, gate | up fused in one shared_mlp.input_linear (2·d_s, d)
+GRANITE_MOE_SHARED = TensorMap("model.", GRANITE_MOE.tensors + (
+    tensor("blocks.{i}.shared_w_gate blocks.{i}.shared_w_up", "layers.{i}.shared_mlp.input_linear.weight", FUSED),
+    tensor("blocks.{i}.shared_w_down", "layers.{i}.shared_mlp.output_linear.weight", LINEAR),
+), buffers=LLAMA.buffers)
+
 COMPOSITES = (
     # Qwen3VLMoeConfig: like Qwen3-VL's, the top level's tie_word_embeddings alone decides
     Composite("qwen3_vl_moe", "Qwen3-VL-MoE (vision-language)", "qwen3_vl_moe_text", False, QWEN_VL_TOP, {
@@ -249,6 +265,8 @@ FAMILIES = (
     Family("minimax_m2", "MiniMax-M2", _minimax_m2, MINIMAX_M2, MOE_TRAINING_ONLY | {"router_jitter_noise"},
            aux_loss=True),  # jitter: training only
     Family("granitemoe", "Granite MoE", _granitemoe, GRANITE_MOE, MOE_TRAINING_ONLY, aux_loss=True),
+    Family("granitemoeshared", "Granite MoE (shared expert)", _granitemoeshared, GRANITE_MOE_SHARED, MOE_TRAINING_ONLY,
+           aux_loss=True),
     Family("olmoe", "OLMoE", _olmoe, QWEN_MOE, MOE_TRAINING_ONLY, aux_loss=True),
     Family("qwen3_vl_moe_text", "Qwen3-VL-MoE's language model", _qwen3_vl_moe_text, QWEN3_VL_MOE, MOE_TRAINING_ONLY, aux_loss=True),
 )
