@@ -1,8 +1,9 @@
-"""The newer mixture-of-experts families read from config.json (OLMoE, MiniMax-M2, GLM-4.7-Flash, Granite MoE and
-its shared-expert variant): their parameter counts against transformers 5.24's own totals (the model built on the meta device from the config,
-sum of numel over parameters(), tied weights once) and a hand count, for the config class's defaults and for random
-configs with other switches set; and the fields each one refuses. Their forward, decode step and gradients are held
-to transformers by tests/test_checkpoint.py and tests/test_gradients.py on the fixtures generate.py writes."""
+"""The newer mixture-of-experts families read from config.json (OLMoE, FlexOlmo, MiniMax-M2, GLM-4.7-Flash,
+Granite MoE and its shared-expert variant): their parameter counts against transformers 5.24's own totals (the
+model built on the meta device from the config, sum of numel over parameters(), tied weights once) and a hand count,
+for the config class's defaults and for random configs with other switches set; and the fields each one refuses.
+Their forward, decode step and gradients are held to transformers by tests/test_checkpoint.py and
+tests/test_gradients.py on the fixtures generate.py writes."""
 
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ def olmoe_by_hand(d: int, layers: int, heads: int, kv: int, d_e: int, experts: i
 OLMOE_SIZES = {"model_type": "olmoe", "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 16,
                "intermediate_size": 2048, "vocab_size": 50304, "max_position_embeddings": 4096}
 
+FLEX_OLMO_SIZES = {"model_type": "flex_olmo", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+                   "intermediate_size": 11008, "vocab_size": 100352, "max_position_embeddings": 4096}
+
 
 @pytest.mark.parametrize("data, transformers_total, by_hand", [
     # OlmoeConfig() on the meta device: 64 experts, top 8, no K/V grouping, untied
@@ -44,9 +48,18 @@ OLMOE_SIZES = {"model_type": "olmoe", "hidden_size": 2048, "num_hidden_layers": 
       "num_hidden_layers": 3, "intermediate_size": 40, "num_experts": 7, "num_experts_per_tok": 3, "vocab_size": 1000,
       "max_position_embeddings": 4096, "tie_word_embeddings": True, "attention_bias": True},
      415_488, olmoe_by_hand(96, 3, 6, 2, 40, 7, 1000, True, True)),
+    # FlexOlmoConfig() on the meta device: 7 experts, top 5; its norms after the branches count as OLMoE's before
+    (FLEX_OLMO_SIZES, 33_270_665_216, olmoe_by_hand(4096, 32, 32, 32, 11008, 7, 100352, False, False)),
+    # FlexOlmo on the random config above
+    ({"model_type": "flex_olmo", "hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 2,
+      "num_hidden_layers": 3, "intermediate_size": 40, "num_experts": 7, "num_experts_per_tok": 3, "vocab_size": 1000,
+      "max_position_embeddings": 4096, "tie_word_embeddings": True, "attention_bias": True, "pad_token_id": 0},
+     415_488, olmoe_by_hand(96, 3, 6, 2, 40, 7, 1000, True, True)),
 ])
-def test_olmoe_counts_as_transformers(data: dict, transformers_total: int, by_hand: int) -> None:
+def test_olmoe_and_flex_olmo_count_as_transformers(data: dict, transformers_total: int, by_hand: int) -> None:
     assert total(data) == by_hand == transformers_total
+    placement = hf_to_mapping(data, "x.json")["block"]["placement"]
+    assert placement == ("post_branch" if data["model_type"] == "flex_olmo" else "pre")
 
 
 def test_olmoe_block_is_llama_with_projection_qk_norms_and_softmax_routing() -> None:
@@ -193,3 +206,4 @@ def test_granitemoe_softmaxes_the_top_k_logits_and_keeps_granites_scalars() -> N
 ])
 def test_granitemoeshared_counts_as_transformers(data: dict, transformers_total: int, by_hand: int) -> None:
     assert total(data) == by_hand == transformers_total
+

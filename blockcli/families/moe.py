@@ -1,5 +1,6 @@
 """The mixture-of-experts families: Mixtral, Qwen2-MoE (Qwen1.5-MoE), Qwen3-MoE, Qwen3-VL-MoE's language model and
-OLMoE (Qwen-MoE's tensor names, OLMo 2's q/k norms over the whole projection).
+OLMoE (Qwen-MoE's tensor names, OLMo 2's q/k norms over the whole projection), FlexOlmo (OLMo 2's block with
+OLMoE's mixture), MiniMax-M2, Granite MoE (and its shared-expert variant).
 
 Each is a Llama-like `gated_rms` block whose MLP is `block.moe`: softmax router scores, top-k
 (`num_experts_per_tok` of `num_local_experts` / `num_experts`), renormalised always (Mixtral) or per
@@ -18,8 +19,8 @@ from __future__ import annotations
 from blockcli.families.common import (TRAINING_ONLY, Composite, Family, apply_window, first_of, gated_rms, layer_types,
                                       refuse_nulls, rotating, silu_gate, window_by_key, with_data)
 from blockcli.families.fields import Fields
-from blockcli.families.llama import (LLAMA, LLAMA_MLP, QWEN_VL_PATHS, QWEN_VL_TOP, granite_scalars, text_only_mrope,
-                                     theta_default)
+from blockcli.families.llama import (LLAMA, LLAMA_MLP, OLMO2, QWEN_VL_PATHS, QWEN_VL_TOP, granite_scalars,
+                                     text_only_mrope, theta_default)
 from blockcli.tensor_names import EXPERTS, EXPERTS_SIDE_BY_SIDE, FUSED, LINEAR, Tensor, TensorMap, tensor
 
 # the router's load-balancing loss (its coefficient, and whether the logits are returned for it): training only
@@ -178,6 +179,18 @@ def _granitemoeshared(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _flex_olmo(f: Fields) -> tuple[dict, dict]:
+    """FlexOlmo: OLMo 2's block (each branch's output normalised before its residual add, q/k RMSNorm over the
+    whole projection) with OLMoE's mixture on every layer: softmax over `num_experts` (7 by default), the top
+    `num_experts_per_tok` (5), renormalised if `norm_topk_prob`; each expert intermediate_size wide."""
+    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False, mlp_bias=False, eps_default=1e-6)
+    block.update(placement="post_branch", qk_norm="projection")
+    n_experts = first_of(f, ("num_experts", "num_local_experts"), lambda key: f.int(key), 7)
+    block["moe"] = {"n_experts": n_experts, "top_k": f.int("num_experts_per_tok", 5), "d_expert": block["d_ff"],
+                    "renormalize": f.bool("norm_topk_prob", False)}
+    return block, model
+
+
 def moe_tensors(router: str, experts: str, names: tuple[str, str, str], fused: str | None) -> tuple[Tensor, ...]:
     """A mixture's router and experts under `experts` (per expert: `{experts}.{e}.<gate|up|down>.weight`;
     fused 3-D: `{fused}.gate_up_proj` and `{fused}.down_proj`)."""
@@ -251,6 +264,10 @@ GRANITE_MOE_SHARED = TensorMap("model.", GRANITE_MOE.tensors + (
     tensor("blocks.{i}.shared_w_down", "layers.{i}.shared_mlp.output_linear.weight", LINEAR),
 ), buffers=LLAMA.buffers)
 
+# FlexOlmo: OLMo 2's names (its norms after the branches) with Qwen-MoE's router and experts
+FLEX_OLMO = TensorMap("model.", tuple(t for t in OLMO2.tensors if ".mlp." not in t.name) + moe_tensors(
+    "layers.{i}.mlp.gate", "layers.{i}.mlp.experts", ("gate_proj", "up_proj", "down_proj"), "layers.{i}.mlp.experts"))
+
 COMPOSITES = (
     # Qwen3VLMoeConfig: like Qwen3-VL's, the top level's tie_word_embeddings alone decides
     Composite("qwen3_vl_moe", "Qwen3-VL-MoE (vision-language)", "qwen3_vl_moe_text", False, QWEN_VL_TOP, {
@@ -267,6 +284,7 @@ FAMILIES = (
     Family("granitemoe", "Granite MoE", _granitemoe, GRANITE_MOE, MOE_TRAINING_ONLY, aux_loss=True),
     Family("granitemoeshared", "Granite MoE (shared expert)", _granitemoeshared, GRANITE_MOE_SHARED, MOE_TRAINING_ONLY,
            aux_loss=True),
+    Family("flex_olmo", "FlexOlmo", _flex_olmo, FLEX_OLMO, MOE_TRAINING_ONLY, aux_loss=True),
     Family("olmoe", "OLMoE", _olmoe, QWEN_MOE, MOE_TRAINING_ONLY, aux_loss=True),
     Family("qwen3_vl_moe_text", "Qwen3-VL-MoE's language model", _qwen3_vl_moe_text, QWEN3_VL_MOE, MOE_TRAINING_ONLY, aux_loss=True),
 )
