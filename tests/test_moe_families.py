@@ -1,4 +1,4 @@
-"""The newer mixture-of-experts families read from config.json (OLMoE, FlexOlmo, MiniMax-M2, GLM-4.7-Flash,
+"""The newer mixture-of-experts families read from config.json (OLMoE, FlexOlmo, MiniMax-M2, GLM-4.7-Flash, dots1,
 Granite MoE and its shared-expert variant): their parameter counts against transformers 5.24's own totals (the
 model built on the meta device from the config, sum of numel over parameters(), tied weights once) and a hand count,
 for the config class's defaults and for random configs with other switches set; and the fields each one refuses.
@@ -207,3 +207,38 @@ def test_granitemoe_softmaxes_the_top_k_logits_and_keeps_granites_scalars() -> N
 def test_granitemoeshared_counts_as_transformers(data: dict, transformers_total: int, by_hand: int) -> None:
     assert total(data) == by_hand == transformers_total
 
+
+
+def dots1_by_hand(d: int, layers: int, heads: int, kv: int, d_h: int, bias: bool, d_ff: int, dense: int, d_e: int,
+                  experts: int, shared: int, vocab: int, tied: bool) -> int:
+    """Q, K, V, O (biases if attention_bias), q_norm and k_norm (d_h each), two RMSNorms, and the dense SwiGLU MLP
+    on the first `dense` layers, the router, E experts and the shared experts on the others; embedding, final
+    norm, untied head (the selection bias is a buffer)."""
+    attention = 2 * d * heads * d_h + 2 * d * kv * d_h + ((heads + 2 * kv) * d_h + d if bias else 0) + 2 * d_h + 2 * d
+    mixture = experts * d + experts * 3 * d * d_e + 3 * d * d_e * shared
+    return layers * attention + dense * 3 * d * d_ff + (layers - dense) * mixture + vocab * d * (1 if tied else 2) + d
+
+
+@pytest.mark.parametrize("data, transformers_total, by_hand", [
+    # Dots1Config() on the meta device with the expert counts it leaves unset given (128 experts, top 6, 2 shared):
+    # every layer a mixture (first_k_dense_replace 0), 32 heads of 144
+    ({"model_type": "dots1", "hidden_size": 4608, "num_hidden_layers": 62, "num_attention_heads": 32,
+      "intermediate_size": 10944, "vocab_size": 152064, "max_position_embeddings": 2048, "n_routed_experts": 128,
+      "num_experts_per_tok": 6, "n_shared_experts": 2}, 163_585_920_960,
+     dots1_by_hand(4608, 62, 32, 32, 144, False, 10944, 0, 1408, 128, 2, 152064, False)),
+    # a random config: GQA 6/2 of 20, biases, layers 0 and 1 dense, tied
+    ({"model_type": "dots1", "hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 20,
+      "num_hidden_layers": 4, "intermediate_size": 80, "moe_intermediate_size": 24, "n_routed_experts": 6,
+      "num_experts_per_tok": 2, "n_shared_experts": 1, "first_k_dense_replace": 2, "attention_bias": True,
+      "vocab_size": 1000, "max_position_embeddings": 4096, "tie_word_embeddings": True}, 365_088,
+     dots1_by_hand(96, 4, 6, 2, 20, True, 80, 2, 24, 6, 1, 1000, True)),
+])
+def test_dots1_counts_as_transformers(data: dict, transformers_total: int, by_hand: int) -> None:
+    assert total(data) == by_hand == transformers_total
+
+
+def test_dots1_needs_the_expert_counts_its_config_class_leaves_unset() -> None:
+    data = {"model_type": "dots1", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 100, "max_position_embeddings": 64,
+            "num_experts_per_tok": 2, "n_shared_experts": 1}
+    assert "field 'n_routed_experts' is missing" in config_error_message(lambda: hf_to_mapping(data, "x.json"))

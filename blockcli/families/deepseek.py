@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from blockcli.families.common import TRAINING_ONLY, Family, gated_rms, silu_gate
+from blockcli.families.common import TRAINING_ONLY, Family, gated_rms, layer_types, silu_gate, sliding_layers
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, LLAMA_MLP
 from blockcli.families.moe import moe_tensors
@@ -91,6 +91,40 @@ def _glm4_moe(f: Fields) -> tuple[dict, dict]:
                     "selection_bias": True, "group_score": "top2_sum", "renormalize": f.bool("norm_topk_prob", True),
                     "n_groups": f.int("n_group", 1), "top_groups": f.int("topk_group", 1)}
     if dense:  # layers 0..dense-1: the dense MLP, intermediate_size (block.d_ff) wide
+        f.layers.append({"indices": list(range(dense)), "block": {"moe": None}})
+    return block, model
+
+
+def _dots1(f: Fields) -> tuple[dict, dict]:
+    """dots.llm1: Qwen3's attention (per-head q/k RMSNorm, `attention_bias` on q/k/v/o, the window on layers
+    `max_window_layers` and up when `sliding_window` is set, or as `layer_types` says) and, from layer
+    `first_k_dense_replace` up (0 by default), DeepSeek-V3's mixture; Dots1Config leaves the expert counts
+    unset (transformers cannot build it without them), so a config must give them."""
+    n_layers = f.int("num_hidden_layers")
+    block, model = gated_rms(f, silu_gate, kv_default=32, tie_default=False, mlp_bias=False, eps_default=1e-6)
+    block["qk_norm"] = "head"
+    sliding = layer_types(f, n_layers)
+    window_on = f.data.get("sliding_window") is not None if f.has("sliding_window") else True  # default 4096
+    if sliding is None:
+        first = f.int("max_window_layers", 62, minimum=0)
+        sliding = [window_on and i >= first for i in range(n_layers)]
+    else:
+        f.ignore("max_window_layers")
+    sliding_layers(f, block, model, sliding, default=4096)
+    dense = f.int("first_k_dense_replace", 0, minimum=0)
+    if dense >= n_layers:
+        f.ignore("n_routed_experts", "moe_intermediate_size", "n_shared_experts", "routed_scaling_factor", "n_group",
+                 "topk_group", "num_experts_per_tok", "norm_topk_prob")
+        f.notes.append(f"every layer dense (first_k_dense_replace {dense} >= {n_layers} layers): the expert "
+                       f"settings are unused")
+        return block, model
+    d_expert = f.int("moe_intermediate_size", 1408)
+    block["moe"] = {"n_experts": f.int("n_routed_experts"), "top_k": f.int("num_experts_per_tok"),
+                    "d_expert": d_expert, "routed_scaling": f.float("routed_scaling_factor", 1.0, high=1e6),
+                    "d_shared": d_expert * f.int("n_shared_experts", minimum=0), "scoring": "sigmoid",
+                    "selection_bias": True, "group_score": "top2_sum", "renormalize": f.bool("norm_topk_prob", False),
+                    "n_groups": f.int("n_group", 1), "top_groups": f.int("topk_group", 1)}
+    if dense:
         f.layers.append({"indices": list(range(dense)), "block": {"moe": None}})
     return block, model
 
@@ -232,5 +266,6 @@ FAMILIES = (
     Family("deepseek_v2", "DeepSeek-V2", _deepseek_v2, DEEPSEEK, TRAINING_ONLY),
     Family("deepseek_v3", "DeepSeek-V3", _deepseek_v3, DEEPSEEK_V3, TRAINING_ONLY),
     Family("glm4_moe", "GLM-4.5", _glm4_moe, GLM4_MOE, TRAINING_ONLY),
+    Family("dots1", "dots.llm1", _dots1, GLM4_MOE, TRAINING_ONLY | {"output_router_logits"}),
     Family("glm4_moe_lite", "GLM-4.7-Flash", _glm4_moe_lite, DEEPSEEK_V3, TRAINING_ONLY),
 )
