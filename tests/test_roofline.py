@@ -149,3 +149,15 @@ def test_unknown_gpu_exits_2_listing_the_catalogue():
 def test_bad_roofline_options_exit_2(args, expected):
     out = runner.invoke(app, ["count", *args])
     assert out.exit_code == 2 and expected in out.stderr, out.output
+
+
+def test_one_operations_bytes_by_hand():
+    from blockcli.roofline import op_bytes
+
+    # q_proj of the reference block at B=2, T=5, float32: x (2, 5, 512) and W (512, 512) read, the bias (512) too,
+    # (2, 5, 512) written; a reshape is a view; a gather reads the int64 ids and the rows it picks
+    read, written = op_bytes("linear", [(2, 5, 512), (512, 512)], [1, None], (2, 5, 512), 512 * 512 + 512, 4)
+    assert (read, written) == (4 * (2 * 5 * 512 + 512 * 512 + 512), 4 * 2 * 5 * 512)
+    assert op_bytes("reshape", [(2, 5, 512)], [3], (2, 8, 5, 64), 0, 4) == (0, 0)
+    assert op_bytes("gather", [(1, 8), (50257, 768)], [0, None], (1, 8, 768), 50257 * 768, 4) == \
+        (8 * 8 + 4 * 8 * 768, 4 * 8 * 768)
