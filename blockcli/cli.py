@@ -658,6 +658,9 @@ def trace(
     export_svg: Annotated[Optional[str], typer.Option(help="Also write the rendered table as SVG.")] = None,
     export_html: Annotated[Optional[str], typer.Option(help="Also write the rendered table as HTML.")] = None,
     allow_field: AllowFieldOpt = None,
+    gpu: Annotated[Optional[str], typer.Option(
+        "--gpu", metavar="NAME|FILE", help="Also a roofline per operation on this device (see count --gpu): bytes "
+                                           "read and written, FLOP/byte, bound, time.")] = None,
 ) -> None:
     """Per-operation shape table of a real forward pass, with FLOPs and memory."""
 
@@ -745,6 +748,14 @@ def trace(
         rows = result.rows
         if cfg.model and not all_layers:
             rows = collapse_layers(rows, cfg.model.n_layers, [g.layers for g in cfg.layer_groups()])
+        timed = device = None
+        if gpu is not None:
+            from blockcli.hardware import load_gpu
+
+            if chosen not in (TraceFormat.table, TraceFormat.json):
+                raise InputError(f"--gpu adds a table or JSON key; use --format table or json, not {chosen.value}")
+            device = load_gpu(gpu)
+            timed = render.trace_roofline_rows(rows, device, cfg.run.dtype, 8 if cfg.run.dtype == "float64" else 4)
         if backward and chosen is TraceFormat.mermaid:
             raise InputError("--backward has no Mermaid form; use --format table, markdown or json")
         grads = None
@@ -757,6 +768,8 @@ def trace(
             data = render.trace_json(result, rows)
             if grads is not None:
                 data["backward"] = render.backward_json(grads)
+            if timed is not None:
+                data["roofline"] = render.trace_roofline_json(timed, device, cfg.run.dtype)
             print_out(render.to_json(data))
         elif chosen is TraceFormat.markdown:
             print_out(render.trace_markdown(result, rows) + (render.backward_markdown(grads) if grads else ""))
@@ -767,6 +780,8 @@ def trace(
             out.print(render.trace_table(result, rows))
             if grads is not None:
                 out.print(render.backward_table(grads))
+            if timed is not None:
+                out.print(render.trace_roofline_table(timed, device, cfg.run.dtype))
             if head is not None:
                 head_layer, index = head
                 key = f"blocks.{head_layer}.attn_weights" if cfg.model else "attn_weights"

@@ -1395,10 +1395,10 @@ ROOFLINE_HEADERS = ("roofline", "FLOPs", "bytes moved", "FLOP/byte", "bound", "t
 
 def seconds_text(s: float) -> str:
     """3.14e-6 → '3.14 µs'."""
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
         if s >= scale:
             return f"{s / scale:.3g} {unit}"
-    return f"{s:.3g} s"
+    return f"{s / 1e-9:.3g} ns" if s else "0 s"
 
 
 def _rate(x: float) -> str:
@@ -1500,3 +1500,42 @@ def roofline_markdown(r: Any) -> str:
     return (f"\n**Roofline on {r.gpu.name} (bounds, not measurements)**\n\n"
             + markdown_table(ROOFLINE_HEADERS, _roofline_rows(r), "lrrrlrr")
             + "\n" + "\n".join(f"- {line}" for line in roofline_lines(r)) + "\n")
+
+
+def trace_roofline_rows(rows: Sequence[OpRow], gpu: Any, dtype: str, itemsize: int) -> list[Any]:
+    from blockcli.roofline import op_time
+
+    return [(r, op_time(r.kind, r.input_shapes, r.sources, r.output_shape, r.params, r.flops, itemsize, gpu, dtype))
+            for r in rows]
+
+
+def trace_roofline_json(timed: list[Any], gpu: Any, dtype: str) -> dict[str, Any]:
+    from blockcli.roofline import LEAVES_OUT
+
+    return {"gpu": gpu_json(gpu), "dtype": dtype,
+            "ops": [{"step": r.step, "key": r.key, "read_bytes": t.read, "written_bytes": t.written,
+                     "arithmetic_intensity": t.intensity, "bound": t.bound, "seconds": t.seconds} for r, t in timed],
+            "seconds": sum(t.seconds * r.repeat for r, t in timed),
+            "estimate": "roofline bounds per operation: each time a lower bound", "leaves_out": LEAVES_OUT}
+
+
+def trace_roofline_table(timed: list[Any], gpu: Any, dtype: str) -> Group:
+    from rich.console import Group
+    from rich.text import Text
+
+    from blockcli.roofline import LEAVES_OUT
+
+    headers = ("#", "operation", "read", "written", "FLOP/byte", "bound", "time ≥")
+    title = f"Roofline per operation on {gpu.name}, {dtype} (bounds, not measurements)"
+    grid = Grid(title, [Column(headers[0], "right", False), Column(headers[1], comfort=18)]
+                + [Column(h, "right", False) for h in headers[2:]])
+    cells = [[str(r.step), r.op + (f" ×{r.repeat}, per layer" if r.repeat > 1 else ""), human_bytes(t.read),
+              human_bytes(t.written), _intensity(t.intensity), t.bound, seconds_text(t.seconds)] for r, t in timed]
+    for row in cells:
+        grid.add(*row)
+    total = sum(t.seconds * r.repeat for r, t in timed)
+    fitted = Fitted([grid], lambda width: records(title, [(f"{c[0]} {c[1]}", [" · ".join(c[2:])]) for c in cells],
+                                                  width))
+    return Group(fitted, Text(f"sum of the operations' times: {seconds_text(total)} (a lower bound: every operation "
+                              f"its own kernel, inputs read whole and the output written; reshapes are views); "
+                              f"{LEAVES_OUT}"))

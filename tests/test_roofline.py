@@ -161,3 +161,21 @@ def test_one_operations_bytes_by_hand():
     assert op_bytes("reshape", [(2, 5, 512)], [3], (2, 8, 5, 64), 0, 4) == (0, 0)
     assert op_bytes("gather", [(1, 8), (50257, 768)], [0, None], (1, 8, 768), 50257 * 768, 4) == \
         (8 * 8 + 4 * 8 * 768, 4 * 8 * 768)
+
+
+def test_trace_gpu_times_each_operation_by_hand():
+    out = runner.invoke(app, ["trace", "--shapes-only", "--gpu", "h100", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    ops = {o["key"]: o for o in data["roofline"]["ops"]}
+    q = ops["q_proj"]  # B=2, T=5, float32 on H100 SXM's fp32 66.9 TFLOP/s, 3.35 TB/s
+    read, written = 4 * (2 * 5 * d + d * d + d), 4 * 2 * 5 * d
+    flops = 2 * 2 * 5 * d * d + 2 * 5 * d  # the product and the bias add
+    assert (q["read_bytes"], q["written_bytes"]) == (read, written)
+    assert q["bound"] == "memory" and math.isclose(q["seconds"], max(flops / 66.9e12, (read + written) / H100_BW))
+    assert ops["q"]["seconds"] == 0 and ops["q"]["bound"] == "none"  # split heads: a view
+
+
+def test_trace_gpu_refuses_a_format_it_has_no_form_for():
+    out = runner.invoke(app, ["trace", "--shapes-only", "--gpu", "h100", "--format", "mermaid"])
+    assert out.exit_code == 2 and "--gpu" in out.stderr
