@@ -406,6 +406,14 @@ def count(
         "--max-memory", metavar="SIZE",
         help="Exit 1 if the workload's memory exceeds SIZE (80GiB, 40GB): inference weights + K/V cache + "
              "activations, or with --train the model states + activations per device.")] = None,
+    gpu: Annotated[Optional[str], typer.Option(
+        "--gpu", metavar="NAME|FILE",
+        help="Add a roofline on this device: prefill (time to first token), decode time and tokens/s, the bound, "
+             "GPUs needed; a catalogue name (H100-SXM, H100-PCIe, H200, B200, A100-40GB, A100-80GB, L40S, L4, "
+             "RTX-4090, MI300X) or a device YAML file.")] = None,
+    mfu: Annotated[Optional[float], typer.Option(
+        "--mfu", metavar="F", help="With --gpu and --train: the model-FLOPs utilisation the step time assumes "
+                                   "(default 0.4).")] = None,
 ) -> None:
     """Exact parameter breakdown per component, and the memory and FLOPs of a workload."""
 
@@ -435,6 +443,13 @@ def count(
             raise InputError("--lora-rank with model parallelism (--tp, --pp, --ep …) is not modelled; size LoRA on "
                              "one device with --dp and --zero")
         targets = sizing.parse_lora_targets(lora_targets) if lora_targets is not None else ()
+        if mfu is not None and (gpu is None or not train):
+            raise InputError("--mfu sets the training step's utilisation on a device; add --gpu NAME and --train")
+        device = None
+        if gpu is not None:
+            from blockcli.hardware import load_gpu
+
+            device = load_gpu(gpu)
         cfg = loaded(config, allow_field)
         T, B = seq or cfg.run.seq_len, batch or cfg.run.batch
         if (past := sizing.check_workload(cfg, T)) is not None:
@@ -481,15 +496,28 @@ def count(
                              precision=(precision or Precision.mixed).value,
                              recompute=(recompute or Recompute.none).value, dtype=inference.dtype,
                              kv_bits=sizing.DTYPE_BITS[inference.kv_dtype])
+        roof = None
+        if device is not None:
+            from blockcli.roofline import DEFAULT_MFU, roofline
+
+            roof = roofline(cfg, inference, result.total, result.active_total, device, budget=memory_budget,
+                            training=training, mfu=DEFAULT_MFU if mfu is None else mfu,
+                            devices=plan.layout.devices if plan else dp or 1)
         chosen = CountFormat.json if json_out else fmt
         if chosen is CountFormat.json:
-            print_out(render.to_json(render.count_json(result, inference, training, memory_budget, plan)))
+            data = render.count_json(result, inference, training, memory_budget, plan)
+            if roof is not None:
+                data["roofline"] = render.roofline_json(roof)
+            print_out(render.to_json(data))
         elif chosen is CountFormat.markdown:
-            print_out(render.count_markdown(result, inference, training, plan))
+            print_out(render.count_markdown(result, inference, training, plan)
+                      + (render.roofline_markdown(roof) if roof is not None else ""))
         elif chosen is CountFormat.csv:
             print_out(render.count_csv(result))
         else:
             console().print(render.count_table(result, inference, training, plan))
+            if roof is not None:
+                console().print(render.roofline_table(roof))
         code = EXIT_OK
         declared = result.config.about.parameters
         if declared is not None and declared != result.total:
@@ -630,6 +658,9 @@ def trace(
     export_svg: Annotated[Optional[str], typer.Option(help="Also write the rendered table as SVG.")] = None,
     export_html: Annotated[Optional[str], typer.Option(help="Also write the rendered table as HTML.")] = None,
     allow_field: AllowFieldOpt = None,
+    gpu: Annotated[Optional[str], typer.Option(
+        "--gpu", metavar="NAME|FILE", help="Also a roofline per operation on this device (see count --gpu): bytes "
+                                           "read and written, FLOP/byte, bound, time.")] = None,
 ) -> None:
     """Per-operation shape table of a real forward pass, with FLOPs and memory."""
 
@@ -717,6 +748,14 @@ def trace(
         rows = result.rows
         if cfg.model and not all_layers:
             rows = collapse_layers(rows, cfg.model.n_layers, [g.layers for g in cfg.layer_groups()])
+        timed = device = None
+        if gpu is not None:
+            from blockcli.hardware import load_gpu
+
+            if chosen not in (TraceFormat.table, TraceFormat.json):
+                raise InputError(f"--gpu adds a table or JSON key; use --format table or json, not {chosen.value}")
+            device = load_gpu(gpu)
+            timed = render.trace_roofline_rows(rows, device, cfg.run.dtype, 8 if cfg.run.dtype == "float64" else 4)
         if backward and chosen is TraceFormat.mermaid:
             raise InputError("--backward has no Mermaid form; use --format table, markdown or json")
         grads = None
@@ -729,6 +768,8 @@ def trace(
             data = render.trace_json(result, rows)
             if grads is not None:
                 data["backward"] = render.backward_json(grads)
+            if timed is not None:
+                data["roofline"] = render.trace_roofline_json(timed, device, cfg.run.dtype)
             print_out(render.to_json(data))
         elif chosen is TraceFormat.markdown:
             print_out(render.trace_markdown(result, rows) + (render.backward_markdown(grads) if grads else ""))
@@ -739,6 +780,8 @@ def trace(
             out.print(render.trace_table(result, rows))
             if grads is not None:
                 out.print(render.backward_table(grads))
+            if timed is not None:
+                out.print(render.trace_roofline_table(timed, device, cfg.run.dtype))
             if head is not None:
                 head_layer, index = head
                 key = f"blocks.{head_layer}.attn_weights" if cfg.model else "attn_weights"

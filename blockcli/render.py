@@ -1386,3 +1386,156 @@ def backward_markdown(rep: Any) -> str:
     return ("\n**Backward, in the order it runs**\n\n" + markdown_table(BACKWARD_HEADERS, _backward_cells(rep.rows),
                                                                       "rlllr")
             + "\n" + "\n".join(f"- {line}" for line in backward_lines(rep)) + "\n")
+
+
+# ----------------------------------------------------------------------------- roofline (count --gpu, trace --gpu)
+
+ROOFLINE_HEADERS = ("roofline", "FLOPs", "bytes moved", "FLOP/byte", "bound", "time ≥", "tokens/s ≤")
+
+
+def seconds_text(s: float) -> str:
+    """3.14e-6 → '3.14 µs'."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns" if s else "0 s"
+
+
+def _rate(x: float) -> str:
+    return human(x) if x >= 1000 else f"{x:.3g}"
+
+
+def _intensity(x: float | None) -> str:
+    return "" if x is None else f"{x:.3g}"
+
+
+def _phase_json(p: Any) -> dict[str, Any]:
+    return {"flops": p.flops, "bytes": dict(p.bytes), "bytes_moved": p.bytes_moved,
+            "arithmetic_intensity": number(p.intensity), "ridge_intensity": p.ridge, "bound": p.bound,
+            "compute_seconds": p.compute_seconds, "memory_seconds": p.memory_seconds, "seconds": p.seconds,
+            "tokens": p.tokens, "tokens_per_second": p.tokens_per_second}
+
+
+def gpu_json(gpu: Any) -> dict[str, Any]:
+    return {"name": gpu.name, "vendor": gpu.vendor, "catalogue": gpu.catalogue, "peak_flops": dict(gpu.peak_flops),
+            "memory_bytes": gpu.memory_bytes, "bandwidth_bytes_per_second": gpu.bandwidth,
+            "sources": list(gpu.sources)}
+
+
+def roofline_json(r: Any) -> dict[str, Any]:
+    from blockcli.roofline import LEAVES_OUT
+
+    data = {"gpu": gpu_json(r.gpu), "dtype": r.dtype, "peak_flops": r.prefill.peak,
+            "prefill": _phase_json(r.prefill), "decode_step": _phase_json(r.decode),
+            "gpus_needed": {"budget_bytes": r.budget, "inference": r.inference_gpus,
+                            **({"training": r.training_gpus} if r.training is not None else {})},
+            "estimate": "roofline bounds: time is a lower bound, tokens/s an upper bound",
+            "leaves_out": LEAVES_OUT, "notes": list(r.notes)}
+    if r.training is not None:
+        t = r.training
+        data["training"] = {"mfu": t.mfu, "devices": t.devices, "dtype": r.training_dtype, "peak_flops": t.peak,
+                            "model_flops": t.model_flops, "tokens": t.tokens, "seconds_per_step": t.seconds,
+                            "tokens_per_second": t.tokens_per_second}
+    return data
+
+
+def _roofline_rows(r: Any) -> list[list[str]]:
+    inf = r.prefill
+    rows = [[f"prefill {inf.tokens:,} tokens (time to first token)", human(inf.flops), human_bytes(inf.bytes_moved),
+             _intensity(inf.intensity), inf.bound, seconds_text(inf.seconds), _rate(inf.tokens_per_second)],
+            [f"decode step, {r.decode.tokens} token{'s' if r.decode.tokens > 1 else ''}", human(r.decode.flops),
+             human_bytes(r.decode.bytes_moved), _intensity(r.decode.intensity), r.decode.bound,
+             seconds_text(r.decode.seconds), _rate(r.decode.tokens_per_second)]]
+    if r.training is not None:
+        t = r.training
+        rows.append([f"training step at MFU {t.mfu:g}, {t.devices} device{'s' if t.devices > 1 else ''}",
+                     human(t.model_flops), "", "", "MFU", seconds_text(t.seconds), _rate(t.tokens_per_second)])
+    return rows
+
+
+def roofline_lines(r: Any) -> list[str]:
+    from blockcli.roofline import LEAVES_OUT
+
+    g = r.gpu
+    src = "; ".join(s.get("document", "") for s in g.sources) or "given in the file"
+    peaks = ", ".join(f"{k} {v / 1e12:g}" for k, v in g.peak_flops.items())
+    parts = lambda p: ", ".join(f"{k.replace('_', ' ')} {human_bytes(v)}" for k, v in p.bytes.items() if v)  # noqa: E731
+    lines = [
+        f"device: {g.name}" + (f" ({g.vendor})" if g.vendor else "") + f": dense peak TFLOP/s {peaks}; "
+        f"{g.memory_bytes / 1e9:g} GB at {g.bandwidth / 1e12:g} TB/s; source: {src}",
+        f"roofline at {r.dtype} ({r.prefill.peak / 1e12:g} TFLOP/s): time = max(FLOPs / peak, bytes / bandwidth), "
+        f"the ridge at {r.prefill.ridge:.3g} FLOP/byte; prefill FLOPs causal",
+        f"prefill bytes: {parts(r.prefill)}; decode step bytes: {parts(r.decode)}",
+        f"GPUs needed for {human_bytes(r.budget)} ({r.budget:,} bytes) each: {r.inference_gpus} to serve (memory pooled evenly)"
+        + ("" if r.training is None else
+           f"; {r.training_gpus} to train under ZeRO-3 (states split, one micro-batch's activations and the "
+           f"gathered module on each)" if r.training_gpus is not None else
+           "; training fits on no number of them: one micro-batch's activations and the gathered module exceed it"),
+        *([f"training at MFU {r.training.mfu:g} of {r.training_dtype}'s {r.training.peak / 1e12:g} TFLOP/s: the step's "
+           f"model FLOPs (forward + backward, full score table, no recomputation) / (devices × peak × MFU)"]
+          if r.training is not None else []),
+        f"estimates: time a lower bound, tokens/s an upper bound; {LEAVES_OUT}",
+        *r.notes,
+    ]
+    return lines
+
+
+def roofline_table(r: Any) -> Group:
+    from rich.console import Group
+    from rich.text import Text
+
+    title = f"Roofline on {r.gpu.name} (bounds, not measurements)"
+    rows = _roofline_rows(r)
+    grid = Grid(title, [Column(ROOFLINE_HEADERS[0], comfort=20)]
+                + [Column(h, "right", False) for h in ROOFLINE_HEADERS[1:]])
+    for row in rows:
+        grid.add(*row)
+    fitted = Fitted([grid], lambda width: records(title, [(row[0], [f"{h} {c}" for h, c in
+                                                                    zip(ROOFLINE_HEADERS[1:], row[1:]) if c])
+                                                          for row in rows], width))
+    return Group(fitted, Text("\n".join(roofline_lines(r))))
+
+
+def roofline_markdown(r: Any) -> str:
+    return (f"\n**Roofline on {r.gpu.name} (bounds, not measurements)**\n\n"
+            + markdown_table(ROOFLINE_HEADERS, _roofline_rows(r), "lrrrlrr")
+            + "\n" + "\n".join(f"- {line}" for line in roofline_lines(r)) + "\n")
+
+
+def trace_roofline_rows(rows: Sequence[OpRow], gpu: Any, dtype: str, itemsize: int) -> list[Any]:
+    from blockcli.roofline import op_time
+
+    return [(r, op_time(r.kind, r.input_shapes, r.sources, r.output_shape, r.params, r.flops, itemsize, gpu, dtype))
+            for r in rows]
+
+
+def trace_roofline_json(timed: list[Any], gpu: Any, dtype: str) -> dict[str, Any]:
+    from blockcli.roofline import LEAVES_OUT
+
+    return {"gpu": gpu_json(gpu), "dtype": dtype,
+            "ops": [{"step": r.step, "key": r.key, "read_bytes": t.read, "written_bytes": t.written,
+                     "arithmetic_intensity": t.intensity, "bound": t.bound, "seconds": t.seconds} for r, t in timed],
+            "seconds": sum(t.seconds * r.repeat for r, t in timed),
+            "estimate": "roofline bounds per operation: each time a lower bound", "leaves_out": LEAVES_OUT}
+
+
+def trace_roofline_table(timed: list[Any], gpu: Any, dtype: str) -> Group:
+    from rich.console import Group
+    from rich.text import Text
+
+    from blockcli.roofline import LEAVES_OUT
+
+    headers = ("#", "operation", "read", "written", "FLOP/byte", "bound", "time ≥")
+    title = f"Roofline per operation on {gpu.name}, {dtype} (bounds, not measurements)"
+    grid = Grid(title, [Column(headers[0], "right", False), Column(headers[1], comfort=18)]
+                + [Column(h, "right", False) for h in headers[2:]])
+    cells = [[str(r.step), r.op + (f" ×{r.repeat}, per layer" if r.repeat > 1 else ""), human_bytes(t.read),
+              human_bytes(t.written), _intensity(t.intensity), t.bound, seconds_text(t.seconds)] for r, t in timed]
+    for row in cells:
+        grid.add(*row)
+    total = sum(t.seconds * r.repeat for r, t in timed)
+    fitted = Fitted([grid], lambda width: records(title, [(f"{c[0]} {c[1]}", [" · ".join(c[2:])]) for c in cells],
+                                                  width))
+    return Group(fitted, Text(f"sum of the operations' times: {seconds_text(total)} (a lower bound: every operation "
+                              f"its own kernel, inputs read whole and the output written; reshapes are views); "
+                              f"{LEAVES_OUT}"))
