@@ -414,31 +414,48 @@ def checkpoint_sizes(path: Path, config: Config) -> tuple[dict[str, int], dict[s
     info = {"path": str(path), "files": [f.name for f in ckpt.files], "tensors": len(ckpt.tensors),
             "bytes_on_disk": ckpt.disk_bytes, "stored_dtypes": ckpt.dtypes, "notes": notes}
     if any(m.stored.quant is not None for m in matches):
-        info["quantized"] = quantized_bytes([m.stored for m in matches])
+        info["quantized"] = quantized_bytes(matches)
     return stored_sizes(matches), info
 
 
-def quantized_bytes(tensors: list[Stored]) -> dict[str, Any]:
+def quantized_bytes(matches: list[Match]) -> dict[str, Any]:
     """The stored bytes of a quantized checkpoint's tensors (the file's own sizes, from the header offsets): the
-    quantized weights' codes, scales, zero points and group indices, the unquantized tensors', and the
-    effective bits per quantized weight (scales and zero points included) and per parameter."""
+    quantized weights' codes, scales, zero points and group indices, the unquantized tensors', the effective bits
+    per quantized weight (scales and zero points included) and per parameter, and by component (blockcli's key
+    without its layer and expert index: `w_q` sums every layer's; a fused tensor's bytes shared by its parts'
+    sizes)."""
     parts: dict[str, int] = {}
     weights = plain = plain_bytes = 0
     schemes: dict[str, int] = {}
-    for t in tensors:
+    components: dict[str, dict[str, int]] = {}
+    for m in matches:
+        t = m.stored
+        own = stored_bytes(t)
+        size = sum(own.values())
         if t.quant is None:
             plain += t.size
-            plain_bytes += t.offsets[1] - t.offsets[0]
-            continue
-        weights += t.size
-        schemes[t.quant.describe()] = schemes.get(t.quant.describe(), 0) + t.size
-        for role, n in stored_bytes(t).items():
-            parts[role] = parts.get(role, 0) + n
+            plain_bytes += size
+        else:
+            weights += t.size
+            schemes[t.quant.describe()] = schemes.get(t.quant.describe(), 0) + t.size
+            for role, n in own.items():
+                parts[role] = parts.get(role, 0) + n
+        shares = [math.prod(p) for p in m.parts]
+        left = size
+        for j, (key, share) in enumerate(zip(m.entry.keys, shares)):
+            n = left if j == len(shares) - 1 else size * share // sum(shares)
+            left -= n
+            name = re.sub(r"experts\.\d+\.", "experts.", re.sub(r"^blocks\.\d+\.", "", key))
+            row = components.setdefault(name, {"parameters": 0, "bytes": 0})
+            row["parameters"] += share
+            row["bytes"] += n
     quantized = sum(parts.values())
     return {"schemes": schemes, "weights": weights, "parts": parts, "bytes": quantized,
             "bits_per_weight": 8 * quantized / weights, "unquantized_parameters": plain,
             "unquantized_bytes": plain_bytes, "total_bytes": quantized + plain_bytes,
-            "bits_per_parameter": 8 * (quantized + plain_bytes) / (weights + plain)}
+            "bits_per_parameter": 8 * (quantized + plain_bytes) / (weights + plain),
+            "by_component": {k: {**v, "bits_per_weight": 8 * v["bytes"] / v["parameters"]}
+                           for k, v in components.items()}}
 
 
 def refuse_quantized(path: Path, config: Config | None) -> None:

@@ -530,9 +530,10 @@ def quantized_line(q: Mapping[str, Any]) -> str:
     parts = ", ".join(f"{role} {n:,}" for role, n in q["parts"].items())
     schemes = "; ".join(f"{name} ({n:,} weights)" for name, n in q["schemes"].items())
     return (f"quantized: {schemes}: {q['bytes']:,} bytes ({parts}), {q['bits_per_weight']:.3f} bits per weight "
-            f"with scales and zero points; {q['unquantized_parameters']:,} parameters unquantized "
+            f"(scales and zero points included); {q['unquantized_parameters']:,} parameters unquantized "
             f"({q['unquantized_bytes']:,} bytes); {q['total_bytes']:,} bytes of weights, "
-            f"{q['bits_per_parameter']:.3f} bits per parameter")
+            f"{q['bits_per_parameter']:.3f} bits per parameter; bits per weight by component: "
+            + ", ".join(f"{name} {c['bits_per_weight']:.3f}" for name, c in q["by_component"].items()))
 
 
 def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | None = None) -> list[str]:

@@ -139,7 +139,13 @@ def test_bits_per_weight_by_hand() -> None:
     weights = sum(i * o for i, o in inputs_outputs)
     bits = sum(i * o * 4 + (i // 16) * o * (16 + 4) + 32 * i for i, o in inputs_outputs)
     data = json.loads(cli("count", FIXTURES / "gptq-qwen3-4bit-act-order", "--json").stdout)
-    assert data["checkpoint"]["quantized"]["bits_per_weight"] == pytest.approx(bits / weights, rel=1e-12)
+    q = data["checkpoint"]["quantized"]
+    assert q["bits_per_weight"] == pytest.approx(bits / weights, rel=1e-12)
+    # by component, summed over both layers: Q (32 → 64) 4 + 20/16 + 32/64 bits a weight, K (32 → 32) 4 + 20/16 + 1
+    assert q["by_component"]["w_q"] == {"parameters": 2 * 32 * 64, "bytes": 2 * 32 * 64 * 5.75 / 8, "bits_per_weight": 5.75}
+    assert q["by_component"]["w_k"]["bits_per_weight"] == 6.25 and q["by_component"]["wte"]["bits_per_weight"] == 32
+    assert sum(c["bytes"] for c in q["by_component"].values()) == q["total_bytes"]
+    assert sum(c["parameters"] for c in q["by_component"].values()) == data["total"]
 
 
 def test_e4m3_codes_by_hand() -> None:
