@@ -24,7 +24,7 @@ from blockcli import Model, load_config
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "quantized"
 FORMATS = {  # fixture → the parts of a quantized module by role, as its format names them
-    "fp8-llama": "fp8", "fp8-qwen3": "fp8",
+    "fp8-llama": "fp8", "fp8-qwen3": "fp8", "fp8-deepseek_v3": "fp8",
     "gptq-llama-4bit": "gptq", "gptq-qwen3-4bit-act-order": "gptq", "gptq-llama-8bit-v2": "gptq",
     "gptq-qwen3-3bit": "gptq", "gptq-llama-2bit": "gptq",
     "awq-llama": "awq", "awq-qwen3": "awq",
@@ -187,7 +187,8 @@ def test_the_format_conventions_matter(monkeypatch: pytest.MonkeyPatch) -> None:
     assert error("gptq-llama-4bit") > 1e-3
 
 
-@pytest.mark.parametrize("name", ["fp8-llama", "gptq-qwen3-4bit-act-order", "awq-qwen3", "ct-int4-llama"])
+@pytest.mark.parametrize("name", ["fp8-llama", "fp8-deepseek_v3", "gptq-qwen3-4bit-act-order", "awq-qwen3",
+                                  "ct-int4-llama"])
 def test_trace_and_verify_run_the_folder(name: str) -> None:
     for command in (["trace", FIXTURES / name, "--layer", "1"], ["verify", FIXTURES / name, "--layer", "0"]):
         run = cli(*command)
@@ -221,6 +222,7 @@ def test_ignored_modules_stay_unquantized(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name, tensor", [
     ("fp8-qwen3", "model.layers.0.self_attn.q_proj.weight_scale_inv"),
+    ("fp8-deepseek_v3", "model.layers.1.mlp.experts.2.down_proj.weight_scale_inv"),
     ("gptq-llama-4bit", "model.layers.1.mlp.down_proj.scales"),
     ("gptq-qwen3-4bit-act-order", "model.layers.0.self_attn.k_proj.qzeros"),
     ("awq-qwen3", "model.layers.0.mlp.up_proj.scales"),
