@@ -344,7 +344,18 @@ def stored_bytes(t: Stored) -> dict[str, int]:
 
 
 def dequantize(t: Stored, dtype: str, raw: Callable[[Stored], np.ndarray]) -> np.ndarray:
-    """One quantized tensor's values (…, out, in), computed in `dtype` (float32 or float64); finite only."""
+    """One quantized tensor's values (…, out, in), computed in `dtype` (float32 or float64); finite only (a scale
+    that takes a value past the dtype's range is refused in one line, without a RuntimeWarning)."""
+    import numpy as np
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = _dequantized(t, dtype, raw)
+    if not np.all(np.isfinite(out)):
+        raise InputError(f"{t.file}: quantized tensor '{t.name}' dequantizes to NaN or Inf (in {dtype})")
+    return out
+
+
+def _dequantized(t: Stored, dtype: str, raw: Callable[[Stored], np.ndarray]) -> np.ndarray:
     import numpy as np
 
     s: Scheme = t.quant
@@ -398,8 +409,6 @@ def dequantize(t: Stored, dtype: str, raw: Callable[[Stored], np.ndarray]) -> np
             zp = unpack_bits(ints("weight_zero_point").T, s.bits, n_out).T - offset  # (out, G)
             q = q - _spread(zp, s, n_in)
         out = _grouped(q.astype(dtype), values("weight_scale"), s)
-    if not np.all(np.isfinite(out)):
-        raise InputError(f"{t.file}: quantized tensor '{t.name}' dequantizes to NaN or Inf")
     return out
 
 

@@ -237,3 +237,33 @@ def test_scales_that_do_not_fit_the_shape_are_one_line(tmp_path: Path, name: str
         run = cli(*command)
         assert run.returncode == 2 and run.stdout == "" and len(run.stderr.splitlines()) == 1, run.stderr
         assert f"tensor '{tensor}'" in run.stderr and "implies" in run.stderr
+
+
+def rewrite(file: Path, tensor: str, change) -> None:
+    """Rewrite one tensor's bytes in place (same size): `change` maps its raw bytes (a uint8 array) to new ones."""
+    entry = header(file)[tensor]
+    raw = bytearray(file.read_bytes())
+    (length,) = struct.unpack("<Q", raw[:8])
+    begin, end = (8 + length + o for o in entry["data_offsets"])
+    raw[begin:end] = change(np.frombuffer(bytes(raw[begin:end]), dtype=np.uint8)).tobytes()
+    file.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("name, tensor, change, says", [
+    ("gptq-qwen3-4bit-act-order", "model.layers.0.self_attn.q_proj.g_idx",
+     lambda b: np.full(b.size // 4, 9, dtype="<i4").view(np.uint8), "names groups outside 0..1"),
+    ("fp8-llama", "model.layers.1.mlp.up_proj.weight", lambda b: np.full_like(b, 0x7F), "holds an FP8 NaN code"),
+    ("fp8-llama", "model.layers.0.mlp.up_proj.weight_scale_inv",
+     lambda b: np.full(b.size // 4, 3e38, dtype="<f4").view(np.uint8), "dequantizes to NaN or Inf"),
+    ("awq-llama", "model.layers.0.self_attn.k_proj.scales",
+     lambda b: np.full(b.size // 2, np.inf, dtype="<f2").view(np.uint8), "contains NaN or Inf"),
+])
+def test_bad_values_are_one_line_when_loaded(tmp_path: Path, name: str, tensor: str, change, says: str) -> None:
+    folder = tmp_path / name
+    shutil.copytree(FIXTURES / name, folder)
+    rewrite(folder / "model.safetensors", tensor, change)
+    assert cli("count", folder).returncode == 0  # the headers alone are still consistent
+    layer = tensor.split(".")[2]
+    run = cli("trace", folder, "--layer", layer)
+    assert run.returncode == 2 and run.stdout == "" and len(run.stderr.splitlines()) == 1, run.stderr
+    assert says in run.stderr and tensor.rsplit(".", 1)[0] in run.stderr
