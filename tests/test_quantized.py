@@ -94,6 +94,7 @@ def test_fp8_counts_the_logical_model_and_notes_the_stored_bytes(
     run = blockcli("count", str(write(tmp_path, hf)), "--json")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["total"] == total
+    assert json.loads(run.stdout)["inference"]["parameter_bytes"] == stored  # sizing: the weights as stored
     plain_run = blockcli("count", str(write(tmp_path, without_quantization(hf), "plain.json")), "--json")
     assert json.loads(plain_run.stdout)["total"] == total and plain_run.stderr == ""
     lines = run.stderr.splitlines()
