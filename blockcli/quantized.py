@@ -67,6 +67,7 @@ class Scheme:
     form: str = ""  # compressed-tensors: pack-quantized | float-quantized
     targets: tuple[str, ...] = ()  # compressed-tensors: the modules its config group covers
     per_tensor: bool = False  # compressed-tensors' strategy tensor: one scale for the whole matrix
+    act_order: bool = False  # gptq's desc_act: the groups follow g_idx, a permutation's
     ignore: tuple[str, ...] = field(default=(), compare=False)
 
     def describe(self) -> str:
@@ -76,7 +77,8 @@ class Scheme:
         if self.method == "compressed-tensors":
             kind = "fp8 e4m3" if self.form == "float-quantized" else f"int{self.bits}"
             return f"compressed-tensors {self.form} {kind}, {grouped}" + ("" if self.symmetric else ", asymmetric")
-        return f"{self.method} {self.bits}-bit, {grouped}" + ("" if self.symmetric else ", asymmetric")
+        return (f"{self.method} {self.bits}-bit, {grouped}" + ("" if self.symmetric else ", asymmetric")
+                + (", act-order" if self.act_order else ""))
 
 
 # ----------------------------------------------------------------------------- reading the config
@@ -128,7 +130,7 @@ def _schemes(quant: Mapping[str, Any], where: str) -> list[Scheme]:
             raise InputError(f"{where}: field 'quantization_config.checkpoint_format': expected gptq or gptq_v2 "
                              f"(blockcli reads GPTQ's own packing), got {fmt!r}")
         return [Scheme("gptq", bits, max(group, 0), symmetric=bool(quant.get("sym", True)),
-                       zero_offset=1 if fmt == "gptq" else 0)]
+                       zero_offset=1 if fmt == "gptq" else 0, act_order=bool(quant.get("desc_act", False)))]
     form = quant.get("format")
     if form not in ("pack-quantized", "float-quantized"):
         raise InputError(f"{where}: field 'quantization_config.format': blockcli reads compressed-tensors' "

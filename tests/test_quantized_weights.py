@@ -267,3 +267,29 @@ def test_bad_values_are_one_line_when_loaded(tmp_path: Path, name: str, tensor: 
     run = cli("trace", folder, "--layer", layer)
     assert run.returncode == 2 and run.stdout == "" and len(run.stderr.splitlines()) == 1, run.stderr
     assert says in run.stderr and tensor.rsplit(".", 1)[0] in run.stderr
+
+
+def test_a_sharded_folder_with_a_modules_parts_in_different_shards(tmp_path: Path) -> None:
+    """The index lists each part where it is: a module's qweight in one shard, its scales in the other."""
+    from safetensors.numpy import load_file, save_file
+
+    name = "gptq-llama-8bit-v2"
+    folder = tmp_path / name
+    folder.mkdir()
+    shutil.copy(FIXTURES / name / "config.json", folder)
+    tensors = load_file(FIXTURES / name / "model.safetensors")
+    shards = ({k: v for k, v in tensors.items() if not k.endswith(".scales")},
+              {k: v for k, v in tensors.items() if k.endswith(".scales")})
+    weight_map = {}
+    for n, shard in enumerate(shards, 1):
+        file = f"model-{n:05d}-of-00002.safetensors"
+        save_file(shard, folder / file)
+        weight_map.update(dict.fromkeys(shard, file))
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    want = expected(name)
+    data = json.loads(cli("count", folder, "--json").stdout)
+    assert data["total"] == int(want["parameters"]) and data["checkpoint"]["files"] == [
+        "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    assert data["checkpoint"]["quantized"]["parts"] == file_bytes(name)[0]
+    model = Model.from_config(load_config(folder), weights=folder, dtype="float32")
+    assert relative(model(want["input_ids"]), want["logits_float32"]) <= 1e-4
