@@ -540,6 +540,9 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
         notes.append(f"MXFP4 tensors were dequantized to {dtype} (exactly)")
     if schemes := sorted({m.stored.quant.describe() for m in matches if m.stored.quant is not None}):
         notes.append(f"weights stored as {'; '.join(schemes)} were dequantized in {dtype}, one tensor at a time")
+        if acts := sorted({m.stored.quant.activations for m in matches if m.stored.quant is not None} - {""}):
+            notes.append(f"the activations ran unquantized: the config quantizes them too ({'; '.join(acts)}), "
+                         f"which this forward does not model")
     if wider:
         notes.append(f"weights stored as {', '.join(wider)} were widened to {dtype} (exactly)")
     if narrower:

@@ -68,6 +68,7 @@ class Scheme:
     targets: tuple[str, ...] = ()  # compressed-tensors: the modules its config group covers
     per_tensor: bool = False  # compressed-tensors' strategy tensor: one scale for the whole matrix
     act_order: bool = False  # gptq's desc_act: the groups follow g_idx, a permutation's
+    activations: str = field(default="", compare=False)  # how the config quantizes activations ("": not at all)
     ignore: tuple[str, ...] = field(default=(), compare=False)
 
     def describe(self) -> str:
@@ -112,7 +113,7 @@ def _schemes(quant: Mapping[str, Any], where: str) -> list[Scheme]:
         block = quant.get("weight_block_size")
         rows, cols = (number("weight_block_size", n, lambda n: n >= 1, "two positive integers")
                       for n in (block if isinstance(block, list) and len(block) == 2 else [None, None]))
-        return [Scheme("fp8", 8, block=(rows, cols))]
+        return [Scheme("fp8", 8, block=(rows, cols), activations=f"fp8, {quant.get('activation_scheme', 'dynamic')}")]
     if method in ("gptq", "awq"):
         key = "bits" if "bits" in quant or method == "gptq" else "w_bit"
         bits = number(key, quant.get(key), lambda b: b in ((2, 3, 4, 8) if method == "gptq" else (4,)),
@@ -161,9 +162,12 @@ def _schemes(quant: Mapping[str, Any], where: str) -> list[Scheme]:
             raise InputError(f"{where}: field 'quantization_config.{here}.actorder': weights reordered by "
                              f"activation (weight_g_idx) are not read by blockcli")
         targets = group.get("targets") or ["Linear"]
+        acts = group.get("input_activations")
+        acts = (f"{acts.get('type', 'int')}{acts.get('num_bits', '')}, "
+                f"{'dynamic' if acts.get('dynamic') else 'static'}") if isinstance(acts, Mapping) else ""
         schemes.append(Scheme("compressed-tensors", bits, size, symmetric=bool(weights.get("symmetric", True)),
                               form=form, targets=tuple(map(str, targets)), per_tensor=strategy == "tensor",
-                              ignore=tuple(ignore)))
+                              ignore=tuple(ignore), activations=acts))
     return schemes
 
 
