@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple
 from blockcli.config import Config, InputError, parse_json, read_text_file, reading, regular_file
 from blockcli.sources import load_config
 from blockcli.families import COMPOSITES, FAMILIES
+from blockcli.quantized import SUPPORTED, pair_quantized, schemes_of, stored_bytes
 from blockcli.shapes import Shape, is_buffer, model_parameter_shapes
 from blockcli.tensor_names import (EXPERTS, EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE, FUSED, GROUPED_QKV, LINEAR,
                                    SAME, SPLIT, Tensor, TensorMap, nested)
@@ -55,7 +56,8 @@ class Stored(NamedTuple):
     dtype: str  # safetensors' name: F32, BF16, ...; MXFP4 for a pair of _blocks and _scales
     file: Path
     offsets: tuple[int, int] = (0, 0)  # where its bytes lie in `file` (from the start of the file)
-    packed: tuple[Stored, ...] = ()  # an MXFP4 tensor's stored pair: its _blocks and its _scales
+    packed: tuple[Stored, ...] = ()  # an MXFP4 tensor's stored pair (_blocks, _scales), a quantized one's parts
+    quant: Any = None  # a quantized module's `blockcli.quantized.Scheme` (its parts in `packed`)
 
     @property
     def size(self) -> int:
@@ -173,6 +175,8 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
             raise InputError(f"{tensors[unlisted[0]].file}: tensor '{unlisted[0]}' is not listed in {INDEX}")
     _pair_mxfp4(tensors)
     own_config = regular_file(config, "a Hugging Face config.json")  # a directory named config.json: named
+    if own_config and (schemes := schemes_of(folder)):  # fp8, gptq, awq, compressed-tensors: one tensor a module
+        pair_quantized(tensors, schemes)
     return Checkpoint(folder, config if own_config else None, files, tensors)
 
 
@@ -211,7 +215,7 @@ def _header(file: Path) -> dict[str, Stored]:
     header.pop("__metadata__", None)
     start = 8 + length  # data offsets count from the end of the header
     return {name: Stored._make((name, tuple(e["shape"]), e["dtype"], file,
-                                (start + e["data_offsets"][0], start + e["data_offsets"][1]), ()))
+                                (start + e["data_offsets"][0], start + e["data_offsets"][1]), (), None))
             for name, e in header.items()}
 
 
@@ -409,7 +413,49 @@ def checkpoint_sizes(path: Path, config: Config) -> tuple[dict[str, int], dict[s
         notes.append(f"'{tied_copy.name}' is stored beside the tied token embedding: not counted (values not read)")
     info = {"path": str(path), "files": [f.name for f in ckpt.files], "tensors": len(ckpt.tensors),
             "bytes_on_disk": ckpt.disk_bytes, "stored_dtypes": ckpt.dtypes, "notes": notes}
+    if any(m.stored.quant is not None for m in matches):
+        info["quantized"] = quantized_bytes(matches)
     return stored_sizes(matches), info
+
+
+def quantized_bytes(matches: list[Match]) -> dict[str, Any]:
+    """The stored bytes of a quantized checkpoint's tensors (the file's own sizes, from the header offsets): the
+    quantized weights' codes, scales, zero points and group indices, the unquantized tensors', the effective bits
+    per quantized weight (scales and zero points included) and per parameter, and by component (blockcli's key
+    without its layer and expert index: `w_q` sums every layer's; a fused tensor's bytes shared by its parts'
+    sizes)."""
+    parts: dict[str, int] = {}
+    weights = plain = plain_bytes = 0
+    schemes: dict[str, int] = {}
+    components: dict[str, dict[str, int]] = {}
+    for m in matches:
+        t = m.stored
+        own = stored_bytes(t)
+        size = sum(own.values())
+        if t.quant is None:
+            plain += t.size
+            plain_bytes += size
+        else:
+            weights += t.size
+            schemes[t.quant.describe()] = schemes.get(t.quant.describe(), 0) + t.size
+            for role, n in own.items():
+                parts[role] = parts.get(role, 0) + n
+        shares = [math.prod(p) for p in m.parts]
+        left = size
+        for j, (key, share) in enumerate(zip(m.entry.keys, shares)):
+            n = left if j == len(shares) - 1 else size * share // sum(shares)
+            left -= n
+            name = re.sub(r"experts\.\d+\.", "experts.", re.sub(r"^blocks\.\d+\.", "", key))
+            row = components.setdefault(name, {"parameters": 0, "bytes": 0})
+            row["parameters"] += share
+            row["bytes"] += n
+    quantized = sum(parts.values())
+    return {"schemes": schemes, "weights": weights, "parts": parts, "bytes": quantized,
+            "bits_per_weight": 8 * quantized / weights, "unquantized_parameters": plain,
+            "unquantized_bytes": plain_bytes, "total_bytes": quantized + plain_bytes,
+            "bits_per_parameter": 8 * (quantized + plain_bytes) / (weights + plain),
+            "by_component": {k: {**v, "bits_per_weight": 8 * v["bytes"] / v["parameters"]}
+                           for k, v in components.items()}}
 
 
 def refuse_quantized(path: Path, config: Config | None) -> None:
@@ -427,9 +473,9 @@ def refuse_quantized(path: Path, config: Config | None) -> None:
             quant = None
         found = quant.get("quant_method") if isinstance(quant, Mapping) else None
         method = None if found == "mxfp4" else (str(found) if found is not None else None)
-    if method is not None:
+    if method is not None and method not in SUPPORTED:
         raise InputError(f"{path}: holds quantized weights (quantization_config quant_method '{method}'); blockcli "
-                         f"runs unquantized weights only (and gpt-oss's MXFP4 experts): count the model from its "
+                         f"reads fp8, gptq, awq and compressed-tensors weights (and gpt-oss's MXFP4 experts): count the model from its "
                          f"config.json alone, or run seeded weights")
 
 
@@ -474,7 +520,8 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
         stored.extend(matches)
     params = {}
     for m in matches:
-        value = _in_run_dtype(read_tensor(m.stored), dtype, m.stored)
+        value = read_tensor(m.stored, dtype) if m.stored.quant is not None else read_tensor(m.stored)
+        value = _in_run_dtype(value, dtype, m.stored)
         for key, part in zip(m.entry.keys, _unpack(value, m.entry.layout, b.n_heads, m.parts)):
             params[key[len(prefix):]] = part
     if tied_copy is not None and not one_block:  # a "copy" the model would ignore must really be one
@@ -489,8 +536,13 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
     floats = [m.stored.dtype for m in matches if m.stored.dtype in FLOAT_DTYPES]
     wider = sorted({t for t in floats if FLOAT_DTYPES[t] < run_size})
     narrower = sorted({t for t in floats if FLOAT_DTYPES[t] > run_size})
-    if len(floats) < len(matches):
+    if any(m.stored.dtype == "MXFP4" for m in matches):
         notes.append(f"MXFP4 tensors were dequantized to {dtype} (exactly)")
+    if schemes := sorted({m.stored.quant.describe() for m in matches if m.stored.quant is not None}):
+        notes.append(f"weights stored as {'; '.join(schemes)} were dequantized in {dtype}, one tensor at a time")
+        if acts := sorted({m.stored.quant.activations for m in matches if m.stored.quant is not None} - {""}):
+            notes.append(f"the activations ran unquantized: the config quantizes them too ({'; '.join(acts)}), "
+                         f"which this forward does not model")
     if wider:
         notes.append(f"weights stored as {', '.join(wider)} were widened to {dtype} (exactly)")
     if narrower:
@@ -525,10 +577,15 @@ def _differences(config: Config, config_file: Path) -> list[str]:
             + "): its tensors fit these shapes, but the architecture may differ"]
 
 
-def read_tensor(stored: Stored) -> np.ndarray:
-    """One tensor's values as float32/float64 (float16 and bfloat16 widened exactly); finite only."""
+def read_tensor(stored: Stored, dtype: str = "float32") -> np.ndarray:
+    """One tensor's values as float32/float64 (float16 and bfloat16 widened exactly); finite only. A quantized
+    module's weight is dequantized, computed in `dtype` (the run's)."""
     import numpy as np
 
+    if stored.quant is not None:
+        from blockcli.quantized import dequantize
+
+        return dequantize(stored, dtype, _raw)
     if stored.dtype == "MXFP4":
         return _dequantize_mxfp4(stored)
     if stored.dtype not in FLOAT_DTYPES:

@@ -458,21 +458,21 @@ def count(
         if config and Path(config).exists():  # not a preset's name: checkpoint.py only for a real path
             from blockcli.checkpoint import checkpoint_sizes, is_checkpoint_path
 
-            if is_checkpoint_path(Path(config)) and cfg.quantization is None:  # reconcile with its tensors' headers
+            if is_checkpoint_path(Path(config)):  # reconcile with its tensors' headers (a quantized one's too)
                 stored = checkpoint_sizes(Path(config), cfg)
-            elif is_checkpoint_path(Path(config)):
-                _config_notes.append(f"{config}: its {cfg.quantization.method} tensors are not read: counted from "
-                                     f"config.json alone")
         result = count_parameters(cfg, checkpoint=stored[0] if stored else None,
                                   checkpoint_info=stored[1] if stored else None)
-        if cfg.quantization is not None and (fp8 := fp8_stored_bytes(result)) is not None:
+        quantized = stored[1].get("quantized") if stored else None
+        weight_bytes = quantized["total_bytes"] if quantized is not None else None  # the weights as stored
+        if quantized is None and cfg.quantization is not None and (fp8 := fp8_stored_bytes(result)) is not None:
             rows, cols = cfg.quantization.block or (0, 0)
             _config_notes.append(
                 f"{cfg.name}: stored as {cfg.quantization.description}: {render.human_bytes(fp8.bytes)} "
                 f"({fp8.bytes:,} bytes): {fp8.quantized:,} weights at 1 byte, {fp8.scales:,} float32 scales (one per "
                 f"{rows}x{cols} block), the other {fp8.plain:,} parameters at {cfg.quantization.stored_dtype}")
+            weight_bytes = fp8.bytes
         inference = sizing.inference(cfg, result.total, T, B, dtype.value if dtype else cfg.run.dtype,
-                                     kv_dtype.value if kv_dtype else None)
+                                     kv_dtype.value if kv_dtype else None, weight_bytes)
         training = None
         if train:
             adapters = None

@@ -12,7 +12,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from blockcli.units import human_bytes
 
@@ -525,6 +525,17 @@ def _both(full: int, causal: int) -> str:
     return f"{full:,} ({human(full)}) full table, {causal:,} ({human(causal)}) causal"
 
 
+def quantized_line(q: Mapping[str, Any]) -> str:
+    """A quantized checkpoint's stored bytes: its quantized weights' codes, scales and zero points, the rest."""
+    parts = ", ".join(f"{role} {n:,}" for role, n in q["parts"].items())
+    schemes = "; ".join(f"{name} ({n:,} weights)" for name, n in q["schemes"].items())
+    return (f"quantized: {schemes}: {q['bytes']:,} bytes ({parts}), {q['bits_per_weight']:.3f} bits per weight "
+            f"(scales and zero points included); {q['unquantized_parameters']:,} parameters unquantized "
+            f"({q['unquantized_bytes']:,} bytes); {q['total_bytes']:,} bytes of weights, "
+            f"{q['bits_per_parameter']:.3f} bits per parameter; bits per weight by component: "
+            + ", ".join(f"{name} {c['bits_per_weight']:.3f}" for name, c in q["by_component"].items()))
+
+
 def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | None = None) -> list[str]:
     rec = result.reconciled
     check = "match" if rec.match else "MISMATCH: " + "; ".join(rec.mismatches or [f"{rec.formula:,} vs {rec.arrays:,}"])
@@ -543,9 +554,13 @@ def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | No
         dtypes = ", ".join(f"{name} ({count:,})" for name, count in ck["stored_dtypes"].items())
         lines.append(f"checkpoint: {ck['tensors']} tensors in {files}, {human_bytes(ck['bytes_on_disk'])} on disk; "
                      f"stored as {dtypes}" + "".join(f"; {n}" for n in ck["notes"]))
+        if (q := ck.get("quantized")) is not None:
+            lines.append(quantized_line(q))
     lines += [
         f"workload: batch {B} × {T:,} tokens, weights and activations {inf.dtype}, K/V cache {inf.kv_dtype}",
-        f"parameter memory: {human_bytes(inf.parameter_bytes)} ({result.total:,} × {inf.dtype})",
+        f"parameter memory: {human_bytes(inf.parameter_bytes)} " + (f"({result.total:,} × {inf.dtype})"
+                                                                       if inf.stored_weight_bytes is None else
+                                                                       "(the checkpoint's stored weights)"),
         *_kv_cache_lines(inf, B, T),
         *([f"K/V cache of the windowed layers: the last {min(windows):,} tokens' keys and values, exact for a cache "
            f"that keeps only them; transformers' sliding-window cache keeps a whole prefill's {T:,} until the next "

@@ -211,6 +211,7 @@ class Inference:
     # compressed latent that kv_bits_per_token / kv_bytes count
     kv_expanded_bits_per_token: int = 0
     kv_expanded_bytes: int = 0
+    stored_weight_bytes: int | None = None  # a quantized checkpoint's weights as stored (its files' own sizes)
 
     @property
     def kv_bytes_per_token(self) -> int | float:
@@ -223,7 +224,9 @@ class Inference:
 
     @property
     def parameter_bytes(self) -> int:
-        return nbytes(self.parameters, self.dtype)
+        """The weights' memory: a quantized checkpoint's stored bytes (kept quantized), else every parameter at
+        the run's dtype."""
+        return self.stored_weight_bytes if self.stored_weight_bytes is not None else nbytes(self.parameters, self.dtype)
 
     def parameter_bytes_at(self) -> dict[str, int]:
         """Parameter memory at every dtype, for comparison."""
@@ -250,8 +253,9 @@ def kv_expanded_elements(dims: Dims) -> int:
 
 
 def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: str,
-              kv_dtype: str | None = None) -> Inference:
-    """Memory and FLOPs of serving `config` at B × T tokens, weights and activations at `dtype`."""
+              kv_dtype: str | None = None, stored_weight_bytes: int | None = None) -> Inference:
+    """Memory and FLOPs of serving `config` at B × T tokens, weights and activations at `dtype` (the weights at
+    `stored_weight_bytes` instead when given: a quantized checkpoint's, as stored)."""
     groups = Dims.per_group(config)  # layers that differ: each group's own heads and window
     kv_dtype = kv_dtype or dtype
     bits = DTYPE_BITS[kv_dtype]  # counted in bits, so an int4 cache of an odd width is not rounded per token
@@ -265,7 +269,7 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
     return Inference(seq_len, batch, dtype, kv_dtype, parameters, kv_per_token, kv_bytes,
                      max(inference_activation_bytes(dims, seq_len, batch, dtype) for dims in groups),
                      model_forward_flops(groups, seq_len, batch), model_decode_flops(groups, seq_len, batch),
-                     expanded, expanded_bytes)
+                     expanded, expanded_bytes, stored_weight_bytes)
 
 
 def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:

@@ -18,11 +18,13 @@ from conftest import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 # mappings whose keys are data (dtype names, a group's overridden fields), not part of the schema
-DATA_KEYS = {"parameter_bytes_by_dtype", "stored_dtypes", "overrides", "saved_by_operation"}
+DATA_KEYS = {"parameter_bytes_by_dtype", "stored_dtypes", "overrides", "saved_by_operation", "schemes", "parts",
+             "by_component"}
 
 RUNS = {
     "count --json": [["count"], ["count", "gpt2"], ["count", "deepseek-v3", "--train", "--max-memory", "1TiB"],
-                     ["count", "tests/fixtures/hf/llama"], ["count", "gpt-oss-20b", "--train", "--recompute", "full"],
+                     ["count", "tests/fixtures/hf/llama"], ["count", "tests/fixtures/quantized/gptq-qwen3-4bit-act-order"],
+                     ["count", "gpt-oss-20b", "--train", "--recompute", "full"],
                      ["count", "configs/alternating-window.yaml"],
                      ["count", "tests/fixtures/hf/mixtral", "--train", "--lora-rank", "8", "--lora-targets",
                       "all-linear", "--frozen-dtype", "nf4"],

@@ -6,7 +6,7 @@ bytes. Expected numbers: transformers 5.24's *ForCausalLM on the meta device (su
 the bytes the same model after transformers' `replace_with_fp8_linear` (integrations.finegrained_fp8,
 pre-quantized, its default modules_to_not_convert: lm_head): its float8_e4m3fn elements at 1 byte, its
 float32 `weight_scale_inv` elements at 4, every other parameter at the checkpoint's bfloat16; DeepSeek-V3's
-scales also by hand below. Running a quantized checkpoint's weights is refused in one line.
+scales also by hand below. A quantized folder's weights are read and run: tests/test_quantized_weights.py.
 """
 
 from __future__ import annotations
@@ -94,6 +94,7 @@ def test_fp8_counts_the_logical_model_and_notes_the_stored_bytes(
     run = blockcli("count", str(write(tmp_path, hf)), "--json")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["total"] == total
+    assert json.loads(run.stdout)["inference"]["parameter_bytes"] == stored  # sizing: the weights as stored
     plain_run = blockcli("count", str(write(tmp_path, without_quantization(hf), "plain.json")), "--json")
     assert json.loads(plain_run.stdout)["total"] == total and plain_run.stderr == ""
     lines = run.stderr.splitlines()
@@ -172,7 +173,9 @@ def _safetensors(path: Path, tensors: dict[str, tuple[str, list[int], int]]) -> 
     path.write_bytes(struct.pack("<Q", len(text)) + text + bytes(offset))
 
 
-def test_a_quantized_folder_is_counted_from_its_config_and_its_weights_not_run(tmp_path: Path) -> None:
+def test_a_quantized_folder_is_reconciled_with_its_tensors(tmp_path: Path) -> None:
+    """Its weights are read now (tests/test_quantized_weights.py): a folder holding one fp8 matrix of a model is
+    reconciled with the config and refused naming what is missing, in one line."""
     folder = tmp_path / "qwen3-fp8"
     folder.mkdir()
     write(folder, TINY_QWEN3)
@@ -180,23 +183,21 @@ def test_a_quantized_folder_is_counted_from_its_config_and_its_weights_not_run(t
         "model.layers.0.self_attn.q_proj.weight": ("F8_E4M3", [48, 40], 1),
         "model.layers.0.self_attn.q_proj.weight_scale_inv": ("F32", [3, 2], 4),
     })
-    counted = blockcli("count", str(folder), "--json")
-    assert counted.returncode == 0, counted.stderr
-    assert json.loads(counted.stdout)["total"] == 37_048
-    assert "its fp8 tensors are not read: counted from config.json alone" in counted.stderr
-    for command in (["trace", str(folder), "--layer", "0"], ["verify", str(folder), "--layer", "0"]):
+    for command in (["count", str(folder)], ["trace", str(folder), "--layer", "0"],
+                    ["verify", str(folder), "--layer", "0"]):
         run = blockcli(*command)
         assert run.returncode == 2 and len(run.stderr.splitlines()) == 1, (command, run.stderr)
-        assert "quant_method 'fp8'" in run.stderr and str(folder) in run.stderr
+        assert "missing tensor 'model.embed_tokens.weight'" in run.stderr and str(folder) in run.stderr
     config_only = blockcli("trace", str(folder / "config.json"), "--layer", "0", "--shapes-only")
     assert config_only.returncode == 0, config_only.stderr  # the logical model on seeded weights
 
 
-def test_yaml_weights_from_a_quantized_folder_are_refused_too(tmp_path: Path) -> None:
+def test_yaml_weights_from_a_quantized_folder_are_checked_too(tmp_path: Path) -> None:
     folder = tmp_path / "quantized"
     folder.mkdir()
     write(folder, {**TINY_QWEN3, "quantization_config": {"quant_method": "gptq", "bits": 4}})
     _safetensors(folder / "model.safetensors", {"model.layers.0.self_attn.q_proj.qweight": ("I32", [5, 48], 4)})
     plain = write(tmp_path, without_quantization(TINY_QWEN3), "plain.json")
     run = blockcli("trace", str(plain), "--weights", str(folder), "--layer", "0")
-    assert run.returncode == 2 and len(run.stderr.splitlines()) == 1 and "quant_method 'gptq'" in run.stderr
+    assert run.returncode == 2 and len(run.stderr.splitlines()) == 1
+    assert "'model.layers.0.self_attn.q_proj' has no tensor 'model.layers.0.self_attn.q_proj.qzeros'" in run.stderr
