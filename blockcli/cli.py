@@ -324,6 +324,12 @@ class SizeDtype(str, Enum):
     int4 = "int4"
 
 
+KvDtype = Enum("KvDtype", {name: name for name in (*SizeDtype.__members__, "q8_0", "q4_0")}, type=str)
+KvDtype.__doc__ = "A K/V cache dtype: the sizing dtypes, and llama.cpp's block-quantized q8_0 and q4_0."
+KV_HELP = ("Dtype of the K/V cache (default: --dtype); q8_0 and q4_0 are llama.cpp's cache types, 34 and 18 bytes "
+           "per block of 32 values.")
+
+
 class Optimizer(str, Enum):
     adamw = "adamw"
     sgd = "sgd"
@@ -362,7 +368,7 @@ def count(
         help="Sequences B (default: run.batch); with --train, the micro-batch per device.", min=1)] = None,
     dtype: Annotated[Optional[SizeDtype], typer.Option(
         help="Dtype of weights and activations for the inference figures (default: run.dtype).")] = None,
-    kv_dtype: Annotated[Optional[SizeDtype], typer.Option("--kv-dtype", help="Dtype of the K/V cache (default: --dtype).")] = None,
+    kv_dtype: Annotated[Optional[KvDtype], typer.Option("--kv-dtype", help=KV_HELP)] = None,
     train: Annotated[bool, typer.Option("--train", help="Also size a training step: model states, activations, FLOPs.")] = False,
     optimizer: Annotated[Optional[Optimizer], typer.Option(help="With --train: the optimizer (default adamw).")] = None,
     precision: Annotated[Optional[Precision], typer.Option(
@@ -458,6 +464,11 @@ def count(
                 f"{rows}x{cols} block), the other {fp8.plain:,} parameters at {cfg.quantization.stored_dtype}")
         inference = sizing.inference(cfg, result.total, T, B, dtype.value if dtype else cfg.run.dtype,
                                      kv_dtype.value if kv_dtype else None)
+        if stored and "gguf" in stored[1]:  # a GGUF file: its weights are held as stored (quantized)
+            inference = replace(inference, stored_weight_bytes=stored[1]["gguf"]["bytes"])
+        if parallel and inference.kv_dtype in sizing.KV_BLOCKS:
+            raise InputError(f"--kv-dtype {inference.kv_dtype} with model parallelism (--tp, --pp, --ep …) is not "
+                             f"modelled; size it on one device")
         training = None
         if train:
             adapters = None
@@ -970,7 +981,7 @@ def report(
     batch: Annotated[Optional[int], typer.Option(help="Sequences B of the workload (default: run.batch).", min=1)] = None,
     dtype: Annotated[Optional[SizeDtype], typer.Option(
         help="Dtype of weights and activations for the memory figures (default: run.dtype).")] = None,
-    kv_dtype: Annotated[Optional[SizeDtype], typer.Option("--kv-dtype", help="Dtype of the K/V cache (default: --dtype).")] = None,
+    kv_dtype: Annotated[Optional[KvDtype], typer.Option("--kv-dtype", help=KV_HELP)] = None,
     train_log: Annotated[Optional[Path], typer.Option(
         "--train-log", metavar="FILE.json",
         help='Draw a training run\'s loss and gradient norm: {"steps": [{"step", "loss", "grad_norm"}, ...]}, '
@@ -1135,7 +1146,12 @@ def convert(
             from blockcli.sources import model_folder_config
 
             source = model_folder_config(source)
-        mapping, cfg = read_hf(source, tuple(allow_field or ()))
+        if source.suffix.lower() == ".gguf":
+            from blockcli.gguf_file import read_gguf_config
+
+            mapping, cfg = read_gguf_config(source)
+        else:
+            mapping, cfg = read_hf(source, tuple(allow_field or ()))
         _config_notes.extend(cfg.notes)
         total = count_parameters(cfg).total
         mapping["about"]["parameters"] = total

@@ -12,7 +12,7 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from blockcli.units import human_bytes
 
@@ -543,9 +543,13 @@ def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | No
         dtypes = ", ".join(f"{name} ({count:,})" for name, count in ck["stored_dtypes"].items())
         lines.append(f"checkpoint: {ck['tensors']} tensors in {files}, {human_bytes(ck['bytes_on_disk'])} on disk; "
                      f"stored as {dtypes}" + "".join(f"; {n}" for n in ck["notes"]))
+        if "gguf" in ck:
+            lines += gguf_lines(ck["gguf"])
+    weights = (f"{result.total:,} × {inf.dtype}" if inf.stored_weight_bytes is None else
+               f"{inf.stored_weight_bytes:,} bytes: the GGUF tensors as stored")
     lines += [
         f"workload: batch {B} × {T:,} tokens, weights and activations {inf.dtype}, K/V cache {inf.kv_dtype}",
-        f"parameter memory: {human_bytes(inf.parameter_bytes)} ({result.total:,} × {inf.dtype})",
+        f"parameter memory: {human_bytes(inf.parameter_bytes)} ({weights})",
         *_kv_cache_lines(inf, B, T),
         *([f"K/V cache of the windowed layers: the last {min(windows):,} tokens' keys and values, exact for a cache "
            f"that keeps only them; transformers' sliding-window cache keeps a whole prefill's {T:,} until the next "
@@ -560,6 +564,17 @@ def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | No
         SIZING_FLOPS_NOTE,
     ]
     return lines + (training_lines(tr) if tr is not None else [])
+
+
+def gguf_lines(summary: Mapping[str, Any]) -> list[str]:
+    """A GGUF file's tensor groups: their ggml types, stored bytes and bits per weight, then the file's."""
+    lines = []
+    for group, row in summary["groups"].items():
+        types = ", ".join(f"{name} {n:,}" for name, n in row["types"].items())
+        lines.append(f"  {group}: {types} weights in {row['bytes']:,} bytes "
+                     f"({8 * row['bytes'] / row['weights']:.4g} bits per weight)")
+    return [f"GGUF tensors: {summary['weights']:,} weights in {summary['bytes']:,} bytes, "
+            f"{summary['bits_per_weight']:.4g} bits per weight (scales included)", *lines]
 
 
 def active_line(result: ParameterCount) -> str:
