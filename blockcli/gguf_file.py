@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import math
 import mmap
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -478,7 +479,10 @@ def gguf_checkpoint(g: GGUFFile, config: Config) -> tuple[Checkpoint, TensorMap,
     tensors: dict[str, Stored] = {}
     views: dict[str, View] = {}
     b = config.block
+    split = _split_experts(g, tmap, config.model.n_layers, n_experts, tensors, views)
     for gname, t in g.tensors.items():
+        if gname in split:
+            continue
         hf_names = by_gguf.get(gname)
         if hf_names is None:
             tensors[gname] = Stored(gname, t.shape, t.qtype, g.path, (t.begin, t.end))  # unexpected: named
@@ -500,6 +504,40 @@ def gguf_checkpoint(g: GGUFFile, config: Config) -> tuple[Checkpoint, TensorMap,
             views[hf] = view
             break
     return Checkpoint(g.path.parent, None, (g.path,), tensors), tmap, views
+
+
+# a per-expert matrix's module name in transformers → the GGUF tensor that holds every expert's, (E, out, in)
+MERGED_EXPERTS = {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj": "ffn_down_exps",
+                  "w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps"}
+PER_EXPERT = re.compile(r"(?:.*\.)?layers\.(\d+)\..*experts\.(\d+)\.(\w+)\.weight")
+
+
+def _split_experts(g: GGUFFile, tmap: TensorMap, n_layers: int, n_experts: int, tensors: dict[str, Stored],
+                   views: dict[str, View]) -> set[str]:
+    """llama.cpp merges a layer's experts into one tensor per matrix (`blk.N.ffn_gate_exps` (E, d_e, d) …):
+    each expert's (out, in) slice is read under the family's per-expert name, from its own contiguous bytes
+    (a quantized block never spans two rows). The merged tensors so read are returned."""
+    from blockcli.checkpoint import Stored, _entries
+
+    used: set[str] = set()
+    for entry in _entries(tmap, n_layers, n_experts):
+        name = tmap.prefix + entry.name.split("|")[0] if not entry.top else entry.name
+        found = PER_EXPERT.fullmatch(name)
+        if found is None or found[3] not in MERGED_EXPERTS:
+            continue
+        layer, expert, module = int(found[1]), int(found[2]), found[3]
+        merged = g.tensors.get(f"blk.{layer}.{MERGED_EXPERTS[module]}.weight")
+        if merged is None:
+            continue
+        if len(merged.shape) != 3 or merged.shape[0] != n_experts:
+            raise InputError(f"{g.path}: tensor '{merged.name}' has shape {merged.shape}; {n_experts} merged "
+                             f"experts (E, out, in) expected")
+        per = merged.nbytes // n_experts
+        begin = merged.begin + expert * per
+        tensors[name] = Stored(name, merged.shape[1:], merged.qtype, g.path, (begin, begin + per))
+        views[name] = View(merged)
+        used.add(merged.name)
+    return used
 
 
 def read_view(stored: Stored, view: View) -> np.ndarray:
