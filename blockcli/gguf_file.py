@@ -362,8 +362,7 @@ def _gemma2(m: _Meta) -> dict[str, Any]:
            "final_logit_softcapping": m.get("final_logit_softcapping"),
            "sliding_window": int(m.get("attention.sliding_window", required=True))}
     out["query_pre_attn_scalar"] = _query_scale(m, out, 46)
-    out["layer_types"] = ["sliding_attention" if (i + 1) % 2 else "full_attention"
-                          for i in range(out["num_hidden_layers"])]
+    out["layer_types"] = _sliding_layers(m, out["num_hidden_layers"], 2)
     return out
 
 
@@ -371,12 +370,23 @@ def _gemma3(m: _Meta) -> dict[str, Any]:
     out = {**_decoder(m), "hidden_activation": "gelu_pytorch_tanh",
            "sliding_window": int(m.get("attention.sliding_window", required=True))}
     out["query_pre_attn_scalar"] = _query_scale(m, out, 62)
-    # llama.cpp's gemma3: every 6th layer global, the others local with a fixed base of 10,000
-    out["layer_types"] = ["sliding_attention" if (i + 1) % 6 else "full_attention"
-                          for i in range(out["num_hidden_layers"])]
+    out["layer_types"] = _sliding_layers(m, out["num_hidden_layers"], 6)
     out["rope_parameters"] = {"full_attention": out["rope_parameters"],
-                              "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"}}
+                              "sliding_attention": {"rope_theta": float(m.get("rope.freq_base_swa", 10000.0)),
+                                                    "rope_type": "default"}}
     return out
+
+
+def _sliding_layers(m: _Meta, n_layers: int, default: int) -> list[str]:
+    """transformers' layer_types from `attention.sliding_window_pattern`: N (every Nth layer global, the others
+    windowed) or one flag per layer (true: windowed); absent, llama.cpp's default for the arch."""
+    pattern = m.gguf.metadata.get(f"{m.gguf.arch}.attention.sliding_window_pattern", default)
+    if isinstance(pattern, list) and len(pattern) == n_layers:
+        return ["sliding_attention" if flag else "full_attention" for flag in pattern]
+    if not isinstance(pattern, int) or isinstance(pattern, bool) or pattern < 1:
+        raise InputError(f"{m.gguf.path}: metadata '{m.gguf.arch}.attention.sliding_window_pattern' = "
+                         f"{pattern!r}; expected a positive integer or one flag per layer")
+    return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)]
 
 
 def _gpt2(m: _Meta) -> dict[str, Any]:
