@@ -721,7 +721,8 @@ def trace(
                 result = run_trace(cfg, weights=chosen_weights, x=x, attention=mode, keep=bool(save or head),
                                    layer=picked, model_config=model_cfg)
         if implicit and result.mode == "executed":
-            notes.insert(0, f"weights: the model folder's own ({config})")
+            notes.insert(0, f"weights: the {'GGUF file' if str(config).lower().endswith('.gguf') else 'model folder'}'s "
+                            f"own ({config})")
         result.notes.extend(notes)
         if shapes_only and demanded:
             result.notes.append("--shapes-only ignored: --weights/--input/--save need a real pass")

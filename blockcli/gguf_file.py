@@ -38,7 +38,7 @@ import math
 import mmap
 import re
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -433,7 +433,11 @@ def read_gguf_config(path: str | Path) -> tuple[dict[str, Any], Config]:
     from blockcli.hf import read_hf_text
 
     g = read_gguf(path)
-    return read_hf_text(json.dumps(hf_config(g)), str(g.path))
+    mapping, config = read_hf_text(json.dumps(hf_config(g)), str(g.path))
+    about = mapping["about"]
+    about["description"] = about["description"].replace("from a Hugging Face config.json",
+                                                        f"from a GGUF file (general.architecture '{g.arch}')")
+    return mapping, replace(config, about=replace(config.about, description=about["description"]))
 
 
 def gguf_config(path: str | Path) -> Config:
