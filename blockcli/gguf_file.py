@@ -273,19 +273,29 @@ class _Meta:
             value = value[0]
         return value
 
+    def number(self, key: str, default: Any = None, *, required: bool = False) -> Any:
+        """A numeric metadata value (or `default`): a string or a flag under a size's key is named, not cast."""
+        value = self.get(key, default, required=required)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise InputError(f"{self.gguf.path}: metadata '{self.gguf.arch}.{key}' = {value!r}; expected a number")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"{self.gguf.path}: metadata '{self.gguf.arch}.{key}' = {value!r}; expected a finite "
+                             f"number")
+        return value
+
     def has(self, tensor: str) -> bool:
         return tensor in self.gguf.tensors
 
 
 def _rope(m: _Meta) -> dict[str, Any]:
     """rope_parameters (transformers 5) from rope.freq_base and rope.scaling.*"""
-    params: dict[str, Any] = {"rope_theta": float(m.get("rope.freq_base", 10000.0)), "rope_type": "default"}
+    params: dict[str, Any] = {"rope_theta": float(m.number("rope.freq_base", 10000.0)), "rope_type": "default"}
     kind = m.get("rope.scaling.type", "none")
-    factor = m.get("rope.scaling.factor")
+    factor = m.number("rope.scaling.factor")
     if kind in ("linear", "yarn") and factor is not None and factor != 1.0:
         params.update(rope_type=kind, factor=float(factor))
         if kind == "yarn":
-            params["original_max_position_embeddings"] = int(m.get("rope.scaling.original_context_length",
+            params["original_max_position_embeddings"] = int(m.number("rope.scaling.original_context_length",
                                                                    required=True))
     elif kind not in ("none", "linear", "yarn"):
         raise InputError(f"{m.gguf.path}: metadata '{m.gguf.arch}.rope.scaling.type' = {kind!r}; blockcli reads "
@@ -302,18 +312,18 @@ def _vocab(m: _Meta) -> int:
 
 def _decoder(m: _Meta, eps_key: str = "attention.layer_norm_rms_epsilon") -> dict[str, Any]:
     """The fields every llama-like decoder's config.json has."""
-    heads = int(m.get("attention.head_count", required=True))
-    out = {"hidden_size": int(m.get("embedding_length", required=True)),
-           "num_hidden_layers": int(m.get("block_count", required=True)),
-           "intermediate_size": int(m.get("feed_forward_length", required=True)),
+    heads = int(m.number("attention.head_count", required=True))
+    out = {"hidden_size": int(m.number("embedding_length", required=True)),
+           "num_hidden_layers": int(m.number("block_count", required=True)),
+           "intermediate_size": int(m.number("feed_forward_length", required=True)),
            "num_attention_heads": heads,
-           "num_key_value_heads": int(m.get("attention.head_count_kv", heads)),
-           "max_position_embeddings": int(m.get("context_length", required=True)),
-           "rms_norm_eps": float(m.get(eps_key, 1e-5 if eps_key else 1e-6)),
+           "num_key_value_heads": int(m.number("attention.head_count_kv", heads)),
+           "max_position_embeddings": int(m.number("context_length", required=True)),
+           "rms_norm_eps": float(m.number(eps_key, 1e-5 if eps_key else 1e-6)),
            "rope_parameters": _rope(m),
            "vocab_size": _vocab(m),
            "tie_word_embeddings": not m.has("output.weight")}
-    if (key_length := m.get("attention.key_length")) is not None:
+    if (key_length := m.number("attention.key_length")) is not None:
         out["head_dim"] = int(key_length)
     return out
 
@@ -332,14 +342,14 @@ def _qwen3(m: _Meta) -> dict[str, Any]:
 
 
 def _moe(m: _Meta) -> dict[str, Any]:
-    return {"num_experts": int(m.get("expert_count", required=True)),
-            "num_experts_per_tok": int(m.get("expert_used_count", required=True)),
-            "moe_intermediate_size": int(m.get("expert_feed_forward_length", required=True))}
+    return {"num_experts": int(m.number("expert_count", required=True)),
+            "num_experts_per_tok": int(m.number("expert_used_count", required=True)),
+            "moe_intermediate_size": int(m.number("expert_feed_forward_length", required=True))}
 
 
 def _qwen2moe(m: _Meta) -> dict[str, Any]:
     out = {**_decoder(m), "hidden_act": "silu", **_moe(m), "norm_topk_prob": False}
-    out["shared_expert_intermediate_size"] = int(m.get("expert_shared_feed_forward_length", required=True))
+    out["shared_expert_intermediate_size"] = int(m.number("expert_shared_feed_forward_length", required=True))
     return out
 
 
@@ -358,9 +368,9 @@ def _query_scale(m: _Meta, out: dict[str, Any], big_layers: int) -> int:
 
 def _gemma2(m: _Meta) -> dict[str, Any]:
     out = {**_decoder(m), "hidden_activation": "gelu_pytorch_tanh",
-           "attn_logit_softcapping": m.get("attn_logit_softcapping"),
-           "final_logit_softcapping": m.get("final_logit_softcapping"),
-           "sliding_window": int(m.get("attention.sliding_window", required=True))}
+           "attn_logit_softcapping": m.number("attn_logit_softcapping"),
+           "final_logit_softcapping": m.number("final_logit_softcapping"),
+           "sliding_window": int(m.number("attention.sliding_window", required=True))}
     out["query_pre_attn_scalar"] = _query_scale(m, out, 46)
     out["layer_types"] = _sliding_layers(m, out["num_hidden_layers"], 2)
     return out
@@ -368,11 +378,11 @@ def _gemma2(m: _Meta) -> dict[str, Any]:
 
 def _gemma3(m: _Meta) -> dict[str, Any]:
     out = {**_decoder(m), "hidden_activation": "gelu_pytorch_tanh",
-           "sliding_window": int(m.get("attention.sliding_window", required=True))}
+           "sliding_window": int(m.number("attention.sliding_window", required=True))}
     out["query_pre_attn_scalar"] = _query_scale(m, out, 62)
     out["layer_types"] = _sliding_layers(m, out["num_hidden_layers"], 6)
     out["rope_parameters"] = {"full_attention": out["rope_parameters"],
-                              "sliding_attention": {"rope_theta": float(m.get("rope.freq_base_swa", 10000.0)),
+                              "sliding_attention": {"rope_theta": float(m.number("rope.freq_base_swa", 10000.0)),
                                                     "rope_type": "default"}}
     return out
 
@@ -390,12 +400,12 @@ def _sliding_layers(m: _Meta, n_layers: int, default: int) -> list[str]:
 
 
 def _gpt2(m: _Meta) -> dict[str, Any]:
-    return {"n_embd": int(m.get("embedding_length", required=True)),
-            "n_layer": int(m.get("block_count", required=True)),
-            "n_inner": int(m.get("feed_forward_length", required=True)),
-            "n_head": int(m.get("attention.head_count", required=True)),
-            "n_positions": int(m.get("context_length", required=True)),
-            "layer_norm_epsilon": float(m.get("attention.layer_norm_epsilon", 1e-5)),
+    return {"n_embd": int(m.number("embedding_length", required=True)),
+            "n_layer": int(m.number("block_count", required=True)),
+            "n_inner": int(m.number("feed_forward_length", required=True)),
+            "n_head": int(m.number("attention.head_count", required=True)),
+            "n_positions": int(m.number("context_length", required=True)),
+            "layer_norm_epsilon": float(m.number("attention.layer_norm_epsilon", 1e-5)),
             "activation_function": "gelu_new", "vocab_size": _vocab(m),
             "tie_word_embeddings": not m.has("output.weight")}
 

@@ -288,3 +288,34 @@ def test_not_a_gguf_file_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "x.gguf"
     path.write_bytes(b"PK\x03\x04" + bytes(100))
     assert "not a GGUF file" in one_error_line(cli("count", path))
+
+
+def _llama_writer(path: Path, **overrides) -> None:
+    """The llama-f32 fixture's header and tensors again, one metadata value replaced."""
+    reader = gguf.GGUFReader(FIXTURES / "llama-f32.gguf")
+    w = gguf.GGUFWriter(path, "llama")
+    count = overrides.get("block_count", 2)
+    w.add_string("llama.block_count", count) if isinstance(count, str) else w.add_block_count(count)
+    for add, v in ((w.add_context_length, 64), (w.add_embedding_length, 32), (w.add_feed_forward_length, 64),
+                   (w.add_head_count, 4), (w.add_head_count_kv, 2), (w.add_layer_norm_rms_eps, 1e-6)):
+        add(v)
+    for t in reader.tensors:
+        w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_a_size_stored_as_text_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "text.gguf"
+    _llama_writer(path, block_count="two")
+    line = one_error_line(cli("count", path))
+    assert "'llama.block_count' = 'two'" in line and "expected a number" in line
+
+
+def test_a_block_count_that_contradicts_the_tensors_names_them(tmp_path: Path) -> None:
+    path = tmp_path / "three.gguf"
+    _llama_writer(path, block_count=3)
+    line = one_error_line(cli("count", path))
+    assert "missing tensor" in line and "layers.2" in line
