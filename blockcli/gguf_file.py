@@ -33,6 +33,7 @@ dequantizers) one tensor at a time, in float32, then cast to the run's dtype.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import mmap
@@ -151,9 +152,17 @@ class _Cursor:
                 return [self.value(inner, what) for _ in range(count)]
             if inner in SCALAR:
                 self.pos += count * least
-            else:
-                for _ in range(count):  # the vocabulary: walked, not kept
-                    self.string(what, keep=False)
+            else:  # the vocabulary: walked, not kept (each string's length, then past it)
+                data, pos, end = self.data, self.pos, len(self.data)
+                unpack = struct.Struct("<Q").unpack_from
+                for _ in range(count):
+                    if pos + 8 > end:
+                        raise InputError(f"{self.path}: truncated GGUF header: {what} runs past the end of the file")
+                    pos += 8 + unpack(data, pos)[0]
+                if pos > end:
+                    raise InputError(f"{self.path}: {what} runs past the end of the file (a lying or truncated "
+                                     f"header)")
+                self.pos = pos
             return ("array", count)
         raise InputError(f"{self.path}: {what} has unknown GGUF value type {kind}")
 
@@ -162,13 +171,21 @@ def read_gguf(path: str | Path) -> GGUFFile:
     """The header of a GGUF file: metadata and every tensor's name, shape, type and byte range, each checked
     against the file (known type, whole blocks per row, aligned, inside the file, no two overlapping).
     No tensor data is read."""
-    import gguf  # the format's own constants: ggml types and their block sizes
-
     path = Path(path)
     if not regular_file(path, "a .gguf file"):
         raise InputError(f"{path}: file not found")
+    with reading(path, "a .gguf file"):
+        stat = path.stat()
+    return _read_gguf(path, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_gguf(path: Path, size: int, mtime_ns: int) -> GGUFFile:
+    """Parsed once per command for the config and again for the tensors: keyed by the file's size and time, so
+    a file changed in between is read again."""
+    import gguf  # the format's own constants: ggml types and their block sizes
+
     with reading(path, "a .gguf file"), open(path, "rb") as f:
-        size = path.stat().st_size
         if size < 24:
             raise InputError(f"{path}: truncated: {size} bytes, fewer than a GGUF header's 24")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:

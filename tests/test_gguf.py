@@ -142,17 +142,27 @@ def test_load_config_and_convert_read_the_metadata(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- header only, large files
 
 
-def header_only_llama(path: Path, d: int, layers: int, d_ff: int, vocab: int, heads: int, qtype) -> int:
-    """A GGUF of a Llama-shaped model whose tensor data is a sparse hole: the header is exact, the data zeros."""
+def header_only_llama(path: Path, d: int, layers: int, d_ff: int, vocab: int, heads: int, qtype,
+                      kv_heads: int | None = None, tokenizer: bool = False) -> int:
+    """A GGUF of a Llama-shaped model whose tensor data is a sparse hole: the header is exact, the data zeros;
+    with `tokenizer`, a vocabulary of `vocab` token strings and as many merges, as real files carry."""
+    kv_heads = kv_heads or heads
     w = gguf.GGUFWriter(path, "llama")
     for add, v in ((w.add_block_count, layers), (w.add_context_length, 4096), (w.add_embedding_length, d),
-                   (w.add_feed_forward_length, d_ff), (w.add_head_count, heads), (w.add_head_count_kv, heads),
+                   (w.add_feed_forward_length, d_ff), (w.add_head_count, heads), (w.add_head_count_kv, kv_heads),
                    (w.add_layer_norm_rms_eps, 1e-5), (w.add_rope_freq_base, 10000.0)):
         add(v)
+    if tokenizer:
+        w.add_tokenizer_model("gpt2")
+        w.add_token_list([f"token{i}" for i in range(vocab)])
+        w.add_token_merges([f"tok en{i}" for i in range(vocab)])
+        w.add_token_types([1] * vocab)
+    kv = d // heads * kv_heads
     shapes = {"token_embd.weight": (vocab, d), "output_norm.weight": (d,), "output.weight": (vocab, d)}
     for i in range(layers):
         shapes |= {f"blk.{i}.attn_norm.weight": (d,), f"blk.{i}.ffn_norm.weight": (d,),
-                   **{f"blk.{i}.attn_{p}.weight": (d, d) for p in ("q", "k", "v", "output")},
+                   f"blk.{i}.attn_q.weight": (d, d), f"blk.{i}.attn_k.weight": (kv, d),
+                   f"blk.{i}.attn_v.weight": (kv, d), f"blk.{i}.attn_output.weight": (d, d),
                    f"blk.{i}.ffn_gate.weight": (d_ff, d), f"blk.{i}.ffn_up.weight": (d_ff, d),
                    f"blk.{i}.ffn_down.weight": (d, d_ff)}
     for name, shape in shapes.items():
