@@ -15,25 +15,20 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_checkpoint_count import timed  # noqa: E402
 import gguf  # noqa: E402
 from test_gguf import header_only_llama  # noqa: E402  (the tests' own writer of the sparse file)
 
 from blockcli import load_config  # noqa: E402
 from blockcli.checkpoint import checkpoint_sizes  # noqa: E402
 from blockcli.gguf_file import _read_gguf, read_gguf  # noqa: E402
-
-
-def timed(command: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(command, check=True, capture_output=True)
-    return time.perf_counter() - start
 
 
 def main() -> None:
