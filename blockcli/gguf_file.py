@@ -9,7 +9,8 @@ touches the tensor data.
 The metadata (`general.architecture` and its keys: `<arch>.block_count`, `.embedding_length`,
 `.feed_forward_length`, `.attention.head_count[_kv]`, `.attention.key_length`, `.rope.freq_base`,
 `.rope.scaling.*`, norm epsilons, `.expert_*`, `.context_length`) is written out as the Hugging Face
-config.json the file was converted from, which `blockcli.hf` reads as for any model folder: one reader,
+config.json the file was converted from (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3,
+starcoder2, olmo2, gpt2), which `blockcli.hf` reads as for any model folder: one reader,
 one set of defaults and checks. Which tensors a config has (a tied head, biases) is read from the
 tensors present, as llama.cpp does.
 
@@ -336,7 +337,7 @@ def _decoder(m: _Meta, eps_key: str = "attention.layer_norm_rms_epsilon") -> dic
            "num_attention_heads": heads,
            "num_key_value_heads": int(m.number("attention.head_count_kv", heads)),
            "max_position_embeddings": int(m.number("context_length", required=True)),
-           "rms_norm_eps": float(m.number(eps_key, 1e-5 if eps_key else 1e-6)),
+           "rms_norm_eps": float(m.number(eps_key, required=True)),
            "rope_parameters": _rope(m),
            "vocab_size": _vocab(m),
            "tie_word_embeddings": not m.has("output.weight")}
@@ -427,6 +428,19 @@ def _gpt2(m: _Meta) -> dict[str, Any]:
             "tie_word_embeddings": not m.has("output.weight")}
 
 
+def _starcoder2(m: _Meta) -> dict[str, Any]:
+    out = {**_decoder(m, "attention.layer_norm_epsilon"), "hidden_act": "gelu_pytorch_tanh",
+           "use_bias": m.has("blk.0.attn_q.bias")}
+    out["norm_epsilon"] = out.pop("rms_norm_eps")
+    # llama.cpp's converter writes no window for StarCoder2 (and runs without one); one written is read
+    out["sliding_window"] = m.number("attention.sliding_window")
+    return out
+
+
+def _olmo2(m: _Meta) -> dict[str, Any]:
+    return {**_decoder(m), "hidden_act": "silu", "attention_bias": m.has("blk.0.attn_q.bias")}
+
+
 ARCHS: dict[str, Arch] = {
     "llama": Arch("llama", _llama, permuted_qk=True),
     "qwen2": Arch("qwen2", _qwen2),
@@ -435,6 +449,8 @@ ARCHS: dict[str, Arch] = {
     "qwen3moe": Arch("qwen3_moe", _qwen3moe),
     "gemma2": Arch("gemma2", _gemma2, norm_plus_one=True),
     "gemma3": Arch("gemma3_text", _gemma3, norm_plus_one=True),
+    "starcoder2": Arch("starcoder2", _starcoder2),
+    "olmo2": Arch("olmo2", _olmo2),
     "gpt2": Arch("gpt2", _gpt2, conv1d=("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
                                         "mlp.c_proj.weight")),
 }
