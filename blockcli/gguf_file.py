@@ -10,7 +10,7 @@ The metadata (`general.architecture` and its keys: `<arch>.block_count`, `.embed
 `.feed_forward_length`, `.attention.head_count[_kv]`, `.attention.key_length`, `.rope.freq_base`,
 `.rope.scaling.*`, norm epsilons, `.expert_*`, `.context_length`) is written out as the Hugging Face
 config.json the file was converted from (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3,
-starcoder2, olmo2, gpt2), which `blockcli.hf` reads as for any model folder: one reader,
+starcoder2, olmo2, phi3, gpt2), which `blockcli.hf` reads as for any model folder: one reader,
 one set of defaults and checks. Which tensors a config has (a tied head, biases) is read from the
 tensors present, as llama.cpp does.
 
@@ -437,6 +437,18 @@ def _starcoder2(m: _Meta) -> dict[str, Any]:
     return out
 
 
+def _phi3(m: _Meta) -> dict[str, Any]:
+    if m.has("rope_factors_long.weight") or m.has("rope_factors_short.weight"):
+        raise InputError(f"{m.gguf.path}: holds LongRoPE factors as tensors (rope_factors_long/short.weight); "
+                         f"blockcli reads Phi-3 GGUF files without them (the 4k-context models)")
+    out = {**_decoder(m), "hidden_act": "silu"}
+    head_dim = out.get("head_dim", out["hidden_size"] // out["num_attention_heads"])
+    rotary = m.number("rope.dimension_count", head_dim)
+    out["partial_rotary_factor"] = rotary / head_dim
+    out["sliding_window"] = m.number("attention.sliding_window")
+    return out
+
+
 def _olmo2(m: _Meta) -> dict[str, Any]:
     return {**_decoder(m), "hidden_act": "silu", "attention_bias": m.has("blk.0.attn_q.bias")}
 
@@ -451,6 +463,7 @@ ARCHS: dict[str, Arch] = {
     "gemma3": Arch("gemma3_text", _gemma3, norm_plus_one=True),
     "starcoder2": Arch("starcoder2", _starcoder2),
     "olmo2": Arch("olmo2", _olmo2),
+    "phi3": Arch("phi3", _phi3),
     "gpt2": Arch("gpt2", _gpt2, conv1d=("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
                                         "mlp.c_proj.weight")),
 }
