@@ -329,3 +329,35 @@ def test_a_block_count_that_contradicts_the_tensors_names_them(tmp_path: Path) -
     _llama_writer(path, block_count=3)
     line = one_error_line(cli("count", path))
     assert "missing tensor" in line and "layers.2" in line
+
+
+def test_a_vocabulary_string_that_claims_more_than_the_file_is_one_line(tmp_path: Path) -> None:
+    """The tokenizer's strings are walked by their lengths, not kept: a lying length is still caught."""
+    path = tmp_path / "vocab.gguf"
+    header_only_llama(path, 64, 1, 128, 64, 2, gguf.GGMLQuantizationType.F32, tokenizer=True)
+    data = bytearray(path.read_bytes())
+    at = data.index(b"token7") - 8  # the length before the 8th token string
+    assert struct.unpack_from("<Q", data, at)[0] == len(b"token7")
+    struct.pack_into("<Q", data, at, 2**62)
+    path.write_bytes(bytes(data))
+    line = one_error_line(cli("count", path))
+    assert "tokenizer.ggml.tokens" in line and ("past the end" in line or "truncated" in line), line
+
+
+def test_longrope_factor_tensors_are_refused_naming_them(tmp_path: Path) -> None:
+    reader = gguf.GGUFReader(FIXTURES / "phi3-q8_0.gguf")
+    path = tmp_path / "phi3-128k.gguf"
+    w = gguf.GGUFWriter(path, "phi3")
+    for field in reader.fields.values():
+        if field.name.startswith("phi3."):
+            value = field.contents()
+            w.add_uint32(field.name, value) if isinstance(value, int) else w.add_float32(field.name, value)
+    for t in reader.tensors:
+        w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
+    w.add_tensor("rope_factors_long.weight", np.ones(2, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    line = one_error_line(cli("count", path))
+    assert "rope_factors_long" in line and "LongRoPE" in line
