@@ -570,6 +570,8 @@ def gguf_checkpoint(g: GGUFFile, config: Config) -> tuple[Checkpoint, TensorMap,
                 view = View(t, "minus_one")
             elif hf.endswith(arch.conv1d):
                 view, shape = View(t, "transpose"), t.shape[::-1]
+            elif hf.endswith("shared_expert_gate.weight") and len(t.shape) == 1:
+                shape = (1, *t.shape)  # llama.cpp's vector {d}: transformers' nn.Linear(d, 1), the same bytes
             tensors[hf] = Stored(hf, shape, t.qtype, g.path, (t.begin, t.end))
             views[hf] = view
             break
