@@ -26,7 +26,8 @@ shape lists the innermost dimension first (`ne0`, a row); read outermost first i
 - Gemma (1, 2, 3): every RMSNorm weight stored as 1 + w (the scale it applies): w = stored − 1;
 - GPT-2: Conv1D's (in, out) matrices stored transposed to (out, in): transposed back;
 - mixtures: the experts merged per layer (`ffn_gate_exps` (E, d_e, d) …): expert e's slice is its
-  matrix, and its bytes are a contiguous range (a block never spans two rows).
+  matrix, and its bytes are a contiguous range (a block never spans two rows); gate and up fused
+  (`ffn_gate_up_exps` (E, 2·d_e, d), the converter's --fuse-gate-up-exps) are transformers 5's `gate_up_proj`.
 
 Values are dequantized by the `gguf` package (`gguf.quants.dequantize`, llama.cpp's reference
 dequantizers) one tensor at a time, in float32, then cast to the run's dtype.
@@ -528,6 +529,11 @@ def _names(g: GGUFFile, arch: Arch, tmap: TensorMap, n_layers: int, n_experts: i
             found = table.get_name(full, try_suffixes=(".weight", ".bias"))
             if found is not None:
                 out[full] = found
+            elif full.endswith("experts.gate_up_proj") and (layer := re.search(r"layers\.(\d+)\.", full)):
+                # the converter's --fuse-gate-up-exps: gate | up per expert, (E, 2·d_e, d), transformers 5's own
+                fused = gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.FFN_GATE_UP_EXP].format(bid=layer[1]) + ".weight"
+                if fused in g.tensors:
+                    out[full] = fused
     return out
 
 
