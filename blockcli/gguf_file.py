@@ -10,7 +10,7 @@ The metadata (`general.architecture` and its keys: `<arch>.block_count`, `.embed
 `.feed_forward_length`, `.attention.head_count[_kv]`, `.attention.key_length`, `.rope.freq_base`,
 `.rope.scaling.*`, norm epsilons, `.expert_*`, `.context_length`) is written out as the Hugging Face
 config.json the file was converted from (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3,
-starcoder2, olmo2, phi3, gpt2), which `blockcli.hf` reads as for any model folder: one reader,
+starcoder2, olmo2, phi3, command-r, gpt2), which `blockcli.hf` reads as for any model folder: one reader,
 one set of defaults and checks. Which tensors a config has (a tied head, biases) is read from the
 tensors present, as llama.cpp does.
 
@@ -450,6 +450,14 @@ def _phi3(m: _Meta) -> dict[str, Any]:
     return out
 
 
+def _command_r(m: _Meta) -> dict[str, Any]:
+    out = {**_decoder(m, "attention.layer_norm_epsilon"), "hidden_act": "silu",
+           "attention_bias": m.has("blk.0.attn_q.bias"), "use_qk_norm": m.has("blk.0.attn_q_norm.weight"),
+           "logit_scale": float(m.number("logit_scale", 1.0))}
+    out["layer_norm_eps"] = out.pop("rms_norm_eps")
+    return out
+
+
 def _olmo2(m: _Meta) -> dict[str, Any]:
     return {**_decoder(m), "hidden_act": "silu", "attention_bias": m.has("blk.0.attn_q.bias")}
 
@@ -464,6 +472,7 @@ ARCHS: dict[str, Arch] = {
     "gemma3": Arch("gemma3_text", _gemma3, norm_plus_one=True),
     "starcoder2": Arch("starcoder2", _starcoder2),
     "olmo2": Arch("olmo2", _olmo2),
+    "command-r": Arch("cohere", _command_r),
     "phi3": Arch("phi3", _phi3),
     "gpt2": Arch("gpt2", _gpt2, conv1d=("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
                                         "mlp.c_proj.weight")),
