@@ -92,8 +92,8 @@ class Checkpoint:
 
 
 def is_checkpoint_path(path: Path) -> bool:
-    """A model folder or a .safetensors file (rather than a YAML/JSON config or an .npz)."""
-    return path.is_dir() or path.suffix.lower() == ".safetensors"
+    """A model folder, a .safetensors file or a GGUF file (rather than a YAML/JSON config or an .npz)."""
+    return path.is_dir() or path.suffix.lower() in (".safetensors", ".gguf")
 
 
 def weight_files(path: Path) -> tuple[Path, ...]:
@@ -308,7 +308,8 @@ def _parts_per_expert(keys: tuple[str, ...]) -> int:
     return sum(1 for k in keys if k.split("experts.", 1)[1].split(".", 1)[0] == first)
 
 
-def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[str], Stored | None]:
+def match_tensors(ckpt: Checkpoint, config: Config,
+                  tmap: TensorMap | None = None) -> tuple[list[Match], list[str], Stored | None]:
     """Every expected tensor with its stored one, notes on stored tensors set aside, and the stored
     copy of a tied LM head if there is one (its values must equal the embedding's: see load_weights).
 
@@ -318,7 +319,7 @@ def match_tensors(ckpt: Checkpoint, config: Config) -> tuple[list[Match], list[s
     """
     if config.model is None:
         raise InputError(f"{ckpt.describe()}: holds a whole model; its config needs a 'model' section")
-    tmap = tensor_map_of(ckpt)
+    tmap = tmap or tensor_map_of(ckpt)  # given: a GGUF file's tensors under their family's names
     shapes = model_parameter_shapes(config)
     n_layers = config.model.n_layers
     n_experts = config.block.moe.n_experts if config.block.moe is not None else 0
@@ -404,6 +405,10 @@ def stored_sizes(matches: list[Match]) -> dict[str, int]:
 def checkpoint_sizes(path: Path, config: Config) -> tuple[dict[str, int], dict[str, Any]] | None:
     """For `count`: stored sizes under blockcli's keys and a description of the files, from the
     headers alone; None when the folder holds no weights (only a config.json)."""
+    if path.suffix.lower() == ".gguf":
+        from blockcli.gguf_file import gguf_sizes
+
+        return gguf_sizes(path, config)
     refuse_quantized(path, config)
     ckpt = open_checkpoint(path)
     if not ckpt.tensors:
@@ -490,7 +495,12 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
     `config` (with a model section) says which model the tensors must make up; None takes the
     checkpoint's own config.json. A safetensors file without a config.json beside it holds
     blockcli's own keys, and is returned as it is (checked by the caller like an .npz).
+    A GGUF file's tensors are dequantized by `blockcli.gguf_file`.
     """
+    if path.suffix.lower() == ".gguf":
+        from blockcli.gguf_file import load_gguf_weights
+
+        return load_gguf_weights(path, config, dtype, notes, one_block=one_block, layer=layer)
     refuse_quantized(path, config)
     ckpt = open_checkpoint(path)
     if not ckpt.tensors:
@@ -504,17 +514,7 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
     assert config.model is not None
     matches, found, tied_copy = match_tensors(ckpt, config)
     notes.extend(found)
-    prefix = ""
-    if one_block:  # read that block's tensors only: a 7B folder's layer is ~1/32 of its bytes
-        n_layers = config.model.n_layers
-        if layer is None:
-            raise InputError(f"{path}: holds the weights of {n_layers} blocks; pick one with --layer N "
-                             f"(0..{n_layers - 1})")
-        if not 0 <= layer < n_layers:
-            raise InputError(f"--layer {layer}: {path} holds blocks 0..{n_layers - 1}")
-        prefix = f"blocks.{layer}."
-        matches = [m for m in matches if m.entry.keys[0].startswith(prefix)]
-        notes.append(f"weights of layer {layer} of {n_layers}")
+    matches, prefix = one_layer(matches, path, config, layer, notes) if one_block else (matches, "")
     b = config.block
     if stored is not None:  # how each tensor was stored: what gradients keyed by stored name need
         stored.extend(matches)
@@ -548,6 +548,21 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
     if narrower:
         notes.append(f"weights stored as {', '.join(narrower)} were rounded to {dtype}")
     return params
+
+
+def one_layer(matches: list[Match], path: Path, config: Config, layer: int | None,
+              notes: list[str]) -> tuple[list[Match], str]:
+    """The tensors of block `layer` alone (a 7B model's layer is ~1/32 of its bytes), and its keys' prefix."""
+    assert config.model is not None
+    n_layers = config.model.n_layers
+    if layer is None:
+        raise InputError(f"{path}: holds the weights of {n_layers} blocks; pick one with --layer N "
+                         f"(0..{n_layers - 1})")
+    if not 0 <= layer < n_layers:
+        raise InputError(f"--layer {layer}: {path} holds blocks 0..{n_layers - 1}")
+    prefix = f"blocks.{layer}."
+    notes.append(f"weights of layer {layer} of {n_layers}")
+    return [m for m in matches if m.entry.keys[0].startswith(prefix)], prefix
 
 
 def _in_run_dtype(value: np.ndarray, dtype: str, stored: Stored) -> np.ndarray:

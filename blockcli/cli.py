@@ -324,6 +324,12 @@ class SizeDtype(str, Enum):
     int4 = "int4"
 
 
+KvDtype = Enum("KvDtype", {name: name for name in (*SizeDtype.__members__, "q8_0", "q4_0")}, type=str)
+KvDtype.__doc__ = "A K/V cache dtype: the sizing dtypes, and llama.cpp's block-quantized q8_0 and q4_0."
+KV_HELP = ("Dtype of the K/V cache (default: --dtype); q8_0 and q4_0 are llama.cpp's cache types, 34 and 18 bytes "
+           "per block of 32 values.")
+
+
 class Optimizer(str, Enum):
     adamw = "adamw"
     sgd = "sgd"
@@ -362,7 +368,7 @@ def count(
         help="Sequences B (default: run.batch); with --train, the micro-batch per device.", min=1)] = None,
     dtype: Annotated[Optional[SizeDtype], typer.Option(
         help="Dtype of weights and activations for the inference figures (default: run.dtype).")] = None,
-    kv_dtype: Annotated[Optional[SizeDtype], typer.Option("--kv-dtype", help="Dtype of the K/V cache (default: --dtype).")] = None,
+    kv_dtype: Annotated[Optional[KvDtype], typer.Option("--kv-dtype", help=KV_HELP)] = None,
     train: Annotated[bool, typer.Option("--train", help="Also size a training step: model states, activations, FLOPs.")] = False,
     optimizer: Annotated[Optional[Optimizer], typer.Option(help="With --train: the optimizer (default adamw).")] = None,
     precision: Annotated[Optional[Precision], typer.Option(
@@ -464,6 +470,8 @@ def count(
                                   checkpoint_info=stored[1] if stored else None)
         quantized = stored[1].get("quantized") if stored else None
         weight_bytes = quantized["total_bytes"] if quantized is not None else None  # the weights as stored
+        if stored and "gguf" in stored[1]:  # a GGUF file: its weights are held as stored (quantized)
+            weight_bytes = stored[1]["gguf"]["bytes"]
         if quantized is None and cfg.quantization is not None and (fp8 := fp8_stored_bytes(result)) is not None:
             rows, cols = cfg.quantization.block or (0, 0)
             _config_notes.append(
@@ -473,6 +481,9 @@ def count(
             weight_bytes = fp8.bytes
         inference = sizing.inference(cfg, result.total, T, B, dtype.value if dtype else cfg.run.dtype,
                                      kv_dtype.value if kv_dtype else None, weight_bytes)
+        if parallel and inference.kv_dtype in sizing.KV_BLOCKS:
+            raise InputError(f"--kv-dtype {inference.kv_dtype} with model parallelism (--tp, --pp, --ep …) is not "
+                             f"modelled; size it on one device")
         training = None
         if train:
             adapters = None
@@ -741,7 +752,8 @@ def trace(
                 result = run_trace(cfg, weights=chosen_weights, x=x, attention=mode, keep=bool(save or head),
                                    layer=picked, model_config=model_cfg)
         if implicit and result.mode == "executed":
-            notes.insert(0, f"weights: the model folder's own ({config})")
+            notes.insert(0, f"weights: the {'GGUF file' if str(config).lower().endswith('.gguf') else 'model folder'}'s "
+                            f"own ({config})")
         result.notes.extend(notes)
         if shapes_only and demanded:
             result.notes.append("--shapes-only ignored: --weights/--input/--save need a real pass")
@@ -1013,7 +1025,7 @@ def report(
     batch: Annotated[Optional[int], typer.Option(help="Sequences B of the workload (default: run.batch).", min=1)] = None,
     dtype: Annotated[Optional[SizeDtype], typer.Option(
         help="Dtype of weights and activations for the memory figures (default: run.dtype).")] = None,
-    kv_dtype: Annotated[Optional[SizeDtype], typer.Option("--kv-dtype", help="Dtype of the K/V cache (default: --dtype).")] = None,
+    kv_dtype: Annotated[Optional[KvDtype], typer.Option("--kv-dtype", help=KV_HELP)] = None,
     train_log: Annotated[Optional[Path], typer.Option(
         "--train-log", metavar="FILE.json",
         help='Draw a training run\'s loss and gradient norm: {"steps": [{"step", "loss", "grad_norm"}, ...]}, '
@@ -1178,7 +1190,12 @@ def convert(
             from blockcli.sources import model_folder_config
 
             source = model_folder_config(source)
-        mapping, cfg = read_hf(source, tuple(allow_field or ()))
+        if source.suffix.lower() == ".gguf":
+            from blockcli.gguf_file import read_gguf_config
+
+            mapping, cfg = read_gguf_config(source)
+        else:
+            mapping, cfg = read_hf(source, tuple(allow_field or ()))
         _config_notes.extend(cfg.notes)
         total = count_parameters(cfg).total
         mapping["about"]["parameters"] = total

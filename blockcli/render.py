@@ -556,6 +556,8 @@ def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | No
                      f"stored as {dtypes}" + "".join(f"; {n}" for n in ck["notes"]))
         if (q := ck.get("quantized")) is not None:
             lines.append(quantized_line(q))
+        if "gguf" in ck:
+            lines += gguf_lines(ck["gguf"])
     lines += [
         f"workload: batch {B} × {T:,} tokens, weights and activations {inf.dtype}, K/V cache {inf.kv_dtype}",
         f"parameter memory: {human_bytes(inf.parameter_bytes)} " + (f"({result.total:,} × {inf.dtype})"
@@ -575,6 +577,17 @@ def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | No
         SIZING_FLOPS_NOTE,
     ]
     return lines + (training_lines(tr) if tr is not None else [])
+
+
+def gguf_lines(summary: Mapping[str, Any]) -> list[str]:
+    """A GGUF file's tensor groups: their ggml types, stored bytes and bits per weight, then the file's."""
+    lines = []
+    for group, row in summary["groups"].items():
+        types = ", ".join(f"{name} {n:,}" for name, n in row["types"].items())
+        lines.append(f"  {group}: {types} weights in {row['bytes']:,} bytes "
+                     f"({8 * row['bytes'] / row['weights']:.4g} bits per weight)")
+    return [f"GGUF tensors: {summary['weights']:,} weights in {summary['bytes']:,} bytes, "
+            f"{summary['bits_per_weight']:.4g} bits per weight (scales included)", *lines]
 
 
 def active_line(result: ParameterCount) -> str:

@@ -38,6 +38,41 @@ MASK_BYTES = 1  # a dropout mask is one byte per element (Korthikanti et al. 202
 LOSS_BYTES = 4  # the logits kept for the cross-entropy are float32 (ibid.)
 
 
+# llama.cpp's quantized K/V cache types (--cache-type-k/-v): blocks of 32 values along each cached row (one
+# token's h_kv·d_h keys, or values, in one layer), q8_0 a float16 scale + 32 int8 (34 bytes), q4_0 a float16 scale
+# + 32 packed 4-bit codes (18 bytes); ggml requires a row to be whole blocks
+KV_BLOCKS = {"q8_0": (32, 34), "q4_0": (32, 18)}
+KV_DTYPES = (*DTYPE_BITS, *KV_BLOCKS)
+
+
+def cache_bits(count: int, dtype: str) -> int:
+    """Bits of `count` cached values at a K/V dtype: a block type's scales counted (count: whole blocks)."""
+    if dtype in KV_BLOCKS:
+        values, size = KV_BLOCKS[dtype]
+        return -(-count // values) * size * 8
+    return count * DTYPE_BITS[dtype]
+
+
+def cache_rows(dims: Dims) -> tuple[tuple[str, int], ...]:
+    """The widths of the rows a K/V cache stores per token and layer: K and V (h_kv·d_h each), or latent
+    attention's compressed latent (r_kv + d_rope)."""
+    if dims.latent:
+        return (("the latent r_kv + d_rope", dims.r_kv + dims.d_rope),)
+    return (("h_kv·d_h", dims.h_kv * dims.d_h),)
+
+
+def check_kv_blocks(config: Config, kv_dtype: str) -> None:
+    """A block-quantized cache needs whole blocks per row: otherwise one line naming the row's width."""
+    if kv_dtype not in KV_BLOCKS:
+        return
+    values = KV_BLOCKS[kv_dtype][0]
+    for dims in Dims.per_group(config):
+        for what, width in cache_rows(dims):
+            if width % values:
+                raise InputError(f"--kv-dtype {kv_dtype}: a cached row ({what} = {width}) is not whole blocks of "
+                                 f"{values} values, which llama.cpp's {kv_dtype} cache requires")
+
+
 def nbytes(count: int, dtype: str) -> int:
     """Bytes of `count` elements at `dtype` (int4 packs two per byte), rounded up to a whole byte."""
     return -(-count * DTYPE_BITS[dtype] // 8)
@@ -211,7 +246,7 @@ class Inference:
     # compressed latent that kv_bits_per_token / kv_bytes count
     kv_expanded_bits_per_token: int = 0
     kv_expanded_bytes: int = 0
-    stored_weight_bytes: int | None = None  # a quantized checkpoint's weights as stored (its files' own sizes)
+    stored_weight_bytes: int | None = None  # a quantized checkpoint's or GGUF file's weights as stored (their own sizes)
 
     @property
     def kv_bytes_per_token(self) -> int | float:
@@ -258,14 +293,15 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
     `stored_weight_bytes` instead when given: a quantized checkpoint's, as stored)."""
     groups = Dims.per_group(config)  # layers that differ: each group's own heads and window
     kv_dtype = kv_dtype or dtype
-    bits = DTYPE_BITS[kv_dtype]  # counted in bits, so an int4 cache of an odd width is not rounded per token
-    kv_per_token = sum(kv_cache_elements(dims) for dims in groups) * bits
-    kv_bytes = nbytes(sum(kv_cache_elements(dims) * dims.keys_seen(seq_len)  # a window keeps its last W
-                          for dims in groups) * batch, kv_dtype)
+    check_kv_blocks(config, kv_dtype)
+    # counted in bits, so an int4 cache of an odd width is not rounded per token
+    kv_per_token = cache_bits(sum(kv_cache_elements(dims) for dims in groups), kv_dtype)
+    kv_bytes = -(-cache_bits(sum(kv_cache_elements(dims) * dims.keys_seen(seq_len)  # a window keeps its last W
+                                 for dims in groups) * batch, kv_dtype) // 8)
     # latent attention: the keys and values it would cache expanded (0 without latent attention)
-    expanded = sum(kv_expanded_elements(dims) for dims in groups if dims.latent) * bits
-    expanded_bytes = nbytes(sum(kv_expanded_elements(dims) * dims.keys_seen(seq_len)
-                                for dims in groups if dims.latent) * batch, kv_dtype)
+    expanded = cache_bits(sum(kv_expanded_elements(dims) for dims in groups if dims.latent), kv_dtype)
+    expanded_bytes = -(-cache_bits(sum(kv_expanded_elements(dims) * dims.keys_seen(seq_len)
+                                       for dims in groups if dims.latent) * batch, kv_dtype) // 8)
     return Inference(seq_len, batch, dtype, kv_dtype, parameters, kv_per_token, kv_bytes,
                      max(inference_activation_bytes(dims, seq_len, batch, dtype) for dims in groups),
                      model_forward_flops(groups, seq_len, batch), model_decode_flops(groups, seq_len, batch),

@@ -17,7 +17,7 @@ from blockcli.config import (Config, ConfigError, load_yaml_config, parse_config
 
 def load_config(source: str | Path | Mapping[str, Any] | None = None, allow_fields: tuple[str, ...] = ()) -> Config:
     """Load a config from a YAML path, a preset name, a Hugging Face config.json or model folder
-    (its config.json; also for a .safetensors file beside one), or a mapping.
+    (its config.json; also for a .safetensors file beside one), a GGUF file (its metadata), or a mapping.
 
     None gives the built-in default: the reference chapter's block (d=512, h=8, d_ff=2048).
     `allow_fields` names config.json fields to accept unchecked (the user's risk; noted in `notes`).
@@ -29,6 +29,10 @@ def load_config(source: str | Path | Mapping[str, Any] | None = None, allow_fiel
     if str(source) == "-":
         return _standard_input(allow_fields)
     path = Path(source)
+    if path.suffix.lower() == ".gguf":  # llama.cpp's file: its metadata is the config
+        from blockcli.gguf_file import gguf_config
+
+        return gguf_config(path)
     if path.is_dir() or path.suffix.lower() == ".safetensors":  # a model folder, or weights beside config.json
         path = model_folder_config(path)
     if path.suffix.lower() == ".json":

@@ -1,0 +1,732 @@
+"""GGUF files (llama.cpp, Ollama, LM Studio): the header read into a config, the tensors into blockcli's keys.
+
+A GGUF file is a header (magic, version, key/value metadata, one info record per tensor: name, dims,
+ggml type, offset) followed by the aligned tensor data. `read_gguf` parses the header alone, checking
+every count, length and offset against the file's size before anything is allocated, so a lying header
+is one error line in bounded time and memory, and a multi-GB file is read in milliseconds: `count` never
+touches the tensor data.
+
+The metadata (`general.architecture` and its keys: `<arch>.block_count`, `.embedding_length`,
+`.feed_forward_length`, `.attention.head_count[_kv]`, `.attention.key_length`, `.rope.freq_base`,
+`.rope.scaling.*`, norm epsilons, `.expert_*`, `.context_length`) is written out as the Hugging Face
+config.json the file was converted from (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3,
+starcoder2, olmo2, phi3, command-r, gpt2), which `blockcli.hf` reads as for any model folder: one reader,
+one set of defaults and checks. Which tensors a config has (a tied head, biases) is read from the
+tensors present, as llama.cpp does.
+
+Tensor names: llama.cpp's own table (`gguf.TensorNameMap`, from the package) gives each transformers
+name of the family's `TensorMap` its GGUF name (`model.layers.0.self_attn.q_proj.weight` ↔
+`blk.0.attn_q.weight`); the stored tensors are then matched exactly as a model folder's are. A GGUF
+shape lists the innermost dimension first (`ne0`, a row); read outermost first it is nn.Linear's
+(out, in). What `convert_hf_to_gguf.py` changes is undone on load:
+
+- `llama` (and the archs that share its RoPE kernel): Q and K rows permuted per head from transformers'
+  rotate-half pairing ([0, d_h/2) with [d_h/2, d_h)) to adjacent pairs: `permute` (n_heads, 2, d_h/2, in)
+  → (n_heads, d_h/2, 2, in); undone by the inverse reshape (K with the K/V heads' count);
+- Gemma (1, 2, 3): every RMSNorm weight stored as 1 + w (the scale it applies): w = stored − 1;
+- GPT-2: Conv1D's (in, out) matrices stored transposed to (out, in): transposed back;
+- mixtures: the experts merged per layer (`ffn_gate_exps` (E, d_e, d) …): expert e's slice is its
+  matrix, and its bytes are a contiguous range (a block never spans two rows); gate and up fused
+  (`ffn_gate_up_exps` (E, 2·d_e, d), the converter's --fuse-gate-up-exps) are transformers 5's `gate_up_proj`.
+
+Values are dequantized by the `gguf` package (`gguf.quants.dequantize`, llama.cpp's reference
+dequantizers) one tensor at a time, in float32, then cast to the run's dtype.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import mmap
+import re
+import struct
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from blockcli.config import Config, InputError, reading, regular_file
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from blockcli.checkpoint import Checkpoint, Match, Stored
+    from blockcli.tensor_names import TensorMap
+
+MAGIC = b"GGUF"
+DEFAULT_ALIGNMENT = 32  # general.alignment's default (the GGUF spec)
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_NAME = 65_535  # longest key or tensor name accepted; GGUF_MAX... names are 64 bytes in practice
+KEEP_ARRAY = 4096  # numeric arrays up to this length are kept (per-layer values); longer ones skipped
+# metadata value types: (struct format, bytes) for the fixed-size ones
+SCALAR = {0: ("<B", 1), 1: ("<b", 1), 2: ("<H", 2), 3: ("<h", 2), 4: ("<I", 4), 5: ("<i", 4), 6: ("<f", 4),
+          7: ("<?", 1), 10: ("<Q", 8), 11: ("<q", 8), 12: ("<d", 8)}
+STRING, ARRAY = 8, 9
+
+
+@dataclass(frozen=True)
+class GGUFTensor:
+    name: str
+    shape: tuple[int, ...]  # outermost first (NumPy's order): ggml's ne reversed
+    qtype: str  # ggml type name: F32, F16, BF16, Q8_0, Q4_K, ...
+    begin: int  # absolute byte offsets of its data in the file
+    end: int
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.begin
+
+
+@dataclass(frozen=True)
+class GGUFFile:
+    path: Path
+    version: int
+    metadata: dict[str, Any]  # long arrays (the vocabulary) as ("array", length) only
+    tensors: dict[str, GGUFTensor]
+    size: int  # bytes of the file
+
+    @property
+    def arch(self) -> str:
+        arch = self.metadata.get("general.architecture")
+        if not isinstance(arch, str):
+            raise InputError(f"{self.path}: no 'general.architecture' string in its metadata")
+        return arch
+
+
+def is_gguf_path(path: Path) -> bool:
+    return path.suffix.lower() == ".gguf"
+
+
+# ----------------------------------------------------------------------------- the header
+
+
+class _Cursor:
+    """Reads little-endian values from the mapped header, every read bounded by the file's end."""
+
+    def __init__(self, data: mmap.mmap | bytes, path: Path) -> None:
+        self.data, self.pos, self.path = data, 0, path
+
+    def left(self) -> int:
+        return len(self.data) - self.pos
+
+    def take(self, fmt: str, n: int, what: str) -> Any:
+        if n > self.left():
+            raise InputError(f"{self.path}: truncated GGUF header: {what} at byte {self.pos} runs past the end of "
+                             f"the file ({len(self.data):,} bytes)")
+        (value,) = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += n
+        return value
+
+    def string(self, what: str, keep: bool = True) -> str:
+        length = self.take("<Q", 8, f"the length of {what}")
+        if length > self.left():
+            raise InputError(f"{self.path}: {what} claims {length:,} bytes, more than the {self.left():,} left in "
+                             f"the file (a lying or truncated header)")
+        raw = bytes(self.data[self.pos:self.pos + length]) if keep else b""
+        self.pos += length
+        if not keep:
+            return ""
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"{self.path}: {what} is not UTF-8 text") from None
+
+    def value(self, kind: int, what: str) -> Any:
+        if kind in SCALAR:
+            fmt, n = SCALAR[kind]
+            return self.take(fmt, n, what)
+        if kind == STRING:
+            return self.string(what)
+        if kind == ARRAY:
+            inner = self.take("<I", 4, f"the element type of {what}")
+            count = self.take("<Q", 8, f"the length of {what}")
+            least = SCALAR[inner][1] if inner in SCALAR else 8  # a string is at least its length
+            if inner not in SCALAR and inner != STRING:
+                raise InputError(f"{self.path}: {what}: array of unknown GGUF value type {inner}")
+            if count * least > self.left():
+                raise InputError(f"{self.path}: {what} claims {count:,} elements, more than the file holds "
+                                 f"(a lying or truncated header)")
+            if inner in SCALAR and count <= KEEP_ARRAY:
+                return [self.value(inner, what) for _ in range(count)]
+            if inner in SCALAR:
+                self.pos += count * least
+            else:  # the vocabulary: walked, not kept (each string's length, then past it)
+                data, pos, end = self.data, self.pos, len(self.data)
+                unpack = struct.Struct("<Q").unpack_from
+                for _ in range(count):
+                    if pos + 8 > end:
+                        raise InputError(f"{self.path}: truncated GGUF header: {what} runs past the end of the file")
+                    pos += 8 + unpack(data, pos)[0]
+                if pos > end:
+                    raise InputError(f"{self.path}: {what} runs past the end of the file (a lying or truncated "
+                                     f"header)")
+                self.pos = pos
+            return ("array", count)
+        raise InputError(f"{self.path}: {what} has unknown GGUF value type {kind}")
+
+
+def read_gguf(path: str | Path) -> GGUFFile:
+    """The header of a GGUF file: metadata and every tensor's name, shape, type and byte range, each checked
+    against the file (known type, whole blocks per row, aligned, inside the file, no two overlapping).
+    No tensor data is read."""
+    path = Path(path)
+    if not regular_file(path, "a .gguf file"):
+        raise InputError(f"{path}: file not found")
+    with reading(path, "a .gguf file"):
+        stat = path.stat()
+    return _read_gguf(path, stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_gguf(path: Path, size: int, mtime_ns: int) -> GGUFFile:
+    """Parsed once per command for the config and again for the tensors: keyed by the file's size and time, so
+    a file changed in between is read again."""
+    import gguf  # the format's own constants: ggml types and their block sizes
+
+    with reading(path, "a .gguf file"), open(path, "rb") as f:
+        if size < 24:
+            raise InputError(f"{path}: truncated: {size} bytes, fewer than a GGUF header's 24")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return _parse(_Cursor(data, path), path, size, gguf)
+
+
+def _parse(cur: _Cursor, path: Path, size: int, gguf: Any) -> GGUFFile:
+    if bytes(cur.data[:4]) != MAGIC:
+        raise InputError(f"{path}: not a GGUF file (its first bytes are {bytes(cur.data[:4])!r}, not b'GGUF')")
+    cur.pos = 4
+    version = cur.take("<I", 4, "the version")
+    if version not in (2, 3):
+        raise InputError(f"{path}: GGUF version {version}; blockcli reads versions 2 and 3")
+    n_tensors = cur.take("<Q", 8, "the tensor count")
+    n_kv = cur.take("<Q", 8, "the metadata count")
+    # each metadata entry takes at least 13 bytes (key length, one key byte, type), each tensor info 33
+    if n_kv * 13 + n_tensors * 33 > cur.left():
+        raise InputError(f"{path}: its header claims {n_tensors:,} tensors and {n_kv:,} metadata entries, more "
+                         f"than its {size:,} bytes can hold (a lying count or a truncated file)")
+    metadata: dict[str, Any] = {}
+    for _ in range(n_kv):
+        key = cur.string("a metadata key")
+        kind = cur.take("<I", 4, f"the type of metadata '{key}'")
+        metadata[key] = cur.value(kind, f"metadata '{key}'")
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise InputError(f"{path}: metadata 'general.alignment' = {alignment!r}, expected a power of two")
+    infos = []
+    for _ in range(n_tensors):
+        name = cur.string("a tensor name")
+        n_dims = cur.take("<I", 4, f"the rank of tensor '{name}'")
+        if not 1 <= n_dims <= MAX_DIMS:
+            raise InputError(f"{path}: tensor '{name}' has {n_dims} dimensions; GGUF allows 1 to {MAX_DIMS}")
+        ne = [cur.take("<Q", 8, f"a dimension of tensor '{name}'") for _ in range(n_dims)]
+        code = cur.take("<I", 4, f"the type of tensor '{name}'")
+        offset = cur.take("<Q", 8, f"the offset of tensor '{name}'")
+        infos.append((name, ne, code, offset))
+    start = -(-cur.pos // alignment) * alignment  # the data section begins at the next aligned byte
+    tensors: dict[str, GGUFTensor] = {}
+    for name, ne, code, offset in infos:
+        try:
+            qtype = gguf.GGMLQuantizationType(code)
+            block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+        except (ValueError, KeyError):
+            raise InputError(f"{path}: tensor '{name}' has unknown ggml type {code}") from None
+        if any(n < 1 for n in ne):
+            raise InputError(f"{path}: tensor '{name}' has dimensions {ne}; each must be at least 1")
+        if ne[0] % block:
+            raise InputError(f"{path}: tensor '{name}' rows of {ne[0]} values are not whole {qtype.name} blocks "
+                             f"of {block}")
+        nbytes = math.prod(ne[1:]) * (ne[0] // block) * type_size
+        if offset % alignment:
+            raise InputError(f"{path}: tensor '{name}' offset {offset:,} is not a multiple of the alignment "
+                             f"{alignment}")
+        begin = start + offset
+        if begin + nbytes > size:
+            raise InputError(f"{path}: tensor '{name}' ({qtype.name} {tuple(ne)}, {nbytes:,} bytes at offset "
+                             f"{offset:,}) does not fit in the file's {size:,} bytes (truncated file or lying offset)")
+        if name in tensors:
+            raise InputError(f"{path}: tensor '{name}' is listed twice")
+        tensors[name] = GGUFTensor(name, tuple(reversed(ne)), qtype.name, begin, begin + nbytes)
+    ordered = sorted(tensors.values(), key=lambda t: t.begin)
+    for before, after in zip(ordered, ordered[1:]):
+        if after.begin < before.end:
+            raise InputError(f"{path}: tensors '{before.name}' and '{after.name}' overlap in the file (a lying "
+                             f"offset)")
+    return GGUFFile(path, version, metadata, tensors, size)
+
+
+# ----------------------------------------------------------------------------- metadata → config.json
+
+
+@dataclass(frozen=True)
+class Arch:
+    """One llama.cpp architecture: the transformers model_type its files come from, how its metadata becomes
+    that config.json, and what its converter did to the tensors."""
+
+    model_type: str
+    config: Callable[[_Meta], dict[str, Any]]
+    permuted_qk: bool = False  # llama's Q/K row permutation
+    norm_plus_one: bool = False  # Gemma's norms stored as 1 + w
+    conv1d: tuple[str, ...] = ()  # GPT-2's matrices stored transposed (transformers name endings)
+
+
+@dataclass
+class _Meta:
+    gguf: GGUFFile
+    used: set[str] = field(default_factory=set)
+
+    def get(self, key: str, default: Any = None, *, required: bool = False) -> Any:
+        full = f"{self.gguf.arch}.{key}"
+        if full not in self.gguf.metadata:
+            if required:
+                raise InputError(f"{self.gguf.path}: metadata '{full}' is missing (needed for the model's shape)")
+            return default
+        value = self.gguf.metadata[full]
+        if isinstance(value, (list, tuple)):
+            distinct = set(value) if isinstance(value, list) else {None}
+            if len(distinct) != 1:
+                raise InputError(f"{self.gguf.path}: metadata '{full}' holds one value per layer; blockcli reads "
+                                 f"it only when every layer has the same")
+            value = value[0]
+        return value
+
+    def number(self, key: str, default: Any = None, *, required: bool = False) -> Any:
+        """A numeric metadata value (or `default`): a string or a flag under a size's key is named, not cast."""
+        value = self.get(key, default, required=required)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise InputError(f"{self.gguf.path}: metadata '{self.gguf.arch}.{key}' = {value!r}; expected a number")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"{self.gguf.path}: metadata '{self.gguf.arch}.{key}' = {value!r}; expected a finite "
+                             f"number")
+        return value
+
+    def has(self, tensor: str) -> bool:
+        return tensor in self.gguf.tensors
+
+
+def _rope(m: _Meta) -> dict[str, Any]:
+    """rope_parameters (transformers 5) from rope.freq_base and rope.scaling.*"""
+    params: dict[str, Any] = {"rope_theta": float(m.number("rope.freq_base", 10000.0)), "rope_type": "default"}
+    kind = m.get("rope.scaling.type", "none")
+    factor = m.number("rope.scaling.factor")
+    if kind in ("linear", "yarn") and factor is not None and factor != 1.0:
+        params.update(rope_type=kind, factor=float(factor))
+        if kind == "yarn":
+            params["original_max_position_embeddings"] = int(m.number("rope.scaling.original_context_length",
+                                                                   required=True))
+    elif kind not in ("none", "linear", "yarn"):
+        raise InputError(f"{m.gguf.path}: metadata '{m.gguf.arch}.rope.scaling.type' = {kind!r}; blockcli reads "
+                         f"none, linear and yarn")
+    return params
+
+
+def _vocab(m: _Meta) -> int:
+    embd = m.gguf.tensors.get("token_embd.weight")
+    if embd is None or len(embd.shape) != 2:
+        raise InputError(f"{m.gguf.path}: no 2-D tensor 'token_embd.weight' (the token embedding)")
+    return embd.shape[0]
+
+
+def _decoder(m: _Meta, eps_key: str = "attention.layer_norm_rms_epsilon") -> dict[str, Any]:
+    """The fields every llama-like decoder's config.json has."""
+    heads = int(m.number("attention.head_count", required=True))
+    out = {"hidden_size": int(m.number("embedding_length", required=True)),
+           "num_hidden_layers": int(m.number("block_count", required=True)),
+           "intermediate_size": int(m.number("feed_forward_length", required=True)),
+           "num_attention_heads": heads,
+           "num_key_value_heads": int(m.number("attention.head_count_kv", heads)),
+           "max_position_embeddings": int(m.number("context_length", required=True)),
+           "rms_norm_eps": float(m.number(eps_key, required=True)),
+           "rope_parameters": _rope(m),
+           "vocab_size": _vocab(m),
+           "tie_word_embeddings": not m.has("output.weight")}
+    if (key_length := m.number("attention.key_length")) is not None:
+        out["head_dim"] = int(key_length)
+    return out
+
+
+def _llama(m: _Meta) -> dict[str, Any]:
+    return {**_decoder(m), "hidden_act": "silu", "attention_bias": m.has("blk.0.attn_q.bias"),
+            "mlp_bias": m.has("blk.0.ffn_up.bias")}
+
+
+def _qwen2(m: _Meta) -> dict[str, Any]:
+    return {**_decoder(m), "hidden_act": "silu"}
+
+
+def _qwen3(m: _Meta) -> dict[str, Any]:
+    return {**_decoder(m), "hidden_act": "silu", "attention_bias": m.has("blk.0.attn_q.bias")}
+
+
+def _moe(m: _Meta) -> dict[str, Any]:
+    return {"num_experts": int(m.number("expert_count", required=True)),
+            "num_experts_per_tok": int(m.number("expert_used_count", required=True)),
+            "moe_intermediate_size": int(m.number("expert_feed_forward_length", required=True))}
+
+
+def _qwen2moe(m: _Meta) -> dict[str, Any]:
+    out = {**_decoder(m), "hidden_act": "silu", **_moe(m), "norm_topk_prob": False}
+    out["shared_expert_intermediate_size"] = int(m.number("expert_shared_feed_forward_length", required=True))
+    return out
+
+
+def _qwen3moe(m: _Meta) -> dict[str, Any]:
+    return {**_decoder(m), "hidden_act": "silu", **_moe(m), "norm_topk_prob": True,
+            "attention_bias": m.has("blk.0.attn_q.bias")}
+
+
+def _query_scale(m: _Meta, out: dict[str, Any], big_layers: int) -> int:
+    """Gemma 2/3's query_pre_attn_scalar, which GGUF does not store: llama.cpp scales by 1/√d_h, except the
+    27B models (told apart by their layer count) by 1/√(d/h), as their configs say."""
+    if out["num_hidden_layers"] == big_layers:
+        return out["hidden_size"] // out["num_attention_heads"]
+    return out.get("head_dim", out["hidden_size"] // out["num_attention_heads"])
+
+
+def _gemma2(m: _Meta) -> dict[str, Any]:
+    out = {**_decoder(m), "hidden_activation": "gelu_pytorch_tanh",
+           "attn_logit_softcapping": m.number("attn_logit_softcapping"),
+           "final_logit_softcapping": m.number("final_logit_softcapping"),
+           "sliding_window": int(m.number("attention.sliding_window", required=True))}
+    out["query_pre_attn_scalar"] = _query_scale(m, out, 46)
+    out["layer_types"] = _sliding_layers(m, out["num_hidden_layers"], 2)
+    return out
+
+
+def _gemma3(m: _Meta) -> dict[str, Any]:
+    out = {**_decoder(m), "hidden_activation": "gelu_pytorch_tanh",
+           "sliding_window": int(m.number("attention.sliding_window", required=True))}
+    out["query_pre_attn_scalar"] = _query_scale(m, out, 62)
+    out["layer_types"] = _sliding_layers(m, out["num_hidden_layers"], 6)
+    out["rope_parameters"] = {"full_attention": out["rope_parameters"],
+                              "sliding_attention": {"rope_theta": float(m.number("rope.freq_base_swa", 10000.0)),
+                                                    "rope_type": "default"}}
+    return out
+
+
+def _sliding_layers(m: _Meta, n_layers: int, default: int) -> list[str]:
+    """transformers' layer_types from `attention.sliding_window_pattern`: N (every Nth layer global, the others
+    windowed) or one flag per layer (true: windowed); absent, llama.cpp's default for the arch."""
+    pattern = m.gguf.metadata.get(f"{m.gguf.arch}.attention.sliding_window_pattern", default)
+    if isinstance(pattern, list) and len(pattern) == n_layers:
+        return ["sliding_attention" if flag else "full_attention" for flag in pattern]
+    if not isinstance(pattern, int) or isinstance(pattern, bool) or pattern < 1:
+        raise InputError(f"{m.gguf.path}: metadata '{m.gguf.arch}.attention.sliding_window_pattern' = "
+                         f"{pattern!r}; expected a positive integer or one flag per layer")
+    return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)]
+
+
+def _gpt2(m: _Meta) -> dict[str, Any]:
+    return {"n_embd": int(m.number("embedding_length", required=True)),
+            "n_layer": int(m.number("block_count", required=True)),
+            "n_inner": int(m.number("feed_forward_length", required=True)),
+            "n_head": int(m.number("attention.head_count", required=True)),
+            "n_positions": int(m.number("context_length", required=True)),
+            "layer_norm_epsilon": float(m.number("attention.layer_norm_epsilon", 1e-5)),
+            "activation_function": "gelu_new", "vocab_size": _vocab(m),
+            "tie_word_embeddings": not m.has("output.weight")}
+
+
+def _starcoder2(m: _Meta) -> dict[str, Any]:
+    out = {**_decoder(m, "attention.layer_norm_epsilon"), "hidden_act": "gelu_pytorch_tanh",
+           "use_bias": m.has("blk.0.attn_q.bias")}
+    out["norm_epsilon"] = out.pop("rms_norm_eps")
+    # llama.cpp's converter writes no window for StarCoder2 (and runs without one); one written is read
+    out["sliding_window"] = m.number("attention.sliding_window")
+    return out
+
+
+def _phi3(m: _Meta) -> dict[str, Any]:
+    if m.has("rope_factors_long.weight") or m.has("rope_factors_short.weight"):
+        raise InputError(f"{m.gguf.path}: holds LongRoPE factors as tensors (rope_factors_long/short.weight); "
+                         f"blockcli reads Phi-3 GGUF files without them (the 4k-context models)")
+    out = {**_decoder(m), "hidden_act": "silu"}
+    head_dim = out.get("head_dim", out["hidden_size"] // out["num_attention_heads"])
+    rotary = m.number("rope.dimension_count", head_dim)
+    out["partial_rotary_factor"] = rotary / head_dim
+    out["sliding_window"] = m.number("attention.sliding_window")
+    return out
+
+
+def _command_r(m: _Meta) -> dict[str, Any]:
+    out = {**_decoder(m, "attention.layer_norm_epsilon"), "hidden_act": "silu",
+           "attention_bias": m.has("blk.0.attn_q.bias"), "use_qk_norm": m.has("blk.0.attn_q_norm.weight"),
+           "logit_scale": float(m.number("logit_scale", 1.0))}
+    out["layer_norm_eps"] = out.pop("rms_norm_eps")
+    return out
+
+
+def _olmo2(m: _Meta) -> dict[str, Any]:
+    return {**_decoder(m), "hidden_act": "silu", "attention_bias": m.has("blk.0.attn_q.bias")}
+
+
+ARCHS: dict[str, Arch] = {
+    "llama": Arch("llama", _llama, permuted_qk=True),
+    "qwen2": Arch("qwen2", _qwen2),
+    "qwen3": Arch("qwen3", _qwen3),
+    "qwen2moe": Arch("qwen2_moe", _qwen2moe),
+    "qwen3moe": Arch("qwen3_moe", _qwen3moe),
+    "gemma2": Arch("gemma2", _gemma2, norm_plus_one=True),
+    "gemma3": Arch("gemma3_text", _gemma3, norm_plus_one=True),
+    "starcoder2": Arch("starcoder2", _starcoder2),
+    "olmo2": Arch("olmo2", _olmo2),
+    "command-r": Arch("cohere", _command_r),
+    "phi3": Arch("phi3", _phi3),
+    "gpt2": Arch("gpt2", _gpt2, conv1d=("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
+                                        "mlp.c_proj.weight")),
+}
+
+
+def arch_of(g: GGUFFile) -> Arch:
+    arch = ARCHS.get(g.arch)
+    if arch is None:
+        raise InputError(f"{g.path}: general.architecture '{g.arch}' is not one blockcli reads GGUF files of "
+                         f"(supported: {', '.join(sorted(ARCHS))})")
+    return arch
+
+
+def hf_config(g: GGUFFile) -> dict[str, Any]:
+    """The config.json the file's metadata describes."""
+    arch = arch_of(g)
+    return {"model_type": arch.model_type, **arch.config(_Meta(g))}
+
+
+def read_gguf_config(path: str | Path) -> tuple[dict[str, Any], Config]:
+    """A GGUF file's model: the blockcli mapping (for `convert`) and its Config, through the config.json its
+    metadata describes."""
+    from blockcli.hf import read_hf_text
+
+    g = read_gguf(path)
+    mapping, config = read_hf_text(json.dumps(hf_config(g)), str(g.path))
+    about = mapping["about"]
+    about["description"] = about["description"].replace("from a Hugging Face config.json",
+                                                        f"from a GGUF file (general.architecture '{g.arch}')")
+    return mapping, replace(config, about=replace(config.about, description=about["description"]))
+
+
+def gguf_config(path: str | Path) -> Config:
+    """A GGUF file's model as a blockcli Config (for `load_config`)."""
+    return read_gguf_config(path)[1]
+
+
+# ----------------------------------------------------------------------------- tensors
+
+
+@dataclass(frozen=True)
+class View:
+    """How a transformers tensor is read from the file: which GGUF tensor (and expert slice), and what to undo."""
+
+    source: GGUFTensor
+    undo: str = ""  # "", "permute", "minus_one", "transpose"
+    heads: int = 0  # for "permute": Q's heads or K's K/V heads
+
+
+def _names(g: GGUFFile, arch: Arch, tmap: TensorMap, n_layers: int, n_experts: int) -> dict[str, str]:
+    """transformers name → GGUF name, for every tensor of the family's map, through llama.cpp's own table."""
+    import gguf
+
+    from blockcli.checkpoint import _entries
+
+    model_arch = next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == g.arch)
+    table = gguf.get_tensor_name_map(model_arch, n_layers)
+    out: dict[str, str] = {}
+    for entry in _entries(tmap, n_layers, n_experts):
+        for alt in entry.name.split("|"):
+            full = alt if entry.top else tmap.prefix + alt
+            found = table.get_name(full, try_suffixes=(".weight", ".bias"))
+            if found is not None:
+                out[full] = found
+            elif full.endswith("experts.gate_up_proj") and (layer := re.search(r"layers\.(\d+)\.", full)):
+                # the converter's --fuse-gate-up-exps: gate | up per expert, (E, 2·d_e, d), transformers 5's own
+                fused = gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.FFN_GATE_UP_EXP].format(bid=layer[1]) + ".weight"
+                if fused in g.tensors:
+                    out[full] = fused
+    return out
+
+
+def gguf_checkpoint(g: GGUFFile, config: Config) -> tuple[Checkpoint, TensorMap, dict[str, View]]:
+    """The file's tensors under transformers' names (shapes as transformers holds them), the family's map,
+    and how to read each one."""
+    from blockcli.checkpoint import Checkpoint, Stored
+    from blockcli.families import FAMILIES
+
+    arch = arch_of(g)
+    tmap = FAMILIES[arch.model_type].tensors
+    assert config.model is not None
+    moe = config.block.moe
+    n_experts = moe.n_experts if moe is not None else 0
+    names = _names(g, arch, tmap, config.model.n_layers, n_experts)
+    by_gguf: dict[str, list[str]] = {}
+    for hf, gg in names.items():
+        by_gguf.setdefault(gg, []).append(hf)
+    tensors: dict[str, Stored] = {}
+    views: dict[str, View] = {}
+    b = config.block
+    split = _split_experts(g, tmap, config.model.n_layers, n_experts, tensors, views)
+    for gname, t in g.tensors.items():
+        if gname in split:
+            continue
+        hf_names = by_gguf.get(gname)
+        if hf_names is None:
+            tensors[gname] = Stored(gname, t.shape, t.qtype, g.path, (t.begin, t.end))  # unexpected: named
+            views[gname] = View(t)
+            continue
+        for hf in hf_names:  # several: one GGUF name for either form (per expert or fused)
+            if hf in tensors:
+                continue
+            view, shape = View(t), t.shape
+            if arch.permuted_qk and hf.endswith(("q_proj.weight", "q_proj.bias")):
+                view = View(t, "permute", b.n_heads)
+            elif arch.permuted_qk and hf.endswith(("k_proj.weight", "k_proj.bias")):
+                view = View(t, "permute", b.n_kv_heads)
+            elif arch.norm_plus_one and hf.endswith("norm.weight"):
+                view = View(t, "minus_one")
+            elif hf.endswith(arch.conv1d):
+                view, shape = View(t, "transpose"), t.shape[::-1]
+            elif hf.endswith("shared_expert_gate.weight") and len(t.shape) == 1:
+                shape = (1, *t.shape)  # llama.cpp's vector {d}: transformers' nn.Linear(d, 1), the same bytes
+            tensors[hf] = Stored(hf, shape, t.qtype, g.path, (t.begin, t.end))
+            views[hf] = view
+            break
+    return Checkpoint(g.path.parent, None, (g.path,), tensors), tmap, views
+
+
+# a per-expert matrix's module name in transformers → the GGUF tensor that holds every expert's, (E, out, in)
+MERGED_EXPERTS = {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj": "ffn_down_exps",
+                  "w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps"}
+PER_EXPERT = re.compile(r"(?:.*\.)?layers\.(\d+)\..*experts\.(\d+)\.(\w+)\.weight")
+
+
+def _split_experts(g: GGUFFile, tmap: TensorMap, n_layers: int, n_experts: int, tensors: dict[str, Stored],
+                   views: dict[str, View]) -> set[str]:
+    """llama.cpp merges a layer's experts into one tensor per matrix (`blk.N.ffn_gate_exps` (E, d_e, d) …):
+    each expert's (out, in) slice is read under the family's per-expert name, from its own contiguous bytes
+    (a quantized block never spans two rows). The merged tensors so read are returned."""
+    from blockcli.checkpoint import Stored, _entries
+
+    used: set[str] = set()
+    for entry in _entries(tmap, n_layers, n_experts):
+        name = tmap.prefix + entry.name.split("|")[0] if not entry.top else entry.name
+        found = PER_EXPERT.fullmatch(name)
+        if found is None or found[3] not in MERGED_EXPERTS:
+            continue
+        layer, expert, module = int(found[1]), int(found[2]), found[3]
+        merged = g.tensors.get(f"blk.{layer}.{MERGED_EXPERTS[module]}.weight")
+        if merged is None:
+            continue
+        if len(merged.shape) != 3 or merged.shape[0] != n_experts:
+            raise InputError(f"{g.path}: tensor '{merged.name}' has shape {merged.shape}; {n_experts} merged "
+                             f"experts (E, out, in) expected")
+        per = merged.nbytes // n_experts
+        begin = merged.begin + expert * per
+        tensors[name] = Stored(name, merged.shape[1:], merged.qtype, g.path, (begin, begin + per))
+        views[name] = View(merged)
+        used.add(merged.name)
+    return used
+
+
+def read_view(stored: Stored, view: View) -> np.ndarray:
+    """One tensor's values in float32, dequantized by the gguf package and its converter's change undone."""
+    import gguf
+    import numpy as np
+
+    t = view.source
+    begin, end = stored.offsets
+    with reading(stored.file, "a .gguf file"), open(stored.file, "rb") as f:
+        f.seek(begin)
+        raw = np.frombuffer(f.read(end - begin), dtype=np.uint8)
+    if raw.size != end - begin:
+        raise InputError(f"{stored.file}: tensor '{t.name}' is cut short (file truncated)")
+    qtype = gguf.GGMLQuantizationType[t.qtype]
+    shape = stored.shape[::-1] if view.undo == "transpose" else stored.shape
+    try:
+        values = gguf.quants.dequantize(raw.reshape(gguf.quant_shape_to_byte_shape(shape, qtype)), qtype)
+    except NotImplementedError:
+        raise InputError(f"{stored.file}: tensor '{t.name}' is stored as {t.qtype}, which the gguf package "
+                         f"cannot dequantize") from None
+    values = np.asarray(values, dtype=np.float32).reshape(shape)
+    if view.undo == "permute":  # (h, d_h/2, 2, …) → (h, 2, d_h/2, …): back to rotate-half pairs
+        h = view.heads
+        values = values.reshape(h, shape[0] // h // 2, 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
+    elif view.undo == "minus_one":
+        values = values - np.float32(1)
+    elif view.undo == "transpose":
+        values = values.T
+    if not np.all(np.isfinite(values)):
+        raise InputError(f"{stored.file}: tensor '{t.name}' contains NaN or Inf")
+    return np.ascontiguousarray(values)
+
+
+# ----------------------------------------------------------------------------- count and load
+
+
+def stored_summary(matches: list[Match], views: dict[str, View]) -> dict[str, Any]:
+    """Per tensor group (token embedding, attention, MLP, experts, norms, LM head): its ggml types, stored
+    bytes and weights; and the file's bits per weight over the tensors the model uses."""
+    groups: dict[str, dict[str, Any]] = {}
+    for m in matches:
+        t = views[m.stored.name].source
+        group = _group(t.name)
+        row = groups.setdefault(group, {"types": {}, "bytes": 0, "weights": 0})
+        row["types"][t.qtype] = row["types"].get(t.qtype, 0) + m.stored.size
+        row["bytes"] += m.stored.offsets[1] - m.stored.offsets[0]
+        row["weights"] += m.stored.size
+    total_bytes = sum(r["bytes"] for r in groups.values())
+    weights = sum(r["weights"] for r in groups.values())
+    return {"groups": groups, "bytes": total_bytes, "weights": weights,
+            "bits_per_weight": 8 * total_bytes / weights if weights else 0.0}
+
+
+GROUPS = (("token_embd", "token embedding"), ("position_embd", "position embedding"), ("output_norm", "norms"),
+          ("output", "LM head"), ("_norm", "norms"), ("attn_", "attention"), ("_exps", "routed experts"),
+          ("_shexp", "shared expert"), ("ffn_gate_inp", "router"), ("ffn_", "MLP"))
+
+
+def _group(name: str) -> str:
+    parts = name.split(".")
+    base = parts[2] if parts[0] == "blk" and len(parts) > 2 else parts[0]
+    return next((label for key, label in GROUPS if (key in base if key.startswith("_") or key.endswith("_")
+                                                    else base == key)), "other")
+
+
+def gguf_sizes(path: Path, config: Config) -> tuple[dict[str, int], dict[str, Any]]:
+    """For `count`: stored sizes under blockcli's keys, and the file's description, from the header alone."""
+    from blockcli.checkpoint import match_tensors, stored_sizes
+
+    g = read_gguf(path)
+    ckpt, tmap, views = gguf_checkpoint(g, config)
+    matches, notes, _ = match_tensors(ckpt, config, tmap)
+    summary = stored_summary(matches, views)
+    types: dict[str, int] = {}
+    for row in summary["groups"].values():
+        for name, n in row["types"].items():
+            types[name] = types.get(name, 0) + n
+    info = {"path": str(path), "files": [path.name], "tensors": len(g.tensors), "bytes_on_disk": g.size,
+            "stored_dtypes": types, "notes": notes, "gguf": summary}
+    return stored_sizes(matches), info
+
+
+def load_gguf_weights(path: Path, config: Config | None, dtype: str, notes: list[str], *, one_block: bool = False,
+                      layer: int | None = None) -> dict[str, np.ndarray]:
+    """The model's parameters under blockcli's keys, dequantized tensor by tensor (as `load_weights`)."""
+    from blockcli.checkpoint import _in_run_dtype, _unpack, match_tensors, one_layer
+
+    g = read_gguf(path)
+    if config is None or config.model is None:
+        config = gguf_config(path)
+    assert config.model is not None
+    ckpt, tmap, views = gguf_checkpoint(g, config)
+    matches, found, _ = match_tensors(ckpt, config, tmap)
+    notes.extend(found)
+    matches, prefix = one_layer(matches, path, config, layer, notes) if one_block else (matches, "")
+    params = {}
+    for m in matches:
+        value = _in_run_dtype(read_view(m.stored, views[m.stored.name]), dtype, m.stored)
+        for key, part in zip(m.entry.keys, _unpack(value, m.entry.layout, config.block.n_heads, m.parts)):
+            params[key[len(prefix):]] = part
+    types = sorted({m.stored.dtype for m in matches})
+    notes.append(f"GGUF tensors ({', '.join(types)}) dequantized by the gguf package to float32"
+                 + (f", then {dtype}" if dtype != "float32" else ""))
+    return params
