@@ -231,7 +231,7 @@ def resolve_weights(weights: str | Path | Mapping[str, Any] | None, shapes: Mapp
     if isinstance(weights, (str, Path)):
         source = str(weights)
         if is_checkpoint_path(Path(weights)):
-            from blockcli.checkpoint import load_weights  # safetensors only for checkpoints
+            from blockcli.weight_files import load_weights  # safetensors only for checkpoints
 
             weights = load_weights(Path(weights), config, dtype, notes if notes is not None else [],
                                    one_block=one_block, layer=layer, stored=stored)

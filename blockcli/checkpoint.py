@@ -176,7 +176,7 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
     _pair_mxfp4(tensors)
     own_config = regular_file(config, "a Hugging Face config.json")  # a directory named config.json: named
     if own_config and (schemes := schemes_of(folder)):  # fp8, gptq, awq, compressed-tensors: one tensor a module
-        pair_quantized(tensors, schemes)
+        pair_quantized(tensors, schemes, _raw)
     return Checkpoint(folder, config if own_config else None, files, tensors)
 
 
@@ -405,10 +405,6 @@ def stored_sizes(matches: list[Match]) -> dict[str, int]:
 def checkpoint_sizes(path: Path, config: Config) -> tuple[dict[str, int], dict[str, Any]] | None:
     """For `count`: stored sizes under blockcli's keys and a description of the files, from the
     headers alone; None when the folder holds no weights (only a config.json)."""
-    if path.suffix.lower() == ".gguf":
-        from blockcli.gguf_file import gguf_sizes
-
-        return gguf_sizes(path, config)
     refuse_quantized(path, config)
     ckpt = open_checkpoint(path)
     if not ckpt.tensors:
@@ -495,12 +491,7 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
     `config` (with a model section) says which model the tensors must make up; None takes the
     checkpoint's own config.json. A safetensors file without a config.json beside it holds
     blockcli's own keys, and is returned as it is (checked by the caller like an .npz).
-    A GGUF file's tensors are dequantized by `blockcli.gguf_file`.
     """
-    if path.suffix.lower() == ".gguf":
-        from blockcli.gguf_file import load_gguf_weights
-
-        return load_gguf_weights(path, config, dtype, notes, one_block=one_block, layer=layer)
     refuse_quantized(path, config)
     ckpt = open_checkpoint(path)
     if not ckpt.tensors:
@@ -600,7 +591,7 @@ def read_tensor(stored: Stored, dtype: str = "float32") -> np.ndarray:
     if stored.quant is not None:
         from blockcli.quantized import dequantize
 
-        return dequantize(stored, dtype, _raw)
+        return dequantize(stored, dtype, _raw, read_tensor)
     if stored.dtype == "MXFP4":
         return _dequantize_mxfp4(stored)
     if stored.dtype not in FLOAT_DTYPES:

@@ -462,7 +462,8 @@ def count(
             _config_notes.append(past)
         stored = None
         if config and Path(config).exists():  # not a preset's name: checkpoint.py only for a real path
-            from blockcli.checkpoint import checkpoint_sizes, is_checkpoint_path
+            from blockcli.checkpoint import is_checkpoint_path
+            from blockcli.weight_files import checkpoint_sizes
 
             if is_checkpoint_path(Path(config)):  # reconcile with its tensors' headers (a quantized one's too)
                 stored = checkpoint_sizes(Path(config), cfg)

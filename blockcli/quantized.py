@@ -185,11 +185,10 @@ def _module_matches(module: str, patterns: tuple[str, ...]) -> bool:
 # ----------------------------------------------------------------------------- pairing the stored tensors
 
 
-def pair_quantized(tensors: dict[str, Stored], schemes: list[Scheme]) -> None:
+def pair_quantized(tensors: dict[str, Stored], schemes: list[Scheme], raw: Callable[[Stored], np.ndarray]) -> None:
     """Replace every quantized module's stored parts by one tensor `<module>.weight` of its logical shape, in
-    place; each part's shape is checked against the others (a scale that does not fit: one line naming it)."""
-    from blockcli.checkpoint import Stored
-
+    place; each part's shape is checked against the others (a scale that does not fit: one line naming it).
+    `raw` reads a tensor's bytes (checkpoint.py's reader: this module never imports it)."""
     method = schemes[0].method
     code = {"fp8": "weight_scale_inv", "gptq": "qweight", "awq": "qweight"}.get(method)
     if method == "compressed-tensors":
@@ -201,13 +200,14 @@ def pair_quantized(tensors: dict[str, Stored], schemes: list[Scheme]) -> None:
             continue
         parts = {n[len(module) + 1:]: t for n, t in tensors.items() if n.startswith(module + ".")
                  and n[len(module) + 1:] in _PART_NAMES[(scheme.method, scheme.form)]}
-        shape, dtype = _logical(module, parts, scheme)
+        shape, dtype = _logical(module, parts, scheme, raw)
         weight = module + ".weight"
         anchor = parts.get("weight") or parts.get("qweight") or parts["weight_packed"]
         ordered = tuple(parts[p] for p in _PART_NAMES[(scheme.method, scheme.form)] if p in parts)
         for p in parts:
             del tensors[f"{module}.{p}"]
-        tensors[weight] = Stored(weight, shape, dtype, anchor.file, (0, 0), ordered, scheme)
+        tensors[weight] = anchor._replace(name=weight, shape=shape, dtype=dtype, offsets=(0, 0), packed=ordered,
+                                          quant=scheme)
     for t in tensors.values():  # codes without their scales: not a weight blockcli can run
         if t.quant is None and t.dtype in ("F8_E4M3", "F8_E5M2"):
             raise InputError(f"{t.file}: tensor '{t.name}' is stored as {t.dtype} without its scales "
@@ -236,7 +236,8 @@ def _scheme_for(module: str, schemes: list[Scheme], found: Stored) -> Scheme | N
     return chosen
 
 
-def _logical(module: str, parts: Mapping[str, Stored], s: Scheme) -> tuple[tuple[int, ...], str]:
+def _logical(module: str, parts: Mapping[str, Stored], s: Scheme,
+             raw: Callable[[Stored], np.ndarray]) -> tuple[tuple[int, ...], str]:
     """The (…, out, in) shape the parts encode and the dtype name shown for it; every part's shape checked."""
     def need(part: str, dtypes: set[str] | None = None) -> Stored:
         if part not in parts:
@@ -282,9 +283,7 @@ def _logical(module: str, parts: Mapping[str, Stored], s: Scheme) -> tuple[tuple
         packed, scale = need("weight_packed", {"I32"}), need("weight_scale", SCALE_DTYPES)
         shape_t = need("weight_shape", set(INT_DTYPES))
         fits(shape_t, (2,), "a matrix's (out, in)")
-        from blockcli.checkpoint import _raw
-
-        shape = tuple(int(v) for v in _raw(shape_t).view(INT_DTYPES[shape_t.dtype]))
+        shape = tuple(int(v) for v in raw(shape_t).view(INT_DTYPES[shape_t.dtype]))
         n_out, n_in = shape
         if n_out < 1 or n_in < 1:
             raise InputError(f"{shape_t.file}: tensor '{shape_t.name}' holds {shape}, not a matrix's (out, in)")
@@ -354,28 +353,28 @@ def stored_bytes(t: Stored) -> dict[str, int]:
     return out
 
 
-def dequantize(t: Stored, dtype: str, raw: Callable[[Stored], np.ndarray]) -> np.ndarray:
+def dequantize(t: Stored, dtype: str, raw: Callable[[Stored], np.ndarray],
+               read: Callable[[Stored], np.ndarray]) -> np.ndarray:
     """One quantized tensor's values (…, out, in), computed in `dtype` (float32 or float64); finite only (a scale
     that takes a value past the dtype's range is refused in one line, without a RuntimeWarning)."""
     import numpy as np
 
     with np.errstate(over="ignore", invalid="ignore"):
-        out = _dequantized(t, dtype, raw)
+        out = _dequantized(t, dtype, raw, read)
     if not np.all(np.isfinite(out)):
         raise InputError(f"{t.file}: quantized tensor '{t.name}' dequantizes to NaN or Inf (in {dtype})")
     return out
 
 
-def _dequantized(t: Stored, dtype: str, raw: Callable[[Stored], np.ndarray]) -> np.ndarray:
+def _dequantized(t: Stored, dtype: str, raw: Callable[[Stored], np.ndarray],
+                 read: Callable[[Stored], np.ndarray]) -> np.ndarray:
     import numpy as np
 
     s: Scheme = t.quant
     parts = {p.name.rsplit(".", 1)[-1]: p for p in t.packed}
 
     def values(name: str) -> np.ndarray:  # a float part in the run's dtype
-        from blockcli.checkpoint import read_tensor
-
-        return read_tensor(parts[name]).astype(dtype, copy=False)
+        return read(parts[name]).astype(dtype, copy=False)
 
     def ints(name: str) -> np.ndarray:
         p = parts[name]

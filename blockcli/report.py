@@ -112,7 +112,7 @@ def build(config: Config, source: str, *, weights: Path | None = None, seq: int 
     size_dtype = dtype or config.run.dtype
     stored = None
     if weights is not None:
-        from blockcli.checkpoint import checkpoint_sizes
+        from blockcli.weight_files import checkpoint_sizes
 
         stored = checkpoint_sizes(weights, config)
     result = count_parameters(config, checkpoint=stored[0] if stored else None,

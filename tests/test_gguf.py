@@ -187,7 +187,7 @@ def test_a_multi_gb_file_counts_from_its_header_in_well_under_a_second(tmp_path:
     size = header_only_llama(path, 4096, 32, 11008, 32000, 32, gguf.GGMLQuantizationType.Q4_0)
     assert size > 3_500_000_000
     cfg = load_config(path)
-    from blockcli.checkpoint import checkpoint_sizes
+    from blockcli.weight_files import checkpoint_sizes
 
     began = time.perf_counter()
     sizes, info = checkpoint_sizes(path, cfg)
