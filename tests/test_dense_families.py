@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from blockcli.config import parse_config
+from blockcli.config import ConfigError, parse_config
 from blockcli.count import count_parameters
 from blockcli.hf import hf_to_mapping
 
@@ -32,6 +32,17 @@ def _glm_by_hand(sandwich: bool) -> int:
     return layers * layer + 2 * vocab * d + d  # embeddings, untied head, final norm
 
 
+# Ministral3Config's sizes (Ministral 3 8B): 8 K/V heads of 128, untied
+_MINISTRAL3_SIZES = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=34, num_attention_heads=32,
+                         vocab_size=131072, max_position_embeddings=262144)
+_MINISTRAL3_BY_HAND = 34 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096) + 2 * 131072 * 4096 + 4096
+# a random Ministral 3: multi-query heads of 12, tied, a window, the query scale without a RoPE scaling
+_MINISTRAL3_RANDOM = dict(hidden_size=40, num_attention_heads=5, num_key_value_heads=1, head_dim=12,
+                          intermediate_size=72, num_hidden_layers=3, vocab_size=200, max_position_embeddings=128,
+                          tie_word_embeddings=True, sliding_window=16, pad_token_id=0, rope_parameters={
+                              "rope_type": "default", "rope_theta": 500000.0, "llama_4_scaling_beta": 0.2,
+                              "original_max_position_embeddings": 32})
+
 # model_type → (the config class's sizes, transformers' total for them, the total by hand,
 #               a random config, transformers' total for it)
 CASES: dict[str, tuple[dict, int, int, dict, int]] = {
@@ -44,6 +55,7 @@ CASES: dict[str, tuple[dict, int, int, dict, int]] = {
              dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=3, head_dim=10, partial_rotary_factor=0.4,
                   attention_bias=False, intermediate_size=70, num_hidden_layers=3, vocab_size=300, max_position_embeddings=96,
                   tie_word_embeddings=True, pad_token_id=0), 71_184),
+    "ministral3": (_MINISTRAL3_SIZES, 8_489_553_920, _MINISTRAL3_BY_HAND, _MINISTRAL3_RANDOM, 51_480),
 }
 
 
@@ -77,6 +89,37 @@ def test_glm_rotates_half_of_each_head_in_interleaved_pairs_with_qkv_biases(mode
     assert block["bias"] == {"qkv": True, "out": False, "mlp": False, "norm": False}
     assert block["placement"] == placement and block["norm_eps"] == 1.5625e-07
     assert mapped(model_type, {**_GLM_SIZES, "attention_bias": False})["block"]["bias"] is False
+
+
+def test_ministral3_scales_its_queries_as_its_rope_parameters_say() -> None:
+    block = mapped("ministral3", _MINISTRAL3_SIZES)["block"]  # Ministral3Config's RoPE: yarn ×16 over 16,384
+    assert (block["query_scale"], block["query_scale_length"], block["rope_theta"]) == (0.1, 16384, 1e6)
+    assert block["rope_scaling"]["type"] == "yarn" and block["rope_scaling"]["factor"] == 16.0
+    assert "sliding_window" not in block  # Ministral3Config: no window unless sliding_window is set
+    random = mapped("ministral3", _MINISTRAL3_RANDOM)["block"]
+    assert (random["query_scale"], random["query_scale_length"], random["sliding_window"]) == (0.2, 32, 16)
+    assert "rope_scaling" not in random
+
+
+@pytest.mark.parametrize("rope, field", [
+    ({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64}, "llama_4_scaling_beta"),
+    ({"rope_type": "default", "llama_4_scaling_beta": 0.1}, "original_max_position_embeddings"),
+])
+def test_ministral3_without_what_its_query_scale_reads_is_refused(rope: dict, field: str) -> None:
+    """Ministral3Attention computes 1 + beta·log(1 + floor(t / length)) from both: without either it fails."""
+    with pytest.raises(ConfigError, match=f"field '{field}'"):
+        mapped("ministral3", {**_MINISTRAL3_SIZES, "rope_parameters": rope})
+
+
+def test_mistral3_with_a_ministral3_text_config_counts_its_language_model() -> None:
+    """Ministral 3's release: a Mistral 3 vision-language config whose text_config is a ministral3, whose
+    sizes it leaves out are Ministral3Config's. 8,489,553,920: transformers 5.24's
+    Mistral3ForConditionalGeneration on the meta device, its parameters outside the vision tower and the
+    projector, with both levels untied (the top level's default true would tie it there: see the README)."""
+    data = {"model_type": "mistral3", "text_config": {"model_type": "ministral3"}, "tie_word_embeddings": False}
+    assert count_parameters(parse_config(hf_to_mapping(data, "m.json"))).total == 8_489_553_920
+    with pytest.raises(ConfigError, match="'mistral' or 'ministral3'"):
+        hf_to_mapping({**data, "text_config": {"model_type": "llama"}}, "m.json")
 
 
 # ----------------------------------------------------------------------------- against transformers itself
