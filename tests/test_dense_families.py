@@ -20,9 +20,14 @@ from blockcli.config import ConfigError, parse_config
 from blockcli.count import count_parameters
 from blockcli.hf import hf_to_mapping
 
+def _sizes(d: int, f: int, layers: int, heads: int, vocab: int, positions: int) -> dict[str, int]:
+    """A config class's sizes, as blockcli asks for them."""
+    return dict(hidden_size=d, intermediate_size=f, num_hidden_layers=layers, num_attention_heads=heads,
+                vocab_size=vocab, max_position_embeddings=positions)
+
+
 # the sizes of GlmConfig and Glm4Config (GLM-4-9B): the same
-_GLM_SIZES = dict(hidden_size=4096, intermediate_size=13696, num_hidden_layers=40, num_attention_heads=32,
-                  vocab_size=151552, max_position_embeddings=131072)
+_GLM_SIZES = _sizes(4096, 13696, 40, 32, 151552, 131072)
 
 
 def _glm_by_hand(sandwich: bool) -> int:
@@ -33,8 +38,7 @@ def _glm_by_hand(sandwich: bool) -> int:
 
 
 # Ministral3Config's sizes (Ministral 3 8B): 8 K/V heads of 128, untied
-_MINISTRAL3_SIZES = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=34, num_attention_heads=32,
-                         vocab_size=131072, max_position_embeddings=262144)
+_MINISTRAL3_SIZES = _sizes(4096, 14336, 34, 32, 131072, 262144)
 _MINISTRAL3_BY_HAND = 34 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096) + 2 * 131072 * 4096 + 4096
 # a random Ministral 3: multi-query heads of 12, tied, a window, the query scale without a RoPE scaling
 _MINISTRAL3_RANDOM = dict(hidden_size=40, num_attention_heads=5, num_key_value_heads=1, head_dim=12,
@@ -42,6 +46,16 @@ _MINISTRAL3_RANDOM = dict(hidden_size=40, num_attention_heads=5, num_key_value_h
                           tie_word_embeddings=True, sliding_window=16, pad_token_id=0, rope_parameters={
                               "rope_type": "default", "rope_theta": 500000.0, "llama_4_scaling_beta": 0.2,
                               "original_max_position_embeddings": 32})
+
+# a random Llama-like config: 6 heads over 2 K/V heads, tied, every bias the family has switched on
+_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=2, intermediate_size=80, num_hidden_layers=3,
+               vocab_size=300, max_position_embeddings=96, tie_word_embeddings=True, pad_token_id=0)
+
+
+def _llama_by_hand(d: int, f: int, layers: int, vocab: int, q: int, kv: int, matrices: int = 3) -> int:
+    """A pre-norm block without biases: q, k, v, o; `matrices` of the MLP; two norms; untied head."""
+    return layers * (2 * d * q + 2 * d * kv + matrices * d * f + 2 * d) + 2 * vocab * d + d
+
 
 # model_type → (the config class's sizes, transformers' total for them, the total by hand,
 #               a random config, transformers' total for it)
@@ -55,6 +69,22 @@ CASES: dict[str, tuple[dict, int, int, dict, int]] = {
              dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=3, head_dim=10, partial_rotary_factor=0.4,
                   attention_bias=False, intermediate_size=70, num_hidden_layers=3, vocab_size=300, max_position_embeddings=96,
                   tie_word_embeddings=True, pad_token_id=0), 71_184),
+    # Helium 2B: 20 heads of 128, every one its own K/V
+    "helium": (_sizes(2560, 7040, 24, 20, 48000, 4096), 2_172_643_840,
+               _llama_by_hand(2560, 7040, 24, 48000, 2560, 2560),
+               dict(_RANDOM, head_dim=8, attention_bias=True, mlp_bias=True), 68_592),
+    # AFM-4.5B: 32 heads of 80, a plain MLP (two matrices)
+    "arcee": (_sizes(2560, 18432, 32, 32, 32000, 4096), 4_022_766_080,
+              _llama_by_hand(2560, 18432, 32, 32000, 2560, 2560, matrices=2),
+              dict(_RANDOM, head_dim=12, attention_bias=True, mlp_bias=True, hidden_act="gelu"), 66_312),
+    # EXAONE-3.0-7.8B: LlamaConfig's sizes, 8 K/V heads, ExaoneConfig's vocabulary
+    "exaone": (_sizes(4096, 14336, 32, 32, 102400, 4096), 7_818_448_896,
+               _llama_by_hand(4096, 14336, 32, 102400, 4096, 1024),
+               dict(_RANDOM, head_dim=12, attention_bias=True, mlp_bias=True), 78_072),
+    # InternLM3-8B: 2 K/V heads of 128
+    "internlm3": (_sizes(4096, 10240, 48, 32, 128512, 32768), 8_804_241_408,
+                  _llama_by_hand(4096, 10240, 48, 128512, 4096, 256),
+                  dict(_RANDOM, head_dim=12, attention_bias=True, mlp_bias=True), 78_072),
     "ministral3": (_MINISTRAL3_SIZES, 8_489_553_920, _MINISTRAL3_BY_HAND, _MINISTRAL3_RANDOM, 51_480),
 }
 
@@ -120,6 +150,35 @@ def test_mistral3_with_a_ministral3_text_config_counts_its_language_model() -> N
     assert count_parameters(parse_config(hf_to_mapping(data, "m.json"))).total == 8_489_553_920
     with pytest.raises(ConfigError, match="'mistral' or 'ministral3'"):
         hf_to_mapping({**data, "text_config": {"model_type": "llama"}}, "m.json")
+
+
+def test_helium_rotates_interleaved_pairs_and_needs_an_o_proj_as_wide_as_the_model() -> None:
+    block = mapped("helium", dict(_RANDOM, head_dim=8, attention_bias=True))["block"]
+    assert block["rope_layout"] == "interleaved" and block["norm_eps"] == 1e-8
+    assert block["bias"] == {"qkv": True, "out": False, "mlp": False, "norm": False}
+    with pytest.raises(ConfigError, match="must equal 'hidden_size' = 48"):
+        mapped("helium", dict(_RANDOM, head_dim=16))
+
+
+def test_arcee_runs_a_plain_relu2_mlp() -> None:
+    block = mapped("arcee", _RANDOM)["block"]
+    assert block["activation"] == "relu2" and "gated" not in block
+
+
+def test_exaone_reads_its_own_spellings_of_llamas_fields() -> None:
+    own = {k: v for k, v in _RANDOM.items() if k != "num_hidden_layers"}
+    data = mapped("exaone", {**own, "num_layers": 3, "layer_norm_epsilon": 1e-6, "activation_function": "gelu"})
+    assert (data["model"]["n_layers"], data["block"]["norm_eps"], data["block"]["activation"]) == (3, 1e-6, "gelu")
+    assert data["block"]["rope_theta"] == 500_000.0  # ExaoneConfig's default_theta
+    with pytest.raises(ConfigError, match="field 'num_layers' = 4 .*disagrees with 'num_hidden_layers' = 3"):
+        mapped("exaone", {**_RANDOM, "num_layers": 4})
+
+
+def test_internlm3_qkv_bias_and_bias_are_attention_bias_and_mlp_bias_which_must_agree() -> None:
+    bias = mapped("internlm3", {**_RANDOM, "qkv_bias": True, "bias": True})["block"]["bias"]
+    assert bias == {"qkv": True, "out": True, "mlp": True, "norm": False}  # RMSNorm has no shift
+    with pytest.raises(ConfigError, match="field 'qkv_bias' = True"):
+        mapped("internlm3", {**_RANDOM, "qkv_bias": True, "bias": False})
 
 
 # ----------------------------------------------------------------------------- against transformers itself
