@@ -82,6 +82,10 @@ def softmax_label(cfg: BlockConfig) -> str:
         "softmax over keys"
 
 
+def query_scale_label(cfg: BlockConfig) -> str:
+    return f"query scale 1 + {cfg.query_scale:g}·ln(1 + ⌊t / {cfg.query_scale_length}⌋)"
+
+
 def logits_label(model: ModelConfig) -> str:
     """The trace's name for the LM head, with its logit multiplier and soft cap when there are."""
     return ("LM head" + (f" × {model.logit_multiplier:g}" if model.logit_multiplier != 1.0 else "")
@@ -95,6 +99,12 @@ def soft_cap(a: Array, cap: float) -> Array:
     np.tanh(a, out=a)
     np.multiply(a, c, out=a)
     return a
+
+
+def query_scales(cfg: BlockConfig, positions: Array, dtype: Any) -> Array:
+    """The query scale of each position (T,): 1 + β·ln(1 + ⌊t / L⌋), β `query_scale`, L `query_scale_length`
+    (Ministral 3's get_llama_4_attn_scale): 1 for the first L positions, then a step up every L."""
+    return (1.0 + cfg.query_scale * np.log1p(np.floor(positions / cfg.query_scale_length))).astype(dtype)
 
 
 def _ignore(*_args: Any, **_kwargs: Any) -> None:
@@ -520,6 +530,10 @@ class MultiHeadAttention:
             k_rot = ops.rotate_pairs(k, cos, sin, cfg.rope_layout)  # (B, h_kv, T, d_h)
             rec("k_rope", "RoPE on K", k_rot, (k,), kind="rope")
             q, k = q_rot, k_rot
+        if cfg.query_scale:  # Ministral 3: every query times its position's scale, after RoPE
+            q_scaled = q * query_scales(cfg, np.arange(start, start + T), q.dtype)[:, None]  # (B, h, T, d_h)
+            rec("q_scale", query_scale_label(cfg), q_scaled, (q,), kind="scale")
+            q = q_scaled
 
         if cache is not None:
             k, v = cache.append(k, v)  # (B, h_kv, T_seen, d_h)
@@ -546,6 +560,8 @@ class MultiHeadAttention:
         d_flat = d_qkv[..., :q_width], d_qkv[..., q_width:q_width + kv_width], d_qkv[..., q_width + kv_width:]
         dq, dk, dv = (ops.split_heads(a, heads) for a, heads in zip(d_flat, (h, h_kv, h_kv)))  # views (B, n, T, d_h)
         self._attend_backward(saved, ops.split_heads(d_concat, h), tape, (dq, dk, dv))
+        if cfg.query_scale:  # dQ_rot = dQ_scaled · scale(t)
+            dq *= query_scales(cfg, np.arange(x.shape[1]), dq.dtype)[:, None]  # (B, h, T, d_h)
         if cfg.rope:
             cos, sin = F.rope_tables(np.arange(x.shape[1]), cfg.rope_dims, cfg.rope_theta, x.dtype, cfg.rope_scaling)
             dq[...] = ops.rotate_pairs_backward(dq, cos, sin, cfg.rope_layout)  # (B, h, T, d_h)

@@ -183,6 +183,10 @@ class BlockConfig:
     swiglu_alpha: float = 1.702  # clamped_swiglu: the gate's g·sigmoid(α·g)
     swiglu_limit: float = 7.0  # clamped_swiglu: the gate clamped to ≤ c, the up branch to [−c, c]
     gated: bool = False  # act(x·W_gate) ⊙ x·W_up, then W_down; a gated form's name (swiglu) implies it
+    # β > 0: the query at position p times 1 + β·ln(1 + ⌊p / query_scale_length⌋), after RoPE (Ministral 3's
+    # llama_4_scaling_beta over its original_max_position_embeddings); 0: off
+    query_scale: float = 0.0
+    query_scale_length: int = 0
 
     def __post_init__(self) -> None:
         # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
@@ -908,7 +912,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "attention_dropout",
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
               "residual_multiplier", "moe", "mla", "attention_softcap", "norm_scale", "clip_qkv", "alibi",
-              "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated")
+              "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated", "query_scale", "query_scale_length")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -960,7 +964,16 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         attention_sinks=_bool(data, "attention_sinks", p, False),
         swiglu_alpha=_float(data, "swiglu_alpha", p, 1.702, 0.0, 1e6, low_open=True),
         swiglu_limit=_float(data, "swiglu_limit", p, 7.0, 0.0, 1e6, low_open=True),
+        query_scale=_float(data, "query_scale", p, 0.0, 0.0, 1e6),
+        query_scale_length=_int(data, "query_scale_length", p, 0, minimum=0),
     )
+    if block.query_scale and not block.query_scale_length:
+        raise ConfigError("block.query_scale_length: required with block.query_scale (the positions per step of "
+                          "the query scale, Ministral 3's original_max_position_embeddings)")
+    if block.query_scale_length and not block.query_scale:
+        raise ConfigError("block.query_scale_length: a setting of block.query_scale, which is off")
+    if block.query_scale and block.mla is not None:
+        raise ConfigError("block.query_scale: not with block.mla (no latent-attention model scales its queries)")
     for key, default in (("swiglu_alpha", 1.702), ("swiglu_limit", 7.0)):  # the default is harmless anywhere
         if getattr(block, key) != default and block.activation != "clamped_swiglu":
             raise ConfigError(f"block.{key}: a setting of activation clamped_swiglu; the activation is "

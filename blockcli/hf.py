@@ -142,12 +142,13 @@ def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
     top.check_leftovers(composite.ignored | frozenset(allow_fields))
     quant = top.quantization
     text_type = text.get("model_type", composite.text_model_type)
-    if text_type != composite.text_model_type:
+    sizes = {composite.text_model_type: composite.text_defaults, **composite.others}
+    if not isinstance(text_type, str) or text_type not in sizes:
         raise ConfigError(f"{inner}: field 'model_type' = {short(text_type)}: a {composite.title} config's "
-                          f"language model is expected to be '{composite.text_model_type}'")
+                          f"language model is expected to be {' or '.join(map(repr, sizes))}")
     note = (f"the language model of a {composite.title} model: its vision tower and multimodal projector "
             f"are not counted or run")
-    language = {**composite.text_defaults, **text, "model_type": text_type}
+    language = {**sizes[text_type], **text, "model_type": text_type}
     if composite.tie == "either":  # transformers' config class ties the top level when text_config ties
         return {**language, "tie_word_embeddings": tie or text.get("tie_word_embeddings", False)}, inner, note, quant
     if composite.tie == "text":  # the language model's own field (its family's default when absent) decides

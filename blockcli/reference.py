@@ -164,6 +164,9 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
         if cfg.rope:
             qs = np.array([_rotate(qs[t], t, cfg, T) for t in range(T)])
             ks = np.array([_rotate(ks[t], t, cfg, T) for t in range(T)])
+        if cfg.query_scale:  # Ministral 3: query t times 1 + β·ln(1 + ⌊t / L⌋)
+            qs = np.array([qs[t] * (1.0 + cfg.query_scale * math.log(1 + t // cfg.query_scale_length))
+                           for t in range(T)])
         for t in range(T):
             first = max(0, t - cfg.sliding_window + 1) if cfg.sliding_window else 0  # the window's oldest key
             seen = range(first, t + 1)  # keys s <= t only

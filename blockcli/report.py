@@ -360,6 +360,8 @@ def block_features(b: BlockConfig) -> list[str]:
         out.append(f"scores scaled by {b.attention_scale:g} instead of 1/√d_h")
     if b.clip_qkv:
         out.append(f"Q, K, V clamped to ±{b.clip_qkv:g}")
+    if b.query_scale:
+        out.append(f"queries scaled by 1 + {b.query_scale:g}·ln(1 + ⌊t / {b.query_scale_length:,}⌋) after RoPE")
     norm = NORM_WORDS[b.norm] + (" with scale 1 + γ" if b.norm_unit_offset else "") + ("" if b.norm_scale else
                                                                                        " without parameters")
     out.append(f"{norm}; {PLACEMENT_WORDS[b.placement]}")

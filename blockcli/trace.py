@@ -24,8 +24,8 @@ import numpy as np
 from blockcli import progress
 from blockcli.activations import MLP_KIND_FLOPS
 from blockcli.block import (DecoderBlock, Model, activated, mlp_stage, attention_tile, block_parameter_shapes, blocked_label, experts_label,
-                            full_table, load_label, logits_label, model_parameter_shapes, routing_label, scores_label,
-                            softmax_label)
+                            full_table, load_label, logits_label, model_parameter_shapes, query_scale_label, routing_label,
+                            scores_label, softmax_label)
 from blockcli.config import BlockConfig, Config, InputError, clipped, projected_width, whole_number
 from blockcli.parallel import fit_blas_threads, worker_count
 
@@ -33,7 +33,7 @@ from blockcli.parallel import fit_blas_threads, worker_count
 ELEMENT_FLOPS = {
     "add": 1, "layernorm": 5, "rmsnorm": 3, "softmax": 4, "mask": 0, "rope": 3,
     **MLP_KIND_FLOPS,  # an MLP's activation step, as the activation registry costs it (gated: + the product)
-    "reshape": 0, "gather": 0, "clip": 1,
+    "reshape": 0, "gather": 0, "clip": 1, "scale": 1,
     "sigmoid": 4, "topk": 0, "count": 0, "gate": 1,  # a mixture of experts' routing and shared gate
     # "combine" (the weighted sum of a token's k expert outputs) costs 2·k per output element: see Recorder
 }
@@ -44,7 +44,7 @@ SYMBOLIC = {
     "h_pre": "(B, T, d)", "ln2_out": "(B, T, d)", "y_pre": "(B, T, d)", "y": "(B, T, d)",
     "q_proj": "(B, T, h·d_h)", "k_proj": "(B, T, h_kv·d_h)", "v_proj": "(B, T, h_kv·d_h)",
     "q": "(B, h, T, d_h)", "k": "(B, h_kv, T, d_h)", "v": "(B, h_kv, T, d_h)",
-    "q_rope": "(B, h, T, d_h)", "k_rope": "(B, h_kv, T, d_h)",
+    "q_rope": "(B, h, T, d_h)", "k_rope": "(B, h_kv, T, d_h)", "q_scale": "(B, h, T, d_h)",
     "scores": "(B, h, T, T)", "masked_scores": "(B, h, T, T)", "attn_weights": "(B, h, T, T)",
     "attn_heads": "(B, h, T, d_h)", "attn_concat": "(B, T, h·d_h)", "attn_out": "(B, T, d)",
     "mlp_pre": "(B, T, d_ff)", "mlp_up": "(B, T, d_ff)", "mlp_act": "(B, T, d_ff)", "mlp_out": "(B, T, d)",
@@ -531,6 +531,10 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             rec("q_rope", "RoPE on Q", q_rot, (q,), kind="rope")
             rec("k_rope", "RoPE on K", k_rot, (k,), kind="rope")
             q, k = q_rot, k_rot
+        if b.query_scale:  # as MultiHeadAttention: the queries times their positions' scale
+            q_scaled = S(B, h, T, d_h)
+            rec("q_scale", query_scale_label(b), q_scaled, (q,), kind="scale")
+            q = q_scaled
         return scores_and_heads(q, k, v, d_h)
 
     def expert_mlp(inp: ShapeOnly, rows: tuple[int, ...], width: int, key: str, label: Any,
@@ -713,7 +717,7 @@ def collapse_layers(rows: list[OpRow], n_layers: int, groups: list[tuple[int, ..
 # recomputes its statistics and applies the mean and cross terms, a rotation turns back, an add passes dy on
 BACKWARD_ELEMENT_FLOPS = {
     "add": 0, "layernorm": 8, "rmsnorm": 6, "softmax": 4, "mask": 0, "rope": 3, "reshape": 0, "gather": 1,
-    "clip": 1, "sigmoid": 3, "topk": 0, "count": 0, "gate": 2,
+    "clip": 1, "scale": 1, "sigmoid": 3, "topk": 0, "count": 0, "gate": 2,
 }
 
 

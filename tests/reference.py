@@ -123,6 +123,9 @@ def resolve_block(cfg):
         # gpt-oss's gated unit: g = min(gate, c), g * sigmoid(alpha * g) * (clip(up, -c, c) + 1)
         "swiglu_alpha": float(cfg.get("swiglu_alpha", 1.702)),
         "swiglu_limit": float(cfg.get("swiglu_limit", 7.0)),
+        # Ministral 3: after RoPE, the query at position t times 1 + beta * ln(1 + floor(t / L)); beta 0 = off
+        "query_scale": float(cfg.get("query_scale", 0.0)),
+        "query_scale_length": int(cfg.get("query_scale_length", 0)),
     }
 
 
@@ -657,6 +660,9 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
         if rope_fraction > 0.0:
             qh = [rope_vec(x, t, rope_fraction, b["rope_theta"], b["rope_scaling"], T, b["rope_layout"]) for x in qh]
             kh = [rope_vec(x, t, rope_fraction, b["rope_theta"], b["rope_scaling"], T, b["rope_layout"]) for x in kh]
+        if b["query_scale"]:
+            steps = t // b["query_scale_length"]  # whole lengths before position t
+            qh = [x * (1.0 + b["query_scale"] * math.log(1.0 + steps)) for x in qh]
         q_heads.append(qh)
         k_heads.append(kh)
         v_heads.append(vh)

@@ -180,6 +180,9 @@ BLOCK_CASES = {
         "qkv": True, "out": True, "mlp": False, "norm": False}, activation="swiglu", n_kv_heads=2, rope=True,
         clip_qkv=0.5),
     "clip_qkv_with_projection_qk_norm_post": block_dict(placement="post", qk_norm="projection", clip_qkv=0.3),
+    # Ministral 3's query scale, stepping up every 3 positions (and in the K/V-cached pass, which starts later)
+    "query_scale_rms_gqa_window": block_dict(norm="rmsnorm", bias=False, activation="swiglu", n_kv_heads=2, rope=True,
+                                             sliding_window=4, query_scale=0.4, query_scale_length=3),
     "scale_free_norms_with_shift_shared": block_dict(placement="parallel_shared", norm_scale=False),
     # q/k norms per head with each head's own weights (Command R+), LayerNorm with a shift, GQA, RoPE
     "qk_norm_each_head_layernorm_gqa": block_dict(n_kv_heads=2, rope=True, qk_norm="each_head"),

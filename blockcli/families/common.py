@@ -47,7 +47,9 @@ class Composite:
     `flat`, a config without `text_config` holds the language model's fields at its top level, beside
     the vision side's (transformers 4's Qwen2-VL and Qwen2.5-VL configs). In checkpoints the language
     model's base lives under one of `bases`, its LM head under one of `heads`, and the parts under
-    `aside` are set aside (blockcli/tensor_names.py, `nested`)."""
+    `aside` are set aside (blockcli/tensor_names.py, `nested`). `others`: the other language models a
+    `text_config` may name by its model_type (Mistral 3's later releases hold a Ministral 3), each with its
+    text config class's sizes."""
 
     model_type: str
     title: str  # as people write it ("Gemma 3")
@@ -61,6 +63,7 @@ class Composite:
     heads: tuple[str, ...] = ("", "language_model.")
     aside: tuple[str, ...] = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
                               "model.multi_modal_projector.")
+    others: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
 
 
 def mlp_activation(f: Fields, key: str, default: str, *, gated: bool,

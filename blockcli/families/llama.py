@@ -46,6 +46,41 @@ def _ministral(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+# Ministral3Config.__post_init__'s RoPE when the config gives none (its max_position_embeddings copy aside)
+MINISTRAL3_ROPE = {"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 16.0, "original_max_position_embeddings": 16384,
+                   "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 1.0, "mscale": 1.0,
+                   "llama_4_scaling_beta": 0.1}
+
+
+def _ministral3(f: Fields) -> tuple[dict, dict]:
+    """Ministral 3 (and the language model of Mistral 3's later releases): Mistral's block with 8 K/V heads of 128,
+    yarn RoPE by default, a window on every layer when `sliding_window` is set, and each query times
+    1 + β·ln(1 + ⌊t / L⌋) after RoPE (`block.query_scale`: β `rope_parameters.llama_4_scaling_beta`, L its
+    `original_max_position_embeddings`)."""
+    params = f.raw("rope_parameters", None)
+    if params is None:
+        params = MINISTRAL3_ROPE
+    elif not isinstance(params, Mapping):
+        raise f.invalid("rope_parameters", params, "an object")
+    inner = Fields(params, f.where, f.family)
+    # Ministral3Attention multiplies by 1 + beta·log(1 + floor(t / length)): without either it fails
+    beta = inner.float("llama_4_scaling_beta", low=0.0, high=1e6, low_open=False)
+    length = inner.int("original_max_position_embeddings")
+    # the config class's copy of max_position_embeddings, which transformers' yarn does not read (it reads the top level's)
+    # (without a scaling, the original length is the query scale's alone)
+    scaled = params.get("rope_type", params.get("type", "default")) != "default"
+    rope = {k: v for k, v in params.items() if k not in ("llama_4_scaling_beta", "max_position_embeddings")
+            and (scaled or k != "original_max_position_embeddings")}
+    g = with_data(f, {**f.data, "rope_parameters": rope})
+    block, model = gated_rms(g, silu_gate, kv_default=8, tie_default=False, head_dim_default=128,
+                             qkv_bias=False, out_bias=False, mlp_bias=False, eps_default=1e-5)
+    f.ignore("layer_types")  # Ministral3Config only warns about it: every layer masks by sliding_window
+    window_by_key(f, block, model, default=None)
+    if beta:
+        block.update(query_scale=beta, query_scale_length=length)
+    return block, model
+
+
 def _qwen2(f: Fields) -> tuple[dict, dict]:
     f.neutral("use_mrope", False, "multimodal RoPE (Qwen2-VL) splits positions over time, height and width")
     block, model = gated_rms(f, silu_gate, kv_default=32, tie_default=False,
@@ -377,13 +412,17 @@ _QWEN2_VL_SIZES = {"vocab_size": 152064, "hidden_size": 8192, "intermediate_size
                    "num_attention_heads": 64, "max_position_embeddings": 32768}
 
 COMPOSITES = (
-    # Mistral Small 3.1/3.2, Magistral, Ministral 3: a Pixtral vision tower and a projector beside a Mistral model
+    # Mistral Small 3.1/3.2, Magistral: a Pixtral vision tower and a projector beside a Mistral model
     Composite("mistral3", "Mistral 3 (vision-language)", "mistral", True, frozenset({
         "vision_config", "image_token_index", "image_token_id", "projector_hidden_act", "vision_feature_layer",
         "multimodal_projector_bias", "spatial_merge_size"}),
               # MistralConfig's sizes (its other defaults are _mistral's)
               {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-               "num_attention_heads": 32, "max_position_embeddings": 131072}, tie="text"),
+               "num_attention_heads": 32, "max_position_embeddings": 131072}, tie="text",
+              # Ministral 3 (3B, 8B, 14B): a ministral3 text_config, with Ministral3Config's sizes
+              others={"ministral3": {"vocab_size": 131072, "hidden_size": 4096, "intermediate_size": 14336,
+                                     "num_hidden_layers": 34, "num_attention_heads": 32,
+                                     "max_position_embeddings": 262144}}),
     # Qwen2-VL, Qwen2.5-VL, Qwen3-VL: the language model under model.language_model. (transformers 5) or model.
     # (transformers 4's checkpoints), the vision tower under visual. or model.visual.; Qwen2-VL's and Qwen2.5-VL's
     # config classes tie the top level when text_config ties (either level's true ties), Qwen3-VL's does not
@@ -402,6 +441,7 @@ FAMILIES = (
     Family("llama", "LLaMA", _llama, LLAMA, TRAINING_ONLY),
     Family("mistral", "Mistral", _mistral, LLAMA, TRAINING_ONLY),
     Family("ministral", "Ministral", _ministral, LLAMA, TRAINING_ONLY),
+    Family("ministral3", "Ministral 3", _ministral3, LLAMA, TRAINING_ONLY),
     Family("qwen2", "Qwen2", _qwen2, LLAMA, TRAINING_ONLY),
     Family("qwen2_vl_text", "Qwen2-VL's language model", _qwen_vl_text, LLAMA, TRAINING_ONLY),
     Family("qwen2_5_vl_text", "Qwen2.5-VL's language model", _qwen_vl_text, LLAMA, TRAINING_ONLY),

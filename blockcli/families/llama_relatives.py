@@ -1,0 +1,108 @@
+"""Llama's later relatives, each a small diff of Llama's block as its transformers modular_*.py writes it:
+Helium (Kyutai), Arcee (AFM), EXAONE 3.0/3.5, InternLM3.
+
+- Helium: interleaved RoPE over the whole head, an o_proj as wide as the model, RMSNorm eps 1e-8.
+- Arcee: Llama with Nemotron's plain MLP, act(x·W_up)·W_down, ReLU² by default.
+- EXAONE 3: transformers runs it as Llama (LlamaForCausalLM); its configs spell three fields their own way
+  (`num_layers`, `layer_norm_epsilon`, `activation_function`), its original checkpoints name tensors after
+  GPT-2 (`transformer.h.{i}.attn.attention.q_proj`), both read.
+- InternLM3: transformers runs it as Llama too; `qkv_bias` and `bias` are its names for `attention_bias` and
+  `mlp_bias`, which must agree.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from blockcli.config import ConfigError
+from blockcli.families.common import (TRAINING_ONLY, Family, gated_rms, mlp_activation, silu_gate, with_data)
+from blockcli.families.fields import Fields
+from blockcli.families.llama import LLAMA, theta_default
+from blockcli.tensor_names import LINEAR, TensorMap, tensor
+
+
+def _helium(f: Fields) -> tuple[dict, dict]:
+    """Helium: Llama's block with RoPE on interleaved pairs (2i, 2i + 1), q/k/v biases by `attention_bias`, none
+    on o_proj, which maps hidden_size to hidden_size (so h·d_h must be d)."""
+    block, model = gated_rms(f, silu_gate, kv_default=20, tie_default=False, head_dim_default=128,
+                             out_bias=False, eps_default=1e-8)
+    if block["n_heads"] * block["head_dim"] != block["d_model"]:
+        raise ConfigError(f"{f.where}: fields 'num_attention_heads' × 'head_dim' = {block['n_heads']} × "
+                          f"{block['head_dim']} must equal 'hidden_size' = {block['d_model']} (Helium's o_proj maps "
+                          f"hidden_size to hidden_size)")
+    block["rope_layout"] = "interleaved"
+    return block, model
+
+
+def _arcee(f: Fields) -> tuple[dict, dict]:
+    """Arcee (AFM-4.5B): Llama's attention with a plain MLP (up_proj, down_proj) of `hidden_act`, ReLU² by default."""
+    return gated_rms(f, lambda g: mlp_activation(g, "hidden_act", "relu2", gated=False), kv_default=None,
+                     tie_default=False, eps_default=1e-5)
+
+
+# ExaoneConfig's attribute_map: its own spellings of three LlamaConfig fields
+_EXAONE_NAMES = {"num_layers": "num_hidden_layers", "layer_norm_epsilon": "rms_norm_eps",
+                 "activation_function": "hidden_act"}
+
+
+def _renamed(f: Fields, names: Mapping[str, str]) -> Fields:
+    """`f` with each alias read as the field it stands for (transformers' attribute_map); an alias and its
+    field both set must agree."""
+    data = dict(f.data)
+    for alias, key in names.items():
+        if alias not in data:
+            continue
+        f.ignore(alias)
+        value = data.pop(alias)
+        if key in data and data[key] != value:
+            raise f.unrepresentable(alias, value, f"it disagrees with '{key}' = {data[key]!r}, which it stands for")
+        data[key] = value
+    return with_data(f, data)
+
+
+def _exaone(f: Fields) -> tuple[dict, dict]:
+    """EXAONE 3.0/3.5: Llama's block (transformers builds a LlamaForCausalLM) with ExaoneConfig's defaults: 8 K/V
+    heads, RoPE base 500,000, no biases."""
+    f.ignore("embed_dropout")  # the original code's dropout on the embeddings: training only
+    g = _renamed(f, _EXAONE_NAMES)
+    block, model = gated_rms(g, silu_gate, kv_default=8, tie_default=False, eps_default=1e-5)
+    theta_default(g, block, 500_000.0)
+    return block, model
+
+
+def _internlm3(f: Fields) -> tuple[dict, dict]:
+    """InternLM3: Llama's block (transformers builds a LlamaForCausalLM) with 2 K/V heads of 128; `qkv_bias`
+    (`attention_bias`: q, k, v and o) and `bias` (`mlp_bias`) must agree, as InternLM3Config checks."""
+    g = _renamed(f, {"qkv_bias": "attention_bias", "bias": "mlp_bias"})
+    attention, mlp = g.data.get("attention_bias", False), g.data.get("mlp_bias", False)
+    if attention != mlp:
+        key = "qkv_bias" if "qkv_bias" in f.data else "attention_bias"
+        raise f.unrepresentable(key, attention, "InternLM3Config refuses a qkv_bias (attention_bias) different from "
+                                               "bias (mlp_bias)")
+    return gated_rms(g, silu_gate, kv_default=2, tie_default=False, head_dim_default=128, eps_default=1e-5)
+
+
+# EXAONE's original checkpoints (its own modelling code's names, which transformers renames on load) or Llama's
+_EXAONE_ORIGINAL = {
+    "embed_tokens.weight": "transformer.wte.weight", "norm.weight": "transformer.ln_f.weight",
+    "layers.{i}.input_layernorm.weight": "transformer.h.{i}.ln_1.weight",
+    "layers.{i}.post_attention_layernorm.weight": "transformer.h.{i}.ln_2.weight",
+    **{f"layers.{{i}}.self_attn.{x}_proj.weight": f"transformer.h.{{i}}.attn.attention.{x}_proj.weight" for x in "qkv"},
+    "layers.{i}.self_attn.o_proj.weight": "transformer.h.{i}.attn.attention.out_proj.weight",
+    "layers.{i}.mlp.gate_proj.weight": "transformer.h.{i}.mlp.c_fc_0.weight",
+    "layers.{i}.mlp.up_proj.weight": "transformer.h.{i}.mlp.c_fc_1.weight",
+    "layers.{i}.mlp.down_proj.weight": "transformer.h.{i}.mlp.c_proj.weight",
+}
+EXAONE = TensorMap("", tuple(
+    tensor(" ".join(t.keys), t.name if t.top else f"model.{t.name}|{_EXAONE_ORIGINAL[t.name]}", t.layout, t.top)
+    for t in LLAMA.tensors if t.top or t.name in _EXAONE_ORIGINAL))
+
+# Arcee: Llama's names without the gate
+ARCEE = TensorMap("model.", tuple(t for t in LLAMA.tensors if ".gate_proj." not in t.name))
+
+FAMILIES = (
+    Family("helium", "Helium", _helium, LLAMA, TRAINING_ONLY),
+    Family("arcee", "Arcee", _arcee, ARCEE, TRAINING_ONLY),
+    Family("exaone", "EXAONE 3", _exaone, EXAONE, TRAINING_ONLY),
+    Family("internlm3", "InternLM3", _internlm3, LLAMA, TRAINING_ONLY),
+)

@@ -1,0 +1,204 @@
+"""The dense decoder families of issue #28 (GLM-4, GLM-4-0414, …): config.json read with each config class's
+defaults, counted exactly.
+
+Every expected total is transformers 5.24's own: the family's *ForCausalLM built on the meta device from the
+config (sum of numel over model.parameters(), tied weights once), for the config class's defaults (its sizes
+written out, as blockcli asks for them) and for a random config that sets every switch away from its default.
+The torch-marked test at the end recomputes each of those totals and reads the sizes from the config class
+itself, so none of the figures here rests on blockcli. The defaults' totals are also derived by hand. The
+fixtures in tests/fixtures/hf/<family>/ (tests/fixtures/hf/generate.py) check logits, every layer, a decode
+step and the gradients against transformers (tests/test_checkpoint.py, tests/test_gradients.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from blockcli.config import ConfigError, parse_config
+from blockcli.count import count_parameters
+from blockcli.hf import hf_to_mapping
+
+def _sizes(d: int, f: int, layers: int, heads: int, vocab: int, positions: int) -> dict[str, int]:
+    """A config class's sizes, as blockcli asks for them."""
+    return dict(hidden_size=d, intermediate_size=f, num_hidden_layers=layers, num_attention_heads=heads,
+                vocab_size=vocab, max_position_embeddings=positions)
+
+
+# the sizes of GlmConfig and Glm4Config (GLM-4-9B): the same
+_GLM_SIZES = _sizes(4096, 13696, 40, 32, 151552, 131072)
+
+
+def _glm_by_hand(sandwich: bool) -> int:
+    d, f, kv, layers, vocab = 4096, 13696, 2 * 128, 40, 151552
+    attention = d * d + d + 2 * (d * kv + kv) + d * d  # q/k/v with biases, o_proj without
+    layer = attention + 3 * d * f + (4 if sandwich else 2) * d  # gate | up, down; the norms
+    return layers * layer + 2 * vocab * d + d  # embeddings, untied head, final norm
+
+
+# Ministral3Config's sizes (Ministral 3 8B): 8 K/V heads of 128, untied
+_MINISTRAL3_SIZES = _sizes(4096, 14336, 34, 32, 131072, 262144)
+_MINISTRAL3_BY_HAND = 34 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096) + 2 * 131072 * 4096 + 4096
+# a random Ministral 3: multi-query heads of 12, tied, a window, the query scale without a RoPE scaling
+_MINISTRAL3_RANDOM = dict(hidden_size=40, num_attention_heads=5, num_key_value_heads=1, head_dim=12,
+                          intermediate_size=72, num_hidden_layers=3, vocab_size=200, max_position_embeddings=128,
+                          tie_word_embeddings=True, sliding_window=16, pad_token_id=0, rope_parameters={
+                              "rope_type": "default", "rope_theta": 500000.0, "llama_4_scaling_beta": 0.2,
+                              "original_max_position_embeddings": 32})
+
+# a random Llama-like config: 6 heads over 2 K/V heads, tied, every bias the family has switched on
+_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=2, intermediate_size=80, num_hidden_layers=3,
+               vocab_size=300, max_position_embeddings=96, tie_word_embeddings=True, pad_token_id=0)
+
+
+def _llama_by_hand(d: int, f: int, layers: int, vocab: int, q: int, kv: int, matrices: int = 3) -> int:
+    """A pre-norm block without biases: q, k, v, o; `matrices` of the MLP; two norms; untied head."""
+    return layers * (2 * d * q + 2 * d * kv + matrices * d * f + 2 * d) + 2 * vocab * d + d
+
+
+# model_type → (the config class's sizes, transformers' total for them, the total by hand,
+#               a random config, transformers' total for it)
+CASES: dict[str, tuple[dict, int, int, dict, int]] = {
+    # head_dim 10 with 0.4 of it rotated (4 dims), no q/k/v biases, tied head
+    "glm": (_GLM_SIZES, 9_399_951_360, _glm_by_hand(False),
+            dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=3, head_dim=10, partial_rotary_factor=0.4,
+                 attention_bias=False, intermediate_size=70, num_hidden_layers=3, vocab_size=300, max_position_embeddings=96,
+                 tie_word_embeddings=True, pad_token_id=0), 70_896),
+    "glm4": (_GLM_SIZES, 9_400_279_040, _glm_by_hand(True),
+             dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=3, head_dim=10, partial_rotary_factor=0.4,
+                  attention_bias=False, intermediate_size=70, num_hidden_layers=3, vocab_size=300, max_position_embeddings=96,
+                  tie_word_embeddings=True, pad_token_id=0), 71_184),
+    # Helium 2B: 20 heads of 128, every one its own K/V
+    "helium": (_sizes(2560, 7040, 24, 20, 48000, 4096), 2_172_643_840,
+               _llama_by_hand(2560, 7040, 24, 48000, 2560, 2560),
+               dict(_RANDOM, head_dim=8, attention_bias=True, mlp_bias=True), 68_592),
+    # AFM-4.5B: 32 heads of 80, a plain MLP (two matrices)
+    "arcee": (_sizes(2560, 18432, 32, 32, 32000, 4096), 4_022_766_080,
+              _llama_by_hand(2560, 18432, 32, 32000, 2560, 2560, matrices=2),
+              dict(_RANDOM, head_dim=12, attention_bias=True, mlp_bias=True, hidden_act="gelu"), 66_312),
+    # EXAONE-3.0-7.8B: LlamaConfig's sizes, 8 K/V heads, ExaoneConfig's vocabulary
+    "exaone": (_sizes(4096, 14336, 32, 32, 102400, 4096), 7_818_448_896,
+               _llama_by_hand(4096, 14336, 32, 102400, 4096, 1024),
+               dict(_RANDOM, head_dim=12, attention_bias=True, mlp_bias=True), 78_072),
+    # InternLM3-8B: 2 K/V heads of 128
+    "internlm3": (_sizes(4096, 10240, 48, 32, 128512, 32768), 8_804_241_408,
+                  _llama_by_hand(4096, 10240, 48, 128512, 4096, 256),
+                  dict(_RANDOM, head_dim=12, attention_bias=True, mlp_bias=True), 78_072),
+    "ministral3": (_MINISTRAL3_SIZES, 8_489_553_920, _MINISTRAL3_BY_HAND, _MINISTRAL3_RANDOM, 51_480),
+}
+
+
+def mapped(model_type: str, fields: dict[str, Any]) -> dict[str, Any]:
+    return hf_to_mapping({"model_type": model_type, **fields}, f"{model_type}.json")
+
+
+def total(model_type: str, fields: dict[str, Any]) -> int:
+    return count_parameters(parse_config(mapped(model_type, fields))).total
+
+
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_the_config_class_defaults_count_as_transformers_and_by_hand(model_type: str) -> None:
+    sizes, transformers_total, by_hand, _, _ = CASES[model_type]
+    assert total(model_type, sizes) == transformers_total == by_hand
+
+
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_a_random_config_counts_as_transformers(model_type: str) -> None:
+    _, _, _, fields, transformers_total = CASES[model_type]
+    assert total(model_type, fields) == transformers_total
+
+
+# ----------------------------------------------------------------------------- what each family maps onto
+
+
+@pytest.mark.parametrize("model_type, placement", [("glm", "pre"), ("glm4", "sandwich")])
+def test_glm_rotates_half_of_each_head_in_interleaved_pairs_with_qkv_biases(model_type: str, placement: str) -> None:
+    block = mapped(model_type, _GLM_SIZES)["block"]
+    assert (block["rope"], block["rope_layout"], block["head_dim"], block["n_kv_heads"]) == (0.5, "interleaved", 128, 2)
+    assert block["bias"] == {"qkv": True, "out": False, "mlp": False, "norm": False}
+    assert block["placement"] == placement and block["norm_eps"] == 1.5625e-07
+    assert mapped(model_type, {**_GLM_SIZES, "attention_bias": False})["block"]["bias"] is False
+
+
+def test_ministral3_scales_its_queries_as_its_rope_parameters_say() -> None:
+    block = mapped("ministral3", _MINISTRAL3_SIZES)["block"]  # Ministral3Config's RoPE: yarn ×16 over 16,384
+    assert (block["query_scale"], block["query_scale_length"], block["rope_theta"]) == (0.1, 16384, 1e6)
+    assert block["rope_scaling"]["type"] == "yarn" and block["rope_scaling"]["factor"] == 16.0
+    assert "sliding_window" not in block  # Ministral3Config: no window unless sliding_window is set
+    random = mapped("ministral3", _MINISTRAL3_RANDOM)["block"]
+    assert (random["query_scale"], random["query_scale_length"], random["sliding_window"]) == (0.2, 32, 16)
+    assert "rope_scaling" not in random
+
+
+@pytest.mark.parametrize("rope, field", [
+    ({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64}, "llama_4_scaling_beta"),
+    ({"rope_type": "default", "llama_4_scaling_beta": 0.1}, "original_max_position_embeddings"),
+])
+def test_ministral3_without_what_its_query_scale_reads_is_refused(rope: dict, field: str) -> None:
+    """Ministral3Attention computes 1 + beta·log(1 + floor(t / length)) from both: without either it fails."""
+    with pytest.raises(ConfigError, match=f"field '{field}'"):
+        mapped("ministral3", {**_MINISTRAL3_SIZES, "rope_parameters": rope})
+
+
+def test_mistral3_with_a_ministral3_text_config_counts_its_language_model() -> None:
+    """Ministral 3's release: a Mistral 3 vision-language config whose text_config is a ministral3, whose
+    sizes it leaves out are Ministral3Config's. 8,489,553,920: transformers 5.24's
+    Mistral3ForConditionalGeneration on the meta device, its parameters outside the vision tower and the
+    projector, with both levels untied (the top level's default true would tie it there: see the README)."""
+    data = {"model_type": "mistral3", "text_config": {"model_type": "ministral3"}, "tie_word_embeddings": False}
+    assert count_parameters(parse_config(hf_to_mapping(data, "m.json"))).total == 8_489_553_920
+    with pytest.raises(ConfigError, match="'mistral' or 'ministral3'"):
+        hf_to_mapping({**data, "text_config": {"model_type": "llama"}}, "m.json")
+
+
+def test_helium_rotates_interleaved_pairs_and_needs_an_o_proj_as_wide_as_the_model() -> None:
+    block = mapped("helium", dict(_RANDOM, head_dim=8, attention_bias=True))["block"]
+    assert block["rope_layout"] == "interleaved" and block["norm_eps"] == 1e-8
+    assert block["bias"] == {"qkv": True, "out": False, "mlp": False, "norm": False}
+    with pytest.raises(ConfigError, match="must equal 'hidden_size' = 48"):
+        mapped("helium", dict(_RANDOM, head_dim=16))
+
+
+def test_arcee_runs_a_plain_relu2_mlp() -> None:
+    block = mapped("arcee", _RANDOM)["block"]
+    assert block["activation"] == "relu2" and "gated" not in block
+
+
+def test_exaone_reads_its_own_spellings_of_llamas_fields() -> None:
+    own = {k: v for k, v in _RANDOM.items() if k != "num_hidden_layers"}
+    data = mapped("exaone", {**own, "num_layers": 3, "layer_norm_epsilon": 1e-6, "activation_function": "gelu"})
+    assert (data["model"]["n_layers"], data["block"]["norm_eps"], data["block"]["activation"]) == (3, 1e-6, "gelu")
+    assert data["block"]["rope_theta"] == 500_000.0  # ExaoneConfig's default_theta
+    with pytest.raises(ConfigError, match="field 'num_layers' = 4 .*disagrees with 'num_hidden_layers' = 3"):
+        mapped("exaone", {**_RANDOM, "num_layers": 4})
+
+
+def test_internlm3_qkv_bias_and_bias_are_attention_bias_and_mlp_bias_which_must_agree() -> None:
+    bias = mapped("internlm3", {**_RANDOM, "qkv_bias": True, "bias": True})["block"]["bias"]
+    assert bias == {"qkv": True, "out": True, "mlp": True, "norm": False}  # RMSNorm has no shift
+    with pytest.raises(ConfigError, match="field 'qkv_bias' = True"):
+        mapped("internlm3", {**_RANDOM, "qkv_bias": True, "bias": False})
+
+
+# ----------------------------------------------------------------------------- against transformers itself
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_the_totals_and_sizes_here_are_transformers_own(model_type: str) -> None:
+    """The config class's sizes are the ones written above, and transformers on the meta device counts the
+    totals written above, for them and for the random config; blockcli reads the whole of the config class's
+    to_dict() (every default spelled out) to the same total."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    sizes, defaults_total, _, fields, random_total = CASES[model_type]
+    defaults = transformers.AutoConfig.for_model(model_type)
+    assert {key: getattr(defaults, key) for key in sizes} == sizes
+    for config, want in ((defaults, defaults_total), (transformers.AutoConfig.for_model(model_type, **fields),
+                                                      random_total)):
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(config)
+        assert sum(p.numel() for p in model.parameters()) == want
+        data = {k: v for k, v in config.to_dict().items() if k != "transformers_version"}
+        assert count_parameters(parse_config(hf_to_mapping(data, "x.json"))).total == want
