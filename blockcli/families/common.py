@@ -61,6 +61,9 @@ class Composite:
     heads: tuple[str, ...] = ("", "language_model.")
     aside: tuple[str, ...] = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
                               "model.multi_modal_projector.")
+    # text_config fields the composite's model class never applies (its own forward, not the language model's
+    # class, computes that step), each with the reason: read as absent, with a note when set
+    unapplied: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 def mlp_activation(f: Fields, key: str, default: str, *, gated: bool,
@@ -90,6 +93,8 @@ _ROPE_SCALING_KEYS = {
     "attention_factor": "attention_factor", "truncate": "truncate", "short_factor": "short_factor",
     "long_factor": "long_factor",
 }
+# what transformers' rope validation requires of a kind where blockcli's schema would fill in a default
+_ROPE_REQUIRED = {"llama3": ("low_freq_factor", "high_freq_factor")}
 _ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 
 
@@ -136,7 +141,7 @@ def with_data(f: Fields, data: Mapping[str, Any]) -> Fields:
     """`f` reading `data` instead (a default filled in, a field rewritten), with the same record of the keys
     read, the notes and the per-layer overrides."""
     g = Fields(data, f.where, f.family)
-    g.used, g.notes, g.layers = f.used, f.notes, f.layers
+    g.used, g.notes, g.said, g.layers = f.used, f.notes, f.said, f.layers
     return g
 
 
@@ -225,6 +230,10 @@ def rope_scaling(f: Fields, key: str, params: Mapping[str, Any], inner: Fields, 
         else:
             out[field_name] = inner.float(name, low=0.0, high=1e6, low_open=name not in ("mscale", "mscale_all_dim",
                                                                                          "attention_factor"))
+    for name in _ROPE_REQUIRED.get(kind, ()):  # blockcli's schema has defaults for these; transformers has none
+        if name not in params:
+            raise ConfigError(f"{f.where}: field '{key}.{name}' is missing; transformers' {kind} RoPE needs it (its "
+                              f"config refuses a {kind} scaling without {' and '.join(_ROPE_REQUIRED[kind])})")
     if kind == "dynamic" and max_positions is not None:
         # transformers' dynamic NTK always scales past max_position_embeddings (an
         # original_max_position_embeddings in the dict is ignored there, so here too)
@@ -259,11 +268,12 @@ def divides(f: Fields, width_key: str, width: int, heads_key: str, heads: int) -
     return width // heads
 
 
-def window_width(f: Fields, key: str, window: Any, max_positions: int) -> int:
-    """An active sliding window as block.sliding_window; 0 when it is too wide to ever bind."""
+def window_width(f: Fields, key: str, window: Any) -> int:
+    """An active sliding window as block.sliding_window, kept however it compares with max_position_embeddings:
+    transformers applies it to any longer pass, and blockcli runs RoPE models past their max positions."""
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise f.invalid(key, window, "a positive integer or null")
-    return 0 if window >= max_positions else window
+    return window
 
 
 def bias_groups(qkv: bool, out: bool, mlp: bool, norm: bool) -> bool | dict[str, bool]:
@@ -350,16 +360,14 @@ def layer_types(f: Fields, n_layers: int) -> list[bool] | None:
     return [t == "sliding_attention" for t in types]
 
 
-def sliding_layers(f: Fields, block: dict, model: dict, sliding: list[bool], default: int | None = None) -> None:
+def sliding_layers(f: Fields, block: dict, sliding: list[bool], default: int | None = None) -> None:
     """The window on the layers `sliding` marks: on the base block when layer 0 slides, and as
     per-layer overrides (`layers:`) on the layers whose kind differs from layer 0's."""
-    apply_window(f, block, model, sliding[0], default)
+    apply_window(f, block, sliding[0], default)
     if len(set(sliding)) == 1:
         return
     windowed: dict = {}
-    apply_window(f, windowed, model, True, default)
-    if not windowed:  # a window as wide as the context never binds: every layer is alike
-        return
+    apply_window(f, windowed, True, default)
     others = [i for i, kind in enumerate(sliding) if kind != sliding[0]]
     f.layers.append({"indices": others, "block": {"sliding_window": 0 if sliding[0] else windowed["sliding_window"]}})
 
@@ -376,7 +384,7 @@ def override_layers(f: Fields, indices: list[int], fields: dict[str, Any]) -> No
     f.layers[:] = [{"indices": layers, "block": block} for layers, block in groups.values()]
 
 
-def apply_window(f: Fields, block: dict, model: dict, active: bool, default: int | None = None) -> None:
+def apply_window(f: Fields, block: dict, active: bool, default: int | None = None) -> None:
     """block.sliding_window when the config turns the window on; `default` is the config class's
     window for an absent `sliding_window` key (an explicit null means no window)."""
     window = f.raw("sliding_window", None) if f.has("sliding_window") else default
@@ -385,15 +393,13 @@ def apply_window(f: Fields, block: dict, model: dict, active: bool, default: int
         return
     if window is None:
         raise f.invalid("sliding_window", window, "a window size, since this config turns sliding attention on")
-    width = window_width(f, "sliding_window", window, model["max_positions"])
-    if width:
-        block["sliding_window"] = width
+    block["sliding_window"] = window_width(f, "sliding_window", window)
 
 
-def window_by_key(f: Fields, block: dict, model: dict, default: int | None) -> None:
+def window_by_key(f: Fields, block: dict, default: int | None) -> None:
     """Families whose window is on whenever `sliding_window` is not null (Mistral, StarCoder2)."""
     window_on = f.data.get("sliding_window") is not None if f.has("sliding_window") else default is not None
-    apply_window(f, block, model, window_on, default)
+    apply_window(f, block, window_on, default)
 
 
 def kv_heads(f: Fields, heads: int, default: int) -> int:

@@ -31,7 +31,7 @@ def _mistral(f: Fields) -> tuple[dict, dict]:
     # MistralForCausalLM masks by sliding_window alone (MistralConfig defaults it to 4096) and only
     # warns about layer_types, which Ministral reads
     f.ignore("layer_types")
-    window_by_key(f, block, model, default=4096)
+    window_by_key(f, block, default=4096)
     return block, model
 
 
@@ -42,7 +42,7 @@ def _ministral(f: Fields) -> tuple[dict, dict]:
                              qkv_bias=False, out_bias=False, mlp_bias=False)
     n_layers = model["n_layers"]
     window_on = f.data.get("sliding_window") is not None if f.has("sliding_window") else True  # default 4096
-    sliding_layers(f, block, model, layer_types(f, n_layers) or [window_on] * n_layers, default=4096)
+    sliding_layers(f, block, layer_types(f, n_layers) or [window_on] * n_layers, default=4096)
     return block, model
 
 
@@ -68,7 +68,7 @@ def _qwen_window(f: Fields, block: dict, model: dict, max_window_default: int = 
         first = f.int("max_window_layers", max_window_default, minimum=0) if use_window else n_layers
         sliding = [i >= first for i in range(n_layers)]
     sliding = [use_window and kind for kind in sliding]
-    sliding_layers(f, block, model, sliding, default=4096)  # Qwen2Config/Qwen3Config: sliding_window 4096
+    sliding_layers(f, block, sliding, default=4096)  # Qwen2Config/Qwen3Config: sliding_window 4096
 
 
 def text_only_mrope(f: Fields) -> tuple[Fields, tuple[str, list[int] | None] | None]:
@@ -182,7 +182,7 @@ def _smollm3(f: Fields) -> tuple[dict, dict]:
         sliding = [window_on and not r for r in rotates]
     else:
         f.ignore("use_sliding_window")
-    sliding_layers(f, block, model, sliding)
+    sliding_layers(f, block, sliding)
     override_layers(f, [i for i, r in enumerate(rotates) if not r], {"rope": False})
     return block, model
 
@@ -207,7 +207,7 @@ def _olmo3(f: Fields) -> tuple[dict, dict]:
     f.used |= rest.used
     n_layers = model["n_layers"]
     sliding = layer_types(f, n_layers) or [bool((i + 1) % 4) for i in range(n_layers)]
-    sliding_layers(f, block, model, sliding, default=4096)
+    sliding_layers(f, block, sliding, default=4096)
     layer_type_ropes(f, block, model, sliding, (10000.0, "rope_theta", 10000.0), "OLMo 3")
     return block, model
 
@@ -235,7 +235,7 @@ def _exaone4(f: Fields) -> tuple[dict, dict]:
         else:
             raise f.invalid("sliding_window_pattern", pattern, "a period of at least 1, or a pattern of L (local) "
                                                                "and G (global) layers such as \"LLLG\"")
-    sliding_layers(f, block, model, sliding, default=4096)
+    sliding_layers(f, block, sliding, default=4096)
     if window_set:
         override_layers(f, [i for i, kind in enumerate(sliding) if not kind], {"rope": False})
     return block, model

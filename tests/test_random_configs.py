@@ -1,0 +1,64 @@
+"""blockcli against transformers on random configs (issue #30): the fixed cases and the fuzz draws that
+tests/fixtures/cases/generate.py wrote with transformers 5.24 — each folder's logits and one cached decode
+step, in float64 (1e-9 relative) and float32 (1e-4), equal to what transformers computed from the same
+config.json and weights. A new draw or case in the generator is tested here as soon as it is written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from blockcli import Model, load_config
+from test_checkpoint import TOLERANCE, relative
+
+CASES = Path(__file__).resolve().parent / "fixtures" / "cases"
+FOLDERS = sorted(p.name for p in CASES.iterdir() if (p / "config.json").is_file())
+
+
+def expected(name: str) -> dict[str, np.ndarray]:
+    return dict(np.load(CASES / name / "expected.npz"))
+
+
+def run_model(name: str, dtype: str = "float64") -> tuple[Model, dict[str, np.ndarray]]:
+    folder, want = CASES / name, expected(name)
+    return Model.from_config(load_config(folder), weights=folder, dtype=dtype), want
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "blockcli", *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", FOLDERS)
+def test_logits_and_decode_step_equal_transformers(name: str, dtype: str) -> None:
+    model, want = run_model(name, dtype)
+    ids = want["input_ids"]
+    assert relative(model(ids), want[f"logits_{dtype}"]) <= TOLERANCE[dtype]
+    caches = model.new_cache()
+    model.step(ids[:, :-1], caches)
+    assert relative(model.step(ids[:, -1:], caches), want[f"decode_logits_{dtype}"]) <= TOLERANCE[dtype]
+
+
+# ----------------------------------------------------------------------------- item 1: windows past max positions
+
+
+@pytest.mark.parametrize("name", ["window-mistral", "window-gemma2", "window-starcoder2", "window-mixtral"])
+def test_a_window_as_wide_as_max_positions_binds_on_a_longer_pass(name: str) -> None:
+    cfg = load_config(CASES / name)
+    window, positions = cfg.block.sliding_window, cfg.model.max_positions  # layer 0 slides in each
+    assert window >= positions and expected(name)["input_ids"].shape[1] > window  # the case is what it claims
+    model, want = run_model(name)
+    assert relative(model(want["input_ids"]), want["logits_float64"]) <= 1e-9
+
+
+def test_a_run_past_max_positions_says_so() -> None:
+    proc = cli("trace", CASES / "window-mistral", "--seq", "9")
+    assert proc.returncode == 0, proc.stderr
+    assert "note: " in proc.stderr and "9 tokens are past the model's max_positions 4" in proc.stderr
