@@ -62,3 +62,36 @@ def test_a_run_past_max_positions_says_so() -> None:
     proc = cli("trace", CASES / "window-mistral", "--seq", "9")
     assert proc.returncode == 0, proc.stderr
     assert "note: " in proc.stderr and "9 tokens are past the model's max_positions 4" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- item 2: Gemma 3's soft caps per class
+
+
+def test_gemma3_causal_lm_caps_its_logits_and_never_its_scores() -> None:
+    cfg = load_config(CASES / "softcap-gemma3_text")
+    assert cfg.model.logit_softcap == 2.0 and not cfg.block.attention_softcap
+    assert np.abs(expected("softcap-gemma3_text")["logits_float64"]).max() < 2.0  # transformers capped them
+    assert any("attn_logit_softcapping 1.5 is not applied" in note and "Gemma3Attention" in note for note in cfg.notes)
+
+
+def test_gemma3_vision_language_model_caps_neither() -> None:
+    cfg = load_config(CASES / "softcap-gemma3")
+    assert not cfg.model.logit_softcap and not cfg.block.attention_softcap
+    assert np.abs(expected("softcap-gemma3")["logits_float64"]).max() > 2.0  # transformers did not cap them
+    notes = " ".join(cfg.notes)
+    assert "final_logit_softcapping 2.0 is not applied: Gemma3ForConditionalGeneration" in notes
+    assert "attn_logit_softcapping 1.5 is not applied" in notes
+
+
+@pytest.mark.parametrize("name", ["softcap-gemma3_text", "softcap-gemma3"])
+def test_the_caps_transformers_skips_would_change_the_logits(name: str) -> None:
+    """The cases can tell: soft-capping the scores at 1.5 (and, for the vision-language class, the logits at 2)
+    moves the logits far past the tolerance."""
+    from dataclasses import replace
+
+    cfg, want = load_config(CASES / name), expected(name)
+    capped = replace(cfg, block=replace(cfg.block, attention_softcap=1.5),
+                     layer_blocks=tuple(replace(b, attention_softcap=1.5) for b in cfg.layer_blocks),
+                     model=replace(cfg.model, logit_softcap=2.0))
+    model = Model.from_config(capped, weights=CASES / name, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
