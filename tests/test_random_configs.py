@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from blockcli import Model, load_config
-from test_checkpoint import TOLERANCE, relative
+from test_checkpoint import TOLERANCE, one_error_line, relative
 
 CASES = Path(__file__).resolve().parent / "fixtures" / "cases"
 FOLDERS = sorted(p.name for p in CASES.iterdir() if (p / "config.json").is_file())
@@ -95,3 +95,43 @@ def test_the_caps_transformers_skips_would_change_the_logits(name: str) -> None:
                      model=replace(cfg.model, logit_softcap=2.0))
     model = Model.from_config(capped, weights=CASES / name, dtype="float64")
     assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
+
+
+# ----------------------------------------------------------------------------- item 6: what transformers refuses
+
+_LLAMA = dict(model_type="llama", hidden_size=60, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=1,
+              intermediate_size=64, vocab_size=64, max_position_embeddings=64)
+
+
+@pytest.mark.parametrize("command", ["trace", "count", "verify"])
+def test_an_odd_head_rotated_whole_is_refused(tmp_path: Path, command: str) -> None:
+    """transformers' config refuses it ('RoPE requires an even rotary dimension, but got head_dim=15'): 60 / 4."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_LLAMA))
+    line = one_error_line(cli(command, path))
+    assert "head_dim=15 is odd" in line and "block.rope" in line
+
+
+def test_an_odd_head_in_blockclis_schema_is_refused_and_a_rotated_even_part_is_not(tmp_path: Path) -> None:
+    from blockcli.config import ConfigError, parse_config
+
+    yaml_like = {"block": {"d_model": 30, "n_heads": 2, "rope": True}, "model": {"positions": "rope"}}
+    with pytest.raises(ConfigError, match="head_dim=15 is odd"):
+        parse_config(yaml_like)
+    with pytest.raises(ConfigError, match="head_dim=15 is odd"):  # positions: rope turns rope on
+        parse_config({"block": {"d_model": 30, "n_heads": 2}, "model": {"positions": "rope"}})
+    assert parse_config({"block": {"d_model": 30, "n_heads": 2, "rope": 0.4},
+                         "model": {"positions": "rope"}}).block.rope_dims == 6  # GPT-NeoX-style fraction: 6 of 15
+
+
+@pytest.mark.parametrize("given, missing", [({}, "low_freq_factor"), ({"low_freq_factor": 1.0}, "high_freq_factor"),
+                                            ({"high_freq_factor": 4.0}, "low_freq_factor")])
+@pytest.mark.parametrize("key", ["rope_scaling", "rope_parameters"])
+def test_llama3_rope_without_its_frequency_factors_is_refused(tmp_path: Path, given: dict, missing: str,
+                                                               key: str) -> None:
+    """transformers: "Missing required keys in `rope_parameters` for 'rope_type'='llama3'" (a KeyError)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(_LLAMA, hidden_size=64, **{key: {
+        "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "original_max_position_embeddings": 16,
+        **given}})))
+    assert f"field '{key}.{missing}' is missing" in one_error_line(cli("count", path))
