@@ -2168,10 +2168,14 @@ def test_a_rotary_fraction_that_rotates_nothing_leaves_no_positions(tmp_path: Pa
     assert config.model.positions == "none" and config.block.rope == 0.0
 
 
-def test_a_rotary_fraction_rotating_an_odd_number_of_dimensions_is_refused(tmp_path: Path) -> None:
-    # int(128 · 0.33) = 42 dimensions: 21 pairs; int(128 · 0.15) = 19: no pairing
+def test_a_rotary_fraction_rotating_an_odd_number_of_dimensions(tmp_path: Path) -> None:
+    # int(128 · 0.33) = 42 dimensions: 21 pairs; int(128 · 0.15) = 19: Glm4MoeRotaryEmbedding's 10 frequencies
+    # θ^(-2i/19), rotated over its cos table's 20 dims (as 20 with base θ^(20/19)); with a scaling, refused
     assert parse_config(hf_to_mapping(with_fields(GLM45_AIR, partial_rotary_factor=0.33), "g.json")).block.rope_dims == 42
-    message = hf_error(write_json(tmp_path, with_fields(GLM45_AIR, partial_rotary_factor=0.15)))
+    odd = parse_config(hf_to_mapping(with_fields(GLM45_AIR, partial_rotary_factor=0.15), "g.json")).block
+    assert odd.rope_dims == 20 and odd.rope_theta == pytest.approx(GLM45_AIR["rope_theta"] ** (20 / 19), rel=1e-15)
+    message = hf_error(write_json(tmp_path, with_fields(GLM45_AIR, partial_rotary_factor=0.15, rope_scaling={
+        "rope_type": "linear", "factor": 2.0})))
     assert "field 'partial_rotary_factor'" in message and "rotates 19 of 128" in message
 
 

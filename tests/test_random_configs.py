@@ -135,3 +135,66 @@ def test_llama3_rope_without_its_frequency_factors_is_refused(tmp_path: Path, gi
         "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "original_max_position_embeddings": 16,
         **given}})))
     assert f"field '{key}.{missing}' is missing" in one_error_line(cli("count", path))
+
+
+# ----------------------------------------------------------------------------- item 5: what transformers builds
+
+
+def _config_of(name: str) -> dict:
+    return json.loads((CASES / name / "config.json").read_text())
+
+
+@pytest.mark.parametrize("version, runs", [("5.24.0", "silu"), ("5.0.0rc1", "silu"), ("4.46.2", None), (None, None)])
+def test_gemma_hidden_act_alone_is_settled_by_the_writers_version(tmp_path: Path, version: str | None,
+                                                                   runs: str | None) -> None:
+    """transformers 5 runs hidden_act (silu: SwiGLU), 4 ran hidden_activation (absent: tanh GELU): a config saved by
+    5 (the case's, from transformers 5.24) is 5's; an older or unknown writer leaves it ambiguous, refused."""
+    data = _config_of("gemma-v5-silu")
+    assert data["hidden_act"] == "silu" and data.get("hidden_activation") is None
+    data = {k: v for k, v in data.items() if k != "transformers_version"}
+    if version is not None:
+        data["transformers_version"] = version
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    if runs is None:
+        assert "field 'hidden_act'" in one_error_line(cli("count", path))
+    else:
+        assert load_config(path).block.activation == runs and load_config(path).block.gated
+
+
+def test_an_mrope_section_with_a_zero_is_plain_rope_and_a_bad_one_is_shown(tmp_path: Path) -> None:
+    for name in ("mrope-zero-qwen2_5_vl", "mrope-zero-qwen3_vl"):
+        assert 0 in _config_of(name)["text_config"]["rope_parameters"]["mrope_section"]
+        assert load_config(CASES / name).block.rope == 1.0  # and its logits equal transformers' (above)
+    data = _config_of("mrope-zero-qwen2_5_vl")
+    data["text_config"]["rope_parameters"]["mrope_section"] = [2, -1, 3]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    line = one_error_line(cli("count", path))
+    assert "rope_parameters.mrope_section' = [2, -1, 3]" in line and "integers >= 0" in line
+
+
+def test_deepseek_v2_dense_with_the_default_top_k_null_builds_and_a_mixture_without_it_is_named() -> None:
+    assert _config_of("deepseek_v2-dense-null-k")["num_experts_per_tok"] is None
+    cfg = load_config(CASES / "deepseek_v2-dense-null-k")
+    assert cfg.block.moe is None and not cfg.layers_differ
+    assert int(expected("deepseek_v2-dense-null-k")["parameters"]) > 0
+
+
+def test_deepseek_v2_mixture_without_top_k_is_refused_naming_it(tmp_path: Path) -> None:
+    """transformers builds it, then its router fails (torch.topk with k None): nothing to run or size."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(_config_of("deepseek_v2-dense-null-k"), first_k_dense_replace=1)))
+    line = one_error_line(cli("count", path))
+    assert "field 'num_experts_per_tok' is null" in line and "router fails without it" in line
+
+
+def test_glm4_moe_heads_that_do_not_divide_the_width_are_floor_wide_and_rotate_as_its_cos_table() -> None:
+    """Glm4MoeAttention: head_dim = 32 // 3 = 10; int(10 · 0.5) = 5 rotary dims, inverse frequencies θ^(-2i/5) for
+    i < 3, rotated over its cos table's 6 dims: blockcli's 6 of 10 with base θ^(6/5), the same frequencies."""
+    cfg = load_config(CASES / "glm4_moe-floor-heads")
+    assert (cfg.block.head_dim, cfg.block.rope_dims) == (10, 6)
+    assert cfg.block.rope_theta == pytest.approx(10000.0 ** 1.2, rel=1e-15)
+    from blockcli.count import count_parameters
+
+    assert count_parameters(cfg).total == int(expected("glm4_moe-floor-heads")["parameters"])

@@ -294,7 +294,8 @@ def model_section(n_layers: int, vocab: int, positions: str, max_positions: int,
 def gated_rms(f: Fields, activation: Callable[[Fields], dict[str, Any]], *, kv_default: int | None,
               tie_default: bool, head_dim_default: int | None = None, qkv_bias: bool | None = None,
               out_bias: bool | None = None, mlp_bias: bool | None = None, eps_default: float = 1e-6,
-              fraction_keys: tuple[str, ...] = (), fraction_default: float = 1.0) -> tuple[dict, dict]:
+              fraction_keys: tuple[str, ...] = (), fraction_default: float = 1.0,
+              odd_rounds_up: bool = False) -> tuple[dict, dict]:
     """Llama, Mistral, Qwen2, Gemma: RMSNorm, gated MLP, RoPE over the whole head.
 
     A bias argument of None means "read it from the config" (`attention_bias` for q/k/v and o,
@@ -302,7 +303,8 @@ def gated_rms(f: Fields, activation: Callable[[Fields], dict[str, Any]], *, kv_d
     `kv_default` is the HF config class's default for an absent `num_key_value_heads` (None:
     the number of query heads); an explicit null always means "as many as query heads".
     `fraction_keys` name the field of a family that rotates only part of each head (by default
-    `fraction_default`: all).
+    `fraction_default`: all). `odd_rounds_up`: a family whose rotation is as wide as its cos table rotates an odd
+    int(head_dim · fraction) rounded up (GLM-4.5; unscaled RoPE only).
     """
     d = f.int("hidden_size")
     heads = f.int("num_attention_heads")
@@ -321,6 +323,11 @@ def gated_rms(f: Fields, activation: Callable[[Fields], dict[str, Any]], *, kv_d
     theta, fraction, scaling = rope_base(f, ("rope_theta",), 10000.0, fraction_keys, fraction_default,
                                          max_positions=f.int("max_position_embeddings"))
     rotated = int(head_dim * fraction)
+    if odd_rounds_up and fraction != 1.0 and rotated % 2 and not scaling and rotated < head_dim:
+        # transformers' inverse frequencies θ^(-2i/r) for i < ⌈r/2⌉ and a rotation as wide as its cos table,
+        # r + 1: blockcli's r + 1 pairs turn by θ'^(-2i/(r+1)), the same frequencies when θ' = θ^((r+1)/r)
+        theta, rotated = theta ** ((rotated + 1) / rotated), rotated + 1
+        fraction = rotating(rotated, head_dim)
     if fraction != 1.0 and rotated % 2:
         raise f.unrepresentable(next((k for k in fraction_keys if f.has(k)), "partial_rotary_factor"), fraction,
                                 f"it rotates {rotated} of {head_dim} dimensions per head; rotary pairs need an even "

@@ -7,13 +7,15 @@ All are `gated_rms` blocks (RMSNorm, gated MLP, RoPE over the whole head) with a
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Mapping
 
 from blockcli.families.common import (TRAINING_ONLY, Composite, Family, divides, gated_rms, mlp_activation,
                                       layer_types, with_data,
                                       layer_type_ropes, override_layers, silu_gate, sliding_layers,
                                       window_by_key)
-from blockcli.families.fields import Fields
+from blockcli.config import ConfigError
+from blockcli.families.fields import Fields, short
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
 
 
@@ -82,9 +84,9 @@ def text_only_mrope(f: Fields) -> tuple[Fields, tuple[str, list[int] | None] | N
                                             or "mrope" in (params.get("type"), params.get("rope_type"))):
             section = params.get("mrope_section")
             if section is not None and (not isinstance(section, list) or not section or not all(
-                    isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in section)):
-                raise f.invalid(f"{key}.mrope_section", section, "an array of positive integers (rotary pairs "
-                                                                 "per position axis)")
+                    isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in section)):
+                raise ConfigError(f"{f.where}: field '{key}.mrope_section' = {short(section)}: expected an array of "
+                                  f"integers >= 0 (rotary pairs per position axis)")
             interleaved = params.get("mrope_interleaved", False)
             if not isinstance(interleaved, bool):
                 raise f.invalid(f"{key}.mrope_interleaved", interleaved, "true or false")
@@ -274,15 +276,25 @@ def _olmo(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def written_by_major(f: Fields) -> int:
+    """The major version of the transformers that saved the config (`transformers_version`); 0 when unknown."""
+    match = re.match(r"\s*(\d+)\.", str(f.data.get("transformers_version", "")))
+    return int(match.group(1)) if match else 0
+
+
 def _gemma_gate(f: Fields) -> dict[str, Any]:
     """Which gated activation Gemma runs, where transformers' versions agree on it.
 
     transformers 5 runs `hidden_act` (default gelu_pytorch_tanh; the legacy "gelu" of the original
     releases means the tanh approximation) and ignores `hidden_activation`; transformers 4 ran
     `hidden_activation`, or gelu_pytorch_tanh when it was absent. A config on which the two
-    disagree is refused, naming the field.
+    disagree is refused, naming the field, unless its `transformers_version` says transformers 5 or later
+    wrote it: then hidden_act is what its writer ran.
     """
     act = mlp_activation(f, "hidden_act", "gelu_pytorch_tanh", gated=True, exact_gelu_is_tanh=True)  # transformers 5
+    if written_by_major(f) >= 5:
+        f.ignore("hidden_activation")
+        return act
     if f.data.get("hidden_activation") is None:
         f.ignore("hidden_activation")
         older = {"activation": "geglu"}  # transformers 4 without hidden_activation: gelu_pytorch_tanh
