@@ -988,6 +988,16 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     if rope and block.rope_dims == 0:
         raise ConfigError(f"block.rope: a fraction of {rope:g} of head_dim={head_dim} rotates no "
                           f"dimension pair; expected at least 2/head_dim")
+    return _even_rotation(block)
+
+
+def _even_rotation(block: BlockConfig) -> BlockConfig:
+    """RoPE turns pairs of dimensions: a whole head of odd width cannot be rotated (transformers' config
+    refuses it too, 'RoPE requires an even rotary dimension')."""
+    if block.rope == 1.0 and block.mla is None and block.head_dim % 2:
+        raise ConfigError(f"block.rope: RoPE rotates pairs of dimensions and the whole head is rotated, but "
+                          f"head_dim={block.head_dim} is odd; expected an even head_dim (or a fraction rotating "
+                          f"an even number of its dimensions)")
     return block
 
 
@@ -1177,7 +1187,7 @@ def _reconcile_rope(block: BlockConfig, model: ModelConfig, nope: bool = False) 
             raise ConfigError("block.attention_softcap: ALiBi's biases and a soft cap on the same scores have no reference order (no model has both); pick one")
         return replace(block, alibi=True)
     if model.positions == "rope":
-        return block if block.rope or nope else replace(block, rope=1.0)
+        return block if block.rope or nope else _even_rotation(replace(block, rope=1.0))
     if block.rope:
         raise ConfigError(f"block.rope: rotary positions are on but model.positions is "
                           f"'{model.positions}'; set model.positions: rope")

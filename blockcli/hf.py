@@ -148,6 +148,10 @@ def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
                           f"language model is expected to be {' or '.join(map(repr, sizes))}")
     note = (f"the language model of a {composite.title} model: its vision tower and multimodal projector "
             f"are not counted or run")
+    for key, why in composite.unapplied.items():
+        if text.get(key) is not None:
+            note += f"; text_config's {key} {short(text[key])} is not applied: {why}"
+    text = {k: v for k, v in text.items() if k not in composite.unapplied}
     language = {**sizes[text_type], **text, "model_type": text_type}
     if composite.tie == "either":  # transformers' config class ties the top level when text_config ties
         return {**language, "tie_word_embeddings": tie or text.get("tie_word_embeddings", False)}, inner, note, quant
@@ -189,6 +193,7 @@ def _mapped(data: Any, where: str, allow_fields: tuple[str, ...]
     family = FAMILIES[data["model_type"]]
     fields = Fields(data, where, family.title)
     block, model = family.read(fields)
+    set_aside.extend(fields.said)
     unread = [key for key in family.unread if key in data and key not in fields.used]
     fields.ignore(*unread)
     fields.check_leftovers(family.ignored | frozenset(allow_fields))

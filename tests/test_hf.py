@@ -898,9 +898,11 @@ def test_layer_types_all_full_attention() -> None:
     assert "sliding" not in hf_to_mapping(data, "q.json")["about"]["description"]
 
 
-def test_sliding_window_at_least_context_is_plain_causal() -> None:
-    data = with_fields(MISTRAL_7B, sliding_window=32768)
-    assert "sliding" not in hf_to_mapping(data, "m.json")["about"]["description"]
+@pytest.mark.parametrize("window", [32768, 65536])
+def test_sliding_window_at_least_max_positions_is_kept(window: int) -> None:
+    # transformers masks by sliding_window whatever max_position_embeddings (32,768) says, and blockcli runs a RoPE
+    # model on longer passes: the window binds there
+    assert block_of(with_fields(MISTRAL_7B, sliding_window=window))["sliding_window"] == window
 
 
 def test_integral_float_sizes_accepted() -> None:
@@ -1417,12 +1419,13 @@ def test_phi3_is_llama_like_with_its_window_and_no_biases() -> None:
 
 def test_phi3_longrope_takes_its_original_length_from_the_top_level(tmp_path: Path) -> None:
     # Phi-3.5-mini-instruct's shape of config: 128k positions, longrope factors (48 per list: one per
-    # rotary pair of a 96-wide head; the values here are stand-ins), a window too wide to ever bind
+    # rotary pair of a 96-wide head; the values here are stand-ins), a window wider than its positions (kept: it binds
+    # on a pass longer than 262,144 tokens, as in transformers)
     data = with_fields(PHI_3_MINI_4K, max_position_embeddings=131072, sliding_window=262144, rope_scaling={
         "type": "longrope", "short_factor": [1.0 + i / 100 for i in range(48)],
         "long_factor": [1.5 + i for i in range(48)]})
     block = block_of(data)
-    assert "sliding_window" not in block
+    assert block["sliding_window"] == 262144
     scaling = block["rope_scaling"]
     assert (scaling["type"], scaling["original_max_positions"], scaling["factor"]) == ("longrope", 4096, 32.0)
     assert scaling["long_factor"][:2] == [1.5, 2.5] and len(scaling["short_factor"]) == 48
@@ -2165,10 +2168,14 @@ def test_a_rotary_fraction_that_rotates_nothing_leaves_no_positions(tmp_path: Pa
     assert config.model.positions == "none" and config.block.rope == 0.0
 
 
-def test_a_rotary_fraction_rotating_an_odd_number_of_dimensions_is_refused(tmp_path: Path) -> None:
-    # int(128 · 0.33) = 42 dimensions: 21 pairs; int(128 · 0.15) = 19: no pairing
+def test_a_rotary_fraction_rotating_an_odd_number_of_dimensions(tmp_path: Path) -> None:
+    # int(128 · 0.33) = 42 dimensions: 21 pairs; int(128 · 0.15) = 19: Glm4MoeRotaryEmbedding's 10 frequencies
+    # θ^(-2i/19), rotated over its cos table's 20 dims (as 20 with base θ^(20/19)); with a scaling, refused
     assert parse_config(hf_to_mapping(with_fields(GLM45_AIR, partial_rotary_factor=0.33), "g.json")).block.rope_dims == 42
-    message = hf_error(write_json(tmp_path, with_fields(GLM45_AIR, partial_rotary_factor=0.15)))
+    odd = parse_config(hf_to_mapping(with_fields(GLM45_AIR, partial_rotary_factor=0.15), "g.json")).block
+    assert odd.rope_dims == 20 and odd.rope_theta == pytest.approx(GLM45_AIR["rope_theta"] ** (20 / 19), rel=1e-15)
+    message = hf_error(write_json(tmp_path, with_fields(GLM45_AIR, partial_rotary_factor=0.15, rope_scaling={
+        "rope_type": "linear", "factor": 2.0})))
     assert "field 'partial_rotary_factor'" in message and "rotates 19 of 128" in message
 
 

@@ -42,7 +42,7 @@ def _cohere2(f: Fields) -> tuple[dict, dict]:
         sliding = [bool((i + 1) % pattern) for i in range(n_layers)]
     else:
         f.ignore("sliding_window_pattern")
-    sliding_layers(f, block, model, sliding, default=4096)
+    sliding_layers(f, block, sliding, default=4096)
     override_layers(f, [i for i, kind in enumerate(sliding) if not kind], {"rope": False})  # the global layers
     return block, model
 

@@ -64,6 +64,9 @@ class Composite:
     aside: tuple[str, ...] = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.",
                               "model.multi_modal_projector.")
     others: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, hash=False)
+    # text_config fields the composite's model class never applies (its own forward, not the language model's
+    # class, computes that step), each with the reason: read as absent, with a note when set
+    unapplied: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 def mlp_activation(f: Fields, key: str, default: str, *, gated: bool,
@@ -93,6 +96,8 @@ _ROPE_SCALING_KEYS = {
     "attention_factor": "attention_factor", "truncate": "truncate", "short_factor": "short_factor",
     "long_factor": "long_factor",
 }
+# what transformers' rope validation requires of a kind where blockcli's schema would fill in a default
+_ROPE_REQUIRED = {"llama3": ("low_freq_factor", "high_freq_factor")}
 _ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 
 
@@ -139,7 +144,7 @@ def with_data(f: Fields, data: Mapping[str, Any]) -> Fields:
     """`f` reading `data` instead (a default filled in, a field rewritten), with the same record of the keys
     read, the notes and the per-layer overrides."""
     g = Fields(data, f.where, f.family)
-    g.used, g.notes, g.layers = f.used, f.notes, f.layers
+    g.used, g.notes, g.said, g.layers = f.used, f.notes, f.said, f.layers
     return g
 
 
@@ -228,6 +233,10 @@ def rope_scaling(f: Fields, key: str, params: Mapping[str, Any], inner: Fields, 
         else:
             out[field_name] = inner.float(name, low=0.0, high=1e6, low_open=name not in ("mscale", "mscale_all_dim",
                                                                                          "attention_factor"))
+    for name in _ROPE_REQUIRED.get(kind, ()):  # blockcli's schema has defaults for these; transformers has none
+        if name not in params:
+            raise ConfigError(f"{f.where}: field '{key}.{name}' is missing; transformers' {kind} RoPE needs it (its "
+                              f"config refuses a {kind} scaling without {' and '.join(_ROPE_REQUIRED[kind])})")
     if kind == "dynamic" and max_positions is not None:
         # transformers' dynamic NTK always scales past max_position_embeddings (an
         # original_max_position_embeddings in the dict is ignored there, so here too)
@@ -262,11 +271,12 @@ def divides(f: Fields, width_key: str, width: int, heads_key: str, heads: int) -
     return width // heads
 
 
-def window_width(f: Fields, key: str, window: Any, max_positions: int) -> int:
-    """An active sliding window as block.sliding_window; 0 when it is too wide to ever bind."""
+def window_width(f: Fields, key: str, window: Any) -> int:
+    """An active sliding window as block.sliding_window, kept however it compares with max_position_embeddings:
+    transformers applies it to any longer pass, and blockcli runs RoPE models past their max positions."""
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise f.invalid(key, window, "a positive integer or null")
-    return 0 if window >= max_positions else window
+    return window
 
 
 def bias_groups(qkv: bool, out: bool, mlp: bool, norm: bool) -> bool | dict[str, bool]:
@@ -287,7 +297,8 @@ def model_section(n_layers: int, vocab: int, positions: str, max_positions: int,
 def gated_rms(f: Fields, activation: Callable[[Fields], dict[str, Any]], *, kv_default: int | None,
               tie_default: bool, head_dim_default: int | None = None, qkv_bias: bool | None = None,
               out_bias: bool | None = None, mlp_bias: bool | None = None, eps_default: float = 1e-6,
-              fraction_keys: tuple[str, ...] = (), fraction_default: float = 1.0) -> tuple[dict, dict]:
+              fraction_keys: tuple[str, ...] = (), fraction_default: float = 1.0,
+              odd_rounds_up: bool = False) -> tuple[dict, dict]:
     """Llama, Mistral, Qwen2, Gemma: RMSNorm, gated MLP, RoPE over the whole head.
 
     A bias argument of None means "read it from the config" (`attention_bias` for q/k/v and o,
@@ -295,7 +306,8 @@ def gated_rms(f: Fields, activation: Callable[[Fields], dict[str, Any]], *, kv_d
     `kv_default` is the HF config class's default for an absent `num_key_value_heads` (None:
     the number of query heads); an explicit null always means "as many as query heads".
     `fraction_keys` name the field of a family that rotates only part of each head (by default
-    `fraction_default`: all).
+    `fraction_default`: all). `odd_rounds_up`: a family whose rotation is as wide as its cos table rotates an odd
+    int(head_dim · fraction) rounded up (GLM-4.5; unscaled RoPE only).
     """
     d = f.int("hidden_size")
     heads = f.int("num_attention_heads")
@@ -314,6 +326,11 @@ def gated_rms(f: Fields, activation: Callable[[Fields], dict[str, Any]], *, kv_d
     theta, fraction, scaling = rope_base(f, ("rope_theta",), 10000.0, fraction_keys, fraction_default,
                                          max_positions=f.int("max_position_embeddings"))
     rotated = int(head_dim * fraction)
+    if odd_rounds_up and fraction != 1.0 and rotated % 2 and not scaling and rotated < head_dim:
+        # transformers' inverse frequencies θ^(-2i/r) for i < ⌈r/2⌉ and a rotation as wide as its cos table,
+        # r + 1: blockcli's r + 1 pairs turn by θ'^(-2i/(r+1)), the same frequencies when θ' = θ^((r+1)/r)
+        theta, rotated = theta ** ((rotated + 1) / rotated), rotated + 1
+        fraction = rotating(rotated, head_dim)
     if fraction != 1.0 and rotated % 2:
         raise f.unrepresentable(next((k for k in fraction_keys if f.has(k)), "partial_rotary_factor"), fraction,
                                 f"it rotates {rotated} of {head_dim} dimensions per head; rotary pairs need an even "
@@ -353,16 +370,14 @@ def layer_types(f: Fields, n_layers: int) -> list[bool] | None:
     return [t == "sliding_attention" for t in types]
 
 
-def sliding_layers(f: Fields, block: dict, model: dict, sliding: list[bool], default: int | None = None) -> None:
+def sliding_layers(f: Fields, block: dict, sliding: list[bool], default: int | None = None) -> None:
     """The window on the layers `sliding` marks: on the base block when layer 0 slides, and as
     per-layer overrides (`layers:`) on the layers whose kind differs from layer 0's."""
-    apply_window(f, block, model, sliding[0], default)
+    apply_window(f, block, sliding[0], default)
     if len(set(sliding)) == 1:
         return
     windowed: dict = {}
-    apply_window(f, windowed, model, True, default)
-    if not windowed:  # a window as wide as the context never binds: every layer is alike
-        return
+    apply_window(f, windowed, True, default)
     others = [i for i, kind in enumerate(sliding) if kind != sliding[0]]
     f.layers.append({"indices": others, "block": {"sliding_window": 0 if sliding[0] else windowed["sliding_window"]}})
 
@@ -379,7 +394,7 @@ def override_layers(f: Fields, indices: list[int], fields: dict[str, Any]) -> No
     f.layers[:] = [{"indices": layers, "block": block} for layers, block in groups.values()]
 
 
-def apply_window(f: Fields, block: dict, model: dict, active: bool, default: int | None = None) -> None:
+def apply_window(f: Fields, block: dict, active: bool, default: int | None = None) -> None:
     """block.sliding_window when the config turns the window on; `default` is the config class's
     window for an absent `sliding_window` key (an explicit null means no window)."""
     window = f.raw("sliding_window", None) if f.has("sliding_window") else default
@@ -388,15 +403,13 @@ def apply_window(f: Fields, block: dict, model: dict, active: bool, default: int
         return
     if window is None:
         raise f.invalid("sliding_window", window, "a window size, since this config turns sliding attention on")
-    width = window_width(f, "sliding_window", window, model["max_positions"])
-    if width:
-        block["sliding_window"] = width
+    block["sliding_window"] = window_width(f, "sliding_window", window)
 
 
-def window_by_key(f: Fields, block: dict, model: dict, default: int | None) -> None:
+def window_by_key(f: Fields, block: dict, default: int | None) -> None:
     """Families whose window is on whenever `sliding_window` is not null (Mistral, StarCoder2)."""
     window_on = f.data.get("sliding_window") is not None if f.has("sliding_window") else default is not None
-    apply_window(f, block, model, window_on, default)
+    apply_window(f, block, window_on, default)
 
 
 def kv_heads(f: Fields, heads: int, default: int) -> int:

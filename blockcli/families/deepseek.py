@@ -43,7 +43,10 @@ def _moe(f: Fields, v3: bool) -> dict:
     f.ignore("ep_size", "aux_loss_alpha", "seq_aux", "output_router_logits")  # parallelism, training losses
     d_expert = f.int("moe_intermediate_size", 2048 if v3 else 1407)
     moe = {"n_experts": f.int("n_routed_experts", 256 if v3 else 64),
-           "top_k": f.int("num_experts_per_tok", 8) if v3 else f.int("num_experts_per_tok"), "d_expert": d_expert,
+           "top_k": f.int("num_experts_per_tok", 8) if v3 else f.int(
+               "num_experts_per_tok", why="the experts' top k, from layer first_k_dense_replace up; transformers' "
+                                          "router fails without it, and a dense model does not read it"),
+           "d_expert": d_expert,
            "routed_scaling": f.float("routed_scaling_factor", 2.5 if v3 else 1.0, high=1e6),
            "d_shared": d_expert * f.int("n_shared_experts", 1 if v3 else 2, minimum=0)}
     if v3:
@@ -72,8 +75,12 @@ def _glm4_moe(f: Fields) -> tuple[dict, dict]:
     # the multi-token-prediction layers are not part of transformers' Glm4MoeForCausalLM (it skips their tensors)
     f.ignore("num_nextn_predict_layers", "num_mtp_layers", "output_router_logits", "pretraining_tp")
     n_layers = f.int("num_hidden_layers")
+    # no head_dim: Glm4MoeAttention's hidden_size // num_attention_heads, which need not divide (the config class's
+    # 96 heads on 4096: 42 each), as it never checks
+    floor = f.int("hidden_size") // f.int("num_attention_heads")
     block, model = gated_rms(f, silu_gate, kv_default=8, tie_default=False, out_bias=False, mlp_bias=False,
-                             eps_default=1e-5, fraction_keys=("partial_rotary_factor",), fraction_default=0.5)
+                             eps_default=1e-5, fraction_keys=("partial_rotary_factor",), fraction_default=0.5,
+                             head_dim_default=floor, odd_rounds_up=True)
     if f.bool("use_qk_norm", False):
         block["qk_norm"] = "head"  # q_norm and k_norm: RMSNorm over each head's d_h, before RoPE
     dense = f.int("first_k_dense_replace", 1, minimum=0)

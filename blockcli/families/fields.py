@@ -136,7 +136,8 @@ class Fields:
     def __init__(self, data: Mapping[str, Any], where: str, family: str) -> None:
         self.data, self.where, self.family = data, where, family
         self.used: set[str] = set()
-        self.notes: list[str] = []
+        self.notes: list[str] = []  # said in the model's description
+        self.said: list[str] = []  # said on every command, as a note on stderr: where a number differs from the field
         self.layers: list[dict[str, Any]] = []  # per-layer overrides ({indices, block}) the map found
         self.quantization: Quantization | None = None  # the quantization_config check_leftovers recognised
 

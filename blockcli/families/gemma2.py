@@ -9,7 +9,7 @@ import math
 
 from blockcli.families.common import (TRAINING_ONLY, Composite, Family, gated_rms, mlp_activation, layer_types,
                                       layer_type_ropes, sliding_layers)
-from blockcli.families.fields import Fields
+from blockcli.families.fields import Fields, short
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
 
 
@@ -42,7 +42,7 @@ def _gemma2(f: Fields, pattern: int = 2, softcaps: tuple[float | None, float | N
     if sliding is None:  # Gemma2Config: layer i slides when (i + 1) % 2 (Gemma 3: % sliding_window_pattern)
         sliding = [bool((i + 1) % pattern) for i in range(n_layers)]
     f.ignore("sliding_window_size")  # an older duplicate of sliding_window in the published configs, unread
-    sliding_layers(f, block, model, sliding, default=4096)
+    sliding_layers(f, block, sliding, default=4096)
     return block, model
 
 
@@ -57,12 +57,17 @@ def _gemma3_text(f: Fields) -> tuple[dict, dict]:
     (10,000) and no scaling, the global ones with `rope_theta` (1,000,000) and `rope_scaling` — in
     transformers 5, `rope_parameters` holds one dict per layer type. Layers slide unless
     (i + 1) % sliding_window_pattern == 0 (default 6), or as `layer_types` says."""
-    rest = Fields({k: v for k, v in f.data.items() if k not in _GEMMA3_ROPE_KEYS}, f.where, f.family)
+    unapplied = ("attn_logit_softcapping",)  # Gemma3Attention keeps it but never passes it to its attention
+    rest = Fields({k: v for k, v in f.data.items() if k not in _GEMMA3_ROPE_KEYS + unapplied}, f.where, f.family)
     pattern = f.int("sliding_window_pattern", 6)
     f.ignore("_sliding_window_pattern")  # transformers 5 saves its copy of the pattern beside layer_types
     block, model = _gemma2(rest, pattern=pattern, softcaps=(None, None))
     f.used |= rest.used
     f.notes.extend(rest.notes)
+    f.said.extend(rest.said)
+    if f.raw("attn_logit_softcapping", None) is not None:
+        f.said.append(f"attn_logit_softcapping {short(f.data['attn_logit_softcapping'])} is not applied: transformers' "
+                      f"Gemma3Attention stores it but never caps its scores with it, so neither does blockcli")
     block["qk_norm"] = "head"  # q_norm and k_norm: Gemma3RMSNorm over each head's d_h, before RoPE
     f.layers.extend(rest.layers)  # the other kind's window
     sliding = layer_types(f, model["n_layers"]) or [bool((i + 1) % pattern) for i in range(model["n_layers"])]
@@ -108,5 +113,7 @@ COMPOSITES = (
         "boi_token_id", "eoi_token_id", "image_token_id"}),
               # Gemma3TextConfig's sizes (its other defaults are _gemma3_text's)
               {"vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
-               "num_attention_heads": 8, "max_position_embeddings": 131_072}),
+               "num_attention_heads": 8, "max_position_embeddings": 131_072},
+              unapplied={"final_logit_softcapping": "Gemma3ForConditionalGeneration computes its logits without it "
+                                                    "(Gemma3ForCausalLM, a gemma3_text model's class, caps them)"}),
 )

@@ -48,7 +48,7 @@ def _gpt_oss(f: Fields) -> tuple[dict, dict]:
                  swiglu_limit=f.float("swiglu_limit", 7.0, high=1e6))
     n_layers = model["n_layers"]
     sliding = layer_types(f, n_layers) or [i % 2 == 0 for i in range(n_layers)]
-    sliding_layers(f, block, model, sliding, default=128)
+    sliding_layers(f, block, sliding, default=128)
     top_k = f.int("num_experts_per_tok", 4)
     # OpenAI's configs repeat it as experts_per_token, which transformers never reads: it must agree
     if f.has("experts_per_token") and f.int("experts_per_token") != top_k:

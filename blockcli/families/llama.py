@@ -7,13 +7,15 @@ All are `gated_rms` blocks (RMSNorm, gated MLP, RoPE over the whole head) with a
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Mapping
 
 from blockcli.families.common import (TRAINING_ONLY, Composite, Family, divides, gated_rms, mlp_activation,
                                       layer_types, with_data,
                                       layer_type_ropes, override_layers, silu_gate, sliding_layers,
                                       window_by_key)
-from blockcli.families.fields import Fields
+from blockcli.config import ConfigError
+from blockcli.families.fields import Fields, short
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
 
 
@@ -31,7 +33,7 @@ def _mistral(f: Fields) -> tuple[dict, dict]:
     # MistralForCausalLM masks by sliding_window alone (MistralConfig defaults it to 4096) and only
     # warns about layer_types, which Ministral reads
     f.ignore("layer_types")
-    window_by_key(f, block, model, default=4096)
+    window_by_key(f, block, default=4096)
     return block, model
 
 
@@ -42,7 +44,7 @@ def _ministral(f: Fields) -> tuple[dict, dict]:
                              qkv_bias=False, out_bias=False, mlp_bias=False)
     n_layers = model["n_layers"]
     window_on = f.data.get("sliding_window") is not None if f.has("sliding_window") else True  # default 4096
-    sliding_layers(f, block, model, layer_types(f, n_layers) or [window_on] * n_layers, default=4096)
+    sliding_layers(f, block, layer_types(f, n_layers) or [window_on] * n_layers, default=4096)
     return block, model
 
 
@@ -103,7 +105,7 @@ def _qwen_window(f: Fields, block: dict, model: dict, max_window_default: int = 
         first = f.int("max_window_layers", max_window_default, minimum=0) if use_window else n_layers
         sliding = [i >= first for i in range(n_layers)]
     sliding = [use_window and kind for kind in sliding]
-    sliding_layers(f, block, model, sliding, default=4096)  # Qwen2Config/Qwen3Config: sliding_window 4096
+    sliding_layers(f, block, sliding, default=4096)  # Qwen2Config/Qwen3Config: sliding_window 4096
 
 
 def text_only_mrope(f: Fields) -> tuple[Fields, tuple[str, list[int] | None] | None]:
@@ -117,9 +119,9 @@ def text_only_mrope(f: Fields) -> tuple[Fields, tuple[str, list[int] | None] | N
                                             or "mrope" in (params.get("type"), params.get("rope_type"))):
             section = params.get("mrope_section")
             if section is not None and (not isinstance(section, list) or not section or not all(
-                    isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in section)):
-                raise f.invalid(f"{key}.mrope_section", section, "an array of positive integers (rotary pairs "
-                                                                 "per position axis)")
+                    isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in section)):
+                raise ConfigError(f"{f.where}: field '{key}.mrope_section' = {short(section)}: expected an array of "
+                                  f"integers >= 0 (rotary pairs per position axis)")
             interleaved = params.get("mrope_interleaved", False)
             if not isinstance(interleaved, bool):
                 raise f.invalid(f"{key}.mrope_interleaved", interleaved, "true or false")
@@ -217,7 +219,7 @@ def _smollm3(f: Fields) -> tuple[dict, dict]:
         sliding = [window_on and not r for r in rotates]
     else:
         f.ignore("use_sliding_window")
-    sliding_layers(f, block, model, sliding)
+    sliding_layers(f, block, sliding)
     override_layers(f, [i for i, r in enumerate(rotates) if not r], {"rope": False})
     return block, model
 
@@ -242,7 +244,7 @@ def _olmo3(f: Fields) -> tuple[dict, dict]:
     f.used |= rest.used
     n_layers = model["n_layers"]
     sliding = layer_types(f, n_layers) or [bool((i + 1) % 4) for i in range(n_layers)]
-    sliding_layers(f, block, model, sliding, default=4096)
+    sliding_layers(f, block, sliding, default=4096)
     layer_type_ropes(f, block, model, sliding, (10000.0, "rope_theta", 10000.0), "OLMo 3")
     return block, model
 
@@ -270,7 +272,7 @@ def _exaone4(f: Fields) -> tuple[dict, dict]:
         else:
             raise f.invalid("sliding_window_pattern", pattern, "a period of at least 1, or a pattern of L (local) "
                                                                "and G (global) layers such as \"LLLG\"")
-    sliding_layers(f, block, model, sliding, default=4096)
+    sliding_layers(f, block, sliding, default=4096)
     if window_set:
         override_layers(f, [i for i, kind in enumerate(sliding) if not kind], {"rope": False})
     return block, model
@@ -309,15 +311,25 @@ def _olmo(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def written_by_major(f: Fields) -> int:
+    """The major version of the transformers that saved the config (`transformers_version`); 0 when unknown."""
+    match = re.match(r"\s*(\d+)\.", str(f.data.get("transformers_version", "")))
+    return int(match.group(1)) if match else 0
+
+
 def _gemma_gate(f: Fields) -> dict[str, Any]:
     """Which gated activation Gemma runs, where transformers' versions agree on it.
 
     transformers 5 runs `hidden_act` (default gelu_pytorch_tanh; the legacy "gelu" of the original
     releases means the tanh approximation) and ignores `hidden_activation`; transformers 4 ran
     `hidden_activation`, or gelu_pytorch_tanh when it was absent. A config on which the two
-    disagree is refused, naming the field.
+    disagree is refused, naming the field, unless its `transformers_version` says transformers 5 or later
+    wrote it: then hidden_act is what its writer ran.
     """
     act = mlp_activation(f, "hidden_act", "gelu_pytorch_tanh", gated=True, exact_gelu_is_tanh=True)  # transformers 5
+    if written_by_major(f) >= 5:
+        f.ignore("hidden_activation")
+        return act
     if f.data.get("hidden_activation") is None:
         f.ignore("hidden_activation")
         older = {"activation": "geglu"}  # transformers 4 without hidden_activation: gelu_pytorch_tanh

@@ -46,7 +46,7 @@ def _mixtral(f: Fields) -> tuple[dict, dict]:
     params = f.data.get("rope_parameters")
     if f.data.get("rope_theta") is None and not (isinstance(params, dict) and params.get("rope_theta") is not None):
         block["rope_theta"] = 1e6  # MixtralConfig.default_theta
-    window_by_key(f, block, model, default=None)
+    window_by_key(f, block, default=None)
     block["moe"] = {"n_experts": f.int("num_local_experts", 8), "top_k": f.int("num_experts_per_tok", 2),
                     "d_expert": block["d_ff"], "renormalize": True}
     return block, model
@@ -92,7 +92,7 @@ def _qwen3_moe(f: Fields) -> tuple[dict, dict]:
     block, model = gated_rms(f, silu_gate, kv_default=4, tie_default=False, mlp_bias=False)
     block["qk_norm"] = "head"
     f.ignore("max_window_layers")  # Qwen3's field, written into Qwen3-MoE configs; Qwen3-MoE never reads it
-    apply_window(f, block, model, f.bool("use_sliding_window", False), default=4096)
+    apply_window(f, block, f.bool("use_sliding_window", False), default=4096)
     _qwen_moe(f, block, model, 768, 8, 128)
     return block, model
 

@@ -32,7 +32,7 @@ def _phi3(f: Fields) -> tuple[dict, dict]:
                                                                         f"{block['head_dim']} dimensions per head; "
                                                                         f"expected an even number, at least 2")
     f.ignore("original_max_position_embeddings")  # read by longrope; without it, unused
-    window_by_key(f, block, model, default=None)  # Phi3Config: no window unless sliding_window says
+    window_by_key(f, block, default=None)  # Phi3Config: no window unless sliding_window says
     return block, model
 
 

@@ -38,7 +38,7 @@ def _starcoder2(f: Fields) -> tuple[dict, dict]:
     model = model_section(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", f.int("max_position_embeddings"),
                           f.bool("tie_word_embeddings", True))
     f.ignore("layer_types")  # Starcoder2ForCausalLM masks by sliding_window alone (default: none)
-    window_by_key(f, block, model, default=None)
+    window_by_key(f, block, default=None)
     return block, model
 
 

@@ -1,0 +1,200 @@
+"""blockcli against transformers on random configs (issue #30): the fixed cases and the fuzz draws that
+tests/fixtures/cases/generate.py wrote with transformers 5.24 — each folder's logits and one cached decode
+step, in float64 (1e-9 relative) and float32 (1e-4), equal to what transformers computed from the same
+config.json and weights. A new draw or case in the generator is tested here as soon as it is written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from blockcli import Model, load_config
+from test_checkpoint import TOLERANCE, one_error_line, relative
+
+CASES = Path(__file__).resolve().parent / "fixtures" / "cases"
+FOLDERS = sorted(p.name for p in CASES.iterdir() if (p / "config.json").is_file())
+
+
+def expected(name: str) -> dict[str, np.ndarray]:
+    return dict(np.load(CASES / name / "expected.npz"))
+
+
+def run_model(name: str, dtype: str = "float64") -> tuple[Model, dict[str, np.ndarray]]:
+    folder, want = CASES / name, expected(name)
+    return Model.from_config(load_config(folder), weights=folder, dtype=dtype), want
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "blockcli", *map(str, args)], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", FOLDERS)
+def test_logits_and_decode_step_equal_transformers(name: str, dtype: str) -> None:
+    model, want = run_model(name, dtype)
+    ids = want["input_ids"]
+    assert relative(model(ids), want[f"logits_{dtype}"]) <= TOLERANCE[dtype]
+    caches = model.new_cache()
+    model.step(ids[:, :-1], caches)
+    assert relative(model.step(ids[:, -1:], caches), want[f"decode_logits_{dtype}"]) <= TOLERANCE[dtype]
+
+
+# ----------------------------------------------------------------------------- item 1: windows past max positions
+
+
+@pytest.mark.parametrize("name", ["window-mistral", "window-gemma2", "window-starcoder2", "window-mixtral"])
+def test_a_window_as_wide_as_max_positions_binds_on_a_longer_pass(name: str) -> None:
+    cfg = load_config(CASES / name)
+    window, positions = cfg.block.sliding_window, cfg.model.max_positions  # layer 0 slides in each
+    assert window >= positions and expected(name)["input_ids"].shape[1] > window  # the case is what it claims
+    model, want = run_model(name)
+    assert relative(model(want["input_ids"]), want["logits_float64"]) <= 1e-9
+
+
+def test_a_run_past_max_positions_says_so() -> None:
+    proc = cli("trace", CASES / "window-mistral", "--seq", "9")
+    assert proc.returncode == 0, proc.stderr
+    assert "note: " in proc.stderr and "9 tokens are past the model's max_positions 4" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- item 2: Gemma 3's soft caps per class
+
+
+def test_gemma3_causal_lm_caps_its_logits_and_never_its_scores() -> None:
+    cfg = load_config(CASES / "softcap-gemma3_text")
+    assert cfg.model.logit_softcap == 2.0 and not cfg.block.attention_softcap
+    assert np.abs(expected("softcap-gemma3_text")["logits_float64"]).max() < 2.0  # transformers capped them
+    assert any("attn_logit_softcapping 1.5 is not applied" in note and "Gemma3Attention" in note for note in cfg.notes)
+
+
+def test_gemma3_vision_language_model_caps_neither() -> None:
+    cfg = load_config(CASES / "softcap-gemma3")
+    assert not cfg.model.logit_softcap and not cfg.block.attention_softcap
+    assert np.abs(expected("softcap-gemma3")["logits_float64"]).max() > 2.0  # transformers did not cap them
+    notes = " ".join(cfg.notes)
+    assert "final_logit_softcapping 2.0 is not applied: Gemma3ForConditionalGeneration" in notes
+    assert "attn_logit_softcapping 1.5 is not applied" in notes
+
+
+@pytest.mark.parametrize("name", ["softcap-gemma3_text", "softcap-gemma3"])
+def test_the_caps_transformers_skips_would_change_the_logits(name: str) -> None:
+    """The cases can tell: soft-capping the scores at 1.5 (and, for the vision-language class, the logits at 2)
+    moves the logits far past the tolerance."""
+    from dataclasses import replace
+
+    cfg, want = load_config(CASES / name), expected(name)
+    capped = replace(cfg, block=replace(cfg.block, attention_softcap=1.5),
+                     layer_blocks=tuple(replace(b, attention_softcap=1.5) for b in cfg.layer_blocks),
+                     model=replace(cfg.model, logit_softcap=2.0))
+    model = Model.from_config(capped, weights=CASES / name, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
+
+
+# ----------------------------------------------------------------------------- item 6: what transformers refuses
+
+_LLAMA = dict(model_type="llama", hidden_size=60, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=1,
+              intermediate_size=64, vocab_size=64, max_position_embeddings=64)
+
+
+@pytest.mark.parametrize("command", ["trace", "count", "verify"])
+def test_an_odd_head_rotated_whole_is_refused(tmp_path: Path, command: str) -> None:
+    """transformers' config refuses it ('RoPE requires an even rotary dimension, but got head_dim=15'): 60 / 4."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_LLAMA))
+    line = one_error_line(cli(command, path))
+    assert "head_dim=15 is odd" in line and "block.rope" in line
+
+
+def test_an_odd_head_in_blockclis_schema_is_refused_and_a_rotated_even_part_is_not(tmp_path: Path) -> None:
+    from blockcli.config import ConfigError, parse_config
+
+    yaml_like = {"block": {"d_model": 30, "n_heads": 2, "rope": True}, "model": {"positions": "rope"}}
+    with pytest.raises(ConfigError, match="head_dim=15 is odd"):
+        parse_config(yaml_like)
+    with pytest.raises(ConfigError, match="head_dim=15 is odd"):  # positions: rope turns rope on
+        parse_config({"block": {"d_model": 30, "n_heads": 2}, "model": {"positions": "rope"}})
+    assert parse_config({"block": {"d_model": 30, "n_heads": 2, "rope": 0.4},
+                         "model": {"positions": "rope"}}).block.rope_dims == 6  # GPT-NeoX-style fraction: 6 of 15
+
+
+@pytest.mark.parametrize("given, missing", [({}, "low_freq_factor"), ({"low_freq_factor": 1.0}, "high_freq_factor"),
+                                            ({"high_freq_factor": 4.0}, "low_freq_factor")])
+@pytest.mark.parametrize("key", ["rope_scaling", "rope_parameters"])
+def test_llama3_rope_without_its_frequency_factors_is_refused(tmp_path: Path, given: dict, missing: str,
+                                                               key: str) -> None:
+    """transformers: "Missing required keys in `rope_parameters` for 'rope_type'='llama3'" (a KeyError)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(_LLAMA, hidden_size=64, **{key: {
+        "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "original_max_position_embeddings": 16,
+        **given}})))
+    assert f"field '{key}.{missing}' is missing" in one_error_line(cli("count", path))
+
+
+# ----------------------------------------------------------------------------- item 5: what transformers builds
+
+
+def _config_of(name: str) -> dict:
+    return json.loads((CASES / name / "config.json").read_text())
+
+
+@pytest.mark.parametrize("version, runs", [("5.24.0", "silu"), ("5.0.0rc1", "silu"), ("4.46.2", None), (None, None)])
+def test_gemma_hidden_act_alone_is_settled_by_the_writers_version(tmp_path: Path, version: str | None,
+                                                                   runs: str | None) -> None:
+    """transformers 5 runs hidden_act (silu: SwiGLU), 4 ran hidden_activation (absent: tanh GELU): a config saved by
+    5 (the case's, from transformers 5.24) is 5's; an older or unknown writer leaves it ambiguous, refused."""
+    data = _config_of("gemma-v5-silu")
+    assert data["hidden_act"] == "silu" and data.get("hidden_activation") is None
+    data = {k: v for k, v in data.items() if k != "transformers_version"}
+    if version is not None:
+        data["transformers_version"] = version
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    if runs is None:
+        assert "field 'hidden_act'" in one_error_line(cli("count", path))
+    else:
+        assert load_config(path).block.activation == runs and load_config(path).block.gated
+
+
+def test_an_mrope_section_with_a_zero_is_plain_rope_and_a_bad_one_is_shown(tmp_path: Path) -> None:
+    for name in ("mrope-zero-qwen2_5_vl", "mrope-zero-qwen3_vl"):
+        assert 0 in _config_of(name)["text_config"]["rope_parameters"]["mrope_section"]
+        assert load_config(CASES / name).block.rope == 1.0  # and its logits equal transformers' (above)
+    data = _config_of("mrope-zero-qwen2_5_vl")
+    data["text_config"]["rope_parameters"]["mrope_section"] = [2, -1, 3]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    line = one_error_line(cli("count", path))
+    assert "rope_parameters.mrope_section' = [2, -1, 3]" in line and "integers >= 0" in line
+
+
+def test_deepseek_v2_dense_with_the_default_top_k_null_builds_and_a_mixture_without_it_is_named() -> None:
+    assert _config_of("deepseek_v2-dense-null-k")["num_experts_per_tok"] is None
+    cfg = load_config(CASES / "deepseek_v2-dense-null-k")
+    assert cfg.block.moe is None and not cfg.layers_differ
+    assert int(expected("deepseek_v2-dense-null-k")["parameters"]) > 0
+
+
+def test_deepseek_v2_mixture_without_top_k_is_refused_naming_it(tmp_path: Path) -> None:
+    """transformers builds it, then its router fails (torch.topk with k None): nothing to run or size."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(_config_of("deepseek_v2-dense-null-k"), first_k_dense_replace=1)))
+    line = one_error_line(cli("count", path))
+    assert "field 'num_experts_per_tok' is null" in line and "router fails without it" in line
+
+
+def test_glm4_moe_heads_that_do_not_divide_the_width_are_floor_wide_and_rotate_as_its_cos_table() -> None:
+    """Glm4MoeAttention: head_dim = 32 // 3 = 10; int(10 · 0.5) = 5 rotary dims, inverse frequencies θ^(-2i/5) for
+    i < 3, rotated over its cos table's 6 dims: blockcli's 6 of 10 with base θ^(6/5), the same frequencies."""
+    cfg = load_config(CASES / "glm4_moe-floor-heads")
+    assert (cfg.block.head_dim, cfg.block.rope_dims) == (10, 6)
+    assert cfg.block.rope_theta == pytest.approx(10000.0 ** 1.2, rel=1e-15)
+    from blockcli.count import count_parameters
+
+    assert count_parameters(cfg).total == int(expected("glm4_moe-floor-heads")["parameters"])
