@@ -518,7 +518,8 @@ class MultiHeadAttention:
         rec("k", "split heads K", k, (k_flat,), kind="reshape")
         v = ops.split_heads(v_flat, h_kv)  # (B, h_kv, T, d_h)
         rec("v", "split heads V", v, (v_flat,), kind="reshape")
-        if cfg.qk_norm in ("head", "each_head"):  # Qwen3, Gemma 3 (Command R+: each head its own weights), before RoPE
+        per_head = cfg.qk_norm in ("head", "each_head")
+        if per_head and not cfg.qk_norm_after_rope:  # Qwen3, Gemma 3 (Command R+: each its own weights), before RoPE
             q, k = self._qk_norm(q, k, rec, tape)  # (B, h, T, d_h), (B, h_kv, T, d_h)
 
         if cfg.rope:
@@ -530,6 +531,8 @@ class MultiHeadAttention:
             k_rot = ops.rotate_pairs(k, cos, sin, cfg.rope_layout)  # (B, h_kv, T, d_h)
             rec("k_rope", "RoPE on K", k_rot, (k,), kind="rope")
             q, k = q_rot, k_rot
+        if per_head and cfg.qk_norm_after_rope:  # HunYuan: the rotated queries and keys, each head's d_h
+            q, k = self._qk_norm(q, k, rec, tape)  # (B, h, T, d_h), (B, h_kv, T, d_h)
         if cfg.query_scale:  # Ministral 3: every query times its position's scale, after RoPE
             q_scaled = q * query_scales(cfg, np.arange(start, start + T), q.dtype)[:, None]  # (B, h, T, d_h)
             rec("q_scale", query_scale_label(cfg), q_scaled, (q,), kind="scale")
@@ -562,11 +565,14 @@ class MultiHeadAttention:
         self._attend_backward(saved, ops.split_heads(d_concat, h), tape, (dq, dk, dv))
         if cfg.query_scale:  # dQ_rot = dQ_scaled · scale(t)
             dq *= query_scales(cfg, np.arange(x.shape[1]), dq.dtype)[:, None]  # (B, h, T, d_h)
+        per_head = cfg.qk_norm in ("head", "each_head")
+        if per_head and cfg.qk_norm_after_rope:
+            dq[...], dk[...] = self._qk_norm_backward(dq, dk, tape)
         if cfg.rope:
             cos, sin = F.rope_tables(np.arange(x.shape[1]), cfg.rope_dims, cfg.rope_theta, x.dtype, cfg.rope_scaling)
             dq[...] = ops.rotate_pairs_backward(dq, cos, sin, cfg.rope_layout)  # (B, h, T, d_h)
             dk[...] = ops.rotate_pairs_backward(dk, cos, sin, cfg.rope_layout)  # (B, h_kv, T, d_h)
-        if cfg.qk_norm in ("head", "each_head"):
+        if per_head and not cfg.qk_norm_after_rope:
             dq[...], dk[...] = self._qk_norm_backward(dq, dk, tape)
         if cfg.qk_norm == "projection":
             d_flat[0][...], d_flat[1][...] = self._qk_norm_backward(d_flat[0], d_flat[1], tape)

@@ -187,6 +187,7 @@ class BlockConfig:
     # llama_4_scaling_beta over its original_max_position_embeddings); 0: off
     query_scale: float = 0.0
     query_scale_length: int = 0
+    qk_norm_after_rope: bool = False  # qk_norm head normalises the rotated queries and keys (HunYuan), not before RoPE
 
     def __post_init__(self) -> None:
         # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
@@ -912,7 +913,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "bias", "placement", "rope", "rope_theta", "rope_scaling", "dropout", "attention_dropout",
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
               "residual_multiplier", "moe", "mla", "attention_softcap", "norm_scale", "clip_qkv", "alibi",
-              "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated", "query_scale", "query_scale_length")
+              "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated", "query_scale", "query_scale_length",
+              "qk_norm_after_rope")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -966,7 +968,11 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         swiglu_limit=_float(data, "swiglu_limit", p, 7.0, 0.0, 1e6, low_open=True),
         query_scale=_float(data, "query_scale", p, 0.0, 0.0, 1e6),
         query_scale_length=_int(data, "query_scale_length", p, 0, minimum=0),
+        qk_norm_after_rope=_bool(data, "qk_norm_after_rope", p, False),
     )
+    if block.qk_norm_after_rope and block.qk_norm != "head":
+        raise ConfigError(f"block.qk_norm_after_rope: a setting of qk_norm head (each head's d_h after RoPE, as "
+                          f"HunYuan's); qk_norm is {block.qk_norm}")
     if block.query_scale and not block.query_scale_length:
         raise ConfigError("block.query_scale_length: required with block.query_scale (the positions per step of "
                           "the query scale, Ministral 3's original_max_position_embeddings)")

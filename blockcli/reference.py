@@ -154,7 +154,8 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
     if cfg.clip_qkv:  # OLMo: every entry of the three projections clamped to [-c, c]
         c = cfg.clip_qkv
         q, k, v = (np.array([[min(max(e, -c), c) for e in row] for row in a]) for a in (q, k, v))
-    if cfg.qk_norm != "none":  # each token's whole projection, or each head's slice of it
+    late = cfg.qk_norm_after_rope  # HunYuan: each head's rotated slice, below
+    if cfg.qk_norm != "none" and not late:  # each token's whole projection, or each head's slice of it
         width = None if cfg.qk_norm == "projection" else d_h
         q, k = (_qk_norm(a, p, name, cfg, width) for a, name in ((q, "q"), (k, "k")))
     concat = np.zeros((T, cfg.n_heads * d_h))
@@ -164,6 +165,8 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
         if cfg.rope:
             qs = np.array([_rotate(qs[t], t, cfg, T) for t in range(T)])
             ks = np.array([_rotate(ks[t], t, cfg, T) for t in range(T)])
+        if late:
+            qs, ks = (_qk_norm(a, p, name, cfg, d_h) for a, name in ((qs, "q"), (ks, "k")))
         if cfg.query_scale:  # Ministral 3: query t times 1 + β·ln(1 + ⌊t / L⌋)
             qs = np.array([qs[t] * (1.0 + cfg.query_scale * math.log(1 + t // cfg.query_scale_length))
                            for t in range(T)])

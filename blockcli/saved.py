@@ -34,6 +34,8 @@ def block_saved_bytes(b: BlockConfig, B: int, T: int, itemsize: int, blocked: bo
     new_qk = bool(b.rope or b.qk_norm != "none" or b.clip_qkv)
     if new_qk:  # Q and K as attention reads them: arrays of their own
         total += act(q_width + kv_width)
+    if b.qk_norm_after_rope and b.rope:  # the q/k norms keep their inputs, the rotated Q and K
+        total += act(q_width + kv_width)
     if b.clip_qkv:  # and V, clamped
         total += act(kv_width)
     total += act(q_width)  # attention's output (B, T, h·d_v), which W_O reads

@@ -523,7 +523,8 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         for name, heads in (("q", h), ("k", h_kv), ("v", h_kv)):
             split[name] = S(B, heads, T, d_h)
             rec(name, f"split heads {name.upper()}", split[name], (flat[name],), kind="reshape")
-        if b.qk_norm in ("head", "each_head"):
+        per_head = b.qk_norm in ("head", "each_head")
+        if per_head and not b.qk_norm_after_rope:
             qk_norm(split)
         q, k, v = split["q"], split["k"], split["v"]
         if b.rope:
@@ -531,6 +532,10 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             rec("q_rope", "RoPE on Q", q_rot, (q,), kind="rope")
             rec("k_rope", "RoPE on K", k_rot, (k,), kind="rope")
             q, k = q_rot, k_rot
+        if per_head and b.qk_norm_after_rope:  # HunYuan: the rotated Q and K
+            rotated = {"q": q, "k": k}
+            qk_norm(rotated)
+            q, k = rotated["q"], rotated["k"]
         if b.query_scale:  # as MultiHeadAttention: the queries times their positions' scale
             q_scaled = S(B, h, T, d_h)
             rec("q_scale", query_scale_label(b), q_scaled, (q,), kind="scale")

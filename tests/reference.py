@@ -126,6 +126,8 @@ def resolve_block(cfg):
         # Ministral 3: after RoPE, the query at position t times 1 + beta * ln(1 + floor(t / L)); beta 0 = off
         "query_scale": float(cfg.get("query_scale", 0.0)),
         "query_scale_length": int(cfg.get("query_scale_length", 0)),
+        # HunYuan: qk_norm head applied to the rotated queries and keys instead of before RoPE
+        "qk_norm_after_rope": bool(cfg.get("qk_norm_after_rope", False)),
     }
 
 
@@ -650,7 +652,7 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
             k = _norm(b, weights, "k_norm", prefix, k, rms_beta)
         qh = [q[i * d_h:(i + 1) * d_h] for i in range(h)]
         kh = [k[i * d_h:(i + 1) * d_h] for i in range(h_kv)]
-        if b["qk_norm"] == "head":  # Qwen3: each head's d_h features alone
+        if b["qk_norm"] == "head" and not b["qk_norm_after_rope"]:  # Qwen3: each head's d_h features alone
             qh = [_norm(b, weights, "q_norm", prefix, x, rms_beta) for x in qh]
             kh = [_norm(b, weights, "k_norm", prefix, x, rms_beta) for x in kh]
         if b["qk_norm"] == "each_head":  # Command R+: head i normalised with row i of the weights
@@ -660,6 +662,9 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
         if rope_fraction > 0.0:
             qh = [rope_vec(x, t, rope_fraction, b["rope_theta"], b["rope_scaling"], T, b["rope_layout"]) for x in qh]
             kh = [rope_vec(x, t, rope_fraction, b["rope_theta"], b["rope_scaling"], T, b["rope_layout"]) for x in kh]
+        if b["qk_norm_after_rope"]:  # HunYuan: each rotated head normalised
+            qh = [_norm(b, weights, "q_norm", prefix, x, rms_beta) for x in qh]
+            kh = [_norm(b, weights, "k_norm", prefix, x, rms_beta) for x in kh]
         if b["query_scale"]:
             steps = t // b["query_scale_length"]  # whole lengths before position t
             qh = [x * (1.0 + b["query_scale"] * math.log(1.0 + steps)) for x in qh]

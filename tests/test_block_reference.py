@@ -183,6 +183,9 @@ BLOCK_CASES = {
     # Ministral 3's query scale, stepping up every 3 positions (and in the K/V-cached pass, which starts later)
     "query_scale_rms_gqa_window": block_dict(norm="rmsnorm", bias=False, activation="swiglu", n_kv_heads=2, rope=True,
                                              sliding_window=4, query_scale=0.4, query_scale_length=3),
+    # HunYuan's q/k norms per head after RoPE (partial, so the norm reads rotated and unrotated dims)
+    "qk_norm_after_rope_rms_gqa": block_dict(norm="rmsnorm", bias=False, activation="swiglu", n_kv_heads=2, rope=0.5,
+                                             qk_norm="head", qk_norm_after_rope=True),
     "scale_free_norms_with_shift_shared": block_dict(placement="parallel_shared", norm_scale=False),
     # q/k norms per head with each head's own weights (Command R+), LayerNorm with a shift, GQA, RoPE
     "qk_norm_each_head_layernorm_gqa": block_dict(n_kv_heads=2, rope=True, qk_norm="each_head"),

@@ -57,6 +57,9 @@ def _llama_by_hand(d: int, f: int, layers: int, vocab: int, q: int, kv: int, mat
     return layers * (2 * d * q + 2 * d * kv + matrices * d * f + 2 * d) + 2 * vocab * d + d
 
 
+# Hunyuan's checkpoints' RoPE: "dynamic" with an alpha, a fixed base θ·α^(d_h/(d_h − 2))
+_NTK_ALPHA = {"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0}
+
 # model_type → (the config class's sizes, transformers' total for them, the total by hand,
 #               a random config, transformers' total for it)
 CASES: dict[str, tuple[dict, int, int, dict, int]] = {
@@ -85,8 +88,17 @@ CASES: dict[str, tuple[dict, int, int, dict, int]] = {
     "internlm3": (_sizes(4096, 10240, 48, 32, 128512, 32768), 8_804_241_408,
                   _llama_by_hand(4096, 10240, 48, 128512, 4096, 256),
                   dict(_RANDOM, head_dim=12, attention_bias=True, mlp_bias=True), 78_072),
+    # HunYuanDenseV1Config's sizes with the head_dim transformers needs (its default null fails): every head its own
+    # K/V, q/k norms (d_h,) each
+    "hunyuan_v1_dense": ({**_sizes(4096, 11008, 32, 32, 290943, 2048), "head_dim": 128}, 8_859_684_864,
+                         _llama_by_hand(4096, 11008, 32, 290943, 4096, 4096) + 32 * 2 * 128,
+                         dict(_RANDOM, head_dim=12, attention_bias=True, rope_parameters=_NTK_ALPHA), 77_520),
     "ministral3": (_MINISTRAL3_SIZES, 8_489_553_920, _MINISTRAL3_BY_HAND, _MINISTRAL3_RANDOM, 51_480),
 }
+
+
+# fields a config class leaves null that transformers cannot build the model without (set in CASES' sizes)
+NEEDED = {"hunyuan_v1_dense": ("head_dim",)}
 
 
 def mapped(model_type: str, fields: dict[str, Any]) -> dict[str, Any]:
@@ -181,6 +193,17 @@ def test_internlm3_qkv_bias_and_bias_are_attention_bias_and_mlp_bias_which_must_
         mapped("internlm3", {**_RANDOM, "qkv_bias": True, "bias": False})
 
 
+def test_hunyuan_normalises_the_rotated_queries_and_keys_and_reads_alpha_as_a_base() -> None:
+    block = mapped("hunyuan_v1_dense", dict(_RANDOM, head_dim=12, rope_parameters=_NTK_ALPHA))["block"]
+    assert (block["qk_norm"], block["qk_norm_after_rope"]) == ("head", True)
+    assert block["rope_theta"] == pytest.approx(10000.0 * 1000.0 ** (12 / 10), rel=1e-15) and "rope_scaling" not in block
+    dynamic = mapped("hunyuan_v1_dense", dict(_RANDOM, head_dim=12, rope_parameters={
+        "rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}))["block"]  # no alpha: dynamic NTK itself
+    assert dynamic["rope_scaling"]["type"] == "dynamic" and dynamic["rope_theta"] == 10000.0
+    with pytest.raises(ConfigError, match="field 'head_dim' is missing"):
+        mapped("hunyuan_v1_dense", _RANDOM)
+
+
 # ----------------------------------------------------------------------------- against transformers itself
 
 
@@ -193,7 +216,9 @@ def test_the_totals_and_sizes_here_are_transformers_own(model_type: str) -> None
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     sizes, defaults_total, _, fields, random_total = CASES[model_type]
-    defaults = transformers.AutoConfig.for_model(model_type)
+    needed = {key: sizes[key] for key in NEEDED.get(model_type, ())}  # what the config class leaves null
+    assert all(getattr(transformers.AutoConfig.for_model(model_type), key) is None for key in needed)
+    defaults = transformers.AutoConfig.for_model(model_type, **needed)
     assert {key: getattr(defaults, key) for key in sizes} == sizes
     for config, want in ((defaults, defaults_total), (transformers.AutoConfig.for_model(model_type, **fields),
                                                       random_total)):

@@ -8,6 +8,8 @@ Helium (Kyutai), Arcee (AFM), EXAONE 3.0/3.5, InternLM3.
   GPT-2 (`transformer.h.{i}.attn.attention.q_proj`), both read.
 - InternLM3: transformers runs it as Llama too; `qkv_bias` and `bias` are its names for `attention_bias` and
   `mlp_bias`, which must agree.
+- HunYuan (dense): Llama's block with per-head q/k RMSNorms after RoPE (`query_layernorm`, `key_layernorm`),
+  and the checkpoints' "dynamic" RoPE with an `alpha`, which is a fixed, larger base θ·α^(d_h/(d_h − 2)).
 """
 
 from __future__ import annotations
@@ -82,6 +84,34 @@ def _internlm3(f: Fields) -> tuple[dict, dict]:
     return gated_rms(g, silu_gate, kv_default=2, tie_default=False, head_dim_default=128, eps_default=1e-5)
 
 
+def _hunyuan_dense(f: Fields) -> tuple[dict, dict]:
+    """HunYuan dense (Hunyuan-0.5B … 7B): Llama's block without MLP biases, q/k RMSNorm over each head after RoPE
+    (`qk_norm_after_rope`), and NTK-alpha RoPE: a "dynamic" RoPE dict with `alpha` rotates with the fixed base
+    θ·α^(d_h/(d_h − 2)) (HunYuanDenseV1RotaryEmbedding's ntk_alpha); its other keys are then unread."""
+    f.ignore("eod_token_id", "pretraining_tp")  # a token id; a Llama field HunYuan's modelling code never reads
+    # HunYuanDenseV1Attention scales by config.head_dim ** -0.5: transformers fails without it (its default is null)
+    f.int("head_dim", why="transformers' HunYuan attention reads it and fails on null")
+    data = dict(f.data)
+    for key in ("rope_scaling", "rope_parameters"):
+        params = data.get(key)
+        if not isinstance(params, Mapping) or params.get("rope_type", params.get("type")) != "dynamic" \
+                or not params.get("alpha"):
+            continue
+        inner = Fields(params, f.where, f.family)
+        alpha = inner.float("alpha", low=0.0, high=1e12)
+        head_dim = f.int("head_dim", minimum=4)
+        theta = inner.float("rope_theta", f.data.get("rope_theta", 10000.0), low=0.0, high=1e12)
+        f.ignore(key, "rope_theta")
+        data.pop(key)
+        data["rope_theta"] = theta * alpha ** (head_dim / (head_dim - 2))
+        f.notes.append(f"{key}: dynamic RoPE with alpha {alpha:g} is NTK-alpha: a fixed base "
+                       f"{theta:g}·{alpha:g}^({head_dim}/{head_dim - 2}) = {data['rope_theta']:.6g}")
+    g = with_data(f, data)
+    block, model = gated_rms(g, silu_gate, kv_default=None, tie_default=False, mlp_bias=False, eps_default=1e-5)
+    block.update(qk_norm="head", qk_norm_after_rope=True)
+    return block, model
+
+
 # EXAONE's original checkpoints (its own modelling code's names, which transformers renames on load) or Llama's
 _EXAONE_ORIGINAL = {
     "embed_tokens.weight": "transformer.wte.weight", "norm.weight": "transformer.ln_f.weight",
@@ -100,9 +130,16 @@ EXAONE = TensorMap("", tuple(
 # Arcee: Llama's names without the gate
 ARCEE = TensorMap("model.", tuple(t for t in LLAMA.tensors if ".gate_proj." not in t.name))
 
+# HunYuan: Llama's names, its q/k norms called query_layernorm and key_layernorm
+_HUNYUAN_QK = {"layers.{i}.self_attn.q_norm.weight": "layers.{i}.self_attn.query_layernorm.weight",
+               "layers.{i}.self_attn.k_norm.weight": "layers.{i}.self_attn.key_layernorm.weight"}
+HUNYUAN = TensorMap("model.", tuple(tensor(" ".join(t.keys), _HUNYUAN_QK.get(t.name, t.name), t.layout, t.top)
+                                    for t in LLAMA.tensors))
+
 FAMILIES = (
     Family("helium", "Helium", _helium, LLAMA, TRAINING_ONLY),
     Family("arcee", "Arcee", _arcee, ARCEE, TRAINING_ONLY),
     Family("exaone", "EXAONE 3", _exaone, EXAONE, TRAINING_ONLY),
     Family("internlm3", "InternLM3", _internlm3, LLAMA, TRAINING_ONLY),
+    Family("hunyuan_v1_dense", "HunYuan (dense)", _hunyuan_dense, HUNYUAN, TRAINING_ONLY),
 )
