@@ -562,7 +562,7 @@ def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | No
         f"workload: batch {B} × {T:,} tokens, weights and activations {inf.dtype}, K/V cache {inf.kv_dtype}",
         f"parameter memory: {human_bytes(inf.parameter_bytes)} " + (f"({result.total:,} × {inf.dtype})"
                                                                        if inf.stored_weight_bytes is None else
-                                                                       "(the checkpoint's stored weights)"),
+                                                                       f"({inf.stored_weight_bytes:,} bytes: the weights as stored)"),
         *_kv_cache_lines(inf, B, T),
         *([f"K/V cache of the windowed layers: the last {min(windows):,} tokens' keys and values, exact for a cache "
            f"that keeps only them; transformers' sliding-window cache keeps a whole prefill's {T:,} until the next "
