@@ -26,6 +26,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
+from blockcli import profiles
 from blockcli.activations import function_of
 from blockcli.config import BlockConfig, Config, InputError, clipped, layer_list, projected_width, whole_number
 from blockcli.shapes import block_parameter_shapes, is_buffer, outer_shapes
@@ -485,6 +486,7 @@ class Training:
     six_n_active: bool = False  # N is the active count (a mixture of experts), not all of them
     lora: Lora | None = None
     micro_batches: int = 1  # per step, each of `batch` sequences per device
+    attention: str = "megatron"  # whose implementation's saves the activations describe (blockcli.profiles)
 
     @property
     def activations_per_layer(self) -> int:
@@ -541,11 +543,15 @@ class Training:
 def training(config: Config, parameters: int, non_embedding: int, seq_len: int, batch: int, *,
              optimizer: str = "adamw", precision: str = "mixed", dp: int = 1, zero: int = 0,
              recompute: str = "none", active_non_embedding: int | None = None,
-             lora: Lora | None = None, micro_batches: int = 1) -> Training:
+             lora: Lora | None = None, micro_batches: int = 1, attention: str = "megatron",
+             model_type: str = "") -> Training:
     """A training step. `active_non_embedding`: what one token uses of the non-embedding parameters (a
     mixture of experts' active ones), the N of Kaplan's 6·N. With `lora`, only the adapters train: their
     gradients and optimizer states, the frozen base at its dtype, the x·A intermediates kept, and a
-    backward without the frozen weights' gradient products."""
+    backward without the frozen weights' gradient products. `attention`: whose saves the activations are
+    (blockcli.profiles: megatron, Korthikanti et al.'s terms; eager or sdpa, transformers'; blockcli, its own
+    backward's); `model_type`: the family whose transformers modules those profiles follow."""
+    profiles.check(attention, config, recompute)
     for option, value, allowed in (("--optimizer", optimizer, OPTIMIZERS), ("--precision", precision, PRECISIONS),
                                    ("--recompute", recompute, RECOMPUTE), ("--zero", zero, (0, 1, 2, 3))):
         if value not in allowed:
@@ -564,8 +570,19 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
                                             "nothing is divided"]
     layer_groups = config.layer_groups()
 
+    fused_qkv = attention == "sdpa" and any({"q", "k", "v"} <= set(roles) for roles in
+                                            fused_modules(model_type or config.about.model_type)[0])
+
     def terms(i: int, block: BlockConfig) -> list[Term]:
-        kept = activation_terms(block, seq_len, batch, precision, recompute)
+        if attention in ("eager", "sdpa"):
+            kept = [Term(n, f, size, sequence=s) for n, f, size, s in
+                    profiles.layer_terms(block, seq_len, batch, precision, attention, recompute,
+                                         model_type or config.about.model_type, fused_qkv)]
+        elif attention == "blockcli":
+            n, f, size, s = profiles.blockcli_layer(block, seq_len, batch, precision)
+            kept = [Term(n, f, size, sequence=s)]
+        else:
+            kept = activation_terms(block, seq_len, batch, precision, recompute)
         if lora is not None and recompute != "full" and lora.kept_per_token[i]:
             beta = 2 if precision == "mixed" else 4
             kept.append(Term("LoRA: x·A of each adapted matrix (B's input)", f"{beta}·s·b·Σr",
@@ -588,10 +605,17 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
                          f"largest one's {size:,} parameters ({module}), as DeepSpeed's estimator adds")
     else:
         states = lora_states(lora, per, dp, zero)
+    outside = ([Term(n, f, size, sequence=s) for n, f, size, s in profiles.head_terms(config, seq_len, batch, precision)]
+               if attention in ("eager", "sdpa") else
+               [Term(n, f, size, sequence=s) for n, f, size, s in profiles.blockcli_outside(config, seq_len, batch,
+                                                                                               precision)]
+               if attention == "blockcli" else head_terms(config, seq_len, batch, precision))
+    if attention != "megatron":
+        notes.append(profiles.note(attention, config, seq_len))
     return Training(optimizer, precision, dp, zero, recompute, seq_len, batch, per, states,
-                    terms(0, layer_groups[0].block), head_terms(config, seq_len, batch, precision), groups[0].L,
+                    terms(0, layer_groups[0].block), outside, groups[0].L,
                     forward, again, 6 * active * seq_len * sequences, notes, others, active,
-                    active != non_embedding, lora, micro_batches)
+                    active != non_embedding, lora, micro_batches, attention)
 
 
 GATHER_BYTES = 4  # DeepSpeed's ZeRO-3 estimator: the largest module's 16-bit weights and gradients, whole on each device
