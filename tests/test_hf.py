@@ -977,8 +977,6 @@ def test_hf_module_does_not_import_yaml() -> None:
     (MISTRAL_7B, "num_local_experts", 8),  # Mixtral-style MoE field
     (MISTRAL_7B, "num_experts_per_tok", 2),
     (QWEN2_05B, "attention_bias", True),  # not a Qwen2 field: unknown, so not guessed at
-    (OPT_125M, "layer_norm_elementwise_affine", False),
-    (GPT2, "scale_attn_by_inverse_layer_idx", True),
     (GPT2, "add_cross_attention", True),
     (GPT2, "activation_function", "xielu"),  # an activation with learned parameters of its own
     (GPT2, "activation_function", "gelu_newest"),  # no such activation
@@ -1164,7 +1162,6 @@ def test_phi_1_5_counts_as_transformers_instantiates_it(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("changes, field", [
-    ({"qk_layernorm": True}, "qk_layernorm"),  # LayerNorms over q and k per head: not modelled
     ({"partial_rotary_factor": 0.5625}, "partial_rotary_factor"),  # int(80 · 9/16) = 45 dims: not whole pairs
     ({"partial_rotary_factor": 0.0}, "partial_rotary_factor"),
     ({"head_dim": 64}, "head_dim"),  # not a PhiConfig field
@@ -1465,7 +1462,6 @@ def test_gpt_bigcode_multi_query_is_one_kv_head() -> None:
 
 
 @pytest.mark.parametrize("changes, field", [
-    ({"scale_attn_weights": False}, "scale_attn_weights"),
     ({"num_key_value_heads": 4}, "num_key_value_heads"),  # GPTBigCode has no grouped-query attention
     ({"multi_query": False, "num_key_value_heads": 1}, "num_key_value_heads"),
     ({"add_cross_attention": True}, "add_cross_attention"),

@@ -198,3 +198,46 @@ def test_glm4_moe_heads_that_do_not_divide_the_width_are_floor_wide_and_rotate_a
     from blockcli.count import count_parameters
 
     assert count_parameters(cfg).total == int(expected("glm4_moe-floor-heads")["parameters"])
+
+
+# ----------------------------------------------------------------------------- item 4: the older families' switches
+
+
+def test_gpt2_attention_scale_switches() -> None:
+    """GPT2Attention: scores times d_h^-1/2 if scale_attn_weights (else 1), divided by layer_idx + 1 if
+    scale_attn_by_inverse_layer_idx; head width 4 here."""
+    def scales(name: str) -> list[float]:
+        cfg = load_config(CASES / name)
+        return [cfg.layer_block(i).attention_scale for i in range(cfg.model.n_layers)]
+
+    assert scales("gpt2-unscaled") == [1.0, 1.0]
+    assert scales("gpt2-inverse-layer") == [0.5, 0.25]
+    assert scales("gpt2-unscaled-inverse-layer") == [1.0, 0.5]
+    assert scales("gpt_bigcode-unscaled") == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("name", ["gpt2-unscaled", "gpt2-inverse-layer", "gpt_bigcode-unscaled"])
+def test_the_default_scale_would_change_the_logits(name: str) -> None:
+    from dataclasses import replace
+
+    cfg, want = load_config(CASES / name), expected(name)
+    default = replace(cfg, block=replace(cfg.block, attention_scale=0.0), layer_blocks=())
+    model = Model.from_config(default, weights=CASES / name, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
+
+
+@pytest.mark.parametrize("name", ["opt-no-affine", "opt-350m-no-affine"])
+def test_opt_layernorms_without_elementwise_affine_have_no_parameters(name: str) -> None:
+    from blockcli.count import count_parameters
+
+    cfg = load_config(CASES / name)
+    assert not cfg.block.norm_scale and not cfg.block.bias.norm
+    assert count_parameters(cfg).total == int(expected(name)["parameters"])
+
+
+def test_phi_qk_layernorm_is_one_layernorm_per_projection_shared_by_the_heads() -> None:
+    from blockcli.count import count_parameters
+
+    cfg = load_config(CASES / "phi-qk-layernorm")
+    assert cfg.block.qk_norm == "head" and cfg.block.norm == "layernorm" and cfg.block.bias.norm
+    assert count_parameters(cfg).total == int(expected("phi-qk-layernorm")["parameters"])

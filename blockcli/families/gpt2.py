@@ -14,8 +14,6 @@ def _gpt2(f: Fields) -> tuple[dict, dict]:
     heads = f.int("n_head")
     head_dim = divides(f, "n_embd", d, "n_head", heads)
     d_ff = f.int("n_inner", 4 * d)  # null means 4·n_embd
-    f.neutral("scale_attn_weights", True, "blockcli always scales attention scores by 1/sqrt(head_dim)")
-    f.neutral("scale_attn_by_inverse_layer_idx", False, "blockcli's blocks do not depend on the layer index")
     block = {
         "d_model": d, "n_heads": heads, "n_kv_heads": heads, "head_dim": head_dim, "d_ff": d_ff,
         "norm": "layernorm", "norm_eps": f.float("layer_norm_epsilon", 1e-5),
@@ -24,6 +22,13 @@ def _gpt2(f: Fields) -> tuple[dict, dict]:
     }
     model = model_section(f.int("n_layer"), f.int("vocab_size"), "learned", f.int("n_positions"),
                           f.bool("tie_word_embeddings", True))
+    scale = head_dim ** -0.5 if f.bool("scale_attn_weights", True) else 1.0
+    if scale != head_dim ** -0.5:
+        block["attention_scale"] = scale  # the scores unscaled: Q·Kᵀ
+    if f.bool("scale_attn_by_inverse_layer_idx", False):  # GPT2Attention: scores / (layer_idx + 1) as well
+        f.layers.extend({"indices": [i], "block": {"attention_scale": scale / (i + 1)}}
+                        for i in range(1, model["n_layers"]))
+        block["attention_scale"] = scale
     return block, model
 
 
@@ -31,6 +36,7 @@ def _gpt_bigcode(f: Fields) -> tuple[dict, dict]:
     """GPTBigCode (SantaCoder, StarCoder): GPT-2's block (learned positions, LayerNorm, biases everywhere,
     plain MLP; nn.Linear rather than Conv1D, which only the tensor map sees) with multi-query attention,
     one K/V head, unless `multi_query` is false."""
+    f.neutral("scale_attn_by_inverse_layer_idx", False, "GPTBigCode's attention never reads it")
     block, model = _gpt2(f)
     kv = 1 if f.bool("multi_query", True) else block["n_heads"]
     # transformers 5 writes the K/V head count multi_query implies; its modelling code reads multi_query only

@@ -13,7 +13,7 @@ def _opt(f: Fields) -> tuple[dict, dict]:
     heads = f.int("num_attention_heads")
     head_dim = divides(f, "hidden_size", d, "num_attention_heads", heads)
     proj = f.int("word_embed_proj_dim", d)  # != hidden_size: project_in / project_out (OPT-350m)
-    f.neutral("layer_norm_elementwise_affine", True, "blockcli's LayerNorms always have a scale gamma")
+    affine = f.bool("layer_norm_elementwise_affine", True)  # false: every LayerNorm without scale and shift
     pre = f.bool("do_layer_norm_before", True)
     remove_final = f.bool("_remove_final_layer_norm", False)
     bias = f.bool("enable_bias", True)
@@ -22,9 +22,11 @@ def _opt(f: Fields) -> tuple[dict, dict]:
         "norm": "layernorm", "norm_eps": 1e-5,  # OPT uses torch.nn.LayerNorm's default eps
         "activation": plain_activation(f, "activation_function", "relu"),
         # enable_bias switches the linear layers' biases; the LayerNorms keep their shift.
-        "bias": bias_groups(bias, bias, bias, True),
+        "bias": bias_groups(bias, bias, bias, affine),
         "placement": "pre" if pre else "post", "rope": False,
     }
+    if not affine:
+        block["norm_scale"] = False
     model = model_section(f.int("num_hidden_layers"), f.int("vocab_size"), "learned", f.int("max_position_embeddings"),
                           f.bool("tie_word_embeddings", True), final_norm=pre and not remove_final, position_offset=2)
     if proj != d:

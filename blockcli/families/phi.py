@@ -11,7 +11,8 @@ from blockcli.tensor_names import LINEAR, TensorMap, tensor
 
 def _phi(f: Fields) -> tuple[dict, dict]:
     """Phi-1/1.5/2: one LayerNorm read by attention and MLP side by side, rotate-half RoPE on
-    int(head_dim · partial_rotary_factor) dims, biases everywhere, an untied LM head with a bias."""
+    int(head_dim · partial_rotary_factor) dims, biases everywhere, an untied LM head with a bias; with
+    `qk_layernorm`, a LayerNorm over each head's q and k before RoPE (one weight and bias for all heads)."""
     d = f.int("hidden_size")
     heads = f.int("num_attention_heads")
     kv = f.int("num_key_value_heads", heads)
@@ -19,7 +20,6 @@ def _phi(f: Fields) -> tuple[dict, dict]:
         raise ConfigError(f"{f.where}: field 'num_key_value_heads' = {kv} does not divide "
                           f"'num_attention_heads' = {heads}")
     head_dim = divides(f, "hidden_size", d, "num_attention_heads", heads)
-    f.neutral("qk_layernorm", False, "a LayerNorm over each head's q and k, which blockcli's Phi does not have")
     theta, fraction, scaling = rope_base(f, ("rope_theta",), 10000.0, ("partial_rotary_factor",), 0.5,
                                          f.int("max_position_embeddings"))
     rotated = int(head_dim * fraction)
@@ -34,6 +34,8 @@ def _phi(f: Fields) -> tuple[dict, dict]:
     }
     if scaling:
         block["rope_scaling"] = scaling
+    if f.bool("qk_layernorm", False):  # q_layernorm, k_layernorm: one nn.LayerNorm(d_h) each, shared by the heads
+        block["qk_norm"] = "head"
     model = model_section(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", f.int("max_position_embeddings"),
                           f.bool("tie_word_embeddings", False))
     model["lm_head_bias"] = True
@@ -46,6 +48,8 @@ PHI = TensorMap("model.", (
     tensor("blocks.{i}.ln1_beta", "layers.{i}.input_layernorm.bias"),
     *(tensor(f"blocks.{{i}}.w_{x}", f"layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkv"),
     *(tensor(f"blocks.{{i}}.b_{x}", f"layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkv"),
+    *(tensor(f"blocks.{{i}}.{x}_norm_{p}", f"layers.{{i}}.self_attn.{x}_layernorm.{n}")
+      for x in "qk" for p, n in (("gamma", "weight"), ("beta", "bias"))),
     tensor("blocks.{i}.w_o", "layers.{i}.self_attn.dense.weight", LINEAR),
     tensor("blocks.{i}.b_o", "layers.{i}.self_attn.dense.bias"),
     tensor("blocks.{i}.w_up", "layers.{i}.mlp.fc1.weight", LINEAR),
