@@ -117,7 +117,7 @@ def _dots1(f: Fields) -> tuple[dict, dict]:
         sliding = [window_on and i >= first for i in range(n_layers)]
     else:
         f.ignore("max_window_layers")
-    sliding_layers(f, block, model, sliding, default=4096)
+    sliding_layers(f, block, sliding, default=4096)
     dense = f.int("first_k_dense_replace", 0, minimum=0)
     if dense >= n_layers:
         f.ignore("n_routed_experts", "moe_intermediate_size", "n_shared_experts", "routed_scaling_factor", "n_group",

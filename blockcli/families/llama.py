@@ -77,7 +77,7 @@ def _ministral3(f: Fields) -> tuple[dict, dict]:
     block, model = gated_rms(g, silu_gate, kv_default=8, tie_default=False, head_dim_default=128,
                              qkv_bias=False, out_bias=False, mlp_bias=False, eps_default=1e-5)
     f.ignore("layer_types")  # Ministral3Config only warns about it: every layer masks by sliding_window
-    window_by_key(f, block, model, default=None)
+    window_by_key(f, block, default=None)
     if beta:
         block.update(query_scale=beta, query_scale_length=length)
     return block, model

@@ -20,7 +20,7 @@ from blockcli.config import ConfigError
 from blockcli.families.common import (TRAINING_ONLY, Family, gated_rms, mlp_activation, silu_gate, with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, theta_default
-from blockcli.tensor_names import LINEAR, TensorMap, tensor
+from blockcli.tensor_names import TensorMap, tensor
 
 
 def _helium(f: Fields) -> tuple[dict, dict]:
