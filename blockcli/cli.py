@@ -347,6 +347,13 @@ class Recompute(str, Enum):
     full = "full"
 
 
+class Attention(str, Enum):
+    megatron = "megatron"
+    eager = "eager"
+    sdpa = "sdpa"
+    blockcli = "blockcli"
+
+
 class FrozenDtype(str, Enum):
     bf16 = "bf16"
     int8 = "int8"
@@ -380,6 +387,10 @@ def count(
         min=0, max=3)] = None,
     recompute: Annotated[Optional[Recompute], typer.Option(
         help="With --train: activation recomputation none (default), selective or full.")] = None,
+    attention: Annotated[Optional[Attention], typer.Option(
+        help="With --train: whose saves the activations are: megatron (default: Korthikanti et al.'s terms for "
+             "Megatron-LM's layer), eager or sdpa (transformers' attention implementations, measured), blockcli "
+             "(blockcli's own backward).")] = None,
     tp: Annotated[Optional[int], typer.Option(
         help="Tensor-parallel devices: heads, MLP width and vocabulary split over them (Megatron's layout).",
         min=1)] = None,
@@ -431,7 +442,8 @@ def count(
         budget = parse_amount(max_total, "--max")[0] if max_total is not None else None
         memory_budget = sizing.parse_size(max_memory) if max_memory is not None else None
         training_only = [o for o, v in (("--optimizer", optimizer), ("--precision", precision), ("--dp", dp),
-                                        ("--zero", zero), ("--recompute", recompute), ("--sp", sp or None),
+                                        ("--zero", zero), ("--recompute", recompute), ("--attention", attention),
+                                        ("--sp", sp or None),
                                         ("--micro-batches", micro_batches), ("--vpp", vpp)) if v is not None]
         if training_only and not train:
             raise InputError(f"{training_only[0]} sizes a training step; add --train")
@@ -486,6 +498,11 @@ def count(
             raise InputError(f"--kv-dtype {inference.kv_dtype} with model parallelism (--tp, --pp, --ep …) is not "
                              f"modelled; size it on one device")
         training = None
+        profile = (attention or Attention.megatron).value
+        if profile != "megatron" and (parallel or lora_rank is not None):
+            raise InputError(f"--attention {profile} sizes one device's full training step; with "
+                             f"{'--tp, --pp, --ep or --sp' if parallel else '--lora-rank'} only megatron's terms "
+                             f"are modelled")
         if train:
             adapters = None
             if lora_rank is not None:
@@ -497,7 +514,8 @@ def count(
                                        precision=(precision or Precision.mixed).value, dp=dp or 1,
                                        zero=zero or 0, recompute=(recompute or Recompute.none).value,
                                        active_non_embedding=result.active_total - (result.total - result.non_embedding),
-                                       lora=adapters, micro_batches=micro_batches or 1)
+                                       lora=adapters, micro_batches=micro_batches or 1,
+                                       attention=profile, model_type=_model_type(config) or cfg.about.model_type)
         plan = None
         if parallel:
             from blockcli.ranks import Layout, plan as rank_plan

@@ -417,7 +417,7 @@ def training_json(tr: Training) -> dict[str, Any]:
     per = tr.per_parameter
     return {
         "optimizer": tr.optimizer, "precision": tr.precision, "dp": tr.dp, "zero": tr.zero,
-        "recompute": tr.recompute, "seq_len": tr.seq_len, "batch": tr.batch, "micro_batches": tr.micro_batches,
+        "recompute": tr.recompute, "attention": tr.attention, "seq_len": tr.seq_len, "batch": tr.batch, "micro_batches": tr.micro_batches,
         "tokens_per_step": tr.tokens,
         "bytes_per_parameter": {"weights": per.weights, "gradients": per.gradients, "optimizer": per.optimizer,
                                 "total": per.total},
@@ -760,7 +760,9 @@ def _count_fitted(result: ParameterCount) -> Fitted:
 def _terms_fitted(training: Training) -> Fitted:
     from rich.text import Text
 
-    title = f"Activations per layer, recompute {training.recompute} (Korthikanti et al. 2022, §4)"
+    source = {"megatron": "Korthikanti et al. 2022, §4", "eager": "transformers' eager attention",
+              "sdpa": "transformers' SDPA attention", "blockcli": "blockcli's own backward"}[training.attention]
+    title = f"Activations per layer, recompute {training.recompute} ({source})"
     rows = _term_rows(training)
     ends = {len(training.layer_terms) - 1, len(training.layer_terms) + len(training.other_layers), len(rows) - 2}
 
