@@ -93,6 +93,13 @@ CASES: dict[str, tuple[dict, int, int, dict, int]] = {
     "hunyuan_v1_dense": ({**_sizes(4096, 11008, 32, 32, 290943, 2048), "head_dim": 128}, 8_859_684_864,
                          _llama_by_hand(4096, 11008, 32, 290943, 4096, 4096) + 32 * 2 * 128,
                          dict(_RANDOM, head_dim=12, attention_bias=True, rope_parameters=_NTK_ALPHA), 77_520),
+    # VaultGemma 1B: Gemma 2's sizes and attention (8 heads of 256, 4 K/V heads), two norms a layer (no norm after
+    # either branch), tied head; the random config with q/k/v/o biases, an untied head and other soft caps
+    "vaultgemma": (_sizes(2304, 9216, 26, 8, 256000, 8192), 2_614_222_080,
+                   _llama_by_hand(2304, 9216, 26, 256000, 8 * 256, 4 * 256) - 256000 * 2304,
+                   dict(_RANDOM, num_key_value_heads=3, head_dim=12, intermediate_size=70, attention_bias=True,
+                        tie_word_embeddings=False, query_pre_attn_scalar=20, attn_logit_softcapping=None,
+                        final_logit_softcapping=5.0, sliding_window=16, hidden_activation="gelu"), 91_056),
     "ministral3": (_MINISTRAL3_SIZES, 8_489_553_920, _MINISTRAL3_BY_HAND, _MINISTRAL3_RANDOM, 51_480),
 }
 
@@ -202,6 +209,14 @@ def test_hunyuan_normalises_the_rotated_queries_and_keys_and_reads_alpha_as_a_ba
     assert dynamic["rope_scaling"]["type"] == "dynamic" and dynamic["rope_theta"] == 10000.0
     with pytest.raises(ConfigError, match="field 'head_dim' is missing"):
         mapped("hunyuan_v1_dense", _RANDOM)
+
+
+def test_vaultgemma_is_gemma2_with_the_norms_before_the_branches_only() -> None:
+    """VaultGemmaDecoderLayer: input_layernorm → attention → residual, pre_feedforward_layernorm → MLP →
+    residual; Gemma's (1 + w) RMSNorm, attention scale and soft caps as Gemma 2's defaults."""
+    block = mapped("vaultgemma", _sizes(2304, 9216, 26, 8, 256000, 8192))["block"]
+    assert (block["placement"], block["norm_unit_offset"]) == ("pre", True)
+    assert (block["attention_softcap"], block["head_dim"], block["n_kv_heads"]) == (50.0, 256, 4)
 
 
 # ----------------------------------------------------------------------------- against transformers itself

@@ -1,4 +1,5 @@
-"""Gemma 2 and Gemma 3 (text): Gemma's block with a norm before and after each branch (`sandwich`),
+"""Gemma 2, VaultGemma and Gemma 3 (text): Gemma's block with a norm before and after each branch (`sandwich`;
+VaultGemma keeps only the norms before),
 alternating sliding-window and global layers (per-layer overrides), soft caps (Gemma 2) and q/k norms
 per head with a RoPE base of their own for the sliding layers (Gemma 3).
 """
@@ -45,6 +46,14 @@ def _gemma2(f: Fields, pattern: int = 2, softcaps: tuple[float | None, float | N
     sliding_layers(f, block, sliding, default=4096)
     return block, model
 
+
+
+def _vaultgemma(f: Fields) -> tuple[dict, dict]:
+    """VaultGemma: Gemma 2's block, config and soft caps with the norms before the branches only
+    (`placement: pre`, no norm after either branch); the MLP's norm is `pre_feedforward_layernorm`."""
+    block, model = _gemma2(f)
+    block["placement"] = "pre"
+    return block, model
 
 
 _GEMMA3_ROPE_KEYS = ("rope_theta", "rope_local_base_freq", "rope_scaling", "rope_parameters")
@@ -99,10 +108,14 @@ GEMMA3 = TensorMap("model.", GEMMA2.tensors + (
     tensor("blocks.{i}.k_norm_gamma", "layers.{i}.self_attn.k_norm.weight"),
 ))
 
+# VaultGemma: Gemma 2's names without the two norms after the branches
+VAULTGEMMA = TensorMap("model.", tuple(t for t in GEMMA2.tensors if "post_" not in t.name))
+
 _HYBRID_CACHE = frozenset({"cache_implementation"})  # generation's cache class (hybrid), not the network
 
 FAMILIES = (
     Family("gemma2", "Gemma 2", _gemma2, GEMMA2, TRAINING_ONLY | _HYBRID_CACHE),
+    Family("vaultgemma", "VaultGemma", _vaultgemma, VAULTGEMMA, TRAINING_ONLY | _HYBRID_CACHE),
     Family("gemma3_text", "Gemma 3", _gemma3_text, GEMMA3, TRAINING_ONLY | _HYBRID_CACHE),
 )
 
