@@ -100,12 +100,18 @@ CASES: dict[str, tuple[dict, int, int, dict, int]] = {
                    dict(_RANDOM, num_key_value_heads=3, head_dim=12, intermediate_size=70, attention_bias=True,
                         tie_word_embeddings=False, query_pre_attn_scalar=20, attn_logit_softcapping=None,
                         final_logit_softcapping=5.0, sliding_window=16, hidden_activation="gelu"), 91_056),
+    # NemotronConfig's sizes (Nemotron-4 15B's width) with the K/V heads transformers needs (its default null fails):
+    # every head its own K/V; a plain MLP (two matrices), LayerNorm1P's weight and bias on the three kinds of norm
+    "nemotron": ({**_sizes(6144, 24576, 32, 48, 256000, 4096), "num_key_value_heads": 48}, 17_642_041_344,
+                 _llama_by_hand(6144, 24576, 32, 256000, 6144, 6144, matrices=2) + 32 * 2 * 6144 + 6144,
+                 dict(_RANDOM, head_dim=12, attention_bias=True, mlp_bias=True, hidden_act="gelu", norm_eps=1e-4),
+                 66_648),
     "ministral3": (_MINISTRAL3_SIZES, 8_489_553_920, _MINISTRAL3_BY_HAND, _MINISTRAL3_RANDOM, 51_480),
 }
 
 
 # fields a config class leaves null that transformers cannot build the model without (set in CASES' sizes)
-NEEDED = {"hunyuan_v1_dense": ("head_dim",)}
+NEEDED = {"hunyuan_v1_dense": ("head_dim",), "nemotron": ("num_key_value_heads",)}
 
 
 def mapped(model_type: str, fields: dict[str, Any]) -> dict[str, Any]:
@@ -217,6 +223,17 @@ def test_vaultgemma_is_gemma2_with_the_norms_before_the_branches_only() -> None:
     block = mapped("vaultgemma", _sizes(2304, 9216, 26, 8, 256000, 8192))["block"]
     assert (block["placement"], block["norm_unit_offset"]) == ("pre", True)
     assert (block["attention_softcap"], block["head_dim"], block["n_kv_heads"]) == (50.0, 256, 4)
+
+
+def test_nemotron_is_a_layernorm_with_unit_offset_and_bias_rotating_half_of_each_head() -> None:
+    """NemotronLayerNorm1P: F.layer_norm with weight + 1 and a bias, eps norm_eps; a plain ReLU² MLP; RoPE on the
+    first partial_rotary_factor (0.5) of each head; rms_norm_eps is not Nemotron's field."""
+    block = mapped("nemotron", _sizes(6144, 24576, 32, 48, 256000, 4096))["block"]
+    assert (block["norm"], block["norm_unit_offset"], block["norm_eps"]) == ("layernorm", True, 1e-5)
+    assert block["bias"] == {"qkv": False, "out": False, "mlp": False, "norm": True}
+    assert (block["rope"], block["activation"]) == (0.5, "relu2")  # relu2 is not gated: up_proj and down_proj
+    with pytest.raises(Exception, match="rms_norm_eps"):
+        mapped("nemotron", {**_sizes(48, 80, 2, 6, 300, 96), "rms_norm_eps": 1e-6})
 
 
 # ----------------------------------------------------------------------------- against transformers itself

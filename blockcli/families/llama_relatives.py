@@ -8,6 +8,8 @@ Helium (Kyutai), Arcee (AFM), EXAONE 3.0/3.5, InternLM3.
   GPT-2 (`transformer.h.{i}.attn.attention.q_proj`), both read.
 - InternLM3: transformers runs it as Llama too; `qkv_bias` and `bias` are its names for `attention_bias` and
   `mlp_bias`, which must agree.
+- Nemotron (Minitron, Nemotron-4): Arcee's plain ReLU² MLP with LayerNorm1P (a LayerNorm with a bias and
+  scale 1 + w) and RoPE on half of each head.
 - HunYuan (dense): Llama's block with per-head q/k RMSNorms after RoPE (`query_layernorm`, `key_layernorm`),
   and the checkpoints' "dynamic" RoPE with an `alpha`, which is a fixed, larger base θ·α^(d_h/(d_h − 2)).
 """
@@ -17,7 +19,8 @@ from __future__ import annotations
 from typing import Mapping
 
 from blockcli.config import ConfigError
-from blockcli.families.common import (TRAINING_ONLY, Family, gated_rms, mlp_activation, silu_gate, with_data)
+from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, gated_rms, mlp_activation, silu_gate,
+                                      with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, theta_default
 from blockcli.tensor_names import TensorMap, tensor
@@ -84,6 +87,20 @@ def _internlm3(f: Fields) -> tuple[dict, dict]:
     return gated_rms(g, silu_gate, kv_default=2, tie_default=False, head_dim_default=128, eps_default=1e-5)
 
 
+def _nemotron(f: Fields) -> tuple[dict, dict]:
+    """Nemotron: Llama's attention (`attention_bias` on q/k/v and o) rotating the first `partial_rotary_factor`
+    (0.5) of each head, a plain MLP of `hidden_act` (ReLU²; `mlp_bias`) and NemotronLayerNorm1P everywhere:
+    LayerNorm with a bias, its scale 1 + w, eps `norm_eps` (NemotronConfig has no rms_norm_eps)."""
+    block, model = gated_rms(with_data(f, {k: v for k, v in f.data.items() if k != "rms_norm_eps"}),
+                             lambda g: mlp_activation(g, "hidden_act", "relu2", gated=False), kv_default=None,
+                             tie_default=False, fraction_keys=("partial_rotary_factor",), fraction_default=0.5)
+    f.used.discard("rms_norm_eps")  # not Nemotron's: refused if present
+    groups = block["bias"] if isinstance(block["bias"], dict) else dict.fromkeys(("qkv", "out", "mlp"), block["bias"])
+    block.update(norm="layernorm", norm_unit_offset=True, norm_eps=f.float("norm_eps", 1e-5),
+                 bias=bias_groups(groups["qkv"], groups["out"], groups["mlp"], True))
+    return block, model
+
+
 def _hunyuan_dense(f: Fields) -> tuple[dict, dict]:
     """HunYuan dense (Hunyuan-0.5B … 7B): Llama's block without MLP biases, q/k RMSNorm over each head after RoPE
     (`qk_norm_after_rope`), and NTK-alpha RoPE: a "dynamic" RoPE dict with `alpha` rotates with the fixed base
@@ -130,6 +147,13 @@ EXAONE = TensorMap("", tuple(
 # Arcee: Llama's names without the gate
 ARCEE = TensorMap("model.", tuple(t for t in LLAMA.tensors if ".gate_proj." not in t.name))
 
+# Nemotron: Arcee's names and each LayerNorm1P's bias
+NEMOTRON = TensorMap("model.", ARCEE.tensors + (
+    tensor("blocks.{i}.ln1_beta", "layers.{i}.input_layernorm.bias"),
+    tensor("blocks.{i}.ln2_beta", "layers.{i}.post_attention_layernorm.bias"),
+    tensor("ln_f_beta", "norm.bias"),
+))
+
 # HunYuan: Llama's names, its q/k norms called query_layernorm and key_layernorm
 _HUNYUAN_QK = {"layers.{i}.self_attn.q_norm.weight": "layers.{i}.self_attn.query_layernorm.weight",
                "layers.{i}.self_attn.k_norm.weight": "layers.{i}.self_attn.key_layernorm.weight"}
@@ -141,5 +165,6 @@ FAMILIES = (
     Family("arcee", "Arcee", _arcee, ARCEE, TRAINING_ONLY),
     Family("exaone", "EXAONE 3", _exaone, EXAONE, TRAINING_ONLY),
     Family("internlm3", "InternLM3", _internlm3, LLAMA, TRAINING_ONLY),
+    Family("nemotron", "Nemotron", _nemotron, NEMOTRON, TRAINING_ONLY),
     Family("hunyuan_v1_dense", "HunYuan (dense)", _hunyuan_dense, HUNYUAN, TRAINING_ONLY),
 )
