@@ -1569,3 +1569,14 @@ def trace_roofline_table(timed: list[Any], gpu: Any, dtype: str) -> Group:
     return Group(fitted, Text(f"sum of the operations' times: {seconds_text(total)} (a lower bound: every operation "
                               f"its own kernel, inputs read whole and the output written; reshapes are views); "
                               f"{LEAVES_OUT}"))
+
+
+def solve_line(option: str, solved: Any, budget_text: str) -> str:
+    """One line for `count --solve`: the answer, its memory, and the memory one past it (or the cap)."""
+    fits = f"--{option} {solved.answer:,} fits --max-memory {budget_text}: {human_bytes(solved.memory_bytes)} " \
+           f"({solved.memory_bytes:,} bytes)"
+    if solved.next_memory_bytes is None:
+        return fits + f"; --{option} {solved.answer + 1:,} is past " + (
+            f"the model's learned positions ({solved.cap:,})" if solved.cap is not None else "the search's limit")
+    return fits + f"; --{option} {solved.answer + 1:,} needs {human_bytes(solved.next_memory_bytes)} " \
+                  f"({solved.next_memory_bytes:,} bytes)"
