@@ -431,6 +431,11 @@ def count(
     solve: Annotated[Optional[Solve], typer.Option(
         "--solve", help="With --max-memory: the largest --seq (seq) or --batch (batch) whose memory fits, everything "
                         "else fixed; the figures are at that value.")] = None,
+    sweep: Annotated[Optional[str], typer.Option(
+        "--sweep", metavar="AXIS=V,V,…",
+        help="One row per value instead of the breakdown: seq=1k,4k,32k or batch=1,8,64 (k = 1024) or "
+             "dtype=float32,bfloat16; the memory --max-memory checks (exit 1 if a row exceeds it), and with --gpu "
+             "the times.")] = None,
     gpu: Annotated[Optional[str], typer.Option(
         "--gpu", metavar="NAME|FILE",
         help="Add a roofline on this device: prefill (time to first token), decode time and tokens/s, the bound, "
@@ -453,6 +458,13 @@ def count(
             raise InputError(f"--solve {solve.value} needs --max-memory SIZE (the budget to fill)")
         if solve is not None and (seq if solve is Solve.seq else batch) is not None:
             raise InputError(f"--solve {solve.value} finds --{solve.value} itself; drop --{solve.value}")
+        swept = sizing.parse_sweep(sweep, tuple(SizeDtype.__members__)) if sweep is not None else None
+        if swept is not None and swept[0] == "dtype" and train:
+            raise InputError("--sweep dtype=… sets the inference dtype; a training step's is --precision")
+        if swept is not None and solve is not None:
+            raise InputError("--sweep and --solve: give one of them")
+        if swept is not None and {"seq": seq, "batch": batch, "dtype": dtype}[swept[0]] is not None:
+            raise InputError(f"--sweep {swept[0]}=… gives --{swept[0]} itself; drop --{swept[0]}")
         training_only = [o for o, v in (("--optimizer", optimizer), ("--precision", precision), ("--dp", dp),
                                         ("--zero", zero), ("--recompute", recompute), ("--attention", attention),
                                         ("--sp", sp or None),
@@ -502,8 +514,8 @@ def count(
                 f"({fp8.bytes:,} bytes): {fp8.quantized:,} weights at 1 byte, {fp8.scales:,} float32 scales (one per "
                 f"{rows}x{cols} block), the other {fp8.plain:,} parameters at {cfg.quantization.stored_dtype}")
             weight_bytes = fp8.bytes
-        def workload(seq_len: int, n_seq: int) -> tuple:  # (inference, training, plan) at T, B
-            inference = sizing.inference(cfg, result.total, seq_len, n_seq, dtype.value if dtype else cfg.run.dtype,
+        def workload(seq_len: int, n_seq: int, at: str | None = None) -> tuple:  # (inference, training, plan)
+            inference = sizing.inference(cfg, result.total, seq_len, n_seq, at or (dtype.value if dtype else cfg.run.dtype),
                                          kv_dtype.value if kv_dtype else None, weight_bytes)
             if parallel and inference.kv_dtype in sizing.KV_BLOCKS:
                 raise InputError(f"--kv-dtype {inference.kv_dtype} with model parallelism (--tp, --pp, --ep …) is not "
@@ -555,14 +567,36 @@ def count(
         if (past := sizing.check_workload(cfg, T)) is not None:
             _config_notes.append(past)
         inference, training, plan = workload(T, B)
-        roof = None
-        if device is not None:
+        def roof_of(inference, training, plan):  # the roofline on --gpu (None without it)
+            if device is None:
+                return None
             from blockcli.roofline import DEFAULT_MFU, roofline
 
-            roof = roofline(cfg, inference, result.total, result.active_total, device, budget=memory_budget,
+            return roofline(cfg, inference, result.total, result.active_total, device, budget=memory_budget,
                             training=training, mfu=DEFAULT_MFU if mfu is None else mfu,
                             devices=plan.layout.devices if plan else dp or 1)
+
+        roof = roof_of(inference, training, plan)
         chosen = CountFormat.json if json_out else fmt
+        if swept is not None:
+            axis, values = swept
+            rows = []
+            for value in values:
+                if axis == "seq":
+                    sizing.check_workload(cfg, value)
+                at = workload(value if axis == "seq" else T, value if axis == "batch" else B,
+                              value if axis == "dtype" else None)
+                rows.append(render.SweepRow(value, _used(*at), roof_of(*at)))
+            print_out({CountFormat.json: render.sweep_json, CountFormat.csv: render.sweep_csv,
+                       CountFormat.markdown: render.sweep_markdown}.get(chosen, render.sweep_markdown)(
+                axis, rows, memory_budget, bool(plan), bool(training)))
+            over = [r for r in rows if memory_budget is not None and r.memory_bytes > memory_budget]
+            if over:
+                sys.stderr.write(f"blockcli: --sweep {axis}={over[0].value}: {render.human_bytes(over[0].memory_bytes)} "
+                                 f"({over[0].memory_bytes:,} bytes) exceeds --max-memory {max_memory} "
+                                 f"({memory_budget:,} bytes)\n")
+                return EXIT_FAILED
+            return EXIT_OK
         if chosen is CountFormat.json:
             data = render.count_json(result, inference, training, memory_budget, plan)
             if roof is not None:

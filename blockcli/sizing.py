@@ -713,6 +713,27 @@ def solve_largest(memory: Callable[[int], int], budget: int, cap: int | None = N
     return Solved(low, memory(low), past, cap)
 
 
+def parse_sweep(text: str, dtypes: tuple[str, ...]) -> tuple[str, list]:
+    """'seq=1k,4k' → ('seq', [1024, 4096]); batch=… likewise (k = 1024, m = 1024²); 'dtype=float32,bfloat16' →
+    ('dtype', ['float32', 'bfloat16'])."""
+    axis, _, listed = text.partition("=")
+    values = [v.strip() for v in listed.split(",")]
+    if axis not in ("seq", "batch", "dtype") or not all(values):
+        raise InputError(f"--sweep: expected seq=V,V,…, batch=V,V,… or dtype=D,D,… (e.g. seq=1k,4k,32k); "
+                         f"got '{clipped(text)}'")
+    if axis == "dtype":
+        if bad := [v for v in values if v not in dtypes]:
+            raise InputError(f"--sweep dtype: '{clipped(bad[0])}' is not one of {', '.join(dtypes)}")
+        return axis, values
+    numbers = []
+    for v in values:
+        match = re.fullmatch(r"(\d{1,15})([kKmM]?)", v)
+        if match is None or int(match.group(1)) == 0:
+            raise InputError(f"--sweep {axis}: expected a whole number ≥ 1 such as 4096 or 4k; got '{clipped(v)}'")
+        numbers.append(int(match.group(1)) * {"": 1, "k": 2**10, "m": 2**20}[match.group(2).lower()])
+    return axis, numbers
+
+
 def check_workload(config: Config, seq_len: int) -> str | None:
     """A model with learned positions has no row for a token beyond max_positions (an error); for any
     other model, a note when the sequence is longer than the positions it was built for."""

@@ -85,3 +85,39 @@ def test_search_matches_a_linear_scan(budget, cap):
     assert got.answer == scan
     if scan and (cap is None or scan < cap):
         assert got.memory_bytes == memory(scan) and got.next_memory_bytes == memory(scan + 1) > budget
+
+
+def single(args, key):
+    data = json.loads(runner.invoke(app, ["count", *args, "--json"]).stdout)
+    return data["inference"]["memory_bytes"] if key == "inference" else data["training"]["memory_bytes_per_device"]
+
+
+@pytest.mark.parametrize("sweep, option, values, extra, key", [
+    ("seq=1k,4k,32k", "--seq", ["1024", "4096", "32768"], [], "inference"),
+    ("batch=1,8,64", "--batch", ["1", "8", "64"], [], "inference"),
+    ("dtype=float32,bfloat16,int8", "--dtype", ["float32", "bfloat16", "int8"], [], "inference"),
+    ("seq=512,2k", "--seq", ["512", "2048"], ["--train"], "training"),
+])
+def test_each_sweep_row_is_the_single_run(sweep, option, values, extra, key):
+    result = runner.invoke(app, ["count", ROPE, *extra, "--sweep", sweep, "--json"])
+    assert result.exit_code == 0, result.stderr
+    rows = json.loads(result.stdout)["rows"]
+    assert [r["memory_bytes"] for r in rows] == [single([ROPE, *extra, option, v], key) for v in values]
+
+
+def test_a_sweep_row_over_the_budget_exits_1_as_its_single_run_does():
+    result = runner.invoke(app, ["count", ROPE, "--sweep", "seq=1k,128k", "--max-memory", "1GiB", "--format", "csv"])
+    assert result.exit_code == 1 and "seq=131072" in result.stderr
+    assert [line.split(",")[-1] for line in result.stdout.splitlines()[1:]] == ["yes", "no"]
+    assert exit_code([ROPE, "--seq", "1024", "--max-memory", "1GiB"]) == 0
+    assert exit_code([ROPE, "--seq", "131072", "--max-memory", "1GiB"]) == 1
+
+
+@pytest.mark.parametrize("args", [
+    ["--sweep", "tokens=1k"], ["--sweep", "seq="], ["--sweep", "seq=0"], ["--sweep", "seq=4q"],
+    ["--sweep", "dtype=float7"], ["--sweep", "seq=1k", "--seq", "4"], ["--sweep", "dtype=float32", "--train"],
+    ["--sweep", "seq=1k", "--solve", "batch", "--max-memory", "1GiB"],
+])
+def test_bad_sweeps_exit_2(args):
+    result = runner.invoke(app, ["count", ROPE, *args])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
