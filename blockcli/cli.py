@@ -354,6 +354,11 @@ class Attention(str, Enum):
     blockcli = "blockcli"
 
 
+class Solve(str, Enum):
+    seq = "seq"
+    batch = "batch"
+
+
 class FrozenDtype(str, Enum):
     bf16 = "bf16"
     int8 = "int8"
@@ -423,6 +428,14 @@ def count(
         "--max-memory", metavar="SIZE",
         help="Exit 1 if the workload's memory exceeds SIZE (80GiB, 40GB): inference weights + K/V cache + "
              "activations, or with --train the model states + activations per device.")] = None,
+    solve: Annotated[Optional[Solve], typer.Option(
+        "--solve", help="With --max-memory: the largest --seq (seq) or --batch (batch) whose memory fits, everything "
+                        "else fixed; the figures are at that value.")] = None,
+    sweep: Annotated[Optional[str], typer.Option(
+        "--sweep", metavar="AXIS=V,V,…",
+        help="One row per value instead of the breakdown: seq=1k,4k,32k or batch=1,8,64 (k = 1024) or "
+             "dtype=float32,bfloat16; the memory --max-memory checks (exit 1 if a row exceeds it), and with --gpu "
+             "the times.")] = None,
     gpu: Annotated[Optional[str], typer.Option(
         "--gpu", metavar="NAME|FILE",
         help="Add a roofline on this device: prefill (time to first token), decode time and tokens/s, the bound, "
@@ -441,6 +454,17 @@ def count(
         expected = parse_amount(expect, "--expect") if expect is not None else None
         budget = parse_amount(max_total, "--max")[0] if max_total is not None else None
         memory_budget = sizing.parse_size(max_memory) if max_memory is not None else None
+        if solve is not None and memory_budget is None:
+            raise InputError(f"--solve {solve.value} needs --max-memory SIZE (the budget to fill)")
+        if solve is not None and (seq if solve is Solve.seq else batch) is not None:
+            raise InputError(f"--solve {solve.value} finds --{solve.value} itself; drop --{solve.value}")
+        swept = sizing.parse_sweep(sweep, tuple(SizeDtype.__members__)) if sweep is not None else None
+        if swept is not None and swept[0] == "dtype" and train:
+            raise InputError("--sweep dtype=… sets the inference dtype; a training step's is --precision")
+        if swept is not None and solve is not None:
+            raise InputError("--sweep and --solve: give one of them")
+        if swept is not None and {"seq": seq, "batch": batch, "dtype": dtype}[swept[0]] is not None:
+            raise InputError(f"--sweep {swept[0]}=… gives --{swept[0]} itself; drop --{swept[0]}")
         training_only = [o for o, v in (("--optimizer", optimizer), ("--precision", precision), ("--dp", dp),
                                         ("--zero", zero), ("--recompute", recompute), ("--attention", attention),
                                         ("--sp", sp or None),
@@ -470,8 +494,6 @@ def count(
             device = load_gpu(gpu)
         cfg = loaded(config, allow_field)
         T, B = seq or cfg.run.seq_len, batch or cfg.run.batch
-        if (past := sizing.check_workload(cfg, T)) is not None:
-            _config_notes.append(past)
         stored = None
         if config and Path(config).exists():  # not a preset's name: checkpoint.py only for a real path
             from blockcli.checkpoint import is_checkpoint_path
@@ -492,52 +514,96 @@ def count(
                 f"({fp8.bytes:,} bytes): {fp8.quantized:,} weights at 1 byte, {fp8.scales:,} float32 scales (one per "
                 f"{rows}x{cols} block), the other {fp8.plain:,} parameters at {cfg.quantization.stored_dtype}")
             weight_bytes = fp8.bytes
-        inference = sizing.inference(cfg, result.total, T, B, dtype.value if dtype else cfg.run.dtype,
-                                     kv_dtype.value if kv_dtype else None, weight_bytes)
-        if parallel and inference.kv_dtype in sizing.KV_BLOCKS:
-            raise InputError(f"--kv-dtype {inference.kv_dtype} with model parallelism (--tp, --pp, --ep …) is not "
-                             f"modelled; size it on one device")
-        training = None
-        profile = (attention or Attention.megatron).value
-        if profile != "megatron" and (parallel or lora_rank is not None):
-            raise InputError(f"--attention {profile} sizes one device's full training step; with "
-                             f"{'--tp, --pp, --ep or --sp' if parallel else '--lora-rank'} only megatron's terms "
-                             f"are modelled")
-        if train:
-            adapters = None
-            if lora_rank is not None:
-                adapters = sizing.lora(cfg, lora_rank, targets, lora_alpha,
-                                       (frozen_dtype or FrozenDtype.bf16).value,
-                                       _model_type(config) or cfg.about.model_type)
-            training = sizing.training(cfg, result.total, result.non_embedding, T, B,
-                                       optimizer=(optimizer or Optimizer.adamw).value,
-                                       precision=(precision or Precision.mixed).value, dp=dp or 1,
-                                       zero=zero or 0, recompute=(recompute or Recompute.none).value,
-                                       active_non_embedding=result.active_total - (result.total - result.non_embedding),
-                                       lora=adapters, micro_batches=micro_batches or 1,
-                                       attention=profile, model_type=_model_type(config) or cfg.about.model_type)
-        plan = None
-        if parallel:
-            from blockcli.ranks import Layout, plan as rank_plan
+        def workload(seq_len: int, n_seq: int, at: str | None = None) -> tuple:  # (inference, training, plan)
+            inference = sizing.inference(cfg, result.total, seq_len, n_seq, at or (dtype.value if dtype else cfg.run.dtype),
+                                         kv_dtype.value if kv_dtype else None, weight_bytes)
+            if parallel and inference.kv_dtype in sizing.KV_BLOCKS:
+                raise InputError(f"--kv-dtype {inference.kv_dtype} with model parallelism (--tp, --pp, --ep …) is not "
+                                 f"modelled; size it on one device")
+            training = None
+            profile = (attention or Attention.megatron).value
+            if profile != "megatron" and (parallel or lora_rank is not None):
+                raise InputError(f"--attention {profile} sizes one device's full training step; with "
+                                 f"{'--tp, --pp, --ep or --sp' if parallel else '--lora-rank'} only megatron's terms "
+                                 f"are modelled")
+            if train:
+                adapters = None
+                if lora_rank is not None:
+                    adapters = sizing.lora(cfg, lora_rank, targets, lora_alpha,
+                                           (frozen_dtype or FrozenDtype.bf16).value,
+                                           _model_type(config) or cfg.about.model_type)
+                training = sizing.training(cfg, result.total, result.non_embedding, seq_len, n_seq,
+                                           optimizer=(optimizer or Optimizer.adamw).value,
+                                           precision=(precision or Precision.mixed).value, dp=dp or 1,
+                                           zero=zero or 0, recompute=(recompute or Recompute.none).value,
+                                           active_non_embedding=result.active_total - (result.total - result.non_embedding),
+                                           lora=adapters, micro_batches=micro_batches or 1,
+                                           attention=profile, model_type=_model_type(config) or cfg.about.model_type)
+            plan = None
+            if parallel:
+                from blockcli.ranks import Layout, plan as rank_plan
 
-            layout = Layout(tp or 1, pp or 1, sp, ep or 1, dp or 1, micro_batches or 1, vpp or 1)
-            plan = rank_plan(cfg, layout, T, B, training=train,
-                             per=training.per_parameter if training else None, zero=zero or 0,
-                             precision=(precision or Precision.mixed).value,
-                             recompute=(recompute or Recompute.none).value, dtype=inference.dtype,
-                             kv_bits=sizing.DTYPE_BITS[inference.kv_dtype])
-        roof = None
-        if device is not None:
+                layout = Layout(tp or 1, pp or 1, sp, ep or 1, dp or 1, micro_batches or 1, vpp or 1)
+                plan = rank_plan(cfg, layout, seq_len, n_seq, training=train,
+                                 per=training.per_parameter if training else None, zero=zero or 0,
+                                 precision=(precision or Precision.mixed).value,
+                                 recompute=(recompute or Recompute.none).value, dtype=inference.dtype,
+                                 kv_bits=sizing.DTYPE_BITS[inference.kv_dtype])
+            return inference, training, plan
+
+        solved = None
+        if solve is not None:
+            seq_solve = solve is Solve.seq
+            learned = cfg.model is not None and cfg.model.positions == "learned"
+            solved = sizing.solve_largest(
+                lambda n: _used(*workload(n, B) if seq_solve else workload(T, n)), memory_budget,
+                cap=cfg.model.max_positions if seq_solve and learned else None)
+            if solved.answer == 0:
+                sys.stderr.write(f"blockcli: --solve {solve.value}: nothing fits --max-memory {max_memory} "
+                                 f"({memory_budget:,} bytes): --{solve.value} 1 needs "
+                                 f"{render.human_bytes(solved.next_memory_bytes)} ({solved.next_memory_bytes:,} bytes)\n")
+                return EXIT_FAILED
+            T, B = (solved.answer, B) if seq_solve else (T, solved.answer)
+        if (past := sizing.check_workload(cfg, T)) is not None:
+            _config_notes.append(past)
+        inference, training, plan = workload(T, B)
+        def roof_of(inference, training, plan):  # the roofline on --gpu (None without it)
+            if device is None:
+                return None
             from blockcli.roofline import DEFAULT_MFU, roofline
 
-            roof = roofline(cfg, inference, result.total, result.active_total, device, budget=memory_budget,
+            return roofline(cfg, inference, result.total, result.active_total, device, budget=memory_budget,
                             training=training, mfu=DEFAULT_MFU if mfu is None else mfu,
                             devices=plan.layout.devices if plan else dp or 1)
+
+        roof = roof_of(inference, training, plan)
         chosen = CountFormat.json if json_out else fmt
+        if swept is not None:
+            axis, values = swept
+            rows = []
+            for value in values:
+                if axis == "seq":
+                    sizing.check_workload(cfg, value)
+                at = workload(value if axis == "seq" else T, value if axis == "batch" else B,
+                              value if axis == "dtype" else None)
+                rows.append(render.SweepRow(value, _used(*at), roof_of(*at)))
+            print_out({CountFormat.json: render.sweep_json, CountFormat.csv: render.sweep_csv,
+                       CountFormat.markdown: render.sweep_markdown}.get(chosen, render.sweep_markdown)(
+                axis, rows, memory_budget, bool(plan), bool(training)))
+            over = [r for r in rows if memory_budget is not None and r.memory_bytes > memory_budget]
+            if over:
+                sys.stderr.write(f"blockcli: --sweep {axis}={over[0].value}: {render.human_bytes(over[0].memory_bytes)} "
+                                 f"({over[0].memory_bytes:,} bytes) exceeds --max-memory {max_memory} "
+                                 f"({memory_budget:,} bytes)\n")
+                return EXIT_FAILED
+            return EXIT_OK
         if chosen is CountFormat.json:
             data = render.count_json(result, inference, training, memory_budget, plan)
             if roof is not None:
                 data["roofline"] = render.roofline_json(roof)
+            if solved is not None:
+                data["solve"] = {"solve": solve.value, "answer": solved.answer, "memory_bytes": solved.memory_bytes,
+                                 "next_memory_bytes": solved.next_memory_bytes, "cap": solved.cap}
             print_out(render.to_json(data))
         elif chosen is CountFormat.markdown:
             print_out(render.count_markdown(result, inference, training, plan)
@@ -548,6 +614,9 @@ def count(
             console().print(render.count_table(result, inference, training, plan))
             if roof is not None:
                 console().print(render.roofline_table(roof))
+        if solved is not None and chosen is not CountFormat.json:  # beside CSV on stderr, to keep it CSV
+            line = render.solve_line(solve.value, solved, max_memory)
+            print_out(line) if chosen is not CountFormat.csv else sys.stderr.write(line + "\n")
         code = EXIT_OK
         declared = result.config.about.parameters
         if declared is not None and declared != result.total:
@@ -563,7 +632,7 @@ def count(
         if budget is not None and result.total > budget:
             sys.stderr.write(f"blockcli: {result.total:,} parameters exceed the budget of {budget:,}\n")
             code = EXIT_FAILED
-        used = (plan or training or inference).memory_bytes
+        used = _used(inference, training, plan)
         if memory_budget is not None and used > memory_budget:
             what = ("the most loaded device's " if plan else "") + (
                 "training memory per device" if training else "inference memory")
@@ -573,6 +642,12 @@ def count(
         return code
 
     run_guarded(body, [config])
+
+
+def _used(inference, training, plan) -> int:
+    """The memory --max-memory checks: the most loaded rank's with model parallelism, else the training memory
+    per device with --train, else the inference memory."""
+    return (plan or training or inference).memory_bytes
 
 
 def _model_type(source: str | None) -> str | None:

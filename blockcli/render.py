@@ -1569,3 +1569,58 @@ def trace_roofline_table(timed: list[Any], gpu: Any, dtype: str) -> Group:
     return Group(fitted, Text(f"sum of the operations' times: {seconds_text(total)} (a lower bound: every operation "
                               f"its own kernel, inputs read whole and the output written; reshapes are views); "
                               f"{LEAVES_OUT}"))
+
+
+def solve_line(option: str, solved: Any, budget_text: str) -> str:
+    """One line for `count --solve`: the answer, its memory, and the memory one past it (or the cap)."""
+    fits = f"--{option} {solved.answer:,} fits --max-memory {budget_text}: {human_bytes(solved.memory_bytes)} " \
+           f"({solved.memory_bytes:,} bytes)"
+    if solved.next_memory_bytes is None:
+        return fits + f"; --{option} {solved.answer + 1:,} is past " + (
+            f"the model's learned positions ({solved.cap:,})" if solved.cap is not None else "the search's limit")
+    return fits + f"; --{option} {solved.answer + 1:,} needs {human_bytes(solved.next_memory_bytes)} " \
+                  f"({solved.next_memory_bytes:,} bytes)"
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    value: Any  # a T, a B or a dtype
+    memory_bytes: int  # what --max-memory checks at this value
+    roof: Any = None  # the roofline on --gpu
+
+
+def _sweep_rows(axis: str, rows: Sequence[SweepRow], budget: int | None, ranked: bool, training: bool):
+    what = ("most loaded device " if ranked else "") + ("training memory" if training else "inference memory")
+    headers = [axis, what, "bytes"] + (["fits"] if budget is not None else [])
+    timed = any(r.roof is not None for r in rows)
+    if timed:
+        headers += (["step (s)", "tokens/s"] if training else ["prefill (s)", "decode (s/token)", "tokens/s"])
+    body = []
+    for r in rows:
+        row = [r.value, human_bytes(r.memory_bytes), r.memory_bytes]
+        if budget is not None:
+            row.append("yes" if r.memory_bytes <= budget else "no")
+        if timed:
+            t = r.roof.training if training else None
+            row += ([f"{t.seconds:.4g}", f"{t.tokens_per_second:.4g}"] if t is not None else
+                    [f"{r.roof.prefill.seconds:.4g}", f"{r.roof.decode.seconds:.4g}",
+                     f"{r.roof.decode.tokens_per_second:.4g}"])
+        body.append(row)
+    return headers, body
+
+
+def sweep_markdown(axis: str, rows: Sequence[SweepRow], budget: int | None, ranked: bool, training: bool) -> str:
+    headers, body = _sweep_rows(axis, rows, budget, ranked, training)
+    return markdown_table(headers, [[f"{c:,}" if isinstance(c, int) else c for c in row] for row in body],
+                          "r" * len(headers))
+
+
+def sweep_csv(axis: str, rows: Sequence[SweepRow], budget: int | None, ranked: bool, training: bool) -> str:
+    return csv_text(*_sweep_rows(axis, rows, budget, ranked, training))
+
+
+def sweep_json(axis: str, rows: Sequence[SweepRow], budget: int | None, ranked: bool, training: bool) -> str:
+    return to_json({"schema_version": SCHEMA_VERSION, "sweep": axis, "max_memory_bytes": budget, "rows": [
+        {axis: r.value, "memory_bytes": r.memory_bytes,
+         **({"fits": r.memory_bytes <= budget} if budget is not None else {}),
+         **({"roofline": roofline_json(r.roof)} if r.roof is not None else {})} for r in rows]})

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 from blockcli import profiles
 from blockcli.activations import function_of
@@ -676,6 +677,61 @@ def parse_size(text: str, option: str = "--max-memory") -> int:
     scale = _UNITS[unit]
     whole_number(whole + frac, option)  # digits past any size: one line, not int()'s limit
     return int(whole) * scale + (int(frac) * scale // 10 ** len(frac) if frac else 0)
+
+
+@dataclass(frozen=True)
+class Solved:
+    """The largest value of one workload dimension whose memory fits a budget: `answer` (0 when even 1 does
+    not fit) at `memory_bytes`, and `next_memory_bytes` at answer + 1 (None when `cap` stops the search there)."""
+    answer: int
+    memory_bytes: int | None
+    next_memory_bytes: int | None
+    cap: int | None
+
+
+SOLVE_LIMIT = 2**40  # no workload dimension is searched past this many tokens or sequences
+
+
+def solve_largest(memory: Callable[[int], int], budget: int, cap: int | None = None) -> Solved:
+    """The largest n ≥ 1 with memory(n) ≤ budget, for memory non-decreasing in n, n at most `cap` (a model's
+    learned positions) or SOLVE_LIMIT: doubling until it does not fit, then bisecting."""
+    limit = min(cap, SOLVE_LIMIT) if cap is not None else SOLVE_LIMIT
+    first = memory(1)
+    if first > budget:
+        return Solved(0, None, first, cap)
+    low, high = 1, 2  # memory(low) fits; high is the first candidate not yet known to fit
+    while high <= limit and memory(high) <= budget:
+        low, high = high, high * 2
+    high = min(high, limit + 1)  # every n < high that was probed fits; high does not, or is past the limit
+    while high - low > 1:
+        middle = (low + high) // 2
+        if memory(middle) <= budget:
+            low = middle
+        else:
+            high = middle
+    past = memory(low + 1) if low < limit else None
+    return Solved(low, memory(low), past, cap)
+
+
+def parse_sweep(text: str, dtypes: tuple[str, ...]) -> tuple[str, list]:
+    """'seq=1k,4k' → ('seq', [1024, 4096]); batch=… likewise (k = 1024, m = 1024²); 'dtype=float32,bfloat16' →
+    ('dtype', ['float32', 'bfloat16'])."""
+    axis, _, listed = text.partition("=")
+    values = [v.strip() for v in listed.split(",")]
+    if axis not in ("seq", "batch", "dtype") or not all(values):
+        raise InputError(f"--sweep: expected seq=V,V,…, batch=V,V,… or dtype=D,D,… (e.g. seq=1k,4k,32k); "
+                         f"got '{clipped(text)}'")
+    if axis == "dtype":
+        if bad := [v for v in values if v not in dtypes]:
+            raise InputError(f"--sweep dtype: '{clipped(bad[0])}' is not one of {', '.join(dtypes)}")
+        return axis, values
+    numbers = []
+    for v in values:
+        match = re.fullmatch(r"(\d{1,15})([kKmM]?)", v)
+        if match is None or int(match.group(1)) == 0:
+            raise InputError(f"--sweep {axis}: expected a whole number ≥ 1 such as 4096 or 4k; got '{clipped(v)}'")
+        numbers.append(int(match.group(1)) * {"": 1, "k": 2**10, "m": 2**20}[match.group(2).lower()])
+    return axis, numbers
 
 
 def check_workload(config: Config, seq_len: int) -> str | None:
