@@ -514,18 +514,19 @@ def count(
                 f"({fp8.bytes:,} bytes): {fp8.quantized:,} weights at 1 byte, {fp8.scales:,} float32 scales (one per "
                 f"{rows}x{cols} block), the other {fp8.plain:,} parameters at {cfg.quantization.stored_dtype}")
             weight_bytes = fp8.bytes
+        if parallel and kv_dtype is not None and kv_dtype.value in sizing.KV_BLOCKS:
+            raise InputError(f"--kv-dtype {kv_dtype.value} with model parallelism (--tp, --pp, --ep …) is not "
+                             f"modelled; size it on one device")
+        profile = (attention or Attention.megatron).value
+        if profile != "megatron" and (parallel or lora_rank is not None):
+            raise InputError(f"--attention {profile} sizes one device's full training step; with "
+                             f"{'--tp, --pp, --ep or --sp' if parallel else '--lora-rank'} only megatron's terms "
+                             f"are modelled")
+
         def workload(seq_len: int, n_seq: int, at: str | None = None) -> tuple:  # (inference, training, plan)
             inference = sizing.inference(cfg, result.total, seq_len, n_seq, at or (dtype.value if dtype else cfg.run.dtype),
                                          kv_dtype.value if kv_dtype else None, weight_bytes)
-            if parallel and inference.kv_dtype in sizing.KV_BLOCKS:
-                raise InputError(f"--kv-dtype {inference.kv_dtype} with model parallelism (--tp, --pp, --ep …) is not "
-                                 f"modelled; size it on one device")
             training = None
-            profile = (attention or Attention.megatron).value
-            if profile != "megatron" and (parallel or lora_rank is not None):
-                raise InputError(f"--attention {profile} sizes one device's full training step; with "
-                                 f"{'--tp, --pp, --ep or --sp' if parallel else '--lora-rank'} only megatron's terms "
-                                 f"are modelled")
             if train:
                 adapters = None
                 if lora_rank is not None:
@@ -567,6 +568,7 @@ def count(
         if (past := sizing.check_workload(cfg, T)) is not None:
             _config_notes.append(past)
         inference, training, plan = workload(T, B)
+
         def roof_of(inference, training, plan):  # the roofline on --gpu (None without it)
             if device is None:
                 return None

@@ -38,3 +38,18 @@ def test_gemma2_sdpa_refused_as_transformers_refuses():
     assert "refused" in FIXTURE["models"]["gemma2"]["sdpa"]
     with pytest.raises(sizing.InputError, match="soft-cap"):
         kept("gemma2", "sdpa", 2, 8)
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--train", "--tp", "2", "--attention", "eager"], "--attention eager"),
+    (["--train", "--lora-rank", "8", "--lora-targets", "q", "--attention", "sdpa"], "--attention sdpa"),
+    (["--tp", "2", "--kv-dtype", "q8_0"], "--kv-dtype q8_0"),
+])
+def test_what_only_one_device_models_is_refused_with_model_parallelism_or_lora(args: list[str], named: str) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "blockcli", "count", "llama-3.1-8b", *args],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and named in proc.stderr
