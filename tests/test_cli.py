@@ -76,8 +76,8 @@ def test_exit_codes_are_documented():
 
 def test_readme_quickstart_commands_are_the_ci_commands():
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "pip install --quiet '.[test]' && pytest" in ci
-    assert "$ pip install '.[test]' && pytest" in README
+    assert "pip install --quiet '.[test]' && pytest -n auto\n" in ci
+    assert "$ pip install '.[test]' && pytest -n auto\n" in README
     assert "$ pip install . && blockcli count" in README
 
 
