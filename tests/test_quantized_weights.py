@@ -293,3 +293,25 @@ def test_a_sharded_folder_with_a_modules_parts_in_different_shards(tmp_path: Pat
     assert data["checkpoint"]["quantized"]["parts"] == file_bytes(name)[0]
     model = Model.from_config(load_config(folder), weights=folder, dtype="float32")
     assert relative(model(want["input_ids"]), want["logits_float32"]) <= 1e-4
+
+
+def test_the_quantization_note_says_the_bytes_are_known_only_where_they_are(tmp_path: Path) -> None:
+    """A model folder holding its tensors: count shows their stored bytes, so the note says so; the same
+    config.json alone (or in a folder without weights): they are unknown, and the note says they depend."""
+    def note(*args: str) -> str:
+        run = cli(*args)
+        assert run.returncode == 0, run.stderr
+        return next(line for line in run.stderr.splitlines() if "quantization_config:" in line)
+
+    known = "the stored bytes are its tensors' own (count reads them from the checkpoint's headers)"
+    unknown = "the stored bytes depend on the quantization"
+    folder = FIXTURES / "gptq-llama-4bit"
+    for args in (["count", folder], ["count", folder / "model.safetensors"], ["trace", folder, "--layer", "0"],
+                 ["convert", folder]):
+        assert note(*args).endswith(known), args
+    empty = tmp_path / "config-only"
+    empty.mkdir()
+    shutil.copy(folder / "config.json", empty / "config.json")
+    for args in (["count", folder / "config.json"], ["count", empty], ["convert", empty / "config.json"]):
+        assert note(*args).endswith(unknown), args
+    assert "quantized" in json.loads(cli("count", folder, "--json").stdout)["checkpoint"]  # the bytes it shows
