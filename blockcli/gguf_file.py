@@ -433,15 +433,50 @@ def _starcoder2(m: _Meta) -> dict[str, Any]:
 
 
 def _phi3(m: _Meta) -> dict[str, Any]:
-    if m.has("rope_factors_long.weight") or m.has("rope_factors_short.weight"):
-        raise InputError(f"{m.gguf.path}: holds LongRoPE factors as tensors (rope_factors_long/short.weight); "
-                         f"blockcli reads Phi-3 GGUF files without them (the 4k-context models)")
     out = {**_decoder(m), "hidden_act": "silu"}
     head_dim = out.get("head_dim", out["hidden_size"] // out["num_attention_heads"])
     rotary = m.number("rope.dimension_count", head_dim)
     out["partial_rotary_factor"] = rotary / head_dim
-    out["sliding_window"] = m.number("attention.sliding_window")
+    out["sliding_window"] = m.number("attention.sliding_window") or None  # the converter writes 0 for none
+    if m.has(ROPE_FACTORS[0]) or m.has(ROPE_FACTORS[1]):
+        out.update(_longrope(m, out, int(rotary)))
     return out
+
+
+ROPE_FACTORS = ("rope_factors_long.weight", "rope_factors_short.weight")  # LongRoPE's, config rather than weights
+
+
+def _longrope(m: _Meta, out: dict[str, Any], rotary: int) -> dict[str, Any]:
+    """Phi-3's LongRoPE (the 128k-context models), as convert_hf_to_gguf.py writes it: the long and short factors
+    as two float32 tensors of one value per rotated pair (read here: 2 × d_rot/2 values, the only tensor data a
+    count reads), the original context as rope.scaling.original_context_length, and the attention factor
+    transformers derives, √(1 + ln s / ln n_orig) with s = context_length / n_orig, as rope.scaling.attn_factor
+    (given to transformers only when it is not that value, as float32 holds it)."""
+    factors = {}
+    for name, key in zip(ROPE_FACTORS, ("long_factor", "short_factor")):
+        t = m.gguf.tensors.get(name)
+        if t is None:
+            other = next(n for n in ROPE_FACTORS if n != name)
+            raise InputError(f"{m.gguf.path}: holds '{other}' but no '{name}'; LongRoPE needs both factor tensors")
+        if t.qtype != "F32" or t.shape != (rotary // 2,):
+            raise InputError(f"{m.gguf.path}: tensor '{name}' is {t.qtype} {t.shape}; LongRoPE's factors are F32, "
+                             f"one per rotated pair ({rotary // 2},)")
+        with reading(m.gguf.path, "a .gguf file"), open(m.gguf.path, "rb") as f:
+            f.seek(t.begin)
+            raw = f.read(t.nbytes)
+        if len(raw) != t.nbytes:
+            raise InputError(f"{m.gguf.path}: tensor '{name}' is cut short (file truncated)")
+        factors[key] = [float(v) for v in struct.unpack(f"<{rotary // 2}f", raw)]
+        if not all(math.isfinite(v) and v > 0 for v in factors[key]):
+            raise InputError(f"{m.gguf.path}: tensor '{name}' holds {factors[key]}; LongRoPE's factors are positive")
+    original = int(m.number("rope.scaling.original_context_length", required=True))
+    params = {**out["rope_parameters"], "rope_type": "longrope", **factors}
+    scale = out["max_position_embeddings"] / original
+    derived = math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1 else 1.0
+    stored = m.number("rope.scaling.attn_factor")
+    if stored is not None and struct.unpack("<f", struct.pack("<f", derived))[0] != stored:
+        params["attention_factor"] = float(stored)
+    return {"rope_parameters": params, "original_max_position_embeddings": original}
 
 
 def _command_r(m: _Meta) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from blockcli.checkpoint import (Checkpoint, Match, Stored, _entries, _in_run_dt
                                  stored_sizes)
 from blockcli.config import Config, InputError, reading
 from blockcli.families import FAMILIES
-from blockcli.gguf_file import Arch, GGUFFile, GGUFTensor, arch_of, gguf_config, read_gguf
+from blockcli.gguf_file import ROPE_FACTORS, Arch, GGUFFile, GGUFTensor, arch_of, gguf_config, read_gguf
 
 if TYPE_CHECKING:
     import numpy as np
@@ -72,7 +72,7 @@ def gguf_checkpoint(g: GGUFFile, config: Config) -> tuple[Checkpoint, TensorMap,
     b = config.block
     split = _split_experts(g, tmap, config.model.n_layers, n_experts, tensors, views)
     for gname, t in g.tensors.items():
-        if gname in split:
+        if gname in split or gname in ROPE_FACTORS:  # LongRoPE's factors: read into the config, not weights
             continue
         hf_names = by_gguf.get(gname)
         if hf_names is None:

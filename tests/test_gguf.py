@@ -107,7 +107,7 @@ def test_count_equals_the_unquantized_model_and_reconciles_with_the_tensors(name
 @pytest.mark.parametrize("name", FILES)
 def test_stored_bytes_and_bits_per_weight_are_the_files_own(name: str) -> None:
     path = FIXTURES / f"{name}.gguf"
-    tensors = gguf.GGUFReader(path).tensors
+    tensors = [t for t in gguf.GGUFReader(path).tensors if not t.name.startswith("rope_factors_")]  # config
     stored = sum(int(t.n_bytes) for t in tensors)
     weights = sum(int(t.n_elements) for t in tensors)
     data = json.loads(cli("count", path, "--json").stdout)
@@ -344,20 +344,59 @@ def test_a_vocabulary_string_that_claims_more_than_the_file_is_one_line(tmp_path
     assert "tokenizer.ggml.tokens" in line and ("past the end" in line or "truncated" in line), line
 
 
-def test_longrope_factor_tensors_are_refused_naming_them(tmp_path: Path) -> None:
+def _phi3_with(path: Path, extra: dict[str, np.ndarray], **scaling: float) -> Path:
+    """The phi3-q8_0 fixture again, with `extra` tensors added and phi3.rope.scaling.* metadata set (an int as
+    uint32, a float as float32)."""
     reader = gguf.GGUFReader(FIXTURES / "phi3-q8_0.gguf")
-    path = tmp_path / "phi3-128k.gguf"
     w = gguf.GGUFWriter(path, "phi3")
-    for field in reader.fields.values():
-        if field.name.startswith("phi3."):
-            value = field.contents()
-            w.add_uint32(field.name, value) if isinstance(value, int) else w.add_float32(field.name, value)
+    values = {f.name: f.contents() for f in reader.fields.values() if f.name.startswith("phi3.")}
+    values |= {f"phi3.rope.scaling.{key}": value for key, value in scaling.items()}
+    for key, value in values.items():
+        w.add_uint32(key, value) if isinstance(value, int) else w.add_float32(key, value)
     for t in reader.tensors:
         w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
-    w.add_tensor("rope_factors_long.weight", np.ones(2, dtype=np.float32))
+    for name, value in extra.items():
+        w.add_tensor(name, value)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return path
+
+
+def test_longrope_takes_the_short_factors_within_the_original_context() -> None:
+    """phi3-longrope's 7 tokens pass its original context of 4 (the long factors); its first 4 do not (the short
+    ones): transformers' logits of both, and the two differ, so each factor set is checked."""
+    path, want = FIXTURES / "phi3-longrope-q8_0.gguf", expected("phi3-longrope-q8_0")
+    cfg = load_config(path)
+    scaling = cfg.block.rope_scaling
+    assert (scaling.type, scaling.original_max_positions, scaling.factor) == ("longrope", 4, 16.0)
+    assert (scaling.short_factor, scaling.long_factor) == ((1.0, 2.5), (3.0, 7.25))  # the generator's, in float32
+    assert scaling.attention_factor == 0.0  # the file's is √(1 + ln 16 / ln 4), the one transformers derives
+    model = Model.from_config(cfg, weights=path, dtype="float32")
+    short = model(want["input_ids"][:, :4])
+    assert relative(short, want["logits_short_float32"]) <= 1e-4
+    assert relative(want["logits_float32"][:, :4], want["logits_short_float32"]) > 1e-2
+
+
+def test_a_longrope_attention_factor_other_than_the_derived_one_is_kept(tmp_path: Path) -> None:
+    factors = {"rope_factors_long.weight": np.array([2.0, 4.0], dtype=np.float32),
+               "rope_factors_short.weight": np.array([1.0, 1.0], dtype=np.float32)}
+    path = _phi3_with(tmp_path / "phi3-128k.gguf", factors, attn_factor=1.5, original_context_length=16)
+    scaling = load_config(path).block.rope_scaling
+    assert (scaling.attention_factor, scaling.original_max_positions, scaling.long_factor) == (1.5, 16, (2.0, 4.0))
+    proc = cli("count", path, "--json")  # the factors are config, not weights: the count still reconciles
+    assert proc.returncode == 0 and json.loads(proc.stdout)["reconciled"]["match"], proc.stderr
+
+
+@pytest.mark.parametrize("extra, named", [
+    ({"rope_factors_long.weight": np.ones(2, dtype=np.float32)}, "no 'rope_factors_short.weight'"),
+    ({"rope_factors_long.weight": np.ones(3, dtype=np.float32),
+      "rope_factors_short.weight": np.ones(3, dtype=np.float32)}, "one per rotated pair (2,)"),
+    ({"rope_factors_long.weight": np.array([1.0, -1.0], dtype=np.float32),
+      "rope_factors_short.weight": np.ones(2, dtype=np.float32)}, "factors are positive"),
+])
+def test_longrope_factor_tensors_that_do_not_fit_are_one_line(tmp_path: Path, extra: dict, named: str) -> None:
+    path = _phi3_with(tmp_path / "phi3-128k.gguf", extra, original_context_length=16)
     line = one_error_line(cli("count", path))
-    assert "rope_factors_long" in line and "LongRoPE" in line
+    assert named in line and "rope_factors_" in line
