@@ -10,7 +10,7 @@ touches the tensor data.
 The metadata (`general.architecture` and its keys: `<arch>.block_count`, `.embedding_length`,
 `.feed_forward_length`, `.attention.head_count[_kv]`, `.attention.key_length`, `.rope.freq_base`,
 `.rope.scaling.*`, norm epsilons, `.expert_*`, `.context_length`) is written out as the Hugging Face
-config.json the file was converted from (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3,
+config.json the file was converted from (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3,
 starcoder2, olmo2, phi3, command-r, gpt2), which `blockcli.hf` reads as for any model folder: one reader,
 one set of defaults and checks. Which tensors a config has (a tied head, biases) is read from the
 tensors present, as llama.cpp does.
@@ -379,6 +379,12 @@ def _query_scale(m: _Meta, out: dict[str, Any], big_layers: int) -> int:
     return out.get("head_dim", out["hidden_size"] // out["num_attention_heads"])
 
 
+def _gemma(m: _Meta) -> dict[str, Any]:
+    """Gemma 1: the converter writes no RoPE base (llama.cpp's default 10,000 is GemmaConfig's) and scales queries
+    by 1/√d_h, as transformers' Gemma does."""
+    return {**_decoder(m), "hidden_act": "gelu_pytorch_tanh"}
+
+
 def _gemma2(m: _Meta) -> dict[str, Any]:
     out = {**_decoder(m), "hidden_activation": "gelu_pytorch_tanh",
            "attn_logit_softcapping": m.number("attn_logit_softcapping"),
@@ -497,6 +503,7 @@ ARCHS: dict[str, Arch] = {
     "qwen3": Arch("qwen3", _qwen3),
     "qwen2moe": Arch("qwen2_moe", _qwen2moe),
     "qwen3moe": Arch("qwen3_moe", _qwen3moe),
+    "gemma": Arch("gemma", _gemma, norm_plus_one=True),
     "gemma2": Arch("gemma2", _gemma2, norm_plus_one=True),
     "gemma3": Arch("gemma3_text", _gemma3, norm_plus_one=True),
     "starcoder2": Arch("starcoder2", _starcoder2),

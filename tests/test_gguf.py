@@ -50,9 +50,9 @@ def one_error_line(proc: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def test_the_fixtures_cover_f32_f16_q8_0_q4_0_and_a_k_quant() -> None:
+def test_the_fixtures_cover_f32_f16_bf16_q8_0_q4_0_and_a_k_quant() -> None:
     types = {t.tensor_type.name for name in FILES for t in gguf.GGUFReader(FIXTURES / f"{name}.gguf").tensors}
-    assert {"F32", "F16", "Q8_0", "Q4_0", "Q4_K"} <= types
+    assert {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K"} <= types
 
 
 # ----------------------------------------------------------------------------- forward parity
@@ -72,7 +72,8 @@ def test_quantization_changes_the_logits_so_the_dequantized_reference_is_the_rig
     assert relative(q8, f32) > 1e-4
 
 
-@pytest.mark.parametrize("arch, field", [("llama", "permuted_qk"), ("gemma2", "norm_plus_one")])
+@pytest.mark.parametrize("arch, field", [("llama", "permuted_qk"), ("gemma2", "norm_plus_one"),
+                                         ("gemma", "norm_plus_one")])
 def test_undoing_the_converters_change_matters(monkeypatch, arch: str, field: str) -> None:
     """Without undoing llama's Q/K permutation, or Gemma's 1 + w norms, the logits are far off."""
     from dataclasses import replace
