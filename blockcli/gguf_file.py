@@ -11,7 +11,7 @@ The metadata (`general.architecture` and its keys: `<arch>.block_count`, `.embed
 `.feed_forward_length`, `.attention.head_count[_kv]`, `.attention.key_length`, `.rope.freq_base`,
 `.rope.scaling.*`, norm epsilons, `.expert_*`, `.context_length`) is written out as the Hugging Face
 config.json the file was converted from (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3,
-starcoder2, olmo2, phi3, command-r, gpt2), which `blockcli.hf` reads as for any model folder: one reader,
+starcoder2, olmo2, phi3, command-r, gpt2, falcon), which `blockcli.hf` reads as for any model folder: one reader,
 one set of defaults and checks. Which tensors a config has (a tied head, biases) is read from the
 tensors present, as llama.cpp does.
 
@@ -26,6 +26,8 @@ shape lists the innermost dimension first (`ne0`, a row); read outermost first i
   → (n_heads, d_h/2, 2, in); undone by the inverse reshape (K with the K/V heads' count);
 - Gemma (1, 2, 3): every RMSNorm weight stored as 1 + w (the scale it applies): w = stored − 1;
 - GPT-2: Conv1D's (in, out) matrices stored transposed to (out, in): transposed back;
+- Falcon: `query_key_value`'s rows, grouped per K/V head in transformers ([q…q k v | q…q k v | …]), stored
+  as Q | K | V (the converter's "jploski" layout): regrouped;
 - mixtures: the experts merged per layer (`ffn_gate_exps` (E, d_e, d) …): expert e's slice is its
   matrix, and its bytes are a contiguous range (a block never spans two rows); gate and up fused
   (`ffn_gate_up_exps` (E, 2·d_e, d), the converter's --fuse-gate-up-exps) are transformers 5's `gate_up_proj`.
@@ -264,6 +266,7 @@ class Arch:
     permuted_qk: bool = False  # llama's Q/K row permutation
     norm_plus_one: bool = False  # Gemma's norms stored as 1 + w
     conv1d: tuple[str, ...] = ()  # GPT-2's matrices stored transposed (transformers name endings)
+    ungrouped_qkv: bool = False  # Falcon's query_key_value stored as Q | K | V, not grouped per K/V head
 
 
 @dataclass
@@ -485,6 +488,27 @@ def _longrope(m: _Meta, out: dict[str, Any], rotary: int) -> dict[str, Any]:
     return {"rope_parameters": params, "original_max_position_embeddings": original}
 
 
+def _falcon(m: _Meta) -> dict[str, Any]:
+    """Falcon as FalconModel's converter writes it: one K/V head and one norm (Falcon-7B: multi_query), else the
+    new decoder architecture with head_count_kv K/V heads and a second norm when `attn_norm_2` is stored
+    (Falcon-40B/180B; Falcon2-11B has one); no RoPE base written (10,000, FalconConfig's), context_length 2048
+    whatever the model's, biases on the linear layers when their tensors are."""
+    heads = int(m.number("attention.head_count", required=True))
+    kv = int(m.number("attention.head_count_kv", 1))
+    two_norms = m.has("blk.0.attn_norm_2.weight")
+    out = {"hidden_size": int(m.number("embedding_length", required=True)),
+           "num_hidden_layers": int(m.number("block_count", required=True)),
+           "ffn_hidden_size": int(m.number("feed_forward_length", required=True)),
+           "num_attention_heads": heads, "max_position_embeddings": int(m.number("context_length", required=True)),
+           "layer_norm_epsilon": float(m.number("attention.layer_norm_epsilon", required=True)),
+           "rope_parameters": _rope(m), "vocab_size": _vocab(m), "tie_word_embeddings": not m.has("output.weight"),
+           "bias": m.has("blk.0.attn_qkv.bias"), "activation": "gelu", "parallel_attn": True, "alibi": False}
+    if kv == 1 and not two_norms:
+        return {**out, "new_decoder_architecture": False, "multi_query": True}
+    return {**out, "new_decoder_architecture": True, "num_kv_heads": kv, "num_ln_in_parallel_attn": 2 if two_norms
+            else 1}
+
+
 def _command_r(m: _Meta) -> dict[str, Any]:
     out = {**_decoder(m, "attention.layer_norm_epsilon"), "hidden_act": "silu",
            "attention_bias": m.has("blk.0.attn_q.bias"), "use_qk_norm": m.has("blk.0.attn_q_norm.weight"),
@@ -508,6 +532,7 @@ ARCHS: dict[str, Arch] = {
     "gemma3": Arch("gemma3_text", _gemma3, norm_plus_one=True),
     "starcoder2": Arch("starcoder2", _starcoder2),
     "olmo2": Arch("olmo2", _olmo2),
+    "falcon": Arch("falcon", _falcon, ungrouped_qkv=True),
     "command-r": Arch("cohere", _command_r),
     "phi3": Arch("phi3", _phi3),
     "gpt2": Arch("gpt2", _gpt2, conv1d=("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",

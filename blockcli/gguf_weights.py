@@ -28,21 +28,26 @@ class View:
     """How a transformers tensor is read from the file: which GGUF tensor (and expert slice), and what to undo."""
 
     source: GGUFTensor
-    undo: str = ""  # "", "permute", "minus_one", "transpose"
-    heads: int = 0  # for "permute": Q's heads or K's K/V heads
+    undo: str = ""  # "", "permute", "minus_one", "transpose", "regroup"
+    heads: int = 0  # for "permute": Q's heads or K's K/V heads; for "regroup": Q's heads
+    kv_heads: int = 0  # for "regroup": the K/V heads
 
 
-def _names(g: GGUFFile, arch: Arch, tmap: TensorMap, n_layers: int, n_experts: int) -> dict[str, str]:
-    """transformers name → GGUF name, for every tensor of the family's map, through llama.cpp's own table."""
+def _names(g: GGUFFile, arch: Arch, tmap: TensorMap, n_layers: int, n_experts: int
+           ) -> tuple[dict[str, str], dict[str, str]]:
+    """transformers name → GGUF name, for every tensor of the family's map, through llama.cpp's own table; and
+    each transformers name's entry (its alternatives `a|b` share one)."""
     import gguf
 
 
     model_arch = next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == g.arch)
     table = gguf.get_tensor_name_map(model_arch, n_layers)
     out: dict[str, str] = {}
+    entries: dict[str, str] = {}
     for entry in _entries(tmap, n_layers, n_experts):
         for alt in entry.name.split("|"):
             full = alt if entry.top else tmap.prefix + alt
+            entries[full] = entry.name
             found = table.get_name(full, try_suffixes=(".weight", ".bias"))
             if found is not None:
                 out[full] = found
@@ -51,7 +56,7 @@ def _names(g: GGUFFile, arch: Arch, tmap: TensorMap, n_layers: int, n_experts: i
                 fused = gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.FFN_GATE_UP_EXP].format(bid=layer[1]) + ".weight"
                 if fused in g.tensors:
                     out[full] = fused
-    return out
+    return out, entries
 
 
 def gguf_checkpoint(g: GGUFFile, config: Config) -> tuple[Checkpoint, TensorMap, dict[str, View]]:
@@ -63,7 +68,7 @@ def gguf_checkpoint(g: GGUFFile, config: Config) -> tuple[Checkpoint, TensorMap,
     assert config.model is not None
     moe = config.block.moe
     n_experts = moe.n_experts if moe is not None else 0
-    names = _names(g, arch, tmap, config.model.n_layers, n_experts)
+    names, entries = _names(g, arch, tmap, config.model.n_layers, n_experts)
     by_gguf: dict[str, list[str]] = {}
     for hf, gg in names.items():
         by_gguf.setdefault(gg, []).append(hf)
@@ -71,7 +76,10 @@ def gguf_checkpoint(g: GGUFFile, config: Config) -> tuple[Checkpoint, TensorMap,
     views: dict[str, View] = {}
     b = config.block
     split = _split_experts(g, tmap, config.model.n_layers, n_experts, tensors, views)
-    for gname, t in g.tensors.items():
+    filled: set[str] = set()  # entries read: a GGUF name that could be either of two is the one still missing
+    # (Falcon's `attn_norm` is input_layernorm with one norm, ln_mlp beside `attn_norm_2`, ln_attn, with two)
+    ordered = sorted(g.tensors.items(), key=lambda item: len(by_gguf.get(item[0], ())) > 1)
+    for gname, t in ordered:
         if gname in split or gname in ROPE_FACTORS:  # LongRoPE's factors: read into the config, not weights
             continue
         hf_names = by_gguf.get(gname)
@@ -80,8 +88,9 @@ def gguf_checkpoint(g: GGUFFile, config: Config) -> tuple[Checkpoint, TensorMap,
             views[gname] = View(t)
             continue
         for hf in hf_names:  # several: one GGUF name for either form (per expert or fused)
-            if hf in tensors:
+            if hf in tensors or entries[hf] in filled:
                 continue
+            filled.add(entries[hf])
             view, shape = View(t), t.shape
             if arch.permuted_qk and hf.endswith(("q_proj.weight", "q_proj.bias")):
                 view = View(t, "permute", b.n_heads)
@@ -89,6 +98,8 @@ def gguf_checkpoint(g: GGUFFile, config: Config) -> tuple[Checkpoint, TensorMap,
                 view = View(t, "permute", b.n_kv_heads)
             elif arch.norm_plus_one and hf.endswith("norm.weight"):
                 view = View(t, "minus_one")
+            elif arch.ungrouped_qkv and hf.endswith(("query_key_value.weight", "query_key_value.bias")):
+                view = View(t, "regroup", b.n_heads, b.n_kv_heads)
             elif hf.endswith(arch.conv1d):
                 view, shape = View(t, "transpose"), t.shape[::-1]
             elif hf.endswith("shared_expert_gate.weight") and len(t.shape) == 1:
@@ -96,6 +107,9 @@ def gguf_checkpoint(g: GGUFFile, config: Config) -> tuple[Checkpoint, TensorMap,
             tensors[hf] = Stored(hf, shape, t.qtype, g.path, (t.begin, t.end))
             views[hf] = view
             break
+        else:  # every entry it could be is read already: one tensor too many, named as unexpected
+            tensors[gname] = Stored(gname, t.shape, t.qtype, g.path, (t.begin, t.end))
+            views[gname] = View(t)
     return Checkpoint(g.path.parent, None, (g.path,), tensors), tmap, views
 
 
@@ -155,6 +169,13 @@ def read_view(stored: Stored, view: View) -> np.ndarray:
     if view.undo == "permute":  # (h, d_h/2, 2, …) → (h, 2, d_h/2, …): back to rotate-half pairs
         h = view.heads
         values = values.reshape(h, shape[0] // h // 2, 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
+    elif view.undo == "regroup":  # Q | K | V → per K/V head its queries, its K, its V, each d_h rows
+        h, kv = view.heads, view.kv_heads
+        d_h = shape[0] // (h + 2 * kv)
+        q = values[:h * d_h].reshape(kv, h // kv, d_h, *shape[1:])
+        k = values[h * d_h:(h + kv) * d_h].reshape(kv, 1, d_h, *shape[1:])
+        v = values[(h + kv) * d_h:].reshape(kv, 1, d_h, *shape[1:])
+        values = np.concatenate([q, k, v], axis=1).reshape(shape)
     elif view.undo == "minus_one":
         values = values - np.float32(1)
     elif view.undo == "transpose":

@@ -73,9 +73,10 @@ def test_quantization_changes_the_logits_so_the_dequantized_reference_is_the_rig
 
 
 @pytest.mark.parametrize("arch, field", [("llama", "permuted_qk"), ("gemma2", "norm_plus_one"),
-                                         ("gemma", "norm_plus_one")])
+                                         ("gemma", "norm_plus_one"), ("falcon", "ungrouped_qkv")])
 def test_undoing_the_converters_change_matters(monkeypatch, arch: str, field: str) -> None:
-    """Without undoing llama's Q/K permutation, or Gemma's 1 + w norms, the logits are far off."""
+    """Without undoing llama's Q/K permutation, Gemma's 1 + w norms or Falcon's Q | K | V rows (falcon-new: 2 K/V
+    heads), the logits are far off."""
     from dataclasses import replace
 
     name = next(n for n in FILES if n.startswith(arch + "-"))
