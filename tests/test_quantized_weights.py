@@ -29,7 +29,7 @@ FORMATS = {  # fixture → the parts of a quantized module by role, as its forma
     "gptq-qwen3-3bit": "gptq", "gptq-llama-2bit": "gptq",
     "awq-llama": "awq", "awq-qwen3": "awq",
     "ct-int4-llama": "ct", "ct-int8-qwen3": "ct", "ct-int4-qwen3-asym": "ct", "ct-fp8-llama": "ct-fp8",
-    "ct-fp8-qwen3": "ct-fp8",
+    "ct-fp8-qwen3": "ct-fp8", "ct-w8a8-llama": "ct-int", "ct-w8a8-qwen3-asym": "ct-int",
 }
 ROLES = {  # tensor name suffix → role, per format (what is not listed is an unquantized tensor)
     "fp8": {"weight_scale_inv": "scales"},
@@ -37,6 +37,7 @@ ROLES = {  # tensor name suffix → role, per format (what is not listed is an u
     "awq": {"qweight": "codes", "qzeros": "zeros", "scales": "scales"},
     "ct": {"weight_packed": "codes", "weight_scale": "scales", "weight_zero_point": "zeros", "weight_shape": "shape"},
     "ct-fp8": {"weight_scale": "scales"},
+    "ct-int": {"weight_scale": "scales", "weight_zero_point": "zeros"},  # the codes: `weight` stored as I8
 }
 
 
@@ -87,13 +88,14 @@ def relative(got: np.ndarray, want: np.ndarray) -> float:
 
 def file_bytes(name: str) -> tuple[dict[str, int], int, int]:
     """(bytes by role of the quantized modules' parts, bytes of the unquantized tensors, their elements), from
-    the header: an FP8 weight (F8_E4M3 beside its scales) is codes, an fp8 scale or a packed part by its name."""
+    the header: an FP8 or int-quantized weight (F8_E4M3 or I8 beside its scales) is codes, an fp8 scale or a
+    packed part by its name."""
     roles, fmt = {}, FORMATS[name]
     plain = plain_elements = 0
     for tensor, entry in header(FIXTURES / name / "model.safetensors").items():
         size = entry["data_offsets"][1] - entry["data_offsets"][0]
         suffix = tensor.rsplit(".", 1)[1]
-        role = "codes" if entry["dtype"] == "F8_E4M3" else ROLES[fmt].get(suffix)
+        role = "codes" if entry["dtype"] in ("F8_E4M3", "I8") and suffix == "weight" else ROLES[fmt].get(suffix)
         if role is None:
             plain += size
             plain_elements += math.prod(entry["shape"])
@@ -188,7 +190,7 @@ def test_the_format_conventions_matter(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("name", ["fp8-llama", "fp8-deepseek_v3", "gptq-qwen3-4bit-act-order", "awq-qwen3",
-                                  "ct-int4-llama"])
+                                  "ct-int4-llama", "ct-w8a8-qwen3-asym"])
 def test_trace_and_verify_run_the_folder(name: str) -> None:
     for command in (["trace", FIXTURES / name, "--layer", "1"], ["verify", FIXTURES / name, "--layer", "0"]):
         run = cli(*command)
@@ -228,6 +230,7 @@ def test_ignored_modules_stay_unquantized(tmp_path: Path) -> None:
     ("awq-qwen3", "model.layers.0.mlp.up_proj.scales"),
     ("ct-int4-llama", "model.layers.0.self_attn.o_proj.weight_scale"),
     ("ct-fp8-llama", "model.layers.0.mlp.gate_proj.weight_scale"),
+    ("ct-w8a8-qwen3-asym", "model.layers.1.self_attn.v_proj.weight_zero_point"),
 ])
 def test_scales_that_do_not_fit_the_shape_are_one_line(tmp_path: Path, name: str, tensor: str) -> None:
     folder = tmp_path / name
