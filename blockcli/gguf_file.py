@@ -11,8 +11,8 @@ The metadata (`general.architecture` and its keys: `<arch>.block_count`, `.embed
 `.feed_forward_length`, `.attention.head_count[_kv]`, `.attention.key_length`, `.rope.freq_base`,
 `.rope.scaling.*`, norm epsilons, `.expert_*`, `.context_length`) is written out as the Hugging Face
 config.json the file was converted from (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3,
-starcoder2, olmo2, phi3, command-r, gpt2, falcon), which `blockcli.hf` reads as for any model folder: one reader,
-one set of defaults and checks. Which tensors a config has (a tied head, biases) is read from the
+starcoder2, olmo2, phi3, command-r, gpt2, falcon, gpt-oss), which `blockcli.hf` reads as for any model
+folder: one reader, one set of defaults and checks. Which tensors a config has (a tied head, biases) is read from the
 tensors present, as llama.cpp does.
 
 Tensor names: llama.cpp's own table (`gguf.TensorNameMap`, from the package) gives each transformers
@@ -26,6 +26,10 @@ shape lists the innermost dimension first (`ne0`, a row); read outermost first i
   → (n_heads, d_h/2, 2, in); undone by the inverse reshape (K with the K/V heads' count);
 - Gemma (1, 2, 3): every RMSNorm weight stored as 1 + w (the scale it applies): w = stored − 1;
 - GPT-2: Conv1D's (in, out) matrices stored transposed to (out, in): transposed back;
+- gpt-oss: transformers' experts (E, d, 2·d_e) `gate_up_proj`, gate and up interleaved along the last axis, and
+  (E, d_e, d) `down_proj`, stored as (E, d_e, d) `ffn_gate_exps` and `ffn_up_exps` and (E, d, d_e)
+  `ffn_down_exps` (their biases split the same way): interleaved and transposed back; the sinks as
+  `attn_sinks.weight`;
 - Falcon: `query_key_value`'s rows, grouped per K/V head in transformers ([q…q k v | q…q k v | …]), stored
   as Q | K | V (the converter's "jploski" layout): regrouped;
 - mixtures: the experts merged per layer (`ffn_gate_exps` (E, d_e, d) …): expert e's slice is its
@@ -267,6 +271,7 @@ class Arch:
     norm_plus_one: bool = False  # Gemma's norms stored as 1 + w
     conv1d: tuple[str, ...] = ()  # GPT-2's matrices stored transposed (transformers name endings)
     ungrouped_qkv: bool = False  # Falcon's query_key_value stored as Q | K | V, not grouped per K/V head
+    split_interleaved: bool = False  # gpt-oss: gate_up_proj (E, d, 2·d_e) interleaved, stored as gate and up
 
 
 @dataclass
@@ -509,6 +514,25 @@ def _falcon(m: _Meta) -> dict[str, Any]:
             else 1}
 
 
+def _gpt_oss(m: _Meta) -> dict[str, Any]:
+    """gpt-oss as GptOssModel's converter writes it: the generic keys, the window (every other layer, from layer
+    0: llama.cpp's pattern and GptOssConfig's default), the experts' width as expert_feed_forward_length, yarn
+    as rope.scaling.*; what GGUF does not store is GptOssConfig's and llama.cpp's alike: SwiGLU's α 1.702 and
+    limit 7 (`swiglu_clamp_exp` when written), yarn's β 32 and 1 unless written, not truncated (transformers'
+    gpt-oss; llama.cpp's yarn rounds the ramp's ends)."""
+    out = {**_decoder(m), "num_local_experts": int(m.number("expert_count", required=True)),
+           "num_experts_per_tok": int(m.number("expert_used_count", required=True)),
+           "sliding_window": int(m.number("attention.sliding_window", required=True)),
+           "attention_bias": m.has("blk.0.attn_q.bias"),
+           "swiglu_limit": float(m.number("swiglu_clamp_exp", 7.0))}
+    out["intermediate_size"] = int(m.number("expert_feed_forward_length", out["intermediate_size"]))
+    rope = out["rope_parameters"]
+    if rope["rope_type"] == "yarn":
+        rope.update(beta_fast=float(m.number("rope.scaling.yarn_beta_fast", 32.0)),
+                    beta_slow=float(m.number("rope.scaling.yarn_beta_slow", 1.0)), truncate=False)
+    return out
+
+
 def _command_r(m: _Meta) -> dict[str, Any]:
     out = {**_decoder(m, "attention.layer_norm_epsilon"), "hidden_act": "silu",
            "attention_bias": m.has("blk.0.attn_q.bias"), "use_qk_norm": m.has("blk.0.attn_q_norm.weight"),
@@ -533,6 +557,7 @@ ARCHS: dict[str, Arch] = {
     "starcoder2": Arch("starcoder2", _starcoder2),
     "olmo2": Arch("olmo2", _olmo2),
     "falcon": Arch("falcon", _falcon, ungrouped_qkv=True),
+    "gpt-oss": Arch("gpt_oss", _gpt_oss, split_interleaved=True),
     "command-r": Arch("cohere", _command_r),
     "phi3": Arch("phi3", _phi3),
     "gpt2": Arch("gpt2", _gpt2, conv1d=("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",

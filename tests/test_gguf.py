@@ -50,9 +50,9 @@ def one_error_line(proc: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def test_the_fixtures_cover_f32_f16_bf16_q8_0_q4_0_and_a_k_quant() -> None:
+def test_the_fixtures_cover_f32_f16_bf16_q8_0_q4_0_mxfp4_and_a_k_quant() -> None:
     types = {t.tensor_type.name for name in FILES for t in gguf.GGUFReader(FIXTURES / f"{name}.gguf").tensors}
-    assert {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K"} <= types
+    assert {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "MXFP4"} <= types
 
 
 # ----------------------------------------------------------------------------- forward parity
@@ -70,6 +70,19 @@ def test_quantization_changes_the_logits_so_the_dequantized_reference_is_the_rig
     """The llama files hold one model: Q8_0's logits are not F32's, so matching each is a real check."""
     f32, q8 = expected("llama-f32")["logits_float32"], expected("llama-q8_0")["logits_float32"]
     assert relative(q8, f32) > 1e-4
+
+
+def test_gpt_oss_reads_the_metadata_as_gptossconfig_and_its_mxfp4_experts() -> None:
+    """The defaults GGUF does not store are GptOssConfig's (the generator's model has them): yarn β 32 and 1,
+    untruncated; SwiGLU α 1.702 and limit 7; a window on layers 0, 2, …"""
+    cfg = load_config(FIXTURES / "gpt-oss-mxfp4.gguf")
+    s = cfg.block.rope_scaling
+    assert (s.type, s.factor, s.original_max_positions, s.beta_fast, s.beta_slow, s.truncate) == (
+        "yarn", 32.0, 4096, 32.0, 1.0, False)
+    assert (cfg.block.swiglu_alpha, cfg.block.swiglu_limit, cfg.block.attention_sinks) == (1.702, 7.0, True)
+    assert [cfg.layer_block(i).sliding_window for i in range(2)] == [4, 0]
+    experts = [t for t in gguf.GGUFReader(FIXTURES / "gpt-oss-mxfp4.gguf").tensors if "_exps.weight" in t.name]
+    assert {t.tensor_type.name for t in experts} == {"MXFP4"} and len(experts) == 6
 
 
 @pytest.mark.parametrize("arch, field", [("llama", "permuted_qk"), ("gemma2", "norm_plus_one"),
