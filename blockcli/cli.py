@@ -1281,17 +1281,17 @@ def convert(
             from blockcli.inputs import check_writable
 
             check_writable(output, force, "--output")
-        source = hf_config
+        source, tensors = hf_config, False
         if source.is_dir() or source.suffix.lower() == ".safetensors":
-            from blockcli.sources import model_folder_config
+            from blockcli.sources import holds_tensors, model_folder_config
 
-            source = model_folder_config(source)
+            source, tensors = model_folder_config(source), holds_tensors(source)
         if source.suffix.lower() == ".gguf":
             from blockcli.gguf_file import read_gguf_config
 
             mapping, cfg = read_gguf_config(source)
         else:
-            mapping, cfg = read_hf(source, tuple(allow_field or ()))
+            mapping, cfg = read_hf(source, tuple(allow_field or ()), tensors_beside=tensors)
         _config_notes.extend(cfg.notes)
         total = count_parameters(cfg).total
         mapping["about"]["parameters"] = total

@@ -10,9 +10,9 @@ touches the tensor data.
 The metadata (`general.architecture` and its keys: `<arch>.block_count`, `.embedding_length`,
 `.feed_forward_length`, `.attention.head_count[_kv]`, `.attention.key_length`, `.rope.freq_base`,
 `.rope.scaling.*`, norm epsilons, `.expert_*`, `.context_length`) is written out as the Hugging Face
-config.json the file was converted from (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma2, gemma3,
-starcoder2, olmo2, phi3, command-r, gpt2), which `blockcli.hf` reads as for any model folder: one reader,
-one set of defaults and checks. Which tensors a config has (a tied head, biases) is read from the
+config.json the file was converted from (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3,
+starcoder2, olmo2, phi3, command-r, gpt2, falcon, gpt-oss), which `blockcli.hf` reads as for any model
+folder: one reader, one set of defaults and checks. Which tensors a config has (a tied head, biases) is read from the
 tensors present, as llama.cpp does.
 
 Tensor names: llama.cpp's own table (`gguf.TensorNameMap`, from the package) gives each transformers
@@ -26,6 +26,12 @@ shape lists the innermost dimension first (`ne0`, a row); read outermost first i
   → (n_heads, d_h/2, 2, in); undone by the inverse reshape (K with the K/V heads' count);
 - Gemma (1, 2, 3): every RMSNorm weight stored as 1 + w (the scale it applies): w = stored − 1;
 - GPT-2: Conv1D's (in, out) matrices stored transposed to (out, in): transposed back;
+- gpt-oss: transformers' experts (E, d, 2·d_e) `gate_up_proj`, gate and up interleaved along the last axis, and
+  (E, d_e, d) `down_proj`, stored as (E, d_e, d) `ffn_gate_exps` and `ffn_up_exps` and (E, d, d_e)
+  `ffn_down_exps` (their biases split the same way): interleaved and transposed back; the sinks as
+  `attn_sinks.weight`;
+- Falcon: `query_key_value`'s rows, grouped per K/V head in transformers ([q…q k v | q…q k v | …]), stored
+  as Q | K | V (the converter's "jploski" layout): regrouped;
 - mixtures: the experts merged per layer (`ffn_gate_exps` (E, d_e, d) …): expert e's slice is its
   matrix, and its bytes are a contiguous range (a block never spans two rows); gate and up fused
   (`ffn_gate_up_exps` (E, 2·d_e, d), the converter's --fuse-gate-up-exps) are transformers 5's `gate_up_proj`.
@@ -264,6 +270,8 @@ class Arch:
     permuted_qk: bool = False  # llama's Q/K row permutation
     norm_plus_one: bool = False  # Gemma's norms stored as 1 + w
     conv1d: tuple[str, ...] = ()  # GPT-2's matrices stored transposed (transformers name endings)
+    ungrouped_qkv: bool = False  # Falcon's query_key_value stored as Q | K | V, not grouped per K/V head
+    split_interleaved: bool = False  # gpt-oss: gate_up_proj (E, d, 2·d_e) interleaved, stored as gate and up
 
 
 @dataclass
@@ -379,6 +387,12 @@ def _query_scale(m: _Meta, out: dict[str, Any], big_layers: int) -> int:
     return out.get("head_dim", out["hidden_size"] // out["num_attention_heads"])
 
 
+def _gemma(m: _Meta) -> dict[str, Any]:
+    """Gemma 1: the converter writes no RoPE base (llama.cpp's default 10,000 is GemmaConfig's) and scales queries
+    by 1/√d_h, as transformers' Gemma does."""
+    return {**_decoder(m), "hidden_act": "gelu_pytorch_tanh"}
+
+
 def _gemma2(m: _Meta) -> dict[str, Any]:
     out = {**_decoder(m), "hidden_activation": "gelu_pytorch_tanh",
            "attn_logit_softcapping": m.number("attn_logit_softcapping"),
@@ -433,14 +447,89 @@ def _starcoder2(m: _Meta) -> dict[str, Any]:
 
 
 def _phi3(m: _Meta) -> dict[str, Any]:
-    if m.has("rope_factors_long.weight") or m.has("rope_factors_short.weight"):
-        raise InputError(f"{m.gguf.path}: holds LongRoPE factors as tensors (rope_factors_long/short.weight); "
-                         f"blockcli reads Phi-3 GGUF files without them (the 4k-context models)")
     out = {**_decoder(m), "hidden_act": "silu"}
     head_dim = out.get("head_dim", out["hidden_size"] // out["num_attention_heads"])
     rotary = m.number("rope.dimension_count", head_dim)
     out["partial_rotary_factor"] = rotary / head_dim
-    out["sliding_window"] = m.number("attention.sliding_window")
+    out["sliding_window"] = m.number("attention.sliding_window") or None  # the converter writes 0 for none
+    if m.has(ROPE_FACTORS[0]) or m.has(ROPE_FACTORS[1]):
+        out.update(_longrope(m, out, int(rotary)))
+    return out
+
+
+ROPE_FACTORS = ("rope_factors_long.weight", "rope_factors_short.weight")  # LongRoPE's, config rather than weights
+
+
+def _longrope(m: _Meta, out: dict[str, Any], rotary: int) -> dict[str, Any]:
+    """Phi-3's LongRoPE (the 128k-context models), as convert_hf_to_gguf.py writes it: the long and short factors
+    as two float32 tensors of one value per rotated pair (read here: 2 × d_rot/2 values, the only tensor data a
+    count reads), the original context as rope.scaling.original_context_length, and the attention factor
+    transformers derives, √(1 + ln s / ln n_orig) with s = context_length / n_orig, as rope.scaling.attn_factor
+    (given to transformers only when it is not that value, as float32 holds it)."""
+    factors = {}
+    for name, key in zip(ROPE_FACTORS, ("long_factor", "short_factor")):
+        t = m.gguf.tensors.get(name)
+        if t is None:
+            other = next(n for n in ROPE_FACTORS if n != name)
+            raise InputError(f"{m.gguf.path}: holds '{other}' but no '{name}'; LongRoPE needs both factor tensors")
+        if t.qtype != "F32" or t.shape != (rotary // 2,):
+            raise InputError(f"{m.gguf.path}: tensor '{name}' is {t.qtype} {t.shape}; LongRoPE's factors are F32, "
+                             f"one per rotated pair ({rotary // 2},)")
+        with reading(m.gguf.path, "a .gguf file"), open(m.gguf.path, "rb") as f:
+            f.seek(t.begin)
+            raw = f.read(t.nbytes)
+        if len(raw) != t.nbytes:
+            raise InputError(f"{m.gguf.path}: tensor '{name}' is cut short (file truncated)")
+        factors[key] = [float(v) for v in struct.unpack(f"<{rotary // 2}f", raw)]
+        if not all(math.isfinite(v) and v > 0 for v in factors[key]):
+            raise InputError(f"{m.gguf.path}: tensor '{name}' holds {factors[key]}; LongRoPE's factors are positive")
+    original = int(m.number("rope.scaling.original_context_length", required=True))
+    params = {**out["rope_parameters"], "rope_type": "longrope", **factors}
+    scale = out["max_position_embeddings"] / original
+    derived = math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1 else 1.0
+    stored = m.number("rope.scaling.attn_factor")
+    if stored is not None and struct.unpack("<f", struct.pack("<f", derived))[0] != stored:
+        params["attention_factor"] = float(stored)
+    return {"rope_parameters": params, "original_max_position_embeddings": original}
+
+
+def _falcon(m: _Meta) -> dict[str, Any]:
+    """Falcon as FalconModel's converter writes it: one K/V head and one norm (Falcon-7B: multi_query), else the
+    new decoder architecture with head_count_kv K/V heads and a second norm when `attn_norm_2` is stored
+    (Falcon-40B/180B; Falcon2-11B has one); no RoPE base written (10,000, FalconConfig's), context_length 2048
+    whatever the model's, biases on the linear layers when their tensors are."""
+    heads = int(m.number("attention.head_count", required=True))
+    kv = int(m.number("attention.head_count_kv", 1))
+    two_norms = m.has("blk.0.attn_norm_2.weight")
+    out = {"hidden_size": int(m.number("embedding_length", required=True)),
+           "num_hidden_layers": int(m.number("block_count", required=True)),
+           "ffn_hidden_size": int(m.number("feed_forward_length", required=True)),
+           "num_attention_heads": heads, "max_position_embeddings": int(m.number("context_length", required=True)),
+           "layer_norm_epsilon": float(m.number("attention.layer_norm_epsilon", required=True)),
+           "rope_parameters": _rope(m), "vocab_size": _vocab(m), "tie_word_embeddings": not m.has("output.weight"),
+           "bias": m.has("blk.0.attn_qkv.bias"), "activation": "gelu", "parallel_attn": True, "alibi": False}
+    if kv == 1 and not two_norms:
+        return {**out, "new_decoder_architecture": False, "multi_query": True}
+    return {**out, "new_decoder_architecture": True, "num_kv_heads": kv, "num_ln_in_parallel_attn": 2 if two_norms
+            else 1}
+
+
+def _gpt_oss(m: _Meta) -> dict[str, Any]:
+    """gpt-oss as GptOssModel's converter writes it: the generic keys, the window (every other layer, from layer
+    0: llama.cpp's pattern and GptOssConfig's default), the experts' width as expert_feed_forward_length, yarn
+    as rope.scaling.*; what GGUF does not store is GptOssConfig's and llama.cpp's alike: SwiGLU's α 1.702 and
+    limit 7 (`swiglu_clamp_exp` when written), yarn's β 32 and 1 unless written, not truncated (transformers'
+    gpt-oss; llama.cpp's yarn rounds the ramp's ends)."""
+    out = {**_decoder(m), "num_local_experts": int(m.number("expert_count", required=True)),
+           "num_experts_per_tok": int(m.number("expert_used_count", required=True)),
+           "sliding_window": int(m.number("attention.sliding_window", required=True)),
+           "attention_bias": m.has("blk.0.attn_q.bias"),
+           "swiglu_limit": float(m.number("swiglu_clamp_exp", 7.0))}
+    out["intermediate_size"] = int(m.number("expert_feed_forward_length", out["intermediate_size"]))
+    rope = out["rope_parameters"]
+    if rope["rope_type"] == "yarn":
+        rope.update(beta_fast=float(m.number("rope.scaling.yarn_beta_fast", 32.0)),
+                    beta_slow=float(m.number("rope.scaling.yarn_beta_slow", 1.0)), truncate=False)
     return out
 
 
@@ -462,10 +551,13 @@ ARCHS: dict[str, Arch] = {
     "qwen3": Arch("qwen3", _qwen3),
     "qwen2moe": Arch("qwen2_moe", _qwen2moe),
     "qwen3moe": Arch("qwen3_moe", _qwen3moe),
+    "gemma": Arch("gemma", _gemma, norm_plus_one=True),
     "gemma2": Arch("gemma2", _gemma2, norm_plus_one=True),
     "gemma3": Arch("gemma3_text", _gemma3, norm_plus_one=True),
     "starcoder2": Arch("starcoder2", _starcoder2),
     "olmo2": Arch("olmo2", _olmo2),
+    "falcon": Arch("falcon", _falcon, ungrouped_qkv=True),
+    "gpt-oss": Arch("gpt_oss", _gpt_oss, split_interleaved=True),
     "command-r": Arch("cohere", _command_r),
     "phi3": Arch("phi3", _phi3),
     "gpt2": Arch("gpt2", _gpt2, conv1d=("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",

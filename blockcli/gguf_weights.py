@@ -14,7 +14,7 @@ from blockcli.checkpoint import (Checkpoint, Match, Stored, _entries, _in_run_dt
                                  stored_sizes)
 from blockcli.config import Config, InputError, reading
 from blockcli.families import FAMILIES
-from blockcli.gguf_file import Arch, GGUFFile, GGUFTensor, arch_of, gguf_config, read_gguf
+from blockcli.gguf_file import ROPE_FACTORS, Arch, GGUFFile, GGUFTensor, arch_of, gguf_config, read_gguf
 
 if TYPE_CHECKING:
     import numpy as np
@@ -28,22 +28,30 @@ class View:
     """How a transformers tensor is read from the file: which GGUF tensor (and expert slice), and what to undo."""
 
     source: GGUFTensor
-    undo: str = ""  # "", "permute", "minus_one", "transpose"
-    heads: int = 0  # for "permute": Q's heads or K's K/V heads
+    undo: str = ""  # "", "permute", "minus_one", "transpose", "regroup", "interleave", "swap"
+    heads: int = 0  # for "permute": Q's heads or K's K/V heads; for "regroup": Q's heads
+    kv_heads: int = 0  # for "regroup": the K/V heads
+    other: GGUFTensor | None = None  # for "interleave": up, beside `source` gate
 
 
-def _names(g: GGUFFile, arch: Arch, tmap: TensorMap, n_layers: int, n_experts: int) -> dict[str, str]:
-    """transformers name → GGUF name, for every tensor of the family's map, through llama.cpp's own table."""
+def _names(g: GGUFFile, arch: Arch, tmap: TensorMap, n_layers: int, n_experts: int
+           ) -> tuple[dict[str, str], dict[str, str]]:
+    """transformers name → GGUF name, for every tensor of the family's map, through llama.cpp's own table; and
+    each transformers name's entry (its alternatives `a|b` share one)."""
     import gguf
 
 
     model_arch = next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == g.arch)
     table = gguf.get_tensor_name_map(model_arch, n_layers)
     out: dict[str, str] = {}
+    entries: dict[str, str] = {}
     for entry in _entries(tmap, n_layers, n_experts):
         for alt in entry.name.split("|"):
             full = alt if entry.top else tmap.prefix + alt
+            entries[full] = entry.name
             found = table.get_name(full, try_suffixes=(".weight", ".bias"))
+            if found is not None and found not in g.tensors and found + ".weight" in g.tensors:
+                found += ".weight"  # a parameter without a suffix (gpt-oss's sinks) the converter named .weight
             if found is not None:
                 out[full] = found
             elif full.endswith("experts.gate_up_proj") and (layer := re.search(r"layers\.(\d+)\.", full)):
@@ -51,7 +59,7 @@ def _names(g: GGUFFile, arch: Arch, tmap: TensorMap, n_layers: int, n_experts: i
                 fused = gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.FFN_GATE_UP_EXP].format(bid=layer[1]) + ".weight"
                 if fused in g.tensors:
                     out[full] = fused
-    return out
+    return out, entries
 
 
 def gguf_checkpoint(g: GGUFFile, config: Config) -> tuple[Checkpoint, TensorMap, dict[str, View]]:
@@ -63,7 +71,7 @@ def gguf_checkpoint(g: GGUFFile, config: Config) -> tuple[Checkpoint, TensorMap,
     assert config.model is not None
     moe = config.block.moe
     n_experts = moe.n_experts if moe is not None else 0
-    names = _names(g, arch, tmap, config.model.n_layers, n_experts)
+    names, entries = _names(g, arch, tmap, config.model.n_layers, n_experts)
     by_gguf: dict[str, list[str]] = {}
     for hf, gg in names.items():
         by_gguf.setdefault(gg, []).append(hf)
@@ -71,8 +79,13 @@ def gguf_checkpoint(g: GGUFFile, config: Config) -> tuple[Checkpoint, TensorMap,
     views: dict[str, View] = {}
     b = config.block
     split = _split_experts(g, tmap, config.model.n_layers, n_experts, tensors, views)
-    for gname, t in g.tensors.items():
-        if gname in split:
+    if arch.split_interleaved:
+        split |= _interleaved_experts(g, tmap, config.model.n_layers, tensors, views)
+    filled: set[str] = set()  # entries read: a GGUF name that could be either of two is the one still missing
+    # (Falcon's `attn_norm` is input_layernorm with one norm, ln_mlp beside `attn_norm_2`, ln_attn, with two)
+    ordered = sorted(g.tensors.items(), key=lambda item: len(by_gguf.get(item[0], ())) > 1)
+    for gname, t in ordered:
+        if gname in split or gname in ROPE_FACTORS:  # LongRoPE's factors: read into the config, not weights
             continue
         hf_names = by_gguf.get(gname)
         if hf_names is None:
@@ -80,8 +93,9 @@ def gguf_checkpoint(g: GGUFFile, config: Config) -> tuple[Checkpoint, TensorMap,
             views[gname] = View(t)
             continue
         for hf in hf_names:  # several: one GGUF name for either form (per expert or fused)
-            if hf in tensors:
+            if hf in tensors or entries[hf] in filled:
                 continue
+            filled.add(entries[hf])
             view, shape = View(t), t.shape
             if arch.permuted_qk and hf.endswith(("q_proj.weight", "q_proj.bias")):
                 view = View(t, "permute", b.n_heads)
@@ -89,6 +103,8 @@ def gguf_checkpoint(g: GGUFFile, config: Config) -> tuple[Checkpoint, TensorMap,
                 view = View(t, "permute", b.n_kv_heads)
             elif arch.norm_plus_one and hf.endswith("norm.weight"):
                 view = View(t, "minus_one")
+            elif arch.ungrouped_qkv and hf.endswith(("query_key_value.weight", "query_key_value.bias")):
+                view = View(t, "regroup", b.n_heads, b.n_kv_heads)
             elif hf.endswith(arch.conv1d):
                 view, shape = View(t, "transpose"), t.shape[::-1]
             elif hf.endswith("shared_expert_gate.weight") and len(t.shape) == 1:
@@ -96,6 +112,9 @@ def gguf_checkpoint(g: GGUFFile, config: Config) -> tuple[Checkpoint, TensorMap,
             tensors[hf] = Stored(hf, shape, t.qtype, g.path, (t.begin, t.end))
             views[hf] = view
             break
+        else:  # every entry it could be is read already: one tensor too many, named as unexpected
+            tensors[gname] = Stored(gname, t.shape, t.qtype, g.path, (t.begin, t.end))
+            views[gname] = View(t)
     return Checkpoint(g.path.parent, None, (g.path,), tensors), tmap, views
 
 
@@ -132,29 +151,87 @@ def _split_experts(g: GGUFFile, tmap: TensorMap, n_layers: int, n_experts: int, 
     return used
 
 
-def read_view(stored: Stored, view: View) -> np.ndarray:
-    """One tensor's values in float32, dequantized by the gguf package and its converter's change undone."""
+def _interleaved_experts(g: GGUFFile, tmap: TensorMap, n_layers: int, tensors: dict[str, Stored],
+                         views: dict[str, View]) -> set[str]:
+    """gpt-oss: each layer's `gate_up_proj` (E, d, 2·d_e), gate and up interleaved along the last axis (its bias
+    (E, 2·d_e) the same), read from `ffn_gate_exps` and `ffn_up_exps` (E, d_e, d) (biases (E, d_e)); `down_proj`
+    (E, d_e, d) from `ffn_down_exps` (E, d, d_e). A pair's bytes are counted as one tensor's (its offsets span
+    the two lengths; its values are read from each source's own). The GGUF tensors so read are returned."""
+    used: set[str] = set()
+    for i in range(n_layers):
+        base, blk = f"{tmap.prefix}layers.{i}.mlp.experts.", f"blk.{i}."
+        for suffix, kind in ((".weight", ""), (".bias", "_bias")):
+            gate, up = g.tensors.get(f"{blk}ffn_gate_exps{suffix}"), g.tensors.get(f"{blk}ffn_up_exps{suffix}")
+            if gate is not None and up is not None and gate.shape == up.shape and gate.qtype == up.qtype:
+                name = f"{base}gate_up_proj{kind}"
+                lead = gate.shape[:-2] + gate.shape[-1:] if kind == "" else gate.shape[:-1]  # (E, d) or (E,)
+                shape = (*lead, 2 * (gate.shape[-2] if kind == "" else gate.shape[-1]))
+                tensors[name] = Stored(name, shape, gate.qtype, g.path, (gate.begin, gate.begin + gate.nbytes
+                                                                          + up.nbytes))
+                views[name] = View(gate, "interleave", other=up)
+                used |= {gate.name, up.name}
+            down = g.tensors.get(f"{blk}ffn_down_exps{suffix}")
+            if down is not None:
+                name = f"{base}down_proj{kind}"
+                swap = kind == "" and len(down.shape) == 3
+                shape = (*down.shape[:-2], down.shape[-1], down.shape[-2]) if swap else down.shape
+                tensors[name] = Stored(name, shape, down.qtype, g.path, (down.begin, down.end))
+                views[name] = View(down, "swap" if swap else "")
+                used.add(down.name)
+    return used
+
+
+def _dequantized(t: GGUFTensor, file: Path, begin: int, end: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Bytes begin..end of `file` (tensor `t`'s, or one expert's of them) dequantized to float32 `shape`."""
     import gguf
     import numpy as np
 
-    t = view.source
-    begin, end = stored.offsets
-    with reading(stored.file, "a .gguf file"), open(stored.file, "rb") as f:
+    with reading(file, "a .gguf file"), open(file, "rb") as f:
         f.seek(begin)
         raw = np.frombuffer(f.read(end - begin), dtype=np.uint8)
     if raw.size != end - begin:
-        raise InputError(f"{stored.file}: tensor '{t.name}' is cut short (file truncated)")
+        raise InputError(f"{file}: tensor '{t.name}' is cut short (file truncated)")
     qtype = gguf.GGMLQuantizationType[t.qtype]
-    shape = stored.shape[::-1] if view.undo == "transpose" else stored.shape
     try:
         values = gguf.quants.dequantize(raw.reshape(gguf.quant_shape_to_byte_shape(shape, qtype)), qtype)
     except NotImplementedError:
-        raise InputError(f"{stored.file}: tensor '{t.name}' is stored as {t.qtype}, which the gguf package "
+        raise InputError(f"{file}: tensor '{t.name}' is stored as {t.qtype}, which the gguf package "
                          f"cannot dequantize") from None
-    values = np.asarray(values, dtype=np.float32).reshape(shape)
+    return np.asarray(values, dtype=np.float32).reshape(shape)
+
+
+def read_view(stored: Stored, view: View) -> np.ndarray:
+    """One tensor's values in float32, dequantized by the gguf package and its converter's change undone."""
+    import numpy as np
+
+    t = view.source
+    if view.undo in ("interleave", "swap"):  # gpt-oss's experts: whole GGUF tensors, in their own shapes
+        values = _dequantized(t, stored.file, t.begin, t.end, t.shape)
+        if view.undo == "swap":
+            values = values.swapaxes(-1, -2)  # (E, d, d_e) → (E, d_e, d)
+        else:
+            up = _dequantized(view.other, stored.file, view.other.begin, view.other.end, view.other.shape)
+            if values.ndim == 3:  # (E, d_e, d) → (E, d, d_e)
+                values, up = values.swapaxes(-1, -2), up.swapaxes(-1, -2)
+            both = np.empty((*values.shape[:-1], 2 * values.shape[-1]), dtype=np.float32)
+            both[..., 0::2], both[..., 1::2] = values, up  # gate in the even columns, up in the odd ones
+            values = both
+        if not np.all(np.isfinite(values)):
+            raise InputError(f"{stored.file}: tensor '{t.name}' contains NaN or Inf")
+        return np.ascontiguousarray(values)
+    begin, end = stored.offsets
+    shape = stored.shape[::-1] if view.undo == "transpose" else stored.shape
+    values = _dequantized(t, stored.file, begin, end, shape)
     if view.undo == "permute":  # (h, d_h/2, 2, …) → (h, 2, d_h/2, …): back to rotate-half pairs
         h = view.heads
         values = values.reshape(h, shape[0] // h // 2, 2, *shape[1:]).swapaxes(1, 2).reshape(shape)
+    elif view.undo == "regroup":  # Q | K | V → per K/V head its queries, its K, its V, each d_h rows
+        h, kv = view.heads, view.kv_heads
+        d_h = shape[0] // (h + 2 * kv)
+        q = values[:h * d_h].reshape(kv, h // kv, d_h, *shape[1:])
+        k = values[h * d_h:(h + kv) * d_h].reshape(kv, 1, d_h, *shape[1:])
+        v = values[(h + kv) * d_h:].reshape(kv, 1, d_h, *shape[1:])
+        values = np.concatenate([q, k, v], axis=1).reshape(shape)
     elif view.undo == "minus_one":
         values = values - np.float32(1)
     elif view.undo == "transpose":

@@ -59,23 +59,27 @@ SECTION_ORDER = ("about", "block", "model", "layers", "run")
 # --------------------------------------------------------------------------- entry points
 
 
-def config_from_hf(path: str | Path, allow_fields: tuple[str, ...] = ()) -> Config:
+def config_from_hf(path: str | Path, allow_fields: tuple[str, ...] = (), *, tensors_beside: bool = False) -> Config:
     """Read a Hugging Face config.json and return the validated blockcli Config."""
-    return read_hf(path, allow_fields)[1]
+    return read_hf(path, allow_fields, tensors_beside=tensors_beside)[1]
 
 
-def read_hf(path: str | Path, allow_fields: tuple[str, ...] = ()) -> tuple[dict[str, Any], Config]:
+def read_hf(path: str | Path, allow_fields: tuple[str, ...] = (), *, tensors_beside: bool = False
+            ) -> tuple[dict[str, Any], Config]:
     """Read a Hugging Face config.json: the blockcli mapping (for `to_yaml`) and its validated Config.
     `allow_fields` are unknown fields the user accepts unchecked (`--allow-field`); the Config's
-    notes say which were used."""
+    notes say which were used. `tensors_beside`: the config was read for a model folder holding its weights
+    (a quantization's note then says the stored bytes are its tensors', which are known)."""
     path = Path(path)
-    return read_hf_text(read_text_file(path, "a Hugging Face config.json"), str(path), allow_fields)
+    return read_hf_text(read_text_file(path, "a Hugging Face config.json"), str(path), allow_fields,
+                        tensors_beside=tensors_beside)
 
 
-def read_hf_text(text: str, where: str, allow_fields: tuple[str, ...] = ()) -> tuple[dict[str, Any], Config]:
+def read_hf_text(text: str, where: str, allow_fields: tuple[str, ...] = (), *, tensors_beside: bool = False
+                 ) -> tuple[dict[str, Any], Config]:
     """`read_hf` on a config.json's text (standard input, say); `where` names it in messages."""
     data = parse_json(text, where)
-    mapping, set_aside, quant = _mapped(data, where, allow_fields)
+    mapping, set_aside, quant = _mapped(data, where, allow_fields, tensors_beside)
     present, known = _keys(data)
     notes = tuple(f"{where}: {note}" for note in set_aside) + tuple(  # set_aside: said on every command
         _allowed_note(where, key, key in present, key in known) for key in dict.fromkeys(allow_fields))
@@ -171,10 +175,11 @@ def hf_to_mapping(data: Any, where: str, allow_fields: tuple[str, ...] = ()) -> 
     return _mapped(data, where, allow_fields)[0]
 
 
-def _mapped(data: Any, where: str, allow_fields: tuple[str, ...]
+def _mapped(data: Any, where: str, allow_fields: tuple[str, ...], tensors_beside: bool = False
             ) -> tuple[dict[str, Any], list[str], Quantization | None]:
     """`hf_to_mapping`, the notes every command says (what a vision-language config's reading sets aside, the
-    fields transformers never reads, a quantization), and the quantization_config recognised, if any."""
+    fields transformers never reads, a quantization), and the quantization_config recognised, if any.
+    `tensors_beside`: the model folder holds the weights, whose stored bytes are then known from them."""
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: top level must be a JSON object (a Hugging Face config.json), "
                           f"got {json_kind(data)}")
@@ -216,8 +221,10 @@ def _mapped(data: Any, where: str, allow_fields: tuple[str, ...]
         if quant.method == "fp8":  # the bytes follow from the shapes when every matrix is blocked on its own
             alone = not any(len(t.keys) > 1 and t.layout != "experts" for t in family.tensors.tensors)
             quant = replace(quant, exact_bytes=quant.exact_bytes and alone)
+        stored = ("the stored bytes are its tensors' own (count reads them from the checkpoint's headers)"
+                  if tensors_beside else "the stored bytes depend on the quantization")
         set_aside.append(f"quantization_config: {quant.description}: the counts are logical parameters, as the "
-                         f"unquantized model has them; the stored bytes depend on the quantization")
+                         f"unquantized model has them; {stored}")
     mapping = {"about": about, "block": block, "model": model, "run": run}
     if fields.layers:
         mapping["layers"] = fields.layers

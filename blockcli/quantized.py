@@ -26,7 +26,11 @@ The layouts, as their reference implementations publish them:
   int32, each row a bit stream of codes offset by 2^(b−1); `weight_scale` (out, G) (G = 1: per channel);
   `weight_zero_point` (⌈out·b/32⌉, G) packed along the outputs, only when asymmetric; `weight_shape` the
   logical (out, in). `float-quantized`: `weight` F8_E4M3 beside `weight_scale` (per tensor, channel or group).
-  w = (q − zero) · scale. Modules its `ignore` list names are stored unquantized, and must be.
+  `int-quantized` (llm-compressor's w8a8 int): `weight` the signed codes unpacked, one I8 a weight (out, in),
+  beside `weight_scale` and, when asymmetric, `weight_zero_point` I8, both (out, G) (per tensor: one value).
+  w = (q − zero) · scale. Act-order (`actorder: group`, GPTQ's desc_act as older llm-compressor wrote it): the
+  group of input i is `weight_g_idx`[i] (in,), not i // group_size; `actorder: weight` reorders only during
+  calibration and stores nothing. Modules its `ignore` list names are stored unquantized, and must be.
 """
 
 from __future__ import annotations
@@ -51,7 +55,8 @@ INT_DTYPES = {"I32": "<i4", "I64": "<i8", "I16": "<i2", "I8": "i1", "U8": "u1"}
 SCALE_DTYPES = {"F32", "F16", "BF16", "F64"}
 # parts of a quantized module other than its codes, by name, for the stored-bytes breakdown
 ROLES = {"weight_scale_inv": "scales", "scales": "scales", "weight_scale": "scales", "qzeros": "zeros",
-         "weight_zero_point": "zeros", "g_idx": "g_idx", "weight_shape": "shape", "input_scale": "scales"}
+         "weight_zero_point": "zeros", "g_idx": "g_idx", "weight_shape": "shape", "input_scale": "scales",
+         "input_zero_point": "zeros", "weight_g_idx": "g_idx"}
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,7 @@ class Scheme:
     block: tuple[int, int] = (0, 0)  # fp8: rows × columns one scale covers
     symmetric: bool = True
     zero_offset: int = 0  # gptq's historical format: the stored zero points are one less than the real ones
-    form: str = ""  # compressed-tensors: pack-quantized | float-quantized
+    form: str = ""  # compressed-tensors: pack-quantized | float-quantized | int-quantized
     targets: tuple[str, ...] = ()  # compressed-tensors: the modules its config group covers
     per_tensor: bool = False  # compressed-tensors' strategy tensor: one scale for the whole matrix
     act_order: bool = False  # gptq's desc_act: the groups follow g_idx, a permutation's
@@ -77,7 +82,8 @@ class Scheme:
         grouped = f"groups of {self.group}" if self.group else "per tensor" if self.per_tensor else "per channel"
         if self.method == "compressed-tensors":
             kind = "fp8 e4m3" if self.form == "float-quantized" else f"int{self.bits}"
-            return f"compressed-tensors {self.form} {kind}, {grouped}" + ("" if self.symmetric else ", asymmetric")
+            return (f"compressed-tensors {self.form} {kind}, {grouped}" + ("" if self.symmetric else ", asymmetric")
+                    + (", act-order" if self.act_order else ""))
         return (f"{self.method} {self.bits}-bit, {grouped}" + ("" if self.symmetric else ", asymmetric")
                 + (", act-order" if self.act_order else ""))
 
@@ -133,9 +139,9 @@ def _schemes(quant: Mapping[str, Any], where: str) -> list[Scheme]:
         return [Scheme("gptq", bits, max(group, 0), symmetric=bool(quant.get("sym", True)),
                        zero_offset=1 if fmt == "gptq" else 0, act_order=bool(quant.get("desc_act", False)))]
     form = quant.get("format")
-    if form not in ("pack-quantized", "float-quantized"):
+    if form not in ("pack-quantized", "float-quantized", "int-quantized"):
         raise InputError(f"{where}: field 'quantization_config.format': blockcli reads compressed-tensors' "
-                         f"pack-quantized and float-quantized weights, got {form!r}")
+                         f"pack-quantized, int-quantized and float-quantized weights, got {form!r}")
     ignore = quant.get("ignore") or []
     if not isinstance(ignore, list) or not all(isinstance(i, str) for i in ignore):
         raise InputError(f"{where}: field 'quantization_config.ignore': expected an array of module names")
@@ -147,27 +153,32 @@ def _schemes(quant: Mapping[str, Any], where: str) -> list[Scheme]:
         here = f"config_groups.{name}.weights"
         bits = number(f"{here}.num_bits", weights.get("num_bits"), lambda b: 1 <= b <= 8, "1 to 8")
         kind = weights.get("type", "int")
-        if (kind, form) not in (("int", "pack-quantized"), ("float", "float-quantized")) or (kind == "float"
-                                                                                             and bits != 8):
+        if (kind, form) not in (("int", "pack-quantized"), ("int", "int-quantized"), ("float", "float-quantized")) \
+                or (kind == "float" and bits != 8):
             raise InputError(f"{where}: field 'quantization_config.{here}.type': {kind!r} {bits}-bit weights in "
-                             f"the {form} format are not a layout blockcli reads (int in pack-quantized, fp8 in "
-                             f"float-quantized)")
+                             f"the {form} format are not a layout blockcli reads (int in pack-quantized or "
+                             f"int-quantized, fp8 in float-quantized)")
         strategy = weights.get("strategy", "tensor")
         if strategy not in ("tensor", "channel", "group"):
             raise InputError(f"{where}: field 'quantization_config.{here}.strategy': expected tensor, channel or "
                              f"group, got {strategy!r}")
         size = number(f"{here}.group_size", weights.get("group_size"), lambda g: g >= 1,
                       "a positive integer") if strategy == "group" else 0
-        if weights.get("actorder") not in (None, False):
-            raise InputError(f"{where}: field 'quantization_config.{here}.actorder': weights reordered by "
-                             f"activation (weight_g_idx) are not read by blockcli")
+        actorder = weights.get("actorder")
+        if actorder not in (None, False, "weight", "static", "group", "dynamic", True):
+            raise InputError(f"{where}: field 'quantization_config.{here}.actorder': expected null, weight or "
+                             f"group, got {actorder!r}")
+        act_order = actorder in ("group", "dynamic", True)  # weight_g_idx stored; weight/static: nothing stored
+        if act_order and strategy != "group":
+            raise InputError(f"{where}: field 'quantization_config.{here}.actorder': {actorder!r} orders the "
+                             f"inputs' groups, but the strategy is {strategy!r}, not group")
         targets = group.get("targets") or ["Linear"]
         acts = group.get("input_activations")
         acts = (f"{acts.get('type', 'int')}{acts.get('num_bits', '')}, "
                 f"{'dynamic' if acts.get('dynamic') else 'static'}") if isinstance(acts, Mapping) else ""
         schemes.append(Scheme("compressed-tensors", bits, size, symmetric=bool(weights.get("symmetric", True)),
                               form=form, targets=tuple(map(str, targets)), per_tensor=strategy == "tensor",
-                              ignore=tuple(ignore), activations=acts))
+                              act_order=act_order, ignore=tuple(ignore), activations=acts))
     return schemes
 
 
@@ -192,7 +203,7 @@ def pair_quantized(tensors: dict[str, Stored], schemes: list[Scheme], raw: Calla
     method = schemes[0].method
     code = {"fp8": "weight_scale_inv", "gptq": "qweight", "awq": "qweight"}.get(method)
     if method == "compressed-tensors":
-        code = "weight_packed" if schemes[0].form == "pack-quantized" else "weight_scale"
+        code = "weight_packed" if schemes[0].form == "pack-quantized" else "weight_scale"  # float/int-quantized
     for name in [n for n in tensors if n.endswith("." + code)]:
         module = name[:-len(code) - 1]
         scheme = _scheme_for(module, schemes, tensors[name])
@@ -218,8 +229,11 @@ _PART_NAMES = {
     ("fp8", ""): ("weight", "weight_scale_inv", "input_scale"),
     ("gptq", ""): ("qweight", "qzeros", "scales", "g_idx"),
     ("awq", ""): ("qweight", "qzeros", "scales"),
-    ("compressed-tensors", "pack-quantized"): ("weight_packed", "weight_scale", "weight_zero_point", "weight_shape"),
+    ("compressed-tensors", "pack-quantized"): ("weight_packed", "weight_scale", "weight_zero_point", "weight_shape",
+                                               "weight_g_idx"),
     ("compressed-tensors", "float-quantized"): ("weight", "weight_scale", "weight_zero_point", "input_scale"),
+    ("compressed-tensors", "int-quantized"): ("weight", "weight_scale", "weight_zero_point", "input_scale",
+                                              "input_zero_point", "weight_g_idx"),
 }
 
 
@@ -293,17 +307,23 @@ def _logical(module: str, parts: Mapping[str, Stored], s: Scheme,
         if not s.symmetric:
             fits(need("weight_zero_point", {"I32"}), (math.ceil(n_out * s.bits / 32), groups),
                  f"weight_shape {shape} in {groups} groups")
+        if s.act_order:
+            fits(need("weight_g_idx", set(INT_DTYPES)), (n_in,), f"weight_shape {shape}'s {n_in} inputs")
         return shape, f"INT{s.bits}"
-    w, scale = need("weight", {"F8_E4M3"}), need("weight_scale", SCALE_DTYPES)
+    integer = s.form == "int-quantized"  # the signed codes one I8 each; else float-quantized's FP8
+    w, scale = need("weight", {"I8"} if integer else {"F8_E4M3"}), need("weight_scale", SCALE_DTYPES)
     if len(w.shape) != 2:
-        raise InputError(f"{w.file}: tensor '{w.name}' has shape {w.shape}; an fp8 weight is a matrix")
+        raise InputError(f"{w.file}: tensor '{w.name}' has shape {w.shape}; an {'int' if integer else 'fp8'} "
+                         f"weight is a matrix")
     n_out, n_in = w.shape
     groups = math.ceil(n_in / s.group) if s.group else 1
     if scale.size != 1:  # per tensor: one value, any shape of one element
         fits(scale, (n_out, groups), f"its weight {w.shape} " + (f"in {groups} groups" if s.group else "per channel"))
     if not s.symmetric:
-        fits(need("weight_zero_point"), scale.shape, "its scales")
-    return w.shape, "F8_E4M3"
+        fits(need("weight_zero_point", {"I8"} if integer else None), scale.shape, "its scales")
+    if s.act_order:
+        fits(need("weight_g_idx", set(INT_DTYPES)), (n_in,), f"its weight's {n_in} inputs")
+    return w.shape, f"INT{s.bits}" if integer else "F8_E4M3"
 
 
 # ----------------------------------------------------------------------------- values
@@ -380,7 +400,19 @@ def _dequantized(t: Stored, dtype: str, raw: Callable[[Stored], np.ndarray],
         p = parts[name]
         return raw(p).view(INT_DTYPES[p.dtype]).reshape(p.shape)
 
-    if s.method == "fp8" or s.form == "float-quantized":
+    index = None  # compressed-tensors' act-order: each input's group
+    if s.method == "compressed-tensors" and s.act_order:
+        index = ints("weight_g_idx").astype(np.int64)
+        groups = parts["weight_scale"].shape[-1]
+        if index.min(initial=0) < 0 or index.max(initial=0) >= groups:
+            raise InputError(f"{parts['weight_g_idx'].file}: tensor '{parts['weight_g_idx'].name}' names groups "
+                             f"outside 0..{groups - 1}")
+    if s.form == "int-quantized":  # codes and zero points signed integers, exact in either dtype
+        q = ints("weight").astype(dtype)  # (out, in)
+        if not s.symmetric:
+            q -= _spread(ints("weight_zero_point").astype(dtype), s, t.shape[1], index)
+        out = _grouped(q, values("weight_scale"), s, index)
+    elif s.method == "fp8" or s.form == "float-quantized":
         codes = raw(parts["weight"]).reshape(t.shape)
         w = _e4m3_table().astype(dtype)[codes]  # (…, out, in)
         if np.isnan(w).any():
@@ -391,7 +423,8 @@ def _dequantized(t: Stored, dtype: str, raw: Callable[[Stored], np.ndarray],
             scale = np.repeat(np.repeat(scale, s.block[0], axis=-2)[..., :rows, :], s.block[1], axis=-1)[..., :cols]
             out = w * scale
         else:
-            out = _grouped(w - (values("weight_zero_point") if not s.symmetric else 0), values("weight_scale"), s)
+            out = _grouped(w - (values("weight_zero_point") if not s.symmetric else 0), values("weight_scale"), s,
+                           index)
     elif s.method == "gptq":
         n_out, n_in = t.shape
         q = unpack_bits(ints("qweight").T, s.bits, n_in)  # (out, in) codes
@@ -422,19 +455,21 @@ def _dequantized(t: Stored, dtype: str, raw: Callable[[Stored], np.ndarray],
         q -= offset  # signed
         if not s.symmetric:
             zp = unpack_bits(ints("weight_zero_point").T, s.bits, n_out).T.astype(dtype) - offset  # (out, G)
-            q -= _spread(zp, s, n_in)
-        out = _grouped(q, values("weight_scale"), s)
+            q -= _spread(zp, s, n_in, index)
+        out = _grouped(q, values("weight_scale"), s, index)
     return out
 
 
-def _spread(per_group: np.ndarray, s: Scheme, n_in: int) -> np.ndarray:
-    """(out, G) → (out, in): each input takes its group's value (G = 1: the row's)."""
+def _spread(per_group: np.ndarray, s: Scheme, n_in: int, index: np.ndarray | None = None) -> np.ndarray:
+    """(out, G) → (out, in): each input takes its group's value (G = 1: the row's); `index` the group of each
+    input (act-order's weight_g_idx), else i // group_size."""
     import numpy as np
 
     if per_group.size == 1:
         return per_group.reshape(1, 1)
-    return per_group[:, np.arange(n_in) // (s.group or n_in)]
+    return per_group[:, index if index is not None else np.arange(n_in) // (s.group or n_in)]
 
 
-def _grouped(w: np.ndarray, scale: np.ndarray, s: Scheme) -> np.ndarray:
-    return w * _spread(scale.reshape(-1, scale.shape[-1]) if scale.ndim else scale.reshape(1, 1), s, w.shape[-1])
+def _grouped(w: np.ndarray, scale: np.ndarray, s: Scheme, index: np.ndarray | None = None) -> np.ndarray:
+    return w * _spread(scale.reshape(-1, scale.shape[-1]) if scale.ndim else scale.reshape(1, 1), s, w.shape[-1],
+                       index)

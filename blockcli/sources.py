@@ -33,12 +33,14 @@ def load_config(source: str | Path | Mapping[str, Any] | None = None, allow_fiel
         from blockcli.gguf_file import gguf_config
 
         return gguf_config(path)
+    tensors = False  # a model folder holding its weights (or one of them): their stored bytes are known
     if path.is_dir() or path.suffix.lower() == ".safetensors":  # a model folder, or weights beside config.json
+        tensors = holds_tensors(path)
         path = model_folder_config(path)
     if path.suffix.lower() == ".json":
         from blockcli.hf import config_from_hf  # lazy: families and JSON only for HF configs
 
-        return config_from_hf(path, allow_fields)
+        return config_from_hf(path, allow_fields, tensors_beside=tensors)
     return load_yaml_config(str(source))
 
 
@@ -51,6 +53,11 @@ def model_folder_config(path: Path) -> Path:
         raise ConfigError(f"{path}: a {what} needs the model's config.json beside its weights "
                           f"(none in {folder}); a YAML config is a file")
     return config
+
+
+def holds_tensors(path: Path) -> bool:
+    """A .safetensors file, or a model folder with one (its weights; checkpoint.py reads and checks them)."""
+    return not path.is_dir() or any(path.glob("*.safetensors"))
 
 
 def _standard_input(allow_fields: tuple[str, ...]) -> Config:

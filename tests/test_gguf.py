@@ -50,9 +50,9 @@ def one_error_line(proc: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def test_the_fixtures_cover_f32_f16_q8_0_q4_0_and_a_k_quant() -> None:
+def test_the_fixtures_cover_f32_f16_bf16_q8_0_q4_0_mxfp4_and_a_k_quant() -> None:
     types = {t.tensor_type.name for name in FILES for t in gguf.GGUFReader(FIXTURES / f"{name}.gguf").tensors}
-    assert {"F32", "F16", "Q8_0", "Q4_0", "Q4_K"} <= types
+    assert {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "MXFP4"} <= types
 
 
 # ----------------------------------------------------------------------------- forward parity
@@ -72,9 +72,24 @@ def test_quantization_changes_the_logits_so_the_dequantized_reference_is_the_rig
     assert relative(q8, f32) > 1e-4
 
 
-@pytest.mark.parametrize("arch, field", [("llama", "permuted_qk"), ("gemma2", "norm_plus_one")])
+def test_gpt_oss_reads_the_metadata_as_gptossconfig_and_its_mxfp4_experts() -> None:
+    """The defaults GGUF does not store are GptOssConfig's (the generator's model has them): yarn β 32 and 1,
+    untruncated; SwiGLU α 1.702 and limit 7; a window on layers 0, 2, …"""
+    cfg = load_config(FIXTURES / "gpt-oss-mxfp4.gguf")
+    s = cfg.block.rope_scaling
+    assert (s.type, s.factor, s.original_max_positions, s.beta_fast, s.beta_slow, s.truncate) == (
+        "yarn", 32.0, 4096, 32.0, 1.0, False)
+    assert (cfg.block.swiglu_alpha, cfg.block.swiglu_limit, cfg.block.attention_sinks) == (1.702, 7.0, True)
+    assert [cfg.layer_block(i).sliding_window for i in range(2)] == [4, 0]
+    experts = [t for t in gguf.GGUFReader(FIXTURES / "gpt-oss-mxfp4.gguf").tensors if "_exps.weight" in t.name]
+    assert {t.tensor_type.name for t in experts} == {"MXFP4"} and len(experts) == 6
+
+
+@pytest.mark.parametrize("arch, field", [("llama", "permuted_qk"), ("gemma2", "norm_plus_one"),
+                                         ("gemma", "norm_plus_one"), ("falcon", "ungrouped_qkv")])
 def test_undoing_the_converters_change_matters(monkeypatch, arch: str, field: str) -> None:
-    """Without undoing llama's Q/K permutation, or Gemma's 1 + w norms, the logits are far off."""
+    """Without undoing llama's Q/K permutation, Gemma's 1 + w norms or Falcon's Q | K | V rows (falcon-new: 2 K/V
+    heads), the logits are far off."""
     from dataclasses import replace
 
     name = next(n for n in FILES if n.startswith(arch + "-"))
@@ -107,7 +122,7 @@ def test_count_equals_the_unquantized_model_and_reconciles_with_the_tensors(name
 @pytest.mark.parametrize("name", FILES)
 def test_stored_bytes_and_bits_per_weight_are_the_files_own(name: str) -> None:
     path = FIXTURES / f"{name}.gguf"
-    tensors = gguf.GGUFReader(path).tensors
+    tensors = [t for t in gguf.GGUFReader(path).tensors if not t.name.startswith("rope_factors_")]  # config
     stored = sum(int(t.n_bytes) for t in tensors)
     weights = sum(int(t.n_elements) for t in tensors)
     data = json.loads(cli("count", path, "--json").stdout)
@@ -344,20 +359,59 @@ def test_a_vocabulary_string_that_claims_more_than_the_file_is_one_line(tmp_path
     assert "tokenizer.ggml.tokens" in line and ("past the end" in line or "truncated" in line), line
 
 
-def test_longrope_factor_tensors_are_refused_naming_them(tmp_path: Path) -> None:
+def _phi3_with(path: Path, extra: dict[str, np.ndarray], **scaling: float) -> Path:
+    """The phi3-q8_0 fixture again, with `extra` tensors added and phi3.rope.scaling.* metadata set (an int as
+    uint32, a float as float32)."""
     reader = gguf.GGUFReader(FIXTURES / "phi3-q8_0.gguf")
-    path = tmp_path / "phi3-128k.gguf"
     w = gguf.GGUFWriter(path, "phi3")
-    for field in reader.fields.values():
-        if field.name.startswith("phi3."):
-            value = field.contents()
-            w.add_uint32(field.name, value) if isinstance(value, int) else w.add_float32(field.name, value)
+    values = {f.name: f.contents() for f in reader.fields.values() if f.name.startswith("phi3.")}
+    values |= {f"phi3.rope.scaling.{key}": value for key, value in scaling.items()}
+    for key, value in values.items():
+        w.add_uint32(key, value) if isinstance(value, int) else w.add_float32(key, value)
     for t in reader.tensors:
         w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
-    w.add_tensor("rope_factors_long.weight", np.ones(2, dtype=np.float32))
+    for name, value in extra.items():
+        w.add_tensor(name, value)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return path
+
+
+def test_longrope_takes_the_short_factors_within_the_original_context() -> None:
+    """phi3-longrope's 7 tokens pass its original context of 4 (the long factors); its first 4 do not (the short
+    ones): transformers' logits of both, and the two differ, so each factor set is checked."""
+    path, want = FIXTURES / "phi3-longrope-q8_0.gguf", expected("phi3-longrope-q8_0")
+    cfg = load_config(path)
+    scaling = cfg.block.rope_scaling
+    assert (scaling.type, scaling.original_max_positions, scaling.factor) == ("longrope", 4, 16.0)
+    assert (scaling.short_factor, scaling.long_factor) == ((1.0, 2.5), (3.0, 7.25))  # the generator's, in float32
+    assert scaling.attention_factor == 0.0  # the file's is √(1 + ln 16 / ln 4), the one transformers derives
+    model = Model.from_config(cfg, weights=path, dtype="float32")
+    short = model(want["input_ids"][:, :4])
+    assert relative(short, want["logits_short_float32"]) <= 1e-4
+    assert relative(want["logits_float32"][:, :4], want["logits_short_float32"]) > 1e-2
+
+
+def test_a_longrope_attention_factor_other_than_the_derived_one_is_kept(tmp_path: Path) -> None:
+    factors = {"rope_factors_long.weight": np.array([2.0, 4.0], dtype=np.float32),
+               "rope_factors_short.weight": np.array([1.0, 1.0], dtype=np.float32)}
+    path = _phi3_with(tmp_path / "phi3-128k.gguf", factors, attn_factor=1.5, original_context_length=16)
+    scaling = load_config(path).block.rope_scaling
+    assert (scaling.attention_factor, scaling.original_max_positions, scaling.long_factor) == (1.5, 16, (2.0, 4.0))
+    proc = cli("count", path, "--json")  # the factors are config, not weights: the count still reconciles
+    assert proc.returncode == 0 and json.loads(proc.stdout)["reconciled"]["match"], proc.stderr
+
+
+@pytest.mark.parametrize("extra, named", [
+    ({"rope_factors_long.weight": np.ones(2, dtype=np.float32)}, "no 'rope_factors_short.weight'"),
+    ({"rope_factors_long.weight": np.ones(3, dtype=np.float32),
+      "rope_factors_short.weight": np.ones(3, dtype=np.float32)}, "one per rotated pair (2,)"),
+    ({"rope_factors_long.weight": np.array([1.0, -1.0], dtype=np.float32),
+      "rope_factors_short.weight": np.ones(2, dtype=np.float32)}, "factors are positive"),
+])
+def test_longrope_factor_tensors_that_do_not_fit_are_one_line(tmp_path: Path, extra: dict, named: str) -> None:
+    path = _phi3_with(tmp_path / "phi3-128k.gguf", extra, original_context_length=16)
     line = one_error_line(cli("count", path))
-    assert "rope_factors_long" in line and "LongRoPE" in line
+    assert named in line and "rope_factors_" in line

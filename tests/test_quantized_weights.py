@@ -29,14 +29,18 @@ FORMATS = {  # fixture → the parts of a quantized module by role, as its forma
     "gptq-qwen3-3bit": "gptq", "gptq-llama-2bit": "gptq",
     "awq-llama": "awq", "awq-qwen3": "awq",
     "ct-int4-llama": "ct", "ct-int8-qwen3": "ct", "ct-int4-qwen3-asym": "ct", "ct-fp8-llama": "ct-fp8",
-    "ct-fp8-qwen3": "ct-fp8",
+    "ct-fp8-qwen3": "ct-fp8", "ct-w8a8-llama": "ct-int", "ct-w8a8-qwen3-asym": "ct-int",
+    "ct-int4-act-order-llama": "ct", "ct-w8a8-act-order-qwen3": "ct-int",
 }
 ROLES = {  # tensor name suffix → role, per format (what is not listed is an unquantized tensor)
     "fp8": {"weight_scale_inv": "scales"},
     "gptq": {"qweight": "codes", "qzeros": "zeros", "scales": "scales", "g_idx": "g_idx"},
     "awq": {"qweight": "codes", "qzeros": "zeros", "scales": "scales"},
-    "ct": {"weight_packed": "codes", "weight_scale": "scales", "weight_zero_point": "zeros", "weight_shape": "shape"},
+    "ct": {"weight_packed": "codes", "weight_scale": "scales", "weight_zero_point": "zeros", "weight_shape": "shape",
+           "weight_g_idx": "g_idx"},
     "ct-fp8": {"weight_scale": "scales"},
+    "ct-int": {"weight_scale": "scales", "weight_zero_point": "zeros",  # the codes: `weight` stored as I8
+               "weight_g_idx": "g_idx"},
 }
 
 
@@ -87,13 +91,14 @@ def relative(got: np.ndarray, want: np.ndarray) -> float:
 
 def file_bytes(name: str) -> tuple[dict[str, int], int, int]:
     """(bytes by role of the quantized modules' parts, bytes of the unquantized tensors, their elements), from
-    the header: an FP8 weight (F8_E4M3 beside its scales) is codes, an fp8 scale or a packed part by its name."""
+    the header: an FP8 or int-quantized weight (F8_E4M3 or I8 beside its scales) is codes, an fp8 scale or a
+    packed part by its name."""
     roles, fmt = {}, FORMATS[name]
     plain = plain_elements = 0
     for tensor, entry in header(FIXTURES / name / "model.safetensors").items():
         size = entry["data_offsets"][1] - entry["data_offsets"][0]
         suffix = tensor.rsplit(".", 1)[1]
-        role = "codes" if entry["dtype"] == "F8_E4M3" else ROLES[fmt].get(suffix)
+        role = "codes" if entry["dtype"] in ("F8_E4M3", "I8") and suffix == "weight" else ROLES[fmt].get(suffix)
         if role is None:
             plain += size
             plain_elements += math.prod(entry["shape"])
@@ -171,7 +176,8 @@ def test_bit_streams_by_hand() -> None:
 
 
 def test_the_format_conventions_matter(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Reading AWQ's nibbles in plain order, or GPTQ's historical zero points without their +1, breaks parity."""
+    """Reading AWQ's nibbles in plain order, GPTQ's historical zero points without their +1, or compressed-tensors'
+    act-order groups as i // group_size, breaks parity."""
     import blockcli.quantized as quantized
 
     def error(name: str) -> float:
@@ -185,10 +191,14 @@ def test_the_format_conventions_matter(monkeypatch: pytest.MonkeyPatch) -> None:
     real = quantized.Scheme
     monkeypatch.setattr(quantized, "Scheme", lambda *a, **k: real(*a, **{**k, "zero_offset": 0}))
     assert error("gptq-llama-4bit") > 1e-3
+    monkeypatch.undo()
+    spread = quantized._spread
+    monkeypatch.setattr(quantized, "_spread", lambda g, s, n, index=None: spread(g, s, n))
+    assert error("ct-int4-act-order-llama") > 1e-3 and error("ct-w8a8-act-order-qwen3") > 1e-3
 
 
 @pytest.mark.parametrize("name", ["fp8-llama", "fp8-deepseek_v3", "gptq-qwen3-4bit-act-order", "awq-qwen3",
-                                  "ct-int4-llama"])
+                                  "ct-int4-llama", "ct-w8a8-qwen3-asym"])
 def test_trace_and_verify_run_the_folder(name: str) -> None:
     for command in (["trace", FIXTURES / name, "--layer", "1"], ["verify", FIXTURES / name, "--layer", "0"]):
         run = cli(*command)
@@ -228,6 +238,8 @@ def test_ignored_modules_stay_unquantized(tmp_path: Path) -> None:
     ("awq-qwen3", "model.layers.0.mlp.up_proj.scales"),
     ("ct-int4-llama", "model.layers.0.self_attn.o_proj.weight_scale"),
     ("ct-fp8-llama", "model.layers.0.mlp.gate_proj.weight_scale"),
+    ("ct-w8a8-qwen3-asym", "model.layers.1.self_attn.v_proj.weight_zero_point"),
+    ("ct-int4-act-order-llama", "model.layers.0.mlp.down_proj.weight_g_idx"),
 ])
 def test_scales_that_do_not_fit_the_shape_are_one_line(tmp_path: Path, name: str, tensor: str) -> None:
     folder = tmp_path / name
@@ -291,5 +303,54 @@ def test_a_sharded_folder_with_a_modules_parts_in_different_shards(tmp_path: Pat
     assert data["total"] == int(want["parameters"]) and data["checkpoint"]["files"] == [
         "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
     assert data["checkpoint"]["quantized"]["parts"] == file_bytes(name)[0]
+    model = Model.from_config(load_config(folder), weights=folder, dtype="float32")
+    assert relative(model(want["input_ids"]), want["logits_float32"]) <= 1e-4
+
+
+def test_the_quantization_note_says_the_bytes_are_known_only_where_they_are(tmp_path: Path) -> None:
+    """A model folder holding its tensors: count shows their stored bytes, so the note says so; the same
+    config.json alone (or in a folder without weights): they are unknown, and the note says they depend."""
+    def note(*args: str) -> str:
+        run = cli(*args)
+        assert run.returncode == 0, run.stderr
+        return next(line for line in run.stderr.splitlines() if "quantization_config:" in line)
+
+    known = "the stored bytes are its tensors' own (count reads them from the checkpoint's headers)"
+    unknown = "the stored bytes depend on the quantization"
+    folder = FIXTURES / "gptq-llama-4bit"
+    for args in (["count", folder], ["count", folder / "model.safetensors"], ["trace", folder, "--layer", "0"],
+                 ["convert", folder]):
+        assert note(*args).endswith(known), args
+    empty = tmp_path / "config-only"
+    empty.mkdir()
+    shutil.copy(folder / "config.json", empty / "config.json")
+    for args in (["count", folder / "config.json"], ["count", empty], ["convert", empty / "config.json"]):
+        assert note(*args).endswith(unknown), args
+    assert "quantized" in json.loads(cli("count", folder, "--json").stdout)["checkpoint"]  # the bytes it shows
+
+
+def test_act_order_groups_outside_the_scales_are_one_line(tmp_path: Path) -> None:
+    folder = tmp_path / "ct"
+    shutil.copytree(FIXTURES / "ct-int4-act-order-llama", folder)
+    file = folder / "model.safetensors"
+    raw = bytearray(file.read_bytes())
+    (length,) = struct.unpack("<Q", raw[:8])
+    entry = header(file)["model.layers.1.self_attn.q_proj.weight_g_idx"]
+    struct.pack_into("<i", raw, 8 + length + entry["data_offsets"][0], 2)  # groups 0..1 (32 inputs in 16s)
+    file.write_bytes(bytes(raw))
+    assert cli("count", folder).returncode == 0  # the header alone: shapes fit
+    run = cli("trace", folder, "--layer", "1")
+    assert run.returncode == 2 and len(run.stderr.splitlines()) == 1, run.stderr
+    assert "weight_g_idx' names groups outside 0..1" in run.stderr
+
+
+def test_actorder_weight_stores_nothing_and_reads_as_without_it(tmp_path: Path) -> None:
+    """`actorder: weight` (static) reorders only during calibration: the same layout, the same logits."""
+    folder = tmp_path / "ct"
+    shutil.copytree(FIXTURES / "ct-int4-llama", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"]["config_groups"]["group_0"]["weights"]["actorder"] = "weight"
+    (folder / "config.json").write_text(json.dumps(config))
+    want = expected("ct-int4-llama")
     model = Model.from_config(load_config(folder), weights=folder, dtype="float32")
     assert relative(model(want["input_ids"]), want["logits_float32"]) <= 1e-4
