@@ -38,12 +38,55 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("name", FOLDERS)
 def test_logits_and_decode_step_equal_transformers(name: str, dtype: str) -> None:
+    """A folder without transformers' float32 outputs (the draws of draws.py keep float64 only, to stay small) holds
+    blockcli's float32 pass to the float64 ones, at float32's tolerance."""
     model, want = run_model(name, dtype)
     ids = want["input_ids"]
-    assert relative(model(ids), want[f"logits_{dtype}"]) <= TOLERANCE[dtype]
+    stored = dtype if f"logits_{dtype}" in want else "float64"
+    assert relative(model(ids), want[f"logits_{stored}"]) <= TOLERANCE[dtype]
     caches = model.new_cache()
     model.step(ids[:, :-1], caches)
-    assert relative(model.step(ids[:, -1:], caches), want[f"decode_logits_{dtype}"]) <= TOLERANCE[dtype]
+    assert relative(model.step(ids[:, -1:], caches), want[f"decode_logits_{stored}"]) <= TOLERANCE[dtype]
+
+
+# ----------------------------------------------------------------------------- the fuzz covers every family
+
+sys.path.insert(0, str(CASES))
+import draws  # noqa: E402  (tests/fixtures/cases/draws.py: the fuzz draws as data, without torch)
+
+
+def _drawn() -> set[str]:
+    """The model types the fuzz draws: each draw's own, and a vision-language draw's language model's."""
+    from blockcli.families import COMPOSITES
+
+    drawn = set(draws.DRAWS)
+    return drawn | {COMPOSITES[name].text_model_type for name in drawn if name in COMPOSITES}
+
+
+def test_every_family_and_composite_has_a_fuzz_draw_and_its_fixture() -> None:
+    """The next family added must bring its draw (one entry in tests/fixtures/cases/draws.py) and the folder that
+    generate.py writes from it."""
+    from blockcli.families import COMPOSITES, FAMILIES
+
+    missing = sorted((set(FAMILIES) | set(COMPOSITES)) - _drawn())
+    assert not missing, f"no fuzz draw in tests/fixtures/cases/draws.py for: {', '.join(missing)}"
+    unwritten = sorted(f"fuzz-{name}-{n}" for name in draws.DRAWS for n in range(draws.DRAWS_PER_FAMILY)
+                       if f"fuzz-{name}-{n}" not in FOLDERS)
+    assert not unwritten, f"run tests/fixtures/cases/generate.py {' '.join(unwritten)}"
+
+
+def test_each_draw_is_what_its_family_reads_at_non_default_values() -> None:
+    """The stored configs are 2 layers over 16 tokens, and together they reach past the defaults: several activations, tied and untied heads, passes past max_position_embeddings."""
+    acts, ties, past = set(), set(), 0
+    for name in draws.DRAWS:
+        stored = json.loads((CASES / f"fuzz-{name}-0" / "config.json").read_text())
+        text = stored.get("text_config", stored)
+        assert text.get("num_hidden_layers", text.get("n_layer")) == 2 and text["vocab_size"] <= draws.VOCAB + 8
+        for key in ("hidden_act", "hidden_activation", "activation_function"):
+            acts.add(text.get(key))
+        ties.add(stored.get("tie_word_embeddings"))
+        past += text.get("max_position_embeddings", 64) < 9
+    assert len(acts - {None}) >= 5 and ties >= {True, False} and past >= 5
 
 
 # ----------------------------------------------------------------------------- item 1: windows past max positions
