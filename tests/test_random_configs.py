@@ -284,3 +284,31 @@ def test_phi_qk_layernorm_is_one_layernorm_per_projection_shared_by_the_heads() 
     cfg = load_config(CASES / "phi-qk-layernorm")
     assert cfg.block.qk_norm == "head" and cfg.block.norm == "layernorm" and cfg.block.bias.norm
     assert count_parameters(cfg).total == int(expected("phi-qk-layernorm")["parameters"])
+
+
+_ACTIVATION_KEYS = ("hidden_act", "hidden_activation", "activation_function", "activation")
+# GemmaConfig replaces the legacy "gelu" of the original releases by the tanh approximation it meant
+_CONFIG_RENAMES = {("gemma", "gelu"): "gelu_pytorch_tanh"}
+
+
+@pytest.mark.parametrize("name", sorted(draws.DRAWS))
+def test_every_family_runs_each_activation_transformers_allows_in_its_mlp(tmp_path: Path, name: str) -> None:
+    """Structure and activation are independent (issue #30, item 3): each family's MLP, gated or plain, takes any
+    of transformers' activations from the key its modelling code reads — the fuzz folder's own draw is checked
+    against transformers' logits above; here every other one is read as that function in the same structure."""
+    from blockcli.activations import FROM_TRANSFORMERS
+
+    data = json.loads((CASES / f"fuzz-{name}-0" / "config.json").read_text())
+    text = data.get("text_config", data)
+    keys = [k for k in _ACTIVATION_KEYS if isinstance(text.get(k), str)]
+    gated = load_config(CASES / f"fuzz-{name}-0").block.gated
+    for key in keys:
+        for act in draws.GATED_ACTS:
+            changed = dict(text, **{key: act})
+            path = tmp_path / "config.json"
+            path.write_text(json.dumps(dict(data, text_config=changed) if "text_config" in data else changed))
+            block = load_config(path).block
+            if block.activation == "clamped_swiglu":  # gpt-oss: its experts' own SwiGLU whatever hidden_act says
+                continue
+            runs = _CONFIG_RENAMES.get((name, act), act)
+            assert block.gated == gated and block.activation == FROM_TRANSFORMERS[runs], (key, act)
