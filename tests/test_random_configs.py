@@ -312,3 +312,19 @@ def test_every_family_runs_each_activation_transformers_allows_in_its_mlp(tmp_pa
                 continue
             runs = _CONFIG_RENAMES.get((name, act), act)
             assert block.gated == gated and block.activation == FROM_TRANSFORMERS[runs], (key, act)
+
+
+def test_deepseek_v2_mlp_bias_biases_the_dense_and_shared_mlps_and_never_the_routed_experts() -> None:
+    """DeepseekV2MLP (the dense layers' MLP and the shared experts) takes bias=mlp_bias, DeepseekV2Experts none: the
+    count is transformers' total, and the checkpoint's biases are exactly those (its logits are checked above)."""
+    from blockcli.count import count_parameters
+    from blockcli.shapes import block_parameter_shapes
+
+    name = "deepseek_v2-mlp-bias-moe"
+    cfg = load_config(CASES / name)
+    assert cfg.block.bias.mlp and cfg.layer_block(1).moe is not None and not cfg.layer_block(1).moe.routed_bias
+    assert count_parameters(cfg).total == int(expected(name)["parameters"])
+    dense, mixture = (set(block_parameter_shapes(cfg.layer_block(i))) for i in (0, 1))
+    assert {"b_gate", "b_up", "b_down"} <= dense
+    assert {"shared_b_gate", "shared_b_up", "shared_b_down"} <= mixture
+    assert not any(k.startswith("experts.") and ".b_" in k for k in mixture)
