@@ -2,20 +2,22 @@
 """What hostile model folders cost: refusing 300,000 unexpected tensors, and tracing a bfloat16 folder whose header
 is padded to 99 MB (issue 30, item 9), each beside the same command on the plain fixture folder.
 
-    python benchmarks/bench_hostile_checkpoints.py [--runs N] [--tensors N] [--compare SRC]
+    python benchmarks/bench_hostile_checkpoints.py [--runs N] [--tensors N] [--compare REV]
 
 In a temporary folder it writes (a) the GPT-NeoX fixture with N extra tensors `gpt_neox.layers.{i}.extra.weight`
 (each one F32 value) in its model.safetensors, which `count` must refuse, and (b) the bfloat16 Llama fixture with a
 99 MB `__metadata__` string in its header. It times `blockcli count` on (a) and `blockcli trace`/`count` on (b),
 in interleaved subprocess runs, beside `blockcli count`/`trace` of the unchanged fixture (the baseline), and prints
-the medians and their ratios. With `--compare SRC` (a checkout of another commit, e.g. `git archive <commit> |
-tar -x -C SRC`) every command also runs with that tree's blockcli, side by side. Nothing is written outside the
-temporary folder.
+the medians and their ratios. With `--compare REV` (a git revision, e.g. `0c0fdae^`, the tree before the fix of
+issue 30's item 9) every command also runs with that revision's blockcli — a detached `git worktree` of REV in the
+temporary folder, removed afterwards — side by side, and the ratio of this tree's median to REV's is printed.
+Nothing is written outside the temporary folder (and git's worktree list, cleaned up again).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -27,6 +29,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import cpu_model  # noqa: E402  (benchmarks/machine.py)
 from test_checkpoint import FIXTURES  # noqa: E402  (the tests' fixture folders)
 from test_unreadable_checkpoints import header_and_data, write_header  # noqa: E402
 
@@ -52,21 +56,38 @@ def padded_header(folder: Path, size: int) -> None:
     write_header(path, header, data)
 
 
-def timed(command: list[str], env: dict[str, str], cwd: Path) -> float:
+REPO = Path(__file__).resolve().parent.parent
+
+
+@contextlib.contextmanager
+def revision_tree(rev: str | None, path: Path):
+    """A detached git worktree of `rev` at `path` (None: no revision, nothing made), removed on the way out."""
+    if rev is None:
+        yield None
+        return
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "--quiet", str(path), rev], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(path)], check=False)
+
+
+def timed(command: list[str], env: dict[str, str], cwd: Path) -> tuple[float, int]:
+    """(seconds, exit code): 2 for the refusal is expected."""
     start = time.perf_counter()
-    subprocess.run(command, capture_output=True, env=env, cwd=cwd)  # exit 2 for the refusal: expected
-    return time.perf_counter() - start
+    code = subprocess.run(command, capture_output=True, env=env, cwd=cwd).returncode
+    return time.perf_counter() - start, code
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--tensors", type=int, default=300_000)
-    parser.add_argument("--compare", type=Path, help="another blockcli source tree to time side by side")
+    parser.add_argument("--compare", metavar="REV", help="a git revision whose blockcli is timed side by side")
     args = parser.parse_args()
-    trees = {"this tree": None} | ({f"--compare {args.compare}": args.compare} if args.compare else {})
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, revision_tree(args.compare, Path(tmp) / "rev") as other:
         tmp_path = Path(tmp)
+        trees = {"this tree": None} | ({f"{args.compare}": other} if other else {})
         plain_neox, plain_bf16 = FIXTURES / "gpt_neox", FIXTURES / "llama-bf16"
         neox = copy_fixture("gpt_neox", tmp_path / "neox-many")
         many_unexpected(neox, args.tensors)
@@ -89,19 +110,28 @@ def main() -> None:
         for command, env in commands.values():  # run from tmp: `-m` puts the working folder first on sys.path
             timed(command, env, tmp_path)  # warm-up: file cache and .pyc
         times: dict[tuple[str, str], list[float]] = {k: [] for k in commands}
+        codes: dict[tuple[str, str], set[int]] = {k: set() for k in commands}
         for i in range(args.runs):
             order = list(commands) if i % 2 == 0 else list(commands)[::-1]
             for key in order:
-                times[key].append(timed(*commands[key], tmp_path))
-    print(f"{args.runs} interleaved runs each; medians")
+                seconds, code = timed(*commands[key], tmp_path)
+                times[key].append(seconds)
+                codes[key].add(code)
+    print(f"{cpu_model()}, {os.cpu_count()} CPUs; {args.runs} interleaved runs each; medians")
+    medians = {key: statistics.median(values) for key, values in times.items()}
     for tree in trees:
         print(tree)
-        base = {"count": statistics.median(times[(tree, "count, the GPT-NeoX fixture (baseline)")]),
-                "trace": statistics.median(times[(tree, "trace, the bf16 fixture (baseline)")])}
+        base = {"count": medians[(tree, "count, the GPT-NeoX fixture (baseline)")],
+                "trace": medians[(tree, "trace, the bf16 fixture (baseline)")]}
         for name in cases:
-            median = statistics.median(times[(tree, name)])
-            ratio = median / base[name.split(",")[0]]
-            print(f"  {name:<44} {median:7.2f} s   {ratio:6.1f}× its baseline")
+            ratio = medians[(tree, name)] / base[name.split(",")[0]]
+            exits = ",".join(map(str, sorted(codes[(tree, name)])))
+            print(f"  {name:<44} {medians[(tree, name)]:7.2f} s   {ratio:6.1f}× its baseline   exit {exits}")
+    if args.compare:
+        print(f"this tree / {args.compare}")
+        for name in cases:
+            ratio = medians[("this tree", name)] / medians[(args.compare, name)]
+            print(f"  {name:<44} {ratio:7.3f}×")
 
 
 if __name__ == "__main__":

@@ -124,6 +124,9 @@ class MoE:
     # the loss adds this times Switch Transformer's load-balancing loss, E·Σ_e f_e·P_e over every mixture layer's
     # tokens (transformers' router_aux_loss_coef, when output_router_logits); 0: none. Training only
     aux_loss_coef: float = 0.0
+    # the routed experts carry block.bias.mlp's biases too; false: only the dense and shared MLPs do (DeepSeek-V2's
+    # mlp_bias: DeepseekV2MLP is biased, DeepseekV2Experts never)
+    routed_bias: bool = True
 
 
 @dataclass(frozen=True)
@@ -1046,6 +1049,7 @@ def _parse_moe(value: Any) -> MoE | None:
         d_shared=_int(value, "d_shared", p, 0, minimum=0),
         shared_gate=_bool(value, "shared_gate", p, False),
         aux_loss_coef=_float(value, "aux_loss_coef", p, 0.0, 0.0, 1e6),
+        routed_bias=_bool(value, "routed_bias", p, True),
     )
     if moe.order == "topk_softmax" and (moe.scoring != "softmax" or moe.selection_bias or moe.n_groups > 1):
         raise ConfigError(f"{p}.order: topk_softmax softmaxes the k chosen logits; it takes scoring softmax, "

@@ -224,7 +224,7 @@ def moe_formula(b: BlockConfig) -> list[Row]:
         names += ("b_gate", "b_up", "b_down") if b.gated else ("b_up", "b_down")
 
     def expert_biases(count: str | None, width: str) -> Poly:  # (1 or 2)·d_e + d per expert, times E or k
-        if not b.bias.mlp:
+        if not b.bias.mlp or (count and not moe.routed_bias):  # DeepSeek-V2: the shared expert's alone
             return Poly()
         per = ((count,) if count else ())
         return term(matrices - 1, *per, width) + term(1, *per, "d")
@@ -236,7 +236,8 @@ def moe_formula(b: BlockConfig) -> list[Row]:
                         ("router_bias",), buffer=True))
     rows += [Row("mlp.experts", f"{moe.n_experts} routed experts (top-{moe.top_k} per token)",
                  term(matrices, "E", "d", "d_e"), expert_biases("E", "d_e"),
-                 tuple(f"experts.{e}.{n}" for e in range(moe.n_experts) for n in names),
+                 tuple(f"experts.{e}.{n}" for e in range(moe.n_experts) for n in names
+                       if moe.routed_bias or not n.startswith("b_")),
                  active=term(matrices, "k", "d", "d_e") + expert_biases("k", "d_e"))]
     if moe.d_shared:
         rows.append(Row("mlp.shared", "shared expert", term(matrices, "d", "d_s"), expert_biases(None, "d_s"),

@@ -34,6 +34,8 @@ def block_saved_bytes(b: BlockConfig, B: int, T: int, itemsize: int, blocked: bo
     new_qk = bool(b.rope or b.qk_norm != "none" or b.clip_qkv)
     if new_qk:  # Q and K as attention reads them: arrays of their own
         total += act(q_width + kv_width)
+    elif b.query_scale:  # Q scaled by position: an array of its own (K stays a view of the GEMM's output)
+        total += act(q_width)
     if b.qk_norm_after_rope and b.rope:  # the q/k norms keep their inputs, the rotated Q and K
         total += act(q_width + kv_width)
     if b.clip_qkv:  # and V, clamped

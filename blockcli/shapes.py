@@ -86,14 +86,14 @@ def mlp_matrices(cfg: BlockConfig) -> tuple[str, ...]:
     return ("gate", "up", "down") if cfg.gated else ("up", "down")
 
 
-def mlp_shapes(cfg: BlockConfig, prefix: str = "", d_ff: int = 0) -> dict[str, Shape]:
+def mlp_shapes(cfg: BlockConfig, prefix: str = "", d_ff: int = 0, bias: bool = True) -> dict[str, Shape]:
     """An MLP's w_gate (d, d_ff) (gated only), w_up (d, d_ff), w_down (d_ff, d) and their biases, its keys
     after `prefix` (an expert's 'experts.3.', the shared expert's 'shared_'); d_ff: its width, if not block.d_ff."""
     d, d_ff = cfg.d_model, d_ff or cfg.d_ff
     shapes: dict[str, Shape] = {}
     for role in mlp_matrices(cfg):
         shapes[f"{prefix}w_{role}"] = (d_ff, d) if role == "down" else (d, d_ff)
-        if cfg.bias.mlp:
+        if cfg.bias.mlp and bias:
             shapes[f"{prefix}b_{role}"] = (d,) if role == "down" else (d_ff,)
     return shapes
 
@@ -111,7 +111,7 @@ def moe_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     if moe.selection_bias:
         shapes["router_bias"] = (moe.n_experts,)
     for e in range(moe.n_experts):
-        shapes.update(mlp_shapes(cfg, f"experts.{e}.", moe.d_expert))
+        shapes.update(mlp_shapes(cfg, f"experts.{e}.", moe.d_expert, moe.routed_bias))
     if moe.d_shared:
         shapes.update(mlp_shapes(cfg, "shared_", moe.d_shared))
         if moe.shared_gate:

@@ -146,6 +146,8 @@ def _resolve_moe(cfg):
         "selection_bias": bool(cfg.get("selection_bias", False)),
         "logit_bias": bool(cfg.get("logit_bias", False)),  # logits = vec . router + b_router
         "d_shared": int(cfg.get("d_shared", 0)), "shared_gate": bool(cfg.get("shared_gate", False)),
+        # false: the routed experts have no biases, the shared expert still has bias.mlp's (DeepSeek-V2)
+        "routed_bias": bool(cfg.get("routed_bias", True)),
     }
 
 
@@ -223,7 +225,7 @@ def block_param_shapes(block_cfg, rms_beta=False):
             width = moe["d_shared"] if key == "shared_" else moe["d_expert"]
             for name in ("w_gate", "w_up", "w_down") if gated else ("w_up", "w_down"):
                 shapes[key + name] = (width, d) if name == "w_down" else (d, width)
-                if b["bias"]["mlp"]:  # every expert's projections have biases (gpt-oss)
+                if b["bias"]["mlp"] and (key == "shared_" or moe["routed_bias"]):  # gpt-oss: every expert's
                     shapes[key + "b" + name[1:]] = (d,) if name == "w_down" else (width,)
         if moe["d_shared"]:
             if moe["shared_gate"]:
@@ -725,8 +727,10 @@ def gated_unit(b, gate, up):
 
 
 def _expert(b, weights, prefix, name, vec):
-    """One expert MLP, as a dense one (_mlp) under its own prefix `name`, the biases when bias.mlp."""
-    return _dense_mlp(b, weights, prefix, vec, name, b["bias"]["mlp"])
+    """One expert MLP, as a dense one (_mlp) under its own prefix `name`, the biases when bias.mlp (a routed
+    expert's only when moe.routed_bias)."""
+    routed = name != "shared_"
+    return _dense_mlp(b, weights, prefix, vec, name, b["bias"]["mlp"] and (b["moe"]["routed_bias"] or not routed))
 
 
 def moe_routing(moe, weights, prefix, vec):

@@ -33,6 +33,18 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
         "clip_qkv": draw(st.sampled_from([0.0, 0.0, 0.5])),
         "attention_sinks": draw(st.sampled_from([False, False, True])),
     }
+    block["norm_eps"] = draw(st.sampled_from([1e-5, 1e-5, 1e-6, 0.05]))
+    if rope:
+        block["rope_theta"] = draw(st.sampled_from([10000.0, 10000.0, 100.0, 5e5]))
+        # the scalings whose frequencies do not depend on the pass's length (dynamic and longrope do: a decode
+        # step and the full pass then differ, as in transformers)
+        block["rope_scaling"] = draw(st.sampled_from([None, None, {"type": "linear", "factor": 2.5}, {
+            "type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_positions": 4}, {"type": "yarn", "factor": 4.0, "original_max_positions": 3}]))
+        if block["qk_norm"] == "head":  # HunYuan: each head normalised after RoPE, not before
+            block["qk_norm_after_rope"] = draw(st.booleans())
+    if draw(st.integers(0, 3)) == 0:  # Ministral 3: query t times 1 + β·ln(1 + ⌊t / L⌋), for short L a step often
+        block.update(query_scale=draw(st.sampled_from([0.1, 0.7])), query_scale_length=draw(st.integers(1, 3)))
     if block["activation"] in ACTIVATIONS and not ACTIVATIONS[block["activation"]].gated_only:
         block["gated"] = draw(st.booleans())  # any function in a gated MLP as well as in a plain one
     if block["activation"] == "clamped_swiglu":  # a limit that binds often, and one that rarely does
@@ -50,7 +62,8 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
                         "qk_nope_head_dim": draw(st.integers(1, 4)), "qk_rope_head_dim": draw(st.sampled_from([2, 4])),
                         "v_head_dim": draw(st.integers(1, 5))}
         block.update(rope=True, n_kv_heads=n_heads, qk_norm="none", attention_scale=0.0, norm_scale=True, clip_qkv=0.0,
-                     attention_softcap=0.0, attention_sinks=False)
+                     attention_softcap=0.0, attention_sinks=False, query_scale=0.0, query_scale_length=0,
+                     qk_norm_after_rope=False)
         block.pop("head_dim", None)
         if not explicit:
             block["d_model"] = draw(st.integers(2, 24))

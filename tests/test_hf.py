@@ -1718,6 +1718,24 @@ def test_gemma2_bidirectional_attention_is_refused(tmp_path: Path) -> None:
         write_json(tmp_path, with_fields(GEMMA2_9B, use_bidirectional_attention=True)))
 
 
+@pytest.mark.parametrize("command", ["count", "trace", "verify"])
+def test_vaultgemma_bidirectional_attention_is_refused_unless_false(tmp_path: Path, command: str) -> None:
+    """A causal LM that attends both ways is not the causal block blockcli runs: one line naming the field, exit 2;
+    false and null (transformers 5's default) are the causal model the fixture holds."""
+    data = json.loads((Path(__file__).parent / "fixtures" / "hf" / "vaultgemma" / "config.json").read_text())
+    for value, refused in ((True, True), (False, False), (None, False)):
+        path = write_json(tmp_path, dict(data, use_bidirectional_attention=value))
+        proc = subprocess.run([sys.executable, "-m", "blockcli", command, str(path)],
+                              capture_output=True, text=True)
+        if refused:
+            assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+            line, = proc.stderr.strip().splitlines()
+            assert line.startswith("blockcli: error: ") and "field 'use_bidirectional_attention' = True" in line
+            assert "causal" in line
+        else:
+            assert proc.returncode == 0, proc.stderr
+
+
 # Gemma 3 1B's published config.json (https://huggingface.co/google/gemma-3-1b-pt/blob/main/config.json)
 GEMMA3_1B = {
     "architectures": ["Gemma3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
@@ -2236,8 +2254,7 @@ def test_deepseek_dense_first_layers_are_a_per_layer_override(tmp_path: Path, da
 @pytest.mark.parametrize("change, key", [
     ({"moe_layer_freq": 2}, "moe_layer_freq"),  # transformers' DeepSeek builds experts on every layer past the dense ones
     ({"topk_method": "noaux_tc"}, "topk_method"),
-    ({"mlp_bias": True}, "mlp_bias"),
-    ({"scoring_func": "sigmoid"}, "scoring_func"),
+    ({"scoring_func": "sigmoid"}, "scoring_func"),  # (mlp_bias: supported, tests/test_random_configs.py)
 ])
 def test_deepseek_expert_layers_refusals_name_the_field(tmp_path: Path, change: dict, key: str) -> None:
     message = hf_error(write_json(tmp_path, with_fields(V2_MOE, **change)))

@@ -38,12 +38,55 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("name", FOLDERS)
 def test_logits_and_decode_step_equal_transformers(name: str, dtype: str) -> None:
+    """A folder without transformers' float32 outputs (the draws of draws.py keep float64 only, to stay small) holds
+    blockcli's float32 pass to the float64 ones, at float32's tolerance."""
     model, want = run_model(name, dtype)
     ids = want["input_ids"]
-    assert relative(model(ids), want[f"logits_{dtype}"]) <= TOLERANCE[dtype]
+    stored = dtype if f"logits_{dtype}" in want else "float64"
+    assert relative(model(ids), want[f"logits_{stored}"]) <= TOLERANCE[dtype]
     caches = model.new_cache()
     model.step(ids[:, :-1], caches)
-    assert relative(model.step(ids[:, -1:], caches), want[f"decode_logits_{dtype}"]) <= TOLERANCE[dtype]
+    assert relative(model.step(ids[:, -1:], caches), want[f"decode_logits_{stored}"]) <= TOLERANCE[dtype]
+
+
+# ----------------------------------------------------------------------------- the fuzz covers every family
+
+sys.path.insert(0, str(CASES))
+import draws  # noqa: E402  (tests/fixtures/cases/draws.py: the fuzz draws as data, without torch)
+
+
+def _drawn() -> set[str]:
+    """The model types the fuzz draws: each draw's own, and a vision-language draw's language model's."""
+    from blockcli.families import COMPOSITES
+
+    drawn = set(draws.DRAWS)
+    return drawn | {COMPOSITES[name].text_model_type for name in drawn if name in COMPOSITES}
+
+
+def test_every_family_and_composite_has_a_fuzz_draw_and_its_fixture() -> None:
+    """The next family added must bring its draw (one entry in tests/fixtures/cases/draws.py) and the folder that
+    generate.py writes from it."""
+    from blockcli.families import COMPOSITES, FAMILIES
+
+    missing = sorted((set(FAMILIES) | set(COMPOSITES)) - _drawn())
+    assert not missing, f"no fuzz draw in tests/fixtures/cases/draws.py for: {', '.join(missing)}"
+    unwritten = sorted(f"fuzz-{name}-{n}" for name in draws.DRAWS for n in range(draws.DRAWS_PER_FAMILY)
+                       if f"fuzz-{name}-{n}" not in FOLDERS)
+    assert not unwritten, f"run tests/fixtures/cases/generate.py {' '.join(unwritten)}"
+
+
+def test_each_draw_is_what_its_family_reads_at_non_default_values() -> None:
+    """The stored configs are 2 layers over 16 tokens, and together they reach past the defaults: several activations, tied and untied heads, passes past max_position_embeddings."""
+    acts, ties, past = set(), set(), 0
+    for name in draws.DRAWS:
+        stored = json.loads((CASES / f"fuzz-{name}-0" / "config.json").read_text())
+        text = stored.get("text_config", stored)
+        assert text.get("num_hidden_layers", text.get("n_layer")) == 2 and text["vocab_size"] <= draws.VOCAB + 8
+        for key in ("hidden_act", "hidden_activation", "activation_function"):
+            acts.add(text.get(key))
+        ties.add(stored.get("tie_word_embeddings"))
+        past += text.get("max_position_embeddings", 64) < 9
+    assert len(acts - {None}) >= 5 and ties >= {True, False} and past >= 5
 
 
 # ----------------------------------------------------------------------------- item 1: windows past max positions
@@ -241,3 +284,47 @@ def test_phi_qk_layernorm_is_one_layernorm_per_projection_shared_by_the_heads() 
     cfg = load_config(CASES / "phi-qk-layernorm")
     assert cfg.block.qk_norm == "head" and cfg.block.norm == "layernorm" and cfg.block.bias.norm
     assert count_parameters(cfg).total == int(expected("phi-qk-layernorm")["parameters"])
+
+
+_ACTIVATION_KEYS = ("hidden_act", "hidden_activation", "activation_function", "activation")
+# GemmaConfig replaces the legacy "gelu" of the original releases by the tanh approximation it meant
+_CONFIG_RENAMES = {("gemma", "gelu"): "gelu_pytorch_tanh"}
+
+
+@pytest.mark.parametrize("name", sorted(draws.DRAWS))
+def test_every_family_runs_each_activation_transformers_allows_in_its_mlp(tmp_path: Path, name: str) -> None:
+    """Structure and activation are independent (issue #30, item 3): each family's MLP, gated or plain, takes any
+    of transformers' activations from the key its modelling code reads — the fuzz folder's own draw is checked
+    against transformers' logits above; here every other one is read as that function in the same structure."""
+    from blockcli.activations import FROM_TRANSFORMERS
+
+    data = json.loads((CASES / f"fuzz-{name}-0" / "config.json").read_text())
+    text = data.get("text_config", data)
+    keys = [k for k in _ACTIVATION_KEYS if isinstance(text.get(k), str)]
+    gated = load_config(CASES / f"fuzz-{name}-0").block.gated
+    for key in keys:
+        for act in draws.GATED_ACTS:
+            changed = dict(text, **{key: act})
+            path = tmp_path / "config.json"
+            path.write_text(json.dumps(dict(data, text_config=changed) if "text_config" in data else changed))
+            block = load_config(path).block
+            if block.activation == "clamped_swiglu":  # gpt-oss: its experts' own SwiGLU whatever hidden_act says
+                continue
+            runs = _CONFIG_RENAMES.get((name, act), act)
+            assert block.gated == gated and block.activation == FROM_TRANSFORMERS[runs], (key, act)
+
+
+def test_deepseek_v2_mlp_bias_biases_the_dense_and_shared_mlps_and_never_the_routed_experts() -> None:
+    """DeepseekV2MLP (the dense layers' MLP and the shared experts) takes bias=mlp_bias, DeepseekV2Experts none: the
+    count is transformers' total, and the checkpoint's biases are exactly those (its logits are checked above)."""
+    from blockcli.count import count_parameters
+    from blockcli.shapes import block_parameter_shapes
+
+    name = "deepseek_v2-mlp-bias-moe"
+    cfg = load_config(CASES / name)
+    assert cfg.block.bias.mlp and cfg.layer_block(1).moe is not None and not cfg.layer_block(1).moe.routed_bias
+    assert count_parameters(cfg).total == int(expected(name)["parameters"])
+    dense, mixture = (set(block_parameter_shapes(cfg.layer_block(i))) for i in (0, 1))
+    assert {"b_gate", "b_up", "b_down"} <= dense
+    assert {"shared_b_gate", "shared_b_up", "shared_b_down"} <= mixture
+    assert not any(k.startswith("experts.") and ".b_" in k for k in mixture)

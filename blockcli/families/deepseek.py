@@ -146,10 +146,9 @@ def _deepseek(f: Fields, v3: bool) -> tuple[dict, dict]:
         f.notes.append(f"every layer dense (first_k_dense_replace {dense} >= {n_layers} layers): the expert "
                        f"settings are unused")
     else:
-        if isinstance(block["bias"], dict) and block["bias"]["mlp"]:  # (RMSNorm: never all four true)
-            raise f.unrepresentable("mlp_bias", True, "it gives the dense MLP biases but never the experts, and "
-                                                      "blockcli's bias.mlp gives both alike")
         block["moe"] = _moe(f, v3)
+        if isinstance(block["bias"], dict) and block["bias"]["mlp"]:  # (RMSNorm: never all four true)
+            block["moe"]["routed_bias"] = False  # V2's mlp_bias: DeepseekV2MLP (dense, shared) biased, experts not
         if dense:  # layers 0..dense-1: the dense MLP, intermediate_size (block.d_ff) wide
             f.layers.append({"indices": list(range(dense)), "block": {"moe": None}})
     heads = block["n_heads"]
@@ -233,6 +232,8 @@ _EXPERT_LAYERS = (
     tensor("blocks.{i}.shared_w_gate", "layers.{i}.mlp.shared_experts.gate_proj.weight", LINEAR),
     tensor("blocks.{i}.shared_w_up", "layers.{i}.mlp.shared_experts.up_proj.weight", LINEAR),
     tensor("blocks.{i}.shared_w_down", "layers.{i}.mlp.shared_experts.down_proj.weight", LINEAR),
+    *(tensor(f"blocks.{{i}}.shared_b_{x}", f"layers.{{i}}.mlp.shared_experts.{x}_proj.bias") for x in
+      ("gate", "up", "down")),  # DeepSeek-V2's mlp_bias
 )
 
 # Llama's layout with latent attention's projections and norms: q_proj when q_lora_rank is null (V2-Lite),
