@@ -1101,10 +1101,7 @@ def _parse_mla(value: Any) -> LatentAttention | None:
     if value is None:
         return None
     p = "block.mla"
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{p}: expected a mapping of kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, "
-                          f"v_head_dim (and q_lora_rank), got {_kind(value)}")
-    _check_keys(value, tuple(f.name for f in fields(LatentAttention)), p + ".")
+    _nested(value, LatentAttention, p, "kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim (and q_lora_rank)")
     for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
         if key not in value:
             raise ConfigError(f"{p}.{key}: required for latent attention")
@@ -1119,14 +1116,18 @@ def _parse_mla(value: Any) -> LatentAttention | None:
     return mla
 
 
+def _nested(value: Any, cls: type, p: str, expected: str) -> None:
+    """A nested section (`block.mla`, `block.linear_attention`) must be a mapping of `cls`'s fields only."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{p}: expected a mapping of {expected}, got {_kind(value)}")
+    _check_keys(value, tuple(f.name for f in fields(cls)), p + ".")
+
+
 def _parse_linear_attention(value: Any) -> GatedDeltaNet | None:
     if value is None:
         return None
     p = "block.linear_attention"
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{p}: expected a mapping of key_heads, value_heads, key_head_dim, value_head_dim, "
-                          f"conv_kernel, norm_eps, got {_kind(value)}")
-    _check_keys(value, tuple(f.name for f in fields(GatedDeltaNet)), p + ".")
+    _nested(value, GatedDeltaNet, p, "key_heads, value_heads, key_head_dim, value_head_dim, conv_kernel, norm_eps")
     mixer = GatedDeltaNet(
         key_heads=_int(value, "key_heads", p, 16), value_heads=_int(value, "value_heads", p, 32),
         key_head_dim=_int(value, "key_head_dim", p, 128), value_head_dim=_int(value, "value_head_dim", p, 128),

@@ -13,9 +13,6 @@ Every expected number comes from outside blockcli:
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +20,7 @@ import numpy as np
 import pytest
 
 import reference as ref
+from test_checkpoint import cli, relative
 from blockcli import DecoderBlock, Model, load_config
 from blockcli.config import ConfigError, parse_config
 from blockcli.count import count_parameters
@@ -41,15 +39,6 @@ def expected(name: str) -> dict[str, np.ndarray]:
         return {k: data[k] for k in data.files}
 
 
-def relative(got: np.ndarray, want: np.ndarray) -> float:
-    assert got.shape == want.shape, (got.shape, want.shape)
-    return float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
-
-
-def cli(*args: Any) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "blockcli", *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "200"})
-
 
 # ----------------------------------------------------------------------------- parity with transformers
 
@@ -59,19 +48,17 @@ def cli(*args: Any) -> subprocess.CompletedProcess:
 def test_logits_every_layer_and_decode_steps_equal_transformers(name: str, dtype: str) -> None:
     folder, want = FIXTURES / name, expected(name)
     model = Model.from_config(load_config(folder), weights=folder, dtype=dtype)
-    ids, tol = want["input_ids"], TOLERANCE[dtype]
-    assert relative(model(ids), want[f"logits_{dtype}"]) <= tol
-    x = model.embed(ids)
-    for i, block in enumerate(model.blocks):
-        x = block(x)
-        assert relative(x, want[f"layers_{dtype}"][i]) <= tol, f"layer {i}"
-    caches = model.new_cache()
-    model.step(ids[:, :-1], caches)  # transformers' chunked kernel for the prompt, its recurrent one for the step
-    assert relative(model.step(ids[:, -1:], caches), want[f"decode_logits_{dtype}"]) <= tol
-    caches = model.new_cache()
-    model.step(ids[:, :3], caches)
-    for j, t in enumerate(range(3, ids.shape[1])):
-        assert relative(model.step(ids[:, t:t + 1], caches), want[f"steps_{dtype}"][j]) <= tol, f"step {t}"
+    ids = want["input_ids"]
+    layers = [model.embed(ids)]
+    for block in model.blocks:
+        layers.append(block(layers[-1]))
+    prompt, steps = model.new_cache(), model.new_cache()
+    model.step(ids[:, :-1], prompt)  # transformers' chunked kernel for the prompt, its recurrent one for the step
+    model.step(ids[:, :3], steps)
+    got = {"logits": model(ids), "layers": np.stack(layers[1:]), "decode_logits": model.step(ids[:, -1:], prompt),
+           "steps": np.stack([model.step(ids[:, t:t + 1], steps) for t in range(3, ids.shape[1])])}
+    for key, value in got.items():
+        assert relative(value, want[f"{key}_{dtype}"]) <= TOLERANCE[dtype], key
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -191,22 +178,13 @@ CASES: dict[str, tuple[dict, int, int, dict, int]] = {
 }
 
 
-def total(model_type: str, fields: dict[str, Any]) -> int:
-    result = count_parameters(parse_config(hf_to_mapping({"model_type": model_type, **fields}, "x.json")))
-    assert result.reconciled.match
-    return result.total
-
-
 @pytest.mark.parametrize("model_type", sorted(CASES))
-def test_the_config_class_defaults_count_as_transformers_and_by_hand(model_type: str) -> None:
-    sizes, transformers_total, by_hand, _, _ = CASES[model_type]
-    assert total(model_type, sizes) == transformers_total == by_hand
-
-
-@pytest.mark.parametrize("model_type", sorted(CASES))
-def test_a_random_config_counts_as_transformers(model_type: str) -> None:
-    _, _, _, fields, transformers_total = CASES[model_type]
-    assert total(model_type, fields) == transformers_total
+def test_the_defaults_and_a_random_config_count_as_transformers_and_reconcile(model_type: str) -> None:
+    sizes, defaults_total, by_hand, fields, random_total = CASES[model_type]
+    counted = [count_parameters(parse_config(hf_to_mapping({"model_type": model_type, **f}, "x.json")))
+               for f in (sizes, fields)]
+    assert [c.total for c in counted] == [defaults_total, random_total] and defaults_total == by_hand
+    assert all(c.reconciled.match for c in counted)  # the closed form against the declared shapes
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -296,19 +274,24 @@ def test_gradients_through_these_layers_are_refused_in_one_line(command: tuple) 
 # ----------------------------------------------------------------------------- against transformers itself
 
 
+def _on_meta(config: Any, auto: str = "AutoModelForCausalLM", aside: str = "model.visual.") -> int:
+    """transformers' own total: the model built from `config` on the meta device, outside `aside`."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    with torch.device("meta"):
+        model = getattr(transformers, auto).from_config(config)
+    return sum(p.numel() for n, p in model.named_parameters() if not n.startswith(aside))
+
+
 @pytest.mark.torch
 @pytest.mark.parametrize("model_type", sorted(CASES))
 def test_the_totals_here_are_transformers_own(model_type: str) -> None:
-    torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     sizes, defaults_total, _, fields, random_total = CASES[model_type]
-    defaults = transformers.AutoConfig.for_model(model_type)
+    defaults, random = (transformers.AutoConfig.for_model(model_type, **f) for f in ({}, fields))
     assert {key: getattr(defaults, key) for key in sizes} == sizes
-    for config, want in ((defaults, defaults_total), (transformers.AutoConfig.for_model(model_type, **fields),
-                                                      random_total)):
-        with torch.device("meta"):
-            model = transformers.AutoModelForCausalLM.from_config(config)
-        assert sum(p.numel() for p in model.parameters()) == want
+    assert [_on_meta(defaults), _on_meta(random)] == [defaults_total, random_total]
+    for config, want in ((defaults, defaults_total), (random, random_total)):  # every field spelled out
         data = {k: v for k, v in config.to_dict().items() if k != "transformers_version"}
         assert count_parameters(parse_config(hf_to_mapping(data, "x.json"))).total == want
 
@@ -365,9 +348,6 @@ def test_the_vision_language_models_count_their_language_model(model_type: str, 
 @pytest.mark.torch
 @pytest.mark.parametrize("model_type, text_type", [("qwen3_5", "qwen3_5_text"), ("qwen3_5_moe", "qwen3_5_moe_text")])
 def test_the_vision_language_totals_are_transformers_own(model_type: str, text_type: str) -> None:
-    torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    with torch.device("meta"):
-        model = transformers.AutoModelForImageTextToText.from_config(transformers.AutoConfig.for_model(model_type))
-    assert sum(p.numel() for n, p in model.named_parameters() if not n.startswith("model.visual.")) == \
-        CASES[text_type][1]
+    config = transformers.AutoConfig.for_model(model_type)
+    assert _on_meta(config, "AutoModelForImageTextToText") == CASES[text_type][1]
