@@ -351,3 +351,48 @@ def test_the_vision_language_totals_are_transformers_own(model_type: str, text_t
     transformers = pytest.importorskip("transformers")
     config = transformers.AutoConfig.for_model(model_type)
     assert _on_meta(config, "AutoModelForImageTextToText") == CASES[text_type][1]
+
+
+# ----------------------------------------------------------------------------- presets
+
+
+# preset → (the published config.json's fields, transformers' total for them on the meta device, by hand)
+PRESETS = {
+    # https://huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct/blob/main/config.json: Qwen3NextConfig's shapes
+    "qwen3-next-80b-a3b": (dict(model_type="qwen3_next", hidden_size=2048, intermediate_size=5120, num_hidden_layers=48,
+                                num_attention_heads=16, num_key_value_heads=2, head_dim=256, vocab_size=151936,
+                                max_position_embeddings=262144, rope_theta=10000000, partial_rotary_factor=0.25,
+                                num_experts=512, num_experts_per_tok=10, moe_intermediate_size=512,
+                                shared_expert_intermediate_size=512, full_attention_interval=4),
+                           79_674_391_296, _hybrid_by_hand(2048, 48, 151936, 16, 2, _moe_by_hand(2048, 512, 512, 512))),
+    # https://huggingface.co/Qwen/Qwen3.5-35B-A3B/blob/main/config.json's text_config: Qwen3_5MoeTextConfig's shapes
+    "qwen3.5-35b-a3b": (dict(model_type="qwen3_5_moe_text", hidden_size=2048, num_hidden_layers=40, num_attention_heads=16,
+                             num_key_value_heads=2, head_dim=256, vocab_size=248320, max_position_embeddings=262144,
+                             rope_parameters={"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
+                                              "mrope_section": [11, 11, 10], "mrope_interleaved": True},
+                             num_experts=256, num_experts_per_tok=8, moe_intermediate_size=512,
+                             shared_expert_intermediate_size=512, full_attention_interval=4),
+                        34_660_610_688, _hybrid_by_hand(2048, 40, 248320, 16, 2, _moe_by_hand(2048, 256, 512, 512))),
+}
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_the_presets_count_as_transformers_by_hand_and_as_their_config_json(preset: str) -> None:
+    import yaml
+
+    fields, transformers_total, by_hand = PRESETS[preset]
+    config = load_config(preset)
+    assert count_parameters(config).total == transformers_total == by_hand
+    path = Path(__file__).resolve().parents[1] / "blockcli" / "presets" / f"{preset}.yaml"
+    assert yaml.safe_load(path.read_text(encoding="utf-8"))["about"]["parameters"] == transformers_total
+    converted = parse_config(hf_to_mapping(fields, "config.json"))
+    assert [converted.layer_block(i) for i in range(converted.model.n_layers)] == \
+        [config.layer_block(i) for i in range(config.model.n_layers)] and converted.model == config.model
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_the_preset_totals_are_transformers_own(preset: str) -> None:
+    transformers = pytest.importorskip("transformers")
+    fields, want, _ = PRESETS[preset]
+    assert _on_meta(transformers.AutoConfig.for_model(**fields)) == want

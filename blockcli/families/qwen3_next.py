@@ -137,10 +137,13 @@ QWEN3_5_MOE = TensorMap("model.", _NORMS_AND_EMBEDDINGS + _ATTENTION + _QWEN3_5_
                         buffers=LLAMA.buffers, aside=_MTP_TENSORS)
 _VL_PATHS = {**QWEN_VL_PATHS, "aside": QWEN_VL_PATHS["aside"] + _MTP_TENSORS}
 
-# the multi-token-prediction head the published checkpoints carry (mtp.*), which transformers does not load
-_MTP = {"mtp_num_hidden_layers": "the multi-token-prediction layers (mtp.*), which transformers does not build",
-        "mtp_use_dedicated_embeddings": "the multi-token-prediction layers' embeddings, which transformers does not "
-                                        "build"}
+# fields of the published configs that transformers 5.24's Qwen3-Next / Qwen3.5 modelling code never reads
+_UNREAD = {"mtp_num_hidden_layers": "the multi-token-prediction layers (mtp.*), which transformers does not build",
+           "mtp_use_dedicated_embeddings": "the multi-token-prediction layers' embeddings, which transformers does not "
+                                           "build",
+           "attn_output_gate": "transformers' attention always gates its output (q_proj twice as wide)",
+           "mamba_ssm_dtype": "the dtype of the recurrent state in other engines; transformers keeps it in the "
+                              "activations' dtype (float32 in its kernels)"}
 
 COMPOSITES = (
     # Qwen3.5 and Qwen3.5-MoE: the language model under model.language_model., the vision tower under model.visual.;
@@ -154,8 +157,8 @@ COMPOSITES = (
 )
 
 FAMILIES = (
-    Family("qwen3_next", "Qwen3-Next", _qwen3_next, QWEN3_NEXT, MOE_TRAINING_ONLY, unread=_MTP, aux_loss=True),
-    Family("qwen3_5_text", "Qwen3.5's language model", _qwen3_5_text, QWEN3_5, MOE_TRAINING_ONLY, unread=_MTP),
+    Family("qwen3_next", "Qwen3-Next", _qwen3_next, QWEN3_NEXT, MOE_TRAINING_ONLY, unread=_UNREAD, aux_loss=True),
+    Family("qwen3_5_text", "Qwen3.5's language model", _qwen3_5_text, QWEN3_5, MOE_TRAINING_ONLY, unread=_UNREAD),
     Family("qwen3_5_moe_text", "Qwen3.5-MoE's language model", _qwen3_5_moe_text, QWEN3_5_MOE, MOE_TRAINING_ONLY,
-           unread=_MTP, aux_loss=True),
+           unread=_UNREAD, aux_loss=True),
 )
