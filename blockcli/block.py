@@ -37,6 +37,7 @@ from blockcli.ops import STANDARD_OPS, Array, Ops
 from blockcli.parallel import share_out
 from blockcli.shapes import Shape, block_parameter_shapes, is_buffer, model_parameter_shapes
 from blockcli.tape import Tape
+from blockcli.deltanet import GATE_REFUSED, DeltaNetState, GatedDeltaNetMixer
 
 Record = Callable[..., None]  # record(key, op, out, inputs, kind=..., params=...)
 
@@ -543,6 +544,13 @@ class MultiHeadAttention:
         heads = self._attend(q, k, v, start, rec, drop, saved if tape is not None else None)  # (B, h, T, d_h)
         concat = ops.combine_heads(heads)  # (B, T, h·d_h)
         rec("attn_concat", "combine heads", concat, (heads,), kind="reshape")
+        if cfg.attention_gate:  # Qwen3-Next: each head's output times σ(x·W_gate), elementwise
+            gate = F.linear(x, p["w_attn_gate"], p.get("b_attn_gate"))  # (B, T, h·d_h)
+            rec("attn_gate", "attention gate projection", gate, (x, p["w_attn_gate"]), kind="linear",
+                params=("w_attn_gate", "b_attn_gate"))
+            gated = concat * F.sigmoid(gate)  # (B, T, h·d_h)
+            rec("attn_gated", "heads × σ(gate)", gated, (concat, gate), kind="sigmoid_gate")
+            concat = gated
         out = ops.project_out(concat, p["w_o"], p.get("b_o"))  # (B, T, d)
         rec("attn_out", "output projection", out, (concat, p["w_o"]), kind="linear", params=("w_o", "b_o"))
         if tape is not None:
@@ -553,6 +561,8 @@ class MultiHeadAttention:
         """d_out (B, T, d) → dx (B, T, d), the forward in reverse: output projection, attention, RoPE
         (rotated back), the q/k norms, the clamp, the Q/K/V projection (one GEMM for all three)."""
         cfg, p, ops = self.cfg, self.p, self.ops
+        if cfg.attention_gate:
+            raise InputError(GATE_REFUSED)
         h, h_kv = cfg.n_heads, cfg.n_kv_heads
         saved = tape.take("attn")
         x = saved["x"]
@@ -1450,7 +1460,8 @@ class DecoderBlock:
                              f"expected {declared[wrong]}")
         self.ln1 = Norm(cfg.norm, p.get("ln1_gamma"), p.get("ln1_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset,
                         name="ln1")
-        self.attn = (LatentAttention if cfg.mla else MultiHeadAttention)(cfg, p, self.ops, self.attention)
+        mixer = GatedDeltaNetMixer if cfg.linear_attention else LatentAttention if cfg.mla else MultiHeadAttention
+        self.attn = mixer(cfg, p, self.ops, self.attention)
         self.ln2 = (None if cfg.shared_norm else
                     Norm(cfg.norm, p.get("ln2_gamma"), p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset,
                          name="ln2"))
@@ -1595,8 +1606,9 @@ class DecoderBlock:
         dx = self.backward(np.asarray(dy, dtype=y.dtype), tape)
         return dx, complete_grads(tape.grads, self.params)
 
-    def new_cache(self) -> KVCache:
-        return KVCache()
+    def new_cache(self) -> KVCache | DeltaNetState:
+        """A K/V cache, or a linear-attention layer's recurrent state (constant in T)."""
+        return DeltaNetState() if self.cfg.linear_attention else KVCache()
 
     def step(self, x_new: Array, cache: KVCache, rec: Record = _ignore) -> Array:
         """Incremental decoding: the outputs for tokens appended after those already in `cache`."""
@@ -1801,7 +1813,7 @@ class Model:
         return self.head(x, rec)
 
     def new_cache(self) -> list[KVCache]:
-        return [KVCache() for _ in self.blocks]
+        return [block.new_cache() for block in self.blocks]
 
     def step(self, ids_new: Array, caches: list[KVCache], rec: Record = _ignore) -> Array:
         """Incremental decoding: logits for tokens appended after those already in `caches`."""

@@ -33,6 +33,7 @@ from blockcli.sources import load_config
 from blockcli.families import COMPOSITES, FAMILIES
 from blockcli.quantized import SUPPORTED, pair_quantized, schemes_of, stored_bytes
 from blockcli.shapes import Shape, is_buffer, model_parameter_shapes
+from blockcli.tensor_names import DEPTHWISE, GROUPED_HEADS, GROUPED_KEY_HEADS
 from blockcli.tensor_names import (EXPERTS, EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE, FUSED, GROUPED_QKV, LINEAR,
                                    SAME, SPLIT, Tensor, TensorMap, nested)
 
@@ -290,6 +291,8 @@ def stored_shape(entry: Tensor, shapes: Mapping[str, Shape]) -> Shape:
         return parts[0]
     if entry.layout == LINEAR:
         return parts[0][::-1]
+    if entry.layout == DEPTHWISE:  # nn.Conv1d's (C, 1, K)
+        return (parts[0][0], 1, parts[0][1])
     if entry.layout == SPLIT:  # Q | K | V along the last axis
         return parts[0][:-1] + (sum(p[-1] for p in parts),)
     if entry.layout == EXPERTS:  # (E, one expert's outputs, in)
@@ -506,14 +509,13 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
     matches, found, tied_copy = match_tensors(ckpt, config)
     notes.extend(found)
     matches, prefix = one_layer(matches, path, config, layer, notes) if one_block else (matches, "")
-    b = config.block
     if stored is not None:  # how each tensor was stored: what gradients keyed by stored name need
         stored.extend(matches)
     params = {}
     for m in matches:
         value = read_tensor(m.stored, dtype) if m.stored.quant is not None else read_tensor(m.stored)
         value = _in_run_dtype(value, dtype, m.stored)
-        for key, part in zip(m.entry.keys, _unpack(value, m.entry.layout, b.n_heads, m.parts)):
+        for key, part in zip(m.entry.keys, _unpack(value, m.entry.layout, groups_of(m.entry.layout, config), m.parts)):
             params[key[len(prefix):]] = part
     if tied_copy is not None and not one_block:  # a "copy" the model would ignore must really be one
         import numpy as np
@@ -554,6 +556,16 @@ def one_layer(matches: list[Match], path: Path, config: Config, layer: int | Non
     prefix = f"blocks.{layer}."
     notes.append(f"weights of layer {layer} of {n_layers}")
     return [m for m in matches if m.entry.keys[0].startswith(prefix)], prefix
+
+
+def groups_of(layout: str, config: Config) -> int:
+    """The row groups of a grouped layout: the linear-attention key heads (GROUPED_KEY_HEADS), else the
+    attention heads."""
+    if layout == GROUPED_KEY_HEADS:
+        assert config.model is not None
+        return next(config.layer_block(i).linear_attention.key_heads for i in range(config.model.n_layers)
+                    if config.layer_block(i).linear_attention is not None)
+    return config.block.n_heads
 
 
 def _in_run_dtype(value: np.ndarray, dtype: str, stored: Stored) -> np.ndarray:
@@ -680,6 +692,11 @@ def _pack(parts: list[np.ndarray], layout: str, n_heads: int, shape: Shape) -> n
     """The inverse of `_unpack`: blockcli's arrays of one stored tensor → that tensor (`shape`)."""
     import numpy as np
 
+    if layout == DEPTHWISE:
+        return parts[0].reshape(shape)
+    if layout in (GROUPED_HEADS, GROUPED_KEY_HEADS):  # each part's rows, n_heads groups of its share
+        rows = [p.T for p in parts]
+        return np.concatenate([r.reshape(n_heads, -1, *r.shape[1:]) for r in rows], axis=1).reshape(shape)
     if layout == GROUPED_QKV:  # [q…q k v] per K/V head, each block d_h rows
         rows = [p.T for p in parts]  # (h·d_h[, d]), (h_kv·d_h[, d]) twice
         head_dim = rows[0].shape[0] // n_heads
@@ -701,6 +718,13 @@ def _unpack(value: np.ndarray, layout: str, n_heads: int, parts: tuple[Shape, ..
         return [value]
     if layout == LINEAR:
         return [value.T]
+    if layout == DEPTHWISE:
+        return [value.reshape(value.shape[0], value.shape[-1])]  # (C, 1, K) → (C, K)
+    if layout in (GROUPED_HEADS, GROUPED_KEY_HEADS):  # n_heads groups of rows, each every key's share in turn
+        shares = [p[-1] // n_heads for p in parts]
+        groups = value.reshape(n_heads, sum(shares), *value.shape[1:])  # (groups, Σ shares[, d])
+        ends = [sum(shares[:j + 1]) for j in range(len(shares))]
+        return [groups[:, end - share:end].reshape(-1, *value.shape[1:]).T for end, share in zip(ends, shares)]
     if layout == GROUPED_QKV:  # output rows [q…q k v] per K/V head, each block d_h rows
         head_dim = parts[0][-1] // n_heads
         n_kv = parts[1][-1] // head_dim

@@ -153,6 +153,39 @@ class LatentAttention:
 
 
 @dataclass(frozen=True)
+class GatedDeltaNet:
+    """The Gated DeltaNet token mixer (Qwen3-Next, Qwen3.5's linear-attention layers): a recurrent
+    state S (h_v, d_k, d_v) per sequence in place of softmax attention over a K/V cache.
+
+    q, k (key_heads of key_head_dim) and v (value_heads of value_head_dim) from x, each through a causal
+    depthwise conv of conv_kernel taps and SiLU; q and k L2-normalised, each key head read by
+    value_heads / key_heads value heads; per value head a decay g = −exp(A_log)·softplus(x·W_a + dt_bias)
+    and a write strength β = σ(x·W_b); then per step S ← e^g·S, S ← S + k (β(v − Sᵀk))ᵀ,
+    o = Sᵀq/√d_k; o through an RMSNorm (its own scale, d_v wide) times SiLU(x·W_z), then W_O.
+    """
+
+    key_heads: int = 16
+    value_heads: int = 32
+    key_head_dim: int = 128
+    value_head_dim: int = 128
+    conv_kernel: int = 4
+    norm_eps: float = 1e-6  # the gated RMSNorm of the output
+
+    @property
+    def key_width(self) -> int:
+        return self.key_heads * self.key_head_dim
+
+    @property
+    def value_width(self) -> int:
+        return self.value_heads * self.value_head_dim
+
+    @property
+    def conv_width(self) -> int:
+        """The channels the short conv runs over: q | k | v."""
+        return 2 * self.key_width + self.value_width
+
+
+@dataclass(frozen=True)
 class BlockConfig:
     d_model: int = 512
     n_heads: int = 8
@@ -191,6 +224,9 @@ class BlockConfig:
     query_scale: float = 0.0
     query_scale_length: int = 0
     qk_norm_after_rope: bool = False  # qk_norm head normalises the rotated queries and keys (HunYuan), not before RoPE
+    # the Gated DeltaNet token mixer in place of softmax attention (Qwen3-Next's and Qwen3.5's linear layers)
+    linear_attention: GatedDeltaNet | None = None
+    attention_gate: bool = False  # the attention output times σ(x·W_gate), per head (W_q twice as wide: Qwen3-Next)
 
     def __post_init__(self) -> None:
         # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
@@ -917,7 +953,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
               "residual_multiplier", "moe", "mla", "attention_softcap", "norm_scale", "clip_qkv", "alibi",
               "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated", "query_scale", "query_scale_length",
-              "qk_norm_after_rope")
+              "qk_norm_after_rope", "linear_attention", "attention_gate")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -972,7 +1008,15 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         query_scale=_float(data, "query_scale", p, 0.0, 0.0, 1e6),
         query_scale_length=_int(data, "query_scale_length", p, 0, minimum=0),
         qk_norm_after_rope=_bool(data, "qk_norm_after_rope", p, False),
+        linear_attention=_parse_linear_attention(data.get("linear_attention")),
+        attention_gate=_bool(data, "attention_gate", p, False),
     )
+    if block.linear_attention is not None:  # softmax attention's settings: a Gated DeltaNet layer has none of them
+        for key, off in (("mla", None), ("qk_norm", "none"), ("attention_gate", False), ("attention_sinks", False),
+                         ("sliding_window", 0), ("alibi", False), ("clip_qkv", 0.0), ("attention_softcap", 0.0)):
+            if getattr(block, key) != off:
+                raise ConfigError(f"block.{key}: a setting of softmax attention; this layer mixes tokens by "
+                                  f"Gated DeltaNet (block.linear_attention)")
     if block.qk_norm_after_rope and block.qk_norm != "head":
         raise ConfigError(f"block.qk_norm_after_rope: a setting of qk_norm head (each head's d_h after RoPE, as "
                           f"HunYuan's); qk_norm is {block.qk_norm}")
@@ -1061,10 +1105,7 @@ def _parse_mla(value: Any) -> LatentAttention | None:
     if value is None:
         return None
     p = "block.mla"
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{p}: expected a mapping of kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, "
-                          f"v_head_dim (and q_lora_rank), got {_kind(value)}")
-    _check_keys(value, tuple(f.name for f in fields(LatentAttention)), p + ".")
+    _nested(value, LatentAttention, p, "kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim (and q_lora_rank)")
     for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
         if key not in value:
             raise ConfigError(f"{p}.{key}: required for latent attention")
@@ -1077,6 +1118,29 @@ def _parse_mla(value: Any) -> LatentAttention | None:
         raise ConfigError(f"{p}.qk_rope_head_dim: RoPE turns pairs of dims; expected an even number, "
                           f"got {mla.qk_rope_head_dim}")
     return mla
+
+
+def _nested(value: Any, cls: type, p: str, expected: str) -> None:
+    """A nested section (`block.mla`, `block.linear_attention`) must be a mapping of `cls`'s fields only."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{p}: expected a mapping of {expected}, got {_kind(value)}")
+    _check_keys(value, tuple(f.name for f in fields(cls)), p + ".")
+
+
+def _parse_linear_attention(value: Any) -> GatedDeltaNet | None:
+    if value is None:
+        return None
+    p = "block.linear_attention"
+    _nested(value, GatedDeltaNet, p, "key_heads, value_heads, key_head_dim, value_head_dim, conv_kernel, norm_eps")
+    mixer = GatedDeltaNet(
+        key_heads=_int(value, "key_heads", p, 16), value_heads=_int(value, "value_heads", p, 32),
+        key_head_dim=_int(value, "key_head_dim", p, 128), value_head_dim=_int(value, "value_head_dim", p, 128),
+        conv_kernel=_int(value, "conv_kernel", p, 4),
+        norm_eps=_float(value, "norm_eps", p, 1e-6, 0.0, 1.0, low_open=True))
+    if mixer.value_heads % mixer.key_heads:
+        raise ConfigError(f"{p}.value_heads: each key head is read by the same number of value heads; "
+                          f"key_heads={mixer.key_heads} does not divide value_heads={mixer.value_heads}")
+    return mixer
 
 
 def _check_mla(block: BlockConfig) -> None:

@@ -41,7 +41,9 @@ def evaluate(poly: Poly, values: Mapping[str, int]) -> int:
 _ORDER = {"L": 0, "V": 1, "P": 2, "E": 3, "k": 4, "d": 5, "h": 6, "h_kv": 7, "d_h": 8, "d_ff": 9, "d_e": 10,
           "d_s": 11,
           # latent attention: query and K/V latent ranks, per-head widths without / with RoPE, values
-          "r_q": 12, "r_kv": 13, "d_nope": 14, "d_rope": 15, "d_v": 16}
+          "r_q": 12, "r_kv": 13, "d_nope": 14, "d_rope": 15, "d_v": 16,
+          # Gated DeltaNet: key heads and their width, value heads (d_v their width), the short conv's taps
+          "h_k": 17, "d_k": 18, "h_v": 19, "K": 20}
 
 
 def render(poly: Poly) -> str:
@@ -135,6 +137,9 @@ def symbol_values(config: Config | BlockConfig) -> dict[str, int]:
     if b.mla is not None:
         values.update(r_q=b.mla.q_lora_rank, r_kv=b.mla.kv_lora_rank, d_nope=b.mla.qk_nope_head_dim,
                       d_rope=b.mla.qk_rope_head_dim, d_v=b.mla.v_head_dim)
+    if b.linear_attention is not None:
+        n = b.linear_attention
+        values.update(h_k=n.key_heads, d_k=n.key_head_dim, h_v=n.value_heads, d_v=n.value_head_dim, K=n.conv_kernel)
     if m is not None:
         values.update(V=m.vocab_size, L=m.n_layers, P=m.max_positions + m.position_offset)
     return values
@@ -175,6 +180,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
     ]
     if b.mla is not None:
         rows.extend(_latent_attention_rows(b))
+    elif b.linear_attention is not None:
+        rows.extend(_deltanet_rows())
     else:
         rows.extend([
             proj("attn.q", "Q projection", q_width, b.bias.qkv),
@@ -182,6 +189,9 @@ def block_formula(b: BlockConfig) -> list[Row]:
             proj("attn.v", "V projection", kv_width, b.bias.qkv),
             proj("attn.o", "output projection W_O", q_width, b.bias.out, out=True),
         ])
+        if b.attention_gate:  # σ(x·W_gate) times each head's output: as wide as Q
+            rows.insert(-1, Row("attn.gate", "attention output gate (σ, per head)", term(1, *q_width, "d"),
+                                term(1, *q_width) if b.bias.qkv else no, ("w_attn_gate", "b_attn_gate")))
     if b.attention_sinks:  # one logit per query head, joined to each row's softmax
         rows.append(Row("attn.sinks", "attention sinks (a logit per head)", term(1, "h"), no, ("sinks",)))
     if b.qk_norm != "none":  # a scale (and shift) per feature of each head, or of the whole projection
@@ -278,6 +288,24 @@ def _latent_attention_rows(b: BlockConfig) -> list[Row]:
              Row("attn.o", "output projection W_O", term(1, "h", "d_v", "d"), term(1, "d") if b.bias.out else no,
                  ("w_o", "b_o"))]
     return rows
+def _deltanet_rows() -> list[Row]:
+    """The Gated DeltaNet token mixer (blockcli/deltanet.py): q and k h_k·d_k wide, v and the output gate z
+    h_v·d_v, the write strength b and the decay input a one per value head; the short conv's K taps on each of
+    q | k | v's channels (no bias); dt_bias and A_log per value head; the output RMSNorm's γ over d_v; W_O."""
+    no = Poly()
+    return [Row("attn.dn_q", "linear attention: q projection", term(1, "d", "h_k", "d_k"), no, ("dn_q",)),
+            Row("attn.dn_k", "linear attention: k projection", term(1, "d", "h_k", "d_k"), no, ("dn_k",)),
+            Row("attn.dn_v", "linear attention: v projection", term(1, "d", "h_v", "d_v"), no, ("dn_v",)),
+            Row("attn.dn_z", "linear attention: output gate z", term(1, "d", "h_v", "d_v"), no, ("dn_z",)),
+            Row("attn.dn_b", "linear attention: write strength β (b)", term(1, "d", "h_v"), no, ("dn_b",)),
+            Row("attn.dn_a", "linear attention: decay input (a)", term(1, "d", "h_v"), no, ("dn_a",)),
+            Row("attn.dn_conv", "linear attention: short conv over q | k | v",
+                term(2, "K", "h_k", "d_k") + term(1, "K", "h_v", "d_v"), no, ("dn_conv",)),
+            Row("attn.dn_decay", "linear attention: dt_bias and A_log", term(2, "h_v"), no, ("dn_dt_bias", "dn_A_log")),
+            Row("attn.dn_norm", "linear attention: output RMSNorm (over d_v)", term(1, "d_v"), no, ("dn_norm_gamma",)),
+            Row("attn.dn_out", "linear attention: output projection W_O", term(1, "h_v", "d_v", "d"), no, ("dn_out",))]
+
+
 def _norms_label(n: int) -> str:
     """'one norm', 'two norms', 'four norms' (sandwich): the block's norm subtotal row."""
     return f"{ {1: 'one', 2: 'two', 4: 'four'}.get(n, str(n))} norm{'s' if n != 1 else ''}"
@@ -377,6 +405,9 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
     covered = {k for row in rows for k in row.keys}
     mismatches.extend(f"{tag}{k}: array not in the formula" for k in arrays if k not in covered)
     attention = "attention (Q, K, V, O, sinks)" if config.block.attention_sinks else "attention (Q, K, V, O)"
+    if config.block.linear_attention is not None or config.block.attention_gate:
+        attention = ("linear attention (Gated DeltaNet)" if config.block.linear_attention is not None else
+                     "attention (Q, K, V, gate, O)")
     for name, label, (w, bias) in (("attention", attention, groups["attn"]),
                                    ("mlp", "MLP", groups["mlp"]),
                                    ("norms", _norms_label(sum(r.name.startswith("ln") for r in rows)),

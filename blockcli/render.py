@@ -363,6 +363,10 @@ KV_EXPANDED_LABEL = "expanded keys and values, as a plain K/V cache holds them"
 def _kv_cache_json(inf: Inference) -> dict[str, Any]:
     """bytes_per_token is exact (16.5 for 33 int4 values: a number, not always an integer); bits_per_token says
     the same as an integer; bytes is the packed total, rounded up to a whole byte once."""
+    if inf.state_bytes:
+        return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token, "bits_per_token": inf.kv_bits_per_token,
+                "bytes": inf.kv_bytes, "formula": "2·L·h_kv·d_h per token (full-attention layers)",
+                "state_bytes": inf.state_bytes, "state_formula": "L·(h_v·d_k·d_v + (K − 1)·C) per sequence, constant in T"}
     if not inf.kv_expanded_bits_per_token:
         return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token,
                 "bits_per_token": inf.kv_bits_per_token, "bytes": inf.kv_bytes, "formula": "2·L·h_kv·d_h per token"}
@@ -382,6 +386,10 @@ def _kv_line(label: str, per_token: int | float, formula: str, dtype: str, total
 
 
 def _kv_cache_lines(inf: Inference, B: int, T: int) -> list[str]:
+    if inf.state_bytes:  # Gated DeltaNet layers: a fixed state per sequence, only the attention layers grow with T
+        return [f"K/V cache: {inf.kv_bytes_per_token:,} bytes per token (2·L·h_kv·d_h × {inf.kv_dtype}, the full-attention "
+                f"layers only) + {human_bytes(inf.state_bytes)} of Gated DeltaNet state (L·(h_v·d_k·d_v + (K − 1)·C) × "
+                f"{inf.dtype} per sequence, constant in T); {human_bytes(inf.kv_bytes)} for {B} × {T:,} tokens"]
     if not inf.kv_expanded_bits_per_token:
         return [_kv_line("K/V cache", inf.kv_bytes_per_token, "2·L·h_kv·d_h", inf.kv_dtype, inf.kv_bytes, B, T)]
     return [_kv_line(f"K/V cache, {KV_LATENT_LABEL}", inf.kv_bytes_per_token, "L·(r_kv + d_rope)", inf.kv_dtype,

@@ -56,15 +56,33 @@ def latent_attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     return shapes
 
 
+def deltanet_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    """A Gated DeltaNet layer's token mixer (blockcli/deltanet.py), in forward order, matrices (in, out): the six
+    projections from x (q, k, v, the output gate z, the write strength b, the decay input a), the short conv's
+    taps (C, K) over q | k | v, dt_bias and A_log per value head, the output norm's γ (d_v,), W_O."""
+    m, d = cfg.linear_attention, cfg.d_model
+    assert m is not None
+    return {"dn_q": (d, m.key_width), "dn_k": (d, m.key_width), "dn_v": (d, m.value_width),
+            "dn_z": (d, m.value_width), "dn_b": (d, m.value_heads), "dn_a": (d, m.value_heads),
+            "dn_conv": (m.conv_width, m.conv_kernel), "dn_dt_bias": (m.value_heads,), "dn_A_log": (m.value_heads,),
+            "dn_norm_gamma": (m.value_head_dim,), "dn_out": (m.value_width, d)}
+
+
 def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     if cfg.mla is not None:
         return latent_attention_shapes(cfg)
+    if cfg.linear_attention is not None:
+        return deltanet_shapes(cfg)
     d, q_width, kv_width = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     shapes: dict[str, Shape] = {}
     for name, width in (("q", q_width), ("k", kv_width), ("v", kv_width)):
         shapes[f"w_{name}"] = (d, width)
         if cfg.bias.qkv:
             shapes[f"b_{name}"] = (width,)
+    if cfg.attention_gate:  # Qwen3-Next: the attention output times σ(x·W_gate), h·d_h wide
+        shapes["w_attn_gate"] = (d, q_width)
+        if cfg.bias.qkv:
+            shapes["b_attn_gate"] = (q_width,)
     shapes["w_o"] = (q_width, d)
     if cfg.bias.out:
         shapes["b_o"] = (d,)

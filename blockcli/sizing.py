@@ -29,7 +29,8 @@ from typing import Callable
 
 from blockcli import profiles
 from blockcli.activations import function_of
-from blockcli.config import BlockConfig, Config, InputError, clipped, layer_list, projected_width, whole_number
+from blockcli.config import (BlockConfig, Config, GatedDeltaNet, InputError, clipped, layer_list, projected_width,
+                             whole_number)
 from blockcli.shapes import block_parameter_shapes, is_buffer, outer_shapes
 
 DTYPE_BITS = {"float64": 64, "float32": 32, "bfloat16": 16, "float16": 16, "float8": 8, "int8": 8, "int4": 4}
@@ -109,6 +110,8 @@ class Dims:
     r_kv: int = 0
     d_rope: int = 0
     d_v: int = 0
+    linear: GatedDeltaNet | None = None  # a Gated DeltaNet layer's mixer in place of attention (no K/V cache)
+    gate: bool = False  # gated attention: an h·d_h-wide gate projection beside Q
 
     @classmethod
     def of(cls, config: Config) -> "Dims":
@@ -117,7 +120,7 @@ class Dims:
         latent = (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim, mla.v_head_dim) if mla else (0, 0, 0, 0)
         return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, mlp_width(b),
                    m.vocab_size if m else 0, b.gated, b.sliding_window, projected_width(m, b.d_model),
-                   moe_active_weights(b), *latent)
+                   moe_active_weights(b), *latent, b.linear_attention, b.attention_gate)
 
     @property
     def latent(self) -> bool:
@@ -166,6 +169,11 @@ def matmul_weights(dims: Dims) -> tuple[int, int]:
     q, kv = dims.h * dims.d_h, dims.h_kv * dims.d_h
     mlp = dims.moe_weights or (3 if dims.gated else 2) * dims.d * dims.d_ff
     head = dims.e * dims.V + 2 * dims.d * dims.e if dims.e else dims.d * dims.V
+    if dims.linear is not None:  # q, k, v, z, b, a from x, W_O
+        n = dims.linear
+        return dims.d * (2 * n.key_width + 2 * n.value_width + 2 * n.value_heads) + n.value_width * dims.d + mlp, head
+    if dims.gate:
+        mlp += dims.d * q  # the attention gate's projection, as wide as Q
     if dims.latent:  # the low-rank products: Q (through r_q), down to r_kv + d_rope, up to h·(d_nope + d_v), O
         d_nope = dims.d_h - dims.d_rope
         query = dims.r_q * (dims.d + q) if dims.r_q else dims.d * q
@@ -202,6 +210,8 @@ def forward_flops(dims: Dims, T: int, B: int) -> ForwardFlops:
     per_layer, head = matmul_weights(dims)
     tokens = B * T
     attention = 2 * B * dims.L * dims.h * (dims.d_h + dims.value_dim)  # 2·d_h for Q·Kᵀ + 2·d_v for weights·V
+    if dims.linear is not None:  # no score table: the conv and the recurrence, linear in T
+        return ForwardFlops(tokens * (2 * dims.L * per_layer + recurrence_flops(dims)), 0, 0, 2 * tokens * head)
     return ForwardFlops(2 * tokens * dims.L * per_layer, attention * score_pairs(T, False),
                         attention * score_pairs(T, True, dims.window), 2 * tokens * head)
 
@@ -226,6 +236,8 @@ def decode_flops(dims: Dims, T: int, B: int) -> int:
     MLA-aware engines do; transformers re-expands its latent cache every step)."""
     per_layer, head = matmul_weights(dims)
     attention = 2 * dims.L * dims.h * (dims.d_h + dims.value_dim) * dims.keys_seen(T)
+    if dims.linear is not None:  # from the carried state: the same work at every context
+        attention = recurrence_flops(dims)
     return B * (2 * (dims.L * per_layer + head) + attention)
 
 
@@ -249,6 +261,9 @@ class Inference:
     kv_expanded_bits_per_token: int = 0
     kv_expanded_bytes: int = 0
     stored_weight_bytes: int | None = None  # a quantized checkpoint's or GGUF file's weights as stored (their own sizes)
+    # the Gated DeltaNet layers' recurrent state and conv window for B sequences, at the run's dtype: constant in T
+    # (already in kv_bytes; 0 without such layers)
+    state_bytes: int = 0
 
     @property
     def kv_bytes_per_token(self) -> int | float:
@@ -278,9 +293,29 @@ def kv_cache_elements(dims: Dims) -> int:
     """Cached elements per token: K and V, h_kv heads of d_h each, in every layer (grouped-query and
     multi-query attention cache h_kv heads, not h). Latent attention (MLA) caches its compressed
     latent: r_kv + d_rope per layer (DeepSeek-V2 §2.1.2), what MLA-aware engines store."""
+    if dims.linear is not None:  # a Gated DeltaNet layer caches no keys or values (its state: recurrent_elements)
+        return 0
     if dims.latent:
         return dims.L * (dims.r_kv + dims.d_rope)
     return 2 * dims.L * dims.h_kv * dims.d_h
+
+
+def recurrent_elements(dims: Dims) -> int:
+    """What the Gated DeltaNet layers carry per sequence, whatever its length: each layer's state S
+    (h_v, d_k, d_v) and the short conv's last K − 1 inputs (K − 1, C)."""
+    n = dims.linear
+    if n is None:
+        return 0
+    return dims.L * (n.value_heads * n.key_head_dim * n.value_head_dim + (n.conv_kernel - 1) * n.conv_width)
+
+
+def recurrence_flops(dims: Dims) -> int:
+    """One token's FLOPs in the Gated DeltaNet layers beyond their projections: the short conv (2·K per channel)
+    and the delta rule's three products per value head, Sᵀk, k δᵀ and Sᵀq (2·d_k·d_v each)."""
+    n = dims.linear
+    if n is None:
+        return 0
+    return dims.L * (2 * n.conv_kernel * n.conv_width + 6 * n.value_heads * n.key_head_dim * n.value_head_dim)
 
 
 def kv_expanded_elements(dims: Dims) -> int:
@@ -300,6 +335,8 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
     kv_per_token = cache_bits(sum(kv_cache_elements(dims) for dims in groups), kv_dtype)
     kv_bytes = -(-cache_bits(sum(kv_cache_elements(dims) * dims.keys_seen(seq_len)  # a window keeps its last W
                                  for dims in groups) * batch, kv_dtype) // 8)
+    fixed = nbytes(sum(recurrent_elements(dims) for dims in groups) * batch, dtype)  # Gated DeltaNet: not per token
+    kv_bytes += fixed
     # latent attention: the keys and values it would cache expanded (0 without latent attention)
     expanded = cache_bits(sum(kv_expanded_elements(dims) for dims in groups if dims.latent), kv_dtype)
     expanded_bytes = -(-cache_bits(sum(kv_expanded_elements(dims) * dims.keys_seen(seq_len)
@@ -307,7 +344,7 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
     return Inference(seq_len, batch, dtype, kv_dtype, parameters, kv_per_token, kv_bytes,
                      max(inference_activation_bytes(dims, seq_len, batch, dtype) for dims in groups),
                      model_forward_flops(groups, seq_len, batch), model_decode_flops(groups, seq_len, batch),
-                     expanded, expanded_bytes, stored_weight_bytes)
+                     expanded, expanded_bytes, stored_weight_bytes, fixed)
 
 
 def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
@@ -318,6 +355,8 @@ def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
     of the last position, float32."""
     q, kv = dims.h * dims.d_h, dims.h_kv * dims.d_h
     attention = q + 2 * kv + q
+    if dims.linear is not None:  # q | k | v before and after the conv, z, the heads' output and its gated norm
+        attention = 2 * dims.linear.conv_width + 3 * dims.linear.value_width
     if dims.latent:  # Q, K (h·d_h each), V and the attention output (h·d_v each), the latents
         attention = 2 * q + 2 * dims.h * dims.d_v + dims.r_q + dims.r_kv + dims.d_rope
     widest = max(attention, (3 if dims.gated else 2) * dims.d_ff)

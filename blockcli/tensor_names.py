@@ -18,6 +18,13 @@ stored tensor, the blockcli key (or keys, for a fused tensor) it fills and the l
               [q_i k_i v_i]: GPT-NeoX's, Falcon's `query_key_value` and GPTBigCode's `c_attn`, in
               every variant
 
+    GROUPED_HEADS  nn.Linear whose output rows are grouped per attention head: each group holds each key's
+              share (its width / h) one after another: Qwen3-Next's q_proj, [q_i (d_h) | gate_i (d_h)] per head
+    GROUPED_KEY_HEADS  the same grouping per linear-attention key head (h_k groups): Qwen3-Next's
+              in_proj_qkvz, [q_i k_i v_i z_i] per key head (v_i, z_i the r value heads it serves), and
+              in_proj_ba, [b_i a_i]
+    DEPTHWISE nn.Conv1d's depthwise (C, 1, K) weight, held as (C, K)
+
 A name `a|b` is stored under either (Falcon's norms are named by its block layout); a layout `a|b`
 is either, the one the stored shape fits (the first when both do).
 Names are relative to the family's base model (`prefix`): transformers saves
@@ -56,6 +63,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SAME, LINEAR, SPLIT, FUSED, GROUPED_QKV = "same", "linear", "split", "fused", "grouped_qkv"
+GROUPED_HEADS, GROUPED_KEY_HEADS, DEPTHWISE = "grouped_heads", "grouped_key_heads", "depthwise"
 EXPERTS, EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE = "experts", "experts_interleaved", "experts_side_by_side"
 
 

@@ -27,6 +27,8 @@ from blockcli.block import (DecoderBlock, Model, activated, mlp_stage, attention
                             full_table, load_label, logits_label, model_parameter_shapes, query_scale_label, routing_label,
                             scores_label, softmax_label)
 from blockcli.config import BlockConfig, Config, InputError, clipped, projected_width, whole_number
+from blockcli.deltanet import SYMBOLIC_DELTANET, state_bytes
+from blockcli.deltanet import analytic_rows as deltanet_analytic_rows
 from blockcli.parallel import fit_blas_threads, worker_count
 
 # Per-element FLOPs of the elementwise operations (a convention, stated in the README).
@@ -35,6 +37,10 @@ ELEMENT_FLOPS = {
     **MLP_KIND_FLOPS,  # an MLP's activation step, as the activation registry costs it (gated: + the product)
     "reshape": 0, "gather": 0, "clip": 1, "scale": 1,
     "sigmoid": 4, "topk": 0, "count": 0, "gate": 1,  # a mixture of experts' routing and shared gate
+    "sigmoid_gate": 5,  # gated attention: σ(gate) times the heads' output
+    # Gated DeltaNet (blockcli/deltanet.py): the conv's and the delta rule's products are matmul FLOPs (see
+    # _matmul_flops), the decay of the state d_k per output element (see Recorder)
+    "conv": 0, "delta_rule": 0, "l2norm": 3, "decay": 5, "gated_norm": 8,
     # "combine" (the weighted sum of a token's k expert outputs) costs 2·k per output element: see Recorder
 }
 
@@ -145,6 +151,8 @@ class Recorder:
         element = ELEMENT_FLOPS.get(kind, 0) * out.size + (out.size if has_bias else 0)
         if kind == "combine":  # each output element: k multiply-adds of the weighted expert outputs
             element = 2 * inputs[0].shape[-1] * out.size
+        if kind == "delta_rule":  # each step decays the whole state: d_k per output element
+            element = inputs[0].shape[-1] * out.size
         base = key.rsplit(".", 1)[-1]
         symbolic = SYMBOLIC_ALL_EXPERTS.get(base, "") if ALL_EXPERTS in key else self.symbolic.get(base, "")
         self.rows.append(OpRow(
@@ -171,6 +179,10 @@ def _matmul_flops(kind: str, out: Any, inputs: Sequence[Any]) -> tuple[int, int 
         t_q, t_k, d_h = a.shape[-2], b.shape[-2], b.shape[-1]
         full = 2 * math.prod(a.shape[:-2]) * t_q * t_k * d_h
         return full, int(full * _causal_fraction(t_q, t_k))
+    if kind == "conv":  # a depthwise conv: K multiply-adds per output element (weights (C, K))
+        return 2 * out.size * inputs[1].shape[-1], None
+    if kind == "delta_rule":  # per token and value head: Sᵀk, k δᵀ, Sᵀq, d_k·d_v multiply-adds each
+        return 6 * out.size * inputs[0].shape[-1], None
     if kind == "attention":  # chunked: both products at once, 2·d_h for Q·Kᵀ and 2·d_v for weights·V
         q, k, v = inputs
         full = 2 * math.prod(q.shape[:-2]) * q.shape[-2] * k.shape[-2] * (q.shape[-1] + v.shape[-1])
@@ -228,12 +240,16 @@ class Trace:
 def kv_cache_bytes(b: BlockConfig, layers: int, batch: int, seq_len: int, itemsize: int) -> int:
     """What blockcli's K/V cache holds after the pass: K and V (h_kv·d_h each) per token and layer, or
     latent attention's compressed latent (r_kv + d_rope)."""
+    if b.linear_attention is not None:  # Gated DeltaNet: its recurrent state and conv window, whatever seq_len
+        return layers * state_bytes(b, batch, itemsize)
     per_token = (b.mla.kv_lora_rank + b.mla.qk_rope_head_dim if b.mla else 2 * b.n_kv_heads * b.head_dim)
     return layers * batch * seq_len * per_token * itemsize
 
 
 def symbolic_shapes(b: BlockConfig) -> dict[str, str]:
     """The symbolic shapes this block's tensors have where they differ from the defaults (`SYMBOLIC`)."""
+    if b.linear_attention is not None:
+        return dict(SYMBOLIC_DELTANET)
     return dict(SYMBOLIC_LATENT) if b.mla is not None else {}
 
 
@@ -442,7 +458,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
     B, T, d, h, h_kv, d_h, d_ff = (run.batch, run.seq_len, b.d_model, b.n_heads, b.n_kv_heads,
                                    b.head_dim, b.d_ff)
 
-    def scores_and_heads(q: ShapeOnly, k: ShapeOnly, v: ShapeOnly, d_v: int) -> ShapeOnly:
+    def scores_and_heads(q: ShapeOnly, k: ShapeOnly, v: ShapeOnly, d_v: int, inp: ShapeOnly | None = None) -> ShapeOnly:
         heads_out = S(B, h, T, d_v)
         if chunked:
             rec("attn_heads", blocked_label(b), heads_out, (q, k, v), kind="attention", params=("sinks",))
@@ -458,6 +474,12 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             rec("attn_heads", "weights·V", heads_out, (weights, v), kind="matmul")
         concat, out = S(B, T, h * d_v), S(B, T, d)
         rec("attn_concat", "combine heads", concat, (heads_out,), kind="reshape")
+        if b.attention_gate and inp is not None:  # as MultiHeadAttention: the heads times σ(x·W_gate)
+            gate, gated = S(B, T, h * d_v), S(B, T, h * d_v)
+            rec("attn_gate", "attention gate projection", gate, (inp, S(d, h * d_v)), kind="linear",
+                params=("w_attn_gate", "b_attn_gate"))
+            rec("attn_gated", "heads × σ(gate)", gated, (concat, gate), kind="sigmoid_gate")
+            concat = gated
         rec("attn_out", "output projection", out, (concat, S(h * d_v, d)), kind="linear", params=("w_o", "b_o"))
         return out
 
@@ -500,6 +522,8 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
     def attention(inp: ShapeOnly) -> ShapeOnly:
         if b.mla is not None:
             return latent_attention(inp)
+        if b.linear_attention is not None:  # a Gated DeltaNet layer: its own rows (blockcli/deltanet.py)
+            return deltanet_analytic_rows(b, rec, S, inp, B, T)
         flat, split = {}, {}
         for name, heads in (("q", h), ("k", h_kv), ("v", h_kv)):
             flat[name] = S(B, T, heads * d_h)
@@ -540,7 +564,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             q_scaled = S(B, h, T, d_h)
             rec("q_scale", query_scale_label(b), q_scaled, (q,), kind="scale")
             q = q_scaled
-        return scores_and_heads(q, k, v, d_h)
+        return scores_and_heads(q, k, v, d_h, inp)
 
     def expert_mlp(inp: ShapeOnly, rows: tuple[int, ...], width: int, key: str, label: Any,
                    names: Any) -> ShapeOnly:

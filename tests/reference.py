@@ -947,3 +947,74 @@ def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False, layers=Non
                 row = np.array([m["logit_softcap"] * math.tanh(z / m["logit_softcap"]) for z in row])
             logits[bi, t] = row
     return logits
+
+
+# ----------------------------------------------------------------------------- Gated DeltaNet (issue #28)
+
+
+def gated_deltanet(mixer, weights, x, state=None, conv_window=None):
+    """The Gated DeltaNet token mixer, one token, one head, one number at a time (Qwen3-Next's, as the FLA
+    papers write it; not blockcli's code). `mixer`: key_heads, value_heads, key_head_dim, value_head_dim,
+    conv_kernel, norm_eps. `weights`: dn_q (d, h_k·d_k), dn_k, dn_v (d, h_v·d_v), dn_z, dn_b (d, h_v), dn_a,
+    dn_conv (C, K) over the channels q | k | v, dn_dt_bias (h_v,), dn_A_log (h_v,), dn_norm_gamma (d_v,),
+    dn_out (h_v·d_v, d). x (B, T, d). `state` (B, h_v, d_k, d_v) and `conv_window` (B, K − 1, C): what came
+    before (zeros when None). Returns (y (B, T, d), final state, final conv window)."""
+    h_k, h_v = mixer["key_heads"], mixer["value_heads"]
+    d_k, d_v, K = mixer["key_head_dim"], mixer["value_head_dim"], mixer["conv_kernel"]
+    eps = mixer.get("norm_eps", 1e-6)
+    B, T, d = x.shape
+    C = 2 * h_k * d_k + h_v * d_v
+    group = h_v // h_k
+    y = np.zeros((B, T, d))
+    states = np.zeros((B, h_v, d_k, d_v)) if state is None else np.array(state, dtype=np.float64)
+    windows = np.zeros((B, K - 1, C)) if conv_window is None else np.array(conv_window, dtype=np.float64)
+    conv_w = weights["dn_conv"]
+
+    def project(vec, name):
+        w = weights[name]
+        return [sum(vec[i] * w[i, j] for i in range(len(vec))) for j in range(w.shape[1])]
+
+    for b in range(B):
+        history = [list(windows[b, j]) for j in range(K - 1)]  # the K − 1 inputs before x, oldest first
+        for t in range(T):
+            vec = list(x[b, t])
+            raw = project(vec, "dn_q") + project(vec, "dn_k") + project(vec, "dn_v")  # C channels
+            history.append(raw)
+            mixed = []
+            for c in range(C):  # tap j of K reads the input K − 1 − j steps back
+                acc = 0.0
+                for j in range(K):
+                    acc += conv_w[c, j] * history[len(history) - K + j][c]
+                mixed.append(silu(acc))
+            history = history[1:]
+            q_all, k_all = mixed[:h_k * d_k], mixed[h_k * d_k:2 * h_k * d_k]
+            v_all = mixed[2 * h_k * d_k:]
+            z_all, b_all, a_all = project(vec, "dn_z"), project(vec, "dn_b"), project(vec, "dn_a")
+            gated_heads = []
+            for hv in range(h_v):
+                hk = hv // group  # the key head this value head reads
+                q = q_all[hk * d_k:(hk + 1) * d_k]
+                k = k_all[hk * d_k:(hk + 1) * d_k]
+                v = v_all[hv * d_v:(hv + 1) * d_v]
+                q_len = math.sqrt(sum(e * e for e in q) + 1e-6)
+                k_len = math.sqrt(sum(e * e for e in k) + 1e-6)
+                q = [e / q_len / math.sqrt(d_k) for e in q]
+                k = [e / k_len for e in k]
+                beta = sigmoid(b_all[hv])
+                g = -math.exp(weights["dn_A_log"][hv]) * softplus(a_all[hv] + weights["dn_dt_bias"][hv])
+                S = states[b, hv]
+                S *= math.exp(g)
+                for j in range(d_v):
+                    remembered = sum(S[i, j] * k[i] for i in range(d_k))
+                    delta = beta * (v[j] - remembered)
+                    for i in range(d_k):
+                        S[i, j] += k[i] * delta
+                o = [sum(S[i, j] * q[i] for i in range(d_k)) for j in range(d_v)]
+                rms = math.sqrt(sum(e * e for e in o) / d_v + eps)
+                z = z_all[hv * d_v:(hv + 1) * d_v]
+                gated_heads += [o[j] / rms * weights["dn_norm_gamma"][j] * silu(z[j]) for j in range(d_v)]
+            w_out = weights["dn_out"]
+            for j in range(d):
+                y[b, t, j] = sum(gated_heads[i] * w_out[i, j] for i in range(len(gated_heads)))
+        windows[b] = np.array(history) if K > 1 else windows[b]
+    return y, states, windows

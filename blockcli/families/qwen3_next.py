@@ -1,0 +1,164 @@
+"""The hybrid linear-attention families: Qwen3-Next, Qwen3.5 and Qwen3.5-MoE (and their vision-language models).
+
+Three layers in four (`layer_types`, or every `full_attention_interval`-th layer full, default 4) mix tokens
+with the Gated DeltaNet (`block.linear_attention`, blockcli/deltanet.py): `linear_num_key_heads` ×
+`linear_key_head_dim`, `linear_num_value_heads` × `linear_value_head_dim`, a short conv of
+`linear_conv_kernel_dim` taps. The others are gated attention (`block.attention_gate`: q_proj twice as wide,
+each head [q | gate], the output times σ(gate)), per-head q/k RMSNorm, RoPE on `partial_rotary_factor` (0.25)
+of each head. Every RMSNorm but the DeltaNet's output norm scales by (1 + w). Qwen3-Next and Qwen3.5-MoE
+have Qwen2-MoE's mixture (a sigmoid-gated shared expert); Qwen3.5 a dense SwiGLU MLP.
+
+Checkpoint tensors: Qwen3-Next fuses q | k | v | z into `in_proj_qkvz` and b | a into `in_proj_ba`, the rows
+grouped by key head (GROUPED_KEY_HEADS); Qwen3.5 stores `in_proj_qkv` (q | k | v), `in_proj_z`, `in_proj_b`,
+`in_proj_a`. The conv's weight is nn.Conv1d's (C, 1, K) (DEPTHWISE).
+"""
+
+from __future__ import annotations
+
+from blockcli.families.common import Composite, Family, gated_rms, override_layers, silu_gate, with_data
+from blockcli.families.fields import Fields
+from blockcli.families.llama import LLAMA, LLAMA_MLP, QWEN_VL_PATHS, QWEN_VL_TOP, text_only_mrope
+from blockcli.families.moe import MOE_TRAINING_ONLY, QWEN_MOE, _dense_layers
+from blockcli.tensor_names import DEPTHWISE, FUSED, GROUPED_HEADS, GROUPED_KEY_HEADS, LINEAR, TensorMap, tensor
+
+LINEAR_ATTENTION, FULL_ATTENTION = "linear_attention", "full_attention"
+
+
+def _layer_kinds(f: Fields, n_layers: int) -> list[bool]:
+    """Which layers are linear attention: `layer_types`, or all but every `full_attention_interval`-th."""
+    types = f.raw("layer_types", None)
+    if types is None:
+        interval = f.int("full_attention_interval", 4)
+        return [bool((i + 1) % interval) for i in range(n_layers)]
+    f.ignore("full_attention_interval")
+    if not isinstance(types, list) or len(types) != n_layers:
+        raise f.invalid("layer_types", types, f"an array of {n_layers} layer types")
+    for item in types:
+        if item not in (LINEAR_ATTENTION, FULL_ATTENTION):
+            raise f.unrepresentable("layer_types", item, "these layers are linear_attention or full_attention")
+    return [t == LINEAR_ATTENTION for t in types]
+
+
+def _hybrid(f: Fields, kv_default: int) -> tuple[dict, dict]:
+    """The block every one of these families shares: gated attention or Gated DeltaNet per layer."""
+    f, _ = text_only_mrope(f)  # Qwen3.5's interleaved M-RoPE: text alone is plain RoPE
+    block, model = gated_rms(f, silu_gate, kv_default=kv_default, tie_default=False, head_dim_default=256,
+                             mlp_bias=False, fraction_keys=("partial_rotary_factor",), fraction_default=0.25)
+    if f.str("hidden_act", "silu") != "silu":  # the DeltaNet's conv runs hidden_act too; blockcli's runs SiLU
+        raise f.unrepresentable("hidden_act", f.data["hidden_act"], "the linear-attention layers' short conv runs "
+                                                                    "hidden_act, which blockcli runs as SiLU only")
+    block["norm_unit_offset"] = True
+    mixer = {"key_heads": f.int("linear_num_key_heads", 16), "value_heads": f.int("linear_num_value_heads", 32),
+             "key_head_dim": f.int("linear_key_head_dim", 128), "value_head_dim": f.int("linear_value_head_dim", 128),
+             "conv_kernel": f.int("linear_conv_kernel_dim", 4), "norm_eps": block["norm_eps"]}
+    if mixer["value_heads"] % mixer["key_heads"]:
+        raise f.unrepresentable("linear_num_value_heads", mixer["value_heads"],
+                                f"each of the {mixer['key_heads']} key heads serves as many value heads")
+    # the gated attention layers: per-head q/k norms and the output gate; the DeltaNet layers have neither
+    attention = {"linear_attention": None, "qk_norm": "head", "attention_gate": True}
+    delta = {"linear_attention": mixer, "qk_norm": "none", "attention_gate": False}
+    linear = _layer_kinds(f, model["n_layers"])
+    block.update(delta if linear[0] else attention)
+    override_layers(f, [i for i, lin in enumerate(linear) if lin != linear[0]], attention if linear[0] else delta)
+    return block, model
+
+
+def _moe(f: Fields, block: dict, model: dict, experts: int, top_k: int, renormalize: bool, dense: list[int]) -> None:
+    """Qwen2-MoE's mixture with its sigmoid-gated shared expert; the `dense` layers an MLP of intermediate_size."""
+    block["moe"] = {"n_experts": f.int("num_experts", experts), "top_k": f.int("num_experts_per_tok", top_k),
+                    "d_expert": f.int("moe_intermediate_size", 512), "renormalize": renormalize,
+                    "d_shared": f.int("shared_expert_intermediate_size", 512), "shared_gate": True}
+    if len(dense) == model["n_layers"]:  # every layer dense: the expert settings are unused
+        del block["moe"]
+    elif dense:
+        override_layers(f, dense, {"moe": None})
+
+
+def _qwen3_next(f: Fields) -> tuple[dict, dict]:
+    """Qwen3-Next: the hybrid block with 2 K/V heads and Qwen2-MoE's mixture (512 experts, top 10, renormalised by
+    `norm_topk_prob`, a shared expert of 512); dense layers (intermediate_size) by mlp_only_layers / decoder_sparse_step."""
+    block, model = _hybrid(f, kv_default=2)
+    if f.int("num_experts", 512, minimum=0) > 0:
+        _moe(f, block, model, 512, 10, f.bool("norm_topk_prob", True), _dense_layers(f, model["n_layers"]))
+    else:
+        f.ignore("num_experts_per_tok", "moe_intermediate_size", "shared_expert_intermediate_size", "norm_topk_prob",
+                 "decoder_sparse_step", "mlp_only_layers")
+    return block, model
+
+
+def _qwen3_5_text(f: Fields) -> tuple[dict, dict]:
+    """Qwen3.5's language model: the hybrid block with 4 K/V heads and a dense SwiGLU MLP."""
+    return _hybrid(f, kv_default=4)
+
+
+def _qwen3_5_moe_text(f: Fields) -> tuple[dict, dict]:
+    """Qwen3.5-MoE's language model: the hybrid block with 2 K/V heads and a mixture on every layer (256 experts,
+    top 8 always renormalised, a sigmoid-gated shared expert of 512)."""
+    if f.data.get("intermediate_size") is None:  # Qwen3_5MoeTextConfig has none: every layer is a mixture
+        f = with_data(f, {**f.data, "intermediate_size": f.int("moe_intermediate_size", 512)})
+    block, model = _hybrid(f, kv_default=2)
+    _moe(f, block, model, 256, 8, True, [])
+    return block, model
+
+
+_NORMS_AND_EMBEDDINGS = tuple(t for t in LLAMA.tensors if "self_attn" not in t.name and t not in LLAMA_MLP)
+_ATTENTION = (
+    tensor("blocks.{i}.w_q blocks.{i}.w_attn_gate", "layers.{i}.self_attn.q_proj.weight", GROUPED_HEADS),
+    tensor("blocks.{i}.b_q blocks.{i}.b_attn_gate", "layers.{i}.self_attn.q_proj.bias", GROUPED_HEADS),
+    *(t for t in LLAMA.tensors if "self_attn" in t.name and "q_proj" not in t.name),
+)
+_DELTANET = (
+    tensor("blocks.{i}.dn_conv", "layers.{i}.linear_attn.conv1d.weight", DEPTHWISE),
+    tensor("blocks.{i}.dn_dt_bias", "layers.{i}.linear_attn.dt_bias"),
+    tensor("blocks.{i}.dn_A_log", "layers.{i}.linear_attn.A_log"),
+    tensor("blocks.{i}.dn_norm_gamma", "layers.{i}.linear_attn.norm.weight"),
+    tensor("blocks.{i}.dn_out", "layers.{i}.linear_attn.out_proj.weight", LINEAR),
+)
+_QWEN3_NEXT_DELTANET = _DELTANET + (
+    tensor("blocks.{i}.dn_q blocks.{i}.dn_k blocks.{i}.dn_v blocks.{i}.dn_z", "layers.{i}.linear_attn.in_proj_qkvz.weight",
+           GROUPED_KEY_HEADS),
+    tensor("blocks.{i}.dn_b blocks.{i}.dn_a", "layers.{i}.linear_attn.in_proj_ba.weight", GROUPED_KEY_HEADS),
+)
+_QWEN3_5_DELTANET = _DELTANET + (
+    tensor("blocks.{i}.dn_q blocks.{i}.dn_k blocks.{i}.dn_v", "layers.{i}.linear_attn.in_proj_qkv.weight", FUSED),
+    tensor("blocks.{i}.dn_z", "layers.{i}.linear_attn.in_proj_z.weight", LINEAR),
+    tensor("blocks.{i}.dn_b", "layers.{i}.linear_attn.in_proj_b.weight", LINEAR),
+    tensor("blocks.{i}.dn_a", "layers.{i}.linear_attn.in_proj_a.weight", LINEAR),
+)
+_MOE = tuple(t for t in QWEN_MOE.tensors if ".mlp." in t.name)  # router, experts, shared expert (and dense MLPs)
+
+# the published checkpoints' multi-token-prediction head (mtp.*), which transformers does not load: set aside
+_MTP_TENSORS = ("mtp.",)
+QWEN3_NEXT = TensorMap("model.", _NORMS_AND_EMBEDDINGS + _ATTENTION + _QWEN3_NEXT_DELTANET + _MOE,
+                       buffers=LLAMA.buffers, aside=_MTP_TENSORS)
+QWEN3_5 = TensorMap("model.", _NORMS_AND_EMBEDDINGS + _ATTENTION + _QWEN3_5_DELTANET + LLAMA_MLP,
+                    buffers=LLAMA.buffers, aside=_MTP_TENSORS)
+QWEN3_5_MOE = TensorMap("model.", _NORMS_AND_EMBEDDINGS + _ATTENTION + _QWEN3_5_DELTANET + _MOE,
+                        buffers=LLAMA.buffers, aside=_MTP_TENSORS)
+_VL_PATHS = {**QWEN_VL_PATHS, "aside": QWEN_VL_PATHS["aside"] + _MTP_TENSORS}
+
+# fields of the published configs that transformers 5.24's Qwen3-Next / Qwen3.5 modelling code never reads
+_UNREAD = {"mtp_num_hidden_layers": "the multi-token-prediction layers (mtp.*), which transformers does not build",
+           "mtp_use_dedicated_embeddings": "the multi-token-prediction layers' embeddings, which transformers does not "
+                                           "build",
+           "attn_output_gate": "transformers' attention always gates its output (q_proj twice as wide)",
+           "mamba_ssm_dtype": "the dtype of the recurrent state in other engines; transformers keeps it in the "
+                              "activations' dtype (float32 in its kernels)"}
+
+COMPOSITES = (
+    # Qwen3.5 and Qwen3.5-MoE: the language model under model.language_model., the vision tower under model.visual.;
+    # Qwen3_5Config's tie_word_embeddings (default false) decides
+    Composite("qwen3_5", "Qwen3.5 (vision-language)", "qwen3_5_text", False, QWEN_VL_TOP, {
+        "vocab_size": 248320, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 32,
+        "num_attention_heads": 16, "max_position_embeddings": 32768}, tie="top", **_VL_PATHS),
+    Composite("qwen3_5_moe", "Qwen3.5-MoE (vision-language)", "qwen3_5_moe_text", False, QWEN_VL_TOP, {
+        "vocab_size": 248320, "hidden_size": 2048, "num_hidden_layers": 40,
+        "num_attention_heads": 16, "max_position_embeddings": 32768}, tie="top", **_VL_PATHS),
+)
+
+FAMILIES = (
+    Family("qwen3_next", "Qwen3-Next", _qwen3_next, QWEN3_NEXT, MOE_TRAINING_ONLY, unread=_UNREAD, aux_loss=True),
+    Family("qwen3_5_text", "Qwen3.5's language model", _qwen3_5_text, QWEN3_5, MOE_TRAINING_ONLY, unread=_UNREAD),
+    Family("qwen3_5_moe_text", "Qwen3.5-MoE's language model", _qwen3_5_moe_text, QWEN3_5_MOE, MOE_TRAINING_ONLY,
+           unread=_UNREAD, aux_loss=True),
+)

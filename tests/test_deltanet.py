@@ -1,0 +1,398 @@
+"""The Gated DeltaNet token mixer and the hybrid families built on it: Qwen3-Next, Qwen3.5, Qwen3.5-MoE (issue #28).
+
+Every expected number comes from outside blockcli:
+- the fixtures in tests/fixtures/deltanet/ (tests/fixtures/deltanet/generate.py) hold transformers 5.24's logits, each
+  layer's output, a decode step after a 6-token prompt, and four single-token steps after a 3-token prompt;
+- tests/reference.py's `gated_deltanet` walks the recurrence one number at a time;
+- the parameter totals are transformers' own (the causal LM built on the meta device: sum of numel over its
+  parameters), for each config class's defaults and for a random config; the defaults' totals are also derived by
+  hand below; the torch-marked test at the end recomputes every one of them;
+- the K/V-cache and state bytes are derived by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import reference as ref
+from test_checkpoint import cli, relative
+from blockcli import DecoderBlock, Model, load_config
+from blockcli.config import ConfigError, parse_config
+from blockcli.count import count_parameters
+from blockcli.deltanet import DeltaNetState
+from blockcli.hf import hf_to_mapping
+from blockcli.ops import causal_conv1d
+from blockcli.sizing import inference
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "deltanet"
+NAMES = ["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"]
+TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
+
+
+def expected(name: str) -> dict[str, np.ndarray]:
+    with np.load(FIXTURES / name / "expected.npz") as data:
+        return {k: data[k] for k in data.files}
+
+
+
+# ----------------------------------------------------------------------------- parity with transformers
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", NAMES)
+def test_logits_every_layer_and_decode_steps_equal_transformers(name: str, dtype: str) -> None:
+    folder, want = FIXTURES / name, expected(name)
+    model = Model.from_config(load_config(folder), weights=folder, dtype=dtype)
+    ids = want["input_ids"]
+    layers = [model.embed(ids)]
+    for block in model.blocks:
+        layers.append(block(layers[-1]))
+    prompt, steps = model.new_cache(), model.new_cache()
+    model.step(ids[:, :-1], prompt)  # transformers' chunked kernel for the prompt, its recurrent one for the step
+    model.step(ids[:, :3], steps)
+    got = {"logits": model(ids), "layers": np.stack(layers[1:]), "decode_logits": model.step(ids[:, -1:], prompt),
+           "steps": np.stack([model.step(ids[:, t:t + 1], steps) for t in range(3, ids.shape[1])])}
+    for key, value in got.items():
+        assert relative(value, want[f"{key}_{dtype}"]) <= TOLERANCE[dtype], key
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_decoding_one_token_at_a_time_equals_the_full_forward(name: str) -> None:
+    folder = FIXTURES / name
+    model = Model.from_config(load_config(folder), weights=folder, dtype="float64")
+    ids = expected(name)["input_ids"]
+    full = model(ids)
+    caches = model.new_cache()
+    steps = np.concatenate([model.step(ids[:, t:t + 1], caches) for t in range(ids.shape[1])], axis=1)
+    assert relative(steps, full) <= 1e-12
+    linear = [c for c in caches if isinstance(c, DeltaNetState)]
+    assert linear and all(c.length == ids.shape[1] for c in caches)  # the DeltaNet layers' state counts tokens too
+
+
+def test_the_stored_state_is_constant_in_the_sequence_length() -> None:
+    folder = FIXTURES / "qwen3_next"
+    model = Model.from_config(load_config(folder), weights=folder, dtype="float64")
+    ids = expected("qwen3_next")["input_ids"]
+    caches = model.new_cache()
+    model.step(ids[:, :2], caches)
+    shapes = [(c.recurrent.shape, c.conv.shape) for c in caches if isinstance(c, DeltaNetState)]
+    model.step(ids[:, 2:], caches)
+    assert [(c.recurrent.shape, c.conv.shape) for c in caches if isinstance(c, DeltaNetState)] == shapes
+    assert shapes[0] == ((2, 4, 8, 6), (2, 2, 56))  # (B, h_v, d_k, d_v), (B, K − 1, C): C = 2·2·8 + 4·6
+
+
+# ----------------------------------------------------------------------------- against the loop reference
+
+
+MIXER = {"key_heads": 2, "value_heads": 4, "key_head_dim": 3, "value_head_dim": 5, "conv_kernel": 3, "norm_eps": 1e-6}
+_BLOCK = {"d_model": 12, "n_heads": 2, "d_ff": 16, "norm": "rmsnorm", "activation": "swiglu", "bias": False,
+          "linear_attention": MIXER}
+
+
+def test_the_mixer_equals_the_loop_reference_and_continues_from_its_state() -> None:
+    block = DecoderBlock.from_config(parse_config({"block": _BLOCK}), dtype="float64", seed=3)
+    x = np.random.default_rng(0).standard_normal((2, 6, 12))
+    want, state, window = ref.gated_deltanet(MIXER, block.params, x)
+    assert relative(block.attn(x), want) <= 1e-12
+    cache = DeltaNetState()
+    first, rest = block.attn(x[:, :4], cache=cache), block.attn(x[:, 4:], cache=cache)
+    assert relative(np.concatenate([first, rest], axis=1), want) <= 1e-12
+    assert relative(cache.recurrent, state) <= 1e-12 and relative(cache.conv, window) <= 1e-12
+    # the reference started from that state gives the same continuation
+    again, _, _ = ref.gated_deltanet(MIXER, block.params, x[:, 4:], *ref.gated_deltanet(MIXER, block.params, x[:, :4])[1:])
+    assert relative(rest, again) <= 1e-12
+
+
+def test_causal_conv1d_is_the_causal_depthwise_convolution_by_hand() -> None:
+    rng = np.random.default_rng(1)
+    x, w, bias = rng.standard_normal((2, 5, 3)), rng.standard_normal((3, 4)), rng.standard_normal(3)
+    y, state = causal_conv1d(x, w, bias)
+    for b in range(2):
+        for t in range(5):
+            for c in range(3):
+                want = bias[c] + sum(w[c, j] * x[b, t - 3 + j, c] for j in range(4) if t - 3 + j >= 0)
+                assert abs(y[b, t, c] - want) < 1e-12
+    assert np.array_equal(state, x[:, -3:])  # the last K − 1 inputs
+    head, mid = causal_conv1d(x[:, :2], w, bias)  # in two pieces, the state carried between them
+    tail, end = causal_conv1d(x[:, 2:], w, bias, mid)
+    assert np.allclose(np.concatenate([head, tail], axis=1), y, atol=1e-12) and np.array_equal(end, state)
+    short, kept = causal_conv1d(x[:, :1], w, None)  # fewer tokens than K − 1: zeros fill the rest of the window
+    assert np.array_equal(kept, np.concatenate([np.zeros((2, 2, 3)), x[:, :1]], axis=1))
+    assert np.allclose(short[:, 0], x[:, 0] * w[:, 3], atol=1e-15)
+
+
+# ----------------------------------------------------------------------------- counts against transformers
+
+
+def _sizes(d: int, f: int | None, layers: int, heads: int, vocab: int, positions: int) -> dict[str, int]:
+    sizes = dict(hidden_size=d, intermediate_size=f, num_hidden_layers=layers, num_attention_heads=heads,
+                 vocab_size=vocab, max_position_embeddings=positions)
+    return {k: v for k, v in sizes.items() if v is not None}
+
+
+def _hybrid_by_hand(d: int, layers: int, vocab: int, h: int, kv: int, mlp: int, full_every: int = 4,
+                    h_k: int = 16, h_v: int = 32, d_k: int = 128, d_v: int = 128, d_h: int = 256, K: int = 4) -> int:
+    """A hybrid model by hand: every full_every-th layer gated attention (Q twice as wide: q | gate, K, V, O, q/k
+    norms over d_h), the others Gated DeltaNet (q, k, v, z, b, a, the conv over q | k | v, dt_bias, A_log, the output
+    norm over d_v, W_O); `mlp` per layer; two norms a layer, the final norm, untied embeddings and head."""
+    full = layers // full_every
+    attention = d * 2 * h * d_h + 2 * d * kv * d_h + h * d_h * d + 2 * d_h
+    deltanet = (d * (2 * h_k * d_k + 2 * h_v * d_v + 2 * h_v) + (2 * h_k * d_k + h_v * d_v) * K + 2 * h_v + d_v
+                + h_v * d_v * d)
+    return full * attention + (layers - full) * deltanet + layers * (mlp + 2 * d) + d + 2 * vocab * d
+
+
+def _moe_by_hand(d: int, experts: int, d_e: int, d_s: int) -> int:
+    return d * experts + 3 * experts * d * d_e + 3 * d * d_s + d  # router, experts, shared expert and its gate
+
+
+# a random config: 6 heads over 3 K/V heads of 16, 3 key heads of 10 read by 6 value heads of 14, a 5-tap conv, every
+# other layer full attention, biases on q/k/v/o, tied
+_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=3, head_dim=16, num_hidden_layers=5,
+               vocab_size=300, max_position_embeddings=96, linear_num_key_heads=3, linear_num_value_heads=6,
+               linear_key_head_dim=10, linear_value_head_dim=14, linear_conv_kernel_dim=5, tie_word_embeddings=True,
+               pad_token_id=0, full_attention_interval=2, attention_bias=True)
+
+# model_type → (the config class's sizes, transformers' total for them, the total by hand, a random config, its total)
+CASES: dict[str, tuple[dict, int, int, dict, int]] = {
+    # Qwen3NextConfig: Qwen3-Next-80B-A3B's shapes (48 layers, 512 experts of 512, top 10)
+    "qwen3_next": (_sizes(2048, 5632, 48, 16, 151936, 32768), 79_674_391_296,
+                   _hybrid_by_hand(2048, 48, 151936, 16, 2, _moe_by_hand(2048, 512, 512, 512)),
+                   dict(_RANDOM, intermediate_size=40, num_experts=6, num_experts_per_tok=3, moe_intermediate_size=20,
+                        shared_expert_intermediate_size=16, decoder_sparse_step=2, mlp_only_layers=[4],
+                        norm_topk_prob=False), 158_542),
+    # Qwen3_5TextConfig: Qwen3.5-9B's shapes
+    "qwen3_5_text": (_sizes(4096, 12288, 32, 16, 248320, 32768), 8_953_803_264,
+                     _hybrid_by_hand(4096, 32, 248320, 16, 4, 3 * 4096 * 12288),
+                     dict(_RANDOM, intermediate_size=72), 153_262),
+    # Qwen3_5MoeTextConfig: Qwen3.5-35B-A3B's shapes (no intermediate_size: every layer a mixture)
+    "qwen3_5_moe_text": (_sizes(2048, None, 40, 16, 248320, 32768), 34_660_610_688,
+                         _hybrid_by_hand(2048, 40, 248320, 16, 2, _moe_by_hand(2048, 256, 512, 512)),
+                         dict(_RANDOM, num_experts=6, num_experts_per_tok=3, moe_intermediate_size=20,
+                              shared_expert_intermediate_size=16), 201_022),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_the_defaults_and_a_random_config_count_as_transformers_and_reconcile(model_type: str) -> None:
+    sizes, defaults_total, by_hand, fields, random_total = CASES[model_type]
+    counted = [count_parameters(parse_config(hf_to_mapping({"model_type": model_type, **f}, "x.json")))
+               for f in (sizes, fields)]
+    assert [c.total for c in counted] == [defaults_total, random_total] and defaults_total == by_hand
+    assert all(c.reconciled.match for c in counted)  # the closed form against the declared shapes
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_fixtures_count_as_transformers_and_reconcile_with_their_tensors(name: str) -> None:
+    config = load_config(FIXTURES / name)
+    assert count_parameters(config).total == int(expected(name)["parameters"])
+    proc = cli("count", FIXTURES / name)
+    assert proc.returncode == 0, proc.stderr
+    assert f"formula {int(expected(name)['parameters']):,} vs checkpoint tensors" in proc.stdout
+    assert "match" in proc.stdout.split("vs checkpoint tensors")[1].splitlines()[0]
+
+
+def test_layer_types_pick_the_mixer_per_layer() -> None:
+    fields = dict(CASES["qwen3_5_text"][3], num_hidden_layers=4,
+                  layer_types=["full_attention", "linear_attention", "linear_attention", "full_attention"])
+    del fields["full_attention_interval"]
+    config = parse_config(hf_to_mapping({"model_type": "qwen3_5_text", **fields}, "x.json"))
+    kinds = [config.layer_block(i).linear_attention is not None for i in range(4)]
+    assert kinds == [False, True, True, False]
+    full, linear = config.layer_block(0), config.layer_block(1)
+    assert full.attention_gate and full.qk_norm == "head" and full.norm_unit_offset and full.rope_dims == 4
+    assert not linear.attention_gate and linear.qk_norm == "none"
+    assert (linear.linear_attention.key_heads, linear.linear_attention.value_heads,
+            linear.linear_attention.key_head_dim, linear.linear_attention.value_head_dim,
+            linear.linear_attention.conv_kernel) == (3, 6, 10, 14, 5)
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"layer_types": ["linear_attention", "sliding_attention"]}, "layer_types"),
+    ({"hidden_act": "gelu"}, "hidden_act"),
+    ({"linear_num_key_heads": 4, "linear_num_value_heads": 6}, "linear_num_value_heads"),
+])
+def test_what_blockcli_cannot_run_is_refused_naming_the_field(fields: dict, named: str) -> None:
+    data = dict(CASES["qwen3_5_text"][3], num_hidden_layers=2, **fields)
+    with pytest.raises(ConfigError, match=named):
+        hf_to_mapping({"model_type": "qwen3_5_text", **data}, "x.json")
+
+
+@pytest.mark.parametrize("key, value", [("qk_norm", "head"), ("attention_gate", True), ("sliding_window", 4),
+                                        ("mla", {"kv_lora_rank": 4, "qk_nope_head_dim": 4, "qk_rope_head_dim": 2,
+                                                 "v_head_dim": 4})])
+def test_softmax_attention_settings_on_a_deltanet_layer_are_refused(key: str, value: Any) -> None:
+    with pytest.raises(ConfigError, match=f"block.{key}: a setting of softmax attention"):
+        parse_config({"block": {**_BLOCK, key: value}})
+
+
+def test_value_heads_must_be_a_multiple_of_the_key_heads() -> None:
+    with pytest.raises(ConfigError, match="block.linear_attention.value_heads"):
+        parse_config({"block": {**_BLOCK, "linear_attention": {**MIXER, "value_heads": 3}}})
+
+
+# ----------------------------------------------------------------------------- sizing
+
+
+def test_the_kv_cache_counts_the_attention_layers_per_token_and_the_deltanet_state_once() -> None:
+    """qwen3_next's fixture: layers 1 and 3 full attention (2 K/V heads of 8), layers 0 and 2 Gated DeltaNet
+    (4 value heads, d_k 8, d_v 6, a 3-tap conv over C = 2·2·8 + 4·6 = 56 channels)."""
+    config = load_config(FIXTURES / "qwen3_next")
+    per_token = 2 * 2 * 2 * 8 * 4  # 2 layers × K and V × 2 heads × 8, float32
+    state = 2 * (4 * 8 * 6 + 2 * 56) * 4  # 2 layers × (S + the conv's K − 1 inputs), float32
+    for B, T in ((1, 8), (3, 100)):
+        inf = inference(config, 39_948, T, B, "float32")
+        assert inf.kv_bytes_per_token == per_token
+        assert inf.state_bytes == B * state
+        assert inf.kv_bytes == B * T * per_token + B * state
+    proc = cli("count", FIXTURES / "qwen3_next", "--batch", 1, "--seq", 8)
+    text = " ".join(proc.stdout.split())  # the console wraps long lines
+    assert ("K/V cache: 256 bytes per token (2·L·h_kv·d_h × float32, the full-attention layers only) + 2.38 KiB of "
+            "Gated DeltaNet state (L·(h_v·d_k·d_v + (K − 1)·C) × float32 per sequence, constant in T); 4.38 KiB for "
+            "1 × 8 tokens") in text
+    data = json.loads(cli("count", FIXTURES / "qwen3_next", "--batch", 1, "--seq", 8, "--json").stdout)
+    kv = data["inference"]["kv_cache"]
+    assert (kv["bytes_per_token"], kv["state_bytes"], kv["bytes"]) == (per_token, state, 8 * per_token + state)
+
+
+# ----------------------------------------------------------------------------- the backward: refused
+
+
+@pytest.mark.parametrize("command", [("train", "--steps", "1"), ("trace", "--backward"), ("verify", "--grad")])
+def test_gradients_through_these_layers_are_refused_in_one_line(command: tuple) -> None:
+    proc = cli(command[0], FIXTURES / "qwen3_5_text", *command[1:])
+    assert proc.returncode == 2, (proc.stdout[-400:], proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("blockcli: error: ") and "no backward" in lines[0]
+
+
+# ----------------------------------------------------------------------------- against transformers itself
+
+
+def _on_meta(config: Any, auto: str = "AutoModelForCausalLM", aside: str = "model.visual.") -> int:
+    """transformers' own total: the model built from `config` on the meta device, outside `aside`."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    with torch.device("meta"):
+        model = getattr(transformers, auto).from_config(config)
+    return sum(p.numel() for n, p in model.named_parameters() if not n.startswith(aside))
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_the_totals_here_are_transformers_own(model_type: str) -> None:
+    transformers = pytest.importorskip("transformers")
+    sizes, defaults_total, _, fields, random_total = CASES[model_type]
+    defaults, random = (transformers.AutoConfig.for_model(model_type, **f) for f in ({}, fields))
+    assert {key: getattr(defaults, key) for key in sizes} == sizes
+    assert [_on_meta(defaults), _on_meta(random)] == [defaults_total, random_total]
+    for config, want in ((defaults, defaults_total), (random, random_total)):  # every field spelled out
+        data = {k: v for k, v in config.to_dict().items() if k != "transformers_version"}
+        assert count_parameters(parse_config(hf_to_mapping(data, "x.json"))).total == want
+
+
+def test_math_of_the_hand_count_is_the_formula_rows() -> None:
+    """The hand count's two kinds of layer, as the count's own rows name them (the formula evaluated apart)."""
+    config = parse_config(hf_to_mapping({"model_type": "qwen3_5_text", **CASES["qwen3_5_text"][0]}, "x.json"))
+    result = count_parameters(config)
+    groups = dict(zip((g.layers[0] for g in result.groups), result.group_counts))
+    d = 4096
+    assert groups[3] == 2 * d * 16 * 256 + 2 * d * 4 * 256 + 16 * 256 * d + 2 * 256 + 3 * d * 12288 + 2 * d
+    assert groups[0] == (d * (2 * 2048 + 2 * 4096 + 64) + 8192 * 4 + 64 + 128 + 4096 * d + 3 * d * 12288 + 2 * d)
+
+
+# ----------------------------------------------------------------------------- trace
+
+
+@pytest.mark.parametrize("attention", ["full", "chunked"])
+def test_analytic_trace_rows_equal_the_executed_ones(attention: str) -> None:
+    """Qwen3.5's dense fixture: a gated-attention layer, then two Gated DeltaNet layers (the mixtures' rows differ
+    between the two traces by design: the executed one reports each expert's load)."""
+    from blockcli.trace import analytic_trace, run_trace, with_run
+
+    config = with_run(load_config(FIXTURES / "qwen3_5_text"), batch=2, seq_len=5)
+    assert run_trace(config, attention=attention).rows == analytic_trace(config, attention).rows
+
+
+def test_the_trace_names_the_recurrence_and_counts_its_products_by_hand() -> None:
+    from blockcli.trace import run_trace, with_run
+
+    config = with_run(parse_config({"block": _BLOCK}), batch=2, seq_len=5)
+    rows = {r.key: r for r in run_trace(config).rows}
+    rule, conv = rows["dn_delta_rule"], rows["dn_conv"]
+    assert rule.output_shape == (2, 5, 4, 5) and rule.symbolic == "(B, T, h_v, d_v)"
+    assert "state S: B, h_v, d_k, d_v" in rule.op
+    # per token and value head: Sᵀk, k δᵀ and Sᵀq, d_k·d_v multiply-adds each; the decay d_k·d_v multiplies
+    assert rule.matmul_flops == 2 * 5 * 4 * 3 * 5 * 2 * 3 and rule.flops == rule.matmul_flops + 2 * 5 * 4 * 3 * 5
+    assert conv.matmul_flops == 2 * 5 * (2 * 2 * 3 + 4 * 5) * 3 * 2 and conv.params == (2 * 2 * 3 + 4 * 5) * 3
+    totals = run_trace(config).totals
+    assert totals["kv_cache_bytes"] == 2 * (4 * 3 * 5 + 2 * (2 * 2 * 3 + 4 * 5)) * 4  # S and the window, float32
+
+
+# ----------------------------------------------------------------------------- the vision-language models
+
+
+@pytest.mark.parametrize("model_type, text_type", [("qwen3_5", "qwen3_5_text"), ("qwen3_5_moe", "qwen3_5_moe_text")])
+def test_the_vision_language_models_count_their_language_model(model_type: str, text_type: str) -> None:
+    """An empty text_config is the text config class's defaults: transformers' Qwen3_5ForConditionalGeneration
+    (and its MoE's) on the meta device holds the totals above outside its vision tower (model.visual.*)."""
+    mapping = hf_to_mapping({"model_type": model_type, "text_config": {}}, "x.json")
+    assert count_parameters(parse_config(mapping)).total == CASES[text_type][1]
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("model_type, text_type", [("qwen3_5", "qwen3_5_text"), ("qwen3_5_moe", "qwen3_5_moe_text")])
+def test_the_vision_language_totals_are_transformers_own(model_type: str, text_type: str) -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.AutoConfig.for_model(model_type)
+    assert _on_meta(config, "AutoModelForImageTextToText") == CASES[text_type][1]
+
+
+# ----------------------------------------------------------------------------- presets
+
+
+# preset → (the published config.json's fields, transformers' total for them on the meta device, by hand)
+PRESETS = {
+    # https://huggingface.co/Qwen/Qwen3-Next-80B-A3B-Instruct/blob/main/config.json: Qwen3NextConfig's shapes
+    "qwen3-next-80b-a3b": (dict(model_type="qwen3_next", hidden_size=2048, intermediate_size=5120, num_hidden_layers=48,
+                                num_attention_heads=16, num_key_value_heads=2, head_dim=256, vocab_size=151936,
+                                max_position_embeddings=262144, rope_theta=10000000, partial_rotary_factor=0.25,
+                                num_experts=512, num_experts_per_tok=10, moe_intermediate_size=512,
+                                shared_expert_intermediate_size=512, full_attention_interval=4),
+                           79_674_391_296, _hybrid_by_hand(2048, 48, 151936, 16, 2, _moe_by_hand(2048, 512, 512, 512))),
+    # https://huggingface.co/Qwen/Qwen3.5-35B-A3B/blob/main/config.json's text_config: Qwen3_5MoeTextConfig's shapes
+    "qwen3.5-35b-a3b": (dict(model_type="qwen3_5_moe_text", hidden_size=2048, num_hidden_layers=40, num_attention_heads=16,
+                             num_key_value_heads=2, head_dim=256, vocab_size=248320, max_position_embeddings=262144,
+                             rope_parameters={"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
+                                              "mrope_section": [11, 11, 10], "mrope_interleaved": True},
+                             num_experts=256, num_experts_per_tok=8, moe_intermediate_size=512,
+                             shared_expert_intermediate_size=512, full_attention_interval=4),
+                        34_660_610_688, _hybrid_by_hand(2048, 40, 248320, 16, 2, _moe_by_hand(2048, 256, 512, 512))),
+}
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_the_presets_count_as_transformers_by_hand_and_as_their_config_json(preset: str) -> None:
+    import yaml
+
+    fields, transformers_total, by_hand = PRESETS[preset]
+    config = load_config(preset)
+    assert count_parameters(config).total == transformers_total == by_hand
+    path = Path(__file__).resolve().parents[1] / "blockcli" / "presets" / f"{preset}.yaml"
+    assert yaml.safe_load(path.read_text(encoding="utf-8"))["about"]["parameters"] == transformers_total
+    converted = parse_config(hf_to_mapping(fields, "config.json"))
+    assert [converted.layer_block(i) for i in range(converted.model.n_layers)] == \
+        [config.layer_block(i) for i in range(config.model.n_layers)] and converted.model == config.model
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_the_preset_totals_are_transformers_own(preset: str) -> None:
+    transformers = pytest.importorskip("transformers")
+    fields, want, _ = PRESETS[preset]
+    assert _on_meta(transformers.AutoConfig.for_model(**fields)) == want
