@@ -58,8 +58,6 @@ def test_the_fixtures_cover_f32_f16_bf16_q8_0_q4_0_mxfp4_and_a_k_quant() -> None
 # ----------------------------------------------------------------------------- forward parity
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("name", FILES)
 def _write_with_tensors(w: gguf.GGUFWriter, reader: gguf.GGUFReader, extra: dict | None = None) -> None:
     """Finish a file written from a fixture's metadata: the fixture's tensors as stored, `extra` ones after."""
     for t in reader.tensors:
@@ -72,6 +70,8 @@ def _write_with_tensors(w: gguf.GGUFWriter, reader: gguf.GGUFReader, extra: dict
     w.close()
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("name", FILES)
 def test_logits_equal_transformers_on_the_dequantized_weights(name: str, dtype: str) -> None:
     path, want = FIXTURES / f"{name}.gguf", expected(name)
     model = Model.from_config(load_config(path), weights=path, dtype=dtype)
