@@ -156,6 +156,13 @@ def test_trace_and_verify_take_a_gguf_file_as_weights() -> None:
     assert verified.returncode == 0, verified.stderr[-800:]
 
 
+@pytest.mark.parametrize("name", ["gemma-bf16", "falcon-new-q4_0", "gpt-oss-mxfp4", "deepseek2-q8_0",
+                                  "phi3-longrope-q8_0"])
+def test_verify_passes_on_the_dequantized_weights_of_each_newer_architecture(name: str) -> None:
+    proc = cli("verify", FIXTURES / f"{name}.gguf", "--layer", "1")
+    assert proc.returncode == 0 and "PASS" in proc.stdout and " 0 failed" in proc.stdout, proc.stdout[-800:]
+
+
 # ----------------------------------------------------------------------------- counts and bytes
 
 
