@@ -11,7 +11,7 @@ The metadata (`general.architecture` and its keys: `<arch>.block_count`, `.embed
 `.feed_forward_length`, `.attention.head_count[_kv]`, `.attention.key_length`, `.rope.freq_base`,
 `.rope.scaling.*`, norm epsilons, `.expert_*`, `.context_length`) is written out as the Hugging Face
 config.json the file was converted from (llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma, gemma2, gemma3,
-starcoder2, olmo2, phi3, command-r, gpt2, falcon, gpt-oss), which `blockcli.hf` reads as for any model
+starcoder2, olmo2, phi3, command-r, gpt2, falcon, gpt-oss, deepseek2), which `blockcli.hf` reads as for any model
 folder: one reader, one set of defaults and checks. Which tensors a config has (a tied head, biases) is read from the
 tensors present, as llama.cpp does.
 
@@ -30,6 +30,8 @@ shape lists the innermost dimension first (`ne0`, a row); read outermost first i
   (E, d_e, d) `down_proj`, stored as (E, d_e, d) `ffn_gate_exps` and `ffn_up_exps` and (E, d, d_e)
   `ffn_down_exps` (their biases split the same way): interleaved and transposed back; the sinks as
   `attn_sinks.weight`;
+- DeepSeek (deepseek2): MLA's kv_b_proj (h·(d_nope + d_v), r) stored per head as `attn_k_b` (h, r, d_nope),
+  transposed, and `attn_v_b` (h, d_v, r): joined back; e_score_correction_bias as `exp_probs_b.bias`;
 - Falcon: `query_key_value`'s rows, grouped per K/V head in transformers ([q…q k v | q…q k v | …]), stored
   as Q | K | V (the converter's "jploski" layout): regrouped;
 - mixtures: the experts merged per layer (`ffn_gate_exps` (E, d_e, d) …): expert e's slice is its
@@ -272,6 +274,7 @@ class Arch:
     conv1d: tuple[str, ...] = ()  # GPT-2's matrices stored transposed (transformers name endings)
     ungrouped_qkv: bool = False  # Falcon's query_key_value stored as Q | K | V, not grouped per K/V head
     split_interleaved: bool = False  # gpt-oss: gate_up_proj (E, d, 2·d_e) interleaved, stored as gate and up
+    split_kv_b: bool = False  # DeepSeek's MLA: kv_b_proj stored as attn_k_b (transposed) and attn_v_b per head
 
 
 @dataclass
@@ -488,7 +491,7 @@ def _longrope(m: _Meta, out: dict[str, Any], rotary: int) -> dict[str, Any]:
     scale = out["max_position_embeddings"] / original
     derived = math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1 else 1.0
     stored = m.number("rope.scaling.attn_factor")
-    if stored is not None and struct.unpack("<f", struct.pack("<f", derived))[0] != stored:
+    if stored is not None and _float32(derived) != stored:
         params["attention_factor"] = float(stored)
     return {"rope_parameters": params, "original_max_position_embeddings": original}
 
@@ -533,6 +536,63 @@ def _gpt_oss(m: _Meta) -> dict[str, Any]:
     return out
 
 
+SIGMOID_GATING = 2  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID (1: softmax)
+
+
+def _deepseek2(m: _Meta) -> dict[str, Any]:
+    """DeepSeek-V3 (and R1, Kimi-K2: sigmoid expert gating) as DeepseekV2Model's converter writes it: MLA as MQA
+    (head_count_kv 1; key_length_mla = qk_nope + qk_rope, value_length_mla = v_head_dim, rope.dimension_count =
+    qk_rope), q_lora_rank (absent: a plain q_proj), kv_lora_rank, the leading dense layers, the experts (routed,
+    shared, their width, groups, scale, renormalisation), yarn with its log multiplier 0.1·mscale_all_dim (GGUF
+    keeps no mscale of its own: DeepSeek's configs set the two equal, so it is taken so). DeepSeek-V2's softmax
+    gating is refused: its router (greedy or group-limited) is not told apart by the metadata."""
+    gating = m.number("expert_gating_func", 1)
+    if gating != SIGMOID_GATING:
+        raise InputError(f"{m.gguf.path}: metadata '{m.gguf.arch}.expert_gating_func' = {gating!r}; blockcli reads "
+                         f"deepseek2 files with sigmoid gating ({SIGMOID_GATING}: DeepSeek-V3/R1), not DeepSeek-V2's "
+                         f"softmax, whose greedy or group-limited top-k the metadata does not say")
+    out = _decoder(m)
+    heads = out["num_attention_heads"]
+    rope_dim = int(m.number("rope.dimension_count", required=True))
+    key = int(m.number("attention.key_length_mla", m.number("attention.key_length", required=True)))
+    value = int(m.number("attention.value_length_mla", m.number("attention.value_length", required=True)))
+    out.pop("head_dim", None)  # key_length is MLA's latent + rope width, not a head's
+    q_rank = m.number("attention.q_lora_rank")
+    out.update(num_key_value_heads=heads, hidden_act="silu", qk_rope_head_dim=rope_dim, qk_nope_head_dim=key - rope_dim,
+               v_head_dim=value, q_lora_rank=int(q_rank) if q_rank is not None else None,
+               kv_lora_rank=int(m.number("attention.kv_lora_rank", required=True)),
+               first_k_dense_replace=int(m.number("leading_dense_block_count", 0)),
+               moe_intermediate_size=int(m.number("expert_feed_forward_length", required=True)),
+               n_routed_experts=int(m.number("expert_count", required=True)),
+               num_experts_per_tok=int(m.number("expert_used_count", required=True)),
+               n_shared_experts=int(m.number("expert_shared_count", 0)),
+               routed_scaling_factor=float(m.number("expert_weights_scale", 1.0)),
+               norm_topk_prob=bool(m.get("expert_weights_norm", False)),
+               n_group=int(m.number("expert_group_count", 1)), topk_group=int(m.number("expert_group_used_count", 1)),
+               attention_bias=m.has("blk.0.attn_kv_a_mqa.bias"))
+    rope = out["rope_parameters"]
+    if rope["rope_type"] == "yarn":
+        mscale = _shortest_tenfold(float(m.number("rope.scaling.yarn_log_multiplier", 0.0)))
+        rope.update(mscale=mscale, mscale_all_dim=mscale,
+                    beta_fast=float(m.number("rope.scaling.yarn_beta_fast", 32.0)),
+                    beta_slow=float(m.number("rope.scaling.yarn_beta_slow", 1.0)))
+    return out
+
+
+def _float32(x: float) -> float:
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def _shortest_tenfold(stored: float) -> float:
+    """The mscale_all_dim the converter wrote as float32(0.1 · it): the shortest decimal that writes back to the
+    same float32 (1.0, not the 1.0000000149 a plain division gives), as the config held it."""
+    for digits in range(1, 10):
+        value = round(stored / 0.1, digits)
+        if _float32(0.1 * value) == stored:
+            return value
+    return stored / 0.1
+
+
 def _command_r(m: _Meta) -> dict[str, Any]:
     out = {**_decoder(m, "attention.layer_norm_epsilon"), "hidden_act": "silu",
            "attention_bias": m.has("blk.0.attn_q.bias"), "use_qk_norm": m.has("blk.0.attn_q_norm.weight"),
@@ -558,6 +618,7 @@ ARCHS: dict[str, Arch] = {
     "olmo2": Arch("olmo2", _olmo2),
     "falcon": Arch("falcon", _falcon, ungrouped_qkv=True),
     "gpt-oss": Arch("gpt_oss", _gpt_oss, split_interleaved=True),
+    "deepseek2": Arch("deepseek_v3", _deepseek2, split_kv_b=True),
     "command-r": Arch("cohere", _command_r),
     "phi3": Arch("phi3", _phi3),
     "gpt2": Arch("gpt2", _gpt2, conv1d=("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",

@@ -28,10 +28,10 @@ class View:
     """How a transformers tensor is read from the file: which GGUF tensor (and expert slice), and what to undo."""
 
     source: GGUFTensor
-    undo: str = ""  # "", "permute", "minus_one", "transpose", "regroup", "interleave", "swap"
+    undo: str = ""  # "", "permute", "minus_one", "transpose", "regroup", "interleave", "swap", "kv_b"
     heads: int = 0  # for "permute": Q's heads or K's K/V heads; for "regroup": Q's heads
     kv_heads: int = 0  # for "regroup": the K/V heads
-    other: GGUFTensor | None = None  # for "interleave": up, beside `source` gate
+    other: GGUFTensor | None = None  # for "interleave": up, beside `source` gate; for "kv_b": v_b beside k_b
 
 
 def _names(g: GGUFFile, arch: Arch, tmap: TensorMap, n_layers: int, n_experts: int
@@ -50,6 +50,8 @@ def _names(g: GGUFFile, arch: Arch, tmap: TensorMap, n_layers: int, n_experts: i
             full = alt if entry.top else tmap.prefix + alt
             entries[full] = entry.name
             found = table.get_name(full, try_suffixes=(".weight", ".bias"))
+            if found is None and full.endswith("_bias"):  # DeepSeek's e_score_correction_bias: exp_probs_b.bias
+                found = table.get_name(full[:-len("_bias")] + ".bias", try_suffixes=(".bias",))
             if found is not None and found not in g.tensors and found + ".weight" in g.tensors:
                 found += ".weight"  # a parameter without a suffix (gpt-oss's sinks) the converter named .weight
             if found is not None:
@@ -81,6 +83,8 @@ def gguf_checkpoint(g: GGUFFile, config: Config) -> tuple[Checkpoint, TensorMap,
     split = _split_experts(g, tmap, config.model.n_layers, n_experts, tensors, views)
     if arch.split_interleaved:
         split |= _interleaved_experts(g, tmap, config.model.n_layers, tensors, views)
+    if arch.split_kv_b:
+        split |= _joined_kv_b(g, tmap, config.model.n_layers, tensors, views)
     filled: set[str] = set()  # entries read: a GGUF name that could be either of two is the one still missing
     # (Falcon's `attn_norm` is input_layernorm with one norm, ln_mlp beside `attn_norm_2`, ln_attn, with two)
     ordered = sorted(g.tensors.items(), key=lambda item: len(by_gguf.get(item[0], ())) > 1)
@@ -181,6 +185,28 @@ def _interleaved_experts(g: GGUFFile, tmap: TensorMap, n_layers: int, tensors: d
     return used
 
 
+def _joined_kv_b(g: GGUFFile, tmap: TensorMap, n_layers: int, tensors: dict[str, Stored],
+                 views: dict[str, View]) -> set[str]:
+    """DeepSeek's MLA: each layer's kv_b_proj (h·(d_nope + d_v), r), per head its d_nope K rows then its d_v V
+    rows, read from `attn_k_b` (h, r, d_nope) (each head's K rows transposed) and `attn_v_b` (h, d_v, r); files
+    of older converters store `attn_kv_b` itself, read as it is. The GGUF tensors so read are returned."""
+    used: set[str] = set()
+    for i in range(n_layers):
+        k_b, v_b = g.tensors.get(f"blk.{i}.attn_k_b.weight"), g.tensors.get(f"blk.{i}.attn_v_b.weight")
+        if k_b is None or v_b is None or len(k_b.shape) != 3 or len(v_b.shape) != 3:
+            continue
+        (h, rank, nope), (h_v, d_v, rank_v) = k_b.shape, v_b.shape
+        if (h, rank) != (h_v, rank_v) or k_b.qtype != v_b.qtype:
+            raise InputError(f"{g.path}: tensors '{k_b.name}' {k_b.shape} and '{v_b.name}' {v_b.shape}: expected "
+                             f"(h, r, d_nope) and (h, d_v, r) of one kv_b_proj, in one type")
+        name = f"{tmap.prefix}layers.{i}.self_attn.kv_b_proj.weight"
+        tensors[name] = Stored(name, (h * (nope + d_v), rank), k_b.qtype, g.path,
+                               (k_b.begin, k_b.begin + k_b.nbytes + v_b.nbytes))  # the two lengths, as one
+        views[name] = View(k_b, "kv_b", other=v_b)
+        used |= {k_b.name, v_b.name}
+    return used
+
+
 def _dequantized(t: GGUFTensor, file: Path, begin: int, end: int, shape: tuple[int, ...]) -> np.ndarray:
     """Bytes begin..end of `file` (tensor `t`'s, or one expert's of them) dequantized to float32 `shape`."""
     import gguf
@@ -205,9 +231,12 @@ def read_view(stored: Stored, view: View) -> np.ndarray:
     import numpy as np
 
     t = view.source
-    if view.undo in ("interleave", "swap"):  # gpt-oss's experts: whole GGUF tensors, in their own shapes
+    if view.undo in ("interleave", "swap", "kv_b"):  # whole GGUF tensors, in their own shapes
         values = _dequantized(t, stored.file, t.begin, t.end, t.shape)
-        if view.undo == "swap":
+        if view.undo == "kv_b":  # (h, r, d_nope) and (h, d_v, r) → per head [K rows; V rows] (h·(d_nope + d_v), r)
+            v = _dequantized(view.other, stored.file, view.other.begin, view.other.end, view.other.shape)
+            values = np.concatenate([values.swapaxes(1, 2), v], axis=1).reshape(stored.shape)
+        elif view.undo == "swap":
             values = values.swapaxes(-1, -2)  # (E, d, d_e) → (E, d_e, d)
         else:
             up = _dequantized(view.other, stored.file, view.other.begin, view.other.end, view.other.shape)
@@ -263,7 +292,7 @@ def stored_summary(matches: list[Match], views: dict[str, View]) -> dict[str, An
 
 GROUPS = (("token_embd", "token embedding"), ("position_embd", "position embedding"), ("output_norm", "norms"),
           ("output", "LM head"), ("_norm", "norms"), ("attn_", "attention"), ("_exps", "routed experts"),
-          ("_shexp", "shared expert"), ("ffn_gate_inp", "router"), ("ffn_", "MLP"))
+          ("_shexp", "shared expert"), ("ffn_gate_inp", "router"), ("exp_probs_b", "router"), ("ffn_", "MLP"))
 
 
 def _group(name: str) -> str:

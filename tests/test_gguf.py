@@ -58,6 +58,18 @@ def test_the_fixtures_cover_f32_f16_bf16_q8_0_q4_0_mxfp4_and_a_k_quant() -> None
 # ----------------------------------------------------------------------------- forward parity
 
 
+def _write_with_tensors(w: gguf.GGUFWriter, reader: gguf.GGUFReader, extra: dict | None = None) -> None:
+    """Finish a file written from a fixture's metadata: the fixture's tensors as stored, `extra` ones after."""
+    for t in reader.tensors:
+        w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
+    for name, value in (extra or {}).items():
+        w.add_tensor(name, value)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("name", FILES)
 def test_logits_equal_transformers_on_the_dequantized_weights(name: str, dtype: str) -> None:
@@ -85,6 +97,43 @@ def test_gpt_oss_reads_the_metadata_as_gptossconfig_and_its_mxfp4_experts() -> N
     assert {t.tensor_type.name for t in experts} == {"MXFP4"} and len(experts) == 6
 
 
+def test_deepseek2_reads_mla_the_experts_and_yarn_from_the_metadata() -> None:
+    """The generator's DeepSeek-V3: MQA-written MLA read back as its ranks and head widths, kv_b_proj joined from
+    attn_k_b and attn_v_b, yarn's mscale from the log multiplier."""
+    cfg = load_config(FIXTURES / "deepseek2-q8_0.gguf")
+    mla = cfg.block.mla
+    assert (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_nope_head_dim, mla.qk_rope_head_dim, mla.v_head_dim) == (
+        12, 8, 6, 4, 5)
+    moe = cfg.layer_block(1).moe
+    assert (moe.n_experts, moe.top_k, moe.n_groups, moe.top_groups, moe.routed_scaling) == (4, 2, 2, 1, 2.5)
+    assert cfg.layer_block(0).moe is None
+    s = cfg.block.rope_scaling
+    assert (s.type, s.factor, s.original_max_positions, s.mscale, s.mscale_all_dim) == ("yarn", 4.0, 16, 1.0, 1.0)
+    names = {t.name for t in gguf.GGUFReader(FIXTURES / "deepseek2-q8_0.gguf").tensors}
+    assert {"blk.0.attn_k_b.weight", "blk.0.attn_v_b.weight", "blk.1.exp_probs_b.bias"} <= names
+    assert not any("attn_kv_b" in n for n in names)
+
+
+def test_deepseek2_with_softmax_gating_is_refused_naming_it(tmp_path: Path) -> None:
+    reader = gguf.GGUFReader(FIXTURES / "deepseek2-q8_0.gguf")
+    path = tmp_path / "v2.gguf"
+    w = gguf.GGUFWriter(path, "deepseek2")
+    for field in reader.fields.values():
+        if field.name.startswith("deepseek2."):
+            value = 1 if field.name.endswith("expert_gating_func") else field.contents()
+            if isinstance(value, bool):
+                w.add_bool(field.name, value)
+            elif isinstance(value, str):
+                w.add_string(field.name, value)
+            elif isinstance(value, int):
+                w.add_uint32(field.name, value)
+            else:
+                w.add_float32(field.name, value)
+    _write_with_tensors(w, reader)
+    line = one_error_line(cli("count", path))
+    assert "'deepseek2.expert_gating_func' = 1" in line and "softmax" in line
+
+
 @pytest.mark.parametrize("arch, field", [("llama", "permuted_qk"), ("gemma2", "norm_plus_one"),
                                          ("gemma", "norm_plus_one"), ("falcon", "ungrouped_qkv")])
 def test_undoing_the_converters_change_matters(monkeypatch, arch: str, field: str) -> None:
@@ -105,6 +154,13 @@ def test_trace_and_verify_take_a_gguf_file_as_weights() -> None:
     assert traced.returncode == 0, traced.stderr
     verified = cli("verify", path, "--weights", path, "--layer", "1", "--json")
     assert verified.returncode == 0, verified.stderr[-800:]
+
+
+@pytest.mark.parametrize("name", ["gemma-bf16", "falcon-new-q4_0", "gpt-oss-mxfp4", "deepseek2-q8_0",
+                                  "phi3-longrope-q8_0"])
+def test_verify_passes_on_the_dequantized_weights_of_each_newer_architecture(name: str) -> None:
+    proc = cli("verify", FIXTURES / f"{name}.gguf", "--layer", "1")
+    assert proc.returncode == 0 and "PASS" in proc.stdout and " 0 failed" in proc.stdout, proc.stdout[-800:]
 
 
 # ----------------------------------------------------------------------------- counts and bytes
@@ -322,12 +378,7 @@ def _llama_writer(path: Path, **overrides) -> None:
     for add, v in ((w.add_context_length, 64), (w.add_embedding_length, 32), (w.add_feed_forward_length, 64),
                    (w.add_head_count, 4), (w.add_head_count_kv, 2), (w.add_layer_norm_rms_eps, 1e-6)):
         add(v)
-    for t in reader.tensors:
-        w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _write_with_tensors(w, reader)
 
 
 def test_a_size_stored_as_text_is_named(tmp_path: Path) -> None:
@@ -366,14 +417,7 @@ def _phi3_with(path: Path, extra: dict[str, np.ndarray], **scaling: float) -> Pa
     values |= {f"phi3.rope.scaling.{key}": value for key, value in scaling.items()}
     for key, value in values.items():
         w.add_uint32(key, value) if isinstance(value, int) else w.add_float32(key, value)
-    for t in reader.tensors:
-        w.add_tensor(t.name, np.array(t.data), raw_dtype=t.tensor_type)
-    for name, value in extra.items():
-        w.add_tensor(name, value)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    _write_with_tensors(w, reader, extra)
     return path
 
 
