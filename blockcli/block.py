@@ -37,7 +37,7 @@ from blockcli.ops import STANDARD_OPS, Array, Ops
 from blockcli.parallel import share_out
 from blockcli.shapes import Shape, block_parameter_shapes, is_buffer, model_parameter_shapes
 from blockcli.tape import Tape
-from blockcli.deltanet import GATE_REFUSED, DeltaNetState, GatedDeltaNetMixer
+from blockcli.deltanet import DeltaNetState, GatedDeltaNetMixer
 
 Record = Callable[..., None]  # record(key, op, out, inputs, kind=..., params=...)
 
@@ -551,6 +551,7 @@ class MultiHeadAttention:
             gated = concat * F.sigmoid(gate)  # (B, T, h·d_h)
             rec("attn_gated", "heads × σ(gate)", gated, (concat, gate), kind="sigmoid_gate")
             concat = gated
+            saved["gate"] = gate  # the backward reads σ(gate) and its derivative
         out = ops.project_out(concat, p["w_o"], p.get("b_o"))  # (B, T, d)
         rec("attn_out", "output projection", out, (concat, p["w_o"]), kind="linear", params=("w_o", "b_o"))
         if tape is not None:
@@ -561,12 +562,14 @@ class MultiHeadAttention:
         """d_out (B, T, d) → dx (B, T, d), the forward in reverse: output projection, attention, RoPE
         (rotated back), the q/k norms, the clamp, the Q/K/V projection (one GEMM for all three)."""
         cfg, p, ops = self.cfg, self.p, self.ops
-        if cfg.attention_gate:
-            raise InputError(GATE_REFUSED)
         h, h_kv = cfg.n_heads, cfg.n_kv_heads
         saved = tape.take("attn")
         x = saved["x"]
-        d_concat = self._project_out_backward(d_out, saved["heads"], tape)  # (B, T, h·d_h)
+        dx_gate = 0.0
+        if cfg.attention_gate:  # out = (heads ⊙ σ(g))·W_O, g = x·W_gate + b_gate
+            d_concat, dx_gate = self._gate_backward(d_out, saved, tape)  # (B, T, h·d_h), (B, T, d)
+        else:
+            d_concat = self._project_out_backward(d_out, saved["heads"], tape)  # (B, T, h·d_h)
         q_width, kv_width = p["w_q"].shape[1], p["w_k"].shape[1]
         # dQ, dK, dV written straight into their columns of one (B, T, (h + 2·h_kv)·d_h) array, the Q/K/V GEMM's
         d_qkv = np.empty(x.shape[:2] + (self.w_qkv.shape[1],), dtype=np.result_type(x, d_out))
@@ -595,7 +598,22 @@ class MultiHeadAttention:
             tape.add(f"w_{name}", dw[:, lo:hi])
             if db is not None:
                 tape.add(f"b_{name}", db[lo:hi])
-        return d_qkv @ self.w_qkv.T  # (B, T, d)
+        return d_qkv @ self.w_qkv.T + dx_gate  # (B, T, d)
+
+    def _gate_backward(self, d_out: Array, saved: Mapping[str, Any], tape: Tape) -> tuple[Array, Array]:
+        """The attention gate's step in reverse: W_O's gradients from the gated heads, W_gate's (and b_gate's) from
+        d(gate) = d(gated)·heads·σ'(gate); returns d(heads) (B, T, h·d_h) and the gate's share of dx (B, T, d)."""
+        p, ops = self.p, self.ops
+        concat, s = ops.combine_heads(saved["heads"]), F.sigmoid(saved["gate"])  # (B, T, h·d_h) each
+        tape.add("w_o", ops.weight_grad(concat * s, d_out))
+        if "b_o" in p:
+            tape.add("b_o", F.sum_rows(d_out))
+        d_gated = d_out @ p["w_o"].T  # (B, T, h·d_h)
+        d_gate = d_gated * concat * s * (1.0 - s)  # (B, T, h·d_h)
+        tape.add("w_attn_gate", ops.weight_grad(saved["x"], d_gate))
+        if "b_attn_gate" in p:
+            tape.add("b_attn_gate", F.sum_rows(d_gate))
+        return d_gated * s, d_gate @ p["w_attn_gate"].T
 
     def _project_out_backward(self, d_out: Array, heads: Array, tape: Tape) -> Array:
         """W_O's gradients from the attention output (B, h, T, d_v) and d_out (B, T, d); returns d_concat."""
@@ -1845,7 +1863,7 @@ class Model:
             return loss, grads
         from blockcli.checkpoint import to_stored
 
-        return loss, to_stored(self.stored, grads, self.config.block.n_heads)
+        return loss, to_stored(self.stored, grads, self.config.block.n_heads, config=self.config)
 
     def backward_pass(self, ids: Array, labels: Array | None = None, tape: Tape | None = None) -> tuple[float, Tape]:
         """The loss, and the tape after the backward: its gradients under blockcli's keys, and the most the

@@ -661,12 +661,16 @@ def _raw(stored: Stored) -> np.ndarray:
 
 
 def to_stored(matches: list[Match], arrays: Mapping[str, np.ndarray], n_heads: int,
-              buffers: bool = False) -> dict[str, np.ndarray]:
+              buffers: bool = False, config: Config | None = None) -> dict[str, np.ndarray]:
     """Arrays under blockcli's keys (a model's parameters, or their gradients) → under the checkpoint's tensor
     names, each in its stored layout and shape (a fused tensor's parts put back side by side, nn.Linear's
     (out, in) transposed back), in the arrays' dtype: tensor by tensor what transformers holds. Buffers
     (DeepSeek's selection bias) only with `buffers`: a gradient has none."""
-    return {m.stored.name: _pack([arrays[k] for k in m.entry.keys], m.entry.layout, n_heads, m.stored.shape)
+    def groups(layout: str) -> int:  # a grouped layout's row groups (`config`: its linear-attention key heads)
+        return groups_of(layout, config) if config is not None and layout == GROUPED_KEY_HEADS else n_heads
+
+    return {m.stored.name: _pack([arrays[k] for k in m.entry.keys], m.entry.layout, groups(m.entry.layout),
+                                 m.stored.shape)
             for m in matches if buffers or not all(map(is_buffer, m.entry.keys))}
 
 

@@ -1051,11 +1051,6 @@ def verify(
             mapping = read_yaml(weights_map, "a weights map (YAML)") if weights_map is not None else None
             extra.update(impl=impl, timeout=timeout, per_sequence=per_sequence, weights_map=mapping)
         configs_ = [loaded(s, allow_field) for s in sources]  # every config is checked before any runs
-        if grad or set(chosen_only or ()) & set(GRAD_CHECKS):  # a layer blockcli has no backward for: refused
-            from blockcli.deltanet import refuse_backward
-
-            for cfg in configs_:
-                refuse_backward(cfg)
         if mutant is not None:
             from blockcli.mutants import preset_it_shows_on, why_not
 

@@ -12,7 +12,8 @@ heads read each key head); C = 2·h_k·d_k + h_v·d_v the short conv's channels 
 
 The state a sequence carries is S (B, h_v, d_k, d_v) and the conv's last K − 1 inputs (B, K − 1, C): constant in
 T, unlike a K/V cache. The forward walks the recurrence token by token over all heads at once (exact, the
-same steps transformers' recurrent kernel takes); decoding continues from the stored state.
+same steps transformers' recurrent kernel takes); decoding continues from the stored state. The backward walks
+it back from the last token, from each step's starting state kept on the tape.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 from blockcli import ops as F
-from blockcli.config import BlockConfig, GatedDeltaNet, InputError
+from blockcli.config import BlockConfig, GatedDeltaNet
 from blockcli.ops import STANDARD_OPS, Array, Ops
 from blockcli.shapes import deltanet_shapes
 
@@ -33,21 +34,6 @@ Record = Callable[..., None]
 # the projections from x, by parameter key: what each makes
 PROJECTIONS = (("dn_q", "q"), ("dn_k", "k"), ("dn_v", "v"), ("dn_z", "output gate z"), ("dn_b", "write strength b"),
                ("dn_a", "decay input a"))
-REFUSED_BACKWARD = ("a Gated DeltaNet layer (block.linear_attention) has no backward in blockcli yet; "
-                    "gradients, training and the backward trace are not available for it")
-GATE_REFUSED = ("gated attention (block.attention_gate) has no backward in blockcli yet; gradients, training and "
-                "the backward trace are not available for it")
-
-
-def refuse_backward(config: Any) -> None:
-    """One InputError, before any work, when some layer of `config` (a Config) has no backward in blockcli."""
-    blocks = [config.layer_block(i) for i in range(config.model.n_layers)] if config.model else [config.block]
-    if any(b.linear_attention is not None for b in blocks):
-        raise InputError(REFUSED_BACKWARD)
-    if any(b.attention_gate for b in blocks):
-        raise InputError(GATE_REFUSED)
-
-
 def _ignore(*_args: Any, **_kwargs: Any) -> None:
     return None
 
@@ -74,13 +60,17 @@ class DeltaNetState:
     length: int = 0
 
 
-def gated_delta_rule(q: Array, k: Array, v: Array, g: Array, beta: Array, state: Array) -> tuple[Array, Array]:
+def gated_delta_rule(q: Array, k: Array, v: Array, g: Array, beta: Array, state: Array,
+                     before: Array | None = None) -> tuple[Array, Array]:
     """The recurrence over T: q, k (B, T, h_v, d_k) (normalised, q already scaled), v (B, T, h_v, d_v), g and beta
-    (B, T, h_v), state S (B, h_v, d_k, d_v). Returns o (B, T, h_v, d_v) and the final S."""
+    (B, T, h_v), state S (B, h_v, d_k, d_v). Returns o (B, T, h_v, d_v) and the final S; `before` (B, T, h_v, d_k,
+    d_v), given, receives the state each step starts from (what the backward reads)."""
     out = np.empty(v.shape, dtype=np.result_type(q, v, state))
     s = state.copy()
     decay = np.exp(g)  # (B, T, h_v)
     for t in range(q.shape[1]):
+        if before is not None:
+            before[:, t] = s
         s *= decay[:, t, :, None, None]  # (B, h_v, d_k, d_v)
         k_t = k[:, t]  # (B, h_v, d_k)
         remembered = np.einsum("bhkv,bhk->bhv", s, k_t)  # (B, h_v, d_v): Sᵀk
@@ -101,8 +91,9 @@ class GatedDeltaNetMixer:
 
     def __call__(self, x: Array, rec: Record = _ignore, cache: Any = None, drop: Any = None,
                  tape: Any = None) -> Array:
-        if tape is not None:
-            raise InputError(REFUSED_BACKWARD)
+        """x (B, T, d) → (B, T, d); `cache` (a DeltaNetState) carries the state between calls. A tape keeps what
+        the backward reads: x, the conv's input and output, the normalised q and k, v, b, a, z, every step's
+        starting state and the heads' output."""
         p, m = self.p, mixer_of(self.cfg)
         B, T, _ = x.shape
         h_k, h_v, d_k, d_v = m.key_heads, m.value_heads, m.key_head_dim, m.value_head_dim
@@ -122,6 +113,7 @@ class GatedDeltaNetMixer:
         q = act[..., :kw].reshape(B, T, h_k, d_k)
         k = act[..., kw:2 * kw].reshape(B, T, h_k, d_k)
         v = act[..., 2 * kw:].reshape(B, T, h_v, d_v)
+        q_raw, k_raw = q, k
         q = F.l2_normalize(q) / math.sqrt(d_k)  # (B, T, h_k, d_k), times the readout's 1/√d_k
         k = F.l2_normalize(k)
         rec("dn_qk_norm", "L2-normalise q and k (q / √d_k)", k, (q, k), kind="l2norm")
@@ -135,7 +127,8 @@ class GatedDeltaNetMixer:
         state = getattr(cache, "recurrent", None)
         if state is None:
             state = np.zeros((B, h_v, d_k, d_v), dtype=v.dtype)
-        o, new_state = gated_delta_rule(q, k, v, g, beta, state)  # (B, T, h_v, d_v), (B, h_v, d_k, d_v)
+        before = np.empty((B, T, h_v, d_k, d_v), dtype=np.result_type(q, v)) if tape is not None else None
+        o, new_state = gated_delta_rule(q, k, v, g, beta, state, before)  # (B, T, h_v, d_v), (B, h_v, d_k, d_v)
         rec("dn_delta_rule", "gated delta rule (state S: B, h_v, d_k, d_v)", o, (q, k, v, g, beta),
             kind="delta_rule")
         if cache is not None:
@@ -147,10 +140,99 @@ class GatedDeltaNetMixer:
         flat = gated.reshape(B, T, h_v * d_v)  # (B, T, h_v·d_v)
         out = F.linear(flat, p["dn_out"], None)  # (B, T, d)
         rec("attn_out", "output projection", out, (flat, p["dn_out"]), kind="linear", params=("dn_out",))
+        if tape is not None:
+            tape.keep("deltanet", x=x, qkv=qkv, conv=conv, q_raw=q_raw, k_raw=k_raw, q=q, k=k, v=v, b=made["dn_b"],
+                      a=made["dn_a"], z=z, g=g, beta=beta, before=before, o=o, flat=flat)
         return out
 
     def backward(self, d_out: Array, tape: Any) -> Array:
-        raise InputError(REFUSED_BACKWARD)
+        """d_out (B, T, d) → dx (B, T, d): the forward in reverse, the recurrence walked back from the last token
+        (the state after the pass gets no gradient); every parameter's gradient added to the tape."""
+        p, m, ops = self.p, mixer_of(self.cfg), self.ops
+        sv = tape.take("deltanet")
+        x = sv["x"]
+        B, T, _ = x.shape
+        h_k, h_v, d_k, d_v = m.key_heads, m.value_heads, m.key_head_dim, m.value_head_dim
+        tape.add("dn_out", ops.weight_grad(sv["flat"], d_out))
+        d_gated = (d_out @ p["dn_out"].T).reshape(B, T, h_v, d_v)
+        o, z = sv["o"], sv["z"]
+        normed = F.rms_norm(o, p["dn_norm_gamma"], None, m.norm_eps)  # (B, T, h_v, d_v)
+        d_normed = d_gated * F.silu(z)
+        d_z = F.silu_backward(z, d_gated * normed)  # (B, T, h_v, d_v)
+        d_o, d_scale = F.rms_norm_backward(o, p["dn_norm_gamma"], m.norm_eps, d_normed)
+        tape.add("dn_norm_gamma", F.unbroadcast(d_scale, p["dn_norm_gamma"].shape))
+        dq, dk, dv, dg, d_beta = delta_rule_backward(sv["q"], sv["k"], sv["v"], sv["g"], sv["beta"], sv["before"], d_o)
+        r = h_v // h_k  # value heads per key head: their gradients summed back onto it
+        dq = dq.reshape(B, T, h_k, r, d_k).sum(axis=3) / math.sqrt(d_k)  # (B, T, h_k, d_k)
+        dk = dk.reshape(B, T, h_k, r, d_k).sum(axis=3)
+        dq, dk = l2_normalize_backward(sv["q_raw"], dq), l2_normalize_backward(sv["k_raw"], dk)
+        d_b = d_beta * sv["beta"] * (1.0 - sv["beta"])  # (B, T, h_v): σ'
+        # g = −exp(A_log)·softplus(a + dt_bias): ∂g/∂A_log = g, ∂g/∂a = −exp(A_log)·σ(a + dt_bias)
+        tape.add("dn_A_log", (dg * sv["g"]).sum(axis=(0, 1)))
+        d_a = dg * -np.exp(p["dn_A_log"]) * F.sigmoid(sv["a"] + p["dn_dt_bias"])  # (B, T, h_v)
+        tape.add("dn_dt_bias", d_a.sum(axis=(0, 1)))
+        d_act = np.concatenate([dq.reshape(B, T, -1), dk.reshape(B, T, -1), dv.reshape(B, T, -1)], axis=-1)
+        d_conv = F.silu_backward(sv["conv"], d_act)  # (B, T, C)
+        d_qkv, d_taps = causal_conv1d_backward(sv["qkv"], p["dn_conv"], d_conv)
+        tape.add("dn_conv", d_taps)
+        kw = m.key_width
+        parts = {"dn_q": d_qkv[..., :kw], "dn_k": d_qkv[..., kw:2 * kw], "dn_v": d_qkv[..., 2 * kw:],
+                 "dn_z": d_z.reshape(B, T, -1), "dn_b": d_b, "dn_a": d_a}
+        dx = np.zeros_like(x, dtype=np.result_type(x, d_out))
+        for key, d_part in parts.items():  # y = x·W for each: dW = xᵀ·dy, dx += dy·Wᵀ
+            tape.add(key, ops.weight_grad(x, d_part))
+            dx += d_part @ p[key].T
+        return dx
+
+
+def delta_rule_backward(q: Array, k: Array, v: Array, g: Array, beta: Array, before: Array, d_out: Array
+                        ) -> tuple[Array, Array, Array, Array, Array]:
+    """The gated delta rule's vector-Jacobian product, walked back from the last step: with S₀ the step's starting
+    state, S' = e^g·S₀, r = S'ᵀk, δ = β(v − r), S = S' + kδᵀ and o = Sᵀq; `before` holds each step's S₀. Returns
+    dq, dk (B, T, h_v, d_k), dv (B, T, h_v, d_v), dg and dβ (B, T, h_v)."""
+    dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
+    dg, d_beta = np.empty_like(g), np.empty_like(beta)
+    dS = np.zeros(before.shape[:1] + before.shape[2:], dtype=before.dtype)  # (B, h_v, d_k, d_v): ∂L/∂S after step t
+    decay = np.exp(g)  # (B, T, h_v)
+    for t in reversed(range(q.shape[1])):
+        q_t, k_t, v_t, b_t = q[:, t], k[:, t], v[:, t], beta[:, t, :, None]
+        decayed = before[:, t] * decay[:, t, :, None, None]  # S'
+        r = np.einsum("bhkv,bhk->bhv", decayed, k_t)  # (B, h_v, d_v)
+        delta = b_t * (v_t - r)
+        after = decayed + k_t[..., :, None] * delta[..., None, :]  # S
+        dq[:, t] = np.einsum("bhkv,bhv->bhk", after, d_out[:, t])  # o = Sᵀq
+        dS += q_t[..., :, None] * d_out[:, t][..., None, :]
+        d_delta = np.einsum("bhkv,bhk->bhv", dS, k_t)  # S = S' + kδᵀ
+        dk_t = np.einsum("bhkv,bhv->bhk", dS, delta)
+        d_beta[:, t] = np.sum(d_delta * (v_t - r), axis=-1)
+        dv[:, t] = b_t * d_delta
+        d_r = -b_t * d_delta  # r = S'ᵀk
+        dk[:, t] = dk_t + np.einsum("bhkv,bhv->bhk", decayed, d_r)
+        dS = dS + k_t[..., :, None] * d_r[..., None, :]  # now ∂L/∂S'
+        dg[:, t] = np.sum(dS * decayed, axis=(-2, -1))  # S' = e^g·S₀
+        dS = dS * decay[:, t, :, None, None]  # ∂L/∂S₀: the previous step's S
+    return dq, dk, dv, dg, d_beta
+
+
+def l2_normalize_backward(x: Array, dy: Array, eps: float = 1e-6) -> Array:
+    """y = x/n, n = √(Σx² + ε): dx = (dy − y·⟨y, dy⟩)/n over the last axis."""
+    n = np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps)
+    y = x / n
+    return (dy - y * np.sum(y * dy, axis=-1, keepdims=True)) / n
+
+
+def causal_conv1d_backward(x: Array, weight: Array, dy: Array) -> tuple[Array, Array]:
+    """ops.causal_conv1d's vector-Jacobian product from zeros before x: x (B, T, C), weight (C, K), dy (B, T, C) →
+    dx (B, T, C), d_weight (C, K)."""
+    B, T, C = x.shape
+    K = weight.shape[1]
+    padded = np.concatenate([np.zeros((B, K - 1, C), dtype=x.dtype), x], axis=1)  # (B, K − 1 + T, C)
+    d_padded = np.zeros(padded.shape, dtype=np.result_type(x, dy))
+    d_weight = np.empty(weight.shape, dtype=np.result_type(x, dy))
+    for j in range(K):  # y_t += weight[:, j]·padded[t + j]
+        d_weight[:, j] = np.sum(dy * padded[:, j:j + T], axis=(0, 1))
+        d_padded[:, j:j + T] += dy * weight[:, j]
+    return d_padded[:, K - 1:], d_weight
 
 
 def analytic_rows(cfg: BlockConfig, rec: Record, S: Callable[..., Any], x: Any, batch: int, seq: int) -> Any:

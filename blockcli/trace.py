@@ -747,6 +747,7 @@ def collapse_layers(rows: list[OpRow], n_layers: int, groups: list[tuple[int, ..
 BACKWARD_ELEMENT_FLOPS = {
     "add": 0, "layernorm": 8, "rmsnorm": 6, "softmax": 4, "mask": 0, "rope": 3, "reshape": 0, "gather": 1,
     "clip": 1, "scale": 1, "sigmoid": 3, "topk": 0, "count": 0, "gate": 2,
+    "sigmoid_gate": 5, "l2norm": 6, "decay": 5, "gated_norm": 12,  # gated attention, Gated DeltaNet
 }
 
 
@@ -779,6 +780,12 @@ def _backward_flops(row: OpRow, config: Config) -> tuple[str, int, int]:
         return (f"recompute score tiles Q·Kᵀ from each row's log-sum-exp ({recompute:,} FLOPs), then dV = Pᵀ·dO, "
                 f"dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀ·Q", row.matmul_flops * (3 * d_h + 2 * d_v) // (d_h + d_v),
                 row.matmul_flops * (3 * d_h + 2 * d_v) // (d_h + d_v))
+    if row.kind == "conv":  # the depthwise conv: dX and dW, K multiply-adds per element each
+        return "dX and dW of the depthwise conv", 2 * row.matmul_flops, 2 * row.matmul_flops
+    if row.kind == "delta_rule":  # walked back from the last token: S'ᵀk and S recomputed, then seven products
+        return ("the recurrence walked back: S'ᵀk and S recomputed, then dq = S·dO, dS += q·dOᵀ, dδ = dSᵀk, "
+                "dk = dS·δ + S'·dr, dS += k·drᵀ, dg = Σ dS ⊙ S'", 3 * row.matmul_flops
+                + 2 * (row.flops - row.matmul_flops), 3 * row.matmul_flops)
     if row.kind in MLP_KIND_FLOPS:
         from blockcli.activations import function_of
 

@@ -164,7 +164,7 @@ def save_folder(model: Model, folder: Path, force: bool, config_json: Path | Non
         data = to_hf(model.config)
         config_text = json.dumps(data, indent=2) + "\n"
         matches = layout_of(model.config, data["model_type"])
-    tensors = to_stored(matches, model.params, model.config.block.n_heads, buffers=True)
+    tensors = to_stored(matches, model.params, model.config.block.n_heads, buffers=True, config=model.config)
     blob = save({k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata={"format": "pt"})
     if folder.exists() and not folder.is_dir():
         raise InputError(f"--save {folder}: exists and is not a folder")

@@ -1055,6 +1055,10 @@ def verification_config(config: Config) -> tuple[Config, list[str]]:
             small = replace(small, rope_scaling=replace(scaling, **{
                 name: tuple(f[i * len(f) // pairs] for i in range(pairs))
                 for name, f in (("short_factor", scaling.short_factor), ("long_factor", scaling.long_factor))}))
+        if b.linear_attention is not None:  # Gated DeltaNet: as many heads, each k times narrower
+            n = b.linear_attention
+            small = replace(small, linear_attention=replace(n, key_head_dim=max(1, n.key_head_dim // k),
+                                                            value_head_dim=max(1, n.value_head_dim // k)))
         if b.moe is not None:  # as many experts, each k times narrower
             small = replace(small, moe=replace(b.moe, d_expert=max(1, b.moe.d_expert // k),
                                                d_shared=b.moe.d_shared and max(1, b.moe.d_shared // k)))

@@ -21,6 +21,7 @@ import pytest
 
 import reference as ref
 from test_checkpoint import cli, relative
+from test_gradients import compare
 from blockcli import DecoderBlock, Model, load_config
 from blockcli.config import ConfigError, parse_config
 from blockcli.count import count_parameters
@@ -34,8 +35,9 @@ NAMES = ["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
 
-def expected(name: str) -> dict[str, np.ndarray]:
-    with np.load(FIXTURES / name / "expected.npz") as data:
+def expected(name: str, file: str = "expected.npz") -> dict[str, np.ndarray]:
+    """A fixture's transformers outputs (expected.npz) or gradients (gradients.npz)."""
+    with np.load(FIXTURES / name / file) as data:
         return {k: data[k] for k in data.files}
 
 
@@ -260,15 +262,55 @@ def test_the_kv_cache_counts_the_attention_layers_per_token_and_the_deltanet_sta
     assert (kv["bytes_per_token"], kv["state_bytes"], kv["bytes"]) == (per_token, state, 8 * per_token + state)
 
 
-# ----------------------------------------------------------------------------- the backward: refused
+# ----------------------------------------------------------------------------- the backward
 
 
-@pytest.mark.parametrize("command", [("train", "--steps", "1"), ("trace", "--backward"), ("verify", "--grad")])
-def test_gradients_through_these_layers_are_refused_in_one_line(command: tuple) -> None:
-    proc = cli(command[0], FIXTURES / "qwen3_5_text", *command[1:])
-    assert proc.returncode == 2, (proc.stdout[-400:], proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("blockcli: error: ") and "no backward" in lines[0]
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", NAMES)
+def test_loss_and_gradients_equal_transformers_autograd(name: str, dtype: str) -> None:
+    """gradients.npz (transformers' loss.backward() on the fixture: every tensor's fingerprint, under its stored
+    name and layout, Qwen3-Next's in_proj_qkvz and in_proj_ba grouped by key head) against Model.loss_and_grads."""
+    folder = FIXTURES / name
+    compare(Model.from_config(load_config(folder), weights=folder, dtype=dtype), expected(name, "gradients.npz"), dtype, "")
+
+
+@pytest.mark.parametrize("name", ["qwen3_next", "qwen3_5_moe_text"])
+def test_the_load_balancing_loss_and_its_gradients_equal_transformers(tmp_path: Path, name: str) -> None:
+    """output_router_logits on (router_aux_loss_coef 0.37, as the generator ran it)."""
+    for file in (FIXTURES / name).iterdir():
+        if file.name != "config.json":
+            (tmp_path / file.name).symlink_to(file)
+    config = json.loads((FIXTURES / name / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "output_router_logits": True,
+                                                      "router_aux_loss_coef": 0.37}))
+    compare(Model.from_config(load_config(tmp_path), weights=tmp_path, dtype="float64"), expected(name, "gradients.npz"), "float64",
+            "aux_")
+
+
+@pytest.mark.parametrize("block", [_BLOCK, {**_BLOCK, "linear_attention": None, "n_heads": 3, "n_kv_heads": 1,
+                                            "head_dim": 4, "bias": True, "attention_gate": True, "rope": 0.5,
+                                            "qk_norm": "head"}], ids=["deltanet", "gated-attention"])
+def test_the_backward_equals_central_differences(block: dict) -> None:
+    layer = DecoderBlock.from_config(parse_config({"block": block}), dtype="float64", seed=5)
+    rng = np.random.default_rng(1)
+    x, dy = rng.standard_normal((2, 6, 12)), rng.standard_normal((2, 6, 12))
+    dx, grads = layer.vjp(x, dy)
+
+    def central(array: np.ndarray) -> np.ndarray:  # d⟨y, dy⟩/d(array), entry by entry
+        out = np.empty(array.shape)
+        for idx in np.ndindex(array.shape):
+            old = array[idx]
+            array[idx] = old + 1e-6
+            up = np.sum(layer(x) * dy)
+            array[idx] = old - 1e-6
+            down = np.sum(layer(x) * dy)
+            array[idx] = old
+            out[idx] = (up - down) / 2e-6
+        return out
+
+    assert relative(dx, central(x)) <= 1e-7
+    for key, value in layer.params.items():
+        assert relative(grads[key], central(value)) <= 1e-6, key
 
 
 # ----------------------------------------------------------------------------- against transformers itself
@@ -396,3 +438,23 @@ def test_the_preset_totals_are_transformers_own(preset: str) -> None:
     transformers = pytest.importorskip("transformers")
     fields, want, _ = PRESETS[preset]
     assert _on_meta(transformers.AutoConfig.for_model(**fields)) == want
+
+
+@pytest.mark.torch
+def test_the_cache_bytes_are_transformers_cache_after_a_prefill_but_one_conv_input() -> None:
+    """transformers' DynamicCache after a 7-token prefill of the qwen3_next fixture (batch 2): the attention layers'
+    keys and values, the DeltaNet layers' recurrent state and conv window. Its window keeps the last K inputs,
+    one more per channel than the conv reads (K − 1, what blockcli counts): the two differ by exactly that."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    folder = FIXTURES / "qwen3_next"
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    with torch.no_grad():
+        cache = model(torch.tensor(expected("qwen3_next")["input_ids"]), use_cache=True).past_key_values
+    held = 0
+    for layer in cache.layers:
+        tensors = ([layer.keys, layer.values] if hasattr(layer, "keys") else
+                   [*layer.conv_states.values(), *layer.recurrent_states.values()])
+        held += sum(t.numel() * t.element_size() for t in tensors)
+    ours = inference(load_config(folder), 39_948, 7, 2, "float32").kv_bytes
+    assert held == ours + 2 * 2 * 56 * 4  # 2 DeltaNet layers × batch 2 × C = 56 channels × float32
