@@ -228,12 +228,25 @@ def test_vaultgemma_is_gemma2_with_the_norms_before_the_branches_only() -> None:
 def test_nemotron_is_a_layernorm_with_unit_offset_and_bias_rotating_half_of_each_head() -> None:
     """NemotronLayerNorm1P: F.layer_norm with weight + 1 and a bias, eps norm_eps; a plain ReLU² MLP; RoPE on the
     first partial_rotary_factor (0.5) of each head; rms_norm_eps is not Nemotron's field."""
-    block = mapped("nemotron", _sizes(6144, 24576, 32, 48, 256000, 4096))["block"]
+    block = mapped("nemotron", CASES["nemotron"][0])["block"]
     assert (block["norm"], block["norm_unit_offset"], block["norm_eps"]) == ("layernorm", True, 1e-5)
     assert block["bias"] == {"qkv": False, "out": False, "mlp": False, "norm": True}
     assert (block["rope"], block["activation"]) == (0.5, "relu2")  # relu2 is not gated: up_proj and down_proj
     with pytest.raises(Exception, match="rms_norm_eps"):
-        mapped("nemotron", {**_sizes(48, 80, 2, 6, 300, 96), "rms_norm_eps": 1e-6})
+        mapped("nemotron", {**_sizes(48, 80, 2, 6, 300, 96), "num_key_value_heads": 2, "rms_norm_eps": 1e-6})
+
+
+@pytest.mark.parametrize("model_type, field", [("nemotron", "num_key_value_heads"), ("ministral", "head_dim")])
+def test_a_field_transformers_attention_needs_and_the_config_class_leaves_null_is_required(model_type: str,
+                                                                                          field: str) -> None:
+    """NemotronAttention divides the heads by num_key_value_heads, MinistralAttention scales by head_dim ** -0.5:
+    both config classes default them to null, and transformers 5.24 fails to build the model from the defaults
+    (tests/fixtures/census/census.json's errors)."""
+    sizes = {**_sizes(48, 80, 2, 6, 300, 96), "num_key_value_heads": 2, "head_dim": 8}
+    for absent in ({k: v for k, v in sizes.items() if k != field}, {**sizes, field: None}):
+        with pytest.raises(ConfigError, match=f"field '{field}' is (missing|null); .*fails on null"):
+            mapped(model_type, absent)
+    assert total(model_type, sizes) > 0
 
 
 # ----------------------------------------------------------------------------- against transformers itself
