@@ -60,6 +60,13 @@ def _llama_by_hand(d: int, f: int, layers: int, vocab: int, q: int, kv: int, mat
 # Hunyuan's checkpoints' RoPE: "dynamic" with an alpha, a fixed base θ·α^(d_h/(d_h − 2))
 _NTK_ALPHA = {"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0}
 
+def _gpt_neo_by_hand(d: int, f: int, layers: int, vocab: int, positions: int, tied: bool) -> int:
+    """q, k, v without biases, out_proj with one; c_fc, c_proj with theirs; two LayerNorms with shifts a layer;
+    token and position embeddings, a final LayerNorm, the head if untied."""
+    layer = 3 * d * d + d * d + d + 2 * d * f + f + d + 4 * d
+    return layers * layer + (1 if tied else 2) * vocab * d + positions * d + 2 * d
+
+
 # model_type → (the config class's sizes, transformers' total for them, the total by hand,
 #               a random config, transformers' total for it)
 CASES: dict[str, tuple[dict, int, int, dict, int]] = {
@@ -107,6 +114,12 @@ CASES: dict[str, tuple[dict, int, int, dict, int]] = {
                  dict(_RANDOM, head_dim=12, attention_bias=True, mlp_bias=True, hidden_act="gelu", norm_eps=1e-4),
                  66_648),
     "ministral3": (_MINISTRAL3_SIZES, 8_489_553_920, _MINISTRAL3_BY_HAND, _MINISTRAL3_RANDOM, 51_480),
+    # GPT-Neo 1.3B's sizes: 24 layers alternating global and local (a window of 256), MLP 4·2048
+    "gpt_neo": (dict(hidden_size=2048, num_heads=16, num_layers=24, intermediate_size=None, vocab_size=50257,
+                     max_position_embeddings=2048), 1_315_575_808, _gpt_neo_by_hand(2048, 8192, 24, 50257, 2048, True),
+                dict(hidden_size=48, num_heads=6, num_layers=3, intermediate_size=100, window_size=5,
+                     attention_types=[[["local"], 1], [["global", "local"], 1]], vocab_size=300,
+                     max_position_embeddings=96, tie_word_embeddings=False, activation_function="relu"), 91_116),
 }
 
 
