@@ -45,7 +45,7 @@ UNCLAIMED = {
     "hrm_text", "hunyuan_v1_moe", "hy_v3", "hy_v4", "hyperclovax", "inkling2_loop_text", "inkling2_text",
     "inkling_text", "iquestcoder", "jais2", "jamba", "jetmoe", "kimi_linear", "kolibri1", "laguna", "lara_mini",
     "lfm2", "lfm2_moe", "lfm3", "llama4", "llama4_text", "longcat_flash", "mamba", "mamba2", "mellum",
-    "mimo_v2_flash", "minicpm3", "minimax", "minimax_m3_vl_text", "mllama", "modernbert-decoder", "moshi", "mpt",
+    "mimo_v2_flash", "minicpm3", "minimax", "minimax_m3_vl_text", "mllama", "modernbert-decoder", "moshi",
     "nanochat", "nemotron_h", "olmo_hybrid", "openai-gpt", "persimmon", "phi4_multimodal", "phimoe", "qwen3_5",
     "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text", "qwen3_next", "qwen4_exp", "qwen4_exp_text",
     "recurrent_gemma", "rwkv", "sarvam_mla", "sarvam_moe", "solar_open", "xglm", "xlnet", "xlstm", "youtu", "zamba",
@@ -121,7 +121,7 @@ def test_an_encoder_or_encoder_decoder_is_refused_as_not_a_decoder(model_type: s
 
 @pytest.mark.parametrize("model_type, said", [("bart", "is an encoder-decoder model, not a decoder-only one"),
                                               ("bert", "is an encoder model, not a decoder-only one"),
-                                              ("mpt", "is not a supported model family")])
+                                              ("rwkv", "is not a supported model family")])
 def test_the_cli_refuses_them_in_one_line_exit_2(tmp_path: Path, model_type: str, said: str) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"model_type": model_type}))

@@ -67,6 +67,12 @@ def _gpt_neo_by_hand(d: int, f: int, layers: int, vocab: int, positions: int, ti
     return layers * layer + (1 if tied else 2) * vocab * d + positions * d + 2 * d
 
 
+def _mpt_by_hand(d: int, layers: int, vocab: int, tied: bool) -> int:
+    """Wqkv, out_proj, up_proj and down_proj (4·d wide) without biases, two shift-free LayerNorms a layer; the
+    embeddings, a final LayerNorm, the head if untied."""
+    return layers * (12 * d * d + 2 * d) + (1 if tied else 2) * vocab * d + d
+
+
 # model_type → (the config class's sizes, transformers' total for them, the total by hand,
 #               a random config, transformers' total for it)
 CASES: dict[str, tuple[dict, int, int, dict, int]] = {
@@ -120,6 +126,11 @@ CASES: dict[str, tuple[dict, int, int, dict, int]] = {
                 dict(hidden_size=48, num_heads=6, num_layers=3, intermediate_size=100, window_size=5,
                      attention_types=[[["local"], 1], [["global", "local"], 1]], vocab_size=300,
                      max_position_embeddings=96, tie_word_embeddings=False, activation_function="relu"), 91_116),
+    # MptConfig's defaults (MPT-1B's sizes); the random config's expansion_ratio 2 is not read (4·d_model all the same)
+    "mpt": (dict(d_model=2048, n_heads=16, n_layers=24, vocab_size=50368, max_seq_len=2048), 1_311_213_568,
+            _mpt_by_hand(2048, 24, 50368, True),
+            dict(d_model=48, n_heads=8, n_layers=3, vocab_size=300, max_seq_len=96, tie_word_embeddings=False,
+                 expansion_ratio=2, attn_config={"clip_qkv": 3.0, "softmax_scale": 0.2}), 112_080),
 }
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from blockcli.config import ConfigError
+from blockcli.hf import hf_to_mapping
 from test_dense_families import CASES, mapped
 
 
@@ -42,3 +43,39 @@ def test_gpt_neo_leaves_its_scores_unscaled_and_windows_the_local_layers() -> No
 def test_gpt_neo_attention_types_that_do_not_spell_out_its_layers_are_refused(types: Any, said: str) -> None:
     with pytest.raises(ConfigError, match=f"field 'attention_types'.*{re.escape(said)}"):
         mapped("gpt_neo", {**CASES["gpt_neo"][0], "attention_types": types})
+
+
+def test_mpt_runs_alibi_without_biases_and_reads_its_attention_config() -> None:
+    block = mapped("mpt", CASES["mpt"][3])["block"]
+    assert (block["bias"], block["norm"], block["d_ff"], block["activation"]) == (False, "layernorm", 192, "gelu")
+    assert (block["clip_qkv"], block["attention_scale"], block["rope"]) == (3.0, 0.2, False)
+    model = mapped("mpt", CASES["mpt"][0])["model"]
+    assert (model["positions"], model["max_positions"], model["tie_embeddings"]) == ("alibi", 2048, True)
+
+
+def test_mpt_fields_transformers_never_reads_are_accepted_with_a_note_when_they_differ() -> None:
+    from blockcli.hf import _mapped
+
+    _, said, _ = _mapped({"model_type": "mpt", **CASES["mpt"][0], "expansion_ratio": 4,
+                          "attn_config": {"alibi": True, "qk_ln": False}}, "m.json", ())
+    assert not said  # at the values transformers' MPT runs
+    _, said, _ = _mapped({"model_type": "mpt", **CASES["mpt"][0], "expansion_ratio": 2,
+                          "attn_config": {"qk_ln": True}}, "m.json", ())
+    assert said == ["expansion_ratio = 2 is not read by transformers' MPT (MptMLP is 4·d_model wide whatever it says)",
+                    "attn_config.qk_ln = True is not read by transformers' MPT (MptAttention normalises neither "
+                    "queries nor keys)"]
+
+
+@pytest.mark.parametrize("fields, said", [
+    ({"n_heads": 8, "d_model": 48}, None),
+    ({"n_heads": 6, "d_model": 48}, "field 'n_heads' = 6 cannot be represented"),
+    ({"attn_config": {"softmax_scale": 0.1, "rope": True}}, "m.json: attn_config: field 'rope' = True cannot be"),
+    ({"attn_config": [1]}, "field 'attn_config': expected an object"),
+])
+def test_mpt_heads_that_are_not_a_power_of_2_and_unknown_attention_fields_are_refused(fields: dict, said: Any) -> None:
+    data = {"model_type": "mpt", **CASES["mpt"][0], **fields}
+    if said is None:
+        assert hf_to_mapping(data, "m.json")["block"]["n_heads"] == 8
+        return
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        hf_to_mapping(data, "m.json")
