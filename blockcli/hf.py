@@ -51,6 +51,7 @@ from blockcli.config import Config, ConfigError, Quantization, parse_config, par
 from blockcli.families import COMPOSITES, FAMILIES
 from blockcli.families.common import Composite, refuse_nulls
 from blockcli.families.fields import COMMON_IGNORED, COMMON_NEUTRAL, Fields, json_kind, short
+from blockcli.families.not_decoders import not_a_decoder
 
 RUN_DEFAULTS = {"batch": 1, "seq_len": 8, "dtype": "float32", "seed": 0}
 SECTION_ORDER = ("about", "block", "model", "layers", "run")
@@ -191,6 +192,8 @@ def _mapped(data: Any, where: str, allow_fields: tuple[str, ...], tensors_beside
         data, where, note, quant = _language_model(data, where, COMPOSITES[model_type], allow_fields)
         set_aside.append(note)
     if not isinstance(model_type, str) or model_type not in FAMILIES and model_type not in COMPOSITES:
+        if (why := not_a_decoder(model_type)) is not None:
+            raise ConfigError(f"{where}: field 'model_type' = {short(model_type)} {why}")
         close = difflib.get_close_matches(str(model_type), [*FAMILIES, *COMPOSITES], n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise ConfigError(f"{where}: field 'model_type' = {short(model_type)} is not a supported model family "

@@ -60,6 +60,19 @@ def _llama_by_hand(d: int, f: int, layers: int, vocab: int, q: int, kv: int, mat
 # Hunyuan's checkpoints' RoPE: "dynamic" with an alpha, a fixed base θ·α^(d_h/(d_h − 2))
 _NTK_ALPHA = {"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0}
 
+def _gpt_neo_by_hand(d: int, f: int, layers: int, vocab: int, positions: int, tied: bool) -> int:
+    """q, k, v without biases, out_proj with one; c_fc, c_proj with theirs; two LayerNorms with shifts a layer;
+    token and position embeddings, a final LayerNorm, the head if untied."""
+    layer = 3 * d * d + d * d + d + 2 * d * f + f + d + 4 * d
+    return layers * layer + (1 if tied else 2) * vocab * d + positions * d + 2 * d
+
+
+def _mpt_by_hand(d: int, layers: int, vocab: int, tied: bool) -> int:
+    """Wqkv, out_proj, up_proj and down_proj (4·d wide) without biases, two shift-free LayerNorms a layer; the
+    embeddings, a final LayerNorm, the head if untied."""
+    return layers * (12 * d * d + 2 * d) + (1 if tied else 2) * vocab * d + d
+
+
 # model_type → (the config class's sizes, transformers' total for them, the total by hand,
 #               a random config, transformers' total for it)
 CASES: dict[str, tuple[dict, int, int, dict, int]] = {
@@ -107,6 +120,17 @@ CASES: dict[str, tuple[dict, int, int, dict, int]] = {
                  dict(_RANDOM, head_dim=12, attention_bias=True, mlp_bias=True, hidden_act="gelu", norm_eps=1e-4),
                  66_648),
     "ministral3": (_MINISTRAL3_SIZES, 8_489_553_920, _MINISTRAL3_BY_HAND, _MINISTRAL3_RANDOM, 51_480),
+    # GPT-Neo 1.3B's sizes: 24 layers alternating global and local (a window of 256), MLP 4·2048
+    "gpt_neo": (dict(hidden_size=2048, num_heads=16, num_layers=24, intermediate_size=None, vocab_size=50257,
+                     max_position_embeddings=2048), 1_315_575_808, _gpt_neo_by_hand(2048, 8192, 24, 50257, 2048, True),
+                dict(hidden_size=48, num_heads=6, num_layers=3, intermediate_size=100, window_size=5,
+                     attention_types=[[["local"], 1], [["global", "local"], 1]], vocab_size=300,
+                     max_position_embeddings=96, tie_word_embeddings=False, activation_function="relu"), 91_116),
+    # MptConfig's defaults (MPT-1B's sizes); the random config's expansion_ratio 2 is not read (4·d_model all the same)
+    "mpt": (dict(d_model=2048, n_heads=16, n_layers=24, vocab_size=50368, max_seq_len=2048), 1_311_213_568,
+            _mpt_by_hand(2048, 24, 50368, True),
+            dict(d_model=48, n_heads=8, n_layers=3, vocab_size=300, max_seq_len=96, tie_word_embeddings=False,
+                 expansion_ratio=2, attn_config={"clip_qkv": 3.0, "softmax_scale": 0.2}), 112_080),
 }
 
 
@@ -228,12 +252,25 @@ def test_vaultgemma_is_gemma2_with_the_norms_before_the_branches_only() -> None:
 def test_nemotron_is_a_layernorm_with_unit_offset_and_bias_rotating_half_of_each_head() -> None:
     """NemotronLayerNorm1P: F.layer_norm with weight + 1 and a bias, eps norm_eps; a plain ReLU² MLP; RoPE on the
     first partial_rotary_factor (0.5) of each head; rms_norm_eps is not Nemotron's field."""
-    block = mapped("nemotron", _sizes(6144, 24576, 32, 48, 256000, 4096))["block"]
+    block = mapped("nemotron", CASES["nemotron"][0])["block"]
     assert (block["norm"], block["norm_unit_offset"], block["norm_eps"]) == ("layernorm", True, 1e-5)
     assert block["bias"] == {"qkv": False, "out": False, "mlp": False, "norm": True}
     assert (block["rope"], block["activation"]) == (0.5, "relu2")  # relu2 is not gated: up_proj and down_proj
     with pytest.raises(Exception, match="rms_norm_eps"):
-        mapped("nemotron", {**_sizes(48, 80, 2, 6, 300, 96), "rms_norm_eps": 1e-6})
+        mapped("nemotron", {**_sizes(48, 80, 2, 6, 300, 96), "num_key_value_heads": 2, "rms_norm_eps": 1e-6})
+
+
+@pytest.mark.parametrize("model_type, field", [("nemotron", "num_key_value_heads"), ("ministral", "head_dim")])
+def test_a_field_transformers_attention_needs_and_the_config_class_leaves_null_is_required(model_type: str,
+                                                                                          field: str) -> None:
+    """NemotronAttention divides the heads by num_key_value_heads, MinistralAttention scales by head_dim ** -0.5:
+    both config classes default them to null, and transformers 5.24 fails to build the model from the defaults
+    (tests/fixtures/census/census.json's errors)."""
+    sizes = {**_sizes(48, 80, 2, 6, 300, 96), "num_key_value_heads": 2, "head_dim": 8}
+    for absent in ({k: v for k, v in sizes.items() if k != field}, {**sizes, field: None}):
+        with pytest.raises(ConfigError, match=f"field '{field}' is (missing|null); .*fails on null"):
+            mapped(model_type, absent)
+    assert total(model_type, sizes) > 0
 
 
 # ----------------------------------------------------------------------------- against transformers itself

@@ -40,6 +40,8 @@ def _mistral(f: Fields) -> tuple[dict, dict]:
 def _ministral(f: Fields) -> tuple[dict, dict]:
     """Ministral: Mistral's block, with the window on the layers `layer_types` marks sliding (absent:
     every layer, unless `sliding_window` is null)."""
+    # MinistralAttention's scale is config.head_dim ** -0.5 (getattr finds the class's null): transformers fails without it
+    f.int("head_dim", why="transformers' Ministral attention reads it and fails on null")
     block, model = gated_rms(f, silu_gate, kv_default=8, tie_default=False,
                              qkv_bias=False, out_bias=False, mlp_bias=False)
     n_layers = model["n_layers"]

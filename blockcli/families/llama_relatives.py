@@ -91,6 +91,8 @@ def _nemotron(f: Fields) -> tuple[dict, dict]:
     """Nemotron: Llama's attention (`attention_bias` on q/k/v and o) rotating the first `partial_rotary_factor`
     (0.5) of each head, a plain MLP of `hidden_act` (ReLU²; `mlp_bias`) and NemotronLayerNorm1P everywhere:
     LayerNorm with a bias, its scale 1 + w, eps `norm_eps` (NemotronConfig has no rms_norm_eps)."""
+    # NemotronAttention divides the heads by it: transformers fails without it (NemotronConfig's default is null)
+    f.int("num_key_value_heads", why="transformers' Nemotron attention reads it and fails on null")
     block, model = gated_rms(with_data(f, {k: v for k, v in f.data.items() if k != "rms_norm_eps"}),
                              lambda g: mlp_activation(g, "hidden_act", "relu2", gated=False), kv_default=None,
                              tie_default=False, fraction_keys=("partial_rotary_factor",), fraction_default=0.5)

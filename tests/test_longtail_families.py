@@ -1,0 +1,81 @@
+"""The long tail of issue #28 (GPT-Neo, MPT, ...): what each family's config.json maps onto.
+
+Their totals (the config class's defaults, by hand too, and a random config, against transformers' meta-device
+builds) are rows of tests/test_dense_families.py's CASES; their fixtures in tests/fixtures/hf/<family>/ check
+logits, every layer, a decode step and the gradients against transformers (tests/test_checkpoint.py,
+tests/test_gradients.py).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from blockcli.config import ConfigError
+from blockcli.hf import hf_to_mapping
+from test_dense_families import CASES, mapped
+
+
+# ----------------------------------------------------------------------------- what each family maps onto
+
+
+def test_gpt_neo_leaves_its_scores_unscaled_and_windows_the_local_layers() -> None:
+    data = mapped("gpt_neo", CASES["gpt_neo"][0])
+    block = data["block"]
+    assert (block["attention_scale"], block["d_ff"], block["activation"], "sliding_window" in block) == \
+        (1.0, 8192, "gelu_tanh", False)  # gelu_new is GELU's tanh approximation
+    assert block["bias"] == {"qkv": False, "out": True, "mlp": True, "norm": True}
+    assert data["layers"] == [{"indices": list(range(1, 24, 2)), "block": {"sliding_window": 256}}]
+    random = mapped("gpt_neo", CASES["gpt_neo"][3])  # local, global, local
+    assert random["block"]["sliding_window"] == 5 and random["layers"] == [{"indices": [1], "block": {"sliding_window": 0}}]
+    only_global = mapped("gpt_neo", {**CASES["gpt_neo"][0], "attention_types": [[["global"], 24]]})
+    assert "layers" not in only_global and "sliding_window" not in only_global["block"]
+
+
+@pytest.mark.parametrize("types, said", [
+    ([[["global", "local"], 11]], "spells out 22 layers; expected 'num_layers' = 24"),
+    ([[["global", "dilated"], 12]], "'global' or 'local'"),
+    ([["global", 24]], "a list of [kinds, repeats] pairs"),
+    ("global", "a list of [kinds, repeats] pairs"),
+])
+def test_gpt_neo_attention_types_that_do_not_spell_out_its_layers_are_refused(types: Any, said: str) -> None:
+    with pytest.raises(ConfigError, match=f"field 'attention_types'.*{re.escape(said)}"):
+        mapped("gpt_neo", {**CASES["gpt_neo"][0], "attention_types": types})
+
+
+def test_mpt_runs_alibi_without_biases_and_reads_its_attention_config() -> None:
+    block = mapped("mpt", CASES["mpt"][3])["block"]
+    assert (block["bias"], block["norm"], block["d_ff"], block["activation"]) == (False, "layernorm", 192, "gelu")
+    assert (block["clip_qkv"], block["attention_scale"], block["rope"]) == (3.0, 0.2, False)
+    model = mapped("mpt", CASES["mpt"][0])["model"]
+    assert (model["positions"], model["max_positions"], model["tie_embeddings"]) == ("alibi", 2048, True)
+
+
+def test_mpt_fields_transformers_never_reads_are_accepted_with_a_note_when_they_differ() -> None:
+    from blockcli.hf import _mapped
+
+    _, said, _ = _mapped({"model_type": "mpt", **CASES["mpt"][0], "expansion_ratio": 4,
+                          "attn_config": {"alibi": True, "qk_ln": False}}, "m.json", ())
+    assert not said  # at the values transformers' MPT runs
+    _, said, _ = _mapped({"model_type": "mpt", **CASES["mpt"][0], "expansion_ratio": 2,
+                          "attn_config": {"qk_ln": True}}, "m.json", ())
+    assert said == ["expansion_ratio = 2 is not read by transformers' MPT (MptMLP is 4·d_model wide whatever it says)",
+                    "attn_config.qk_ln = True is not read by transformers' MPT (MptAttention normalises neither "
+                    "queries nor keys)"]
+
+
+@pytest.mark.parametrize("fields, said", [
+    ({"n_heads": 8, "d_model": 48}, None),
+    ({"n_heads": 6, "d_model": 48}, "field 'n_heads' = 6 cannot be represented"),
+    ({"attn_config": {"softmax_scale": 0.1, "rope": True}}, "m.json: attn_config: field 'rope' = True cannot be"),
+    ({"attn_config": [1]}, "field 'attn_config': expected an object"),
+])
+def test_mpt_heads_that_are_not_a_power_of_2_and_unknown_attention_fields_are_refused(fields: dict, said: Any) -> None:
+    data = {"model_type": "mpt", **CASES["mpt"][0], **fields}
+    if said is None:
+        assert hf_to_mapping(data, "m.json")["block"]["n_heads"] == 8
+        return
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        hf_to_mapping(data, "m.json")
