@@ -1,5 +1,5 @@
 """The mixtures of experts that are a diff of a family blockcli already reads (blockcli/families/moe_relatives.py):
-HunYuan MoE, ERNIE 4.5 MoE (and ERNIE 4.5 dense's RoPE base), Cohere 2 MoE. Their parameter counts against transformers 5.24's own totals (the causal LM built on
+HunYuan MoE, ERNIE 4.5 MoE (and ERNIE 4.5 dense's RoPE base), Cohere 2 MoE, PhiMoE. Their parameter counts against transformers 5.24's own totals (the causal LM built on
 the meta device from the config, sum of numel over parameters(), tied weights once) and a hand count, for the config
 class's defaults (its sizes written out, as blockcli asks for them) and for a random config with other switches set;
 the torch-marked test at the end recomputes every total and reads the sizes from the config class itself. Their
@@ -64,6 +64,19 @@ _COHERE2_MOE_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_
                            mlp_layer_types=["dense", "dense", "sparse", "sparse", "sparse"],
                            prefix_dense_intermediate_size=56, attention_bias=True, rms_norm_eps=1e-6)
 
+def phimoe_by_hand(d: int, f: int, layers: int, q: int, kv: int, bias: bool, experts: int, vocab: int, tied: bool,
+                   head_bias: bool) -> int:
+    """Q, K, V, O (biases with attention_bias), two LayerNorms (weight and bias), the router (E·d) and E SwiGLU
+    experts; the embedding, the final LayerNorm, an untied head and its bias."""
+    attention = 2 * d * q + 2 * d * kv + (q + 2 * kv + d if bias else 0)
+    return layers * (attention + 4 * d + experts * d + experts * 3 * d * f) + vocab * d * (1 if tied else 2) + 2 * d \
+        + (vocab if head_bias else 0)
+
+
+_PHIMOE_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=2, intermediate_size=40,
+                      num_hidden_layers=3, vocab_size=300, max_position_embeddings=96, num_local_experts=5,
+                      attention_bias=True, lm_head_bias=True, tie_word_embeddings=True, router_jitter_noise=0.3)
+
 # model_type → (the config class's sizes (with what it leaves null that transformers needs), transformers' total for
 #               them, the total by hand, a random config, transformers' total for it, its total by hand)
 CASES: dict[str, tuple[dict, int, int, dict, int, int]] = {
@@ -85,6 +98,11 @@ CASES: dict[str, tuple[dict, int, int, dict, int, int]] = {
                     _COHERE2_MOE_RANDOM, 213_816,
                     cohere2_moe_by_hand(48, 40, 72, 24, True, 5, 2, _COHERE2_MOE_RANDOM["mlp_layer_types"], 56, 300,
                                         False)),
+    # PhimoeConfig() (Phi-3.5-MoE): 16 experts of 6,400, top 2, GQA 32/8, untied; the random config: q/k/v/o biases,
+    # the LM head's bias, tied, a wide margin
+    "phimoe": (_sizes(4096, 6400, 32, 32, 32064, 131072), 41_872_793_600,
+               phimoe_by_hand(4096, 6400, 32, 4096, 1024, False, 16, 32064, False, False),
+               _PHIMOE_RANDOM, 121_308, phimoe_by_hand(48, 40, 3, 48, 16, True, 5, 300, True, True)),
 }
 
 # fields a config class leaves null that transformers cannot build the model without (set in CASES' sizes)
@@ -210,6 +228,33 @@ def test_cohere2_moe_softmaxes_the_top_k_logits_and_rotates_only_windowed_or_pre
 def test_cohere2_moe_what_blockcli_cannot_run_is_refused_naming_the_field(change: dict, field: str) -> None:
     data = {**_COHERE2_MOE_RANDOM, **change}
     assert f"field '{field}'" in config_error_message(lambda: mapped("cohere2_moe", data))
+
+
+def test_phimoe_routes_by_sparsemixer_with_its_jitter_as_the_margin() -> None:
+    block = mapped("phimoe", _PHIMOE_RANDOM)["block"]
+    assert block["moe"] == {"n_experts": 5, "top_k": 2, "d_expert": 40, "order": "sparsemixer", "sparsemixer_eps": 0.3}
+    assert block["norm"] == "layernorm" and block["bias"] == {"qkv": True, "out": True, "mlp": False, "norm": True}
+    assert mapped("phimoe", _sizes(64, 96, 2, 8, 100, 64))["block"]["rope_theta"] == 1e6  # PhimoeConfig.default_theta
+    message = config_error_message(lambda: mapped("phimoe", {**_PHIMOE_RANDOM, "num_experts_per_tok": 3}))
+    assert "field 'num_experts_per_tok'" in message and "always chooses 2" in message
+
+
+def test_phimoe_fixture_routes_through_its_margin() -> None:
+    """The fixture's margin (2·0.3) puts several experts into some stages' softmax: with a margin of 0 (each stage
+    weighs its expert 1) the logits are far from transformers'."""
+    import dataclasses
+
+    from test_checkpoint import FIXTURES, expected, relative
+
+    from blockcli import Model, load_config
+
+    folder, want = FIXTURES / "phimoe", expected("phimoe")
+    config = load_config(folder)
+    moe = dataclasses.replace(config.block.moe, sparsemixer_eps=0.0)
+    narrow = dataclasses.replace(config, block=dataclasses.replace(config.block, moe=moe))
+    params = Model.from_config(config, weights=folder, dtype="float64").params
+    assert relative(Model.from_config(narrow, weights=params, dtype="float64")(want["input_ids"]),
+                    want["logits_float64"]) > 1e-3
 
 
 # ----------------------------------------------------------------------------- against transformers itself

@@ -12,17 +12,20 @@ writes them: HunYuan MoE (HunYuan dense's attention), ERNIE 4.5 MoE (ERNIE 4.5's
   the windowed layers only, scaled logits), its norm an RMSNorm when `rms_norm_eps` is set, with a mixture of
   intermediate_size-wide experts on the `mlp_layer_types` "sparse" layers: the top k logits softmaxed (or their
   sigmoids, renormalised by `norm_topk_prob`), shared experts summed in.
+- PhiMoE (Phi-3.5-MoE): Mixtral's block with LayerNorms (weight and bias), `attention_bias` on q/k/v/o, an optional
+  LM head bias, and sparsemixer routing as transformers runs it in eval mode (`order: sparsemixer`); its
+  training-time sampling and jitter are not modelled (blockcli's `train` routes as in eval).
 """
 
 from __future__ import annotations
 
 from blockcli.families.cohere import cohere_block
-from blockcli.families.common import (TRAINING_ONLY, Family, first_of, gated_rms, layer_types, override_layers,
-                                      silu_gate, sliding_layers, with_data)
+from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, first_of, gated_rms, layer_types,
+                                      override_layers, silu_gate, sliding_layers, window_by_key, with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, LLAMA_MLP, theta_default
 from blockcli.families.llama_relatives import HUNYUAN, hunyuan_dense
-from blockcli.families.moe import MOE_TRAINING_ONLY, moe_tensors
+from blockcli.families.moe import MIXTRAL, MOE_TRAINING_ONLY, moe_tensors
 from blockcli.tensor_names import LINEAR, ROW, TensorMap, tensor
 
 
@@ -158,6 +161,30 @@ def _cohere2_moe(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _phimoe(f: Fields) -> tuple[dict, dict]:
+    """PhiMoE: Mixtral's attention (8 K/V heads, RoPE base 1e6 by default, a window only when `sliding_window` is
+    set; `attention_bias` on q/k/v/o), nn.LayerNorm with a bias everywhere (eps `rms_norm_eps`), `lm_head_bias`,
+    and on every layer `num_local_experts` (16) SwiGLU experts of intermediate_size routed by sparsemixer: in eval
+    mode two stages, each the best logit left weighted by the softmax over the experts left within a relative
+    margin 2·`router_jitter_noise` of it. It always picks 2 (its code returns two whatever num_experts_per_tok
+    says). Training-time sampling and `input_jitter_noise` act in training only."""
+    block, model = gated_rms(f, silu_gate, kv_default=8, tie_default=False, mlp_bias=False, eps_default=1e-5)
+    theta_default(f, block, 1e6)  # PhimoeConfig.default_theta
+    window_by_key(f, block, default=None)
+    attention = f.bool("attention_bias", False)
+    block.update(norm="layernorm", bias=bias_groups(attention, attention, False, True))
+    model["lm_head_bias"] = f.bool("lm_head_bias", False)
+    top_k = f.int("num_experts_per_tok", 2)
+    if top_k != 2:
+        raise f.unrepresentable("num_experts_per_tok", top_k, "PhiMoE's sparsemixer always chooses 2 experts")
+    block["moe"] = {"n_experts": f.int("num_local_experts", 16), "top_k": 2, "d_expert": block["d_ff"],
+                    "order": "sparsemixer",
+                    "sparsemixer_eps": f.float("router_jitter_noise", 0.01, low=0.0, high=1e6, low_open=False)}
+    if block["moe"]["n_experts"] < 2:
+        raise f.invalid("num_local_experts", block["moe"]["n_experts"], "at least 2 (sparsemixer chooses 2)")
+    return block, model
+
+
 # HunYuan dense's attention (query_layernorm, key_layernorm); mlp.gate.wg the router, the experts per expert
 # (save_pretrained's layout) or fused (transformers 5's), mlp.shared_mlp the shared expert
 _HUNYUAN_ATTENTION = tuple(t for t in HUNYUAN.tensors if ".mlp." not in t.name)
@@ -189,7 +216,19 @@ COHERE2_MOE = TensorMap("model.", tuple(t for t in LLAMA.tensors if t not in LLA
     tensor(f"blocks.{{i}}.shared_w_{role}", f"layers.{{i}}.mlp.shared_experts.{role}_proj.weight", LINEAR)
     for role in ("gate", "up", "down")) + LLAMA_MLP, buffers=LLAMA.buffers)
 
+# PhiMoE: Mixtral's names (block_sparse_moe.gate and experts w1/w3/w2 as save_pretrained writes them, or transformers
+# 5's mlp.router and fused mlp.experts), each LayerNorm's bias and the LM head's
+PHIMOE = TensorMap("model.", tuple(
+    tensor(" ".join(t.keys), t.name + "|layers.{i}.mlp.router.weight", t.layout) if t.keys == ("blocks.{i}.router",)
+    else t for t in MIXTRAL.tensors) + (
+    tensor("blocks.{i}.ln1_beta", "layers.{i}.input_layernorm.bias"),
+    tensor("blocks.{i}.ln2_beta", "layers.{i}.post_attention_layernorm.bias"),
+    tensor("ln_f_beta", "norm.bias"),
+    tensor("lm_head_bias", "lm_head.bias", top=True),
+), buffers=MIXTRAL.buffers)
+
 FAMILIES = (
+    Family("phimoe", "PhiMoE", _phimoe, PHIMOE, MOE_TRAINING_ONLY | {"input_jitter_noise"}, aux_loss=True),
     # output_router_logits only returns the router's logits: Cohere2MoeForCausalLM adds no load-balancing loss
     Family("cohere2_moe", "Cohere 2 MoE", _cohere2_moe, COHERE2_MOE, TRAINING_ONLY | {"output_router_logits"}),
     Family("ernie4_5_moe", "ERNIE 4.5 MoE", _ernie4_5_moe, ERNIE4_5_MOE, MOE_TRAINING_ONLY, aux_loss=True),
