@@ -1262,6 +1262,8 @@ def experts_label(stage: str, moe: Any, tokens: int) -> str:
 def routing_label(moe: Any) -> str:
     """The trace's name for the routing weights, with what is done to them."""
     return ("routing weights" + (" (softmax of the k logits)" if moe.order == "topk_softmax" else "")
+            + (" (sparsemixer: each stage's softmax over the experts near its best)" if moe.order == "sparsemixer"
+               else "")
             + (" (renormalised)" if moe.renormalize else "")
             + (f" × {moe.routed_scaling:g}" if moe.routed_scaling != 1.0 else ""))
 
@@ -1305,6 +1307,10 @@ class MixtureOfExperts:
             weights = ops.router_probabilities(np.take_along_axis(logits, chosen, axis=-1), "softmax")  # (N, k)
             scores3 = logits3
             probabilities = weights
+        elif moe.order == "sparsemixer":  # PhiMoE: two stages, each a softmax over the experts near its best
+            chosen, weights, probabilities = F.sparsemixer(logits, moe.sparsemixer_eps)  # (N, 2) twice, (2, N, E)
+            scores3 = probabilities[0].reshape(B, T, E)
+            rec("router_scores", f"router scores ({moe.scoring} over experts)", scores3, (logits3,), kind=moe.scoring)
         else:
             scores = ops.router_probabilities(logits, moe.scoring)  # (N, E)
             scores3 = scores.reshape(B, T, E)
@@ -1345,6 +1351,8 @@ class MixtureOfExperts:
         if moe.order == "topk_softmax":  # the softmax of the k chosen logits
             d_logits = np.zeros((chosen.shape[0], moe.n_experts), dtype=d_weights.dtype)
             np.put_along_axis(d_logits, chosen, self.ops.softmax_backward(probabilities, d_weights), axis=-1)
+        elif moe.order == "sparsemixer":  # each stage's masked softmax (2, N, E)
+            d_logits = F.sparsemixer_backward(probabilities, chosen, d_weights)
         else:
             if moe.renormalize:
                 raw = np.take_along_axis(probabilities, chosen, axis=-1)  # (N, k)

@@ -35,7 +35,7 @@ from blockcli.quantized import SUPPORTED, pair_quantized, schemes_of, stored_byt
 from blockcli.shapes import Shape, is_buffer, model_parameter_shapes
 from blockcli.tensor_names import DEPTHWISE, GROUPED_HEADS, GROUPED_KEY_HEADS
 from blockcli.tensor_names import (EXPERTS, EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE, FUSED, GROUPED_QKV, LINEAR,
-                                   SAME, SPLIT, Tensor, TensorMap, nested)
+                                   ROW, SAME, SPLIT, Tensor, TensorMap, nested)
 
 if TYPE_CHECKING:
     import numpy as np  # imported where values are read: counting from headers needs no NumPy
@@ -293,6 +293,8 @@ def stored_shape(entry: Tensor, shapes: Mapping[str, Shape]) -> Shape:
         return parts[0][::-1]
     if entry.layout == DEPTHWISE:  # nn.Conv1d's (C, 1, K)
         return (parts[0][0], 1, parts[0][1])
+    if entry.layout == ROW:  # a vector as a (1, n) matrix
+        return (1,) + parts[0]
     if entry.layout == SPLIT:  # Q | K | V along the last axis
         return parts[0][:-1] + (sum(p[-1] for p in parts),)
     if entry.layout == EXPERTS:  # (E, one expert's outputs, in)
@@ -729,6 +731,8 @@ def _unpack(value: np.ndarray, layout: str, n_heads: int, parts: tuple[Shape, ..
         groups = value.reshape(n_heads, sum(shares), *value.shape[1:])  # (groups, Σ shares[, d])
         ends = [sum(shares[:j + 1]) for j in range(len(shares))]
         return [groups[:, end - share:end].reshape(-1, *value.shape[1:]).T for end, share in zip(ends, shares)]
+    if layout == ROW:
+        return [value[0]]
     if layout == GROUPED_QKV:  # output rows [q…q k v] per K/V head, each block d_h rows
         head_dim = parts[0][-1] // n_heads
         n_kv = parts[1][-1] // head_dim

@@ -33,7 +33,7 @@ DTYPES = ("float32", "float64")
 BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
 QK_NORMS = ("none", "head", "projection", "each_head")
 ROUTER_SCORINGS = ("softmax", "sigmoid")
-ROUTER_ORDERS = ("softmax_topk", "topk_softmax")
+ROUTER_ORDERS = ("softmax_topk", "topk_softmax", "sparsemixer")
 GROUP_SCORES = ("max", "top2_sum")
 MAX_SIZE = 10**12  # far beyond any real model; keeps arithmetic and messages sane
 # layers are counted, traced and checked one by one: a million would take minutes; the deepest published
@@ -118,6 +118,12 @@ class MoE:
     top_groups: int = 1  # the best groups whose experts may be chosen (DeepSeek's topk_group)
     group_score: str = "max"  # a group's score: max of its scores (DeepSeek-V2) or sum of its top two (V3)
     selection_bias: bool = False  # a learned (n_experts,) bias added to the scores for the choice only
+    # the selection bias a parameter (ERNIE 4.5's moe_statics.e_score_correction_bias, an nn.Parameter built with
+    # requires_grad false), counted in the totals; otherwise a buffer outside them (DeepSeek-V3). Either way only the
+    # choice reads it: no gradient reaches it, and blockcli never trains it
+    selection_bias_frozen: bool = False
+    # `order: sparsemixer` (PhiMoE, eval mode): the relative margin ε of each stage's experts (router_jitter_noise)
+    sparsemixer_eps: float = 0.01
     logit_bias: bool = False  # the router is a linear layer with a bias b_router: logits = x·W + b (gpt-oss)
     d_shared: int = 0  # width of the shared expert MLP every token uses (0: none)
     shared_gate: bool = False  # the shared expert's output times sigmoid(x·w_gate) (Qwen2-MoE)
@@ -1089,6 +1095,8 @@ def _parse_moe(value: Any) -> MoE | None:
         routed_scaling=_float(value, "routed_scaling", p, 1.0, 0.0, 1e6, low_open=True),
         n_groups=n_groups, top_groups=top_groups, group_score=group_score,
         selection_bias=_bool(value, "selection_bias", p, False),
+        selection_bias_frozen=_bool(value, "selection_bias_frozen", p, False),
+        sparsemixer_eps=_float(value, "sparsemixer_eps", p, 0.01, 0.0, 1e6, low_open=False),
         logit_bias=_bool(value, "logit_bias", p, False),
         d_shared=_int(value, "d_shared", p, 0, minimum=0),
         shared_gate=_bool(value, "shared_gate", p, False),
@@ -1098,6 +1106,13 @@ def _parse_moe(value: Any) -> MoE | None:
     if moe.order == "topk_softmax" and (moe.scoring != "softmax" or moe.selection_bias or moe.n_groups > 1):
         raise ConfigError(f"{p}.order: topk_softmax softmaxes the k chosen logits; it takes scoring softmax, "
                           f"no selection_bias and one group")
+    if moe.order == "sparsemixer" and (moe.top_k != 2 or moe.scoring != "softmax" or moe.selection_bias
+                                       or moe.n_groups > 1 or moe.renormalize):
+        raise ConfigError(f"{p}.order: sparsemixer chooses 2 experts in two softmax stages; it takes top_k 2, "
+                          f"scoring softmax, no selection_bias, one group and renormalize false")
+    if moe.selection_bias_frozen and not moe.selection_bias:
+        raise ConfigError(f"{p}.selection_bias_frozen: says how the selection bias is stored, but selection_bias "
+                          f"is false (no selection bias)")
     if moe.shared_gate and not moe.d_shared:
         raise ConfigError(f"{p}.shared_gate: gates the shared expert, but d_shared is 0 (no shared expert)")
     return moe

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from blockcli.config import BlockConfig, Config, LayerGroup, layer_list, projected_width
-from blockcli.shapes import Shape, block_parameter_shapes, declared_sizes, is_buffer
+from blockcli.shapes import Shape, block_parameter_shapes, counted_buffer, declared_sizes, is_buffer
 
 # A polynomial: monomial (sorted tuple of symbols) → integer coefficient.
 Poly = Counter
@@ -241,7 +241,10 @@ def moe_formula(b: BlockConfig) -> list[Row]:
 
     rows = [Row("mlp.router", "router", term(1, "d", "E"), term(1, "E") if moe.logit_bias else Poly(),
                 ("router", "b_router"))]
-    if moe.selection_bias:  # transformers' DeepseekV3TopkRouter.e_score_correction_bias: a buffer
+    if moe.selection_bias_frozen:  # ERNIE 4.5's e_score_correction_bias: a parameter no gradient reaches
+        rows.append(Row("mlp.router_bias", "router selection bias (a parameter, never trained)", term(1, "E"),
+                        Poly(), ("router_bias",)))
+    elif moe.selection_bias:  # transformers' DeepseekV3TopkRouter.e_score_correction_bias: a buffer
         rows.append(Row("mlp.router_bias", "router selection bias (buffer, not a parameter)", term(1, "E"), Poly(),
                         ("router_bias",), buffer=True))
     rows += [Row("mlp.experts", f"{moe.n_experts} routed experts (top-{moe.top_k} per token)",
@@ -444,8 +447,9 @@ def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[s
             if found != c.count:
                 mismatches.append(f"{c.name}: formula {c.count:,} vs checkpoint {found:,}")
     mismatches.extend(f"{k}: stored tensor not in the formula" for k in stored if k not in covered)
-    reconciled = Reconciliation(result.total, sum(n for k, n in stored.items() if not is_buffer(k)), "checkpoint",
-                                tuple(mismatches), result.buffers, sum(n for k, n in stored.items() if is_buffer(k)))
+    uncounted = {k for k in stored if is_buffer(k) and not counted_buffer(k, config)}
+    reconciled = Reconciliation(result.total, sum(n for k, n in stored.items() if k not in uncounted), "checkpoint",
+                                tuple(mismatches), result.buffers, sum(n for k, n in stored.items() if k in uncounted))
     return replace(result, reconciled=reconciled, checkpoint=dict(info))
 
 

@@ -609,6 +609,38 @@ def top_k(values: Array, k: int) -> Array:
     return np.argsort(-values, axis=-1, kind="stable")[:, :k]
 
 
+def sparsemixer(logits: Array, eps: float) -> tuple[Array, Array, Array]:
+    """PhiMoE's routing as transformers runs it in eval mode (sparsemixer without its training-time sampling): two
+    stages, each choosing the best logit left (the first stage's expert taken out for the second) and weighting it
+    by the softmax over the experts left whose logit s is within a relative margin of that best m,
+    (m − s) / max(|s|, m) ≤ 2·eps. Returns (chosen (N, 2), their weights (N, 2), each stage's masked softmax
+    (2, N, E), zero off its experts, for the backward)."""
+    N, E = logits.shape
+    left = logits.copy()  # (N, E): the logits not yet chosen (-inf once chosen)
+    chosen, weights = np.empty((N, 2), dtype=np.intp), np.empty((N, 2), dtype=logits.dtype)
+    stages = np.empty((2, N, E), dtype=logits.dtype)
+    for j in range(2):
+        best = top_k(left, 1)  # (N, 1)
+        top = np.take_along_axis(left, best, axis=-1)  # (N, 1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            near = (top - logits) / np.maximum(np.abs(logits), top) <= 2 * eps  # (N, E)
+        stages[j] = softmax(np.where(near, left, -np.inf), axis=-1)
+        chosen[:, j], weights[:, j] = best[:, 0], np.take_along_axis(stages[j], best, axis=-1)[:, 0]
+        np.put_along_axis(left, best, -np.inf, axis=-1)
+    return chosen, weights, stages
+
+
+def sparsemixer_backward(stages: Array, chosen: Array, d_weights: Array) -> Array:
+    """d_weights (N, 2) of sparsemixer's two weights → d_logits (N, E): each stage's softmax VJP over its own
+    experts (none flows through the choices or the margins, computed without gradient in transformers)."""
+    d_logits = np.zeros(stages.shape[1:], dtype=d_weights.dtype)
+    for j in range(2):
+        d_stage = np.zeros_like(d_logits)
+        np.put_along_axis(d_stage, chosen[:, j:j + 1], d_weights[:, j:j + 1], axis=-1)
+        d_logits += softmax_backward(stages[j], d_stage)
+    return d_logits
+
+
 RENORMALIZE_EPS = 1e-20  # added to the sum, as DeepSeek-V3 does: sigmoid scores may all underflow to 0
 
 

@@ -234,6 +234,15 @@ def _moe(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.nda
             chosen = _best(logits, moe.top_k)
             e = [math.exp(logits[i] - logits[chosen[0]]) for i in chosen]
             weights = [a / sum(e) for a in e]
+        elif moe.order == "sparsemixer":  # two stages: the best left, softmaxed over the experts left near it
+            chosen, weights, left = [], [], list(range(len(logits)))
+            for _ in range(2):
+                best = _best([logits[i] if i in left else -math.inf for i in range(len(logits))], 1)[0]
+                m = logits[best]
+                near = [i for i in left if (m - logits[i]) / max(abs(logits[i]), m) <= 2 * moe.sparsemixer_eps]
+                chosen.append(best)
+                weights.append(1.0 / sum(math.exp(logits[i] - m) for i in near))
+                left.remove(best)
         else:
             if moe.scoring == "softmax":
                 e = [math.exp(z - max(logits)) for z in logits]

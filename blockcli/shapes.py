@@ -23,6 +23,15 @@ def is_buffer(key: str) -> bool:
     return key in BUFFERS or key.endswith(_IN_A_LAYER)
 
 
+def counted_buffer(key: str, config: Config) -> bool:
+    """Whether a layer's buffer key is counted among the parameters all the same: a selection bias stored as a
+    parameter that is never trained (ERNIE 4.5's `selection_bias_frozen`)."""
+    if not key.startswith("blocks.") or not key.endswith(".router_bias"):
+        return False
+    moe = config.layer_block(int(key.split(".")[1])).moe
+    return moe is not None and moe.selection_bias_frozen
+
+
 def norm_shapes(prefix: str, d: int, cfg: BlockConfig) -> dict[str, Shape]:
     shapes: dict[str, Shape] = {f"{prefix}_gamma": (d,)} if cfg.norm_scale else {}
     if cfg.bias.norm:
@@ -165,21 +174,24 @@ def declared_sizes(config: Config) -> tuple[int, int]:
     """(parameters, buffers): the sizes `model_parameter_shapes` declares (or one block's), summed
     without naming every layer's keys (DeepSeek-V3's 58 expert layers hold 44,544 of them)."""
     if config.model is None:
-        return _split(block_parameter_shapes(config.block))
+        return _split(block_parameter_shapes(config.block), config.block)
     per_block: dict[BlockConfig, tuple[int, int]] = {}
     parameters = buffers = 0
     for i in range(config.model.n_layers):
         block = config.layer_block(i)
         if block not in per_block:
-            per_block[block] = _split(block_parameter_shapes(block))
+            per_block[block] = _split(block_parameter_shapes(block), block)
         parameters, buffers = parameters + per_block[block][0], buffers + per_block[block][1]
     before, after = outer_shapes(config)
     outer_parameters, outer_buffers = _split({**before, **after})
     return parameters + outer_parameters, buffers + outer_buffers
 
 
-def _split(shapes: dict[str, Shape]) -> tuple[int, int]:
-    sizes = [(math.prod(s), is_buffer(k)) for k, s in shapes.items()]
+def _split(shapes: dict[str, Shape], block: BlockConfig | None = None) -> tuple[int, int]:
+    """(parameters, buffers) of these shapes; a frozen selection bias (`block.moe.selection_bias_frozen`) counts
+    as a parameter."""
+    frozen = block is not None and block.moe is not None and block.moe.selection_bias_frozen
+    sizes = [(math.prod(s), is_buffer(k) and not (frozen and k == "router_bias")) for k, s in shapes.items()]
     return sum(n for n, buffer in sizes if not buffer), sum(n for n, buffer in sizes if buffer)
 
 

@@ -148,6 +148,7 @@ def _resolve_moe(cfg):
         "d_shared": int(cfg.get("d_shared", 0)), "shared_gate": bool(cfg.get("shared_gate", False)),
         # false: the routed experts have no biases, the shared expert still has bias.mlp's (DeepSeek-V2)
         "routed_bias": bool(cfg.get("routed_bias", True)),
+        "sparsemixer_eps": float(cfg.get("sparsemixer_eps", 0.01)),
     }
 
 
@@ -745,6 +746,8 @@ def moe_routing(moe, weights, prefix, vec):
     if moe["order"] == "topk_softmax":
         chosen = _largest(logits, k)
         return chosen, [w * moe["routed_scaling"] for w in softmax_list([logits[e] for e in chosen])]
+    if moe["order"] == "sparsemixer":  # PhiMoE in eval mode (arXiv 2409.12136's SparseMixer, no sampling)
+        return _sparsemixer(logits, moe["sparsemixer_eps"], moe["routed_scaling"])
     scores = softmax_list(logits) if moe["scoring"] == "softmax" else [sigmoid(z) for z in logits]
     choice = list(scores)
     if moe["selection_bias"]:
@@ -768,6 +771,21 @@ def moe_routing(moe, weights, prefix, vec):
         total = math.fsum(picked) + 1e-20  # DeepSeek-V3 adds 1e-20: sigmoid scores can all underflow to 0
         picked = [w / total for w in picked]
     return chosen, [w * moe["routed_scaling"] for w in picked]
+
+
+def _sparsemixer(logits, eps, scaling):
+    """Two picks: the best logit m among the experts not yet picked, weighted by exp(m) over the sum of exp(s) of
+    those not yet picked whose relative gap (m - s) / max(|s|, m) is at most 2·eps."""
+    picked, weights = [], []
+    for _ in range(2):
+        remaining = [e for e in range(len(logits)) if e not in picked]
+        best = max(remaining, key=lambda e: (logits[e], -e))
+        m = logits[best]
+        near = [e for e in remaining if (m - logits[e]) / max(abs(logits[e]), m) <= 2 * eps]
+        total = math.fsum(math.exp(logits[e] - m) for e in near)
+        picked.append(best)
+        weights.append(scaling / total)  # exp(m - m) = 1 over the sum
+    return picked, weights
 
 
 def _moe(b, weights, prefix, vec):

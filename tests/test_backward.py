@@ -102,6 +102,8 @@ FEATURES = {
                                             "shared_gate": True}},
     "moe topk softmax, biased router": {"moe": {"n_experts": 3, "top_k": 2, "d_expert": 6, "order": "topk_softmax",
                                                 "logit_bias": True}},
+    "moe sparsemixer": {"moe": {"n_experts": 4, "top_k": 2, "d_expert": 6, "order": "sparsemixer",
+                                "sparsemixer_eps": 0.4}},
     "latent attention": {"rope": True, "norm": "rmsnorm", "mla": {"kv_lora_rank": 6, "q_lora_rank": 5,
                                                                   "qk_nope_head_dim": 4, "qk_rope_head_dim": 2,
                                                                   "v_head_dim": 3}},

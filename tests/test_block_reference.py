@@ -214,6 +214,10 @@ BLOCK_CASES = {
                                          moe={"n_experts": 6, "top_k": 2, "d_expert": 4, "routed_scaling": 1.5,
                                               "n_groups": 3, "top_groups": 1, "d_shared": 4}),
     "moe_top1_of_1": block_dict(bias=False, moe={"n_experts": 1, "top_k": 1, "d_expert": 9}),
+    # PhiMoE's sparsemixer (eval mode), its margin wide enough that a stage's softmax spans several experts
+    "moe_sparsemixer": block_dict(norm="layernorm", bias={"qkv": True, "out": True, "mlp": False, "norm": True},
+                                  activation="swiglu", moe={"n_experts": 5, "top_k": 2, "d_expert": 6,
+                                                            "order": "sparsemixer", "sparsemixer_eps": 0.4}),
     # gpt-oss: sink logits, biased experts behind a biased router (top 2 of the logits softmaxed), the clamped
     # SwiGLU at a limit that binds (0.4), a window, GQA, RoPE; and sinks beside ALiBi over a dense clamped MLP
     "gpt_oss_sinks_clamped_moe": block_dict(norm="rmsnorm", bias={"qkv": True, "out": True, "mlp": True, "norm": False},

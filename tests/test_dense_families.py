@@ -282,10 +282,17 @@ def test_the_totals_and_sizes_here_are_transformers_own(model_type: str) -> None
     """The config class's sizes are the ones written above, and transformers on the meta device counts the
     totals written above, for them and for the random config; blockcli reads the whole of the config class's
     to_dict() (every default spelled out) to the same total."""
+    sizes, defaults_total, _, fields, random_total = CASES[model_type]
+    assert_totals_are_transformers_own(model_type, sizes, NEEDED.get(model_type, ()), defaults_total, fields,
+                                       random_total)
+
+
+def assert_totals_are_transformers_own(model_type: str, sizes: dict, needed_keys: tuple[str, ...], defaults_total: int,
+                                       fields: dict, random_total: int) -> None:
+    """The body of the test above, for any family's sizes and random config (tests/test_moe_relatives.py too)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    sizes, defaults_total, _, fields, random_total = CASES[model_type]
-    needed = {key: sizes[key] for key in NEEDED.get(model_type, ())}  # what the config class leaves null
+    needed = {key: sizes[key] for key in needed_keys}  # what the config class leaves null
     assert all(getattr(transformers.AutoConfig.for_model(model_type), key) is None for key in needed)
     defaults = transformers.AutoConfig.for_model(model_type, **needed)
     assert {key: getattr(defaults, key) for key in sizes} == sizes

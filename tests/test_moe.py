@@ -150,6 +150,8 @@ def test_ties_go_to_the_lower_expert_index():
     ({"n_experts": 4, "top_k": 1, "d_expert": 2, "shared_gate": True}, "block.moe.shared_gate"),
     ({"n_experts": 4, "top_k": 1, "d_expert": 2, "order": "topk_softmax", "scoring": "sigmoid"}, "block.moe.order"),
     ({"n_experts": 4, "top_k": 1, "d_expert": 2, "experts": 3}, "block.moe.experts: unknown field"),
+    ({"n_experts": 4, "top_k": 1, "d_expert": 2, "selection_bias_frozen": True}, "block.moe.selection_bias_frozen"),
+    ({"n_experts": 4, "top_k": 3, "d_expert": 2, "order": "sparsemixer"}, "block.moe.order: sparsemixer"),
 ])
 def test_bad_moe_fields_are_one_line_naming_the_field(moe, message):
     with pytest.raises(ConfigError) as err:

@@ -18,7 +18,7 @@ def _cohere(f: Fields) -> tuple[dict, dict]:
     # null and false both leave the norms out (`if self.use_qk_norm`); true is Command R+'s shift-free LayerNorm
     # over each head of q and k, with weights (h, d_h) and (h_kv, d_h): qk_norm each_head
     qk_norm = bool(f.bool("use_qk_norm")) if f.raw("use_qk_norm", None) is not None else False
-    block, model = _cohere_block(f, theta_default=500000.0)  # CohereConfig's base
+    block, model = cohere_block(f, theta_default=500000.0)  # CohereConfig's base
     if qk_norm:
         block["qk_norm"] = "each_head"
     return block, model
@@ -34,7 +34,7 @@ def _cohere2(f: Fields) -> tuple[dict, dict]:
                        ("position_embedding_type", "rope_gptj"), ("order_of_interleaved_layers", "local_attn_first")):
         f.neutral(key, value, "transformers' Cohere2 runs the model this value describes and no other")
     f.ignore("use_embedding_sharder", "use_parallel_embedding")  # how the original code shards its tables
-    block, model = _cohere_block(f, theta_default=10000.0)
+    block, model = cohere_block(f, theta_default=10000.0)
     n_layers = model["n_layers"]
     sliding = layer_types(f, n_layers)
     if sliding is None:
@@ -47,7 +47,7 @@ def _cohere2(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
-def _cohere_block(f: Fields, theta_default: float) -> tuple[dict, dict]:
+def cohere_block(f: Fields, theta_default: float) -> tuple[dict, dict]:
     """The block and model sections Cohere and Cohere 2 share."""
     if f.has("logit_scale") and f.data["logit_scale"] is None:
         raise f.unrepresentable("logit_scale", None, "transformers multiplies the logits by it, so null is no model")

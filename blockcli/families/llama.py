@@ -295,6 +295,7 @@ def _ernie4_5(f: Fields) -> tuple[dict, dict]:
     block, model = gated_rms(f, silu_gate, kv_default=2, tie_default=True, head_dim_default=128, qkv_bias=bias,
                              out_bias=bias, mlp_bias=bias, eps_default=1e-5)
     block["rope_layout"] = "interleaved"
+    theta_default(f, block, 500000.0)  # Ernie4_5Config.default_theta
     return block, model
 
 

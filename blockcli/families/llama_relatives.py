@@ -103,7 +103,7 @@ def _nemotron(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
-def _hunyuan_dense(f: Fields) -> tuple[dict, dict]:
+def hunyuan_dense(f: Fields) -> tuple[dict, dict]:
     """HunYuan dense (Hunyuan-0.5B … 7B): Llama's block without MLP biases, q/k RMSNorm over each head after RoPE
     (`qk_norm_after_rope`), and NTK-alpha RoPE: a "dynamic" RoPE dict with `alpha` rotates with the fixed base
     θ·α^(d_h/(d_h − 2)) (HunYuanDenseV1RotaryEmbedding's ntk_alpha); its other keys are then unread."""
@@ -168,5 +168,5 @@ FAMILIES = (
     Family("exaone", "EXAONE 3", _exaone, EXAONE, TRAINING_ONLY),
     Family("internlm3", "InternLM3", _internlm3, LLAMA, TRAINING_ONLY),
     Family("nemotron", "Nemotron", _nemotron, NEMOTRON, TRAINING_ONLY),
-    Family("hunyuan_v1_dense", "HunYuan (dense)", _hunyuan_dense, HUNYUAN, TRAINING_ONLY),
+    Family("hunyuan_v1_dense", "HunYuan (dense)", hunyuan_dense, HUNYUAN, TRAINING_ONLY),
 )

@@ -1,0 +1,238 @@
+"""Mixtures of experts that are each a small diff of a family blockcli already reads, as transformers' modular_*.py
+writes them: HunYuan MoE (HunYuan dense's attention), ERNIE 4.5 MoE (ERNIE 4.5's attention).
+
+- HunYuan MoE (Hunyuan-A13B): HunYuan dense's block (q/k RMSNorm per head after RoPE, NTK-alpha RoPE) whose MLP is
+  a shared SwiGLU MLP of `intermediate_size` beside `num_experts` routed experts as wide (Mixtral's experts read
+  intermediate_size): softmax, the top `moe_topk`, always renormalised.
+- ERNIE 4.5 MoE (ERNIE-4.5-21B-A3B, 300B-A47B): ERNIE 4.5's interleaved RoPE with Llama's attention (head_dim
+  hidden_size / heads), an MLP of intermediate_size on the layers before `moe_layer_start_index` (and off the
+  `moe_layer_interval`), and elsewhere a softmax mixture chosen with a selection bias (its
+  `moe_statics.e_score_correction_bias`, a (1, E) parameter never trained) beside shared experts.
+- Cohere 2 MoE: Cohere 2's parallel block (one norm read by attention and the MLP side by side, interleaved RoPE on
+  the windowed layers only, scaled logits), its norm an RMSNorm when `rms_norm_eps` is set, with a mixture of
+  intermediate_size-wide experts on the `mlp_layer_types` "sparse" layers: the top k logits softmaxed (or their
+  sigmoids, renormalised by `norm_topk_prob`), shared experts summed in.
+- PhiMoE (Phi-3.5-MoE): Mixtral's block with LayerNorms (weight and bias), `attention_bias` on q/k/v/o, an optional
+  LM head bias, and sparsemixer routing as transformers runs it in eval mode (`order: sparsemixer`); its
+  training-time sampling and jitter are not modelled (blockcli's `train` routes as in eval).
+"""
+
+from __future__ import annotations
+
+from blockcli.families.cohere import cohere_block
+from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, first_of, gated_rms, layer_types,
+                                      override_layers, silu_gate, sliding_layers, window_by_key, with_data)
+from blockcli.families.fields import Fields
+from blockcli.families.llama import LLAMA, LLAMA_MLP, theta_default
+from blockcli.families.llama_relatives import HUNYUAN, hunyuan_dense
+from blockcli.families.moe import MIXTRAL, MOE_TRAINING_ONLY, moe_tensors
+from blockcli.tensor_names import LINEAR, ROW, TensorMap, tensor
+
+
+def _per_layer_refused(f: Fields, key: str, default: int) -> int:
+    """HunYuan's `num_experts` and `moe_topk` may be per-layer arrays; blockcli's layers share one mixture."""
+    if isinstance(f.data.get(key), list):
+        raise f.unrepresentable(key, f.data[key], "a per-layer array: blockcli's mixture layers share one expert "
+                                                  "count and top-k (give one integer)")
+    return f.int(key, default)
+
+
+def _hunyuan_moe(f: Fields) -> tuple[dict, dict]:
+    """HunYuan MoE: HunYuan dense's block with HunYuanMoEV1Moe on every layer: a shared SwiGLU MLP (shared_mlp,
+    intermediate_size, no biases) plus the routed experts (intermediate_size each), routed by a softmax over
+    `num_experts` (1 by default), the top `moe_topk` (1) renormalised to sum 1."""
+    block, model = hunyuan_dense(f)
+    n_experts = _per_layer_refused(f, "num_experts", 1)
+    top_k = _per_layer_refused(f, "moe_topk", 1)
+    if top_k > n_experts:
+        raise f.invalid("moe_topk", top_k, f"at most num_experts ({n_experts})")
+    block["moe"] = {"n_experts": n_experts, "top_k": top_k, "d_expert": block["d_ff"], "renormalize": True,
+                    "d_shared": block["d_ff"]}
+    return block, model
+
+
+def _ernie_expert_layers(f: Fields, n_layers: int) -> list[int]:
+    """Ernie4_5_MoeDecoderLayer's mixture layers: (i + 1) % moe_layer_interval == 0 and i from
+    moe_layer_start_index (1) to moe_layer_end_index (-1: the last layer) inclusive."""
+    interval = f.int("moe_layer_interval", 1)
+    start = f.int("moe_layer_start_index", 1, minimum=0)
+    end = f.int("moe_layer_end_index", -1, minimum=-1)
+    end = n_layers - 1 if end == -1 else end
+    return [i for i in range(n_layers) if (i + 1) % interval == 0 and start <= i <= end]
+
+
+def _ernie4_5_moe(f: Fields) -> tuple[dict, dict]:
+    """ERNIE 4.5 MoE: Llama's pre-norm block (GQA 20/4, head_dim hidden_size / heads) with ERNIE 4.5's RoPE on
+    interleaved pairs (base 500,000 by default) and, on its expert layers, Ernie4_5_MoeSparseMoeBlock: a softmax over
+    `moe_num_experts` (64), the top `moe_k` (6) chosen by the scores plus the selection bias and renormalised (the
+    sum clamped below at `moe_norm_min`, which binds only above k/E), and `moe_num_shared_experts` (2) shared
+    experts as one SwiGLU MLP moe_intermediate_size × that wide. `use_bias` puts a bias on every projection, the
+    shared experts' and the LM head's, but not on the routed experts: blockcli's bias.mlp would give them one, so
+    use_bias is read only for a model with no expert layer."""
+    bias = f.bool("use_bias", False)
+    block, model = gated_rms(f, silu_gate, kv_default=4, tie_default=True, qkv_bias=bias, out_bias=bias,
+                             mlp_bias=bias, eps_default=1e-5)
+    block["rope_layout"] = "interleaved"
+    theta_default(f, block, 500000.0)  # Ernie4_5_MoeConfig.default_theta
+    model["lm_head_bias"] = bias
+    experts = _ernie_expert_layers(f, model["n_layers"])
+    n_experts = first_of(f, ("moe_num_experts", "num_experts"), lambda key: f.int(key), 64)
+    top_k = first_of(f, ("moe_k", "num_experts_per_tok"), lambda key: f.int(key), 6)
+    shared = f.int("moe_num_shared_experts", 2, minimum=0)
+    d_expert = f.int("moe_intermediate_size", 1536)
+    floor = f.float("moe_norm_min", 1e-12, low=0.0, high=1e6, low_open=False)
+    if not experts:
+        return block, model
+    if bias:
+        raise f.unrepresentable("use_bias", True, "ERNIE 4.5 MoE's routed experts have no biases while its other "
+                                                  "projections would; blockcli's bias.mlp gives the experts one too")
+    if top_k > n_experts:
+        raise f.invalid("moe_k", top_k, f"at most moe_num_experts ({n_experts})")
+    if floor > top_k / n_experts:  # the k largest of E probabilities summing to 1 sum to at least k/E
+        raise f.unrepresentable("moe_norm_min", floor, f"it would clamp the top {top_k} weights' sum, which blockcli's "
+                                                       f"renormalisation does not (it binds only above k/E)")
+    block["moe"] = {"n_experts": n_experts, "top_k": top_k, "d_expert": d_expert, "renormalize": True,
+                    "selection_bias": True, "selection_bias_frozen": True,
+                    **({"d_shared": d_expert * shared} if shared else {})}
+    dense = [i for i in range(model["n_layers"]) if i not in experts]
+    if dense:
+        f.layers.append({"indices": dense, "block": {"moe": None}})
+    return block, model
+
+
+def _cohere2_moe(f: Fields) -> tuple[dict, dict]:
+    """Cohere 2 MoE: Cohere 2's block (head_dim 128 by default) with, on the "sparse" layers of `mlp_layer_types`,
+    Cohere2MoeSparseMoeBlock: `num_experts` (8) experts of intermediate_size; `expert_selection_fn` softmax
+    softmaxes the top `num_experts_per_tok` (2) logits (`order: topk_softmax`), sigmoid takes their sigmoids,
+    renormalised if `norm_topk_prob`; `num_shared_experts` shared experts as one MLP that many times as wide, summed
+    in (`shared_expert_combination_strategy` sum; its default, average, halves the sum: refused when there is a
+    shared expert). The "dense" layers an MLP of `prefix_dense_intermediate_size` (default intermediate_size).
+    Layer types: `layer_types`, or the first `first_k_dense_replace` layers windowed by
+    `prefix_dense_sliding_window_pattern` and the rest by `sliding_window_pattern` (all but every 4th); a layer
+    rotates when it is windowed (and a window is set), or is dense with a prefix pattern of 1."""
+    if f.data.get("head_dim") is None:  # Cohere2MoeConfig.head_dim: 128, not hidden_size / heads
+        f.ignore("head_dim")
+        f = with_data(f, {**f.data, "head_dim": 128})
+    rms_eps = f.raw("rms_norm_eps", None)
+    block, model = cohere_block(f, theta_default=10000.0)
+    if rms_eps is not None:  # Cohere2MoeRMSNorm in place of the shift-free LayerNorm; layer_norm_eps then unread
+        block.update(norm="rmsnorm", norm_eps=f.float("rms_norm_eps", low=0.0, high=1.0))
+    n = model["n_layers"]
+    first_k = f.int("first_k_dense_replace", 0, minimum=0)  # a published config's key, read by __post_init__
+    prefix = f.int("prefix_dense_sliding_window_pattern", 1)
+    sliding = layer_types(f, n)
+    pattern = f.int("sliding_window_pattern", 4)
+    if sliding is None:
+        sliding = [bool((i + 1) % prefix) for i in range(min(first_k, n))] + [
+            bool((i + 1) % pattern) for i in range(n - min(first_k, n))]
+    kinds = f.raw("mlp_layer_types", None)
+    if kinds is None:
+        kinds = ["dense" if i < first_k else "sparse" for i in range(n)]
+    elif not isinstance(kinds, list) or len(kinds) != n or any(k not in ("dense", "sparse") for k in kinds):
+        raise f.invalid("mlp_layer_types", kinds, f"an array of {n} layer kinds, dense or sparse")
+    window_on = f.data.get("sliding_window", 4096) is not None  # a null window: no layer slides, nor rotates
+    windowed = [kind and window_on for kind in sliding]
+    sliding_layers(f, block, windowed, default=4096)
+    override_layers(f, [i for i in range(n) if not (windowed[i] or (kinds[i] == "dense" and prefix == 1))],
+                    {"rope": False})
+    dense = [i for i in range(n) if kinds[i] == "dense"]
+    d_dense = f.int("prefix_dense_intermediate_size", block["d_ff"])
+    selection = f.str("expert_selection_fn", "softmax")
+    renormalize = f.bool("norm_topk_prob", True)
+    shared = f.int("num_shared_experts", 0, minimum=0)
+    combination = f.str("shared_expert_combination_strategy", "average")
+    n_experts, top_k = f.int("num_experts", 8), f.int("num_experts_per_tok", 2)
+    if len(dense) == n:
+        block["d_ff"] = d_dense
+        return block, model
+    if selection not in ("softmax", "sigmoid"):
+        raise f.invalid("expert_selection_fn", selection, "softmax or sigmoid")
+    if shared and combination != "sum":
+        raise f.unrepresentable("shared_expert_combination_strategy", combination, "the shared experts' output and "
+                                "the routed experts' averaged: blockcli sums them (only 'sum' is representable)")
+    if top_k > n_experts:
+        raise f.invalid("num_experts_per_tok", top_k, f"at most num_experts ({n_experts})")
+    block["moe"] = {"n_experts": n_experts, "top_k": top_k, "d_expert": block["d_ff"],
+                    **({"order": "topk_softmax"} if selection == "softmax" else
+                       {"scoring": "sigmoid", "renormalize": renormalize}),
+                    **({"d_shared": block["d_ff"] * shared} if shared else {})}
+    if dense:
+        override_layers(f, dense, {"moe": None, "d_ff": d_dense})
+    return block, model
+
+
+def _phimoe(f: Fields) -> tuple[dict, dict]:
+    """PhiMoE: Mixtral's attention (8 K/V heads, RoPE base 1e6 by default, a window only when `sliding_window` is
+    set; `attention_bias` on q/k/v/o), nn.LayerNorm with a bias everywhere (eps `rms_norm_eps`), `lm_head_bias`,
+    and on every layer `num_local_experts` (16) SwiGLU experts of intermediate_size routed by sparsemixer: in eval
+    mode two stages, each the best logit left weighted by the softmax over the experts left within a relative
+    margin 2·`router_jitter_noise` of it. It always picks 2 (its code returns two whatever num_experts_per_tok
+    says). Training-time sampling and `input_jitter_noise` act in training only."""
+    block, model = gated_rms(f, silu_gate, kv_default=8, tie_default=False, mlp_bias=False, eps_default=1e-5)
+    theta_default(f, block, 1e6)  # PhimoeConfig.default_theta
+    window_by_key(f, block, default=None)
+    attention = f.bool("attention_bias", False)
+    block.update(norm="layernorm", bias=bias_groups(attention, attention, False, True))
+    model["lm_head_bias"] = f.bool("lm_head_bias", False)
+    top_k = f.int("num_experts_per_tok", 2)
+    if top_k != 2:
+        raise f.unrepresentable("num_experts_per_tok", top_k, "PhiMoE's sparsemixer always chooses 2 experts")
+    block["moe"] = {"n_experts": f.int("num_local_experts", 16), "top_k": 2, "d_expert": block["d_ff"],
+                    "order": "sparsemixer",
+                    "sparsemixer_eps": f.float("router_jitter_noise", 0.01, low=0.0, high=1e6, low_open=False)}
+    if block["moe"]["n_experts"] < 2:
+        raise f.invalid("num_local_experts", block["moe"]["n_experts"], "at least 2 (sparsemixer chooses 2)")
+    return block, model
+
+
+# HunYuan dense's attention (query_layernorm, key_layernorm); mlp.gate.wg the router, the experts per expert
+# (save_pretrained's layout) or fused (transformers 5's), mlp.shared_mlp the shared expert
+_HUNYUAN_ATTENTION = tuple(t for t in HUNYUAN.tensors if ".mlp." not in t.name)
+HUNYUAN_MOE = TensorMap("model.", _HUNYUAN_ATTENTION + moe_tensors(
+    "layers.{i}.mlp.gate.wg", "layers.{i}.mlp.experts", ("gate_proj", "up_proj", "down_proj"),
+    "layers.{i}.mlp.experts") + tuple(
+    tensor(f"blocks.{{i}}.shared_w_{role}", f"layers.{{i}}.mlp.shared_mlp.{role}_proj.weight", LINEAR)
+    for role in ("gate", "up", "down")), buffers=HUNYUAN.buffers)
+
+# ERNIE 4.5 MoE: Llama's attention and dense MLP (with use_bias' biases), mlp.gate the router, the experts per expert
+# or fused, mlp.shared_experts the shared experts, and the selection bias (1, E) under mlp.moe_statics (as
+# save_pretrained writes it) or mlp.gate.moe_statics (as transformers 5 holds it); the LM head's bias
+ERNIE4_5_MOE = TensorMap("model.", tuple(t for t in LLAMA.tensors if t not in LLAMA_MLP) + moe_tensors(
+    "layers.{i}.mlp.gate", "layers.{i}.mlp.experts", ("gate_proj", "up_proj", "down_proj"),
+    "layers.{i}.mlp.experts") + tuple(
+    tensor(f"blocks.{{i}}.shared_{kind}_{role}", f"layers.{{i}}.mlp.shared_experts.{role}_proj.{name}", layout)
+    for role in ("gate", "up", "down") for kind, name, layout in (("w", "weight", LINEAR), ("b", "bias", "same"))) + (
+    tensor("blocks.{i}.router_bias", "layers.{i}.mlp.moe_statics.e_score_correction_bias|"
+                                     "layers.{i}.mlp.gate.moe_statics.e_score_correction_bias", ROW),
+    *LLAMA_MLP,  # the dense layers' MLP
+    tensor("lm_head_bias", "lm_head.bias", top=True),
+), buffers=LLAMA.buffers)
+
+# Cohere 2 MoE: Cohere's names (Llama's, with no post_attention_layernorm), mlp.gate the router, the experts per
+# expert or fused, mlp.shared_experts the shared experts, mlp.gate_proj … the dense layers' MLP
+COHERE2_MOE = TensorMap("model.", tuple(t for t in LLAMA.tensors if t not in LLAMA_MLP) + moe_tensors(
+    "layers.{i}.mlp.gate", "layers.{i}.mlp.experts", ("gate_proj", "up_proj", "down_proj"),
+    "layers.{i}.mlp.experts") + tuple(
+    tensor(f"blocks.{{i}}.shared_w_{role}", f"layers.{{i}}.mlp.shared_experts.{role}_proj.weight", LINEAR)
+    for role in ("gate", "up", "down")) + LLAMA_MLP, buffers=LLAMA.buffers)
+
+# PhiMoE: Mixtral's names (block_sparse_moe.gate and experts w1/w3/w2 as save_pretrained writes them, or transformers
+# 5's mlp.router and fused mlp.experts), each LayerNorm's bias and the LM head's
+PHIMOE = TensorMap("model.", tuple(
+    tensor(" ".join(t.keys), t.name + "|layers.{i}.mlp.router.weight", t.layout) if t.keys == ("blocks.{i}.router",)
+    else t for t in MIXTRAL.tensors) + (
+    tensor("blocks.{i}.ln1_beta", "layers.{i}.input_layernorm.bias"),
+    tensor("blocks.{i}.ln2_beta", "layers.{i}.post_attention_layernorm.bias"),
+    tensor("ln_f_beta", "norm.bias"),
+    tensor("lm_head_bias", "lm_head.bias", top=True),
+), buffers=MIXTRAL.buffers)
+
+FAMILIES = (
+    Family("phimoe", "PhiMoE", _phimoe, PHIMOE, MOE_TRAINING_ONLY | {"input_jitter_noise"}, aux_loss=True),
+    # output_router_logits only returns the router's logits: Cohere2MoeForCausalLM adds no load-balancing loss
+    Family("cohere2_moe", "Cohere 2 MoE", _cohere2_moe, COHERE2_MOE, TRAINING_ONLY | {"output_router_logits"}),
+    Family("ernie4_5_moe", "ERNIE 4.5 MoE", _ernie4_5_moe, ERNIE4_5_MOE, MOE_TRAINING_ONLY, aux_loss=True),
+    # output_router_logits only returns the router's logits: HunYuanMoEV1ForCausalLM adds no load-balancing loss
+    Family("hunyuan_v1_moe", "HunYuan MoE", _hunyuan_moe, HUNYUAN_MOE,
+           TRAINING_ONLY | {"output_router_logits"}),
+)
