@@ -1310,7 +1310,8 @@ def test_blockcli_rejection_after_mapping_names_the_file(tmp_path: Path, monkeyp
     # Defensive path: should the mapping ever hold a value parse_config rejects, the message still names the file.
     import blockcli.hf
 
-    monkeypatch.setattr(blockcli.hf, "_mapped", lambda data, where, allow=(): ({"block": {"d_model": -1}}, [], None))
+    monkeypatch.setattr(blockcli.hf, "_mapped", lambda data, where, allow=(), tensors_beside=False: (
+        {"block": {"d_model": -1}}, [], None))
     message = hf_error(write_json(tmp_path, GPT2))
     assert "block.d_model" in message
 
