@@ -479,3 +479,21 @@ def test_a_vision_language_checkpoint_reads_its_language_model_and_sets_the_towe
     want = expected("qwen3_5_text")
     assert relative(model(want["input_ids"]), want["logits_float64"]) <= 1e-9
     assert any("model.visual." in note for note in model.notes)
+
+
+def test_the_report_maps_the_attention_layers_and_says_why_not_the_deltanet_ones(tmp_path: Path) -> None:
+    proc = cli("report", FIXTURES / "qwen3_next", "-o", tmp_path / "r.html")
+    assert proc.returncode == 0, proc.stderr[-600:]
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "no maps of layers 0, 2: Gated DeltaNet layers mix tokens through a recurrent state" in page
+    assert "layer 1, head 0" in page and "layer 3, head 0" in page
+
+
+def test_every_seeded_bug_is_caught_or_said_not_to_apply_on_each_kind_of_layer() -> None:
+    """verify --mutants on qwen3_next: a DeltaNet layer runs no softmax-attention operation, and the checks a
+    gated-attention layer skips (5, 12) are said not to apply, so no seeded bug escapes unexplained."""
+    data = json.loads(cli("verify", FIXTURES / "qwen3_next", "--mutants", "--json").stdout)
+    assert data["passed"] and all(m["caught_by"] for m in data["mutants"])
+    reasons = {(n["name"], n["layer"]): n["reason"] for n in data["not_applicable"]}
+    assert "runs none of softmax attention's operations" in reasons["split-no-transpose", 0]
+    assert "do not apply to this layer" in reasons["missing-wo", 1]
