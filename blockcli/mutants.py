@@ -7,7 +7,7 @@ items that are meant to catch it; the tests assert them, and `verify --mutants` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -41,7 +41,8 @@ def _one_head(cfg: BlockConfig) -> str | None:
 
 def _no_bias(cfg: BlockConfig) -> str | None:
     b = cfg.bias
-    return None if (b.qkv or b.out or b.mlp or b.norm) else "the config has no biases or shifts to forget"
+    attention = (b.qkv or b.out) and cfg.linear_attention is None  # a Gated DeltaNet layer's projections have none
+    return None if (attention or b.mlp or b.norm) else "the config has no biases or shifts to forget"
 
 
 def _unit_head(cfg: BlockConfig) -> str | None:
@@ -316,13 +317,29 @@ def checked_block(config: Config, layer: int | None = None) -> BlockConfig:
     return verification_config(chosen)[0].block
 
 
+# the operations only softmax attention calls (a Gated DeltaNet layer none of them)
+SOFTMAX_ATTENTION_OPS = frozenset({"split_heads", "combine_heads", "attention_scores", "causal_mask",
+                                   "attention_weights", "project_out", "rotate_pairs", "split_rope_part",
+                                   "normalise_latent", "alibi_slopes", "softmax_backward", "rotate_pairs_backward",
+                                   "sum_groups", "backward_mask", "head_grad_to_table"})
+
+
 def why_not(mutant: Mutant, config: Config, layer: int | None, grad: bool) -> str | None:
     """Why this seeded bug cannot show on this config's checked block (None: it can)."""
     if mutant.backward and not grad:
         return "a bug of the backward: --grad runs the checks that see it"
     if mutant.tied_head and not (config.model is not None and config.model.tie_embeddings):
         return "no tied embedding table: a model config (preset, config.json) whose LM head reuses it"
-    return mutant.inapplicable(checked_block(config, layer))
+    from blockcli.verify import unmodelled
+
+    block = checked_block(config, layer)
+    changed = {f.name for f in fields(Ops) if getattr(mutant.ops, f.name) is not getattr(STANDARD_OPS, f.name)}
+    if block.linear_attention is not None and changed and changed <= SOFTMAX_ATTENTION_OPS:
+        return "a Gated DeltaNet layer runs none of softmax attention's operations, which this bug changes"
+    if mutant.expected and all(unmodelled(i, block) for i in mutant.expected):  # Gated DeltaNet, gated attention
+        return f"the checks that see it ({', '.join(map(str, mutant.expected))}) do not apply to this layer: " + \
+            "; ".join(dict.fromkeys(unmodelled(i, block) for i in mutant.expected))
+    return mutant.inapplicable(block)
 
 
 FAMILIAR_PRESETS = ("gpt2", "llama-3.1-8b", "mixtral-8x7b", "deepseek-v3")  # suggested first, when the bug shows

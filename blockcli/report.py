@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from blockcli import __version__
-from blockcli.config import BlockConfig, Config, InputError, clipped, parse_json, read_text_file
+from blockcli.config import BlockConfig, Config, InputError, clipped, layer_list, parse_json, read_text_file
 from blockcli.svg import PALETTE, Canvas, Series, esc, heatmap, line_chart
 from blockcli.units import human_bytes
 
@@ -197,6 +197,11 @@ def attention_maps(config: Config, weights: Path | None) -> tuple[list[Attention
     m = config.model
     T = min(MAP_SEQ, m.max_positions) if m is not None and m.positions == "learned" else MAP_SEQ
     groups = config.layer_groups()
+    recurrent = [g for g in groups if g.block.linear_attention is not None]  # Gated DeltaNet: no softmax to map
+    if recurrent:
+        notes.append(f"no maps of {layer_list(tuple(i for g in recurrent for i in g.layers))}: Gated DeltaNet layers "
+                     f"mix tokens through a recurrent state, with no attention weights")
+        groups = [g for g in groups if g.block.linear_attention is None]
     shown = groups[:MAP_LAYERS]
     if len(groups) > MAP_LAYERS:
         notes.append(f"maps of the first {MAP_LAYERS} of {len(groups)} layer groups")

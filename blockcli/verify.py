@@ -1185,7 +1185,7 @@ def run_checks(subject: Subject, cfg: BlockConfig, x: np.ndarray, formula: Formu
                 checks.append(error_row(i, failure, "the first call failed"))
                 continue
             context.figures = []
-            if (why := _unmodelled(i, cfg)) is not None:
+            if (why := unmodelled(i, cfg)) is not None:
                 checks.append(Check(i, NAMES[i], None, why, ""))
                 continue
             try:
@@ -1204,7 +1204,7 @@ def run_checks(subject: Subject, cfg: BlockConfig, x: np.ndarray, formula: Formu
     return checks
 
 
-def _unmodelled(i: int, cfg: BlockConfig) -> str | None:
+def unmodelled(i: int, cfg: BlockConfig) -> str | None:
     """Why check i does not apply to a Gated DeltaNet or gated-attention layer (None: it does)."""
     if cfg.linear_attention is not None and i in (1, 2, 3, 4, 5, 9):
         return "a Gated DeltaNet layer has no softmax attention heads"

@@ -458,3 +458,42 @@ def test_the_cache_bytes_are_transformers_cache_after_a_prefill_but_one_conv_inp
         held += sum(t.numel() * t.element_size() for t in tensors)
     ours = inference(load_config(folder), 39_948, 7, 2, "float32").kv_bytes
     assert held == ours + 2 * 2 * 56 * 4  # 2 DeltaNet layers × batch 2 × C = 56 channels × float32
+
+
+def test_a_vision_language_checkpoint_reads_its_language_model_and_sets_the_tower_aside(tmp_path: Path) -> None:
+    """The qwen3_5_text fixture saved as a Qwen3.5 vision-language checkpoint would hold it: its config under
+    text_config, its tensors under model.language_model., a vision tower under model.visual.; the language model read
+    from it gives transformers' logits of that language model (text alone: the tower never runs)."""
+    from safetensors.numpy import load_file, save_file
+
+    source = FIXTURES / "qwen3_5_text"
+    text = {k: v for k, v in json.loads((source / "config.json").read_text()).items() if k != "architectures"}
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "qwen3_5", "text_config": text, "tie_word_embeddings": True, "image_token_id": 120,
+        "vision_config": {"depth": 1, "hidden_size": 8, "num_heads": 2, "out_hidden_size": 32}}))
+    tensors = {f"model.language_model.{name[len('model.'):]}": value
+               for name, value in load_file(source / "model.safetensors").items()}
+    tensors["model.visual.blocks.0.attn.qkv.weight"] = np.zeros((24, 8), dtype=np.float32)
+    save_file(tensors, tmp_path / "model.safetensors")
+    model = Model.from_config(load_config(tmp_path), weights=tmp_path, dtype="float64")
+    want = expected("qwen3_5_text")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) <= 1e-9
+    assert any("model.visual." in note for note in model.notes)
+
+
+def test_the_report_maps_the_attention_layers_and_says_why_not_the_deltanet_ones(tmp_path: Path) -> None:
+    proc = cli("report", FIXTURES / "qwen3_next", "-o", tmp_path / "r.html")
+    assert proc.returncode == 0, proc.stderr[-600:]
+    page = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "no maps of layers 0, 2: Gated DeltaNet layers mix tokens through a recurrent state" in page
+    assert "layer 1, head 0" in page and "layer 3, head 0" in page
+
+
+def test_every_seeded_bug_is_caught_or_said_not_to_apply_on_each_kind_of_layer() -> None:
+    """verify --mutants on qwen3_next: a DeltaNet layer runs no softmax-attention operation, and the checks a
+    gated-attention layer skips (5, 12) are said not to apply, so no seeded bug escapes unexplained."""
+    data = json.loads(cli("verify", FIXTURES / "qwen3_next", "--mutants", "--json").stdout)
+    assert data["passed"] and all(m["caught_by"] for m in data["mutants"])
+    reasons = {(n["name"], n["layer"]): n["reason"] for n in data["not_applicable"]}
+    assert "runs none of softmax attention's operations" in reasons["split-no-transpose", 0]
+    assert "do not apply to this layer" in reasons["missing-wo", 1]
