@@ -73,6 +73,12 @@ def _mpt_by_hand(d: int, layers: int, vocab: int, tied: bool) -> int:
     return layers * (12 * d * d + 2 * d) + (1 if tied else 2) * vocab * d + d
 
 
+def _codegen_by_hand(d: int, f: int, layers: int, vocab: int, tied: bool) -> int:
+    """qkv_proj and out_proj without biases, fc_in and fc_out with them, one LayerNorm a layer; the embeddings, a
+    final LayerNorm, the head (if untied) and its bias."""
+    return layers * (4 * d * d + 2 * d * f + f + d + 2 * d) + (1 if tied else 2) * vocab * d + vocab + 2 * d
+
+
 # model_type → (the config class's sizes, transformers' total for them, the total by hand,
 #               a random config, transformers' total for it)
 CASES: dict[str, tuple[dict, int, int, dict, int]] = {
@@ -131,6 +137,11 @@ CASES: dict[str, tuple[dict, int, int, dict, int]] = {
             _mpt_by_hand(2048, 24, 50368, True),
             dict(d_model=48, n_heads=8, n_layers=3, vocab_size=300, max_seq_len=96, tie_word_embeddings=False,
                  expansion_ratio=2, attn_config={"clip_qkv": 3.0, "softmax_scale": 0.2}), 112_080),
+    # CodeGen-6B's sizes (CodeGenConfig's defaults); the random config ties the head (its bias stays)
+    "codegen": (dict(n_embd=4096, n_head=16, n_layer=28, rotary_dim=64, n_inner=None, vocab_size=50400,
+                     n_positions=2048), 6_050_882_784, _codegen_by_hand(4096, 16384, 28, 50400, False),
+                dict(n_embd=48, n_head=4, n_layer=3, rotary_dim=8, n_inner=100, vocab_size=300, n_positions=96,
+                     tie_word_embeddings=True, activation_function="relu"), 71_976),
 }
 
 

@@ -79,3 +79,26 @@ def test_mpt_heads_that_are_not_a_power_of_2_and_unknown_attention_fields_are_re
         return
     with pytest.raises(ConfigError, match=re.escape(said)):
         hf_to_mapping(data, "m.json")
+
+
+def test_codegens_qkv_proj_is_four_shards_of_q_v_k_rows() -> None:
+    """CodeGenAttention views qkv_proj's 3·d outputs as 4 shards of [q v k], each d/4 wide: with d = 24, rows
+    0-5 are Q's first quarter, 6-11 V's, 12-17 K's, 18-23 Q's second quarter, and so on."""
+    import numpy as np
+
+    from blockcli.checkpoint import _pack, _unpack
+    from blockcli.tensor_names import SHARDED_QVK
+
+    value = np.arange(72 * 5, dtype=np.float64).reshape(72, 5)  # (3·d, in): row r holds 5r … 5r + 4
+    q, k, v = _unpack(value, SHARDED_QVK, 2, ((5, 24),) * 3)
+    rows = {name: [int(x) // 5 for x in part[0]] for name, part in (("q", q), ("k", k), ("v", v))}
+    shard = [list(range(s, s + 6)) for s in range(0, 72, 6)]  # the 12 blocks of 6 rows: q v k q v k …
+    assert rows == {"q": sum(shard[0::3], []), "v": sum(shard[1::3], []), "k": sum(shard[2::3], [])}
+    assert np.array_equal(_pack([q, k, v], SHARDED_QVK, 2, value.shape), value)
+
+
+def test_codegen_is_gptj_and_needs_a_width_that_splits_into_four_shards() -> None:
+    block = mapped("codegen", CASES["codegen"][3])["block"]
+    assert (block["placement"], block["rope"], block["rope_layout"]) == ("parallel_shared", 8 / 12, "interleaved")
+    with pytest.raises(ConfigError, match="field 'n_embd' = 54 cannot be represented .*4 equal shards"):
+        mapped("codegen", {**CASES["codegen"][3], "n_embd": 54, "n_head": 3, "rotary_dim": 8})
