@@ -142,6 +142,10 @@ CASES: dict[str, tuple[dict, int, int, dict, int]] = {
                      n_positions=2048), 6_050_882_784, _codegen_by_hand(4096, 16384, 28, 50400, False),
                 dict(n_embd=48, n_head=4, n_layer=3, rotary_dim=8, n_inner=100, vocab_size=300, n_positions=96,
                      tie_word_embeddings=True, activation_function="relu"), 71_976),
+    # IQuest-Coder-V1-40B: 40 heads over 8 K/V heads of 128; the random config's null head_dim is hidden_size // heads
+    "iquestcoder": (_sizes(5120, 27648, 80, 40, 76800, 131072), 39_794_283_520,
+                    _llama_by_hand(5120, 27648, 80, 76800, 5120, 1024),
+                    dict(_RANDOM, head_dim=None, attention_bias=True, mlp_bias=True), 68_736),
 }
 
 

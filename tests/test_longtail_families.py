@@ -102,3 +102,11 @@ def test_codegen_is_gptj_and_needs_a_width_that_splits_into_four_shards() -> Non
     assert (block["placement"], block["rope"], block["rope_layout"]) == ("parallel_shared", 8 / 12, "interleaved")
     with pytest.raises(ConfigError, match="field 'n_embd' = 54 cannot be represented .*4 equal shards"):
         mapped("codegen", {**CASES["codegen"][3], "n_embd": 54, "n_head": 3, "rotary_dim": 8})
+
+
+def test_iquestcoder_heads_are_128_wide_unless_head_dim_is_null_and_its_refused_options_are_refused() -> None:
+    assert mapped("iquestcoder", CASES["iquestcoder"][0])["block"]["head_dim"] == 128
+    assert mapped("iquestcoder", CASES["iquestcoder"][3])["block"]["head_dim"] == 8  # 48 // 6
+    for key, value in (("clip_qkv", 8.0), ("use_sliding_window", True)):
+        with pytest.raises(ConfigError, match=f"field '{key}'.*IQuestCoderConfig refuses it"):
+            mapped("iquestcoder", {**CASES["iquestcoder"][0], key: value})

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 from blockcli.families import (bloom, cohere, deepseek, falcon, gemma2, glm, gpt2, gpt_neox, gpt_oss, gptj, llama,
                                llama_relatives, moe, opt, phi, phi3, stablelm, starcoder2)
-from blockcli.families import codegen, gpt_neo, mpt
+from blockcli.families import codegen, gpt_neo, llama_aliases, mpt
 from blockcli.families.common import Composite, Family
 
 _MODULES = (gpt2, opt, gpt_neox, llama, gemma2, starcoder2, gptj, phi, phi3, cohere, stablelm, falcon, bloom, moe,
             deepseek, gpt_oss, glm, llama_relatives)
-_MODULES += (gpt_neo, mpt, codegen)
+_MODULES += (gpt_neo, mpt, codegen, llama_aliases)
 
 FAMILIES: dict[str, Family] = {family.model_type: family for module in _MODULES for family in module.FAMILIES}
 # vision-language model_types whose `text_config` is one of the families above
