@@ -146,6 +146,10 @@ CASES: dict[str, tuple[dict, int, int, dict, int]] = {
     "iquestcoder": (_sizes(5120, 27648, 80, 40, 76800, 131072), 39_794_283_520,
                     _llama_by_hand(5120, 27648, 80, 76800, 5120, 1024),
                     dict(_RANDOM, head_dim=None, attention_bias=True, mlp_bias=True), 68_736),
+    # HyperCLOVAXConfig's sizes (Llama 2 7B's): four norms a layer (the two after the branches, use_post_norm)
+    "hyperclovax": (_sizes(4096, 11008, 32, 32, 32000, 2048), 6_738_677_760,
+                    _llama_by_hand(4096, 11008, 32, 32000, 4096, 4096) + 32 * 2 * 4096,
+                    dict(_RANDOM, head_dim=12, attention_bias=True, mlp_bias=True, use_post_norm=False), 78_072),
 }
 
 

@@ -110,3 +110,10 @@ def test_iquestcoder_heads_are_128_wide_unless_head_dim_is_null_and_its_refused_
     for key, value in (("clip_qkv", 8.0), ("use_sliding_window", True)):
         with pytest.raises(ConfigError, match=f"field '{key}'.*IQuestCoderConfig refuses it"):
             mapped("iquestcoder", {**CASES["iquestcoder"][0], key: value})
+
+
+def test_hyperclovax_is_granite_with_a_norm_after_each_branch_and_its_logits_multiplied() -> None:
+    data = mapped("hyperclovax", {**CASES["hyperclovax"][0], "logits_scaling": 0.25, "attention_multiplier": None})
+    assert (data["block"]["placement"], data["block"]["attention_scale"]) == ("sandwich", 128 ** -0.5)
+    assert data["model"]["logit_multiplier"] == 0.25  # GraniteForCausalLM would divide: 4
+    assert mapped("hyperclovax", CASES["hyperclovax"][3])["block"]["placement"] == "pre"  # use_post_norm false
