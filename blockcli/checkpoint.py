@@ -33,9 +33,9 @@ from blockcli.sources import load_config
 from blockcli.families import COMPOSITES, FAMILIES
 from blockcli.quantized import SUPPORTED, pair_quantized, schemes_of, stored_bytes
 from blockcli.shapes import Shape, is_buffer, model_parameter_shapes
-from blockcli.tensor_names import DEPTHWISE, GROUPED_HEADS, GROUPED_KEY_HEADS
-from blockcli.tensor_names import (EXPERTS, EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE, FUSED, GROUPED_QKV, LINEAR,
-                                   ROW, SAME, SPLIT, Tensor, TensorMap, nested)
+from blockcli.tensor_names import (DEPTHWISE, EXPERTS, EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE, FUSED, GROUPED_HEADS,
+                                   GROUPED_KEY_HEADS, GROUPED_QKV, LINEAR, QVK_SHARDS, ROW, SAME, SHARDED_QVK, SPLIT,
+                                   Tensor, TensorMap, nested)
 
 if TYPE_CHECKING:
     import numpy as np  # imported where values are read: counting from headers needs no NumPy
@@ -710,6 +710,9 @@ def _pack(parts: list[np.ndarray], layout: str, n_heads: int, shape: Shape) -> n
         q = rows[0].reshape(n_kv, n_heads // n_kv, head_dim, *rows[0].shape[1:])
         k, v = (r.reshape(n_kv, 1, head_dim, *r.shape[1:]) for r in rows[1:])
         return np.concatenate([q, k, v], axis=1).reshape(shape)
+    if layout == SHARDED_QVK:  # [q_s v_s k_s] per shard s, each a quarter of the rows
+        q, k, v = (p.T.reshape(QVK_SHARDS, 1, -1, *p.shape[:-1]) for p in parts)  # (4, 1, d/4[, d]) each
+        return np.concatenate([q, v, k], axis=1).reshape(shape)
     value = np.empty(shape, dtype=np.result_type(*parts))
     views = _unpack(value, layout, n_heads, tuple(p.shape for p in parts))  # every other layout: views of value
     for view, part in zip(views, parts):
@@ -739,6 +742,9 @@ def _unpack(value: np.ndarray, layout: str, n_heads: int, parts: tuple[Shape, ..
         groups = value.reshape(n_kv, n_heads // n_kv + 2, head_dim, *value.shape[1:])  # (h_kv, h/h_kv + 2, d_h[, d])
         grouped = [groups[:, :-2], groups[:, -2], groups[:, -1]]
         return [p.reshape(-1, *value.shape[1:]).T for p in grouped]  # (h·d_h[, d]), (h_kv·d_h[, d]) twice
+    if layout == SHARDED_QVK:  # output rows [q_s v_s k_s] per shard s, each a quarter of Q, V, K
+        shards = value.reshape(QVK_SHARDS, 3, -1, *value.shape[1:])  # (4, 3, d/4[, d])
+        return [shards[:, j].reshape(-1, *value.shape[1:]).T for j in (0, 2, 1)]  # Q, K, V: (in, out)
     if layout == EXPERTS_INTERLEAVED:  # (E, …, n·last): part j of expert e is value[e, …, j::n]
         n = len(parts) // value.shape[0]
         return [value[e, ..., j::n] for e in range(value.shape[0]) for j in range(n)]

@@ -18,6 +18,9 @@ stored tensor, the blockcli key (or keys, for a fused tensor) it fills and the l
               wide. One K/V head (multi-query) makes it Q | K | V; h_kv = h makes it GPT-NeoX's
               [q_i k_i v_i]: GPT-NeoX's, Falcon's `query_key_value` and GPTBigCode's `c_attn`, in
               every variant
+    SHARDED_QVK  nn.Linear whose output rows are 4 shards (the model-parallel shards CodeGen was trained on),
+              each a quarter of Q, then of V, then of K: [q₀ v₀ k₀ | q₁ v₁ k₁ | …], each d/4 rows: CodeGen's
+              `qkv_proj`
 
     GROUPED_HEADS  nn.Linear whose output rows are grouped per attention head: each group holds each key's
               share (its width / h) one after another: Qwen3-Next's q_proj, [q_i (d_h) | gate_i (d_h)] per head
@@ -66,6 +69,7 @@ from dataclasses import dataclass
 SAME, LINEAR, SPLIT, FUSED, GROUPED_QKV = "same", "linear", "split", "fused", "grouped_qkv"
 GROUPED_HEADS, GROUPED_KEY_HEADS, DEPTHWISE = "grouped_heads", "grouped_key_heads", "depthwise"
 ROW = "row"
+SHARDED_QVK, QVK_SHARDS = "sharded_qvk", 4
 EXPERTS, EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE = "experts", "experts_interleaved", "experts_side_by_side"
 
 

@@ -37,13 +37,13 @@ NOT_CAUSAL_LMS = {"mistral3", "qwen2_5_vl", "qwen2_5_vl_text", "qwen2_vl", "qwen
 # the decoder types blockcli does not read yet: each merge that adds a family takes its type out of this list
 UNCLAIMED = {
     "afmoe", "apertus", "apertus1p5_text", "aria_text", "axk1", "axk2", "bailing_hybrid", "bamba", "beam", "biogpt",
-    "bitnet", "blt", "codegen", "cohere2_moe", "cohere_compass_text", "cpmant", "ctrl", "cwm", "dbrx", "deepseek_v32",
+    "bitnet", "blt", "cohere2_moe", "cohere_compass_text", "cpmant", "ctrl", "cwm", "dbrx", "deepseek_v32",
     "deepseek_v4", "diffllama", "doge", "dory", "dots3_note", "dots3_note_text", "emu3", "ernie4_5_moe",
     "exaone_moe", "falcon_h1", "falcon_mamba", "flint", "fuyu", "gemma3n", "gemma3n_text", "gemma4",
     "gemma4_assistant", "gemma4_text", "gemma4_unified", "gemma4_unified_assistant", "gemma4_unified_text", "git", "glm_moe_dsa",
     "got_ocr2", "gpt_neox_japanese", "granite_swa", "granitemoe_swa", "granitemoehybrid",
-    "hrm_text", "hunyuan_v1_moe", "hy_v3", "hy_v4", "hyperclovax", "inkling2_loop_text", "inkling2_text",
-    "inkling_text", "iquestcoder", "jais2", "jamba", "jetmoe", "kimi_linear", "kolibri1", "laguna", "lara_mini",
+    "hrm_text", "hunyuan_v1_moe", "hy_v3", "hy_v4", "inkling2_loop_text", "inkling2_text",
+    "inkling_text", "jais2", "jamba", "jetmoe", "kimi_linear", "kolibri1", "laguna", "lara_mini",
     "lfm2", "lfm2_moe", "lfm3", "llama4", "llama4_text", "longcat_flash", "mamba", "mamba2", "mellum",
     "mimo_v2_flash", "minicpm3", "minimax", "minimax_m3_vl_text", "mllama", "modernbert-decoder", "moshi",
     "nanochat", "nemotron_h", "olmo_hybrid", "openai-gpt", "persimmon", "phi4_multimodal", "phimoe", "qwen3_5",

@@ -73,6 +73,12 @@ def _mpt_by_hand(d: int, layers: int, vocab: int, tied: bool) -> int:
     return layers * (12 * d * d + 2 * d) + (1 if tied else 2) * vocab * d + d
 
 
+def _codegen_by_hand(d: int, f: int, layers: int, vocab: int, tied: bool) -> int:
+    """qkv_proj and out_proj without biases, fc_in and fc_out with them, one LayerNorm a layer; the embeddings, a
+    final LayerNorm, the head (if untied) and its bias."""
+    return layers * (4 * d * d + 2 * d * f + f + d + 2 * d) + (1 if tied else 2) * vocab * d + vocab + 2 * d
+
+
 # model_type → (the config class's sizes, transformers' total for them, the total by hand,
 #               a random config, transformers' total for it)
 CASES: dict[str, tuple[dict, int, int, dict, int]] = {
@@ -131,6 +137,19 @@ CASES: dict[str, tuple[dict, int, int, dict, int]] = {
             _mpt_by_hand(2048, 24, 50368, True),
             dict(d_model=48, n_heads=8, n_layers=3, vocab_size=300, max_seq_len=96, tie_word_embeddings=False,
                  expansion_ratio=2, attn_config={"clip_qkv": 3.0, "softmax_scale": 0.2}), 112_080),
+    # CodeGen-6B's sizes (CodeGenConfig's defaults); the random config ties the head (its bias stays)
+    "codegen": (dict(n_embd=4096, n_head=16, n_layer=28, rotary_dim=64, n_inner=None, vocab_size=50400,
+                     n_positions=2048), 6_050_882_784, _codegen_by_hand(4096, 16384, 28, 50400, False),
+                dict(n_embd=48, n_head=4, n_layer=3, rotary_dim=8, n_inner=100, vocab_size=300, n_positions=96,
+                     tie_word_embeddings=True, activation_function="relu"), 71_976),
+    # IQuest-Coder-V1-40B: 40 heads over 8 K/V heads of 128; the random config's null head_dim is hidden_size // heads
+    "iquestcoder": (_sizes(5120, 27648, 80, 40, 76800, 131072), 39_794_283_520,
+                    _llama_by_hand(5120, 27648, 80, 76800, 5120, 1024),
+                    dict(_RANDOM, head_dim=None, attention_bias=True, mlp_bias=True), 68_736),
+    # HyperCLOVAXConfig's sizes (Llama 2 7B's): four norms a layer (the two after the branches, use_post_norm)
+    "hyperclovax": (_sizes(4096, 11008, 32, 32, 32000, 2048), 6_738_677_760,
+                    _llama_by_hand(4096, 11008, 32, 32000, 4096, 4096) + 32 * 2 * 4096,
+                    dict(_RANDOM, head_dim=12, attention_bias=True, mlp_bias=True, use_post_norm=False), 78_072),
 }
 
 

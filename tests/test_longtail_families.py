@@ -79,3 +79,41 @@ def test_mpt_heads_that_are_not_a_power_of_2_and_unknown_attention_fields_are_re
         return
     with pytest.raises(ConfigError, match=re.escape(said)):
         hf_to_mapping(data, "m.json")
+
+
+def test_codegens_qkv_proj_is_four_shards_of_q_v_k_rows() -> None:
+    """CodeGenAttention views qkv_proj's 3·d outputs as 4 shards of [q v k], each d/4 wide: with d = 24, rows
+    0-5 are Q's first quarter, 6-11 V's, 12-17 K's, 18-23 Q's second quarter, and so on."""
+    import numpy as np
+
+    from blockcli.checkpoint import _pack, _unpack
+    from blockcli.tensor_names import SHARDED_QVK
+
+    value = np.arange(72 * 5, dtype=np.float64).reshape(72, 5)  # (3·d, in): row r holds 5r … 5r + 4
+    q, k, v = _unpack(value, SHARDED_QVK, 2, ((5, 24),) * 3)
+    rows = {name: [int(x) // 5 for x in part[0]] for name, part in (("q", q), ("k", k), ("v", v))}
+    shard = [list(range(s, s + 6)) for s in range(0, 72, 6)]  # the 12 blocks of 6 rows: q v k q v k …
+    assert rows == {"q": sum(shard[0::3], []), "v": sum(shard[1::3], []), "k": sum(shard[2::3], [])}
+    assert np.array_equal(_pack([q, k, v], SHARDED_QVK, 2, value.shape), value)
+
+
+def test_codegen_is_gptj_and_needs_a_width_that_splits_into_four_shards() -> None:
+    block = mapped("codegen", CASES["codegen"][3])["block"]
+    assert (block["placement"], block["rope"], block["rope_layout"]) == ("parallel_shared", 8 / 12, "interleaved")
+    with pytest.raises(ConfigError, match="field 'n_embd' = 54 cannot be represented .*4 equal shards"):
+        mapped("codegen", {**CASES["codegen"][3], "n_embd": 54, "n_head": 3, "rotary_dim": 8})
+
+
+def test_iquestcoder_heads_are_128_wide_unless_head_dim_is_null_and_its_refused_options_are_refused() -> None:
+    assert mapped("iquestcoder", CASES["iquestcoder"][0])["block"]["head_dim"] == 128
+    assert mapped("iquestcoder", CASES["iquestcoder"][3])["block"]["head_dim"] == 8  # 48 // 6
+    for key, value in (("clip_qkv", 8.0), ("use_sliding_window", True)):
+        with pytest.raises(ConfigError, match=f"field '{key}'.*IQuestCoderConfig refuses it"):
+            mapped("iquestcoder", {**CASES["iquestcoder"][0], key: value})
+
+
+def test_hyperclovax_is_granite_with_a_norm_after_each_branch_and_its_logits_multiplied() -> None:
+    data = mapped("hyperclovax", {**CASES["hyperclovax"][0], "logits_scaling": 0.25, "attention_multiplier": None})
+    assert (data["block"]["placement"], data["block"]["attention_scale"]) == ("sandwich", 128 ** -0.5)
+    assert data["model"]["logit_multiplier"] == 0.25  # GraniteForCausalLM would divide: 4
+    assert mapped("hyperclovax", CASES["hyperclovax"][3])["block"]["placement"] == "pre"  # use_post_norm false

@@ -1,0 +1,49 @@
+"""Model types transformers runs as LlamaForCausalLM under a config class of their own: only the defaults differ.
+
+- IQuest-Coder (IQuestCoderConfig): 8 K/V heads of 128 (not hidden_size / heads), RMSNorm eps 1e-5, no biases;
+  its config class refuses `clip_qkv` and `use_sliding_window` (options of the original code no released
+  checkpoint turns on).
+- HyperCLOVA X (HyperCLOVAXConfig, a GraniteConfig): Granite's block and scalars with a second RMSNorm on each
+  branch's output (`use_post_norm`, Peri-LN: Gemma 2's sandwich, the residual multiplier after it), logits
+  *multiplied* by `logits_scaling` (Granite divides), and the attention multiplier 1/√d_h when null.
+"""
+
+from __future__ import annotations
+
+from blockcli.families.common import TRAINING_ONLY, Family, gated_rms, silu_gate
+from blockcli.families.fields import Fields
+from blockcli.families.llama import LLAMA
+from blockcli.tensor_names import TensorMap, tensor
+
+
+def _iquestcoder(f: Fields) -> tuple[dict, dict]:
+    f.neutral("clip_qkv", None, "IQuestCoderConfig refuses it")
+    f.neutral("use_sliding_window", False, "IQuestCoderConfig refuses it")
+    f.ignore("pretraining_tp")  # not a field of IQuestCoderConfig; LlamaForCausalLM never reads it
+    # IQuestCoderConfig's head_dim is 128 when absent; an explicit null is LlamaConfig's hidden_size // heads
+    head_dim = None if f.has("head_dim") and f.data["head_dim"] is None else 128
+    return gated_rms(f, silu_gate, kv_default=8, tie_default=False, head_dim_default=head_dim, eps_default=1e-5)
+
+
+def _hyperclovax(f: Fields) -> tuple[dict, dict]:
+    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False)
+    block["attention_scale"] = f.float("attention_multiplier", block["head_dim"] ** -0.5, high=1e6)
+    block["residual_multiplier"] = f.float("residual_multiplier", 1.0, high=1e6)
+    model["embedding_multiplier"] = f.float("embedding_multiplier", 1.0, high=1e6)
+    model["logit_multiplier"] = f.float("logits_scaling", 1.0, low=1e-6, high=1e6)
+    if f.bool("use_post_norm", True):
+        block["placement"] = "sandwich"
+    return block, model
+
+
+# Llama's names and the post-branch norms
+HYPERCLOVAX = TensorMap("model.", LLAMA.tensors + (
+    tensor("blocks.{i}.ln1_post_gamma", "layers.{i}.post_norm1.weight"),
+    tensor("blocks.{i}.ln2_post_gamma", "layers.{i}.post_norm2.weight"),
+), buffers=LLAMA.buffers)
+
+
+FAMILIES = (
+    Family("iquestcoder", "IQuest-Coder", _iquestcoder, LLAMA, TRAINING_ONLY),
+    Family("hyperclovax", "HyperCLOVA X", _hyperclovax, HYPERCLOVAX, TRAINING_ONLY),
+)
