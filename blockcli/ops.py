@@ -424,6 +424,13 @@ def window_mask(t_q: int, t_k: int, offset: int, window: int) -> Array:
     return np.arange(t_k)[None, :] > (offset + np.arange(t_q))[:, None] - window
 
 
+def chunk_mask(t_q: int, t_k: int, offset: int, chunk: int) -> Array:
+    """(T_q, T_k) booleans, True where key s lies in query t's chunk of `chunk` positions (⌊s / C⌋ = ⌊(offset + t)
+    / C⌋), as chunked local attention (Llama 4's attention_chunk_size) keeps them. Positions count from key 0, so
+    `offset` must be the query's position counted from a chunk boundary."""
+    return np.arange(t_k)[None, :] // chunk == ((offset + np.arange(t_q)) // chunk)[:, None]
+
+
 def alibi_slopes(n_heads: int) -> Array:
     """ALiBi's slope of each head (h,), as BLOOM's `build_alibi_tensor` computes them: with p the largest
     power of two <= h, head i (from 1) of the first p has slope 2^(−8i/p); the h − p heads left take the

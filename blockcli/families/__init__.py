@@ -25,11 +25,11 @@ Adding a family: write its `read` (defaults are the transformers config class's)
 from __future__ import annotations
 
 from blockcli.families import (bloom, cohere, deepseek, falcon, gemma2, glm, gpt2, gpt_neox, gpt_oss, gptj, llama,
-                               llama_relatives, moe, opt, phi, phi3, stablelm, starcoder2)
+                               llama4, llama_relatives, moe, opt, phi, phi3, stablelm, starcoder2)
 from blockcli.families.common import Composite, Family
 
 _MODULES = (gpt2, opt, gpt_neox, llama, gemma2, starcoder2, gptj, phi, phi3, cohere, stablelm, falcon, bloom, moe,
-            deepseek, gpt_oss, glm, llama_relatives)
+            deepseek, gpt_oss, glm, llama_relatives, llama4)
 
 FAMILIES: dict[str, Family] = {family.model_type: family for module in _MODULES for family in module.FAMILIES}
 # vision-language model_types whose `text_config` is one of the families above
