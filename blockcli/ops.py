@@ -487,8 +487,9 @@ def rope_frequencies(rot_dims: int, theta: float, scaling: RopeScaling | None = 
         wavelength = 2 * math.pi / inv_freq
         low_wavelength, high_wavelength = original / s.low_freq_factor, original / s.high_freq_factor
         scaled = np.where(wavelength > low_wavelength, inv_freq / s.factor, inv_freq)
-        smooth = (original / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
-        blended = (1 - smooth) * scaled / s.factor + smooth * scaled
+        with np.errstate(divide="ignore", invalid="ignore"):  # equal factors (Llama 4 Scout's): no medium band
+            smooth = (original / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+            blended = (1 - smooth) * scaled / s.factor + smooth * scaled
         medium = (wavelength >= high_wavelength) & (wavelength <= low_wavelength)
         return np.where(medium, blended, scaled), 1.0
     if s.type == "yarn":

@@ -97,7 +97,7 @@ def test_defaults_give_irope_chunks_l2_norms_and_temperature_tuning() -> None:
 
 def test_layer_pattern_fields_override_the_intervals() -> None:
     """no_rope_layers (1 RoPE, 0 NoPE) and moe_layers win over their intervals; layer_types says which layers are
-    chunked; attn_temperature_tuning false leaves the NoPE queries alone; a number (Meta's 4) means true."""
+    chunked; attn_temperature_tuning false leaves the NoPE queries alone."""
     data = {**RANDOM, "num_hidden_layers": 4, "no_rope_layers": [0, 1, 1, 0, 1], "moe_layers": [0, 2],
             "layer_types": ["full_attention", "chunked_attention", "full_attention", "full_attention"],
             "attn_temperature_tuning": False}
@@ -107,7 +107,7 @@ def test_layer_pattern_fields_override_the_intervals() -> None:
     assert [b.moe is not None for b in blocks] == [True, False, True, False]
     assert [b.d_ff for b in blocks if b.moe is None] == [56, 56]
     assert all(b.query_scale == 0.0 for b in blocks)
-    tuned = layer_blocks({**data, "attn_temperature_tuning": 4, "attn_scale": 0.3, "floor_scale": 5})
+    tuned = layer_blocks({**data, "attn_temperature_tuning": True, "attn_scale": 0.3, "floor_scale": 5})
     assert [(b.query_scale, b.query_scale_length) for b in tuned] == [(0.3, 5), (0.0, 0), (0.0, 0), (0.3, 5)]
 
 
@@ -121,7 +121,8 @@ def test_without_a_chunk_size_every_layer_attends_fully() -> None:
     ({"layer_types": ["sliding_attention"] * 5}, "layer_types", "full or chunked"),
     ({"layer_types": ["chunked_attention"] * 5, "attention_chunk_size": None}, "attention_chunk_size", "chunk size"),
     ({"moe_layers": "all"}, "moe_layers", "layer indices"),
-    ({"attn_temperature_tuning": "yes"}, "attn_temperature_tuning", "true or false"),
+    # transformers 5.24's strict Llama4TextConfig refuses a number here too ("expected bool, got int")
+    ({"attn_temperature_tuning": 4}, "attn_temperature_tuning", "true or false"),
 ])
 def test_malformed_layer_fields_are_refused_naming_the_field(tmp_path: Path, change: dict, field: str,
                                                              words: str) -> None:
@@ -172,7 +173,7 @@ SCOUT = {"architectures": ["Llama4ForConditionalGeneration"], "boi_token_index":
          "torch_dtype": "bfloat16", "transformers_version": "4.51.0.dev0",
          "text_config": {
              "attention_bias": False, "attention_chunk_size": 8192, "attention_dropout": 0.0, "attn_scale": 0.1,
-             "attn_temperature_tuning": 4, "bos_token_id": 200000, "eos_token_id": [200001, 200007, 200008],
+             "attn_temperature_tuning": True, "bos_token_id": 200000, "eos_token_id": [200001, 200007, 200008],
              "floor_scale": 8192, "for_llm_compressor": False, "head_dim": 128, "hidden_act": "silu",
              "hidden_size": 5120, "initializer_range": 0.02, "interleave_moe_layer_step": 1,
              "intermediate_size": 8192, "intermediate_size_mlp": 16384, "max_position_embeddings": 10485760,
@@ -219,3 +220,43 @@ def test_scout_activates_17b_per_token() -> None:
     """Top 1 of 16 routed experts and the shared one per layer: 17,172,894,720 active (Meta's "17B active")."""
     active = llama4_by_hand(5120, 48, 40, 8, 128, 8192, 16384, 1, 202048, set(range(48)), False, False) - 48 * 5120
     assert count_parameters(load_config("llama-4-scout-17b-16e")).active_total == active + 48 * 16 * 5120
+
+
+# ----------------------------------------------------------------------------- against transformers itself
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("data, want", [(SIZES, 107_769_861_120), (RANDOM, 486_184),
+                                        (SCOUT["text_config"], 107_769_861_120),
+                                        (MAVERICK["text_config"], 400_711_848_960)])
+def test_the_totals_here_are_transformers_own(data: dict, want: int) -> None:
+    """transformers on the meta device counts the totals written above; blockcli reads the whole of the config's
+    to_dict() (every default spelled out, no_rope_layers, moe_layers and layer_types filled in) to the same total
+    and the same layers."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.AutoConfig.for_model(**copy.deepcopy({k: v for k, v in data.items() if k != "torch_dtype"}))
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    assert sum(p.numel() for p in model.parameters()) == want
+    spelled = {k: v for k, v in config.to_dict().items() if k not in ("transformers_version", "dtype")}
+    assert total(spelled) == want
+    assert layer_blocks(spelled) == layer_blocks({**data, "max_position_embeddings": config.max_position_embeddings})
+
+
+def test_scouts_llama3_rope_with_equal_factors_has_no_blend_band() -> None:
+    """Scout's rope_scaling has low_freq_factor = high_freq_factor = 1: no frequency lies strictly between the two
+    wavelengths, so each is kept (wavelength < 8192) or divided by 16 (> 8192), with no division warning."""
+    import warnings
+
+    from blockcli.config import RopeScaling
+    from blockcli.ops import rope_frequencies
+
+    scaling = RopeScaling("llama3", factor=16.0, original_max_positions=8192, low_freq_factor=1.0, high_freq_factor=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got, attention = rope_frequencies(128, 5e5, scaling, 16)
+    plain = 1.0 / 5e5 ** (np.arange(0, 128, 2) / 128)
+    want = np.where(2 * math.pi / plain > 8192, plain / 16, plain)
+    np.testing.assert_allclose(got, want, rtol=1e-15)
+    assert attention == 1.0

@@ -72,15 +72,6 @@ def _chunked(f: Fields, rotates: list[int], n_layers: int) -> list[bool]:
     return [t == "chunked_attention" for t in types]
 
 
-def _temperature_tuning(f: Fields) -> bool:
-    """attn_temperature_tuning: a bool, or a number as Meta's published configs write it (4), which the attention's
-    `if` reads as true when it is not 0."""
-    value = f.raw("attn_temperature_tuning", True)
-    if isinstance(value, bool) or (isinstance(value, (int, float)) and not isinstance(value, bool)):
-        return bool(value)
-    raise f.invalid("attn_temperature_tuning", value, "true or false")
-
-
 def _llama4_text(f: Fields) -> tuple[dict, dict]:
     """Llama 4's language model (Llama4TextConfig): 40 heads and 8 K/V heads of 128, RoPE base 5e5, RMSNorm ε 1e-5,
     16 experts (top 1) by default; see the module docstring for its per-layer settings."""
@@ -105,7 +96,7 @@ def _llama4_text(f: Fields) -> tuple[dict, dict]:
     else:
         f.ignore("attention_chunk_size")
     qk_norm = f.bool("use_qk_norm", True)
-    tuning = _temperature_tuning(f)
+    tuning = f.bool("attn_temperature_tuning", True)  # a number (4) is refused by Llama4TextConfig too
     scale, floor = f.float("attn_scale", 0.1, low=0.0, high=1e6, low_open=False), f.int("floor_scale", 8192)
 
     def attention(i: int) -> dict[str, Any]:  # every per-layer attention field, at its value or off
