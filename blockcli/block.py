@@ -73,7 +73,8 @@ def scores_label(cfg: BlockConfig) -> str:
 def blocked_label(cfg: BlockConfig) -> str:
     """The trace's name for the blocked kernel's one row."""
     sinks = ", with each head's sink logit" if cfg.attention_sinks else ""
-    return f"blocked attention: softmax(mask(Q·Kᵀ/√d_h{' + ALiBi' if cfg.alibi else ''}){sinks})·V"
+    chunks = f", within chunks of {cfg.attention_chunk:,}" if cfg.attention_chunk else ""
+    return f"blocked attention: softmax(mask(Q·Kᵀ/√d_h{' + ALiBi' if cfg.alibi else ''}){sinks})·V{chunks}"
 
 
 def softmax_label(cfg: BlockConfig) -> str:
