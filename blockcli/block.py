@@ -88,6 +88,11 @@ def query_scale_label(cfg: BlockConfig) -> str:
     return f"query scale 1 + {cfg.query_scale:g}·ln(1 + ⌊{t} / {cfg.query_scale_length}⌋)"
 
 
+def qk_norm_label(cfg: BlockConfig, name: str) -> str:
+    """The trace's name for the q or k norm: Llama 4's weight-free one says so."""
+    return f"{name.upper()} L2 norm (no weights)" if cfg.qk_norm == "head_unscaled" else f"{name.upper()} norm"
+
+
 def mask_label(cfg: BlockConfig) -> str:
     """The trace's name for the mask row: causal, within a window, or within each query's chunk."""
     if cfg.attention_chunk:
@@ -649,7 +654,7 @@ class MultiHeadAttention:
             norm = Norm(cfg.norm, p.get(f"{name}_norm_gamma"), p.get(f"{name}_norm_beta"), cfg.norm_eps, self.ops,
                         cfg.norm_unit_offset, name=f"{name}_norm")
             normed = norm(a, tape)  # same shape as a
-            rec(f"{name}_norm", f"{name.upper()} norm", normed, (a,), kind=cfg.norm,
+            rec(f"{name}_norm", qk_norm_label(cfg, name), normed, (a,), kind=cfg.norm,
                 params=(f"{name}_norm_gamma", f"{name}_norm_beta"))
             out.append(normed)
         return out[0], out[1]

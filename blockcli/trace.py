@@ -25,7 +25,7 @@ from blockcli import progress
 from blockcli.activations import MLP_KIND_FLOPS
 from blockcli.block import (DecoderBlock, Model, activated, mlp_stage, attention_tile, block_parameter_shapes, blocked_label, experts_label,
                             full_table, load_label, logits_label, model_parameter_shapes, query_scale_label, routing_label,
-                            scores_label, softmax_label, mask_label, moe_sum_label)
+                            scores_label, softmax_label, mask_label, moe_sum_label, qk_norm_label)
 from blockcli.config import BlockConfig, Config, InputError, clipped, projected_width, whole_number
 from blockcli.parallel import fit_blas_threads, worker_count
 
@@ -514,7 +514,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         def qk_norm(stand_ins: dict) -> None:  # as MultiHeadAttention._qk_norm: Q's, then K's
             for name in ("q", "k"):
                 normed = S(*stand_ins[name].shape)
-                rec(f"{name}_norm", f"{name.upper()} norm", normed, (stand_ins[name],), kind=b.norm,
+                rec(f"{name}_norm", qk_norm_label(b, name), normed, (stand_ins[name],), kind=b.norm,
                     params=(f"{name}_norm_gamma", f"{name}_norm_beta"))
                 stand_ins[name] = normed
 
