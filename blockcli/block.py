@@ -74,7 +74,8 @@ def scores_label(cfg: BlockConfig) -> str:
 def blocked_label(cfg: BlockConfig) -> str:
     """The trace's name for the blocked kernel's one row."""
     sinks = ", with each head's sink logit" if cfg.attention_sinks else ""
-    return f"blocked attention: softmax(mask(Q·Kᵀ/√d_h{' + ALiBi' if cfg.alibi else ''}){sinks})·V"
+    chunks = f", within chunks of {cfg.attention_chunk:,}" if cfg.attention_chunk else ""
+    return f"blocked attention: softmax(mask(Q·Kᵀ/√d_h{' + ALiBi' if cfg.alibi else ''}){sinks})·V{chunks}"
 
 
 def softmax_label(cfg: BlockConfig) -> str:
@@ -84,7 +85,30 @@ def softmax_label(cfg: BlockConfig) -> str:
 
 
 def query_scale_label(cfg: BlockConfig) -> str:
-    return f"query scale 1 + {cfg.query_scale:g}·ln(1 + ⌊t / {cfg.query_scale_length}⌋)"
+    t = f"(t + {cfg.query_scale_offset})" if cfg.query_scale_offset else "t"
+    return f"query scale 1 + {cfg.query_scale:g}·ln(1 + ⌊{t} / {cfg.query_scale_length}⌋)"
+
+
+def qk_norm_label(cfg: BlockConfig, name: str) -> str:
+    """The trace's name for the q or k norm: Llama 4's weight-free one says so."""
+    return f"{name.upper()} L2 norm (no weights)" if cfg.qk_norm == "head_unscaled" else f"{name.upper()} norm"
+
+
+def mask_label(cfg: BlockConfig) -> str:
+    """The trace's name for the mask row: causal, within a window, or within each query's chunk."""
+    if cfg.attention_chunk:
+        return f"causal mask within chunks of {cfg.attention_chunk:,} (⌊s / C⌋ = ⌊t / C⌋)"
+    return "causal mask"
+
+
+def local_mask(cfg: BlockConfig, t_q: int, t_k: int, offset: int) -> Array | None:
+    """(T_q, T_k) booleans of the keys the block's window or chunk lets each query see (None: every key), on top
+    of the causal mask: query t at position offset + t."""
+    if cfg.sliding_window:
+        return F.window_mask(t_q, t_k, offset, cfg.sliding_window)
+    if cfg.attention_chunk:
+        return F.chunk_mask(t_q, t_k, offset, cfg.attention_chunk)
+    return None
 
 
 def logits_label(model: ModelConfig) -> str:
@@ -103,9 +127,11 @@ def soft_cap(a: Array, cap: float) -> Array:
 
 
 def query_scales(cfg: BlockConfig, positions: Array, dtype: Any) -> Array:
-    """The query scale of each position (T,): 1 + β·ln(1 + ⌊t / L⌋), β `query_scale`, L `query_scale_length`
-    (Ministral 3's get_llama_4_attn_scale): 1 for the first L positions, then a step up every L."""
-    return (1.0 + cfg.query_scale * np.log1p(np.floor(positions / cfg.query_scale_length))).astype(dtype)
+    """The query scale of each position (T,): 1 + β·ln(1 + ⌊(t + o) / L⌋), β `query_scale`, L `query_scale_length`,
+    o `query_scale_offset` (Ministral 3's get_llama_4_attn_scale, o = 0: 1 for the first L positions, then a step
+    up every L; Llama 4's attention temperature tuning, o = 1: a step at every t + 1 that L divides)."""
+    shifted = positions + cfg.query_scale_offset
+    return (1.0 + cfg.query_scale * np.log1p(np.floor(shifted / cfg.query_scale_length))).astype(dtype)
 
 
 def _ignore(*_args: Any, **_kwargs: Any) -> None:
@@ -405,6 +431,7 @@ class ScoreTiles:
         self.rows, self.heads = attention_tile(h, self.h_kv, self.T, self.T_k, q.itemsize, tile_bytes)
         self.future = np.triu(np.full((self.rows, self.rows), -np.inf, dtype=dtype), k=1)  # (C, C)
         self.window, self.cap = cfg.sliding_window, cfg.attention_softcap
+        self.chunk, self.cfg = cfg.attention_chunk, cfg
         self.slopes = (F.alibi_slopes(h).astype(dtype).reshape(self.h_kv, self.group, 1, 1)  # (h_kv, g, 1, 1)
                        if cfg.alibi else None)
         self.sinks = (p["sinks"].astype(dtype).reshape(self.h_kv, self.group, 1, 1)  # (h_kv, g, 1, 1)
@@ -412,6 +439,8 @@ class ScoreTiles:
 
     def keys(self, lo: int, hi: int) -> tuple[int, int]:
         """The keys [first, last) that some query row in [lo, hi) may see."""
+        if self.chunk:  # the first key of row lo's chunk
+            return (self.start + lo) // self.chunk * self.chunk, self.start + hi
         return (max(0, self.start + lo - self.window + 1) if self.window else 0), self.start + hi
 
     def tiles(self) -> list[tuple[int, int, int]]:
@@ -442,8 +471,8 @@ class ScoreTiles:
             if capped is not None:
                 capped[:s.size] = s.ravel()
         at = self.start + lo - first  # the tile's first query position, counted from its first key
-        if self.window:  # the band of the window, as in the full path
-            allowed = F.causal_mask(c, seen, at) & F.window_mask(c, seen, at, self.window)  # (C, T_seen)
+        if self.window or self.chunk:  # the band of the window, or the tile's chunks, as in the full path
+            allowed = F.causal_mask(c, seen, at) & local_mask(self.cfg, c, seen, at)  # (C, T_seen)
             s.reshape(n, group, c, seen)[...] += np.where(allowed, 0.0, -np.inf).astype(self.dtype)
         else:
             s.reshape(n, group, c, seen)[..., seen - c:] += self.future[:c, :c]  # the diagonal square
@@ -519,7 +548,7 @@ class MultiHeadAttention:
         rec("k", "split heads K", k, (k_flat,), kind="reshape")
         v = ops.split_heads(v_flat, h_kv)  # (B, h_kv, T, d_h)
         rec("v", "split heads V", v, (v_flat,), kind="reshape")
-        per_head = cfg.qk_norm in ("head", "each_head")
+        per_head = cfg.qk_norm in ("head", "each_head", "head_unscaled")
         if per_head and not cfg.qk_norm_after_rope:  # Qwen3, Gemma 3 (Command R+: each its own weights), before RoPE
             q, k = self._qk_norm(q, k, rec, tape)  # (B, h, T, d_h), (B, h_kv, T, d_h)
 
@@ -534,7 +563,7 @@ class MultiHeadAttention:
             q, k = q_rot, k_rot
         if per_head and cfg.qk_norm_after_rope:  # HunYuan: the rotated queries and keys, each head's d_h
             q, k = self._qk_norm(q, k, rec, tape)  # (B, h, T, d_h), (B, h_kv, T, d_h)
-        if cfg.query_scale:  # Ministral 3: every query times its position's scale, after RoPE
+        if cfg.query_scale:  # Ministral 3, Llama 4's NoPE layers: every query times its position's scale, after RoPE
             q_scaled = q * query_scales(cfg, np.arange(start, start + T), q.dtype)[:, None]  # (B, h, T, d_h)
             rec("q_scale", query_scale_label(cfg), q_scaled, (q,), kind="scale")
             q = q_scaled
@@ -578,7 +607,7 @@ class MultiHeadAttention:
         self._attend_backward(saved, ops.split_heads(d_concat, h), tape, (dq, dk, dv))
         if cfg.query_scale:  # dQ_rot = dQ_scaled · scale(t)
             dq *= query_scales(cfg, np.arange(x.shape[1]), dq.dtype)[:, None]  # (B, h, T, d_h)
-        per_head = cfg.qk_norm in ("head", "each_head")
+        per_head = cfg.qk_norm in ("head", "each_head", "head_unscaled")
         if per_head and cfg.qk_norm_after_rope:
             dq[...], dk[...] = self._qk_norm_backward(dq, dk, tape)
         if cfg.rope:
@@ -653,7 +682,7 @@ class MultiHeadAttention:
             norm = Norm(cfg.norm, p.get(f"{name}_norm_gamma"), p.get(f"{name}_norm_beta"), cfg.norm_eps, self.ops,
                         cfg.norm_unit_offset, name=f"{name}_norm")
             normed = norm(a, tape)  # same shape as a
-            rec(f"{name}_norm", f"{name.upper()} norm", normed, (a,), kind=cfg.norm,
+            rec(f"{name}_norm", qk_norm_label(cfg, name), normed, (a,), kind=cfg.norm,
                 params=(f"{name}_norm_gamma", f"{name}_norm_beta"))
             out.append(normed)
         return out[0], out[1]
@@ -698,7 +727,7 @@ class MultiHeadAttention:
             v_all = self._per_query_head(v)  # (B, h, T_k, d_h)
             _, scores, masked, weights = self._table(q, k, start, rec)
             weights = weights[..., :T_k]  # a sink's weight goes to no value
-            rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
+            rec("masked_scores", mask_label(self.cfg), masked, (scores,), kind="mask")
             rec("attn_weights", softmax_label(self.cfg), weights, (masked,), kind="softmax", params=("sinks",))
             if drop is not None:
                 weights = drop(weights)  # (B, h, T_q, T_k): training mode only
@@ -742,8 +771,8 @@ class MultiHeadAttention:
             scores = scores + F.alibi_bias(ops.alibi_slopes(h), T_q, T_k, start, scores.dtype)  # (B, h, T_q, T_k)
             rec("alibi_scores", "add ALiBi biases", scores, (capped,), kind="add")
         allowed = (ops.backward_mask if backward else ops.causal_mask)(T_q, T_k, start)  # (T_q, T_k)
-        if cfg.sliding_window:
-            allowed = allowed & F.window_mask(T_q, T_k, start, cfg.sliding_window)
+        if (local := local_mask(cfg, T_q, T_k, start)) is not None:  # a window or a chunk
+            allowed = allowed & local
         if not cfg.attention_sinks:
             masked, weights = ops.attention_weights(scores, allowed)
             return capped, scores, masked, weights
@@ -1259,6 +1288,13 @@ def experts_label(stage: str, moe: Any, tokens: int) -> str:
             f"expected B·T·k/E = {rows / moe.n_experts:.3g} per expert)")
 
 
+def moe_sum_label(moe: Any) -> str:
+    """The trace's name for the routed experts' combination: their outputs weighted, or (scale_input) summed."""
+    if moe.scale_input:
+        return f"sum of the {moe.top_k} routed experts' outputs (each read its input × its weight)"
+    return f"weighted sum of the {moe.top_k} routed experts' outputs"
+
+
 def routing_label(moe: Any) -> str:
     """The trace's name for the routing weights, with what is done to them."""
     return ("routing weights" + (" (softmax of the k logits)" if moe.order == "topk_softmax" else "")
@@ -1395,14 +1431,19 @@ class MixtureOfExperts:
             key = f"experts.{e}."
             xe = flat[rows]  # (n_e, d)
             rec(key + "in", f"expert {e}: gather its {load[e]} rows", xe, (x,), kind="gather")
+            if moe.scale_input:  # Llama 4: the expert reads its rows times their routing weights
+                gathered, xe = xe, weights[slots, None] * xe  # (n_e, d) each
+                rec(key + "scaled_in", f"expert {e}: its rows × their routing weights", xe, (gathered, weights3),
+                    kind="scale")
             kept: dict[str, Any] | None = {} if saved is not None else None
             ye = mlp_rows(self.cfg, p, xe, key, key, (f"expert {e}", f"expert {e} activation"), rec, kept)  # (n_e, d)
             if saved is not None:
                 saved["experts"][e] = dict(kept, rows=rows, slots=slots, out=ye)
             outs.append(ye)
-            out[rows] += weights[slots, None] * ye  # each token once per expert: no repeated rows
+            # each token once per expert: no repeated rows
+            out[rows] += ye if moe.scale_input else weights[slots, None] * ye
         routed = out.reshape(B, T, d)
-        label = f"weighted sum of the {moe.top_k} routed experts' outputs"
+        label = moe_sum_label(moe)
         if not moe.d_shared:
             rec("mlp_out", label, routed, (weights3, *outs), kind="combine")
             if tape is not None:
@@ -1444,6 +1485,11 @@ class MixtureOfExperts:
         dx = np.zeros((B * T, d), dtype=np.result_type(x, d_out))
         for e, kept in saved["experts"].items():
             rows, slots = kept["rows"], kept["slots"]
+            if moe.scale_input:  # y = MLP(w·x): d(w·x) from the MLP, then dw = Σ d(w·x)·x and dx = w·d(w·x)
+                d_in = mlp_backward(self.cfg, p, f"experts.{e}.", kept, d_flat[rows], tape)  # (n_e, d)
+                d_weights[slots] = np.sum(d_in * x.reshape(B * T, d)[rows], axis=-1)
+                dx[rows] += weights[slots, None] * d_in
+                continue
             d_weights[slots] = np.sum(d_flat[rows] * kept["out"], axis=-1)
             dx[rows] += mlp_backward(self.cfg, p, f"experts.{e}.", kept, weights[slots, None] * d_flat[rows], tape)
         dx += self.route_backward(x, saved, d_weights.reshape(B * T, -1), tape)

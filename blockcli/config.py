@@ -31,7 +31,7 @@ ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
 DTYPES = ("float32", "float64")
 BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
-QK_NORMS = ("none", "head", "projection", "each_head")
+QK_NORMS = ("none", "head", "projection", "each_head", "head_unscaled")
 ROUTER_SCORINGS = ("softmax", "sigmoid")
 ROUTER_ORDERS = ("softmax_topk", "topk_softmax", "sparsemixer")
 GROUP_SCORES = ("max", "top2_sum")
@@ -133,6 +133,8 @@ class MoE:
     # the routed experts carry block.bias.mlp's biases too; false: only the dense and shared MLPs do (DeepSeek-V2's
     # mlp_bias: DeepseekV2MLP is biased, DeepseekV2Experts never)
     routed_bias: bool = True
+    # the routing weight multiplies each chosen expert's input, not its output: expert(w·x) (Llama 4); no biases
+    scale_input: bool = False
 
 
 @dataclass(frozen=True)
@@ -233,6 +235,12 @@ class BlockConfig:
     # the Gated DeltaNet token mixer in place of softmax attention (Qwen3-Next's and Qwen3.5's linear layers)
     linear_attention: GatedDeltaNet | None = None
     attention_gate: bool = False  # the attention output times σ(x·W_gate), per head (W_q twice as wide: Qwen3-Next)
+    # the query scale's positions counted from this: 1 + β·ln(1 + ⌊(p + offset) / L⌋) (Llama 4's temperature
+    # tuning: 1, (p + 1) / floor_scale; Ministral 3: 0)
+    query_scale_offset: int = 0
+    # C > 0: chunked local attention, query p sees only the keys of its own chunk of C positions (⌊s / C⌋ = ⌊p / C⌋,
+    # s <= p), Llama 4's attention_chunk_size; 0: off
+    attention_chunk: int = 0
 
     def __post_init__(self) -> None:
         # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
@@ -959,7 +967,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
               "residual_multiplier", "moe", "mla", "attention_softcap", "norm_scale", "clip_qkv", "alibi",
               "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated", "query_scale", "query_scale_length",
-              "qk_norm_after_rope", "linear_attention", "attention_gate")
+              "qk_norm_after_rope", "linear_attention", "attention_gate", "query_scale_offset", "attention_chunk")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1016,16 +1024,30 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         qk_norm_after_rope=_bool(data, "qk_norm_after_rope", p, False),
         linear_attention=_parse_linear_attention(data.get("linear_attention")),
         attention_gate=_bool(data, "attention_gate", p, False),
+        query_scale_offset=_int(data, "query_scale_offset", p, 0, minimum=0),
+        attention_chunk=_int(data, "attention_chunk", p, 0, minimum=0),
     )
     if block.linear_attention is not None:  # softmax attention's settings: a Gated DeltaNet layer has none of them
         for key, off in (("mla", None), ("qk_norm", "none"), ("attention_gate", False), ("attention_sinks", False),
-                         ("sliding_window", 0), ("alibi", False), ("clip_qkv", 0.0), ("attention_softcap", 0.0)):
+                         ("sliding_window", 0), ("alibi", False), ("clip_qkv", 0.0), ("attention_softcap", 0.0),
+                         ("attention_chunk", 0)):
             if getattr(block, key) != off:
                 raise ConfigError(f"block.{key}: a setting of softmax attention; this layer mixes tokens by "
                                   f"Gated DeltaNet (block.linear_attention)")
-    if block.qk_norm_after_rope and block.qk_norm != "head":
-        raise ConfigError(f"block.qk_norm_after_rope: a setting of qk_norm head (each head's d_h after RoPE, as "
-                          f"HunYuan's); qk_norm is {block.qk_norm}")
+    if block.qk_norm_after_rope and block.qk_norm not in ("head", "head_unscaled"):
+        raise ConfigError(f"block.qk_norm_after_rope: a setting of qk_norm head or head_unscaled (each head's d_h "
+                          f"after RoPE, as HunYuan's and Llama 4's); qk_norm is {block.qk_norm}")
+    if block.query_scale_offset and not block.query_scale:
+        raise ConfigError("block.query_scale_offset: a setting of block.query_scale, which is off")
+    if block.attention_chunk and block.sliding_window:
+        raise ConfigError("block.attention_chunk: chunked attention and a sliding window both limit the keys; "
+                          "no model has both; pick one")
+    if block.attention_chunk and block.mla is not None:
+        raise ConfigError("block.attention_chunk: not with block.mla (no latent-attention model chunks its keys)")
+    if block.moe is not None and block.moe.scale_input and block.bias.mlp:
+        raise ConfigError("block.moe.scale_input: the routing weight scales each expert's input, which needs experts "
+                          "without biases (an unchosen expert's zero input must give zero, as Llama 4's do); set "
+                          "block.bias.mlp false")
     if block.query_scale and not block.query_scale_length:
         raise ConfigError("block.query_scale_length: required with block.query_scale (the positions per step of "
                           "the query scale, Ministral 3's original_max_position_embeddings)")
@@ -1102,6 +1124,7 @@ def _parse_moe(value: Any) -> MoE | None:
         shared_gate=_bool(value, "shared_gate", p, False),
         aux_loss_coef=_float(value, "aux_loss_coef", p, 0.0, 0.0, 1e6),
         routed_bias=_bool(value, "routed_bias", p, True),
+        scale_input=_bool(value, "scale_input", p, False),
     )
     if moe.order == "topk_softmax" and (moe.scoring != "softmax" or moe.selection_bias or moe.n_groups > 1):
         raise ConfigError(f"{p}.order: topk_softmax softmaxes the k chosen logits; it takes scoring softmax, "

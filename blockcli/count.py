@@ -194,7 +194,7 @@ def block_formula(b: BlockConfig) -> list[Row]:
                                 term(1, *q_width) if b.bias.qkv else no, ("w_attn_gate", "b_attn_gate")))
     if b.attention_sinks:  # one logit per query head, joined to each row's softmax
         rows.append(Row("attn.sinks", "attention sinks (a logit per head)", term(1, "h"), no, ("sinks",)))
-    if b.qk_norm != "none":  # a scale (and shift) per feature of each head, or of the whole projection
+    if b.qk_norm not in ("none", "head_unscaled"):  # a scale (and shift) per feature of each head, or of the whole projection
         for letter, width in (("q", q_width), ("k", kv_width)):
             features = {"head": ("d_h",), "projection": width,
                         "each_head": ("h" if letter == "q" else "h_kv", "d_h")}[b.qk_norm]

@@ -424,6 +424,13 @@ def window_mask(t_q: int, t_k: int, offset: int, window: int) -> Array:
     return np.arange(t_k)[None, :] > (offset + np.arange(t_q))[:, None] - window
 
 
+def chunk_mask(t_q: int, t_k: int, offset: int, chunk: int) -> Array:
+    """(T_q, T_k) booleans, True where key s lies in query t's chunk of `chunk` positions (⌊s / C⌋ = ⌊(offset + t)
+    / C⌋), as chunked local attention (Llama 4's attention_chunk_size) keeps them. Positions count from key 0, so
+    `offset` must be the query's position counted from a chunk boundary."""
+    return np.arange(t_k)[None, :] // chunk == ((offset + np.arange(t_q)) // chunk)[:, None]
+
+
 def alibi_slopes(n_heads: int) -> Array:
     """ALiBi's slope of each head (h,), as BLOOM's `build_alibi_tensor` computes them: with p the largest
     power of two <= h, head i (from 1) of the first p has slope 2^(−8i/p); the h − p heads left take the
@@ -480,8 +487,9 @@ def rope_frequencies(rot_dims: int, theta: float, scaling: RopeScaling | None = 
         wavelength = 2 * math.pi / inv_freq
         low_wavelength, high_wavelength = original / s.low_freq_factor, original / s.high_freq_factor
         scaled = np.where(wavelength > low_wavelength, inv_freq / s.factor, inv_freq)
-        smooth = (original / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
-        blended = (1 - smooth) * scaled / s.factor + smooth * scaled
+        with np.errstate(divide="ignore", invalid="ignore"):  # equal factors (Llama 4 Scout's): no medium band
+            smooth = (original / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+            blended = (1 - smooth) * scaled / s.factor + smooth * scaled
         medium = (wavelength >= high_wavelength) & (wavelength <= low_wavelength)
         return np.where(medium, blended, scaled), 1.0
     if s.type == "yarn":

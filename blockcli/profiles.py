@@ -157,7 +157,7 @@ def _attention(block: BlockConfig, T: int, B: int, beta: int, attention: str, ad
         return
     new_qk = bool(block.rope or block.qk_norm != "none" or block.clip_qkv)
     if block.qk_norm != "none":  # an RMSNorm of Q and of K before RoPE: their projections' outputs are its inputs
-        per_head = block.qk_norm in ("head", "each_head")
+        per_head = block.qk_norm in ("head", "each_head", "head_unscaled")
         add("q/k norm: its inputs (Q and K before it)", f"{u}·(h + h_kv)·d_h", act((h + h_kv) * d_h))
         add("q/k norm: 1/rms (float32)", "4·s·b·" + ("(h + h_kv)" if per_head else "2"),
             F32 * n * ((h + h_kv) if per_head else 2))

@@ -167,11 +167,13 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
             ks = np.array([_rotate(ks[t], t, cfg, T) for t in range(T)])
         if late:
             qs, ks = (_qk_norm(a, p, name, cfg, d_h) for a, name in ((qs, "q"), (ks, "k")))
-        if cfg.query_scale:  # Ministral 3: query t times 1 + β·ln(1 + ⌊t / L⌋)
-            qs = np.array([qs[t] * (1.0 + cfg.query_scale * math.log(1 + t // cfg.query_scale_length))
-                           for t in range(T)])
+        if cfg.query_scale:  # Ministral 3: query t times 1 + β·ln(1 + ⌊t / L⌋); Llama 4: ⌊(t + 1) / L⌋
+            qs = np.array([qs[t] * (1.0 + cfg.query_scale * math.log(
+                1 + (t + cfg.query_scale_offset) // cfg.query_scale_length)) for t in range(T)])
         for t in range(T):
             first = max(0, t - cfg.sliding_window + 1) if cfg.sliding_window else 0  # the window's oldest key
+            if cfg.attention_chunk:  # Llama 4: the first key of t's own chunk
+                first = t - t % cfg.attention_chunk
             seen = range(first, t + 1)  # keys s <= t only
             logits = [float(qs[t] @ ks[s]) * scale for s in seen]
             if cfg.attention_softcap:  # Gemma 2: c·tanh(score/c)
@@ -260,7 +262,10 @@ def _moe(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.nda
             if moe.renormalize:
                 weights = [w / (sum(weights) + 1e-20) for w in weights]  # DeepSeek-V3's 1e-20
         for i, w in zip(chosen, weights):
-            out[t] += w * moe.routed_scaling * _expert(vec, p, cfg, f"experts.{i}.")
+            if moe.scale_input:  # Llama 4: the weight scales what the expert reads
+                out[t] += _expert(w * moe.routed_scaling * vec, p, cfg, f"experts.{i}.")
+            else:
+                out[t] += w * moe.routed_scaling * _expert(vec, p, cfg, f"experts.{i}.")
         if moe.d_shared:
             gate = 1 / (1 + math.exp(-float(vec @ p["shared_gate"][:, 0]))) if moe.shared_gate else 1.0
             out[t] += gate * _expert(vec, p, cfg, "shared_")

@@ -576,6 +576,11 @@ def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | No
            f"that keeps only them; transformers' sliding-window cache keeps a whole prefill's {T:,} until the next "
            f"update"] if (windows := [g.block.sliding_window for g in result.config.layer_groups()
                                       if 0 < g.block.sliding_window < T]) else []),
+        *([f"K/V cache of the chunked layers: at most {min(chunks):,} tokens' keys and values, as a window of "
+           f"{min(chunks):,} keeps them (a query sees only the keys of its own chunk; transformers caches a chunked "
+           f"layer as a sliding window)"]
+          if (chunks := [g.block.attention_chunk for g in result.config.layer_groups()
+                         if 0 < g.block.attention_chunk < T]) else []),
         f"inference memory: {human_bytes(inf.memory_bytes)} = weights + K/V cache + "
         f"{human_bytes(inf.activation_bytes)} activations (one layer's prefill working set)",
         f"prefill of {T:,} tokens × {B}: {_both(prefill, causal)} FLOPs; per token "

@@ -354,9 +354,12 @@ def block_features(b: BlockConfig) -> list[str]:
     out = [attention_words(b), *position_words(b)]
     if b.sliding_window:
         out.append(f"sliding window: each query sees its last {b.sliding_window:,} keys")
+    if b.attention_chunk:
+        out.append(f"chunked attention: each query sees only the keys of its own chunk of {b.attention_chunk:,}")
     if b.qk_norm != "none":
         out.append({"head": "QK-norm per head (one scale over d_h)", "projection": "QK-norm over the whole projection",
-                    "each_head": "QK-norm per head, each head its own scale"}[b.qk_norm])
+                    "each_head": "QK-norm per head, each head its own scale",
+                    "head_unscaled": "QK-norm per head without weights (an L2 norm)"}[b.qk_norm])
     if b.attention_softcap:
         out.append(f"attention scores soft-capped: c·tanh(s/c), c = {b.attention_softcap:g}")
     if b.attention_sinks:
@@ -504,6 +507,8 @@ def _attention_box(b: BlockConfig) -> Box:
     extras = [*position_words(b)]
     if b.sliding_window:
         extras.append(f"window {b.sliding_window:,} keys")
+    if b.attention_chunk:
+        extras.append(f"chunks of {b.attention_chunk:,} keys")
     if b.qk_norm != "none":
         extras.append("QK-norm")
     if b.attention_softcap:

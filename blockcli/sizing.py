@@ -12,6 +12,8 @@ Conventions (named in the output too):
   so the T decode steps 1..T add up to the causal prefill of T tokens.
 - A sliding window W (Mistral) bounds all three: query t sees min(t + 1, W) keys, and a K/V cache
   keeps the last W tokens (as transformers' sliding-window cache and serving engines do).
+- Chunked attention C (Llama 4's attention_chunk_size) too: query t sees the (t mod C) + 1 keys of its own
+  chunk, and a chunked layer's K/V cache keeps at most C tokens (transformers caches it as a window of C).
 - Model-state bytes follow Rajbhandari et al. 2020 (ZeRO, §3 and §5); activation memory follows
   Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4, with
   each term written out so blockcli's variants (GQA, gated MLPs, RMSNorm, no dropout) change only
@@ -112,6 +114,7 @@ class Dims:
     d_v: int = 0
     linear: GatedDeltaNet | None = None  # a Gated DeltaNet layer's mixer in place of attention (no K/V cache)
     gate: bool = False  # gated attention: an h·d_h-wide gate projection beside Q
+    chunk: int = 0  # chunked attention C: a query sees only its own chunk's keys (0: off)
 
     @classmethod
     def of(cls, config: Config) -> "Dims":
@@ -120,7 +123,7 @@ class Dims:
         latent = (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim, mla.v_head_dim) if mla else (0, 0, 0, 0)
         return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, mlp_width(b),
                    m.vocab_size if m else 0, b.gated, b.sliding_window, projected_width(m, b.d_model),
-                   moe_active_weights(b), *latent, b.linear_attention, b.attention_gate)
+                   moe_active_weights(b), *latent, b.linear_attention, b.attention_gate, chunk=b.attention_chunk)
 
     @property
     def latent(self) -> bool:
@@ -139,8 +142,15 @@ class Dims:
                 for g in config.layer_groups()]
 
     def keys_seen(self, T: int) -> int:
-        """Keys a query at context T attends to, and tokens a K/V cache must keep: T, or W with a window."""
-        return min(T, self.window) if self.window else T
+        """Tokens a K/V cache must keep at context T (and the keys a query there attends to, but for chunks): T,
+        or W with a window, or at most C with chunks."""
+        bound = self.window or self.chunk
+        return min(T, bound) if bound else T
+
+    def decode_keys(self, T: int) -> int:
+        """Keys the query of a decode step at context T attends to: keys_seen, but with chunks only those of
+        its own chunk, (T − 1) mod C + 1."""
+        return (T - 1) % self.chunk + 1 if self.chunk else self.keys_seen(T)
 
 
 def mlp_width(block: BlockConfig) -> int:
@@ -183,11 +193,14 @@ def matmul_weights(dims: Dims) -> tuple[int, int]:
     return dims.d * (q + 2 * kv) + q * dims.d + mlp, head
 
 
-def score_pairs(T: int, causal: bool, window: int = 0) -> int:
+def score_pairs(T: int, causal: bool, window: int = 0, chunk: int = 0) -> int:
     """(query, key) pairs of a T-token prefill: T² for the full table, T(T+1)/2 for the causal half;
-    with a sliding window W, query t sees min(t + 1, W) keys."""
+    with a sliding window W, query t sees min(t + 1, W) keys; with chunks of C, (t mod C) + 1."""
     if not causal:
         return T * T
+    if chunk:  # ⌊T / C⌋ whole chunks of C(C + 1)/2 pairs, then the last r = T mod C queries' r(r + 1)/2
+        whole, rest = divmod(T, chunk)
+        return whole * chunk * (chunk + 1) // 2 + rest * (rest + 1) // 2
     if not window or T <= window:
         return T * (T + 1) // 2
     return window * (window + 1) // 2 + (T - window) * window
@@ -213,7 +226,7 @@ def forward_flops(dims: Dims, T: int, B: int) -> ForwardFlops:
     if dims.linear is not None:  # no score table: the conv and the recurrence, linear in T
         return ForwardFlops(tokens * (2 * dims.L * per_layer + recurrence_flops(dims)), 0, 0, 2 * tokens * head)
     return ForwardFlops(2 * tokens * dims.L * per_layer, attention * score_pairs(T, False),
-                        attention * score_pairs(T, True, dims.window), 2 * tokens * head)
+                        attention * score_pairs(T, True, dims.window, dims.chunk), 2 * tokens * head)
 
 
 def model_forward_flops(groups: list[Dims], T: int, B: int) -> ForwardFlops:
@@ -235,7 +248,7 @@ def decode_flops(dims: Dims, T: int, B: int) -> int:
     are not expanded again (an expanded cache, or W_kv_b absorbed into the query and output as
     MLA-aware engines do; transformers re-expands its latent cache every step)."""
     per_layer, head = matmul_weights(dims)
-    attention = 2 * dims.L * dims.h * (dims.d_h + dims.value_dim) * dims.keys_seen(T)
+    attention = 2 * dims.L * dims.h * (dims.d_h + dims.value_dim) * dims.decode_keys(T)
     if dims.linear is not None:  # from the carried state: the same work at every context
         attention = recurrence_flops(dims)
     return B * (2 * (dims.L * per_layer + head) + attention)

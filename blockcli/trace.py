@@ -25,7 +25,7 @@ from blockcli import progress
 from blockcli.activations import MLP_KIND_FLOPS
 from blockcli.block import (DecoderBlock, Model, activated, mlp_stage, attention_tile, block_parameter_shapes, blocked_label, experts_label,
                             full_table, load_label, logits_label, model_parameter_shapes, query_scale_label, routing_label,
-                            scores_label, softmax_label)
+                            scores_label, softmax_label, mask_label, moe_sum_label, qk_norm_label)
 from blockcli.config import BlockConfig, Config, InputError, clipped, projected_width, whole_number
 from blockcli.deltanet import SYMBOLIC_DELTANET, state_bytes
 from blockcli.deltanet import analytic_rows as deltanet_analytic_rows
@@ -66,7 +66,7 @@ SYMBOLIC = {
     "shared_out": "(B, T, d)", "shared_gate": "(B, T, 1)", "shared_gated": "(B, T, d)",
 }
 # all E experts' rows together (analytic rows, `merge_expert_rows`): B·T·k routed rows in all
-SYMBOLIC_ALL_EXPERTS = {"in": "(B·T·k, d)", "pre": "(B·T·k, d_e)", "up": "(B·T·k, d_e)", "act": "(B·T·k, d_e)",
+SYMBOLIC_ALL_EXPERTS = {"in": "(B·T·k, d)", "scaled_in": "(B·T·k, d)", "pre": "(B·T·k, d_e)", "up": "(B·T·k, d_e)", "act": "(B·T·k, d_e)",
                         "out": "(B·T·k, d)"}
 ALL_EXPERTS = "experts.all."  # the key prefix of those rows
 SYMBOLIC_PROJECTION_NORM = {"q_norm": "(B, T, h·d_h)", "k_norm": "(B, T, h_kv·d_h)"}
@@ -469,7 +469,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
                 biased = S(B, h, T, T)
                 rec("alibi_scores", "add ALiBi biases", biased, (scores,), kind="add")
                 scores = biased
-            rec("masked_scores", "causal mask", masked, (scores,), kind="mask")
+            rec("masked_scores", mask_label(b), masked, (scores,), kind="mask")
             rec("attn_weights", softmax_label(b), weights, (masked,), kind="softmax", params=("sinks",))
             rec("attn_heads", "weights·V", heads_out, (weights, v), kind="matmul")
         concat, out = S(B, T, h * d_v), S(B, T, d)
@@ -538,7 +538,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         def qk_norm(stand_ins: dict) -> None:  # as MultiHeadAttention._qk_norm: Q's, then K's
             for name in ("q", "k"):
                 normed = S(*stand_ins[name].shape)
-                rec(f"{name}_norm", f"{name.upper()} norm", normed, (stand_ins[name],), kind=b.norm,
+                rec(f"{name}_norm", qk_norm_label(b, name), normed, (stand_ins[name],), kind=b.norm,
                     params=(f"{name}_norm_gamma", f"{name}_norm_beta"))
                 stand_ins[name] = normed
 
@@ -547,7 +547,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         for name, heads in (("q", h), ("k", h_kv), ("v", h_kv)):
             split[name] = S(B, heads, T, d_h)
             rec(name, f"split heads {name.upper()}", split[name], (flat[name],), kind="reshape")
-        per_head = b.qk_norm in ("head", "each_head")
+        per_head = b.qk_norm in ("head", "each_head", "head_unscaled")
         if per_head and not b.qk_norm_after_rope:
             qk_norm(split)
         q, k, v = split["q"], split["k"], split["v"]
@@ -600,10 +600,15 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         rec("expert_load", load_label(spec, B * T), ShapeOnly((E,), np.dtype(np.int64)), (chosen,), kind="count")
         rows = S(B * T * k, d)
         rec(ALL_EXPERTS + "in", experts_label("gather their rows", spec, B * T), rows, (inp,), kind="gather")
+        if spec.scale_input:  # Llama 4: each routed row times its weight before its expert reads it
+            scaled = S(B * T * k, d)
+            rec(ALL_EXPERTS + "scaled_in", experts_label("rows × their routing weights", spec, B * T), scaled,
+                (rows, weights), kind="scale")
+            rows = scaled
         outs = expert_mlp(rows, (B * T * k,), spec.d_expert, ALL_EXPERTS, lambda st: experts_label(st, spec, B * T),
                           lambda w: tuple(f"experts.{e}.{w}" for e in range(E)))
         routed = S(B, T, d)
-        label = f"weighted sum of the {k} routed experts' outputs"
+        label = moe_sum_label(spec)
         if not spec.d_shared:
             rec("mlp_out", label, routed, (weights, outs), kind="combine")
             return routed
@@ -695,6 +700,7 @@ def merge_expert_rows(rows: list[OpRow], config: Config, tokens: int) -> list[Op
         group = merged.get((row.layer, base))
         if group is None:
             stage = ("gather their rows" if base == "in" else mlp_stage(config.block, base) if base in ("pre", "up", "out")
+                     else "rows × their routing weights" if base == "scaled_in"
                      else f"activation ({config.block.mlp_kind})")
             group = replace(row, step=len(out) + 1, key=f"{prefix}{ALL_EXPERTS}{base}",
                             op=experts_label(stage, moe, tokens), params=0, flops=0,
@@ -719,7 +725,7 @@ def merge_expert_rows(rows: list[OpRow], config: Config, tokens: int) -> list[Op
 def _per_expert(base: str, index: int) -> bool:
     """Whether input `index` of an expert's `base` row is that expert's own rows (summed when merging):
     not the gathered-from stream, nor a weight matrix."""
-    return base != "in" and not (base in ("pre", "up", "out") and index == 1)
+    return base != "in" and not (base in ("pre", "up", "out", "scaled_in") and index == 1)
 
 
 def collapse_layers(rows: list[OpRow], n_layers: int, groups: list[tuple[int, ...]] | None = None) -> list[OpRow]:

@@ -461,10 +461,14 @@ def check_causal_mask(c: Context) -> tuple[bool, str, str]:
     hidden = np.triu(np.ones((T, T), dtype=bool), k=1)
     if c.cfg.sliding_window:  # keys older than the window are hidden as well as future ones
         hidden |= np.tril(np.ones((T, T), dtype=bool), k=-c.cfg.sliding_window)
+    if c.cfg.attention_chunk:  # keys of an earlier chunk are hidden too (Llama 4's chunked layers)
+        position = np.arange(T) // c.cfg.attention_chunk
+        hidden |= position[:, None] != position[None, :]
     above = _max(w[..., hidden])
     diag = float(np.min(np.diagonal(w, axis1=-2, axis2=-1))) if T else 1.0
     rows, what = _row_sums(c, w)
-    where = "outside the window or above the diagonal" if c.cfg.sliding_window else "above diagonal"
+    where = ("outside the window or above the diagonal" if c.cfg.sliding_window else
+             "outside the query's chunk or above the diagonal" if c.cfg.attention_chunk else "above diagonal")
     measured = (f"max weight {where} {_fmt(above)}; min diagonal weight {_fmt(diag)}; "
                 f"{what} {_fmt(rows)}")
     c.figure(f"max weight {where}", above, 0)

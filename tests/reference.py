@@ -128,6 +128,10 @@ def resolve_block(cfg):
         "query_scale_length": int(cfg.get("query_scale_length", 0)),
         # HunYuan: qk_norm head applied to the rotated queries and keys instead of before RoPE
         "qk_norm_after_rope": bool(cfg.get("qk_norm_after_rope", False)),
+        # Llama 4's temperature tuning counts positions from 1: floor((t + offset) / L) in the query scale
+        "query_scale_offset": int(cfg.get("query_scale_offset", 0)),
+        # Llama 4's chunked layers: query t sees keys s <= t with s // C == t // C only; 0 = off
+        "attention_chunk": int(cfg.get("attention_chunk", 0)),
     }
 
 
@@ -149,6 +153,8 @@ def _resolve_moe(cfg):
         # false: the routed experts have no biases, the shared expert still has bias.mlp's (DeepSeek-V2)
         "routed_bias": bool(cfg.get("routed_bias", True)),
         "sparsemixer_eps": float(cfg.get("sparsemixer_eps", 0.01)),
+        # Llama 4: the routing weight multiplies the vector the expert reads, not what it returns
+        "scale_input": bool(cfg.get("scale_input", False)),
     }
 
 
@@ -287,7 +293,7 @@ def _qkv_param_shapes(b, rms_beta):
         shapes["b_o"] = (d,)
     if b["attention_sinks"]:
         shapes["sinks"] = (h,)
-    if b["qk_norm"] != "none":
+    if b["qk_norm"] not in ("none", "head_unscaled"):  # head_unscaled (Llama 4's L2 norm) has no weights
         for name, heads in (("q_norm", h), ("k_norm", h_kv)):
             # head: one (d_h,) shared by the heads; projection: (n*d_h,); each_head: a (d_h,) row per head
             width = {"head": (d_h,), "projection": (heads * d_h,), "each_head": (heads, d_h)}[b["qk_norm"]]
@@ -665,23 +671,28 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
         if rope_fraction > 0.0:
             qh = [rope_vec(x, t, rope_fraction, b["rope_theta"], b["rope_scaling"], T, b["rope_layout"]) for x in qh]
             kh = [rope_vec(x, t, rope_fraction, b["rope_theta"], b["rope_scaling"], T, b["rope_layout"]) for x in kh]
-        if b["qk_norm_after_rope"]:  # HunYuan: each rotated head normalised
+        if b["qk_norm"] == "head_unscaled":  # Llama 4: x / sqrt(mean(x^2) + eps) per head, no weights
+            ones = [1.0] * d_h
+            qh = [rms_norm_vec(x, ones, None, b["norm_eps"]) for x in qh]
+            kh = [rms_norm_vec(x, ones, None, b["norm_eps"]) for x in kh]
+        elif b["qk_norm_after_rope"]:  # HunYuan: each rotated head normalised
             qh = [_norm(b, weights, "q_norm", prefix, x, rms_beta) for x in qh]
             kh = [_norm(b, weights, "k_norm", prefix, x, rms_beta) for x in kh]
         if b["query_scale"]:
-            steps = t // b["query_scale_length"]  # whole lengths before position t
+            steps = (t + b["query_scale_offset"]) // b["query_scale_length"]  # whole lengths up to t + offset
             qh = [x * (1.0 + b["query_scale"] * math.log(1.0 + steps)) for x in qh]
         q_heads.append(qh)
         k_heads.append(kh)
         v_heads.append(vh)
 
     scale = b["attention_scale"] if b["attention_scale"] else 1.0 / math.sqrt(d_h)
-    window = b["sliding_window"]
+    window, chunk = b["sliding_window"], b["attention_chunk"]
     out = []
     for t in range(T):
         concat = np.zeros(h * d_h, dtype=np.float64)
-        # causal: keys 0..t; with a sliding window W, only the last W of them (t-W+1..t)
-        keys = [s for s in range(t + 1) if not window or t - s < window]
+        # causal: keys 0..t; with a sliding window W, only the last W of them (t-W+1..t); with chunks of C, only
+        # those of t's own chunk
+        keys = [s for s in range(t + 1) if (not window or t - s < window) and (not chunk or s // chunk == t // chunk)]
         for j in range(h):
             g = j // group
             scores = []
@@ -793,7 +804,10 @@ def _moe(b, weights, prefix, vec):
     chosen, gates = moe_routing(moe, weights, prefix, vec)
     out = np.zeros(b["d_model"], dtype=np.float64)
     for e, g in zip(chosen, gates):
-        out = out + g * _expert(b, weights, prefix, "experts.%d." % e, vec)
+        if moe["scale_input"]:
+            out = out + _expert(b, weights, prefix, "experts.%d." % e, g * vec)
+        else:
+            out = out + g * _expert(b, weights, prefix, "experts.%d." % e, vec)
     if moe["d_shared"]:
         shared = _expert(b, weights, prefix, "shared_", vec)
         if moe["shared_gate"]:

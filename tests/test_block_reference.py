@@ -187,6 +187,15 @@ BLOCK_CASES = {
     "qk_norm_after_rope_rms_gqa": block_dict(norm="rmsnorm", bias=False, activation="swiglu", n_kv_heads=2, rope=0.5,
                                              qk_norm="head", qk_norm_after_rope=True),
     "scale_free_norms_with_shift_shared": block_dict(placement="parallel_shared", norm_scale=False),
+    # Llama 4's RoPE layer: chunks of 2 (the 5 tokens span three), weight-free q/k norms after interleaved RoPE, and
+    # its mixture (sigmoid weights on the experts' input, a shared expert); its NoPE layer: temperature tuning
+    # counted from t + 1, stepping every 2 positions
+    "llama4_chunked_rope_unscaled_qk_norm_moe": block_dict(
+        norm="rmsnorm", bias=False, activation="swiglu", n_kv_heads=2, rope=True, rope_layout="interleaved",
+        attention_chunk=2, qk_norm="head_unscaled", qk_norm_after_rope=True,
+        moe={"n_experts": 4, "top_k": 2, "d_expert": 6, "scoring": "sigmoid", "d_shared": 5, "scale_input": True}),
+    "llama4_nope_temperature_tuning": block_dict(norm="rmsnorm", bias=False, activation="swiglu", n_kv_heads=2,
+                                                 query_scale=0.6, query_scale_length=2, query_scale_offset=1),
     # q/k norms per head with each head's own weights (Command R+), LayerNorm with a shift, GQA, RoPE
     "qk_norm_each_head_layernorm_gqa": block_dict(n_kv_heads=2, rope=True, qk_norm="each_head"),
     "qk_norm_each_head_rms_unit_offset": block_dict(norm="rmsnorm", bias=False, qk_norm="each_head",

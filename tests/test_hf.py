@@ -1059,7 +1059,7 @@ def test_duplicate_key(tmp_path: Path) -> None:
     assert "field 'n_embd' appears twice" in hf_error(path)
 
 
-@pytest.mark.parametrize("model_type, hint", [("rwkv", ""), ("llama4", "did you mean 'llama'"),
+@pytest.mark.parametrize("model_type, hint", [("rwkv", ""), ("lama", "did you mean 'llama'"),
                                               ("gpt-2", "did you mean 'gpt2'")])
 def test_unknown_model_type(tmp_path: Path, model_type: str, hint: str) -> None:
     message = hf_error(write_json(tmp_path, with_fields(GPT2, model_type=model_type)))
