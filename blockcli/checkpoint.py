@@ -33,8 +33,8 @@ from blockcli.sources import load_config
 from blockcli.families import COMPOSITES, FAMILIES
 from blockcli.quantized import SUPPORTED, pair_quantized, schemes_of, stored_bytes
 from blockcli.shapes import Shape, is_buffer, model_parameter_shapes
-from blockcli.tensor_names import (EXPERTS, EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE, FUSED, GROUPED_QKV, LINEAR,
-                                   SAME, SPLIT, Tensor, TensorMap, nested)
+from blockcli.tensor_names import (DEPTHWISE, EXPERTS, EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE, FUSED, GROUPED_QKV,
+                                   LINEAR, SAME, SPLIT, Tensor, TensorMap, nested)
 
 if TYPE_CHECKING:
     import numpy as np  # imported where values are read: counting from headers needs no NumPy
@@ -290,6 +290,8 @@ def stored_shape(entry: Tensor, shapes: Mapping[str, Shape]) -> Shape:
         return parts[0]
     if entry.layout == LINEAR:
         return parts[0][::-1]
+    if entry.layout == DEPTHWISE:  # (C, 1, K)
+        return (parts[0][0], 1, parts[0][1])
     if entry.layout == SPLIT:  # Q | K | V along the last axis
         return parts[0][:-1] + (sum(p[-1] for p in parts),)
     if entry.layout == EXPERTS:  # (E, one expert's outputs, in)
@@ -701,6 +703,8 @@ def _unpack(value: np.ndarray, layout: str, n_heads: int, parts: tuple[Shape, ..
         return [value]
     if layout == LINEAR:
         return [value.T]
+    if layout == DEPTHWISE:  # (C, 1, K) → (C, K)
+        return [value[:, 0, :]]
     if layout == GROUPED_QKV:  # output rows [q…q k v] per K/V head, each block d_h rows
         head_dim = parts[0][-1] // n_heads
         n_kv = parts[1][-1] // head_dim

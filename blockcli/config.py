@@ -150,6 +150,43 @@ class LatentAttention:
 
 
 @dataclass(frozen=True)
+class Mamba2:
+    """A Mamba-2 (SSD) token mixer in place of attention (Granite 4.0-H, Bamba, Nemotron-H), per head h of
+    width p = head_dim with an N = d_state wide state, the heads in n_groups groups sharing B and C:
+
+        [z | x B C | dt] = u·W_in                      z, x (d_in = h·p), B, C (g·N each), dt (h)
+        x B C = silu(causal depthwise conv1d over T, kernel conv_kernel, of x B C)
+        Δ = softplus(dt + dt_bias), A = −exp(A_log)    (B, T, h), (h,)
+        S_t = exp(Δ_t·A)·S_{t−1} + Δ_t·x_t ⊗ B_t       S (B, h, p, N), from zeros
+        y_t = S_t·C_t + D·x_t                          (B, T, h, p)
+        out = RMSNorm_grouped(y ⊙ silu(z))·W_out        the norm over each of g groups of d_in/g
+
+    Its state is constant in T: (B, h, p, N) plus the conv's last conv_kernel − 1 inputs (B, K−1, d_in + 2·g·N).
+    """
+
+    n_heads: int
+    head_dim: int
+    d_state: int
+    n_groups: int = 1
+    conv_kernel: int = 4
+    conv_bias: bool = True  # the conv1d has a bias per channel
+    proj_bias: bool = False  # in_proj and out_proj have biases
+    norm_eps: float = 1e-6  # the gated RMSNorm's eps
+
+    @property
+    def d_inner(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """The channels the conv runs over: x, B and C."""
+        return self.d_inner + 2 * self.n_groups * self.d_state
+
+
+LAYER_PARTS = ("both", "mixer", "mlp")  # what one layer holds: a mixer and an MLP, or one of them (Nemotron-H)
+
+
+@dataclass(frozen=True)
 class BlockConfig:
     d_model: int = 512
     n_heads: int = 8
@@ -188,6 +225,9 @@ class BlockConfig:
     query_scale: float = 0.0
     query_scale_length: int = 0
     qk_norm_after_rope: bool = False  # qk_norm head normalises the rotated queries and keys (HunYuan), not before RoPE
+    mamba: Mamba2 | None = None  # a Mamba-2 state-space mixer in place of attention (blockcli.mamba)
+    # mixer: the layer is LN1 + its mixer + residual only; mlp: LN2 + its MLP + residual only (Nemotron-H)
+    parts: str = "both"
 
     def __post_init__(self) -> None:
         # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
@@ -914,7 +954,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
               "residual_multiplier", "moe", "mla", "attention_softcap", "norm_scale", "clip_qkv", "alibi",
               "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated", "query_scale", "query_scale_length",
-              "qk_norm_after_rope")
+              "qk_norm_after_rope", "mamba", "parts")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -969,7 +1009,14 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         query_scale=_float(data, "query_scale", p, 0.0, 0.0, 1e6),
         query_scale_length=_int(data, "query_scale_length", p, 0, minimum=0),
         qk_norm_after_rope=_bool(data, "qk_norm_after_rope", p, False),
+        mamba=_parse_mamba(data.get("mamba")),
+        parts=_choice(data, "parts", p, "both", LAYER_PARTS),
     )
+    if block.mamba is not None and block.mla is not None:
+        raise ConfigError("block.mamba: a layer has one token mixer; block.mla is set too")
+    if block.parts != "both" and block.placement != "pre":
+        raise ConfigError(f"block.parts: a layer of one part ({block.parts}) is pre-norm (its norm, the part, the "
+                          f"residual add); placement is {block.placement}")
     if block.qk_norm_after_rope and block.qk_norm != "head":
         raise ConfigError(f"block.qk_norm_after_rope: a setting of qk_norm head (each head's d_h after RoPE, as "
                           f"HunYuan's); qk_norm is {block.qk_norm}")
@@ -1053,17 +1100,24 @@ def _parse_moe(value: Any) -> MoE | None:
     if moe.shared_gate and not moe.d_shared:
         raise ConfigError(f"{p}.shared_gate: gates the shared expert, but d_shared is 0 (no shared expert)")
     return moe
+def _nested_section(value: Any, cls: type, p: str, required: tuple[str, ...], what: str) -> None:
+    """A nested block section (`mla`, `mamba`): a mapping of `cls`'s fields, with the `required` ones."""
+    if not isinstance(value, Mapping):
+        optional = [f.name for f in fields(cls) if f.name not in required]
+        raise ConfigError(f"{p}: expected a mapping of {', '.join(required)} (and {', '.join(optional)}), "
+                          f"got {_kind(value)}")
+    _check_keys(value, tuple(f.name for f in fields(cls)), p + ".")
+    for key in required:
+        if key not in value:
+            raise ConfigError(f"{p}.{key}: required for {what}")
+
+
 def _parse_mla(value: Any) -> LatentAttention | None:
     if value is None:
         return None
     p = "block.mla"
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{p}: expected a mapping of kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, "
-                          f"v_head_dim (and q_lora_rank), got {_kind(value)}")
-    _check_keys(value, tuple(f.name for f in fields(LatentAttention)), p + ".")
-    for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-        if key not in value:
-            raise ConfigError(f"{p}.{key}: required for latent attention")
+    _nested_section(value, LatentAttention, p, ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"),
+                    "latent attention")
     mla = LatentAttention(
         kv_lora_rank=_int(value, "kv_lora_rank", p, 1), qk_nope_head_dim=_int(value, "qk_nope_head_dim", p, 1),
         qk_rope_head_dim=_int(value, "qk_rope_head_dim", p, 2), v_head_dim=_int(value, "v_head_dim", p, 1),
@@ -1073,6 +1127,22 @@ def _parse_mla(value: Any) -> LatentAttention | None:
         raise ConfigError(f"{p}.qk_rope_head_dim: RoPE turns pairs of dims; expected an even number, "
                           f"got {mla.qk_rope_head_dim}")
     return mla
+
+
+def _parse_mamba(value: Any) -> Mamba2 | None:
+    if value is None:
+        return None
+    p = "block.mamba"
+    _nested_section(value, Mamba2, p, ("n_heads", "head_dim", "d_state"), "a Mamba-2 mixer")
+    mamba = Mamba2(n_heads=_int(value, "n_heads", p, 1), head_dim=_int(value, "head_dim", p, 1),
+                   d_state=_int(value, "d_state", p, 1), n_groups=_int(value, "n_groups", p, 1),
+                   conv_kernel=_int(value, "conv_kernel", p, 4), conv_bias=_bool(value, "conv_bias", p, True),
+                   proj_bias=_bool(value, "proj_bias", p, False),
+                   norm_eps=_float(value, "norm_eps", p, 1e-6, 0.0, 1.0, low_open=True))
+    if mamba.n_heads % mamba.n_groups:
+        raise ConfigError(f"{p}.n_groups: {mamba.n_groups} does not divide n_heads={mamba.n_heads} (each group's "
+                          f"heads share its B and C)")
+    return mamba
 
 
 def _check_mla(block: BlockConfig) -> None:

@@ -41,7 +41,9 @@ def evaluate(poly: Poly, values: Mapping[str, int]) -> int:
 _ORDER = {"L": 0, "V": 1, "P": 2, "E": 3, "k": 4, "d": 5, "h": 6, "h_kv": 7, "d_h": 8, "d_ff": 9, "d_e": 10,
           "d_s": 11,
           # latent attention: query and K/V latent ranks, per-head widths without / with RoPE, values
-          "r_q": 12, "r_kv": 13, "d_nope": 14, "d_rope": 15, "d_v": 16}
+          "r_q": 12, "r_kv": 13, "d_nope": 14, "d_rope": 15, "d_v": 16,
+          # a Mamba-2 mixer: SSM heads, their width, the state width, groups of B and C, the conv's kernel
+          "h_s": 17, "p": 18, "N": 19, "g": 20, "K": 21}
 
 
 def render(poly: Poly) -> str:
@@ -135,6 +137,9 @@ def symbol_values(config: Config | BlockConfig) -> dict[str, int]:
     if b.mla is not None:
         values.update(r_q=b.mla.q_lora_rank, r_kv=b.mla.kv_lora_rank, d_nope=b.mla.qk_nope_head_dim,
                       d_rope=b.mla.qk_rope_head_dim, d_v=b.mla.v_head_dim)
+    if b.mamba is not None:
+        values.update(h_s=b.mamba.n_heads, p=b.mamba.head_dim, N=b.mamba.d_state, g=b.mamba.n_groups,
+                      K=b.mamba.conv_kernel)
     if m is not None:
         values.update(V=m.vocab_size, L=m.n_layers, P=m.max_positions + m.position_offset)
     return values
@@ -173,7 +178,13 @@ def block_formula(b: BlockConfig) -> list[Row]:
         norm("ln1", f"{_norm_name(b)} 1" if b.placement != "parallel_shared" else
              f"{_norm_name(b)} (shared by attention and MLP)"),
     ]
-    if b.mla is not None:
+    if b.parts == "mlp":  # a layer of its MLP alone: LN 2 and the MLP rows below
+        rows = []
+    elif b.mamba is not None:
+        rows.extend(_mamba_rows(b))
+        if b.parts == "mixer":
+            return rows
+    elif b.mla is not None:
         rows.extend(_latent_attention_rows(b))
     else:
         rows.extend([
@@ -193,6 +204,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
                                                   "each_head": "(per head, weights of each head)"}[b.qk_norm]
             rows.append(Row(f"attn.{letter}_norm", label, term(1, *features) if b.norm_scale else no, shift,
                             (f"{letter}_norm_gamma", f"{letter}_norm_beta")))
+    if b.parts == "mixer":  # a layer of its attention alone
+        return rows
     if b.sandwich:  # Gemma 2/3: the branch outputs are normalised too (kept beside LN 2, before the MLP rows)
         rows.append(norm("ln1_post", f"{_norm_name(b)} after attention"))
     if b.placement != "parallel_shared":  # a shared norm: attention and MLP both read LN1's output
@@ -277,6 +290,27 @@ def _latent_attention_rows(b: BlockConfig) -> list[Row]:
              Row("attn.o", "output projection W_O", term(1, "h", "d_v", "d"), term(1, "d") if b.bias.out else no,
                  ("w_o", "b_o"))]
     return rows
+def _mamba_rows(b: BlockConfig) -> list[Row]:
+    """A Mamba-2 mixer (the SSD paper's §7 block): the in-projection to z and x (h_s·p each), B and C (g·N each)
+    and dt (h_s); the depthwise conv over x, B and C (K taps per channel, a bias each); dt_bias, A_log and D per
+    head; the gated RMSNorm's scale over h_s·p; the out-projection. The projections' biases with proj_bias."""
+    m, no = b.mamba, Poly()
+    assert m is not None
+    width = term(2, "h_s", "p") + term(2, "g", "N") + term(1, "h_s")  # z | x B C | dt
+    channels = term(1, "h_s", "p") + term(2, "g", "N")  # x | B | C
+    return [Row("attn.ssm_in", "SSM in-projection (z, x, B, C, dt)",
+                Poly({tuple(sorted(("d",) + k)): c for k, c in width.items()}), width if m.proj_bias else no,
+                ("w_ssm_in", "b_ssm_in")),
+            Row("attn.ssm_conv", "causal conv over x, B, C (K taps per channel)",
+                Poly({tuple(sorted(("K",) + k)): c for k, c in channels.items()}), channels if m.conv_bias else no,
+                ("ssm_conv", "b_ssm_conv")),
+            Row("attn.ssm_heads", "per SSM head: dt_bias, A_log, D", term(3, "h_s"), no,
+                ("ssm_dt_bias", "ssm_A_log", "ssm_D")),
+            Row("attn.ssm_norm", "gated RMSNorm scale", term(1, "h_s", "p"), no, ("ssm_norm_gamma",)),
+            Row("attn.ssm_out", "SSM out-projection", term(1, "h_s", "p", "d"), term(1, "d") if m.proj_bias else no,
+                ("w_ssm_out", "b_ssm_out"))]
+
+
 def _norms_label(n: int) -> str:
     """'one norm', 'two norms', 'four norms' (sandwich): the block's norm subtotal row."""
     return f"{ {1: 'one', 2: 'two', 4: 'four'}.get(n, str(n))} norm{'s' if n != 1 else ''}"
@@ -376,6 +410,8 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
     covered = {k for row in rows for k in row.keys}
     mismatches.extend(f"{tag}{k}: array not in the formula" for k in arrays if k not in covered)
     attention = "attention (Q, K, V, O, sinks)" if config.block.attention_sinks else "attention (Q, K, V, O)"
+    if config.block.mamba is not None:
+        attention = "Mamba-2 mixer (in, conv, SSM, norm, out)"
     for name, label, (w, bias) in (("attention", attention, groups["attn"]),
                                    ("mlp", "MLP", groups["mlp"]),
                                    ("norms", _norms_label(sum(r.name.startswith("ln") for r in rows)),

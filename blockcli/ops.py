@@ -574,6 +574,25 @@ def sinusoidal_positions(positions: Array, d: int, dtype: np.dtype) -> Array:
     return table.astype(dtype)
 
 
+# ----------------------------------------------------------------------------- convolution over time
+
+
+def causal_conv1d(x: Array, weight: Array, bias: Array | None, state: Array | None = None) -> tuple[Array, Array]:
+    """A depthwise causal convolution over time: x (B, T, C), weight (C, K), bias (C,) or None; `state` (B, K−1, C)
+    the K−1 inputs before x (None: zeros). y[t] = bias + Σ_k weight[:, k]·u[t + k] over u = state | x, so
+    weight[:, K−1] reads the current input (torch's Conv1d with K−1 padding on the left, cut to T). Returns
+    (y (B, T, C) before any activation, the new state: the last K−1 inputs of u (B, K−1, C))."""
+    B, T, C = x.shape
+    K = weight.shape[1]
+    if state is None:
+        state = np.zeros((B, K - 1, C), dtype=x.dtype)
+    u = np.concatenate([state.astype(x.dtype, copy=False), x], axis=1)  # (B, K−1+T, C)
+    y = np.zeros((B, T, C), dtype=x.dtype) if bias is None else np.broadcast_to(bias.astype(x.dtype), (B, T, C)).copy()
+    for k in range(K):
+        y += u[:, k:k + T] * weight[:, k].astype(x.dtype)
+    return y, u[:, T:].copy()  # (B, T, C), (B, K−1, C)
+
+
 # ----------------------------------------------------------------------------- mixture-of-experts routing
 
 

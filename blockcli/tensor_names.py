@@ -57,6 +57,7 @@ from dataclasses import dataclass
 
 SAME, LINEAR, SPLIT, FUSED, GROUPED_QKV = "same", "linear", "split", "fused", "grouped_qkv"
 EXPERTS, EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE = "experts", "experts_interleaved", "experts_side_by_side"
+DEPTHWISE = "depthwise"  # torch.nn.Conv1d's depthwise weight (C, 1, K), blockcli's (C, K) (a Mamba-2 conv)
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 from blockcli.families import (bloom, cohere, deepseek, falcon, gemma2, glm, gpt2, gpt_neox, gpt_oss, gptj, llama,
                                llama_relatives, moe, opt, phi, phi3, stablelm, starcoder2)
+from blockcli.families import hybrid
 from blockcli.families.common import Composite, Family
 
 _MODULES = (gpt2, opt, gpt_neox, llama, gemma2, starcoder2, gptj, phi, phi3, cohere, stablelm, falcon, bloom, moe,
             deepseek, gpt_oss, glm, llama_relatives)
+_MODULES += (hybrid,)  # the Mamba-2 hybrids
 
 FAMILIES: dict[str, Family] = {family.model_type: family for module in _MODULES for family in module.FAMILIES}
 # vision-language model_types whose `text_config` is one of the families above

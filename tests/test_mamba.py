@@ -1,0 +1,261 @@
+"""The Mamba-2 (SSD) mixer and the hybrid state-space families (issue #28).
+
+Expected numbers come from outside blockcli: transformers' outputs stored by tests/fixtures/ssm/generate.py
+(logits, every layer, decode steps one token at a time after a prompt, the parameter total), the plain
+loop-over-time recurrence of tests/reference.py, transformers' meta-device totals (recomputed by the
+torch-marked test at the end) and counts by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import reference as ref
+from test_checkpoint import cli, one_error_line, relative
+from blockcli import DecoderBlock, Model, load_config
+from blockcli.config import BlockConfig, ConfigError, Mamba2, parse_config
+from blockcli.count import count_parameters
+from blockcli.hf import hf_to_mapping
+from blockcli.mamba import ssd_scan
+from blockcli.ops import causal_conv1d
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ssm"
+FOLDERS = sorted(p.name for p in FIXTURES.iterdir() if (p / "config.json").is_file())
+TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
+PROMPT = 3  # generate.py's prompt before its one-token decode steps
+
+
+def expected(name: str) -> dict[str, np.ndarray]:
+    with np.load(FIXTURES / name / "expected.npz") as data:
+        return {k: data[k] for k in data.files}
+
+
+# ----------------------------------------------------------------------------- parity with transformers
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", FOLDERS)
+def test_logits_every_layer_and_decode_steps_equal_transformers(name: str, dtype: str) -> None:
+    folder, want = FIXTURES / name, expected(name)
+    model = Model.from_config(load_config(folder), weights=folder, dtype=dtype)
+    ids, tol = want["input_ids"], TOLERANCE[dtype]
+    assert relative(model(ids), want[f"logits_{dtype}"]) <= tol
+    x = model.embed(ids)
+    for i, block in enumerate(model.blocks):
+        x = block(x)
+        assert relative(x, want[f"layers_{dtype}"][i]) <= tol, f"layer {i}"
+    caches = model.new_cache()
+    model.step(ids[:, :PROMPT], caches)
+    steps = np.concatenate([model.step(ids[:, t:t + 1], caches) for t in range(PROMPT, ids.shape[1])], axis=1)
+    assert relative(steps, want[f"decode_logits_{dtype}"]) <= tol
+    assert relative(steps, want[f"logits_{dtype}"][:, PROMPT:]) <= tol  # and decoding is the full pass
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_parameter_total_equals_transformers_and_the_checkpoint_reconciles(name: str) -> None:
+    folder, want = FIXTURES / name, expected(name)
+    assert count_parameters(load_config(folder)).total == int(want["parameters"])
+    proc = cli("count", folder)
+    assert proc.returncode == 0, proc.stderr
+    assert f"formula {int(want['parameters']):,} vs checkpoint tensors {int(want['parameters']):,}: match" in proc.stdout
+
+
+# ----------------------------------------------------------------------------- the mixer against the loop
+
+
+def _mixer_config(**mamba: int | bool) -> BlockConfig:
+    m = {"n_heads": 4, "head_dim": 3, "d_state": 5, "n_groups": 2, "conv_kernel": 3, "proj_bias": True, **mamba}
+    return parse_config({"block": {"d_model": 8, "n_heads": 2, "d_ff": 16, "norm": "rmsnorm", "activation": "swiglu",
+                                   "bias": False, "mamba": m}}).block
+
+
+@pytest.mark.parametrize("mamba", [{}, {"n_groups": 1, "conv_bias": False, "proj_bias": False, "conv_kernel": 4},
+                                   {"n_groups": 4, "d_state": 1, "head_dim": 1}])
+def test_the_mixer_equals_the_plain_recurrence(mamba: dict) -> None:
+    """Random weights (A_log around 0, so that the state decays slowly and every step matters) through the
+    block's mixer and through tests/reference.py's loop over time, head by head."""
+    cfg = _mixer_config(**mamba)
+    block = DecoderBlock.from_config(cfg, seed=3, dtype="float64")
+    p = block.params
+    rng = np.random.default_rng(7)
+    for key in ("ssm_dt_bias", "ssm_A_log", "ssm_D"):
+        p[key][...] = 0.3 * rng.standard_normal(p[key].shape)
+    p["ssm_norm_gamma"][...] = 1.0 + 0.1 * rng.standard_normal(p["ssm_norm_gamma"].shape)
+    u = rng.standard_normal((2, 9, cfg.d_model))
+    got = block.attn(u, lambda *a, **k: None)
+    m = cfg.mamba
+    weights = {k: v for k, v in p.items() if "ssm" in k}
+    want = ref.mamba2_mixer({"n_heads": m.n_heads, "head_dim": m.head_dim, "d_state": m.d_state,
+                             "n_groups": m.n_groups, "conv_kernel": m.conv_kernel, "eps": m.norm_eps}, weights, u)
+    assert relative(got, want) <= 1e-12
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 5, 64])
+def test_every_chunking_of_the_scan_is_the_same_sums(chunk: int) -> None:
+    rng = np.random.default_rng(1)
+    B, T, h, p, N = 2, 11, 3, 2, 4
+    x, Bm, Cm = rng.standard_normal((B, T, h, p)), rng.standard_normal((B, T, h, N)), rng.standard_normal((B, T, h, N))
+    dt, A = rng.uniform(0.1, 1.5, (B, T, h)), -rng.uniform(0.2, 2.0, h)
+    state0 = rng.standard_normal((B, h, p, N))
+    y, last = ssd_scan(x, dt, A, Bm, Cm, state0, chunk=chunk)
+    S = state0.copy()
+    for t in range(T):  # the recurrence itself, one step at a time
+        S = np.exp(dt[:, t] * A)[..., None, None] * S + (dt[:, t][..., None] * x[:, t])[..., None] * Bm[:, t][:, :, None]
+        assert np.allclose(y[:, t], np.einsum("bhpn,bhn->bhp", S, Cm[:, t]), rtol=0, atol=1e-12)
+    assert np.allclose(last, S, rtol=0, atol=1e-12)
+
+
+def test_causal_conv_reads_the_previous_inputs_and_returns_the_last_ones() -> None:
+    rng = np.random.default_rng(2)
+    x, w, b = rng.standard_normal((2, 6, 3)), rng.standard_normal((3, 4)), rng.standard_normal(3)
+    y, state = causal_conv1d(x, w, b)
+    for t in range(6):  # y[t] = b + Σ_k w[:, k]·x[t − 3 + k], zeros before the first input
+        want = b + sum(w[:, k] * x[:, t - 3 + k] for k in range(4) if t - 3 + k >= 0)
+        assert np.allclose(y[:, t], want, rtol=0, atol=1e-14)
+    assert np.array_equal(state, x[:, -3:])
+    head, s = causal_conv1d(x[:, :4], w, b)  # in two pieces, through the state
+    tail, s = causal_conv1d(x[:, 4:], w, b, s)
+    assert np.allclose(np.concatenate([head, tail], axis=1), y, rtol=0, atol=1e-14) and np.array_equal(s, state)
+
+
+def test_decoding_one_token_at_a_time_equals_the_full_pass_on_a_seeded_hybrid() -> None:
+    config = parse_config({
+        "block": {"d_model": 16, "n_heads": 4, "d_ff": 24, "norm": "rmsnorm", "activation": "swiglu", "bias": False,
+                  "rope": True, "mamba": {"n_heads": 4, "head_dim": 6, "d_state": 3, "n_groups": 2}},
+        "model": {"n_layers": 3, "vocab_size": 50, "positions": "rope"},
+        "layers": [{"indices": [1], "block": {"mamba": None}}]})
+    model = Model.from_config(config, dtype="float64", seed=5)
+    ids = np.random.default_rng(0).integers(0, 50, (2, 9))
+    full = model(ids)
+    caches = model.new_cache()
+    steps = [model.step(ids[:, t:t + 1], caches) for t in range(9)]
+    assert relative(np.concatenate(steps, axis=1), full) <= 1e-12
+    assert caches[0].ssm.shape == (2, 4, 6, 3) and caches[0].conv.shape == (2, 3, 24 + 2 * 2 * 3)
+
+
+# ----------------------------------------------------------------------------- counts
+
+
+def _granite_by_hand(d: int, layers: int, vocab: int, heads: int, kv: int, d_e: int, experts: int, shared: int,
+                     h: int, p: int, N: int, g: int, K: int, mamba_layers: int, tied: bool, conv_bias: bool = True,
+                     proj_bias: bool = False, attn_bias: bool = False) -> int:
+    d_in = h * p
+    width = 2 * d_in + 2 * g * N + h
+    mixer = (d * width + (width if proj_bias else 0) + (d_in + 2 * g * N) * (K + conv_bias) + 3 * h + d_in
+             + d_in * d + (d if proj_bias else 0))
+    d_h = d // heads
+    attention = 2 * d * heads * d_h + 2 * d * kv * d_h  # q and o, k and v
+    if attn_bias:  # q, k, v and o biases
+        attention += heads * d_h + 2 * kv * d_h + d
+    mlp = (d * experts + 3 * experts * d * d_e if experts else 0) + 3 * d * shared
+    per_layer = 2 * d + mlp
+    return (mamba_layers * (per_layer + mixer) + (layers - mamba_layers) * (per_layer + attention)
+            + vocab * d * (1 if tied else 2) + d)
+
+
+# transformers 5.24's GraniteMoeHybridForCausalLM on the meta device (the torch-marked test recomputes them)
+GRANITE_CASES = {
+    "defaults": ({}, 38_601_064_448),
+    "random": (dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=2, num_hidden_layers=5,
+                    intermediate_size=40, shared_intermediate_size=24, num_local_experts=3, num_experts_per_tok=1,
+                    vocab_size=300, mamba_n_heads=8, mamba_d_state=12, mamba_n_groups=2, mamba_d_conv=3,
+                    mamba_conv_bias=False, mamba_proj_bias=True, attention_bias=True, tie_word_embeddings=True,
+                    position_embedding_type="rope", layer_types=["mamba", "attention", "mamba", "mamba", "attention"]),
+               474_752),
+    "dense": (dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=4, shared_intermediate_size=80,
+                   num_local_experts=0, vocab_size=500, mamba_n_heads=16, mamba_expand=3, mamba_d_state=20,
+                   mamba_d_conv=5, layer_types=["attention", "mamba", "mamba", "mamba"]), 268_640),
+}
+GRANITE_DEFAULTS = dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                        num_local_experts=8, shared_intermediate_size=1024, vocab_size=32000, mamba_n_heads=128,
+                        mamba_d_state=256, mamba_n_groups=1, mamba_d_conv=4, mamba_expand=2, rms_norm_eps=1e-6,
+                        max_position_embeddings=2048)
+
+
+def test_granite_hybrid_totals_by_hand() -> None:
+    """The meta-device totals above, derived again term by term."""
+    assert _granite_by_hand(4096, 32, 32000, 32, 32, 11008, 8, 1024, 128, 64, 256, 1, 4, 32, False) == 38_601_064_448
+    assert _granite_by_hand(96, 5, 300, 6, 2, 40, 3, 24, 8, 24, 12, 2, 3, 3, True, conv_bias=False, proj_bias=True,
+                            attn_bias=True) == 474_752
+    assert _granite_by_hand(64, 4, 500, 4, 4, 0, 0, 80, 16, 12, 20, 1, 5, 3, False) == 268_640
+
+
+def _granite_config(fields: dict) -> dict:
+    return {**{"model_type": "granitemoehybrid"}, **GRANITE_DEFAULTS, **fields}
+
+
+@pytest.mark.parametrize("case", sorted(GRANITE_CASES))
+def test_granite_hybrid_counts_as_transformers(case: str) -> None:
+    fields, want = GRANITE_CASES[case]
+    layers = fields.get("num_hidden_layers", 32)
+    data = _granite_config({"layer_types": ["mamba"] * layers, **fields})
+    assert count_parameters(parse_config(hf_to_mapping(data, "x.json"))).total == want
+
+
+def test_granite_hybrid_layer_types_pick_each_layers_mixer() -> None:
+    data = _granite_config({"num_hidden_layers": 4, "layer_types": ["attention", "mamba", "linear_attention",
+                                                                    "full_attention"]})
+    config = parse_config(hf_to_mapping(data, "x.json"))
+    assert [config.layer_block(i).mamba is not None for i in range(4)] == [False, True, True, False]
+    assert config.layer_block(1).mamba == Mamba2(n_heads=128, head_dim=64, d_state=256)
+    assert config.model.positions == "none" and not config.block.rope  # position_embedding_type null: no RoPE
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"layer_types": ["mamba"] * 31 + ["moe"]}, "layer_types"),
+    ({"mamba_d_head": 32}, "mamba_d_head"),
+    ({"mamba_n_groups": 3}, "mamba_n_groups"),
+    ({"time_step_limit": [0.0, 10.0]}, "time_step_limit"),
+    ({"position_embedding_type": "alibi"}, "position_embedding_type"),
+])
+def test_granite_hybrid_fields_blockcli_cannot_run_are_named(tmp_path: Path, fields: dict, message: str) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(_granite_config(fields)))
+    assert message in one_error_line(cli("count", tmp_path / "config.json"))
+
+
+def test_transformers_5_infinity_in_time_step_limit_is_the_default() -> None:
+    data = _granite_config({"time_step_limit": [0.0, {"__float__": "Infinity"}]})
+    assert count_parameters(parse_config(hf_to_mapping(data, "x.json"))).total == 38_601_064_448
+
+
+# ----------------------------------------------------------------------------- the schema
+
+
+@pytest.mark.parametrize("mamba, message", [
+    ({"n_heads": 4, "head_dim": 2}, "block.mamba.d_state: required"),
+    ({"n_heads": 4, "head_dim": 2, "d_state": 2, "n_groups": 3}, "block.mamba.n_groups"),
+    ({"n_heads": 4, "head_dim": 2, "d_state": 2, "expand": 2}, "block.mamba.expand"),
+    ("yes", "block.mamba: expected a mapping"),
+])
+def test_bad_mamba_sections_are_named(mamba: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        parse_config({"block": {"d_model": 8, "n_heads": 2, "mamba": mamba}})
+
+
+def test_backward_through_a_mamba_layer_is_refused_in_one_line() -> None:
+    folder = FIXTURES / FOLDERS[0]
+    for args in (("train", folder), ("trace", folder, "--backward"), ("verify", folder, "--grad")):
+        assert "Mamba-2" in one_error_line(cli(*args)), args
+
+
+# ----------------------------------------------------------------------------- against transformers itself
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("case", sorted(GRANITE_CASES))
+def test_the_granite_totals_here_are_transformers_own(case: str) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    fields, want = GRANITE_CASES[case]
+    config = transformers.AutoConfig.for_model("granitemoehybrid", **fields)
+    assert {k: getattr(config, k) for k in GRANITE_DEFAULTS} == {**GRANITE_DEFAULTS, **{
+        k: v for k, v in fields.items() if k in GRANITE_DEFAULTS}}
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    assert sum(p.numel() for p in model.parameters()) == want
+    data = {k: v for k, v in config.to_dict().items() if k != "transformers_version"}
+    assert count_parameters(parse_config(hf_to_mapping(data, "x.json"))).total == want
