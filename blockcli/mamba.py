@@ -93,13 +93,12 @@ class Mamba2Mixer:
         h, hp, N, g, d_in = m.n_heads, m.head_dim, m.d_state, m.n_groups, m.d_inner
         state = cache if isinstance(cache, MambaCache) else None
         zxbcdt = F.linear(u, p["w_ssm_in"], p.get("b_ssm_in"))  # (B, T, 2·d_in + 2·g·N + h)
-        rec("ssm_in", "SSM in-projection (z | x B C | dt)", zxbcdt, (u, p["w_ssm_in"]), kind="linear",
+        rec("ssm_in", IN_LABEL, zxbcdt, (u, p["w_ssm_in"]), kind="linear",
             params=("w_ssm_in", "b_ssm_in"))
         z, xbc, dt = np.split(zxbcdt, [d_in, d_in + m.conv_dim], axis=-1)  # (B, T, d_in), (B, T, c), (B, T, h)
         conv, conv_state = F.causal_conv1d(xbc, p["ssm_conv"], p.get("b_ssm_conv"),
                                            state.conv if state is not None else None)  # (B, T, c), (B, K−1, c)
-        rec("ssm_conv", f"causal conv over T (kernel {m.conv_kernel}, per channel)", conv, (xbc, p["ssm_conv"]),
-            kind="conv", params=("ssm_conv", "b_ssm_conv"))
+        rec("ssm_conv", conv_label(m), conv, (zxbcdt, p["ssm_conv"]), kind="conv", params=("ssm_conv", "b_ssm_conv"))
         xbc = F.silu(conv)  # (B, T, c)
         rec("ssm_conv_act", "SiLU", xbc, (conv,), kind="silu")
         x, Bg, Cg = np.split(xbc, [d_in, d_in + g * N], axis=-1)
@@ -108,29 +107,46 @@ class Mamba2Mixer:
         Bm = np.repeat(Bg.reshape(Bsz, T, g, N), per_group, axis=2)  # (B, T, h, N): each head its group's B
         Cm = np.repeat(Cg.reshape(Bsz, T, g, N), per_group, axis=2)  # (B, T, h, N)
         delta = F.softplus(dt + p["ssm_dt_bias"])  # (B, T, h)
-        rec("ssm_dt", "Δ = softplus(dt + dt_bias)", delta, (dt,), kind="softplus", params=("ssm_dt_bias",))
+        rec("ssm_dt", DT_LABEL, delta, (zxbcdt,), kind="softplus", params=("ssm_dt_bias",))
         A = -np.exp(p["ssm_A_log"].astype(u.dtype))  # (h,)
-        y, last = ssd_scan(x, delta, A, Bm, Cm, state.ssm if state is not None else None)  # (B, T, h, p)
-        rec("ssm_scan", f"SSD scan: state (B, h={h}, p={hp}, N={N}), constant in T", y, (x, delta, Bm, Cm),
-            kind="ssd", params=("ssm_A_log",))
-        y = y + x * p["ssm_D"].astype(u.dtype)[:, None]  # (B, T, h, p): the D skip
-        y = y.reshape(Bsz, T, d_in)
-        rec("ssm_skip", "+ D·x", y, (y, x), kind="skip", params=("ssm_D",))
+        scan, last = ssd_scan(x, delta, A, Bm, Cm, state.ssm if state is not None else None)  # (B, T, h, p)
+        rec("ssm_scan", scan_label(m), scan, (xbc, delta, Bm, Cm), kind="ssd", params=("ssm_A_log",))
+        y = (scan + x * p["ssm_D"].astype(u.dtype)[:, None]).reshape(Bsz, T, d_in)  # (B, T, d_in): the D skip
+        rec("ssm_skip", SKIP_LABEL, y, (scan, xbc), kind="skip", params=("ssm_D",))
         gated = y * F.silu(z)  # (B, T, d_in)
         groups = gated.reshape(Bsz, T, g, d_in // g)
         normed = (groups / np.sqrt(np.mean(groups * groups, axis=-1, keepdims=True) + m.norm_eps)).reshape(
             Bsz, T, d_in) * p["ssm_norm_gamma"]  # (B, T, d_in)
-        rec("ssm_norm", f"gated RMSNorm (y ⊙ silu(z), {g} group{'s' if g > 1 else ''})", normed, (y, z),
-            kind="gated_rmsnorm", params=("ssm_norm_gamma",))
+        rec("ssm_norm", norm_label(m), normed, (y, zxbcdt), kind="gated_rmsnorm", params=("ssm_norm_gamma",))
         out = F.linear(normed, p["w_ssm_out"], p.get("b_ssm_out"))  # (B, T, d)
-        rec("attn_out", "SSM out-projection", out, (normed, p["w_ssm_out"]), kind="linear",
-            params=("w_ssm_out", "b_ssm_out"))
+        rec("attn_out", OUT_LABEL, out, (normed, p["w_ssm_out"]), kind="linear", params=("w_ssm_out", "b_ssm_out"))
         if state is not None:
             state.conv, state.ssm, state.length = conv_state, last, state.length + T
         return out
 
     def backward(self, dy: Array, tape: Any) -> Array:
         raise InputError(NO_BACKWARD)
+
+
+# the trace's labels, shared with its analytic rows (blockcli.trace)
+IN_LABEL, DT_LABEL, SKIP_LABEL, OUT_LABEL = ("SSM in-projection (z | x B C | dt)", "Δ = softplus(dt + dt_bias)",
+                                             "+ D·x", "SSM out-projection")
+# the symbolic shapes of a Mamba-2 layer's rows (c = d_in + 2·g·N, d_in = h_s·p)
+SYMBOLIC = {"ssm_in": "(B, T, 2·d_in + 2·g·N + h_s)", "ssm_conv": "(B, T, c)", "ssm_conv_act": "(B, T, c)",
+            "ssm_dt": "(B, T, h_s)", "ssm_scan": "(B, T, h_s, p)", "ssm_skip": "(B, T, d_in)",
+            "ssm_norm": "(B, T, d_in)", "attn_out": "(B, T, d)"}
+
+
+def conv_label(m: Any) -> str:
+    return f"causal conv over T of x B C (kernel {m.conv_kernel}, per channel)"
+
+
+def scan_label(m: Any) -> str:
+    return f"SSD scan: state (B, h_s={m.n_heads}, p={m.head_dim}, N={m.d_state}), constant in T"
+
+
+def norm_label(m: Any) -> str:
+    return f"gated RMSNorm (y ⊙ silu(z), {m.n_groups} group{'s' if m.n_groups > 1 else ''})"
 
 
 NO_BACKWARD = ("gradients through a Mamba-2 (state-space) layer are not implemented: verify --grad, train and "

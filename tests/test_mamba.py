@@ -9,6 +9,7 @@ torch-marked test at the end) and counts by hand.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,8 @@ from blockcli.count import count_parameters
 from blockcli.hf import hf_to_mapping
 from blockcli.mamba import ssd_scan
 from blockcli.ops import causal_conv1d
+from blockcli.sizing import Dims, inference, model_decode_flops, model_forward_flops
+from blockcli.trace import analytic_trace, run_trace
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ssm"
 FOLDERS = sorted(p.name for p in FIXTURES.iterdir() if (p / "config.json").is_file())
@@ -62,6 +65,83 @@ def test_parameter_total_equals_transformers_and_the_checkpoint_reconciles(name:
     proc = cli("count", folder)
     assert proc.returncode == 0, proc.stderr
     assert f"formula {int(want['parameters']):,} vs checkpoint tensors {int(want['parameters']):,}: match" in proc.stdout
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", FOLDERS)
+def test_cache_bytes_equal_what_transformers_cache_holds(name: str, dtype: str) -> None:
+    """After a prompt of 3 tokens at batch 2: the attention layers' keys and values, and the Mamba layers' conv
+    and SSM states, as transformers' cache holds them; the state does not grow with T, the K/V does."""
+    folder, want = FIXTURES / name, expected(name)
+    config = load_config(folder)
+    total = count_parameters(config).total
+    inf = inference(config, total, PROMPT, 2, dtype)
+    assert (inf.kv_bytes, inf.state_bytes) == (int(want[f"kv_bytes_{dtype}"]), int(want[f"state_bytes_{dtype}"]))
+    longer = inference(config, total, 100 * PROMPT, 2, dtype)
+    assert (longer.kv_bytes, longer.state_bytes) == (100 * inf.kv_bytes, inf.state_bytes)
+    assert longer.memory_bytes == longer.parameter_bytes + longer.kv_bytes + longer.state_bytes + longer.activation_bytes
+
+
+def test_a_mamba_layers_flops_do_not_grow_with_the_context() -> None:
+    """Per token, by hand: the in- and out-projections, the conv's K taps per channel and the scan's two h_s·p·N
+    products (x ⊗ B into the state, the state times C), times 2; the same at any context in a decode step."""
+    config = parse_config({"block": {"d_model": 8, "n_heads": 2, "d_ff": 16, "norm": "rmsnorm", "activation": "swiglu",
+                                     "bias": False, "mamba": {"n_heads": 4, "head_dim": 3, "d_state": 5,
+                                                              "n_groups": 2, "conv_kernel": 3}}})
+    d, h, p, N, g, K, d_ff = 8, 4, 3, 5, 2, 3, 16
+    per_token = 2 * (d * (2 * h * p + 2 * g * N + h) + h * p * d + K * (h * p + 2 * g * N) + 2 * h * p * N + 3 * d * d_ff)
+    groups = Dims.per_group(config)
+    assert model_forward_flops(groups, 10, 2).total() == 2 * 10 * per_token
+    assert model_decode_flops(groups, 10, 1) == model_decode_flops(groups, 1000, 1) == per_token
+
+
+HYBRID = {  # Mamba-2, attention, a mixer-only Mamba layer, an MLP-only layer
+    "block": {"d_model": 16, "n_heads": 4, "d_ff": 24, "norm": "rmsnorm", "activation": "swiglu", "bias": False,
+              "rope": True, "mamba": {"n_heads": 4, "head_dim": 6, "d_state": 3, "n_groups": 2, "proj_bias": True}},
+    "model": {"n_layers": 4, "vocab_size": 50, "positions": "rope"},
+    "layers": [{"indices": [1], "block": {"mamba": None}}, {"indices": [2], "block": {"parts": "mixer"}},
+               {"indices": [3], "block": {"parts": "mlp", "mamba": None}}],
+    "run": {"batch": 2, "seq_len": 5}}
+
+
+def test_trace_rows_name_the_mixers_ops_and_equal_the_analytic_rows() -> None:
+    config = parse_config(HYBRID)
+    executed = run_trace(config)
+    assert executed.rows == analytic_trace(config).rows  # shapes, FLOPs and data flow, from shapes alone
+    ops = {r.key.split(".", 2)[-1]: r for r in executed.rows if r.key.startswith("blocks.0.")}
+    assert list(ops) == ["ln1_out", "ssm_in", "ssm_conv", "ssm_conv_act", "ssm_dt", "ssm_scan", "ssm_skip", "ssm_norm",
+                         "attn_out", "h", "ln2_out", "mlp_pre", "mlp_up", "mlp_act", "mlp_out", "y"]
+    assert "state (B, h_s=4, p=6, N=3), constant in T" in ops["ssm_scan"].op
+    assert ops["ssm_scan"].symbolic == "(B, T, h_s, p)" and ops["ssm_scan"].output_shape == (2, 5, 4, 6)
+    # by hand: the conv's K = 4 taps per channel (c = 24 + 2·2·3 = 36) and its bias; the scan's 4·N per output
+    # (x ⊗ B into the state and S·C) and N (the decay)
+    assert ops["ssm_conv"].flops == 2 * 5 * 36 * (2 * 4 + 1)
+    assert ops["ssm_scan"].flops == 2 * 5 * 24 * (4 * 3 + 3)
+    mixer_only = [r.key.split(".", 2)[-1] for r in executed.rows if r.key.startswith("blocks.2.")]
+    mlp_only = [r.key.split(".", 2)[-1] for r in executed.rows if r.key.startswith("blocks.3.")]
+    assert mixer_only[0] == "ln1_out" and mixer_only[-2:] == ["attn_out", "y"] and "ln2_out" not in mixer_only
+    assert mlp_only == ["ln2_out", "mlp_pre", "mlp_up", "mlp_act", "mlp_out", "y"]
+
+
+def test_layers_of_one_part_hold_only_their_part() -> None:
+    config = parse_config(HYBRID)
+    model = Model.from_config(config, dtype="float64", seed=1)
+    assert not any(k.startswith(("blocks.2.ln2", "blocks.2.w_gate")) for k in model.params)
+    assert sorted(k[len("blocks.3."):] for k in model.params if k.startswith("blocks.3.")) == [
+        "ln2_gamma", "w_down", "w_gate", "w_up"]
+    ids = np.arange(10).reshape(2, 5)
+    x = model.embed(ids)
+    for i in range(3):
+        x = model.blocks[i](x)
+    b3 = model.blocks[3]
+    p = b3.params
+    n = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + b3.cfg.norm_eps) * p["ln2_gamma"]
+    gate = n @ p["w_gate"]
+    want = x + (gate / (1 + np.exp(-gate)) * (n @ p["w_up"])) @ p["w_down"]  # Y = X + MLP(LN2(X)), by hand
+    assert relative(b3(x), want) <= 1e-12
+    caches = model.new_cache()
+    steps = [model.step(ids[:, t:t + 1], caches) for t in range(5)]
+    assert relative(np.concatenate(steps, axis=1), model(ids)) <= 1e-12
 
 
 # ----------------------------------------------------------------------------- the mixer against the loop
@@ -203,6 +283,8 @@ def test_granite_hybrid_layer_types_pick_each_layers_mixer() -> None:
     assert [config.layer_block(i).mamba is not None for i in range(4)] == [False, True, True, False]
     assert config.layer_block(1).mamba == Mamba2(n_heads=128, head_dim=64, d_state=256)
     assert config.model.positions == "none" and not config.block.rope  # position_embedding_type null: no RoPE
+    nope = parse_config(hf_to_mapping({**data, "position_embedding_type": "nope"}, "x.json"))
+    assert nope.model.positions == "none" and nope == replace(config, name=nope.name)  # as transformers: not "rope"
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -238,8 +320,9 @@ def test_bad_mamba_sections_are_named(mamba: object, message: str) -> None:
 
 def test_backward_through_a_mamba_layer_is_refused_in_one_line() -> None:
     folder = FIXTURES / FOLDERS[0]
-    for args in (("train", folder), ("trace", folder, "--backward"), ("verify", folder, "--grad")):
-        assert "Mamba-2" in one_error_line(cli(*args)), args
+    for args in (("train", folder), ("trace", folder, "--backward"), ("verify", folder, "--grad"),
+                 ("verify", folder, "--only", "20"), ("count", folder, "--train")):
+        assert "Mamba-2 (state-space) layer" in one_error_line(cli(*args)), args
 
 
 # ----------------------------------------------------------------------------- against transformers itself

@@ -3,7 +3,8 @@
 Granite 4.0-H (`granitemoehybrid`): Granite MoE-shared's block (its four scalars, a softmax over the top-k router
 logits, a shared SwiGLU expert; a dense SwiGLU of `shared_intermediate_size` when num_local_experts is 0) whose
 token mixer is, per `layer_types`, a Mamba-2 layer ("mamba" / "linear_attention") or attention ("attention" /
-"full_attention"), RoPE only with position_embedding_type "rope". Every layer is pre-norm with its MLP.
+"full_attention"), RoPE only with position_embedding_type "rope" (null or "nope": none). Every layer is pre-norm
+with its MLP.
 
 The Mamba-2 mixer's fields (transformers' BambaMixer, which Granite's reuses): mamba_n_heads heads of
 mamba_d_head ("auto": mamba_expand·hidden_size / mamba_n_heads), a mamba_d_state-wide state, mamba_n_groups
@@ -87,8 +88,10 @@ def _granitemoehybrid(f: Fields) -> tuple[dict, dict]:
     """Granite 4.0-H: Granite MoE-shared's block (shared_intermediate_size 1024 by default), Mamba-2 on the
     layers `layer_types` marks (all by default), RoPE only with position_embedding_type "rope"."""
     kind = f.raw("position_embedding_type", None)
-    if kind not in (None, "rope"):
-        raise f.unrepresentable("position_embedding_type", kind, "Granite 4.0-H's positions are none (null) or rope")
+    if kind not in (None, "nope", "rope"):
+        raise f.unrepresentable("position_embedding_type", kind, "Granite 4.0-H's positions are none (null or "
+                                                                  "\"nope\") or rope")
+    kind = None if kind == "nope" else kind
     block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False, mlp_bias=False)
     granite_scalars(f, block, model)
     if kind is None:  # GraniteMoeHybridModel builds no rotary embedding: attention without positions
