@@ -304,6 +304,45 @@ def test_transformers_5_infinity_in_time_step_limit_is_the_default() -> None:
     assert count_parameters(parse_config(hf_to_mapping(data, "x.json"))).total == 38_601_064_448
 
 
+def _mixer_by_hand(d: int, h: int, p: int, N: int, g: int, K: int, conv_bias: bool, proj_bias: bool) -> int:
+    d_in = h * p
+    width = 2 * d_in + 2 * g * N + h  # z, x, B, C, dt
+    return (d + proj_bias) * width + (d_in + 2 * g * N) * (K + conv_bias) + 3 * h + d_in + (d_in + proj_bias) * d
+
+
+# transformers 5.24's BambaForCausalLM on the meta device (recomputed by the torch-marked test)
+BAMBA_CASES = {
+    "defaults": ({}, 9_992_765_440),
+    "random": (dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=3, num_hidden_layers=5,
+                    intermediate_size=50, vocab_size=300, mamba_n_heads=12, mamba_d_state=7, mamba_n_groups=3,
+                    mamba_d_conv=2, mamba_expand=3, mamba_conv_bias=False, mamba_proj_bias=True, attention_bias=True,
+                    mlp_bias=True, tie_word_embeddings=True, attn_layer_indices=[1, 4]), 428_222),
+}
+BAMBA_DEFAULTS = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                      num_key_value_heads=8, vocab_size=128000, mamba_n_heads=128, mamba_d_state=256, mamba_n_groups=1,
+                      mamba_d_conv=4, mamba_expand=2, rms_norm_eps=1e-5, max_position_embeddings=262144)
+
+
+def test_bamba_totals_by_hand() -> None:
+    d, f, V = 4096, 14336, 128000  # defaults: every layer Mamba-2, untied
+    mixer = _mixer_by_hand(d, 128, 64, 256, 1, 4, True, False)
+    assert 32 * (mixer + 3 * d * f + 2 * d) + 2 * V * d + d == 9_992_765_440
+    d, f, d_h = 96, 50, 16  # random: layers 1 and 4 attention (6 heads, 3 K/V heads, biases), tied
+    attention = 2 * (d * 6 * d_h + 6 * d_h) + 2 * (d * 3 * d_h + 3 * d_h) - 6 * d_h + d
+    mlp = 3 * d * f + 2 * f + d
+    mixer = _mixer_by_hand(d, 12, 24, 7, 3, 2, False, True)
+    assert 3 * (mixer + mlp + 2 * d) + 2 * (attention + mlp + 2 * d) + 300 * d + d == 428_222
+
+
+@pytest.mark.parametrize("case", sorted(BAMBA_CASES))
+def test_bamba_counts_as_transformers(case: str) -> None:
+    fields, want = BAMBA_CASES[case]
+    data = {"model_type": "bamba", **BAMBA_DEFAULTS, **fields}
+    config = parse_config(hf_to_mapping(data, "x.json"))
+    assert count_parameters(config).total == want
+    assert config.block.rope == 0.5 or config.layer_block(fields.get("attn_layer_indices", [0])[0]).rope == 0.5
+
+
 # ----------------------------------------------------------------------------- the schema
 
 
@@ -328,15 +367,20 @@ def test_backward_through_a_mamba_layer_is_refused_in_one_line() -> None:
 # ----------------------------------------------------------------------------- against transformers itself
 
 
+TORCH_CASES = {"granitemoehybrid": (GRANITE_CASES, GRANITE_DEFAULTS), "bamba": (BAMBA_CASES, BAMBA_DEFAULTS)}
+
+
 @pytest.mark.torch
-@pytest.mark.parametrize("case", sorted(GRANITE_CASES))
-def test_the_granite_totals_here_are_transformers_own(case: str) -> None:
+@pytest.mark.parametrize("model_type, case", [(t, c) for t, (cases, _) in TORCH_CASES.items() for c in sorted(cases)])
+def test_the_totals_here_are_transformers_own(model_type: str, case: str) -> None:
+    """The config class's sizes are the defaults written above, and transformers on the meta device counts the
+    totals written above; blockcli reads the config class's whole to_dict() to the same total."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    fields, want = GRANITE_CASES[case]
-    config = transformers.AutoConfig.for_model("granitemoehybrid", **fields)
-    assert {k: getattr(config, k) for k in GRANITE_DEFAULTS} == {**GRANITE_DEFAULTS, **{
-        k: v for k, v in fields.items() if k in GRANITE_DEFAULTS}}
+    cases, defaults = TORCH_CASES[model_type]
+    fields, want = cases[case]
+    config = transformers.AutoConfig.for_model(model_type, **fields)
+    assert {k: getattr(config, k) for k in defaults} == {**defaults, **{k: v for k, v in fields.items() if k in defaults}}
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
     assert sum(p.numel() for p in model.parameters()) == want

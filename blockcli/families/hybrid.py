@@ -6,6 +6,10 @@ token mixer is, per `layer_types`, a Mamba-2 layer ("mamba" / "linear_attention"
 "full_attention"), RoPE only with position_embedding_type "rope" (null or "nope": none). Every layer is pre-norm
 with its MLP.
 
+Bamba (`bamba`, IBM's Bamba-9B): Llama's block (GQA, RMSNorm, SwiGLU) whose RoPE turns half of each head (BambaConfig
+hard-codes partial_rotary_factor 0.5; only rope_parameters' own overrides it), Mamba-2 on every layer but those in
+`attn_layer_indices`; the MLP under `feed_forward`, its norm `pre_ff_layernorm`, the final norm `final_layernorm`.
+
 The Mamba-2 mixer's fields (transformers' BambaMixer, which Granite's reuses): mamba_n_heads heads of
 mamba_d_head ("auto": mamba_expand·hidden_size / mamba_n_heads), a mamba_d_state-wide state, mamba_n_groups
 groups, a mamba_d_conv-tap conv (bias mamba_conv_bias), in/out projections with mamba_proj_bias, the gated
@@ -16,11 +20,13 @@ accepted at its default (0, ∞), which clamps nothing.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from blockcli.families.common import Family, first_of, gated_rms, override_layers, silu_gate
 from blockcli.families.fields import Fields
-from blockcli.families.llama import granite_scalars
+from blockcli.families.common import TRAINING_ONLY, with_data
+from blockcli.families.llama import LLAMA, granite_scalars
 from blockcli.families.moe import GRANITE_MOE_SHARED, MOE_TRAINING_ONLY
 from blockcli.tensor_names import DEPTHWISE, FUSED, LINEAR, TensorMap, tensor
 
@@ -110,6 +116,35 @@ def _granitemoehybrid(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _bamba(f: Fields) -> tuple[dict, dict]:
+    """Bamba: Llama's block with half of each head rotated, Mamba-2 but on `attn_layer_indices`."""
+    f.ignore("partial_rotary_factor")  # BambaConfig sets 0.5 over it; rope_parameters' own is read below
+    f.neutral("z_loss_coefficient", 0.0, "blockcli's loss has no z-loss term (Bamba's z_loss_coefficient)")
+    f.ignore("num_logits_to_keep")  # which positions' logits generate() computes: the network is the same
+    rope = f.data.get("rope_parameters")
+    if f.data.get("rope_theta") is not None and not isinstance(rope, dict):
+        rope = {"rope_type": "default", "rope_theta": f.data["rope_theta"]}
+    if not isinstance(rope, dict) or "partial_rotary_factor" not in rope:  # the config class's 0.5
+        rope = {"rope_type": "default", "rope_theta": 10000.0, **(rope if isinstance(rope, dict) else {}),
+                "partial_rotary_factor": 0.5}
+    g = with_data(f, {**f.data, "rope_parameters": rope})
+    block, model = gated_rms(g, silu_gate, kv_default=8, tie_default=False, eps_default=1e-5, mlp_bias=None)
+    n_layers = model["n_layers"]
+    attention = f.raw("attn_layer_indices", None) or []
+    if not isinstance(attention, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in attention):
+        raise f.invalid("attn_layer_indices", attention, "an array of layer indices")
+    mixer = mamba_mixer(f, block["norm_eps"], {"n_heads": 128, "expand": 2, "d_state": 256})
+    mamba_layers(f, block, mixer, [i not in attention for i in range(n_layers)])
+    return block, model
+
+
+def _bamba_name(name: str) -> str:
+    """Llama's tensor name as Bamba's modules call it."""
+    if name == "norm.weight":
+        return "final_layernorm.weight"
+    return name.replace(".mlp.", ".feed_forward.").replace("post_attention_layernorm", "pre_ff_layernorm")
+
+
 def mamba_tensors(path: str) -> tuple:
     """A Mamba-2 mixer's tensors under `path` (transformers' BambaMixer names)."""
     return (tensor("blocks.{i}.w_ssm_in", f"{path}.in_proj.weight", LINEAR),
@@ -130,7 +165,13 @@ GRANITE_HYBRID = TensorMap("model.", GRANITE_MOE_SHARED.tensors + mamba_tensors(
     tensor("blocks.{i}.w_down", "layers.{i}.shared_mlp.output_linear.weight", LINEAR),
 ), buffers=GRANITE_MOE_SHARED.buffers)
 
+# Bamba: Llama's attention names, the mixer under `mamba.`, the MLP under `feed_forward.` after `pre_ff_layernorm`
+BAMBA = TensorMap("model.", tuple(replace(t, name=_bamba_name(t.name)) for t in LLAMA.tensors)
+                  + mamba_tensors("layers.{i}.mamba"), buffers=LLAMA.buffers)
+
+
 FAMILIES = (
     Family("granitemoehybrid", "Granite 4.0-H (Granite MoE hybrid)", _granitemoehybrid, GRANITE_HYBRID,
            MOE_TRAINING_ONLY, aux_loss=True),
+    Family("bamba", "Bamba", _bamba, BAMBA, TRAINING_ONLY),
 )
