@@ -156,7 +156,7 @@ class Mamba2:
 
         [z | x B C | dt] = u·W_in                      z, x (d_in = h·p), B, C (g·N each), dt (h)
         x B C = silu(causal depthwise conv1d over T, kernel conv_kernel, of x B C)
-        Δ = softplus(dt + dt_bias), A = −exp(A_log)    (B, T, h), (h,)
+        Δ = max(softplus(dt + dt_bias), dt_min), A = −exp(A_log)    (B, T, h), (h,)
         S_t = exp(Δ_t·A)·S_{t−1} + Δ_t·x_t ⊗ B_t       S (B, h, p, N), from zeros
         y_t = S_t·C_t + D·x_t                          (B, T, h, p)
         out = RMSNorm_grouped(y ⊙ silu(z))·W_out        the norm over each of g groups of d_in/g
@@ -172,6 +172,7 @@ class Mamba2:
     conv_bias: bool = True  # the conv1d has a bias per channel
     proj_bias: bool = False  # in_proj and out_proj have biases
     norm_eps: float = 1e-6  # the gated RMSNorm's eps
+    dt_min: float = 0.0  # Δ clamped below to this after the softplus (Nemotron-H's time_step_min); 0: no clamp
 
     @property
     def d_inner(self) -> int:
@@ -1138,7 +1139,8 @@ def _parse_mamba(value: Any) -> Mamba2 | None:
                    d_state=_int(value, "d_state", p, 1), n_groups=_int(value, "n_groups", p, 1),
                    conv_kernel=_int(value, "conv_kernel", p, 4), conv_bias=_bool(value, "conv_bias", p, True),
                    proj_bias=_bool(value, "proj_bias", p, False),
-                   norm_eps=_float(value, "norm_eps", p, 1e-6, 0.0, 1.0, low_open=True))
+                   norm_eps=_float(value, "norm_eps", p, 1e-6, 0.0, 1.0, low_open=True),
+                   dt_min=_float(value, "dt_min", p, 0.0, 0.0, 1e6))
     if mamba.n_heads % mamba.n_groups:
         raise ConfigError(f"{p}.n_groups: {mamba.n_groups} does not divide n_heads={mamba.n_heads} (each group's "
                           f"heads share its B and C)")

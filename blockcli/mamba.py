@@ -6,7 +6,7 @@ heads sharing B and C, K the conv kernel, c = d_in + 2·g·N the channels the co
     [z | xBC | dt] = u·W_in                         (B, T, d_in), (B, T, c), (B, T, h)
     xBC = silu(conv1d(xBC))                         causal, depthwise, kernel K, over T
     x, B, C = split(xBC)                            (B, T, h, p), (B, T, g, N), (B, T, g, N)
-    Δ = softplus(dt + dt_bias), A = −exp(A_log)     (B, T, h), (h,)
+    Δ = max(softplus(dt + dt_bias), dt_min)         (B, T, h); A = −exp(A_log) (h,)
     S_t = exp(Δ_t·A)·S_{t−1} + Δ_t·x_t ⊗ B_t        (B, h, p, N), S_0 = 0 (or the cache's)
     y_t = S_t·C_t + D·x_t                           (B, T, h, p)
     out = (RMSNorm per group(y ⊙ silu(z)) · γ)·W_out
@@ -107,6 +107,8 @@ class Mamba2Mixer:
         Bm = np.repeat(Bg.reshape(Bsz, T, g, N), per_group, axis=2)  # (B, T, h, N): each head its group's B
         Cm = np.repeat(Cg.reshape(Bsz, T, g, N), per_group, axis=2)  # (B, T, h, N)
         delta = F.softplus(dt + p["ssm_dt_bias"])  # (B, T, h)
+        if m.dt_min:  # clamped below (Nemotron-H's time_step_min)
+            delta = np.maximum(delta, np.asarray(m.dt_min, dtype=delta.dtype))
         rec("ssm_dt", DT_LABEL, delta, (zxbcdt,), kind="softplus", params=("ssm_dt_bias",))
         A = -np.exp(p["ssm_A_log"].astype(u.dtype))  # (h,)
         scan, last = ssd_scan(x, delta, A, Bm, Cm, state.ssm if state is not None else None)  # (B, T, h, p)

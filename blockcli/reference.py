@@ -162,7 +162,7 @@ def _mamba(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.n
             Bv, Cv = xbc[d_in + g * m.d_state:d_in + (g + 1) * m.d_state], xbc[d_in + gN + g * m.d_state:
                                                                               d_in + gN + (g + 1) * m.d_state]
             x = xbc[i * m.head_dim:(i + 1) * m.head_dim]
-            delta = _softplus(float(zxbcdt[t][d_in + m.conv_dim + i] + p["ssm_dt_bias"][i]))
+            delta = max(_softplus(float(zxbcdt[t][d_in + m.conv_dim + i] + p["ssm_dt_bias"][i])), m.dt_min)
             states[i] = math.exp(-delta * math.exp(float(p["ssm_A_log"][i]))) * states[i] + delta * np.outer(x, Bv)
             y[i * m.head_dim:(i + 1) * m.head_dim] = states[i] @ Cv + float(p["ssm_D"][i]) * x
         gated = np.array([v * u * _sigmoid(u) for v, u in zip(y, zxbcdt[t][:d_in])])

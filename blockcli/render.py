@@ -604,8 +604,8 @@ def gguf_lines(summary: Mapping[str, Any]) -> list[str]:
 
 def active_line(result: ParameterCount) -> str:
     """What one token uses of a mixture of experts' parameters, component by component."""
-    moe = result.config.block.moe
-    assert moe is not None
+    config = result.config
+    moe = next(b.moe for b in (config.block, *config.layer_blocks) if b.moe is not None)  # a layer's, if not the base's
     def label(c: Component) -> str:  # when layers differ, which block's row, as the table numbers them
         return f"block {c.group + 1}: {c.label}" if result.layers_differ and c.group is not None else c.label
 

@@ -236,6 +236,8 @@ class Context(Measuring):
     def need(self, *keys: str) -> list[np.ndarray]:
         """The subject's own intermediates (never blockcli's): Skip, naming what is missing, without them."""
         missing = [k for k in keys if k not in self.inter]
+        if missing and self.cfg.parts == "mlp":
+            raise Skip("a layer of its MLP alone (parts: mlp): no attention heads, scores or weights")
         if missing and self.cfg.mamba is not None:
             raise Skip("a Mamba-2 layer: no attention heads, scores or weights (its mixer is a state space)")
         if missing:
@@ -316,6 +318,8 @@ def _fmt(value: float) -> str:
 
 def check_divisibility(c: Context) -> tuple[bool, str, str]:
     b, p = c.cfg, c.subject.weights
+    if b.parts == "mlp":
+        raise Skip("a layer of its MLP alone (parts: mlp): no heads to divide")
     if b.mamba is not None:  # a Mamba-2 layer: its projections' widths and the heads' groups
         m = b.mamba
         widths = {"in-projection (z, x, B, C, dt)": (p["w_ssm_in"].shape[1], 2 * m.d_inner + 2 * m.n_groups * m.d_state

@@ -954,7 +954,7 @@ def mamba2_mixer(m, weights, u):
     `weights`: w_ssm_in (d, 2·d_in + 2·g·N + h), b_ssm_in or None, ssm_conv (c, K), b_ssm_conv or None,
     ssm_dt_bias, ssm_A_log, ssm_D (h,), ssm_norm_gamma (d_in,), w_ssm_out (d_in, d), b_ssm_out or None, eps;
     u (B, T, d). Per token: [z | x B C | dt] = u·W_in; x B C through the causal depthwise conv (tap K−1 reads the
-    current token, earlier taps the earlier tokens, zeros before the first) and SiLU; Δ = softplus(dt + dt_bias);
+    current token, earlier taps the earlier tokens, zeros before the first) and SiLU; Δ = softplus(dt + dt_bias), at least m's dt_min;
     for head i in group i·g/h: S ← exp(−Δ·exp(A_log))·S + Δ·x ⊗ B; y = S·C + D·x; then y·silu(z) RMS-normalised
     over each group's d_in/g features, times the scale, and out-projected. Returns (B, T, d)."""
     h, p, N, g, K = m["n_heads"], m["head_dim"], m["d_state"], m["n_groups"], m["conv_kernel"]
@@ -980,7 +980,7 @@ def mamba2_mixer(m, weights, u):
             y = [0.0] * d_in
             for i in range(h):
                 group = i * g // h
-                delta = softplus(float(dt[i]) + float(weights["ssm_dt_bias"][i]))
+                delta = max(softplus(float(dt[i]) + float(weights["ssm_dt_bias"][i])), m.get("dt_min", 0.0))
                 decay = math.exp(-delta * math.exp(float(weights["ssm_A_log"][i])))
                 for j in range(p):
                     xj = x[i * p + j]

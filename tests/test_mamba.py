@@ -154,6 +154,7 @@ def _mixer_config(**mamba: int | bool) -> BlockConfig:
 
 
 @pytest.mark.parametrize("mamba", [{}, {"n_groups": 1, "conv_bias": False, "proj_bias": False, "conv_kernel": 4},
+                                   {"dt_min": 0.8},  # Δ clamped below (Nemotron-H's time_step_min), biting here
                                    {"n_groups": 4, "d_state": 1, "head_dim": 1}])
 def test_the_mixer_equals_the_plain_recurrence(mamba: dict) -> None:
     """Random weights (A_log around 0, so that the state decays slowly and every step matters) through the
@@ -170,7 +171,8 @@ def test_the_mixer_equals_the_plain_recurrence(mamba: dict) -> None:
     m = cfg.mamba
     weights = {k: v for k, v in p.items() if "ssm" in k}
     want = ref.mamba2_mixer({"n_heads": m.n_heads, "head_dim": m.head_dim, "d_state": m.d_state,
-                             "n_groups": m.n_groups, "conv_kernel": m.conv_kernel, "eps": m.norm_eps}, weights, u)
+                             "n_groups": m.n_groups, "conv_kernel": m.conv_kernel, "eps": m.norm_eps,
+                             "dt_min": m.dt_min}, weights, u)
     assert relative(got, want) <= 1e-12
 
 
@@ -343,6 +345,69 @@ def test_bamba_counts_as_transformers(case: str) -> None:
     assert config.block.rope == 0.5 or config.layer_block(fields.get("attn_layer_indices", [0])[0]).rope == 0.5
 
 
+# transformers 5.24's NemotronHForCausalLM on the meta device (recomputed by the torch-marked test)
+NEMOTRON_CASES = {
+    "defaults": ({}, 1_968_355_712),  # [linear_attention, moe, full_attention, mlp]
+    "random": (dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=2, head_dim=20, intermediate_size=72,
+                    vocab_size=300, mamba_num_heads=12, mamba_head_dim=10, ssm_state_size=9, n_groups=4, conv_kernel=5,
+                    use_conv_bias=False, use_bias=True, n_routed_experts=6, num_experts_per_tok=3,
+                    moe_intermediate_size=20, moe_shared_expert_intermediate_size=28, tie_word_embeddings=True,
+                    layers_block_type=["linear_attention", "mlp", "linear_attention", "full_attention", "moe", "mlp",
+                                       "linear_attention"]), 278_208),
+    "pattern": (dict(hybrid_override_pattern="M-M-M*-M"), 2_082_747_904),  # the legacy spelling of the layers
+}
+NEMOTRON_DEFAULTS = dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                         intermediate_size=21504, vocab_size=131072, mamba_num_heads=128, mamba_head_dim=64,
+                         ssm_state_size=128, n_groups=8, conv_kernel=4, n_routed_experts=8, num_experts_per_tok=2,
+                         moe_intermediate_size=7688, moe_shared_expert_intermediate_size=7688, layer_norm_epsilon=1e-5)
+
+
+def test_nemotron_h_totals_by_hand() -> None:
+    """Each layer one norm d and one part: a Mamba-2 mixer, attention (no biases, no positions), a ReLU² MLP
+    (2·d·d_ff), or the router d·E and E experts of 2·d·d_e and a shared one of 2·d·d_s; an untied head always."""
+    d, V = 4096, 131072
+    mamba = _mixer_by_hand(d, 128, 64, 128, 8, 4, True, False)
+    attention = 2 * d * 32 * 128 + 2 * d * 8 * 128
+    moe = d * 8 + 8 * 2 * d * 7688 + 2 * d * 7688
+    mlp = 2 * d * 21504
+    assert mamba + moe + attention + mlp + 4 * d + 2 * V * d + d == 1_968_355_712
+    assert 4 * mamba + attention + 3 * mlp + 8 * d + 2 * V * d + d == 2_082_747_904  # M-M-M*-M
+    d, V = 96, 300  # the random config: tied, as it says, but NemotronHForCausalLM ties nothing
+    mamba = _mixer_by_hand(d, 12, 10, 9, 4, 5, False, True)
+    attention = 2 * d * 6 * 20 + 2 * d * 2 * 20
+    moe = d * 6 + 6 * 2 * d * 20 + 2 * d * 28
+    assert 3 * mamba + 2 * (2 * d * 72) + attention + moe + 7 * d + 2 * V * d + d == 278_208
+
+
+@pytest.mark.parametrize("case", sorted(NEMOTRON_CASES))
+def test_nemotron_h_counts_as_transformers(case: str) -> None:
+    fields, want = NEMOTRON_CASES[case]
+    config = parse_config(hf_to_mapping({"model_type": "nemotron_h", **NEMOTRON_DEFAULTS, **fields}, "x.json"))
+    assert count_parameters(config).total == want
+
+
+def test_nemotron_h_layers_hold_one_part_each() -> None:
+    data = {"model_type": "nemotron_h", **NEMOTRON_DEFAULTS, "hybrid_override_pattern": "M*-E"}
+    config = parse_config(hf_to_mapping(data, "x.json"))
+    blocks = [config.layer_block(i) for i in range(4)]
+    assert [(b.parts, b.mamba is not None, b.moe is not None) for b in blocks] == [
+        ("mixer", True, False), ("mixer", False, False), ("mlp", False, False), ("mlp", False, True)]
+    assert blocks[0].mamba.dt_min == 0.001 and not blocks[1].rope and config.model.positions == "none"
+    assert blocks[3].moe.scoring == "sigmoid" and blocks[3].moe.selection_bias and blocks[3].moe.d_shared == 7688
+    assert not config.model.tie_embeddings
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"hybrid_override_pattern": "M*X"}, "hybrid_override_pattern"),
+    ({"mlp_bias": True}, "mlp_bias"),  # the default layers have a mixture, whose experts have no biases
+    ({"moe_latent_size": 64}, "moe_latent_size"),
+    ({"num_nextn_predict_layers": 1}, "num_nextn_predict_layers"),
+])
+def test_nemotron_h_fields_blockcli_cannot_run_are_named(tmp_path: Path, fields: dict, message: str) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "nemotron_h", **NEMOTRON_DEFAULTS, **fields}))
+    assert message in one_error_line(cli("count", tmp_path / "config.json"))
+
+
 # ----------------------------------------------------------------------------- the schema
 
 
@@ -367,7 +432,8 @@ def test_backward_through_a_mamba_layer_is_refused_in_one_line() -> None:
 # ----------------------------------------------------------------------------- against transformers itself
 
 
-TORCH_CASES = {"granitemoehybrid": (GRANITE_CASES, GRANITE_DEFAULTS), "bamba": (BAMBA_CASES, BAMBA_DEFAULTS)}
+TORCH_CASES = {"granitemoehybrid": (GRANITE_CASES, GRANITE_DEFAULTS), "bamba": (BAMBA_CASES, BAMBA_DEFAULTS),
+               "nemotron_h": (NEMOTRON_CASES, NEMOTRON_DEFAULTS)}
 
 
 @pytest.mark.torch
@@ -386,3 +452,12 @@ def test_the_totals_here_are_transformers_own(model_type: str, case: str) -> Non
     assert sum(p.numel() for p in model.parameters()) == want
     data = {k: v for k, v in config.to_dict().items() if k != "transformers_version"}
     assert count_parameters(parse_config(hf_to_mapping(data, "x.json"))).total == want
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_verify_passes_one_layer_of_each_kind(name: str) -> None:
+    """The checklist on a Mamba layer (its widths, the slow reference loop, decoding through its state), an
+    attention layer and a layer of its MLP alone; the checks that need attention weights skip saying why."""
+    proc = cli("verify", FIXTURES / name)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "one layer of each of its" in proc.stdout

@@ -23,12 +23,12 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from blockcli.families.common import Family, first_of, gated_rms, override_layers, silu_gate
+from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, first_of, gated_rms, mlp_activation,
+                                      model_section, override_layers, silu_gate, with_data)
 from blockcli.families.fields import Fields
-from blockcli.families.common import TRAINING_ONLY, with_data
 from blockcli.families.llama import LLAMA, granite_scalars
 from blockcli.families.moe import GRANITE_MOE_SHARED, MOE_TRAINING_ONLY
-from blockcli.tensor_names import DEPTHWISE, FUSED, LINEAR, TensorMap, tensor
+from blockcli.tensor_names import DEPTHWISE, EXPERTS, FUSED, LINEAR, TensorMap, tensor
 
 _MAMBA_KINDS = {"mamba": True, "linear_attention": True, "attention": False, "full_attention": False}
 
@@ -138,6 +138,85 @@ def _bamba(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+_NEMOTRON_KINDS = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+
+
+def _nemotron_h(f: Fields) -> tuple[dict, dict]:
+    """Nemotron-H (NVIDIA-Nemotron-Nano-9B-v2, Nemotron 3 Nano): every layer one norm, one part and a residual add
+    (block.parts): a Mamba-2 mixer, attention without positions (no biases), a plain ReLU² MLP, or DeepSeek-V3's
+    routed ReLU² experts with one shared expert; per `layers_block_type` (or the legacy `hybrid_override_pattern`,
+    M * - E), by default the config class's [linear_attention, moe, full_attention, mlp]."""
+    types = first_of(f, ("layers_block_type", "layer_types"), lambda key: f.raw(key), None)
+    pattern = f.raw("hybrid_override_pattern", None)
+    if types is None and pattern is not None:
+        if not isinstance(pattern, str) or not pattern or any(c not in _NEMOTRON_KINDS for c in pattern):
+            raise f.invalid("hybrid_override_pattern", pattern, "a string of M, *, - and E")
+        types = [_NEMOTRON_KINDS[c] for c in pattern]
+    types = types if types is not None else ["linear_attention", "moe", "full_attention", "mlp"]
+    kinds = ("linear_attention", "full_attention", "mlp", "moe")
+    if not isinstance(types, list) or not types or any(t not in kinds for t in types):
+        raise f.invalid("layers_block_type", types, "an array of " + ", ".join(kinds))
+    f.ignore("num_hidden_layers")  # transformers derives the depth from layers_block_type (it warns on a mismatch)
+    heads = f.int("num_attention_heads", 32)
+    kv = f.int("num_key_value_heads", 8)
+    if heads % kv:
+        raise f.invalid("num_key_value_heads", kv, f"a divisor of num_attention_heads = {heads}")
+    eps = f.float("layer_norm_epsilon", 1e-5)
+    act = f.str("mlp_hidden_act", "relu2")
+    f.neutral("mamba_hidden_act", "silu", "blockcli's Mamba-2 conv is followed by SiLU")
+    f.neutral("moe_latent_size", None, "blockcli's experts read the model width (no latent projection)")
+    f.neutral("num_nextn_predict_layers", 0, "the multi-token-prediction layers are not part of the causal LM")
+    f.ignore("mtp_layers_block_type")  # read only with num_nextn_predict_layers
+    if f.data.get("sliding_window") is not None:
+        raise f.unrepresentable("sliding_window", f.data["sliding_window"], "Nemotron-H's attention is full")
+    f.ignore("sliding_window")
+    mlp_bias = f.bool("mlp_bias", False)
+    block = {"d_model": f.int("hidden_size", 4096), "n_heads": heads, "n_kv_heads": kv,
+             "head_dim": f.int("head_dim", 128), "d_ff": f.int("intermediate_size", 21504), "norm": "rmsnorm",
+             "norm_eps": eps, **mlp_activation(f, "mlp_hidden_act", act, gated=False),
+             "bias": bias_groups(False, False, mlp_bias, False), "placement": "pre", "rope": False}
+    model = model_section(len(types), f.int("vocab_size", 131072), "none", f.int("max_position_embeddings", 4096),
+                          False)  # NemotronHForCausalLM ties nothing (its _tied_weights_keys is empty)
+    # NemotronHMamba2Mixer clamps Δ to (time_step_min, ∞), not to time_step_limit; time_step_max and _floor are
+    # init, chunk_size chunks the scan, expand and mamba_proj_bias it never reads (its width is mamba_num_heads ·
+    # mamba_head_dim, its projections' biases use_bias), the kernels and the cache's dtype change no sum
+    f.ignore("time_step_limit", "time_step_max", "time_step_floor", "chunk_size", "use_mamba_kernels", "expand",
+             "mamba_proj_bias", "mamba_ssm_cache_dtype")
+    heads_m = f.int("mamba_num_heads", 128)
+    groups = f.int("n_groups", 8)
+    if heads_m % groups:
+        raise f.invalid("n_groups", groups, f"a divisor of mamba_num_heads = {heads_m}")
+    mixer = {"n_heads": heads_m, "head_dim": f.int("mamba_head_dim", 64), "d_state": f.int("ssm_state_size", 128),
+             "n_groups": groups, "conv_kernel": f.int("conv_kernel", 4), "conv_bias": f.bool("use_conv_bias", True),
+             "proj_bias": f.bool("use_bias", False), "norm_eps": eps,
+             "dt_min": f.float("time_step_min", 0.001, low=0.0, low_open=False, high=1e6)}
+    moe = None
+    if "moe" in types:
+        if mlp_bias:
+            raise f.unrepresentable("mlp_bias", True, "blockcli's routed experts take bias.mlp too; Nemotron-H's "
+                                                      "have no biases")
+        moe = {"n_experts": f.int("n_routed_experts", 8), "top_k": f.int("num_experts_per_tok", 2),
+               "d_expert": f.int("moe_intermediate_size", 7688), "scoring": "sigmoid", "selection_bias": True,
+               "group_score": "top2_sum", "renormalize": f.bool("norm_topk_prob", True),
+               "n_groups": f.int("n_group", 1), "top_groups": f.int("topk_group", 1),
+               "routed_scaling": f.float("routed_scaling_factor", 1.0, high=1e6),
+               "d_shared": f.int("moe_shared_expert_intermediate_size", 7688, minimum=0)}
+    f.ignore("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob", "n_group",
+             "topk_group", "routed_scaling_factor", "moe_shared_expert_intermediate_size", "n_shared_experts",
+             "moe_shared_expert_overlap", "output_router_logits", "num_logits_to_keep", "residual_in_fp32",
+             "rescale_prenorm_residual")
+    parts = {"linear_attention": {"parts": "mixer", "mamba": mixer, "moe": None},
+             "full_attention": {"parts": "mixer", "mamba": None, "moe": None},
+             "mlp": {"parts": "mlp", "mamba": None, "moe": None},
+             "moe": {"parts": "mlp", "mamba": None, "moe": moe}}
+    block.update({k: v for k, v in parts[types[0]].items() if v is not None})
+    for kind in kinds:
+        others = [i for i, t in enumerate(types) if t == kind and kind != types[0]]
+        if others:
+            override_layers(f, others, parts[kind])
+    return block, model
+
+
 def _bamba_name(name: str) -> str:
     """Llama's tensor name as Bamba's modules call it."""
     if name == "norm.weight":
@@ -170,8 +249,33 @@ BAMBA = TensorMap("model.", tuple(replace(t, name=_bamba_name(t.name)) for t in 
                   + mamba_tensors("layers.{i}.mamba"), buffers=LLAMA.buffers)
 
 
+# Nemotron-H: `backbone.`, one `norm` per layer (LN1 before a mixer, LN2 before an MLP), every part under `mixer.`
+_N = "layers.{i}.mixer"
+NEMOTRON_H = TensorMap("backbone.", (
+    tensor("wte", "embeddings.weight"),
+    tensor("blocks.{i}.ln1_gamma", "layers.{i}.norm.weight"),
+    tensor("blocks.{i}.ln2_gamma", "layers.{i}.norm.weight"),
+    *mamba_tensors(_N),
+    *(tensor(f"blocks.{{i}}.w_{x}", f"{_N}.{x}_proj.weight", LINEAR) for x in "qkvo"),
+    tensor("blocks.{i}.w_up", f"{_N}.up_proj.weight", LINEAR), tensor("blocks.{i}.b_up", f"{_N}.up_proj.bias"),
+    tensor("blocks.{i}.w_down", f"{_N}.down_proj.weight", LINEAR), tensor("blocks.{i}.b_down", f"{_N}.down_proj.bias"),
+    tensor("blocks.{i}.router", f"{_N}.gate.weight", LINEAR),
+    tensor("blocks.{i}.router_bias", f"{_N}.gate.e_score_correction_bias"),
+    tensor("blocks.{i}.experts.{e}.w_up", f"{_N}.experts.{{e}}.up_proj.weight", LINEAR),
+    tensor("blocks.{i}.experts.{e}.w_down", f"{_N}.experts.{{e}}.down_proj.weight", LINEAR),
+    tensor("blocks.{i}.experts.{e}.w_up", f"{_N}.experts.up_proj", EXPERTS),
+    tensor("blocks.{i}.experts.{e}.w_down", f"{_N}.experts.down_proj", EXPERTS),
+    tensor("blocks.{i}.shared_w_up", f"{_N}.shared_experts.up_proj.weight", LINEAR),
+    tensor("blocks.{i}.shared_w_down", f"{_N}.shared_experts.down_proj.weight", LINEAR),
+    tensor("ln_f_gamma", "norm_f.weight"),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
 FAMILIES = (
     Family("granitemoehybrid", "Granite 4.0-H (Granite MoE hybrid)", _granitemoehybrid, GRANITE_HYBRID,
            MOE_TRAINING_ONLY, aux_loss=True),
     Family("bamba", "Bamba", _bamba, BAMBA, TRAINING_ONLY),
+    Family("nemotron_h", "Nemotron-H", _nemotron_h, NEMOTRON_H, TRAINING_ONLY | {"hidden_dropout"},
+           unread={"attention_bias": "NemotronHAttention (Jamba's) builds q/k/v/o without biases whatever it says",
+                   "tie_word_embeddings": "NemotronHForCausalLM ties nothing: its LM head is its own whatever it says"}),
 )
