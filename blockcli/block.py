@@ -1811,7 +1811,7 @@ class Model:
         return logits
 
     def __call__(self, ids: Array, rec: Record = _ignore, caches: list[KVCache] | None = None) -> Array:
-        start = caches[0].length if caches else 0
+        start = max(c.length for c in caches) if caches else 0  # a layer of its MLP alone keeps no length
         x = self.embed(ids, start, rec)
         for i, block in enumerate(self.blocks):
             x = block(x, _prefixed(rec, i), caches[i] if caches else None)

@@ -8,6 +8,7 @@ torch-marked test at the end) and counts by hand.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -121,6 +122,20 @@ def test_trace_rows_name_the_mixers_ops_and_equal_the_analytic_rows() -> None:
     mlp_only = [r.key.split(".", 2)[-1] for r in executed.rows if r.key.startswith("blocks.3.")]
     assert mixer_only[0] == "ln1_out" and mixer_only[-2:] == ["attn_out", "y"] and "ln2_out" not in mixer_only
     assert mlp_only == ["ln2_out", "mlp_pre", "mlp_up", "mlp_act", "mlp_out", "y"]
+
+
+def test_decoding_counts_positions_when_layer_0_is_an_mlp_alone() -> None:
+    """Learned positions in decode steps count the tokens a layer has seen, not layer 0's empty cache."""
+    data = copy.deepcopy(HYBRID)
+    data["block"]["rope"] = False
+    data["model"].update(positions="learned", max_positions=16)
+    data["layers"] = [{"indices": [0], "block": {"parts": "mlp", "mamba": None}},
+                      {"indices": [1], "block": {"mamba": None}}]
+    model = Model.from_config(parse_config(data), dtype="float64", seed=2)
+    ids = np.arange(10).reshape(2, 5)
+    caches = model.new_cache()
+    steps = [model.step(ids[:, t:t + 1], caches) for t in range(5)]
+    assert relative(np.concatenate(steps, axis=1), model(ids)) <= 1e-12
 
 
 def test_layers_of_one_part_hold_only_their_part() -> None:
