@@ -318,7 +318,10 @@ def test_granite_hybrid_fields_blockcli_cannot_run_are_named(tmp_path: Path, fie
 
 def test_transformers_5_infinity_in_time_step_limit_is_the_default() -> None:
     data = _granite_config({"time_step_limit": [0.0, {"__float__": "Infinity"}]})
-    assert count_parameters(parse_config(hf_to_mapping(data, "x.json"))).total == 38_601_064_448
+    config = parse_config(hf_to_mapping(data, "x.json"))
+    assert count_parameters(config).total == 38_601_064_448 and config.block.mamba.dt_min == 0.0
+    clamped = parse_config(hf_to_mapping({**data, "time_step_limit": [0.01, {"__float__": "Infinity"}]}, "x.json"))
+    assert clamped.block.mamba.dt_min == 0.01  # Δ clamped below, as BambaMixer's scan clamps it
 
 
 def _mixer_by_hand(d: int, h: int, p: int, N: int, g: int, K: int, conv_bias: bool, proj_bias: bool) -> int:

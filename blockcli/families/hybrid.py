@@ -13,8 +13,8 @@ hard-codes partial_rotary_factor 0.5; only rope_parameters' own overrides it), M
 The Mamba-2 mixer's fields (transformers' BambaMixer, which Granite's reuses): mamba_n_heads heads of
 mamba_d_head ("auto": mamba_expand·hidden_size / mamba_n_heads), a mamba_d_state-wide state, mamba_n_groups
 groups, a mamba_d_conv-tap conv (bias mamba_conv_bias), in/out projections with mamba_proj_bias, the gated
-norm's eps rms_norm_eps. mamba_chunk_size only chunks the scan (the sums are the same); time_step_limit is
-accepted at its default (0, ∞), which clamps nothing.
+norm's eps rms_norm_eps. mamba_chunk_size only chunks the scan (the sums are the same); time_step_limit (low, ∞)
+clamps Δ below at low (block.mamba.dt_min; the default 0 clamps nothing); a finite upper limit is refused.
 """
 
 from __future__ import annotations
@@ -53,14 +53,15 @@ def mamba_mixer(f: Fields, eps: float, defaults: dict[str, Any]) -> dict[str, An
     if heads % groups:
         raise f.invalid("mamba_n_groups", groups, f"a divisor of mamba_n_heads = {heads}")
     f.int("mamba_chunk_size", 256)  # chunks the scan only: every chunking gives the same sums
-    limit = f.raw("time_step_limit", None)
-    if limit is not None and (not isinstance(limit, list) or len(limit) != 2 or limit[0] != 0
+    limit = f.raw("time_step_limit", None)  # (low, ∞): Δ clamped below at low (block.mamba.dt_min)
+    if limit is not None and (not isinstance(limit, list) or len(limit) != 2 or isinstance(limit[0], bool)
+                              or not isinstance(limit[0], (int, float)) or not 0 <= limit[0] < 1e6
                               or not _infinite(limit[1])):
-        raise f.unrepresentable("time_step_limit", limit, "blockcli's Δ is not clamped; only the default "
-                                                          "(0, inf) is accepted")
+        raise f.unrepresentable("time_step_limit", limit, "blockcli clamps Δ below only: (low, inf), low >= 0")
     return {"n_heads": heads, "head_dim": head_dim, "d_state": f.int("mamba_d_state", defaults["d_state"]),
             "n_groups": groups, "conv_kernel": f.int("mamba_d_conv", 4), "conv_bias": f.bool("mamba_conv_bias", True),
-            "proj_bias": f.bool("mamba_proj_bias", False), "norm_eps": eps}
+            "proj_bias": f.bool("mamba_proj_bias", False), "norm_eps": eps,
+            **({"dt_min": float(limit[0])} if limit is not None and limit[0] else {})}
 
 
 def _infinite(value: Any) -> bool:
