@@ -7,7 +7,7 @@ items that are meant to catch it; the tests assert them, and `verify --mutants` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -322,7 +322,22 @@ def why_not(mutant: Mutant, config: Config, layer: int | None, grad: bool) -> st
         return "a bug of the backward: --grad runs the checks that see it"
     if mutant.tied_head and not (config.model is not None and config.model.tie_embeddings):
         return "no tied embedding table: a model config (preset, config.json) whose LM head reuses it"
-    return mutant.inapplicable(checked_block(config, layer))
+    block = checked_block(config, layer)
+    if (block.mamba is not None or block.parts == "mlp") and _swapped(mutant) & ATTENTION_OPS:
+        return ("the checked layer has no attention: a Mamba-2 mixer" if block.parts != "mlp" else
+                "the checked layer has no attention: its MLP alone (parts: mlp)")
+    return mutant.inapplicable(block)
+
+
+# the Ops fields only attention calls: a bug in one cannot show on a layer without attention
+ATTENTION_OPS = frozenset({"split_heads", "combine_heads", "attention_scores", "causal_mask", "attention_weights",
+                           "project_out", "rotate_pairs", "split_rope_part", "normalise_latent", "alibi_slopes",
+                           "softmax_backward", "rotate_pairs_backward", "sum_groups", "backward_mask"})
+
+
+def _swapped(mutant: Mutant) -> set[str]:
+    """The Ops fields this seeded bug replaces."""
+    return {f.name for f in fields(Ops) if getattr(mutant.ops, f.name) is not getattr(STANDARD_OPS, f.name)}
 
 
 FAMILIAR_PRESETS = ("gpt2", "llama-3.1-8b", "mixtral-8x7b", "deepseek-v3")  # suggested first, when the bug shows

@@ -479,3 +479,16 @@ def test_verify_passes_one_layer_of_each_kind(name: str) -> None:
     proc = cli("verify", FIXTURES / name)
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert "one layer of each of its" in proc.stdout
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_report_and_seeded_bugs_on_the_hybrids(tmp_path: Path, name: str) -> None:
+    """The report draws attention maps of the attention layers only; on a Mamba layer the seeded bugs of
+    attention's operations are not applicable (saying why), and every other one is caught."""
+    page = tmp_path / "page.html"
+    proc = cli("report", FIXTURES / name, "-o", page)
+    assert proc.returncode == 0 and page.is_file(), proc.stderr[-2000:]
+    proc = cli("verify", FIXTURES / name, "--mutants", "--layer", "0")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    if load_config(FIXTURES / name).layer_block(0).mamba is not None:
+        assert "no-mask (the checked layer has no attention: a Mamba-2 mixer)" in proc.stdout
