@@ -32,6 +32,7 @@ import numpy as np
 from blockcli import ops as F
 from blockcli.config import BlockConfig, Config, InputError, ModelConfig
 from blockcli.inputs import check_in_range, check_token_ids, load_npz
+from blockcli.mamba import MambaCache, Mamba2Mixer
 from blockcli.checkpoint import is_checkpoint_path
 from blockcli.ops import STANDARD_OPS, Array, Ops
 from blockcli.parallel import share_out
@@ -1532,12 +1533,17 @@ class DecoderBlock:
                              f"expected {declared[wrong]}")
         self.ln1 = Norm(cfg.norm, p.get("ln1_gamma"), p.get("ln1_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset,
                         name="ln1")
-        mixer = GatedDeltaNetMixer if cfg.linear_attention else LatentAttention if cfg.mla else MultiHeadAttention
-        self.attn = mixer(cfg, p, self.ops, self.attention)
+        if cfg.parts != "mlp":  # the token mixer: Mamba-2, Gated DeltaNet, latent or multi-head attention
+            if cfg.mamba:
+                self.attn = Mamba2Mixer(cfg, p, self.ops)
+            else:
+                mixer = GatedDeltaNetMixer if cfg.linear_attention else LatentAttention if cfg.mla else MultiHeadAttention
+                self.attn = mixer(cfg, p, self.ops, self.attention)
         self.ln2 = (None if cfg.shared_norm else
                     Norm(cfg.norm, p.get("ln2_gamma"), p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset,
                          name="ln2"))
-        self.mlp = MixtureOfExperts(cfg, p, self.ops) if cfg.moe is not None else MLP(cfg, p)
+        if cfg.parts != "mixer":
+            self.mlp = MixtureOfExperts(cfg, p, self.ops) if cfg.moe is not None else MLP(cfg, p)
         # sandwich: the norms of the two branch outputs (None otherwise)
         self.ln1_post, self.ln2_post = ((Norm(cfg.norm, p.get(f"{w}_gamma"), p.get(f"{w}_beta"), cfg.norm_eps, self.ops,
                                               cfg.norm_unit_offset, name=w) for w in ("ln1_post", "ln2_post"))
@@ -1577,7 +1583,19 @@ class DecoderBlock:
         drop = _dropout(self.cfg.dropout, rng) if train and self.cfg.dropout else (lambda a: a)
         r = _residual_scale(self.cfg.residual_multiplier)  # r·branch; recorded steps read the branch itself
         drop_probs = _dropout(self.cfg.attention_dropout, rng) if train and self.cfg.attention_dropout else None
-        if self.cfg.placement == "pre":
+        if self.cfg.parts == "mixer":  # a layer of its mixer alone: Y = X + r·mixer(LN1(X))
+            n1 = self.ln1(x, tape)  # (B, T, d)
+            rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
+            a = drop(self.attn(n1, rec, cache, drop_probs, tape))  # (B, T, d)
+            y = add(x, r(a))  # (B, T, d)
+            rec("y", "residual add", y, (x, a), kind="add")
+        elif self.cfg.parts == "mlp":  # a layer of its MLP alone: Y = X + r·MLP(LN2(X))
+            n2 = self.ln2(x, tape)  # (B, T, d)
+            rec("ln2_out", "LN2", n2, (x,), kind=norm, params=("ln2_gamma", "ln2_beta"))
+            m = drop(self.mlp(n2, rec, tape))  # (B, T, d)
+            y = add(x, r(m))  # (B, T, d)
+            rec("y", "residual add", y, (x, m), kind="add")
+        elif self.cfg.placement == "pre":
             n1 = self.ln1(x, tape)  # (B, T, d)
             rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
             a = drop(self.attn(n1, rec, cache, drop_probs, tape))  # (B, T, d)
@@ -1678,9 +1696,12 @@ class DecoderBlock:
         dx = self.backward(np.asarray(dy, dtype=y.dtype), tape)
         return dx, complete_grads(tape.grads, self.params)
 
-    def new_cache(self) -> KVCache | DeltaNetState:
-        """A K/V cache, or a linear-attention layer's recurrent state (constant in T)."""
-        return DeltaNetState() if self.cfg.linear_attention else KVCache()
+    def new_cache(self) -> KVCache | DeltaNetState | MambaCache:
+        """What decoding keeps for this layer: its K/V, its Gated DeltaNet or Mamba-2 state (constant in T), or
+        (an MLP alone) only the length."""
+        if self.cfg.parts == "mlp":
+            return KVCache()
+        return DeltaNetState() if self.cfg.linear_attention else MambaCache() if self.cfg.mamba else KVCache()
 
     def step(self, x_new: Array, cache: KVCache, rec: Record = _ignore) -> Array:
         """Incremental decoding: the outputs for tokens appended after those already in `cache`."""
@@ -1878,13 +1899,13 @@ class Model:
         return logits
 
     def __call__(self, ids: Array, rec: Record = _ignore, caches: list[KVCache] | None = None) -> Array:
-        start = caches[0].length if caches else 0
+        start = max(c.length for c in caches) if caches else 0  # a layer of its MLP alone keeps no length
         x = self.embed(ids, start, rec)
         for i, block in enumerate(self.blocks):
             x = block(x, _prefixed(rec, i), caches[i] if caches else None)
         return self.head(x, rec)
 
-    def new_cache(self) -> list[KVCache]:
+    def new_cache(self) -> list[KVCache | DeltaNetState | MambaCache]:
         return [block.new_cache() for block in self.blocks]
 
     def step(self, ids_new: Array, caches: list[KVCache], rec: Record = _ignore) -> Array:

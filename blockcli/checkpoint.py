@@ -327,7 +327,7 @@ def match_tensors(ckpt: Checkpoint, config: Config,
     tmap = tmap or tensor_map_of(ckpt)  # given: a GGUF file's tensors under their family's names
     shapes = model_parameter_shapes(config)
     n_layers = config.model.n_layers
-    n_experts = config.block.moe.n_experts if config.block.moe is not None else 0
+    n_experts = max((b.moe.n_experts for b in (config.layer_blocks or (config.block,)) if b.moe is not None), default=0)
     names = set(ckpt.tensors)
 
     def find(entry: Tensor) -> str | None:

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Callable, NoReturn, Optional, Sequence
 import typer
 
 from blockcli import __version__
-from blockcli.config import InputError, clipped
+from blockcli.config import Config, InputError, clipped
 
 app = typer.Typer(
     name="blockcli",
@@ -83,6 +83,16 @@ class Terminated(KeyboardInterrupt):
 def one_line(message: str) -> str:
     """Control characters (a newline in a file name, say) escaped, so a message stays one line."""
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in message)
+
+
+def refuse_mamba_backward(configs: list[Config]) -> None:
+    """The gradients of a Mamba-2 layer are not implemented: the backward's commands say so in one line."""
+    from blockcli.mamba import NO_BACKWARD
+
+    for cfg in configs:
+        n = cfg.model.n_layers if cfg.model else 1
+        if any(cfg.layer_block(i).mamba is not None for i in range(n)):
+            raise InputError(f"{cfg.name}: {NO_BACKWARD}")
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
@@ -1071,6 +1081,8 @@ def verify(
             else:  # one layer of each kind, with its own weights when the model folder has them
                 layers = [0 if implicit and k is None else k for k in layers_to_verify(cfg)]
             plans.append((cfg, chosen, layers))
+        if grad or (chosen_only and chosen_only & set(GRAD_CHECKS)):
+            refuse_mamba_backward([cfg for cfg, _, _ in plans])
         with progress_shown(not json_out):  # verify's output has no other format
             if mutants:
                 cfg, chosen, layers = plans[0]

@@ -194,6 +194,44 @@ class GatedDeltaNet:
 
 
 @dataclass(frozen=True)
+class Mamba2:
+    """A Mamba-2 (SSD) token mixer in place of attention (Granite 4.0-H, Bamba, Nemotron-H), per head h of
+    width p = head_dim with an N = d_state wide state, the heads in n_groups groups sharing B and C:
+
+        [z | x B C | dt] = u·W_in                      z, x (d_in = h·p), B, C (g·N each), dt (h)
+        x B C = silu(causal depthwise conv1d over T, kernel conv_kernel, of x B C)
+        Δ = max(softplus(dt + dt_bias), dt_min), A = −exp(A_log)    (B, T, h), (h,)
+        S_t = exp(Δ_t·A)·S_{t−1} + Δ_t·x_t ⊗ B_t       S (B, h, p, N), from zeros
+        y_t = S_t·C_t + D·x_t                          (B, T, h, p)
+        out = RMSNorm_grouped(y ⊙ silu(z))·W_out        the norm over each of g groups of d_in/g
+
+    Its state is constant in T: (B, h, p, N) plus the conv's last conv_kernel − 1 inputs (B, K−1, d_in + 2·g·N).
+    """
+
+    n_heads: int
+    head_dim: int
+    d_state: int
+    n_groups: int = 1
+    conv_kernel: int = 4
+    conv_bias: bool = True  # the conv1d has a bias per channel
+    proj_bias: bool = False  # in_proj and out_proj have biases
+    norm_eps: float = 1e-6  # the gated RMSNorm's eps
+    dt_min: float = 0.0  # Δ clamped below to this after the softplus (Nemotron-H's time_step_min); 0: no clamp
+
+    @property
+    def d_inner(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        """The channels the conv runs over: x, B and C."""
+        return self.d_inner + 2 * self.n_groups * self.d_state
+
+
+LAYER_PARTS = ("both", "mixer", "mlp")  # what one layer holds: a mixer and an MLP, or one of them (Nemotron-H)
+
+
+@dataclass(frozen=True)
 class BlockConfig:
     d_model: int = 512
     n_heads: int = 8
@@ -241,6 +279,9 @@ class BlockConfig:
     # C > 0: chunked local attention, query p sees only the keys of its own chunk of C positions (⌊s / C⌋ = ⌊p / C⌋,
     # s <= p), Llama 4's attention_chunk_size; 0: off
     attention_chunk: int = 0
+    mamba: Mamba2 | None = None  # a Mamba-2 state-space mixer in place of attention (blockcli.mamba)
+    # mixer: the layer is LN1 + its mixer + residual only; mlp: LN2 + its MLP + residual only (Nemotron-H)
+    parts: str = "both"
 
     def __post_init__(self) -> None:
         # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
@@ -967,7 +1008,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
               "residual_multiplier", "moe", "mla", "attention_softcap", "norm_scale", "clip_qkv", "alibi",
               "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated", "query_scale", "query_scale_length",
-              "qk_norm_after_rope", "linear_attention", "attention_gate", "query_scale_offset", "attention_chunk")
+              "qk_norm_after_rope", "linear_attention", "attention_gate", "query_scale_offset", "attention_chunk",
+              "mamba", "parts")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1026,6 +1068,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         attention_gate=_bool(data, "attention_gate", p, False),
         query_scale_offset=_int(data, "query_scale_offset", p, 0, minimum=0),
         attention_chunk=_int(data, "attention_chunk", p, 0, minimum=0),
+        mamba=_parse_mamba(data.get("mamba")),
+        parts=_choice(data, "parts", p, "both", LAYER_PARTS),
     )
     if block.linear_attention is not None:  # softmax attention's settings: a Gated DeltaNet layer has none of them
         for key, off in (("mla", None), ("qk_norm", "none"), ("attention_gate", False), ("attention_sinks", False),
@@ -1048,6 +1092,12 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         raise ConfigError("block.moe.scale_input: the routing weight scales each expert's input, which needs experts "
                           "without biases (an unchosen expert's zero input must give zero, as Llama 4's do); set "
                           "block.bias.mlp false")
+    if block.mamba is not None and (block.mla is not None or block.linear_attention is not None):
+        raise ConfigError(f"block.mamba: a layer has one token mixer; block."
+                          f"{'mla' if block.mla is not None else 'linear_attention'} is set too")
+    if block.parts != "both" and block.placement != "pre":
+        raise ConfigError(f"block.parts: a layer of one part ({block.parts}) is pre-norm (its norm, the part, the "
+                          f"residual add); placement is {block.placement}")
     if block.query_scale and not block.query_scale_length:
         raise ConfigError("block.query_scale_length: required with block.query_scale (the positions per step of "
                           "the query scale, Ministral 3's original_max_position_embeddings)")
@@ -1139,14 +1189,27 @@ def _parse_moe(value: Any) -> MoE | None:
     if moe.shared_gate and not moe.d_shared:
         raise ConfigError(f"{p}.shared_gate: gates the shared expert, but d_shared is 0 (no shared expert)")
     return moe
+
+
+def _nested_section(value: Any, cls: type, p: str, required: tuple[str, ...], what: str) -> None:
+    """A nested block section (`mla`, `mamba`, `linear_attention`): a mapping of `cls`'s fields, with the
+    `required` ones."""
+    if not isinstance(value, Mapping):
+        optional = [f.name for f in fields(cls) if f.name not in required]
+        wanted = f"{', '.join(required)} (and {', '.join(optional)})" if required else ", ".join(optional)
+        raise ConfigError(f"{p}: expected a mapping of {wanted}, got {_kind(value)}")
+    _check_keys(value, tuple(f.name for f in fields(cls)), p + ".")
+    for key in required:
+        if key not in value:
+            raise ConfigError(f"{p}.{key}: required for {what}")
+
+
 def _parse_mla(value: Any) -> LatentAttention | None:
     if value is None:
         return None
     p = "block.mla"
-    _nested(value, LatentAttention, p, "kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim (and q_lora_rank)")
-    for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-        if key not in value:
-            raise ConfigError(f"{p}.{key}: required for latent attention")
+    _nested_section(value, LatentAttention, p, ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"),
+                    "latent attention")
     mla = LatentAttention(
         kv_lora_rank=_int(value, "kv_lora_rank", p, 1), qk_nope_head_dim=_int(value, "qk_nope_head_dim", p, 1),
         qk_rope_head_dim=_int(value, "qk_rope_head_dim", p, 2), v_head_dim=_int(value, "v_head_dim", p, 1),
@@ -1158,18 +1221,11 @@ def _parse_mla(value: Any) -> LatentAttention | None:
     return mla
 
 
-def _nested(value: Any, cls: type, p: str, expected: str) -> None:
-    """A nested section (`block.mla`, `block.linear_attention`) must be a mapping of `cls`'s fields only."""
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{p}: expected a mapping of {expected}, got {_kind(value)}")
-    _check_keys(value, tuple(f.name for f in fields(cls)), p + ".")
-
-
 def _parse_linear_attention(value: Any) -> GatedDeltaNet | None:
     if value is None:
         return None
     p = "block.linear_attention"
-    _nested(value, GatedDeltaNet, p, "key_heads, value_heads, key_head_dim, value_head_dim, conv_kernel, norm_eps")
+    _nested_section(value, GatedDeltaNet, p, (), "Gated DeltaNet")
     mixer = GatedDeltaNet(
         key_heads=_int(value, "key_heads", p, 16), value_heads=_int(value, "value_heads", p, 32),
         key_head_dim=_int(value, "key_head_dim", p, 128), value_head_dim=_int(value, "value_head_dim", p, 128),
@@ -1179,6 +1235,21 @@ def _parse_linear_attention(value: Any) -> GatedDeltaNet | None:
         raise ConfigError(f"{p}.value_heads: each key head is read by the same number of value heads; "
                           f"key_heads={mixer.key_heads} does not divide value_heads={mixer.value_heads}")
     return mixer
+def _parse_mamba(value: Any) -> Mamba2 | None:
+    if value is None:
+        return None
+    p = "block.mamba"
+    _nested_section(value, Mamba2, p, ("n_heads", "head_dim", "d_state"), "a Mamba-2 mixer")
+    mamba = Mamba2(n_heads=_int(value, "n_heads", p, 1), head_dim=_int(value, "head_dim", p, 1),
+                   d_state=_int(value, "d_state", p, 1), n_groups=_int(value, "n_groups", p, 1),
+                   conv_kernel=_int(value, "conv_kernel", p, 4), conv_bias=_bool(value, "conv_bias", p, True),
+                   proj_bias=_bool(value, "proj_bias", p, False),
+                   norm_eps=_float(value, "norm_eps", p, 1e-6, 0.0, 1.0, low_open=True),
+                   dt_min=_float(value, "dt_min", p, 0.0, 0.0, 1e6))
+    if mamba.n_heads % mamba.n_groups:
+        raise ConfigError(f"{p}.n_groups: {mamba.n_groups} does not divide n_heads={mamba.n_heads} (each group's "
+                          f"heads share its B and C)")
+    return mamba
 
 
 def _check_mla(block: BlockConfig) -> None:

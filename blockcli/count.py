@@ -43,7 +43,9 @@ _ORDER = {"L": 0, "V": 1, "P": 2, "E": 3, "k": 4, "d": 5, "h": 6, "h_kv": 7, "d_
           # latent attention: query and K/V latent ranks, per-head widths without / with RoPE, values
           "r_q": 12, "r_kv": 13, "d_nope": 14, "d_rope": 15, "d_v": 16,
           # Gated DeltaNet: key heads and their width, value heads (d_v their width), the short conv's taps
-          "h_k": 17, "d_k": 18, "h_v": 19, "K": 20}
+          "h_k": 17, "d_k": 18, "h_v": 19, "K": 20,
+          # a Mamba-2 mixer: SSM heads, their width, the state width, groups of B and C (K: the conv's kernel)
+          "h_s": 21, "p": 22, "N": 23, "g": 24}
 
 
 def render(poly: Poly) -> str:
@@ -140,6 +142,9 @@ def symbol_values(config: Config | BlockConfig) -> dict[str, int]:
     if b.linear_attention is not None:
         n = b.linear_attention
         values.update(h_k=n.key_heads, d_k=n.key_head_dim, h_v=n.value_heads, d_v=n.value_head_dim, K=n.conv_kernel)
+    if b.mamba is not None:
+        values.update(h_s=b.mamba.n_heads, p=b.mamba.head_dim, N=b.mamba.d_state, g=b.mamba.n_groups,
+                      K=b.mamba.conv_kernel)
     if m is not None:
         values.update(V=m.vocab_size, L=m.n_layers, P=m.max_positions + m.position_offset)
     return values
@@ -178,7 +183,13 @@ def block_formula(b: BlockConfig) -> list[Row]:
         norm("ln1", f"{_norm_name(b)} 1" if b.placement != "parallel_shared" else
              f"{_norm_name(b)} (shared by attention and MLP)"),
     ]
-    if b.mla is not None:
+    if b.parts == "mlp":  # a layer of its MLP alone: LN 2 and the MLP rows below
+        rows = []
+    elif b.mamba is not None:
+        rows.extend(_mamba_rows(b))
+        if b.parts == "mixer":
+            return rows
+    elif b.mla is not None:
         rows.extend(_latent_attention_rows(b))
     elif b.linear_attention is not None:
         rows.extend(_deltanet_rows())
@@ -203,6 +214,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
                                                   "each_head": "(per head, weights of each head)"}[b.qk_norm]
             rows.append(Row(f"attn.{letter}_norm", label, term(1, *features) if b.norm_scale else no, shift,
                             (f"{letter}_norm_gamma", f"{letter}_norm_beta")))
+    if b.parts == "mixer":  # a layer of its attention alone
+        return rows
     if b.sandwich:  # Gemma 2/3: the branch outputs are normalised too (kept beside LN 2, before the MLP rows)
         rows.append(norm("ln1_post", f"{_norm_name(b)} after attention"))
     if b.placement != "parallel_shared":  # a shared norm: attention and MLP both read LN1's output
@@ -307,6 +320,25 @@ def _deltanet_rows() -> list[Row]:
             Row("attn.dn_decay", "linear attention: dt_bias and A_log", term(2, "h_v"), no, ("dn_dt_bias", "dn_A_log")),
             Row("attn.dn_norm", "linear attention: output RMSNorm (over d_v)", term(1, "d_v"), no, ("dn_norm_gamma",)),
             Row("attn.dn_out", "linear attention: output projection W_O", term(1, "h_v", "d_v", "d"), no, ("dn_out",))]
+def _mamba_rows(b: BlockConfig) -> list[Row]:
+    """A Mamba-2 mixer (the SSD paper's §7 block): the in-projection to z and x (h_s·p each), B and C (g·N each)
+    and dt (h_s); the depthwise conv over x, B and C (K taps per channel, a bias each); dt_bias, A_log and D per
+    head; the gated RMSNorm's scale over h_s·p; the out-projection. The projections' biases with proj_bias."""
+    m, no = b.mamba, Poly()
+    assert m is not None
+    width = term(2, "h_s", "p") + term(2, "g", "N") + term(1, "h_s")  # z | x B C | dt
+    channels = term(1, "h_s", "p") + term(2, "g", "N")  # x | B | C
+    return [Row("attn.ssm_in", "SSM in-projection (z, x, B, C, dt)",
+                Poly({tuple(sorted(("d",) + k)): c for k, c in width.items()}), width if m.proj_bias else no,
+                ("w_ssm_in", "b_ssm_in")),
+            Row("attn.ssm_conv", "causal conv over x, B, C (K taps per channel)",
+                Poly({tuple(sorted(("K",) + k)): c for k, c in channels.items()}), channels if m.conv_bias else no,
+                ("ssm_conv", "b_ssm_conv")),
+            Row("attn.ssm_heads", "per SSM head: dt_bias, A_log, D", term(3, "h_s"), no,
+                ("ssm_dt_bias", "ssm_A_log", "ssm_D")),
+            Row("attn.ssm_norm", "gated RMSNorm scale", term(1, "h_s", "p"), no, ("ssm_norm_gamma",)),
+            Row("attn.ssm_out", "SSM out-projection", term(1, "h_s", "p", "d"), term(1, "d") if m.proj_bias else no,
+                ("w_ssm_out", "b_ssm_out"))]
 
 
 def _norms_label(n: int) -> str:
@@ -408,7 +440,9 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
     covered = {k for row in rows for k in row.keys}
     mismatches.extend(f"{tag}{k}: array not in the formula" for k in arrays if k not in covered)
     attention = "attention (Q, K, V, O, sinks)" if config.block.attention_sinks else "attention (Q, K, V, O)"
-    if config.block.linear_attention is not None or config.block.attention_gate:
+    if config.block.mamba is not None:
+        attention = "Mamba-2 mixer (in, conv, SSM, norm, out)"
+    elif config.block.linear_attention is not None or config.block.attention_gate:
         attention = ("linear attention (Gated DeltaNet)" if config.block.linear_attention is not None else
                      "attention (Q, K, V, gate, O)")
     for name, label, (w, bias) in (("attention", attention, groups["attn"]),

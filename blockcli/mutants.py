@@ -334,8 +334,12 @@ def why_not(mutant: Mutant, config: Config, layer: int | None, grad: bool) -> st
 
     block = checked_block(config, layer)
     changed = {f.name for f in fields(Ops) if getattr(mutant.ops, f.name) is not getattr(STANDARD_OPS, f.name)}
-    if block.linear_attention is not None and changed and changed <= SOFTMAX_ATTENTION_OPS:
-        return "a Gated DeltaNet layer runs none of softmax attention's operations, which this bug changes"
+    if changed and changed <= SOFTMAX_ATTENTION_OPS:
+        if block.linear_attention is not None:
+            return "a Gated DeltaNet layer runs none of softmax attention's operations, which this bug changes"
+        if block.mamba is not None or block.parts == "mlp":
+            return ("the checked layer has no attention: a Mamba-2 mixer" if block.parts != "mlp" else
+                    "the checked layer has no attention: its MLP alone (parts: mlp)")
     if mutant.expected and all(unmodelled(i, block) for i in mutant.expected):  # Gated DeltaNet, gated attention
         return f"the checks that see it ({', '.join(map(str, mutant.expected))}) do not apply to this layer: " + \
             "; ".join(dict.fromkeys(unmodelled(i, block) for i in mutant.expected))

@@ -561,22 +561,6 @@ def rotate_pairs_backward(dy: Array, cos: Array, sin: Array, layout: str) -> Arr
     return ROPE_LAYOUTS[layout](dy, cos, -sin)
 
 
-def causal_conv1d(x: Array, weight: Array, bias: Array | None, state: Array | None = None) -> tuple[Array, Array]:
-    """A causal depthwise conv along time: x (B, T, C), weight (C, K) (tap K − 1 on the newest input), bias (C,)
-    or None, state (B, K − 1, C) the K − 1 inputs before x (None: zeros). Returns y (B, T, C) before any
-    activation, y_t = Σ_j weight[:, j]·x_{t − K + 1 + j} (+ bias), and the new state, the last K − 1 inputs."""
-    B, T, C = x.shape
-    K = weight.shape[1]
-    past = np.zeros((B, K - 1, C), dtype=x.dtype) if state is None else state.astype(x.dtype, copy=False)
-    padded = np.concatenate([past, x], axis=1)  # (B, K − 1 + T, C)
-    y = np.zeros((B, T, C), dtype=np.result_type(x, weight))
-    for j in range(K):  # tap j reads the input K − 1 − j steps back
-        y += padded[:, j:j + T] * weight[:, j]
-    if bias is not None:
-        y += bias
-    return y, padded[:, T:].copy()  # (B, T, C), (B, K − 1, C)
-
-
 def l2_normalize(x: Array, eps: float = 1e-6) -> Array:
     """x/√(Σx² + ε) over the last axis (as the FLA kernels and transformers' Gated DeltaNet)."""
     return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps)
@@ -601,6 +585,25 @@ def sinusoidal_positions(positions: Array, d: int, dtype: np.dtype) -> Array:
     table[:, 0::2] = np.sin(angles)
     table[:, 1::2] = np.cos(angles[:, : d // 2])
     return table.astype(dtype)
+
+
+# ----------------------------------------------------------------------------- convolution over time
+
+
+def causal_conv1d(x: Array, weight: Array, bias: Array | None, state: Array | None = None) -> tuple[Array, Array]:
+    """A depthwise causal convolution over time: x (B, T, C), weight (C, K), bias (C,) or None; `state` (B, K−1, C)
+    the K−1 inputs before x (None: zeros). y[t] = bias + Σ_k weight[:, k]·u[t + k] over u = state | x, so
+    weight[:, K−1] reads the current input (torch's Conv1d with K−1 padding on the left, cut to T). Returns
+    (y (B, T, C) before any activation, the new state: the last K−1 inputs of u (B, K−1, C))."""
+    B, T, C = x.shape
+    K = weight.shape[1]
+    if state is None:
+        state = np.zeros((B, K - 1, C), dtype=x.dtype)
+    u = np.concatenate([state.astype(x.dtype, copy=False), x], axis=1)  # (B, K−1+T, C)
+    y = np.zeros((B, T, C), dtype=x.dtype) if bias is None else np.broadcast_to(bias.astype(x.dtype), (B, T, C)).copy()
+    for k in range(K):
+        y += u[:, k:k + T] * weight[:, k].astype(x.dtype)
+    return y, u[:, T:].copy()  # (B, T, C), (B, K−1, C)
 
 
 # ----------------------------------------------------------------------------- mixture-of-experts routing

@@ -140,8 +140,43 @@ def _latent_attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConf
     return concat @ p["w_o"] + p.get("b_o", 0.0)
 
 
+def _mamba(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
+    """n (T, d) of one sequence → a Mamba-2 mixer's output (T, d), token by token: the conv as a sum over the
+    kernel's taps of the earlier projections, then each head's state S (p, N) decayed by exp(Δ·A) and added
+    Δ·x ⊗ B, read out by C, plus D·x; gated by silu(z), normalised per group, projected out."""
+    m = cfg.mamba
+    assert m is not None
+    T, d_in, gN = n.shape[0], m.d_inner, m.n_groups * m.d_state
+    zxbcdt = [n[t] @ p["w_ssm_in"] + p.get("b_ssm_in", 0.0) for t in range(T)]
+    states = [np.zeros((m.head_dim, m.d_state)) for _ in range(m.n_heads)]
+    out = np.zeros((T, cfg.d_model))
+    for t in range(T):
+        conv = p.get("b_ssm_conv", np.zeros(m.conv_dim)).copy()
+        for k in range(m.conv_kernel):  # tap K−1 reads token t, tap K−1−j token t − j
+            if t - (m.conv_kernel - 1 - k) >= 0:
+                conv += p["ssm_conv"][:, k] * zxbcdt[t - (m.conv_kernel - 1 - k)][d_in:d_in + m.conv_dim]
+        xbc = np.array([c * _sigmoid(c) for c in conv])
+        y = np.zeros(d_in)
+        for i in range(m.n_heads):
+            g = i // (m.n_heads // m.n_groups)
+            Bv, Cv = xbc[d_in + g * m.d_state:d_in + (g + 1) * m.d_state], xbc[d_in + gN + g * m.d_state:
+                                                                              d_in + gN + (g + 1) * m.d_state]
+            x = xbc[i * m.head_dim:(i + 1) * m.head_dim]
+            delta = max(_softplus(float(zxbcdt[t][d_in + m.conv_dim + i] + p["ssm_dt_bias"][i])), m.dt_min)
+            states[i] = math.exp(-delta * math.exp(float(p["ssm_A_log"][i]))) * states[i] + delta * np.outer(x, Bv)
+            y[i * m.head_dim:(i + 1) * m.head_dim] = states[i] @ Cv + float(p["ssm_D"][i]) * x
+        gated = np.array([v * u * _sigmoid(u) for v, u in zip(y, zxbcdt[t][:d_in])])
+        size = d_in // m.n_groups
+        normed = np.concatenate([_norm(gated[j:j + size], p["ssm_norm_gamma"][j:j + size], None, "rmsnorm",
+                                       m.norm_eps) for j in range(0, d_in, size)])
+        out[t] = normed @ p["w_ssm_out"] + p.get("b_ssm_out", 0.0)
+    return out
+
+
 def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
     """n (T, d) of one sequence → attention output (T, d), head by head, query by query."""
+    if cfg.mamba is not None:
+        return _mamba(n, p, cfg)
     if cfg.mla is not None:
         return _latent_attention(n, p, cfg)
     T = n.shape[0]
@@ -298,7 +333,11 @@ def reference_block(x: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig
     y = np.empty_like(x)
     for b in range(x.shape[0]):
         xb = x[b]
-        if cfg.placement == "pre":
+        if cfg.parts == "mixer":  # a layer of one part: its norm, the part, the residual add
+            y[b] = xb + attention(norm("ln1", xb))
+        elif cfg.parts == "mlp":
+            y[b] = xb + mlp(norm("ln2", xb))
+        elif cfg.placement == "pre":
             h = xb + attention(norm("ln1", xb))
             y[b] = h + mlp(norm("ln2", h))
         elif cfg.placement == "sandwich":  # a norm before and after each branch (Gemma 2/3)

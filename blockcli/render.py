@@ -360,13 +360,22 @@ KV_LATENT_LABEL = "compressed latent, what MLA-aware inference engines store"
 KV_EXPANDED_LABEL = "expanded keys and values, as a plain K/V cache holds them"
 
 
+STATE_FORMULAS = {"Gated DeltaNet": "B·L_dn·(h_v·d_k·d_v + K·C)", "Mamba-2": "B·L_ssm·(h_s·p·N + K·(h_s·p + 2·g·N))"}
+
+
+def _state_formula(inf: Inference) -> str:
+    return " + ".join(STATE_FORMULAS[kind] for kind in inf.state_of.split(" and "))
+
+
 def _kv_cache_json(inf: Inference) -> dict[str, Any]:
     """bytes_per_token is exact (16.5 for 33 int4 values: a number, not always an integer); bits_per_token says
     the same as an integer; bytes is the packed total, rounded up to a whole byte once."""
     if inf.state_bytes:
-        return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token, "bits_per_token": inf.kv_bits_per_token,
-                "bytes": inf.kv_bytes, "formula": "2·L·h_kv·d_h per token (full-attention layers)",
-                "state_bytes": inf.state_bytes, "state_formula": "L·(h_v·d_k·d_v + (K − 1)·C) per sequence, constant in T"}
+        return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token,
+                "bits_per_token": inf.kv_bits_per_token, "bytes": inf.kv_bytes,
+                "formula": "2·L_attn·h_kv·d_h per token (attention layers only)",
+                "state": {"of": inf.state_of, "dtype": inf.dtype, "bytes": inf.state_bytes, "constant_in_T": True,
+                          "formula": _state_formula(inf)}}
     if not inf.kv_expanded_bits_per_token:
         return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token,
                 "bits_per_token": inf.kv_bits_per_token, "bytes": inf.kv_bytes, "formula": "2·L·h_kv·d_h per token"}
@@ -386,10 +395,11 @@ def _kv_line(label: str, per_token: int | float, formula: str, dtype: str, total
 
 
 def _kv_cache_lines(inf: Inference, B: int, T: int) -> list[str]:
-    if inf.state_bytes:  # Gated DeltaNet layers: a fixed state per sequence, only the attention layers grow with T
-        return [f"K/V cache: {inf.kv_bytes_per_token:,} bytes per token (2·L·h_kv·d_h × {inf.kv_dtype}, the full-attention "
-                f"layers only) + {human_bytes(inf.state_bytes)} of Gated DeltaNet state (L·(h_v·d_k·d_v + (K − 1)·C) × "
-                f"{inf.dtype} per sequence, constant in T); {human_bytes(inf.kv_bytes)} for {B} × {T:,} tokens"]
+    if inf.state_bytes:  # recurrent layers: K/V of the attention layers only, and a state that does not grow with T
+        return [_kv_line("K/V cache (attention layers only)", inf.kv_bytes_per_token, "2·L_attn·h_kv·d_h",
+                         inf.kv_dtype, inf.kv_bytes, B, T),
+                f"recurrent state ({inf.state_of} layers, constant in T): {human_bytes(inf.state_bytes)} for {B} "
+                f"sequence{'s' if B > 1 else ''} ({_state_formula(inf)} × {inf.dtype}: the state and the conv's window)"]
     if not inf.kv_expanded_bits_per_token:
         return [_kv_line("K/V cache", inf.kv_bytes_per_token, "2·L·h_kv·d_h", inf.kv_dtype, inf.kv_bytes, B, T)]
     return [_kv_line(f"K/V cache, {KV_LATENT_LABEL}", inf.kv_bytes_per_token, "L·(r_kv + d_rope)", inf.kv_dtype,
@@ -582,6 +592,7 @@ def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | No
           if (chunks := [g.block.attention_chunk for g in result.config.layer_groups()
                          if 0 < g.block.attention_chunk < T]) else []),
         f"inference memory: {human_bytes(inf.memory_bytes)} = weights + K/V cache + "
+        + ("recurrent state + " if inf.state_bytes else "") +
         f"{human_bytes(inf.activation_bytes)} activations (one layer's prefill working set)",
         f"prefill of {T:,} tokens × {B}: {_both(prefill, causal)} FLOPs; per token "
         f"{human(prefill // (B * T))} full, {human(causal // (B * T))} causal",
@@ -605,8 +616,8 @@ def gguf_lines(summary: Mapping[str, Any]) -> list[str]:
 
 def active_line(result: ParameterCount) -> str:
     """What one token uses of a mixture of experts' parameters, component by component."""
-    moe = result.config.block.moe
-    assert moe is not None
+    config = result.config
+    moe = next(b.moe for b in (config.block, *config.layer_blocks) if b.moe is not None)  # a layer's, if not the base's
     def label(c: Component) -> str:  # when layers differ, which block's row, as the table numbers them
         return f"block {c.group + 1}: {c.label}" if result.layers_differ and c.group is not None else c.label
 

@@ -75,9 +75,29 @@ def deltanet_shapes(cfg: BlockConfig) -> dict[str, Shape]:
             "dn_z": (d, m.value_width), "dn_b": (d, m.value_heads), "dn_a": (d, m.value_heads),
             "dn_conv": (m.conv_width, m.conv_kernel), "dn_dt_bias": (m.value_heads,), "dn_A_log": (m.value_heads,),
             "dn_norm_gamma": (m.value_head_dim,), "dn_out": (m.value_width, d)}
+def mamba_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    """A Mamba-2 mixer (config.Mamba2): in_proj (d, 2·d_in + 2·g·N + h) giving z, x, B, C and dt; the depthwise
+    conv over x, B, C (conv_dim, K) and its bias; per head dt_bias, A_log and D (h,); the gated norm's scale (d_in,);
+    out_proj (d_in, d); in_proj's and out_proj's biases with mamba.proj_bias."""
+    m, d = cfg.mamba, cfg.d_model
+    assert m is not None
+    width = 2 * m.d_inner + 2 * m.n_groups * m.d_state + m.n_heads
+    shapes: dict[str, Shape] = {"w_ssm_in": (d, width)}
+    if m.proj_bias:
+        shapes["b_ssm_in"] = (width,)
+    shapes["ssm_conv"] = (m.conv_dim, m.conv_kernel)
+    if m.conv_bias:
+        shapes["b_ssm_conv"] = (m.conv_dim,)
+    shapes.update({"ssm_dt_bias": (m.n_heads,), "ssm_A_log": (m.n_heads,), "ssm_D": (m.n_heads,),
+                   "ssm_norm_gamma": (m.d_inner,), "w_ssm_out": (m.d_inner, d)})
+    if m.proj_bias:
+        shapes["b_ssm_out"] = (d,)
+    return shapes
 
 
 def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    if cfg.mamba is not None:
+        return mamba_shapes(cfg)
     if cfg.mla is not None:
         return latent_attention_shapes(cfg)
     if cfg.linear_attention is not None:
@@ -153,6 +173,10 @@ def block_parameter_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     d = cfg.d_model
     ln2 = {} if cfg.shared_norm else norm_shapes("ln2", d, cfg)
     mlp = moe_shapes(cfg) if cfg.moe is not None else mlp_shapes(cfg)
+    if cfg.parts == "mixer":  # a layer of its mixer alone (Nemotron-H): LN1 and the mixer
+        return {**norm_shapes("ln1", d, cfg), **attention_shapes(cfg)}
+    if cfg.parts == "mlp":  # a layer of its MLP alone: LN2 and the MLP
+        return {**ln2, **mlp}
     if not cfg.sandwich:
         return {**norm_shapes("ln1", d, cfg), **attention_shapes(cfg), **ln2, **mlp}
     # sandwich (Gemma 2/3): each branch's output normalised too, after attention and after the MLP

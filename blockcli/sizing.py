@@ -115,15 +115,43 @@ class Dims:
     linear: GatedDeltaNet | None = None  # a Gated DeltaNet layer's mixer in place of attention (no K/V cache)
     gate: bool = False  # gated attention: an h·d_h-wide gate projection beside Q
     chunk: int = 0  # chunked attention C: a query sees only its own chunk's keys (0: off)
+    # a Mamba-2 mixer in place of attention (all 0 without): its heads h_s of width p, state N, groups g, kernel K
+    h_s: int = 0
+    p: int = 0
+    N: int = 0
+    g: int = 0
+    K: int = 0
+    mixer: bool = True  # the layer has its token mixer (block.parts both or mixer)
+    mlp: bool = True  # the layer has its MLP (block.parts both or mlp)
 
     @classmethod
     def of(cls, config: Config) -> "Dims":
         b, m = config.block, config.model
-        mla = b.mla
+        mla, ssm = b.mla, b.mamba
         latent = (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim, mla.v_head_dim) if mla else (0, 0, 0, 0)
+        mamba = (ssm.n_heads, ssm.head_dim, ssm.d_state, ssm.n_groups, ssm.conv_kernel) if ssm else (0,) * 5
         return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, mlp_width(b),
                    m.vocab_size if m else 0, b.gated, b.sliding_window, projected_width(m, b.d_model),
-                   moe_active_weights(b), *latent, b.linear_attention, b.attention_gate, chunk=b.attention_chunk)
+                   moe_active_weights(b), *latent, b.linear_attention, b.attention_gate, b.attention_chunk, *mamba,
+                   b.parts != "mlp", b.parts != "mixer")
+
+    @property
+    def mamba(self) -> bool:
+        """A Mamba-2 layer: no keys or values, a state of fixed size."""
+        return self.h_s > 0
+
+    @property
+    def attends(self) -> bool:
+        """The layer's mixer is softmax attention (it caches keys and values, and scores T keys per query)."""
+        return self.mixer and not self.mamba and self.linear is None
+
+    def ssm_state_elements(self) -> int:
+        """A Mamba-2 layer's decode state per sequence, whatever T (0 for any other layer): the SSM state h_s·p·N
+        and the conv's window over its h_s·p + 2·g·N channels, K inputs each as transformers' cache and mamba_ssm's
+        conv_state keep it (the conv reads K − 1 earlier ones)."""
+        if not (self.mamba and self.mixer):
+            return 0
+        return self.L * (self.h_s * self.p * self.N + self.K * (self.h_s * self.p + 2 * self.g * self.N))
 
     @property
     def latent(self) -> bool:
@@ -177,8 +205,13 @@ def matmul_weights(dims: Dims) -> tuple[int, int]:
     out (d·e each). A mixture of experts counts its router, the k routed experts and the shared expert: the
     active parameters, not all of them."""
     q, kv = dims.h * dims.d_h, dims.h_kv * dims.d_h
-    mlp = dims.moe_weights or (3 if dims.gated else 2) * dims.d * dims.d_ff
+    mlp = (dims.moe_weights or (3 if dims.gated else 2) * dims.d * dims.d_ff) if dims.mlp else 0
     head = dims.e * dims.V + 2 * dims.d * dims.e if dims.e else dims.d * dims.V
+    if not dims.mixer:
+        return mlp, head
+    if dims.mamba:  # in-projection to z, x, B, C, dt and out-projection; the conv's K taps per channel (depthwise)
+        d_in, gN = dims.h_s * dims.p, dims.g * dims.N
+        return dims.d * (2 * d_in + 2 * gN + dims.h_s) + d_in * dims.d + dims.K * (d_in + 2 * gN) + mlp, head
     if dims.linear is not None:  # q, k, v, z, b, a from x, W_O
         n = dims.linear
         return dims.d * (2 * n.key_width + 2 * n.value_width + 2 * n.value_heads) + n.value_width * dims.d + mlp, head
@@ -222,11 +255,19 @@ class ForwardFlops:
 def forward_flops(dims: Dims, T: int, B: int) -> ForwardFlops:
     per_layer, head = matmul_weights(dims)
     tokens = B * T
-    attention = 2 * B * dims.L * dims.h * (dims.d_h + dims.value_dim)  # 2·d_h for Q·Kᵀ + 2·d_v for weights·V
     if dims.linear is not None:  # no score table: the conv and the recurrence, linear in T
         return ForwardFlops(tokens * (2 * dims.L * per_layer + recurrence_flops(dims)), 0, 0, 2 * tokens * head)
+    if not dims.attends:  # a Mamba-2 layer's scan: each token's x ⊗ B into the state and the state times C
+        return ForwardFlops(2 * tokens * dims.L * (per_layer + ssm_scan_macs(dims)), 0, 0, 2 * tokens * head)
+    attention = 2 * B * dims.L * dims.h * (dims.d_h + dims.value_dim)  # 2·d_h for Q·Kᵀ + 2·d_v for weights·V
     return ForwardFlops(2 * tokens * dims.L * per_layer, attention * score_pairs(T, False),
                         attention * score_pairs(T, True, dims.window, dims.chunk), 2 * tokens * head)
+
+
+def ssm_scan_macs(dims: Dims) -> int:
+    """A Mamba-2 layer's scan per token: x_t ⊗ B_t added into the state and S_t·C_t read out, h_s·p·N
+    multiply-adds each (the same in a decode step: the state is constant in T). 0 for any other layer."""
+    return 2 * dims.h_s * dims.p * dims.N if dims.mamba and dims.mixer else 0
 
 
 def model_forward_flops(groups: list[Dims], T: int, B: int) -> ForwardFlops:
@@ -248,9 +289,12 @@ def decode_flops(dims: Dims, T: int, B: int) -> int:
     are not expanded again (an expanded cache, or W_kv_b absorbed into the query and output as
     MLA-aware engines do; transformers re-expands its latent cache every step)."""
     per_layer, head = matmul_weights(dims)
-    attention = 2 * dims.L * dims.h * (dims.d_h + dims.value_dim) * dims.decode_keys(T)
     if dims.linear is not None:  # from the carried state: the same work at every context
         attention = recurrence_flops(dims)
+    elif not dims.attends:  # no keys: the scan's step costs the same at any context
+        return B * 2 * (dims.L * (per_layer + ssm_scan_macs(dims)) + head)
+    else:
+        attention = 2 * dims.L * dims.h * (dims.d_h + dims.value_dim) * dims.decode_keys(T)
     return B * (2 * (dims.L * per_layer + head) + attention)
 
 
@@ -274,9 +318,10 @@ class Inference:
     kv_expanded_bits_per_token: int = 0
     kv_expanded_bytes: int = 0
     stored_weight_bytes: int | None = None  # a quantized checkpoint's or GGUF file's weights as stored (their own sizes)
-    # the Gated DeltaNet layers' recurrent state and conv window for B sequences, at the run's dtype: constant in T
-    # (already in kv_bytes; 0 without such layers)
+    # the fixed decode state of the Gated DeltaNet and Mamba-2 layers for B sequences, at the run's dtype (the
+    # recurrent state and the short conv's window): constant in T, beside kv_bytes; 0 without such layers
     state_bytes: int = 0
+    state_of: str = ""  # whose state: "Gated DeltaNet" or "Mamba-2" ("" without)
 
     @property
     def kv_bytes_per_token(self) -> int | float:
@@ -299,14 +344,16 @@ class Inference:
 
     @property
     def memory_bytes(self) -> int:
-        return self.parameter_bytes + self.kv_bytes + self.activation_bytes
+        return self.parameter_bytes + self.kv_bytes + self.state_bytes + self.activation_bytes
 
 
 def kv_cache_elements(dims: Dims) -> int:
     """Cached elements per token: K and V, h_kv heads of d_h each, in every layer (grouped-query and
     multi-query attention cache h_kv heads, not h). Latent attention (MLA) caches its compressed
-    latent: r_kv + d_rope per layer (DeepSeek-V2 §2.1.2), what MLA-aware engines store."""
-    if dims.linear is not None:  # a Gated DeltaNet layer caches no keys or values (its state: recurrent_elements)
+    latent: r_kv + d_rope per layer (DeepSeek-V2 §2.1.2), what MLA-aware engines store. A Gated DeltaNet or
+    Mamba-2 layer, or a layer of its MLP alone, caches none (their fixed state: `recurrent_elements`,
+    `Dims.ssm_state_elements`)."""
+    if not dims.attends:
         return 0
     if dims.latent:
         return dims.L * (dims.r_kv + dims.d_rope)
@@ -315,11 +362,12 @@ def kv_cache_elements(dims: Dims) -> int:
 
 def recurrent_elements(dims: Dims) -> int:
     """What the Gated DeltaNet layers carry per sequence, whatever its length: each layer's state S
-    (h_v, d_k, d_v) and the short conv's last K − 1 inputs (K − 1, C)."""
+    (h_v, d_k, d_v) and the short conv's window of K inputs over its C channels, as transformers' cache keeps it
+    (the conv reads K − 1 earlier ones), as `Dims.ssm_state_elements` counts a Mamba-2 layer's."""
     n = dims.linear
     if n is None:
         return 0
-    return dims.L * (n.value_heads * n.key_head_dim * n.value_head_dim + (n.conv_kernel - 1) * n.conv_width)
+    return dims.L * (n.value_heads * n.key_head_dim * n.value_head_dim + n.conv_kernel * n.conv_width)
 
 
 def recurrence_flops(dims: Dims) -> int:
@@ -348,8 +396,10 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
     kv_per_token = cache_bits(sum(kv_cache_elements(dims) for dims in groups), kv_dtype)
     kv_bytes = -(-cache_bits(sum(kv_cache_elements(dims) * dims.keys_seen(seq_len)  # a window keeps its last W
                                  for dims in groups) * batch, kv_dtype) // 8)
-    fixed = nbytes(sum(recurrent_elements(dims) for dims in groups) * batch, dtype)  # Gated DeltaNet: not per token
-    kv_bytes += fixed
+    # the recurrent layers' state: per sequence, not per token
+    fixed = nbytes(sum(recurrent_elements(dims) + dims.ssm_state_elements() for dims in groups) * batch, dtype)
+    state_of = " and ".join(kind for kind, has in (("Gated DeltaNet", any(d.linear is not None for d in groups)),
+                                                   ("Mamba-2", any(d.ssm_state_elements() for d in groups))) if has)
     # latent attention: the keys and values it would cache expanded (0 without latent attention)
     expanded = cache_bits(sum(kv_expanded_elements(dims) for dims in groups if dims.latent), kv_dtype)
     expanded_bytes = -(-cache_bits(sum(kv_expanded_elements(dims) * dims.keys_seen(seq_len)
@@ -357,7 +407,7 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
     return Inference(seq_len, batch, dtype, kv_dtype, parameters, kv_per_token, kv_bytes,
                      max(inference_activation_bytes(dims, seq_len, batch, dtype) for dims in groups),
                      model_forward_flops(groups, seq_len, batch), model_decode_flops(groups, seq_len, batch),
-                     expanded, expanded_bytes, stored_weight_bytes, fixed)
+                     expanded, expanded_bytes, stored_weight_bytes, fixed, state_of)
 
 
 def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
@@ -372,7 +422,10 @@ def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
         attention = 2 * dims.linear.conv_width + 3 * dims.linear.value_width
     if dims.latent:  # Q, K (h·d_h each), V and the attention output (h·d_v each), the latents
         attention = 2 * q + 2 * dims.h * dims.d_v + dims.r_q + dims.r_kv + dims.d_rope
-    widest = max(attention, (3 if dims.gated else 2) * dims.d_ff)
+    if dims.mamba:  # the in-projection's z | x B C | dt, the conv's output, y and its gated norm
+        d_in, gN = dims.h_s * dims.p, dims.g * dims.N
+        attention = (2 * d_in + 2 * gN + dims.h_s) + (d_in + 2 * gN) + 2 * d_in
+    widest = max(attention if dims.mixer else 0, (3 if dims.gated else 2) * dims.d_ff if dims.mlp else 0)
     return nbytes(B * T * (2 * dims.d + widest), dtype) + LOSS_BYTES * B * dims.V
 
 
@@ -605,6 +658,9 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
     (blockcli.profiles: megatron, Korthikanti et al.'s terms; eager or sdpa, transformers'; blockcli, its own
     backward's); `model_type`: the family whose transformers modules those profiles follow."""
     profiles.check(attention, config, recompute)
+    if any(dims.mamba for dims in Dims.per_group(config)):
+        raise InputError(f"{config.name}: the training step of Mamba-2 (state-space) layers is not modelled: "
+                         f"--train sizes attention layers' activations and backward only")
     for option, value, allowed in (("--optimizer", optimizer, OPTIMIZERS), ("--precision", precision, PRECISIONS),
                                    ("--recompute", recompute, RECOMPUTE), ("--zero", zero, (0, 1, 2, 3))):
         if value not in allowed:

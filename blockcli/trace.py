@@ -29,6 +29,8 @@ from blockcli.block import (DecoderBlock, Model, activated, mlp_stage, attention
 from blockcli.config import BlockConfig, Config, InputError, clipped, projected_width, whole_number
 from blockcli.deltanet import SYMBOLIC_DELTANET, state_bytes
 from blockcli.deltanet import analytic_rows as deltanet_analytic_rows
+from blockcli.mamba import DT_LABEL, IN_LABEL, OUT_LABEL, SKIP_LABEL, conv_label, norm_label, scan_label
+from blockcli.mamba import SYMBOLIC as MAMBA_SYMBOLIC
 from blockcli.parallel import fit_blas_threads, worker_count
 
 # Per-element FLOPs of the elementwise operations (a convention, stated in the README).
@@ -42,6 +44,9 @@ ELEMENT_FLOPS = {
     # _matmul_flops), the decay of the state d_k per output element (see Recorder)
     "conv": 0, "delta_rule": 0, "l2norm": 3, "decay": 5, "gated_norm": 8,
     # "combine" (the weighted sum of a token's k expert outputs) costs 2·k per output element: see Recorder
+    "softplus": 4, "skip": 2, "gated_rmsnorm": 8,  # a Mamba-2 layer's Δ, its D·x skip, its y ⊙ silu(z) normalised
+    # "conv" (K multiply-adds per output) and "ssd" (2·N for x ⊗ B into the state and 2·N for S·C per output, N for
+    # the state's decay) are products: see _matmul_flops and Recorder
 }
 
 # The symbolic shape of each recorded tensor, in the one shape vocabulary.
@@ -64,6 +69,7 @@ SYMBOLIC = {
     "up": "(n_e, d_e)", "act": "(n_e, d_e)", "out": "(n_e, d)", "moe_routed": "(B, T, d)",
     "shared_pre": "(B, T, d_s)", "shared_up": "(B, T, d_s)", "shared_act": "(B, T, d_s)",
     "shared_out": "(B, T, d)", "shared_gate": "(B, T, 1)", "shared_gated": "(B, T, d)",
+    **MAMBA_SYMBOLIC,  # a Mamba-2 layer's: h_s heads of p, state N, g groups, c = d_in + 2·g·N channels
 }
 # all E experts' rows together (analytic rows, `merge_expert_rows`): B·T·k routed rows in all
 SYMBOLIC_ALL_EXPERTS = {"in": "(B·T·k, d)", "scaled_in": "(B·T·k, d)", "pre": "(B·T·k, d_e)", "up": "(B·T·k, d_e)", "act": "(B·T·k, d_e)",
@@ -145,7 +151,7 @@ class Recorder:
         # a tied LM head reuses the token embedding, whose row counts it: the head adds only its bias
         used = [self.param_sizes[prefix + p] for p in params if prefix + p in self.param_sizes]
         matmul, causal = _matmul_flops(kind, out, inputs)
-        has_bias = kind == "linear" and any(prefix + p in self.param_sizes and
+        has_bias = kind in ("linear", "conv") and any(prefix + p in self.param_sizes and
                                             (p.rsplit(".", 1)[-1].startswith("b_") or p.endswith("_bias"))
                                             for p in params)
         element = ELEMENT_FLOPS.get(kind, 0) * out.size + (out.size if has_bias else 0)
@@ -153,6 +159,8 @@ class Recorder:
             element = 2 * inputs[0].shape[-1] * out.size
         if kind == "delta_rule":  # each step decays the whole state: d_k per output element
             element = inputs[0].shape[-1] * out.size
+        elif kind == "ssd":  # each state entry decayed once per step: N per output element
+            element = inputs[2].shape[-1] * out.size
         base = key.rsplit(".", 1)[-1]
         symbolic = SYMBOLIC_ALL_EXPERTS.get(base, "") if ALL_EXPERTS in key else self.symbolic.get(base, "")
         self.rows.append(OpRow(
@@ -171,6 +179,10 @@ class Recorder:
 
 
 def _matmul_flops(kind: str, out: Any, inputs: Sequence[Any]) -> tuple[int, int | None]:
+    if kind == "conv":  # a depthwise conv: K multiply-adds per output element, weight (c, K)
+        return 2 * inputs[1].shape[1] * out.size, None
+    if kind == "ssd":  # x ⊗ B into the state and S·C out: N multiply-adds each per output element, B (…, N)
+        return 4 * inputs[2].shape[-1] * out.size, None
     """(full-table matmul FLOPs, causal-half FLOPs or None) for one operation."""
     if kind == "linear":
         return 2 * out.size * inputs[0].shape[-1], None
@@ -519,7 +531,26 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         rec("q_cat", "queries: Q_nope | RoPE'd Q_rope", q_cat, (q, q_pe), kind="reshape")
         return scores_and_heads(q_cat, k, v, d_v)
 
+    def mamba(inp: ShapeOnly) -> ShapeOnly:  # as Mamba2Mixer.__call__
+        m = b.mamba
+        d_in, c, h_s, N = m.d_inner, m.conv_dim, m.n_heads, m.d_state
+        zxbcdt, conv, act, delta = S(B, T, d_in + c + h_s), S(B, T, c), S(B, T, c), S(B, T, h_s)
+        rec("ssm_in", IN_LABEL, zxbcdt, (inp, S(d, d_in + c + h_s)), kind="linear", params=("w_ssm_in", "b_ssm_in"))
+        rec("ssm_conv", conv_label(m), conv, (zxbcdt, S(c, m.conv_kernel)), kind="conv",
+            params=("ssm_conv", "b_ssm_conv"))
+        rec("ssm_conv_act", "SiLU", act, (conv,), kind="silu")
+        rec("ssm_dt", DT_LABEL, delta, (zxbcdt,), kind="softplus", params=("ssm_dt_bias",))
+        scan, y, normed, out = S(B, T, h_s, m.head_dim), S(B, T, d_in), S(B, T, d_in), S(B, T, d)
+        rec("ssm_scan", scan_label(m), scan, (act, delta, S(B, T, h_s, N), S(B, T, h_s, N)), kind="ssd",
+            params=("ssm_A_log",))
+        rec("ssm_skip", SKIP_LABEL, y, (scan, act), kind="skip", params=("ssm_D",))
+        rec("ssm_norm", norm_label(m), normed, (y, zxbcdt), kind="gated_rmsnorm", params=("ssm_norm_gamma",))
+        rec("attn_out", OUT_LABEL, out, (normed, S(d_in, d)), kind="linear", params=("w_ssm_out", "b_ssm_out"))
+        return out
+
     def attention(inp: ShapeOnly) -> ShapeOnly:
+        if b.mamba is not None:
+            return mamba(inp)
         if b.mla is not None:
             return latent_attention(inp)
         if b.linear_attention is not None:  # a Gated DeltaNet layer: its own rows (blockcli/deltanet.py)
@@ -650,6 +681,10 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         rec(key, op, out, (left, right), kind="add")
         return out
 
+    if b.parts == "mixer":  # as DecoderBlock: a layer of one part
+        return add("y", "residual add", x, attention(norm("ln1_out", "LN1", "ln1", x)))
+    if b.parts == "mlp":
+        return add("y", "residual add", x, mlp(norm("ln2_out", "LN2", "ln2", x)))
     if b.placement == "pre":
         hid = add("h", "residual add", x, attention(norm("ln1_out", "LN1", "ln1", x)))
         return add("y", "residual add", hid, mlp(norm("ln2_out", "LN2", "ln2", hid)))

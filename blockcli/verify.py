@@ -236,6 +236,10 @@ class Context(Measuring):
     def need(self, *keys: str) -> list[np.ndarray]:
         """The subject's own intermediates (never blockcli's): Skip, naming what is missing, without them."""
         missing = [k for k in keys if k not in self.inter]
+        if missing and self.cfg.parts == "mlp":
+            raise Skip("a layer of its MLP alone (parts: mlp): no attention heads, scores or weights")
+        if missing and self.cfg.mamba is not None:
+            raise Skip("a Mamba-2 layer: no attention heads, scores or weights (its mixer is a state space)")
         if missing:
             how = "no hook of a torch module can see them" if self.subject.torch else \
                 "return them with return_intermediates=True"
@@ -314,6 +318,20 @@ def _fmt(value: float) -> str:
 
 def check_divisibility(c: Context) -> tuple[bool, str, str]:
     b, p = c.cfg, c.subject.weights
+    if b.parts == "mlp":
+        raise Skip("a layer of its MLP alone (parts: mlp): no heads to divide")
+    if b.mamba is not None:  # a Mamba-2 layer: its projections' widths and the heads' groups
+        m = b.mamba
+        widths = {"in-projection (z, x, B, C, dt)": (p["w_ssm_in"].shape[1], 2 * m.d_inner + 2 * m.n_groups * m.d_state
+                                                     + m.n_heads),
+                  "out-projection rows (h·p)": (p["w_ssm_out"].shape[0], m.d_inner),
+                  "conv channels (x, B, C)": (p["ssm_conv"].shape[0], m.conv_dim)}
+        for k, (got, want) in widths.items():
+            c.figure(f"{k} − expected", got - want, 0)
+        c.figure("n_heads % n_groups (SSM)", m.n_heads % m.n_groups, 0)
+        ok = all(got == want for got, want in widths.values()) and m.n_heads % m.n_groups == 0
+        return ok, (f"SSM n_heads % n_groups = {m.n_heads % m.n_groups}; " + "; ".join(
+            f"{k} {got} (expected {want})" for k, (got, want) in widths.items())), "exact"
     if b.mla is not None:  # every head's widths come from the latent's projections
         m = b.mla
         widths = {"Q": (p["w_q_b" if m.q_lora_rank else "w_q"].shape[1], b.n_heads * m.qk_head_dim),

@@ -1050,3 +1050,55 @@ def gated_deltanet(mixer, weights, x, state=None, conv_window=None):
                 y[b, t, j] = sum(gated_heads[i] * w_out[i, j] for i in range(len(gated_heads)))
         windows[b] = np.array(history) if K > 1 else windows[b]
     return y, states, windows
+# ----------------------------------------------------------------------------- Mamba-2 (SSD), a loop over time
+
+
+def mamba2_mixer(m, weights, u):
+    """The Mamba-2 mixer of the SSD paper (Dao & Gu 2024, §7), as a plain recurrence over time, one token, one
+    head, one state entry at a time. `m`: n_heads, head_dim, d_state, n_groups, conv_kernel (as block.mamba);
+    `weights`: w_ssm_in (d, 2·d_in + 2·g·N + h), b_ssm_in or None, ssm_conv (c, K), b_ssm_conv or None,
+    ssm_dt_bias, ssm_A_log, ssm_D (h,), ssm_norm_gamma (d_in,), w_ssm_out (d_in, d), b_ssm_out or None, eps;
+    u (B, T, d). Per token: [z | x B C | dt] = u·W_in; x B C through the causal depthwise conv (tap K−1 reads the
+    current token, earlier taps the earlier tokens, zeros before the first) and SiLU; Δ = softplus(dt + dt_bias), at least m's dt_min;
+    for head i in group i·g/h: S ← exp(−Δ·exp(A_log))·S + Δ·x ⊗ B; y = S·C + D·x; then y·silu(z) RMS-normalised
+    over each group's d_in/g features, times the scale, and out-projected. Returns (B, T, d)."""
+    h, p, N, g, K = m["n_heads"], m["head_dim"], m["d_state"], m["n_groups"], m["conv_kernel"]
+    d_in, eps = h * p, m["eps"]
+    c = d_in + 2 * g * N
+    Bsz, T, d = u.shape
+    out = np.zeros((Bsz, T, d), dtype=np.float64)
+    for b in range(Bsz):
+        projected = [linear_vec(u[b, t], weights["w_ssm_in"], weights.get("b_ssm_in")) for t in range(T)]
+        state = [[[0.0] * N for _ in range(p)] for _ in range(h)]
+        for t in range(T):
+            z = projected[t][:d_in]
+            dt = projected[t][d_in + c:]
+            conv = [0.0] * c
+            for ch in range(c):
+                total = float(weights["b_ssm_conv"][ch]) if weights.get("b_ssm_conv") is not None else 0.0
+                for k in range(K):
+                    s = t - (K - 1) + k  # the token tap k reads
+                    if s >= 0:
+                        total += float(weights["ssm_conv"][ch, k]) * float(projected[s][d_in + ch])
+                conv[ch] = silu(total)
+            x, Bv, Cv = conv[:d_in], conv[d_in:d_in + g * N], conv[d_in + g * N:]
+            y = [0.0] * d_in
+            for i in range(h):
+                group = i * g // h
+                delta = max(softplus(float(dt[i]) + float(weights["ssm_dt_bias"][i])), m.get("dt_min", 0.0))
+                decay = math.exp(-delta * math.exp(float(weights["ssm_A_log"][i])))
+                for j in range(p):
+                    xj = x[i * p + j]
+                    for n in range(N):
+                        state[i][j][n] = decay * state[i][j][n] + delta * xj * Bv[group * N + n]
+                    y[i * p + j] = (math.fsum(state[i][j][n] * Cv[group * N + n] for n in range(N))
+                                    + float(weights["ssm_D"][i]) * xj)
+            gated = [y[k] * silu(float(z[k])) for k in range(d_in)]
+            width = d_in // g
+            normed = np.zeros(d_in, dtype=np.float64)
+            for grp in range(g):
+                part = gated[grp * width:(grp + 1) * width]
+                normed[grp * width:(grp + 1) * width] = rms_norm_vec(part, weights["ssm_norm_gamma"][grp * width:],
+                                                                     None, eps)
+            out[b, t] = linear_vec(normed, weights["w_ssm_out"], weights.get("b_ssm_out"))
+    return out

@@ -246,20 +246,23 @@ def test_the_kv_cache_counts_the_attention_layers_per_token_and_the_deltanet_sta
     (4 value heads, d_k 8, d_v 6, a 3-tap conv over C = 2·2·8 + 4·6 = 56 channels)."""
     config = load_config(FIXTURES / "qwen3_next")
     per_token = 2 * 2 * 2 * 8 * 4  # 2 layers × K and V × 2 heads × 8, float32
-    state = 2 * (4 * 8 * 6 + 2 * 56) * 4  # 2 layers × (S + the conv's K − 1 inputs), float32
+    state = 2 * (4 * 8 * 6 + 3 * 56) * 4  # 2 layers × (S + the conv's window of K inputs, as transformers keeps it)
     for B, T in ((1, 8), (3, 100)):
         inf = inference(config, 39_948, T, B, "float32")
         assert inf.kv_bytes_per_token == per_token
         assert inf.state_bytes == B * state
-        assert inf.kv_bytes == B * T * per_token + B * state
+        assert inf.kv_bytes == B * T * per_token
+        assert inf.memory_bytes == inf.parameter_bytes + inf.kv_bytes + inf.state_bytes + inf.activation_bytes
     proc = cli("count", FIXTURES / "qwen3_next", "--batch", 1, "--seq", 8)
     text = " ".join(proc.stdout.split())  # the console wraps long lines
-    assert ("K/V cache: 256 bytes per token (2·L·h_kv·d_h × float32, the full-attention layers only) + 2.38 KiB of "
-            "Gated DeltaNet state (L·(h_v·d_k·d_v + (K − 1)·C) × float32 per sequence, constant in T); 4.38 KiB for "
-            "1 × 8 tokens") in text
+    assert ("K/V cache (attention layers only): 256 bytes per token (2·L_attn·h_kv·d_h × float32); 2 KiB for 1 × 8 "
+            "tokens") in text
+    assert ("recurrent state (Gated DeltaNet layers, constant in T): 2.81 KiB for 1 sequence "
+            "(B·L_dn·(h_v·d_k·d_v + K·C) × float32: the state and the conv's window)") in text
     data = json.loads(cli("count", FIXTURES / "qwen3_next", "--batch", 1, "--seq", 8, "--json").stdout)
     kv = data["inference"]["kv_cache"]
-    assert (kv["bytes_per_token"], kv["state_bytes"], kv["bytes"]) == (per_token, state, 8 * per_token + state)
+    assert (kv["bytes_per_token"], kv["bytes"]) == (per_token, 8 * per_token)
+    assert (kv["state"]["of"], kv["state"]["bytes"], kv["state"]["constant_in_T"]) == ("Gated DeltaNet", state, True)
 
 
 # ----------------------------------------------------------------------------- the backward

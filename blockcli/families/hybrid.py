@@ -1,0 +1,282 @@
+"""The hybrid state-space families: Mamba-2 (SSD) mixers interleaved with attention layers (block.mamba).
+
+Granite 4.0-H (`granitemoehybrid`): Granite MoE-shared's block (its four scalars, a softmax over the top-k router
+logits, a shared SwiGLU expert; a dense SwiGLU of `shared_intermediate_size` when num_local_experts is 0) whose
+token mixer is, per `layer_types`, a Mamba-2 layer ("mamba" / "linear_attention") or attention ("attention" /
+"full_attention"), RoPE only with position_embedding_type "rope" (null or "nope": none). Every layer is pre-norm
+with its MLP.
+
+Bamba (`bamba`, IBM's Bamba-9B): Llama's block (GQA, RMSNorm, SwiGLU) whose RoPE turns half of each head (BambaConfig
+hard-codes partial_rotary_factor 0.5; only rope_parameters' own overrides it), Mamba-2 on every layer but those in
+`attn_layer_indices`; the MLP under `feed_forward`, its norm `pre_ff_layernorm`, the final norm `final_layernorm`.
+
+The Mamba-2 mixer's fields (transformers' BambaMixer, which Granite's reuses): mamba_n_heads heads of
+mamba_d_head ("auto": mamba_expand·hidden_size / mamba_n_heads), a mamba_d_state-wide state, mamba_n_groups
+groups, a mamba_d_conv-tap conv (bias mamba_conv_bias), in/out projections with mamba_proj_bias, the gated
+norm's eps rms_norm_eps. mamba_chunk_size only chunks the scan (the sums are the same); time_step_limit (low, ∞)
+clamps Δ below at low (block.mamba.dt_min; the default 0 clamps nothing); a finite upper limit is refused.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, first_of, gated_rms, mlp_activation,
+                                      model_section, override_layers, silu_gate, with_data)
+from blockcli.families.fields import Fields
+from blockcli.families.llama import LLAMA, granite_scalars
+from blockcli.families.moe import GRANITE_MOE_SHARED, MOE_TRAINING_ONLY
+from blockcli.tensor_names import DEPTHWISE, EXPERTS, FUSED, LINEAR, TensorMap, tensor
+
+_MAMBA_KINDS = {"mamba": True, "linear_attention": True, "attention": False, "full_attention": False}
+
+
+def mamba_mixer(f: Fields, eps: float, defaults: dict[str, Any]) -> dict[str, Any]:
+    """block.mamba from the mamba_* fields (`defaults`: the config class's n_heads, d_state, expand ...)."""
+    d = f.int("hidden_size")
+    heads = f.int("mamba_n_heads", defaults["n_heads"])
+    expand = f.int("mamba_expand", defaults["expand"])
+    head_dim = f.raw("mamba_d_head", "auto")
+    if head_dim == "auto":
+        if expand * d % heads:
+            raise f.invalid("mamba_n_heads", heads, f"a divisor of mamba_expand·hidden_size = {expand * d}")
+        head_dim = expand * d // heads
+    else:
+        head_dim = f.int("mamba_d_head")
+    if head_dim * heads != expand * d:
+        raise f.unrepresentable("mamba_d_head", head_dim, f"mamba_d_head·mamba_n_heads = {head_dim * heads} must be "
+                                                          f"mamba_expand·hidden_size = {expand * d}, as transformers "
+                                                          f"requires")
+    groups = f.int("mamba_n_groups", 1)
+    if heads % groups:
+        raise f.invalid("mamba_n_groups", groups, f"a divisor of mamba_n_heads = {heads}")
+    f.int("mamba_chunk_size", 256)  # chunks the scan only: every chunking gives the same sums
+    limit = f.raw("time_step_limit", None)  # (low, ∞): Δ clamped below at low (block.mamba.dt_min)
+    if limit is not None and (not isinstance(limit, list) or len(limit) != 2 or isinstance(limit[0], bool)
+                              or not isinstance(limit[0], (int, float)) or not 0 <= limit[0] < 1e6
+                              or not _infinite(limit[1])):
+        raise f.unrepresentable("time_step_limit", limit, "blockcli clamps Δ below only: (low, inf), low >= 0")
+    return {"n_heads": heads, "head_dim": head_dim, "d_state": f.int("mamba_d_state", defaults["d_state"]),
+            "n_groups": groups, "conv_kernel": f.int("mamba_d_conv", 4), "conv_bias": f.bool("mamba_conv_bias", True),
+            "proj_bias": f.bool("mamba_proj_bias", False), "norm_eps": eps,
+            **({"dt_min": float(limit[0])} if limit is not None and limit[0] else {})}
+
+
+def _infinite(value: Any) -> bool:
+    """∞ as a JSON config holds it: a float, or transformers 5's {"__float__": "Infinity"}."""
+    return (isinstance(value, float) and math.isinf(value) and value > 0) or value == {"__float__": "Infinity"}
+
+
+def mamba_layers(f: Fields, block: dict, mixer: dict[str, Any], is_mamba: list[bool]) -> None:
+    """The mixer of each layer: the base block takes layer 0's kind, the other layers an override."""
+    if is_mamba[0]:
+        block["mamba"] = mixer
+    others = [i for i, kind in enumerate(is_mamba) if kind != is_mamba[0]]
+    if others:
+        override_layers(f, others, {"mamba": None if is_mamba[0] else mixer})
+
+
+def block_types(f: Fields, keys: tuple[str, ...], n_layers: int) -> list[bool]:
+    """Which layers are Mamba-2 layers, from `layer_types` (or its alias): all of them when absent."""
+    types = first_of(f, keys, lambda key: f.raw(key), None)
+    if types is None:
+        return [True] * n_layers
+    if not isinstance(types, list) or len(types) != n_layers:
+        raise f.invalid(keys[0], types, f"an array of {n_layers} layer types")
+    for item in types:
+        if item not in _MAMBA_KINDS:
+            raise f.unrepresentable(keys[0], item, "a layer type blockcli knows: " + ", ".join(_MAMBA_KINDS))
+    return [_MAMBA_KINDS[t] for t in types]
+
+
+def _granitemoehybrid(f: Fields) -> tuple[dict, dict]:
+    """Granite 4.0-H: Granite MoE-shared's block (shared_intermediate_size 1024 by default), Mamba-2 on the
+    layers `layer_types` marks (all by default), RoPE only with position_embedding_type "rope"."""
+    kind = f.raw("position_embedding_type", None)
+    if kind not in (None, "nope", "rope"):
+        raise f.unrepresentable("position_embedding_type", kind, "Granite 4.0-H's positions are none (null or "
+                                                                  "\"nope\") or rope")
+    kind = None if kind == "nope" else kind
+    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False, mlp_bias=False)
+    granite_scalars(f, block, model)
+    if kind is None:  # GraniteMoeHybridModel builds no rotary embedding: attention without positions
+        block["rope"], model["positions"] = False, "none"
+        block.pop("rope_scaling", None)
+    shared = f.int("shared_intermediate_size", 1024, minimum=0)
+    experts = f.int("num_local_experts", 8, minimum=0)
+    if experts == 0:  # a dense model (Granite 4.0-H-Micro): the shared MLP alone
+        f.ignore("num_experts_per_tok")
+        block["d_ff"] = shared
+    else:  # Granite MoE's routing: the top k logits softmaxed; each expert intermediate_size wide
+        block["moe"] = {"n_experts": experts, "top_k": f.int("num_experts_per_tok", 2), "d_expert": block["d_ff"],
+                        "order": "topk_softmax", **({"d_shared": shared} if shared else {})}
+    mixer = mamba_mixer(f, block["norm_eps"], {"n_heads": 128, "expand": 2, "d_state": 256})
+    mamba_layers(f, block, mixer, block_types(f, ("layer_types", "layers_block_type"), model["n_layers"]))
+    return block, model
+
+
+def _bamba(f: Fields) -> tuple[dict, dict]:
+    """Bamba: Llama's block with half of each head rotated, Mamba-2 but on `attn_layer_indices`."""
+    f.ignore("partial_rotary_factor")  # BambaConfig sets 0.5 over it; rope_parameters' own is read below
+    f.neutral("z_loss_coefficient", 0.0, "blockcli's loss has no z-loss term (Bamba's z_loss_coefficient)")
+    f.ignore("num_logits_to_keep")  # which positions' logits generate() computes: the network is the same
+    rope = f.data.get("rope_parameters")
+    if f.data.get("rope_theta") is not None and not isinstance(rope, dict):
+        rope = {"rope_type": "default", "rope_theta": f.data["rope_theta"]}
+    if not isinstance(rope, dict) or "partial_rotary_factor" not in rope:  # the config class's 0.5
+        rope = {"rope_type": "default", "rope_theta": 10000.0, **(rope if isinstance(rope, dict) else {}),
+                "partial_rotary_factor": 0.5}
+    g = with_data(f, {**f.data, "rope_parameters": rope})
+    block, model = gated_rms(g, silu_gate, kv_default=8, tie_default=False, eps_default=1e-5, mlp_bias=None)
+    n_layers = model["n_layers"]
+    attention = f.raw("attn_layer_indices", None) or []
+    if not isinstance(attention, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in attention):
+        raise f.invalid("attn_layer_indices", attention, "an array of layer indices")
+    mixer = mamba_mixer(f, block["norm_eps"], {"n_heads": 128, "expand": 2, "d_state": 256})
+    mamba_layers(f, block, mixer, [i not in attention for i in range(n_layers)])
+    return block, model
+
+
+_NEMOTRON_KINDS = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+
+
+def _nemotron_h(f: Fields) -> tuple[dict, dict]:
+    """Nemotron-H (NVIDIA-Nemotron-Nano-9B-v2, Nemotron 3 Nano): every layer one norm, one part and a residual add
+    (block.parts): a Mamba-2 mixer, attention without positions (no biases), a plain ReLU² MLP, or DeepSeek-V3's
+    routed ReLU² experts with one shared expert; per `layers_block_type` (or the legacy `hybrid_override_pattern`,
+    M * - E), by default the config class's [linear_attention, moe, full_attention, mlp]."""
+    types = first_of(f, ("layers_block_type", "layer_types"), lambda key: f.raw(key), None)
+    pattern = f.raw("hybrid_override_pattern", None)
+    if types is None and pattern is not None:
+        if not isinstance(pattern, str) or not pattern or any(c not in _NEMOTRON_KINDS for c in pattern):
+            raise f.invalid("hybrid_override_pattern", pattern, "a string of M, *, - and E")
+        types = [_NEMOTRON_KINDS[c] for c in pattern]
+    types = types if types is not None else ["linear_attention", "moe", "full_attention", "mlp"]
+    kinds = ("linear_attention", "full_attention", "mlp", "moe")
+    if not isinstance(types, list) or not types or any(t not in kinds for t in types):
+        raise f.invalid("layers_block_type", types, "an array of " + ", ".join(kinds))
+    f.ignore("num_hidden_layers")  # transformers derives the depth from layers_block_type (it warns on a mismatch)
+    heads = f.int("num_attention_heads", 32)
+    kv = f.int("num_key_value_heads", 8)
+    if heads % kv:
+        raise f.invalid("num_key_value_heads", kv, f"a divisor of num_attention_heads = {heads}")
+    eps = f.float("layer_norm_epsilon", 1e-5)
+    act = f.str("mlp_hidden_act", "relu2")
+    f.neutral("mamba_hidden_act", "silu", "blockcli's Mamba-2 conv is followed by SiLU")
+    f.neutral("moe_latent_size", None, "blockcli's experts read the model width (no latent projection)")
+    f.neutral("num_nextn_predict_layers", 0, "the multi-token-prediction layers are not part of the causal LM")
+    f.ignore("mtp_layers_block_type")  # read only with num_nextn_predict_layers
+    if f.data.get("sliding_window") is not None:
+        raise f.unrepresentable("sliding_window", f.data["sliding_window"], "Nemotron-H's attention is full")
+    f.ignore("sliding_window")
+    mlp_bias = f.bool("mlp_bias", False)
+    block = {"d_model": f.int("hidden_size", 4096), "n_heads": heads, "n_kv_heads": kv,
+             "head_dim": f.int("head_dim", 128), "d_ff": f.int("intermediate_size", 21504), "norm": "rmsnorm",
+             "norm_eps": eps, **mlp_activation(f, "mlp_hidden_act", act, gated=False),
+             "bias": bias_groups(False, False, mlp_bias, False), "placement": "pre", "rope": False}
+    model = model_section(len(types), f.int("vocab_size", 131072), "none", f.int("max_position_embeddings", 4096),
+                          False)  # NemotronHForCausalLM ties nothing (its _tied_weights_keys is empty)
+    # NemotronHMamba2Mixer clamps Δ to (time_step_min, ∞), not to time_step_limit; time_step_max and _floor are
+    # init, chunk_size chunks the scan, expand and mamba_proj_bias it never reads (its width is mamba_num_heads ·
+    # mamba_head_dim, its projections' biases use_bias), the kernels and the cache's dtype change no sum
+    f.ignore("time_step_limit", "time_step_max", "time_step_floor", "chunk_size", "use_mamba_kernels", "expand",
+             "mamba_proj_bias", "mamba_ssm_cache_dtype")
+    heads_m = f.int("mamba_num_heads", 128)
+    groups = f.int("n_groups", 8)
+    if heads_m % groups:
+        raise f.invalid("n_groups", groups, f"a divisor of mamba_num_heads = {heads_m}")
+    mixer = {"n_heads": heads_m, "head_dim": f.int("mamba_head_dim", 64), "d_state": f.int("ssm_state_size", 128),
+             "n_groups": groups, "conv_kernel": f.int("conv_kernel", 4), "conv_bias": f.bool("use_conv_bias", True),
+             "proj_bias": f.bool("use_bias", False), "norm_eps": eps,
+             "dt_min": f.float("time_step_min", 0.001, low=0.0, low_open=False, high=1e6)}
+    moe = None
+    if "moe" in types:
+        if mlp_bias:
+            raise f.unrepresentable("mlp_bias", True, "blockcli's routed experts take bias.mlp too; Nemotron-H's "
+                                                      "have no biases")
+        moe = {"n_experts": f.int("n_routed_experts", 8), "top_k": f.int("num_experts_per_tok", 2),
+               "d_expert": f.int("moe_intermediate_size", 7688), "scoring": "sigmoid", "selection_bias": True,
+               "group_score": "top2_sum", "renormalize": f.bool("norm_topk_prob", True),
+               "n_groups": f.int("n_group", 1), "top_groups": f.int("topk_group", 1),
+               "routed_scaling": f.float("routed_scaling_factor", 1.0, high=1e6),
+               "d_shared": f.int("moe_shared_expert_intermediate_size", 7688, minimum=0)}
+    f.ignore("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob", "n_group",
+             "topk_group", "routed_scaling_factor", "moe_shared_expert_intermediate_size", "n_shared_experts",
+             "moe_shared_expert_overlap", "output_router_logits", "num_logits_to_keep", "residual_in_fp32",
+             "rescale_prenorm_residual")
+    parts = {"linear_attention": {"parts": "mixer", "mamba": mixer, "moe": None},
+             "full_attention": {"parts": "mixer", "mamba": None, "moe": None},
+             "mlp": {"parts": "mlp", "mamba": None, "moe": None},
+             "moe": {"parts": "mlp", "mamba": None, "moe": moe}}
+    block.update({k: v for k, v in parts[types[0]].items() if v is not None})
+    for kind in kinds:
+        others = [i for i, t in enumerate(types) if t == kind and kind != types[0]]
+        if others:
+            override_layers(f, others, parts[kind])
+    return block, model
+
+
+def _bamba_name(name: str) -> str:
+    """Llama's tensor name as Bamba's modules call it."""
+    if name == "norm.weight":
+        return "final_layernorm.weight"
+    return name.replace(".mlp.", ".feed_forward.").replace("post_attention_layernorm", "pre_ff_layernorm")
+
+
+def mamba_tensors(path: str) -> tuple:
+    """A Mamba-2 mixer's tensors under `path` (transformers' BambaMixer names)."""
+    return (tensor("blocks.{i}.w_ssm_in", f"{path}.in_proj.weight", LINEAR),
+            tensor("blocks.{i}.b_ssm_in", f"{path}.in_proj.bias"),
+            tensor("blocks.{i}.ssm_conv", f"{path}.conv1d.weight", DEPTHWISE),
+            tensor("blocks.{i}.b_ssm_conv", f"{path}.conv1d.bias"),
+            tensor("blocks.{i}.ssm_dt_bias", f"{path}.dt_bias"),
+            tensor("blocks.{i}.ssm_A_log", f"{path}.A_log"),
+            tensor("blocks.{i}.ssm_D", f"{path}.D"),
+            tensor("blocks.{i}.ssm_norm_gamma", f"{path}.norm.weight"),
+            tensor("blocks.{i}.w_ssm_out", f"{path}.out_proj.weight", LINEAR),
+            tensor("blocks.{i}.b_ssm_out", f"{path}.out_proj.bias"))
+
+
+# Granite MoE-shared's names, the Mamba-2 mixer under `mamba.`, and a dense model's shared MLP as its MLP
+GRANITE_HYBRID = TensorMap("model.", GRANITE_MOE_SHARED.tensors + mamba_tensors("layers.{i}.mamba") + (
+    tensor("blocks.{i}.w_gate blocks.{i}.w_up", "layers.{i}.shared_mlp.input_linear.weight", FUSED),
+    tensor("blocks.{i}.w_down", "layers.{i}.shared_mlp.output_linear.weight", LINEAR),
+), buffers=GRANITE_MOE_SHARED.buffers)
+
+# Bamba: Llama's attention names, the mixer under `mamba.`, the MLP under `feed_forward.` after `pre_ff_layernorm`
+BAMBA = TensorMap("model.", tuple(replace(t, name=_bamba_name(t.name)) for t in LLAMA.tensors)
+                  + mamba_tensors("layers.{i}.mamba"), buffers=LLAMA.buffers)
+
+
+# Nemotron-H: `backbone.`, one `norm` per layer (LN1 before a mixer, LN2 before an MLP), every part under `mixer.`
+_N = "layers.{i}.mixer"
+NEMOTRON_H = TensorMap("backbone.", (
+    tensor("wte", "embeddings.weight"),
+    tensor("blocks.{i}.ln1_gamma", "layers.{i}.norm.weight"),
+    tensor("blocks.{i}.ln2_gamma", "layers.{i}.norm.weight"),
+    *mamba_tensors(_N),
+    *(tensor(f"blocks.{{i}}.w_{x}", f"{_N}.{x}_proj.weight", LINEAR) for x in "qkvo"),
+    tensor("blocks.{i}.w_up", f"{_N}.up_proj.weight", LINEAR), tensor("blocks.{i}.b_up", f"{_N}.up_proj.bias"),
+    tensor("blocks.{i}.w_down", f"{_N}.down_proj.weight", LINEAR), tensor("blocks.{i}.b_down", f"{_N}.down_proj.bias"),
+    tensor("blocks.{i}.router", f"{_N}.gate.weight", LINEAR),
+    tensor("blocks.{i}.router_bias", f"{_N}.gate.e_score_correction_bias"),
+    tensor("blocks.{i}.experts.{e}.w_up", f"{_N}.experts.{{e}}.up_proj.weight", LINEAR),
+    tensor("blocks.{i}.experts.{e}.w_down", f"{_N}.experts.{{e}}.down_proj.weight", LINEAR),
+    tensor("blocks.{i}.experts.{e}.w_up", f"{_N}.experts.up_proj", EXPERTS),
+    tensor("blocks.{i}.experts.{e}.w_down", f"{_N}.experts.down_proj", EXPERTS),
+    tensor("blocks.{i}.shared_w_up", f"{_N}.shared_experts.up_proj.weight", LINEAR),
+    tensor("blocks.{i}.shared_w_down", f"{_N}.shared_experts.down_proj.weight", LINEAR),
+    tensor("ln_f_gamma", "norm_f.weight"),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
+FAMILIES = (
+    Family("granitemoehybrid", "Granite 4.0-H (Granite MoE hybrid)", _granitemoehybrid, GRANITE_HYBRID,
+           MOE_TRAINING_ONLY, aux_loss=True),
+    Family("bamba", "Bamba", _bamba, BAMBA, TRAINING_ONLY),
+    Family("nemotron_h", "Nemotron-H", _nemotron_h, NEMOTRON_H, TRAINING_ONLY | {"hidden_dropout"},
+           unread={"attention_bias": "NemotronHAttention (Jamba's) builds q/k/v/o without biases whatever it says",
+                   "tie_word_embeddings": "NemotronHForCausalLM ties nothing: its LM head is its own whatever it says"}),
+)

@@ -1,0 +1,162 @@
+"""The Mamba-2 (SSD) token mixer: a selective state space in place of attention (config.Mamba2).
+
+Shapes: B batch, T sequence, d model width; h SSM heads of width p (d_in = h·p), N the state width, g groups of
+heads sharing B and C, K the conv kernel, c = d_in + 2·g·N the channels the conv runs over.
+
+    [z | xBC | dt] = u·W_in                         (B, T, d_in), (B, T, c), (B, T, h)
+    xBC = silu(conv1d(xBC))                         causal, depthwise, kernel K, over T
+    x, B, C = split(xBC)                            (B, T, h, p), (B, T, g, N), (B, T, g, N)
+    Δ = max(softplus(dt + dt_bias), dt_min)         (B, T, h); A = −exp(A_log) (h,)
+    S_t = exp(Δ_t·A)·S_{t−1} + Δ_t·x_t ⊗ B_t        (B, h, p, N), S_0 = 0 (or the cache's)
+    y_t = S_t·C_t + D·x_t                           (B, T, h, p)
+    out = (RMSNorm per group(y ⊙ silu(z)) · γ)·W_out
+
+The recurrence is computed chunk by chunk (SSD's dual form): within a chunk of Q steps as a masked
+(Q, Q) product, between chunks through the state; the two are the same sums, reordered. The decode
+state is constant in T: S (B, h, p, N) and the conv's last K−1 inputs (B, K−1, c).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from blockcli import ops as F
+from blockcli.config import BlockConfig, InputError
+from blockcli.ops import STANDARD_OPS, Array, Ops
+
+CHUNK = 64  # steps per chunk of the dual form (irrelevant to the result: every chunking gives the same sums)
+
+
+@dataclass
+class MambaCache:
+    """One Mamba-2 layer's decode state: the conv's last K−1 inputs (B, K−1, c) and the SSM state
+    (B, h, p, N); `length` counts the tokens seen, as KVCache's does."""
+
+    conv: Array | None = None  # (B, K−1, c)
+    ssm: Array | None = None  # (B, h, p, N)
+    length: int = 0
+
+
+def segment_sums(a: Array) -> Array:
+    """(…, Q, Q) with [l, s] = a_{s+1} + … + a_l for s <= l (0 on the diagonal), −inf above it: the log of
+    the decay from step s to step l, summed term by term (no difference of long cumulative sums)."""
+    Q = a.shape[-1]
+    below = np.tril(np.ones((Q, Q), dtype=bool), k=-1)  # l > s
+    terms = np.where(below, a[..., :, None], 0.0)  # (…, Q(l), Q(s)): a_l where l > s
+    sums = np.cumsum(terms, axis=-2)  # Σ_{j=s+1..l} a_j
+    return np.where(np.tril(np.ones((Q, Q), dtype=bool)), sums, -np.inf)
+
+
+def ssd_scan(x: Array, dt: Array, A: Array, Bm: Array, Cm: Array, state: Array | None,
+             chunk: int = CHUNK) -> tuple[Array, Array]:
+    """y_t = S_t·C_t with S_t = exp(Δ_t·A)·S_{t−1} + Δ_t·x_t ⊗ B_t, chunk by chunk. x (B, T, h, p), dt = Δ (B, T, h),
+    A (h,), Bm and Cm (B, T, h, N) (each head's group's), state (B, h, p, N) or None (zeros). Returns
+    (y (B, T, h, p) without the D skip, the last state (B, h, p, N))."""
+    Bsz, T, h, p = x.shape
+    N = Bm.shape[-1]
+    S = np.zeros((Bsz, h, p, N), dtype=x.dtype) if state is None else state.astype(x.dtype, copy=True)
+    y = np.empty_like(x)
+    for lo in range(0, T, chunk):
+        hi = min(T, lo + chunk)
+        xs = x[:, lo:hi].transpose(0, 2, 1, 3)  # (B, h, Q, p)
+        d = dt[:, lo:hi].transpose(0, 2, 1)  # (B, h, Q)
+        Bc = Bm[:, lo:hi].transpose(0, 2, 1, 3)  # (B, h, Q, N)
+        Cc = Cm[:, lo:hi].transpose(0, 2, 1, 3)  # (B, h, Q, N)
+        a = d * A[None, :, None]  # (B, h, Q): log of each step's decay
+        seg = segment_sums(a)  # (B, h, Q, Q)
+        weights = (Cc @ Bc.swapaxes(-1, -2)) * np.exp(seg) * d[:, :, None, :]  # (B, h, Q(l), Q(s))
+        into = np.cumsum(a, axis=-1)  # (B, h, Q): log decay from the chunk's start to step l
+        ys = weights @ xs + np.exp(into)[..., None] * (Cc @ S.swapaxes(-1, -2))  # (B, h, Q, p)
+        to_end = seg[..., -1, :]  # (B, h, Q): log decay from step s to the chunk's end
+        S = (np.exp(into[..., -1])[..., None, None] * S
+             + (xs * (d * np.exp(to_end))[..., None]).swapaxes(-1, -2) @ Bc)  # (B, h, p, N)
+        y[:, lo:hi] = ys.transpose(0, 2, 1, 3)
+    return y, S
+
+
+class Mamba2Mixer:
+    """A Mamba-2 layer's mixer, called as attention is: (B, T, d) → (B, T, d), with a MambaCache to decode."""
+
+    def __init__(self, cfg: BlockConfig, p: dict[str, Array], ops: Ops = STANDARD_OPS) -> None:
+        assert cfg.mamba is not None
+        self.cfg, self.m, self.p, self.ops = cfg, cfg.mamba, p, ops
+
+    def __call__(self, u: Array, rec: Callable[..., None], cache: Any = None, drop_probs: Any = None,
+                 tape: Any = None) -> Array:
+        if tape is not None:
+            raise InputError(NO_BACKWARD)
+        m, p = self.m, self.p
+        Bsz, T, _ = u.shape
+        h, hp, N, g, d_in = m.n_heads, m.head_dim, m.d_state, m.n_groups, m.d_inner
+        state = cache if isinstance(cache, MambaCache) else None
+        zxbcdt = F.linear(u, p["w_ssm_in"], p.get("b_ssm_in"))  # (B, T, 2·d_in + 2·g·N + h)
+        rec("ssm_in", IN_LABEL, zxbcdt, (u, p["w_ssm_in"]), kind="linear",
+            params=("w_ssm_in", "b_ssm_in"))
+        z, xbc, dt = np.split(zxbcdt, [d_in, d_in + m.conv_dim], axis=-1)  # (B, T, d_in), (B, T, c), (B, T, h)
+        conv, conv_state = F.causal_conv1d(xbc, p["ssm_conv"], p.get("b_ssm_conv"),
+                                           state.conv if state is not None else None)  # (B, T, c), (B, K−1, c)
+        rec("ssm_conv", conv_label(m), conv, (zxbcdt, p["ssm_conv"]), kind="conv", params=("ssm_conv", "b_ssm_conv"))
+        xbc = F.silu(conv)  # (B, T, c)
+        rec("ssm_conv_act", "SiLU", xbc, (conv,), kind="silu")
+        x, Bg, Cg = np.split(xbc, [d_in, d_in + g * N], axis=-1)
+        x = x.reshape(Bsz, T, h, hp)  # (B, T, h, p)
+        per_group = h // g
+        Bm = np.repeat(Bg.reshape(Bsz, T, g, N), per_group, axis=2)  # (B, T, h, N): each head its group's B
+        Cm = np.repeat(Cg.reshape(Bsz, T, g, N), per_group, axis=2)  # (B, T, h, N)
+        delta = F.softplus(dt + p["ssm_dt_bias"])  # (B, T, h)
+        if m.dt_min:  # clamped below (Nemotron-H's time_step_min)
+            delta = np.maximum(delta, np.asarray(m.dt_min, dtype=delta.dtype))
+        rec("ssm_dt", DT_LABEL, delta, (zxbcdt,), kind="softplus", params=("ssm_dt_bias",))
+        A = -np.exp(p["ssm_A_log"].astype(u.dtype))  # (h,)
+        scan, last = ssd_scan(x, delta, A, Bm, Cm, state.ssm if state is not None else None)  # (B, T, h, p)
+        rec("ssm_scan", scan_label(m), scan, (xbc, delta, Bm, Cm), kind="ssd", params=("ssm_A_log",))
+        y = (scan + x * p["ssm_D"].astype(u.dtype)[:, None]).reshape(Bsz, T, d_in)  # (B, T, d_in): the D skip
+        rec("ssm_skip", SKIP_LABEL, y, (scan, xbc), kind="skip", params=("ssm_D",))
+        gated = y * F.silu(z)  # (B, T, d_in)
+        groups = gated.reshape(Bsz, T, g, d_in // g)
+        normed = (groups / np.sqrt(np.mean(groups * groups, axis=-1, keepdims=True) + m.norm_eps)).reshape(
+            Bsz, T, d_in) * p["ssm_norm_gamma"]  # (B, T, d_in)
+        rec("ssm_norm", norm_label(m), normed, (y, zxbcdt), kind="gated_rmsnorm", params=("ssm_norm_gamma",))
+        out = F.linear(normed, p["w_ssm_out"], p.get("b_ssm_out"))  # (B, T, d)
+        rec("attn_out", OUT_LABEL, out, (normed, p["w_ssm_out"]), kind="linear", params=("w_ssm_out", "b_ssm_out"))
+        if state is not None:
+            state.conv, state.ssm, state.length = conv_state, last, state.length + T
+        return out
+
+    def backward(self, dy: Array, tape: Any) -> Array:
+        raise InputError(NO_BACKWARD)
+
+
+# the trace's labels, shared with its analytic rows (blockcli.trace)
+IN_LABEL, DT_LABEL, SKIP_LABEL, OUT_LABEL = ("SSM in-projection (z | x B C | dt)", "Δ = softplus(dt + dt_bias)",
+                                             "+ D·x", "SSM out-projection")
+# the symbolic shapes of a Mamba-2 layer's rows (c = d_in + 2·g·N, d_in = h_s·p)
+SYMBOLIC = {"ssm_in": "(B, T, 2·d_in + 2·g·N + h_s)", "ssm_conv": "(B, T, c)", "ssm_conv_act": "(B, T, c)",
+            "ssm_dt": "(B, T, h_s)", "ssm_scan": "(B, T, h_s, p)", "ssm_skip": "(B, T, d_in)",
+            "ssm_norm": "(B, T, d_in)", "attn_out": "(B, T, d)"}
+
+
+def conv_label(m: Any) -> str:
+    return f"causal conv over T of x B C (kernel {m.conv_kernel}, per channel)"
+
+
+def scan_label(m: Any) -> str:
+    return f"SSD scan: state (B, h_s={m.n_heads}, p={m.head_dim}, N={m.d_state}), constant in T"
+
+
+def norm_label(m: Any) -> str:
+    return f"gated RMSNorm (y ⊙ silu(z), {m.n_groups} group{'s' if m.n_groups > 1 else ''})"
+
+
+NO_BACKWARD = ("gradients through a Mamba-2 (state-space) layer are not implemented: verify --grad, train and "
+               "trace --backward refuse models with block.mamba layers")
+
+
+def state_bytes(cfg: BlockConfig, batch: int, itemsize: int) -> int:
+    """One Mamba-2 layer's decode state: the SSM state B·h·p·N and the conv's B·(K−1)·c, whatever T."""
+    m = cfg.mamba
+    assert m is not None
+    return batch * (m.n_heads * m.head_dim * m.d_state + (m.conv_kernel - 1) * m.conv_dim) * itemsize

@@ -1,0 +1,494 @@
+"""The Mamba-2 (SSD) mixer and the hybrid state-space families (issue #28).
+
+Expected numbers come from outside blockcli: transformers' outputs stored by tests/fixtures/ssm/generate.py
+(logits, every layer, decode steps one token at a time after a prompt, the parameter total), the plain
+loop-over-time recurrence of tests/reference.py, transformers' meta-device totals (recomputed by the
+torch-marked test at the end) and counts by hand.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import reference as ref
+from test_checkpoint import cli, one_error_line, relative
+from blockcli import DecoderBlock, Model, load_config
+from blockcli.config import BlockConfig, ConfigError, Mamba2, parse_config
+from blockcli.count import count_parameters
+from blockcli.hf import hf_to_mapping
+from blockcli.mamba import ssd_scan
+from blockcli.ops import causal_conv1d
+from blockcli.sizing import Dims, inference, model_decode_flops, model_forward_flops
+from blockcli.trace import analytic_trace, run_trace
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ssm"
+FOLDERS = sorted(p.name for p in FIXTURES.iterdir() if (p / "config.json").is_file())
+TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
+PROMPT = 3  # generate.py's prompt before its one-token decode steps
+
+
+def expected(name: str) -> dict[str, np.ndarray]:
+    with np.load(FIXTURES / name / "expected.npz") as data:
+        return {k: data[k] for k in data.files}
+
+
+# ----------------------------------------------------------------------------- parity with transformers
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", FOLDERS)
+def test_logits_every_layer_and_decode_steps_equal_transformers(name: str, dtype: str) -> None:
+    folder, want = FIXTURES / name, expected(name)
+    model = Model.from_config(load_config(folder), weights=folder, dtype=dtype)
+    ids, tol = want["input_ids"], TOLERANCE[dtype]
+    assert relative(model(ids), want[f"logits_{dtype}"]) <= tol
+    x = model.embed(ids)
+    for i, block in enumerate(model.blocks):
+        x = block(x)
+        assert relative(x, want[f"layers_{dtype}"][i]) <= tol, f"layer {i}"
+    caches = model.new_cache()
+    model.step(ids[:, :PROMPT], caches)
+    steps = np.concatenate([model.step(ids[:, t:t + 1], caches) for t in range(PROMPT, ids.shape[1])], axis=1)
+    assert relative(steps, want[f"decode_logits_{dtype}"]) <= tol
+    assert relative(steps, want[f"logits_{dtype}"][:, PROMPT:]) <= tol  # and decoding is the full pass
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_parameter_total_equals_transformers_and_the_checkpoint_reconciles(name: str) -> None:
+    folder, want = FIXTURES / name, expected(name)
+    assert count_parameters(load_config(folder)).total == int(want["parameters"])
+    proc = cli("count", folder)
+    assert proc.returncode == 0, proc.stderr
+    assert f"formula {int(want['parameters']):,} vs checkpoint tensors {int(want['parameters']):,}: match" in proc.stdout
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("name", FOLDERS)
+def test_cache_bytes_equal_what_transformers_cache_holds(name: str, dtype: str) -> None:
+    """After a prompt of 3 tokens at batch 2: the attention layers' keys and values, and the Mamba layers' conv
+    and SSM states, as transformers' cache holds them; the state does not grow with T, the K/V does."""
+    folder, want = FIXTURES / name, expected(name)
+    config = load_config(folder)
+    total = count_parameters(config).total
+    inf = inference(config, total, PROMPT, 2, dtype)
+    assert (inf.kv_bytes, inf.state_bytes) == (int(want[f"kv_bytes_{dtype}"]), int(want[f"state_bytes_{dtype}"]))
+    longer = inference(config, total, 100 * PROMPT, 2, dtype)
+    assert (longer.kv_bytes, longer.state_bytes) == (100 * inf.kv_bytes, inf.state_bytes)
+    assert longer.memory_bytes == longer.parameter_bytes + longer.kv_bytes + longer.state_bytes + longer.activation_bytes
+
+
+def test_a_mamba_layers_flops_do_not_grow_with_the_context() -> None:
+    """Per token, by hand: the in- and out-projections, the conv's K taps per channel and the scan's two h_s·p·N
+    products (x ⊗ B into the state, the state times C), times 2; the same at any context in a decode step."""
+    config = parse_config({"block": {"d_model": 8, "n_heads": 2, "d_ff": 16, "norm": "rmsnorm", "activation": "swiglu",
+                                     "bias": False, "mamba": {"n_heads": 4, "head_dim": 3, "d_state": 5,
+                                                              "n_groups": 2, "conv_kernel": 3}}})
+    d, h, p, N, g, K, d_ff = 8, 4, 3, 5, 2, 3, 16
+    per_token = 2 * (d * (2 * h * p + 2 * g * N + h) + h * p * d + K * (h * p + 2 * g * N) + 2 * h * p * N + 3 * d * d_ff)
+    groups = Dims.per_group(config)
+    assert model_forward_flops(groups, 10, 2).total() == 2 * 10 * per_token
+    assert model_decode_flops(groups, 10, 1) == model_decode_flops(groups, 1000, 1) == per_token
+
+
+HYBRID = {  # Mamba-2, attention, a mixer-only Mamba layer, an MLP-only layer
+    "block": {"d_model": 16, "n_heads": 4, "d_ff": 24, "norm": "rmsnorm", "activation": "swiglu", "bias": False,
+              "rope": True, "mamba": {"n_heads": 4, "head_dim": 6, "d_state": 3, "n_groups": 2, "proj_bias": True}},
+    "model": {"n_layers": 4, "vocab_size": 50, "positions": "rope"},
+    "layers": [{"indices": [1], "block": {"mamba": None}}, {"indices": [2], "block": {"parts": "mixer"}},
+               {"indices": [3], "block": {"parts": "mlp", "mamba": None}}],
+    "run": {"batch": 2, "seq_len": 5}}
+
+
+def test_trace_rows_name_the_mixers_ops_and_equal_the_analytic_rows() -> None:
+    config = parse_config(HYBRID)
+    executed = run_trace(config)
+    assert executed.rows == analytic_trace(config).rows  # shapes, FLOPs and data flow, from shapes alone
+    ops = {r.key.split(".", 2)[-1]: r for r in executed.rows if r.key.startswith("blocks.0.")}
+    assert list(ops) == ["ln1_out", "ssm_in", "ssm_conv", "ssm_conv_act", "ssm_dt", "ssm_scan", "ssm_skip", "ssm_norm",
+                         "attn_out", "h", "ln2_out", "mlp_pre", "mlp_up", "mlp_act", "mlp_out", "y"]
+    assert "state (B, h_s=4, p=6, N=3), constant in T" in ops["ssm_scan"].op
+    assert ops["ssm_scan"].symbolic == "(B, T, h_s, p)" and ops["ssm_scan"].output_shape == (2, 5, 4, 6)
+    # by hand: the conv's K = 4 taps per channel (c = 24 + 2·2·3 = 36) and its bias; the scan's 4·N per output
+    # (x ⊗ B into the state and S·C) and N (the decay)
+    assert ops["ssm_conv"].flops == 2 * 5 * 36 * (2 * 4 + 1)
+    assert ops["ssm_scan"].flops == 2 * 5 * 24 * (4 * 3 + 3)
+    mixer_only = [r.key.split(".", 2)[-1] for r in executed.rows if r.key.startswith("blocks.2.")]
+    mlp_only = [r.key.split(".", 2)[-1] for r in executed.rows if r.key.startswith("blocks.3.")]
+    assert mixer_only[0] == "ln1_out" and mixer_only[-2:] == ["attn_out", "y"] and "ln2_out" not in mixer_only
+    assert mlp_only == ["ln2_out", "mlp_pre", "mlp_up", "mlp_act", "mlp_out", "y"]
+
+
+def test_decoding_counts_positions_when_layer_0_is_an_mlp_alone() -> None:
+    """Learned positions in decode steps count the tokens a layer has seen, not layer 0's empty cache."""
+    data = copy.deepcopy(HYBRID)
+    data["block"]["rope"] = False
+    data["model"].update(positions="learned", max_positions=16)
+    data["layers"] = [{"indices": [0], "block": {"parts": "mlp", "mamba": None}},
+                      {"indices": [1], "block": {"mamba": None}}]
+    model = Model.from_config(parse_config(data), dtype="float64", seed=2)
+    ids = np.arange(10).reshape(2, 5)
+    caches = model.new_cache()
+    steps = [model.step(ids[:, t:t + 1], caches) for t in range(5)]
+    assert relative(np.concatenate(steps, axis=1), model(ids)) <= 1e-12
+
+
+def test_layers_of_one_part_hold_only_their_part() -> None:
+    config = parse_config(HYBRID)
+    model = Model.from_config(config, dtype="float64", seed=1)
+    assert not any(k.startswith(("blocks.2.ln2", "blocks.2.w_gate")) for k in model.params)
+    assert sorted(k[len("blocks.3."):] for k in model.params if k.startswith("blocks.3.")) == [
+        "ln2_gamma", "w_down", "w_gate", "w_up"]
+    ids = np.arange(10).reshape(2, 5)
+    x = model.embed(ids)
+    for i in range(3):
+        x = model.blocks[i](x)
+    b3 = model.blocks[3]
+    p = b3.params
+    n = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + b3.cfg.norm_eps) * p["ln2_gamma"]
+    gate = n @ p["w_gate"]
+    want = x + (gate / (1 + np.exp(-gate)) * (n @ p["w_up"])) @ p["w_down"]  # Y = X + MLP(LN2(X)), by hand
+    assert relative(b3(x), want) <= 1e-12
+    caches = model.new_cache()
+    steps = [model.step(ids[:, t:t + 1], caches) for t in range(5)]
+    assert relative(np.concatenate(steps, axis=1), model(ids)) <= 1e-12
+
+
+# ----------------------------------------------------------------------------- the mixer against the loop
+
+
+def _mixer_config(**mamba: int | bool) -> BlockConfig:
+    m = {"n_heads": 4, "head_dim": 3, "d_state": 5, "n_groups": 2, "conv_kernel": 3, "proj_bias": True, **mamba}
+    return parse_config({"block": {"d_model": 8, "n_heads": 2, "d_ff": 16, "norm": "rmsnorm", "activation": "swiglu",
+                                   "bias": False, "mamba": m}}).block
+
+
+@pytest.mark.parametrize("mamba", [{}, {"n_groups": 1, "conv_bias": False, "proj_bias": False, "conv_kernel": 4},
+                                   {"dt_min": 0.8},  # Δ clamped below (Nemotron-H's time_step_min), biting here
+                                   {"n_groups": 4, "d_state": 1, "head_dim": 1}])
+def test_the_mixer_equals_the_plain_recurrence(mamba: dict) -> None:
+    """Random weights (A_log around 0, so that the state decays slowly and every step matters) through the
+    block's mixer and through tests/reference.py's loop over time, head by head."""
+    cfg = _mixer_config(**mamba)
+    block = DecoderBlock.from_config(cfg, seed=3, dtype="float64")
+    p = block.params
+    rng = np.random.default_rng(7)
+    for key in ("ssm_dt_bias", "ssm_A_log", "ssm_D"):
+        p[key][...] = 0.3 * rng.standard_normal(p[key].shape)
+    p["ssm_norm_gamma"][...] = 1.0 + 0.1 * rng.standard_normal(p["ssm_norm_gamma"].shape)
+    u = rng.standard_normal((2, 9, cfg.d_model))
+    got = block.attn(u, lambda *a, **k: None)
+    m = cfg.mamba
+    weights = {k: v for k, v in p.items() if "ssm" in k}
+    want = ref.mamba2_mixer({"n_heads": m.n_heads, "head_dim": m.head_dim, "d_state": m.d_state,
+                             "n_groups": m.n_groups, "conv_kernel": m.conv_kernel, "eps": m.norm_eps,
+                             "dt_min": m.dt_min}, weights, u)
+    assert relative(got, want) <= 1e-12
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 5, 64])
+def test_every_chunking_of_the_scan_is_the_same_sums(chunk: int) -> None:
+    rng = np.random.default_rng(1)
+    B, T, h, p, N = 2, 11, 3, 2, 4
+    x, Bm, Cm = rng.standard_normal((B, T, h, p)), rng.standard_normal((B, T, h, N)), rng.standard_normal((B, T, h, N))
+    dt, A = rng.uniform(0.1, 1.5, (B, T, h)), -rng.uniform(0.2, 2.0, h)
+    state0 = rng.standard_normal((B, h, p, N))
+    y, last = ssd_scan(x, dt, A, Bm, Cm, state0, chunk=chunk)
+    S = state0.copy()
+    for t in range(T):  # the recurrence itself, one step at a time
+        S = np.exp(dt[:, t] * A)[..., None, None] * S + (dt[:, t][..., None] * x[:, t])[..., None] * Bm[:, t][:, :, None]
+        assert np.allclose(y[:, t], np.einsum("bhpn,bhn->bhp", S, Cm[:, t]), rtol=0, atol=1e-12)
+    assert np.allclose(last, S, rtol=0, atol=1e-12)
+
+
+def test_causal_conv_reads_the_previous_inputs_and_returns_the_last_ones() -> None:
+    rng = np.random.default_rng(2)
+    x, w, b = rng.standard_normal((2, 6, 3)), rng.standard_normal((3, 4)), rng.standard_normal(3)
+    y, state = causal_conv1d(x, w, b)
+    for t in range(6):  # y[t] = b + Σ_k w[:, k]·x[t − 3 + k], zeros before the first input
+        want = b + sum(w[:, k] * x[:, t - 3 + k] for k in range(4) if t - 3 + k >= 0)
+        assert np.allclose(y[:, t], want, rtol=0, atol=1e-14)
+    assert np.array_equal(state, x[:, -3:])
+    head, s = causal_conv1d(x[:, :4], w, b)  # in two pieces, through the state
+    tail, s = causal_conv1d(x[:, 4:], w, b, s)
+    assert np.allclose(np.concatenate([head, tail], axis=1), y, rtol=0, atol=1e-14) and np.array_equal(s, state)
+
+
+def test_decoding_one_token_at_a_time_equals_the_full_pass_on_a_seeded_hybrid() -> None:
+    config = parse_config({
+        "block": {"d_model": 16, "n_heads": 4, "d_ff": 24, "norm": "rmsnorm", "activation": "swiglu", "bias": False,
+                  "rope": True, "mamba": {"n_heads": 4, "head_dim": 6, "d_state": 3, "n_groups": 2}},
+        "model": {"n_layers": 3, "vocab_size": 50, "positions": "rope"},
+        "layers": [{"indices": [1], "block": {"mamba": None}}]})
+    model = Model.from_config(config, dtype="float64", seed=5)
+    ids = np.random.default_rng(0).integers(0, 50, (2, 9))
+    full = model(ids)
+    caches = model.new_cache()
+    steps = [model.step(ids[:, t:t + 1], caches) for t in range(9)]
+    assert relative(np.concatenate(steps, axis=1), full) <= 1e-12
+    assert caches[0].ssm.shape == (2, 4, 6, 3) and caches[0].conv.shape == (2, 3, 24 + 2 * 2 * 3)
+
+
+# ----------------------------------------------------------------------------- counts
+
+
+def _granite_by_hand(d: int, layers: int, vocab: int, heads: int, kv: int, d_e: int, experts: int, shared: int,
+                     h: int, p: int, N: int, g: int, K: int, mamba_layers: int, tied: bool, conv_bias: bool = True,
+                     proj_bias: bool = False, attn_bias: bool = False) -> int:
+    d_in = h * p
+    width = 2 * d_in + 2 * g * N + h
+    mixer = (d * width + (width if proj_bias else 0) + (d_in + 2 * g * N) * (K + conv_bias) + 3 * h + d_in
+             + d_in * d + (d if proj_bias else 0))
+    d_h = d // heads
+    attention = 2 * d * heads * d_h + 2 * d * kv * d_h  # q and o, k and v
+    if attn_bias:  # q, k, v and o biases
+        attention += heads * d_h + 2 * kv * d_h + d
+    mlp = (d * experts + 3 * experts * d * d_e if experts else 0) + 3 * d * shared
+    per_layer = 2 * d + mlp
+    return (mamba_layers * (per_layer + mixer) + (layers - mamba_layers) * (per_layer + attention)
+            + vocab * d * (1 if tied else 2) + d)
+
+
+# transformers 5.24's GraniteMoeHybridForCausalLM on the meta device (the torch-marked test recomputes them)
+GRANITE_CASES = {
+    "defaults": ({}, 38_601_064_448),
+    "random": (dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=2, num_hidden_layers=5,
+                    intermediate_size=40, shared_intermediate_size=24, num_local_experts=3, num_experts_per_tok=1,
+                    vocab_size=300, mamba_n_heads=8, mamba_d_state=12, mamba_n_groups=2, mamba_d_conv=3,
+                    mamba_conv_bias=False, mamba_proj_bias=True, attention_bias=True, tie_word_embeddings=True,
+                    position_embedding_type="rope", layer_types=["mamba", "attention", "mamba", "mamba", "attention"]),
+               474_752),
+    "dense": (dict(hidden_size=64, num_attention_heads=4, num_hidden_layers=4, shared_intermediate_size=80,
+                   num_local_experts=0, vocab_size=500, mamba_n_heads=16, mamba_expand=3, mamba_d_state=20,
+                   mamba_d_conv=5, layer_types=["attention", "mamba", "mamba", "mamba"]), 268_640),
+}
+GRANITE_DEFAULTS = dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                        num_local_experts=8, shared_intermediate_size=1024, vocab_size=32000, mamba_n_heads=128,
+                        mamba_d_state=256, mamba_n_groups=1, mamba_d_conv=4, mamba_expand=2, rms_norm_eps=1e-6,
+                        max_position_embeddings=2048)
+
+
+def test_granite_hybrid_totals_by_hand() -> None:
+    """The meta-device totals above, derived again term by term."""
+    assert _granite_by_hand(4096, 32, 32000, 32, 32, 11008, 8, 1024, 128, 64, 256, 1, 4, 32, False) == 38_601_064_448
+    assert _granite_by_hand(96, 5, 300, 6, 2, 40, 3, 24, 8, 24, 12, 2, 3, 3, True, conv_bias=False, proj_bias=True,
+                            attn_bias=True) == 474_752
+    assert _granite_by_hand(64, 4, 500, 4, 4, 0, 0, 80, 16, 12, 20, 1, 5, 3, False) == 268_640
+
+
+def _granite_config(fields: dict) -> dict:
+    return {**{"model_type": "granitemoehybrid"}, **GRANITE_DEFAULTS, **fields}
+
+
+@pytest.mark.parametrize("case", sorted(GRANITE_CASES))
+def test_granite_hybrid_counts_as_transformers(case: str) -> None:
+    fields, want = GRANITE_CASES[case]
+    layers = fields.get("num_hidden_layers", 32)
+    data = _granite_config({"layer_types": ["mamba"] * layers, **fields})
+    assert count_parameters(parse_config(hf_to_mapping(data, "x.json"))).total == want
+
+
+def test_granite_hybrid_layer_types_pick_each_layers_mixer() -> None:
+    data = _granite_config({"num_hidden_layers": 4, "layer_types": ["attention", "mamba", "linear_attention",
+                                                                    "full_attention"]})
+    config = parse_config(hf_to_mapping(data, "x.json"))
+    assert [config.layer_block(i).mamba is not None for i in range(4)] == [False, True, True, False]
+    assert config.layer_block(1).mamba == Mamba2(n_heads=128, head_dim=64, d_state=256)
+    assert config.model.positions == "none" and not config.block.rope  # position_embedding_type null: no RoPE
+    nope = parse_config(hf_to_mapping({**data, "position_embedding_type": "nope"}, "x.json"))
+    assert nope.model.positions == "none" and nope == replace(config, name=nope.name)  # as transformers: not "rope"
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"layer_types": ["mamba"] * 31 + ["moe"]}, "layer_types"),
+    ({"mamba_d_head": 32}, "mamba_d_head"),
+    ({"mamba_n_groups": 3}, "mamba_n_groups"),
+    ({"time_step_limit": [0.0, 10.0]}, "time_step_limit"),
+    ({"position_embedding_type": "alibi"}, "position_embedding_type"),
+])
+def test_granite_hybrid_fields_blockcli_cannot_run_are_named(tmp_path: Path, fields: dict, message: str) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(_granite_config(fields)))
+    assert message in one_error_line(cli("count", tmp_path / "config.json"))
+
+
+def test_transformers_5_infinity_in_time_step_limit_is_the_default() -> None:
+    data = _granite_config({"time_step_limit": [0.0, {"__float__": "Infinity"}]})
+    config = parse_config(hf_to_mapping(data, "x.json"))
+    assert count_parameters(config).total == 38_601_064_448 and config.block.mamba.dt_min == 0.0
+    clamped = parse_config(hf_to_mapping({**data, "time_step_limit": [0.01, {"__float__": "Infinity"}]}, "x.json"))
+    assert clamped.block.mamba.dt_min == 0.01  # Δ clamped below, as BambaMixer's scan clamps it
+
+
+def _mixer_by_hand(d: int, h: int, p: int, N: int, g: int, K: int, conv_bias: bool, proj_bias: bool) -> int:
+    d_in = h * p
+    width = 2 * d_in + 2 * g * N + h  # z, x, B, C, dt
+    return (d + proj_bias) * width + (d_in + 2 * g * N) * (K + conv_bias) + 3 * h + d_in + (d_in + proj_bias) * d
+
+
+# transformers 5.24's BambaForCausalLM on the meta device (recomputed by the torch-marked test)
+BAMBA_CASES = {
+    "defaults": ({}, 9_992_765_440),
+    "random": (dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=3, num_hidden_layers=5,
+                    intermediate_size=50, vocab_size=300, mamba_n_heads=12, mamba_d_state=7, mamba_n_groups=3,
+                    mamba_d_conv=2, mamba_expand=3, mamba_conv_bias=False, mamba_proj_bias=True, attention_bias=True,
+                    mlp_bias=True, tie_word_embeddings=True, attn_layer_indices=[1, 4]), 428_222),
+}
+BAMBA_DEFAULTS = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                      num_key_value_heads=8, vocab_size=128000, mamba_n_heads=128, mamba_d_state=256, mamba_n_groups=1,
+                      mamba_d_conv=4, mamba_expand=2, rms_norm_eps=1e-5, max_position_embeddings=262144)
+
+
+def test_bamba_totals_by_hand() -> None:
+    d, f, V = 4096, 14336, 128000  # defaults: every layer Mamba-2, untied
+    mixer = _mixer_by_hand(d, 128, 64, 256, 1, 4, True, False)
+    assert 32 * (mixer + 3 * d * f + 2 * d) + 2 * V * d + d == 9_992_765_440
+    d, f, d_h = 96, 50, 16  # random: layers 1 and 4 attention (6 heads, 3 K/V heads, biases), tied
+    attention = 2 * (d * 6 * d_h + 6 * d_h) + 2 * (d * 3 * d_h + 3 * d_h) - 6 * d_h + d
+    mlp = 3 * d * f + 2 * f + d
+    mixer = _mixer_by_hand(d, 12, 24, 7, 3, 2, False, True)
+    assert 3 * (mixer + mlp + 2 * d) + 2 * (attention + mlp + 2 * d) + 300 * d + d == 428_222
+
+
+@pytest.mark.parametrize("case", sorted(BAMBA_CASES))
+def test_bamba_counts_as_transformers(case: str) -> None:
+    fields, want = BAMBA_CASES[case]
+    data = {"model_type": "bamba", **BAMBA_DEFAULTS, **fields}
+    config = parse_config(hf_to_mapping(data, "x.json"))
+    assert count_parameters(config).total == want
+    assert config.block.rope == 0.5 or config.layer_block(fields.get("attn_layer_indices", [0])[0]).rope == 0.5
+
+
+# transformers 5.24's NemotronHForCausalLM on the meta device (recomputed by the torch-marked test)
+NEMOTRON_CASES = {
+    "defaults": ({}, 1_968_355_712),  # [linear_attention, moe, full_attention, mlp]
+    "random": (dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=2, head_dim=20, intermediate_size=72,
+                    vocab_size=300, mamba_num_heads=12, mamba_head_dim=10, ssm_state_size=9, n_groups=4, conv_kernel=5,
+                    use_conv_bias=False, use_bias=True, n_routed_experts=6, num_experts_per_tok=3,
+                    moe_intermediate_size=20, moe_shared_expert_intermediate_size=28, tie_word_embeddings=True,
+                    layers_block_type=["linear_attention", "mlp", "linear_attention", "full_attention", "moe", "mlp",
+                                       "linear_attention"]), 278_208),
+    "pattern": (dict(hybrid_override_pattern="M-M-M*-M"), 2_082_747_904),  # the legacy spelling of the layers
+}
+NEMOTRON_DEFAULTS = dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                         intermediate_size=21504, vocab_size=131072, mamba_num_heads=128, mamba_head_dim=64,
+                         ssm_state_size=128, n_groups=8, conv_kernel=4, n_routed_experts=8, num_experts_per_tok=2,
+                         moe_intermediate_size=7688, moe_shared_expert_intermediate_size=7688, layer_norm_epsilon=1e-5)
+
+
+def test_nemotron_h_totals_by_hand() -> None:
+    """Each layer one norm d and one part: a Mamba-2 mixer, attention (no biases, no positions), a ReLU² MLP
+    (2·d·d_ff), or the router d·E and E experts of 2·d·d_e and a shared one of 2·d·d_s; an untied head always."""
+    d, V = 4096, 131072
+    mamba = _mixer_by_hand(d, 128, 64, 128, 8, 4, True, False)
+    attention = 2 * d * 32 * 128 + 2 * d * 8 * 128
+    moe = d * 8 + 8 * 2 * d * 7688 + 2 * d * 7688
+    mlp = 2 * d * 21504
+    assert mamba + moe + attention + mlp + 4 * d + 2 * V * d + d == 1_968_355_712
+    assert 4 * mamba + attention + 3 * mlp + 8 * d + 2 * V * d + d == 2_082_747_904  # M-M-M*-M
+    d, V = 96, 300  # the random config: tied, as it says, but NemotronHForCausalLM ties nothing
+    mamba = _mixer_by_hand(d, 12, 10, 9, 4, 5, False, True)
+    attention = 2 * d * 6 * 20 + 2 * d * 2 * 20
+    moe = d * 6 + 6 * 2 * d * 20 + 2 * d * 28
+    assert 3 * mamba + 2 * (2 * d * 72) + attention + moe + 7 * d + 2 * V * d + d == 278_208
+
+
+@pytest.mark.parametrize("case", sorted(NEMOTRON_CASES))
+def test_nemotron_h_counts_as_transformers(case: str) -> None:
+    fields, want = NEMOTRON_CASES[case]
+    config = parse_config(hf_to_mapping({"model_type": "nemotron_h", **NEMOTRON_DEFAULTS, **fields}, "x.json"))
+    assert count_parameters(config).total == want
+
+
+def test_nemotron_h_layers_hold_one_part_each() -> None:
+    data = {"model_type": "nemotron_h", **NEMOTRON_DEFAULTS, "hybrid_override_pattern": "M*-E"}
+    config = parse_config(hf_to_mapping(data, "x.json"))
+    blocks = [config.layer_block(i) for i in range(4)]
+    assert [(b.parts, b.mamba is not None, b.moe is not None) for b in blocks] == [
+        ("mixer", True, False), ("mixer", False, False), ("mlp", False, False), ("mlp", False, True)]
+    assert blocks[0].mamba.dt_min == 0.001 and not blocks[1].rope and config.model.positions == "none"
+    assert blocks[3].moe.scoring == "sigmoid" and blocks[3].moe.selection_bias and blocks[3].moe.d_shared == 7688
+    assert not config.model.tie_embeddings
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"hybrid_override_pattern": "M*X"}, "hybrid_override_pattern"),
+    ({"mlp_bias": True}, "mlp_bias"),  # the default layers have a mixture, whose experts have no biases
+    ({"moe_latent_size": 64}, "moe_latent_size"),
+    ({"num_nextn_predict_layers": 1}, "num_nextn_predict_layers"),
+])
+def test_nemotron_h_fields_blockcli_cannot_run_are_named(tmp_path: Path, fields: dict, message: str) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "nemotron_h", **NEMOTRON_DEFAULTS, **fields}))
+    assert message in one_error_line(cli("count", tmp_path / "config.json"))
+
+
+# ----------------------------------------------------------------------------- the schema
+
+
+@pytest.mark.parametrize("mamba, message", [
+    ({"n_heads": 4, "head_dim": 2}, "block.mamba.d_state: required"),
+    ({"n_heads": 4, "head_dim": 2, "d_state": 2, "n_groups": 3}, "block.mamba.n_groups"),
+    ({"n_heads": 4, "head_dim": 2, "d_state": 2, "expand": 2}, "block.mamba.expand"),
+    ("yes", "block.mamba: expected a mapping"),
+])
+def test_bad_mamba_sections_are_named(mamba: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        parse_config({"block": {"d_model": 8, "n_heads": 2, "mamba": mamba}})
+
+
+def test_backward_through_a_mamba_layer_is_refused_in_one_line() -> None:
+    folder = FIXTURES / FOLDERS[0]
+    for args in (("train", folder), ("trace", folder, "--backward"), ("verify", folder, "--grad"),
+                 ("verify", folder, "--only", "20"), ("count", folder, "--train")):
+        assert "Mamba-2 (state-space) layer" in one_error_line(cli(*args)), args
+
+
+# ----------------------------------------------------------------------------- against transformers itself
+
+
+TORCH_CASES = {"granitemoehybrid": (GRANITE_CASES, GRANITE_DEFAULTS), "bamba": (BAMBA_CASES, BAMBA_DEFAULTS),
+               "nemotron_h": (NEMOTRON_CASES, NEMOTRON_DEFAULTS)}
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("model_type, case", [(t, c) for t, (cases, _) in TORCH_CASES.items() for c in sorted(cases)])
+def test_the_totals_here_are_transformers_own(model_type: str, case: str) -> None:
+    """The config class's sizes are the defaults written above, and transformers on the meta device counts the
+    totals written above; blockcli reads the config class's whole to_dict() to the same total."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cases, defaults = TORCH_CASES[model_type]
+    fields, want = cases[case]
+    config = transformers.AutoConfig.for_model(model_type, **fields)
+    assert {k: getattr(config, k) for k in defaults} == {**defaults, **{k: v for k, v in fields.items() if k in defaults}}
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    assert sum(p.numel() for p in model.parameters()) == want
+    data = {k: v for k, v in config.to_dict().items() if k != "transformers_version"}
+    assert count_parameters(parse_config(hf_to_mapping(data, "x.json"))).total == want
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_verify_passes_one_layer_of_each_kind(name: str) -> None:
+    """The checklist on a Mamba layer (its widths, the slow reference loop, decoding through its state), an
+    attention layer and a layer of its MLP alone; the checks that need attention weights skip saying why."""
+    proc = cli("verify", FIXTURES / name)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "one layer of each of its" in proc.stdout
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_report_and_seeded_bugs_on_the_hybrids(tmp_path: Path, name: str) -> None:
+    """The report draws attention maps of the attention layers only; on a Mamba layer the seeded bugs of
+    attention's operations are not applicable (saying why), and every other one is caught."""
+    page = tmp_path / "page.html"
+    proc = cli("report", FIXTURES / name, "-o", page)
+    assert proc.returncode == 0 and page.is_file(), proc.stderr[-2000:]
+    proc = cli("verify", FIXTURES / name, "--mutants", "--layer", "0")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    if load_config(FIXTURES / name).layer_block(0).mamba is not None:
+        assert "no-mask (the checked layer has no attention: a Mamba-2 mixer)" in proc.stdout
