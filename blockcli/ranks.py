@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from blockcli.config import BlockConfig, Config, InputError
 from blockcli.shapes import Shape, block_parameter_shapes, is_buffer, outer_shapes
 from blockcli.sizing import (Dims, StateBytes, Term, activation_terms, head_terms, kv_cache_elements, nbytes,
-                             states_per_device)
+                             recurrent_elements, states_per_device)
 
 VOCAB_MULTIPLE = 128  # Megatron's --make-vocab-size-divisible-by default (the padded size is a multiple of it times tp)
 
@@ -222,7 +222,12 @@ def _head_activations(config: Config, layout: Layout, T: int, B: int, precision:
 
 
 def _kv_cache(block: BlockConfig, config: Config, layout: Layout, T: int, B: int, kv_bits: int) -> int:
-    """One layer's K/V cache bits on one rank: its K/V heads (latent attention: the whole latent)."""
+    """One layer's K/V cache bits on one rank: its K/V heads (latent attention: the whole latent); a Gated DeltaNet
+    layer's recurrent state and conv window, whatever T, split evenly over the tensor-parallel ranks (at the
+    cache's width)."""
+    if block.linear_attention is not None:
+        whole = replace(Dims.of(replace(config, block=block, layer_blocks=())), L=1)
+        return -(-recurrent_elements(whole) // layout.tp) * B * kv_bits
     dims = replace(Dims.of(replace(config, block=rank_block(block, layout.tp), layer_blocks=())), L=1)
     return kv_cache_elements(dims) * dims.keys_seen(T) * B * kv_bits
 

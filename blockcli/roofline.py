@@ -142,7 +142,8 @@ def inference_phases(config: Config, inf: Inference, total: int, active: int, gp
                      "activations": 2 * working_set(groups, T, B, dtype), "logits": LOSS_BYTES * B * V},
                     peak, bw, B * T)
     decode_weights, which = weights_read(config, total, active, B)
-    new_token = nbytes(sum(kv_cache_elements(dims) for dims in groups) * B, inf.kv_dtype)
+    new_token = nbytes(sum(kv_cache_elements(dims) for dims in groups) * B, inf.kv_dtype) + inf.state_bytes  # a
+    # Gated DeltaNet layer writes its whole state every token
     decode = Phase("decode", inf.decode,
                    {"weights": nbytes(decode_weights, dtype), "kv_cache_read": inf.kv_bytes,
                     "kv_cache_written": new_token, "activations": 2 * working_set(groups, 1, B, dtype),

@@ -5,7 +5,9 @@ Written from the code's choices, term by term, and held equal to the tape's meas
 (Q, K and V as attention reads them are views of it, unless RoPE, a q/k norm or the clamp made new arrays),
 its output and, blocked, each row's log-sum-exp; an MLP keeps its input and the pre-activation (and the up
 branch); the model keeps the token ids (and the narrow embeddings a projection reads) and the last norm's
-input. An array two operations keep (a parallel block's input, read by both norms) counts once. Korthikanti
+input; a Gated DeltaNet layer keeps its conv's input and output, the normalised q and k, its gates, the heads'
+output and each step's starting state. An array two operations keep (a parallel block's input, read by both
+norms) counts once. Korthikanti
 et al.'s figure (count --train) assumes Megatron's implementation; this one is blockcli's own.
 
 Latent attention and mixtures of experts keep more (per-expert rows, their indices), whose closed form is not
@@ -30,6 +32,11 @@ def block_saved_bytes(b: BlockConfig, B: int, T: int, itemsize: int, blocked: bo
     # the block's input, the norms' inputs and attention's and the MLP's: distinct arrays by placement
     distinct = {"pre": 4, "post": 4, "post_branch": 4, "parallel": 3, "parallel_shared": 2, "sandwich": 6}
     total = distinct[b.placement] * act(d)
+    total += act(b.d_ff) * (2 if b.gated else 1)  # the MLP's pre-activation (and the up branch)
+    if b.linear_attention is not None:  # Gated DeltaNet: q | k | v before and after the conv and its SiLU; q and
+        n = b.linear_attention  # k normalised per value head; b, a, g, β; z, the heads' output, W_O's input;
+        return total + act(3 * n.conv_width + 2 * n.value_heads * n.key_head_dim + 4 * n.value_heads  # each
+                           + 3 * n.value_width + n.value_heads * n.key_head_dim * n.value_head_dim)  # step's S
     total += act(q_width + 2 * kv_width)  # the Q/K/V GEMM's output (and the clamp's input, when it clamps)
     new_qk = bool(b.rope or b.qk_norm != "none" or b.clip_qkv)
     if new_qk:  # Q and K as attention reads them: arrays of their own
@@ -41,9 +48,10 @@ def block_saved_bytes(b: BlockConfig, B: int, T: int, itemsize: int, blocked: bo
     if b.clip_qkv:  # and V, clamped
         total += act(kv_width)
     total += act(q_width)  # attention's output (B, T, h·d_v), which W_O reads
+    if b.attention_gate:  # and the gate's pre-activation
+        total += act(q_width)
     if blocked:
         total += B * h * T * itemsize  # each row's log-sum-exp
-    total += act(b.d_ff) * (2 if b.gated else 1)  # the pre-activation (and the up branch)
     return total
 
 

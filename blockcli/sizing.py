@@ -508,9 +508,20 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
               "Q, K, V and MLP input (the shared norm's output)" if shared else "Q, K, V input (norm 1 output)",
               "norm 2 input", "MLP input (norm 2 output)"))
     terms = [Term(names[0], f"{unit}·d", act(d), "2", sequence=True),
-             Term(names[1], f"{unit}·d", act(d), "2", sequence=True),
-             Term("Q and K, for Q·Kᵀ", f"{unit}·(h + h_kv)·d_h", act((h + h_kv) * d_h), "4")]
-    if recompute == "none":
+             Term(names[1], f"{unit}·d", act(d), "2", sequence=True)]
+    if block.linear_attention is not None:  # what blockcli's Gated DeltaNet keeps for its backward
+        n = block.linear_attention
+        terms += [Term("q | k | v before and after the short conv, and after its SiLU", f"3·{unit}·C",
+                       3 * act(n.conv_width)),
+                  Term("q and k normalised, per value head", f"2·{unit}·h_v·d_k", 2 * act(n.value_heads * n.key_head_dim)),
+                  Term("b, a, the decay g and β", f"4·{unit}·h_v", 4 * act(n.value_heads)),
+                  Term("z, the heads' output o and the output projection input", f"3·{unit}·h_v·d_v",
+                       3 * act(n.value_width)),
+                  Term("each step's starting state S (chunked kernels recompute it instead)", f"{unit}·h_v·d_k·d_v",
+                       act(n.value_heads * n.key_head_dim * n.value_head_dim))]
+    else:
+        terms.append(Term("Q and K, for Q·Kᵀ", f"{unit}·(h + h_kv)·d_h", act((h + h_kv) * d_h), "4"))
+    if recompute == "none" and block.linear_attention is None:
         table = b * h * s * s
         terms.append(Term("softmax output", f"{beta}·b·h·s²", beta * table, "2·a·s/h"))
         if block.attention_dropout:
@@ -518,7 +529,9 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
                       Term("attention-dropout output (weights·V input)", f"{beta}·b·h·s²", beta * table,
                            "2·a·s/h")]
     d_v = block.value_dim
-    if block.mla is not None:  # each latent: its norm's input and output (the up-projection's input)
+    if block.linear_attention is not None:
+        pass
+    elif block.mla is not None:  # each latent: its norm's input and output (the up-projection's input)
         mla = block.mla
         if mla.q_lora_rank:
             terms.append(Term("Q latent: its norm's input and output", f"2·{unit}·r_q", 2 * act(mla.q_lora_rank)))
@@ -528,6 +541,8 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
     else:
         terms += [Term("V, for weights·V", f"{unit}·h_kv·d_h", act(h_kv * d_h), "2"),
                   Term("output projection input", f"{unit}·h·d_h", act(h * d_h), "2")]
+        if block.attention_gate:  # the gate's pre-activation, beside the heads its backward reads
+            terms.append(Term("attention gate (pre-sigmoid)", f"{unit}·h·d_h", act(h * d_h)))
     if block.dropout:
         terms.append(Term("attention-branch dropout mask", f"{MASK_BYTES}·s·b·d", mask(d), "1", sequence=True))
     if block.sandwich:  # the norm of the attention output reads it (Gemma 2/3)

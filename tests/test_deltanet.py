@@ -500,3 +500,26 @@ def test_every_seeded_bug_is_caught_or_said_not_to_apply_on_each_kind_of_layer()
     reasons = {(n["name"], n["layer"]): n["reason"] for n in data["not_applicable"]}
     assert "runs none of softmax attention's operations" in reasons["split-no-transpose", 0]
     assert "do not apply to this layer" in reasons["missing-wo", 1]
+
+
+def test_tensor_parallelism_splits_the_kv_heads_and_the_deltanet_state() -> None:
+    """--tp 2 on qwen3_next's fixture, 1 × 8 tokens: each rank holds one of the 2 K/V heads of the 2 attention layers
+    (8 tokens × K and V × 8 × float32 each) and half of each DeltaNet layer's state (S 4·8·6 and the window 2·56)."""
+    data = json.loads(cli("count", FIXTURES / "qwen3_next", "--tp", 2, "--batch", 1, "--seq", 8, "--json").stdout)
+    assert data["parallel"]["stages"][0]["kv_cache_bytes"] == 2 * 8 * 2 * 8 * 4 + 2 * (4 * 8 * 6 + 2 * 56) // 2 * 4
+
+
+@pytest.mark.parametrize("block", [_BLOCK, {**_BLOCK, "linear_attention": {**MIXER, "value_heads": 2}},
+                                   {**_BLOCK, "linear_attention": None, "attention_gate": True, "rope": 0.5}],
+                         ids=["value-heads-over-key-heads", "as-many", "gated-attention"])
+def test_what_the_backward_keeps_is_its_closed_form(block: dict) -> None:
+    """The tape's bytes after the forward (its peak) equal blockcli.saved's closed form, term by term written
+    from the code (tests/test_deltanet.py holds them equal, as trace --backward prints both)."""
+    from blockcli.saved import block_saved_bytes
+    from blockcli.tape import Tape
+
+    cfg = parse_config({"block": block}).block
+    layer = DecoderBlock.from_config(cfg, dtype="float32", seed=2)
+    tape = Tape()
+    layer(np.random.default_rng(0).standard_normal((3, 5, 12)).astype(np.float32), tape=tape)
+    assert tape.saved_bytes() == block_saved_bytes(cfg, 3, 5, 4)
