@@ -138,14 +138,14 @@ def inference_phases(config: Config, inf: Inference, total: int, active: int, gp
     V = groups[0].V
     prefill_weights, _ = weights_read(config, total, active, B * T)
     prefill = Phase("prefill", inf.prefill.total(causal=True),
-                    {"weights": nbytes(prefill_weights, dtype), "kv_cache_written": inf.kv_bytes,
+                    {"weights": nbytes(prefill_weights, dtype), "kv_cache_written": inf.kv_bytes + inf.state_bytes,
                      "activations": 2 * working_set(groups, T, B, dtype), "logits": LOSS_BYTES * B * V},
                     peak, bw, B * T)
     decode_weights, which = weights_read(config, total, active, B)
-    new_token = nbytes(sum(kv_cache_elements(dims) for dims in groups) * B, inf.kv_dtype) + inf.state_bytes  # a
-    # Gated DeltaNet layer writes its whole state every token
+    # a recurrent layer (Gated DeltaNet, Mamba-2) reads and writes its whole state every token
+    new_token = nbytes(sum(kv_cache_elements(dims) for dims in groups) * B, inf.kv_dtype) + inf.state_bytes
     decode = Phase("decode", inf.decode,
-                   {"weights": nbytes(decode_weights, dtype), "kv_cache_read": inf.kv_bytes,
+                   {"weights": nbytes(decode_weights, dtype), "kv_cache_read": inf.kv_bytes + inf.state_bytes,
                     "kv_cache_written": new_token, "activations": 2 * working_set(groups, 1, B, dtype),
                     "logits": LOSS_BYTES * B * V},
                    peak, bw, B)

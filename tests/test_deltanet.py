@@ -504,9 +504,9 @@ def test_every_seeded_bug_is_caught_or_said_not_to_apply_on_each_kind_of_layer()
 
 def test_tensor_parallelism_splits_the_kv_heads_and_the_deltanet_state() -> None:
     """--tp 2 on qwen3_next's fixture, 1 × 8 tokens: each rank holds one of the 2 K/V heads of the 2 attention layers
-    (8 tokens × K and V × 8 × float32 each) and half of each DeltaNet layer's state (S 4·8·6 and the window 2·56)."""
+    (8 tokens × K and V × 8 × float32 each) and half of each DeltaNet layer's state (S 4·8·6 and the window 3·56)."""
     data = json.loads(cli("count", FIXTURES / "qwen3_next", "--tp", 2, "--batch", 1, "--seq", 8, "--json").stdout)
-    assert data["parallel"]["stages"][0]["kv_cache_bytes"] == 2 * 8 * 2 * 8 * 4 + 2 * (4 * 8 * 6 + 2 * 56) // 2 * 4
+    assert data["parallel"]["stages"][0]["kv_cache_bytes"] == 2 * 8 * 2 * 8 * 4 + 2 * (4 * 8 * 6 + 3 * 56) // 2 * 4
 
 
 @pytest.mark.parametrize("block", [_BLOCK, {**_BLOCK, "linear_attention": {**MIXER, "value_heads": 2}},
