@@ -10,6 +10,8 @@ post-norm: H = LN1(X + MHA(X)), Y = LN2(H + MLP(H)); parallel (GPT-NeoX): Y = X 
 post_branch (OLMo2): H = X + LN1(MHA(X)), Y = H + LN2(MLP(H));
 parallel_shared (GPT-J, Phi): Y = X + MHA(LN1(X)) + MLP(LN1(X)), one norm read by both branches.
 sandwich (Gemma 2/3): H = X + LN1'(MHA(LN1(X))), Y = H + LN2'(MLP(LN2(H))), a norm before and after each branch.
+normed_residual (BLOOM's apply_residual_connection_post_layernorm): H = LN1(X) + MHA(LN1(X)),
+Y = LN2(H) + MLP(LN2(H)): pre-norm whose residual is each norm's output.
 `block.attention_softcap` c (Gemma 2) turns the scores into c·tanh(scores/c) before the mask;
 `model.logit_softcap` does the same to the logits.
 `block.residual_multiplier` r (Granite) scales each branch's output before its add: H = X + r·MHA(LN1(X)).
@@ -1494,17 +1496,21 @@ class DecoderBlock:
         drop = _dropout(self.cfg.dropout, rng) if train and self.cfg.dropout else (lambda a: a)
         r = _residual_scale(self.cfg.residual_multiplier)  # r·branch; recorded steps read the branch itself
         drop_probs = _dropout(self.cfg.attention_dropout, rng) if train and self.cfg.attention_dropout else None
-        if self.cfg.placement == "pre":
+        if self.cfg.placement in ("pre", "normed_residual"):
+            normed = self.cfg.placement == "normed_residual"  # BLOOM's switch: each norm's output is the residual
+            said = (" (to LN1's output)", " (to LN2's output)") if normed else ("", "")
             n1 = self.ln1(x, tape)  # (B, T, d)
             rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
             a = drop(self.attn(n1, rec, cache, drop_probs, tape))  # (B, T, d)
-            h = add(x, r(a))  # (B, T, d)
-            rec("h", "residual add", h, (x, a), kind="add")
+            base = n1 if normed else x  # (B, T, d)
+            h = add(base, r(a))  # (B, T, d)
+            rec("h", "residual add" + said[0], h, (base, a), kind="add")
             n2 = self.ln2(h, tape)  # (B, T, d)
             rec("ln2_out", "LN2", n2, (h,), kind=norm, params=("ln2_gamma", "ln2_beta"))
             m = drop(self.mlp(n2, rec, tape))  # (B, T, d)
-            y = add(h, r(m))  # (B, T, d)
-            rec("y", "residual add", y, (h, m), kind="add")
+            base = n2 if normed else h  # (B, T, d)
+            y = add(base, r(m))  # (B, T, d)
+            rec("y", "residual add" + said[1], y, (base, m), kind="add")
         elif self.cfg.placement == "post":
             a = drop(self.attn(x, rec, cache, drop_probs, tape))
             s1 = add(x, r(a))
@@ -1567,6 +1573,10 @@ class DecoderBlock:
         if place == "pre":  # y = h + r·MLP(LN2(h)), h = x + r·MHA(LN1(x))
             dh = dy + self.ln2.backward(self.mlp.backward(r * dy, tape), tape)
             return dh + self.ln1.backward(self.attn.backward(r * dh, tape), tape)
+        if place == "normed_residual":  # y = n2 + r·MLP(n2), n2 = LN2(h); h = n1 + r·MHA(n1), n1 = LN1(x)
+            d_n2 = dy + self.mlp.backward(r * dy, tape)
+            dh = self.ln2.backward(d_n2, tape)
+            return self.ln1.backward(dh + self.attn.backward(r * dh, tape), tape)
         if place == "post":  # y = LN2(h + r·MLP(h)), h = LN1(x + r·MHA(x))
             d_s2 = self.ln2.backward(dy, tape)
             d_s1 = self.ln1.backward(d_s2 + self.mlp.backward(r * d_s2, tape), tape)

@@ -26,7 +26,7 @@ from typing import Any, Iterator, Mapping
 from blockcli.activations import GATED_NAMES, SPELLINGS, mlp_kind, spelling
 
 NORMS = ("layernorm", "rmsnorm")
-PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich")
+PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich", "normed_residual")
 ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
 DTYPES = ("float32", "float64")

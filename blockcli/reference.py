@@ -293,6 +293,11 @@ def reference_block(x: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig
         elif cfg.placement == "post_branch":
             h = xb + norm("ln1", attention(xb))
             y[b] = h + norm("ln2", mlp(h))
+        elif cfg.placement == "normed_residual":  # the residual is each norm's output (BLOOM's switch)
+            n1 = norm("ln1", xb)
+            h = n1 + attention(n1)
+            n2 = norm("ln2", h)
+            y[b] = n2 + mlp(n2)
         elif cfg.placement == "post":
             h = norm("ln1", xb + attention(xb))
             y[b] = norm("ln2", h + mlp(h))

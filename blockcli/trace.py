@@ -624,6 +624,11 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
     if b.placement == "pre":
         hid = add("h", "residual add", x, attention(norm("ln1_out", "LN1", "ln1", x)))
         return add("y", "residual add", hid, mlp(norm("ln2_out", "LN2", "ln2", hid)))
+    if b.placement == "normed_residual":
+        n1 = norm("ln1_out", "LN1", "ln1", x)
+        hid = add("h", "residual add (to LN1's output)", n1, attention(n1))
+        n2 = norm("ln2_out", "LN2", "ln2", hid)
+        return add("y", "residual add (to LN2's output)", n2, mlp(n2))
     if b.placement == "post":
         hid = norm("h", "LN1 (post)", "ln1", add("h_pre", "residual add", x, attention(x)))
         return norm("y", "LN2 (post)", "ln2", add("y_pre", "residual add", hid, mlp(hid)))

@@ -38,7 +38,7 @@ FUNCTIONS = ("gelu_tanh", "gelu", "relu", "silu", "relu2", "quick_gelu", "gelu_1
              "tanh", "mish", "hardswish", "linear", "laplace")
 GATED_NAMES = {"swiglu": "silu", "geglu": "gelu_tanh", "reglu": "relu", "clamped_swiglu": "clamped_swiglu"}
 ACTIVATIONS = FUNCTIONS + tuple(GATED_NAMES)
-PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich")
+PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich", "normed_residual")
 ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
 
@@ -820,6 +820,14 @@ def _block_sequence(b, weights, prefix, xs, rope_fraction, rms_beta):
         for t in range(T):
             n2 = _norm(b, weights, "ln2", prefix, hs[t], rms_beta)
             ys.append(hs[t] + mlp(n2))
+        return ys
+    if b["placement"] == "normed_residual":  # BLOOM's switch: the residual stream restarts at each norm's output
+        n1 = [_norm(b, weights, "ln1", prefix, xs[t], rms_beta) for t in range(T)]
+        a = attention(n1, rope_fraction, rms_beta)
+        ys = []
+        for t in range(T):
+            n2 = _norm(b, weights, "ln2", prefix, n1[t] + a[t], rms_beta)
+            ys.append(n2 + mlp(n2))
         return ys
     if b["placement"] == "post":
         a = attention(xs, rope_fraction, rms_beta)

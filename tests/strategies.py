@@ -19,7 +19,8 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
         "d_ff": draw(st.integers(1, 40)),
         "norm": draw(st.sampled_from(["layernorm", "rmsnorm"])),
         "activation": draw(st.sampled_from(SPELLINGS)),
-        "placement": draw(st.sampled_from(["pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich"])),
+        "placement": draw(st.sampled_from(["pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich",
+                                           "normed_residual"])),
         "rope": rope,
         "bias": draw(st.one_of(st.booleans(), st.fixed_dictionaries(
             {g: st.booleans() for g in ("qkv", "out", "mlp", "norm")}))),

@@ -328,3 +328,17 @@ def test_deepseek_v2_mlp_bias_biases_the_dense_and_shared_mlps_and_never_the_rou
     assert {"b_gate", "b_up", "b_down"} <= dense
     assert {"shared_b_gate", "shared_b_up", "shared_b_down"} <= mixture
     assert not any(k.startswith("experts.") and ".b_" in k for k in mixture)
+
+
+def test_bloom_residual_post_layernorm_adds_each_branch_to_its_norms_output() -> None:
+    """BloomBlock with apply_residual_connection_post_layernorm: residual = LN's output, not its input; the case's
+    logits equal transformers' (above), and the ordinary pre-norm residual would move them far past tolerance."""
+    from dataclasses import replace
+
+    name = "bloom-residual-post-layernorm"
+    cfg, want = load_config(CASES / name), expected(name)
+    assert cfg.block.placement == "normed_residual" and load_config(CASES / "fuzz-bloom-0").block.placement in (
+        "pre", "normed_residual")
+    pre = replace(cfg, block=replace(cfg.block, placement="pre"))
+    model = Model.from_config(pre, weights=CASES / name, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
