@@ -75,8 +75,9 @@ def test_every_family_and_composite_has_a_fuzz_draw_and_its_fixture() -> None:
     assert not unwritten, f"run tests/fixtures/cases/generate.py {' '.join(unwritten)}"
 
 
-def test_each_draw_is_what_its_family_reads_at_non_default_values() -> None:
-    """The stored configs are 2 layers over 16 tokens, and together they reach past the defaults: several activations, tied and untied heads, passes past max_position_embeddings."""
+def test_the_draws_are_tiny_and_reach_past_the_defaults() -> None:
+    """The stored configs are 2 layers over 16 tokens, and together they reach past the defaults: several
+    activations, tied and untied heads, passes past max_position_embeddings."""
     acts, ties, past = set(), set(), 0
     for name in draws.DRAWS:
         stored = json.loads((CASES / f"fuzz-{name}-0" / "config.json").read_text())
