@@ -343,3 +343,26 @@ def test_bloom_residual_post_layernorm_adds_each_branch_to_its_norms_output() ->
     pre = replace(cfg, block=replace(cfg.block, placement="pre"))
     model = Model.from_config(pre, weights=CASES / name, dtype="float64")
     assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
+
+
+def test_glm4_moe_without_shared_experts_reads_the_empty_module_transformers_saves(tmp_path: Path) -> None:
+    """Glm4MoeMoE builds its shared expert moe_intermediate_size · n_shared_experts = 0 wide and save_pretrained
+    writes its empty tensors: no parameter, so blockcli reads the folder (count = transformers' total; logits
+    above); a stored tensor with elements where the config has none is still unexpected."""
+    import shutil
+
+    from blockcli.count import count_parameters
+    from test_unreadable_checkpoints import header_and_data, write_header
+
+    name = "glm4_moe-no-shared-expert"
+    cfg = load_config(CASES / name)
+    assert cfg.layer_block(1).moe is not None and cfg.layer_block(1).moe.d_shared == 0
+    assert count_parameters(cfg).total == int(expected(name)["parameters"])
+    assert cli("count", CASES / name).returncode == 0
+    folder = tmp_path / "m"
+    shutil.copytree(CASES / name, folder)
+    header, data = header_and_data(folder / "model.safetensors")
+    key = "model.layers.1.mlp.shared_experts.up_proj.weight"
+    header[key] = {"dtype": "F32", "shape": [1, 16], "data_offsets": [len(data), len(data) + 64]}
+    write_header(folder / "model.safetensors", header, data + b"\0" * 64)
+    assert f"unexpected tensor '{key}'" in one_error_line(cli("count", folder))
