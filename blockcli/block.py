@@ -508,12 +508,16 @@ class MultiHeadAttention:
         v_flat = qkv[..., q_width + kv_width:]  # (B, T, h_kv·d_h)
         rec("v_proj", "V projection", v_flat, (x, p["w_v"]), kind="linear", params=("w_v", "b_v"))
         saved: dict[str, Any] = {"x": x}
-        if cfg.clip_qkv:  # OLMo: each projection clamped to [-c, c]
+        late_clip = cfg.clip_after_qk_norm  # OLMoE: the normalised projections clamped, not the raw ones
+        if cfg.clip_qkv and not late_clip:  # OLMo: each projection clamped to [-c, c]
             saved["unclipped"] = qkv  # (B, T, (h + 2·h_kv)·d_h): where it is inside ±c, the gradient passes
             q_flat, k_flat, v_flat = self._clip(q_flat, k_flat, v_flat, rec)
 
         if cfg.qk_norm == "projection":  # OLMo2: over all of Q's (K's) features, before the heads are split
             q_flat, k_flat = self._qk_norm(q_flat, k_flat, rec, tape)  # (B, T, h·d_h), (B, T, h_kv·d_h)
+        if late_clip:
+            saved["unclipped"] = np.concatenate([q_flat, k_flat, v_flat], axis=-1)  # (B, T, (h + 2·h_kv)·d_h)
+            q_flat, k_flat, v_flat = self._clip(q_flat, k_flat, v_flat, rec)
         q = ops.split_heads(q_flat, h)  # (B, h, T, d_h)
         rec("q", "split heads Q", q, (q_flat,), kind="reshape")
         k = ops.split_heads(k_flat, h_kv)  # (B, h_kv, T, d_h)
@@ -576,9 +580,11 @@ class MultiHeadAttention:
             dk[...] = ops.rotate_pairs_backward(dk, cos, sin, cfg.rope_layout)  # (B, h_kv, T, d_h)
         if per_head and not cfg.qk_norm_after_rope:
             dq[...], dk[...] = self._qk_norm_backward(dq, dk, tape)
+        if cfg.clip_after_qk_norm:  # the clamp came after the q/k norms: its mask first
+            d_qkv *= np.abs(saved["unclipped"]) <= cfg.clip_qkv
         if cfg.qk_norm == "projection":
             d_flat[0][...], d_flat[1][...] = self._qk_norm_backward(d_flat[0], d_flat[1], tape)
-        if cfg.clip_qkv:  # clip passes the gradient inside [−c, c], bounds included, as torch.clamp does
+        if cfg.clip_qkv and not cfg.clip_after_qk_norm:  # the gradient passes inside [−c, c], bounds included
             d_qkv *= np.abs(saved["unclipped"]) <= cfg.clip_qkv
         dw = ops.weight_grad(x, d_qkv)  # (d, (h + 2·h_kv)·d_h)
         bounds = {"q": (0, q_width), "k": (q_width, q_width + kv_width), "v": (q_width + kv_width, None)}

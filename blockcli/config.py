@@ -191,6 +191,7 @@ class BlockConfig:
     query_scale: float = 0.0
     query_scale_length: int = 0
     qk_norm_after_rope: bool = False  # qk_norm head normalises the rotated queries and keys (HunYuan), not before RoPE
+    clip_after_qk_norm: bool = False  # clip_qkv clamps the normalised Q and K (and V) of qk_norm projection (OLMoE)
 
     def __post_init__(self) -> None:
         # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
@@ -917,7 +918,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
               "residual_multiplier", "moe", "mla", "attention_softcap", "norm_scale", "clip_qkv", "alibi",
               "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated", "query_scale", "query_scale_length",
-              "qk_norm_after_rope")
+              "qk_norm_after_rope", "clip_after_qk_norm")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -972,7 +973,11 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         query_scale=_float(data, "query_scale", p, 0.0, 0.0, 1e6),
         query_scale_length=_int(data, "query_scale_length", p, 0, minimum=0),
         qk_norm_after_rope=_bool(data, "qk_norm_after_rope", p, False),
+        clip_after_qk_norm=_bool(data, "clip_after_qk_norm", p, False),
     )
+    if block.clip_after_qk_norm and (block.qk_norm != "projection" or not block.clip_qkv):
+        raise ConfigError(f"block.clip_after_qk_norm: a setting of clip_qkv with qk_norm projection (OLMoE clamps "
+                          f"the normalised projections); clip_qkv is {block.clip_qkv:g}, qk_norm {block.qk_norm}")
     if block.qk_norm_after_rope and block.qk_norm != "head":
         raise ConfigError(f"block.qk_norm_after_rope: a setting of qk_norm head (each head's d_h after RoPE, as "
                           f"HunYuan's); qk_norm is {block.qk_norm}")

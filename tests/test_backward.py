@@ -82,6 +82,7 @@ FEATURES = {
     "q/k norm each head": {"qk_norm": "each_head"},
     "q/k norm over the projection": {"qk_norm": "projection"},
     "clip qkv": {"clip_qkv": 0.4},
+    "clip qkv after the q/k norms": {"clip_qkv": 0.4, "qk_norm": "projection", "clip_after_qk_norm": True},
     "q/k norm per head after rope": {"qk_norm": "head", "norm": "rmsnorm", "rope": True, "qk_norm_after_rope": True},
     "query scale": {"rope": True, "query_scale": 0.5, "query_scale_length": 2},
     "post": {"placement": "post"},

@@ -366,3 +366,16 @@ def test_glm4_moe_without_shared_experts_reads_the_empty_module_transformers_sav
     header[key] = {"dtype": "F32", "shape": [1, 16], "data_offsets": [len(data), len(data) + 64]}
     write_header(folder / "model.safetensors", header, data + b"\0" * 64)
     assert f"unexpected tensor '{key}'" in one_error_line(cli("count", folder))
+
+
+def test_olmoe_clip_qkv_clamps_the_normalised_projections() -> None:
+    """OlmoeAttention: q_norm(q_proj(x)), k_norm(k_proj(x)), then q, k and v clamped to ±clip_qkv (logits above);
+    clamping the projections before the norms, as OLMo does, would move them past tolerance."""
+    from dataclasses import replace
+
+    name = "olmoe-clip-qkv"
+    cfg, want = load_config(CASES / name), expected(name)
+    assert cfg.block.clip_qkv == 0.5 and cfg.block.clip_after_qk_norm and cfg.block.qk_norm == "projection"
+    early = replace(cfg, block=replace(cfg.block, clip_after_qk_norm=False))
+    model = Model.from_config(early, weights=CASES / name, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
