@@ -10,6 +10,8 @@ post-norm: H = LN1(X + MHA(X)), Y = LN2(H + MLP(H)); parallel (GPT-NeoX): Y = X 
 post_branch (OLMo2): H = X + LN1(MHA(X)), Y = H + LN2(MLP(H));
 parallel_shared (GPT-J, Phi): Y = X + MHA(LN1(X)) + MLP(LN1(X)), one norm read by both branches.
 sandwich (Gemma 2/3): H = X + LN1'(MHA(LN1(X))), Y = H + LN2'(MLP(LN2(H))), a norm before and after each branch.
+normed_residual (BLOOM's apply_residual_connection_post_layernorm): H = LN1(X) + MHA(LN1(X)),
+Y = LN2(H) + MLP(LN2(H)): pre-norm whose residual is each norm's output.
 `block.attention_softcap` c (Gemma 2) turns the scores into c·tanh(scores/c) before the mask;
 `model.logit_softcap` does the same to the logits.
 `block.residual_multiplier` r (Granite) scales each branch's output before its add: H = X + r·MHA(LN1(X)).
@@ -537,12 +539,16 @@ class MultiHeadAttention:
         v_flat = qkv[..., q_width + kv_width:]  # (B, T, h_kv·d_h)
         rec("v_proj", "V projection", v_flat, (x, p["w_v"]), kind="linear", params=("w_v", "b_v"))
         saved: dict[str, Any] = {"x": x}
-        if cfg.clip_qkv:  # OLMo: each projection clamped to [-c, c]
+        late_clip = cfg.clip_after_qk_norm  # OLMoE: the normalised projections clamped, not the raw ones
+        if cfg.clip_qkv and not late_clip:  # OLMo: each projection clamped to [-c, c]
             saved["unclipped"] = qkv  # (B, T, (h + 2·h_kv)·d_h): where it is inside ±c, the gradient passes
             q_flat, k_flat, v_flat = self._clip(q_flat, k_flat, v_flat, rec)
 
         if cfg.qk_norm == "projection":  # OLMo2: over all of Q's (K's) features, before the heads are split
             q_flat, k_flat = self._qk_norm(q_flat, k_flat, rec, tape)  # (B, T, h·d_h), (B, T, h_kv·d_h)
+        if late_clip:
+            saved["unclipped"] = np.concatenate([q_flat, k_flat, v_flat], axis=-1)  # (B, T, (h + 2·h_kv)·d_h)
+            q_flat, k_flat, v_flat = self._clip(q_flat, k_flat, v_flat, rec)
         q = ops.split_heads(q_flat, h)  # (B, h, T, d_h)
         rec("q", "split heads Q", q, (q_flat,), kind="reshape")
         k = ops.split_heads(k_flat, h_kv)  # (B, h_kv, T, d_h)
@@ -617,9 +623,11 @@ class MultiHeadAttention:
             dk[...] = ops.rotate_pairs_backward(dk, cos, sin, cfg.rope_layout)  # (B, h_kv, T, d_h)
         if per_head and not cfg.qk_norm_after_rope:
             dq[...], dk[...] = self._qk_norm_backward(dq, dk, tape)
+        if cfg.clip_after_qk_norm:  # the clamp came after the q/k norms: its mask first
+            d_qkv *= np.abs(saved["unclipped"]) <= cfg.clip_qkv
         if cfg.qk_norm == "projection":
             d_flat[0][...], d_flat[1][...] = self._qk_norm_backward(d_flat[0], d_flat[1], tape)
-        if cfg.clip_qkv:  # clip passes the gradient inside [−c, c], bounds included, as torch.clamp does
+        if cfg.clip_qkv and not cfg.clip_after_qk_norm:  # the gradient passes inside [−c, c], bounds included
             d_qkv *= np.abs(saved["unclipped"]) <= cfg.clip_qkv
         dw = ops.weight_grad(x, d_qkv)  # (d, (h + 2·h_kv)·d_h)
         bounds = {"q": (0, q_width), "k": (q_width, q_width + kv_width), "v": (q_width + kv_width, None)}
@@ -1595,17 +1603,21 @@ class DecoderBlock:
             m = drop(self.mlp(n2, rec, tape))  # (B, T, d)
             y = add(x, r(m))  # (B, T, d)
             rec("y", "residual add", y, (x, m), kind="add")
-        elif self.cfg.placement == "pre":
+        elif self.cfg.placement in ("pre", "normed_residual"):
+            normed = self.cfg.placement == "normed_residual"  # BLOOM's switch: each norm's output is the residual
+            said = (" (to LN1's output)", " (to LN2's output)") if normed else ("", "")
             n1 = self.ln1(x, tape)  # (B, T, d)
             rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
             a = drop(self.attn(n1, rec, cache, drop_probs, tape))  # (B, T, d)
-            h = add(x, r(a))  # (B, T, d)
-            rec("h", "residual add", h, (x, a), kind="add")
+            base = n1 if normed else x  # (B, T, d)
+            h = add(base, r(a))  # (B, T, d)
+            rec("h", "residual add" + said[0], h, (base, a), kind="add")
             n2 = self.ln2(h, tape)  # (B, T, d)
             rec("ln2_out", "LN2", n2, (h,), kind=norm, params=("ln2_gamma", "ln2_beta"))
             m = drop(self.mlp(n2, rec, tape))  # (B, T, d)
-            y = add(h, r(m))  # (B, T, d)
-            rec("y", "residual add", y, (h, m), kind="add")
+            base = n2 if normed else h  # (B, T, d)
+            y = add(base, r(m))  # (B, T, d)
+            rec("y", "residual add" + said[1], y, (base, m), kind="add")
         elif self.cfg.placement == "post":
             a = drop(self.attn(x, rec, cache, drop_probs, tape))
             s1 = add(x, r(a))
@@ -1668,6 +1680,10 @@ class DecoderBlock:
         if place == "pre":  # y = h + r·MLP(LN2(h)), h = x + r·MHA(LN1(x))
             dh = dy + self.ln2.backward(self.mlp.backward(r * dy, tape), tape)
             return dh + self.ln1.backward(self.attn.backward(r * dh, tape), tape)
+        if place == "normed_residual":  # y = n2 + r·MLP(n2), n2 = LN2(h); h = n1 + r·MHA(n1), n1 = LN1(x)
+            d_n2 = dy + self.mlp.backward(r * dy, tape)
+            dh = self.ln2.backward(d_n2, tape)
+            return self.ln1.backward(dh + self.attn.backward(r * dh, tape), tape)
         if place == "post":  # y = LN2(h + r·MLP(h)), h = LN1(x + r·MHA(x))
             d_s2 = self.ln2.backward(dy, tape)
             d_s1 = self.ln1.backward(d_s2 + self.mlp.backward(r * d_s2, tape), tape)

@@ -348,6 +348,8 @@ def match_tensors(ckpt: Checkpoint, config: Config,
             if name is not None and entry.keys == ("lm_head",) and config.model.tie_embeddings:
                 claimed.add(name)  # a stored copy of a tied head: the embedding is what the model uses
                 tied_copy = ckpt.tensors[name]
+            elif name is not None and 0 in ckpt.tensors[name].shape:  # a 0-wide module transformers builds
+                claimed.add(name)  # (GLM-4.5's shared expert with n_shared_experts 0): no parameter to load
             continue
         if name is None:
             missing.append((" or ".join(a if entry.top else tmap.prefix + a for a in entry.name.split("|")), entry.keys))

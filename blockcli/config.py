@@ -26,7 +26,7 @@ from typing import Any, Iterator, Mapping
 from blockcli.activations import GATED_NAMES, SPELLINGS, mlp_kind, spelling
 
 NORMS = ("layernorm", "rmsnorm")
-PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich")
+PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich", "normed_residual")
 ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
 DTYPES = ("float32", "float64")
@@ -282,6 +282,7 @@ class BlockConfig:
     mamba: Mamba2 | None = None  # a Mamba-2 state-space mixer in place of attention (blockcli.mamba)
     # mixer: the layer is LN1 + its mixer + residual only; mlp: LN2 + its MLP + residual only (Nemotron-H)
     parts: str = "both"
+    clip_after_qk_norm: bool = False  # clip_qkv clamps the normalised Q and K (and V) of qk_norm projection (OLMoE)
 
     def __post_init__(self) -> None:
         # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
@@ -1009,7 +1010,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "residual_multiplier", "moe", "mla", "attention_softcap", "norm_scale", "clip_qkv", "alibi",
               "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated", "query_scale", "query_scale_length",
               "qk_norm_after_rope", "linear_attention", "attention_gate", "query_scale_offset", "attention_chunk",
-              "mamba", "parts")
+              "mamba", "parts", "clip_after_qk_norm")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1070,6 +1071,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         attention_chunk=_int(data, "attention_chunk", p, 0, minimum=0),
         mamba=_parse_mamba(data.get("mamba")),
         parts=_choice(data, "parts", p, "both", LAYER_PARTS),
+        clip_after_qk_norm=_bool(data, "clip_after_qk_norm", p, False),
     )
     if block.linear_attention is not None:  # softmax attention's settings: a Gated DeltaNet layer has none of them
         for key, off in (("mla", None), ("qk_norm", "none"), ("attention_gate", False), ("attention_sinks", False),
@@ -1098,6 +1100,9 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     if block.parts != "both" and block.placement != "pre":
         raise ConfigError(f"block.parts: a layer of one part ({block.parts}) is pre-norm (its norm, the part, the "
                           f"residual add); placement is {block.placement}")
+    if block.clip_after_qk_norm and (block.qk_norm != "projection" or not block.clip_qkv):
+        raise ConfigError(f"block.clip_after_qk_norm: a setting of clip_qkv with qk_norm projection (OLMoE clamps "
+                          f"the normalised projections); clip_qkv is {block.clip_qkv:g}, qk_norm {block.qk_norm}")
     if block.query_scale and not block.query_scale_length:
         raise ConfigError("block.query_scale_length: required with block.query_scale (the positions per step of "
                           "the query scale, Ministral 3's original_max_position_embeddings)")

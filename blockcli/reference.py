@@ -186,13 +186,18 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
     q = n @ p["w_q"] + p.get("b_q", zero(p["w_q"].shape[1]))
     k = n @ p["w_k"] + p.get("b_k", zero(p["w_k"].shape[1]))
     v = n @ p["w_v"] + p.get("b_v", zero(p["w_v"].shape[1]))
-    if cfg.clip_qkv:  # OLMo: every entry of the three projections clamped to [-c, c]
-        c = cfg.clip_qkv
-        q, k, v = (np.array([[min(max(e, -c), c) for e in row] for row in a]) for a in (q, k, v))
+    def clamp(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, ...]:
+        c = cfg.clip_qkv  # every entry clamped to [-c, c]
+        return tuple(np.array([[min(max(e, -c), c) for e in row] for row in a]) for a in (q, k, v))
+
+    if cfg.clip_qkv and not cfg.clip_after_qk_norm:  # OLMo: the three projections
+        q, k, v = clamp(q, k, v)
     late = cfg.qk_norm_after_rope  # HunYuan: each head's rotated slice, below
     if cfg.qk_norm != "none" and not late:  # each token's whole projection, or each head's slice of it
         width = None if cfg.qk_norm == "projection" else d_h
         q, k = (_qk_norm(a, p, name, cfg, width) for a, name in ((q, "q"), (k, "k")))
+    if cfg.clip_after_qk_norm:  # OLMoE: the normalised projections (and V)
+        q, k, v = clamp(q, k, v)
     concat = np.zeros((T, cfg.n_heads * d_h))
     for head in range(cfg.n_heads):
         kv = head // group
@@ -346,6 +351,11 @@ def reference_block(x: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig
         elif cfg.placement == "post_branch":
             h = xb + norm("ln1", attention(xb))
             y[b] = h + norm("ln2", mlp(h))
+        elif cfg.placement == "normed_residual":  # the residual is each norm's output (BLOOM's switch)
+            n1 = norm("ln1", xb)
+            h = n1 + attention(n1)
+            n2 = norm("ln2", h)
+            y[b] = n2 + mlp(n2)
         elif cfg.placement == "post":
             h = norm("ln1", xb + attention(xb))
             y[b] = norm("ln2", h + mlp(h))

@@ -310,6 +310,8 @@ PLACEMENT_WORDS = {
     "parallel_shared": "parallel branches reading one norm: Y = X + MHA(LN1(X)) + MLP(LN1(X))",
     "sandwich": "a norm before and after each branch: H = X + LN1′(MHA(LN1(X))), Y = H + LN2′(MLP(LN2(H)))",
     "post_branch": "each branch's output normalised: H = X + LN1(MHA(X)), Y = H + LN2(MLP(H))",
+    "normed_residual": "pre-norm with each norm's output as the residual: H = LN1(X) + MHA(LN1(X)), "
+                       "Y = LN2(H) + MLP(LN2(H))",
 }
 NORM_WORDS = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
 ACTIVATION_WORDS = {"gelu_tanh": "GELU (tanh)", "gelu": "GELU (exact)", "relu": "ReLU", "silu": "SiLU",
@@ -567,7 +569,7 @@ def _branches(b: BlockConfig) -> list[tuple[str, list[Box]]]:
     normalises the stream itself, ('par', [...]) is handled by the caller."""
     ln1, ln2 = _norm_box(b, "LN1"), _norm_box(b, "LN2")
     attn, mlp = _attention_box(b), _mlp_box(b)
-    if b.placement == "pre":
+    if b.placement in ("pre", "normed_residual"):  # (normed_residual: the adds start from each norm's output)
         return [("seq", [ln1, attn]), ("seq", [ln2, mlp])]
     if b.placement == "sandwich":
         return [("seq", [ln1, attn, _norm_box(b, "LN1′")]), ("seq", [ln2, mlp, _norm_box(b, "LN2′")])]

@@ -30,7 +30,8 @@ def block_saved_bytes(b: BlockConfig, B: int, T: int, itemsize: int, blocked: bo
     act = lambda n: B * T * n * itemsize  # noqa: E731  # a (B, T, n) array
     q_width, kv_width = h * d_h, h_kv * d_h
     # the block's input, the norms' inputs and attention's and the MLP's: distinct arrays by placement
-    distinct = {"pre": 4, "post": 4, "post_branch": 4, "parallel": 3, "parallel_shared": 2, "sandwich": 6}
+    distinct = {"pre": 4, "post": 4, "post_branch": 4, "parallel": 3, "parallel_shared": 2, "sandwich": 6,
+                "normed_residual": 4}
     total = distinct[b.placement] * act(d)
     total += act(b.d_ff) * (2 if b.gated else 1)  # the MLP's pre-activation (and the up branch)
     if b.linear_attention is not None:  # Gated DeltaNet: q | k | v before and after the conv and its SiLU; q and

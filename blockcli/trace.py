@@ -560,11 +560,14 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             flat[name] = S(B, T, heads * d_h)
             rec(f"{name}_proj", f"{name.upper()} projection", flat[name], (inp, S(d, heads * d_h)),
                 kind="linear", params=(f"w_{name}", f"b_{name}"))
-        if b.clip_qkv:  # as MultiHeadAttention._clip
+        def clip() -> None:  # as MultiHeadAttention._clip
             for name in ("q", "k", "v"):
                 clipped = S(*flat[name].shape)
                 rec(f"{name}_clip", f"clip {name.upper()} to ±{b.clip_qkv:g}", clipped, (flat[name],), kind="clip")
                 flat[name] = clipped
+
+        if b.clip_qkv and not b.clip_after_qk_norm:
+            clip()
 
         def qk_norm(stand_ins: dict) -> None:  # as MultiHeadAttention._qk_norm: Q's, then K's
             for name in ("q", "k"):
@@ -575,6 +578,8 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
 
         if b.qk_norm == "projection":
             qk_norm(flat)
+        if b.clip_after_qk_norm:  # OLMoE: the normalised projections clamped
+            clip()
         for name, heads in (("q", h), ("k", h_kv), ("v", h_kv)):
             split[name] = S(B, heads, T, d_h)
             rec(name, f"split heads {name.upper()}", split[name], (flat[name],), kind="reshape")
@@ -688,6 +693,11 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
     if b.placement == "pre":
         hid = add("h", "residual add", x, attention(norm("ln1_out", "LN1", "ln1", x)))
         return add("y", "residual add", hid, mlp(norm("ln2_out", "LN2", "ln2", hid)))
+    if b.placement == "normed_residual":
+        n1 = norm("ln1_out", "LN1", "ln1", x)
+        hid = add("h", "residual add (to LN1's output)", n1, attention(n1))
+        n2 = norm("ln2_out", "LN2", "ln2", hid)
+        return add("y", "residual add (to LN2's output)", n2, mlp(n2))
     if b.placement == "post":
         hid = norm("h", "LN1 (post)", "ln1", add("h_pre", "residual add", x, attention(x)))
         return norm("y", "LN2 (post)", "ln2", add("y_pre", "residual add", hid, mlp(hid)))

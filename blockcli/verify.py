@@ -565,9 +565,11 @@ def check_residual(c: Context) -> tuple[bool, str, str]:
     h, attn_out, mlp_out = c.need(first, *branches)
     # a residual multiplier (Granite) scales the branch before its add; post_branch adds the norm's output
     r = 1.0 if c.cfg.placement == "post_branch" else c.cfg.residual_multiplier
-    pairs = [(first, h, c.x, r * attn_out)]
+    # what each add adds them to: the stream, or (normed_residual) each norm's output
+    normed = c.cfg.placement == "normed_residual"
+    pairs = [(first, h, c.inter["ln1_out"] if normed else c.x, r * attn_out)]
     if second in c.inter:
-        pairs.append((second, c.inter[second], c.inter["h"], r * mlp_out))
+        pairs.append((second, c.inter[second], c.inter["ln2_out"] if normed else c.inter["h"], r * mlp_out))
     worst, ok, shapes = 0.0, True, []
     for key, result, left, right in pairs:
         operands = c.inputs.get(key, [left.shape, right.shape])

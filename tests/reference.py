@@ -38,7 +38,7 @@ FUNCTIONS = ("gelu_tanh", "gelu", "relu", "silu", "relu2", "quick_gelu", "gelu_1
              "tanh", "mish", "hardswish", "linear", "laplace")
 GATED_NAMES = {"swiglu": "silu", "geglu": "gelu_tanh", "reglu": "relu", "clamped_swiglu": "clamped_swiglu"}
 ACTIVATIONS = FUNCTIONS + tuple(GATED_NAMES)
-PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich")
+PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich", "normed_residual")
 ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
 
@@ -111,6 +111,8 @@ def resolve_block(cfg):
         "norm_scale": bool(cfg.get("norm_scale", True)),
         # every entry of q, k and v clamped to [-c, c] right after its projection (OLMo); 0 = off
         "clip_qkv": float(cfg.get("clip_qkv", 0.0)),
+        # OLMoE: the clamp comes after the projection-wide q/k norms
+        "clip_after_qk_norm": bool(cfg.get("clip_after_qk_norm", False)),
         # ALiBi (BLOOM): score(t, s) += m_j * (s - t) for head j, m_j from the paper's slope rule
         "alibi": bool(cfg.get("alibi", False)),
         "moe": _resolve_moe(cfg.get("moe")),
@@ -652,13 +654,17 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
         k = linear_vec(tokens[t], w_k, b_k)
         v = linear_vec(tokens[t], w_v, b_v)
         c = b["clip_qkv"]
-        if c:
-            q = np.array([min(max(float(e), -c), c) for e in q])
-            k = np.array([min(max(float(e), -c), c) for e in k])
-            v = np.array([min(max(float(e), -c), c) for e in v])
+
+        def clamped(vec):
+            return np.array([min(max(float(e), -c), c) for e in vec])
+
+        if c and not b["clip_after_qk_norm"]:
+            q, k, v = clamped(q), clamped(k), clamped(v)
         if b["qk_norm"] == "projection":  # OLMo2: the whole projection, before the heads are cut
             q = _norm(b, weights, "q_norm", prefix, q, rms_beta)
             k = _norm(b, weights, "k_norm", prefix, k, rms_beta)
+        if c and b["clip_after_qk_norm"]:  # OLMoE: the normalised projections, and V
+            q, k, v = clamped(q), clamped(k), clamped(v)
         qh = [q[i * d_h:(i + 1) * d_h] for i in range(h)]
         kh = [k[i * d_h:(i + 1) * d_h] for i in range(h_kv)]
         if b["qk_norm"] == "head" and not b["qk_norm_after_rope"]:  # Qwen3: each head's d_h features alone
@@ -852,6 +858,14 @@ def _block_sequence(b, weights, prefix, xs, rope_fraction, rms_beta):
         for t in range(T):
             n2 = _norm(b, weights, "ln2", prefix, hs[t], rms_beta)
             ys.append(hs[t] + mlp(n2))
+        return ys
+    if b["placement"] == "normed_residual":  # BLOOM's switch: the residual stream restarts at each norm's output
+        n1 = [_norm(b, weights, "ln1", prefix, xs[t], rms_beta) for t in range(T)]
+        a = attention(n1, rope_fraction, rms_beta)
+        ys = []
+        for t in range(T):
+            n2 = _norm(b, weights, "ln2", prefix, n1[t] + a[t], rms_beta)
+            ys.append(n2 + mlp(n2))
         return ys
     if b["placement"] == "post":
         a = attention(xs, rope_fraction, rms_beta)

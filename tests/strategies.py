@@ -19,7 +19,8 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
         "d_ff": draw(st.integers(1, 40)),
         "norm": draw(st.sampled_from(["layernorm", "rmsnorm"])),
         "activation": draw(st.sampled_from(SPELLINGS)),
-        "placement": draw(st.sampled_from(["pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich"])),
+        "placement": draw(st.sampled_from(["pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich",
+                                           "normed_residual"])),
         "rope": rope,
         "bias": draw(st.one_of(st.booleans(), st.fixed_dictionaries(
             {g: st.booleans() for g in ("qkv", "out", "mlp", "norm")}))),
@@ -43,6 +44,8 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
             "original_max_positions": 4}, {"type": "yarn", "factor": 4.0, "original_max_positions": 3}]))
         if block["qk_norm"] == "head":  # HunYuan: each head normalised after RoPE, not before
             block["qk_norm_after_rope"] = draw(st.booleans())
+    if block["clip_qkv"] and block["qk_norm"] == "projection":  # OLMoE: the clamp after the q/k norms
+        block["clip_after_qk_norm"] = draw(st.booleans())
     if draw(st.integers(0, 3)) == 0:  # Ministral 3: query t times 1 + β·ln(1 + ⌊t / L⌋), for short L a step often
         block.update(query_scale=draw(st.sampled_from([0.1, 0.7])), query_scale_length=draw(st.integers(1, 3)))
     if block["activation"] in ACTIVATIONS and not ACTIVATIONS[block["activation"]].gated_only:
@@ -63,7 +66,7 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
                         "v_head_dim": draw(st.integers(1, 5))}
         block.update(rope=True, n_kv_heads=n_heads, qk_norm="none", attention_scale=0.0, norm_scale=True, clip_qkv=0.0,
                      attention_softcap=0.0, attention_sinks=False, query_scale=0.0, query_scale_length=0,
-                     qk_norm_after_rope=False)
+                     qk_norm_after_rope=False, clip_after_qk_norm=False)
         block.pop("head_dim", None)
         if not explicit:
             block["d_model"] = draw(st.integers(2, 24))

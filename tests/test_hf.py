@@ -1644,9 +1644,11 @@ def test_bloom_maps_alibi_and_the_embedding_norm(tmp_path: Path) -> None:
     assert load_config(write_json(tmp_path, legacy, "legacy.json")).block == config.block
 
 
-def test_bloom_residual_after_the_norm_is_refused(tmp_path: Path) -> None:
-    message = hf_error(write_json(tmp_path, with_fields(BLOOM_560M, apply_residual_connection_post_layernorm=True)))
-    assert "apply_residual_connection_post_layernorm" in message and "\n" not in message
+def test_bloom_residual_after_the_norm_is_the_normed_residual_placement() -> None:
+    """(its logits against transformers': tests/test_random_configs.py's bloom-residual-post-layernorm case)"""
+    assert block_of(with_fields(BLOOM_560M, apply_residual_connection_post_layernorm=True))["placement"] == \
+        "normed_residual"
+    assert block_of(BLOOM_560M)["placement"] == "pre"
 
 
 # --------------------------------------------------------------------------- OPT-350m

@@ -70,12 +70,16 @@ def test_olmoe_block_is_llama_with_projection_qk_norms_and_softmax_routing() -> 
     assert block["norm_eps"] == 1e-5
 
 
-def test_olmoe_clip_qkv_is_refused_naming_the_field(tmp_path: Path) -> None:
+def test_olmoe_clip_qkv_clamps_after_the_qk_norms_and_a_zero_bound_is_refused(tmp_path: Path) -> None:
+    """(the logits against transformers': tests/test_random_configs.py's olmoe-clip-qkv case)"""
     path = tmp_path / "config.json"
-    path.write_text('{"model_type": "olmoe", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, '
-                    '"intermediate_size": 32, "vocab_size": 100, "max_position_embeddings": 64, "clip_qkv": 8.0}')
-    message = config_error_message(lambda: load_config(path), path)
-    assert "field 'clip_qkv'" in message and "after its q/k norms" in message
+    text = ('{"model_type": "olmoe", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, '
+            '"intermediate_size": 32, "vocab_size": 100, "max_position_embeddings": 64, "clip_qkv": %s}')
+    path.write_text(text % "8.0")
+    block = load_config(path).block
+    assert (block.clip_qkv, block.clip_after_qk_norm) == (8.0, True)
+    path.write_text(text % "0")
+    assert "field 'clip_qkv'" in config_error_message(lambda: load_config(path), path)
 
 
 def minimax_m2_by_hand(d: int, layers: int, heads: int, kv: int, d_h: int, d_e: int, experts: int, vocab: int,

@@ -75,8 +75,9 @@ def test_every_family_and_composite_has_a_fuzz_draw_and_its_fixture() -> None:
     assert not unwritten, f"run tests/fixtures/cases/generate.py {' '.join(unwritten)}"
 
 
-def test_each_draw_is_what_its_family_reads_at_non_default_values() -> None:
-    """The stored configs are 2 layers over 16 tokens, and together they reach past the defaults: several activations, tied and untied heads, passes past max_position_embeddings."""
+def test_the_draws_are_tiny_and_reach_past_the_defaults() -> None:
+    """The stored configs are 2 layers over 16 tokens, and together they reach past the defaults: several
+    activations, tied and untied heads, passes past max_position_embeddings."""
     acts, ties, past = set(), set(), 0
     for name in draws.DRAWS:
         stored = json.loads((CASES / f"fuzz-{name}-0" / "config.json").read_text())
@@ -328,3 +329,53 @@ def test_deepseek_v2_mlp_bias_biases_the_dense_and_shared_mlps_and_never_the_rou
     assert {"b_gate", "b_up", "b_down"} <= dense
     assert {"shared_b_gate", "shared_b_up", "shared_b_down"} <= mixture
     assert not any(k.startswith("experts.") and ".b_" in k for k in mixture)
+
+
+def test_bloom_residual_post_layernorm_adds_each_branch_to_its_norms_output() -> None:
+    """BloomBlock with apply_residual_connection_post_layernorm: residual = LN's output, not its input; the case's
+    logits equal transformers' (above), and the ordinary pre-norm residual would move them far past tolerance."""
+    from dataclasses import replace
+
+    name = "bloom-residual-post-layernorm"
+    cfg, want = load_config(CASES / name), expected(name)
+    assert cfg.block.placement == "normed_residual" and load_config(CASES / "fuzz-bloom-0").block.placement in (
+        "pre", "normed_residual")
+    pre = replace(cfg, block=replace(cfg.block, placement="pre"))
+    model = Model.from_config(pre, weights=CASES / name, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
+
+
+def test_glm4_moe_without_shared_experts_reads_the_empty_module_transformers_saves(tmp_path: Path) -> None:
+    """Glm4MoeMoE builds its shared expert moe_intermediate_size · n_shared_experts = 0 wide and save_pretrained
+    writes its empty tensors: no parameter, so blockcli reads the folder (count = transformers' total; logits
+    above); a stored tensor with elements where the config has none is still unexpected."""
+    import shutil
+
+    from blockcli.count import count_parameters
+    from test_unreadable_checkpoints import header_and_data, write_header
+
+    name = "glm4_moe-no-shared-expert"
+    cfg = load_config(CASES / name)
+    assert cfg.layer_block(1).moe is not None and cfg.layer_block(1).moe.d_shared == 0
+    assert count_parameters(cfg).total == int(expected(name)["parameters"])
+    assert cli("count", CASES / name).returncode == 0
+    folder = tmp_path / "m"
+    shutil.copytree(CASES / name, folder)
+    header, data = header_and_data(folder / "model.safetensors")
+    key = "model.layers.1.mlp.shared_experts.up_proj.weight"
+    header[key] = {"dtype": "F32", "shape": [1, 16], "data_offsets": [len(data), len(data) + 64]}
+    write_header(folder / "model.safetensors", header, data + b"\0" * 64)
+    assert f"unexpected tensor '{key}'" in one_error_line(cli("count", folder))
+
+
+def test_olmoe_clip_qkv_clamps_the_normalised_projections() -> None:
+    """OlmoeAttention: q_norm(q_proj(x)), k_norm(k_proj(x)), then q, k and v clamped to ±clip_qkv (logits above);
+    clamping the projections before the norms, as OLMo does, would move them past tolerance."""
+    from dataclasses import replace
+
+    name = "olmoe-clip-qkv"
+    cfg, want = load_config(CASES / name), expected(name)
+    assert cfg.block.clip_qkv == 0.5 and cfg.block.clip_after_qk_norm and cfg.block.qk_norm == "projection"
+    early = replace(cfg, block=replace(cfg.block, clip_after_qk_norm=False))
+    model = Model.from_config(early, weights=CASES / name, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3

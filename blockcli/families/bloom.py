@@ -14,8 +14,6 @@ def _bloom(f: Fields) -> tuple[dict, dict]:
     """BLOOM: LayerNorm with shift, biases everywhere, MLP 4·hidden_size wide with tanh-GELU, ALiBi
     (`model.positions: alibi`, slopes as `build_alibi_tensor` computes them for any head count), a
     LayerNorm on the word embeddings (`model.embedding_norm`), a head tied to the embeddings."""
-    f.neutral("apply_residual_connection_post_layernorm", False, "the residual would then be each norm's output, "
-                                                                 "not its input: a placement blockcli does not model")
     # pretraining_tp with slow_but_exact splits the same matmuls into slices: the same function
     f.ignore("pretraining_tp", "slow_but_exact")
     d = first_of(f, ("hidden_size", "n_embed"), lambda k: f.int(k), None)  # n_embed: the legacy name
@@ -32,7 +30,9 @@ def _bloom(f: Fields) -> tuple[dict, dict]:
         "d_model": d, "n_heads": heads, "n_kv_heads": heads, "head_dim": head_dim, "d_ff": 4 * d,
         "norm": "layernorm", "norm_eps": f.float("layer_norm_epsilon", 1e-5),
         "activation": "gelu_tanh",  # BloomGelu: the tanh approximation
-        "bias": True, "placement": "pre", "rope": False,
+        "bias": True, "rope": False,
+        # true: each norm's output, not its input, is what the branch adds to (BloomBlock's residual)
+        "placement": "normed_residual" if f.bool("apply_residual_connection_post_layernorm", False) else "pre",
     }
     # ALiBi needs no table; BloomConfig has no context length, so the training one (2048) bounds run.seq_len
     model = model_section(layers, f.int("vocab_size"), "alibi", 2048, f.bool("tie_word_embeddings", True))

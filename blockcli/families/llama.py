@@ -306,12 +306,17 @@ def _olmo(f: Fields) -> tuple[dict, dict]:
     f.ignore("pretraining_tp")  # copied from Llama's config class by the conversion script; never read
     block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False, mlp_bias=False)
     block.update(norm="layernorm", norm_eps=1e-5, norm_scale=False)
+    read_clip_qkv(f, block)
+    return block, model
+
+
+def read_clip_qkv(f: Fields, block: dict) -> None:
+    """OLMo's `clip_qkv` into block.clip_qkv: a positive bound, or null for no clamp."""
     clip = f.raw("clip_qkv", None)
     if clip is not None:
         block["clip_qkv"] = f.float("clip_qkv", low=0.0, high=1e6)
         if not block["clip_qkv"]:
             raise f.invalid("clip_qkv", clip, "a positive bound (or null for no clamp)")
-    return block, model
 
 
 def written_by_major(f: Fields) -> int:

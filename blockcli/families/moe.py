@@ -20,7 +20,7 @@ from blockcli.families.common import (TRAINING_ONLY, Composite, Family, apply_wi
                                       refuse_nulls, rotating, silu_gate, window_by_key, with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import (LLAMA, LLAMA_MLP, OLMO2, QWEN_VL_PATHS, QWEN_VL_TOP, granite_scalars,
-                                     text_only_mrope, theta_default)
+                                     read_clip_qkv, text_only_mrope, theta_default)
 from blockcli.tensor_names import EXPERTS, EXPERTS_SIDE_BY_SIDE, FUSED, LINEAR, Tensor, TensorMap, tensor
 
 # the router's load-balancing loss (its coefficient, and whether the logits are returned for it): training only
@@ -127,8 +127,9 @@ def _olmoe(f: Fields) -> tuple[dict, dict]:
     `num_experts_per_tok`, renormalised if `norm_topk_prob` (default false); each expert intermediate_size wide."""
     block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False, mlp_bias=False, eps_default=1e-5)
     block["qk_norm"] = "projection"
-    # OlmoeAttention clamps q, k and v after its q/k norms; blockcli's clip_qkv clamps the projections before them
-    f.neutral("clip_qkv", None, "OLMoE clamps q, k and v after its q/k norms, blockcli's clip_qkv before them")
+    read_clip_qkv(f, block)  # OlmoeAttention clamps q, k and v after its q/k norms
+    if "clip_qkv" in block:
+        block["clip_after_qk_norm"] = True
     n_experts = first_of(f, ("num_experts", "num_local_experts"), lambda key: f.int(key), 64)
     block["moe"] = {"n_experts": n_experts, "top_k": f.int("num_experts_per_tok", 8), "d_expert": block["d_ff"],
                     "renormalize": f.bool("norm_topk_prob", False)}
