@@ -143,6 +143,12 @@ class LatentAttention:
     v_head_dim: int
     q_lora_rank: int = 0  # 0: queries through one full projection (DeepSeek-V2-Lite)
     latent_norm_eps: float = 1e-6  # the latents' RMSNorms: DeepSeek builds them with the default eps
+    # DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2, GLM-5): index_heads > 0 heads of
+    # index_head_dim score every query against every earlier key; each query attends to its index_topk best
+    index_heads: int = 0  # 0: no indexer, every query sees every earlier key
+    index_head_dim: int = 0
+    index_topk: int = 0
+    index_rope_layout: str = "half"  # the indexer's RoPE on its first qk_rope_head_dim dims: half (V3.2) | interleaved (GLM-5)
 
     @property
     def qk_head_dim(self) -> int:
@@ -1068,11 +1074,36 @@ def _parse_mla(value: Any) -> LatentAttention | None:
         kv_lora_rank=_int(value, "kv_lora_rank", p, 1), qk_nope_head_dim=_int(value, "qk_nope_head_dim", p, 1),
         qk_rope_head_dim=_int(value, "qk_rope_head_dim", p, 2), v_head_dim=_int(value, "v_head_dim", p, 1),
         q_lora_rank=_int(value, "q_lora_rank", p, 0, minimum=0),
-        latent_norm_eps=_float(value, "latent_norm_eps", p, 1e-6, 0.0, 1.0, low_open=True))
+        latent_norm_eps=_float(value, "latent_norm_eps", p, 1e-6, 0.0, 1.0, low_open=True),
+        **_parse_indexer(value, p))
     if mla.qk_rope_head_dim % 2:
         raise ConfigError(f"{p}.qk_rope_head_dim: RoPE turns pairs of dims; expected an even number, "
                           f"got {mla.qk_rope_head_dim}")
+    if mla.index_heads and not mla.q_lora_rank:
+        raise ConfigError(f"{p}.index_heads: the indexer's queries come from the query latent; set q_lora_rank > 0")
+    if mla.index_heads and mla.index_head_dim < mla.qk_rope_head_dim:
+        raise ConfigError(f"{p}.index_head_dim: the indexer rotates its first qk_rope_head_dim "
+                          f"({mla.qk_rope_head_dim}) dims; expected at least that, got {mla.index_head_dim}")
     return mla
+
+
+def _parse_indexer(value: Mapping[str, Any], p: str) -> dict[str, Any]:
+    """block.mla's DeepSeek Sparse Attention indexer fields: all three sizes, or none of them."""
+    given = [k for k in ("index_heads", "index_head_dim", "index_topk") if value.get(k)]
+    if not given:
+        if value.get("index_rope_layout") not in (None, "half"):
+            raise ConfigError(f"{p}.index_rope_layout: only with an indexer (index_heads > 0)")
+        return {}
+    missing = [k for k in ("index_heads", "index_head_dim", "index_topk") if k not in given]
+    if missing:
+        raise ConfigError(f"{p}.{missing[0]}: required with {given[0]} (the indexer needs index_heads, "
+                          f"index_head_dim and index_topk)")
+    layout = value.get("index_rope_layout", "half")
+    if layout not in ("half", "interleaved"):
+        raise ConfigError(f"{p}.index_rope_layout: expected half or interleaved, got {_kind(layout)}")
+    return {"index_heads": _int(value, "index_heads", p, 0, minimum=1),
+            "index_head_dim": _int(value, "index_head_dim", p, 0, minimum=2),
+            "index_topk": _int(value, "index_topk", p, 0, minimum=1), "index_rope_layout": layout}
 
 
 def _check_mla(block: BlockConfig) -> None:

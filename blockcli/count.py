@@ -41,7 +41,9 @@ def evaluate(poly: Poly, values: Mapping[str, int]) -> int:
 _ORDER = {"L": 0, "V": 1, "P": 2, "E": 3, "k": 4, "d": 5, "h": 6, "h_kv": 7, "d_h": 8, "d_ff": 9, "d_e": 10,
           "d_s": 11,
           # latent attention: query and K/V latent ranks, per-head widths without / with RoPE, values
-          "r_q": 12, "r_kv": 13, "d_nope": 14, "d_rope": 15, "d_v": 16}
+          "r_q": 12, "r_kv": 13, "d_nope": 14, "d_rope": 15, "d_v": 16,
+          # DeepSeek Sparse Attention's indexer: its heads and their width
+          "h_I": 17, "d_I": 18}
 
 
 def render(poly: Poly) -> str:
@@ -135,6 +137,8 @@ def symbol_values(config: Config | BlockConfig) -> dict[str, int]:
     if b.mla is not None:
         values.update(r_q=b.mla.q_lora_rank, r_kv=b.mla.kv_lora_rank, d_nope=b.mla.qk_nope_head_dim,
                       d_rope=b.mla.qk_rope_head_dim, d_v=b.mla.v_head_dim)
+        if b.mla.index_heads:
+            values.update(h_I=b.mla.index_heads, d_I=b.mla.index_head_dim)
     if m is not None:
         values.update(V=m.vocab_size, L=m.n_layers, P=m.max_positions + m.position_offset)
     return values
@@ -276,6 +280,15 @@ def _latent_attention_rows(b: BlockConfig) -> list[Row]:
                  term(1, "r_kv", "h", "d_nope") + term(1, "r_kv", "h", "d_v"), no, ("w_kv_b",)),
              Row("attn.o", "output projection W_O", term(1, "h", "d_v", "d"), term(1, "d") if b.bias.out else no,
                  ("w_o", "b_o"))]
+    if m.index_heads:  # DeepSeek-V3.2 §2.1: the lightning indexer (in transformers: self_attn.indexer)
+        rows += [Row("attn.idx_q", "indexer Q projection from the query latent (h_I heads of d_I)",
+                     term(1, "r_q", "h_I", "d_I"), no, ("idx_w_q",)),
+                 Row("attn.idx_k", "indexer K projection (one d_I key per token)", term(1, "d", "d_I"), no,
+                     ("idx_w_k",)),
+                 Row("attn.idx_k_norm", "indexer key LayerNorm", term(1, "d_I"), term(1, "d_I"),
+                     ("idx_k_norm_gamma", "idx_k_norm_beta")),
+                 Row("attn.idx_weights", "indexer head weights (one per head and token)", term(1, "d", "h_I"), no,
+                     ("idx_w_weights",))]
     return rows
 def _norms_label(n: int) -> str:
     """'one norm', 'two norms', 'four norms' (sandwich): the block's norm subtotal row."""

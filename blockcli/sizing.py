@@ -59,7 +59,8 @@ def cache_rows(dims: Dims) -> tuple[tuple[str, int], ...]:
     """The widths of the rows a K/V cache stores per token and layer: K and V (h_kv·d_h each), or latent
     attention's compressed latent (r_kv + d_rope)."""
     if dims.latent:
-        return (("the latent r_kv + d_rope", dims.r_kv + dims.d_rope),)
+        return (("the latent r_kv + d_rope", dims.r_kv + dims.d_rope),
+                *((("the indexer's key d_I", dims.d_index),) if dims.d_index else ()))
     return (("h_kv·d_h", dims.h_kv * dims.d_h),)
 
 
@@ -109,6 +110,8 @@ class Dims:
     r_kv: int = 0
     d_rope: int = 0
     d_v: int = 0
+    d_index: int = 0  # DeepSeek Sparse Attention: the indexer's key width d_I, cached beside the latent (0: none)
+    h_index: int = 0  # and its heads h_I
 
     @classmethod
     def of(cls, config: Config) -> "Dims":
@@ -117,7 +120,8 @@ class Dims:
         latent = (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim, mla.v_head_dim) if mla else (0, 0, 0, 0)
         return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, mlp_width(b),
                    m.vocab_size if m else 0, b.gated, b.sliding_window, projected_width(m, b.d_model),
-                   moe_active_weights(b), *latent)
+                   moe_active_weights(b), *latent, d_index=mla.index_head_dim if mla and mla.index_heads else 0,
+                   h_index=mla.index_heads if mla else 0)
 
     @property
     def latent(self) -> bool:
@@ -171,7 +175,9 @@ def matmul_weights(dims: Dims) -> tuple[int, int]:
         query = dims.r_q * (dims.d + q) if dims.r_q else dims.d * q
         attention = (query + dims.d * (dims.r_kv + dims.d_rope) + dims.r_kv * dims.h * (d_nope + dims.d_v)
                      + dims.h * dims.d_v * dims.d)
-        return attention + mlp, head
+        # DeepSeek Sparse Attention's indexer: its queries from the latent, its key and its head weights from x
+        indexer = dims.h_index * dims.d_index * dims.r_q + dims.d * (dims.d_index + dims.h_index)
+        return attention + indexer + mlp, head
     return dims.d * (q + 2 * kv) + q * dims.d + mlp, head
 
 
@@ -201,7 +207,8 @@ class ForwardFlops:
 def forward_flops(dims: Dims, T: int, B: int) -> ForwardFlops:
     per_layer, head = matmul_weights(dims)
     tokens = B * T
-    attention = 2 * B * dims.L * dims.h * (dims.d_h + dims.value_dim)  # 2·d_h for Q·Kᵀ + 2·d_v for weights·V
+    # 2·d_h for Q·Kᵀ + 2·d_v for weights·V (+ 2·h_I·d_I for the indexer's scores, which it keeps whole)
+    attention = 2 * B * dims.L * (dims.h * (dims.d_h + dims.value_dim) + dims.h_index * dims.d_index)
     return ForwardFlops(2 * tokens * dims.L * per_layer, attention * score_pairs(T, False),
                         attention * score_pairs(T, True, dims.window), 2 * tokens * head)
 
@@ -225,7 +232,7 @@ def decode_flops(dims: Dims, T: int, B: int) -> int:
     are not expanded again (an expanded cache, or W_kv_b absorbed into the query and output as
     MLA-aware engines do; transformers re-expands its latent cache every step)."""
     per_layer, head = matmul_weights(dims)
-    attention = 2 * dims.L * dims.h * (dims.d_h + dims.value_dim) * dims.keys_seen(T)
+    attention = 2 * dims.L * (dims.h * (dims.d_h + dims.value_dim) + dims.h_index * dims.d_index) * dims.keys_seen(T)
     return B * (2 * (dims.L * per_layer + head) + attention)
 
 
@@ -249,6 +256,7 @@ class Inference:
     kv_expanded_bits_per_token: int = 0
     kv_expanded_bytes: int = 0
     stored_weight_bytes: int | None = None  # a quantized checkpoint's or GGUF file's weights as stored (their own sizes)
+    indexed: bool = False  # DeepSeek Sparse Attention: the latent cache holds the indexer's keys (d_I) too
 
     @property
     def kv_bytes_per_token(self) -> int | float:
@@ -278,8 +286,8 @@ def kv_cache_elements(dims: Dims) -> int:
     """Cached elements per token: K and V, h_kv heads of d_h each, in every layer (grouped-query and
     multi-query attention cache h_kv heads, not h). Latent attention (MLA) caches its compressed
     latent: r_kv + d_rope per layer (DeepSeek-V2 §2.1.2), what MLA-aware engines store."""
-    if dims.latent:
-        return dims.L * (dims.r_kv + dims.d_rope)
+    if dims.latent:  # and DeepSeek Sparse Attention's indexer key (d_I, 0 without), cached as transformers does
+        return dims.L * (dims.r_kv + dims.d_rope + dims.d_index)
     return 2 * dims.L * dims.h_kv * dims.d_h
 
 
@@ -307,7 +315,7 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
     return Inference(seq_len, batch, dtype, kv_dtype, parameters, kv_per_token, kv_bytes,
                      max(inference_activation_bytes(dims, seq_len, batch, dtype) for dims in groups),
                      model_forward_flops(groups, seq_len, batch), model_decode_flops(groups, seq_len, batch),
-                     expanded, expanded_bytes, stored_weight_bytes)
+                     expanded, expanded_bytes, stored_weight_bytes, indexed=any(dims.d_index for dims in groups))
 
 
 def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
