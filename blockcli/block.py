@@ -488,6 +488,8 @@ class MultiHeadAttention:
     tile_bytes: int = TILE_BYTES  # the scores of one tile of the blocked kernel
     # latent attention with an indexer: the keys its last pass let each query see (B, 1, T_q, T_k)
     selection: Array | None = field(default=None, init=False)
+    # a layer reusing the indexer choice of the layer before (mla.index_shared): that layer's attention
+    previous: "MultiHeadAttention | None" = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         p = self.p
@@ -951,8 +953,13 @@ class LatentAttention(MultiHeadAttention):
             q_lat = F.linear(x, p["w_q_a"], p.get("b_q_a"))  # (B, T, r_q)
             rec("q_a", "Q down-projection (latent)", q_lat, (x, p["w_q_a"]), kind="linear", params=("w_q_a", "b_q_a"))
             q_lat = self._latent_norm("q_a_norm", q_lat, rec, "Q latent norm", tape)  # (B, T, r_q)
-            if m.index_heads:  # DeepSeek Sparse Attention: the indexer picks each query's keys
+            if m.own_indexer:  # DeepSeek Sparse Attention: the indexer picks each query's keys
                 self.selection = indexer.select(cfg, p, x, q_lat, start, cache, rec)  # (B, 1, T, T_k)
+            elif m.index_shared:  # GLM-5's shared layers: the choice of the layer before, in this same pass
+                if self.previous is None:
+                    raise InputError("this layer reuses the previous layer's indexer choice (mla.index_shared): "
+                                     "run it within its model, not alone")
+                self.selection = self.previous.selection  # (B, 1, T, T_k)
             q_flat = F.linear(q_lat, p["w_q_b"], None)  # (B, T, h·d_h)
             rec("q_proj", "Q up-projection", q_flat, (q_lat, p["w_q_b"]), kind="linear", params=("w_q_b",))
         else:
@@ -1675,6 +1682,8 @@ class Model:
             p = {k[len(prefix):]: v for k, v in self.params.items() if k.startswith(prefix)}
             block = DecoderBlock(self.config.layer_block(i), p, self.ops, self.attention)
             self.params.update({prefix + k: v for k, v in block.params.items()})  # share, never copy
+            if self.blocks:  # a layer may reuse the indexer choice of the one before (mla.index_shared)
+                block.attn.previous = self.blocks[-1].attn
             self.blocks.append(block)
         b = self.config.block
         self.emb_ln = (Norm(b.norm, self.params.get("emb_ln_gamma"), self.params.get("emb_ln_beta"), b.norm_eps,

@@ -149,6 +149,12 @@ class LatentAttention:
     index_head_dim: int = 0
     index_topk: int = 0
     index_rope_layout: str = "half"  # the indexer's RoPE on its first qk_rope_head_dim dims: half (V3.2) | interleaved (GLM-5)
+    index_shared: bool = False  # no indexer of its own: the previous layer's choice (GLM-5's indexer_types "shared")
+
+    @property
+    def own_indexer(self) -> bool:
+        """Whether the layer runs an indexer with weights of its own (not one reusing the previous layer's choice)."""
+        return bool(self.index_heads) and not self.index_shared
 
     @property
     def qk_head_dim(self) -> int:
@@ -745,6 +751,10 @@ def parse_config(data: Any, name: str = "<mapping>") -> Config:
     _check_rope_scaling(block)
     _check_mla(block)
     layer_blocks = _parse_layers(data.get("layers"), block_data, block, model)
+    first = layer_blocks[0] if layer_blocks else block
+    if first.mla is not None and first.mla.index_shared:  # GLM-5: a shared layer reuses the layer before's choice
+        raise ConfigError(("layers: layer 0" if layer_blocks and block is not first else "block.mla.index_shared: "
+                           "the first layer") + " has no earlier layer whose indexer choice it could reuse")
     run = _parse_run(_section(data, "run"))
     about = _parse_about(_section(data, "about"))
     return Config(block=block, model=model, run=run, about=about, name=name, layer_blocks=layer_blocks)
@@ -1091,8 +1101,9 @@ def _parse_indexer(value: Mapping[str, Any], p: str) -> dict[str, Any]:
     """block.mla's DeepSeek Sparse Attention indexer fields: all three sizes, or none of them."""
     given = [k for k in ("index_heads", "index_head_dim", "index_topk") if value.get(k)]
     if not given:
-        if value.get("index_rope_layout") not in (None, "half"):
-            raise ConfigError(f"{p}.index_rope_layout: only with an indexer (index_heads > 0)")
+        for key, neutral in (("index_rope_layout", "half"), ("index_shared", False)):
+            if value.get(key) not in (None, neutral):
+                raise ConfigError(f"{p}.{key}: only with an indexer (index_heads > 0)")
         return {}
     missing = [k for k in ("index_heads", "index_head_dim", "index_topk") if k not in given]
     if missing:
@@ -1101,9 +1112,13 @@ def _parse_indexer(value: Mapping[str, Any], p: str) -> dict[str, Any]:
     layout = value.get("index_rope_layout", "half")
     if layout not in ("half", "interleaved"):
         raise ConfigError(f"{p}.index_rope_layout: expected half or interleaved, got {_kind(layout)}")
+    shared = value.get("index_shared", False)
+    if not isinstance(shared, bool):
+        raise ConfigError(f"{p}.index_shared: expected true or false, got {_kind(shared)}")
     return {"index_heads": _int(value, "index_heads", p, 0, minimum=1),
             "index_head_dim": _int(value, "index_head_dim", p, 0, minimum=2),
-            "index_topk": _int(value, "index_topk", p, 0, minimum=1), "index_rope_layout": layout}
+            "index_topk": _int(value, "index_topk", p, 0, minimum=1), "index_rope_layout": layout,
+            "index_shared": shared}
 
 
 def _check_mla(block: BlockConfig) -> None:

@@ -280,7 +280,7 @@ def _latent_attention_rows(b: BlockConfig) -> list[Row]:
                  term(1, "r_kv", "h", "d_nope") + term(1, "r_kv", "h", "d_v"), no, ("w_kv_b",)),
              Row("attn.o", "output projection W_O", term(1, "h", "d_v", "d"), term(1, "d") if b.bias.out else no,
                  ("w_o", "b_o"))]
-    if m.index_heads:  # DeepSeek-V3.2 §2.1: the lightning indexer (in transformers: self_attn.indexer)
+    if m.own_indexer:  # DeepSeek-V3.2 §2.1: the lightning indexer (in transformers: self_attn.indexer)
         rows += [Row("attn.idx_q", "indexer Q projection from the query latent (h_I heads of d_I)",
                      term(1, "r_q", "h_I", "d_I"), no, ("idx_w_q",)),
                  Row("attn.idx_k", "indexer K projection (one d_I key per token)", term(1, "d", "d_I"), no,

@@ -120,8 +120,8 @@ class Dims:
         latent = (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim, mla.v_head_dim) if mla else (0, 0, 0, 0)
         return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, mlp_width(b),
                    m.vocab_size if m else 0, b.gated, b.sliding_window, projected_width(m, b.d_model),
-                   moe_active_weights(b), *latent, d_index=mla.index_head_dim if mla and mla.index_heads else 0,
-                   h_index=mla.index_heads if mla else 0)
+                   moe_active_weights(b), *latent, d_index=mla.index_head_dim if mla and mla.own_indexer else 0,
+                   h_index=mla.index_heads if mla and mla.own_indexer else 0)
 
     @property
     def latent(self) -> bool:

@@ -229,7 +229,7 @@ class Trace:
 def kv_cache_bytes(b: BlockConfig, layers: int, batch: int, seq_len: int, itemsize: int) -> int:
     """What blockcli's K/V cache holds after the pass: K and V (h_kv·d_h each) per token and layer, or
     latent attention's compressed latent (r_kv + d_rope)."""
-    per_token = (b.mla.kv_lora_rank + b.mla.qk_rope_head_dim + (b.mla.index_head_dim if b.mla.index_heads else 0)
+    per_token = (b.mla.kv_lora_rank + b.mla.qk_rope_head_dim + (b.mla.index_head_dim if b.mla.own_indexer else 0)
                  if b.mla else 2 * b.n_kv_heads * b.head_dim)  # and the indexer's key (DeepSeek Sparse Attention)
     return layers * batch * seq_len * per_token * itemsize
 
@@ -503,7 +503,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             rec("q_a", "Q down-projection (latent)", q_lat, (inp, S(d, m.q_lora_rank)), kind="linear",
                 params=("w_q_a", "b_q_a"))
             rec("q_a_norm", "Q latent norm", q_normed, (q_lat,), kind=b.norm, params=("q_a_norm_gamma", "q_a_norm_beta"))
-            if m.index_heads:
+            if m.own_indexer:
                 indexer_rows(inp, q_normed)
             q_flat = S(B, T, h * d_h)
             rec("q_proj", "Q up-projection", q_flat, (q_normed, S(m.q_lora_rank, h * d_h)), kind="linear",

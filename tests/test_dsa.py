@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from blockcli import Model, load_config
+from blockcli import DecoderBlock, Model, load_config
 from blockcli.cli import app
-from blockcli.config import ConfigError, parse_config
+from blockcli.config import ConfigError, InputError, parse_config
 from blockcli.count import count_parameters
 from blockcli.hf import hf_to_mapping
 from blockcli.shapes import model_parameter_shapes
@@ -104,13 +104,24 @@ def test_the_indexer_fields_map_onto_block_mla() -> None:
     assert layers == [{"indices": [0, 1, 2], "block": {"moe": None}}]
 
 
+def test_glm5_layers_marked_shared_reuse_the_layer_befores_choice() -> None:
+    """indexer_types "shared" (or the pattern's S, or index_topk_freq): no indexer weights, mla.index_shared."""
+    data = {k: v for k, v in GLM_RANDOM.items() if k != "index_topk_pattern"}
+    for fields in ({"indexer_types": ["full", "shared", "full", "shared"]}, {"index_topk_pattern": "FSFS"},
+                   {"index_topk_freq": 2, "index_skip_topk_offset": 1}):
+        layers = mapped("glm_moe_dsa", {**data, **fields})["layers"]
+        assert [(e["indices"], "moe" in e["block"], e["block"].get("mla", {}).get("index_shared")) for e in layers] == [
+            ([0], True, None), ([3], False, True), ([1], True, True)]  # layers 0, 1 dense (first_k_dense_replace 2)
+    # 63,680 less the indexer of layers 1 and 3: 2 × (16·2·10 + 48·10 + 2·10 + 48·2), transformers' total on meta
+    assert total("glm_moe_dsa", {**data, "index_topk_pattern": "FSFS"}) == 63_680 - 2 * (320 + 480 + 20 + 96) == 61_848
+
+
 @pytest.mark.parametrize("fields, match", [
-    ({"indexer_types": ["full", "shared", "full", "full"]}, "field 'indexer_types'"),
-    ({"index_topk_pattern": "FSFF"}, "field 'indexer_types'"),
-    ({"index_topk_freq": 2}, "field 'indexer_types'"),  # layers 1 and 3 of 4 would reuse the previous choice
+    ({"indexer_types": ["shared", "full", "full", "full"]}, "field 'indexer_types'.*layer 0 has no earlier layer"),
+    ({"index_topk_pattern": "FSXF"}, "field 'indexer_types'"),
     ({"layer_types": ["full_attention"] * 4}, "field 'layer_types'"),
 ])
-def test_glm5_layers_reusing_another_layers_choice_are_refused(fields: dict, match: str) -> None:
+def test_bad_glm5_indexer_layouts_are_refused(fields: dict, match: str) -> None:
     data = {k: v for k, v in GLM_RANDOM.items() if k != "index_topk_pattern"}
     with pytest.raises(ConfigError, match=match):
         mapped("glm_moe_dsa", {**data, **fields})
@@ -159,7 +170,7 @@ def test_a_sequence_no_longer_than_index_topk_keeps_every_key_as_transformers(na
     assert relative(got, want["logits_float64"][:, :tokens]) < 1e-9
 
 
-@pytest.mark.parametrize("name", ["deepseek_v32", "deepseek_v32-wide", "glm_moe_dsa"])
+@pytest.mark.parametrize("name", ["deepseek_v32", "deepseek_v32-wide", "glm_moe_dsa", "glm_moe_dsa-shared"])
 @pytest.mark.parametrize("dtype, tol", [("float64", 1e-9), ("float32", 1e-4)])
 def test_decoding_one_token_at_a_time_equals_transformers_full_pass(name: str, dtype: str, tol: float) -> None:
     """Two prompt tokens, then five steps of one token each: every step's logits are those transformers'
@@ -180,6 +191,20 @@ def test_the_indexers_choice_matters_for_the_fixture() -> None:
     wide = expected("deepseek_v32-wide")
     dense = model_of("deepseek_v32-wide", index_heads=0, index_head_dim=0, index_topk=0)
     assert relative(dense(wide["input_ids"]), wide["logits_float64"]) < 1e-9
+
+
+def test_a_layer_reusing_the_layer_befores_choice_runs_only_within_its_model() -> None:
+    """glm_moe_dsa-shared's layer 1 reuses layer 0's choice (its logits, layers and decode equal transformers':
+    tests/test_checkpoint.py); alone it is a one-line error; choosing all its keys instead is far off."""
+    folder, want = FIXTURES / "glm_moe_dsa-shared", expected("glm_moe_dsa-shared")
+    with pytest.raises(InputError, match="reuses the previous layer's indexer choice"):
+        DecoderBlock.from_config(load_config(folder), weights=folder, dtype="float64", layer=1)(want["layers_float64"][0])
+    model = model_of("glm_moe_dsa-shared")
+    model.blocks[1].attn.previous = None
+    model.blocks[1].cfg = replace(model.blocks[1].cfg, mla=replace(model.blocks[1].cfg.mla, index_shared=False,
+                                                                    index_heads=0, index_head_dim=0, index_topk=0))
+    model.blocks[1].attn.cfg = model.blocks[1].cfg
+    assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
 
 
 def test_glm5_rotates_the_indexer_in_interleaved_pairs() -> None:
@@ -233,3 +258,35 @@ def test_the_totals_and_sizes_here_are_transformers_own(model_type: str) -> None
         return count_parameters(parse_config(hf_to_mapping(data, "x.json"))).total
 
     assert [on_meta(c) for c in configs] == [read_whole(c) for c in configs] == [defaults_total, random_total]
+
+
+@pytest.mark.torch
+def test_glm5_with_shared_indexer_layers_counts_as_transformers() -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.AutoConfig.for_model("glm_moe_dsa", **{**GLM_RANDOM, "index_topk_pattern": "FSFS"})
+    assert config.indexer_types == ["full", "shared", "full", "shared"]
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    assert sum(p.numel() for p in model.parameters()) == 61_848
+
+
+@pytest.mark.parametrize("name", ["deepseek_v32", "glm_moe_dsa", "glm_moe_dsa-shared"])
+def test_verify_passes_with_the_indexers_mask_and_its_loop_reference(name: str) -> None:
+    """Item 4 hides the keys the indexer dropped as well as the future ones; item 12's slow loop reference
+    (blockcli/reference.py) chooses the keys itself, query by query. GLM-5's shared layer 1 cannot run alone:
+    verify checks layer 0's kind only."""
+    result = runner.invoke(app, ["verify", str(FIXTURES / name), "--json"])
+    assert result.exit_code == 0, result.stdout[-2000:]
+    report = json.loads(result.stdout)
+    assert report["passed"] and {c["id"] for c in report["checks"] if c["status"] == "PASS"} >= {4, 12}
+    assert [entry["layer"] for entry in report.get("layers", [{"layer": 0}])] == (
+        [0] if name.endswith("shared") else [0, 1])
+
+
+def test_verify_of_a_layer_reusing_the_layer_befores_choice_is_a_one_line_error() -> None:
+    result = runner.invoke(app, ["verify", str(FIXTURES / "glm_moe_dsa-shared"), "--layer", "1"])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        "blockcli: error: --layer 1: it reuses the previous layer's indexer choice (mla.index_shared), so it cannot "
+        "run alone; verify another layer"]

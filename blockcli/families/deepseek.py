@@ -221,8 +221,6 @@ def _glm4_moe_lite(f: Fields, kind: str = "glm4_moe_lite") -> tuple[dict, dict]:
                         "selection_bias": True, "group_score": "top2_sum",
                         "renormalize": f.bool("norm_topk_prob", True), "n_groups": f.int("n_group", groups),
                         "top_groups": f.int("topk_group", top_groups)}
-        if dense:
-            f.layers.append({"indices": dense, "block": {"moe": None}})
     heads = block["n_heads"]
     if block.pop("n_kv_heads") != heads:  # kv_b_proj makes one K and V per head
         raise f.unrepresentable("num_key_value_heads", f.data["num_key_value_heads"],
@@ -236,19 +234,28 @@ def _glm4_moe_lite(f: Fields, kind: str = "glm4_moe_lite") -> tuple[dict, dict]:
     block["mla"] = {"q_lora_rank": q_rank, "kv_lora_rank": f.int("kv_lora_rank", 512),
                     "qk_nope_head_dim": f.int("qk_nope_head_dim", nope),
                     "qk_rope_head_dim": f.int("qk_rope_head_dim", 64), "v_head_dim": f.int("v_head_dim", d_v)}
+    shared: list[int] = []
     if kind == "glm4_moe_lite":
         block["rope_layout"] = "interleaved" if f.bool("rope_interleave", True) else "half"
     else:
         block["rope_layout"] = "interleaved"  # their attention always rotates interleaved pairs
-        block["mla"].update(_indexer(f, kind, n_layers))
+        indexer, shared = _indexer(f, kind, n_layers)
+        block["mla"].update(indexer)
+    if "moe" not in block:
+        dense = []  # every layer dense: the base block is
+    for is_dense, is_shared in ((True, False), (False, True), (True, True)):  # each layer's overrides, in groups
+        indices = [i for i in range(n_layers) if (i in dense) == is_dense and (i in shared) == is_shared]
+        if indices:
+            f.layers.append({"indices": indices, "block": {**({"moe": None} if is_dense else {}), **(
+                {"mla": {**block["mla"], "index_shared": True}} if is_shared else {})}})
     return block, model
 
 
-def _indexer(f: Fields, kind: str, n_layers: int) -> dict:
+def _indexer(f: Fields, kind: str, n_layers: int) -> tuple[dict, list[int]]:
     """block.mla's DeepSeek Sparse Attention indexer: index_n_heads heads of index_head_dim, index_topk keys per
     query; DeepSeek-V3.2 rotates the indexer's first qk_rope_head_dim dims in halves, GLM-5 in interleaved pairs.
-    GLM-5's `indexer_types` may mark layers "shared" (reusing the previous layer's choice): refused, blockcli
-    runs an indexer in every layer."""
+    And the layers (GLM-5's `indexer_types` "shared") that have no indexer but reuse the previous layer's choice
+    (`mla.index_shared`); layer 0 cannot (transformers fails there)."""
     kinds = f.raw("layer_types", None)
     if kinds is not None and kinds != ["indexed_attention"] * n_layers:
         raise f.invalid("layer_types", kinds, f'{n_layers} times "indexed_attention" (every layer has the indexer)')
@@ -269,12 +276,15 @@ def _indexer(f: Fields, kind: str, n_layers: int) -> dict:
             types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(n_layers)]
         if not isinstance(types, list) or len(types) != n_layers or any(t not in ("full", "shared") for t in types):
             raise f.invalid("indexer_types", types, f'an array of {n_layers} indexer kinds, "full" or "shared"')
-        if "shared" in types:
-            raise f.unrepresentable("indexer_types", types, "blockcli runs an indexer of its own in every layer; "
-                                    "layers reusing the previous layer's top-k choice (shared) are not supported")
+        if types[0] == "shared":
+            raise f.unrepresentable("indexer_types", types, "layer 0 has no earlier layer whose top-k choice it "
+                                                            "could reuse (transformers fails on it)")
+        shared = [i for i, t in enumerate(types) if t == "shared"]
+    else:
+        shared = []
     return {"index_heads": f.int("index_n_heads", 64 if kind == "deepseek_v32" else 32),
             "index_head_dim": f.int("index_head_dim", 128), "index_topk": f.int("index_topk", 2048),
-            "index_rope_layout": "half" if kind == "deepseek_v32" else "interleaved"}
+            "index_rope_layout": "half" if kind == "deepseek_v32" else "interleaved"}, shared
 
 
 def _deepseek_v32(f: Fields) -> tuple[dict, dict]:
