@@ -36,6 +36,7 @@ from blockcli.config import BlockConfig, Config, InputError, ModelConfig
 from blockcli.inputs import check_in_range, check_token_ids, load_npz
 from blockcli.mamba import MambaCache, Mamba2Mixer
 from blockcli.checkpoint import is_checkpoint_path
+from blockcli import indexer
 from blockcli.ops import STANDARD_OPS, Array, Ops
 from blockcli.parallel import share_out
 from blockcli.shapes import Shape, block_parameter_shapes, is_buffer, model_parameter_shapes
@@ -85,6 +86,11 @@ def softmax_label(cfg: BlockConfig) -> str:
     """The trace's name for the softmax row of the full table."""
     return "softmax over keys and each head's sink logit (its weight dropped)" if cfg.attention_sinks else \
         "softmax over keys"
+
+
+def mask_label(cfg: BlockConfig) -> str:
+    return ("causal mask and the indexer's top-k keys" if cfg.mla is not None and cfg.mla.index_heads else
+            "causal mask")
 
 
 def query_scale_label(cfg: BlockConfig) -> str:
@@ -387,6 +393,7 @@ class KVCache:
     _k: Array | None = None  # (B, h_kv, capacity, d_h)
     _v: Array | None = None
     length: int = 0
+    index: "KVCache | None" = None  # DeepSeek Sparse Attention: the indexer's keys (B, 1, T_seen, d_I) in its k
 
     @property
     def k(self) -> Array | None:
@@ -412,6 +419,12 @@ class KVCache:
         self._v[:, :, self.length:end] = v
         self.length = end
         return self.k, self.v
+
+    def append_index(self, keys: Array) -> Array:
+        """Add the indexer's keys (B, 1, T_new, d_I); return all of them so far (B, 1, T_seen, d_I)."""
+        if self.index is None:
+            self.index = KVCache()
+        return self.index.append(keys, keys[..., :0])[0]
 
 
 class ScoreTiles:
@@ -506,6 +519,10 @@ class MultiHeadAttention:
     attention: str = "auto"  # auto | full | chunked
     chunk_bytes: int = CHUNK_TABLE_BYTES  # auto: a full score table above this is computed in tiles
     tile_bytes: int = TILE_BYTES  # the scores of one tile of the blocked kernel
+    # latent attention with an indexer: the keys its last pass let each query see (B, 1, T_q, T_k)
+    selection: Array | None = field(default=None, init=False)
+    # a layer reusing the indexer choice of the layer before (mla.index_shared): that layer's attention
+    previous: "MultiHeadAttention | None" = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         p = self.p
@@ -728,7 +745,7 @@ class MultiHeadAttention:
         B, h, T_q, _ = q.shape
         T_k = k.shape[2]
         table_bytes = B * h * T_q * T_k * q.itemsize
-        full = (self.ops is not STANDARD_OPS or drop is not None
+        full = (self.ops is not STANDARD_OPS or drop is not None or self.selection is not None
                 or full_table(self.attention, table_bytes, rec is not _ignore, self.chunk_bytes))
         if saved is not None:  # what the backward reads: Q, K, V as attention sees them (after RoPE)
             saved.update(q=q, k=k, v=v)
@@ -782,6 +799,8 @@ class MultiHeadAttention:
         allowed = (ops.backward_mask if backward else ops.causal_mask)(T_q, T_k, start)  # (T_q, T_k)
         if (local := local_mask(cfg, T_q, T_k, start)) is not None:  # a window or a chunk
             allowed = allowed & local
+        if self.selection is not None:  # DeepSeek Sparse Attention: only the keys the indexer chose
+            allowed = allowed & self.selection  # (B, 1, T_q, T_k)
         if not cfg.attention_sinks:
             masked, weights = ops.attention_weights(scores, allowed)
             return capped, scores, masked, weights
@@ -1000,6 +1019,13 @@ class LatentAttention(MultiHeadAttention):
             q_lat = F.linear(x, p["w_q_a"], p.get("b_q_a"))  # (B, T, r_q)
             rec("q_a", "Q down-projection (latent)", q_lat, (x, p["w_q_a"]), kind="linear", params=("w_q_a", "b_q_a"))
             q_lat = self._latent_norm("q_a_norm", q_lat, rec, "Q latent norm", tape)  # (B, T, r_q)
+            if m.own_indexer:  # DeepSeek Sparse Attention: the indexer picks each query's keys
+                self.selection = indexer.select(cfg, p, x, q_lat, start, cache, rec)  # (B, 1, T, T_k)
+            elif m.index_shared:  # GLM-5's shared layers: the choice of the layer before, in this same pass
+                if self.previous is None:
+                    raise InputError("this layer reuses the previous layer's indexer choice (mla.index_shared): "
+                                     "run it within its model, not alone")
+                self.selection = self.previous.selection  # (B, 1, T, T_k)
             q_flat = F.linear(q_lat, p["w_q_b"], None)  # (B, T, h·d_h)
             rec("q_proj", "Q up-projection", q_flat, (q_lat, p["w_q_b"]), kind="linear", params=("w_q_b",))
         else:
@@ -1777,6 +1803,8 @@ class Model:
             p = {k[len(prefix):]: v for k, v in self.params.items() if k.startswith(prefix)}
             block = DecoderBlock(self.config.layer_block(i), p, self.ops, self.attention)
             self.params.update({prefix + k: v for k, v in block.params.items()})  # share, never copy
+            if self.blocks:  # a layer may reuse the indexer choice of the one before (mla.index_shared)
+                block.attn.previous = self.blocks[-1].attn
             self.blocks.append(block)
         b = self.config.block
         self.emb_ln = (Norm(b.norm, self.params.get("emb_ln_gamma"), self.params.get("emb_ln_beta"), b.norm_eps,

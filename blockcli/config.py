@@ -154,6 +154,18 @@ class LatentAttention:
     v_head_dim: int
     q_lora_rank: int = 0  # 0: queries through one full projection (DeepSeek-V2-Lite)
     latent_norm_eps: float = 1e-6  # the latents' RMSNorms: DeepSeek builds them with the default eps
+    # DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2, GLM-5): index_heads > 0 heads of
+    # index_head_dim score every query against every earlier key; each query attends to its index_topk best
+    index_heads: int = 0  # 0: no indexer, every query sees every earlier key
+    index_head_dim: int = 0
+    index_topk: int = 0
+    index_rope_layout: str = "half"  # the indexer's RoPE on its first qk_rope_head_dim dims: half (V3.2) | interleaved (GLM-5)
+    index_shared: bool = False  # no indexer of its own: the previous layer's choice (GLM-5's indexer_types "shared")
+
+    @property
+    def own_indexer(self) -> bool:
+        """Whether the layer runs an indexer with weights of its own (not one reusing the previous layer's choice)."""
+        return bool(self.index_heads) and not self.index_shared
 
     @property
     def qk_head_dim(self) -> int:
@@ -834,6 +846,10 @@ def parse_config(data: Any, name: str = "<mapping>") -> Config:
     _check_rope_scaling(block)
     _check_mla(block)
     layer_blocks = _parse_layers(data.get("layers"), block_data, block, model)
+    first = layer_blocks[0] if layer_blocks else block
+    if first.mla is not None and first.mla.index_shared:  # GLM-5: a shared layer reuses the layer before's choice
+        raise ConfigError(("layers: layer 0" if layer_blocks and block is not first else "block.mla.index_shared: "
+                           "the first layer") + " has no earlier layer whose indexer choice it could reuse")
     run = _parse_run(_section(data, "run"))
     about = _parse_about(_section(data, "about"))
     return Config(block=block, model=model, run=run, about=about, name=name, layer_blocks=layer_blocks)
@@ -1219,10 +1235,16 @@ def _parse_mla(value: Any) -> LatentAttention | None:
         kv_lora_rank=_int(value, "kv_lora_rank", p, 1), qk_nope_head_dim=_int(value, "qk_nope_head_dim", p, 1),
         qk_rope_head_dim=_int(value, "qk_rope_head_dim", p, 2), v_head_dim=_int(value, "v_head_dim", p, 1),
         q_lora_rank=_int(value, "q_lora_rank", p, 0, minimum=0),
-        latent_norm_eps=_float(value, "latent_norm_eps", p, 1e-6, 0.0, 1.0, low_open=True))
+        latent_norm_eps=_float(value, "latent_norm_eps", p, 1e-6, 0.0, 1.0, low_open=True),
+        **_parse_indexer(value, p))
     if mla.qk_rope_head_dim % 2:
         raise ConfigError(f"{p}.qk_rope_head_dim: RoPE turns pairs of dims; expected an even number, "
                           f"got {mla.qk_rope_head_dim}")
+    if mla.index_heads and not mla.q_lora_rank:
+        raise ConfigError(f"{p}.index_heads: the indexer's queries come from the query latent; set q_lora_rank > 0")
+    if mla.index_heads and mla.index_head_dim < mla.qk_rope_head_dim:
+        raise ConfigError(f"{p}.index_head_dim: the indexer rotates its first qk_rope_head_dim "
+                          f"({mla.qk_rope_head_dim}) dims; expected at least that, got {mla.index_head_dim}")
     return mla
 
 
@@ -1255,6 +1277,28 @@ def _parse_mamba(value: Any) -> Mamba2 | None:
         raise ConfigError(f"{p}.n_groups: {mamba.n_groups} does not divide n_heads={mamba.n_heads} (each group's "
                           f"heads share its B and C)")
     return mamba
+def _parse_indexer(value: Mapping[str, Any], p: str) -> dict[str, Any]:
+    """block.mla's DeepSeek Sparse Attention indexer fields: all three sizes, or none of them."""
+    given = [k for k in ("index_heads", "index_head_dim", "index_topk") if value.get(k)]
+    if not given:
+        for key, neutral in (("index_rope_layout", "half"), ("index_shared", False)):
+            if value.get(key) not in (None, neutral):
+                raise ConfigError(f"{p}.{key}: only with an indexer (index_heads > 0)")
+        return {}
+    missing = [k for k in ("index_heads", "index_head_dim", "index_topk") if k not in given]
+    if missing:
+        raise ConfigError(f"{p}.{missing[0]}: required with {given[0]} (the indexer needs index_heads, "
+                          f"index_head_dim and index_topk)")
+    layout = value.get("index_rope_layout", "half")
+    if layout not in ("half", "interleaved"):
+        raise ConfigError(f"{p}.index_rope_layout: expected half or interleaved, got {_kind(layout)}")
+    shared = value.get("index_shared", False)
+    if not isinstance(shared, bool):
+        raise ConfigError(f"{p}.index_shared: expected true or false, got {_kind(shared)}")
+    return {"index_heads": _int(value, "index_heads", p, 0, minimum=1),
+            "index_head_dim": _int(value, "index_head_dim", p, 0, minimum=2),
+            "index_topk": _int(value, "index_topk", p, 0, minimum=1), "index_rope_layout": layout,
+            "index_shared": shared}
 
 
 def _check_mla(block: BlockConfig) -> None:

@@ -45,7 +45,9 @@ _ORDER = {"L": 0, "V": 1, "P": 2, "E": 3, "k": 4, "d": 5, "h": 6, "h_kv": 7, "d_
           # Gated DeltaNet: key heads and their width, value heads (d_v their width), the short conv's taps
           "h_k": 17, "d_k": 18, "h_v": 19, "K": 20,
           # a Mamba-2 mixer: SSM heads, their width, the state width, groups of B and C (K: the conv's kernel)
-          "h_s": 21, "p": 22, "N": 23, "g": 24}
+          "h_s": 21, "p": 22, "N": 23, "g": 24,
+          # DeepSeek Sparse Attention's indexer: its heads and their width
+          "h_I": 25, "d_I": 26}
 
 
 def render(poly: Poly) -> str:
@@ -139,6 +141,8 @@ def symbol_values(config: Config | BlockConfig) -> dict[str, int]:
     if b.mla is not None:
         values.update(r_q=b.mla.q_lora_rank, r_kv=b.mla.kv_lora_rank, d_nope=b.mla.qk_nope_head_dim,
                       d_rope=b.mla.qk_rope_head_dim, d_v=b.mla.v_head_dim)
+        if b.mla.index_heads:
+            values.update(h_I=b.mla.index_heads, d_I=b.mla.index_head_dim)
     if b.linear_attention is not None:
         n = b.linear_attention
         values.update(h_k=n.key_heads, d_k=n.key_head_dim, h_v=n.value_heads, d_v=n.value_head_dim, K=n.conv_kernel)
@@ -303,6 +307,15 @@ def _latent_attention_rows(b: BlockConfig) -> list[Row]:
                  term(1, "r_kv", "h", "d_nope") + term(1, "r_kv", "h", "d_v"), no, ("w_kv_b",)),
              Row("attn.o", "output projection W_O", term(1, "h", "d_v", "d"), term(1, "d") if b.bias.out else no,
                  ("w_o", "b_o"))]
+    if m.own_indexer:  # DeepSeek-V3.2 §2.1: the lightning indexer (in transformers: self_attn.indexer)
+        rows += [Row("attn.idx_q", "indexer Q projection from the query latent (h_I heads of d_I)",
+                     term(1, "r_q", "h_I", "d_I"), no, ("idx_w_q",)),
+                 Row("attn.idx_k", "indexer K projection (one d_I key per token)", term(1, "d", "d_I"), no,
+                     ("idx_w_k",)),
+                 Row("attn.idx_k_norm", "indexer key LayerNorm", term(1, "d_I"), term(1, "d_I"),
+                     ("idx_k_norm_gamma", "idx_k_norm_beta")),
+                 Row("attn.idx_weights", "indexer head weights (one per head and token)", term(1, "d", "h_I"), no,
+                     ("idx_w_weights",))]
     return rows
 def _deltanet_rows() -> list[Row]:
     """The Gated DeltaNet token mixer (blockcli/deltanet.py): q and k h_k·d_k wide, v and the output gate z

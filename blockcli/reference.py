@@ -8,6 +8,7 @@ small vector operations use NumPy.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Mapping
 
 import numpy as np
@@ -110,10 +111,11 @@ def _latent_attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConf
     def bias(name: str, width: int) -> np.ndarray:
         return p.get(name, np.zeros(width))
 
-    queries, keys, values = [], [], []  # [t][head]
+    queries, keys, values, latents = [], [], [], []  # [t][head], and each token's query latent
     for t in range(T):
         if m.q_lora_rank:
-            q = latent_norm("q_a_norm", n[t] @ p["w_q_a"] + bias("b_q_a", m.q_lora_rank)) @ p["w_q_b"]
+            latents.append(latent_norm("q_a_norm", n[t] @ p["w_q_a"] + bias("b_q_a", m.q_lora_rank)))
+            q = latents[t] @ p["w_q_b"]
         else:
             q = n[t] @ p["w_q"]
         a = n[t] @ p["w_kv_a"] + bias("b_kv_a", r_kv + d_r)
@@ -127,11 +129,12 @@ def _latent_attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConf
     s = cfg.rope_scaling
     if s is not None and s.mscale_all_dim and s.factor > 1:  # transformers' yarn_apply_mscale
         scale *= (0.1 * s.mscale_all_dim * math.log(s.factor) + 1.0) ** 2
+    chosen = _index_choice(n, latents, p, cfg) if m.index_heads else None
     concat = np.zeros((T, h * d_v))
     for head in range(h):
         for t in range(T):
             first = max(0, t - cfg.sliding_window + 1) if cfg.sliding_window else 0
-            seen = range(first, t + 1)
+            seen = [u for u in range(first, t + 1) if chosen is None or u in chosen[t]]
             logits = [float(queries[t][head] @ keys[u][head]) * scale for u in seen]
             top = max(logits)
             e = [math.exp(x - top) for x in logits]
@@ -171,6 +174,31 @@ def _mamba(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.n
                                        m.norm_eps) for j in range(0, d_in, size)])
         out[t] = normed @ p["w_ssm_out"] + p.get("b_ssm_out", 0.0)
     return out
+def _index_choice(n: np.ndarray, latents: list[np.ndarray], p: Mapping[str, np.ndarray], cfg: BlockConfig
+                  ) -> list[set[int]]:
+    """DeepSeek Sparse Attention's lightning indexer on n (T, d), query by query: the keys u <= t each query t
+    keeps, the index_topk of the highest Σ_j w_tj·ReLU(q_tj·k_u/√d_I) (all of them while there are fewer)."""
+    m = cfg.mla
+    assert m is not None
+    if m.index_shared:
+        raise ValueError("a layer reusing the previous layer's indexer choice has no reference of its own")
+    T, H, D, r = n.shape[0], m.index_heads, m.index_head_dim, m.qk_rope_head_dim
+    turn = replace(cfg, rope_layout=m.index_rope_layout)  # the indexer's own pairs
+
+    def rotated(v: np.ndarray, t: int) -> np.ndarray:
+        return np.concatenate([_rotate(v[:r], t, turn, T), v[r:]])
+
+    keys = [rotated(_norm(n[u] @ p["idx_w_k"], p["idx_k_norm_gamma"], p["idx_k_norm_beta"], "layernorm", 1e-6), u)
+            for u in range(T)]
+    chosen = []
+    for t in range(T):
+        q = latents[t] @ p["idx_w_q"]
+        heads = [rotated(q[j * D:(j + 1) * D], t) for j in range(H)]
+        w = (n[t] @ p["idx_w_weights"]) / math.sqrt(H)
+        score = {u: sum(w[j] * max(0.0, float(heads[j] @ keys[u]) / math.sqrt(D)) for j in range(H))
+                 for u in range(t + 1)}
+        chosen.append(set(sorted(score, key=lambda u: -score[u])[:m.index_topk]))
+    return chosen
 
 
 def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:

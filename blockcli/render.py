@@ -365,6 +365,13 @@ STATE_FORMULAS = {"Gated DeltaNet": "B·L_dn·(h_v·d_k·d_v + K·C)", "Mamba-2"
 
 def _state_formula(inf: Inference) -> str:
     return " + ".join(STATE_FORMULAS[kind] for kind in inf.state_of.split(" and "))
+def _latent_formula(inf: Inference) -> str:
+    return "L·(r_kv + d_rope + d_I)" if inf.indexed else "L·(r_kv + d_rope)"
+
+
+def _latent_label(inf: Inference) -> str:
+    """The latent cache's description; with DeepSeek Sparse Attention, and the indexer's keys beside it."""
+    return KV_LATENT_LABEL + (", with the indexer's keys (d_I)" if inf.indexed else "")
 
 
 def _kv_cache_json(inf: Inference) -> dict[str, Any]:
@@ -380,7 +387,7 @@ def _kv_cache_json(inf: Inference) -> dict[str, Any]:
         return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token,
                 "bits_per_token": inf.kv_bits_per_token, "bytes": inf.kv_bytes, "formula": "2·L·h_kv·d_h per token"}
     return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token, "bits_per_token": inf.kv_bits_per_token,
-            "bytes": inf.kv_bytes, "formula": "L·(r_kv + d_rope) per token", "stores": KV_LATENT_LABEL,
+            "bytes": inf.kv_bytes, "formula": f"{_latent_formula(inf)} per token", "stores": _latent_label(inf),
             "expanded": {"bytes_per_token": inf.kv_expanded_bytes_per_token,
                          "bits_per_token": inf.kv_expanded_bits_per_token, "bytes": inf.kv_expanded_bytes,
                          "formula": "L·h·(d_h + d_v) per token", "stores": KV_EXPANDED_LABEL}}
@@ -402,7 +409,7 @@ def _kv_cache_lines(inf: Inference, B: int, T: int) -> list[str]:
                 f"sequence{'s' if B > 1 else ''} ({_state_formula(inf)} × {inf.dtype}: the state and the conv's window)"]
     if not inf.kv_expanded_bits_per_token:
         return [_kv_line("K/V cache", inf.kv_bytes_per_token, "2·L·h_kv·d_h", inf.kv_dtype, inf.kv_bytes, B, T)]
-    return [_kv_line(f"K/V cache, {KV_LATENT_LABEL}", inf.kv_bytes_per_token, "L·(r_kv + d_rope)", inf.kv_dtype,
+    return [_kv_line(f"K/V cache, {_latent_label(inf)}", inf.kv_bytes_per_token, _latent_formula(inf), inf.kv_dtype,
                      inf.kv_bytes, B, T),
             _kv_line(f"K/V cache, {KV_EXPANDED_LABEL}", inf.kv_expanded_bytes_per_token, "L·h·(d_h + d_v)",
                      inf.kv_dtype, inf.kv_expanded_bytes, B, T)]
@@ -1389,7 +1396,10 @@ def backward_lines(rep: Any) -> list[str]:
         lines.append(f"gradients: {rep.gradients} of {rep.parameters} parameter tensors, each of its parameter's "
                      f"shape" + (f"; {len(rep.unrouted)} of experts no token was routed to got none (zero)"
                                  if rep.unrouted else "")
-                     + ("" if rep.gradients + len(rep.unrouted) == rep.parameters else "; some others got none"))
+                     + (f"; the {len(rep.indexer)} of the sparse-attention indexer got none: it runs without gradients"
+                        if rep.indexer else "")
+                     + ("" if rep.gradients + len(rep.unrouted) + len(rep.indexer) == rep.parameters else
+                        "; some others got none"))
         closed = ("" if rep.closed_form_bytes is None else
                   f"; closed form (blockcli.saved) {rep.closed_form_bytes:,} bytes: "
                   + ("match" if rep.closed_form_bytes == rep.saved_bytes else

@@ -62,6 +62,10 @@ def latent_attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     shapes["w_o"] = (h * m.v_head_dim, d)
     if cfg.bias.out:
         shapes["b_o"] = (d,)
+    if m.own_indexer:  # DeepSeek Sparse Attention's indexer: its queries from the query latent, one key per token
+        shapes.update(idx_w_q=(m.q_lora_rank, m.index_heads * m.index_head_dim), idx_w_k=(d, m.index_head_dim),
+                      idx_k_norm_gamma=(m.index_head_dim,), idx_k_norm_beta=(m.index_head_dim,),
+                      idx_w_weights=(d, m.index_heads))  # the key's LayerNorm always has both; a weight per head
     return shapes
 
 

@@ -62,7 +62,8 @@ def cache_rows(dims: Dims) -> tuple[tuple[str, int], ...]:
     """The widths of the rows a K/V cache stores per token and layer: K and V (h_kv·d_h each), or latent
     attention's compressed latent (r_kv + d_rope)."""
     if dims.latent:
-        return (("the latent r_kv + d_rope", dims.r_kv + dims.d_rope),)
+        return (("the latent r_kv + d_rope", dims.r_kv + dims.d_rope),
+                *((("the indexer's key d_I", dims.d_index),) if dims.d_index else ()))
     return (("h_kv·d_h", dims.h_kv * dims.d_h),)
 
 
@@ -123,6 +124,8 @@ class Dims:
     K: int = 0
     mixer: bool = True  # the layer has its token mixer (block.parts both or mixer)
     mlp: bool = True  # the layer has its MLP (block.parts both or mlp)
+    d_index: int = 0  # DeepSeek Sparse Attention: the indexer's key width d_I, cached beside the latent (0: none)
+    h_index: int = 0  # and its heads h_I
 
     @classmethod
     def of(cls, config: Config) -> "Dims":
@@ -133,7 +136,8 @@ class Dims:
         return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, mlp_width(b),
                    m.vocab_size if m else 0, b.gated, b.sliding_window, projected_width(m, b.d_model),
                    moe_active_weights(b), *latent, b.linear_attention, b.attention_gate, b.attention_chunk, *mamba,
-                   b.parts != "mlp", b.parts != "mixer")
+                   b.parts != "mlp", b.parts != "mixer", d_index=mla.index_head_dim if mla and mla.own_indexer else 0,
+                   h_index=mla.index_heads if mla and mla.own_indexer else 0)
 
     @property
     def mamba(self) -> bool:
@@ -222,7 +226,9 @@ def matmul_weights(dims: Dims) -> tuple[int, int]:
         query = dims.r_q * (dims.d + q) if dims.r_q else dims.d * q
         attention = (query + dims.d * (dims.r_kv + dims.d_rope) + dims.r_kv * dims.h * (d_nope + dims.d_v)
                      + dims.h * dims.d_v * dims.d)
-        return attention + mlp, head
+        # DeepSeek Sparse Attention's indexer: its queries from the latent, its key and its head weights from x
+        indexer = dims.h_index * dims.d_index * dims.r_q + dims.d * (dims.d_index + dims.h_index)
+        return attention + indexer + mlp, head
     return dims.d * (q + 2 * kv) + q * dims.d + mlp, head
 
 
@@ -259,7 +265,8 @@ def forward_flops(dims: Dims, T: int, B: int) -> ForwardFlops:
         return ForwardFlops(tokens * (2 * dims.L * per_layer + recurrence_flops(dims)), 0, 0, 2 * tokens * head)
     if not dims.attends:  # a Mamba-2 layer's scan: each token's x ⊗ B into the state and the state times C
         return ForwardFlops(2 * tokens * dims.L * (per_layer + ssm_scan_macs(dims)), 0, 0, 2 * tokens * head)
-    attention = 2 * B * dims.L * dims.h * (dims.d_h + dims.value_dim)  # 2·d_h for Q·Kᵀ + 2·d_v for weights·V
+    # 2·d_h for Q·Kᵀ + 2·d_v for weights·V (+ 2·h_I·d_I for the indexer's scores, which it keeps whole)
+    attention = 2 * B * dims.L * (dims.h * (dims.d_h + dims.value_dim) + dims.h_index * dims.d_index)
     return ForwardFlops(2 * tokens * dims.L * per_layer, attention * score_pairs(T, False),
                         attention * score_pairs(T, True, dims.window, dims.chunk), 2 * tokens * head)
 
@@ -294,7 +301,8 @@ def decode_flops(dims: Dims, T: int, B: int) -> int:
     elif not dims.attends:  # no keys: the scan's step costs the same at any context
         return B * 2 * (dims.L * (per_layer + ssm_scan_macs(dims)) + head)
     else:
-        attention = 2 * dims.L * dims.h * (dims.d_h + dims.value_dim) * dims.decode_keys(T)
+        attention = (2 * dims.L * (dims.h * (dims.d_h + dims.value_dim) + dims.h_index * dims.d_index)
+                     * dims.decode_keys(T))
     return B * (2 * (dims.L * per_layer + head) + attention)
 
 
@@ -322,6 +330,7 @@ class Inference:
     # recurrent state and the short conv's window): constant in T, beside kv_bytes; 0 without such layers
     state_bytes: int = 0
     state_of: str = ""  # whose state: "Gated DeltaNet" or "Mamba-2" ("" without)
+    indexed: bool = False  # DeepSeek Sparse Attention: the latent cache holds the indexer's keys (d_I) too
 
     @property
     def kv_bytes_per_token(self) -> int | float:
@@ -355,8 +364,8 @@ def kv_cache_elements(dims: Dims) -> int:
     `Dims.ssm_state_elements`)."""
     if not dims.attends:
         return 0
-    if dims.latent:
-        return dims.L * (dims.r_kv + dims.d_rope)
+    if dims.latent:  # and DeepSeek Sparse Attention's indexer key (d_I, 0 without), cached as transformers does
+        return dims.L * (dims.r_kv + dims.d_rope + dims.d_index)
     return 2 * dims.L * dims.h_kv * dims.d_h
 
 
@@ -407,7 +416,8 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
     return Inference(seq_len, batch, dtype, kv_dtype, parameters, kv_per_token, kv_bytes,
                      max(inference_activation_bytes(dims, seq_len, batch, dtype) for dims in groups),
                      model_forward_flops(groups, seq_len, batch), model_decode_flops(groups, seq_len, batch),
-                     expanded, expanded_bytes, stored_weight_bytes, fixed, state_of)
+                     expanded, expanded_bytes, stored_weight_bytes, fixed, state_of,
+                     indexed=any(dims.d_index for dims in groups))
 
 
 def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:

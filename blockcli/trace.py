@@ -24,8 +24,8 @@ import numpy as np
 from blockcli import progress
 from blockcli.activations import MLP_KIND_FLOPS
 from blockcli.block import (DecoderBlock, Model, activated, mlp_stage, attention_tile, block_parameter_shapes, blocked_label, experts_label,
-                            full_table, load_label, logits_label, model_parameter_shapes, query_scale_label, routing_label,
-                            scores_label, softmax_label, mask_label, moe_sum_label, qk_norm_label)
+                            full_table, load_label, logits_label, mask_label, model_parameter_shapes, moe_sum_label,
+                            qk_norm_label, query_scale_label, routing_label, scores_label, softmax_label)
 from blockcli.config import BlockConfig, Config, InputError, clipped, projected_width, whole_number
 from blockcli.deltanet import SYMBOLIC_DELTANET, state_bytes
 from blockcli.deltanet import analytic_rows as deltanet_analytic_rows
@@ -254,14 +254,25 @@ def kv_cache_bytes(b: BlockConfig, layers: int, batch: int, seq_len: int, itemsi
     latent attention's compressed latent (r_kv + d_rope)."""
     if b.linear_attention is not None:  # Gated DeltaNet: its recurrent state and conv window, whatever seq_len
         return layers * state_bytes(b, batch, itemsize)
-    per_token = (b.mla.kv_lora_rank + b.mla.qk_rope_head_dim if b.mla else 2 * b.n_kv_heads * b.head_dim)
+    per_token = (b.mla.kv_lora_rank + b.mla.qk_rope_head_dim + (b.mla.index_head_dim if b.mla.own_indexer else 0)
+                 if b.mla else 2 * b.n_kv_heads * b.head_dim)  # and the indexer's key (DeepSeek Sparse Attention)
     return layers * batch * seq_len * per_token * itemsize
+
+
+# DeepSeek Sparse Attention's indexer (blockcli/indexer.py): h_I heads of d_I, one key per token
+SYMBOLIC_INDEXER = {
+    "idx_q": "(B, T, h_I·d_I)", "idx_k": "(B, T, d_I)", "idx_k_norm": "(B, T, d_I)", "idx_q_rope": "(B, h_I, T, d_I)",
+    "idx_k_rope": "(B, 1, T, d_I)", "idx_scores": "(B, h_I, T, T)", "idx_weights": "(B, T, h_I)",
+    "idx_index": "(B, T, T)", "idx_topk": "(B, T, T)",
+}
 
 
 def symbolic_shapes(b: BlockConfig) -> dict[str, str]:
     """The symbolic shapes this block's tensors have where they differ from the defaults (`SYMBOLIC`)."""
     if b.linear_attention is not None:
         return dict(SYMBOLIC_DELTANET)
+    if b.mla is not None and b.mla.index_heads:
+        return {**SYMBOLIC_LATENT, **SYMBOLIC_INDEXER}
     return dict(SYMBOLIC_LATENT) if b.mla is not None else {}
 
 
@@ -424,6 +435,7 @@ def analytic_trace(config: Config, attention: str = "auto") -> Trace:
     S = lambda *shape: ShapeOnly(tuple(shape), dt)  # noqa: E731
     shapes = model_parameter_shapes(config) if m else block_parameter_shapes(b)
     chunked = not full_table(attention, B * b.n_heads * T * T * dt.itemsize, traced=True)
+    chunked = chunked and not (b.mla is not None and b.mla.index_heads)  # the indexer's choice: the whole table
     x = ShapeOnly((B, T), np.dtype(np.int64)) if m else S(B, T, d)
     rec = Recorder({k: math.prod(s) for k, s in shapes.items()}, pass_input=x, symbolic=symbolic_shapes(b))
     if m:
@@ -469,6 +481,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
     b, run = config.block, config.run
     B, T, d, h, h_kv, d_h, d_ff = (run.batch, run.seq_len, b.d_model, b.n_heads, b.n_kv_heads,
                                    b.head_dim, b.d_ff)
+    chunked = chunked and not (b.mla is not None and b.mla.index_heads)  # the indexer's choice: the whole table
 
     def scores_and_heads(q: ShapeOnly, k: ShapeOnly, v: ShapeOnly, d_v: int, inp: ShapeOnly | None = None) -> ShapeOnly:
         heads_out = S(B, h, T, d_v)
@@ -495,6 +508,26 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         rec("attn_out", "output projection", out, (concat, S(h * d_v, d)), kind="linear", params=("w_o", "b_o"))
         return out
 
+    def indexer_rows(inp: ShapeOnly, q_lat: ShapeOnly) -> None:  # as indexer.select
+        m = b.mla
+        H, D, r = m.index_heads, m.index_head_dim, m.qk_rope_head_dim
+        q_flat, k_raw, k_normed = S(B, T, H * D), S(B, T, D), S(B, T, D)
+        rec("idx_q", "indexer Q projection (from the Q latent)", q_flat, (q_lat, S(m.q_lora_rank, H * D)),
+            kind="linear", params=("idx_w_q",))
+        rec("idx_k", "indexer K projection", k_raw, (inp, S(d, D)), kind="linear", params=("idx_w_k",))
+        rec("idx_k_norm", "indexer key LayerNorm", k_normed, (k_raw,), kind="layernorm",
+            params=("idx_k_norm_gamma", "idx_k_norm_beta"))
+        q, keys = S(B, H, T, D), S(B, 1, T, D)
+        rec("idx_q_rope", f"RoPE on the indexer queries' first {r} dims", q, (q_flat,), kind="rope")
+        rec("idx_k_rope", f"RoPE on the indexer keys' first {r} dims", keys, (k_normed,), kind="rope")
+        scores, weights, index = S(B, H, T, T), S(B, T, H), S(B, T, T)
+        rec("idx_scores", "indexer scores ReLU(q·k/√d_I)", scores, (q, keys), kind="matmul")
+        rec("idx_weights", "indexer head weights x·W_Iw/√h_I", weights, (inp, S(d, H)), kind="linear",
+            params=("idx_w_weights",))
+        rec("idx_index", "index scores Σ_h w·ReLU(…)", index, (weights, scores), kind="combine")
+        rec("idx_topk", f"indexer's top-{m.index_topk} keys per query", ShapeOnly((B, T, T), np.dtype(bool)),
+            (index,), kind="topk")
+
     def latent_attention(inp: ShapeOnly) -> ShapeOnly:  # as LatentAttention.__call__
         m = b.mla
         r_kv, d_rope, d_nope, d_v = m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim
@@ -503,6 +536,8 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             rec("q_a", "Q down-projection (latent)", q_lat, (inp, S(d, m.q_lora_rank)), kind="linear",
                 params=("w_q_a", "b_q_a"))
             rec("q_a_norm", "Q latent norm", q_normed, (q_lat,), kind=b.norm, params=("q_a_norm_gamma", "q_a_norm_beta"))
+            if m.own_indexer:
+                indexer_rows(inp, q_normed)
             q_flat = S(B, T, h * d_h)
             rec("q_proj", "Q up-projection", q_flat, (q_normed, S(m.q_lora_rank, h * d_h)), kind="linear",
                 params=("w_q_b",))
@@ -818,6 +853,8 @@ class BackwardRow:
 def _backward_flops(row: OpRow, config: Config) -> tuple[str, int, int]:
     """(what the backward of `row` does, its FLOPs, of them matmul FLOPs)."""
     out = math.prod(row.output_shape)
+    if row.key.rsplit(".", 1)[-1].startswith("idx_"):  # DeepSeek Sparse Attention's indexer runs without gradients
+        return "none: the indexer's choice is a constant of the pass", 0, 0
     if row.kind == "linear":  # and the bias's sum over the rows, as many FLOPs as its forward add
         return "dX = dY·Wᵀ and dW = Xᵀ·dY", 2 * row.matmul_flops + row.flops - row.matmul_flops, 2 * row.matmul_flops
     if row.kind == "matmul" and row.key.rsplit(".", 1)[-1] == "scores":  # the table is not kept: recomputed
@@ -875,6 +912,8 @@ class BackwardReport:
     parameters: int  # parameter tensors in all (buffers aside)
     unrouted: list[str]  # parameters no gradient reached: those of experts no token was routed to
     korthikanti_bytes: int | None  # count --train's activation figure for the same workload, precision fp32
+    # DeepSeek Sparse Attention's indexer parameters: no gradient by design (it runs under no_grad, as in transformers)
+    indexer: list[str] = field(default_factory=list)
 
 
 def backward_report(trace: Trace, rows: list[OpRow], weights: Any = None, x: np.ndarray | None = None) -> BackwardReport:
@@ -895,7 +934,7 @@ def backward_report(trace: Trace, rows: list[OpRow], weights: Any = None, x: np.
     n_params = sum(1 for k in shapes if not is_buffer(k))
     saved = None
     by_op: dict[str, int] = {}
-    got, unrouted = 0, []
+    got, unrouted, indexer = 0, [], []
     if trace.mode == "executed":
         tape = Tape()
         if cfg.model:
@@ -913,9 +952,10 @@ def backward_report(trace: Trace, rows: list[OpRow], weights: Any = None, x: np.
         saved, by_op = tape.peak_bytes, dict(tape.at_backward or {})
         got = sum(1 for k, v in params.items() if not is_buffer(k) and k in grads and grads[k].size == v.size)
         unrouted = [k for k in params if not is_buffer(k) and k not in grads and ".experts." in "." + k]
+        indexer = [k for k in params if k not in grads and k.rsplit(".", 1)[-1].startswith("idx_")]
     korthikanti = sum(t.bytes for t in activation_terms(cfg.block, trace.seq_len, trace.batch, "fp32", "none")) * \
         (cfg.model.n_layers if cfg.model else 1)
     return BackwardReport(b_rows, sum(r.flops * r.repeat for r in rows), flops, matmul, saved, closed, by_op, got,
-                          n_params, unrouted, korthikanti)
+                          n_params, unrouted, korthikanti, indexer)
 
 

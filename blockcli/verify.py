@@ -482,8 +482,12 @@ def check_causal_mask(c: Context) -> tuple[bool, str, str]:
     if c.cfg.attention_chunk:  # keys of an earlier chunk are hidden too (Llama 4's chunked layers)
         position = np.arange(T) // c.cfg.attention_chunk
         hidden |= position[:, None] != position[None, :]
+    chosen = c.inter.get("idx_topk")  # DeepSeek Sparse Attention: (B, T, T) the keys the indexer kept
+    if chosen is not None:  # the others are hidden too, the query's own key among them when not chosen
+        hidden = np.broadcast_to(hidden | ~chosen[:, None], w.shape)  # (B, h, T, T)
     above = _max(w[..., hidden])
-    diag = float(np.min(np.diagonal(w, axis1=-2, axis2=-1))) if T else 1.0
+    seen_diag = np.diagonal(~hidden, axis1=-2, axis2=-1) if hidden.ndim > 2 else np.ones(T, dtype=bool)
+    diag = float(np.min(np.diagonal(w, axis1=-2, axis2=-1)[..., seen_diag])) if seen_diag.any() else 1.0
     rows, what = _row_sums(c, w)
     where = ("outside the window or above the diagonal" if c.cfg.sliding_window else
              "outside the query's chunk or above the diagonal" if c.cfg.attention_chunk else "above diagonal")
@@ -1114,7 +1118,9 @@ def layers_to_verify(config: Config) -> list[int | None]:
     are all alike."""
     if config.model is None or not config.layers_differ:
         return [None]
-    return [group.layers[0] for group in config.layer_groups()]
+    # a layer reusing the previous layer's indexer choice (GLM-5's shared layers) cannot run alone
+    return [group.layers[0] for group in config.layer_groups()
+            if group.block.mla is None or not group.block.mla.index_shared]
 
 
 def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, formula: Formula = block_formula,
@@ -1134,6 +1140,10 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
         if not 0 <= shown < config.model.n_layers:
             raise InputError(f"--layer {layer}: the model has layers 0..{config.model.n_layers - 1}")
         kind = config.group_of(shown).describe()
+        mla = config.layer_block(shown).mla
+        if mla is not None and mla.index_shared:
+            raise InputError(f"--layer {shown}: it reuses the previous layer's indexer choice (mla.index_shared), "
+                             f"so it cannot run alone; verify another layer")
         layer_note.append(f"layers differ: verified layer {shown}'s block, {kind}"
                           + ("; --layer N picks another" if layer is None else ""))
         config = config.for_layer(shown)

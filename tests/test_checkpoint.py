@@ -91,7 +91,11 @@ def test_full_score_table_path_equals_transformers(name: str) -> None:
     assert relative(model(want["input_ids"]), want["logits_float64"]) <= 1e-9
 
 
-@pytest.mark.parametrize("name", FAMILIES)
+# GLM-5's layer 1 reuses layer 0's indexer choice: alone it is refused (tests/test_dsa.py)
+REUSES_THE_LAYER_BEFORE = ["glm_moe_dsa-shared"]
+
+
+@pytest.mark.parametrize("name", [name for name in FAMILIES if name not in REUSES_THE_LAYER_BEFORE])
 def test_one_layer_from_the_folder_maps_the_previous_layers_output(name: str) -> None:
     """DecoderBlock for layer 1 alone, fed transformers' layer-0 output, gives its layer-1 output."""
     folder, want = FIXTURES / name, expected(name)

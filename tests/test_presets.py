@@ -692,6 +692,30 @@ CASES.append(pytest.param(
     id="deepseek-v2-lite[transformers DeepseekV2ForCausalLM on meta=15706484224]",
 ))
 
+
+def indexer_total(*, d: int, L: int, q_rank: int, h_i: int, d_i: int) -> int:
+    """DeepSeek Sparse Attention's lightning indexer in each of L layers: wq_b (q_rank → h_i·d_i), wk (d → d_i),
+    its k_norm LayerNorm (weight, bias), weights_proj (d → h_i), no biases."""
+    return L * (q_rank * h_i * d_i + d * d_i + 2 * d_i + d * h_i)
+
+
+GLM_5 = dict(d=6144, L=78, V=154880, ff=12288, n_heads=64, q_rank=2048, kv_rank=512, d_nope=192, d_rope=64,
+             d_v=256, dense=3, E=256, d_e=2048, shared=1)  # transformers 5.24 GlmMoeDsaConfig's defaults
+CASES.append(pytest.param(
+    # transformers 5.24 DeepseekV32ForCausalLM on the meta device from DeepseekV32Config() (its defaults: the
+    # deepseek-ai/DeepSeek-V3.2-Exp checkpoint's shapes), 61 indexers of 64 heads of 128 on DeepSeek-V3's shapes
+    "deepseek-v3.2", 671_877_929_216,
+    deepseek_total(**DEEPSEEK_V3) + indexer_total(d=7168, L=61, q_rank=1536, h_i=64, d_i=128),
+    {"d_model": 7168, "n_heads": 128, "d_ff": 18432, "n_layers": 61, "vocab_size": 129280},
+    id="deepseek-v3.2[transformers DeepseekV32ForCausalLM on meta=671877929216]",
+))
+CASES.append(pytest.param(
+    # transformers 5.24 GlmMoeDsaForCausalLM on the meta device from GlmMoeDsaConfig() (zai-org/GLM-5's shapes)
+    "glm-5", 743_911_199_232, deepseek_total(**GLM_5) + indexer_total(d=6144, L=78, q_rank=2048, h_i=32, d_i=128),
+    {"d_model": 6144, "n_heads": 64, "d_ff": 12288, "n_layers": 78, "vocab_size": 154880},
+    id="glm-5[transformers GlmMoeDsaForCausalLM on meta=743911199232]",
+))
+
 # The presets people ask for first (issue #31). Each total is what transformers 5.24 instantiates on the meta
 # device from the model's hub config.json (AutoModelForCausalLM.from_config, sum of numel).
 ASKED_FOR = [

@@ -351,7 +351,8 @@ def test_backward_gives_every_parameter_a_gradient_of_its_shape(name):
     result = run_trace(cfg, weights=FIXTURES / name)
     rows = collapse_layers(result.rows, cfg.model.n_layers, [g.layers for g in cfg.layer_groups()])
     rep = backward_report(result, rows, FIXTURES / name)
-    assert rep.gradients + len(rep.unrouted) == rep.parameters > 0  # an expert no token chose has none
+    # an expert no token chose has none, nor has the sparse-attention indexer (no_grad, as in transformers)
+    assert rep.gradients + len(rep.unrouted) + len(rep.indexer) == rep.parameters > 0
     assert rep.saved_bytes > 0 and rep.closed_form_bytes in (None, rep.saved_bytes)
     assert rep.rows[0].key == "d:logits" and rep.rows[-1].key.startswith("d:tok_emb")  # the forward reversed
 

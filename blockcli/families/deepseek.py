@@ -176,24 +176,36 @@ def _deepseek_v3(f: Fields) -> tuple[dict, dict]:
     return _deepseek(f, v3=True)
 
 
-def _glm4_moe_lite(f: Fields) -> tuple[dict, dict]:
+# Glm4MoeLiteConfig's and its descendants' defaults: (kind, eps, moe_intermediate_size, n_routed_experts,
+# num_experts_per_tok, routed_scaling_factor, n_group, topk_group, q_lora_rank, qk_nope_head_dim, v_head_dim)
+_LITE = {"glm4_moe_lite": (1e-5, 1536, 64, 4, 1.8, 1, 1, 768, 192, 256),
+         "deepseek_v32": (1e-6, 2048, 256, 8, 2.5, 8, 4, 1536, 128, 128),
+         "glm_moe_dsa": (1e-5, 2048, 256, 8, 2.5, 1, 1, 2048, 192, 256)}
+
+
+def _glm4_moe_lite(f: Fields, kind: str = "glm4_moe_lite") -> tuple[dict, dict]:
     """GLM-4.7-Flash (Glm4MoeLiteConfig): DeepSeek-V3's block, latent attention and router (sigmoid, selection
     bias, groups by their top-two sums, renormalised per norm_topk_prob, times routed_scaling_factor) with its own
     defaults, and the dense layers named by `mlp_layer_types` ("dense" or "sparse" per layer; by default layer 0
-    dense), not by first_k_dense_replace, which Glm4MoeLiteConfig never reads."""
+    dense), not by first_k_dense_replace, which Glm4MoeLiteConfig never reads. DeepSeek-V3.2 and GLM-5 (`kind`)
+    derive their config classes from it: their default mlp_layer_types is first_k_dense_replace (3) dense layers."""
+    eps, d_expert_default, n_experts, top_k, scaling, groups, top_groups, q_rank_default, nope, d_v = _LITE[kind]
     f.ignore("num_nextn_predict_layers", "num_mtp_layers", "output_router_logits", "pretraining_tp", "qk_head_dim")
-    if f.has("first_k_dense_replace"):
+    n_layers = f.int("num_hidden_layers")
+    kinds = f.raw("mlp_layer_types", None)
+    if kind == "glm4_moe_lite" and f.has("first_k_dense_replace"):
         f.ignore("first_k_dense_replace")
         f.notes.append("first_k_dense_replace is not read: transformers' GLM-4.7-Flash takes its dense layers from "
                        "mlp_layer_types (by default layer 0 alone)")
-    n_layers = f.int("num_hidden_layers")
-    kinds = f.raw("mlp_layer_types", None)
+    elif kind != "glm4_moe_lite" and kinds is not None:
+        f.ignore("first_k_dense_replace")  # DeepseekV32Config reads it only to fill in a missing mlp_layer_types
     if kinds is None:
-        kinds = ["dense"] + ["sparse"] * (n_layers - 1)
+        first = 1 if kind == "glm4_moe_lite" else min(f.int("first_k_dense_replace", 3, minimum=0), n_layers)
+        kinds = ["dense"] * first + ["sparse"] * (n_layers - first)
     elif not isinstance(kinds, list) or len(kinds) != n_layers or any(k not in ("dense", "sparse") for k in kinds):
         raise f.invalid("mlp_layer_types", kinds, f'an array of {n_layers} layer kinds, "dense" or "sparse"')
     # Glm4MoeLiteConfig's head_dim is qk_rope_head_dim (its attribute_map); the heads need not divide hidden_size
-    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False, mlp_bias=False, eps_default=1e-5,
+    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False, mlp_bias=False, eps_default=eps,
                              head_dim_default=f.int("qk_rope_head_dim", 64))
     dense = [i for i, kind in enumerate(kinds) if kind == "dense"]
     if len(dense) == n_layers:
@@ -201,26 +213,85 @@ def _glm4_moe_lite(f: Fields) -> tuple[dict, dict]:
                  "topk_group", "num_experts_per_tok", "norm_topk_prob")
         f.notes.append("every layer dense (mlp_layer_types): the expert settings are unused")
     else:
-        d_expert = f.int("moe_intermediate_size", 1536)
-        block["moe"] = {"n_experts": f.int("n_routed_experts", 64), "top_k": f.int("num_experts_per_tok", 4),
-                        "d_expert": d_expert, "routed_scaling": f.float("routed_scaling_factor", 1.8, high=1e6),
+        d_expert = f.int("moe_intermediate_size", d_expert_default)
+        block["moe"] = {"n_experts": f.int("n_routed_experts", n_experts), "top_k": f.int("num_experts_per_tok", top_k),
+                        "d_expert": d_expert, "routed_scaling": f.float("routed_scaling_factor", scaling, high=1e6),
                         "d_shared": d_expert * f.int("n_shared_experts", 1, minimum=0), "scoring": "sigmoid",
                         "selection_bias": True, "group_score": "top2_sum",
-                        "renormalize": f.bool("norm_topk_prob", True), "n_groups": f.int("n_group", 1),
-                        "top_groups": f.int("topk_group", 1)}
-        if dense:
-            f.layers.append({"indices": dense, "block": {"moe": None}})
+                        "renormalize": f.bool("norm_topk_prob", True), "n_groups": f.int("n_group", groups),
+                        "top_groups": f.int("topk_group", top_groups)}
     heads = block["n_heads"]
     if block.pop("n_kv_heads") != heads:  # kv_b_proj makes one K and V per head
         raise f.unrepresentable("num_key_value_heads", f.data["num_key_value_heads"],
                                 f"latent attention expands one K and V per query head ({heads})")
     block.pop("head_dim")
-    q_rank = 768 if not f.has("q_lora_rank") else 0 if f.raw("q_lora_rank", None) is None else f.int("q_lora_rank")
+    if kind == "glm4_moe_lite":
+        q_rank = (q_rank_default if not f.has("q_lora_rank") else
+                  0 if f.raw("q_lora_rank", None) is None else f.int("q_lora_rank"))
+    else:  # their attention always has the query latent (transformers' AXK1Attention): a null fails there
+        q_rank = f.int("q_lora_rank", q_rank_default)
     block["mla"] = {"q_lora_rank": q_rank, "kv_lora_rank": f.int("kv_lora_rank", 512),
-                    "qk_nope_head_dim": f.int("qk_nope_head_dim", 192),
-                    "qk_rope_head_dim": f.int("qk_rope_head_dim", 64), "v_head_dim": f.int("v_head_dim", 256)}
-    block["rope_layout"] = "interleaved" if f.bool("rope_interleave", True) else "half"
+                    "qk_nope_head_dim": f.int("qk_nope_head_dim", nope),
+                    "qk_rope_head_dim": f.int("qk_rope_head_dim", 64), "v_head_dim": f.int("v_head_dim", d_v)}
+    shared: list[int] = []
+    if kind == "glm4_moe_lite":
+        block["rope_layout"] = "interleaved" if f.bool("rope_interleave", True) else "half"
+    else:
+        block["rope_layout"] = "interleaved"  # their attention always rotates interleaved pairs
+        indexer, shared = _indexer(f, kind, n_layers)
+        block["mla"].update(indexer)
+    if "moe" not in block:
+        dense = []  # every layer dense: the base block is
+    for is_dense, is_shared in ((True, False), (False, True), (True, True)):  # each layer's overrides, in groups
+        indices = [i for i in range(n_layers) if (i in dense) == is_dense and (i in shared) == is_shared]
+        if indices:
+            f.layers.append({"indices": indices, "block": {**({"moe": None} if is_dense else {}), **(
+                {"mla": {**block["mla"], "index_shared": True}} if is_shared else {})}})
     return block, model
+
+
+def _indexer(f: Fields, kind: str, n_layers: int) -> tuple[dict, list[int]]:
+    """block.mla's DeepSeek Sparse Attention indexer: index_n_heads heads of index_head_dim, index_topk keys per
+    query; DeepSeek-V3.2 rotates the indexer's first qk_rope_head_dim dims in halves, GLM-5 in interleaved pairs.
+    And the layers (GLM-5's `indexer_types` "shared") that have no indexer but reuse the previous layer's choice
+    (`mla.index_shared`); layer 0 cannot (transformers fails there)."""
+    kinds = f.raw("layer_types", None)
+    if kinds is not None and kinds != ["indexed_attention"] * n_layers:
+        raise f.invalid("layer_types", kinds, f'{n_layers} times "indexed_attention" (every layer has the indexer)')
+    f.ignore("layer_types")
+    if kind == "glm_moe_dsa":
+        types = f.raw("indexer_types", None)
+        pattern = f.raw("index_topk_pattern", None)
+        if types is not None or pattern is not None:
+            f.ignore("index_topk_freq", "index_skip_topk_offset")  # read only to fill in a missing pattern
+        if types is not None:
+            f.ignore("index_topk_pattern")
+        elif isinstance(pattern, str):  # GlmMoeDsaConfig fills it in from the pattern ("FSSF…")
+            types = [{"F": "full", "S": "shared"}.get(c, c) for c in pattern]
+        elif pattern is not None:
+            types = pattern
+        else:  # or from the frequency and the offset
+            freq, offset = max(f.int("index_topk_freq", 1, minimum=0), 1), f.int("index_skip_topk_offset", 2, minimum=0)
+            types = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(n_layers)]
+        if not isinstance(types, list) or len(types) != n_layers or any(t not in ("full", "shared") for t in types):
+            raise f.invalid("indexer_types", types, f'an array of {n_layers} indexer kinds, "full" or "shared"')
+        if types[0] == "shared":
+            raise f.unrepresentable("indexer_types", types, "layer 0 has no earlier layer whose top-k choice it "
+                                                            "could reuse (transformers fails on it)")
+        shared = [i for i, t in enumerate(types) if t == "shared"]
+    else:
+        shared = []
+    return {"index_heads": f.int("index_n_heads", 64 if kind == "deepseek_v32" else 32),
+            "index_head_dim": f.int("index_head_dim", 128), "index_topk": f.int("index_topk", 2048),
+            "index_rope_layout": "half" if kind == "deepseek_v32" else "interleaved"}, shared
+
+
+def _deepseek_v32(f: Fields) -> tuple[dict, dict]:
+    return _glm4_moe_lite(f, "deepseek_v32")
+
+
+def _glm_moe_dsa(f: Fields) -> tuple[dict, dict]:
+    return _glm4_moe_lite(f, "glm_moe_dsa")
 
 
 # DeepSeek's expert layers: mlp.gate (its e_score_correction_bias a buffer), the routed experts per expert or
@@ -270,10 +341,26 @@ DEEPSEEK_V3 = replace(DEEPSEEK, extra_layers="multi-token-prediction")
 GLM4_MOE = TensorMap("model.", LLAMA.tensors + _EXPERT_LAYERS, buffers=LLAMA.buffers,
                      extra_layers="multi-token-prediction")
 
+# DeepSeek-V3.2 and GLM-5: DeepSeek-V3's names and the indexer's own projections and key norm
+_INDEXER = (
+    tensor("blocks.{i}.idx_w_q", "layers.{i}.self_attn.indexer.wq_b.weight", LINEAR),
+    tensor("blocks.{i}.idx_w_k", "layers.{i}.self_attn.indexer.wk.weight", LINEAR),
+    tensor("blocks.{i}.idx_k_norm_gamma", "layers.{i}.self_attn.indexer.k_norm.weight"),
+    tensor("blocks.{i}.idx_k_norm_beta", "layers.{i}.self_attn.indexer.k_norm.bias"),
+    tensor("blocks.{i}.idx_w_weights", "layers.{i}.self_attn.indexer.weights_proj.weight", LINEAR),
+)
+DEEPSEEK_V32 = replace(DEEPSEEK_V3, tensors=DEEPSEEK_V3.tensors + _INDEXER)
+
+# transformers 5.24's DeepseekV32/GlmMoeDsa attention rotates interleaved pairs whatever rope_interleave says
+_DSA_UNREAD = {"rope_interleave": "DeepseekV32Config drops it and its attention always rotates interleaved pairs",
+               "mlp_bias": "DeepseekV32MLP builds its projections without biases whatever it says"}
+
 FAMILIES = (
     Family("deepseek_v2", "DeepSeek-V2", _deepseek_v2, DEEPSEEK, TRAINING_ONLY),
     Family("deepseek_v3", "DeepSeek-V3", _deepseek_v3, DEEPSEEK_V3, TRAINING_ONLY),
     Family("glm4_moe", "GLM-4.5", _glm4_moe, GLM4_MOE, TRAINING_ONLY),
     Family("dots1", "dots.llm1", _dots1, GLM4_MOE, TRAINING_ONLY | {"output_router_logits"}),
     Family("glm4_moe_lite", "GLM-4.7-Flash", _glm4_moe_lite, DEEPSEEK_V3, TRAINING_ONLY),
+    Family("deepseek_v32", "DeepSeek-V3.2", _deepseek_v32, DEEPSEEK_V32, TRAINING_ONLY, unread=_DSA_UNREAD),
+    Family("glm_moe_dsa", "GLM-5", _glm_moe_dsa, DEEPSEEK_V32, TRAINING_ONLY, unread=_DSA_UNREAD),
 )
