@@ -1,5 +1,5 @@
 """The mixtures of experts that are a diff of a family blockcli already reads (blockcli/families/moe_relatives.py):
-HunYuan MoE, ERNIE 4.5 MoE (and ERNIE 4.5 dense's RoPE base), Cohere 2 MoE, PhiMoE. Their parameter counts against transformers 5.24's own totals (the causal LM built on
+HunYuan MoE, ERNIE 4.5 MoE (and ERNIE 4.5 dense's RoPE base), Cohere 2 MoE, PhiMoE, Solar Open, EXAONE MoE. Their parameter counts against transformers 5.24's own totals (the causal LM built on
 the meta device from the config, sum of numel over parameters(), tied weights once) and a hand count, for the config
 class's defaults (its sizes written out, as blockcli asks for them) and for a random config with other switches set;
 the torch-marked test at the end recomputes every total and reads the sizes from the config class itself. Their
@@ -77,6 +77,38 @@ _PHIMOE_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads
                       num_hidden_layers=3, vocab_size=300, max_position_embeddings=96, num_local_experts=5,
                       attention_bias=True, lm_head_bias=True, tie_word_embeddings=True, router_jitter_noise=0.3)
 
+def solar_open_by_hand(d: int, layers: int, q: int, kv: int, bias: bool, d_e: int, experts: int, shared: int,
+                       vocab: int, tied: bool) -> int:
+    """Q, K, V, O (q/k/v biases with attention_bias; o_proj never), two RMSNorms, the router (E·d), E SwiGLU experts
+    and the shared experts' one MLP (shared·d_e wide) on every layer (the selection bias a buffer); the embedding,
+    the final norm, an untied head."""
+    attention = 2 * d * q + 2 * d * kv + (q + 2 * kv if bias else 0)
+    mixture = experts * d + experts * 3 * d * d_e + 3 * d * shared * d_e
+    return layers * (attention + 2 * d + mixture) + vocab * d * (1 if tied else 2) + d
+
+
+_SOLAR_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=2, head_dim=12, num_hidden_layers=3,
+                     vocab_size=300, max_position_embeddings=96, moe_intermediate_size=24, n_routed_experts=8,
+                     num_experts_per_tok=3, n_shared_experts=2, n_group=2, topk_group=1, routed_scaling_factor=2.5,
+                     norm_topk_prob=False, attention_bias=True, tie_word_embeddings=True)
+
+def exaone_moe_by_hand(d: int, f: int, q: int, kv: int, d_h: int, d_e: int, experts: int, shared: int,
+                       kinds: list[str], vocab: int, tied: bool) -> int:
+    """Q, K, V, O without biases, q_norm and k_norm (d_h each), two RMSNorms, and a dense SwiGLU MLP or the router
+    (E·d), E SwiGLU experts and the shared experts' one MLP (the selection bias a buffer); embedding, final norm,
+    an untied head."""
+    attention = 2 * d * q + 2 * d * kv + 2 * d_h + 2 * d
+    mixture = experts * d + experts * 3 * d * d_e + 3 * d * shared * d_e
+    return sum(attention + (3 * d * f if kind == "dense" else mixture) for kind in kinds) \
+        + vocab * d * (1 if tied else 2) + d
+
+
+_EXAONE_MOE_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=2, head_dim=12,
+                          intermediate_size=80, num_hidden_layers=4, vocab_size=300, max_position_embeddings=96,
+                          moe_intermediate_size=24, num_experts=8, num_experts_per_tok=3, num_shared_experts=2,
+                          n_group=2, topk_group=1, first_k_dense_replace=2, tie_word_embeddings=True,
+                          sliding_window=16, sliding_window_pattern=2)
+
 # model_type → (the config class's sizes (with what it leaves null that transformers needs), transformers' total for
 #               them, the total by hand, a random config, transformers' total for it, its total by hand)
 CASES: dict[str, tuple[dict, int, int, dict, int, int]] = {
@@ -103,6 +135,19 @@ CASES: dict[str, tuple[dict, int, int, dict, int, int]] = {
     "phimoe": (_sizes(4096, 6400, 32, 32, 32064, 131072), 41_872_793_600,
                phimoe_by_hand(4096, 6400, 32, 4096, 1024, False, 16, 32064, False, False),
                _PHIMOE_RANDOM, 121_308, phimoe_by_hand(48, 40, 3, 48, 16, True, 5, 300, True, True)),
+    # SolarOpenConfig() (Solar Open 100B): 48 layers of 128 experts of 1,280 (top 8) and one shared, GQA 64/8 of 128,
+    # untied (it has no intermediate_size); the random config: groups, scaling, no renormalisation, biases, tied
+    "solar_open": ({"hidden_size": 4096, "num_hidden_layers": 48, "num_attention_heads": 64, "vocab_size": 196608,
+                    "max_position_embeddings": 131072}, 102_651_793_408,
+                   solar_open_by_hand(4096, 48, 8192, 1024, False, 1280, 128, 1, 196608, False),
+                   _SOLAR_RANDOM, 147_576, solar_open_by_hand(48, 3, 72, 24, True, 24, 8, 2, 300, True)),
+    # ExaoneMoeConfig(): layer 0 dense, 31 layers of 64 experts of 1,024 (top 8) and one shared, 32 heads of 128 each
+    # its own K/V, untied; the random config: layers 0-1 dense, groups, 2 shared, tied, a pattern of 2
+    "exaone_moe": (_sizes(4096, 16384, 32, 32, 102400, 2048), 28_550_639_616,
+                   exaone_moe_by_hand(4096, 16384, 4096, 4096, 128, 1024, 64, 1, ["dense"] + ["sparse"] * 31, 102400,
+                                      False),
+                   _EXAONE_MOE_RANDOM, 144_720,
+                   exaone_moe_by_hand(48, 80, 72, 24, 12, 24, 8, 2, ["dense"] * 2 + ["sparse"] * 2, 300, True)),
 }
 
 # fields a config class leaves null that transformers cannot build the model without (set in CASES' sizes)
@@ -255,6 +300,31 @@ def test_phimoe_fixture_routes_through_its_margin() -> None:
     params = Model.from_config(config, weights=folder, dtype="float64").params
     assert relative(Model.from_config(narrow, weights=params, dtype="float64")(want["input_ids"]),
                     want["logits_float64"]) > 1e-3
+
+
+def test_solar_open_is_llama_attention_with_glm4_moe_routing_on_every_layer() -> None:
+    mapping = mapped("solar_open", {**_SOLAR_RANDOM, "intermediate_size": 999})
+    block = mapping["block"]
+    assert (block["rope"], block["rope_theta"], block["bias"]) == (True, 1e6, {"qkv": True, "out": False,
+                                                                               "mlp": False, "norm": False})
+    assert block["moe"]["scoring"] == "sigmoid" and block["moe"]["n_groups"] == 2 and "layers" not in mapping
+    assert total("solar_open", {**_SOLAR_RANDOM, "intermediate_size": 999}) == 147_576  # not read, with a note
+    partial = {**_SOLAR_RANDOM, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6,
+                                                    "partial_rotary_factor": 0.5}}
+    assert "partial_rotary_factor" in config_error_message(lambda: mapped("solar_open", partial))
+
+
+def test_exaone_moe_windows_and_rotates_all_but_every_patternth_layer() -> None:
+    mapping = mapped("exaone_moe", _EXAONE_MOE_RANDOM)
+    assert (mapping["block"]["qk_norm"], mapping["block"]["placement"], mapping["block"]["sliding_window"]) == (
+        "head", "pre", 16)
+    assert mapping["layers"] == [{"indices": [0], "block": {"moe": None}},
+                                 {"indices": [1], "block": {"sliding_window": 0, "rope": False, "moe": None}},
+                                 {"indices": [3], "block": {"sliding_window": 0, "rope": False}}]
+    for change, field in (({"sliding_window": None}, "sliding_window"), ({"sliding_window_pattern": "LG"},
+                                                                          "sliding_window_pattern")):
+        message = config_error_message(lambda: mapped("exaone_moe", {**_EXAONE_MOE_RANDOM, **change}))
+        assert f"field '{field}'" in message
 
 
 # ----------------------------------------------------------------------------- against transformers itself

@@ -15,11 +15,18 @@ writes them: HunYuan MoE (HunYuan dense's attention), ERNIE 4.5 MoE (ERNIE 4.5's
 - PhiMoE (Phi-3.5-MoE): Mixtral's block with LayerNorms (weight and bias), `attention_bias` on q/k/v/o, an optional
   LM head bias, and sparsemixer routing as transformers runs it in eval mode (`order: sparsemixer`); its
   training-time sampling and jitter are not modelled (blockcli's `train` routes as in eval).
+- Solar Open (Upstage): GLM-4.5's mixture (DeepSeek-V3's routing) on every layer behind Llama's attention (q/k/v
+  biases by `attention_bias`, none on o_proj, no q/k norms, RoPE over the whole head), head width 128.
+- EXAONE MoE: EXAONE 4.0's attention (per-head q/k RMSNorm, RoPE on the windowed layers only) in OLMoE's pre-norm
+  layer, with DeepSeek-V3's mixture on the "sparse" layers of `mlp_layer_types`.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from blockcli.families.cohere import cohere_block
+from blockcli.families.deepseek import GLM4_MOE
 from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, first_of, gated_rms, layer_types,
                                       override_layers, silu_gate, sliding_layers, window_by_key, with_data)
 from blockcli.families.fields import Fields
@@ -185,6 +192,79 @@ def _phimoe(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _solar_open(f: Fields) -> tuple[dict, dict]:
+    """Solar Open: SolarOpenDecoderLayer is Llama's (GQA 64/8 of 128, RoPE base 1e6 by default, RMSNorm eps 1e-5;
+    `attention_bias` on q/k/v, o_proj without) with Glm4MoeMoE on every layer: `n_routed_experts` (128) experts of
+    `moe_intermediate_size` (1280), sigmoid scores with the selection bias for the choice, `n_group` groups by their
+    top-two sums (the best `topk_group`), the top `num_experts_per_tok` (8) renormalised per `norm_topk_prob`, times
+    `routed_scaling_factor`, `n_shared_experts` shared experts. SolarOpenConfig has no intermediate_size (every
+    layer a mixture): one in a config.json is not read, with a note. Its RoPE rotates the whole head (a
+    partial_rotary_factor would make transformers' Llama rotation fail): refused."""
+    f.ignore("output_router_logits")  # only returns the router's logits: Glm4MoeForCausalLM adds no loss
+    d_expert = f.int("moe_intermediate_size", 1280)
+    if f.has("intermediate_size"):
+        f.notes.append("intermediate_size is not read: every Solar Open layer is a mixture of experts")
+    g = with_data(f, {**f.data, "intermediate_size": d_expert})
+    block, model = gated_rms(g, silu_gate, kv_default=8, tie_default=False, head_dim_default=128, out_bias=False,
+                             mlp_bias=False, eps_default=1e-5)
+    if block["rope"] is not True:
+        raise f.unrepresentable("rope_parameters.partial_rotary_factor", block["rope"], "Solar Open's attention "
+                                "rotates the whole head (transformers fails on a partial rotation)")
+    theta_default(f, block, 1e6)  # SolarOpenConfig.default_theta
+    top_k = first_of(f, ("num_experts_per_tok",), lambda key: f.int(key), 8)
+    n_experts = first_of(f, ("n_routed_experts", "num_local_experts"), lambda key: f.int(key), 128)
+    block["moe"] = {"n_experts": n_experts, "top_k": top_k, "d_expert": d_expert,
+                    "routed_scaling": f.float("routed_scaling_factor", 1.0, high=1e6),
+                    "d_shared": d_expert * f.int("n_shared_experts", 1, minimum=0), "scoring": "sigmoid",
+                    "selection_bias": True, "group_score": "top2_sum", "renormalize": f.bool("norm_topk_prob", True),
+                    "n_groups": f.int("n_group", 1), "top_groups": f.int("topk_group", 1)}
+    return block, model
+
+
+def _exaone_moe(f: Fields) -> tuple[dict, dict]:
+    """EXAONE MoE: Llama's pre-norm layer (OlmoeDecoderLayer; 32 heads, each its own K/V by default) with EXAONE 4.0's
+    per-head q/k RMSNorm and hybrid attention: layers windowed (4,096) by `layer_types`, or all but every
+    `sliding_window_pattern`-th (an integer: ExaoneMoeConfig's layer types fail on a string or a null window), the
+    global ones without positions. The "sparse" layers of `mlp_layer_types` (by default all from
+    `first_k_dense_replace`, 1) DeepSeek-V3's mixture: `num_experts` (64) of `moe_intermediate_size` (1024), sigmoid
+    scores and the selection bias for the choice, `n_group` groups, top `num_experts_per_tok` (8) renormalised per
+    `norm_topk_prob`, times `routed_scaling_factor` (2.5), `num_shared_experts` (1) shared; the others an MLP of
+    intermediate_size."""
+    f.ignore("output_router_logits")  # only returns the router's logits: no load-balancing loss is added
+    block, model = gated_rms(f, silu_gate, kv_default=32, tie_default=False, qkv_bias=False, out_bias=False,
+                             mlp_bias=False, eps_default=1e-5)
+    block["qk_norm"] = "head"
+    n = model["n_layers"]
+    if f.has("sliding_window") and f.data["sliding_window"] is None:
+        raise f.invalid("sliding_window", None, "a window size (ExaoneMoeConfig fails on null)")
+    sliding = layer_types(f, n)
+    if sliding is None:
+        pattern = f.int("sliding_window_pattern", 4)
+        sliding = [bool((i + 1) % pattern) for i in range(n)]
+    else:
+        f.ignore("sliding_window_pattern")
+    sliding_layers(f, block, sliding, default=4096)
+    override_layers(f, [i for i in range(n) if not sliding[i]], {"rope": False})
+    first_k = f.int("first_k_dense_replace", 1, minimum=0)
+    kinds = f.raw("mlp_layer_types", None)
+    if kinds is None:
+        kinds = ["dense" if i < first_k else "sparse" for i in range(n)]
+    elif not isinstance(kinds, list) or len(kinds) != n or any(k not in ("dense", "sparse") for k in kinds):
+        raise f.invalid("mlp_layer_types", kinds, f"an array of {n} layer kinds, dense or sparse")
+    d_expert = f.int("moe_intermediate_size", 1024)
+    moe = {"n_experts": f.int("num_experts", 64), "top_k": f.int("num_experts_per_tok", 8), "d_expert": d_expert,
+           "routed_scaling": f.float("routed_scaling_factor", 2.5, high=1e6),
+           "d_shared": d_expert * f.int("num_shared_experts", 1, minimum=0), "scoring": "sigmoid",
+           "selection_bias": True, "group_score": "top2_sum", "renormalize": f.bool("norm_topk_prob", True),
+           "n_groups": f.int("n_group", 1), "top_groups": f.int("topk_group", 1)}
+    dense = [i for i in range(n) if kinds[i] == "dense"]
+    if len(dense) < n:
+        block["moe"] = {k: v for k, v in moe.items() if k != "d_shared" or v}
+        if dense:
+            override_layers(f, dense, {"moe": None})
+    return block, model
+
+
 # HunYuan dense's attention (query_layernorm, key_layernorm); mlp.gate.wg the router, the experts per expert
 # (save_pretrained's layout) or fused (transformers 5's), mlp.shared_mlp the shared expert
 _HUNYUAN_ATTENTION = tuple(t for t in HUNYUAN.tensors if ".mlp." not in t.name)
@@ -227,7 +307,18 @@ PHIMOE = TensorMap("model.", tuple(
     tensor("lm_head_bias", "lm_head.bias", top=True),
 ), buffers=MIXTRAL.buffers)
 
+# Solar Open: GLM-4.5's names (Llama's, DeepSeek's expert layers); no multi-token-prediction layers to set aside
+SOLAR_OPEN = replace(GLM4_MOE, extra_layers="")
+
+# EXAONE MoE: GLM-4.5's names (Llama's with q/k norms, DeepSeek's expert layers), its selection bias under the
+# mixture (mlp.e_score_correction_bias, as save_pretrained writes it) or its router (as transformers 5 holds it)
+EXAONE_MOE = TensorMap("model.", tuple(
+    tensor(" ".join(t.keys), "layers.{i}.mlp.e_score_correction_bias|" + t.name, t.layout)
+    if t.keys == ("blocks.{i}.router_bias",) else t for t in GLM4_MOE.tensors), buffers=GLM4_MOE.buffers)
+
 FAMILIES = (
+    Family("exaone_moe", "EXAONE MoE", _exaone_moe, EXAONE_MOE, TRAINING_ONLY),
+    Family("solar_open", "Solar Open", _solar_open, SOLAR_OPEN, TRAINING_ONLY),
     Family("phimoe", "PhiMoE", _phimoe, PHIMOE, MOE_TRAINING_ONLY | {"input_jitter_noise"}, aux_loss=True),
     # output_router_logits only returns the router's logits: Cohere2MoeForCausalLM adds no load-balancing loss
     Family("cohere2_moe", "Cohere 2 MoE", _cohere2_moe, COHERE2_MOE, TRAINING_ONLY | {"output_router_logits"}),
