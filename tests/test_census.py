@@ -1,6 +1,6 @@
 """The census of issue #28: every model type transformers can build as a causal LM, read or refused.
 
-tests/fixtures/census/census.json (tests/fixtures/census/generate.py) holds, for every `model_type` in
+tests/fixtures/census/census.json.gz (tests/fixtures/census/generate.py) holds, for every `model_type` in
 transformers 5.24's MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, its kind (decoder, encoder, encoder-decoder), the config
 class's defaults (`config_class().to_dict()`, the entries every class shares kept once under "common") and the
 parameter total of its causal-LM class built from them on the meta device. Every type blockcli claims counts the
@@ -10,6 +10,7 @@ not claim is refused in one line, exit 2, an encoder or an encoder-decoder sayin
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from blockcli.families.not_decoders import ENCODER_DECODERS, ENCODERS
 from blockcli.hf import hf_to_mapping
 from conftest import ROOT, config_error_message
 
-CENSUS = json.loads((ROOT / "tests" / "fixtures" / "census" / "census.json").read_text())
+CENSUS = json.loads(gzip.decompress((ROOT / "tests" / "fixtures" / "census" / "census.json.gz").read_bytes()))
 TYPES: dict[str, dict[str, Any]] = CENSUS["types"]
 CLAIMED = {*FAMILIES, *COMPOSITES}
 

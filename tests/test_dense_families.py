@@ -284,7 +284,7 @@ def test_a_field_transformers_attention_needs_and_the_config_class_leaves_null_i
                                                                                           field: str) -> None:
     """NemotronAttention divides the heads by num_key_value_heads, MinistralAttention scales by head_dim ** -0.5:
     both config classes default them to null, and transformers 5.24 fails to build the model from the defaults
-    (tests/fixtures/census/census.json's errors)."""
+    (tests/fixtures/census/census.json.gz's errors)."""
     sizes = {**_sizes(48, 80, 2, 6, 300, 96), "num_key_value_heads": 2, "head_dim": 8}
     for absent in ({k: v for k, v in sizes.items() if k != field}, {**sizes, field: None}):
         with pytest.raises(ConfigError, match=f"field '{field}' is (missing|null); .*fails on null"):

@@ -1,6 +1,6 @@
 """The model types transformers can build as a causal LM that are not decoder-only models: refused by name.
 
-Every `model_type` here is in transformers 5.24's causal-LM mapping (tests/fixtures/census/census.json, whose
+Every `model_type` here is in transformers 5.24's causal-LM mapping (tests/fixtures/census/census.json.gz, whose
 generator says how each kind is told apart), but its causal-LM class is one half of something else:
 
 - an encoder: a bidirectional masked-LM encoder (BERT, RoBERTa, XLM, Reformer, ...) whose causal-LM head only
