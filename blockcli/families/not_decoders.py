@@ -26,6 +26,8 @@ ENCODER_DECODERS = frozenset({
 
 def not_a_decoder(model_type: object) -> str | None:
     """Why `model_type` is not a decoder-only model (the end of the refusal's sentence), or None."""
+    if not isinstance(model_type, str):  # a list or an object: not a name at all
+        return None
     if model_type in ENCODERS:
         return "is an encoder model, not a decoder-only one; blockcli reads decoder-only language models"
     if model_type in ENCODER_DECODERS:
