@@ -44,7 +44,7 @@ UNCLAIMED = {
     "gemma4_assistant", "gemma4_text", "gemma4_unified", "gemma4_unified_assistant", "gemma4_unified_text", "git", "glm_moe_dsa",
     "got_ocr2", "gpt_neox_japanese", "granite_swa", "granitemoe_swa", "granitemoehybrid",
     "hrm_text", "hunyuan_v1_moe", "hy_v3", "hy_v4", "inkling2_loop_text", "inkling2_text",
-    "inkling_text", "jais2", "jamba", "jetmoe", "kimi_linear", "kolibri1", "laguna", "lara_mini",
+    "inkling_text", "jamba", "jetmoe", "kimi_linear", "kolibri1", "laguna", "lara_mini",
     "lfm2", "lfm2_moe", "lfm3", "llama4", "llama4_text", "longcat_flash", "mamba", "mamba2", "mellum",
     "mimo_v2_flash", "minicpm3", "minimax", "minimax_m3_vl_text", "mllama", "modernbert-decoder", "moshi",
     "nanochat", "nemotron_h", "olmo_hybrid", "openai-gpt", "persimmon", "phi4_multimodal", "phimoe", "qwen3_5",

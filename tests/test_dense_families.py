@@ -150,6 +150,12 @@ CASES: dict[str, tuple[dict, int, int, dict, int]] = {
     "hyperclovax": (_sizes(4096, 11008, 32, 32, 32000, 2048), 6_738_677_760,
                     _llama_by_hand(4096, 11008, 32, 32000, 4096, 4096) + 32 * 2 * 4096,
                     dict(_RANDOM, head_dim=12, attention_bias=True, mlp_bias=True, use_post_norm=False), 78_072),
+    # Jais-2-8B: 26 heads of 128, each its own K/V; biases on q/k/v/o and the plain ReLU² MLP, LayerNorms with biases
+    "jais2": (_sizes(3328, 26624, 32, 26, 150272, 8192), 8_090_401_280,
+              _llama_by_hand(3328, 26624, 32, 150272, 3328, 3328, matrices=2) + 32 * (4 * 3328 + 26624 + 3328 + 2 * 3328)
+              + 3328,
+              dict(_RANDOM, head_dim=12, attention_bias=False, mlp_bias=False, hidden_act="gelu", layer_norm_eps=1e-4),
+              65_760),
 }
 
 

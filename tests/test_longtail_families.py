@@ -117,3 +117,11 @@ def test_hyperclovax_is_granite_with_a_norm_after_each_branch_and_its_logits_mul
     assert (data["block"]["placement"], data["block"]["attention_scale"]) == ("sandwich", 128 ** -0.5)
     assert data["model"]["logit_multiplier"] == 0.25  # GraniteForCausalLM would divide: 4
     assert mapped("hyperclovax", CASES["hyperclovax"][3])["block"]["placement"] == "pre"  # use_post_norm false
+
+
+def test_jais2_is_a_layernorm_relu2_block_with_every_bias_by_default() -> None:
+    block = mapped("jais2", CASES["jais2"][0])["block"]
+    assert (block["norm"], block["norm_eps"], block["activation"], block["bias"]) == ("layernorm", 1e-5, "relu2", True)
+    assert "norm_unit_offset" not in block  # nn.LayerNorm's plain scale, not Nemotron's 1 + w
+    with pytest.raises(ConfigError, match="rms_norm_eps"):
+        mapped("jais2", {**CASES["jais2"][0], "rms_norm_eps": 1e-6})

@@ -6,13 +6,16 @@
 - HyperCLOVA X (HyperCLOVAXConfig, a GraniteConfig): Granite's block and scalars with a second RMSNorm on each
   branch's output (`use_post_norm`, Peri-LN: Gemma 2's sandwich, the residual multiplier after it), logits
   *multiplied* by `logits_scaling` (Granite divides), and the attention multiplier 1/√d_h when null.
+- Jais 2 (Jais2Config, a LlamaConfig): Llama's attention with q/k/v/o biases, Nemotron's plain ReLU² MLP with
+  biases, and LayerNorms with a bias (eps `layer_norm_eps`).
 """
 
 from __future__ import annotations
 
-from blockcli.families.common import TRAINING_ONLY, Family, gated_rms, silu_gate
+from blockcli.families.common import TRAINING_ONLY, Family, gated_rms, silu_gate, with_data
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA
+from blockcli.families.llama_relatives import NEMOTRON, layernorm_relu2
 from blockcli.tensor_names import TensorMap, tensor
 
 
@@ -36,6 +39,14 @@ def _hyperclovax(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _jais2(f: Fields) -> tuple[dict, dict]:
+    # Jais2Config's defaults: biases on every projection (attention_bias, mlp_bias true)
+    data = {"attention_bias": True, "mlp_bias": True, **f.data}
+    g = with_data(f, data)
+    block, model = layernorm_relu2(g, "layer_norm_eps")
+    return block, model
+
+
 # Llama's names and the post-branch norms
 HYPERCLOVAX = TensorMap("model.", LLAMA.tensors + (
     tensor("blocks.{i}.ln1_post_gamma", "layers.{i}.post_norm1.weight"),
@@ -46,4 +57,5 @@ HYPERCLOVAX = TensorMap("model.", LLAMA.tensors + (
 FAMILIES = (
     Family("iquestcoder", "IQuest-Coder", _iquestcoder, LLAMA, TRAINING_ONLY),
     Family("hyperclovax", "HyperCLOVA X", _hyperclovax, HYPERCLOVAX, TRAINING_ONLY),
+    Family("jais2", "Jais 2", _jais2, NEMOTRON, TRAINING_ONLY),  # Nemotron's names: LayerNorms with biases
 )
