@@ -156,6 +156,11 @@ CASES: dict[str, tuple[dict, int, int, dict, int]] = {
               + 3328,
               dict(_RANDOM, head_dim=12, attention_bias=False, mlp_bias=False, hidden_act="gelu", layer_norm_eps=1e-4),
               65_760),
+    # CWM 32B: 48 heads over 8 K/V heads of 128, no biases
+    "cwm": (_sizes(6144, 21504, 64, 48, 128256, 131072), 32_581_097_472,
+            _llama_by_hand(6144, 21504, 64, 128256, 6144, 1024),
+            dict(_RANDOM, head_dim=12, mlp_bias=True, sliding_window=16,
+                 layer_types=["sliding_attention", "full_attention", "sliding_attention"]), 77_568),
 }
 
 

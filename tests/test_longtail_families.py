@@ -125,3 +125,16 @@ def test_jais2_is_a_layernorm_relu2_block_with_every_bias_by_default() -> None:
     assert "norm_unit_offset" not in block  # nn.LayerNorm's plain scale, not Nemotron's 1 + w
     with pytest.raises(ConfigError, match="rms_norm_eps"):
         mapped("jais2", {**CASES["jais2"][0], "rms_norm_eps": 1e-6})
+
+
+def test_cwm_windows_three_layers_of_four_and_rotates_with_its_own_llama3_rope_by_default() -> None:
+    data = mapped("cwm", {**CASES["cwm"][0], "rope_theta": 5000.0})  # not read without rope_parameters
+    block = data["block"]
+    assert (block["rope_theta"], block["rope_scaling"]["type"], block["rope_scaling"]["factor"]) == (1e6, "llama3", 16.0)
+    assert "sliding_window" not in block  # layer 0 global
+    assert data["layers"] == [{"indices": [i for i in range(64) if i % 4], "block": {"sliding_window": 8192}}]
+    default = mapped("cwm", {**CASES["cwm"][0], "rope_parameters": {"rope_type": "default"}})["block"]
+    assert default["rope_theta"] == 1e6 and "rope_scaling" not in default  # CwmConfig's default_theta
+    for key, value in (("attention_bias", True), ("head_dim", None)):
+        with pytest.raises(ConfigError, match=f"field '{key}'"):
+            mapped("cwm", {**CASES["cwm"][0], key: value})

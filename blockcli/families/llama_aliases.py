@@ -8,13 +8,17 @@
   *multiplied* by `logits_scaling` (Granite divides), and the attention multiplier 1/√d_h when null.
 - Jais 2 (Jais2Config, a LlamaConfig): Llama's attention with q/k/v/o biases, Nemotron's plain ReLU² MLP with
   biases, and LayerNorms with a bias (eps `layer_norm_eps`).
+- CWM (CwmConfig, a LlamaConfig): 8 K/V heads of 128 without biases, llama3-scaled RoPE (×16 over 8,192, base
+  1e6) when the config gives no rope_parameters, and a window of 8,192 on three layers of four (`layer_types`;
+  by default every fourth layer, from layer 0, global), Qwen2's sliding attention.
 """
 
 from __future__ import annotations
 
-from blockcli.families.common import TRAINING_ONLY, Family, gated_rms, silu_gate, with_data
+from blockcli.families.common import (TRAINING_ONLY, Family, gated_rms, layer_types, refuse_nulls, silu_gate,
+                                      sliding_layers, with_data)
 from blockcli.families.fields import Fields
-from blockcli.families.llama import LLAMA
+from blockcli.families.llama import LLAMA, theta_default
 from blockcli.families.llama_relatives import NEMOTRON, layernorm_relu2
 from blockcli.tensor_names import TensorMap, tensor
 
@@ -47,6 +51,31 @@ def _jais2(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+# CwmConfig.__post_init__'s RoPE when the config gives none (a top-level rope_theta is then not read)
+CWM_ROPE = {"rope_type": "llama3", "rope_theta": 1_000_000.0, "factor": 16.0, "high_freq_factor": 4.0,
+            "low_freq_factor": 1.0, "original_max_position_embeddings": 8192}
+
+
+def _cwm(f: Fields) -> tuple[dict, dict]:
+    f.neutral("attention_bias", False, "CwmAttention builds q, k, v and o without biases")
+    f.ignore("pretraining_tp")  # splits the same matmuls into slices: the same function
+    refuse_nulls(f, "head_dim")
+    data = dict(f.data)
+    if data.get("rope_parameters") is None and data.get("rope_scaling") is None:
+        if data.pop("rope_theta", None) is not None:
+            f.said.append("rope_theta is not read: without rope_parameters CwmConfig rotates with its own "
+                          "(llama3, base 1e6)")
+        data["rope_parameters"] = CWM_ROPE
+    g = with_data(f, data)
+    block, model = gated_rms(g, silu_gate, kv_default=8, tie_default=False, head_dim_default=128,
+                             qkv_bias=False, out_bias=False, eps_default=1e-5)
+    theta_default(g, block, 1_000_000.0)
+    n = model["n_layers"]
+    sliding_layers(f, block, layer_types(f, n) or [i % 4 != 0 for i in range(n)], default=8192)
+    f.ignore("rope_theta")
+    return block, model
+
+
 # Llama's names and the post-branch norms
 HYPERCLOVAX = TensorMap("model.", LLAMA.tensors + (
     tensor("blocks.{i}.ln1_post_gamma", "layers.{i}.post_norm1.weight"),
@@ -57,5 +86,6 @@ HYPERCLOVAX = TensorMap("model.", LLAMA.tensors + (
 FAMILIES = (
     Family("iquestcoder", "IQuest-Coder", _iquestcoder, LLAMA, TRAINING_ONLY),
     Family("hyperclovax", "HyperCLOVA X", _hyperclovax, HYPERCLOVAX, TRAINING_ONLY),
+    Family("cwm", "CWM", _cwm, LLAMA, TRAINING_ONLY),
     Family("jais2", "Jais 2", _jais2, NEMOTRON, TRAINING_ONLY),  # Nemotron's names: LayerNorms with biases
 )
