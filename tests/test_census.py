@@ -42,7 +42,7 @@ UNCLAIMED = {
     "deepseek_v4", "diffllama", "doge", "dory", "dots3_note", "dots3_note_text", "emu3", "ernie4_5_moe",
     "exaone_moe", "falcon_h1", "falcon_mamba", "flint", "fuyu", "gemma3n", "gemma3n_text", "gemma4",
     "gemma4_assistant", "gemma4_text", "gemma4_unified", "gemma4_unified_assistant", "gemma4_unified_text", "git", "glm_moe_dsa",
-    "got_ocr2", "gpt_neox_japanese", "granite_swa", "granitemoe_swa", "granitemoehybrid",
+    "got_ocr2", "gpt_neox_japanese", "granitemoe_swa", "granitemoehybrid",
     "hrm_text", "hunyuan_v1_moe", "hy_v3", "hy_v4", "inkling2_loop_text", "inkling2_text",
     "inkling_text", "jamba", "jetmoe", "kimi_linear", "kolibri1", "laguna", "lara_mini",
     "lfm2", "lfm2_moe", "lfm3", "llama4", "llama4_text", "longcat_flash", "mamba", "mamba2", "mellum",

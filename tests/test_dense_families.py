@@ -161,6 +161,12 @@ CASES: dict[str, tuple[dict, int, int, dict, int]] = {
             _llama_by_hand(6144, 21504, 64, 128256, 6144, 1024),
             dict(_RANDOM, head_dim=12, mlp_bias=True, sliding_window=16,
                  layer_types=["sliding_attention", "full_attention", "sliding_attention"]), 77_568),
+    # GraniteSWAConfig's sizes: 20 heads of 128 over 4 K/V heads, a sink per head, tied
+    "granite_swa": (_sizes(2560, 8192, 24, 20, 100352, 8192), 2_144_463_840,
+                    _llama_by_hand(2560, 8192, 24, 100352, 2560, 512) - 100352 * 2560 + 24 * 20,
+                    dict(_RANDOM, head_dim=12, attention_bias=True, mlp_bias=True, tie_word_embeddings=False,
+                         sliding_window=16, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                         layer_rope_theta=[10000.0, 0, 50000.0]), 92_490),
 }
 
 

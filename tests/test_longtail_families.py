@@ -138,3 +138,15 @@ def test_cwm_windows_three_layers_of_four_and_rotates_with_its_own_llama3_rope_b
     for key, value in (("attention_bias", True), ("head_dim", None)):
         with pytest.raises(ConfigError, match=f"field '{key}'"):
             mapped("cwm", {**CASES["cwm"][0], key: value})
+
+
+def test_granite_swa_sinks_windows_and_a_rope_base_per_layer() -> None:
+    data = mapped("granite_swa", CASES["granite_swa"][3])
+    block = data["block"]
+    assert (block["attention_sinks"], block["sliding_window"], block["rope_theta"]) == (True, 16, 10000.0)
+    assert data["layers"] == [{"indices": [1], "block": {"sliding_window": 0, "rope": False}},
+                              {"indices": [2], "block": {"rope_theta": 50000.0}}]
+    default = mapped("granite_swa", CASES["granite_swa"][0])
+    assert default["layers"] == [{"indices": [i for i in range(24) if i % 4], "block": {"sliding_window": 128}}]
+    with pytest.raises(ConfigError, match="field 'layer_rope_theta': expected a list of 3 RoPE bases"):
+        mapped("granite_swa", {**CASES["granite_swa"][3], "layer_rope_theta": [1.0, 2.0]})

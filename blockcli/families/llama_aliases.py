@@ -11,14 +11,17 @@
 - CWM (CwmConfig, a LlamaConfig): 8 K/V heads of 128 without biases, llama3-scaled RoPE (×16 over 8,192, base
   1e6) when the config gives no rope_parameters, and a window of 8,192 on three layers of four (`layer_types`;
   by default every fourth layer, from layer 0, global), Qwen2's sliding attention.
+- Granite SWA (GraniteSWAConfig, a GraniteConfig): Granite's block and scalars, a learned sink per head (the
+  output times sigmoid(logsumexp − sink): gpt-oss's sinks), a window of 128 on three layers of four
+  (`layer_types`), and a RoPE base per layer (`layer_rope_theta`, 0 for none: NoPE) as `layers:`.
 """
 
 from __future__ import annotations
 
-from blockcli.families.common import (TRAINING_ONLY, Family, gated_rms, layer_types, refuse_nulls, silu_gate,
-                                      sliding_layers, with_data)
+from blockcli.families.common import (TRAINING_ONLY, Family, gated_rms, layer_types, override_layers, refuse_nulls,
+                                      silu_gate, sliding_layers, with_data)
 from blockcli.families.fields import Fields
-from blockcli.families.llama import LLAMA, theta_default
+from blockcli.families.llama import LLAMA, granite_scalars, theta_default
 from blockcli.families.llama_relatives import NEMOTRON, layernorm_relu2
 from blockcli.tensor_names import TensorMap, tensor
 
@@ -76,6 +79,32 @@ def _cwm(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _granite_swa(f: Fields) -> tuple[dict, dict]:
+    block, model = gated_rms(f, silu_gate, kv_default=4, tie_default=True, eps_default=1e-5)
+    granite_scalars(f, block, model)
+    block["attention_sinks"] = True
+    n = model["n_layers"]
+    sliding_layers(f, block, layer_types(f, n) or [i % 4 != 0 for i in range(n)], default=128)
+    thetas = f.raw("layer_rope_theta", None)  # null: every layer at the global base
+    if thetas is None:
+        return block, model
+    if not (isinstance(thetas, list) and len(thetas) == n and all(
+            isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t <= 1e12 for t in thetas)):
+        raise f.invalid("layer_rope_theta", thetas, f"a list of {n} RoPE bases ('num_hidden_layers'), 0 for none")
+    for theta in sorted(set(thetas)):
+        layers = [i for i, t in enumerate(thetas) if t == theta]
+        if theta == 0:
+            override_layers(f, layers, {"rope": False})
+        elif theta != block["rope_theta"]:
+            override_layers(f, layers, {"rope_theta": float(theta)})
+    return block, model
+
+
+# Llama's names and a sink per head
+GRANITE_SWA = TensorMap("model.", LLAMA.tensors + (tensor("blocks.{i}.sinks", "layers.{i}.self_attn.sinks"),),
+                        buffers=LLAMA.buffers)
+
+
 # Llama's names and the post-branch norms
 HYPERCLOVAX = TensorMap("model.", LLAMA.tensors + (
     tensor("blocks.{i}.ln1_post_gamma", "layers.{i}.post_norm1.weight"),
@@ -87,5 +116,6 @@ FAMILIES = (
     Family("iquestcoder", "IQuest-Coder", _iquestcoder, LLAMA, TRAINING_ONLY),
     Family("hyperclovax", "HyperCLOVA X", _hyperclovax, HYPERCLOVAX, TRAINING_ONLY),
     Family("cwm", "CWM", _cwm, LLAMA, TRAINING_ONLY),
+    Family("granite_swa", "Granite SWA", _granite_swa, GRANITE_SWA, TRAINING_ONLY),
     Family("jais2", "Jais 2", _jais2, NEMOTRON, TRAINING_ONLY),  # Nemotron's names: LayerNorms with biases
 )
