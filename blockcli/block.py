@@ -88,11 +88,6 @@ def softmax_label(cfg: BlockConfig) -> str:
         "softmax over keys"
 
 
-def mask_label(cfg: BlockConfig) -> str:
-    return ("causal mask and the indexer's top-k keys" if cfg.mla is not None and cfg.mla.index_heads else
-            "causal mask")
-
-
 def query_scale_label(cfg: BlockConfig) -> str:
     t = f"(t + {cfg.query_scale_offset})" if cfg.query_scale_offset else "t"
     return f"query scale 1 + {cfg.query_scale:g}·ln(1 + ⌊{t} / {cfg.query_scale_length}⌋)"
@@ -104,9 +99,11 @@ def qk_norm_label(cfg: BlockConfig, name: str) -> str:
 
 
 def mask_label(cfg: BlockConfig) -> str:
-    """The trace's name for the mask row: causal, within a window, or within each query's chunk."""
+    """The trace's name for the mask row: causal, within each query's chunk, or with the indexer's choice."""
     if cfg.attention_chunk:
         return f"causal mask within chunks of {cfg.attention_chunk:,} (⌊s / C⌋ = ⌊t / C⌋)"
+    if cfg.mla is not None and cfg.mla.index_heads:
+        return "causal mask and the indexer's top-k keys"
     return "causal mask"
 
 

@@ -150,6 +150,23 @@ CASES: dict[str, tuple[dict, int, int, dict, int]] = {
     "hyperclovax": (_sizes(4096, 11008, 32, 32, 32000, 2048), 6_738_677_760,
                     _llama_by_hand(4096, 11008, 32, 32000, 4096, 4096) + 32 * 2 * 4096,
                     dict(_RANDOM, head_dim=12, attention_bias=True, mlp_bias=True, use_post_norm=False), 78_072),
+    # Jais-2-8B: 26 heads of 128, each its own K/V; biases on q/k/v/o and the plain ReLU² MLP, LayerNorms with biases
+    "jais2": (_sizes(3328, 26624, 32, 26, 150272, 8192), 8_090_401_280,
+              _llama_by_hand(3328, 26624, 32, 150272, 3328, 3328, matrices=2) + 32 * (4 * 3328 + 26624 + 3328 + 2 * 3328)
+              + 3328,
+              dict(_RANDOM, head_dim=12, attention_bias=False, mlp_bias=False, hidden_act="gelu", layer_norm_eps=1e-4),
+              65_760),
+    # CWM 32B: 48 heads over 8 K/V heads of 128, no biases
+    "cwm": (_sizes(6144, 21504, 64, 48, 128256, 131072), 32_581_097_472,
+            _llama_by_hand(6144, 21504, 64, 128256, 6144, 1024),
+            dict(_RANDOM, head_dim=12, mlp_bias=True, sliding_window=16,
+                 layer_types=["sliding_attention", "full_attention", "sliding_attention"]), 77_568),
+    # GraniteSWAConfig's sizes: 20 heads of 128 over 4 K/V heads, a sink per head, tied
+    "granite_swa": (_sizes(2560, 8192, 24, 20, 100352, 8192), 2_144_463_840,
+                    _llama_by_hand(2560, 8192, 24, 100352, 2560, 512) - 100352 * 2560 + 24 * 20,
+                    dict(_RANDOM, head_dim=12, attention_bias=True, mlp_bias=True, tie_word_embeddings=False,
+                         sliding_window=16, layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                         layer_rope_theta=[10000.0, 0, 50000.0]), 92_490),
 }
 
 
@@ -284,7 +301,7 @@ def test_a_field_transformers_attention_needs_and_the_config_class_leaves_null_i
                                                                                           field: str) -> None:
     """NemotronAttention divides the heads by num_key_value_heads, MinistralAttention scales by head_dim ** -0.5:
     both config classes default them to null, and transformers 5.24 fails to build the model from the defaults
-    (tests/fixtures/census/census.json's errors)."""
+    (tests/fixtures/census/census.json.gz's errors)."""
     sizes = {**_sizes(48, 80, 2, 6, 300, 96), "num_key_value_heads": 2, "head_dim": 8}
     for absent in ({k: v for k, v in sizes.items() if k != field}, {**sizes, field: None}):
         with pytest.raises(ConfigError, match=f"field '{field}' is (missing|null); .*fails on null"):

@@ -117,3 +117,36 @@ def test_hyperclovax_is_granite_with_a_norm_after_each_branch_and_its_logits_mul
     assert (data["block"]["placement"], data["block"]["attention_scale"]) == ("sandwich", 128 ** -0.5)
     assert data["model"]["logit_multiplier"] == 0.25  # GraniteForCausalLM would divide: 4
     assert mapped("hyperclovax", CASES["hyperclovax"][3])["block"]["placement"] == "pre"  # use_post_norm false
+
+
+def test_jais2_is_a_layernorm_relu2_block_with_every_bias_by_default() -> None:
+    block = mapped("jais2", CASES["jais2"][0])["block"]
+    assert (block["norm"], block["norm_eps"], block["activation"], block["bias"]) == ("layernorm", 1e-5, "relu2", True)
+    assert "norm_unit_offset" not in block  # nn.LayerNorm's plain scale, not Nemotron's 1 + w
+    with pytest.raises(ConfigError, match="rms_norm_eps"):
+        mapped("jais2", {**CASES["jais2"][0], "rms_norm_eps": 1e-6})
+
+
+def test_cwm_windows_three_layers_of_four_and_rotates_with_its_own_llama3_rope_by_default() -> None:
+    data = mapped("cwm", {**CASES["cwm"][0], "rope_theta": 5000.0})  # not read without rope_parameters
+    block = data["block"]
+    assert (block["rope_theta"], block["rope_scaling"]["type"], block["rope_scaling"]["factor"]) == (1e6, "llama3", 16.0)
+    assert "sliding_window" not in block  # layer 0 global
+    assert data["layers"] == [{"indices": [i for i in range(64) if i % 4], "block": {"sliding_window": 8192}}]
+    default = mapped("cwm", {**CASES["cwm"][0], "rope_parameters": {"rope_type": "default"}})["block"]
+    assert default["rope_theta"] == 1e6 and "rope_scaling" not in default  # CwmConfig's default_theta
+    for key, value in (("attention_bias", True), ("head_dim", None)):
+        with pytest.raises(ConfigError, match=f"field '{key}'"):
+            mapped("cwm", {**CASES["cwm"][0], key: value})
+
+
+def test_granite_swa_sinks_windows_and_a_rope_base_per_layer() -> None:
+    data = mapped("granite_swa", CASES["granite_swa"][3])
+    block = data["block"]
+    assert (block["attention_sinks"], block["sliding_window"], block["rope_theta"]) == (True, 16, 10000.0)
+    assert data["layers"] == [{"indices": [1], "block": {"sliding_window": 0, "rope": False}},
+                              {"indices": [2], "block": {"rope_theta": 50000.0}}]
+    default = mapped("granite_swa", CASES["granite_swa"][0])
+    assert default["layers"] == [{"indices": [i for i in range(24) if i % 4], "block": {"sliding_window": 128}}]
+    with pytest.raises(ConfigError, match="field 'layer_rope_theta': expected a list of 3 RoPE bases"):
+        mapped("granite_swa", {**CASES["granite_swa"][3], "layer_rope_theta": [1.0, 2.0]})

@@ -6,13 +6,23 @@
 - HyperCLOVA X (HyperCLOVAXConfig, a GraniteConfig): Granite's block and scalars with a second RMSNorm on each
   branch's output (`use_post_norm`, Peri-LN: Gemma 2's sandwich, the residual multiplier after it), logits
   *multiplied* by `logits_scaling` (Granite divides), and the attention multiplier 1/√d_h when null.
+- Jais 2 (Jais2Config, a LlamaConfig): Llama's attention with q/k/v/o biases, Nemotron's plain ReLU² MLP with
+  biases, and LayerNorms with a bias (eps `layer_norm_eps`).
+- CWM (CwmConfig, a LlamaConfig): 8 K/V heads of 128 without biases, llama3-scaled RoPE (×16 over 8,192, base
+  1e6) when the config gives no rope_parameters, and a window of 8,192 on three layers of four (`layer_types`;
+  by default every fourth layer, from layer 0, global), Qwen2's sliding attention.
+- Granite SWA (GraniteSWAConfig, a GraniteConfig): Granite's block and scalars, a learned sink per head (the
+  output times sigmoid(logsumexp − sink): gpt-oss's sinks), a window of 128 on three layers of four
+  (`layer_types`), and a RoPE base per layer (`layer_rope_theta`, 0 for none: NoPE) as `layers:`.
 """
 
 from __future__ import annotations
 
-from blockcli.families.common import TRAINING_ONLY, Family, gated_rms, silu_gate
+from blockcli.families.common import (TRAINING_ONLY, Family, gated_rms, layer_types, override_layers, refuse_nulls,
+                                      silu_gate, sliding_layers, with_data)
 from blockcli.families.fields import Fields
-from blockcli.families.llama import LLAMA
+from blockcli.families.llama import LLAMA, granite_scalars, theta_default
+from blockcli.families.llama_relatives import NEMOTRON, layernorm_relu2
 from blockcli.tensor_names import TensorMap, tensor
 
 
@@ -36,6 +46,65 @@ def _hyperclovax(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _jais2(f: Fields) -> tuple[dict, dict]:
+    # Jais2Config's defaults: biases on every projection (attention_bias, mlp_bias true)
+    data = {"attention_bias": True, "mlp_bias": True, **f.data}
+    g = with_data(f, data)
+    block, model = layernorm_relu2(g, "layer_norm_eps")
+    return block, model
+
+
+# CwmConfig.__post_init__'s RoPE when the config gives none (a top-level rope_theta is then not read)
+CWM_ROPE = {"rope_type": "llama3", "rope_theta": 1_000_000.0, "factor": 16.0, "high_freq_factor": 4.0,
+            "low_freq_factor": 1.0, "original_max_position_embeddings": 8192}
+
+
+def _cwm(f: Fields) -> tuple[dict, dict]:
+    f.neutral("attention_bias", False, "CwmAttention builds q, k, v and o without biases")
+    f.ignore("pretraining_tp")  # splits the same matmuls into slices: the same function
+    refuse_nulls(f, "head_dim")
+    data = dict(f.data)
+    if data.get("rope_parameters") is None and data.get("rope_scaling") is None:
+        if data.pop("rope_theta", None) is not None:
+            f.said.append("rope_theta is not read: without rope_parameters CwmConfig rotates with its own "
+                          "(llama3, base 1e6)")
+        data["rope_parameters"] = CWM_ROPE
+    g = with_data(f, data)
+    block, model = gated_rms(g, silu_gate, kv_default=8, tie_default=False, head_dim_default=128,
+                             qkv_bias=False, out_bias=False, eps_default=1e-5)
+    theta_default(g, block, 1_000_000.0)
+    n = model["n_layers"]
+    sliding_layers(f, block, layer_types(f, n) or [i % 4 != 0 for i in range(n)], default=8192)
+    f.ignore("rope_theta")
+    return block, model
+
+
+def _granite_swa(f: Fields) -> tuple[dict, dict]:
+    block, model = gated_rms(f, silu_gate, kv_default=4, tie_default=True, eps_default=1e-5)
+    granite_scalars(f, block, model)
+    block["attention_sinks"] = True
+    n = model["n_layers"]
+    sliding_layers(f, block, layer_types(f, n) or [i % 4 != 0 for i in range(n)], default=128)
+    thetas = f.raw("layer_rope_theta", None)  # null: every layer at the global base
+    if thetas is None:
+        return block, model
+    if not (isinstance(thetas, list) and len(thetas) == n and all(
+            isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t <= 1e12 for t in thetas)):
+        raise f.invalid("layer_rope_theta", thetas, f"a list of {n} RoPE bases ('num_hidden_layers'), 0 for none")
+    for theta in sorted(set(thetas)):
+        layers = [i for i, t in enumerate(thetas) if t == theta]
+        if theta == 0:
+            override_layers(f, layers, {"rope": False})
+        elif theta != block["rope_theta"]:
+            override_layers(f, layers, {"rope_theta": float(theta)})
+    return block, model
+
+
+# Llama's names and a sink per head
+GRANITE_SWA = TensorMap("model.", LLAMA.tensors + (tensor("blocks.{i}.sinks", "layers.{i}.self_attn.sinks"),),
+                        buffers=LLAMA.buffers)
+
+
 # Llama's names and the post-branch norms
 HYPERCLOVAX = TensorMap("model.", LLAMA.tensors + (
     tensor("blocks.{i}.ln1_post_gamma", "layers.{i}.post_norm1.weight"),
@@ -46,4 +115,7 @@ HYPERCLOVAX = TensorMap("model.", LLAMA.tensors + (
 FAMILIES = (
     Family("iquestcoder", "IQuest-Coder", _iquestcoder, LLAMA, TRAINING_ONLY),
     Family("hyperclovax", "HyperCLOVA X", _hyperclovax, HYPERCLOVAX, TRAINING_ONLY),
+    Family("cwm", "CWM", _cwm, LLAMA, TRAINING_ONLY),
+    Family("granite_swa", "Granite SWA", _granite_swa, GRANITE_SWA, TRAINING_ONLY),
+    Family("jais2", "Jais 2", _jais2, NEMOTRON, TRAINING_ONLY),  # Nemotron's names: LayerNorms with biases
 )

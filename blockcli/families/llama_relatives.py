@@ -16,7 +16,7 @@ Helium (Kyutai), Arcee (AFM), EXAONE 3.0/3.5, InternLM3.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from blockcli.config import ConfigError
 from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, gated_rms, mlp_activation, silu_gate,
@@ -93,12 +93,20 @@ def _nemotron(f: Fields) -> tuple[dict, dict]:
     LayerNorm with a bias, its scale 1 + w, eps `norm_eps` (NemotronConfig has no rms_norm_eps)."""
     # NemotronAttention divides the heads by it: transformers fails without it (NemotronConfig's default is null)
     f.int("num_key_value_heads", why="transformers' Nemotron attention reads it and fails on null")
+    block, model = layernorm_relu2(f, "norm_eps", fraction_keys=("partial_rotary_factor",), fraction_default=0.5)
+    block["norm_unit_offset"] = True
+    return block, model
+
+
+def layernorm_relu2(f: Fields, eps_key: str, **rope: Any) -> tuple[dict, dict]:
+    """Llama's attention with a plain MLP of `hidden_act` (ReLU² by default) and LayerNorms with a bias, eps
+    `eps_key` (Nemotron, Jais 2: their config classes have no rms_norm_eps, refused if present)."""
     block, model = gated_rms(with_data(f, {k: v for k, v in f.data.items() if k != "rms_norm_eps"}),
                              lambda g: mlp_activation(g, "hidden_act", "relu2", gated=False), kv_default=None,
-                             tie_default=False, fraction_keys=("partial_rotary_factor",), fraction_default=0.5)
-    f.used.discard("rms_norm_eps")  # not Nemotron's: refused if present
+                             tie_default=False, **rope)
+    f.used.discard("rms_norm_eps")  # not theirs: refused if present
     groups = block["bias"] if isinstance(block["bias"], dict) else dict.fromkeys(("qkv", "out", "mlp"), block["bias"])
-    block.update(norm="layernorm", norm_unit_offset=True, norm_eps=f.float("norm_eps", 1e-5),
+    block.update(norm="layernorm", norm_eps=f.float(eps_key, 1e-5),
                  bias=bias_groups(groups["qkv"], groups["out"], groups["mlp"], True))
     return block, model
 

@@ -1,6 +1,6 @@
 """The model types transformers can build as a causal LM that are not decoder-only models: refused by name.
 
-Every `model_type` here is in transformers 5.24's causal-LM mapping (tests/fixtures/census/census.json, whose
+Every `model_type` here is in transformers 5.24's causal-LM mapping (tests/fixtures/census/census.json.gz, whose
 generator says how each kind is told apart), but its causal-LM class is one half of something else:
 
 - an encoder: a bidirectional masked-LM encoder (BERT, RoBERTa, XLM, Reformer, ...) whose causal-LM head only
@@ -26,6 +26,8 @@ ENCODER_DECODERS = frozenset({
 
 def not_a_decoder(model_type: object) -> str | None:
     """Why `model_type` is not a decoder-only model (the end of the refusal's sentence), or None."""
+    if not isinstance(model_type, str):  # a list or an object: not a name at all
+        return None
     if model_type in ENCODERS:
         return "is an encoder model, not a decoder-only one; blockcli reads decoder-only language models"
     if model_type in ENCODER_DECODERS:
