@@ -33,6 +33,7 @@ from blockcli import ops as F
 from blockcli.config import BlockConfig, Config, InputError, ModelConfig
 from blockcli.inputs import check_in_range, check_token_ids, load_npz
 from blockcli.mamba import MambaCache, Mamba2Mixer
+from blockcli.short_conv import ConvCache, ShortConvMixer
 from blockcli.checkpoint import is_checkpoint_path
 from blockcli.ops import STANDARD_OPS, Array, Ops
 from blockcli.parallel import share_out
@@ -1452,7 +1453,7 @@ class DecoderBlock:
         self.ln1 = Norm(cfg.norm, p.get("ln1_gamma"), p.get("ln1_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset,
                         name="ln1")
         if cfg.parts != "mlp":  # the token mixer: Mamba-2, latent or multi-head attention
-            self.attn = (Mamba2Mixer(cfg, p, self.ops) if cfg.mamba else
+            self.attn = (ShortConvMixer(cfg, p, self.ops) if cfg.short_conv else Mamba2Mixer(cfg, p, self.ops) if cfg.mamba else
                          (LatentAttention if cfg.mla else MultiHeadAttention)(cfg, p, self.ops, self.attention))
         self.ln2 = (None if cfg.shared_norm else
                     Norm(cfg.norm, p.get("ln2_gamma"), p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset,
@@ -1611,9 +1612,11 @@ class DecoderBlock:
         dx = self.backward(np.asarray(dy, dtype=y.dtype), tape)
         return dx, complete_grads(tape.grads, self.params)
 
-    def new_cache(self) -> KVCache | MambaCache:
-        """What decoding keeps for this layer: its K/V, its Mamba-2 state, or (an MLP alone) only the length."""
-        return MambaCache() if self.cfg.mamba is not None and self.cfg.parts != "mlp" else KVCache()
+    def new_cache(self) -> KVCache | MambaCache | ConvCache:
+        """What decoding keeps for this layer: its K/V, its Mamba-2 or conv state, or (an MLP alone) nothing."""
+        if self.cfg.parts == "mlp":
+            return KVCache()
+        return MambaCache() if self.cfg.mamba is not None else ConvCache() if self.cfg.short_conv else KVCache()
 
     def step(self, x_new: Array, cache: KVCache, rec: Record = _ignore) -> Array:
         """Incremental decoding: the outputs for tokens appended after those already in `cache`."""

@@ -184,6 +184,16 @@ class Mamba2:
         return self.d_inner + 2 * self.n_groups * self.d_state
 
 
+@dataclass(frozen=True)
+class ShortConv:
+    """A gated short convolution in place of attention (LFM2): [B | C | x] = u·W_in (d each), then
+    y = C ⊙ conv1d(B ⊙ x) over T (causal, depthwise, `kernel` taps), out = y·W_out. Its state is the conv's last
+    inputs (B, kernel, d), constant in T."""
+
+    kernel: int = 3
+    bias: bool = False  # the in-/out-projections and the conv have biases (LFM2's conv_bias)
+
+
 LAYER_PARTS = ("both", "mixer", "mlp")  # what one layer holds: a mixer and an MLP, or one of them (Nemotron-H)
 
 
@@ -227,6 +237,7 @@ class BlockConfig:
     query_scale_length: int = 0
     qk_norm_after_rope: bool = False  # qk_norm head normalises the rotated queries and keys (HunYuan), not before RoPE
     mamba: Mamba2 | None = None  # a Mamba-2 state-space mixer in place of attention (blockcli.mamba)
+    short_conv: ShortConv | None = None  # a gated short convolution in place of attention (blockcli.short_conv)
     # mixer: the layer is LN1 + its mixer + residual only; mlp: LN2 + its MLP + residual only (Nemotron-H)
     parts: str = "both"
 
@@ -955,7 +966,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
               "residual_multiplier", "moe", "mla", "attention_softcap", "norm_scale", "clip_qkv", "alibi",
               "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated", "query_scale", "query_scale_length",
-              "qk_norm_after_rope", "mamba", "parts")
+              "qk_norm_after_rope", "mamba", "parts", "short_conv")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1012,9 +1023,13 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         qk_norm_after_rope=_bool(data, "qk_norm_after_rope", p, False),
         mamba=_parse_mamba(data.get("mamba")),
         parts=_choice(data, "parts", p, "both", LAYER_PARTS),
+        short_conv=_parse_short_conv(data.get("short_conv")),
     )
     if block.mamba is not None and block.mla is not None:
         raise ConfigError("block.mamba: a layer has one token mixer; block.mla is set too")
+    if block.short_conv is not None and (block.mamba is not None or block.mla is not None):
+        raise ConfigError("block.short_conv: a layer has one token mixer; block."
+                          f"{'mamba' if block.mamba is not None else 'mla'} is set too")
     if block.parts != "both" and block.placement != "pre":
         raise ConfigError(f"block.parts: a layer of one part ({block.parts}) is pre-norm (its norm, the part, the "
                           f"residual add); placement is {block.placement}")
@@ -1104,9 +1119,9 @@ def _parse_moe(value: Any) -> MoE | None:
 def _nested_section(value: Any, cls: type, p: str, required: tuple[str, ...], what: str) -> None:
     """A nested block section (`mla`, `mamba`): a mapping of `cls`'s fields, with the `required` ones."""
     if not isinstance(value, Mapping):
-        optional = [f.name for f in fields(cls) if f.name not in required]
-        raise ConfigError(f"{p}: expected a mapping of {', '.join(required)} (and {', '.join(optional)}), "
-                          f"got {_kind(value)}")
+        optional = ", ".join(f.name for f in fields(cls) if f.name not in required)
+        wanted = f"{', '.join(required)} (and {optional})" if required else optional
+        raise ConfigError(f"{p}: expected a mapping of {wanted}, got {_kind(value)}")
     _check_keys(value, tuple(f.name for f in fields(cls)), p + ".")
     for key in required:
         if key not in value:
@@ -1145,6 +1160,14 @@ def _parse_mamba(value: Any) -> Mamba2 | None:
         raise ConfigError(f"{p}.n_groups: {mamba.n_groups} does not divide n_heads={mamba.n_heads} (each group's "
                           f"heads share its B and C)")
     return mamba
+
+
+def _parse_short_conv(value: Any) -> ShortConv | None:
+    if value is None:
+        return None
+    p = "block.short_conv"
+    _nested_section(value, ShortConv, p, (), "a short convolution")
+    return ShortConv(kernel=_int(value, "kernel", p, 3), bias=_bool(value, "bias", p, False))
 
 
 def _check_mla(block: BlockConfig) -> None:

@@ -137,6 +137,8 @@ def symbol_values(config: Config | BlockConfig) -> dict[str, int]:
     if b.mla is not None:
         values.update(r_q=b.mla.q_lora_rank, r_kv=b.mla.kv_lora_rank, d_nope=b.mla.qk_nope_head_dim,
                       d_rope=b.mla.qk_rope_head_dim, d_v=b.mla.v_head_dim)
+    if b.short_conv is not None:
+        values.update(K=b.short_conv.kernel)
     if b.mamba is not None:
         values.update(h_s=b.mamba.n_heads, p=b.mamba.head_dim, N=b.mamba.d_state, g=b.mamba.n_groups,
                       K=b.mamba.conv_kernel)
@@ -180,8 +182,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
     ]
     if b.parts == "mlp":  # a layer of its MLP alone: LN 2 and the MLP rows below
         rows = []
-    elif b.mamba is not None:
-        rows.extend(_mamba_rows(b))
+    elif b.mamba is not None or b.short_conv is not None:
+        rows.extend(_mamba_rows(b) if b.mamba is not None else _short_conv_rows(b))
         if b.parts == "mixer":
             return rows
     elif b.mla is not None:
@@ -193,9 +195,10 @@ def block_formula(b: BlockConfig) -> list[Row]:
             proj("attn.v", "V projection", kv_width, b.bias.qkv),
             proj("attn.o", "output projection W_O", q_width, b.bias.out, out=True),
         ])
-    if b.attention_sinks:  # one logit per query head, joined to each row's softmax
+    attends = b.mamba is None and b.short_conv is None  # sinks and q/k norms are attention's
+    if b.attention_sinks and attends:  # one logit per query head, joined to each row's softmax
         rows.append(Row("attn.sinks", "attention sinks (a logit per head)", term(1, "h"), no, ("sinks",)))
-    if b.qk_norm != "none":  # a scale (and shift) per feature of each head, or of the whole projection
+    if b.qk_norm != "none" and attends:  # a scale (and shift) per feature of each head, or of the whole projection
         for letter, width in (("q", q_width), ("k", kv_width)):
             features = {"head": ("d_h",), "projection": width,
                         "each_head": ("h" if letter == "q" else "h_kv", "d_h")}[b.qk_norm]
@@ -311,6 +314,19 @@ def _mamba_rows(b: BlockConfig) -> list[Row]:
                 ("w_ssm_out", "b_ssm_out"))]
 
 
+def _short_conv_rows(b: BlockConfig) -> list[Row]:
+    """A gated short convolution (LFM2): the in-projection to b, c and x (3·d²), the depthwise conv (K taps per
+    channel), the out-projection (d²); each with a bias (3·d, d, d) with short_conv.bias."""
+    c, no = b.short_conv, Poly()
+    assert c is not None
+    return [Row("attn.conv_in", "conv in-projection (b, c, x)", term(3, "d", "d"), term(3, "d") if c.bias else no,
+                ("w_conv_in", "b_conv_in")),
+            Row("attn.short_conv", "causal conv over T (K taps per channel)", term(1, "K", "d"),
+                term(1, "d") if c.bias else no, ("short_conv", "b_short_conv")),
+            Row("attn.conv_out", "conv out-projection", term(1, "d", "d"), term(1, "d") if c.bias else no,
+                ("w_conv_out", "b_conv_out"))]
+
+
 def _norms_label(n: int) -> str:
     """'one norm', 'two norms', 'four norms' (sandwich): the block's norm subtotal row."""
     return f"{ {1: 'one', 2: 'two', 4: 'four'}.get(n, str(n))} norm{'s' if n != 1 else ''}"
@@ -412,6 +428,8 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
     attention = "attention (Q, K, V, O, sinks)" if config.block.attention_sinks else "attention (Q, K, V, O)"
     if config.block.mamba is not None:
         attention = "Mamba-2 mixer (in, conv, SSM, norm, out)"
+    if config.block.short_conv is not None:
+        attention = "short conv (in, conv, out)"
     for name, label, (w, bias) in (("attention", attention, groups["attn"]),
                                    ("mlp", "MLP", groups["mlp"]),
                                    ("norms", _norms_label(sum(r.name.startswith("ln") for r in rows)),

@@ -323,9 +323,11 @@ def why_not(mutant: Mutant, config: Config, layer: int | None, grad: bool) -> st
     if mutant.tied_head and not (config.model is not None and config.model.tie_embeddings):
         return "no tied embedding table: a model config (preset, config.json) whose LM head reuses it"
     block = checked_block(config, layer)
-    if (block.mamba is not None or block.parts == "mlp") and _swapped(mutant) & ATTENTION_OPS:
-        return ("the checked layer has no attention: a Mamba-2 mixer" if block.parts != "mlp" else
-                "the checked layer has no attention: its MLP alone (parts: mlp)")
+    if (block.mamba is not None or block.short_conv is not None or block.parts == "mlp") and \
+            _swapped(mutant) & ATTENTION_OPS:
+        mixer = "its MLP alone (parts: mlp)" if block.parts == "mlp" else \
+            "a Mamba-2 mixer" if block.mamba is not None else "a short convolution"
+        return f"the checked layer has no attention: {mixer}"
     return mutant.inapplicable(block)
 
 

@@ -368,7 +368,7 @@ def _kv_cache_json(inf: Inference) -> dict[str, Any]:
                 "bits_per_token": inf.kv_bits_per_token, "bytes": inf.kv_bytes,
                 "formula": "2·L_attn·h_kv·d_h per token (attention layers only)",
                 "ssm_state": {"dtype": inf.dtype, "bytes": inf.state_bytes, "constant_in_T": True,
-                              "formula": "B·L_ssm·(h_s·p·N + K·(h_s·p + 2·g·N))"}}
+                              "formula": _state_formula(inf)}}
     if not inf.kv_expanded_bits_per_token:
         return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token,
                 "bits_per_token": inf.kv_bits_per_token, "bytes": inf.kv_bytes, "formula": "2·L·h_kv·d_h per token"}
@@ -387,12 +387,22 @@ def _kv_line(label: str, per_token: int | float, formula: str, dtype: str, total
             f"{human_bytes(total)} for {B} × {T:,} tokens" + (" (packed, rounded up to a whole byte)" if packed else ""))
 
 
+def _state_label(inf: Inference) -> str:
+    return {"ssm": "SSM state (Mamba-2 layers, constant in T)", "conv": "conv state (short-conv layers, constant in T)"}.get(
+        inf.state_kind, "SSM and conv state (Mamba-2 and short-conv layers, constant in T)")
+
+
+def _state_formula(inf: Inference) -> str:
+    return {"ssm": "B·L_ssm·(h_s·p·N + K·(h_s·p + 2·g·N))", "conv": "B·L_conv·K·d"}.get(
+        inf.state_kind, "B·(L_ssm·(h_s·p·N + K·(h_s·p + 2·g·N)) + L_conv·K·d)")
+
+
 def _kv_cache_lines(inf: Inference, B: int, T: int) -> list[str]:
     if inf.state_bytes:  # Mamba-2 layers: K/V of the attention layers only, and a state that does not grow with T
         return [_kv_line("K/V cache (attention layers only)", inf.kv_bytes_per_token, "2·L_attn·h_kv·d_h",
                          inf.kv_dtype, inf.kv_bytes, B, T),
-                f"SSM state (Mamba-2 layers, constant in T): {human_bytes(inf.state_bytes)} for {B} sequence"
-                f"{'s' if B > 1 else ''} (B·L_ssm·(h_s·p·N + K·(h_s·p + 2·g·N)) × {inf.dtype}: the state and the conv's window)"]
+                f"{_state_label(inf)}: {human_bytes(inf.state_bytes)} for {B} sequence"
+                f"{'s' if B > 1 else ''} ({_state_formula(inf)} × {inf.dtype}: the state and the conv's window)"]
     if not inf.kv_expanded_bits_per_token:
         return [_kv_line("K/V cache", inf.kv_bytes_per_token, "2·L·h_kv·d_h", inf.kv_dtype, inf.kv_bytes, B, T)]
     return [_kv_line(f"K/V cache, {KV_LATENT_LABEL}", inf.kv_bytes_per_token, "L·(r_kv + d_rope)", inf.kv_dtype,
@@ -580,7 +590,8 @@ def count_footer_lines(result: ParameterCount, inf: Inference, tr: Training | No
            f"update"] if (windows := [g.block.sliding_window for g in result.config.layer_groups()
                                       if 0 < g.block.sliding_window < T]) else []),
         f"inference memory: {human_bytes(inf.memory_bytes)} = weights + K/V cache + "
-        + ("SSM state + " if inf.state_bytes else "") +
+        + ({"ssm": "SSM state + ", "conv": "conv state + "}.get(inf.state_kind, "SSM and conv state + ")
+           if inf.state_bytes else "") +
         f"{human_bytes(inf.activation_bytes)} activations (one layer's prefill working set)",
         f"prefill of {T:,} tokens × {B}: {_both(prefill, causal)} FLOPs; per token "
         f"{human(prefill // (B * T))} full, {human(causal // (B * T))} causal",

@@ -196,9 +196,10 @@ def attention_maps(config: Config, weights: Path | None) -> tuple[list[Attention
     notes: list[str] = []
     m = config.model
     T = min(MAP_SEQ, m.max_positions) if m is not None and m.positions == "learned" else MAP_SEQ
-    groups = [g for g in config.layer_groups() if g.block.mamba is None and g.block.parts != "mlp"]
-    if len(groups) < len(config.layer_groups()):  # a Mamba-2 layer or an MLP alone has no attention weights
-        notes.append("no maps of the layers without attention (Mamba-2 mixers, MLPs alone)")
+    groups = [g for g in config.layer_groups()
+              if g.block.mamba is None and g.block.short_conv is None and g.block.parts != "mlp"]
+    if len(groups) < len(config.layer_groups()):  # a Mamba-2 or short-conv layer, an MLP alone: no attention weights
+        notes.append("no maps of the layers without attention (Mamba-2 mixers, short convolutions, MLPs alone)")
     shown = groups[:MAP_LAYERS]
     if len(groups) > MAP_LAYERS:
         notes.append(f"maps of the first {MAP_LAYERS} of {len(groups)} layer groups")

@@ -115,6 +115,7 @@ class Dims:
     N: int = 0
     g: int = 0
     K: int = 0
+    conv_K: int = 0  # a gated short convolution in place of attention (LFM2): its kernel (0 without)
     mixer: bool = True  # the layer has its token mixer (block.parts both or mixer)
     mlp: bool = True  # the layer has its MLP (block.parts both or mlp)
 
@@ -126,7 +127,8 @@ class Dims:
         mamba = (ssm.n_heads, ssm.head_dim, ssm.d_state, ssm.n_groups, ssm.conv_kernel) if ssm else (0,) * 5
         return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, mlp_width(b),
                    m.vocab_size if m else 0, b.gated, b.sliding_window, projected_width(m, b.d_model),
-                   moe_active_weights(b), *latent, *mamba, b.parts != "mlp", b.parts != "mixer")
+                   moe_active_weights(b), *latent, *mamba, b.short_conv.kernel if b.short_conv else 0,
+                   b.parts != "mlp", b.parts != "mixer")
 
     @property
     def mamba(self) -> bool:
@@ -136,12 +138,14 @@ class Dims:
     @property
     def attends(self) -> bool:
         """The layer's mixer is attention (it caches keys and values, and scores T keys per query)."""
-        return self.mixer and not self.mamba
+        return self.mixer and not self.mamba and not self.conv_K
 
     def ssm_state_elements(self) -> int:
         """A Mamba-2 layer's decode state per sequence, whatever T (0 for any other layer): the SSM state h_s·p·N
         and the conv's window over its h_s·p + 2·g·N channels, K inputs each as transformers' cache and mamba_ssm's
         conv_state keep it (the conv reads K − 1 earlier ones)."""
+        if self.conv_K and self.mixer:  # a short conv's window over d channels, K inputs as transformers keeps it
+            return self.L * self.conv_K * self.d
         if not (self.mamba and self.mixer):
             return 0
         return self.L * (self.h_s * self.p * self.N + self.K * (self.h_s * self.p + 2 * self.g * self.N))
@@ -195,6 +199,8 @@ def matmul_weights(dims: Dims) -> tuple[int, int]:
     head = dims.e * dims.V + 2 * dims.d * dims.e if dims.e else dims.d * dims.V
     if not dims.mixer:
         return mlp, head
+    if dims.conv_K:  # a short conv: in-projection to b, c, x, out-projection, the conv's K taps per channel
+        return 4 * dims.d * dims.d + dims.conv_K * dims.d + mlp, head
     if dims.mamba:  # in-projection to z, x, B, C, dt and out-projection; the conv's K taps per channel (depthwise)
         d_in, gN = dims.h_s * dims.p, dims.g * dims.N
         return dims.d * (2 * d_in + 2 * gN + dims.h_s) + d_in * dims.d + dims.K * (d_in + 2 * gN) + mlp, head
@@ -292,6 +298,7 @@ class Inference:
     kv_expanded_bytes: int = 0
     stored_weight_bytes: int | None = None  # a quantized checkpoint's or GGUF file's weights as stored (their own sizes)
     state_bytes: int = 0  # the Mamba-2 layers' decode state for the batch (SSM and conv), at the run's dtype: constant in T
+    state_kind: str = ""  # whose state: ssm (Mamba-2 layers), conv (short convolutions) or both
 
     @property
     def kv_bytes_per_token(self) -> int | float:
@@ -354,7 +361,13 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
                      max(inference_activation_bytes(dims, seq_len, batch, dtype) for dims in groups),
                      model_forward_flops(groups, seq_len, batch), model_decode_flops(groups, seq_len, batch),
                      expanded, expanded_bytes, stored_weight_bytes,
-                     nbytes(batch * sum(dims.ssm_state_elements() for dims in groups), dtype))
+                     nbytes(batch * sum(dims.ssm_state_elements() for dims in groups), dtype),
+                     _state_kind(groups))
+
+
+def _state_kind(groups: list[Dims]) -> str:
+    kinds = {"ssm" if dims.mamba else "conv" for dims in groups if dims.mixer and (dims.mamba or dims.conv_K)}
+    return kinds.pop() if len(kinds) == 1 else "both" if kinds else ""
 
 
 def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
@@ -367,6 +380,8 @@ def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
     attention = q + 2 * kv + q
     if dims.latent:  # Q, K (h·d_h each), V and the attention output (h·d_v each), the latents
         attention = 2 * q + 2 * dims.h * dims.d_v + dims.r_q + dims.r_kv + dims.d_rope
+    if dims.conv_K:  # the in-projection's b | c | x, b ⊙ x, the conv's output, c ⊙ it
+        attention = 6 * dims.d
     if dims.mamba:  # the in-projection's z | x B C | dt, the conv's output, y and its gated norm
         d_in, gN = dims.h_s * dims.p, dims.g * dims.N
         attention = (2 * d_in + 2 * gN + dims.h_s) + (d_in + 2 * gN) + 2 * d_in
@@ -603,9 +618,9 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
     (blockcli.profiles: megatron, Korthikanti et al.'s terms; eager or sdpa, transformers'; blockcli, its own
     backward's); `model_type`: the family whose transformers modules those profiles follow."""
     profiles.check(attention, config, recompute)
-    if any(dims.mamba for dims in Dims.per_group(config)):
-        raise InputError(f"{config.name}: the training step of Mamba-2 (state-space) layers is not modelled: "
-                         f"--train sizes attention layers' activations and backward only")
+    if any(dims.mamba or dims.conv_K for dims in Dims.per_group(config)):
+        raise InputError(f"{config.name}: the training step of Mamba-2 (state-space) layers and short convolutions "
+                         f"is not modelled: --train sizes attention layers' activations and backward only")
     for option, value, allowed in (("--optimizer", optimizer, OPTIMIZERS), ("--precision", precision, PRECISIONS),
                                    ("--recompute", recompute, RECOMPUTE), ("--zero", zero, (0, 1, 2, 3))):
         if value not in allowed:
