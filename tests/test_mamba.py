@@ -501,11 +501,14 @@ def test_bad_mamba_sections_are_named(mamba: object, message: str) -> None:
         parse_config({"block": {"d_model": 8, "n_heads": 2, "mamba": mamba}})
 
 
-def test_backward_through_a_mamba_layer_is_refused_in_one_line() -> None:
-    folder = FIXTURES / FOLDERS[0]
+@pytest.mark.parametrize("name", FOLDERS)
+def test_backward_through_a_mamba_or_conv_layer_is_refused_in_one_line(name: str) -> None:
+    folder = FIXTURES / name
+    mixer = "short-convolution" if load_config(folder).layer_block(0).short_conv is not None else "Mamba-2"
     for args in (("train", folder), ("trace", folder, "--backward"), ("verify", folder, "--grad"),
                  ("verify", folder, "--only", "20"), ("count", folder, "--train")):
-        assert "Mamba-2 (state-space) layer" in one_error_line(cli(*args)), args
+        line = one_error_line(cli(*args))
+        assert ("not modelled" if args[-1] == "--train" else mixer) in line, (args, line)
 
 
 # ----------------------------------------------------------------------------- against transformers itself
