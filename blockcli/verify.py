@@ -240,6 +240,8 @@ class Context(Measuring):
             raise Skip("a layer of its MLP alone (parts: mlp): no attention heads, scores or weights")
         if missing and self.cfg.mamba is not None:
             raise Skip("a Mamba-2 layer: no attention heads, scores or weights (its mixer is a state space)")
+        if missing and self.cfg.short_conv is not None:
+            raise Skip("a short-conv layer: no attention heads, scores or weights (its mixer is a convolution)")
         if missing:
             how = "no hook of a torch module can see them" if self.subject.torch else \
                 "return them with return_intermediates=True"
@@ -320,6 +322,13 @@ def check_divisibility(c: Context) -> tuple[bool, str, str]:
     b, p = c.cfg, c.subject.weights
     if b.parts == "mlp":
         raise Skip("a layer of its MLP alone (parts: mlp): no heads to divide")
+    if b.short_conv is not None:  # its projections' and conv's widths
+        widths = {"in-projection (b, c, x)": (p["w_conv_in"].shape[1], 3 * b.d_model),
+                  "conv channels": (p["short_conv"].shape[0], b.d_model)}
+        for k, (got, want) in widths.items():
+            c.figure(f"{k} − expected", got - want, 0)
+        return (all(got == want for got, want in widths.values()),
+                "; ".join(f"{k} {got} (expected {want})" for k, (got, want) in widths.items()), "exact")
     if b.mamba is not None:  # a Mamba-2 layer: its projections' widths and the heads' groups
         m = b.mamba
         widths = {"in-projection (z, x, B, C, dt)": (p["w_ssm_in"].shape[1], 2 * m.d_inner + 2 * m.n_groups * m.d_state
