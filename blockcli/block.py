@@ -1802,7 +1802,7 @@ class Model:
             p = {k[len(prefix):]: v for k, v in self.params.items() if k.startswith(prefix)}
             block = DecoderBlock(self.config.layer_block(i), p, self.ops, self.attention)
             self.params.update({prefix + k: v for k, v in block.params.items()})  # share, never copy
-            if self.blocks:  # a layer may reuse the indexer choice of the one before (mla.index_shared)
+            if block.cfg.mla is not None and block.cfg.mla.index_shared:  # it reuses the indexer choice of the one before
                 block.attn.previous = self.blocks[-1].attn
             self.blocks.append(block)
         b = self.config.block
