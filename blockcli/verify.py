@@ -420,9 +420,9 @@ def check_head_split(c: Context) -> tuple[bool, str, str]:
 
 def _flat_key(b: BlockConfig, name: str) -> str:
     """The recorded (B, T, n·d_h) tensor that the head split of q, k or v reads."""
-    if b.qk_norm == "projection" and name in "qk":
-        return f"{name}_norm"
-    return f"{name}_clip" if b.clip_qkv else f"{name}_proj"
+    if b.clip_qkv and (b.clip_after_qk_norm or not (b.qk_norm == "projection" and name in "qk")):
+        return f"{name}_clip"  # the last step before the split: the clamp (OLMoE's comes after the q/k norms)
+    return f"{name}_norm" if b.qk_norm == "projection" and name in "qk" else f"{name}_proj"
 
 
 def _sinks(c: Context) -> np.ndarray | None:
