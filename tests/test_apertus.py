@@ -89,3 +89,19 @@ def test_xielu_is_refused_with_experts() -> None:
 def test_the_totals_and_sizes_here_are_transformers_own(model_type: str) -> None:
     sizes, defaults_total, _, fields, random_total = CASES[model_type]
     assert_totals_are_transformers_own(model_type, sizes, (), defaults_total, fields, random_total)
+
+
+def test_a_trained_apertus_saves_its_buffers_0_dimensional_as_transformers_does(tmp_path) -> None:
+    """train --save writes β and ε back as the 0-dimensional tensors transformers loads (and blockcli reads again)."""
+    from safetensors.numpy import load_file
+
+    from test_checkpoint import FIXTURES, cli
+
+    proc = cli("train", FIXTURES / "apertus", "--steps", "2", "--save", tmp_path / "out")
+    assert proc.returncode == 0, proc.stderr
+    stored = load_file(tmp_path / "out" / "model.safetensors")
+    original = load_file(FIXTURES / "apertus" / "model.safetensors")
+    assert {k: v.shape for k, v in stored.items()} == {k: v.shape for k, v in original.items()}
+    assert stored["model.layers.0.mlp.act_fn.beta"].shape == () and stored["model.layers.0.mlp.act_fn.beta"] == 0.5
+    assert stored["model.layers.1.mlp.act_fn.alpha_p"] != original["model.layers.1.mlp.act_fn.alpha_p"]  # trained
+    assert cli("count", tmp_path / "out").returncode == 0
