@@ -136,7 +136,8 @@ def _apertus(f: Fields) -> tuple[dict, dict]:
     """Apertus: Arcee's block (`attention_bias` on q/k/v and o, no MLP biases: ApertusMLP builds its two without)
     with `hidden_act` xIELU, q/k RMSNorm over each head before RoPE, and APERTUS_ROPE when none is given."""
     g = class_rope(f, APERTUS_ROPE, "ApertusConfig")
-    block, model = gated_rms(g, lambda h: mlp_activation(h, "hidden_act", "xielu", gated=False), kv_default=None,
+    block, model = gated_rms(g, lambda h: mlp_activation(h, "hidden_act", "xielu", gated=False,
+                                                                         own_parameters=True), kv_default=None,
                              tie_default=False, mlp_bias=False, eps_default=1e-5)
     block["qk_norm"] = "head"  # q_norm and k_norm: RMSNorm over each head's d_h, before RoPE
     theta_default(g, block, 12_000_000.0)
