@@ -12,6 +12,10 @@ names people know them by, and the YAML may write them alone: `swiglu` (SiLU, ga
 GELU, gated) and `reglu` (ReLU, gated). `clamped_swiglu` (gpt-oss) is gated only: it also changes the
 up branch, to clip(u, ±c) + 1.
 
+An activation may carry learned scalars of its own (`params`: xIELU's a_p and a_n), one each per layer, held as
+the block's parameters `act_<name>` and counted among the MLP's, and stored constants (`buffers`: xIELU's β and
+ε), held as buffers `act_<name>`, read from a checkpoint and never trained.
+
 This module imports nothing (count and convert start without NumPy).
 """
 
@@ -29,6 +33,10 @@ class Activation:
     backward_flops: int  # per element, the vector-Jacobian product dy → dx
     saves: str = "input"  # what the backward reads: the input x, or the output alone (ReLU: y > 0 is x > 0)
     gated_only: bool = False  # exists only as a gated MLP's activation (it changes the up branch too)
+    # learned scalars of its own, one each per layer: block parameters `act_<name>` of shape (1,) (xIELU's a_p, a_n)
+    params: tuple[str, ...] = ()
+    # stored constants of its own (buffers, not parameters): name → the value transformers builds it with
+    buffers: tuple[tuple[str, float], ...] = ()
 
 
 ACTIVATIONS: dict[str, Activation] = {a.name: a for a in (
@@ -48,6 +56,10 @@ ACTIVATIONS: dict[str, Activation] = {a.name: a for a in (
     Activation("hardswish", "x·min(max(x + 3, 0), 6)/6", ("hardswish",), 4, 3),
     Activation("linear", "x (the identity)", ("linear",), 0, 0, saves="nothing"),
     Activation("laplace", "0.5·(1 + erf((x − μ)/(σ·√2))), μ = 0.707107, σ = 0.282095", ("laplace",), 8, 8),
+    # Apertus' xIELU: a learned quadratic above 0 and a learned ELU-like slope below, per layer; β = 0.5, ε = −1e-6
+    Activation("xielu", "α_p·x² + β·x if x > 0 else α_n·(expm1(min(x, ε)) − x) + β·x; α_p = softplus(a_p), "
+               "α_n = β + softplus(a_n), β = 0.5, ε = −10⁻⁶", ("xielu",), 7, 6, params=("alpha_p", "alpha_n"),
+               buffers=(("beta", 0.5), ("eps", -1e-6))),
     Activation("clamped_swiglu", "g·σ(α·g) with g = min(x, c); the up branch clip(u, ±c) + 1 (gpt-oss)", (), 7, 8,
                gated_only=True),
 )}
@@ -58,6 +70,9 @@ NAME_OF_GATED = {act: name for name, act in GATED_NAMES.items()}
 
 # what block.activation may say: a function, or a gated form's own name
 SPELLINGS = tuple(ACTIVATIONS) + tuple(name for name in GATED_NAMES if name not in ACTIVATIONS)
+
+# an activation's stored constant, as a block key (act_beta) → the value it is built with
+BUFFER_VALUES = {f"act_{name}": value for a in ACTIVATIONS.values() for name, value in a.buffers}
 
 # transformers' ACT2FN key → blockcli's activation
 FROM_TRANSFORMERS = {hf: a.name for a in ACTIVATIONS.values() for hf in a.hf_names}

@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from blockcli import ops as F
+from blockcli.activations import BUFFER_VALUES, function_of
 from blockcli.config import BlockConfig, Config, InputError, ModelConfig
 from blockcli.inputs import check_in_range, check_token_ids, load_npz
 from blockcli.mamba import MambaCache, Mamba2Mixer
@@ -166,6 +167,8 @@ def init_parameters(shapes: Mapping[str, Shape], seed: int, dtype: str) -> dict[
             values = rng.standard_normal(shape)
         elif len(shape) == 2:
             values = rng.standard_normal(shape) / math.sqrt(shape[0])
+        elif base in BUFFER_VALUES:  # an activation's stored constant (xIELU's β, ε): its own value
+            values = np.full(shape, BUFFER_VALUES[base])
         elif base.endswith("_gamma"):
             values = 1.0 + 0.1 * rng.standard_normal(shape)
         else:
@@ -1123,18 +1126,36 @@ def _rows_contiguous(a: Array) -> Array:
     return a if _row_contiguous(a) else np.ascontiguousarray(a)
 
 
-def mlp_branches(cfg: BlockConfig) -> tuple[Callable[[Array], Array], Callable[[Array], Array]]:
+def mlp_branches(cfg: BlockConfig, p: Mapping[str, Array] | None = None
+                 ) -> tuple[Callable[[Array], Array], Callable[[Array], Array]]:
     """(the activation of x·W_gate + b (x·W_up + b in a plain MLP), what a gated MLP does to the up branch before
     the product):
-    the activation and the identity, or gpt-oss's clamped SwiGLU, min(g, c)·σ(α·min(g, c)) · (clip(u, ±c) + 1)."""
+    the activation and the identity, or gpt-oss's clamped SwiGLU, min(g, c)·σ(α·min(g, c)) · (clip(u, ±c) + 1);
+    xIELU reads its layer's two scalars from `p`."""
+    if cfg.activation == "xielu":
+        assert p is not None
+        scalars = (p["act_alpha_p"], p["act_alpha_n"], p["act_beta"], p["act_eps"])
+        return (lambda x: F.xielu(x, *scalars)), lambda u: u
     if cfg.activation == "clamped_swiglu":
         alpha, limit = cfg.swiglu_alpha, cfg.swiglu_limit
         return (lambda g: F.clamped_swiglu_gate(g, alpha, limit)), (lambda u: F.clamped_swiglu_up(u, limit))
     return F.ACTIVATION_KERNELS[cfg.activation][0], lambda u: u
 
 
-def mlp_branch_grads(cfg: BlockConfig) -> tuple[Callable[[Array, Array], Array], Callable[[Array, Array], Array]]:
-    """The backward of each of `mlp_branches`: (x, dy) → dx, the activation's and the up branch's."""
+def mlp_branch_grads(cfg: BlockConfig, p: Mapping[str, Array] | None = None, scalars: dict[str, float] | None = None
+                     ) -> tuple[Callable[[Array, Array], Array], Callable[[Array, Array], Array]]:
+    """The backward of each of `mlp_branches`: (x, dy) → dx, the activation's and the up branch's; xIELU's adds
+    its scalars' gradients into `scalars` (act_alpha_p, act_alpha_n) at each call."""
+    if cfg.activation == "xielu":
+        assert p is not None and scalars is not None
+        stored = (p["act_alpha_p"], p["act_alpha_n"], p["act_beta"], p["act_eps"])
+
+        def xielu_grad(x: Array, dy: Array) -> Array:
+            dx, d_p, d_n = F.xielu_backward(x, dy, *stored)
+            scalars["act_alpha_p"] = scalars.get("act_alpha_p", 0.0) + d_p
+            scalars["act_alpha_n"] = scalars.get("act_alpha_n", 0.0) + d_n
+            return dx
+        return xielu_grad, lambda u, dy: dy
     if cfg.activation == "clamped_swiglu":
         alpha, limit = cfg.swiglu_alpha, cfg.swiglu_limit
         return ((lambda g, dy: F.clamped_swiglu_gate_backward(g, dy, alpha, limit)),
@@ -1179,7 +1200,7 @@ class MLP:
         """One row tile x (r, d) of the untraced pass into out (r, d): `_rows`' arithmetic, with the
         biases, the activation and the gate applied in place a slab of rows at a time, so their
         passes over the (r, d_ff) activation stay in cache instead of streaming it through memory."""
-        p, (act, partner), first = self.p, mlp_branches(self.cfg), activated(self.cfg)
+        p, (act, partner), first = self.p, mlp_branches(self.cfg, self.p), activated(self.cfg)
         b_first, b_up = p.get("b_" + first), p.get("b_up")
         pre = x @ p["w_" + first]  # (r, d_ff)
         up = x @ p["w_up"] if self.cfg.gated else None  # (r, d_ff)
@@ -1215,7 +1236,7 @@ def mlp_rows(cfg: BlockConfig, p: Mapping[str, Array], x: Array, name: str, key:
     """An MLP on x (…, d), whole: the dense MLP's traced pass, each expert's rows, the shared expert. Its
     parameters are `name` + w_gate …, its recorded rows `key` + pre …, named after `labels` (the MLP's, its
     activation's). `saved`, given, receives what its backward reads: x, the pre-activation, the up branch."""
-    (activation, partner), first = mlp_branches(cfg), activated(cfg)
+    (activation, partner), first = mlp_branches(cfg, p), activated(cfg)
 
     def linear(a: Array, role: str) -> Array:
         return F.linear(a, p[name + "w_" + role], p.get(name + "b_" + role))
@@ -1244,7 +1265,8 @@ def mlp_rows(cfg: BlockConfig, p: Mapping[str, Array], x: Array, name: str, key:
             params=(name + "w_up", name + "b_up"))
         act = act * partner(up)
         inputs = (pre, up)  # act(gate) ⊙ up reads both
-    rec(key + "act", f"{labels[1]} ({cfg.mlp_kind})", act, inputs, kind=cfg.mlp_kind)
+    rec(key + "act", f"{labels[1]} ({cfg.mlp_kind})", act, inputs, kind=cfg.mlp_kind,
+        params=tuple(name + f"act_{scalar}" for scalar in function_of(cfg.activation).params))
     out = linear(act, "down")  # (…, d)
     rec(key + "out", f"{labels[0]} {mlp_stage(cfg, 'out')}", out, (act, p[name + "w_down"]), kind="linear",
         params=(name + "w_down", name + "b_down"))
@@ -1264,8 +1286,9 @@ def mlp_backward(cfg: BlockConfig, p: Mapping[str, Array], name: str, saved: Map
     from the pre-activation, dW_down = actᵀ·dy, d_act = dy·W_downᵀ, then through the activation (and the
     product with the up branch), dW_gate/dW_up = xᵀ·d, dx = d·Wᵀ. Each weight's gradient is summed over the
     chunks through one scratch buffer of its size. Returns dx, shaped as x."""
-    (activation, partner), (activation_grad, partner_grad), first = mlp_branches(cfg), mlp_branch_grads(cfg), \
-        activated(cfg)
+    scalars: dict[str, float] = {}  # the activation's own parameters' gradients (xIELU's), summed over the chunks
+    (activation, partner), (activation_grad, partner_grad), first = mlp_branches(cfg, p), \
+        mlp_branch_grads(cfg, p, scalars), activated(cfg)
     x, pre, up = saved["x"], saved["pre"], saved["up"]
     shape = x.shape
     x, pre, dy = x.reshape(-1, shape[-1]), pre.reshape(-1, pre.shape[-1]), dy.reshape(-1, dy.shape[-1])
@@ -1310,6 +1333,8 @@ def mlp_backward(cfg: BlockConfig, p: Mapping[str, Array], name: str, saved: Map
         tape.add(name + "w_" + role, g)
     for role, g in biases.items():
         tape.add(name + "b_" + role, g)
+    for key, g in scalars.items():
+        tape.add(name + key, np.full((1,), g, dtype=dtype))
     return dx.reshape(shape)
 
 

@@ -1143,6 +1143,9 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         raise ConfigError("block.query_scale_length: a setting of block.query_scale, which is off")
     if block.query_scale and block.mla is not None:
         raise ConfigError("block.query_scale: not with block.mla (no latent-attention model scales its queries)")
+    if block.activation == "xielu" and (block.moe is not None or block.parts == "mixer"):
+        raise ConfigError("block.activation: xielu's learned scalars are the dense MLP's (Apertus); not with block.moe"
+                          " or a layer without an MLP")
     for key, default in (("swiglu_alpha", 1.702), ("swiglu_limit", 7.0)):  # the default is harmless anywhere
         if getattr(block, key) != default and block.activation != "clamped_swiglu":
             raise ConfigError(f"block.{key}: a setting of activation clamped_swiglu; the activation is "

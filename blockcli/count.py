@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
+from blockcli.activations import function_of
 from blockcli.config import BlockConfig, Config, LayerGroup, layer_list, projected_width
 from blockcli.shapes import Shape, block_parameter_shapes, counted_buffer, declared_sizes, is_buffer
 
@@ -239,6 +240,14 @@ def block_formula(b: BlockConfig) -> list[Row]:
                     term(1, "d", "d_ff"), term(1, "d_ff") if mlp_bias else no, ("w_up", "b_up")))
     rows.append(Row("mlp.down", "MLP down (w_down, contraction)", term(1, "d", "d_ff"), term(1, "d") if mlp_bias else no,
                     ("w_down", "b_down")))
+    act = function_of(b.activation)
+    if act.params:  # xIELU: a_p and a_n, one number each per layer
+        rows.append(Row("mlp.act", f"{b.activation} scalars ({', '.join(act.params)})", term(len(act.params)), no,
+                        tuple(f"act_{name}" for name in act.params)))
+    if act.buffers:  # and its β and ε, stored but never trained
+        names = tuple(name for name, _ in act.buffers)
+        rows.append(Row("mlp.act_buffers", f"{b.activation} constants ({', '.join(names)}; buffers, not parameters)",
+                        term(len(names)), no, tuple(f"act_{name}" for name in names), buffer=True))
     return rows
 
 

@@ -324,6 +324,41 @@ def clamped_swiglu_up_backward(x: Array, dy: Array, limit: float) -> Array:
     return np.where((x >= -limit) & (x <= limit), dy, 0).astype(dy.dtype)
 
 
+def _number(a: Array) -> float:
+    """A (1,) parameter or buffer as a float64 number."""
+    return float(np.asarray(a, dtype=np.float64).reshape(-1)[0])
+
+
+def xielu_slopes(alpha_p: Array, alpha_n: Array, beta: Array) -> tuple[float, float]:
+    """xIELU's effective slopes from its stored parameters: (softplus(a_p), β + softplus(a_n))."""
+    return float(softplus(np.float64(_number(alpha_p)))), _number(beta) + float(softplus(np.float64(_number(alpha_n))))
+
+
+def xielu(x: Array, alpha_p: Array, alpha_n: Array, beta: Array, eps: Array) -> Array:
+    """Apertus' xIELU: α_p·x² + β·x where x > 0, α_n·(expm1(min(x, ε)) − x) + β·x elsewhere, with
+    α_p = softplus(a_p), α_n = β + softplus(a_n) from the layer's two learned scalars (β, ε: its buffers)."""
+    p, n = xielu_slopes(alpha_p, alpha_n, beta)
+    dt = x.dtype.type
+    negative = (np.expm1(np.minimum(x, dt(_number(eps)))) - x) * dt(n)
+    return np.where(x > 0, dt(p) * x * x, negative) + dt(_number(beta)) * x
+
+
+def xielu_backward(x: Array, dy: Array, alpha_p: Array, alpha_n: Array, beta: Array,
+                   eps: Array) -> tuple[Array, float, float]:
+    """(dx, d a_p, d a_n): f'(x) = 2·α_p·x + β (x > 0), α_n·e^x − α_n + β (x < ε), β − α_n (ε ≤ x ≤ 0, where
+    min(x, ε) is the constant ε); ∂f/∂α_p = x² and ∂f/∂α_n = expm1(min(x, ε)) − x on their sides, times the
+    softplus' derivative σ(a) for the stored parameters."""
+    p, n = xielu_slopes(alpha_p, alpha_n, beta)
+    dt, e = x.dtype.type, x.dtype.type(_number(eps))
+    positive = x > 0
+    slope = np.where(positive, dt(2 * p) * x, np.where(x < e, dt(n) * np.expm1(np.minimum(x, e)), dt(-n)))
+    dx = dy * (slope + dt(_number(beta)))
+    d_p = float(np.sum(np.where(positive, dy * x * x, 0), dtype=np.float64))
+    d_n = float(np.sum(np.where(positive, 0, dy * (np.expm1(np.minimum(x, e)) - x)), dtype=np.float64))
+    s_p, s_n = (float(sigmoid(np.float64(_number(a)))) for a in (alpha_p, alpha_n))
+    return dx.astype(dy.dtype), d_p * s_p, d_n * s_n
+
+
 Kernel = tuple[Callable[[Array], Array], Callable[[Array, Array], Array]]
 ACTIVATION_KERNELS: dict[str, Kernel] = {
     "gelu_tanh": (gelu_tanh, gelu_tanh_backward), "gelu": (gelu, gelu_backward), "relu": (relu, relu_backward),
@@ -332,8 +367,9 @@ ACTIVATION_KERNELS: dict[str, Kernel] = {
     "leaky_relu": (leaky_relu, leaky_relu_backward), "sigmoid": (sigmoid, sigmoid_backward),
     "tanh": (tanh, tanh_backward), "mish": (mish, mish_backward), "hardswish": (hardswish, hardswish_backward),
     "linear": (identity, identity_backward), "laplace": (laplace, laplace_backward),
-}  # clamped_swiglu takes its α and c from the config: block.mlp_branches binds them
-assert set(ACTIVATION_KERNELS) | {"clamped_swiglu"} == set(ACTIVATIONS), "every registry row has its kernels"
+}  # clamped_swiglu takes its α and c from the config, xielu its two scalars from the layer: block.mlp_branches
+# binds them
+assert set(ACTIVATION_KERNELS) | {"clamped_swiglu", "xielu"} == set(ACTIVATIONS), "every registry row has its kernels"
 
 # ----------------------------------------------------------------------------- norms
 

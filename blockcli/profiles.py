@@ -38,6 +38,9 @@ F32, I64, I32 = 4, 8, 4  # float32 statistics and tables; int64 ids and indices;
 # transformers' activations written out in Python: the temporaries their backward keeps beyond the output
 # (NewGELUActivation: x, 0.5·x, tanh(·), 1 + tanh(·)); the families whose config names them by default
 PYTHON_ACTIVATIONS = {"gelu_tanh": (("gpt2", "gptj", "phi", "codegen"), 4)}
+# XIELUActivation in Python (its CUDA kernel is for CUDA alone) keeps x, α_p·x, expm1(min(x, ε)) and expm1(·) − x, the
+# x > 0 mask of its torch.where (bool), and its two softplus'd scalars α_p and α_n (measured: tests/fixtures/saved)
+XIELU_KEEPS = 4
 
 
 def check(attention: str, config: Config, recompute: str) -> None:
@@ -215,6 +218,8 @@ def _activation_saves(block: BlockConfig, model_type: str) -> tuple[int, str]:
     python = PYTHON_ACTIVATIONS.get(row.name)
     if python and model_type in python[0]:
         return python[1], f"{row.name} in Python (transformers' gelu_new): x, 0.5·x, tanh(·), 1 + tanh(·)"
+    if row.name == "xielu":
+        return XIELU_KEEPS, "xielu in Python (transformers' XIELUActivation): x, α_p·x, expm1(min(x, ε)), expm1(·) − x"
     if row.saves == "input":
         return 1, f"{row.name}'s input"
     return 0, ""  # its output (ReLU, sigmoid, tanh) or nothing (the identity)
@@ -226,6 +231,9 @@ def _mlp(block: BlockConfig, width: int, sym: str, beta: int, n: int, add, model
     row = function_of(block.activation)
     if keeps:
         add(f"{label}: {what}", f"{keeps}·{u}·{sym}", keeps * beta * n * width)
+    if row.name == "xielu":  # its torch.where's mask, a byte per element, and α_p, α_n
+        add(f"{label}: xielu's x > 0 mask (bool)", f"s·b·{sym}", n * width)
+        add(f"{label}: xielu's α_p and α_n", f"2·{beta}", 2 * beta)
     if block.gated:
         add(f"{label}: the activated gate, the up branch and their product (the down projection's input)",
             f"3·{u}·{sym}", 3 * beta * n * width)

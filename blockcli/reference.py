@@ -60,18 +60,26 @@ _SCALAR_ACTIVATIONS = {
 }
 
 
-def _act(name: str, u: float) -> float:
-    return _SCALAR_ACTIVATIONS[name](u)
+def _act(cfg: BlockConfig, u: float, p: Mapping[str, np.ndarray]) -> float:
+    """The block's activation of one number; xIELU's with the layer's own scalars a_p, a_n."""
+    if cfg.activation == "xielu":
+        beta, eps = float(p["act_beta"][0]), float(p["act_eps"][0])
+        alpha_p = _softplus(float(p["act_alpha_p"][0]))
+        alpha_n = beta + _softplus(float(p["act_alpha_n"][0]))
+        if u > 0:
+            return alpha_p * u * u + beta * u
+        return alpha_n * (math.expm1(min(u, eps)) - u) + beta * u
+    return _SCALAR_ACTIVATIONS[cfg.activation](u)
 
 
-def _gated(cfg: BlockConfig, gate: float, up: float) -> float:
+def _gated(cfg: BlockConfig, gate: float, up: float, p: Mapping[str, np.ndarray]) -> float:
     """One unit of a gated MLP: act(gate)·up, or gpt-oss's clamped SwiGLU."""
     if cfg.activation == "clamped_swiglu":
         c, alpha = cfg.swiglu_limit, cfg.swiglu_alpha
         g = min(gate, c)
         silu = g / (1 + math.exp(-alpha * g)) if alpha * g > -700 else 0.0  # exp(−αg) past float64's range
         return silu * (min(max(up, -c), c) + 1)
-    return _act(cfg.activation, gate) * up
+    return _act(cfg, gate, p) * up
 
 
 def _rotate(vec: np.ndarray, pos: int, cfg: BlockConfig, seq_len: int) -> np.ndarray:
@@ -301,9 +309,9 @@ def _expert(vec: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig, key:
     up = vec @ p[key + "w_up"] + p.get(key + "b_up", 0.0)
     if cfg.gated:
         gate = vec @ p[key + "w_gate"] + p.get(key + "b_gate", 0.0)
-        hidden = np.array([_gated(cfg, float(g), float(u)) for g, u in zip(gate, up)])
+        hidden = np.array([_gated(cfg, float(g), float(u), p) for g, u in zip(gate, up)])
     else:
-        hidden = np.array([_act(cfg.activation, float(u)) for u in up])
+        hidden = np.array([_act(cfg, float(u), p) for u in up])
     return hidden @ p[key + "w_down"] + p.get(key + "b_down", 0.0)
 
 

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import math
 
+from blockcli.activations import function_of
 from blockcli.config import BlockConfig, Config, projected_width
 
 Shape = tuple[int, ...]
 
 # Stored with the weights but not trained, so not parameters: transformers keeps DeepSeek-V3's
 # e_score_correction_bias (blockcli's router_bias) as a buffer, outside `parameters()`
-BUFFERS = frozenset({"router_bias"})
+# as xIELU's β and ε (act_beta, act_eps: Apertus' XIELUActivation keeps them as buffers)
+BUFFERS = frozenset({"router_bias", "act_beta", "act_eps"})
 _IN_A_LAYER = tuple(f".{name}" for name in BUFFERS)
 
 
@@ -161,6 +163,13 @@ def mlp_shapes(cfg: BlockConfig, prefix: str = "", d_ff: int = 0, bias: bool = T
     return shapes
 
 
+def activation_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    """The MLP activation's own learned scalars (xIELU's a_p, a_n) and its stored constants (buffers: xIELU's β,
+    ε): `act_<name>` (1,) each."""
+    row = function_of(cfg.activation)
+    return {f"act_{name}": (1,) for name in row.params + tuple(name for name, _ in row.buffers)}
+
+
 def moe_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     """A mixture of experts: the router (d, E) and its bias, its selection bias, each routed expert's
     matrices `experts.{e}.w_gate` (d, d_e), w_up, w_down (d_e, d) (and biases), and the shared expert's (d, d_s) …
@@ -188,7 +197,7 @@ def block_parameter_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     the MLP."""
     d = cfg.d_model
     ln2 = {} if cfg.shared_norm else norm_shapes("ln2", d, cfg)
-    mlp = moe_shapes(cfg) if cfg.moe is not None else mlp_shapes(cfg)
+    mlp = moe_shapes(cfg) if cfg.moe is not None else {**mlp_shapes(cfg), **activation_shapes(cfg)}
     if cfg.parts == "mixer":  # a layer of its mixer alone (Nemotron-H): LN1 and the mixer
         return {**norm_shapes("ln1", d, cfg), **attention_shapes(cfg)}
     if cfg.parts == "mlp":  # a layer of its MLP alone: LN2 and the MLP

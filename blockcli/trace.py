@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from blockcli import progress
-from blockcli.activations import MLP_KIND_FLOPS
+from blockcli.activations import MLP_KIND_FLOPS, function_of
 from blockcli.block import (DecoderBlock, Model, activated, mlp_stage, attention_tile, block_parameter_shapes, blocked_label, experts_label,
                             full_table, load_label, logits_label, mask_label, model_parameter_shapes, moe_sum_label,
                             qk_norm_label, query_scale_label, routing_label, scores_label, softmax_label)
@@ -721,7 +721,8 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             up = S(B, T, d_ff)
             rec("mlp_up", "MLP " + mlp_stage(b, "up"), up, (inp, S(d, d_ff)), kind="linear", params=("w_up", "b_up"))
             inputs = (pre, up)
-        rec("mlp_act", f"activation ({b.mlp_kind})", act, inputs, kind=b.mlp_kind)
+        rec("mlp_act", f"activation ({b.mlp_kind})", act, inputs, kind=b.mlp_kind,
+            params=tuple(f"act_{name}" for name in function_of(b.activation).params))
         rec("mlp_out", "MLP " + mlp_stage(b, "out"), out, (act, S(d_ff, d)), kind="linear", params=("w_down", "b_down"))
         return out
 

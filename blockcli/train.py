@@ -165,7 +165,8 @@ def save_folder(model: Model, folder: Path, force: bool, config_json: Path | Non
         config_text = json.dumps(data, indent=2) + "\n"
         matches = layout_of(model.config, data["model_type"])
     tensors = to_stored(matches, model.params, model.config.block.n_heads, buffers=True, config=model.config)
-    blob = save({k: np.ascontiguousarray(v) for k, v in tensors.items()}, metadata={"format": "pt"})
+    # ascontiguousarray makes a 0-dimensional tensor (xIELU's β, ε) (1,): its shape is put back
+    blob = save({k: np.ascontiguousarray(v).reshape(v.shape) for k, v in tensors.items()}, metadata={"format": "pt"})
     if folder.exists() and not folder.is_dir():
         raise InputError(f"--save {folder}: exists and is not a folder")
     folder.mkdir(parents=True, exist_ok=True)

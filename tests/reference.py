@@ -37,7 +37,9 @@ NORMS = ("layernorm", "rmsnorm")
 FUNCTIONS = ("gelu_tanh", "gelu", "relu", "silu", "relu2", "quick_gelu", "gelu_10", "relu6", "leaky_relu", "sigmoid",
              "tanh", "mish", "hardswish", "linear", "laplace")
 GATED_NAMES = {"swiglu": "silu", "geglu": "gelu_tanh", "reglu": "relu", "clamped_swiglu": "clamped_swiglu"}
-ACTIVATIONS = FUNCTIONS + tuple(GATED_NAMES)
+# functions with learned scalars of their own, per layer: xIELU's two (stored before their softplus)
+WITH_SCALARS = {"xielu": ("alpha_p", "alpha_n", "beta", "eps")}  # the last two stored constants (buffers)
+ACTIVATIONS = FUNCTIONS + tuple(GATED_NAMES) + tuple(WITH_SCALARS)
 PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich", "normed_residual")
 ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
@@ -240,6 +242,8 @@ def block_param_shapes(block_cfg, rms_beta=False):
             if moe["shared_gate"]:
                 shapes["shared_gate"] = (d, 1)
         return shapes
+    for scalar in WITH_SCALARS.get(b["activation"], ()):  # xIELU: a_p, a_n, beta, eps, one number each
+        shapes["act_" + scalar] = (1,)
     if b["gated"]:  # act(x W_gate + b_gate) * (x W_up + b_up), then W_down
         shapes["w_gate"] = (d, d_ff)
         if b["bias"]["mlp"]:
@@ -387,6 +391,27 @@ ACT_FN = {
     "linear": lambda x: x,
     "laplace": lambda x: 0.5 * (1.0 + math.erf((x - 0.707107) / (0.282095 * math.sqrt(2.0)))),
 }
+
+
+def xielu(x, a_p, a_n, beta=0.5, eps=-1e-6):
+    """xIELU (Huang et al. 2024): positive side a quadratic with slope beta at 0, negative side an ELU-like
+    curve whose slope tends to beta - alpha_n; alpha_p = softplus(a_p), alpha_n = beta + softplus(a_n). The
+    exponential's argument is capped at eps (as transformers' XIELUActivation does), so just below 0 the
+    negative side is alpha_n * (e^eps - 1 - x) + beta * x."""
+    alpha_p = softplus(a_p)
+    alpha_n = beta + softplus(a_n)
+    if x > 0.0:
+        return alpha_p * x * x + beta * x
+    capped = x if x < eps else eps
+    return alpha_n * (math.expm1(capped) - x) + beta * x
+
+
+def activate(b, weights, prefix, x):
+    """The MLP's function of one number; xIELU's with this layer's scalars."""
+    if b["activation"] in WITH_SCALARS:
+        a_p, a_n, beta, eps = (float(_w(weights, "act_" + s, prefix)[0]) for s in WITH_SCALARS[b["activation"]])
+        return xielu(x, a_p, a_n, beta, eps)
+    return ACT_FN[b["activation"]](x)
 
 
 def linear_vec(vec, w, bias):
@@ -833,9 +858,11 @@ def _dense_mlp(b, weights, prefix, vec, name, has_bias):
     up = linear_vec(vec, _w(weights, name + "w_up", prefix), _wopt(weights, name + "b_up", prefix, has_bias))
     if b["gated"]:
         gate = linear_vec(vec, _w(weights, name + "w_gate", prefix), _wopt(weights, name + "b_gate", prefix, has_bias))
-        hidden = np.array([gated_unit(b, float(gate[i]), float(up[i])) for i in range(len(up))], dtype=np.float64)
+        hidden = np.array([activate(b, weights, prefix, float(gate[i])) * float(up[i])
+                           if b["activation"] in WITH_SCALARS else gated_unit(b, float(gate[i]), float(up[i]))
+                           for i in range(len(up))], dtype=np.float64)
     else:
-        hidden = np.array([ACT_FN[b["activation"]](float(z)) for z in up], dtype=np.float64)
+        hidden = np.array([activate(b, weights, prefix, float(z)) for z in up], dtype=np.float64)
     return linear_vec(hidden, _w(weights, name + "w_down", prefix), _wopt(weights, name + "b_down", prefix, has_bias))
 
 

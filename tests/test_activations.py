@@ -1,5 +1,6 @@
 """The activation registry's kernels: each forward equals the reference's scalar formula, each backward the
-central difference of its forward, and (torch-marked) both equal torch's own functions under autograd."""
+central difference of its forward, and (torch-marked) both equal torch's own functions under autograd; xIELU's
+(with learned scalars of its own) the same, its scalars' gradients included, against transformers' module."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 import reference as ref
 from blockcli.activations import ACTIVATIONS, FROM_TRANSFORMERS, GATED_NAMES, SPELLINGS
 from blockcli.ops import ACTIVATION_KERNELS, clamped_swiglu_gate, clamped_swiglu_gate_backward, clamped_swiglu_up, \
-    clamped_swiglu_up_backward
+    clamped_swiglu_up_backward, xielu, xielu_backward
 
 # points of every region: both sides of 0, ReLU6's 6, hardswish's ±3, softplus's 20, far tails; no kink itself
 POINTS = np.array([-40.0, -21.0, -7.3, -3.2, -2.9, -1.1, -0.37, -1e-3, 2e-3, 0.41, 0.9, 1.7, 2.95, 3.05, 5.9, 6.1, 11.0,
@@ -87,3 +88,52 @@ def test_each_kernel_equals_torch_forward_and_backward(name: str) -> None:
     y.backward(torch.tensor(dy))
     for got, want in ((forward(POINTS.copy()), y.detach().numpy()), (backward(POINTS, dy), x.grad.numpy())):
         assert np.max(np.abs(got - want)) <= 1e-12 * np.max(np.abs(want)), (name, got - want)
+
+
+# ----------------------------------------------------------------------------- xIELU (learned scalars of its own)
+
+# the layer's stored a_p, a_n (before their softplus), β and ε: transformers' initial a_p (α_p = 0.8) and others
+XIELU_POINTS = [(math.log(math.expm1(0.8)), math.log(math.expm1(0.3)), 0.5, -1e-6), (-0.7, 1.3, 0.5, -1e-6),
+                (0.4, -2.0, 0.3, -1e-2)]
+
+
+@pytest.mark.parametrize("scalars", XIELU_POINTS)
+def test_xielu_equals_the_references_formula(scalars: tuple[float, ...]) -> None:
+    stored = [np.array([s]) for s in scalars]
+    want = np.array([ref.xielu(float(x), *scalars) for x in POINTS])
+    assert np.max(np.abs(xielu(POINTS.copy(), *stored) - want)) <= 1e-13 * np.max(np.abs(want))
+
+
+@pytest.mark.parametrize("scalars", XIELU_POINTS)
+def test_xielu_backward_equals_central_differences_in_x_and_both_scalars(scalars: tuple[float, ...]) -> None:
+    a_p, a_n, beta, eps = scalars
+    x = POINTS[np.abs(POINTS - eps) > 1e-3]  # min(x, ε)'s kink
+    dy = np.random.default_rng(7).standard_normal(x.shape)
+    dx, d_p, d_n = xielu_backward(x, dy, *(np.array([s]) for s in scalars))
+
+    def f(x: np.ndarray, a_p: float, a_n: float) -> float:
+        return xielu(x, np.array([a_p]), np.array([a_n]), np.array([beta]), np.array([eps]))
+
+    step = 1e-6 * np.maximum(1.0, np.abs(x))
+    assert np.allclose(dx, (f(x + step, a_p, a_n) - f(x - step, a_p, a_n)) / (2 * step) * dy, rtol=1e-6, atol=1e-8)
+    h = 1e-6
+    assert d_p == pytest.approx(float(np.sum((f(x, a_p + h, a_n) - f(x, a_p - h, a_n)) / (2 * h) * dy)), rel=1e-6)
+    assert d_n == pytest.approx(float(np.sum((f(x, a_p, a_n + h) - f(x, a_p, a_n - h)) / (2 * h) * dy)), rel=1e-6)
+
+
+@pytest.mark.torch
+def test_xielu_equals_transformers_activation_under_autograd() -> None:
+    torch = pytest.importorskip("torch")
+    activations = pytest.importorskip("transformers.activations")
+    module = activations.XIELUActivation(alpha_p_init=0.6, alpha_n_init=1.1, dtype=torch.float64)
+    x = torch.tensor(POINTS, dtype=torch.float64, requires_grad=True)
+    dy = np.random.default_rng(5).standard_normal(POINTS.shape)
+    y = module(x)
+    y.backward(torch.tensor(dy))
+    stored = [getattr(module, n).detach().numpy().reshape(1) for n in ("alpha_p", "alpha_n", "beta", "eps")]
+    assert set(dict(module.named_parameters())) == {"alpha_p", "alpha_n"}  # β and ε are buffers
+    got = xielu(POINTS.copy(), *stored)
+    assert np.max(np.abs(got - y.detach().numpy())) <= 1e-12 * np.max(np.abs(got))
+    dx, d_p, d_n = xielu_backward(POINTS, dy, *stored)
+    assert np.max(np.abs(dx - x.grad.numpy())) <= 1e-12 * np.max(np.abs(dx))
+    assert (d_p, d_n) == pytest.approx((module.alpha_p.grad.item(), module.alpha_n.grad.item()), rel=1e-12)

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from blockcli import DecoderBlock, Model
 from blockcli.config import parse_config
+from blockcli.shapes import is_buffer
 from strategies import block_mappings, moe_mappings
 
 STEP = 1e-6
@@ -47,7 +48,7 @@ def check_block(blk: DecoderBlock, B: int = 2, T: int = 5, seed: int = 0) -> boo
     x = rng.standard_normal((B, T, blk.cfg.d_model))
     dy = rng.standard_normal(x.shape)
     dx, grads = blk.vjp(x, dy)
-    assert set(grads) == {k for k in blk.params if k != "router_bias"}
+    assert set(grads) == {k for k in blk.params if not is_buffer(k)}
     assert all(grads[k].shape == blk.params[k].shape and np.isfinite(grads[k]).all() for k in grads)
     point = {"x": x, **{k: blk.params[k] for k in grads}}
     direction = {k: rng.standard_normal(v.shape) for k, v in point.items()}
@@ -105,6 +106,8 @@ FEATURES = {
     "swiglu": {"activation": "swiglu"},
     "gated exact gelu": {"activation": "gelu", "gated": True},
     "clamped swiglu": {"activation": "clamped_swiglu", "swiglu_limit": 0.4, "swiglu_alpha": 1.3},
+    "xielu": {"activation": "xielu"},
+    "gated xielu": {"activation": "xielu", "gated": True},
     "relu": {"activation": "relu"},
     "mish": {"activation": "mish"},
     "moe": {"activation": "swiglu", "moe": {"n_experts": 4, "top_k": 2, "d_expert": 6, "renormalize": True}},

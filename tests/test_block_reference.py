@@ -110,6 +110,10 @@ BLOCK_CASES = {
     "geglu": block_dict(activation="geglu"),
     "gelu_exact": block_dict(activation="gelu"),
     "relu": block_dict(activation="relu"),
+    # Apertus: xIELU with its layer's scalars, plain and gated, per-head q/k RMSNorm before RoPE
+    "xielu_rms_qk_norm": block_dict(norm="rmsnorm", bias=False, activation="xielu", n_kv_heads=2, rope=True,
+                                    qk_norm="head"),
+    "gated_xielu": block_dict(activation="xielu", gated=True),
     "silu": block_dict(activation="silu"),
     "post_norm": block_dict(placement="post"),
     "post_norm_rms_swiglu": block_dict(placement="post", norm="rmsnorm", bias=False,

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from blockcli.activations import FROM_TRANSFORMERS, GATED_NAMES, spelling
+from blockcli.activations import ACTIVATIONS, FROM_TRANSFORMERS, GATED_NAMES, spelling
 from blockcli.config import ConfigError
 from blockcli.families.fields import Fields
 from blockcli.tensor_names import TensorMap
@@ -70,15 +70,20 @@ class Composite:
 
 
 def mlp_activation(f: Fields, key: str, default: str, *, gated: bool,
-                   exact_gelu_is_tanh: bool = False) -> dict[str, Any]:
+                   exact_gelu_is_tanh: bool = False, own_parameters: bool = False) -> dict[str, Any]:
     """The block fields of an MLP whose activation is transformers' `ACT2FN[f[key]]`, gated or plain:
     `activation` (a gated form by its own name, swiglu for SiLU), and `gated: true` where no such name
-    says it. `exact_gelu_is_tanh`: the family runs "gelu" as the tanh approximation (Gemma's legacy)."""
+    says it. `exact_gelu_is_tanh`: the family runs "gelu" as the tanh approximation (Gemma's legacy).
+    `own_parameters`: the family's tensor map names an activation's own parameters (Apertus' xIELU); elsewhere
+    such an activation is refused."""
     name = f.str(key, default)
     function = "gelu_tanh" if exact_gelu_is_tanh and name == "gelu" else FROM_TRANSFORMERS.get(name)
+    if function is not None and ACTIVATIONS[function].params and not own_parameters:
+        raise f.unrepresentable(key, name, "an activation with learned parameters of its own: blockcli reads them "
+                                           "in Apertus' checkpoints only")
     if function is None:
-        raise f.unrepresentable(key, name, "not one of transformers' activations blockcli runs: "
-                                           + ", ".join(sorted(FROM_TRANSFORMERS)))
+        raise f.unrepresentable(key, name, "not one of transformers' activations blockcli runs: " + ", ".join(
+            sorted(n for n, a in FROM_TRANSFORMERS.items() if own_parameters or not ACTIVATIONS[a].params)))
     written = spelling(function, gated)
     return {"activation": written, **({"gated": True} if gated and written not in GATED_NAMES else {})}
 

@@ -22,7 +22,7 @@ from blockcli.families.common import (TRAINING_ONLY, Family, gated_rms, layer_ty
                                       silu_gate, sliding_layers, with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, granite_scalars, theta_default
-from blockcli.families.llama_relatives import NEMOTRON, layernorm_relu2
+from blockcli.families.llama_relatives import NEMOTRON, class_rope, layernorm_relu2
 from blockcli.tensor_names import TensorMap, tensor
 
 
@@ -63,13 +63,7 @@ def _cwm(f: Fields) -> tuple[dict, dict]:
     f.neutral("attention_bias", False, "CwmAttention builds q, k, v and o without biases")
     f.ignore("pretraining_tp")  # splits the same matmuls into slices: the same function
     refuse_nulls(f, "head_dim")
-    data = dict(f.data)
-    if data.get("rope_parameters") is None and data.get("rope_scaling") is None:
-        if data.pop("rope_theta", None) is not None:
-            f.said.append("rope_theta is not read: without rope_parameters CwmConfig rotates with its own "
-                          "(llama3, base 1e6)")
-        data["rope_parameters"] = CWM_ROPE
-    g = with_data(f, data)
+    g = class_rope(f, CWM_ROPE, "CwmConfig")
     block, model = gated_rms(g, silu_gate, kv_default=8, tie_default=False, head_dim_default=128,
                              qkv_bias=False, out_bias=False, eps_default=1e-5)
     theta_default(g, block, 1_000_000.0)

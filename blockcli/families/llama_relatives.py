@@ -10,6 +10,10 @@ Helium (Kyutai), Arcee (AFM), EXAONE 3.0/3.5, InternLM3.
   `mlp_bias`, which must agree.
 - Nemotron (Minitron, Nemotron-4): Arcee's plain ReLU² MLP with LayerNorm1P (a LayerNorm with a bias and
   scale 1 + w) and RoPE on half of each head.
+- Apertus (Swiss AI): Arcee's plain MLP with xIELU, an activation with two learned scalars per layer (a_p, a_n:
+  parameters; its β and ε stored buffers), per-head q/k RMSNorms before RoPE (Qwen3's), its two norms
+  named attention_layernorm and feedforward_layernorm, and llama3 RoPE on base 1.2e7 by default. Apertus 1.5's
+  language model (apertus1p5_text) is Apertus with a larger vocabulary.
 - HunYuan (dense): Llama's block with per-head q/k RMSNorms after RoPE (`query_layernorm`, `key_layernorm`),
   and the checkpoints' "dynamic" RoPE with an `alpha`, which is a fixed, larger base θ·α^(d_h/(d_h − 2)).
 """
@@ -23,7 +27,7 @@ from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, gated_
                                       with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, theta_default
-from blockcli.tensor_names import TensorMap, tensor
+from blockcli.tensor_names import SCALAR, TensorMap, tensor
 
 
 def _helium(f: Fields) -> tuple[dict, dict]:
@@ -111,6 +115,45 @@ def layernorm_relu2(f: Fields, eps_key: str, **rope: Any) -> tuple[dict, dict]:
     return block, model
 
 
+# ApertusConfig.__post_init__'s RoPE when the config gives none (a top-level rope_theta is then not read)
+APERTUS_ROPE = {"rope_type": "llama3", "rope_theta": 12_000_000.0, "factor": 8.0, "original_max_position_embeddings": 8192,
+                "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+
+
+def class_rope(f: Fields, rope: Mapping[str, Any], config_class: str) -> Fields:
+    """`f` with the config class's own RoPE (its __post_init__'s `rope`) when the config gives none; a top-level
+    rope_theta is then not read, and a note says so (CWM, Apertus)."""
+    data = dict(f.data)
+    if data.get("rope_parameters") is None and data.get("rope_scaling") is None:
+        if data.pop("rope_theta", None) is not None:
+            f.said.append(f"rope_theta is not read: without rope_parameters {config_class} rotates with its own "
+                          f"({rope['rope_type']}, base {rope['rope_theta']:,.0f})")
+        data["rope_parameters"] = rope
+    return with_data(f, data)
+
+
+def _apertus(f: Fields) -> tuple[dict, dict]:
+    """Apertus: Arcee's block (`attention_bias` on q/k/v and o, no MLP biases: ApertusMLP builds its two without)
+    with `hidden_act` xIELU, q/k RMSNorm over each head before RoPE, and APERTUS_ROPE when none is given."""
+    g = class_rope(f, APERTUS_ROPE, "ApertusConfig")
+    block, model = gated_rms(g, lambda h: mlp_activation(h, "hidden_act", "xielu", gated=False,
+                                                                         own_parameters=True), kv_default=None,
+                             tie_default=False, mlp_bias=False, eps_default=1e-5)
+    block["qk_norm"] = "head"  # q_norm and k_norm: RMSNorm over each head's d_h, before RoPE
+    theta_default(g, block, 12_000_000.0)
+    return block, model
+
+
+def _apertus1p5_text(f: Fields) -> tuple[dict, dict]:
+    """Apertus 1.5's language model: Apertus with 266,752 tokens by default, its LM head as wide unless
+    `output_vocab_size` prunes it (not represented: refused)."""
+    pruned = f.data.get("output_vocab_size")
+    if pruned is not None and pruned != f.data.get("vocab_size", 266_752):
+        raise f.unrepresentable("output_vocab_size", pruned, "blockcli's LM head is as wide as the vocabulary")
+    f.ignore("output_vocab_size")  # null or the vocabulary's size: the head is unpruned
+    return _apertus(with_data(f, {"vocab_size": 266_752, **f.data}))
+
+
 def hunyuan_dense(f: Fields) -> tuple[dict, dict]:
     """HunYuan dense (Hunyuan-0.5B … 7B): Llama's block without MLP biases, q/k RMSNorm over each head after RoPE
     (`qk_norm_after_rope`), and NTK-alpha RoPE: a "dynamic" RoPE dict with `alpha` rotates with the fixed base
@@ -164,6 +207,18 @@ NEMOTRON = TensorMap("model.", ARCEE.tensors + (
     tensor("ln_f_beta", "norm.bias"),
 ))
 
+# Apertus: Arcee's names, its norms called attention_layernorm and feedforward_layernorm, Qwen3's q/k norms, xIELU's
+# two scalars and its two buffers β and ε (0-dimensional)
+_APERTUS_NORMS = {"layers.{i}.input_layernorm.weight": "layers.{i}.attention_layernorm.weight",
+                  "layers.{i}.post_attention_layernorm.weight": "layers.{i}.feedforward_layernorm.weight"}
+APERTUS = TensorMap("model.", tuple(tensor(" ".join(t.keys), _APERTUS_NORMS.get(t.name, t.name), t.layout, t.top)
+                                    for t in ARCEE.tensors) + (
+    tensor("blocks.{i}.act_alpha_p", "layers.{i}.mlp.act_fn.alpha_p"),
+    tensor("blocks.{i}.act_alpha_n", "layers.{i}.mlp.act_fn.alpha_n"),
+    tensor("blocks.{i}.act_beta", "layers.{i}.mlp.act_fn.beta", SCALAR),
+    tensor("blocks.{i}.act_eps", "layers.{i}.mlp.act_fn.eps", SCALAR),
+), buffers=LLAMA.buffers)
+
 # HunYuan: Llama's names, its q/k norms called query_layernorm and key_layernorm
 _HUNYUAN_QK = {"layers.{i}.self_attn.q_norm.weight": "layers.{i}.self_attn.query_layernorm.weight",
                "layers.{i}.self_attn.k_norm.weight": "layers.{i}.self_attn.key_layernorm.weight"}
@@ -176,5 +231,7 @@ FAMILIES = (
     Family("exaone", "EXAONE 3", _exaone, EXAONE, TRAINING_ONLY),
     Family("internlm3", "InternLM3", _internlm3, LLAMA, TRAINING_ONLY),
     Family("nemotron", "Nemotron", _nemotron, NEMOTRON, TRAINING_ONLY),
+    Family("apertus", "Apertus", _apertus, APERTUS, TRAINING_ONLY),
+    Family("apertus1p5_text", "Apertus 1.5 (text)", _apertus1p5_text, APERTUS, TRAINING_ONLY),
     Family("hunyuan_v1_dense", "HunYuan (dense)", hunyuan_dense, HUNYUAN, TRAINING_ONLY),
 )
