@@ -119,7 +119,7 @@ def _llama4_text(f: Fields) -> tuple[dict, dict]:
     mlp = layers[min(sparse)] if sparse else layers[0]
     base = {**layers[rotates.index(1) if any(rotates) else 0], "moe": mlp["moe"], "d_ff": mlp["d_ff"]}
     if not any(rotates):  # no layer rotates: the model has no positions
-        base["rope"] = False
+        base["rope"] = block["rope"] = False
         block.pop("rope_layout")
         block.pop("rope_scaling", None)
         model["positions"] = "none"
