@@ -1800,8 +1800,9 @@ class Model:
             p = {k[len(prefix):]: v for k, v in self.params.items() if k.startswith(prefix)}
             block = DecoderBlock(self.config.layer_block(i), p, self.ops, self.attention)
             self.params.update({prefix + k: v for k, v in block.params.items()})  # share, never copy
-            if self.blocks:  # a layer may reuse the indexer choice of the one before (mla.index_shared)
-                block.attn.previous = self.blocks[-1].attn
+            before = getattr(self.blocks[-1], "attn", None) if self.blocks else None
+            if before is not None and hasattr(block, "attn"):  # a layer may reuse the indexer choice of the one
+                block.attn.previous = before  # before (mla.index_shared); a Nemotron-H MLP layer has no attention
             self.blocks.append(block)
         b = self.config.block
         self.emb_ln = (Norm(b.norm, self.params.get("emb_ln_gamma"), self.params.get("emb_ln_beta"), b.norm_eps,
