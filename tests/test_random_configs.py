@@ -76,6 +76,17 @@ def test_every_family_and_composite_has_a_fuzz_draw_and_its_fixture() -> None:
     assert not unwritten, f"run tests/fixtures/cases/generate.py {' '.join(unwritten)}"
 
 
+@pytest.mark.parametrize("name", [n for n in FOLDERS if n.startswith("fuzz-")])
+def test_every_fuzz_draw_counts_the_parameters_transformers_built(name: str) -> None:
+    """count's closed form on each random config: transformers' own sum of numel (a vision-language model's language
+    model's share)."""
+    from blockcli.count import count_parameters
+
+    want = expected(name)
+    built = want["language_model_parameters"] if "language_model_parameters" in want else want["parameters"]
+    assert count_parameters(load_config(CASES / name)).total == int(built)
+
+
 def test_the_draws_are_tiny_and_reach_past_the_defaults() -> None:
     """The stored configs are 2 layers over 16 tokens, and together they reach past the defaults: several
     activations, tied and untied heads, passes past max_position_embeddings."""
