@@ -35,6 +35,7 @@ from blockcli import ops as F
 from blockcli.config import BlockConfig, Config, InputError, ModelConfig
 from blockcli.inputs import check_in_range, check_token_ids, load_npz
 from blockcli.mamba import MambaCache, Mamba2Mixer
+from blockcli.short_conv import ConvCache, ShortConvMixer
 from blockcli.checkpoint import is_checkpoint_path
 from blockcli import indexer
 from blockcli.ops import STANDARD_OPS, Array, Ops
@@ -1564,9 +1565,9 @@ class DecoderBlock:
                              f"expected {declared[wrong]}")
         self.ln1 = Norm(cfg.norm, p.get("ln1_gamma"), p.get("ln1_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset,
                         name="ln1")
-        if cfg.parts != "mlp":  # the token mixer: Mamba-2, Gated DeltaNet, latent or multi-head attention
-            if cfg.mamba:
-                self.attn = Mamba2Mixer(cfg, p, self.ops)
+        if cfg.parts != "mlp":  # the token mixer: Mamba-2, a short conv, Gated DeltaNet, latent or multi-head attention
+            if cfg.mamba or cfg.short_conv:
+                self.attn = (ShortConvMixer if cfg.short_conv else Mamba2Mixer)(cfg, p, self.ops)
             else:
                 mixer = GatedDeltaNetMixer if cfg.linear_attention else LatentAttention if cfg.mla else MultiHeadAttention
                 self.attn = mixer(cfg, p, self.ops, self.attention)
@@ -1735,12 +1736,13 @@ class DecoderBlock:
         dx = self.backward(np.asarray(dy, dtype=y.dtype), tape)
         return dx, complete_grads(tape.grads, self.params)
 
-    def new_cache(self) -> KVCache | DeltaNetState | MambaCache:
-        """What decoding keeps for this layer: its K/V, its Gated DeltaNet or Mamba-2 state (constant in T), or
-        (an MLP alone) only the length."""
+    def new_cache(self) -> KVCache | DeltaNetState | MambaCache | ConvCache:
+        """What decoding keeps for this layer: its K/V, its Gated DeltaNet, Mamba-2 or conv state (constant in T),
+        or (an MLP alone) only the length."""
         if self.cfg.parts == "mlp":
             return KVCache()
-        return DeltaNetState() if self.cfg.linear_attention else MambaCache() if self.cfg.mamba else KVCache()
+        return (DeltaNetState() if self.cfg.linear_attention else MambaCache() if self.cfg.mamba is not None else
+                ConvCache() if self.cfg.short_conv else KVCache())
 
     def step(self, x_new: Array, cache: KVCache, rec: Record = _ignore) -> Array:
         """Incremental decoding: the outputs for tokens appended after those already in `cache`."""
@@ -1800,9 +1802,8 @@ class Model:
             p = {k[len(prefix):]: v for k, v in self.params.items() if k.startswith(prefix)}
             block = DecoderBlock(self.config.layer_block(i), p, self.ops, self.attention)
             self.params.update({prefix + k: v for k, v in block.params.items()})  # share, never copy
-            before = getattr(self.blocks[-1], "attn", None) if self.blocks else None
-            if before is not None and hasattr(block, "attn"):  # a layer may reuse the indexer choice of the one
-                block.attn.previous = before  # before (mla.index_shared); a Nemotron-H MLP layer has no attention
+            if block.cfg.mla is not None and block.cfg.mla.index_shared:  # it reuses the indexer choice of the one before
+                block.attn.previous = self.blocks[-1].attn
             self.blocks.append(block)
         b = self.config.block
         self.emb_ln = (Norm(b.norm, self.params.get("emb_ln_gamma"), self.params.get("emb_ln_beta"), b.norm_eps,

@@ -240,6 +240,16 @@ class Mamba2:
         return self.d_inner + 2 * self.n_groups * self.d_state
 
 
+@dataclass(frozen=True)
+class ShortConv:
+    """A gated short convolution in place of attention (LFM2): [B | C | x] = u·W_in (d each), then
+    y = C ⊙ conv1d(B ⊙ x) over T (causal, depthwise, `kernel` taps), out = y·W_out. Its state is the conv's last
+    inputs (B, kernel, d), constant in T."""
+
+    kernel: int = 3
+    bias: bool = False  # the in-/out-projections and the conv have biases (LFM2's conv_bias)
+
+
 LAYER_PARTS = ("both", "mixer", "mlp")  # what one layer holds: a mixer and an MLP, or one of them (Nemotron-H)
 
 
@@ -292,6 +302,7 @@ class BlockConfig:
     # s <= p), Llama 4's attention_chunk_size; 0: off
     attention_chunk: int = 0
     mamba: Mamba2 | None = None  # a Mamba-2 state-space mixer in place of attention (blockcli.mamba)
+    short_conv: ShortConv | None = None  # a gated short convolution in place of attention (blockcli.short_conv)
     # mixer: the layer is LN1 + its mixer + residual only; mlp: LN2 + its MLP + residual only (Nemotron-H)
     parts: str = "both"
     clip_after_qk_norm: bool = False  # clip_qkv clamps the normalised Q and K (and V) of qk_norm projection (OLMoE)
@@ -1026,7 +1037,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "residual_multiplier", "moe", "mla", "attention_softcap", "norm_scale", "clip_qkv", "alibi",
               "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated", "query_scale", "query_scale_length",
               "qk_norm_after_rope", "linear_attention", "attention_gate", "query_scale_offset", "attention_chunk",
-              "mamba", "parts", "clip_after_qk_norm")
+              "mamba", "parts", "clip_after_qk_norm", "short_conv")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1088,6 +1099,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         mamba=_parse_mamba(data.get("mamba")),
         parts=_choice(data, "parts", p, "both", LAYER_PARTS),
         clip_after_qk_norm=_bool(data, "clip_after_qk_norm", p, False),
+        short_conv=_parse_short_conv(data.get("short_conv")),
     )
     if block.linear_attention is not None:  # softmax attention's settings: a Gated DeltaNet layer has none of them
         for key, off in (("mla", None), ("qk_norm", "none"), ("attention_gate", False), ("attention_sinks", False),
@@ -1113,6 +1125,11 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     if block.mamba is not None and (block.mla is not None or block.linear_attention is not None):
         raise ConfigError(f"block.mamba: a layer has one token mixer; block."
                           f"{'mla' if block.mla is not None else 'linear_attention'} is set too")
+    if block.short_conv is not None and (block.mamba is not None or block.mla is not None
+                                         or block.linear_attention is not None):
+        raise ConfigError("block.short_conv: a layer has one token mixer; block."
+                          f"{'mamba' if block.mamba is not None else 'mla' if block.mla is not None else 'linear_attention'}"
+                          " is set too")
     if block.parts != "both" and block.placement != "pre":
         raise ConfigError(f"block.parts: a layer of one part ({block.parts}) is pre-norm (its norm, the part, the "
                           f"residual add); placement is {block.placement}")
@@ -1216,8 +1233,8 @@ def _nested_section(value: Any, cls: type, p: str, required: tuple[str, ...], wh
     """A nested block section (`mla`, `mamba`, `linear_attention`): a mapping of `cls`'s fields, with the
     `required` ones."""
     if not isinstance(value, Mapping):
-        optional = [f.name for f in fields(cls) if f.name not in required]
-        wanted = f"{', '.join(required)} (and {', '.join(optional)})" if required else ", ".join(optional)
+        optional = ", ".join(f.name for f in fields(cls) if f.name not in required)
+        wanted = f"{', '.join(required)} (and {optional})" if required else optional
         raise ConfigError(f"{p}: expected a mapping of {wanted}, got {_kind(value)}")
     _check_keys(value, tuple(f.name for f in fields(cls)), p + ".")
     for key in required:
@@ -1299,6 +1316,14 @@ def _parse_indexer(value: Mapping[str, Any], p: str) -> dict[str, Any]:
             "index_head_dim": _int(value, "index_head_dim", p, 0, minimum=2),
             "index_topk": _int(value, "index_topk", p, 0, minimum=1), "index_rope_layout": layout,
             "index_shared": shared}
+
+
+def _parse_short_conv(value: Any) -> ShortConv | None:
+    if value is None:
+        return None
+    p = "block.short_conv"
+    _nested_section(value, ShortConv, p, (), "a short convolution")
+    return ShortConv(kernel=_int(value, "kernel", p, 3), bias=_bool(value, "bias", p, False))
 
 
 def _check_mla(block: BlockConfig) -> None:

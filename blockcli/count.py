@@ -146,6 +146,8 @@ def symbol_values(config: Config | BlockConfig) -> dict[str, int]:
     if b.linear_attention is not None:
         n = b.linear_attention
         values.update(h_k=n.key_heads, d_k=n.key_head_dim, h_v=n.value_heads, d_v=n.value_head_dim, K=n.conv_kernel)
+    if b.short_conv is not None:
+        values.update(K=b.short_conv.kernel)
     if b.mamba is not None:
         values.update(h_s=b.mamba.n_heads, p=b.mamba.head_dim, N=b.mamba.d_state, g=b.mamba.n_groups,
                       K=b.mamba.conv_kernel)
@@ -189,8 +191,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
     ]
     if b.parts == "mlp":  # a layer of its MLP alone: LN 2 and the MLP rows below
         rows = []
-    elif b.mamba is not None:
-        rows.extend(_mamba_rows(b))
+    elif b.mamba is not None or b.short_conv is not None:
+        rows.extend(_mamba_rows(b) if b.mamba is not None else _short_conv_rows(b))
         if b.parts == "mixer":
             return rows
     elif b.mla is not None:
@@ -207,9 +209,10 @@ def block_formula(b: BlockConfig) -> list[Row]:
         if b.attention_gate:  # σ(x·W_gate) times each head's output: as wide as Q
             rows.insert(-1, Row("attn.gate", "attention output gate (σ, per head)", term(1, *q_width, "d"),
                                 term(1, *q_width) if b.bias.qkv else no, ("w_attn_gate", "b_attn_gate")))
-    if b.attention_sinks:  # one logit per query head, joined to each row's softmax
+    attends = b.mamba is None and b.short_conv is None  # sinks and q/k norms are attention's
+    if b.attention_sinks and attends:  # one logit per query head, joined to each row's softmax
         rows.append(Row("attn.sinks", "attention sinks (a logit per head)", term(1, "h"), no, ("sinks",)))
-    if b.qk_norm not in ("none", "head_unscaled"):  # a scale (and shift) per feature of each head, or of the whole projection
+    if b.qk_norm not in ("none", "head_unscaled") and attends:  # a scale (and shift) per feature of each head, or of the whole projection
         for letter, width in (("q", q_width), ("k", kv_width)):
             features = {"head": ("d_h",), "projection": width,
                         "each_head": ("h" if letter == "q" else "h_kv", "d_h")}[b.qk_norm]
@@ -354,6 +357,19 @@ def _mamba_rows(b: BlockConfig) -> list[Row]:
                 ("w_ssm_out", "b_ssm_out"))]
 
 
+def _short_conv_rows(b: BlockConfig) -> list[Row]:
+    """A gated short convolution (LFM2): the in-projection to b, c and x (3·d²), the depthwise conv (K taps per
+    channel), the out-projection (d²); each with a bias (3·d, d, d) with short_conv.bias."""
+    c, no = b.short_conv, Poly()
+    assert c is not None
+    return [Row("attn.conv_in", "conv in-projection (b, c, x)", term(3, "d", "d"), term(3, "d") if c.bias else no,
+                ("w_conv_in", "b_conv_in")),
+            Row("attn.short_conv", "causal conv over T (K taps per channel)", term(1, "K", "d"),
+                term(1, "d") if c.bias else no, ("short_conv", "b_short_conv")),
+            Row("attn.conv_out", "conv out-projection", term(1, "d", "d"), term(1, "d") if c.bias else no,
+                ("w_conv_out", "b_conv_out"))]
+
+
 def _norms_label(n: int) -> str:
     """'one norm', 'two norms', 'four norms' (sandwich): the block's norm subtotal row."""
     return f"{ {1: 'one', 2: 'two', 4: 'four'}.get(n, str(n))} norm{'s' if n != 1 else ''}"
@@ -455,6 +471,8 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
     attention = "attention (Q, K, V, O, sinks)" if config.block.attention_sinks else "attention (Q, K, V, O)"
     if config.block.mamba is not None:
         attention = "Mamba-2 mixer (in, conv, SSM, norm, out)"
+    elif config.block.short_conv is not None:
+        attention = "short conv (in, conv, out)"
     elif config.block.linear_attention is not None or config.block.attention_gate:
         attention = ("linear attention (Gated DeltaNet)" if config.block.linear_attention is not None else
                      "attention (Q, K, V, gate, O)")

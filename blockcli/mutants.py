@@ -337,9 +337,10 @@ def why_not(mutant: Mutant, config: Config, layer: int | None, grad: bool) -> st
     if changed and changed <= SOFTMAX_ATTENTION_OPS:
         if block.linear_attention is not None:
             return "a Gated DeltaNet layer runs none of softmax attention's operations, which this bug changes"
-        if block.mamba is not None or block.parts == "mlp":
-            return ("the checked layer has no attention: a Mamba-2 mixer" if block.parts != "mlp" else
-                    "the checked layer has no attention: its MLP alone (parts: mlp)")
+        if block.mamba is not None or block.short_conv is not None or block.parts == "mlp":
+            mixer = "its MLP alone (parts: mlp)" if block.parts == "mlp" else \
+                "a Mamba-2 mixer" if block.mamba is not None else "a short convolution"
+            return f"the checked layer has no attention: {mixer}"
     if mutant.expected and all(unmodelled(i, block) for i in mutant.expected):  # Gated DeltaNet, gated attention
         return f"the checks that see it ({', '.join(map(str, mutant.expected))}) do not apply to this layer: " + \
             "; ".join(dict.fromkeys(unmodelled(i, block) for i in mutant.expected))

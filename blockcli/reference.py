@@ -201,8 +201,28 @@ def _index_choice(n: np.ndarray, latents: list[np.ndarray], p: Mapping[str, np.n
     return chosen
 
 
+def _short_conv(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
+    """n (T, d) of one sequence → a short convolution's output (T, d), token by token: b ⊙ x of each token, summed
+    over the kernel's taps (tap K−1 the token itself), times c, projected out."""
+    c = cfg.short_conv
+    assert c is not None
+    d, T = cfg.d_model, n.shape[0]
+    bcx = [n[t] @ p["w_conv_in"] + p.get("b_conv_in", 0.0) for t in range(T)]
+    gated = [v[:d] * v[2 * d:] for v in bcx]
+    out = np.zeros((T, d))
+    for t in range(T):
+        conv = p.get("b_short_conv", np.zeros(d)).copy()
+        for k in range(c.kernel):
+            if t - (c.kernel - 1 - k) >= 0:
+                conv += p["short_conv"][:, k] * gated[t - (c.kernel - 1 - k)]
+        out[t] = (bcx[t][d:2 * d] * conv) @ p["w_conv_out"] + p.get("b_conv_out", 0.0)
+    return out
+
+
 def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
     """n (T, d) of one sequence → attention output (T, d), head by head, query by query."""
+    if cfg.short_conv is not None:
+        return _short_conv(n, p, cfg)
     if cfg.mamba is not None:
         return _mamba(n, p, cfg)
     if cfg.mla is not None:

@@ -360,11 +360,14 @@ KV_LATENT_LABEL = "compressed latent, what MLA-aware inference engines store"
 KV_EXPANDED_LABEL = "expanded keys and values, as a plain K/V cache holds them"
 
 
-STATE_FORMULAS = {"Gated DeltaNet": "B·L_dn·(h_v·d_k·d_v + K·C)", "Mamba-2": "B·L_ssm·(h_s·p·N + K·(h_s·p + 2·g·N))"}
+STATE_FORMULAS = {"Gated DeltaNet": "B·L_dn·(h_v·d_k·d_v + K·C)", "Mamba-2": "B·L_ssm·(h_s·p·N + K·(h_s·p + 2·g·N))",
+                  "short-conv": "B·L_conv·K·d"}
 
 
 def _state_formula(inf: Inference) -> str:
     return " + ".join(STATE_FORMULAS[kind] for kind in inf.state_of.split(" and "))
+
+
 def _latent_formula(inf: Inference) -> str:
     return "L·(r_kv + d_rope + d_I)" if inf.indexed else "L·(r_kv + d_rope)"
 

@@ -99,7 +99,19 @@ def mamba_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     return shapes
 
 
+def short_conv_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    """A gated short convolution (config.ShortConv): in_proj (d, 3·d) to B, C, x; the depthwise conv (d, K); out_proj
+    (d, d); each with a bias with short_conv.bias."""
+    c, d = cfg.short_conv, cfg.d_model
+    assert c is not None
+    shapes: dict[str, Shape] = {"w_conv_in": (d, 3 * d), "b_conv_in": (3 * d,), "short_conv": (d, c.kernel),
+                                "b_short_conv": (d,), "w_conv_out": (d, d), "b_conv_out": (d,)}
+    return {k: v for k, v in shapes.items() if c.bias or not k.startswith("b_")}
+
+
 def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    if cfg.short_conv is not None:
+        return short_conv_shapes(cfg)
     if cfg.mamba is not None:
         return mamba_shapes(cfg)
     if cfg.mla is not None:

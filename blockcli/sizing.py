@@ -122,6 +122,7 @@ class Dims:
     N: int = 0
     g: int = 0
     K: int = 0
+    conv_K: int = 0  # a gated short convolution in place of attention (LFM2): its kernel (0 without)
     mixer: bool = True  # the layer has its token mixer (block.parts both or mixer)
     mlp: bool = True  # the layer has its MLP (block.parts both or mlp)
     d_index: int = 0  # DeepSeek Sparse Attention: the indexer's key width d_I, cached beside the latent (0: none)
@@ -136,7 +137,8 @@ class Dims:
         return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, mlp_width(b),
                    m.vocab_size if m else 0, b.gated, b.sliding_window, projected_width(m, b.d_model),
                    moe_active_weights(b), *latent, b.linear_attention, b.attention_gate, b.attention_chunk, *mamba,
-                   b.parts != "mlp", b.parts != "mixer", d_index=mla.index_head_dim if mla and mla.own_indexer else 0,
+                   b.short_conv.kernel if b.short_conv else 0, b.parts != "mlp", b.parts != "mixer",
+                   d_index=mla.index_head_dim if mla and mla.own_indexer else 0,
                    h_index=mla.index_heads if mla and mla.own_indexer else 0)
 
     @property
@@ -147,12 +149,14 @@ class Dims:
     @property
     def attends(self) -> bool:
         """The layer's mixer is softmax attention (it caches keys and values, and scores T keys per query)."""
-        return self.mixer and not self.mamba and self.linear is None
+        return self.mixer and not self.mamba and not self.conv_K and self.linear is None
 
     def ssm_state_elements(self) -> int:
         """A Mamba-2 layer's decode state per sequence, whatever T (0 for any other layer): the SSM state h_s·p·N
         and the conv's window over its h_s·p + 2·g·N channels, K inputs each as transformers' cache and mamba_ssm's
         conv_state keep it (the conv reads K − 1 earlier ones)."""
+        if self.conv_K and self.mixer:  # a short conv's window over d channels, K inputs as transformers keeps it
+            return self.L * self.conv_K * self.d
         if not (self.mamba and self.mixer):
             return 0
         return self.L * (self.h_s * self.p * self.N + self.K * (self.h_s * self.p + 2 * self.g * self.N))
@@ -213,6 +217,8 @@ def matmul_weights(dims: Dims) -> tuple[int, int]:
     head = dims.e * dims.V + 2 * dims.d * dims.e if dims.e else dims.d * dims.V
     if not dims.mixer:
         return mlp, head
+    if dims.conv_K:  # a short conv: in-projection to b, c, x, out-projection, the conv's K taps per channel
+        return 4 * dims.d * dims.d + dims.conv_K * dims.d + mlp, head
     if dims.mamba:  # in-projection to z, x, B, C, dt and out-projection; the conv's K taps per channel (depthwise)
         d_in, gN = dims.h_s * dims.p, dims.g * dims.N
         return dims.d * (2 * d_in + 2 * gN + dims.h_s) + d_in * dims.d + dims.K * (d_in + 2 * gN) + mlp, head
@@ -326,10 +332,10 @@ class Inference:
     kv_expanded_bits_per_token: int = 0
     kv_expanded_bytes: int = 0
     stored_weight_bytes: int | None = None  # a quantized checkpoint's or GGUF file's weights as stored (their own sizes)
-    # the fixed decode state of the Gated DeltaNet and Mamba-2 layers for B sequences, at the run's dtype (the
+    # the fixed decode state of the Gated DeltaNet, Mamba-2 and short-conv layers for B sequences, at the run's dtype (the
     # recurrent state and the short conv's window): constant in T, beside kv_bytes; 0 without such layers
     state_bytes: int = 0
-    state_of: str = ""  # whose state: "Gated DeltaNet" or "Mamba-2" ("" without)
+    state_of: str = ""  # whose state: "Gated DeltaNet", "Mamba-2", "short-conv" layers, joined by "and" ("" without)
     indexed: bool = False  # DeepSeek Sparse Attention: the latent cache holds the indexer's keys (d_I) too
 
     @property
@@ -407,8 +413,10 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
                                  for dims in groups) * batch, kv_dtype) // 8)
     # the recurrent layers' state: per sequence, not per token
     fixed = nbytes(sum(recurrent_elements(dims) + dims.ssm_state_elements() for dims in groups) * batch, dtype)
-    state_of = " and ".join(kind for kind, has in (("Gated DeltaNet", any(d.linear is not None for d in groups)),
-                                                   ("Mamba-2", any(d.ssm_state_elements() for d in groups))) if has)
+    state_of = " and ".join(kind for kind, has in (
+        ("Gated DeltaNet", any(d.linear is not None for d in groups)),
+        ("Mamba-2", any(d.mamba and d.mixer for d in groups)), ("short-conv", any(d.conv_K and d.mixer for d in groups)))
+        if has)
     # latent attention: the keys and values it would cache expanded (0 without latent attention)
     expanded = cache_bits(sum(kv_expanded_elements(dims) for dims in groups if dims.latent), kv_dtype)
     expanded_bytes = -(-cache_bits(sum(kv_expanded_elements(dims) * dims.keys_seen(seq_len)
@@ -432,6 +440,8 @@ def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
         attention = 2 * dims.linear.conv_width + 3 * dims.linear.value_width
     if dims.latent:  # Q, K (h·d_h each), V and the attention output (h·d_v each), the latents
         attention = 2 * q + 2 * dims.h * dims.d_v + dims.r_q + dims.r_kv + dims.d_rope
+    if dims.conv_K:  # the in-projection's b | c | x, b ⊙ x, the conv's output, c ⊙ it
+        attention = 6 * dims.d
     if dims.mamba:  # the in-projection's z | x B C | dt, the conv's output, y and its gated norm
         d_in, gN = dims.h_s * dims.p, dims.g * dims.N
         attention = (2 * d_in + 2 * gN + dims.h_s) + (d_in + 2 * gN) + 2 * d_in
@@ -683,9 +693,9 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
     (blockcli.profiles: megatron, Korthikanti et al.'s terms; eager or sdpa, transformers'; blockcli, its own
     backward's); `model_type`: the family whose transformers modules those profiles follow."""
     profiles.check(attention, config, recompute)
-    if any(dims.mamba for dims in Dims.per_group(config)):
-        raise InputError(f"{config.name}: the training step of Mamba-2 (state-space) layers is not modelled: "
-                         f"--train sizes attention layers' activations and backward only")
+    if any(dims.mamba or dims.conv_K for dims in Dims.per_group(config)):
+        raise InputError(f"{config.name}: the training step of Mamba-2 (state-space) layers and short convolutions "
+                         f"is not modelled: --train sizes attention layers' activations and backward only")
     for option, value, allowed in (("--optimizer", optimizer, OPTIMIZERS), ("--precision", precision, PRECISIONS),
                                    ("--recompute", recompute, RECOMPUTE), ("--zero", zero, (0, 1, 2, 3))):
         if value not in allowed:

@@ -31,6 +31,7 @@ from blockcli.deltanet import SYMBOLIC_DELTANET, state_bytes
 from blockcli.deltanet import analytic_rows as deltanet_analytic_rows
 from blockcli.mamba import DT_LABEL, IN_LABEL, OUT_LABEL, SKIP_LABEL, conv_label, norm_label, scan_label
 from blockcli.mamba import SYMBOLIC as MAMBA_SYMBOLIC
+from blockcli import short_conv as SC
 from blockcli.parallel import fit_blas_threads, worker_count
 
 # Per-element FLOPs of the elementwise operations (a convention, stated in the README).
@@ -69,6 +70,7 @@ SYMBOLIC = {
     "up": "(n_e, d_e)", "act": "(n_e, d_e)", "out": "(n_e, d)", "moe_routed": "(B, T, d)",
     "shared_pre": "(B, T, d_s)", "shared_up": "(B, T, d_s)", "shared_act": "(B, T, d_s)",
     "shared_out": "(B, T, d)", "shared_gate": "(B, T, 1)", "shared_gated": "(B, T, d)",
+    **SC.SYMBOLIC,  # a short-conv layer's
     **MAMBA_SYMBOLIC,  # a Mamba-2 layer's: h_s heads of p, state N, g groups, c = d_in + 2·g·N channels
 }
 # all E experts' rows together (analytic rows, `merge_expert_rows`): B·T·k routed rows in all
@@ -583,7 +585,19 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         rec("attn_out", OUT_LABEL, out, (normed, S(d_in, d)), kind="linear", params=("w_ssm_out", "b_ssm_out"))
         return out
 
+    def short_conv(inp: ShapeOnly) -> ShapeOnly:  # as ShortConvMixer.__call__
+        bcx, gated, conv, y, out = S(B, T, 3 * d), S(B, T, d), S(B, T, d), S(B, T, d), S(B, T, d)
+        rec("conv_in", SC.IN_LABEL, bcx, (inp, S(d, 3 * d)), kind="linear", params=("w_conv_in", "b_conv_in"))
+        rec("conv_gate_in", SC.GATE_IN_LABEL, gated, (bcx,), kind="gate")
+        rec("short_conv", SC.conv_label(b.short_conv.kernel), conv, (gated, S(d, b.short_conv.kernel)), kind="conv",
+            params=("short_conv", "b_short_conv"))
+        rec("conv_gate_out", SC.GATE_OUT_LABEL, y, (bcx, conv), kind="gate")
+        rec("attn_out", SC.OUT_LABEL, out, (y, S(d, d)), kind="linear", params=("w_conv_out", "b_conv_out"))
+        return out
+
     def attention(inp: ShapeOnly) -> ShapeOnly:
+        if b.short_conv is not None:
+            return short_conv(inp)
         if b.mamba is not None:
             return mamba(inp)
         if b.mla is not None:

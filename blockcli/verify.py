@@ -240,6 +240,8 @@ class Context(Measuring):
             raise Skip("a layer of its MLP alone (parts: mlp): no attention heads, scores or weights")
         if missing and self.cfg.mamba is not None:
             raise Skip("a Mamba-2 layer: no attention heads, scores or weights (its mixer is a state space)")
+        if missing and self.cfg.short_conv is not None:
+            raise Skip("a short-conv layer: no attention heads, scores or weights (its mixer is a convolution)")
         if missing:
             how = "no hook of a torch module can see them" if self.subject.torch else \
                 "return them with return_intermediates=True"
@@ -320,6 +322,13 @@ def check_divisibility(c: Context) -> tuple[bool, str, str]:
     b, p = c.cfg, c.subject.weights
     if b.parts == "mlp":
         raise Skip("a layer of its MLP alone (parts: mlp): no heads to divide")
+    if b.short_conv is not None:  # its projections' and conv's widths
+        widths = {"in-projection (b, c, x)": (p["w_conv_in"].shape[1], 3 * b.d_model),
+                  "conv channels": (p["short_conv"].shape[0], b.d_model)}
+        for k, (got, want) in widths.items():
+            c.figure(f"{k} − expected", got - want, 0)
+        return (all(got == want for got, want in widths.values()),
+                "; ".join(f"{k} {got} (expected {want})" for k, (got, want) in widths.items()), "exact")
     if b.mamba is not None:  # a Mamba-2 layer: its projections' widths and the heads' groups
         m = b.mamba
         widths = {"in-projection (z, x, B, C, dt)": (p["w_ssm_in"].shape[1], 2 * m.d_inner + 2 * m.n_groups * m.d_state
@@ -411,9 +420,9 @@ def check_head_split(c: Context) -> tuple[bool, str, str]:
 
 def _flat_key(b: BlockConfig, name: str) -> str:
     """The recorded (B, T, n·d_h) tensor that the head split of q, k or v reads."""
-    if b.qk_norm == "projection" and name in "qk":
-        return f"{name}_norm"
-    return f"{name}_clip" if b.clip_qkv else f"{name}_proj"
+    if b.clip_qkv and (b.clip_after_qk_norm or not (b.qk_norm == "projection" and name in "qk")):
+        return f"{name}_clip"  # the last step before the split: the clamp (OLMoE's comes after the q/k norms)
+    return f"{name}_norm" if b.qk_norm == "projection" and name in "qk" else f"{name}_proj"
 
 
 def _sinks(c: Context) -> np.ndarray | None:

@@ -1116,3 +1116,23 @@ def mamba2_mixer(m, weights, u):
                                                                      None, eps)
             out[b, t] = linear_vec(normed, weights["w_ssm_out"], weights.get("b_ssm_out"))
     return out
+
+
+def short_conv_mixer(kernel, weights, u):
+    """LFM2's gated short convolution, token by token: [b | c | x] = u·W_in (+ b_conv_in); s_t = Σ_k w[:, k]·(b ⊙ x)
+    of token t − (K−1) + k (zeros before the first) + bias; y_t = c_t ⊙ s_t; out = y·W_out (+ bias). u (B, T, d)."""
+    Bsz, T, d = u.shape
+    out = np.zeros((Bsz, T, d), dtype=np.float64)
+    for b in range(Bsz):
+        bcx = [linear_vec(u[b, t], weights["w_conv_in"], weights.get("b_conv_in")) for t in range(T)]
+        for t in range(T):
+            y = np.zeros(d, dtype=np.float64)
+            for ch in range(d):
+                total = float(weights["b_short_conv"][ch]) if weights.get("b_short_conv") is not None else 0.0
+                for k in range(kernel):
+                    s = t - (kernel - 1) + k
+                    if s >= 0:
+                        total += float(weights["short_conv"][ch, k]) * bcx[s][ch] * bcx[s][2 * d + ch]
+                y[ch] = bcx[t][d + ch] * total
+            out[b, t] = linear_vec(y, weights["w_conv_out"], weights.get("b_conv_out"))
+    return out

@@ -191,6 +191,24 @@ def test_the_mixer_equals_the_plain_recurrence(mamba: dict) -> None:
     assert relative(got, want) <= 1e-12
 
 
+@pytest.mark.parametrize("short_conv", [{"kernel": 3, "bias": True}, {"kernel": 1}, {"kernel": 4, "bias": False}])
+def test_the_short_conv_equals_the_plain_loop_and_decodes_through_its_window(short_conv: dict) -> None:
+    data = {"block": {"d_model": 6, "n_heads": 2, "d_ff": 8, "norm": "rmsnorm", "activation": "swiglu", "bias": False,
+                      "short_conv": short_conv},
+            "model": {"n_layers": 2, "vocab_size": 20, "positions": "none"}, "run": {"batch": 2, "seq_len": 5}}
+    config = parse_config(data)
+    block = DecoderBlock.from_config(config.block, seed=4, dtype="float64")
+    u = np.random.default_rng(3).standard_normal((2, 7, 6))
+    want = ref.short_conv_mixer(short_conv["kernel"], {k: v for k, v in block.params.items() if "conv" in k}, u)
+    assert relative(block.attn(u, lambda *a, **k: None), want) <= 1e-12
+    model = Model.from_config(config, dtype="float64", seed=4)
+    ids = np.random.default_rng(1).integers(0, 20, (2, 7))
+    caches = model.new_cache()
+    steps = [model.step(ids[:, t:t + 1], caches) for t in range(7)]
+    assert relative(np.concatenate(steps, axis=1), model(ids)) <= 1e-12
+    assert run_trace(config).rows == analytic_trace(config).rows  # the trace's rows from shapes alone too
+
+
 @pytest.mark.parametrize("chunk", [1, 2, 5, 64])
 def test_every_chunking_of_the_scan_is_the_same_sums(chunk: int) -> None:
     rng = np.random.default_rng(1)
@@ -426,6 +444,49 @@ def test_nemotron_h_fields_blockcli_cannot_run_are_named(tmp_path: Path, fields:
     assert message in one_error_line(cli("count", tmp_path / "config.json"))
 
 
+# transformers 5.24's Lfm2ForCausalLM on the meta device (recomputed by the torch-marked test)
+LFM2_CASES = {
+    "defaults": ({}, 2_705_497_600),  # every layer attention (full_attn_idxs: all), tied
+    "random": (dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=3, num_hidden_layers=5,
+                    intermediate_size=300, block_multiple_of=64, block_ffn_dim_multiplier=1.3, vocab_size=300,
+                    conv_L_cache=4, conv_bias=True, tie_word_embeddings=False, full_attn_idxs=[1, 3]), 688_000),
+}
+LFM2_DEFAULTS = dict(hidden_size=2560, intermediate_size=12288, num_hidden_layers=32, num_attention_heads=32,
+                     num_key_value_heads=8, vocab_size=65536, norm_eps=1e-5, conv_L_cache=3, block_multiple_of=256,
+                     max_position_embeddings=128_000)
+
+
+def test_lfm2_totals_by_hand() -> None:
+    """Lfm2MLP's width ⌊2·d_ff/3⌋ × the multiplier, rounded up to the multiple; attention with per-head q/k norms; the
+    short conv 3·d² + K·d + d² (and 3·d + d + d biases)."""
+    d, f, d_h = 2560, 8192, 80  # ⌊2·12288/3⌋ = 8192, a multiple of 256
+    layer = 2 * d * 32 * d_h + 2 * d * 8 * d_h + 2 * d_h + 3 * d * f + 2 * d
+    assert 32 * layer + 65536 * d + d == 2_705_497_600
+    d, f, d_h = 96, 320, 16  # ⌊2·300/3⌋ = 200, × 1.3 = 260, up to a multiple of 64: 320
+    attention = 2 * d * 6 * d_h + 2 * d * 3 * d_h + 2 * d_h
+    conv = 3 * d * d + 3 * d + 4 * d + d + d * d + d
+    assert 2 * (attention + 3 * d * f + 2 * d) + 3 * (conv + 3 * d * f + 2 * d) + 2 * 300 * d + d == 688_000
+
+
+@pytest.mark.parametrize("case", sorted(LFM2_CASES))
+def test_lfm2_counts_as_transformers(case: str) -> None:
+    fields, want = LFM2_CASES[case]
+    config = parse_config(hf_to_mapping({"model_type": "lfm2", **LFM2_DEFAULTS, **fields}, "x.json"))
+    assert count_parameters(config).total == want
+
+
+def test_lfm2_layers_and_the_mlp_width() -> None:
+    data = {"model_type": "lfm2", **LFM2_DEFAULTS, "num_hidden_layers": 3, "layer_types": ["conv", "full_attention",
+                                                                                           "conv"]}
+    config = parse_config(hf_to_mapping(data, "x.json"))
+    assert [config.layer_block(i).short_conv is not None for i in range(3)] == [True, False, True]
+    assert config.block.d_ff == 8192 and config.layer_block(1).qk_norm == "head" and config.block.rope_theta == 1e6
+    plain = parse_config(hf_to_mapping({**data, "block_auto_adjust_ff_dim": False}, "x.json"))
+    assert plain.block.d_ff == 12288  # the width as given
+    legacy = parse_config(hf_to_mapping({**data, "block_ff_dim": 600, "tie_embedding": False}, "x.json"))
+    assert legacy.block.d_ff == 512 and not legacy.model.tie_embeddings  # ⌊2·600/3⌋ = 400, up to 512; untied
+
+
 # ----------------------------------------------------------------------------- the schema
 
 
@@ -440,18 +501,21 @@ def test_bad_mamba_sections_are_named(mamba: object, message: str) -> None:
         parse_config({"block": {"d_model": 8, "n_heads": 2, "mamba": mamba}})
 
 
-def test_backward_through_a_mamba_layer_is_refused_in_one_line() -> None:
-    folder = FIXTURES / FOLDERS[0]
+@pytest.mark.parametrize("name", FOLDERS)
+def test_backward_through_a_mamba_or_conv_layer_is_refused_in_one_line(name: str) -> None:
+    folder = FIXTURES / name
+    mixer = "short-convolution" if load_config(folder).layer_block(0).short_conv is not None else "Mamba-2"
     for args in (("train", folder), ("trace", folder, "--backward"), ("verify", folder, "--grad"),
                  ("verify", folder, "--only", "20"), ("count", folder, "--train")):
-        assert "Mamba-2 (state-space) layer" in one_error_line(cli(*args)), args
+        line = one_error_line(cli(*args))
+        assert ("not modelled" if args[-1] == "--train" else mixer) in line, (args, line)
 
 
 # ----------------------------------------------------------------------------- against transformers itself
 
 
 TORCH_CASES = {"granitemoehybrid": (GRANITE_CASES, GRANITE_DEFAULTS), "bamba": (BAMBA_CASES, BAMBA_DEFAULTS),
-               "nemotron_h": (NEMOTRON_CASES, NEMOTRON_DEFAULTS)}
+               "nemotron_h": (NEMOTRON_CASES, NEMOTRON_DEFAULTS), "lfm2": (LFM2_CASES, LFM2_DEFAULTS)}
 
 
 @pytest.mark.torch
@@ -492,3 +556,5 @@ def test_report_and_seeded_bugs_on_the_hybrids(tmp_path: Path, name: str) -> Non
     assert proc.returncode == 0, proc.stdout[-2000:]
     if load_config(FIXTURES / name).layer_block(0).mamba is not None:
         assert "no-mask (the checked layer has no attention: a Mamba-2 mixer)" in proc.stdout
+    if load_config(FIXTURES / name).layer_block(0).short_conv is not None:
+        assert "no-mask (the checked layer has no attention: a short convolution)" in proc.stdout

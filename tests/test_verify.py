@@ -29,6 +29,15 @@ def test_every_example_config_passes(path):
         [("SKIP", "the block has no mixture of experts")] * 2
 
 
+def test_the_head_split_check_reads_the_clamp_that_comes_after_the_qk_norms():
+    """OLMoE's order (clip_after_qk_norm): the heads are split from the normalised-then-clamped projections, so
+    item 2 must compare them with those (hypothesis found item 2 failing at 0.476 against the unclamped ones)."""
+    block = {"d_model": 2, "n_heads": 1, "d_ff": 1, "rope": True, "bias": False, "qk_norm": "projection",
+             "clip_qkv": 0.01, "clip_after_qk_norm": True}  # a clamp that binds
+    report = verify(parse_config({"block": block, "run": {"batch": 2, "seq_len": 5}}))
+    assert next(c for c in report.checks if c.id == 2).passed  # the head split
+
+
 @settings(max_examples=25)
 @given(block_mappings())
 def test_random_valid_configs_pass(block):

@@ -26,7 +26,7 @@ from typing import Any
 from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, first_of, gated_rms, mlp_activation,
                                       model_section, override_layers, silu_gate, with_data)
 from blockcli.families.fields import Fields
-from blockcli.families.llama import LLAMA, granite_scalars
+from blockcli.families.llama import LLAMA, granite_scalars, theta_default
 from blockcli.families.moe import GRANITE_MOE_SHARED, MOE_TRAINING_ONLY
 from blockcli.tensor_names import DEPTHWISE, EXPERTS, FUSED, LINEAR, TensorMap, tensor
 
@@ -223,6 +223,57 @@ def _nemotron_h(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _lfm2(f: Fields) -> tuple[dict, dict]:
+    """LFM2 (Liquid AI): Llama's block with per-head q/k RMSNorms, RoPE (base 1e6 by default) and a SwiGLU MLP whose
+    width is adjusted as Lfm2MLP does (block_auto_adjust_ff_dim: ⌊2·d_ff/3⌋, times block_ffn_dim_multiplier, rounded up
+    to block_multiple_of); the layers `layer_types` marks "conv" (or those not in full_attn_idxs; by default none) mix
+    tokens by a gated short convolution (block.short_conv, conv_L_cache taps, biases conv_bias). Its norms' eps is
+    norm_eps; tie_embedding and block_ff_dim are the legacy names transformers reads first."""
+    if f.has("rms_norm_eps"):
+        raise f.unrepresentable("rms_norm_eps", f.data["rms_norm_eps"], "LFM2's norms read norm_eps")
+    data = dict(f.data)
+    for legacy, key in (("tie_embedding", "tie_word_embeddings"), ("block_ff_dim", "intermediate_size")):
+        if legacy in data:  # Lfm2Config reads the legacy name over the current one
+            data[key] = data[legacy]
+    g = with_data(f, {"tie_word_embeddings": True, "intermediate_size": 12288, "num_key_value_heads": 8, **data})
+    f.ignore("tie_embedding", "block_ff_dim")
+    block, model = gated_rms(g, silu_gate, kv_default=8, tie_default=True, qkv_bias=False, out_bias=False,
+                             mlp_bias=False)
+    theta_default(f, block, 1e6)
+    block.update(norm_eps=f.float("norm_eps", 1e-5), qk_norm="head")
+    d_ff = block["d_ff"]
+    if f.bool("block_auto_adjust_ff_dim", True):
+        d_ff = int(2 * d_ff / 3)
+        multiplier = f.raw("block_ffn_dim_multiplier", 1.0)
+        if multiplier is not None:
+            multiple = f.int("block_multiple_of", 256)
+            d_ff = multiple * ((int(f.float("block_ffn_dim_multiplier", 1.0, high=1e6) * d_ff) + multiple - 1)
+                               // multiple)
+    f.ignore("block_multiple_of", "block_ffn_dim_multiplier")
+    block["d_ff"] = d_ff
+    n_layers = model["n_layers"]
+    types = f.raw("layer_types", None)
+    if types is None:
+        attention = f.raw("full_attn_idxs", None)
+        attention = list(range(n_layers)) if attention is None else attention
+        if not isinstance(attention, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in attention):
+            raise f.invalid("full_attn_idxs", attention, "an array of layer indices")
+        conv = [i not in attention for i in range(n_layers)]
+    else:
+        f.ignore("full_attn_idxs")  # read only without layer_types
+        if not isinstance(types, list) or len(types) != n_layers or any(t not in ("conv", "full_attention")
+                                                                         for t in types):
+            raise f.invalid("layer_types", types, f"an array of {n_layers} of conv, full_attention")
+        conv = [t == "conv" for t in types]
+    mixer = {"kernel": f.int("conv_L_cache", 3), "bias": f.bool("conv_bias", False)}
+    if conv[0]:
+        block["short_conv"] = mixer
+    others = [i for i, kind in enumerate(conv) if kind != conv[0]]
+    if others:
+        override_layers(f, others, {"short_conv": None if conv[0] else mixer})
+    return block, model
+
+
 def _bamba_name(name: str) -> str:
     """Llama's tensor name as Bamba's modules call it."""
     if name == "norm.weight":
@@ -277,6 +328,29 @@ NEMOTRON_H = TensorMap("backbone.", (
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
 
+# LFM2: Llama's names with its own for the norms (operator_norm, ffn_norm, q_/k_layernorm, embedding_norm last), the
+# MLP's w1/w3/w2, attention's out_proj, and the short conv under `conv.`
+LFM2 = TensorMap("model.", (
+    tensor("wte", "embed_tokens.weight"),
+    tensor("blocks.{i}.ln1_gamma", "layers.{i}.operator_norm.weight"),
+    *(tensor(f"blocks.{{i}}.w_{x}", f"layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkv"),
+    tensor("blocks.{i}.w_o", "layers.{i}.self_attn.out_proj.weight", LINEAR),
+    tensor("blocks.{i}.q_norm_gamma", "layers.{i}.self_attn.q_layernorm.weight"),
+    tensor("blocks.{i}.k_norm_gamma", "layers.{i}.self_attn.k_layernorm.weight"),
+    tensor("blocks.{i}.w_conv_in", "layers.{i}.conv.in_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_conv_in", "layers.{i}.conv.in_proj.bias"),
+    tensor("blocks.{i}.short_conv", "layers.{i}.conv.conv.weight", DEPTHWISE),
+    tensor("blocks.{i}.b_short_conv", "layers.{i}.conv.conv.bias"),
+    tensor("blocks.{i}.w_conv_out", "layers.{i}.conv.out_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_conv_out", "layers.{i}.conv.out_proj.bias"),
+    tensor("blocks.{i}.ln2_gamma", "layers.{i}.ffn_norm.weight"),
+    tensor("blocks.{i}.w_gate", "layers.{i}.feed_forward.w1.weight", LINEAR),
+    tensor("blocks.{i}.w_up", "layers.{i}.feed_forward.w3.weight", LINEAR),
+    tensor("blocks.{i}.w_down", "layers.{i}.feed_forward.w2.weight", LINEAR),
+    tensor("ln_f_gamma", "embedding_norm.weight"),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+), buffers=LLAMA.buffers)
+
 FAMILIES = (
     Family("granitemoehybrid", "Granite 4.0-H (Granite MoE hybrid)", _granitemoehybrid, GRANITE_HYBRID,
            MOE_TRAINING_ONLY, aux_loss=True),
@@ -284,4 +358,5 @@ FAMILIES = (
     Family("nemotron_h", "Nemotron-H", _nemotron_h, NEMOTRON_H, TRAINING_ONLY | {"hidden_dropout"},
            unread={"attention_bias": "NemotronHAttention (Jamba's) builds q/k/v/o without biases whatever it says",
                    "tie_word_embeddings": "NemotronHForCausalLM ties nothing: its LM head is its own whatever it says"}),
+    Family("lfm2", "LFM2", _lfm2, LFM2, TRAINING_ONLY),
 )
