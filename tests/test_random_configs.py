@@ -400,3 +400,15 @@ def test_olmoe_clip_qkv_clamps_the_normalised_projections() -> None:
     early = replace(cfg, block=replace(cfg.block, clip_after_qk_norm=False))
     model = Model.from_config(early, weights=CASES / name, dtype="float64")
     assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
+
+
+def test_qwen2_moe_with_every_layer_dense_is_a_dense_block(tmp_path: Path) -> None:
+    """decoder_sparse_step 2 makes layer 0 dense and mlp_only_layers layer 1: no layer has experts, nor the shared
+    expert Qwen2MoeSparseMoeBlock holds (a fuzz draw, seed fuzz-qwen2_moe-1, found it crashing on KeyError)."""
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "qwen2_moe", "hidden_size": 8, "num_attention_heads": 2, "num_key_value_heads": 1,
+        "num_hidden_layers": 2, "intermediate_size": 8, "vocab_size": 16, "num_experts": 3, "num_experts_per_tok": 1,
+        "moe_intermediate_size": 4, "shared_expert_intermediate_size": 8, "decoder_sparse_step": 2,
+        "mlp_only_layers": [1], "max_position_embeddings": 64}))
+    cfg = load_config(tmp_path)
+    assert all(cfg.layer_block(i).moe is None for i in range(2)) and cfg.block.d_ff == 8
