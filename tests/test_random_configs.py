@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from blockcli import Model, load_config
+from blockcli.config import ConfigError
 from test_checkpoint import TOLERANCE, one_error_line, relative
 
 CASES = Path(__file__).resolve().parent / "fixtures" / "cases"
@@ -75,6 +76,17 @@ def test_every_family_and_composite_has_a_fuzz_draw_and_its_fixture() -> None:
     assert not unwritten, f"run tests/fixtures/cases/generate.py {' '.join(unwritten)}"
 
 
+@pytest.mark.parametrize("name", [n for n in FOLDERS if n.startswith("fuzz-")])
+def test_every_fuzz_draw_counts_the_parameters_transformers_built(name: str) -> None:
+    """count's closed form on each random config: transformers' own sum of numel (a vision-language model's language
+    model's share)."""
+    from blockcli.count import count_parameters
+
+    want = expected(name)
+    built = want["language_model_parameters"] if "language_model_parameters" in want else want["parameters"]
+    assert count_parameters(load_config(CASES / name)).total == int(built)
+
+
 def test_the_draws_are_tiny_and_reach_past_the_defaults() -> None:
     """The stored configs are 2 layers over 16 tokens, and together they reach past the defaults: several
     activations, tied and untied heads, passes past max_position_embeddings."""
@@ -82,7 +94,9 @@ def test_the_draws_are_tiny_and_reach_past_the_defaults() -> None:
     for name in draws.DRAWS:
         stored = json.loads((CASES / f"fuzz-{name}-0" / "config.json").read_text())
         text = stored.get("text_config", stored)
-        assert text.get("num_hidden_layers", text.get("n_layer")) == 2 and text["vocab_size"] <= draws.VOCAB + 8
+        layers = text.get("num_hidden_layers", text.get("n_layer", text.get("num_layers", text.get("n_layers"))))
+        layers = len(text["layers_block_type"]) if "layers_block_type" in text else layers  # Nemotron-H's
+        assert layers == 2 and text["vocab_size"] <= draws.VOCAB + 8
         for key in ("hidden_act", "hidden_activation", "activation_function"):
             acts.add(text.get(key))
         ties.add(stored.get("tie_word_embeddings"))
@@ -290,6 +304,9 @@ def test_phi_qk_layernorm_is_one_layernorm_per_projection_shared_by_the_heads() 
 _ACTIVATION_KEYS = ("hidden_act", "hidden_activation", "activation_function", "activation")
 # GemmaConfig replaces the legacy "gelu" of the original releases by the tanh approximation it meant
 _CONFIG_RENAMES = {("gemma", "gelu"): "gelu_pytorch_tanh"}
+# the Gated DeltaNet's short conv and Bamba's and Granite 4.0-H's Mamba-2 conv run hidden_act too, and blockcli's
+# SiLU alone: any other is refused
+_SILU_ONLY = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe", "bamba", "granitemoehybrid"}
 
 
 @pytest.mark.parametrize("name", sorted(draws.DRAWS))
@@ -308,6 +325,10 @@ def test_every_family_runs_each_activation_transformers_allows_in_its_mlp(tmp_pa
             changed = dict(text, **{key: act})
             path = tmp_path / "config.json"
             path.write_text(json.dumps(dict(data, text_config=changed) if "text_config" in data else changed))
+            if name in _SILU_ONLY and act != "silu":
+                with pytest.raises(ConfigError, match=f"field '{key}' = '{act}' cannot be represented"):
+                    load_config(path)
+                continue
             block = load_config(path).block
             if block.activation == "clamped_swiglu":  # gpt-oss: its experts' own SwiGLU whatever hidden_act says
                 continue
@@ -379,3 +400,15 @@ def test_olmoe_clip_qkv_clamps_the_normalised_projections() -> None:
     early = replace(cfg, block=replace(cfg.block, clip_after_qk_norm=False))
     model = Model.from_config(early, weights=CASES / name, dtype="float64")
     assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
+
+
+def test_qwen2_moe_with_every_layer_dense_is_a_dense_block(tmp_path: Path) -> None:
+    """decoder_sparse_step 2 makes layer 0 dense and mlp_only_layers layer 1: no layer has experts, nor the shared
+    expert Qwen2MoeSparseMoeBlock holds (a fuzz draw, seed fuzz-qwen2_moe-1, found it crashing on KeyError)."""
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "qwen2_moe", "hidden_size": 8, "num_attention_heads": 2, "num_key_value_heads": 1,
+        "num_hidden_layers": 2, "intermediate_size": 8, "vocab_size": 16, "num_experts": 3, "num_experts_per_tok": 1,
+        "moe_intermediate_size": 4, "shared_expert_intermediate_size": 8, "decoder_sparse_step": 2,
+        "mlp_only_layers": [1], "max_position_embeddings": 64}))
+    cfg = load_config(tmp_path)
+    assert all(cfg.layer_block(i).moe is None for i in range(2)) and cfg.block.d_ff == 8

@@ -70,7 +70,12 @@ def _infinite(value: Any) -> bool:
 
 
 def mamba_layers(f: Fields, block: dict, mixer: dict[str, Any], is_mamba: list[bool]) -> None:
-    """The mixer of each layer: the base block takes layer 0's kind, the other layers an override."""
+    """The mixer of each layer: the base block takes layer 0's kind, the other layers an override. BambaMixer (and
+    Granite's) runs hidden_act after its conv, blockcli's Mamba-2 SiLU alone: another is refused where a layer is
+    Mamba-2."""
+    if any(is_mamba) and f.str("hidden_act", "silu") != "silu":
+        raise f.unrepresentable("hidden_act", f.data["hidden_act"], "the Mamba-2 layers' conv runs hidden_act, which "
+                                                                    "blockcli runs as SiLU only")
     if is_mamba[0]:
         block["mamba"] = mixer
     others = [i for i, kind in enumerate(is_mamba) if kind != is_mamba[0]]

@@ -119,7 +119,7 @@ def _llama4_text(f: Fields) -> tuple[dict, dict]:
     mlp = layers[min(sparse)] if sparse else layers[0]
     base = {**layers[rotates.index(1) if any(rotates) else 0], "moe": mlp["moe"], "d_ff": mlp["d_ff"]}
     if not any(rotates):  # no layer rotates: the model has no positions
-        base["rope"] = False
+        base["rope"] = block["rope"] = False
         block.pop("rope_layout")
         block.pop("rope_scaling", None)
         model["positions"] = "none"
@@ -147,13 +147,14 @@ LLAMA4 = TensorMap("model.", tuple(t for t in LLAMA.tensors if ".mlp." not in t.
 
 COMPOSITES = (
     # Llama 4 Scout and Maverick as released: a vision tower and projector beside the language model, which
-    # Llama4ForConditionalGeneration holds as language_model (model.embed_tokens …, lm_head)
+    # Llama4ForConditionalGeneration holds as language_model (model.embed_tokens …, lm_head), a Llama4ForCausalLM
+    # whose own config, text_config, ties its head (or not): the top-level tie_word_embeddings is not read
     Composite("llama4", "Llama 4 (vision-language)", "llama4_text", False, frozenset({
         "vision_config", "boi_token_index", "eoi_token_index", "image_token_index"}),
               # Llama4TextConfig's sizes (its other defaults are _llama4_text's)
               {"vocab_size": 202048, "hidden_size": 5120, "intermediate_size": 8192, "num_hidden_layers": 48,
                "num_attention_heads": 40, "max_position_embeddings": 131072},
-              tie="top", bases=("language_model.model.",), heads=("language_model.",),
+              tie="text", bases=("language_model.model.",), heads=("language_model.",),
               aside=("vision_model.", "multi_modal_projector.")),
 )
 

@@ -82,7 +82,10 @@ def _qwen2_moe(f: Fields) -> tuple[dict, dict]:
         raise f.unrepresentable("layer_types", f.data["layer_types"], "use_sliding_window is false, so "
                                                                      "transformers would not slide")
     _qwen_moe(f, block, model, 1408, 4, 60)
-    block["moe"].update(d_shared=f.int("shared_expert_intermediate_size", 5632), shared_gate=True)
+    if "moe" in block:
+        block["moe"].update(d_shared=f.int("shared_expert_intermediate_size", 5632), shared_gate=True)
+    else:  # every layer dense (decoder_sparse_step, mlp_only_layers): no shared expert either
+        f.ignore("shared_expert_intermediate_size")
     return block, model
 
 

@@ -120,6 +120,12 @@ def _cohere2_moe(f: Fields) -> tuple[dict, dict]:
     if f.data.get("head_dim") is None:  # Cohere2MoeConfig.head_dim: 128, not hidden_size / heads
         f.ignore("head_dim")
         f = with_data(f, {**f.data, "head_dim": 128})
+    params = f.data.get("rope_parameters")
+    if isinstance(params, dict) and "rope_theta" in params and f.has("rope_theta"):
+        # Cohere2MoeConfig keeps a rope_theta of its own (10000 by default) beside rope_parameters and saves both;
+        # its rotary embedding reads rope_parameters' alone
+        f.ignore("rope_theta")
+        f = with_data(f, {k: v for k, v in f.data.items() if k != "rope_theta"})
     rms_eps = f.raw("rms_norm_eps", None)
     block, model = cohere_block(f, theta_default=10000.0)
     if rms_eps is not None:  # Cohere2MoeRMSNorm in place of the shift-free LayerNorm; layer_norm_eps then unread
