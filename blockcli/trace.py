@@ -252,10 +252,18 @@ class Trace:
 
 
 def kv_cache_bytes(b: BlockConfig, layers: int, batch: int, seq_len: int, itemsize: int) -> int:
-    """What blockcli's K/V cache holds after the pass: K and V (h_kv·d_h each) per token and layer, or
-    latent attention's compressed latent (r_kv + d_rope)."""
-    if b.linear_attention is not None:  # Gated DeltaNet: its recurrent state and conv window, whatever seq_len
+    """What blockcli's decode cache holds after the pass: K and V (h_kv·d_h each) per token and layer, or
+    latent attention's compressed latent (r_kv + d_rope); a recurrent layer's state and its conv's last K − 1
+    inputs, whatever seq_len; nothing for a layer of its MLP alone."""
+    if b.parts == "mlp":
+        return 0
+    if b.linear_attention is not None:  # Gated DeltaNet: S (B, h_v, d_k, d_v) and the window (B, K − 1, C)
         return layers * state_bytes(b, batch, itemsize)
+    if b.mamba is not None:  # Mamba-2: S (B, h, p, N) and the window (B, K − 1, d_in + 2·g·N)
+        m = b.mamba
+        return layers * batch * (m.d_inner * m.d_state + (m.conv_kernel - 1) * m.conv_dim) * itemsize
+    if b.short_conv is not None:  # the window (B, K − 1, d)
+        return layers * batch * (b.short_conv.kernel - 1) * b.d_model * itemsize
     per_token = (b.mla.kv_lora_rank + b.mla.qk_rope_head_dim + (b.mla.index_head_dim if b.mla.own_indexer else 0)
                  if b.mla else 2 * b.n_kv_heads * b.head_dim)  # and the indexer's key (DeepSeek Sparse Attention)
     return layers * batch * seq_len * per_token * itemsize

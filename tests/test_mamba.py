@@ -558,3 +558,20 @@ def test_report_and_seeded_bugs_on_the_hybrids(tmp_path: Path, name: str) -> Non
         assert "no-mask (the checked layer has no attention: a Mamba-2 mixer)" in proc.stdout
     if load_config(FIXTURES / name).layer_block(0).short_conv is not None:
         assert "no-mask (the checked layer has no attention: a short convolution)" in proc.stdout
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_the_trace_counts_what_the_decode_caches_hold(name: str) -> None:
+    """trace's kv_cache_bytes is what blockcli's own caches hold after the pass: measured here by running the
+    model's decode step and summing the arrays each layer's cache keeps (K/V, SSM state, conv windows; nothing for
+    an MLP alone)."""
+    from blockcli.block import KVCache
+    from blockcli.trace import with_run
+
+    config = with_run(load_config(FIXTURES / name), batch=2, seq_len=5)
+    model = Model.from_config(config, dtype="float32")
+    caches = model.new_cache()
+    model.step(np.arange(10).reshape(2, 5) % config.model.vocab_size, caches)
+    held = sum(sum(a.nbytes for a in ((cache.k, cache.v) if isinstance(cache, KVCache) else vars(cache).values())
+                   if isinstance(a, np.ndarray)) for cache in caches)  # a K/V cache's filled part, not its capacity
+    assert run_trace(config).totals["kv_cache_bytes"] == held
