@@ -222,12 +222,12 @@ def _head_activations(config: Config, layout: Layout, T: int, B: int, precision:
 
 
 def _kv_cache(block: BlockConfig, config: Config, layout: Layout, T: int, B: int, kv_bits: int) -> int:
-    """One layer's K/V cache bits on one rank: its K/V heads (latent attention: the whole latent); a Gated DeltaNet
-    layer's recurrent state and conv window, whatever T, split evenly over the tensor-parallel ranks (at the
-    cache's width)."""
-    if block.linear_attention is not None:
-        whole = replace(Dims.of(replace(config, block=block, layer_blocks=())), L=1)
-        return -(-recurrent_elements(whole) // layout.tp) * B * kv_bits
+    """One layer's K/V cache bits on one rank: its K/V heads (latent attention: the whole latent); a recurrent
+    layer's (Gated DeltaNet, Mamba-2, short conv) state and conv window, whatever T, split evenly over the
+    tensor-parallel ranks (at the cache's width)."""
+    whole = replace(Dims.of(replace(config, block=block, layer_blocks=())), L=1)
+    if not whole.attends:
+        return -(-(recurrent_elements(whole) + whole.ssm_state_elements()) // layout.tp) * B * kv_bits
     dims = replace(Dims.of(replace(config, block=rank_block(block, layout.tp), layer_blocks=())), L=1)
     return kv_cache_elements(dims) * dims.keys_seen(T) * B * kv_bits
 

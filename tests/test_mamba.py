@@ -575,3 +575,11 @@ def test_the_trace_counts_what_the_decode_caches_hold(name: str) -> None:
     held = sum(sum(a.nbytes for a in ((cache.k, cache.v) if isinstance(cache, KVCache) else vars(cache).values())
                    if isinstance(a, np.ndarray)) for cache in caches)  # a K/V cache's filled part, not its capacity
     assert run_trace(config).totals["kv_cache_bytes"] == held
+
+
+def test_tensor_parallelism_splits_the_kv_heads_and_the_mamba_state() -> None:
+    """--tp 2 on granitemoehybrid's fixture, 1 × 8 tokens: its attention layer's 2 K/V heads of 4, one per rank
+    (8 tokens × K and V × 4 × float32), and half of each of its two Mamba layers' state, S 4·8·8 and the conv's
+    window of K = 4 inputs over 32 + 2·2·8 channels."""
+    data = json.loads(cli("count", FIXTURES / "granitemoehybrid", "--tp", 2, "--batch", 1, "--seq", 8, "--json").stdout)
+    assert data["parallel"]["stages"][0]["kv_cache_bytes"] == 8 * 2 * 4 * 4 + 2 * (4 * 8 * 8 + 4 * 64) // 2 * 4
