@@ -82,7 +82,7 @@ def layer_terms(block: BlockConfig, T: int, B: int, precision: str, attention: s
     u = f"{beta}·s·b"
     act = lambda w: beta * n * w  # noqa: E731  # a (B, T, w) activation at the training dtype
     f32 = lambda w: F32 * n * w  # noqa: E731  # float32, whatever the training dtype
-    d, h, h_kv, d_h = block.d_model, block.n_heads, block.n_kv_heads, block.head_dim
+    d = block.d_model
     if recompute == "full":
         return [_term("layer input (the checkpoint; the layer's saves exist again only during its backward)",
                       f"{u}·d", act(d), True)]

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 
 from blockcli.config import BlockConfig, Config, InputError
 from blockcli.shapes import Shape, block_parameter_shapes, is_buffer, outer_shapes
-from blockcli.sizing import (Dims, StateBytes, Term, activation_terms, head_terms, kv_cache_elements, nbytes,
+from blockcli.sizing import (Dims, StateBytes, activation_terms, head_terms, kv_cache_elements, nbytes,
                              recurrent_elements, states_per_device)
 
 VOCAB_MULTIPLE = 128  # Megatron's --make-vocab-size-divisible-by default (the padded size is a multiple of it times tp)
