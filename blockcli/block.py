@@ -1042,12 +1042,13 @@ class LatentAttention(MultiHeadAttention):
         latent = self._latent_norm("kv_a_norm", kv_a[..., :r_kv], rec, "K/V latent norm", tape)  # (B, T, r_kv)
         k_pe = kv_a[:, None, :, r_kv:]  # (B, 1, T, d_rope): one RoPE key for every head
 
-        cos, sin = F.rope_tables(np.arange(start, start + T), d_rope, cfg.rope_theta, x.dtype,
-                                 cfg.rope_scaling)  # (T, d_rope/2) each
-        q_pe = ops.rotate_pairs(q_pe, cos, sin, cfg.rope_layout)  # (B, h, T, d_rope)
-        rec("q_rope", "RoPE on Q's RoPE part", q_pe, (q,), kind="rope")
-        k_pe = ops.rotate_pairs(k_pe, cos, sin, cfg.rope_layout)  # (B, 1, T, d_rope)
-        rec("k_rope", "RoPE on the shared key", k_pe, (kv_a,), kind="rope")
+        if cfg.rope:  # without rotary positions (Kimi-Linear's NoPE layers) both parts are read as they are
+            cos, sin = F.rope_tables(np.arange(start, start + T), d_rope, cfg.rope_theta, x.dtype,
+                                     cfg.rope_scaling)  # (T, d_rope/2) each
+            q_pe = ops.rotate_pairs(q_pe, cos, sin, cfg.rope_layout)  # (B, h, T, d_rope)
+            rec("q_rope", "RoPE on Q's RoPE part", q_pe, (q,), kind="rope")
+            k_pe = ops.rotate_pairs(k_pe, cos, sin, cfg.rope_layout)  # (B, 1, T, d_rope)
+            rec("k_rope", "RoPE on the shared key", k_pe, (kv_a,), kind="rope")
 
         if cache is not None:
             cached, k_pe = cache.append(latent[:, None], k_pe)  # (B, 1, T_seen, r_kv), (B, 1, T_seen, d_rope)
@@ -1089,9 +1090,12 @@ class LatentAttention(MultiHeadAttention):
         x = saved["x"]
         d_concat = self._project_out_backward(d_out, saved["heads"], tape)  # (B, T, h·d_v)
         dq, dk, dv = self._attend_backward(saved, ops.split_heads(d_concat, h), tape)  # (B, h, T, d_h), …, (…, d_v)
-        cos, sin = F.rope_tables(np.arange(x.shape[1]), d_rope, cfg.rope_theta, x.dtype, cfg.rope_scaling)
-        dq = np.concatenate((dq[..., :d_nope], ops.rotate_pairs_backward(dq[..., d_nope:], cos, sin, cfg.rope_layout)),
-                            axis=-1)  # (B, h, T, d_nope + d_rope)
+        if cfg.rope:
+            cos, sin = F.rope_tables(np.arange(x.shape[1]), d_rope, cfg.rope_theta, x.dtype, cfg.rope_scaling)
+            unrotate = lambda a: ops.rotate_pairs_backward(a, cos, sin, cfg.rope_layout)  # noqa: E731
+        else:  # NoPE: the parts were never rotated
+            unrotate = lambda a: a  # noqa: E731
+        dq = np.concatenate((dq[..., :d_nope], unrotate(dq[..., d_nope:])), axis=-1)  # (B, h, T, d_nope + d_rope)
         dq_flat = ops.combine_heads(dq)  # (B, T, h·d_h)
         if m.q_lora_rank:
             tape.add("w_q_b", ops.weight_grad(saved["q_latent"], dq_flat))
@@ -1103,8 +1107,7 @@ class LatentAttention(MultiHeadAttention):
         else:
             tape.add("w_q", ops.weight_grad(x, dq_flat))
             dx = dq_flat @ p["w_q"].T
-        d_k_pe = ops.rotate_pairs_backward(dk[..., d_nope:].sum(axis=1, keepdims=True), cos, sin,
-                                           cfg.rope_layout)  # (B, 1, T, d_rope): every head read it
+        d_k_pe = unrotate(dk[..., d_nope:].sum(axis=1, keepdims=True))  # (B, 1, T, d_rope): every head read it
         d_kv = ops.combine_heads(np.concatenate((dk[..., :d_nope], dv), axis=-1))  # (B, T, h·(d_nope + d_v))
         tape.add("w_kv_b", ops.weight_grad(saved["latent"], d_kv))
         d_kv_a = np.concatenate((self._norm("kv_a_norm").backward(d_kv @ p["w_kv_b"].T, tape), d_k_pe[:, 0]),

@@ -34,8 +34,8 @@ from blockcli.families import COMPOSITES, FAMILIES
 from blockcli.quantized import SUPPORTED, pair_quantized, schemes_of, stored_bytes
 from blockcli.shapes import Shape, is_buffer, model_parameter_shapes
 from blockcli.tensor_names import (DEPTHWISE, EXPERTS, EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE, FUSED, GROUPED_HEADS,
-                                   GROUPED_KEY_HEADS, GROUPED_QKV, LINEAR, QVK_SHARDS, ROW, SAME, SCALAR, SHARDED_QVK, SPLIT,
-                                   Tensor, TensorMap, nested)
+                                   GROUPED_KEY_HEADS, GROUPED_QKV, LINEAR, PER_HEAD, QVK_SHARDS, ROW, SAME, SCALAR,
+                                   SHARDED_QVK, SPLIT, Tensor, TensorMap, nested)
 
 if TYPE_CHECKING:
     import numpy as np  # imported where values are read: counting from headers needs no NumPy
@@ -297,6 +297,8 @@ def stored_shape(entry: Tensor, shapes: Mapping[str, Shape]) -> Shape:
         return (1,) + parts[0]
     if entry.layout == SCALAR:  # a (1,) number as a 0-dimensional tensor
         return ()
+    if entry.layout == PER_HEAD:  # one number per head as (1, 1, h, 1)
+        return (1, 1) + parts[0] + (1,)
     if entry.layout == SPLIT:  # Q | K | V along the last axis
         return parts[0][:-1] + (sum(p[-1] for p in parts),)
     if entry.layout == EXPERTS:  # (E, one expert's outputs, in)
@@ -742,6 +744,8 @@ def _unpack(value: np.ndarray, layout: str, n_heads: int, parts: tuple[Shape, ..
         return [value[0]]
     if layout == SCALAR:
         return [value.reshape(1)]
+    if layout == PER_HEAD:  # (1, 1, h, 1) → (h,)
+        return [value.reshape(-1)]
     if layout == GROUPED_QKV:  # output rows [q…q k v] per K/V head, each block d_h rows
         head_dim = parts[0][-1] // n_heads
         n_kv = parts[1][-1] // head_dim

@@ -31,6 +31,7 @@ ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
 DTYPES = ("float32", "float64")
 BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
+DELTANET_DECAYS = ("head", "channel")  # block.linear_attention.decay: per value head, or per key channel (KDA)
 QK_NORMS = ("none", "head", "projection", "each_head", "head_unscaled")
 ROUTER_SCORINGS = ("softmax", "sigmoid")
 ROUTER_ORDERS = ("softmax_topk", "topk_softmax", "sparsemixer")
@@ -182,6 +183,11 @@ class GatedDeltaNet:
     value_heads / key_heads value heads; per value head a decay g = −exp(A_log)·softplus(x·W_a + dt_bias)
     and a write strength β = σ(x·W_b); then per step S ← e^g·S, S ← S + k (β(v − Sᵀk))ᵀ,
     o = Sᵀq/√d_k; o through an RMSNorm (its own scale, d_v wide) times SiLU(x·W_z), then W_O.
+
+    decay "channel" is Kimi Delta Attention (Kimi-Linear's KDA): as many key as value heads, d_k = d_v, and the
+    decay per key channel, g = −exp(A_log)·softplus(x·W_fa·W_fb + dt_bias) (B, T, h, d_k) with A_log per head and
+    dt_bias per channel, so S ← diag(e^g)·S; no z projection but an output gate σ(x·W_ga·W_gb) in place of
+    SiLU(x·W_z); both W_fa·W_fb and W_ga·W_gb low-rank through d_k.
     """
 
     key_heads: int = 16
@@ -190,6 +196,12 @@ class GatedDeltaNet:
     value_head_dim: int = 128
     conv_kernel: int = 4
     norm_eps: float = 1e-6  # the gated RMSNorm of the output
+    decay: str = "head"  # head: one decay per value head (Gated DeltaNet); channel: per key channel (KDA)
+
+    @property
+    def per_channel(self) -> bool:
+        """Kimi Delta Attention: the decay per key channel, the low-rank decay and output-gate projections."""
+        return self.decay == "channel"
 
     @property
     def key_width(self) -> int:
@@ -331,9 +343,9 @@ class BlockConfig:
     @property
     def rope_dims(self) -> int:
         """Rotated dimensions per head (even), as GPT-NeoX's int(head_dim * rotary_pct); latent
-        attention rotates its qk_rope_head_dim."""
+        attention rotates its qk_rope_head_dim (none without rotary positions: Kimi-Linear's NoPE)."""
         if self.mla is not None:
-            return self.mla.qk_rope_head_dim
+            return self.mla.qk_rope_head_dim if self.rope else 0
         return int(self.head_dim * self.rope) // 2 * 2
 
     @property
@@ -1277,7 +1289,12 @@ def _parse_linear_attention(value: Any) -> GatedDeltaNet | None:
         key_heads=_int(value, "key_heads", p, 16), value_heads=_int(value, "value_heads", p, 32),
         key_head_dim=_int(value, "key_head_dim", p, 128), value_head_dim=_int(value, "value_head_dim", p, 128),
         conv_kernel=_int(value, "conv_kernel", p, 4),
-        norm_eps=_float(value, "norm_eps", p, 1e-6, 0.0, 1.0, low_open=True))
+        norm_eps=_float(value, "norm_eps", p, 1e-6, 0.0, 1.0, low_open=True),
+        decay=_choice(value, "decay", p, "head", DELTANET_DECAYS))
+    if mixer.per_channel and (mixer.key_heads != mixer.value_heads or mixer.key_head_dim != mixer.value_head_dim):
+        raise ConfigError(f"{p}.decay: channel (Kimi Delta Attention) has as many key as value heads, of one width; "
+                          f"got {mixer.key_heads} × {mixer.key_head_dim} key and {mixer.value_heads} × "
+                          f"{mixer.value_head_dim} value heads")
     if mixer.value_heads % mixer.key_heads:
         raise ConfigError(f"{p}.value_heads: each key head is read by the same number of value heads; "
                           f"key_heads={mixer.key_heads} does not divide value_heads={mixer.value_heads}")
@@ -1332,10 +1349,12 @@ def _parse_short_conv(value: Any) -> ShortConv | None:
 def _check_mla(block: BlockConfig) -> None:
     if block.mla is None:
         return
-    if not block.rope:
-        raise ConfigError("block.mla: latent attention rotates qk_rope_head_dim dims of each head; set block.rope: "
+    # without rotary positions (model.positions: none, Kimi-Linear's NoPE latent attention) the shared key part
+    # k_R (qk_rope_head_dim wide) is read unrotated, as the queries' part beside it
+    if block.mla.index_heads and not block.rope:
+        raise ConfigError("block.mla.index_heads: the indexer rotates its first qk_rope_head_dim dims; set block.rope: "
                           "true (or model.positions: rope)")
-    if block.rope != 1.0:
+    if block.rope and block.rope != 1.0:
         raise ConfigError(f"block.rope: with block.mla the rotated dims are mla.qk_rope_head_dim; write rope: true, "
                           f"not a fraction ({block.rope:g})")
     if block.qk_norm != "none":

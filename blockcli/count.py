@@ -199,7 +199,7 @@ def block_formula(b: BlockConfig) -> list[Row]:
     elif b.mla is not None:
         rows.extend(_latent_attention_rows(b))
     elif b.linear_attention is not None:
-        rows.extend(_deltanet_rows())
+        rows.extend(_kda_rows() if b.linear_attention.per_channel else _deltanet_rows())
     else:
         rows.extend([
             proj("attn.q", "Q projection", q_width, b.bias.qkv),
@@ -345,6 +345,29 @@ def _deltanet_rows() -> list[Row]:
             Row("attn.dn_decay", "linear attention: dt_bias and A_log", term(2, "h_v"), no, ("dn_dt_bias", "dn_A_log")),
             Row("attn.dn_norm", "linear attention: output RMSNorm (over d_v)", term(1, "d_v"), no, ("dn_norm_gamma",)),
             Row("attn.dn_out", "linear attention: output projection W_O", term(1, "h_v", "d_v", "d"), no, ("dn_out",))]
+
+
+def _kda_rows() -> list[Row]:
+    """Kimi Delta Attention (blockcli/deltanet.py, decay: channel; h_k = h_v, d_k = d_v): q, k, v as the Gated
+    DeltaNet's; the decay input and the output gate each low-rank, d → d_k → h·d_k (no z, no a); b one per head;
+    the short conv; dt_bias per key channel and A_log per head; the output RMSNorm's γ over d_v; W_O."""
+    no = Poly()
+    return [Row("attn.dn_q", "linear attention: q projection", term(1, "d", "h_k", "d_k"), no, ("dn_q",)),
+            Row("attn.dn_k", "linear attention: k projection", term(1, "d", "h_k", "d_k"), no, ("dn_k",)),
+            Row("attn.dn_v", "linear attention: v projection", term(1, "d", "h_v", "d_v"), no, ("dn_v",)),
+            Row("attn.dn_f", "linear attention: decay input (low-rank, through d_k)",
+                term(1, "d", "d_k") + term(1, "d_k", "h_k", "d_k"), no, ("dn_f_a", "dn_f_b")),
+            Row("attn.dn_b", "linear attention: write strength β (b)", term(1, "d", "h_v"), no, ("dn_b",)),
+            Row("attn.dn_g", "linear attention: output gate (low-rank, through d_v)",
+                term(1, "d", "d_v") + term(1, "d_v", "h_v", "d_v"), no, ("dn_g_a", "dn_g_b")),
+            Row("attn.dn_conv", "linear attention: short convs of q, k and v",
+                term(2, "K", "h_k", "d_k") + term(1, "K", "h_v", "d_v"), no, ("dn_q_conv", "dn_k_conv", "dn_v_conv")),
+            Row("attn.dn_decay", "linear attention: dt_bias (per key channel) and A_log (per head)",
+                term(1, "h_k", "d_k") + term(1, "h_v"), no, ("dn_dt_bias", "dn_A_log")),
+            Row("attn.dn_norm", "linear attention: output RMSNorm (over d_v)", term(1, "d_v"), no, ("dn_norm_gamma",)),
+            Row("attn.dn_out", "linear attention: output projection W_O", term(1, "h_v", "d_v", "d"), no, ("dn_out",))]
+
+
 def _mamba_rows(b: BlockConfig) -> list[Row]:
     """A Mamba-2 mixer (the SSD paper's §7 block): the in-projection to z and x (h_s·p each), B and C (g·N each)
     and dt (h_s); the depthwise conv over x, B and C (K taps per channel, a bias each); dt_bias, A_log and D per
@@ -483,7 +506,8 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
     elif config.block.short_conv is not None:
         attention = "short conv (in, conv, out)"
     elif config.block.linear_attention is not None or config.block.attention_gate:
-        attention = ("linear attention (Gated DeltaNet)" if config.block.linear_attention is not None else
+        attention = (("linear attention (Kimi Delta Attention)" if config.block.linear_attention.per_channel else
+                      "linear attention (Gated DeltaNet)") if config.block.linear_attention is not None else
                      "attention (Q, K, V, gate, O)")
     for name, label, (w, bias) in (("attention", attention, groups["attn"]),
                                    ("mlp", "MLP", groups["mlp"]),

@@ -10,6 +10,13 @@ heads read each key head); C = 2·h_k·d_k + h_v·d_v the short conv's channels 
     per step t and value head:  S ← e^g·S;  S ← S + k (β (v − Sᵀk))ᵀ;  o = Sᵀq / √d_k   # S (d_k, d_v)
     out = (RMSNorm_γ(o) ⊙ SiLU(x·W_z)) · W_O               # the norm over each head's d_v, its own γ
 
+Kimi Delta Attention (KDA, Kimi-Linear; `decay: channel`) is the same recurrence with the decay per key channel
+and two low-rank projections in place of W_a and W_z (h = h_k = h_v, d_k = d_v):
+
+    g = −exp(A_log)·softplus(x·W_fa·W_fb + dt_bias)       # (B, T, h, d_k): A_log per head, dt_bias per channel
+    per step t and head:  S ← diag(e^g)·S; the delta write and readout as above
+    out = (RMSNorm_γ(o) ⊙ σ(x·W_ga·W_gb)) · W_O            # W_fa (d, d_k), W_fb (d_k, h·d_k); W_ga, W_gb alike
+
 The state a sequence carries is S (B, h_v, d_k, d_v) and the conv's last K − 1 inputs (B, K − 1, C): constant in
 T, unlike a K/V cache. The forward walks the recurrence token by token over all heads at once (exact, the
 same steps transformers' recurrent kernel takes); decoding continues from the stored state. The backward walks
@@ -25,15 +32,26 @@ from typing import Any, Callable
 import numpy as np
 
 from blockcli import ops as F
-from blockcli.config import BlockConfig, GatedDeltaNet
+from blockcli.config import BlockConfig, GatedDeltaNet, InputError
 from blockcli.ops import STANDARD_OPS, Array, Ops
 from blockcli.shapes import deltanet_shapes
 
 Record = Callable[..., None]
+DECAY_LABEL = {False: "g = −exp(A_log)·softplus(a + dt_bias)",
+               True: "g = −exp(A_log)·softplus(f + dt_bias), per key channel"}
+GATE_LABEL = {False: "RMSNorm(o) ⊙ SiLU(z)", True: "RMSNorm(o) ⊙ σ(gate)"}
 
 # the projections from x, by parameter key: what each makes
 PROJECTIONS = (("dn_q", "q"), ("dn_k", "k"), ("dn_v", "v"), ("dn_z", "output gate z"), ("dn_b", "write strength b"),
                ("dn_a", "decay input a"))
+# Kimi Delta Attention's: q, k, v and b from x; the decay input and the output gate each through a d_k-wide bottleneck
+KDA_PROJECTIONS = (("dn_q", "q"), ("dn_k", "k"), ("dn_v", "v"), ("dn_b", "write strength b"))
+KDA_LOW_RANK = (("dn_f", "decay input"), ("dn_g", "output gate"))
+NO_KDA_BACKWARD = ("gradients through a Kimi Delta Attention layer (block.linear_attention.decay: channel) are not "
+                   "implemented: verify --grad, train and trace --backward refuse them")
+
+
+
 def _ignore(*_args: Any, **_kwargs: Any) -> None:
     return None
 
@@ -60,18 +78,29 @@ class DeltaNetState:
     length: int = 0
 
 
+def conv_taps(m: GatedDeltaNet, p: dict[str, Array]) -> tuple[Array, tuple[str, ...]]:
+    """The short conv's taps (C, K) over q | k | v and their parameter keys: the Gated DeltaNet's one conv, or Kimi
+    Delta Attention's three (one each for q, k and v, stacked)."""
+    if m.per_channel:
+        keys = ("dn_q_conv", "dn_k_conv", "dn_v_conv")
+        return np.concatenate([p[k] for k in keys], axis=0), keys
+    return p["dn_conv"], ("dn_conv",)
+
+
 def gated_delta_rule(q: Array, k: Array, v: Array, g: Array, beta: Array, state: Array,
                      before: Array | None = None) -> tuple[Array, Array]:
-    """The recurrence over T: q, k (B, T, h_v, d_k) (normalised, q already scaled), v (B, T, h_v, d_v), g and beta
-    (B, T, h_v), state S (B, h_v, d_k, d_v). Returns o (B, T, h_v, d_v) and the final S; `before` (B, T, h_v, d_k,
-    d_v), given, receives the state each step starts from (what the backward reads)."""
+    """The recurrence over T: q, k (B, T, h_v, d_k) (normalised, q already scaled), v (B, T, h_v, d_v), g (B, T, h_v)
+    per head or (B, T, h_v, d_k) per key channel (KDA), beta (B, T, h_v), state S (B, h_v, d_k, d_v). Returns o
+    (B, T, h_v, d_v) and the final S; `before` (B, T, h_v, d_k, d_v), given, receives the state each step starts from
+    (what the backward reads)."""
     out = np.empty(v.shape, dtype=np.result_type(q, v, state))
     s = state.copy()
-    decay = np.exp(g)  # (B, T, h_v)
+    decay = np.exp(g)  # (B, T, h_v) or (B, T, h_v, d_k)
+    decay = decay[..., None] if g.ndim == 4 else decay[..., None, None]  # (B, T, h_v, d_k or 1, 1)
     for t in range(q.shape[1]):
         if before is not None:
             before[:, t] = s
-        s *= decay[:, t, :, None, None]  # (B, h_v, d_k, d_v)
+        s *= decay[:, t]  # (B, h_v, d_k, d_v): each row k of S (per channel) or all of it (per head) decays
         k_t = k[:, t]  # (B, h_v, d_k)
         remembered = np.einsum("bhkv,bhk->bhv", s, k_t)  # (B, h_v, d_v): Sᵀk
         delta = (v[:, t] - remembered) * beta[:, t, :, None]  # (B, h_v, d_v)
@@ -97,16 +126,26 @@ class GatedDeltaNetMixer:
         p, m = self.p, mixer_of(self.cfg)
         B, T, _ = x.shape
         h_k, h_v, d_k, d_v = m.key_heads, m.value_heads, m.key_head_dim, m.value_head_dim
+        if m.per_channel and tape is not None:
+            raise InputError(NO_KDA_BACKWARD)
         made = {}
-        for key, what in PROJECTIONS:
+        for key, what in KDA_PROJECTIONS if m.per_channel else PROJECTIONS:
             made[key] = F.linear(x, p[key], None)  # (B, T, width)
             rec(f"{key}_proj", f"linear attention: {what} projection", made[key], (x, p[key]), kind="linear",
                 params=(key,))
+        for key, what in KDA_LOW_RANK if m.per_channel else ():  # x·W_a (B, T, d_k), then ·W_b (B, T, h·d_k)
+            low = F.linear(x, p[f"{key}_a"], None)
+            rec(f"{key}_a_proj", f"linear attention: {what} down-projection (rank d_k)", low, (x, p[f"{key}_a"]),
+                kind="linear", params=(f"{key}_a",))
+            made[key] = F.linear(low, p[f"{key}_b"], None)
+            rec(f"{key}_b_proj", f"linear attention: {what} up-projection", made[key], (low, p[f"{key}_b"]),
+                kind="linear", params=(f"{key}_b",))
         qkv = np.concatenate([made["dn_q"], made["dn_k"], made["dn_v"]], axis=-1)  # (B, T, C)
         conv_state = getattr(cache, "conv", None)
-        conv, new_conv = F.causal_conv1d(qkv, p["dn_conv"], None, conv_state)  # (B, T, C), (B, K − 1, C)
-        rec("dn_conv", f"causal depthwise conv ({m.conv_kernel} taps) of q | k | v", conv, (qkv, p["dn_conv"]),
-            kind="conv", params=("dn_conv",))
+        taps, conv_keys = conv_taps(m, p)  # (C, K): KDA's three convs side by side, one depthwise conv
+        conv, new_conv = F.causal_conv1d(qkv, taps, None, conv_state)  # (B, T, C), (B, K − 1, C)
+        rec("dn_conv", f"causal depthwise conv ({m.conv_kernel} taps) of q | k | v", conv, (qkv, taps),
+            kind="conv", params=conv_keys)
         act = F.silu(conv)  # (B, T, C)
         rec("dn_conv_act", "SiLU", act, (conv,), kind="silu")
         kw = m.key_width
@@ -121,9 +160,13 @@ class GatedDeltaNetMixer:
             q, k = np.repeat(q, h_v // h_k, axis=2), np.repeat(k, h_v // h_k, axis=2)  # (B, T, h_v, d_k)
         beta = F.sigmoid(made["dn_b"])  # (B, T, h_v)
         rec("dn_beta", "β = σ(b)", beta, (made["dn_b"],), kind="sigmoid")
-        g = -np.exp(p["dn_A_log"]) * F.softplus(made["dn_a"] + p["dn_dt_bias"])  # (B, T, h_v)
-        rec("dn_decay", "g = −exp(A_log)·softplus(a + dt_bias)", g, (made["dn_a"],), kind="decay",
-            params=("dn_A_log", "dn_dt_bias"))
+        if m.per_channel:  # (B, T, h, d_k): A_log per head, dt_bias per channel
+            pre = (made["dn_f"] + p["dn_dt_bias"]).reshape(B, T, h_v, d_k)
+            g = -np.exp(p["dn_A_log"])[:, None] * F.softplus(pre)
+            rec("dn_decay", DECAY_LABEL[True], g, (made["dn_f"],), kind="decay", params=("dn_A_log", "dn_dt_bias"))
+        else:
+            g = -np.exp(p["dn_A_log"]) * F.softplus(made["dn_a"] + p["dn_dt_bias"])  # (B, T, h_v)
+            rec("dn_decay", DECAY_LABEL[False], g, (made["dn_a"],), kind="decay", params=("dn_A_log", "dn_dt_bias"))
         state = getattr(cache, "recurrent", None)
         if state is None:
             state = np.zeros((B, h_v, d_k, d_v), dtype=v.dtype)
@@ -133,10 +176,10 @@ class GatedDeltaNetMixer:
             kind="delta_rule")
         if cache is not None:
             cache.recurrent, cache.conv, cache.length = new_state, new_conv, cache.length + T
-        z = made["dn_z"].reshape(B, T, h_v, d_v)
+        z = made["dn_g" if m.per_channel else "dn_z"].reshape(B, T, h_v, d_v)
         normed = F.rms_norm(o, p["dn_norm_gamma"], None, m.norm_eps)  # (B, T, h_v, d_v)
-        gated = normed * F.silu(z)  # (B, T, h_v, d_v)
-        rec("dn_gated_norm", "RMSNorm(o) ⊙ SiLU(z)", gated, (o, z), kind="gated_norm", params=("dn_norm_gamma",))
+        gated = normed * (F.sigmoid(z) if m.per_channel else F.silu(z))  # (B, T, h_v, d_v)
+        rec("dn_gated_norm", GATE_LABEL[m.per_channel], gated, (o, z), kind="gated_norm", params=("dn_norm_gamma",))
         flat = gated.reshape(B, T, h_v * d_v)  # (B, T, h_v·d_v)
         out = F.linear(flat, p["dn_out"], None)  # (B, T, d)
         rec("attn_out", "output projection", out, (flat, p["dn_out"]), kind="linear", params=("dn_out",))
@@ -149,6 +192,8 @@ class GatedDeltaNetMixer:
         """d_out (B, T, d) → dx (B, T, d): the forward in reverse, the recurrence walked back from the last token
         (the state after the pass gets no gradient); every parameter's gradient added to the tape."""
         p, m, ops = self.p, mixer_of(self.cfg), self.ops
+        if m.per_channel:
+            raise InputError(NO_KDA_BACKWARD)
         sv = tape.take("deltanet")
         x = sv["x"]
         B, T, _ = x.shape
@@ -240,28 +285,38 @@ def analytic_rows(cfg: BlockConfig, rec: Record, S: Callable[..., Any], x: Any, 
     m, d = mixer_of(cfg), cfg.d_model
     B, T = batch, seq
     made = {}
-    for key, what in PROJECTIONS:
-        width = deltanet_shapes(cfg)[key][1]
+    shapes = deltanet_shapes(cfg)
+    for key, what in KDA_PROJECTIONS if m.per_channel else PROJECTIONS:
+        width = shapes[key][1]
         made[key] = S(B, T, width)
         rec(f"{key}_proj", f"linear attention: {what} projection", made[key], (x, S(d, width)), kind="linear",
             params=(key,))
+    for key, what in KDA_LOW_RANK if m.per_channel else ():
+        (_, rank), (_, width) = shapes[f"{key}_a"], shapes[f"{key}_b"]
+        low = S(B, T, rank)
+        rec(f"{key}_a_proj", f"linear attention: {what} down-projection (rank d_k)", low, (x, S(d, rank)),
+            kind="linear", params=(f"{key}_a",))
+        made[key] = S(B, T, width)
+        rec(f"{key}_b_proj", f"linear attention: {what} up-projection", made[key], (low, S(rank, width)),
+            kind="linear", params=(f"{key}_b",))
     qkv, conv = S(B, T, m.conv_width), S(B, T, m.conv_width)
     rec("dn_conv", f"causal depthwise conv ({m.conv_kernel} taps) of q | k | v", conv,
-        (qkv, S(m.conv_width, m.conv_kernel)), kind="conv", params=("dn_conv",))
+        (qkv, S(m.conv_width, m.conv_kernel)), kind="conv",
+        params=("dn_q_conv", "dn_k_conv", "dn_v_conv") if m.per_channel else ("dn_conv",))
     act = S(B, T, m.conv_width)
     rec("dn_conv_act", "SiLU", act, (conv,), kind="silu")
     q, k = S(B, T, m.key_heads, m.key_head_dim), S(B, T, m.key_heads, m.key_head_dim)
     rec("dn_qk_norm", "L2-normalise q and k (q / √d_k)", k, (q, k), kind="l2norm")
     beta = S(B, T, m.value_heads)
     rec("dn_beta", "β = σ(b)", beta, (made["dn_b"],), kind="sigmoid")
-    g = S(B, T, m.value_heads)
-    rec("dn_decay", "g = −exp(A_log)·softplus(a + dt_bias)", g, (made["dn_a"],), kind="decay",
+    g = S(B, T, m.value_heads, m.key_head_dim) if m.per_channel else S(B, T, m.value_heads)
+    rec("dn_decay", DECAY_LABEL[m.per_channel], g, (made["dn_f" if m.per_channel else "dn_a"],), kind="decay",
         params=("dn_A_log", "dn_dt_bias"))
     qr, kr = S(B, T, m.value_heads, m.key_head_dim), S(B, T, m.value_heads, m.key_head_dim)
     v, o = S(B, T, m.value_heads, m.value_head_dim), S(B, T, m.value_heads, m.value_head_dim)
     rec("dn_delta_rule", "gated delta rule (state S: B, h_v, d_k, d_v)", o, (qr, kr, v, g, beta), kind="delta_rule")
     z, gated = S(B, T, m.value_heads, m.value_head_dim), S(B, T, m.value_heads, m.value_head_dim)
-    rec("dn_gated_norm", "RMSNorm(o) ⊙ SiLU(z)", gated, (o, z), kind="gated_norm", params=("dn_norm_gamma",))
+    rec("dn_gated_norm", GATE_LABEL[m.per_channel], gated, (o, z), kind="gated_norm", params=("dn_norm_gamma",))
     flat, out = S(B, T, m.value_width), S(B, T, d)
     rec("attn_out", "output projection", out, (flat, S(m.value_width, d)), kind="linear", params=("dn_out",))
     return out
@@ -275,3 +330,7 @@ SYMBOLIC_DELTANET = {
     "dn_decay": "(B, T, h_v)", "dn_delta_rule": "(B, T, h_v, d_v)", "dn_gated_norm": "(B, T, h_v, d_v)",
     "attn_out": "(B, T, d)",
 }
+# Kimi Delta Attention's rows where they differ (h = h_k = h_v)
+SYMBOLIC_KDA = {**{k: v for k, v in SYMBOLIC_DELTANET.items() if k not in ("dn_z_proj", "dn_a_proj")},
+                "dn_f_a_proj": "(B, T, d_k)", "dn_f_b_proj": "(B, T, h·d_k)", "dn_g_a_proj": "(B, T, d_v)",
+                "dn_g_b_proj": "(B, T, h·d_v)", "dn_decay": "(B, T, h, d_k)"}

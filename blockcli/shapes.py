@@ -77,10 +77,20 @@ def deltanet_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     taps (C, K) over q | k | v, dt_bias and A_log per value head, the output norm's γ (d_v,), W_O."""
     m, d = cfg.linear_attention, cfg.d_model
     assert m is not None
+    if m.per_channel:  # Kimi Delta Attention: the decay input and the output gate low-rank through d_k, the decay
+        # per key channel (dt_bias h·d_k) with A_log per head, no z; a short conv of its own for each of q, k, v
+        return {"dn_q": (d, m.key_width), "dn_k": (d, m.key_width), "dn_v": (d, m.value_width),
+                "dn_f_a": (d, m.key_head_dim), "dn_f_b": (m.key_head_dim, m.key_width),
+                "dn_b": (d, m.value_heads), "dn_g_a": (d, m.value_head_dim), "dn_g_b": (m.value_head_dim, m.value_width),
+                "dn_q_conv": (m.key_width, m.conv_kernel), "dn_k_conv": (m.key_width, m.conv_kernel),
+                "dn_v_conv": (m.value_width, m.conv_kernel), "dn_dt_bias": (m.key_width,), "dn_A_log": (m.value_heads,),
+                "dn_norm_gamma": (m.value_head_dim,), "dn_out": (m.value_width, d)}
     return {"dn_q": (d, m.key_width), "dn_k": (d, m.key_width), "dn_v": (d, m.value_width),
             "dn_z": (d, m.value_width), "dn_b": (d, m.value_heads), "dn_a": (d, m.value_heads),
             "dn_conv": (m.conv_width, m.conv_kernel), "dn_dt_bias": (m.value_heads,), "dn_A_log": (m.value_heads,),
             "dn_norm_gamma": (m.value_head_dim,), "dn_out": (m.value_width, d)}
+
+
 def mamba_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     """A Mamba-2 mixer (config.Mamba2): in_proj (d, 2·d_in + 2·g·N + h) giving z, x, B, C and dt; the depthwise
     conv over x, B, C (conv_dim, K) and its bias; per head dt_bias, A_log and D (h,); the gated norm's scale (d_in,);

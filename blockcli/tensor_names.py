@@ -14,6 +14,8 @@ stored tensor, the blockcli key (or keys, for a fused tensor) it fills and the l
               fewer K/V heads, its `gate_up_proj` gate | up
     ROW       a vector stored as a one-row matrix (1, n): ERNIE 4.5's e_score_correction_bias (1, E)
     SCALAR    a number stored as a 0-dimensional tensor, held as (1,): xIELU's β and ε buffers (Apertus)
+    PER_HEAD  a vector of one number per head stored (1, 1, h, 1), broadcast over (B, T, h, d): Kimi Delta
+              Attention's A_log
     GROUPED_QKV  nn.Linear whose output rows are grouped per K/V head: each group is its h/h_kv
               query heads, then its K head, then its V head, [q…q k v | q…q k v | …], each d_h
               wide. One K/V head (multi-query) makes it Q | K | V; h_kv = h makes it GPT-NeoX's
@@ -69,7 +71,7 @@ from dataclasses import dataclass
 
 SAME, LINEAR, SPLIT, FUSED, GROUPED_QKV = "same", "linear", "split", "fused", "grouped_qkv"
 GROUPED_HEADS, GROUPED_KEY_HEADS, DEPTHWISE = "grouped_heads", "grouped_key_heads", "depthwise"
-ROW, SCALAR = "row", "scalar"
+ROW, SCALAR, PER_HEAD = "row", "scalar", "per_head"
 SHARDED_QVK, QVK_SHARDS = "sharded_qvk", 4
 EXPERTS, EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE = "experts", "experts_interleaved", "experts_side_by_side"
 

@@ -27,7 +27,7 @@ from blockcli.block import (DecoderBlock, Model, activated, mlp_stage, attention
                             full_table, load_label, logits_label, mask_label, model_parameter_shapes, moe_sum_label,
                             qk_norm_label, query_scale_label, routing_label, scores_label, softmax_label)
 from blockcli.config import BlockConfig, Config, InputError, clipped, projected_width, whole_number
-from blockcli.deltanet import SYMBOLIC_DELTANET, state_bytes
+from blockcli.deltanet import SYMBOLIC_DELTANET, SYMBOLIC_KDA, state_bytes
 from blockcli.deltanet import analytic_rows as deltanet_analytic_rows
 from blockcli.mamba import DT_LABEL, IN_LABEL, OUT_LABEL, SKIP_LABEL, conv_label, norm_label, scan_label
 from blockcli.mamba import SYMBOLIC as MAMBA_SYMBOLIC
@@ -280,7 +280,7 @@ SYMBOLIC_INDEXER = {
 def symbolic_shapes(b: BlockConfig) -> dict[str, str]:
     """The symbolic shapes this block's tensors have where they differ from the defaults (`SYMBOLIC`)."""
     if b.linear_attention is not None:
-        return dict(SYMBOLIC_DELTANET)
+        return dict(SYMBOLIC_KDA if b.linear_attention.per_channel else SYMBOLIC_DELTANET)
     if b.mla is not None and b.mla.index_heads:
         return {**SYMBOLIC_LATENT, **SYMBOLIC_INDEXER}
     return dict(SYMBOLIC_LATENT) if b.mla is not None else {}
@@ -563,8 +563,9 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         rec("kv_a_norm", "K/V latent norm", latent, (S(B, T, r_kv),), kind=b.norm,
             params=("kv_a_norm_gamma", "kv_a_norm_beta"))
         q_pe, k_pe = S(B, h, T, d_rope), S(B, 1, T, d_rope)
-        rec("q_rope", "RoPE on Q's RoPE part", q_pe, (q,), kind="rope")
-        rec("k_rope", "RoPE on the shared key", k_pe, (kv_a,), kind="rope")
+        if b.rope:  # NoPE latent attention (Kimi-Linear) rotates neither part
+            rec("q_rope", "RoPE on Q's RoPE part", q_pe, (q,), kind="rope")
+            rec("k_rope", "RoPE on the shared key", k_pe, (kv_a,), kind="rope")
         kv = S(B, T, h * (d_nope + d_v))
         rec("kv_proj", "K/V up-projection (from the latent)", kv, (latent, S(r_kv, h * (d_nope + d_v))),
             kind="linear", params=("w_kv_b",))

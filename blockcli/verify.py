@@ -371,7 +371,9 @@ def _latent_head_split(c: Context) -> tuple[bool, str, str]:
     m, h = b.mla, b.n_heads
     assert m is not None
     d_h, d_n, d_v = m.qk_head_dim, m.qk_nope_head_dim, m.v_head_dim
-    q, q_flat, k, v, kv, k_rope = c.need("q", "q_proj", "k", "v", "kv_proj", "k_rope")
+    q, q_flat, k, v, kv = c.need("q", "q_proj", "k", "v", "kv_proj")
+    # the shared key part: rotated, or (NoPE, Kimi-Linear) the down-projection's last d_rope columns as they are
+    k_rope = c.need("k_rope")[0] if b.rope else c.need("kv_a")[0][:, None, :, m.kv_lora_rank:]
     expected = {"Q": (q, (B, h, T, d_h)), "K": (k, (B, h, T, d_h)), "V": (v, (B, h, T, d_v))}
     shapes_ok = all(a.shape == shape for a, shape in expected.values())
     worst = math.inf
