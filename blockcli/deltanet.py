@@ -312,7 +312,9 @@ def analytic_rows(cfg: BlockConfig, rec: Record, S: Callable[..., Any], x: Any, 
     g = S(B, T, m.value_heads, m.key_head_dim) if m.per_channel else S(B, T, m.value_heads)
     rec("dn_decay", DECAY_LABEL[m.per_channel], g, (made["dn_f" if m.per_channel else "dn_a"],), kind="decay",
         params=("dn_A_log", "dn_dt_bias"))
-    qr, kr = S(B, T, m.value_heads, m.key_head_dim), S(B, T, m.value_heads, m.key_head_dim)
+    # repeated for the value heads (new arrays), or, one value head per key head, the normalised q and k themselves
+    qr, kr = ((S(B, T, m.value_heads, m.key_head_dim), S(B, T, m.value_heads, m.key_head_dim))
+              if m.value_heads != m.key_heads else (q, k))
     v, o = S(B, T, m.value_heads, m.value_head_dim), S(B, T, m.value_heads, m.value_head_dim)
     rec("dn_delta_rule", "gated delta rule (state S: B, h_v, d_k, d_v)", o, (qr, kr, v, g, beta), kind="delta_rule")
     z, gated = S(B, T, m.value_heads, m.value_head_dim), S(B, T, m.value_heads, m.value_head_dim)

@@ -1091,6 +1091,81 @@ def gated_deltanet(mixer, weights, x, state=None, conv_window=None):
                 y[b, t, j] = sum(gated_heads[i] * w_out[i, j] for i in range(len(gated_heads)))
         windows[b] = np.array(history) if K > 1 else windows[b]
     return y, states, windows
+# ----------------------------------------------------------------------------- Kimi Delta Attention, a loop over time
+
+
+def kimi_delta_attention(mixer, weights, x, state=None, conv_window=None):
+    """Kimi Delta Attention (Kimi-Linear's KDA, as its paper writes it: the gated delta rule with a decay per key
+    channel), one token, one head, one number at a time; not blockcli's code. `mixer`: key_heads (= value heads h),
+    key_head_dim (= value_head_dim d), conv_kernel, norm_eps. `weights`: dn_q, dn_k, dn_v (D, h·d); dn_q_conv,
+    dn_k_conv, dn_v_conv (h·d, K) each; dn_f_a (D, d), dn_f_b (d, h·d), dn_dt_bias (h·d,), dn_A_log (h,); dn_b (D, h);
+    dn_g_a (D, d), dn_g_b (d, h·d); dn_norm_gamma (d,); dn_out (h·d, D). x (B, T, D). Per token and head: q, k, v each
+    through its own causal conv and SiLU; q and k L2-normalised (ε 1e-6 under the root), q / √d; per channel i of
+    the key, α_i = exp(−exp(A_log)·softplus(f_i + dt_bias_i)) with f = x·W_fa·W_fb; β = σ(x·W_b);
+    S[i, :] ← α_i·S[i, :]; S ← S + k (β (v − Sᵀk))ᵀ; o = Sᵀq; out = RMSNorm(o)·γ·σ(x·W_ga·W_gb), then W_out.
+    `state` (B, h, d, d) and `conv_window` (B, K − 1, 3·h·d) (q | k | v): what came before. Returns (y, state,
+    window)."""
+    h, d_h, K = mixer["key_heads"], mixer["key_head_dim"], mixer["conv_kernel"]
+    eps = mixer.get("norm_eps", 1e-6)
+    B, T, D = x.shape
+    width = h * d_h
+    y = np.zeros((B, T, D))
+    states = np.zeros((B, h, d_h, d_h)) if state is None else np.array(state, dtype=np.float64)
+    windows = np.zeros((B, K - 1, 3 * width)) if conv_window is None else np.array(conv_window, dtype=np.float64)
+    taps = [weights["dn_q_conv"], weights["dn_k_conv"], weights["dn_v_conv"]]
+
+    def project(vec, name):
+        w = weights[name]
+        return [sum(vec[i] * w[i, j] for i in range(len(vec))) for j in range(w.shape[1])]
+
+    for b in range(B):
+        history = [list(windows[b, j]) for j in range(K - 1)]  # the K − 1 inputs before x, oldest first
+        for t in range(T):
+            vec = list(x[b, t])
+            history.append(project(vec, "dn_q") + project(vec, "dn_k") + project(vec, "dn_v"))
+            parts = []
+            for which in range(3):  # q, k, v: each its own conv over its own channels
+                out = []
+                for c in range(width):
+                    acc = 0.0
+                    for j in range(K):
+                        acc += taps[which][c, j] * history[len(history) - K + j][which * width + c]
+                    out.append(silu(acc))
+                parts.append(out)
+            history = history[1:]
+            f_all = project(project(vec, "dn_f_a"), "dn_f_b")
+            g_all = project(project(vec, "dn_g_a"), "dn_g_b")
+            b_all = project(vec, "dn_b")
+            heads = []
+            for hh in range(h):
+                q, k, v = (part[hh * d_h:(hh + 1) * d_h] for part in parts)
+                q_len = math.sqrt(sum(e * e for e in q) + 1e-6)
+                k_len = math.sqrt(sum(e * e for e in k) + 1e-6)
+                q = [e / q_len / math.sqrt(d_h) for e in q]
+                k = [e / k_len for e in k]
+                beta = sigmoid(b_all[hh])
+                S = states[b, hh]
+                for i in range(d_h):  # each key channel's row of S decays by its own α
+                    c = hh * d_h + i
+                    alpha = math.exp(-math.exp(weights["dn_A_log"][hh]) * softplus(f_all[c] + weights["dn_dt_bias"][c]))
+                    for j in range(d_h):
+                        S[i, j] *= alpha
+                for j in range(d_h):
+                    remembered = sum(S[i, j] * k[i] for i in range(d_h))
+                    delta = beta * (v[j] - remembered)
+                    for i in range(d_h):
+                        S[i, j] += k[i] * delta
+                o = [sum(S[i, j] * q[i] for i in range(d_h)) for j in range(d_h)]
+                rms = math.sqrt(sum(e * e for e in o) / d_h + eps)
+                gate = g_all[hh * d_h:(hh + 1) * d_h]
+                heads += [o[j] / rms * weights["dn_norm_gamma"][j] * sigmoid(gate[j]) for j in range(d_h)]
+            w_out = weights["dn_out"]
+            for j in range(D):
+                y[b, t, j] = sum(heads[i] * w_out[i, j] for i in range(len(heads)))
+        windows[b] = np.array(history) if K > 1 else windows[b]
+    return y, states, windows
+
+
 # ----------------------------------------------------------------------------- Mamba-2 (SSD), a loop over time
 
 

@@ -150,7 +150,9 @@ def test_verify_scales_deepseek_v3_attention_down():
     ({"mla": {"kv_lora_rank": 4, "qk_rope_head_dim": 2, "v_head_dim": 2}}, "block.mla.qk_nope_head_dim"),
     ({"mla": {**TINY["mla"], "kv_rank": 3}}, "block.mla.kv_rank"),
     ({"mla": 4}, "block.mla"),
-    ({"rope": False}, "block.mla"),
+    # without rotary positions latent attention is NoPE (Kimi-Linear, tests/test_kimi_linear.py); its indexer is not
+    ({"rope": False, "mla": {**TINY["mla"], "q_lora_rank": 4, "index_heads": 2, "index_head_dim": 4,
+                             "index_topk": 2}}, "block.mla.index_heads"),
     ({"rope": 0.5}, "block.rope"),
     ({"n_kv_heads": 1}, "block.n_kv_heads"),
     ({"head_dim": 7}, "block.head_dim"),
