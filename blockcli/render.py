@@ -361,7 +361,7 @@ KV_EXPANDED_LABEL = "expanded keys and values, as a plain K/V cache holds them"
 
 
 STATE_FORMULAS = {"Gated DeltaNet": "B·L_dn·(h_v·d_k·d_v + K·C)", "Mamba-2": "B·L_ssm·(h_s·p·N + K·(h_s·p + 2·g·N))",
-                  "short-conv": "B·L_conv·K·d"}
+                  "short-conv": "B·L_conv·K·d", "Kimi Delta Attention": "B·L_kda·(h·d_k·d_v + K·C)"}
 
 
 def _state_formula(inf: Inference) -> str:

@@ -335,7 +335,8 @@ class Inference:
     # the fixed decode state of the Gated DeltaNet, Mamba-2 and short-conv layers for B sequences, at the run's dtype (the
     # recurrent state and the short conv's window): constant in T, beside kv_bytes; 0 without such layers
     state_bytes: int = 0
-    state_of: str = ""  # whose state: "Gated DeltaNet", "Mamba-2", "short-conv" layers, joined by "and" ("" without)
+    # whose state: "Gated DeltaNet", "Kimi Delta Attention", "Mamba-2", "short-conv" layers, joined by "and" ("" without)
+    state_of: str = ""
     indexed: bool = False  # DeepSeek Sparse Attention: the latent cache holds the indexer's keys (d_I) too
 
     @property
@@ -414,7 +415,8 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
     # the recurrent layers' state: per sequence, not per token
     fixed = nbytes(sum(recurrent_elements(dims) + dims.ssm_state_elements() for dims in groups) * batch, dtype)
     state_of = " and ".join(kind for kind, has in (
-        ("Gated DeltaNet", any(d.linear is not None for d in groups)),
+        ("Gated DeltaNet", any(d.linear is not None and not d.linear.per_channel for d in groups)),
+        ("Kimi Delta Attention", any(d.linear is not None and d.linear.per_channel for d in groups)),
         ("Mamba-2", any(d.mamba and d.mixer for d in groups)), ("short-conv", any(d.conv_K and d.mixer for d in groups)))
         if has)
     # latent attention: the keys and values it would cache expanded (0 without latent attention)

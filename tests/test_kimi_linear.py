@@ -233,6 +233,11 @@ def test_the_state_is_counted_once_and_the_latent_cache_per_token() -> None:
         inf = inference(config, int(expected()["parameters"]), T, B, "float32")
         assert inf.kv_bytes_per_token == per_token and inf.kv_bytes == B * T * per_token
         assert inf.state_bytes == B * 2 * (2 * 8 * 8 + 3 * 48) * 4
+    text = " ".join(cli("count", FOLDER, "--batch", 1, "--seq", 8).stdout.split())  # the console wraps long lines
+    assert ("recurrent state (Kimi Delta Attention layers, constant in T): 2.12 KiB for 1 sequence "
+            "(B·L_kda·(h·d_k·d_v + K·C) × float32: the state and the conv's window)") in text
+    data = json.loads(cli("count", FOLDER, "--batch", 1, "--seq", 8, "--json").stdout)
+    assert data["inference"]["kv_cache"]["state"]["of"] == "Kimi Delta Attention"
 
 
 @pytest.mark.parametrize("attention", ["full", "chunked"])
@@ -266,3 +271,42 @@ def test_the_totals_here_are_transformers_own() -> None:
         data = {k: v for k, v in config.to_dict().items() if k != "transformers_version"}
         assert _count(data).total == totals[-1]  # every field spelled out, as save_pretrained writes them
     assert totals == [DEFAULTS_TOTAL, RANDOM_TOTAL]
+
+
+# ----------------------------------------------------------------------------- the preset
+
+# https://huggingface.co/moonshotai/Kimi-Linear-48B-A3B-Instruct/blob/main/config.json's fields (the architecture)
+PUBLISHED = dict(model_type="kimi_linear", vocab_size=163840, hidden_size=2304, head_dim=72, intermediate_size=9216,
+                 num_hidden_layers=27, num_attention_heads=32, num_key_value_heads=32, kv_lora_rank=512,
+                 q_lora_rank=None, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, mla_use_nope=True,
+                 linear_attn_config={"full_attn_layers": [4, 8, 12, 16, 20, 24, 27], "head_dim": 128,
+                                     "kda_layers": [1, 2, 3, 5, 6, 7, 9, 10, 11, 13, 14, 15, 17, 18, 19, 21, 22, 23,
+                                                    25, 26], "num_heads": 32, "short_conv_kernel_size": 4},
+                 model_max_length=1048576, moe_intermediate_size=1024, moe_layer_freq=1, moe_renormalize=True,
+                 moe_router_activation_func="sigmoid", num_expert_group=1, num_experts=256, num_experts_per_token=8,
+                 num_shared_experts=1, first_k_dense_replace=1, topk_group=1, hidden_act="silu", rms_norm_eps=1e-5,
+                 routed_scaling_factor=2.446, tie_word_embeddings=False, num_nextn_predict_layers=0,
+                 rope_theta=10000.0, use_grouped_topk=True, bos_token_id=163584, eos_token_id=163586,
+                 pad_token_id=163839)
+PUBLISHED_TOTAL = 49_122_675_072  # transformers' meta-device total for PUBLISHED
+
+
+def test_the_preset_counts_as_transformers_by_hand_and_as_its_config_json() -> None:
+    import yaml
+
+    config = load_config("kimi-linear-48b-a3b")
+    assert count_parameters(config).total == PUBLISHED_TOTAL == _by_hand(full=7)
+    path = Path(__file__).resolve().parents[1] / "blockcli" / "presets" / "kimi-linear-48b-a3b.yaml"
+    assert yaml.safe_load(path.read_text(encoding="utf-8"))["about"]["parameters"] == PUBLISHED_TOTAL
+    converted = parse_config(hf_to_mapping(PUBLISHED, "config.json"))
+    assert [converted.layer_block(i) for i in range(27)] == [config.layer_block(i) for i in range(27)]
+    assert converted.model == config.model
+
+
+@pytest.mark.torch
+def test_the_preset_total_is_transformers_own() -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**PUBLISHED))
+    assert sum(p.numel() for p in model.parameters()) == PUBLISHED_TOTAL
