@@ -698,6 +698,9 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
     if any(dims.mamba or dims.conv_K for dims in Dims.per_group(config)):
         raise InputError(f"{config.name}: the training step of Mamba-2 (state-space) layers and short convolutions "
                          f"is not modelled: --train sizes attention layers' activations and backward only")
+    if any(dims.linear is not None and dims.linear.per_channel for dims in Dims.per_group(config)):
+        raise InputError(f"{config.name}: the training step of Kimi Delta Attention layers is not modelled (blockcli "
+                         f"has no backward for them): --train sizes attention and Gated DeltaNet layers only")
     for option, value, allowed in (("--optimizer", optimizer, OPTIMIZERS), ("--precision", precision, PRECISIONS),
                                    ("--recompute", recompute, RECOMPUTE), ("--zero", zero, (0, 1, 2, 3))):
         if value not in allowed:

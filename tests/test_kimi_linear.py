@@ -217,8 +217,9 @@ def test_the_backward_is_refused_in_one_line() -> None:
     ids = expected()["input_ids"]
     with pytest.raises(InputError, match="Kimi Delta Attention"):
         model.loss_and_grads(ids)
-    proc = cli("verify", FOLDER, "--grad")
-    assert proc.returncode == 2 and "Kimi Delta Attention" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    for args in (("verify", FOLDER, "--grad"), ("count", "kimi-linear-48b-a3b", "--train")):
+        proc = cli(*args)
+        assert proc.returncode == 2 and "Kimi Delta Attention" in proc.stderr and len(proc.stderr.splitlines()) == 1
 
 
 # ----------------------------------------------------------------------------- sizing and trace
