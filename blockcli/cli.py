@@ -87,7 +87,6 @@ def one_line(message: str) -> str:
 
 def refuse_mamba_backward(configs: list[Config]) -> None:
     """The gradients of a Mamba-2 layer are not implemented: the backward's commands say so in one line."""
-    from blockcli.deltanet import NO_KDA_BACKWARD
     from blockcli.mamba import NO_BACKWARD
     from blockcli.short_conv import NO_BACKWARD as NO_CONV_BACKWARD
 
@@ -97,8 +96,6 @@ def refuse_mamba_backward(configs: list[Config]) -> None:
             raise InputError(f"{cfg.name}: {NO_BACKWARD}")
         if any(cfg.layer_block(i).short_conv is not None for i in range(n)):
             raise InputError(f"{cfg.name}: {NO_CONV_BACKWARD}")
-        if any((m := cfg.layer_block(i).linear_attention) is not None and m.per_channel for i in range(n)):
-            raise InputError(f"{cfg.name}: {NO_KDA_BACKWARD}")
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:

@@ -20,7 +20,7 @@ and two low-rank projections in place of W_a and W_z (h = h_k = h_v, d_k = d_v):
 The state a sequence carries is S (B, h_v, d_k, d_v) and the conv's last K − 1 inputs (B, K − 1, C): constant in
 T, unlike a K/V cache. The forward walks the recurrence token by token over all heads at once (exact, the
 same steps transformers' recurrent kernel takes); decoding continues from the stored state. The backward walks
-it back from the last token, from each step's starting state kept on the tape.
+it back from the last token, from each step's starting state kept on the tape (KDA's decay gradient per channel).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from blockcli import ops as F
-from blockcli.config import BlockConfig, GatedDeltaNet, InputError
+from blockcli.config import BlockConfig, GatedDeltaNet
 from blockcli.ops import STANDARD_OPS, Array, Ops
 from blockcli.shapes import deltanet_shapes
 
@@ -47,8 +47,6 @@ PROJECTIONS = (("dn_q", "q"), ("dn_k", "k"), ("dn_v", "v"), ("dn_z", "output gat
 # Kimi Delta Attention's: q, k, v and b from x; the decay input and the output gate each through a d_k-wide bottleneck
 KDA_PROJECTIONS = (("dn_q", "q"), ("dn_k", "k"), ("dn_v", "v"), ("dn_b", "write strength b"))
 KDA_LOW_RANK = (("dn_f", "decay input"), ("dn_g", "output gate"))
-NO_KDA_BACKWARD = ("gradients through a Kimi Delta Attention layer (block.linear_attention.decay: channel) are not "
-                   "implemented: verify --grad, train and trace --backward refuse them")
 
 
 
@@ -126,15 +124,13 @@ class GatedDeltaNetMixer:
         p, m = self.p, mixer_of(self.cfg)
         B, T, _ = x.shape
         h_k, h_v, d_k, d_v = m.key_heads, m.value_heads, m.key_head_dim, m.value_head_dim
-        if m.per_channel and tape is not None:
-            raise InputError(NO_KDA_BACKWARD)
         made = {}
         for key, what in KDA_PROJECTIONS if m.per_channel else PROJECTIONS:
             made[key] = F.linear(x, p[key], None)  # (B, T, width)
             rec(f"{key}_proj", f"linear attention: {what} projection", made[key], (x, p[key]), kind="linear",
                 params=(key,))
         for key, what in KDA_LOW_RANK if m.per_channel else ():  # x·W_a (B, T, d_k), then ·W_b (B, T, h·d_k)
-            low = F.linear(x, p[f"{key}_a"], None)
+            low = made[f"{key}_low"] = F.linear(x, p[f"{key}_a"], None)
             rec(f"{key}_a_proj", f"linear attention: {what} down-projection (rank d_k)", low, (x, p[f"{key}_a"]),
                 kind="linear", params=(f"{key}_a",))
             made[key] = F.linear(low, p[f"{key}_b"], None)
@@ -184,16 +180,16 @@ class GatedDeltaNetMixer:
         out = F.linear(flat, p["dn_out"], None)  # (B, T, d)
         rec("attn_out", "output projection", out, (flat, p["dn_out"]), kind="linear", params=("dn_out",))
         if tape is not None:
+            low = {"f_low": made["dn_f_low"], "g_low": made["dn_g_low"]} if m.per_channel else {}
             tape.keep("deltanet", x=x, qkv=qkv, conv=conv, q_raw=q_raw, k_raw=k_raw, q=q, k=k, v=v, b=made["dn_b"],
-                      a=made["dn_a"], z=z, g=g, beta=beta, before=before, o=o, flat=flat)
+                      a=made["dn_f" if m.per_channel else "dn_a"], z=z, g=g, beta=beta, before=before, o=o, flat=flat,
+                      **low)
         return out
 
     def backward(self, d_out: Array, tape: Any) -> Array:
         """d_out (B, T, d) → dx (B, T, d): the forward in reverse, the recurrence walked back from the last token
         (the state after the pass gets no gradient); every parameter's gradient added to the tape."""
         p, m, ops = self.p, mixer_of(self.cfg), self.ops
-        if m.per_channel:
-            raise InputError(NO_KDA_BACKWARD)
         sv = tape.take("deltanet")
         x = sv["x"]
         B, T, _ = x.shape
@@ -202,8 +198,13 @@ class GatedDeltaNetMixer:
         d_gated = (d_out @ p["dn_out"].T).reshape(B, T, h_v, d_v)
         o, z = sv["o"], sv["z"]
         normed = F.rms_norm(o, p["dn_norm_gamma"], None, m.norm_eps)  # (B, T, h_v, d_v)
-        d_normed = d_gated * F.silu(z)
-        d_z = F.silu_backward(z, d_gated * normed)  # (B, T, h_v, d_v)
+        if m.per_channel:  # KDA's gate σ(z)
+            gate = F.sigmoid(z)
+            d_normed = d_gated * gate
+            d_z = d_gated * normed * gate * (1.0 - gate)  # (B, T, h_v, d_v)
+        else:
+            d_normed = d_gated * F.silu(z)
+            d_z = F.silu_backward(z, d_gated * normed)  # (B, T, h_v, d_v)
         d_o, d_scale = F.rms_norm_backward(o, p["dn_norm_gamma"], m.norm_eps, d_normed)
         tape.add("dn_norm_gamma", F.unbroadcast(d_scale, p["dn_norm_gamma"].shape))
         dq, dk, dv, dg, d_beta = delta_rule_backward(sv["q"], sv["k"], sv["v"], sv["g"], sv["beta"], sv["before"], d_o)
@@ -212,17 +213,34 @@ class GatedDeltaNetMixer:
         dk = dk.reshape(B, T, h_k, r, d_k).sum(axis=3)
         dq, dk = l2_normalize_backward(sv["q_raw"], dq), l2_normalize_backward(sv["k_raw"], dk)
         d_b = d_beta * sv["beta"] * (1.0 - sv["beta"])  # (B, T, h_v): σ'
-        # g = −exp(A_log)·softplus(a + dt_bias): ∂g/∂A_log = g, ∂g/∂a = −exp(A_log)·σ(a + dt_bias)
-        tape.add("dn_A_log", (dg * sv["g"]).sum(axis=(0, 1)))
-        d_a = dg * -np.exp(p["dn_A_log"]) * F.sigmoid(sv["a"] + p["dn_dt_bias"])  # (B, T, h_v)
+        # g = −exp(A_log)·softplus(a + dt_bias): ∂g/∂A_log = g, ∂g/∂a = −exp(A_log)·σ(a + dt_bias); KDA's per key
+        # channel (B, T, h, d_k), A_log's gradient summed over a head's channels
+        if m.per_channel:
+            tape.add("dn_A_log", (dg * sv["g"]).sum(axis=(0, 1, 3)))
+            pre = (sv["a"] + p["dn_dt_bias"]).reshape(B, T, h_v, d_k)
+            d_a = (dg * -np.exp(p["dn_A_log"])[:, None] * F.sigmoid(pre)).reshape(B, T, h_v * d_k)
+        else:
+            tape.add("dn_A_log", (dg * sv["g"]).sum(axis=(0, 1)))
+            d_a = dg * -np.exp(p["dn_A_log"]) * F.sigmoid(sv["a"] + p["dn_dt_bias"])  # (B, T, h_v)
         tape.add("dn_dt_bias", d_a.sum(axis=(0, 1)))
         d_act = np.concatenate([dq.reshape(B, T, -1), dk.reshape(B, T, -1), dv.reshape(B, T, -1)], axis=-1)
         d_conv = F.silu_backward(sv["conv"], d_act)  # (B, T, C)
-        d_qkv, d_taps = causal_conv1d_backward(sv["qkv"], p["dn_conv"], d_conv)
-        tape.add("dn_conv", d_taps)
+        taps, conv_keys = conv_taps(m, p)
+        d_qkv, d_taps = causal_conv1d_backward(sv["qkv"], taps, d_conv)
         kw = m.key_width
-        parts = {"dn_q": d_qkv[..., :kw], "dn_k": d_qkv[..., kw:2 * kw], "dn_v": d_qkv[..., 2 * kw:],
-                 "dn_z": d_z.reshape(B, T, -1), "dn_b": d_b, "dn_a": d_a}
+        if m.per_channel:  # the three convs' rows of the stacked taps
+            for key, rows in zip(conv_keys, (d_taps[:kw], d_taps[kw:2 * kw], d_taps[2 * kw:])):
+                tape.add(key, rows)
+        else:
+            tape.add("dn_conv", d_taps)
+        parts = {"dn_q": d_qkv[..., :kw], "dn_k": d_qkv[..., kw:2 * kw], "dn_v": d_qkv[..., 2 * kw:], "dn_b": d_b}
+        if m.per_channel:  # the low-rank pairs: top = (x·W_a)·W_b
+            for key, d_top in (("dn_f", d_a), ("dn_g", d_z.reshape(B, T, -1))):
+                low = sv[f"{key[3]}_low"]
+                tape.add(f"{key}_b", ops.weight_grad(low, d_top))
+                parts[f"{key}_a"] = d_top @ p[f"{key}_b"].T  # (B, T, rank)
+        else:
+            parts.update(dn_z=d_z.reshape(B, T, -1), dn_a=d_a)
         dx = np.zeros_like(x, dtype=np.result_type(x, d_out))
         for key, d_part in parts.items():  # y = x·W for each: dW = xᵀ·dy, dx += dy·Wᵀ
             tape.add(key, ops.weight_grad(x, d_part))
@@ -238,10 +256,11 @@ def delta_rule_backward(q: Array, k: Array, v: Array, g: Array, beta: Array, bef
     dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
     dg, d_beta = np.empty_like(g), np.empty_like(beta)
     dS = np.zeros(before.shape[:1] + before.shape[2:], dtype=before.dtype)  # (B, h_v, d_k, d_v): ∂L/∂S after step t
-    decay = np.exp(g)  # (B, T, h_v)
+    per_channel = g.ndim == 4  # KDA: g (B, T, h_v, d_k), each row of S its own decay
+    decay = np.exp(g)[..., None] if per_channel else np.exp(g)[..., None, None]  # (B, T, h_v, d_k or 1, 1)
     for t in reversed(range(q.shape[1])):
         q_t, k_t, v_t, b_t = q[:, t], k[:, t], v[:, t], beta[:, t, :, None]
-        decayed = before[:, t] * decay[:, t, :, None, None]  # S'
+        decayed = before[:, t] * decay[:, t]  # S'
         r = np.einsum("bhkv,bhk->bhv", decayed, k_t)  # (B, h_v, d_v)
         delta = b_t * (v_t - r)
         after = decayed + k_t[..., :, None] * delta[..., None, :]  # S
@@ -254,8 +273,8 @@ def delta_rule_backward(q: Array, k: Array, v: Array, g: Array, beta: Array, bef
         d_r = -b_t * d_delta  # r = S'ᵀk
         dk[:, t] = dk_t + np.einsum("bhkv,bhv->bhk", decayed, d_r)
         dS = dS + k_t[..., :, None] * d_r[..., None, :]  # now ∂L/∂S'
-        dg[:, t] = np.sum(dS * decayed, axis=(-2, -1))  # S' = e^g·S₀
-        dS = dS * decay[:, t, :, None, None]  # ∂L/∂S₀: the previous step's S
+        dg[:, t] = np.sum(dS * decayed, axis=-1 if per_channel else (-2, -1))  # S' = e^g·S₀
+        dS = dS * decay[:, t]  # ∂L/∂S₀: the previous step's S
     return dq, dk, dv, dg, d_beta
 
 

@@ -36,8 +36,11 @@ def block_saved_bytes(b: BlockConfig, B: int, T: int, itemsize: int, blocked: bo
     total += act(b.d_ff) * (2 if b.gated else 1)  # the MLP's pre-activation (and the up branch)
     if b.linear_attention is not None:  # Gated DeltaNet: q | k | v before and after the conv and its SiLU; q and
         n = b.linear_attention  # k normalised per value head; b, a, g, β; z, the heads' output, W_O's input;
-        return total + act(3 * n.conv_width + 2 * n.value_heads * n.key_head_dim + 4 * n.value_heads  # each
-                           + 3 * n.value_width + n.value_heads * n.key_head_dim * n.value_head_dim)  # step's S
+        gates = 4 * n.value_heads  # each step's S. KDA: its decay input and g per key channel, and the two
+        if n.per_channel:  # low-rank bottlenecks (d_k, d_v) its backward reads
+            gates = 2 * n.value_heads + 2 * n.key_width + n.key_head_dim + n.value_head_dim
+        return total + act(3 * n.conv_width + 2 * n.value_heads * n.key_head_dim + gates
+                           + 3 * n.value_width + n.value_heads * n.key_head_dim * n.value_head_dim)
     total += act(q_width + 2 * kv_width)  # the Q/K/V GEMM's output (and the clamp's input, when it clamps)
     new_qk = bool(b.rope or b.qk_norm != "none" or b.clip_qkv)
     if new_qk:  # Q and K as attention reads them: arrays of their own

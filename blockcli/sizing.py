@@ -536,7 +536,10 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
         terms += [Term("q | k | v before and after the short conv, and after its SiLU", f"3·{unit}·C",
                        3 * act(n.conv_width)),
                   Term("q and k normalised, per value head", f"2·{unit}·h_v·d_k", 2 * act(n.value_heads * n.key_head_dim)),
-                  Term("b, a, the decay g and β", f"4·{unit}·h_v", 4 * act(n.value_heads)),
+                  Term("b, a, the decay g and β", f"4·{unit}·h_v", 4 * act(n.value_heads)) if not n.per_channel else
+                  Term("b and β per head, the decay input and g per key channel, the two low-rank bottlenecks (KDA)",
+                       f"{unit}·(2·h_v + 2·h_k·d_k + d_k + d_v)",
+                       act(2 * n.value_heads + 2 * n.key_width + n.key_head_dim + n.value_head_dim)),
                   Term("z, the heads' output o and the output projection input", f"3·{unit}·h_v·d_v",
                        3 * act(n.value_width)),
                   Term("each step's starting state S (chunked kernels recompute it instead)", f"{unit}·h_v·d_k·d_v",
@@ -698,9 +701,6 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
     if any(dims.mamba or dims.conv_K for dims in Dims.per_group(config)):
         raise InputError(f"{config.name}: the training step of Mamba-2 (state-space) layers and short convolutions "
                          f"is not modelled: --train sizes attention layers' activations and backward only")
-    if any(dims.linear is not None and dims.linear.per_channel for dims in Dims.per_group(config)):
-        raise InputError(f"{config.name}: the training step of Kimi Delta Attention layers is not modelled (blockcli "
-                         f"has no backward for them): --train sizes attention and Gated DeltaNet layers only")
     for option, value, allowed in (("--optimizer", optimizer, OPTIMIZERS), ("--precision", precision, PRECISIONS),
                                    ("--recompute", recompute, RECOMPUTE), ("--zero", zero, (0, 1, 2, 3))):
         if value not in allowed:

@@ -23,8 +23,9 @@ import pytest
 
 import reference as ref
 from test_checkpoint import cli, relative
+from test_gradients import compare
 from blockcli import DecoderBlock, Model, load_config
-from blockcli.config import ConfigError, InputError, parse_config
+from blockcli.config import ConfigError, parse_config
 from blockcli.count import count_parameters
 from blockcli.deltanet import DeltaNetState
 from blockcli.hf import hf_to_mapping
@@ -212,14 +213,41 @@ def test_the_channel_decay_needs_one_head_kind_of_one_width() -> None:
         parse_config({"block": {**_BLOCK, "linear_attention": {**MIXER, "value_head_dim": 4}}})
 
 
-def test_the_backward_is_refused_in_one_line() -> None:
-    model = Model.from_config(load_config(FOLDER), weights=FOLDER, dtype="float64")
-    ids = expected()["input_ids"]
-    with pytest.raises(InputError, match="Kimi Delta Attention"):
-        model.loss_and_grads(ids)
-    for args in (("verify", FOLDER, "--grad"), ("count", "kimi-linear-48b-a3b", "--train")):
-        proc = cli(*args)
-        assert proc.returncode == 2 and "Kimi Delta Attention" in proc.stderr and len(proc.stderr.splitlines()) == 1
+# ----------------------------------------------------------------------------- the backward
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_loss_and_gradients_equal_transformers_autograd(dtype: str) -> None:
+    """gradients.npz (transformers' loss.backward() on the fixture: every tensor's fingerprint under its stored name
+    and layout, the q, k and v convs apart, the experts per expert) against Model.loss_and_grads."""
+    with np.load(FOLDER / "gradients.npz") as data:
+        grads = {k: data[k] for k in data.files}
+    compare(Model.from_config(load_config(FOLDER), weights=FOLDER, dtype=dtype), grads, dtype, "")
+
+
+def test_the_backward_equals_central_differences() -> None:
+    layer = DecoderBlock.from_config(parse_config({"block": _BLOCK}), dtype="float64", seed=5)
+    rng = np.random.default_rng(1)
+    layer.params["dn_A_log"][...] = rng.standard_normal(2) * 0.5
+    layer.params["dn_dt_bias"][...] = rng.standard_normal(6) * 0.5
+    x, dy = rng.standard_normal((2, 6, 10)), rng.standard_normal((2, 6, 10))
+    dx, grads = layer.vjp(x, dy)
+
+    def central(array: np.ndarray) -> np.ndarray:  # d⟨y, dy⟩/d(array), entry by entry
+        out = np.empty(array.shape)
+        for idx in np.ndindex(array.shape):
+            old = array[idx]
+            array[idx] = old + 1e-6
+            up = np.sum(layer(x) * dy)
+            array[idx] = old - 1e-6
+            down = np.sum(layer(x) * dy)
+            array[idx] = old
+            out[idx] = (up - down) / 2e-6
+        return out
+
+    assert relative(dx, central(x)) <= 1e-7
+    for key, value in layer.params.items():
+        assert relative(grads[key], central(value)) <= 1e-6, key
 
 
 # ----------------------------------------------------------------------------- sizing and trace
@@ -311,3 +339,21 @@ def test_the_preset_total_is_transformers_own() -> None:
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**PUBLISHED))
     assert sum(p.numel() for p in model.parameters()) == PUBLISHED_TOTAL
+
+
+def test_what_the_backward_keeps_is_its_closed_form() -> None:
+    """The tape's bytes after a KDA layer's forward equal blockcli.saved's closed form (its decay input and g per key
+    channel, the two low-rank bottlenecks beside the Gated DeltaNet's saves), as trace --backward prints both."""
+    from blockcli.saved import block_saved_bytes
+    from blockcli.tape import Tape
+
+    cfg = parse_config({"block": _BLOCK}).block
+    layer = DecoderBlock.from_config(cfg, dtype="float32", seed=2)
+    tape = Tape()
+    layer(np.random.default_rng(0).standard_normal((3, 5, 10)).astype(np.float32), tape=tape)
+    assert tape.saved_bytes() == block_saved_bytes(cfg, 3, 5, 4)
+    # by hand: 4 arrays of d (input, norms), the MLP's two pre-activations, 3·C of the conv, q and k, b and β, the
+    # decay input and g (h·d_k each), the bottlenecks (d_k, d_v), z, o, W_O's input, each step's S
+    h, d = 2, 3
+    assert block_saved_bytes(cfg, 3, 5, 4) == 3 * 5 * 4 * (4 * 10 + 2 * 16 + 3 * 18 + 2 * h * d + 2 * h + 2 * h * d
+                                                          + 2 * d + 3 * h * d + h * d * d)
