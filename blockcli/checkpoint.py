@@ -291,8 +291,8 @@ def stored_shape(entry: Tensor, shapes: Mapping[str, Shape]) -> Shape:
         return parts[0]
     if entry.layout == LINEAR:
         return parts[0][::-1]
-    if entry.layout == DEPTHWISE:  # nn.Conv1d's (C, 1, K)
-        return (parts[0][0], 1, parts[0][1])
+    if entry.layout == DEPTHWISE:  # nn.Conv1d's (C, 1, K), the keys' channels one after another
+        return (sum(p[0] for p in parts), 1, parts[0][1])
     if entry.layout == ROW:  # a vector as a (1, n) matrix
         return (1,) + parts[0]
     if entry.layout == SCALAR:  # a (1,) number as a 0-dimensional tensor
@@ -705,7 +705,7 @@ def _pack(parts: list[np.ndarray], layout: str, n_heads: int, shape: Shape) -> n
     import numpy as np
 
     if layout == DEPTHWISE:
-        return parts[0].reshape(shape)
+        return np.concatenate(parts, axis=0).reshape(shape)
     if layout in (GROUPED_HEADS, GROUPED_KEY_HEADS):  # each part's rows, n_heads groups of its share
         rows = [p.T for p in parts]
         return np.concatenate([r.reshape(n_heads, -1, *r.shape[1:]) for r in rows], axis=1).reshape(shape)
@@ -733,8 +733,12 @@ def _unpack(value: np.ndarray, layout: str, n_heads: int, parts: tuple[Shape, ..
         return [value]
     if layout == LINEAR:
         return [value.T]
-    if layout == DEPTHWISE:
-        return [value.reshape(value.shape[0], value.shape[-1])]  # (C, 1, K) → (C, K)
+    if layout == DEPTHWISE:  # (C, 1, K) → (C, K), split into the keys' rows (Kimi-Linear's q | k | v convs)
+        taps, rows, start = value.reshape(value.shape[0], value.shape[-1]), [], 0
+        for part in parts:
+            rows.append(taps[start:start + part[0]])
+            start += part[0]
+        return rows
     if layout in (GROUPED_HEADS, GROUPED_KEY_HEADS):  # n_heads groups of rows, each every key's share in turn
         shares = [p[-1] // n_heads for p in parts]
         groups = value.reshape(n_heads, sum(shares), *value.shape[1:])  # (groups, Σ shares[, d])

@@ -30,7 +30,8 @@ stored tensor, the blockcli key (or keys, for a fused tensor) it fills and the l
     GROUPED_KEY_HEADS  the same grouping per linear-attention key head (h_k groups): Qwen3-Next's
               in_proj_qkvz, [q_i k_i v_i z_i] per key head (v_i, z_i the r value heads it serves), and
               in_proj_ba, [b_i a_i]
-    DEPTHWISE nn.Conv1d's depthwise (C, 1, K) weight, held as (C, K)
+    DEPTHWISE nn.Conv1d's depthwise (C, 1, K) weight, held as (C, K); with several keys, their channels one after
+              another (transformers' in-memory Kimi-Linear conv1d: q | k | v)
 
 A name `a|b` is stored under either (Falcon's norms are named by its block layout); a layout `a|b`
 is either, the one the stored shape fits (the first when both do).

@@ -357,3 +357,20 @@ def test_what_the_backward_keeps_is_its_closed_form() -> None:
     h, d = 2, 3
     assert block_saved_bytes(cfg, 3, 5, 4) == 3 * 5 * 4 * (4 * 10 + 2 * 16 + 3 * 18 + 2 * h * d + 2 * h + 2 * h * d
                                                           + 2 * d + 3 * h * d + h * d * d)
+
+
+@pytest.mark.torch
+def test_a_checkpoint_in_transformers_in_memory_names_reads_to_the_same_logits(tmp_path: Path) -> None:
+    """save_pretrained(save_original_format=False): the q | k | v convs stacked in one conv1d (C, 1, K), the decay's
+    projections under forget_gate, the MLPs under mlp., the experts fused; the same logits as the fixture's."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = transformers.AutoModelForCausalLM.from_pretrained(FOLDER, dtype=torch.float32)
+    model.save_pretrained(tmp_path, save_original_format=False)
+    from safetensors import safe_open
+
+    with safe_open(tmp_path / "model.safetensors", "np") as stored:
+        names = set(stored.keys())
+    assert "model.layers.0.self_attn.conv1d.weight" in names and "model.layers.1.mlp.experts.gate_up_proj" in names
+    ours = Model.from_config(load_config(tmp_path), weights=tmp_path, dtype="float64")
+    assert relative(ours(expected()["input_ids"]), expected()["logits_float64"]) <= TOLERANCE["float64"]

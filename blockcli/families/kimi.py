@@ -146,6 +146,8 @@ _KDA = (
     tensor("blocks.{i}.dn_k", "layers.{i}.self_attn.k_proj.weight", LINEAR),
     tensor("blocks.{i}.dn_v", "layers.{i}.self_attn.v_proj.weight", LINEAR),
     *(tensor(f"blocks.{{i}}.dn_{x}_conv", f"layers.{{i}}.self_attn.{x}_conv1d.weight", DEPTHWISE) for x in "qkv"),
+    tensor("blocks.{i}.dn_q_conv blocks.{i}.dn_k_conv blocks.{i}.dn_v_conv", "layers.{i}.self_attn.conv1d.weight",
+           DEPTHWISE),  # transformers' in-memory name: the three stacked
     tensor("blocks.{i}.dn_dt_bias", _either("self_attn.dt_bias", "self_attn.forget_gate.dt_bias")),
     tensor("blocks.{i}.dn_A_log", _either("self_attn.A_log", "self_attn.forget_gate.A_log"), PER_HEAD),
     tensor("blocks.{i}.dn_f_a", _either("self_attn.f_a_proj.weight", "self_attn.forget_gate.f_a_proj.weight"), LINEAR),
