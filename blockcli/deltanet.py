@@ -49,7 +49,6 @@ KDA_PROJECTIONS = (("dn_q", "q"), ("dn_k", "k"), ("dn_v", "v"), ("dn_b", "write 
 KDA_LOW_RANK = (("dn_f", "decay input"), ("dn_g", "output gate"))
 
 
-
 def _ignore(*_args: Any, **_kwargs: Any) -> None:
     return None
 

@@ -368,8 +368,8 @@ def _state_formula(inf: Inference) -> str:
     return " + ".join(STATE_FORMULAS[kind] for kind in inf.state_of.split(" and "))
 
 
-def _latent_formula(inf: Inference) -> str:
-    return "L·(r_kv + d_rope + d_I)" if inf.indexed else "L·(r_kv + d_rope)"
+def _latent_formula(inf: Inference, layers: str = "L") -> str:
+    return f"{layers}·(r_kv + d_rope + d_I)" if inf.indexed else f"{layers}·(r_kv + d_rope)"
 
 
 def _latent_label(inf: Inference) -> str:
@@ -381,19 +381,27 @@ def _kv_cache_json(inf: Inference) -> dict[str, Any]:
     """bytes_per_token is exact (16.5 for 33 int4 values: a number, not always an integer); bits_per_token says
     the same as an integer; bytes is the packed total, rounded up to a whole byte once."""
     if inf.state_bytes:
+        state = {"of": inf.state_of, "dtype": inf.dtype, "bytes": inf.state_bytes, "constant_in_T": True,
+                 "formula": _state_formula(inf)}
+        if inf.kv_expanded_bits_per_token:  # the attention layers are latent attention (Kimi-Linear's)
+            return {**_latent_json(inf, "L_attn"), "state": state}
         return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token,
                 "bits_per_token": inf.kv_bits_per_token, "bytes": inf.kv_bytes,
-                "formula": "2·L_attn·h_kv·d_h per token (attention layers only)",
-                "state": {"of": inf.state_of, "dtype": inf.dtype, "bytes": inf.state_bytes, "constant_in_T": True,
-                          "formula": _state_formula(inf)}}
+                "formula": "2·L_attn·h_kv·d_h per token (attention layers only)", "state": state}
     if not inf.kv_expanded_bits_per_token:
         return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token,
                 "bits_per_token": inf.kv_bits_per_token, "bytes": inf.kv_bytes, "formula": "2·L·h_kv·d_h per token"}
+    return _latent_json(inf)
+
+
+def _latent_json(inf: Inference, layers: str = "L") -> dict[str, Any]:
+    """Latent attention's cache, compressed and expanded; `layers` the letter counting its layers (L_attn beside
+    recurrent layers)."""
     return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token, "bits_per_token": inf.kv_bits_per_token,
-            "bytes": inf.kv_bytes, "formula": f"{_latent_formula(inf)} per token", "stores": _latent_label(inf),
+            "bytes": inf.kv_bytes, "formula": f"{_latent_formula(inf, layers)} per token", "stores": _latent_label(inf),
             "expanded": {"bytes_per_token": inf.kv_expanded_bytes_per_token,
                          "bits_per_token": inf.kv_expanded_bits_per_token, "bytes": inf.kv_expanded_bytes,
-                         "formula": "L·h·(d_h + d_v) per token", "stores": KV_EXPANDED_LABEL}}
+                         "formula": f"{layers}·h·(d_h + d_v) per token", "stores": KV_EXPANDED_LABEL}}
 
 
 def _kv_line(label: str, per_token: int | float, formula: str, dtype: str, total: int, B: int, T: int) -> str:
@@ -406,8 +414,15 @@ def _kv_line(label: str, per_token: int | float, formula: str, dtype: str, total
 
 def _kv_cache_lines(inf: Inference, B: int, T: int) -> list[str]:
     if inf.state_bytes:  # recurrent layers: K/V of the attention layers only, and a state that does not grow with T
-        return [_kv_line("K/V cache (attention layers only)", inf.kv_bytes_per_token, "2·L_attn·h_kv·d_h",
-                         inf.kv_dtype, inf.kv_bytes, B, T),
+        attention = ([_kv_line(f"K/V cache (attention layers only), {_latent_label(inf)}", inf.kv_bytes_per_token,
+                               _latent_formula(inf, "L_attn"), inf.kv_dtype, inf.kv_bytes, B, T),
+                      _kv_line(f"K/V cache (attention layers only), {KV_EXPANDED_LABEL}",
+                               inf.kv_expanded_bytes_per_token, "L_attn·h·(d_h + d_v)", inf.kv_dtype,
+                               inf.kv_expanded_bytes, B, T)]
+                     if inf.kv_expanded_bits_per_token else  # latent attention beside them (Kimi-Linear)
+                     [_kv_line("K/V cache (attention layers only)", inf.kv_bytes_per_token, "2·L_attn·h_kv·d_h",
+                               inf.kv_dtype, inf.kv_bytes, B, T)])
+        return attention + [
                 f"recurrent state ({inf.state_of} layers, constant in T): {human_bytes(inf.state_bytes)} for {B} "
                 f"sequence{'s' if B > 1 else ''} ({_state_formula(inf)} × {inf.dtype}: the state and the conv's window)"]
     if not inf.kv_expanded_bits_per_token:

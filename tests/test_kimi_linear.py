@@ -374,3 +374,18 @@ def test_a_checkpoint_in_transformers_in_memory_names_reads_to_the_same_logits(t
     assert "model.layers.0.self_attn.conv1d.weight" in names and "model.layers.1.mlp.experts.gate_up_proj" in names
     ours = Model.from_config(load_config(tmp_path), weights=tmp_path, dtype="float64")
     assert relative(ours(expected()["input_ids"]), expected()["logits_float64"]) <= TOLERANCE["float64"]
+
+
+def test_the_preset_names_its_latent_cache_and_its_kda_state_by_hand() -> None:
+    """Kimi-Linear-48B at 1M tokens: 7 latent-attention layers cache r_kv + d_rope = 576 numbers a token (expanded,
+    32 heads of 192 keys and 128 values), 20 KDA layers a state of 32·128·128 and a window of 4 × 3·4096 whatever T."""
+    latent, expanded = 7 * (512 + 64) * 4, 7 * 32 * (192 + 128) * 4
+    state = 20 * (32 * 128 * 128 + 4 * 3 * 4096) * 4
+    text = " ".join(cli("count", "kimi-linear-48b-a3b", "--seq", 1048576).stdout.split())
+    assert (f"K/V cache (attention layers only), compressed latent, what MLA-aware inference engines store: "
+            f"{latent:,} bytes per token (L_attn·(r_kv + d_rope) × float32)") in text
+    assert f"expanded keys and values, as a plain K/V cache holds them: {expanded:,} bytes per token" in text
+    assert "recurrent state (Kimi Delta Attention layers, constant in T): 43.8 MiB for 1 sequence" in text
+    kv = json.loads(cli("count", "kimi-linear-48b-a3b", "--seq", 1048576, "--json").stdout)["inference"]["kv_cache"]
+    assert (kv["bytes_per_token"], kv["expanded"]["bytes_per_token"], kv["state"]["bytes"]) == (latent, expanded, state)
+    assert kv["formula"] == "L_attn·(r_kv + d_rope) per token" and kv["state"]["of"] == "Kimi Delta Attention"
