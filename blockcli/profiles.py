@@ -292,7 +292,8 @@ def head_terms(config: Config, T: int, B: int, precision: str) -> list:
     terms = [_term("token ids (int64)", "8·s·b", I64 * n)]
     if m.positions == "learned":
         terms.append(_term("position ids of the learned table (int64, one row for the batch)", "8·s", I64 * T))
-    rotated = b.mla.qk_rope_head_dim if b.mla is not None else round(b.rope * b.head_dim)
+    # (latent attention without rotary positions, Kimi-Linear's NoPE, has no tables)
+    rotated = (b.mla.qk_rope_head_dim if b.rope else 0) if b.mla is not None else round(b.rope * b.head_dim)
     if rotated:  # cos and sin at their full width (a latent model's kernel reads half of each)
         terms.append(_term("RoPE's cos and sin (one pair for every layer)", f"2·{beta}·s·d_rot",
                            2 * (beta if beta != 4 else F32) * T * rotated))
