@@ -389,3 +389,22 @@ def test_the_preset_names_its_latent_cache_and_its_kda_state_by_hand() -> None:
     kv = json.loads(cli("count", "kimi-linear-48b-a3b", "--seq", 1048576, "--json").stdout)["inference"]["kv_cache"]
     assert (kv["bytes_per_token"], kv["expanded"]["bytes_per_token"], kv["state"]["bytes"]) == (latent, expanded, state)
     assert kv["formula"] == "L_attn·(r_kv + d_rope) per token" and kv["state"]["of"] == "Kimi Delta Attention"
+
+
+@pytest.mark.torch
+def test_the_cache_bytes_are_transformers_cache_after_a_prefill() -> None:
+    """transformers' DynamicCache after the fixture's 7-token prefill (batch 2): the latent-attention layer's
+    normalised latent and unrotated key part, the KDA layers' conv window (its last K inputs) and float32 state:
+    blockcli's K/V bytes and state bytes together."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = transformers.AutoModelForCausalLM.from_pretrained(FOLDER, dtype=torch.float32).eval()
+    with torch.no_grad():
+        cache = model(torch.tensor(expected()["input_ids"]), use_cache=True).past_key_values
+    held = 0
+    for layer in cache.layers:
+        tensors = ([layer.keys, layer.values] if hasattr(layer, "keys") else
+                   [*layer.conv_states.values(), *layer.recurrent_states.values()])
+        held += sum(t.numel() * t.element_size() for t in tensors)
+    ours = inference(load_config(FOLDER), int(expected()["parameters"]), 7, 2, "float32")
+    assert held == ours.kv_bytes + ours.state_bytes
