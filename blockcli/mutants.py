@@ -336,7 +336,8 @@ def why_not(mutant: Mutant, config: Config, layer: int | None, grad: bool) -> st
     changed = {f.name for f in fields(Ops) if getattr(mutant.ops, f.name) is not getattr(STANDARD_OPS, f.name)}
     if changed and changed <= SOFTMAX_ATTENTION_OPS:
         if block.linear_attention is not None:
-            return "a Gated DeltaNet layer runs none of softmax attention's operations, which this bug changes"
+            return (f"a {'Kimi Delta Attention' if block.linear_attention.per_channel else 'Gated DeltaNet'} layer "
+                    f"runs none of softmax attention's operations, which this bug changes")
         if block.mamba is not None or block.short_conv is not None or block.parts == "mlp":
             mixer = "its MLP alone (parts: mlp)" if block.parts == "mlp" else \
                 "a Mamba-2 mixer" if block.mamba is not None else "a short convolution"

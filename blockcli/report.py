@@ -199,7 +199,9 @@ def attention_maps(config: Config, weights: Path | None) -> tuple[list[Attention
     groups = config.layer_groups()
     recurrent = [g for g in groups if g.block.linear_attention is not None]  # Gated DeltaNet: no softmax to map
     if recurrent:
-        notes.append(f"no maps of {layer_list(tuple(i for g in recurrent for i in g.layers))}: Gated DeltaNet layers "
+        kinds = " and ".join(dict.fromkeys("Kimi Delta Attention" if g.block.linear_attention.per_channel else
+                                           "Gated DeltaNet" for g in recurrent))
+        notes.append(f"no maps of {layer_list(tuple(i for g in recurrent for i in g.layers))}: {kinds} layers "
                      f"mix tokens through a recurrent state, with no attention weights")
     if any(g.block.mamba is not None or g.block.short_conv is not None or g.block.parts == "mlp" for g in groups):
         notes.append("no maps of the layers without attention (Mamba-2 mixers, short convolutions, MLPs alone)")

@@ -1250,11 +1250,16 @@ def run_checks(subject: Subject, cfg: BlockConfig, x: np.ndarray, formula: Formu
 
 
 def unmodelled(i: int, cfg: BlockConfig) -> str | None:
-    """Why check i does not apply to a Gated DeltaNet or gated-attention layer (None: it does)."""
+    """Why check i does not apply to a Gated DeltaNet (or KDA) or gated-attention layer (None: it does)."""
+    kda = cfg.linear_attention is not None and cfg.linear_attention.per_channel
+    mixer = "Kimi Delta Attention" if kda else "Gated DeltaNet"
     if cfg.linear_attention is not None and i in (1, 2, 3, 4, 5, 9):
-        return "a Gated DeltaNet layer has no softmax attention heads"
+        return f"a {mixer} layer has no softmax attention heads"
     if cfg.attention_gate and i == 5:
         return "the heads pass through the attention gate (σ(x·W_gate)) before W_O"
+    if kda and i == 12:
+        return ("blockcli's slow reference has no Kimi Delta Attention; tests/test_kimi_linear.py holds it to "
+                "transformers and to a loop reference")
     if (cfg.linear_attention is not None or cfg.attention_gate) and i == 12:
         return ("blockcli's slow reference has neither the Gated DeltaNet nor the attention gate; tests/test_deltanet.py "
                 "holds them to transformers and to a loop reference")

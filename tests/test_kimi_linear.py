@@ -408,3 +408,11 @@ def test_the_cache_bytes_are_transformers_cache_after_a_prefill() -> None:
         held += sum(t.numel() * t.element_size() for t in tensors)
     ours = inference(load_config(FOLDER), int(expected()["parameters"]), 7, 2, "float32")
     assert held == ours.kv_bytes + ours.state_bytes
+
+
+def test_verify_and_report_name_the_mixer() -> None:
+    from blockcli.verify import unmodelled
+
+    block = load_config(FOLDER).layer_block(0)
+    assert unmodelled(2, block) == "a Kimi Delta Attention layer has no softmax attention heads"
+    assert "tests/test_kimi_linear.py" in unmodelled(12, block)
