@@ -360,7 +360,8 @@ KV_LATENT_LABEL = "compressed latent, what MLA-aware inference engines store"
 KV_EXPANDED_LABEL = "expanded keys and values, as a plain K/V cache holds them"
 
 
-STATE_FORMULAS = {"Gated DeltaNet": "B·L_dn·(h_v·d_k·d_v + K·C)", "Mamba-2": "B·L_ssm·(h_s·p·N + K·(h_s·p + 2·g·N))",
+STATE_FORMULAS = {"Gated DeltaNet": "B·L_dn·(h_v·d_k·d_v + K·C)", "Mamba-1": "B·L_ssm·(d_in·N + K·d_in)",
+                  "Mamba-2": "B·L_ssm·(h_s·p·N + K·(h_s·p + 2·g·N))",
                   "short-conv": "B·L_conv·K·d"}
 
 
