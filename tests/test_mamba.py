@@ -512,6 +512,11 @@ FALCON_MAMBA_CASES = {
     "defaults": ({}, 159_308_544),  # MambaConfig's sizes: the norms of δ, B and C have no weights
     "random": (dict(hidden_size=80, state_size=9, num_hidden_layers=3, expand=2, conv_kernel=3, use_bias=True,
                     vocab_size=260, mixer_rms_eps=1e-4, tie_word_embeddings=False), 178_960),
+    # a stored width over expand (Falcon-Mamba-7B's config.json: expand 16 beside intermediate_size 8192 = 2·4096):
+    # transformers builds the stored width, so this is the random case's total again
+    "stored width": (dict(hidden_size=80, state_size=9, num_hidden_layers=3, expand=16, intermediate_size=160,
+                          conv_kernel=3, use_bias=True, vocab_size=260, mixer_rms_eps=1e-4, tie_word_embeddings=False),
+                     178_960),
 }
 FALCON_MAMBA_DEFAULTS = {**MAMBA_DEFAULTS, "mixer_rms_eps": 1e-6}
 JAMBA_CASES = {

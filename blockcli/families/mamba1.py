@@ -2,7 +2,8 @@
 
 Mamba (`mamba`, state-spaces' mamba-*-hf): attention-free, every layer one RMSNorm and a Mamba-1 mixer (block.parts
 mixer, no MLP), the final norm `norm_f`, the head tied by default. The mixer's fields (transformers' MambaMixer):
-d_in = expand·hidden_size channels (intermediate_size is derived: MambaConfig sets it over any stored value), a
+d_in = intermediate_size channels (by default expand·hidden_size; a stored intermediate_size wins, as in
+transformers, whose config class sets it after deriving it: Falcon-Mamba-7B stores expand 16 beside 8192), a
 state_size-wide state, a conv_kernel-tap conv (bias use_conv_bias), Δ through time_step_rank ("auto":
 ⌈hidden_size / 16⌉), in/out projections with use_bias. The time_step_* fields (but the rank) are initialisation,
 residual_in_fp32 a precision choice (blockcli keeps the residual at the run's dtype), use_mambapy and
@@ -39,15 +40,24 @@ _INIT_ONLY = ("time_step_scale", "time_step_min", "time_step_max", "time_step_in
 
 
 def mamba1_mixer(f: Fields, d: int, keys: tuple[str, ...], defaults: tuple[int, int, int], norm: str,
-                 eps: float) -> dict[str, Any]:
-    """block.mamba (version 1) from the family's keys (`defaults`: the config class's state, kernel and expand)."""
+                 eps: float, width_key: str | None = None) -> dict[str, Any]:
+    """block.mamba (version 1) from the family's keys (`defaults`: the config class's state, kernel and expand). With
+    `width_key` (Mamba's intermediate_size) a stored width wins over expand·hidden_size, as transformers reads it: its
+    config class derives the width from expand, then sets the stored one over it."""
     state, kernel, expand, rank, conv_bias, proj_bias = keys
     if f.str("hidden_act", "silu") != "silu":
         raise f.unrepresentable("hidden_act", f.data["hidden_act"], "the Mamba-1 layers' conv runs hidden_act, which "
                                                                     "blockcli runs as SiLU only")
     dt_rank = f.raw(rank, "auto")
     dt_rank = math.ceil(d / 16) if dt_rank == "auto" else f.int(rank)
-    return {"version": 1, "d_inner": f.int(expand, defaults[2]) * d, "d_state": f.int(state, defaults[0]),
+    d_inner = f.int(expand, defaults[2]) * d
+    if width_key is not None and f.raw(width_key, None) is not None:
+        stored = f.int(width_key)
+        if stored != d_inner:  # Falcon-Mamba-7B: expand 16, intermediate_size 8192 = 2·4096
+            f.notes.append(f"Mamba-1 width {width_key} = {stored:,} (not {expand}·hidden_size = {d_inner:,}: "
+                           f"transformers reads the stored width)")
+        d_inner = stored
+    return {"version": 1, "d_inner": d_inner, "d_state": f.int(state, defaults[0]),
             "dt_rank": dt_rank, "conv_kernel": f.int(kernel, defaults[1]), "conv_bias": f.bool(conv_bias, True),
             "proj_bias": f.bool(proj_bias, False), "bc_norm": norm, **({"bc_norm_eps": eps} if norm != "none" else {})}
 
@@ -55,9 +65,9 @@ def mamba1_mixer(f: Fields, d: int, keys: tuple[str, ...], defaults: tuple[int, 
 def _mamba_block(f: Fields, norm: str, eps_key: str | None) -> tuple[dict, dict]:
     """Mamba's and Falcon-Mamba's: every layer an RMSNorm and the mixer (block.parts mixer)."""
     d = f.int("hidden_size", 768)
-    f.ignore("intermediate_size", "residual_in_fp32", *_INIT_ONLY)  # derived (expand·hidden_size); see the docstring
+    f.ignore("residual_in_fp32", *_INIT_ONLY)  # see the docstring
     eps = f.float(eps_key, 1e-6) if eps_key else 0.0
-    mixer = mamba1_mixer(f, d, _MAMBA_KEYS, (16, 4, 2), norm, eps)
+    mixer = mamba1_mixer(f, d, _MAMBA_KEYS, (16, 4, 2), norm, eps, width_key="intermediate_size")
     block = {"d_model": d, "n_heads": 1, "n_kv_heads": 1, "head_dim": d, "d_ff": d, "norm": "rmsnorm",
              "norm_eps": f.float("layer_norm_epsilon", 1e-5), "activation": "silu", "bias": False, "placement": "pre",
              "rope": False, "parts": "mixer", "mamba": mixer}
@@ -115,10 +125,13 @@ def _jamba(f: Fields) -> tuple[dict, dict]:
         raise f.invalid("num_experts_per_tok", top_k, f"at most num_experts = {experts}")
     kinds = [(not attention[i], routed[i] and moe is not None) for i in range(n_layers)]
 
-    def fields_of(kind: tuple[bool, bool]) -> dict[str, Any]:
-        return {"mamba": mixer if kind[0] else None, "moe": moe if kind[1] else None}
+    def fields_of(kind: tuple[bool, bool]) -> dict[str, Any]:  # the part of a layer that differs from layer 0's
+        return {key: part if has else None for key, part, has, base in (("mamba", mixer, kind[0], kinds[0][0]),
+                                                                        ("moe", moe, kind[1], kinds[0][1]))
+                if has != base}
 
-    block.update({k: v for k, v in fields_of(kinds[0]).items() if v is not None})
+    block.update({k: v for k, v in (("mamba", mixer if kinds[0][0] else None), ("moe", moe if kinds[0][1] else None))
+                  if v is not None})
     for kind in sorted(set(kinds)):
         others = [i for i, k in enumerate(kinds) if k == kind and kind != kinds[0]]
         if others:
@@ -171,8 +184,16 @@ JAMBA = TensorMap("model.", (
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
 
+# keys of the state-spaces/mamba_ssm configs that transformers' Mamba (and Falcon-Mamba) carries along unread
+_MAMBA_SSM_UNREAD = {
+    "n_layer": "mamba_ssm's name of the depth; MambaModel builds num_hidden_layers layers",
+    "rms_norm": "mamba_ssm's choice of norm; MambaBlock's and norm_f are RMSNorms whatever it says",
+    "fused_add_norm": "a mamba_ssm kernel choice (the same sums); transformers never reads it",
+    "pad_vocab_size_multiple": "mamba_ssm pads the vocabulary with it; vocab_size is the padded size already",
+}
+
 FAMILIES = (
-    Family("mamba", "Mamba", _mamba, MAMBA, frozenset()),
-    Family("falcon_mamba", "Falcon-Mamba", _falcon_mamba, MAMBA, frozenset()),
+    Family("mamba", "Mamba", _mamba, MAMBA, frozenset(), unread=_MAMBA_SSM_UNREAD),
+    Family("falcon_mamba", "Falcon-Mamba", _falcon_mamba, MAMBA, frozenset(), unread=_MAMBA_SSM_UNREAD),
     Family("jamba", "Jamba", _jamba, JAMBA, MOE_TRAINING_ONLY, aux_loss=True),
 )
