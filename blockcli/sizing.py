@@ -708,8 +708,8 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
     backward's); `model_type`: the family whose transformers modules those profiles follow."""
     profiles.check(attention, config, recompute)
     if any(dims.mamba or dims.conv_K for dims in Dims.per_group(config)):
-        raise InputError(f"{config.name}: the training step of Mamba-2 (state-space) layers and short convolutions "
-                         f"is not modelled: --train sizes attention layers' activations and backward only")
+        raise InputError(f"{config.name}: the training step of Mamba-1 and Mamba-2 (state-space) layers and short "
+                         f"convolutions is not modelled: --train sizes attention layers' activations and backward only")
     for option, value, allowed in (("--optimizer", optimizer, OPTIMIZERS), ("--precision", precision, PRECISIONS),
                                    ("--recompute", recompute, RECOMPUTE), ("--zero", zero, (0, 1, 2, 3))):
         if value not in allowed:

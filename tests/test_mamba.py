@@ -527,6 +527,10 @@ JAMBA_CASES = {
                     mamba_expand=3, mamba_dt_rank=11, mamba_conv_bias=False, mamba_proj_bias=True, vocab_size=300,
                     tie_word_embeddings=True), 783_677),
     "dense": (dict(num_experts=1, num_hidden_layers=4, attn_layer_period=2, attn_layer_offset=0), 1_536_053_824),
+    # every layer attention: no Mamba-1 conv runs hidden_act, so a GeGLU MLP is fine
+    "attention only": (dict(num_hidden_layers=2, attn_layer_period=1, attn_layer_offset=0, hidden_act="gelu",
+                            hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+                            num_experts=2, vocab_size=100), 93_120),
 }
 JAMBA_DEFAULTS = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
                       num_key_value_heads=8, vocab_size=65536, num_experts=16, num_experts_per_tok=2,

@@ -40,12 +40,13 @@ _INIT_ONLY = ("time_step_scale", "time_step_min", "time_step_max", "time_step_in
 
 
 def mamba1_mixer(f: Fields, d: int, keys: tuple[str, ...], defaults: tuple[int, int, int], norm: str,
-                 eps: float, width_key: str | None = None) -> dict[str, Any]:
+                 eps: float, width_key: str | None = None, used: bool = True) -> dict[str, Any]:
     """block.mamba (version 1) from the family's keys (`defaults`: the config class's state, kernel and expand). With
     `width_key` (Mamba's intermediate_size) a stored width wins over expand·hidden_size, as transformers reads it: its
-    config class derives the width from expand, then sets the stored one over it."""
+    config class derives the width from expand, then sets the stored one over it. `used`: some layer is Mamba-1
+    (only then does the conv's hidden_act matter)."""
     state, kernel, expand, rank, conv_bias, proj_bias = keys
-    if f.str("hidden_act", "silu") != "silu":
+    if used and f.str("hidden_act", "silu") != "silu":
         raise f.unrepresentable("hidden_act", f.data["hidden_act"], "the Mamba-1 layers' conv runs hidden_act, which "
                                                                     "blockcli runs as SiLU only")
     dt_rank = f.raw(rank, "auto")
@@ -115,8 +116,8 @@ def _jamba(f: Fields) -> tuple[dict, dict]:
              "bias": False, "placement": "pre", "rope": False}
     model = model_section(n_layers, f.int("vocab_size", 65536), "none", f.int("max_position_embeddings", 262144),
                           f.bool("tie_word_embeddings", False))
-    mixer = mamba1_mixer(f, d, _JAMBA_KEYS, (16, 4, 2), "learned", eps)
     attention = _periodic(f, "attn_layer_period", "attn_layer_offset", 8, 4, n_layers)
+    mixer = mamba1_mixer(f, d, _JAMBA_KEYS, (16, 4, 2), "learned", eps, used=not all(attention))
     experts = f.int("num_experts", 16)
     routed = _periodic(f, "expert_layer_period", "expert_layer_offset", 2, 1, n_layers)
     top_k = f.int("num_experts_per_tok", 2)
