@@ -1108,12 +1108,17 @@ def verification_config(config: Config) -> tuple[Config, list[str]]:
             n = b.linear_attention
             small = replace(small, linear_attention=replace(n, key_head_dim=max(1, n.key_head_dim // k),
                                                             value_head_dim=max(1, n.value_head_dim // k)))
+        if isinstance(b.mamba, Mamba1):  # Mamba-1: k times fewer channels and a k times lower Δ rank, the same state
+            m = b.mamba
+            small = replace(small, mamba=replace(m, d_inner=max(1, m.d_inner // k), dt_rank=max(1, m.dt_rank // k)))
         if b.moe is not None:  # as many experts, each k times narrower
             small = replace(small, moe=replace(b.moe, d_expert=max(1, b.moe.d_expert // k),
                                                d_shared=b.moe.d_shared and max(1, b.moe.d_shared // k)))
         notes.append(f"the block has {size:,} parameters: verified on a copy with the same structure scaled down "
                      f"{k}× (d_model {small.d_model}, head_dim {head_dim}, d_ff {small.d_ff}, heads {b.n_heads}/{b.n_kv_heads})"
-                     + (f", {b.moe.n_experts} experts of width {small.moe.d_expert}" if small.moe else ""))
+                     + (f", {b.moe.n_experts} experts of width {small.moe.d_expert}" if small.moe else "")
+                     + (f", Mamba-1 d_inner {small.mamba.d_inner}, dt_rank {small.mamba.dt_rank}"
+                        if isinstance(small.mamba, Mamba1) else ""))
         cfg = replace(cfg, block=small)
     return cfg, notes
 

@@ -763,3 +763,13 @@ def test_tensor_parallelism_splits_the_kv_heads_and_the_mamba_state() -> None:
     window of K = 4 inputs over 32 + 2·2·8 channels."""
     data = json.loads(cli("count", FIXTURES / "granitemoehybrid", "--tp", 2, "--batch", 1, "--seq", 8, "--json").stdout)
     assert data["parallel"]["stages"][0]["kv_cache_bytes"] == 8 * 2 * 4 * 4 + 2 * (4 * 8 * 8 + 4 * 64) // 2 * 4
+
+
+@pytest.mark.parametrize("preset, scaled", [("falcon-mamba-7b", "Mamba-1 d_inner 512, dt_rank 16"),
+                                            ("mamba-2.8b", "Mamba-1 d_inner 512, dt_rank 16")])
+def test_verify_runs_a_large_mamba1_preset_on_a_scaled_copy(preset: str, scaled: str) -> None:
+    """A 7B Mamba-1 layer is checked on a copy k times narrower (d_in / k channels, Δ's rank / k, the same state):
+    the slow reference loop runs channel by channel."""
+    proc = cli("verify", preset)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert scaled in proc.stdout
