@@ -20,7 +20,7 @@ import pytest
 import reference as ref
 from test_checkpoint import cli, one_error_line, relative
 from blockcli import DecoderBlock, Model, load_config
-from blockcli.config import BlockConfig, ConfigError, Mamba1, Mamba2, parse_config
+from blockcli.config import BlockConfig, ConfigError, InputError, Mamba1, Mamba2, parse_config
 from blockcli.count import count_parameters
 from blockcli.hf import hf_to_mapping
 from blockcli.mamba import selective_scan, ssd_scan
@@ -773,3 +773,20 @@ def test_verify_runs_a_large_mamba1_preset_on_a_scaled_copy(preset: str, scaled:
     proc = cli("verify", preset)
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert scaled in proc.stdout
+
+
+def test_tensor_parallelism_splits_a_mamba1_layers_channels() -> None:
+    """--tp 2 on Mamba-2.8B: each rank d_in / 2 = 2,560 of the 5,120 channels (in_proj and dt_proj by columns, x_proj
+    and out_proj by rows, the conv, A_log and D by channel), Δ's rank and the state whole, the norm whole; the
+    vocabulary-parallel table's rows of the padded vocabulary; the state halved. By hand from MambaMixer's shapes."""
+    from blockcli.ranks import Layout, plan
+
+    config = load_config("mamba-2.8b")
+    d, c, R, N, K = 2560, 2560, 160, 16, 4  # c: one rank's channels
+    layer = d + d * 2 * c + c * K + c + c * (R + 2 * N) + R * c + c + c * N + c + c * d
+    table = 50432 // 2 * d  # 50,280 padded to a multiple of 128·2
+    stage = plan(config, Layout(tp=2), 8, 1, training=False, kv_bits=32).stages[0]
+    assert stage.parameters == 64 * layer + table + d == 1_384_450_560
+    assert stage.kv_cache == 64 * (5120 * N + K * 5120) * 4 // 2  # the state and the conv's window, halved
+    with pytest.raises(InputError, match="mamba.d_inner = 5120"):
+        plan(config, Layout(tp=3), 8, 1, training=False)
