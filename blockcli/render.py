@@ -981,12 +981,17 @@ def _trace_rows(rows: Sequence[OpRow]) -> list[list[str]]:
 
 
 def trace_header(trace: Trace) -> str:
+    from blockcli.config import Mamba1
+
     b = trace.config.block
     what = "model" if trace.config.model else "block"
     how = ("real forward pass" if trace.mode == "executed"
            else "shapes only (analytic: nothing allocated)")
-    return (f"Trace of {trace.config.name} ({what}): {how}, B={trace.batch}, T={trace.seq_len}, {trace.dtype}, "
-            f"d={b.d_model}, h={b.n_heads}, h_kv={b.n_kv_heads}, d_h={b.head_dim}, d_ff={b.d_ff}, "
+    head = f"Trace of {trace.config.name} ({what}): {how}, B={trace.batch}, T={trace.seq_len}, {trace.dtype}, "
+    if all(isinstance(g.block.mamba, Mamba1) and g.block.parts == "mixer" for g in trace.config.layer_groups()):
+        m = b.mamba  # attention-free (Mamba, Falcon-Mamba): its heads and d_ff are placeholders, not shown
+        return head + f"d={b.d_model}, Mamba-1 d_in={m.d_inner}, N={m.d_state}, R={m.dt_rank}, attention-free"
+    return (head + f"d={b.d_model}, h={b.n_heads}, h_kv={b.n_kv_heads}, d_h={b.head_dim}, d_ff={b.d_ff}, "
             f"{trace.attention} attention")
 
 

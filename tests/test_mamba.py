@@ -790,3 +790,12 @@ def test_tensor_parallelism_splits_a_mamba1_layers_channels() -> None:
     assert stage.kv_cache == 64 * (5120 * N + K * 5120) * 4 // 2  # the state and the conv's window, halved
     with pytest.raises(InputError, match="mamba.d_inner = 5120"):
         plan(config, Layout(tp=3), 8, 1, training=False)
+
+
+def test_an_attention_free_models_trace_names_its_mixer_not_placeholder_heads() -> None:
+    """Mamba's block carries placeholder attention fields (one head, d_ff = d) that no layer uses: the trace's header
+    names the Mamba-1 widths instead; the rows name the scan's state."""
+    proc = cli("trace", FIXTURES / "mamba", "--format", "markdown")
+    assert proc.returncode == 0, proc.stderr
+    assert "d=16, Mamba-1 d_in=32, N=6, R=3, attention-free" in proc.stdout.splitlines()[0]
+    assert "selective scan: state (B, d_in=32, N=6), constant in T" in proc.stdout
