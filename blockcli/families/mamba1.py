@@ -194,7 +194,9 @@ _MAMBA_SSM_UNREAD = {
 }
 
 FAMILIES = (
-    Family("mamba", "Mamba", _mamba, MAMBA, frozenset(), unread=_MAMBA_SSM_UNREAD),
-    Family("falcon_mamba", "Falcon-Mamba", _falcon_mamba, MAMBA, frozenset(), unread=_MAMBA_SSM_UNREAD),
+    # MambaModel's embedding has no padding_idx: every row of it would get its gradient
+    Family("mamba", "Mamba", _mamba, MAMBA, frozenset(), unread=_MAMBA_SSM_UNREAD, padding_idx=False),
+    Family("falcon_mamba", "Falcon-Mamba", _falcon_mamba, MAMBA, frozenset(), unread=_MAMBA_SSM_UNREAD,
+           padding_idx=False),
     Family("jamba", "Jamba", _jamba, JAMBA, MOE_TRAINING_ONLY, aux_loss=True),
 )
