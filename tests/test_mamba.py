@@ -501,14 +501,30 @@ def _mamba1_by_hand(d: int, d_in: int, N: int, R: int, K: int, conv_bias: bool, 
 
 # transformers 5.24's MambaForCausalLM / FalconMambaForCausalLM / JambaForCausalLM on the meta device (recomputed by
 # the torch-marked test)
+# published config.json files, transcribed (the keys that size the model, and those that test blockcli's reading)
+MAMBA_2P8B = dict(hidden_size=2560, num_hidden_layers=64, n_layer=64, intermediate_size=5120, expand=2, state_size=16,
+                  conv_kernel=4, time_step_rank=160, use_bias=False, use_conv_bias=True, vocab_size=50280,
+                  layer_norm_epsilon=1e-5, rms_norm=True, fused_add_norm=True, pad_vocab_size_multiple=8,
+                  residual_in_fp32=True)  # state-spaces/mamba-2.8b-hf, with mamba_ssm's keys
+FALCON_MAMBA_7B = dict(hidden_size=4096, num_hidden_layers=64, intermediate_size=8192, expand=16, state_size=16,
+                       conv_kernel=4, time_step_rank=256, use_bias=False, use_conv_bias=True, vocab_size=65024,
+                       layer_norm_epsilon=1e-5, tie_word_embeddings=False)  # tiiuae/falcon-mamba-7b: expand 16 unread
+JAMBA_1P5_MINI = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                      num_key_value_heads=8, num_experts=16, num_experts_per_tok=2, expert_layer_period=2,
+                      expert_layer_offset=1, attn_layer_period=8, attn_layer_offset=4, mamba_d_state=16,
+                      mamba_d_conv=4, mamba_expand=2, mamba_dt_rank=256, mamba_conv_bias=True, mamba_proj_bias=False,
+                      vocab_size=65536, rms_norm_eps=1e-6, sliding_window=None, num_logits_to_keep=1,
+                      use_mamba_kernels=False, tie_word_embeddings=False)  # ai21labs/AI21-Jamba-1.5-Mini
 MAMBA_CASES = {
     "defaults": ({}, 159_308_544),
+    "mamba-2.8b-hf": (MAMBA_2P8B, 2_768_345_600),
     "random": (dict(hidden_size=96, state_size=7, num_hidden_layers=5, expand=3, conv_kernel=2, time_step_rank=5,
                     use_bias=True, use_conv_bias=False, vocab_size=300, tie_word_embeddings=False), 526_656),
 }
 MAMBA_DEFAULTS = dict(hidden_size=768, state_size=16, num_hidden_layers=32, expand=2, conv_kernel=4, vocab_size=50280,
                       layer_norm_epsilon=1e-5, use_bias=False, use_conv_bias=True)
 FALCON_MAMBA_CASES = {
+    "falcon-mamba-7b": (FALCON_MAMBA_7B, 7_272_665_088),
     "defaults": ({}, 159_308_544),  # MambaConfig's sizes: the norms of δ, B and C have no weights
     "random": (dict(hidden_size=80, state_size=9, num_hidden_layers=3, expand=2, conv_kernel=3, use_bias=True,
                     vocab_size=260, mixer_rms_eps=1e-4, tie_word_embeddings=False), 178_960),
@@ -521,6 +537,7 @@ FALCON_MAMBA_CASES = {
 FALCON_MAMBA_DEFAULTS = {**MAMBA_DEFAULTS, "mixer_rms_eps": 1e-6}
 JAMBA_CASES = {
     "defaults": ({}, 51_570_323_328),
+    "jamba-1.5-mini": (JAMBA_1P5_MINI, 51_570_323_328),
     "random": (dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=2, num_hidden_layers=7,
                     intermediate_size=50, num_experts=5, num_experts_per_tok=3, expert_layer_period=3,
                     expert_layer_offset=2, attn_layer_period=4, attn_layer_offset=1, mamba_d_state=7, mamba_d_conv=3,
