@@ -816,3 +816,22 @@ def test_an_attention_free_models_trace_names_its_mixer_not_placeholder_heads() 
     assert proc.returncode == 0, proc.stderr
     assert "d=16, Mamba-1 d_in=32, N=6, R=3, attention-free" in proc.stdout.splitlines()[0]
     assert "selective scan: state (B, d_in=32, N=6), constant in T" in proc.stdout
+
+
+def test_a_mamba1_layers_flops_by_hand_and_constant_in_the_context() -> None:
+    """Per token, by hand: in (d → 2·d_in), x (d_in → R + 2·N), Δ (R → d_in), out (d_in → d), the conv's K taps per
+    channel and the scan's two d_in·N products, times 2; a decode step the same at any context. The trace's matmul
+    FLOPs of a pass are the same sums."""
+    config = _mamba1_config(bc_norm="learned")
+    d, d_in, N, R, K, V, L = 8, 10, 4, 3, 3, 30, 2
+    per_token = 2 * L * (d * 2 * d_in + d_in * (R + 2 * N) + R * d_in + d_in * d + K * d_in + 2 * d_in * N)
+    head = 2 * d * V
+    groups = Dims.per_group(config)
+    assert model_forward_flops(groups, 10, 2).total() == 2 * 10 * (per_token + head)
+    assert model_decode_flops(groups, 10, 1) == model_decode_flops(groups, 1000, 1) == per_token + head
+    trace = run_trace(config)  # B = 2, T = 6: the products, and 4·N per output of the scan, 2·K of the conv
+    assert sum(r.matmul_flops for r in trace.rows) == 2 * 6 * (per_token + head)
+    ops = {r.key.split(".", 2)[-1]: r for r in trace.rows if r.key.startswith("blocks.0.")}
+    assert list(ops) == ["ln1_out", "ssm_in", "ssm_conv", "ssm_conv_act", "ssm_x", "ssm_bc_norm", "ssm_dt_proj",
+                         "ssm_dt", "ssm_scan", "ssm_skip", "ssm_gate", "attn_out", "y"]
+    assert ops["ssm_scan"].flops == 2 * 6 * d_in * (4 * N + N)  # x ⊗ B in, S·C out, the decay
