@@ -35,7 +35,7 @@ from blockcli import ops as F
 from blockcli.activations import BUFFER_VALUES, function_of
 from blockcli.config import BlockConfig, Config, InputError, ModelConfig
 from blockcli.inputs import check_in_range, check_token_ids, load_npz
-from blockcli.mamba import MambaCache, Mamba2Mixer
+from blockcli.mamba import MambaCache, mixer_class
 from blockcli.short_conv import ConvCache, ShortConvMixer
 from blockcli.checkpoint import is_checkpoint_path
 from blockcli import indexer
@@ -1593,9 +1593,9 @@ class DecoderBlock:
                              f"expected {declared[wrong]}")
         self.ln1 = Norm(cfg.norm, p.get("ln1_gamma"), p.get("ln1_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset,
                         name="ln1")
-        if cfg.parts != "mlp":  # the token mixer: Mamba-2, a short conv, Gated DeltaNet, latent or multi-head attention
+        if cfg.parts != "mlp":  # the token mixer: Mamba-1 or -2, a short conv, Gated DeltaNet, latent or multi-head attention
             if cfg.mamba or cfg.short_conv:
-                self.attn = (ShortConvMixer if cfg.short_conv else Mamba2Mixer)(cfg, p, self.ops)
+                self.attn = (ShortConvMixer if cfg.short_conv else mixer_class(cfg))(cfg, p, self.ops)
             else:
                 mixer = GatedDeltaNetMixer if cfg.linear_attention else LatentAttention if cfg.mla else MultiHeadAttention
                 self.attn = mixer(cfg, p, self.ops, self.attention)

@@ -86,7 +86,7 @@ def one_line(message: str) -> str:
 
 
 def refuse_mamba_backward(configs: list[Config]) -> None:
-    """The gradients of a Mamba-2 layer are not implemented: the backward's commands say so in one line."""
+    """The gradients of a Mamba-1 or Mamba-2 layer are not implemented: the backward's commands say so in one line."""
     from blockcli.mamba import NO_BACKWARD
     from blockcli.short_conv import NO_BACKWARD as NO_CONV_BACKWARD
 

@@ -252,6 +252,43 @@ class Mamba2:
         return self.d_inner + 2 * self.n_groups * self.d_state
 
 
+MAMBA1_NORMS = ("none", "weightless", "learned")
+
+
+@dataclass(frozen=True)
+class Mamba1:
+    """A Mamba-1 (S6, the selective scan) token mixer in place of attention (Mamba, Falcon-Mamba, Jamba), over
+    d_in = d_inner channels, each with its own N = d_state wide state, Δ through a rank-R (dt_rank) projection:
+
+        [x | z] = u·W_in                               (B, T, d_in) each
+        x = silu(causal depthwise conv1d over T, kernel conv_kernel, of x)
+        [δ | B | C] = x·W_x                            (B, T, R), (B, T, N), (B, T, N); no bias
+        δ, B, C = RMSNorm(δ), RMSNorm(B), RMSNorm(C)    with bc_norm: weightless (Falcon-Mamba) or learned (Jamba)
+        Δ = softplus(δ·W_dt + b_dt), A = −exp(A_log)    (B, T, d_in), (d_in, N)
+        S_t = exp(Δ_t ⊗ A) ⊙ S_{t−1} + (Δ_t ⊙ x_t) ⊗ B_t   S (B, d_in, N), from zeros
+        y_t = S_t·C_t + D ⊙ x_t                        (B, T, d_in)
+        out = (y ⊙ silu(z))·W_out
+
+    Its state is constant in T: (B, d_in, N) plus the conv's last conv_kernel − 1 inputs (B, K−1, d_in).
+    Written under block.mamba with `version: 1` (Mamba-2's sections have none, or `version: 2`).
+    """
+
+    d_inner: int
+    d_state: int
+    dt_rank: int
+    conv_kernel: int = 4
+    conv_bias: bool = True  # the conv1d has a bias per channel
+    proj_bias: bool = False  # in_proj and out_proj have biases (x_proj never; dt_proj always)
+    bc_norm: str = "none"  # RMSNorm of δ, B and C before Δ and the scan: none | weightless | learned (a scale each)
+    bc_norm_eps: float = 1e-6
+    version: int = 1
+
+    @property
+    def conv_dim(self) -> int:
+        """The channels the conv runs over: x alone."""
+        return self.d_inner
+
+
 @dataclass(frozen=True)
 class ShortConv:
     """A gated short convolution in place of attention (LFM2): [B | C | x] = u·W_in (d each), then
@@ -313,7 +350,7 @@ class BlockConfig:
     # C > 0: chunked local attention, query p sees only the keys of its own chunk of C positions (⌊s / C⌋ = ⌊p / C⌋,
     # s <= p), Llama 4's attention_chunk_size; 0: off
     attention_chunk: int = 0
-    mamba: Mamba2 | None = None  # a Mamba-2 state-space mixer in place of attention (blockcli.mamba)
+    mamba: Mamba1 | Mamba2 | None = None  # a Mamba-1 or Mamba-2 state-space mixer in place of attention (blockcli.mamba)
     short_conv: ShortConv | None = None  # a gated short convolution in place of attention (blockcli.short_conv)
     # mixer: the layer is LN1 + its mixer + residual only; mlp: LN2 + its MLP + residual only (Nemotron-H)
     parts: str = "both"
@@ -1299,10 +1336,18 @@ def _parse_linear_attention(value: Any) -> GatedDeltaNet | None:
         raise ConfigError(f"{p}.value_heads: each key head is read by the same number of value heads; "
                           f"key_heads={mixer.key_heads} does not divide value_heads={mixer.value_heads}")
     return mixer
-def _parse_mamba(value: Any) -> Mamba2 | None:
+def _parse_mamba(value: Any) -> Mamba1 | Mamba2 | None:
     if value is None:
         return None
     p = "block.mamba"
+    if isinstance(value, Mapping) and "version" in value:
+        version = value["version"]
+        if version not in (1, 2) or isinstance(version, bool):
+            raise ConfigError(f"{p}.version: expected 1 (Mamba-1, the selective scan) or 2 (Mamba-2, SSD), got "
+                              f"{_show(version)}")
+        if version == 1:
+            return _parse_mamba1(value)
+        value = {k: v for k, v in value.items() if k != "version"}
     _nested_section(value, Mamba2, p, ("n_heads", "head_dim", "d_state"), "a Mamba-2 mixer")
     mamba = Mamba2(n_heads=_int(value, "n_heads", p, 1), head_dim=_int(value, "head_dim", p, 1),
                    d_state=_int(value, "d_state", p, 1), n_groups=_int(value, "n_groups", p, 1),
@@ -1314,6 +1359,18 @@ def _parse_mamba(value: Any) -> Mamba2 | None:
         raise ConfigError(f"{p}.n_groups: {mamba.n_groups} does not divide n_heads={mamba.n_heads} (each group's "
                           f"heads share its B and C)")
     return mamba
+
+
+def _parse_mamba1(value: Mapping[str, Any]) -> Mamba1:
+    p = "block.mamba"
+    _nested_section(value, Mamba1, p, ("d_inner", "d_state", "dt_rank"), "a Mamba-1 mixer")
+    norm = value.get("bc_norm", "none")
+    if norm not in MAMBA1_NORMS:
+        raise ConfigError(f"{p}.bc_norm: expected one of {', '.join(MAMBA1_NORMS)}, got {_show(norm)}")
+    return Mamba1(d_inner=_int(value, "d_inner", p, 1), d_state=_int(value, "d_state", p, 1),
+                  dt_rank=_int(value, "dt_rank", p, 1), conv_kernel=_int(value, "conv_kernel", p, 4),
+                  conv_bias=_bool(value, "conv_bias", p, True), proj_bias=_bool(value, "proj_bias", p, False),
+                  bc_norm=norm, bc_norm_eps=_float(value, "bc_norm_eps", p, 1e-6, 0.0, 1.0, low_open=True))
 def _parse_indexer(value: Mapping[str, Any], p: str) -> dict[str, Any]:
     """block.mla's DeepSeek Sparse Attention indexer fields: all three sizes, or none of them."""
     given = [k for k in ("index_heads", "index_head_dim", "index_topk") if value.get(k)]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from blockcli.activations import function_of
-from blockcli.config import BlockConfig, Config, LayerGroup, layer_list, projected_width
+from blockcli.config import BlockConfig, Config, LayerGroup, Mamba1, layer_list, projected_width
 from blockcli.shapes import Shape, block_parameter_shapes, counted_buffer, declared_sizes, is_buffer
 
 # A polynomial: monomial (sorted tuple of symbols) → integer coefficient.
@@ -48,7 +48,9 @@ _ORDER = {"L": 0, "V": 1, "P": 2, "E": 3, "k": 4, "d": 5, "h": 6, "h_kv": 7, "d_
           # a Mamba-2 mixer: SSM heads, their width, the state width, groups of B and C (K: the conv's kernel)
           "h_s": 21, "p": 22, "N": 23, "g": 24,
           # DeepSeek Sparse Attention's indexer: its heads and their width
-          "h_I": 25, "d_I": 26}
+          "h_I": 25, "d_I": 26,
+          # a Mamba-1 mixer: its channels and Δ's rank (N its state width, K its conv's kernel)
+          "d_in": 27, "R": 28}
 
 
 def render(poly: Poly) -> str:
@@ -149,7 +151,9 @@ def symbol_values(config: Config | BlockConfig) -> dict[str, int]:
         values.update(h_k=n.key_heads, d_k=n.key_head_dim, h_v=n.value_heads, d_v=n.value_head_dim, K=n.conv_kernel)
     if b.short_conv is not None:
         values.update(K=b.short_conv.kernel)
-    if b.mamba is not None:
+    if isinstance(b.mamba, Mamba1):
+        values.update(d_in=b.mamba.d_inner, R=b.mamba.dt_rank, N=b.mamba.d_state, K=b.mamba.conv_kernel)
+    elif b.mamba is not None:
         values.update(h_s=b.mamba.n_heads, p=b.mamba.head_dim, N=b.mamba.d_state, g=b.mamba.n_groups,
                       K=b.mamba.conv_kernel)
     if m is not None:
@@ -193,7 +197,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
     if b.parts == "mlp":  # a layer of its MLP alone: LN 2 and the MLP rows below
         rows = []
     elif b.mamba is not None or b.short_conv is not None:
-        rows.extend(_mamba_rows(b) if b.mamba is not None else _short_conv_rows(b))
+        rows.extend(_short_conv_rows(b) if b.mamba is None else
+                    _mamba1_rows(b) if isinstance(b.mamba, Mamba1) else _mamba_rows(b))
         if b.parts == "mixer":
             return rows
     elif b.mla is not None:
@@ -389,6 +394,31 @@ def _mamba_rows(b: BlockConfig) -> list[Row]:
                 ("w_ssm_out", "b_ssm_out"))]
 
 
+def _mamba1_rows(b: BlockConfig) -> list[Row]:
+    """A Mamba-1 mixer (Gu & Dao 2023, §3.4): the in-projection to x and z (d_in each); the depthwise conv over x (K
+    taps per channel, a bias each); the x-projection to δ (R), B and C (N each), without bias; Δ's projection from R
+    to d_in with its bias; A_log (N per channel) and D; the learned RMSNorm scales of δ, B and C (Jamba); the
+    out-projection. The in- and out-projections' biases with proj_bias."""
+    m, no = b.mamba, Poly()
+    assert isinstance(m, Mamba1)
+    rows = [Row("attn.ssm_in", "SSM in-projection (x, z)", term(2, "d", "d_in"),
+                term(2, "d_in") if m.proj_bias else no, ("w_ssm_in", "b_ssm_in")),
+            Row("attn.ssm_conv", "causal conv over x (K taps per channel)", term(1, "K", "d_in"),
+                term(1, "d_in") if m.conv_bias else no, ("ssm_conv", "b_ssm_conv")),
+            Row("attn.ssm_x", "x-projection (δ, B, C)", term(1, "d_in", "R") + term(2, "d_in", "N"), no,
+                ("w_ssm_x",)),
+            Row("attn.ssm_dt", "Δ projection (rank R to d_in)", term(1, "R", "d_in"), term(1, "d_in"),
+                ("w_ssm_dt", "b_ssm_dt")),
+            Row("attn.ssm_channels", "per channel: A_log (N), D", term(1, "d_in", "N") + term(1, "d_in"), no,
+                ("ssm_A_log", "ssm_D"))]
+    if m.bc_norm == "learned":
+        rows.append(Row("attn.ssm_bc_norm", "RMSNorm scales of δ, B, C", term(1, "R") + term(2, "N"), no,
+                        ("ssm_dt_norm", "ssm_B_norm", "ssm_C_norm")))
+    rows.append(Row("attn.ssm_out", "SSM out-projection", term(1, "d_in", "d"), term(1, "d") if m.proj_bias else no,
+                    ("w_ssm_out", "b_ssm_out")))
+    return rows
+
+
 def _short_conv_rows(b: BlockConfig) -> list[Row]:
     """A gated short convolution (LFM2): the in-projection to b, c and x (3·d²), the depthwise conv (K taps per
     channel), the out-projection (d²); each with a bias (3·d, d, d) with short_conv.bias."""
@@ -501,7 +531,9 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
     covered = {k for row in rows for k in row.keys}
     mismatches.extend(f"{tag}{k}: array not in the formula" for k in arrays if k not in covered)
     attention = "attention (Q, K, V, O, sinks)" if config.block.attention_sinks else "attention (Q, K, V, O)"
-    if config.block.mamba is not None:
+    if isinstance(config.block.mamba, Mamba1):
+        attention = "Mamba-1 mixer (in, conv, x, Δ, SSM, out)"
+    elif config.block.mamba is not None:
         attention = "Mamba-2 mixer (in, conv, SSM, norm, out)"
     elif config.block.short_conv is not None:
         attention = "short conv (in, conv, out)"

@@ -1,4 +1,6 @@
-"""The Mamba-2 (SSD) token mixer: a selective state space in place of attention (config.Mamba2).
+"""The Mamba state-space token mixers in place of attention: Mamba-2 (SSD, config.Mamba2) and Mamba-1 (S6, the
+selective scan, config.Mamba1) below it, sharing the causal conv (ops.causal_conv1d), the decode cache and the
+refusal of gradients.
 
 Shapes: B batch, T sequence, d model width; h SSM heads of width p (d_in = h·p), N the state width, g groups of
 heads sharing B and C, K the conv kernel, c = d_in + 2·g·N the channels the conv runs over.
@@ -14,6 +16,22 @@ heads sharing B and C, K the conv kernel, c = d_in + 2·g·N the channels the co
 The recurrence is computed chunk by chunk (SSD's dual form): within a chunk of Q steps as a masked
 (Q, Q) product, between chunks through the state; the two are the same sums, reordered. The decode
 state is constant in T: S (B, h, p, N) and the conv's last K−1 inputs (B, K−1, c).
+
+Mamba-1 (Gu & Dao 2023, Algorithm 2): d_in channels, each its own N-wide state and decay A (d_in, N), Δ per channel
+through a rank-R projection; R the Δ rank:
+
+    [x | z] = u·W_in                                (B, T, d_in) each
+    x = silu(conv1d(x))                             causal, depthwise, kernel K, over T
+    [δ | B | C] = x·W_x                             (B, T, R), (B, T, N), (B, T, N)
+    δ, B, C = RMSNorm(δ), RMSNorm(B), RMSNorm(C)    Falcon-Mamba (weightless), Jamba (learned scales); else as they are
+    Δ = softplus(δ·W_dt + b_dt)                     (B, T, d_in); A = −exp(A_log) (d_in, N)
+    S_t = exp(Δ_t ⊗ A) ⊙ S_{t−1} + (Δ_t ⊙ x_t) ⊗ B_t   (B, d_in, N), S_0 = 0 (or the cache's)
+    y_t = S_t·C_t + D ⊙ x_t                         (B, T, d_in)
+    out = (y ⊙ silu(z))·W_out
+
+The scan runs step by step over T (each step over all channels and state entries at once): the decay differs per
+channel and state entry, so there is no (Q, Q) dual form as small as SSD's. Its decode state is constant in T:
+S (B, d_in, N) and the conv's last K−1 inputs (B, K−1, d_in).
 """
 
 from __future__ import annotations
@@ -24,7 +42,7 @@ from typing import Any, Callable
 import numpy as np
 
 from blockcli import ops as F
-from blockcli.config import BlockConfig, InputError
+from blockcli.config import BlockConfig, InputError, Mamba1
 from blockcli.ops import STANDARD_OPS, Array, Ops
 
 CHUNK = 64  # steps per chunk of the dual form (irrelevant to the result: every chunking gives the same sums)
@@ -81,7 +99,7 @@ class Mamba2Mixer:
     """A Mamba-2 layer's mixer, called as attention is: (B, T, d) → (B, T, d), with a MambaCache to decode."""
 
     def __init__(self, cfg: BlockConfig, p: dict[str, Array], ops: Ops = STANDARD_OPS) -> None:
-        assert cfg.mamba is not None
+        assert cfg.mamba is not None and not isinstance(cfg.mamba, Mamba1)
         self.cfg, self.m, self.p, self.ops = cfg, cfg.mamba, p, ops
 
     def __call__(self, u: Array, rec: Callable[..., None], cache: Any = None, drop_probs: Any = None,
@@ -130,6 +148,105 @@ class Mamba2Mixer:
         raise InputError(NO_BACKWARD)
 
 
+def selective_scan(x: Array, delta: Array, A: Array, Bm: Array, Cm: Array, state: Array | None
+                   ) -> tuple[Array, Array]:
+    """Mamba-1's y_t = S_t·C_t with S_t = exp(Δ_t ⊗ A) ⊙ S_{t−1} + (Δ_t ⊙ x_t) ⊗ B_t, step by step. x and delta = Δ
+    (B, T, d_in), A (d_in, N), Bm and Cm (B, T, N), state (B, d_in, N) or None (zeros). Returns (y (B, T, d_in)
+    without the D skip, the last state (B, d_in, N))."""
+    Bsz, T, d_in = x.shape
+    S = np.zeros((Bsz, d_in, A.shape[1]), dtype=x.dtype) if state is None else state.astype(x.dtype, copy=True)
+    y = np.empty_like(x)
+    for t in range(T):
+        S = np.exp(delta[:, t, :, None] * A) * S + (delta[:, t] * x[:, t])[:, :, None] * Bm[:, t, None, :]
+        y[:, t] = np.einsum("bcn,bn->bc", S, Cm[:, t])  # (B, d_in)
+    return y, S
+
+
+def _rms(v: Array, gamma: Array | None, eps: float) -> Array:
+    """RMSNorm over the last axis, scaled by gamma (None: weightless, Falcon-Mamba's)."""
+    out = v / np.sqrt(np.mean(v * v, axis=-1, keepdims=True) + eps)
+    return out if gamma is None else out * gamma
+
+
+class Mamba1Mixer:
+    """A Mamba-1 layer's mixer, called as attention is: (B, T, d) → (B, T, d), with a MambaCache to decode."""
+
+    def __init__(self, cfg: BlockConfig, p: dict[str, Array], ops: Ops = STANDARD_OPS) -> None:
+        assert isinstance(cfg.mamba, Mamba1)
+        self.cfg, self.m, self.p, self.ops = cfg, cfg.mamba, p, ops
+
+    def __call__(self, u: Array, rec: Callable[..., None], cache: Any = None, drop_probs: Any = None,
+                 tape: Any = None) -> Array:
+        if tape is not None:
+            raise InputError(NO_BACKWARD)
+        m, p = self.m, self.p
+        d_in, R, N = m.d_inner, m.dt_rank, m.d_state
+        state = cache if isinstance(cache, MambaCache) else None
+        xz = F.linear(u, p["w_ssm_in"], p.get("b_ssm_in"))  # (B, T, 2·d_in)
+        rec("ssm_in", IN1_LABEL, xz, (u, p["w_ssm_in"]), kind="linear", params=("w_ssm_in", "b_ssm_in"))
+        x, z = np.split(xz, [d_in], axis=-1)  # (B, T, d_in) each
+        conv, conv_state = F.causal_conv1d(x, p["ssm_conv"], p.get("b_ssm_conv"),
+                                           state.conv if state is not None else None)  # (B, T, d_in), (B, K−1, d_in)
+        rec("ssm_conv", conv1_label(m), conv, (xz, p["ssm_conv"]), kind="conv", params=("ssm_conv", "b_ssm_conv"))
+        x = F.silu(conv)  # (B, T, d_in)
+        rec("ssm_conv_act", "SiLU", x, (conv,), kind="silu")
+        dbc = F.linear(x, p["w_ssm_x"], None)  # (B, T, R + 2·N)
+        rec("ssm_x", X_LABEL, dbc, (x, p["w_ssm_x"]), kind="linear", params=("w_ssm_x",))
+        dt, Bm, Cm = np.split(dbc, [R, R + N], axis=-1)  # (B, T, R), (B, T, N), (B, T, N)
+        if m.bc_norm != "none":
+            learned = m.bc_norm == "learned"
+            dt, Bm, Cm = (_rms(v, p[key] if learned else None, m.bc_norm_eps)
+                          for v, key in ((dt, "ssm_dt_norm"), (Bm, "ssm_B_norm"), (Cm, "ssm_C_norm")))
+            rec("ssm_bc_norm", bc_norm_label(m), np.concatenate([dt, Bm, Cm], axis=-1), (dbc,), kind="rmsnorm",
+                params=("ssm_dt_norm", "ssm_B_norm", "ssm_C_norm") if learned else ())
+        dt_in = F.linear(dt, p["w_ssm_dt"], p["b_ssm_dt"])  # (B, T, d_in)
+        rec("ssm_dt_proj", DT_PROJ_LABEL, dt_in, (dt, p["w_ssm_dt"]), kind="linear", params=("w_ssm_dt", "b_ssm_dt"))
+        delta = F.softplus(dt_in)  # (B, T, d_in)
+        rec("ssm_dt", DT1_LABEL, delta, (dt_in,), kind="softplus")
+        A = -np.exp(p["ssm_A_log"].astype(u.dtype))  # (d_in, N)
+        scan, last = selective_scan(x, delta, A, Bm, Cm, state.ssm if state is not None else None)  # (B, T, d_in)
+        rec("ssm_scan", scan1_label(m), scan, (x, delta, Bm, Cm), kind="ssd", params=("ssm_A_log",))
+        y = scan + x * p["ssm_D"].astype(u.dtype)  # (B, T, d_in): the D skip
+        rec("ssm_skip", SKIP_LABEL, y, (scan, x), kind="skip", params=("ssm_D",))
+        gated = y * F.silu(z)  # (B, T, d_in)
+        rec("ssm_gate", GATE1_LABEL, gated, (y, xz), kind="swiglu")
+        out = F.linear(gated, p["w_ssm_out"], p.get("b_ssm_out"))  # (B, T, d)
+        rec("attn_out", OUT_LABEL, out, (gated, p["w_ssm_out"]), kind="linear", params=("w_ssm_out", "b_ssm_out"))
+        if state is not None:
+            state.conv, state.ssm, state.length = conv_state, last, state.length + u.shape[1]
+        return out
+
+    def backward(self, dy: Array, tape: Any) -> Array:
+        raise InputError(NO_BACKWARD)
+
+
+def mixer_class(cfg: BlockConfig) -> type:
+    """The block.mamba section's mixer: Mamba1Mixer or Mamba2Mixer."""
+    return Mamba1Mixer if isinstance(cfg.mamba, Mamba1) else Mamba2Mixer
+
+
+# Mamba-1's labels and symbolic shapes (d_in channels, R the Δ rank, N the state)
+IN1_LABEL, X_LABEL, DT_PROJ_LABEL, DT1_LABEL, GATE1_LABEL = (
+    "SSM in-projection (x | z)", "x-projection (δ | B | C)", "Δ's projection δ·W_dt + b_dt (rank R)",
+    "Δ = softplus(δ·W_dt + b_dt)", "y ⊙ silu(z)")
+SYMBOLIC1 = {"ssm_in": "(B, T, 2·d_in)", "ssm_conv": "(B, T, d_in)", "ssm_conv_act": "(B, T, d_in)",
+             "ssm_x": "(B, T, R + 2·N)", "ssm_bc_norm": "(B, T, R + 2·N)", "ssm_dt_proj": "(B, T, d_in)",
+             "ssm_dt": "(B, T, d_in)",
+             "ssm_scan": "(B, T, d_in)", "ssm_skip": "(B, T, d_in)", "ssm_gate": "(B, T, d_in)", "attn_out": "(B, T, d)"}
+
+
+def conv1_label(m: Any) -> str:
+    return f"causal conv over T of x (kernel {m.conv_kernel}, per channel)"
+
+
+def scan1_label(m: Any) -> str:
+    return f"selective scan: state (B, d_in={m.d_inner}, N={m.d_state}), constant in T"
+
+
+def bc_norm_label(m: Any) -> str:
+    return f"RMSNorm of δ, B, C ({'weightless' if m.bc_norm == 'weightless' else 'learned scales'})"
+
+
 # the trace's labels, shared with its analytic rows (blockcli.trace)
 IN_LABEL, DT_LABEL, SKIP_LABEL, OUT_LABEL = ("SSM in-projection (z | x B C | dt)", "Δ = softplus(dt + dt_bias)",
                                              "+ D·x", "SSM out-projection")
@@ -151,12 +268,13 @@ def norm_label(m: Any) -> str:
     return f"gated RMSNorm (y ⊙ silu(z), {m.n_groups} group{'s' if m.n_groups > 1 else ''})"
 
 
-NO_BACKWARD = ("gradients through a Mamba-2 (state-space) layer are not implemented: verify --grad, train and "
+NO_BACKWARD = ("gradients through a Mamba-1 or Mamba-2 (state-space) layer are not implemented: verify --grad, train and "
                "trace --backward refuse models with block.mamba layers")
 
 
 def state_bytes(cfg: BlockConfig, batch: int, itemsize: int) -> int:
-    """One Mamba-2 layer's decode state: the SSM state B·h·p·N and the conv's B·(K−1)·c, whatever T."""
+    """One Mamba layer's decode state: the SSM state B·d_in·N (Mamba-2's d_in = h·p) and the conv's B·(K−1)·c
+    (Mamba-1's c = d_in), whatever T."""
     m = cfg.mamba
     assert m is not None
-    return batch * (m.n_heads * m.head_dim * m.d_state + (m.conv_kernel - 1) * m.conv_dim) * itemsize
+    return batch * (m.d_inner * m.d_state + (m.conv_kernel - 1) * m.conv_dim) * itemsize

@@ -340,7 +340,7 @@ def why_not(mutant: Mutant, config: Config, layer: int | None, grad: bool) -> st
                     f"runs none of softmax attention's operations, which this bug changes")
         if block.mamba is not None or block.short_conv is not None or block.parts == "mlp":
             mixer = "its MLP alone (parts: mlp)" if block.parts == "mlp" else \
-                "a Mamba-2 mixer" if block.mamba is not None else "a short convolution"
+                f"a Mamba-{getattr(block.mamba, 'version', 2)} mixer" if block.mamba is not None else "a short convolution"
             return f"the checked layer has no attention: {mixer}"
     if mutant.expected and all(unmodelled(i, block) for i in mutant.expected):  # Gated DeltaNet, gated attention
         return f"the checks that see it ({', '.join(map(str, mutant.expected))}) do not apply to this layer: " + \

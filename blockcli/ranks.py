@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from blockcli.config import BlockConfig, Config, InputError
+from blockcli.config import BlockConfig, Config, InputError, Mamba1
 from blockcli.shapes import Shape, block_parameter_shapes, is_buffer, outer_shapes
 from blockcli.sizing import (Dims, StateBytes, activation_terms, head_terms, kv_cache_elements, nbytes,
                              recurrent_elements, states_per_device)
@@ -132,12 +132,16 @@ def check_layout(config: Config, layout: Layout, training: bool = True) -> list[
         raise InputError(f"--ep {ep}: {config.name} has no mixture of experts to split")
     for g in groups:
         b, where = g.block, ("layer " if len(g.layers) == 1 else "layers ") + _span(g.layers)
-        if b.n_heads % tp:
+        if isinstance(b.mamba, Mamba1):  # no attention heads: its channels are split (rank_block)
+            if b.mamba.d_inner % tp:
+                raise InputError(f"--tp {tp} does not divide the Mamba-1 mixer's mamba.d_inner = {b.mamba.d_inner} "
+                                 f"channels ({where})")
+        elif b.n_heads % tp:
             raise InputError(f"--tp {tp} does not divide the {b.n_heads} attention heads ({where})")
-        if b.mla is None and b.n_kv_heads % tp and tp % b.n_kv_heads:
+        elif b.mla is None and b.n_kv_heads % tp and tp % b.n_kv_heads:
             raise InputError(f"--tp {tp}: the {b.n_kv_heads} K/V heads ({where}) can neither be split evenly nor "
                              f"replicated (tp must divide them or be a multiple of them)")
-        widths = ([("block.d_ff", b.d_ff)] if b.moe is None else
+        widths = ([] if b.parts == "mixer" else [("block.d_ff", b.d_ff)] if b.moe is None else
                   [("moe.d_expert", b.moe.d_expert)] + ([("moe.d_shared", b.moe.d_shared)] if b.moe.d_shared else []))
         for name, width in widths:
             if width % tp:
@@ -156,8 +160,14 @@ def _span(layers: tuple[int, ...]) -> str:
 
 def rank_block(block: BlockConfig, tp: int) -> BlockConfig:
     """The block as one tensor-parallel rank holds it: h / tp heads, its K/V heads, d_ff / tp (each expert's
-    d_e / tp, the shared expert's d_s / tp); d, the norms and the router whole."""
-    moe = block.moe
+    d_e / tp, the shared expert's d_s / tp); d, the norms and the router whole. A Mamba-1 layer: d_in / tp of its
+    channels (in_proj and dt_proj by columns, x_proj and out_proj by rows, the conv, A_log and D by channel), Δ's
+    rank, the state width and the norms of δ, B, C whole; its attention fields are unused and left as they are."""
+    moe, mamba = block.moe, block.mamba
+    if isinstance(mamba, Mamba1):
+        return replace(block, mamba=replace(mamba, d_inner=mamba.d_inner // tp),
+                       d_ff=block.d_ff if block.parts == "mixer" else block.d_ff // tp,
+                       moe=replace(moe, d_expert=moe.d_expert // tp, d_shared=moe.d_shared // tp) if moe else None)
     return replace(block, n_heads=block.n_heads // tp, n_kv_heads=kv_heads_per_rank(block.n_kv_heads, tp),
                    head_dim=block.head_dim, d_ff=block.d_ff // tp,
                    moe=replace(moe, d_expert=moe.d_expert // tp, d_shared=moe.d_shared // tp) if moe else None)

@@ -182,6 +182,43 @@ def _mamba(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.n
                                        m.norm_eps) for j in range(0, d_in, size)])
         out[t] = normed @ p["w_ssm_out"] + p.get("b_ssm_out", 0.0)
     return out
+def _mamba1(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
+    """n (T, d) of one sequence → a Mamba-1 mixer's output (T, d), token by token and channel by channel: the conv
+    as a sum over the kernel's taps of the earlier x, then δ, B, C from the conv's output (RMS-normed with
+    bc_norm), Δ_c = softplus(δ·W_dt[:, c] + b_dt[c]), each state entry S[c, j] decayed by exp(Δ_c·A[c, j]) and added
+    Δ_c·x_c·B_j, read out by C, plus D_c·x_c; gated by silu(z), projected out."""
+    m = cfg.mamba
+    assert m is not None
+    T, d_in, R, N = n.shape[0], m.d_inner, m.dt_rank, m.d_state
+    xz = [n[t] @ p["w_ssm_in"] + p.get("b_ssm_in", 0.0) for t in range(T)]
+    state = np.zeros((d_in, N))
+    out = np.zeros((T, cfg.d_model))
+
+    def normed(v: np.ndarray, key: str) -> np.ndarray:
+        if m.bc_norm == "none":
+            return v
+        return _norm(v, p[key] if m.bc_norm == "learned" else np.ones(len(v)), None, "rmsnorm", m.bc_norm_eps)
+
+    for t in range(T):
+        conv = p.get("b_ssm_conv", np.zeros(d_in)).copy()
+        for k in range(m.conv_kernel):  # tap K−1 reads token t, tap K−1−j token t − j
+            if t - (m.conv_kernel - 1 - k) >= 0:
+                conv += p["ssm_conv"][:, k] * xz[t - (m.conv_kernel - 1 - k)][:d_in]
+        x = np.array([c * _sigmoid(c) for c in conv])
+        dbc = x @ p["w_ssm_x"]
+        dt, Bv, Cv = normed(dbc[:R], "ssm_dt_norm"), normed(dbc[R:R + N], "ssm_B_norm"), normed(dbc[R + N:], "ssm_C_norm")
+        y = np.zeros(d_in)
+        for c in range(d_in):
+            delta = _softplus(float(dt @ p["w_ssm_dt"][:, c] + p["b_ssm_dt"][c]))
+            for j in range(N):
+                a = -math.exp(float(p["ssm_A_log"][c, j]))
+                state[c, j] = math.exp(delta * a) * state[c, j] + delta * x[c] * Bv[j]
+            y[c] = sum(state[c, j] * Cv[j] for j in range(N)) + float(p["ssm_D"][c]) * x[c]
+        gated = np.array([v * u * _sigmoid(u) for v, u in zip(y, xz[t][d_in:])])
+        out[t] = gated @ p["w_ssm_out"] + p.get("b_ssm_out", 0.0)
+    return out
+
+
 def _index_choice(n: np.ndarray, latents: list[np.ndarray], p: Mapping[str, np.ndarray], cfg: BlockConfig
                   ) -> list[set[int]]:
     """DeepSeek Sparse Attention's lightning indexer on n (T, d), query by query: the keys u <= t each query t
@@ -232,7 +269,7 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
     if cfg.short_conv is not None:
         return _short_conv(n, p, cfg)
     if cfg.mamba is not None:
-        return _mamba(n, p, cfg)
+        return _mamba1(n, p, cfg) if getattr(cfg.mamba, "version", 2) == 1 else _mamba(n, p, cfg)
     if cfg.mla is not None:
         return _latent_attention(n, p, cfg)
     T = n.shape[0]

@@ -360,7 +360,8 @@ KV_LATENT_LABEL = "compressed latent, what MLA-aware inference engines store"
 KV_EXPANDED_LABEL = "expanded keys and values, as a plain K/V cache holds them"
 
 
-STATE_FORMULAS = {"Gated DeltaNet": "B·L_dn·(h_v·d_k·d_v + K·C)", "Mamba-2": "B·L_ssm·(h_s·p·N + K·(h_s·p + 2·g·N))",
+STATE_FORMULAS = {"Gated DeltaNet": "B·L_dn·(h_v·d_k·d_v + K·C)", "Mamba-1": "B·L_ssm·(d_in·N + K·d_in)",
+                  "Mamba-2": "B·L_ssm·(h_s·p·N + K·(h_s·p + 2·g·N))",
                   "short-conv": "B·L_conv·K·d", "Kimi Delta Attention": "B·L_kda·(h·d_k·d_v + K·C)"}
 
 
@@ -995,12 +996,17 @@ def _trace_rows(rows: Sequence[OpRow]) -> list[list[str]]:
 
 
 def trace_header(trace: Trace) -> str:
+    from blockcli.config import Mamba1
+
     b = trace.config.block
     what = "model" if trace.config.model else "block"
     how = ("real forward pass" if trace.mode == "executed"
            else "shapes only (analytic: nothing allocated)")
-    return (f"Trace of {trace.config.name} ({what}): {how}, B={trace.batch}, T={trace.seq_len}, {trace.dtype}, "
-            f"d={b.d_model}, h={b.n_heads}, h_kv={b.n_kv_heads}, d_h={b.head_dim}, d_ff={b.d_ff}, "
+    head = f"Trace of {trace.config.name} ({what}): {how}, B={trace.batch}, T={trace.seq_len}, {trace.dtype}, "
+    if all(isinstance(g.block.mamba, Mamba1) and g.block.parts == "mixer" for g in trace.config.layer_groups()):
+        m = b.mamba  # attention-free (Mamba, Falcon-Mamba): its heads and d_ff are placeholders, not shown
+        return head + f"d={b.d_model}, Mamba-1 d_in={m.d_inner}, N={m.d_state}, R={m.dt_rank}, attention-free"
+    return (head + f"d={b.d_model}, h={b.n_heads}, h_kv={b.n_kv_heads}, d_h={b.head_dim}, d_ff={b.d_ff}, "
             f"{trace.attention} attention")
 
 

@@ -204,7 +204,7 @@ def attention_maps(config: Config, weights: Path | None) -> tuple[list[Attention
         notes.append(f"no maps of {layer_list(tuple(i for g in recurrent for i in g.layers))}: {kinds} layers "
                      f"mix tokens through a recurrent state, with no attention weights")
     if any(g.block.mamba is not None or g.block.short_conv is not None or g.block.parts == "mlp" for g in groups):
-        notes.append("no maps of the layers without attention (Mamba-2 mixers, short convolutions, MLPs alone)")
+        notes.append("no maps of the layers without attention (Mamba-1 and Mamba-2 mixers, short convolutions, MLPs alone)")
     groups = [g for g in groups if g.block.linear_attention is None and g.block.mamba is None
               and g.block.short_conv is None and g.block.parts != "mlp"]
     shown = groups[:MAP_LAYERS]

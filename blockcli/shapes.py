@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from blockcli.activations import function_of
-from blockcli.config import BlockConfig, Config, projected_width
+from blockcli.config import BlockConfig, Config, Mamba1, projected_width
 
 Shape = tuple[int, ...]
 
@@ -111,6 +111,30 @@ def mamba_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     return shapes
 
 
+def mamba1_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    """A Mamba-1 mixer (config.Mamba1): in_proj (d, 2·d_in) giving x and z; the depthwise conv over x (d_in, K) and
+    its bias; x_proj (d_in, R + 2·N) giving δ, B, C (no bias); dt_proj (R, d_in) and its bias; A_log (d_in, N) and D
+    (d_in,); the learned norms' scales of δ (R,), B and C (N,) with bc_norm learned; out_proj (d_in, d); in_proj's and
+    out_proj's biases with mamba.proj_bias."""
+    m, d = cfg.mamba, cfg.d_model
+    assert isinstance(m, Mamba1)
+    d_in, R, N = m.d_inner, m.dt_rank, m.d_state
+    shapes: dict[str, Shape] = {"w_ssm_in": (d, 2 * d_in)}
+    if m.proj_bias:
+        shapes["b_ssm_in"] = (2 * d_in,)
+    shapes["ssm_conv"] = (d_in, m.conv_kernel)
+    if m.conv_bias:
+        shapes["b_ssm_conv"] = (d_in,)
+    shapes.update({"w_ssm_x": (d_in, R + 2 * N), "w_ssm_dt": (R, d_in), "b_ssm_dt": (d_in,),
+                   "ssm_A_log": (d_in, N), "ssm_D": (d_in,)})
+    if m.bc_norm == "learned":
+        shapes.update({"ssm_dt_norm": (R,), "ssm_B_norm": (N,), "ssm_C_norm": (N,)})
+    shapes["w_ssm_out"] = (d_in, d)
+    if m.proj_bias:
+        shapes["b_ssm_out"] = (d,)
+    return shapes
+
+
 def short_conv_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     """A gated short convolution (config.ShortConv): in_proj (d, 3·d) to B, C, x; the depthwise conv (d, K); out_proj
     (d, d); each with a bias with short_conv.bias."""
@@ -125,7 +149,7 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     if cfg.short_conv is not None:
         return short_conv_shapes(cfg)
     if cfg.mamba is not None:
-        return mamba_shapes(cfg)
+        return mamba1_shapes(cfg) if isinstance(cfg.mamba, Mamba1) else mamba_shapes(cfg)
     if cfg.mla is not None:
         return latent_attention_shapes(cfg)
     if cfg.linear_attention is not None:

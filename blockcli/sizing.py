@@ -31,8 +31,8 @@ from typing import Callable
 
 from blockcli import profiles
 from blockcli.activations import function_of
-from blockcli.config import (BlockConfig, Config, GatedDeltaNet, InputError, clipped, layer_list, projected_width,
-                             whole_number)
+from blockcli.config import (BlockConfig, Config, GatedDeltaNet, InputError, Mamba1, clipped, layer_list,
+                             projected_width, whole_number)
 from blockcli.shapes import block_parameter_shapes, is_buffer, outer_shapes
 
 DTYPE_BITS = {"float64": 64, "float32": 32, "bfloat16": 16, "float16": 16, "float8": 8, "int8": 8, "int4": 4}
@@ -116,7 +116,9 @@ class Dims:
     linear: GatedDeltaNet | None = None  # a Gated DeltaNet layer's mixer in place of attention (no K/V cache)
     gate: bool = False  # gated attention: an h·d_h-wide gate projection beside Q
     chunk: int = 0  # chunked attention C: a query sees only its own chunk's keys (0: off)
-    # a Mamba-2 mixer in place of attention (all 0 without): its heads h_s of width p, state N, groups g, kernel K
+    # a Mamba-2 mixer in place of attention (all 0 without): its heads h_s of width p, state N, groups g, kernel K.
+    # A Mamba-1 mixer is d_in channels of its own state each: h_s = d_in, p = 1, g = 0 (its conv runs over x alone),
+    # and R (> 0 only for Mamba-1) Δ's rank
     h_s: int = 0
     p: int = 0
     N: int = 0
@@ -127,23 +129,26 @@ class Dims:
     mlp: bool = True  # the layer has its MLP (block.parts both or mlp)
     d_index: int = 0  # DeepSeek Sparse Attention: the indexer's key width d_I, cached beside the latent (0: none)
     h_index: int = 0  # and its heads h_I
+    R: int = 0  # a Mamba-1 mixer's Δ rank (0: none)
 
     @classmethod
     def of(cls, config: Config) -> "Dims":
         b, m = config.block, config.model
         mla, ssm = b.mla, b.mamba
         latent = (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim, mla.v_head_dim) if mla else (0, 0, 0, 0)
-        mamba = (ssm.n_heads, ssm.head_dim, ssm.d_state, ssm.n_groups, ssm.conv_kernel) if ssm else (0,) * 5
+        mamba = ((ssm.d_inner, 1, ssm.d_state, 0, ssm.conv_kernel) if isinstance(ssm, Mamba1) else
+                 (ssm.n_heads, ssm.head_dim, ssm.d_state, ssm.n_groups, ssm.conv_kernel) if ssm else (0,) * 5)
         return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, mlp_width(b),
                    m.vocab_size if m else 0, b.gated, b.sliding_window, projected_width(m, b.d_model),
                    moe_active_weights(b), *latent, b.linear_attention, b.attention_gate, b.attention_chunk, *mamba,
                    b.short_conv.kernel if b.short_conv else 0, b.parts != "mlp", b.parts != "mixer",
                    d_index=mla.index_head_dim if mla and mla.own_indexer else 0,
-                   h_index=mla.index_heads if mla and mla.own_indexer else 0)
+                   h_index=mla.index_heads if mla and mla.own_indexer else 0,
+                   R=ssm.dt_rank if isinstance(ssm, Mamba1) else 0)
 
     @property
     def mamba(self) -> bool:
-        """A Mamba-2 layer: no keys or values, a state of fixed size."""
+        """A Mamba-1 or Mamba-2 layer: no keys or values, a state of fixed size."""
         return self.h_s > 0
 
     @property
@@ -154,7 +159,8 @@ class Dims:
     def ssm_state_elements(self) -> int:
         """A Mamba-2 layer's decode state per sequence, whatever T (0 for any other layer): the SSM state h_s·p·N
         and the conv's window over its h_s·p + 2·g·N channels, K inputs each as transformers' cache and mamba_ssm's
-        conv_state keep it (the conv reads K − 1 earlier ones)."""
+        conv_state keep it (the conv reads K − 1 earlier ones); a Mamba-1 layer's (p = 1, g = 0): d_in·N and the
+        window over its d_in channels."""
         if self.conv_K and self.mixer:  # a short conv's window over d channels, K inputs as transformers keeps it
             return self.L * self.conv_K * self.d
         if not (self.mamba and self.mixer):
@@ -219,6 +225,10 @@ def matmul_weights(dims: Dims) -> tuple[int, int]:
         return mlp, head
     if dims.conv_K:  # a short conv: in-projection to b, c, x, out-projection, the conv's K taps per channel
         return 4 * dims.d * dims.d + dims.conv_K * dims.d + mlp, head
+    if dims.mamba and dims.R:  # Mamba-1: in-projection to x, z; x-projection to δ, B, C; Δ's projection; out
+        d_in = dims.h_s
+        return (dims.d * 2 * d_in + d_in * (dims.R + 2 * dims.N) + dims.R * d_in + d_in * dims.d
+                + dims.K * d_in + mlp, head)
     if dims.mamba:  # in-projection to z, x, B, C, dt and out-projection; the conv's K taps per channel (depthwise)
         d_in, gN = dims.h_s * dims.p, dims.g * dims.N
         return dims.d * (2 * d_in + 2 * gN + dims.h_s) + d_in * dims.d + dims.K * (d_in + 2 * gN) + mlp, head
@@ -278,8 +288,8 @@ def forward_flops(dims: Dims, T: int, B: int) -> ForwardFlops:
 
 
 def ssm_scan_macs(dims: Dims) -> int:
-    """A Mamba-2 layer's scan per token: x_t ⊗ B_t added into the state and S_t·C_t read out, h_s·p·N
-    multiply-adds each (the same in a decode step: the state is constant in T). 0 for any other layer."""
+    """A Mamba layer's scan per token: x_t ⊗ B_t added into the state and S_t·C_t read out, h_s·p·N (Mamba-1's
+    d_in·N) multiply-adds each (the same in a decode step: the state is constant in T). 0 for any other layer."""
     return 2 * dims.h_s * dims.p * dims.N if dims.mamba and dims.mixer else 0
 
 
@@ -335,7 +345,8 @@ class Inference:
     # the fixed decode state of the Gated DeltaNet, Mamba-2 and short-conv layers for B sequences, at the run's dtype (the
     # recurrent state and the short conv's window): constant in T, beside kv_bytes; 0 without such layers
     state_bytes: int = 0
-    # whose state: "Gated DeltaNet", "Kimi Delta Attention", "Mamba-2", "short-conv" layers, joined by "and" ("" without)
+    # whose state: "Gated DeltaNet", "Kimi Delta Attention", "Mamba-1", "Mamba-2", "short-conv" layers, joined by
+    # "and" ("" without)
     state_of: str = ""
     indexed: bool = False  # DeepSeek Sparse Attention: the latent cache holds the indexer's keys (d_I) too
 
@@ -417,7 +428,8 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
     state_of = " and ".join(kind for kind, has in (
         ("Gated DeltaNet", any(d.linear is not None and not d.linear.per_channel for d in groups)),
         ("Kimi Delta Attention", any(d.linear is not None and d.linear.per_channel for d in groups)),
-        ("Mamba-2", any(d.mamba and d.mixer for d in groups)), ("short-conv", any(d.conv_K and d.mixer for d in groups)))
+        ("Mamba-1", any(d.mamba and d.mixer and d.R for d in groups)),
+        ("Mamba-2", any(d.mamba and d.mixer and not d.R for d in groups)), ("short-conv", any(d.conv_K and d.mixer for d in groups)))
         if has)
     # latent attention: the keys and values it would cache expanded (0 without latent attention)
     expanded = cache_bits(sum(kv_expanded_elements(dims) for dims in groups if dims.latent), kv_dtype)
@@ -444,7 +456,10 @@ def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
         attention = 2 * q + 2 * dims.h * dims.d_v + dims.r_q + dims.r_kv + dims.d_rope
     if dims.conv_K:  # the in-projection's b | c | x, b ⊙ x, the conv's output, c ⊙ it
         attention = 6 * dims.d
-    if dims.mamba:  # the in-projection's z | x B C | dt, the conv's output, y and its gated norm
+    if dims.mamba and dims.R:  # Mamba-1: the in-projection's x | z, the conv's output, δ | B | C, Δ, y, y ⊙ silu(z)
+        d_in = dims.h_s
+        attention = 2 * d_in + d_in + (dims.R + 2 * dims.N) + d_in + 2 * d_in
+    elif dims.mamba:  # the in-projection's z | x B C | dt, the conv's output, y and its gated norm
         d_in, gN = dims.h_s * dims.p, dims.g * dims.N
         attention = (2 * d_in + 2 * gN + dims.h_s) + (d_in + 2 * gN) + 2 * d_in
     widest = max(attention if dims.mixer else 0, (3 if dims.gated else 2) * dims.d_ff if dims.mlp else 0)
@@ -699,8 +714,8 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
     backward's); `model_type`: the family whose transformers modules those profiles follow."""
     profiles.check(attention, config, recompute)
     if any(dims.mamba or dims.conv_K for dims in Dims.per_group(config)):
-        raise InputError(f"{config.name}: the training step of Mamba-2 (state-space) layers and short convolutions "
-                         f"is not modelled: --train sizes attention layers' activations and backward only")
+        raise InputError(f"{config.name}: the training step of Mamba-1 and Mamba-2 (state-space) layers and short "
+                         f"convolutions is not modelled: --train sizes attention layers' activations and backward only")
     for option, value, allowed in (("--optimizer", optimizer, OPTIMIZERS), ("--precision", precision, PRECISIONS),
                                    ("--recompute", recompute, RECOMPUTE), ("--zero", zero, (0, 1, 2, 3))):
         if value not in allowed:

@@ -26,9 +26,10 @@ from blockcli.activations import MLP_KIND_FLOPS, function_of
 from blockcli.block import (DecoderBlock, Model, activated, mlp_stage, attention_tile, block_parameter_shapes, blocked_label, experts_label,
                             full_table, load_label, logits_label, mask_label, model_parameter_shapes, moe_sum_label,
                             qk_norm_label, query_scale_label, routing_label, scores_label, softmax_label)
-from blockcli.config import BlockConfig, Config, InputError, clipped, projected_width, whole_number
+from blockcli.config import BlockConfig, Config, InputError, Mamba1, clipped, projected_width, whole_number
 from blockcli.deltanet import SYMBOLIC_DELTANET, SYMBOLIC_KDA, state_bytes
 from blockcli.deltanet import analytic_rows as deltanet_analytic_rows
+from blockcli import mamba as M1
 from blockcli.mamba import DT_LABEL, IN_LABEL, OUT_LABEL, SKIP_LABEL, conv_label, norm_label, scan_label
 from blockcli.mamba import SYMBOLIC as MAMBA_SYMBOLIC
 from blockcli import short_conv as SC
@@ -259,7 +260,7 @@ def kv_cache_bytes(b: BlockConfig, layers: int, batch: int, seq_len: int, itemsi
         return 0
     if b.linear_attention is not None:  # Gated DeltaNet: S (B, h_v, d_k, d_v) and the window (B, K − 1, C)
         return layers * state_bytes(b, batch, itemsize)
-    if b.mamba is not None:  # Mamba-2: S (B, h, p, N) and the window (B, K − 1, d_in + 2·g·N)
+    if b.mamba is not None:  # Mamba-2: S (B, h, p, N) and the window (B, K − 1, d_in + 2·g·N); Mamba-1's (B, d_in, N), c = d_in
         m = b.mamba
         return layers * batch * (m.d_inner * m.d_state + (m.conv_kernel - 1) * m.conv_dim) * itemsize
     if b.short_conv is not None:  # the window (B, K − 1, d)
@@ -281,6 +282,8 @@ def symbolic_shapes(b: BlockConfig) -> dict[str, str]:
     """The symbolic shapes this block's tensors have where they differ from the defaults (`SYMBOLIC`)."""
     if b.linear_attention is not None:
         return dict(SYMBOLIC_KDA if b.linear_attention.per_channel else SYMBOLIC_DELTANET)
+    if isinstance(b.mamba, Mamba1):  # a Mamba-1 layer's: d_in channels, R Δ's rank, N the state
+        return dict(M1.SYMBOLIC1)
     if b.mla is not None and b.mla.index_heads:
         return {**SYMBOLIC_LATENT, **SYMBOLIC_INDEXER}
     return dict(SYMBOLIC_LATENT) if b.mla is not None else {}
@@ -577,6 +580,30 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         rec("q_cat", "queries: Q_nope | RoPE'd Q_rope", q_cat, (q, q_pe), kind="reshape")
         return scores_and_heads(q_cat, k, v, d_v)
 
+    def mamba1(inp: ShapeOnly) -> ShapeOnly:  # as Mamba1Mixer.__call__
+        m = b.mamba
+        d_in, R, N = m.d_inner, m.dt_rank, m.d_state
+        xz, conv, act, dbc = S(B, T, 2 * d_in), S(B, T, d_in), S(B, T, d_in), S(B, T, R + 2 * N)
+        rec("ssm_in", M1.IN1_LABEL, xz, (inp, S(d, 2 * d_in)), kind="linear", params=("w_ssm_in", "b_ssm_in"))
+        rec("ssm_conv", M1.conv1_label(m), conv, (xz, S(d_in, m.conv_kernel)), kind="conv",
+            params=("ssm_conv", "b_ssm_conv"))
+        rec("ssm_conv_act", "SiLU", act, (conv,), kind="silu")
+        rec("ssm_x", M1.X_LABEL, dbc, (act, S(d_in, R + 2 * N)), kind="linear", params=("w_ssm_x",))
+        dt = S(B, T, R)
+        if m.bc_norm != "none":
+            rec("ssm_bc_norm", M1.bc_norm_label(m), S(B, T, R + 2 * N), (dbc,), kind="rmsnorm",
+                params=("ssm_dt_norm", "ssm_B_norm", "ssm_C_norm") if m.bc_norm == "learned" else ())
+        dt_in, delta = S(B, T, d_in), S(B, T, d_in)
+        rec("ssm_dt_proj", M1.DT_PROJ_LABEL, dt_in, (dt, S(R, d_in)), kind="linear", params=("w_ssm_dt", "b_ssm_dt"))
+        rec("ssm_dt", M1.DT1_LABEL, delta, (dt_in,), kind="softplus")
+        scan, y, gated, out = S(B, T, d_in), S(B, T, d_in), S(B, T, d_in), S(B, T, d)
+        rec("ssm_scan", M1.scan1_label(m), scan, (act, delta, S(B, T, N), S(B, T, N)), kind="ssd",
+            params=("ssm_A_log",))
+        rec("ssm_skip", SKIP_LABEL, y, (scan, act), kind="skip", params=("ssm_D",))
+        rec("ssm_gate", M1.GATE1_LABEL, gated, (y, xz), kind="swiglu")
+        rec("attn_out", OUT_LABEL, out, (gated, S(d_in, d)), kind="linear", params=("w_ssm_out", "b_ssm_out"))
+        return out
+
     def mamba(inp: ShapeOnly) -> ShapeOnly:  # as Mamba2Mixer.__call__
         m = b.mamba
         d_in, c, h_s, N = m.d_inner, m.conv_dim, m.n_heads, m.d_state
@@ -608,7 +635,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         if b.short_conv is not None:
             return short_conv(inp)
         if b.mamba is not None:
-            return mamba(inp)
+            return mamba1(inp) if isinstance(b.mamba, Mamba1) else mamba(inp)
         if b.mla is not None:
             return latent_attention(inp)
         if b.linear_attention is not None:  # a Gated DeltaNet layer: its own rows (blockcli/deltanet.py)

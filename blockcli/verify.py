@@ -23,7 +23,7 @@ import numpy as np
 
 from blockcli.block import DecoderBlock, block_parameter_shapes, norm_scale, resolve_weights
 from blockcli.checkpoint import is_checkpoint_path
-from blockcli.config import BlockConfig, Config, InputError, clipped, open_regular
+from blockcli.config import BlockConfig, Config, InputError, Mamba1, clipped, open_regular
 from blockcli.count import Formula, block_formula, evaluate, symbol_values
 from blockcli.ops import STANDARD_OPS, Ops, apply_rope, rope_tables
 from blockcli.parallel import fit_blas_threads
@@ -239,7 +239,8 @@ class Context(Measuring):
         if missing and self.cfg.parts == "mlp":
             raise Skip("a layer of its MLP alone (parts: mlp): no attention heads, scores or weights")
         if missing and self.cfg.mamba is not None:
-            raise Skip("a Mamba-2 layer: no attention heads, scores or weights (its mixer is a state space)")
+            raise Skip(f"a Mamba-{getattr(self.cfg.mamba, 'version', 2)} layer: no attention heads, scores or weights "
+                       f"(its mixer is a state space)")
         if missing and self.cfg.short_conv is not None:
             raise Skip("a short-conv layer: no attention heads, scores or weights (its mixer is a convolution)")
         if missing:
@@ -325,6 +326,17 @@ def check_divisibility(c: Context) -> tuple[bool, str, str]:
     if b.short_conv is not None:  # its projections' and conv's widths
         widths = {"in-projection (b, c, x)": (p["w_conv_in"].shape[1], 3 * b.d_model),
                   "conv channels": (p["short_conv"].shape[0], b.d_model)}
+        for k, (got, want) in widths.items():
+            c.figure(f"{k} − expected", got - want, 0)
+        return (all(got == want for got, want in widths.values()),
+                "; ".join(f"{k} {got} (expected {want})" for k, (got, want) in widths.items()), "exact")
+    if isinstance(b.mamba, Mamba1):  # a Mamba-1 layer: its projections' widths
+        m = b.mamba
+        widths = {"in-projection (x, z)": (p["w_ssm_in"].shape[1], 2 * m.d_inner),
+                  "x-projection (δ, B, C)": (p["w_ssm_x"].shape[1], m.dt_rank + 2 * m.d_state),
+                  "Δ projection (R → d_in)": (p["w_ssm_dt"].shape[1], m.d_inner),
+                  "out-projection rows (d_in)": (p["w_ssm_out"].shape[0], m.d_inner),
+                  "conv channels (x)": (p["ssm_conv"].shape[0], m.d_inner)}
         for k, (got, want) in widths.items():
             c.figure(f"{k} − expected", got - want, 0)
         return (all(got == want for got, want in widths.values()),
@@ -1098,12 +1110,17 @@ def verification_config(config: Config) -> tuple[Config, list[str]]:
             n = b.linear_attention
             small = replace(small, linear_attention=replace(n, key_head_dim=max(1, n.key_head_dim // k),
                                                             value_head_dim=max(1, n.value_head_dim // k)))
+        if isinstance(b.mamba, Mamba1):  # Mamba-1: k times fewer channels and a k times lower Δ rank, the same state
+            m = b.mamba
+            small = replace(small, mamba=replace(m, d_inner=max(1, m.d_inner // k), dt_rank=max(1, m.dt_rank // k)))
         if b.moe is not None:  # as many experts, each k times narrower
             small = replace(small, moe=replace(b.moe, d_expert=max(1, b.moe.d_expert // k),
                                                d_shared=b.moe.d_shared and max(1, b.moe.d_shared // k)))
         notes.append(f"the block has {size:,} parameters: verified on a copy with the same structure scaled down "
                      f"{k}× (d_model {small.d_model}, head_dim {head_dim}, d_ff {small.d_ff}, heads {b.n_heads}/{b.n_kv_heads})"
-                     + (f", {b.moe.n_experts} experts of width {small.moe.d_expert}" if small.moe else ""))
+                     + (f", {b.moe.n_experts} experts of width {small.moe.d_expert}" if small.moe else "")
+                     + (f", Mamba-1 d_inner {small.mamba.d_inner}, dt_rank {small.mamba.dt_rank}"
+                        if isinstance(small.mamba, Mamba1) else ""))
         cfg = replace(cfg, block=small)
     return cfg, notes
 

@@ -1220,6 +1220,57 @@ def mamba2_mixer(m, weights, u):
     return out
 
 
+# ----------------------------------------------------------------------------- Mamba-1 (S6), a loop over time
+
+
+def mamba1_mixer(m, weights, u):
+    """The Mamba-1 mixer (Gu & Dao 2023, Algorithm 2, the selective scan), as a plain recurrence over time, one
+    token, one channel, one state entry at a time. `m`: d_inner, d_state, dt_rank, conv_kernel, bc_norm (none |
+    weightless | learned), eps; `weights`: w_ssm_in (d, 2·d_in), b_ssm_in or None, ssm_conv (d_in, K), b_ssm_conv or
+    None, w_ssm_x (d_in, R + 2·N), w_ssm_dt (R, d_in), b_ssm_dt (d_in,), ssm_A_log (d_in, N), ssm_D (d_in,),
+    ssm_dt_norm (R,) / ssm_B_norm / ssm_C_norm (N,) when learned, w_ssm_out (d_in, d), b_ssm_out or None; u (B, T, d).
+    Per token: [x | z] = u·W_in; x through the causal depthwise conv (tap K−1 the current token) and SiLU;
+    [δ | B | C] = x·W_x, each RMS-normalised (times its scale when learned) unless bc_norm is none; per channel c:
+    Δ = softplus(δ·W_dt[:, c] + b_dt[c]); S[c, n] ← exp(−Δ·exp(A_log[c, n]))·S[c, n] + Δ·x_c·B_n; y_c = Σ_n S[c, n]·C_n
+    + D_c·x_c; then y ⊙ silu(z) out-projected. Returns (B, T, d)."""
+    d_in, N, R, K = m["d_inner"], m["d_state"], m["dt_rank"], m["conv_kernel"]
+    Bsz, T, d = u.shape
+    out = np.zeros((Bsz, T, d), dtype=np.float64)
+
+    def norm(vec, key):
+        if m["bc_norm"] == "none":
+            return [float(v) for v in vec]
+        gamma = weights[key] if m["bc_norm"] == "learned" else None
+        scale = 1.0 / math.sqrt(math.fsum(float(v) ** 2 for v in vec) / len(vec) + m["eps"])
+        return [float(v) * scale * (float(gamma[i]) if gamma is not None else 1.0) for i, v in enumerate(vec)]
+
+    for b in range(Bsz):
+        projected = [linear_vec(u[b, t], weights["w_ssm_in"], weights.get("b_ssm_in")) for t in range(T)]
+        state = [[0.0] * N for _ in range(d_in)]
+        for t in range(T):
+            x = [0.0] * d_in
+            for ch in range(d_in):
+                total = float(weights["b_ssm_conv"][ch]) if weights.get("b_ssm_conv") is not None else 0.0
+                for k in range(K):
+                    s = t - (K - 1) + k  # the token tap k reads
+                    if s >= 0:
+                        total += float(weights["ssm_conv"][ch, k]) * float(projected[s][ch])
+                x[ch] = silu(total)
+            dbc = linear_vec(np.array(x), weights["w_ssm_x"], None)
+            dt, Bv, Cv = norm(dbc[:R], "ssm_dt_norm"), norm(dbc[R:R + N], "ssm_B_norm"), norm(dbc[R + N:], "ssm_C_norm")
+            gated = [0.0] * d_in
+            for ch in range(d_in):
+                delta = softplus(math.fsum(dt[r] * float(weights["w_ssm_dt"][r, ch]) for r in range(R))
+                                 + float(weights["b_ssm_dt"][ch]))
+                for n in range(N):
+                    decay = math.exp(-delta * math.exp(float(weights["ssm_A_log"][ch, n])))
+                    state[ch][n] = decay * state[ch][n] + delta * x[ch] * Bv[n]
+                y = math.fsum(state[ch][n] * Cv[n] for n in range(N)) + float(weights["ssm_D"][ch]) * x[ch]
+                gated[ch] = y * silu(float(projected[t][d_in + ch]))
+            out[b, t] = linear_vec(np.array(gated), weights["w_ssm_out"], weights.get("b_ssm_out"))
+    return out
+
+
 def short_conv_mixer(kernel, weights, u):
     """LFM2's gated short convolution, token by token: [b | c | x] = u·W_in (+ b_conv_in); s_t = Σ_k w[:, k]·(b ⊙ x)
     of token t − (K−1) + k (zeros before the first) + bias; y_t = c_t ⊙ s_t; out = y·W_out (+ bias). u (B, T, d)."""

@@ -12,6 +12,7 @@ import copy
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,10 +20,10 @@ import pytest
 import reference as ref
 from test_checkpoint import cli, one_error_line, relative
 from blockcli import DecoderBlock, Model, load_config
-from blockcli.config import BlockConfig, ConfigError, Mamba2, parse_config
+from blockcli.config import BlockConfig, ConfigError, InputError, Mamba1, Mamba2, parse_config
 from blockcli.count import count_parameters
 from blockcli.hf import hf_to_mapping
-from blockcli.mamba import ssd_scan
+from blockcli.mamba import selective_scan, ssd_scan
 from blockcli.ops import causal_conv1d
 from blockcli.sizing import Dims, inference, model_decode_flops, model_forward_flops
 from blockcli.trace import analytic_trace, run_trace
@@ -487,6 +488,195 @@ def test_lfm2_layers_and_the_mlp_width() -> None:
     assert legacy.block.d_ff == 512 and not legacy.model.tie_embeddings  # ⌊2·600/3⌋ = 400, up to 512; untied
 
 
+# ----------------------------------------------------------------------------- Mamba-1: the selective scan
+
+
+def _mamba1_by_hand(d: int, d_in: int, N: int, R: int, K: int, conv_bias: bool, proj_bias: bool,
+                    learned_norms: bool) -> int:
+    """A Mamba-1 mixer: in (x, z), conv over x, x-projection to δ, B, C, Δ's projection and bias, A_log and D, the
+    norms' scales (Jamba), out."""
+    return ((d + proj_bias) * 2 * d_in + d_in * (K + conv_bias) + d_in * (R + 2 * N) + (R + 1) * d_in
+            + d_in * N + d_in + learned_norms * (R + 2 * N) + (d_in + proj_bias) * d)
+
+
+# transformers 5.24's MambaForCausalLM / FalconMambaForCausalLM / JambaForCausalLM on the meta device (recomputed by
+# the torch-marked test)
+# published config.json files, transcribed (the keys that size the model, and those that test blockcli's reading)
+MAMBA_2P8B = dict(hidden_size=2560, num_hidden_layers=64, n_layer=64, intermediate_size=5120, expand=2, state_size=16,
+                  conv_kernel=4, time_step_rank=160, use_bias=False, use_conv_bias=True, vocab_size=50280,
+                  layer_norm_epsilon=1e-5, rms_norm=True, fused_add_norm=True, pad_vocab_size_multiple=8,
+                  residual_in_fp32=True)  # state-spaces/mamba-2.8b-hf, with mamba_ssm's keys
+FALCON_MAMBA_7B = dict(hidden_size=4096, num_hidden_layers=64, intermediate_size=8192, expand=16, state_size=16,
+                       conv_kernel=4, time_step_rank=256, use_bias=False, use_conv_bias=True, vocab_size=65024,
+                       layer_norm_epsilon=1e-5, tie_word_embeddings=False)  # tiiuae/falcon-mamba-7b: expand 16 unread
+JAMBA_1P5_MINI = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                      num_key_value_heads=8, num_experts=16, num_experts_per_tok=2, expert_layer_period=2,
+                      expert_layer_offset=1, attn_layer_period=8, attn_layer_offset=4, mamba_d_state=16,
+                      mamba_d_conv=4, mamba_expand=2, mamba_dt_rank=256, mamba_conv_bias=True, mamba_proj_bias=False,
+                      vocab_size=65536, rms_norm_eps=1e-6, sliding_window=None, num_logits_to_keep=1,
+                      use_mamba_kernels=False, tie_word_embeddings=False)  # ai21labs/AI21-Jamba-1.5-Mini
+MAMBA_CASES = {
+    "defaults": ({}, 159_308_544),
+    "mamba-2.8b-hf": (MAMBA_2P8B, 2_768_345_600),
+    "random": (dict(hidden_size=96, state_size=7, num_hidden_layers=5, expand=3, conv_kernel=2, time_step_rank=5,
+                    use_bias=True, use_conv_bias=False, vocab_size=300, tie_word_embeddings=False), 526_656),
+}
+MAMBA_DEFAULTS = dict(hidden_size=768, state_size=16, num_hidden_layers=32, expand=2, conv_kernel=4, vocab_size=50280,
+                      layer_norm_epsilon=1e-5, use_bias=False, use_conv_bias=True)
+FALCON_MAMBA_CASES = {
+    "falcon-mamba-7b": (FALCON_MAMBA_7B, 7_272_665_088),
+    "defaults": ({}, 159_308_544),  # MambaConfig's sizes: the norms of δ, B and C have no weights
+    "random": (dict(hidden_size=80, state_size=9, num_hidden_layers=3, expand=2, conv_kernel=3, use_bias=True,
+                    vocab_size=260, mixer_rms_eps=1e-4, tie_word_embeddings=False), 178_960),
+    # a stored width over expand (Falcon-Mamba-7B's config.json: expand 16 beside intermediate_size 8192 = 2·4096):
+    # transformers builds the stored width, so this is the random case's total again
+    "stored width": (dict(hidden_size=80, state_size=9, num_hidden_layers=3, expand=16, intermediate_size=160,
+                          conv_kernel=3, use_bias=True, vocab_size=260, mixer_rms_eps=1e-4, tie_word_embeddings=False),
+                     178_960),
+}
+FALCON_MAMBA_DEFAULTS = {**MAMBA_DEFAULTS, "mixer_rms_eps": 1e-6}
+JAMBA_CASES = {
+    "defaults": ({}, 51_570_323_328),
+    "jamba-1.5-mini": (JAMBA_1P5_MINI, 51_570_323_328),
+    "random": (dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=2, num_hidden_layers=7,
+                    intermediate_size=50, num_experts=5, num_experts_per_tok=3, expert_layer_period=3,
+                    expert_layer_offset=2, attn_layer_period=4, attn_layer_offset=1, mamba_d_state=7, mamba_d_conv=3,
+                    mamba_expand=3, mamba_dt_rank=11, mamba_conv_bias=False, mamba_proj_bias=True, vocab_size=300,
+                    tie_word_embeddings=True), 783_677),
+    "dense": (dict(num_experts=1, num_hidden_layers=4, attn_layer_period=2, attn_layer_offset=0), 1_536_053_824),
+    # every layer attention: no Mamba-1 conv runs hidden_act, so a GeGLU MLP is fine
+    "attention only": (dict(num_hidden_layers=2, attn_layer_period=1, attn_layer_offset=0, hidden_act="gelu",
+                            hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=2,
+                            num_experts=2, vocab_size=100), 93_120),
+}
+JAMBA_DEFAULTS = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                      num_key_value_heads=8, vocab_size=65536, num_experts=16, num_experts_per_tok=2,
+                      expert_layer_period=2, expert_layer_offset=1, attn_layer_period=8, attn_layer_offset=4,
+                      mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, rms_norm_eps=1e-6)
+
+
+MAMBA1_CASES = {"mamba": (MAMBA_CASES, MAMBA_DEFAULTS), "falcon_mamba": (FALCON_MAMBA_CASES, FALCON_MAMBA_DEFAULTS),
+                "jamba": (JAMBA_CASES, JAMBA_DEFAULTS)}
+
+
+def test_mamba_totals_by_hand() -> None:
+    """Every layer a norm d and the mixer; the embedding V·d (and the head, untied), the final norm d."""
+    mixer = _mamba1_by_hand(768, 1536, 16, 48, 4, True, False, False)  # Δ's rank ⌈768/16⌉ = 48
+    assert 32 * (768 + mixer) + 50280 * 768 + 768 == 159_308_544
+    mixer = _mamba1_by_hand(96, 288, 7, 5, 2, False, True, False)
+    assert 5 * (96 + mixer) + 2 * 300 * 96 + 96 == 526_656
+    mixer = _mamba1_by_hand(80, 160, 9, 5, 3, True, True, False)  # Falcon-Mamba: Δ's rank ⌈80/16⌉ = 5
+    assert 3 * (80 + mixer) + 2 * 260 * 80 + 80 == 178_960
+
+
+def test_jamba_totals_by_hand() -> None:
+    """Two norms a layer; Mamba-1 (with its norms' scales) or attention (no biases); a SwiGLU of 3·d·f or the router
+    d·E and E of them; untied by default."""
+    d, f, V = 4096, 14336, 65536
+    mixer = _mamba1_by_hand(d, 8192, 16, 256, 4, True, False, True)
+    attention = 2 * d * 4096 + 2 * d * 1024
+    dense, moe = 3 * d * f, d * 16 + 16 * 3 * d * f
+    # 32 layers: attention on 4, 12, 20, 28 (i % 8 == 4), experts on the odd ones
+    assert 28 * mixer + 4 * attention + 16 * dense + 16 * moe + 64 * d + 2 * V * d + d == 51_570_323_328
+    d, f = 96, 50  # random: attention on 1 and 5 (i % 4 == 1), experts on 2 and 5 (i % 3 == 2), tied
+    mixer = _mamba1_by_hand(d, 288, 7, 11, 3, False, True, True)
+    attention = 2 * d * 96 + 2 * d * 32
+    dense, moe = 3 * d * f, d * 5 + 5 * 3 * d * f
+    assert 5 * mixer + 2 * attention + 5 * dense + 2 * moe + 14 * d + 300 * d + d == 783_677
+
+
+@pytest.mark.parametrize("model_type, case", [(t, c) for t in ("mamba", "falcon_mamba", "jamba")
+                                              for c in sorted(MAMBA1_CASES[t][0])])
+def test_mamba1_families_count_as_transformers(model_type: str, case: str) -> None:
+    cases, defaults = MAMBA1_CASES[model_type]
+    fields, want = cases[case]
+    config = parse_config(hf_to_mapping({"model_type": model_type, **defaults, **fields}, "x.json"))
+    assert count_parameters(config).total == want
+
+
+def test_the_mamba1_families_layers() -> None:
+    """Mamba: the mixer alone on every layer; Jamba: attention where i % period == offset, experts likewise."""
+    mamba = parse_config(hf_to_mapping({"model_type": "mamba", "num_hidden_layers": 2}, "x.json"))
+    assert mamba.block.parts == "mixer" and mamba.block.mamba == Mamba1(d_inner=1536, d_state=16, dt_rank=48)
+    assert not mamba.layers_differ and mamba.model.tie_embeddings and mamba.model.positions == "none"
+    falcon = parse_config(hf_to_mapping({"model_type": "falcon_mamba", "mixer_rms_eps": 1e-3}, "x.json"))
+    assert (falcon.block.mamba.bc_norm, falcon.block.mamba.bc_norm_eps) == ("weightless", 1e-3)
+    jamba = parse_config(hf_to_mapping({"model_type": "jamba", **JAMBA_DEFAULTS}, "x.json"))
+    kinds = [(jamba.layer_block(i).mamba is not None, jamba.layer_block(i).moe is not None) for i in range(32)]
+    assert kinds[:8] == [(True, False), (True, True), (True, False), (True, True), (False, False), (True, True),
+                         (True, False), (True, True)] and kinds[8:16] == kinds[:8]
+    assert jamba.layer_block(1).moe.renormalize is False and not jamba.block.rope
+    assert jamba.block.mamba.bc_norm == "learned" and jamba.block.mamba.dt_rank == 256
+
+
+def _mamba1_config(**mamba: Any) -> Any:
+    m = {"version": 1, "d_inner": 10, "d_state": 4, "dt_rank": 3, "conv_kernel": 3, "proj_bias": True, **mamba}
+    return parse_config({"block": {"d_model": 8, "n_heads": 2, "d_ff": 16, "norm": "rmsnorm", "activation": "swiglu",
+                                   "bias": False, "mamba": m, "parts": "mixer"},
+                         "model": {"n_layers": 2, "vocab_size": 30, "positions": "none"},
+                         "run": {"batch": 2, "seq_len": 6}})
+
+
+@pytest.mark.parametrize("mamba", [{}, {"bc_norm": "weightless", "bc_norm_eps": 1e-3, "conv_bias": False},
+                                   {"bc_norm": "learned", "proj_bias": False, "conv_kernel": 1},
+                                   {"dt_rank": 1, "d_state": 1, "conv_kernel": 4, "bc_norm": "learned"}])
+def test_the_mamba1_mixer_equals_the_plain_recurrence_and_decodes_through_its_state(mamba: dict) -> None:
+    """Random weights (A_log and the norms' scales away from their initial values) through the block's mixer and
+    tests/reference.py's loop over time, channel by channel; one token at a time through the cache equals the
+    full pass; the trace's rows from shapes alone equal the executed ones."""
+    config = _mamba1_config(**mamba)
+    block = DecoderBlock.from_config(config.block, seed=3, dtype="float64")
+    p = block.params
+    rng = np.random.default_rng(7)
+    for key in ("b_ssm_dt", "ssm_A_log", "ssm_D"):
+        p[key][...] = 0.3 * rng.standard_normal(p[key].shape)
+    for key in ("ssm_dt_norm", "ssm_B_norm", "ssm_C_norm"):
+        if key in p:
+            p[key][...] = 1.0 + 0.3 * rng.standard_normal(p[key].shape)
+    u = rng.standard_normal((2, 9, 8))
+    m = config.block.mamba
+    want = ref.mamba1_mixer({"d_inner": m.d_inner, "d_state": m.d_state, "dt_rank": m.dt_rank,
+                             "conv_kernel": m.conv_kernel, "bc_norm": m.bc_norm, "eps": m.bc_norm_eps},
+                            {k: v for k, v in p.items() if "ssm" in k}, u)
+    assert relative(block.attn(u, lambda *a, **k: None), want) <= 1e-12
+    model = Model.from_config(config, dtype="float64", seed=4)
+    ids = np.random.default_rng(1).integers(0, 30, (2, 7))
+    caches = model.new_cache()
+    steps = [model.step(ids[:, t:t + 1], caches) for t in range(7)]
+    assert relative(np.concatenate(steps, axis=1), model(ids)) <= 1e-12
+    assert caches[0].ssm.shape == (2, 10, m.d_state) and caches[0].conv.shape == (2, m.conv_kernel - 1, 10)
+    assert run_trace(config).rows == analytic_trace(config).rows
+
+
+def test_the_selective_scan_is_the_recurrence_from_a_given_state() -> None:
+    rng = np.random.default_rng(4)
+    B, T, C, N = 2, 6, 3, 4
+    x, Bm, Cm = rng.standard_normal((B, T, C)), rng.standard_normal((B, T, N)), rng.standard_normal((B, T, N))
+    dt, A, S0 = rng.uniform(0.1, 1.5, (B, T, C)), -rng.uniform(0.2, 2.0, (C, N)), rng.standard_normal((B, C, N))
+    y, last = selective_scan(x, dt, A, Bm, Cm, S0)
+    for b in range(B):
+        S = S0[b].copy()
+        for t in range(T):
+            for c in range(C):
+                for n in range(N):
+                    S[c, n] = np.exp(dt[b, t, c] * A[c, n]) * S[c, n] + dt[b, t, c] * x[b, t, c] * Bm[b, t, n]
+                assert abs(y[b, t, c] - sum(S[c, n] * Cm[b, t, n] for n in range(N))) <= 1e-12
+        assert np.allclose(last[b], S, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"model_type": "mamba", "hidden_act": "gelu"}, "'hidden_act'"),
+    ({"model_type": "falcon_mamba", "time_step_rank": "big"}, "'time_step_rank'"),
+    ({"model_type": "jamba", "attn_layer_offset": 8}, "'attn_layer_offset': expected an integer below"),
+    ({"model_type": "jamba", "sliding_window": 4096}, "'sliding_window'"),
+    ({"model_type": "jamba", "num_experts_per_tok": 20}, "'num_experts_per_tok'"),
+])
+def test_mamba1_fields_blockcli_cannot_run_are_named(tmp_path: Path, fields: dict, message: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(fields))
+    assert message in one_error_line(cli("count", path))
+
+
 # ----------------------------------------------------------------------------- the schema
 
 
@@ -495,6 +685,10 @@ def test_lfm2_layers_and_the_mlp_width() -> None:
     ({"n_heads": 4, "head_dim": 2, "d_state": 2, "n_groups": 3}, "block.mamba.n_groups"),
     ({"n_heads": 4, "head_dim": 2, "d_state": 2, "expand": 2}, "block.mamba.expand"),
     ("yes", "block.mamba: expected a mapping"),
+    ({"version": 3, "d_inner": 4}, "block.mamba.version: expected 1"),
+    ({"version": 1, "d_inner": 4, "d_state": 2}, "block.mamba.dt_rank: required"),
+    ({"version": 1, "d_inner": 4, "d_state": 2, "dt_rank": 1, "bc_norm": "layer"}, "block.mamba.bc_norm"),
+    ({"version": 1, "d_inner": 4, "d_state": 2, "dt_rank": 1, "n_heads": 2}, "block.mamba.n_heads"),
 ])
 def test_bad_mamba_sections_are_named(mamba: object, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
@@ -504,7 +698,7 @@ def test_bad_mamba_sections_are_named(mamba: object, message: str) -> None:
 @pytest.mark.parametrize("name", FOLDERS)
 def test_backward_through_a_mamba_or_conv_layer_is_refused_in_one_line(name: str) -> None:
     folder = FIXTURES / name
-    mixer = "short-convolution" if load_config(folder).layer_block(0).short_conv is not None else "Mamba-2"
+    mixer = "short-convolution" if load_config(folder).layer_block(0).short_conv is not None else "Mamba-1 or Mamba-2"
     for args in (("train", folder), ("trace", folder, "--backward"), ("verify", folder, "--grad"),
                  ("verify", folder, "--only", "20"), ("count", folder, "--train")):
         line = one_error_line(cli(*args))
@@ -515,7 +709,8 @@ def test_backward_through_a_mamba_or_conv_layer_is_refused_in_one_line(name: str
 
 
 TORCH_CASES = {"granitemoehybrid": (GRANITE_CASES, GRANITE_DEFAULTS), "bamba": (BAMBA_CASES, BAMBA_DEFAULTS),
-               "nemotron_h": (NEMOTRON_CASES, NEMOTRON_DEFAULTS), "lfm2": (LFM2_CASES, LFM2_DEFAULTS)}
+               "nemotron_h": (NEMOTRON_CASES, NEMOTRON_DEFAULTS), "lfm2": (LFM2_CASES, LFM2_DEFAULTS),
+               **MAMBA1_CASES}
 
 
 @pytest.mark.torch
@@ -542,7 +737,8 @@ def test_verify_passes_one_layer_of_each_kind(name: str) -> None:
     attention layer and a layer of its MLP alone; the checks that need attention weights skip saying why."""
     proc = cli("verify", FIXTURES / name)
     assert proc.returncode == 0, proc.stdout[-2000:]
-    assert "one layer of each of its" in proc.stdout
+    if load_config(FIXTURES / name).layers_differ:  # an attention-free Mamba's layers are all one kind
+        assert "one layer of each of its" in proc.stdout
 
 
 @pytest.mark.parametrize("name", FOLDERS)
@@ -555,7 +751,8 @@ def test_report_and_seeded_bugs_on_the_hybrids(tmp_path: Path, name: str) -> Non
     proc = cli("verify", FIXTURES / name, "--mutants", "--layer", "0")
     assert proc.returncode == 0, proc.stdout[-2000:]
     if load_config(FIXTURES / name).layer_block(0).mamba is not None:
-        assert "no-mask (the checked layer has no attention: a Mamba-2 mixer)" in proc.stdout
+        version = 1 if isinstance(load_config(FIXTURES / name).layer_block(0).mamba, Mamba1) else 2
+        assert f"no-mask (the checked layer has no attention: a Mamba-{version} mixer)" in proc.stdout
     if load_config(FIXTURES / name).layer_block(0).short_conv is not None:
         assert "no-mask (the checked layer has no attention: a short convolution)" in proc.stdout
 
@@ -583,3 +780,58 @@ def test_tensor_parallelism_splits_the_kv_heads_and_the_mamba_state() -> None:
     window of K = 4 inputs over 32 + 2·2·8 channels."""
     data = json.loads(cli("count", FIXTURES / "granitemoehybrid", "--tp", 2, "--batch", 1, "--seq", 8, "--json").stdout)
     assert data["parallel"]["stages"][0]["kv_cache_bytes"] == 8 * 2 * 4 * 4 + 2 * (4 * 8 * 8 + 4 * 64) // 2 * 4
+
+
+@pytest.mark.parametrize("preset, scaled", [("falcon-mamba-7b", "Mamba-1 d_inner 512, dt_rank 16"),
+                                            ("mamba-2.8b", "Mamba-1 d_inner 512, dt_rank 16")])
+def test_verify_runs_a_large_mamba1_preset_on_a_scaled_copy(preset: str, scaled: str) -> None:
+    """A 7B Mamba-1 layer is checked on a copy k times narrower (d_in / k channels, Δ's rank / k, the same state):
+    the slow reference loop runs channel by channel."""
+    proc = cli("verify", preset)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert scaled in proc.stdout
+
+
+def test_tensor_parallelism_splits_a_mamba1_layers_channels() -> None:
+    """--tp 2 on Mamba-2.8B: each rank d_in / 2 = 2,560 of the 5,120 channels (in_proj and dt_proj by columns, x_proj
+    and out_proj by rows, the conv, A_log and D by channel), Δ's rank and the state whole, the norm whole; the
+    vocabulary-parallel table's rows of the padded vocabulary; the state halved. By hand from MambaMixer's shapes."""
+    from blockcli.ranks import Layout, plan
+
+    config = load_config("mamba-2.8b")
+    d, c, R, N, K = 2560, 2560, 160, 16, 4  # c: one rank's channels
+    layer = d + d * 2 * c + c * K + c + c * (R + 2 * N) + R * c + c + c * N + c + c * d
+    table = 50432 // 2 * d  # 50,280 padded to a multiple of 128·2
+    stage = plan(config, Layout(tp=2), 8, 1, training=False, kv_bits=32).stages[0]
+    assert stage.parameters == 64 * layer + table + d == 1_384_450_560
+    assert stage.kv_cache == 64 * (5120 * N + K * 5120) * 4 // 2  # the state and the conv's window, halved
+    with pytest.raises(InputError, match="mamba.d_inner = 5120"):
+        plan(config, Layout(tp=3), 8, 1, training=False)
+
+
+def test_an_attention_free_models_trace_names_its_mixer_not_placeholder_heads() -> None:
+    """Mamba's block carries placeholder attention fields (one head, d_ff = d) that no layer uses: the trace's header
+    names the Mamba-1 widths instead; the rows name the scan's state."""
+    proc = cli("trace", FIXTURES / "mamba", "--format", "markdown")
+    assert proc.returncode == 0, proc.stderr
+    assert "d=16, Mamba-1 d_in=32, N=6, R=3, attention-free" in proc.stdout.splitlines()[0]
+    assert "selective scan: state (B, d_in=32, N=6), constant in T" in proc.stdout
+
+
+def test_a_mamba1_layers_flops_by_hand_and_constant_in_the_context() -> None:
+    """Per token, by hand: in (d → 2·d_in), x (d_in → R + 2·N), Δ (R → d_in), out (d_in → d), the conv's K taps per
+    channel and the scan's two d_in·N products, times 2; a decode step the same at any context. The trace's matmul
+    FLOPs of a pass are the same sums."""
+    config = _mamba1_config(bc_norm="learned")
+    d, d_in, N, R, K, V, L = 8, 10, 4, 3, 3, 30, 2
+    per_token = 2 * L * (d * 2 * d_in + d_in * (R + 2 * N) + R * d_in + d_in * d + K * d_in + 2 * d_in * N)
+    head = 2 * d * V
+    groups = Dims.per_group(config)
+    assert model_forward_flops(groups, 10, 2).total() == 2 * 10 * (per_token + head)
+    assert model_decode_flops(groups, 10, 1) == model_decode_flops(groups, 1000, 1) == per_token + head
+    trace = run_trace(config)  # B = 2, T = 6: the products, and 4·N per output of the scan, 2·K of the conv
+    assert sum(r.matmul_flops for r in trace.rows) == 2 * 6 * (per_token + head)
+    ops = {r.key.split(".", 2)[-1]: r for r in trace.rows if r.key.startswith("blocks.0.")}
+    assert list(ops) == ["ln1_out", "ssm_in", "ssm_conv", "ssm_conv_act", "ssm_x", "ssm_bc_norm", "ssm_dt_proj",
+                         "ssm_dt", "ssm_scan", "ssm_skip", "ssm_gate", "attn_out", "y"]
+    assert ops["ssm_scan"].flops == 2 * 6 * d_in * (4 * N + N)  # x ⊗ B in, S·C out, the decay

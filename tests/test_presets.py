@@ -755,6 +755,36 @@ CASES.append(pytest.param(
      "vocab_size": 151936},
     id="qwen3-32b[transformers Qwen3ForCausalLM on meta=32762123264]"))
 
+
+
+def mamba1_layer(d, d_in, N, R, K, learned_norms=False):
+    """A Mamba-1 mixer from MambaMixer's modules: in_proj (d → 2·d_in), conv1d (d_in taps of K and a bias),
+    x_proj (d_in → R + 2·N, no bias), dt_proj (R → d_in and its bias), A_log (d_in, N), D (d_in); Jamba's RMSNorm
+    weights of δ (R), B and C (N each)."""
+    return 2 * d * d_in + d_in * (K + 1) + d_in * (R + 2 * N) + R * d_in + d_in + d_in * N + d_in + d_in * d + (
+        R + 2 * N if learned_norms else 0)
+
+
+# state-spaces/mamba-2.8b-hf and tiiuae/falcon-mamba-7b: every layer one RMSNorm and the mixer, the final norm_f;
+# transformers 5.24 MambaForCausalLM / FalconMambaForCausalLM on the meta device from their config.json
+CASES.append(pytest.param(
+    "mamba-2.8b", 2_768_345_600, 64 * (2560 + mamba1_layer(2560, 5120, 16, 160, 4)) + 50280 * 2560 + 2560,
+    {"d_model": 2560, "n_layers": 64, "vocab_size": 50280},
+    id="mamba-2.8b[transformers MambaForCausalLM on meta=2768345600]"))
+CASES.append(pytest.param(
+    "falcon-mamba-7b", 7_272_665_088, 64 * (4096 + mamba1_layer(4096, 8192, 16, 256, 4)) + 2 * 65024 * 4096 + 4096,
+    {"d_model": 4096, "n_layers": 64, "vocab_size": 65024},
+    id="falcon-mamba-7b[transformers FalconMambaForCausalLM on meta=7272665088]"))
+# ai21labs/AI21-Jamba-1.5-Mini: 28 Mamba-1 layers and 4 of attention (i % 8 == 4, no biases, no positions), experts
+# on the 16 odd layers (the router d·E and 16 SwiGLUs), a dense SwiGLU on the others; two norms a layer; untied
+_JAMBA_ATTENTION = 2 * 4096 * 4096 + 2 * 4096 * 1024
+CASES.append(pytest.param(
+    "jamba-1.5-mini", 51_570_323_328,
+    28 * mamba1_layer(4096, 8192, 16, 256, 4, learned_norms=True) + 4 * _JAMBA_ATTENTION
+    + 16 * 3 * 4096 * 14336 + 16 * (4096 * 16 + 16 * 3 * 4096 * 14336) + 32 * 2 * 4096 + 2 * 65536 * 4096 + 4096,
+    {"d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "d_ff": 14336, "n_layers": 32, "vocab_size": 65536},
+    id="jamba-1.5-mini[transformers JambaForCausalLM on meta=51570323328]"))
+
 PRESET_NAMES = [c.values[0] for c in CASES]
 
 
