@@ -574,10 +574,11 @@ def check_residual(c: Context) -> tuple[bool, str, str]:
     first, second = ("h_pre", "y_pre") if post else ("h", "y")
     # what each residual add adds: the branch output, or (post_branch) its normalised form
     branches = {"post_branch": ("ln1_out", "ln2_out"), "sandwich": ("ln1_post_out", "ln2_post_out")}.get(
-        c.cfg.placement, ("attn_out", "mlp_out"))
+        c.cfg.placement, ("mixer_out", "mlp_out") if c.cfg.parts == "hybrid" else ("attn_out", "mlp_out"))
     h, attn_out, mlp_out = c.need(first, *branches)
     # a residual multiplier (Granite) scales the branch before its add; post_branch adds the norm's output
     r = 1.0 if c.cfg.placement == "post_branch" else c.cfg.residual_multiplier
+    mlp_out = mlp_out * c.cfg.mlp_multipliers[1]  # the MLP's output multiplier after W_down (Falcon-H1's; else 1)
     # what each add adds them to: the stream, or (normed_residual) each norm's output
     normed = c.cfg.placement == "normed_residual"
     pairs = [(first, h, c.inter["ln1_out"] if normed else c.x, r * attn_out)]
