@@ -127,6 +127,7 @@ def resolve_block(cfg):
         # gpt-oss's gated unit: g = min(gate, c), g * sigmoid(alpha * g) * (clip(up, -c, c) + 1)
         "swiglu_alpha": float(cfg.get("swiglu_alpha", 1.702)),
         "swiglu_limit": float(cfg.get("swiglu_limit", 7.0)),
+        "mlp_multipliers": tuple(float(v) for v in cfg.get("mlp_multipliers", (1.0, 1.0))),  # gate, down (Falcon-H1)
         # Ministral 3: after RoPE, the query at position t times 1 + beta * ln(1 + floor(t / L)); beta 0 = off
         "query_scale": float(cfg.get("query_scale", 0.0)),
         "query_scale_length": int(cfg.get("query_scale_length", 0)),
@@ -856,14 +857,17 @@ def _mlp(b, weights, prefix, vec):
 def _dense_mlp(b, weights, prefix, vec, name, has_bias):
     """act(vec W_up + b_up) W_down + b_down, or gated act(vec W_gate + b_gate) * (vec W_up + b_up), then W_down."""
     up = linear_vec(vec, _w(weights, name + "w_up", prefix), _wopt(weights, name + "b_up", prefix, has_bias))
+    m_gate, m_down = b.get("mlp_multipliers", (1.0, 1.0))
     if b["gated"]:
         gate = linear_vec(vec, _w(weights, name + "w_gate", prefix), _wopt(weights, name + "b_gate", prefix, has_bias))
+        gate = [m_gate * float(g) for g in gate]  # Falcon-H1: the gate's pre-activation times m_g
         hidden = np.array([activate(b, weights, prefix, float(gate[i])) * float(up[i])
                            if b["activation"] in WITH_SCALARS else gated_unit(b, float(gate[i]), float(up[i]))
                            for i in range(len(up))], dtype=np.float64)
     else:
         hidden = np.array([activate(b, weights, prefix, float(z)) for z in up], dtype=np.float64)
-    return linear_vec(hidden, _w(weights, name + "w_down", prefix), _wopt(weights, name + "b_down", prefix, has_bias))
+    down = linear_vec(hidden, _w(weights, name + "w_down", prefix), _wopt(weights, name + "b_down", prefix, has_bias))
+    return down * m_down if m_down != 1.0 else down  # and its output times m_d
 
 
 def _block_sequence(b, weights, prefix, xs, rope_fraction, rms_beta):

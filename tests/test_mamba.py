@@ -723,3 +723,11 @@ def test_tensor_parallelism_splits_the_kv_heads_and_the_mamba_state() -> None:
     window of K = 4 inputs over 32 + 2·2·8 channels."""
     data = json.loads(cli("count", FIXTURES / "granitemoehybrid", "--tp", 2, "--batch", 1, "--seq", 8, "--json").stdout)
     assert data["parallel"]["stages"][0]["kv_cache_bytes"] == 8 * 2 * 4 * 4 + 2 * (4 * 8 * 8 + 4 * 64) // 2 * 4
+
+
+def test_tensor_parallelism_splits_a_hybrid_layers_kv_heads_and_its_state() -> None:
+    """--tp 2 on falcon_h1's fixture, 1 × 8 tokens: each of its 2 layers holds K/V (2 heads of 4: one per rank, 8 tokens
+    × K and V × 4 × float32) and half of its Mamba-2 state (S 4·6·6 and the conv's window of K = 3 inputs over
+    24 + 2·2·6 channels, float32)."""
+    data = json.loads(cli("count", FIXTURES / "falcon_h1", "--tp", 2, "--batch", 1, "--seq", 8, "--json").stdout)
+    assert data["parallel"]["stages"][0]["kv_cache_bytes"] == 2 * (8 * 2 * 4 * 4 + (4 * 6 * 6 + 3 * 48) // 2 * 4)
