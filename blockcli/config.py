@@ -217,6 +217,10 @@ class Mamba2:
         y_t = S_t·C_t + D·x_t                          (B, T, h, p)
         out = RMSNorm_grouped(y ⊙ silu(z))·W_out        the norm over each of g groups of d_in/g
 
+    Falcon-H1's options: the norm before W_out (`norm`: that gated one, RMSNorm_grouped(y)·γ ⊙ silu(z), or none,
+    y ⊙ silu(z)), W_out's bias apart from W_in's (`out_bias`), u times `in_multiplier`, W_in's five output segments
+    each times its own of `multipliers`, the output times `out_multiplier` (beside attention: block.parts hybrid).
+
     Its state is constant in T: (B, h, p, N) plus the conv's last conv_kernel − 1 inputs (B, K−1, d_in + 2·g·N).
     """
 
@@ -226,7 +230,7 @@ class Mamba2:
     n_groups: int = 1
     conv_kernel: int = 4
     conv_bias: bool = True  # the conv1d has a bias per channel
-    proj_bias: bool = False  # in_proj and out_proj have biases
+    proj_bias: bool = False  # in_proj and out_proj have biases (out_proj's as out_bias says, when it is set)
     norm_eps: float = 1e-6  # the gated RMSNorm's eps
     dt_min: float = 0.0  # Δ clamped below to this after the softplus (Nemotron-H's time_step_min); 0: no clamp
     # the norm before W_out: gated, RMSNorm_grouped(y ⊙ silu(z))·γ; norm_gate, RMSNorm_grouped(y)·γ ⊙ silu(z)
@@ -349,12 +353,6 @@ class BlockConfig:
     def attention_part(self) -> "BlockConfig":
         """parts hybrid: the attention beside the Mamba-2 mixer, as a block of attention alone would hold it."""
         return replace(self, mamba=None, parts="both")
-
-    @property
-    def has_attention(self) -> bool:
-        """The layer has softmax (or latent) attention among its mixers."""
-        return self.parts == "hybrid" or (self.parts != "mlp" and self.mamba is None and self.short_conv is None
-                                            and self.linear_attention is None)
 
     @property
     def sandwich(self) -> bool:
@@ -1339,6 +1337,8 @@ def _parse_linear_attention(value: Any) -> GatedDeltaNet | None:
         raise ConfigError(f"{p}.value_heads: each key head is read by the same number of value heads; "
                           f"key_heads={mixer.key_heads} does not divide value_heads={mixer.value_heads}")
     return mixer
+
+
 def _multipliers(data: Mapping[str, Any], key: str, p: str, n: int) -> tuple[float, ...]:
     """A list of n positive numbers (ones by default)."""
     value = data.get(key)

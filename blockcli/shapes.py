@@ -87,7 +87,7 @@ def mamba_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     out_proj (d_in, d); in_proj's bias with mamba.proj_bias, out_proj's with out_bias (as proj_bias unless set)."""
     m, d = cfg.mamba, cfg.d_model
     assert m is not None
-    width = 2 * m.d_inner + 2 * m.n_groups * m.d_state + m.n_heads
+    width = m.in_width  # 2·d_in + 2·g·N + h
     shapes: dict[str, Shape] = {"w_ssm_in": (d, width)}
     if m.proj_bias:
         shapes["b_ssm_in"] = (width,)

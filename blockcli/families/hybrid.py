@@ -10,6 +10,13 @@ Bamba (`bamba`, IBM's Bamba-9B): Llama's block (GQA, RMSNorm, SwiGLU) whose RoPE
 hard-codes partial_rotary_factor 0.5; only rope_parameters' own overrides it), Mamba-2 on every layer but those in
 `attn_layer_indices`; the MLP under `feed_forward`, its norm `pre_ff_layernorm`, the final norm `final_layernorm`.
 
+Falcon-H1 (`falcon_h1`): every layer one pre-norm mixer of attention and Mamba-2 side by side (block.parts hybrid:
+both read LN1's output, their outputs summed), then Llama's SwiGLU, Bamba's tensor names; the SSM mamba_d_ssm wide
+(mamba_expand·d when null), no norm before W_out unless mamba_rms_norm (then before or after the gate, as
+mamba_norm_before_gate says), W_out's bias projectors_bias; and its µP multipliers: the embeddings, the logits, K
+(attention_scale), attention's and the SSM's input and output, W_in's five segments (ssm_multipliers), the MLP's gate
+and output (mlp_multipliers).
+
 The Mamba-2 mixer's fields (transformers' BambaMixer, which Granite's reuses): mamba_n_heads heads of
 mamba_d_head ("auto": mamba_expand·hidden_size / mamba_n_heads), a mamba_d_state-wide state, mamba_n_groups
 groups, a mamba_d_conv-tap conv (bias mamba_conv_bias), in/out projections with mamba_proj_bias, the gated
