@@ -337,7 +337,7 @@ def why_not(mutant: Mutant, config: Config, layer: int | None, grad: bool) -> st
     if changed and changed <= SOFTMAX_ATTENTION_OPS:
         if block.linear_attention is not None:
             return "a Gated DeltaNet layer runs none of softmax attention's operations, which this bug changes"
-        if block.mamba is not None or block.short_conv is not None or block.parts == "mlp":
+        if (block.mamba is not None and block.parts != "hybrid") or block.short_conv is not None or block.parts == "mlp":
             mixer = "its MLP alone (parts: mlp)" if block.parts == "mlp" else \
                 "a Mamba-2 mixer" if block.mamba is not None else "a short convolution"
             return f"the checked layer has no attention: {mixer}"

@@ -692,7 +692,11 @@ def test_report_and_seeded_bugs_on_the_hybrids(tmp_path: Path, name: str) -> Non
     assert proc.returncode == 0 and page.is_file(), proc.stderr[-2000:]
     proc = cli("verify", FIXTURES / name, "--mutants", "--layer", "0")
     assert proc.returncode == 0, proc.stdout[-2000:]
-    if load_config(FIXTURES / name).layer_block(0).mamba is not None:
+    first = load_config(FIXTURES / name).layer_block(0)
+    if first.parts == "hybrid":  # Falcon-H1's layer has attention beside its Mamba-2 mixer: every attention bug applies
+        assert "│ no-mask" in proc.stdout and "every seeded bug is caught" in proc.stdout
+        assert 'class="map"' in page.read_text() and "no maps of the layers without attention" not in page.read_text()
+    elif first.mamba is not None:
         assert "no-mask (the checked layer has no attention: a Mamba-2 mixer)" in proc.stdout
     if load_config(FIXTURES / name).layer_block(0).short_conv is not None:
         assert "no-mask (the checked layer has no attention: a short convolution)" in proc.stdout
