@@ -339,8 +339,16 @@ def check_divisibility(c: Context) -> tuple[bool, str, str]:
             c.figure(f"{k} − expected", got - want, 0)
         c.figure("n_heads % n_groups (SSM)", m.n_heads % m.n_groups, 0)
         ok = all(got == want for got, want in widths.values()) and m.n_heads % m.n_groups == 0
-        return ok, (f"SSM n_heads % n_groups = {m.n_heads % m.n_groups}; " + "; ".join(
-            f"{k} {got} (expected {want})" for k, (got, want) in widths.items())), "exact"
+        said = (f"SSM n_heads % n_groups = {m.n_heads % m.n_groups}; " + "; ".join(
+            f"{k} {got} (expected {want})" for k, (got, want) in widths.items()))
+        if b.parts == "hybrid":  # Falcon-H1: the attention beside it too, checked as a block of attention alone
+            c.cfg = b.attention_part
+            try:
+                attention_ok, attention_said, _ = check_divisibility(c)
+            finally:
+                c.cfg = b
+            return ok and attention_ok, f"{said}; attention: {attention_said}", "exact"
+        return ok, said, "exact"
     if b.mla is not None:  # every head's widths come from the latent's projections
         m = b.mla
         widths = {"Q": (p["w_q_b" if m.q_lora_rank else "w_q"].shape[1], b.n_heads * m.qk_head_dim),
