@@ -523,6 +523,9 @@ def _attention_box(b: BlockConfig) -> Box:
         extras.append(f"soft-cap {b.attention_softcap:g}")
     if b.attention_sinks:
         extras.append("sinks")
+    if b.parts == "hybrid" and b.mamba is not None:  # Falcon-H1: a Mamba-2 mixer beside it, their outputs summed
+        m = b.mamba
+        extras.append(f"∥ Mamba-2 beside it: {m.n_heads} heads of {m.head_dim}, state {m.d_state}; outputs summed")
     for extra in extras:
         lines += _wrap(extra)
     groups = b.n_heads if b.mla else b.n_kv_heads
