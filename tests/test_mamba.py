@@ -556,6 +556,18 @@ def test_falcon_h1_reads_its_multipliers_and_its_norm() -> None:
     assert (normed.norm, gated.norm) == ("norm_gate", "gated")
 
 
+def test_falcon_h1_fields_its_modelling_code_never_reads_are_noted(tmp_path: Path) -> None:
+    """The original FalconH1Config's fields in the released configs (attn_layer_indices, mamba_use_mlp, ...), which
+    transformers 5.24 never reads: accepted at any value, the count unchanged, a note naming them."""
+    extra = {"attn_layer_indices": None, "mamba_use_mlp": True, "mlp_expansion_factor": 8, "time_step_min": 0.001,
+             "time_step_max": 0.1, "time_step_floor": 1e-4, "rope_theta": 1e11, "rope_scaling": None}
+    (tmp_path / "config.json").write_text(json.dumps(_falcon_h1(extra)))
+    proc = cli("count", tmp_path / "config.json")
+    assert proc.returncode == 0, proc.stderr
+    assert "8,514,961,408" in proc.stdout and "attn_layer_indices" in proc.stderr and "mamba_use_mlp" in proc.stderr
+    assert load_config(tmp_path / "config.json").block.rope_theta == 1e11
+
+
 @pytest.mark.parametrize("fields, message", [
     ({"hidden_act": "gelu"}, "hidden_act"),
     ({"time_step_limit": [0.0, 10.0]}, "time_step_limit"),

@@ -426,7 +426,15 @@ FAMILIES = (
            MOE_TRAINING_ONLY, aux_loss=True),
     Family("bamba", "Bamba", _bamba, BAMBA, TRAINING_ONLY),
     # Falcon-H1: Bamba's names (mamba., self_attn., feed_forward., pre_ff_layernorm, final_layernorm)
-    Family("falcon_h1", "Falcon-H1", _falcon_h1, BAMBA, TRAINING_ONLY),
+    Family("falcon_h1", "Falcon-H1", _falcon_h1, BAMBA, TRAINING_ONLY, unread={
+        # fields of the released configs (written by the original FalconH1Config) that transformers 5.24's
+        # configuration_falcon_h1.py and modeling_falcon_h1.py never read
+        "attn_layer_indices": "FalconH1Model builds attention beside the Mamba-2 mixer on every layer whatever it says",
+        "mamba_use_mlp": "every FalconH1DecoderLayer has its MLP whatever it says",
+        "mlp_expansion_factor": "the MLP is intermediate_size wide whatever it says",
+        "time_step_min": "Δ's initialisation range only (FalconH1Mixer clamps by time_step_limit)",
+        "time_step_max": "Δ's initialisation range only (FalconH1Mixer clamps by time_step_limit)",
+        "time_step_floor": "Δ's initialisation only"}),
     Family("nemotron_h", "Nemotron-H", _nemotron_h, NEMOTRON_H, TRAINING_ONLY | {"hidden_dropout"},
            unread={"attention_bias": "NemotronHAttention (Jamba's) builds q/k/v/o without biases whatever it says",
                    "tie_word_embeddings": "NemotronHForCausalLM ties nothing: its LM head is its own whatever it says"}),
