@@ -35,7 +35,7 @@ from blockcli import ops as F
 from blockcli.activations import BUFFER_VALUES, function_of
 from blockcli.config import BlockConfig, Config, InputError, ModelConfig
 from blockcli.inputs import check_in_range, check_token_ids, load_npz
-from blockcli.mamba import MambaCache, mixer_class
+from blockcli.mamba import MambaCache, Mamba2Mixer, mixer_class
 from blockcli.short_conv import ConvCache, ShortConvMixer
 from blockcli.checkpoint import is_checkpoint_path
 from blockcli import indexer
@@ -1142,7 +1142,11 @@ def mlp_branches(cfg: BlockConfig, p: Mapping[str, Array] | None = None
     if cfg.activation == "clamped_swiglu":
         alpha, limit = cfg.swiglu_alpha, cfg.swiglu_limit
         return (lambda g: F.clamped_swiglu_gate(g, alpha, limit)), (lambda u: F.clamped_swiglu_up(u, limit))
-    return F.ACTIVATION_KERNELS[cfg.activation][0], lambda u: u
+    act = F.ACTIVATION_KERNELS[cfg.activation][0]
+    g = cfg.mlp_multipliers[0]
+    if g != 1.0:  # Falcon-H1: act(m_g·pre)
+        return (lambda x: act(x * np.asarray(g, dtype=x.dtype))), lambda u: u
+    return act, lambda u: u
 
 
 def mlp_branch_grads(cfg: BlockConfig, p: Mapping[str, Array] | None = None, scalars: dict[str, float] | None = None
@@ -1163,7 +1167,12 @@ def mlp_branch_grads(cfg: BlockConfig, p: Mapping[str, Array] | None = None, sca
         alpha, limit = cfg.swiglu_alpha, cfg.swiglu_limit
         return ((lambda g, dy: F.clamped_swiglu_gate_backward(g, dy, alpha, limit)),
                 (lambda u, dy: F.clamped_swiglu_up_backward(u, dy, limit)))
-    return F.ACTIVATION_KERNELS[cfg.activation][1], lambda u, dy: dy
+    grad = F.ACTIVATION_KERNELS[cfg.activation][1]
+    g = cfg.mlp_multipliers[0]
+    if g != 1.0:  # d act(m_g·x)/dx = m_g·act'(m_g·x)
+        return (lambda x, dy: grad(x * np.asarray(g, dtype=x.dtype), dy) * np.asarray(g, dtype=x.dtype)), \
+            lambda u, dy: dy
+    return grad, lambda u, dy: dy
 
 
 def mlp_roles(cfg: BlockConfig) -> tuple[str, ...]:
@@ -1193,6 +1202,13 @@ class MLP:
         """x (B, T, d) → (B, T, d). Untraced, the rows go through in tiles of ROW_TILE shared among
         the cores: the same arithmetic per row, without ever holding the (B, T, d_ff) activation; traced or
         taped, whole."""
+        down = self.cfg.mlp_multipliers[1]
+        if down != 1.0:  # Falcon-H1: the MLP's output times m_d
+            out = self._unscaled(x, rec, tape)
+            return out * np.asarray(down, dtype=out.dtype)
+        return self._unscaled(x, rec, tape)
+
+    def _unscaled(self, x: Array, rec: Record = _ignore, tape: Tape | None = None) -> Array:
         if rec is not _ignore or tape is not None:
             return self._rows(x, rec, tape)
         d, d_ff = self.p["w_up"].shape
@@ -1231,7 +1247,8 @@ class MLP:
 
     def backward(self, dy: Array, tape: Tape) -> Array:
         """dy (B, T, d) → dx (B, T, d), and the gradients of W_gate, W_up, W_down and their biases."""
-        return mlp_backward(self.cfg, self.p, "", tape.take("mlp"), dy, tape)
+        down = self.cfg.mlp_multipliers[1]
+        return mlp_backward(self.cfg, self.p, "", tape.take("mlp"), dy * down if down != 1.0 else dy, tape)
 
 
 def mlp_rows(cfg: BlockConfig, p: Mapping[str, Array], x: Array, name: str, key: str, labels: tuple[str, str],
@@ -1567,6 +1584,52 @@ class MixtureOfExperts:
         return dx.reshape(B, T, d)
 
 @dataclass
+class ParallelCache:
+    """A layer of two mixers side by side (block.parts hybrid): attention's K/V and the Mamba-2 state."""
+
+    kv: KVCache = field(default_factory=KVCache)
+    ssm: MambaCache = field(default_factory=MambaCache)
+
+    @property
+    def length(self) -> int:
+        return self.kv.length
+
+
+class ParallelMixer:
+    """Falcon-H1's token mixer: attention and a Mamba-2 mixer both reading LN1's output u (B, T, d),
+    out = m_ssm·Mamba2(u) + m_out·Attention(m_in·u), each multiplier as block.mamba.out_multiplier and
+    block.attention_in_multiplier / attention_out_multiplier say. Its cache is a ParallelCache."""
+
+    def __init__(self, cfg: BlockConfig, p: dict[str, Array], ops: Ops = STANDARD_OPS, attention: str = "auto") -> None:
+        assert cfg.mamba is not None and cfg.parts == "hybrid"
+        self.cfg = cfg
+        self.mamba = Mamba2Mixer(cfg, p, ops)
+        self.attention = MultiHeadAttention(cfg.attention_part, p, ops, attention)
+
+    def __call__(self, u: Array, rec: Record = _ignore, cache: ParallelCache | None = None, drop_probs: Any = None,
+                 tape: Tape | None = None) -> Array:
+        cfg, m = self.cfg, self.cfg.mamba
+        assert m is not None
+
+        def rec_ssm(key: str, *args: Any, **kwargs: Any) -> None:  # the Mamba-2 mixer's output row: ssm_out
+            rec("ssm_out" if key == "attn_out" else key, *args, **kwargs)
+
+        s = self.mamba(u, rec_ssm, cache.ssm if cache is not None else None, drop_probs, tape)  # (B, T, d)
+        a_in = u * np.asarray(cfg.attention_in_multiplier, dtype=u.dtype) if cfg.attention_in_multiplier != 1.0 else u
+        a = self.attention(a_in, rec, cache.kv if cache is not None else None, drop_probs, tape)  # (B, T, d)
+        out = (s * np.asarray(m.out_multiplier, dtype=s.dtype) + a * np.asarray(cfg.attention_out_multiplier,
+                                                                                   dtype=a.dtype))  # (B, T, d)
+        rec("mixer_out", MIXER_SUM_LABEL, out, (s, a), kind="add")
+        return out
+
+    def backward(self, dy: Array, tape: Any) -> Array:
+        return self.mamba.backward(dy, tape)
+
+
+MIXER_SUM_LABEL = "m_ssm·SSM out + m_attn·attention out"
+
+
+@dataclass
 class DecoderBlock:
     """One decoder block: two norms, attention and MLP joined by residual additions."""
 
@@ -1593,7 +1656,9 @@ class DecoderBlock:
                              f"expected {declared[wrong]}")
         self.ln1 = Norm(cfg.norm, p.get("ln1_gamma"), p.get("ln1_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset,
                         name="ln1")
-        if cfg.parts != "mlp":  # the token mixer: Mamba-1 or -2, a short conv, Gated DeltaNet, latent or multi-head attention
+        if cfg.parts == "hybrid":  # attention and Mamba-2 side by side (Falcon-H1)
+            self.attn = ParallelMixer(cfg, p, self.ops, self.attention)
+        elif cfg.parts != "mlp":  # the token mixer: Mamba-1 or -2, a short conv, Gated DeltaNet, latent or multi-head attention
             if cfg.mamba or cfg.short_conv:
                 self.attn = (ShortConvMixer if cfg.short_conv else mixer_class(cfg))(cfg, p, self.ops)
             else:
@@ -1769,6 +1834,8 @@ class DecoderBlock:
         or (an MLP alone) only the length."""
         if self.cfg.parts == "mlp":
             return KVCache()
+        if self.cfg.parts == "hybrid":
+            return ParallelCache()
         return (DeltaNetState() if self.cfg.linear_attention else MambaCache() if self.cfg.mamba is not None else
                 ConvCache() if self.cfg.short_conv else KVCache())
 

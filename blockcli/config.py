@@ -229,6 +229,10 @@ class Mamba2:
         y_t = S_t·C_t + D·x_t                          (B, T, h, p)
         out = RMSNorm_grouped(y ⊙ silu(z))·W_out        the norm over each of g groups of d_in/g
 
+    Falcon-H1's options: the norm before W_out (`norm`: that gated one, RMSNorm_grouped(y)·γ ⊙ silu(z), or none,
+    y ⊙ silu(z)), W_out's bias apart from W_in's (`out_bias`), u times `in_multiplier`, W_in's five output segments
+    each times its own of `multipliers`, the output times `out_multiplier` (beside attention: block.parts hybrid).
+
     Its state is constant in T: (B, h, p, N) plus the conv's last conv_kernel − 1 inputs (B, K−1, d_in + 2·g·N).
     """
 
@@ -238,9 +242,17 @@ class Mamba2:
     n_groups: int = 1
     conv_kernel: int = 4
     conv_bias: bool = True  # the conv1d has a bias per channel
-    proj_bias: bool = False  # in_proj and out_proj have biases
+    proj_bias: bool = False  # in_proj and out_proj have biases (out_proj's as out_bias says, when it is set)
     norm_eps: float = 1e-6  # the gated RMSNorm's eps
     dt_min: float = 0.0  # Δ clamped below to this after the softplus (Nemotron-H's time_step_min); 0: no clamp
+    # the norm before W_out: gated, RMSNorm_grouped(y ⊙ silu(z))·γ; norm_gate, RMSNorm_grouped(y)·γ ⊙ silu(z)
+    # (Falcon-H1's mamba_norm_before_gate); none, y ⊙ silu(z) without a norm or γ (Falcon-H1's mamba_rms_norm false)
+    norm: str = "gated"
+    out_bias: bool | None = None  # out_proj's bias; None: as proj_bias (Falcon-H1's projectors_bias sets it apart)
+    in_multiplier: float = 1.0  # the mixer's input u times this before W_in (Falcon-H1's ssm_in_multiplier)
+    # W_in's output, segment by segment z, x, B, C, dt, times these (Falcon-H1's ssm_multipliers, its µP vector)
+    multipliers: tuple[float, float, float, float, float] = (1.0, 1.0, 1.0, 1.0, 1.0)
+    out_multiplier: float = 1.0  # the mixer's output times this (Falcon-H1's ssm_out_multiplier)
 
     @property
     def d_inner(self) -> int:
@@ -250,6 +262,15 @@ class Mamba2:
     def conv_dim(self) -> int:
         """The channels the conv runs over: x, B and C."""
         return self.d_inner + 2 * self.n_groups * self.d_state
+
+    @property
+    def has_out_bias(self) -> bool:
+        return self.proj_bias if self.out_bias is None else self.out_bias
+
+    @property
+    def in_width(self) -> int:
+        """W_in's output: z, x (d_in each), B, C (g·N each), dt (h)."""
+        return 2 * self.d_inner + 2 * self.n_groups * self.d_state + self.n_heads
 
 
 MAMBA1_NORMS = ("none", "weightless", "learned")
@@ -299,7 +320,10 @@ class ShortConv:
     bias: bool = False  # the in-/out-projections and the conv have biases (LFM2's conv_bias)
 
 
-LAYER_PARTS = ("both", "mixer", "mlp")  # what one layer holds: a mixer and an MLP, or one of them (Nemotron-H)
+# what one layer holds: a mixer and an MLP, or one of them (Nemotron-H); hybrid: two mixers side by side, attention
+# and block.mamba both reading LN1's output, their outputs summed, then the MLP (Falcon-H1)
+LAYER_PARTS = ("both", "mixer", "mlp", "hybrid")
+MAMBA_NORMS = ("gated", "norm_gate", "none")
 
 
 @dataclass(frozen=True)
@@ -355,6 +379,13 @@ class BlockConfig:
     # mixer: the layer is LN1 + its mixer + residual only; mlp: LN2 + its MLP + residual only (Nemotron-H)
     parts: str = "both"
     clip_after_qk_norm: bool = False  # clip_qkv clamps the normalised Q and K (and V) of qk_norm projection (OLMoE)
+    # parts hybrid: attention's input times this, its output times the other (Falcon-H1's attention_in_multiplier,
+    # attention_out_multiplier)
+    attention_in_multiplier: float = 1.0
+    attention_out_multiplier: float = 1.0
+    # the MLP's gate pre-activation times the first, its output (after W_down) times the second (Falcon-H1's
+    # mlp_multipliers): act(m_g·(x·W_gate + b))…, m_d·(…·W_down + b)
+    mlp_multipliers: tuple[float, float] = (1.0, 1.0)
 
     def __post_init__(self) -> None:
         # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
@@ -366,6 +397,11 @@ class BlockConfig:
     def mlp_kind(self) -> str:
         """The MLP's activation step by the name people know it: `swiglu`, `gelu_tanh`, `gated_relu2`."""
         return mlp_kind(spelling(self.activation, self.gated), self.gated)
+
+    @property
+    def attention_part(self) -> "BlockConfig":
+        """parts hybrid: the attention beside the Mamba-2 mixer, as a block of attention alone would hold it."""
+        return replace(self, mamba=None, parts="both")
 
     @property
     def sandwich(self) -> bool:
@@ -1086,7 +1122,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "residual_multiplier", "moe", "mla", "attention_softcap", "norm_scale", "clip_qkv", "alibi",
               "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated", "query_scale", "query_scale_length",
               "qk_norm_after_rope", "linear_attention", "attention_gate", "query_scale_offset", "attention_chunk",
-              "mamba", "parts", "clip_after_qk_norm", "short_conv")
+              "mamba", "parts", "clip_after_qk_norm", "short_conv", "attention_in_multiplier",
+              "attention_out_multiplier", "mlp_multipliers")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1149,6 +1186,9 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         parts=_choice(data, "parts", p, "both", LAYER_PARTS),
         clip_after_qk_norm=_bool(data, "clip_after_qk_norm", p, False),
         short_conv=_parse_short_conv(data.get("short_conv")),
+        attention_in_multiplier=_float(data, "attention_in_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
+        attention_out_multiplier=_float(data, "attention_out_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
+        mlp_multipliers=_multipliers(data, "mlp_multipliers", p, 2),
     )
     if block.linear_attention is not None:  # softmax attention's settings: a Gated DeltaNet layer has none of them
         for key, off in (("mla", None), ("qk_norm", "none"), ("attention_gate", False), ("attention_sinks", False),
@@ -1179,7 +1219,22 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         raise ConfigError("block.short_conv: a layer has one token mixer; block."
                           f"{'mamba' if block.mamba is not None else 'mla' if block.mla is not None else 'linear_attention'}"
                           " is set too")
-    if block.parts != "both" and block.placement != "pre":
+    if block.parts == "hybrid" and (not isinstance(block.mamba, Mamba2) or block.mla is not None or block.linear_attention
+                                    is not None or block.short_conv is not None or block.placement != "pre"):
+        raise ConfigError("block.parts: hybrid is attention and a Mamba-2 mixer side by side in a pre-norm block: it "
+                          "needs block.mamba of version 2 (and neither mla, linear_attention nor short_conv) and placement pre")
+    if block.parts != "hybrid" and (block.attention_in_multiplier != 1.0 or block.attention_out_multiplier != 1.0):
+        raise ConfigError("block.attention_in_multiplier: a setting of parts hybrid (Falcon-H1's attention beside its "
+                          "Mamba-2 mixer); parts is " + block.parts)
+    if isinstance(block.mamba, Mamba2) and block.parts != "hybrid" and block.mamba.out_multiplier != 1.0:
+        raise ConfigError("block.mamba.out_multiplier: a setting of parts hybrid (Falcon-H1's Mamba-2 mixer beside "
+                          "attention); parts is " + block.parts)
+    if block.mlp_multipliers != (1.0, 1.0) and (block.moe is not None or not block.gated
+                                                or block.activation in ("xielu", "clamped_swiglu")
+                                                or block.placement != "pre"):
+        raise ConfigError("block.mlp_multipliers: a setting of a dense gated MLP in a pre-norm block (Falcon-H1's); "
+                          "not with block.moe, a plain MLP, xielu or clamped_swiglu, or placement " + block.placement)
+    if block.parts not in ("both", "hybrid") and block.placement != "pre":
         raise ConfigError(f"block.parts: a layer of one part ({block.parts}) is pre-norm (its norm, the part, the "
                           f"residual add); placement is {block.placement}")
     if block.clip_after_qk_norm and (block.qk_norm != "projection" or not block.clip_qkv):
@@ -1336,6 +1391,19 @@ def _parse_linear_attention(value: Any) -> GatedDeltaNet | None:
         raise ConfigError(f"{p}.value_heads: each key head is read by the same number of value heads; "
                           f"key_heads={mixer.key_heads} does not divide value_heads={mixer.value_heads}")
     return mixer
+
+
+def _multipliers(data: Mapping[str, Any], key: str, p: str, n: int) -> tuple[float, ...]:
+    """A list of n positive numbers (ones by default)."""
+    value = data.get(key)
+    if value is None:
+        return (1.0,) * n
+    if (not isinstance(value, (list, tuple)) or len(value) != n
+            or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e6 for v in value)):
+        raise ConfigError(f"{p}.{key}: expected a list of {n} numbers in (0, 1e6), got {_kind(value)}")
+    return tuple(float(v) for v in value)
+
+
 def _parse_mamba(value: Any) -> Mamba1 | Mamba2 | None:
     if value is None:
         return None
@@ -1354,7 +1422,12 @@ def _parse_mamba(value: Any) -> Mamba1 | Mamba2 | None:
                    conv_kernel=_int(value, "conv_kernel", p, 4), conv_bias=_bool(value, "conv_bias", p, True),
                    proj_bias=_bool(value, "proj_bias", p, False),
                    norm_eps=_float(value, "norm_eps", p, 1e-6, 0.0, 1.0, low_open=True),
-                   dt_min=_float(value, "dt_min", p, 0.0, 0.0, 1e6))
+                   dt_min=_float(value, "dt_min", p, 0.0, 0.0, 1e6),
+                   norm=_choice(value, "norm", p, "gated", MAMBA_NORMS),
+                   out_bias=None if value.get("out_bias") is None else _bool(value, "out_bias", p, False),
+                   in_multiplier=_float(value, "in_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
+                   multipliers=_multipliers(value, "multipliers", p, 5),
+                   out_multiplier=_float(value, "out_multiplier", p, 1.0, 0.0, 1e6, low_open=True))
     if mamba.n_heads % mamba.n_groups:
         raise ConfigError(f"{p}.n_groups: {mamba.n_groups} does not divide n_heads={mamba.n_heads} (each group's "
                           f"heads share its B and C)")

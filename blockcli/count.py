@@ -201,6 +201,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
                     _mamba1_rows(b) if isinstance(b.mamba, Mamba1) else _mamba_rows(b))
         if b.parts == "mixer":
             return rows
+    if b.parts == "mlp" or (b.parts != "hybrid" and (b.mamba is not None or b.short_conv is not None)):
+        pass  # no attention (hybrid: Falcon-H1's attention beside its Mamba-2 mixer, the rows below)
     elif b.mla is not None:
         rows.extend(_latent_attention_rows(b))
     elif b.linear_attention is not None:
@@ -215,7 +217,7 @@ def block_formula(b: BlockConfig) -> list[Row]:
         if b.attention_gate:  # σ(x·W_gate) times each head's output: as wide as Q
             rows.insert(-1, Row("attn.gate", "attention output gate (σ, per head)", term(1, *q_width, "d"),
                                 term(1, *q_width) if b.bias.qkv else no, ("w_attn_gate", "b_attn_gate")))
-    attends = b.mamba is None and b.short_conv is None  # sinks and q/k norms are attention's
+    attends = b.parts == "hybrid" or (b.mamba is None and b.short_conv is None)  # sinks and q/k norms: attention's
     if b.attention_sinks and attends:  # one logit per query head, joined to each row's softmax
         rows.append(Row("attn.sinks", "attention sinks (a logit per head)", term(1, "h"), no, ("sinks",)))
     if b.qk_norm not in ("none", "head_unscaled") and attends:  # a scale (and shift) per feature of each head, or of the whole projection
@@ -389,8 +391,9 @@ def _mamba_rows(b: BlockConfig) -> list[Row]:
                 ("ssm_conv", "b_ssm_conv")),
             Row("attn.ssm_heads", "per SSM head: dt_bias, A_log, D", term(3, "h_s"), no,
                 ("ssm_dt_bias", "ssm_A_log", "ssm_D")),
-            Row("attn.ssm_norm", "gated RMSNorm scale", term(1, "h_s", "p"), no, ("ssm_norm_gamma",)),
-            Row("attn.ssm_out", "SSM out-projection", term(1, "h_s", "p", "d"), term(1, "d") if m.proj_bias else no,
+            *([Row("attn.ssm_norm", "gated RMSNorm scale" if m.norm == "gated" else "RMSNorm scale (before the gate)",
+                   term(1, "h_s", "p"), no, ("ssm_norm_gamma",))] if m.norm != "none" else []),
+            Row("attn.ssm_out", "SSM out-projection", term(1, "h_s", "p", "d"), term(1, "d") if m.has_out_bias else no,
                 ("w_ssm_out", "b_ssm_out"))]
 
 
@@ -533,6 +536,8 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
     attention = "attention (Q, K, V, O, sinks)" if config.block.attention_sinks else "attention (Q, K, V, O)"
     if isinstance(config.block.mamba, Mamba1):
         attention = "Mamba-1 mixer (in, conv, x, Δ, SSM, out)"
+    if config.block.mamba is not None and config.block.parts == "hybrid":
+        attention = "Mamba-2 mixer and attention (Q, K, V, O) side by side"
     elif config.block.mamba is not None:
         attention = "Mamba-2 mixer (in, conv, SSM, norm, out)"
     elif config.block.short_conv is not None:

@@ -11,7 +11,7 @@ heads sharing B and C, K the conv kernel, c = d_in + 2·g·N the channels the co
     Δ = max(softplus(dt + dt_bias), dt_min)         (B, T, h); A = −exp(A_log) (h,)
     S_t = exp(Δ_t·A)·S_{t−1} + Δ_t·x_t ⊗ B_t        (B, h, p, N), S_0 = 0 (or the cache's)
     y_t = S_t·C_t + D·x_t                           (B, T, h, p)
-    out = (RMSNorm per group(y ⊙ silu(z)) · γ)·W_out
+    out = (RMSNorm per group(y ⊙ silu(z)) · γ)·W_out   (or RMSNorm(y)·γ ⊙ silu(z), or y ⊙ silu(z): block.mamba.norm)
 
 The recurrence is computed chunk by chunk (SSD's dual form): within a chunk of Q steps as a masked
 (Q, Q) product, between chunks through the state; the two are the same sums, reordered. The decode
@@ -110,7 +110,11 @@ class Mamba2Mixer:
         Bsz, T, _ = u.shape
         h, hp, N, g, d_in = m.n_heads, m.head_dim, m.d_state, m.n_groups, m.d_inner
         state = cache if isinstance(cache, MambaCache) else None
+        if m.in_multiplier != 1.0:  # Falcon-H1's ssm_in_multiplier
+            u = u * np.asarray(m.in_multiplier, dtype=u.dtype)
         zxbcdt = F.linear(u, p["w_ssm_in"], p.get("b_ssm_in"))  # (B, T, 2·d_in + 2·g·N + h)
+        if m.multipliers != (1.0, 1.0, 1.0, 1.0, 1.0):  # Falcon-H1's µP vector: z, x, B, C, dt each times its own
+            zxbcdt = zxbcdt * mup_vector(m).astype(zxbcdt.dtype)
         rec("ssm_in", IN_LABEL, zxbcdt, (u, p["w_ssm_in"]), kind="linear",
             params=("w_ssm_in", "b_ssm_in"))
         z, xbc, dt = np.split(zxbcdt, [d_in, d_in + m.conv_dim], axis=-1)  # (B, T, d_in), (B, T, c), (B, T, h)
@@ -133,10 +137,12 @@ class Mamba2Mixer:
         rec("ssm_scan", scan_label(m), scan, (xbc, delta, Bm, Cm), kind="ssd", params=("ssm_A_log",))
         y = (scan + x * p["ssm_D"].astype(u.dtype)[:, None]).reshape(Bsz, T, d_in)  # (B, T, d_in): the D skip
         rec("ssm_skip", SKIP_LABEL, y, (scan, xbc), kind="skip", params=("ssm_D",))
-        gated = y * F.silu(z)  # (B, T, d_in)
-        groups = gated.reshape(Bsz, T, g, d_in // g)
-        normed = (groups / np.sqrt(np.mean(groups * groups, axis=-1, keepdims=True) + m.norm_eps)).reshape(
-            Bsz, T, d_in) * p["ssm_norm_gamma"]  # (B, T, d_in)
+        if m.norm == "norm_gate":  # RMSNorm_grouped(y)·γ ⊙ silu(z)
+            normed = grouped_rms(y, g, m.norm_eps) * p["ssm_norm_gamma"] * F.silu(z)  # (B, T, d_in)
+        elif m.norm == "none":  # y ⊙ silu(z), no norm
+            normed = y * F.silu(z)  # (B, T, d_in)
+        else:  # RMSNorm_grouped(y ⊙ silu(z))·γ
+            normed = grouped_rms(y * F.silu(z), g, m.norm_eps) * p["ssm_norm_gamma"]  # (B, T, d_in)
         rec("ssm_norm", norm_label(m), normed, (y, zxbcdt), kind="gated_rmsnorm", params=("ssm_norm_gamma",))
         out = F.linear(normed, p["w_ssm_out"], p.get("b_ssm_out"))  # (B, T, d)
         rec("attn_out", OUT_LABEL, out, (normed, p["w_ssm_out"]), kind="linear", params=("w_ssm_out", "b_ssm_out"))
@@ -245,6 +251,17 @@ def scan1_label(m: Any) -> str:
 
 def bc_norm_label(m: Any) -> str:
     return f"RMSNorm of δ, B, C ({'weightless' if m.bc_norm == 'weightless' else 'learned scales'})"
+def grouped_rms(a: Array, groups: int, eps: float) -> Array:
+    """a (B, T, d_in) normalised over each of `groups` groups of d_in/groups features (no scale)."""
+    Bsz, T, d_in = a.shape
+    parts = a.reshape(Bsz, T, groups, d_in // groups)
+    return (parts / np.sqrt(np.mean(parts * parts, axis=-1, keepdims=True) + eps)).reshape(Bsz, T, d_in)
+
+
+def mup_vector(m: Any) -> Array:
+    """(2·d_in + 2·g·N + h,): each of W_in's output segments z, x, B, C, dt times its multiplier."""
+    widths = (m.d_inner, m.d_inner, m.n_groups * m.d_state, m.n_groups * m.d_state, m.n_heads)
+    return np.concatenate([np.full(w, v) for w, v in zip(widths, m.multipliers)])
 
 
 # the trace's labels, shared with its analytic rows (blockcli.trace)
@@ -253,7 +270,8 @@ IN_LABEL, DT_LABEL, SKIP_LABEL, OUT_LABEL = ("SSM in-projection (z | x B C | dt)
 # the symbolic shapes of a Mamba-2 layer's rows (c = d_in + 2·g·N, d_in = h_s·p)
 SYMBOLIC = {"ssm_in": "(B, T, 2·d_in + 2·g·N + h_s)", "ssm_conv": "(B, T, c)", "ssm_conv_act": "(B, T, c)",
             "ssm_dt": "(B, T, h_s)", "ssm_scan": "(B, T, h_s, p)", "ssm_skip": "(B, T, d_in)",
-            "ssm_norm": "(B, T, d_in)", "attn_out": "(B, T, d)"}
+            "ssm_norm": "(B, T, d_in)", "attn_out": "(B, T, d)",
+            "ssm_out": "(B, T, d)", "mixer_out": "(B, T, d)"}  # block.parts hybrid: beside attention, their sum
 
 
 def conv_label(m: Any) -> str:
@@ -265,7 +283,9 @@ def scan_label(m: Any) -> str:
 
 
 def norm_label(m: Any) -> str:
-    return f"gated RMSNorm (y ⊙ silu(z), {m.n_groups} group{'s' if m.n_groups > 1 else ''})"
+    groups = f"{m.n_groups} group{'s' if m.n_groups > 1 else ''}"
+    return {"gated": f"gated RMSNorm (y ⊙ silu(z), {groups})", "norm_gate": f"RMSNorm(y) ({groups}) ⊙ silu(z)",
+            "none": "y ⊙ silu(z) (no norm)"}[m.norm]
 
 
 NO_BACKWARD = ("gradients through a Mamba-1 or Mamba-2 (state-space) layer are not implemented: verify --grad, train and "

@@ -338,7 +338,7 @@ def why_not(mutant: Mutant, config: Config, layer: int | None, grad: bool) -> st
         if block.linear_attention is not None:
             return (f"a {'Kimi Delta Attention' if block.linear_attention.per_channel else 'Gated DeltaNet'} layer "
                     f"runs none of softmax attention's operations, which this bug changes")
-        if block.mamba is not None or block.short_conv is not None or block.parts == "mlp":
+        if (block.mamba is not None and block.parts != "hybrid") or block.short_conv is not None or block.parts == "mlp":
             mixer = "its MLP alone (parts: mlp)" if block.parts == "mlp" else \
                 f"a Mamba-{getattr(block.mamba, 'version', 2)} mixer" if block.mamba is not None else "a short convolution"
             return f"the checked layer has no attention: {mixer}"

@@ -239,7 +239,9 @@ def _kv_cache(block: BlockConfig, config: Config, layout: Layout, T: int, B: int
     if not whole.attends:
         return -(-(recurrent_elements(whole) + whole.ssm_state_elements()) // layout.tp) * B * kv_bits
     dims = replace(Dims.of(replace(config, block=rank_block(block, layout.tp), layer_blocks=())), L=1)
-    return kv_cache_elements(dims) * dims.keys_seen(T) * B * kv_bits
+    # a hybrid layer (Falcon-H1): its K/V heads and its Mamba-2 state beside them (0 for any other layer)
+    state = -(-whole.ssm_state_elements() // layout.tp) * B * kv_bits if whole.hybrid else 0
+    return kv_cache_elements(dims) * dims.keys_seen(T) * B * kv_bits + state
 
 
 def plan(config: Config, layout: Layout, T: int, B: int, *, training: bool, per: StateBytes | None = None,

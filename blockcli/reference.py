@@ -158,7 +158,9 @@ def _mamba(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.n
     m = cfg.mamba
     assert m is not None
     T, d_in, gN = n.shape[0], m.d_inner, m.n_groups * m.d_state
-    zxbcdt = [n[t] @ p["w_ssm_in"] + p.get("b_ssm_in", 0.0) for t in range(T)]
+    # W_in's five segments z, x, B, C, dt each times its multiplier (Falcon-H1's µP vector), the input times its own
+    mup = np.concatenate([np.full(w, v) for w, v in zip((d_in, d_in, gN, gN, m.n_heads), m.multipliers)])
+    zxbcdt = [((m.in_multiplier * n[t]) @ p["w_ssm_in"] + p.get("b_ssm_in", 0.0)) * mup for t in range(T)]
     states = [np.zeros((m.head_dim, m.d_state)) for _ in range(m.n_heads)]
     out = np.zeros((T, cfg.d_model))
     for t in range(T):
@@ -176,10 +178,15 @@ def _mamba(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.n
             delta = max(_softplus(float(zxbcdt[t][d_in + m.conv_dim + i] + p["ssm_dt_bias"][i])), m.dt_min)
             states[i] = math.exp(-delta * math.exp(float(p["ssm_A_log"][i]))) * states[i] + delta * np.outer(x, Bv)
             y[i * m.head_dim:(i + 1) * m.head_dim] = states[i] @ Cv + float(p["ssm_D"][i]) * x
-        gated = np.array([v * u * _sigmoid(u) for v, u in zip(y, zxbcdt[t][:d_in])])
+        gate = np.array([u * _sigmoid(u) for u in zxbcdt[t][:d_in]])
         size = d_in // m.n_groups
-        normed = np.concatenate([_norm(gated[j:j + size], p["ssm_norm_gamma"][j:j + size], None, "rmsnorm",
-                                       m.norm_eps) for j in range(0, d_in, size)])
+
+        def grouped(v: np.ndarray) -> np.ndarray:
+            return np.concatenate([_norm(v[j:j + size], p["ssm_norm_gamma"][j:j + size], None, "rmsnorm", m.norm_eps)
+                                   for j in range(0, d_in, size)])
+
+        normed = (y * gate if m.norm == "none" else grouped(y) * gate if m.norm == "norm_gate" else
+                  grouped(y * gate))
         out[t] = normed @ p["w_ssm_out"] + p.get("b_ssm_out", 0.0)
     return out
 def _mamba1(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.ndarray:
@@ -268,6 +275,9 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
     """n (T, d) of one sequence → attention output (T, d), head by head, query by query."""
     if cfg.short_conv is not None:
         return _short_conv(n, p, cfg)
+    if cfg.mamba is not None and cfg.parts == "hybrid":  # Falcon-H1: both mixers on n, each output times its own
+        return (cfg.mamba.out_multiplier * _mamba(n, p, cfg) + cfg.attention_out_multiplier
+                * _attention(cfg.attention_in_multiplier * n, p, cfg.attention_part))
     if cfg.mamba is not None:
         return _mamba1(n, p, cfg) if getattr(cfg.mamba, "version", 2) == 1 else _mamba(n, p, cfg)
     if cfg.mla is not None:
@@ -344,12 +354,13 @@ def _scale(p: Mapping[str, np.ndarray], which: str, cfg: BlockConfig) -> np.ndar
 def _expert(vec: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig, key: str) -> np.ndarray:
     """One token through an MLP whose parameters are named `key` + w_gate, w_up, w_down (and b_…)."""
     up = vec @ p[key + "w_up"] + p.get(key + "b_up", 0.0)
+    m_gate, m_down = cfg.mlp_multipliers  # Falcon-H1's: the gate's pre-activation and the output times these
     if cfg.gated:
         gate = vec @ p[key + "w_gate"] + p.get(key + "b_gate", 0.0)
-        hidden = np.array([_gated(cfg, float(g), float(u), p) for g, u in zip(gate, up)])
+        hidden = np.array([_gated(cfg, m_gate * float(g), float(u), p) for g, u in zip(gate, up)])
     else:
         hidden = np.array([_act(cfg, float(u), p) for u in up])
-    return hidden @ p[key + "w_down"] + p.get(key + "b_down", 0.0)
+    return m_down * (hidden @ p[key + "w_down"] + p.get(key + "b_down", 0.0))
 
 
 def _best(values: list[float], k: int) -> list[int]:

@@ -203,10 +203,14 @@ def attention_maps(config: Config, weights: Path | None) -> tuple[list[Attention
                                            "Gated DeltaNet" for g in recurrent))
         notes.append(f"no maps of {layer_list(tuple(i for g in recurrent for i in g.layers))}: {kinds} layers "
                      f"mix tokens through a recurrent state, with no attention weights")
-    if any(g.block.mamba is not None or g.block.short_conv is not None or g.block.parts == "mlp" for g in groups):
-        notes.append("no maps of the layers without attention (Mamba-1 and Mamba-2 mixers, short convolutions, MLPs alone)")
-    groups = [g for g in groups if g.block.linear_attention is None and g.block.mamba is None
-              and g.block.short_conv is None and g.block.parts != "mlp"]
+    def attends(b: BlockConfig) -> bool:  # a hybrid layer (Falcon-H1's) has attention beside its Mamba-2 mixer
+        return b.parts == "hybrid" or (b.linear_attention is None and b.mamba is None and b.short_conv is None
+                                       and b.parts != "mlp")
+
+    if any(not attends(g.block) and g.block.linear_attention is None for g in groups):
+        notes.append("no maps of the layers without attention (Mamba-1 and Mamba-2 mixers, short convolutions, MLPs "
+                     "alone)")
+    groups = [g for g in groups if attends(g.block)]
     shown = groups[:MAP_LAYERS]
     if len(groups) > MAP_LAYERS:
         notes.append(f"maps of the first {MAP_LAYERS} of {len(groups)} layer groups")
@@ -522,6 +526,9 @@ def _attention_box(b: BlockConfig) -> Box:
         extras.append(f"soft-cap {b.attention_softcap:g}")
     if b.attention_sinks:
         extras.append("sinks")
+    if b.parts == "hybrid" and b.mamba is not None:  # Falcon-H1: a Mamba-2 mixer beside it, their outputs summed
+        m = b.mamba
+        extras.append(f"∥ Mamba-2 beside it: {m.n_heads} heads of {m.head_dim}, state {m.d_state}; outputs summed")
     for extra in extras:
         lines += _wrap(extra)
     groups = b.n_heads if b.mla else b.n_kv_heads

@@ -94,19 +94,21 @@ def deltanet_shapes(cfg: BlockConfig) -> dict[str, Shape]:
 def mamba_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     """A Mamba-2 mixer (config.Mamba2): in_proj (d, 2·d_in + 2·g·N + h) giving z, x, B, C and dt; the depthwise
     conv over x, B, C (conv_dim, K) and its bias; per head dt_bias, A_log and D (h,); the gated norm's scale (d_in,);
-    out_proj (d_in, d); in_proj's and out_proj's biases with mamba.proj_bias."""
+    out_proj (d_in, d); in_proj's bias with mamba.proj_bias, out_proj's with out_bias (as proj_bias unless set)."""
     m, d = cfg.mamba, cfg.d_model
     assert m is not None
-    width = 2 * m.d_inner + 2 * m.n_groups * m.d_state + m.n_heads
+    width = m.in_width  # 2·d_in + 2·g·N + h
     shapes: dict[str, Shape] = {"w_ssm_in": (d, width)}
     if m.proj_bias:
         shapes["b_ssm_in"] = (width,)
     shapes["ssm_conv"] = (m.conv_dim, m.conv_kernel)
     if m.conv_bias:
         shapes["b_ssm_conv"] = (m.conv_dim,)
-    shapes.update({"ssm_dt_bias": (m.n_heads,), "ssm_A_log": (m.n_heads,), "ssm_D": (m.n_heads,),
-                   "ssm_norm_gamma": (m.d_inner,), "w_ssm_out": (m.d_inner, d)})
-    if m.proj_bias:
+    shapes.update({"ssm_dt_bias": (m.n_heads,), "ssm_A_log": (m.n_heads,), "ssm_D": (m.n_heads,)})
+    if m.norm != "none":  # the norm's scale (Falcon-H1 without mamba_rms_norm has no norm)
+        shapes["ssm_norm_gamma"] = (m.d_inner,)
+    shapes["w_ssm_out"] = (m.d_inner, d)
+    if m.has_out_bias:
         shapes["b_ssm_out"] = (d,)
     return shapes
 
@@ -148,6 +150,8 @@ def short_conv_shapes(cfg: BlockConfig) -> dict[str, Shape]:
 def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     if cfg.short_conv is not None:
         return short_conv_shapes(cfg)
+    if cfg.mamba is not None and cfg.parts == "hybrid":  # Falcon-H1: the Mamba-2 mixer and attention beside it
+        return {**mamba_shapes(cfg), **attention_shapes(cfg.attention_part)}
     if cfg.mamba is not None:
         return mamba1_shapes(cfg) if isinstance(cfg.mamba, Mamba1) else mamba_shapes(cfg)
     if cfg.mla is not None:

@@ -130,6 +130,7 @@ class Dims:
     d_index: int = 0  # DeepSeek Sparse Attention: the indexer's key width d_I, cached beside the latent (0: none)
     h_index: int = 0  # and its heads h_I
     R: int = 0  # a Mamba-1 mixer's Δ rank (0: none)
+    hybrid: bool = False  # attention beside the Mamba-2 mixer in the same layer (block.parts hybrid: Falcon-H1)
 
     @classmethod
     def of(cls, config: Config) -> "Dims":
@@ -144,7 +145,7 @@ class Dims:
                    b.short_conv.kernel if b.short_conv else 0, b.parts != "mlp", b.parts != "mixer",
                    d_index=mla.index_head_dim if mla and mla.own_indexer else 0,
                    h_index=mla.index_heads if mla and mla.own_indexer else 0,
-                   R=ssm.dt_rank if isinstance(ssm, Mamba1) else 0)
+                   R=ssm.dt_rank if isinstance(ssm, Mamba1) else 0, hybrid=b.parts == "hybrid")
 
     @property
     def mamba(self) -> bool:
@@ -154,7 +155,7 @@ class Dims:
     @property
     def attends(self) -> bool:
         """The layer's mixer is softmax attention (it caches keys and values, and scores T keys per query)."""
-        return self.mixer and not self.mamba and not self.conv_K and self.linear is None
+        return self.mixer and (self.hybrid or (not self.mamba and not self.conv_K and self.linear is None))
 
     def ssm_state_elements(self) -> int:
         """A Mamba-2 layer's decode state per sequence, whatever T (0 for any other layer): the SSM state h_s·p·N
@@ -231,7 +232,9 @@ def matmul_weights(dims: Dims) -> tuple[int, int]:
                 + dims.K * d_in + mlp, head)
     if dims.mamba:  # in-projection to z, x, B, C, dt and out-projection; the conv's K taps per channel (depthwise)
         d_in, gN = dims.h_s * dims.p, dims.g * dims.N
-        return dims.d * (2 * d_in + 2 * gN + dims.h_s) + d_in * dims.d + dims.K * (d_in + 2 * gN) + mlp, head
+        attention = dims.d * (q + 2 * kv) + q * dims.d if dims.hybrid else 0  # Falcon-H1: Q, K, V, O beside it
+        return (dims.d * (2 * d_in + 2 * gN + dims.h_s) + d_in * dims.d + dims.K * (d_in + 2 * gN) + attention + mlp,
+                head)
     if dims.linear is not None:  # q, k, v, z, b, a from x, W_O
         n = dims.linear
         return dims.d * (2 * n.key_width + 2 * n.value_width + 2 * n.value_heads) + n.value_width * dims.d + mlp, head
@@ -283,7 +286,8 @@ def forward_flops(dims: Dims, T: int, B: int) -> ForwardFlops:
         return ForwardFlops(2 * tokens * dims.L * (per_layer + ssm_scan_macs(dims)), 0, 0, 2 * tokens * head)
     # 2·d_h for Q·Kᵀ + 2·d_v for weights·V (+ 2·h_I·d_I for the indexer's scores, which it keeps whole)
     attention = 2 * B * dims.L * (dims.h * (dims.d_h + dims.value_dim) + dims.h_index * dims.d_index)
-    return ForwardFlops(2 * tokens * dims.L * per_layer, attention * score_pairs(T, False),
+    # a hybrid layer's (Falcon-H1's) scan beside its attention: ssm_scan_macs is 0 for any other layer
+    return ForwardFlops(2 * tokens * dims.L * (per_layer + ssm_scan_macs(dims)), attention * score_pairs(T, False),
                         attention * score_pairs(T, True, dims.window, dims.chunk), 2 * tokens * head)
 
 
@@ -319,7 +323,7 @@ def decode_flops(dims: Dims, T: int, B: int) -> int:
     else:
         attention = (2 * dims.L * (dims.h * (dims.d_h + dims.value_dim) + dims.h_index * dims.d_index)
                      * dims.decode_keys(T))
-    return B * (2 * (dims.L * per_layer + head) + attention)
+    return B * (2 * (dims.L * (per_layer + ssm_scan_macs(dims)) + head) + attention)
 
 
 # ----------------------------------------------------------------------------- inference
@@ -462,6 +466,8 @@ def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
     elif dims.mamba:  # the in-projection's z | x B C | dt, the conv's output, y and its gated norm
         d_in, gN = dims.h_s * dims.p, dims.g * dims.N
         attention = (2 * d_in + 2 * gN + dims.h_s) + (d_in + 2 * gN) + 2 * d_in
+        if dims.hybrid:  # and attention's Q, K, V and output beside it (Falcon-H1)
+            attention += 2 * dims.h * dims.d_h + 2 * dims.h_kv * dims.d_h
     widest = max(attention if dims.mixer else 0, (3 if dims.gated else 2) * dims.d_ff if dims.mlp else 0)
     return nbytes(B * T * (2 * dims.d + widest), dtype) + LOSS_BYTES * B * dims.V
 

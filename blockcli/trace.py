@@ -23,7 +23,7 @@ import numpy as np
 
 from blockcli import progress
 from blockcli.activations import MLP_KIND_FLOPS, function_of
-from blockcli.block import (DecoderBlock, Model, activated, mlp_stage, attention_tile, block_parameter_shapes, blocked_label, experts_label,
+from blockcli.block import (MIXER_SUM_LABEL, DecoderBlock, Model, activated, mlp_stage, attention_tile, block_parameter_shapes, blocked_label, experts_label,
                             full_table, load_label, logits_label, mask_label, model_parameter_shapes, moe_sum_label,
                             qk_norm_label, query_scale_label, routing_label, scores_label, softmax_label)
 from blockcli.config import BlockConfig, Config, InputError, Mamba1, clipped, projected_width, whole_number
@@ -262,7 +262,10 @@ def kv_cache_bytes(b: BlockConfig, layers: int, batch: int, seq_len: int, itemsi
         return layers * state_bytes(b, batch, itemsize)
     if b.mamba is not None:  # Mamba-2: S (B, h, p, N) and the window (B, K − 1, d_in + 2·g·N); Mamba-1's (B, d_in, N), c = d_in
         m = b.mamba
-        return layers * batch * (m.d_inner * m.d_state + (m.conv_kernel - 1) * m.conv_dim) * itemsize
+        state = layers * batch * (m.d_inner * m.d_state + (m.conv_kernel - 1) * m.conv_dim) * itemsize
+        if b.parts != "hybrid":
+            return state
+        return state + kv_cache_bytes(b.attention_part, layers, batch, seq_len, itemsize)  # and attention's K/V
     if b.short_conv is not None:  # the window (B, K − 1, d)
         return layers * batch * (b.short_conv.kernel - 1) * b.d_model * itemsize
     per_token = (b.mla.kv_lora_rank + b.mla.qk_rope_head_dim + (b.mla.index_head_dim if b.mla.own_indexer else 0)
@@ -604,9 +607,11 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         rec("attn_out", OUT_LABEL, out, (gated, S(d_in, d)), kind="linear", params=("w_ssm_out", "b_ssm_out"))
         return out
 
-    def mamba(inp: ShapeOnly) -> ShapeOnly:  # as Mamba2Mixer.__call__
+    def mamba(inp: ShapeOnly, out_key: str = "attn_out") -> ShapeOnly:  # as Mamba2Mixer.__call__
         m = b.mamba
         d_in, c, h_s, N = m.d_inner, m.conv_dim, m.n_heads, m.d_state
+        if m.in_multiplier != 1.0:  # the input times ssm_in_multiplier: a new array
+            inp = S(B, T, d)
         zxbcdt, conv, act, delta = S(B, T, d_in + c + h_s), S(B, T, c), S(B, T, c), S(B, T, h_s)
         rec("ssm_in", IN_LABEL, zxbcdt, (inp, S(d, d_in + c + h_s)), kind="linear", params=("w_ssm_in", "b_ssm_in"))
         rec("ssm_conv", conv_label(m), conv, (zxbcdt, S(c, m.conv_kernel)), kind="conv",
@@ -618,7 +623,14 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             params=("ssm_A_log",))
         rec("ssm_skip", SKIP_LABEL, y, (scan, act), kind="skip", params=("ssm_D",))
         rec("ssm_norm", norm_label(m), normed, (y, zxbcdt), kind="gated_rmsnorm", params=("ssm_norm_gamma",))
-        rec("attn_out", OUT_LABEL, out, (normed, S(d_in, d)), kind="linear", params=("w_ssm_out", "b_ssm_out"))
+        rec(out_key, OUT_LABEL, out, (normed, S(d_in, d)), kind="linear", params=("w_ssm_out", "b_ssm_out"))
+        return out
+
+    def hybrid(inp: ShapeOnly) -> ShapeOnly:  # as ParallelMixer.__call__: Mamba-2 and attention side by side
+        ssm = mamba(inp, "ssm_out")
+        attended = attention(S(B, T, d) if b.attention_in_multiplier != 1.0 else inp, plain=True)
+        out = S(B, T, d)
+        rec("mixer_out", MIXER_SUM_LABEL, out, (ssm, attended), kind="add")
         return out
 
     def short_conv(inp: ShapeOnly) -> ShapeOnly:  # as ShortConvMixer.__call__
@@ -631,10 +643,12 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         rec("attn_out", SC.OUT_LABEL, out, (y, S(d, d)), kind="linear", params=("w_conv_out", "b_conv_out"))
         return out
 
-    def attention(inp: ShapeOnly) -> ShapeOnly:
+    def attention(inp: ShapeOnly, plain: bool = False) -> ShapeOnly:
         if b.short_conv is not None:
             return short_conv(inp)
-        if b.mamba is not None:
+        if b.parts == "hybrid" and not plain:
+            return hybrid(inp)
+        if b.mamba is not None and not plain:
             return mamba1(inp) if isinstance(b.mamba, Mamba1) else mamba(inp)
         if b.mla is not None:
             return latent_attention(inp)
@@ -760,7 +774,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         rec("mlp_act", f"activation ({b.mlp_kind})", act, inputs, kind=b.mlp_kind,
             params=tuple(f"act_{name}" for name in function_of(b.activation).params))
         rec("mlp_out", "MLP " + mlp_stage(b, "out"), out, (act, S(d_ff, d)), kind="linear", params=("w_down", "b_down"))
-        return out
+        return S(B, T, d) if b.mlp_multipliers[1] != 1.0 else out  # times the output multiplier: a new array
 
     def norm(key: str, op: str, which: str, inp: ShapeOnly) -> ShapeOnly:
         out = S(B, T, d)

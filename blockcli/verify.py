@@ -351,8 +351,16 @@ def check_divisibility(c: Context) -> tuple[bool, str, str]:
             c.figure(f"{k} − expected", got - want, 0)
         c.figure("n_heads % n_groups (SSM)", m.n_heads % m.n_groups, 0)
         ok = all(got == want for got, want in widths.values()) and m.n_heads % m.n_groups == 0
-        return ok, (f"SSM n_heads % n_groups = {m.n_heads % m.n_groups}; " + "; ".join(
-            f"{k} {got} (expected {want})" for k, (got, want) in widths.items())), "exact"
+        said = (f"SSM n_heads % n_groups = {m.n_heads % m.n_groups}; " + "; ".join(
+            f"{k} {got} (expected {want})" for k, (got, want) in widths.items()))
+        if b.parts == "hybrid":  # Falcon-H1: the attention beside it too, checked as a block of attention alone
+            c.cfg = b.attention_part
+            try:
+                attention_ok, attention_said, _ = check_divisibility(c)
+            finally:
+                c.cfg = b
+            return ok and attention_ok, f"{said}; attention: {attention_said}", "exact"
+        return ok, said, "exact"
     if b.mla is not None:  # every head's widths come from the latent's projections
         m = b.mla
         widths = {"Q": (p["w_q_b" if m.q_lora_rank else "w_q"].shape[1], b.n_heads * m.qk_head_dim),
@@ -588,10 +596,11 @@ def check_residual(c: Context) -> tuple[bool, str, str]:
     first, second = ("h_pre", "y_pre") if post else ("h", "y")
     # what each residual add adds: the branch output, or (post_branch) its normalised form
     branches = {"post_branch": ("ln1_out", "ln2_out"), "sandwich": ("ln1_post_out", "ln2_post_out")}.get(
-        c.cfg.placement, ("attn_out", "mlp_out"))
+        c.cfg.placement, ("mixer_out", "mlp_out") if c.cfg.parts == "hybrid" else ("attn_out", "mlp_out"))
     h, attn_out, mlp_out = c.need(first, *branches)
     # a residual multiplier (Granite) scales the branch before its add; post_branch adds the norm's output
     r = 1.0 if c.cfg.placement == "post_branch" else c.cfg.residual_multiplier
+    mlp_out = mlp_out * c.cfg.mlp_multipliers[1]  # the MLP's output multiplier after W_down (Falcon-H1's; else 1)
     # what each add adds them to: the stream, or (normed_residual) each norm's output
     normed = c.cfg.placement == "normed_residual"
     pairs = [(first, h, c.inter["ln1_out"] if normed else c.x, r * attn_out)]

@@ -127,6 +127,7 @@ def resolve_block(cfg):
         # gpt-oss's gated unit: g = min(gate, c), g * sigmoid(alpha * g) * (clip(up, -c, c) + 1)
         "swiglu_alpha": float(cfg.get("swiglu_alpha", 1.702)),
         "swiglu_limit": float(cfg.get("swiglu_limit", 7.0)),
+        "mlp_multipliers": tuple(float(v) for v in cfg.get("mlp_multipliers", (1.0, 1.0))),  # gate, down (Falcon-H1)
         # Ministral 3: after RoPE, the query at position t times 1 + beta * ln(1 + floor(t / L)); beta 0 = off
         "query_scale": float(cfg.get("query_scale", 0.0)),
         "query_scale_length": int(cfg.get("query_scale_length", 0)),
@@ -856,14 +857,17 @@ def _mlp(b, weights, prefix, vec):
 def _dense_mlp(b, weights, prefix, vec, name, has_bias):
     """act(vec W_up + b_up) W_down + b_down, or gated act(vec W_gate + b_gate) * (vec W_up + b_up), then W_down."""
     up = linear_vec(vec, _w(weights, name + "w_up", prefix), _wopt(weights, name + "b_up", prefix, has_bias))
+    m_gate, m_down = b.get("mlp_multipliers", (1.0, 1.0))
     if b["gated"]:
         gate = linear_vec(vec, _w(weights, name + "w_gate", prefix), _wopt(weights, name + "b_gate", prefix, has_bias))
+        gate = [m_gate * float(g) for g in gate]  # Falcon-H1: the gate's pre-activation times m_g
         hidden = np.array([activate(b, weights, prefix, float(gate[i])) * float(up[i])
                            if b["activation"] in WITH_SCALARS else gated_unit(b, float(gate[i]), float(up[i]))
                            for i in range(len(up))], dtype=np.float64)
     else:
         hidden = np.array([activate(b, weights, prefix, float(z)) for z in up], dtype=np.float64)
-    return linear_vec(hidden, _w(weights, name + "w_down", prefix), _wopt(weights, name + "b_down", prefix, has_bias))
+    down = linear_vec(hidden, _w(weights, name + "w_down", prefix), _wopt(weights, name + "b_down", prefix, has_bias))
+    return down * m_down if m_down != 1.0 else down  # and its output times m_d
 
 
 def _block_sequence(b, weights, prefix, xs, rope_fraction, rms_beta):
@@ -1177,14 +1181,23 @@ def mamba2_mixer(m, weights, u):
     u (B, T, d). Per token: [z | x B C | dt] = u·W_in; x B C through the causal depthwise conv (tap K−1 reads the
     current token, earlier taps the earlier tokens, zeros before the first) and SiLU; Δ = softplus(dt + dt_bias), at least m's dt_min;
     for head i in group i·g/h: S ← exp(−Δ·exp(A_log))·S + Δ·x ⊗ B; y = S·C + D·x; then y·silu(z) RMS-normalised
-    over each group's d_in/g features, times the scale, and out-projected. Returns (B, T, d)."""
+    over each group's d_in/g features, times the scale, and out-projected. Returns (B, T, d).
+    Falcon-H1's options in `m`: "in_multiplier" (u times it before W_in), "multipliers" (five numbers: the
+    projection's z, x, B, C and dt entries each times its own), "norm": "gated" (the above), "norm_gate" (y
+    normalised and scaled first, then times silu(z)) or "none" (y·silu(z), no norm)."""
     h, p, N, g, K = m["n_heads"], m["head_dim"], m["d_state"], m["n_groups"], m["conv_kernel"]
     d_in, eps = h * p, m["eps"]
     c = d_in + 2 * g * N
     Bsz, T, d = u.shape
     out = np.zeros((Bsz, T, d), dtype=np.float64)
+    scale_in = m.get("in_multiplier", 1.0)
+    m_z, m_x, m_b, m_c, m_dt = m.get("multipliers", (1.0,) * 5)
+    segment = [m_z] * d_in + [m_x] * d_in + [m_b] * (g * N) + [m_c] * (g * N) + [m_dt] * h  # entry by entry
+    kind = m.get("norm", "gated")
     for b in range(Bsz):
-        projected = [linear_vec(u[b, t], weights["w_ssm_in"], weights.get("b_ssm_in")) for t in range(T)]
+        projected = [[v * segment[k] for k, v in enumerate(linear_vec([scale_in * e for e in u[b, t]],
+                                                                       weights["w_ssm_in"], weights.get("b_ssm_in")))]
+                     for t in range(T)]
         state = [[[0.0] * N for _ in range(p)] for _ in range(h)]
         for t in range(T):
             z = projected[t][:d_in]
@@ -1212,10 +1225,14 @@ def mamba2_mixer(m, weights, u):
             gated = [y[k] * silu(float(z[k])) for k in range(d_in)]
             width = d_in // g
             normed = np.zeros(d_in, dtype=np.float64)
-            for grp in range(g):
-                part = gated[grp * width:(grp + 1) * width]
+            if kind == "none":
+                normed[:] = gated
+            for grp in range(g if kind != "none" else 0):
+                part = (gated if kind == "gated" else y)[grp * width:(grp + 1) * width]
                 normed[grp * width:(grp + 1) * width] = rms_norm_vec(part, weights["ssm_norm_gamma"][grp * width:],
                                                                      None, eps)
+            if kind == "norm_gate":
+                normed = np.array([normed[k] * silu(float(z[k])) for k in range(d_in)])
             out[b, t] = linear_vec(normed, weights["w_ssm_out"], weights.get("b_ssm_out"))
     return out
 

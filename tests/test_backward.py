@@ -104,6 +104,7 @@ FEATURES = {
                                              "routed_bias": False}},
     "residual multiplier": {"residual_multiplier": 0.6},
     "swiglu": {"activation": "swiglu"},
+    "mlp multipliers (Falcon-H1's gate and down)": {"activation": "swiglu", "mlp_multipliers": [0.7, 1.4]},
     "gated exact gelu": {"activation": "gelu", "gated": True},
     "clamped swiglu": {"activation": "clamped_swiglu", "swiglu_limit": 0.4, "swiglu_alpha": 1.3},
     "xielu": {"activation": "xielu"},

@@ -107,6 +107,7 @@ BLOCK_CASES = {
         norm="rmsnorm", bias={"qkv": True, "out": False, "mlp": True, "norm": False}),
     "swiglu": block_dict(activation="swiglu"),
     "swiglu_nobias": block_dict(activation="swiglu", bias=False, norm="rmsnorm"),
+    "swiglu_mlp_multipliers": block_dict(activation="swiglu", mlp_multipliers=[0.6, 1.7]),  # Falcon-H1's gate, down
     "geglu": block_dict(activation="geglu"),
     "gelu_exact": block_dict(activation="gelu"),
     "relu": block_dict(activation="relu"),

@@ -39,7 +39,7 @@ NOT_CAUSAL_LMS = {"mistral3", "qwen2_5_vl", "qwen2_5_vl_text", "qwen2_vl", "qwen
 UNCLAIMED = {
     "afmoe", "aria_text", "axk1", "axk2", "bailing_hybrid", "beam", "biogpt",
     "bitnet", "blt", "cohere_compass_text", "cpmant", "ctrl", "dbrx", "deepseek_v4", "diffllama", "doge", "dory",
-    "dots3_note", "dots3_note_text", "emu3", "falcon_h1", "flint", "fuyu", "gemma3n",
+    "dots3_note", "dots3_note_text", "emu3", "flint", "fuyu", "gemma3n",
     "gemma3n_text", "gemma4", "gemma4_assistant", "gemma4_text", "gemma4_unified", "gemma4_unified_assistant",
     "gemma4_unified_text", "git", "got_ocr2", "gpt_neox_japanese", "granitemoe_swa", "hrm_text", "hy_v3", "hy_v4",
     "inkling2_loop_text", "inkling2_text", "inkling_text", "jetmoe", "kolibri1", "laguna",

@@ -171,7 +171,10 @@ def _mixer_config(**mamba: int | bool) -> BlockConfig:
 
 @pytest.mark.parametrize("mamba", [{}, {"n_groups": 1, "conv_bias": False, "proj_bias": False, "conv_kernel": 4},
                                    {"dt_min": 0.8},  # Δ clamped below (Nemotron-H's time_step_min), biting here
-                                   {"n_groups": 4, "d_state": 1, "head_dim": 1}])
+                                   {"n_groups": 4, "d_state": 1, "head_dim": 1},
+                                   # Falcon-H1's: no norm, or the norm before the gate; its µP multipliers
+                                   {"norm": "none", "in_multiplier": 1.7, "multipliers": [0.5, 1.5, 0.8, 1.25, 2.0]},
+                                   {"norm": "norm_gate", "out_bias": False, "multipliers": [1.2, 0.7, 1.0, 1.5, 0.5]}])
 def test_the_mixer_equals_the_plain_recurrence(mamba: dict) -> None:
     """Random weights (A_log around 0, so that the state decays slowly and every step matters) through the
     block's mixer and through tests/reference.py's loop over time, head by head."""
@@ -181,14 +184,16 @@ def test_the_mixer_equals_the_plain_recurrence(mamba: dict) -> None:
     rng = np.random.default_rng(7)
     for key in ("ssm_dt_bias", "ssm_A_log", "ssm_D"):
         p[key][...] = 0.3 * rng.standard_normal(p[key].shape)
-    p["ssm_norm_gamma"][...] = 1.0 + 0.1 * rng.standard_normal(p["ssm_norm_gamma"].shape)
+    if "ssm_norm_gamma" in p:
+        p["ssm_norm_gamma"][...] = 1.0 + 0.1 * rng.standard_normal(p["ssm_norm_gamma"].shape)
     u = rng.standard_normal((2, 9, cfg.d_model))
     got = block.attn(u, lambda *a, **k: None)
     m = cfg.mamba
     weights = {k: v for k, v in p.items() if "ssm" in k}
     want = ref.mamba2_mixer({"n_heads": m.n_heads, "head_dim": m.head_dim, "d_state": m.d_state,
                              "n_groups": m.n_groups, "conv_kernel": m.conv_kernel, "eps": m.norm_eps,
-                             "dt_min": m.dt_min}, weights, u)
+                             "dt_min": m.dt_min, "norm": m.norm, "in_multiplier": m.in_multiplier,
+                             "multipliers": m.multipliers}, weights, u)
     assert relative(got, want) <= 1e-12
 
 
@@ -675,6 +680,147 @@ def test_mamba1_fields_blockcli_cannot_run_are_named(tmp_path: Path, fields: dic
     path = tmp_path / "config.json"
     path.write_text(json.dumps(fields))
     assert message in one_error_line(cli("count", path))
+# transformers 5.24's FalconH1ForCausalLM on the meta device (recomputed by the torch-marked test)
+FALCON_H1_CASES = {
+    "defaults": ({}, 8_514_961_408),  # the SSM 1024 wide (mamba_d_ssm), no norm before W_out (mamba_rms_norm false)
+    "random": (dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=3, head_dim=20, num_hidden_layers=3,
+                    intermediate_size=50, vocab_size=300, mamba_d_ssm=84, mamba_n_heads=12, mamba_d_state=7,
+                    mamba_n_groups=3, mamba_d_conv=2, mamba_conv_bias=False, mamba_proj_bias=True,
+                    projectors_bias=True, mamba_rms_norm=True, attention_bias=True, mlp_bias=True,
+                    tie_word_embeddings=True, ssm_multipliers=[0.5, 1.5, 2.0, 0.25, 3.0], mlp_multipliers=[0.7, 1.3],
+                    key_multiplier=0.6), 268_146),
+    # mamba_d_ssm null: mamba_expand·hidden_size; the norm after the gate (mamba_norm_before_gate false)
+    "expand": (dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, num_hidden_layers=2,
+                    intermediate_size=40, vocab_size=200, mamba_d_ssm=None, mamba_expand=3, mamba_n_heads=6,
+                    mamba_d_state=5, mamba_rms_norm=True, mamba_norm_before_gate=False), 152_264),
+}
+FALCON_H1_DEFAULTS = dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                          num_key_value_heads=8, vocab_size=128000, mamba_d_ssm=1024, mamba_n_heads=128,
+                          mamba_d_state=256, mamba_n_groups=1, mamba_d_conv=4, mamba_expand=2, rms_norm_eps=1e-5,
+                          max_position_embeddings=8192)
+
+
+def test_falcon_h1_totals_by_hand() -> None:
+    """Every layer: two norms, the Mamba-2 mixer (its norm's scale only with mamba_rms_norm, W_out's bias with
+    projectors_bias), attention beside it (Q, K, V, O, biases with attention_bias) and the SwiGLU."""
+    d, f, V = 4096, 14336, 128000  # defaults: d_ssm 1024 = 128 heads of 8, no norm scale, untied
+    mixer = _mixer_by_hand(d, 128, 8, 256, 1, 4, True, False) - 1024
+    attention = 2 * d * 32 * 128 + 2 * d * 8 * 128
+    assert 32 * (mixer + attention + 3 * d * f + 2 * d) + 2 * V * d + d == 8_514_961_408
+    d, f, V = 96, 50, 300  # random: 12 heads of 84 / 12 = 7, biases everywhere, the norm's scale, tied
+    mixer = _mixer_by_hand(d, 12, 7, 7, 3, 2, False, True)
+    attention = 2 * d * 6 * 20 + 6 * 20 + d + 2 * (d * 3 * 20 + 3 * 20)  # Q, O (its bias d wide), K, V
+    assert 3 * (mixer + attention + 3 * d * f + 2 * f + d + 2 * d) + V * d + d == 268_146
+    d, f, V = 64, 40, 200  # expand: the SSM 3·64 = 192 wide, 6 heads of 32
+    mixer = _mixer_by_hand(d, 6, 32, 5, 1, 4, True, False)
+    assert 2 * (mixer + 4 * d * d + 3 * d * f + 2 * d) + 2 * V * d + d == 152_264
+
+
+def _falcon_h1(fields: dict) -> dict:
+    return {"model_type": "falcon_h1", **FALCON_H1_DEFAULTS, **fields}
+
+
+@pytest.mark.parametrize("case", sorted(FALCON_H1_CASES))
+def test_falcon_h1_counts_as_transformers(case: str) -> None:
+    fields, want = FALCON_H1_CASES[case]
+    assert count_parameters(parse_config(hf_to_mapping(_falcon_h1(fields), "x.json"))).total == want
+
+
+def test_falcon_h1_reads_its_multipliers_and_its_norm() -> None:
+    data = _falcon_h1({"ssm_multipliers": [0.5, 1.5, 2.0, 0.25, 3.0], "mlp_multipliers": [0.7, 1.3],
+                       "key_multiplier": 0.6, "attention_in_multiplier": 1.1, "attention_out_multiplier": 0.9,
+                       "ssm_in_multiplier": 1.2, "ssm_out_multiplier": 0.8, "embedding_multiplier": 5.5,
+                       "lm_head_multiplier": 0.04, "layers_block_type": ["hybrid"] * 32})
+    config = parse_config(hf_to_mapping(data, "x.json"))
+    b, m = config.block, config.block.mamba
+    assert b.parts == "hybrid" and b.mlp_multipliers == (0.7, 1.3) and b.attention_scale == 0.6 / 128 ** 0.5
+    assert (b.attention_in_multiplier, b.attention_out_multiplier) == (1.1, 0.9)
+    assert m == Mamba2(n_heads=128, head_dim=8, d_state=256, norm_eps=1e-5, norm="none", out_bias=False,
+                       in_multiplier=1.2, multipliers=(0.5, 1.5, 2.0, 0.25, 3.0), out_multiplier=0.8)
+    assert (config.model.embedding_multiplier, config.model.logit_multiplier) == (5.5, 0.04)
+    normed = parse_config(hf_to_mapping(_falcon_h1({"mamba_rms_norm": True}), "x.json")).block.mamba
+    gated = parse_config(hf_to_mapping(_falcon_h1({"mamba_rms_norm": True, "mamba_norm_before_gate": False}),
+                                       "x.json")).block.mamba
+    assert (normed.norm, gated.norm) == ("norm_gate", "gated")
+
+
+def test_falcon_h1_fields_its_modelling_code_never_reads_are_noted(tmp_path: Path) -> None:
+    """The original FalconH1Config's fields in the released configs (attn_layer_indices, mamba_use_mlp, ...), which
+    transformers 5.24 never reads: accepted at any value, the count unchanged, a note naming them."""
+    extra = {"attn_layer_indices": None, "mamba_use_mlp": True, "mlp_expansion_factor": 8, "time_step_min": 0.001,
+             "time_step_max": 0.1, "time_step_floor": 1e-4, "rope_theta": 1e11, "rope_scaling": None}
+    (tmp_path / "config.json").write_text(json.dumps(_falcon_h1(extra)))
+    proc = cli("count", tmp_path / "config.json")
+    assert proc.returncode == 0, proc.stderr
+    assert "8,514,961,408" in proc.stdout and "attn_layer_indices" in proc.stderr and "mamba_use_mlp" in proc.stderr
+    assert load_config(tmp_path / "config.json").block.rope_theta == 1e11
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"hidden_act": "gelu"}, "hidden_act"),
+    ({"time_step_limit": [0.0, 10.0]}, "time_step_limit"),
+    ({"layers_block_type": ["attention"] * 32}, "layers_block_type"),
+    ({"mamba_d_head": 16}, "mamba_d_head"),
+    ({"mamba_n_groups": 3}, "mamba_n_groups"),
+    ({"ssm_multipliers": [1.0, 2.0]}, "ssm_multipliers"),
+    ({"mlp_multipliers": [1.0, 0.0]}, "mlp_multipliers"),
+    ({"key_multiplier": 0}, "key_multiplier"),
+])
+def test_falcon_h1_fields_blockcli_cannot_run_are_named(tmp_path: Path, fields: dict, message: str) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(_falcon_h1(fields)))
+    assert message in one_error_line(cli("count", tmp_path / "config.json"))
+
+
+@pytest.mark.parametrize("block, message", [
+    ({"parts": "hybrid"}, "block.parts: hybrid"),  # no block.mamba beside the attention
+    ({"attention_in_multiplier": 2.0}, "block.attention_in_multiplier"),
+    ({"mlp_multipliers": [2.0, 1.0], "activation": "gelu"}, "block.mlp_multipliers"),
+    ({"mlp_multipliers": [2.0]}, "block.mlp_multipliers"),
+    ({"mamba": {"n_heads": 2, "head_dim": 4, "d_state": 2, "out_multiplier": 2.0}}, "block.mamba.out_multiplier"),
+    ({"mamba": {"n_heads": 2, "head_dim": 4, "d_state": 2, "norm": "layer"}}, "block.mamba.norm"),
+    ({"mamba": {"n_heads": 2, "head_dim": 4, "d_state": 2, "multipliers": [1, 2, 3]}}, "block.mamba.multipliers"),
+])
+def test_the_hybrid_layers_settings_are_checked(block: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        parse_config({"block": {"d_model": 8, "n_heads": 2, "activation": "swiglu", **block}})
+
+
+def test_a_hybrid_layer_is_its_mixers_sum_and_decodes_through_both_caches() -> None:
+    """block.parts hybrid by hand: the block's output is x + m_ssm·(a Mamba-2 block's mixer on LN1(x)) + m_out·(an
+    attention block's mixer on m_in·LN1(x)) + the MLP, each from the same weights; and decoding one token at a time
+    through its K/V and its state equals the full pass."""
+    data = {"block": {"d_model": 12, "n_heads": 3, "n_kv_heads": 1, "d_ff": 20, "norm": "rmsnorm",
+                      "activation": "swiglu", "bias": False, "rope": True, "parts": "hybrid",
+                      "attention_in_multiplier": 1.4, "attention_out_multiplier": 0.6, "mlp_multipliers": [0.8, 1.2],
+                      "mamba": {"n_heads": 4, "head_dim": 4, "d_state": 3, "n_groups": 2, "norm": "norm_gate",
+                                "out_multiplier": 1.3, "in_multiplier": 0.7, "multipliers": [0.5, 1.5, 0.9, 1.1, 2.0]}},
+            "model": {"n_layers": 2, "vocab_size": 30, "positions": "rope"}, "run": {"batch": 2, "seq_len": 6}}
+    config = parse_config(data)
+    block = DecoderBlock.from_config(config.block, seed=5, dtype="float64")
+    x = np.random.default_rng(2).standard_normal((2, 6, 12))
+    ssm_cfg = replace(config.block, parts="both", mamba=replace(config.block.mamba, out_multiplier=1.0),
+                      attention_in_multiplier=1.0, attention_out_multiplier=1.0)
+    alone = {k: v for k, v in block.params.items() if k in DecoderBlock.from_config(ssm_cfg, seed=0).params}
+    attention = {k: v for k, v in block.params.items()
+                 if k in DecoderBlock.from_config(config.block.attention_part, seed=0).params}
+    ssm_block = DecoderBlock(ssm_cfg, alone)
+    attn_block = DecoderBlock(config.block.attention_part, attention)
+    n1 = block.ln1(x)
+    mixed = 1.3 * ssm_block.attn(n1, lambda *a, **k: None) + 0.6 * attn_block.attn(1.4 * n1, lambda *a, **k: None)
+    h = x + mixed
+    assert relative(block(x), h + block.mlp(block.ln2(h))) <= 1e-13
+    m = config.block.mamba
+    want = ref.mamba2_mixer({"n_heads": m.n_heads, "head_dim": m.head_dim, "d_state": m.d_state,
+                             "n_groups": m.n_groups, "conv_kernel": m.conv_kernel, "eps": m.norm_eps,
+                             "norm": m.norm, "in_multiplier": m.in_multiplier, "multipliers": m.multipliers},
+                            {k: v for k, v in block.params.items() if "ssm" in k}, n1)
+    assert relative(block.attn.mamba(n1, lambda *a, **k: None), want) <= 1e-12
+    model = Model.from_config(config, dtype="float64")
+    ids = np.arange(12).reshape(2, 6) % 30
+    caches = model.new_cache()
+    model.step(ids[:, :2], caches)
+    steps = np.concatenate([model.step(ids[:, t:t + 1], caches) for t in range(2, 6)], axis=1)
+    assert relative(steps, model(ids)[:, 2:]) <= 1e-12
 
 
 # ----------------------------------------------------------------------------- the schema
@@ -710,7 +856,7 @@ def test_backward_through_a_mamba_or_conv_layer_is_refused_in_one_line(name: str
 
 TORCH_CASES = {"granitemoehybrid": (GRANITE_CASES, GRANITE_DEFAULTS), "bamba": (BAMBA_CASES, BAMBA_DEFAULTS),
                "nemotron_h": (NEMOTRON_CASES, NEMOTRON_DEFAULTS), "lfm2": (LFM2_CASES, LFM2_DEFAULTS),
-               **MAMBA1_CASES}
+               "falcon_h1": (FALCON_H1_CASES, FALCON_H1_DEFAULTS), **MAMBA1_CASES}
 
 
 @pytest.mark.torch
@@ -737,7 +883,7 @@ def test_verify_passes_one_layer_of_each_kind(name: str) -> None:
     attention layer and a layer of its MLP alone; the checks that need attention weights skip saying why."""
     proc = cli("verify", FIXTURES / name)
     assert proc.returncode == 0, proc.stdout[-2000:]
-    if load_config(FIXTURES / name).layers_differ:  # an attention-free Mamba's layers are all one kind
+    if load_config(FIXTURES / name).layers_differ:  # an attention-free Mamba's and Falcon-H1's layers are all one kind
         assert "one layer of each of its" in proc.stdout
 
 
@@ -750,8 +896,12 @@ def test_report_and_seeded_bugs_on_the_hybrids(tmp_path: Path, name: str) -> Non
     assert proc.returncode == 0 and page.is_file(), proc.stderr[-2000:]
     proc = cli("verify", FIXTURES / name, "--mutants", "--layer", "0")
     assert proc.returncode == 0, proc.stdout[-2000:]
-    if load_config(FIXTURES / name).layer_block(0).mamba is not None:
-        version = 1 if isinstance(load_config(FIXTURES / name).layer_block(0).mamba, Mamba1) else 2
+    first = load_config(FIXTURES / name).layer_block(0)
+    if first.parts == "hybrid":  # Falcon-H1's layer has attention beside its Mamba-2 mixer: every attention bug applies
+        assert "│ no-mask" in proc.stdout and "every seeded bug is caught" in proc.stdout
+        assert 'class="map"' in page.read_text() and "no maps of the layers without attention" not in page.read_text()
+    elif first.mamba is not None:
+        version = 1 if isinstance(first.mamba, Mamba1) else 2
         assert f"no-mask (the checked layer has no attention: a Mamba-{version} mixer)" in proc.stdout
     if load_config(FIXTURES / name).layer_block(0).short_conv is not None:
         assert "no-mask (the checked layer has no attention: a short convolution)" in proc.stdout
@@ -769,9 +919,11 @@ def test_the_trace_counts_what_the_decode_caches_hold(name: str) -> None:
     model = Model.from_config(config, dtype="float32")
     caches = model.new_cache()
     model.step(np.arange(10).reshape(2, 5) % config.model.vocab_size, caches)
-    held = sum(sum(a.nbytes for a in ((cache.k, cache.v) if isinstance(cache, KVCache) else vars(cache).values())
-                   if isinstance(a, np.ndarray)) for cache in caches)  # a K/V cache's filled part, not its capacity
-    assert run_trace(config).totals["kv_cache_bytes"] == held
+    def held(cache: object) -> int:  # a K/V cache's filled part, not its capacity; both of a hybrid layer's caches
+        parts = (cache.k, cache.v) if isinstance(cache, KVCache) else vars(cache).values()
+        return sum(a.nbytes if isinstance(a, np.ndarray) else held(a) if hasattr(a, "__dict__") else 0 for a in parts)
+
+    assert run_trace(config).totals["kv_cache_bytes"] == sum(held(cache) for cache in caches)
 
 
 def test_tensor_parallelism_splits_the_kv_heads_and_the_mamba_state() -> None:
@@ -835,3 +987,9 @@ def test_a_mamba1_layers_flops_by_hand_and_constant_in_the_context() -> None:
     assert list(ops) == ["ln1_out", "ssm_in", "ssm_conv", "ssm_conv_act", "ssm_x", "ssm_bc_norm", "ssm_dt_proj",
                          "ssm_dt", "ssm_scan", "ssm_skip", "ssm_gate", "attn_out", "y"]
     assert ops["ssm_scan"].flops == 2 * 6 * d_in * (4 * N + N)  # x ⊗ B in, S·C out, the decay
+def test_tensor_parallelism_splits_a_hybrid_layers_kv_heads_and_its_state() -> None:
+    """--tp 2 on falcon_h1's fixture, 1 × 8 tokens: each of its 2 layers holds K/V (2 heads of 4: one per rank, 8 tokens
+    × K and V × 4 × float32) and half of its Mamba-2 state (S 4·6·6 and the conv's window of K = 3 inputs over
+    24 + 2·2·6 channels, float32)."""
+    data = json.loads(cli("count", FIXTURES / "falcon_h1", "--tp", 2, "--batch", 1, "--seq", 8, "--json").stdout)
+    assert data["parallel"]["stages"][0]["kv_cache_bytes"] == 2 * (8 * 2 * 4 * 4 + (4 * 6 * 6 + 3 * 48) // 2 * 4)

@@ -10,6 +10,13 @@ Bamba (`bamba`, IBM's Bamba-9B): Llama's block (GQA, RMSNorm, SwiGLU) whose RoPE
 hard-codes partial_rotary_factor 0.5; only rope_parameters' own overrides it), Mamba-2 on every layer but those in
 `attn_layer_indices`; the MLP under `feed_forward`, its norm `pre_ff_layernorm`, the final norm `final_layernorm`.
 
+Falcon-H1 (`falcon_h1`): every layer one pre-norm mixer of attention and Mamba-2 side by side (block.parts hybrid:
+both read LN1's output, their outputs summed), then Llama's SwiGLU, Bamba's tensor names; the SSM mamba_d_ssm wide
+(mamba_expand·d when null), no norm before W_out unless mamba_rms_norm (then before or after the gate, as
+mamba_norm_before_gate says), W_out's bias projectors_bias; and its µP multipliers: the embeddings, the logits, K
+(attention_scale), attention's and the SSM's input and output, W_in's five segments (ssm_multipliers), the MLP's gate
+and output (mlp_multipliers).
+
 The Mamba-2 mixer's fields (transformers' BambaMixer, which Granite's reuses): mamba_n_heads heads of
 mamba_d_head ("auto": mamba_expand·hidden_size / mamba_n_heads), a mamba_d_state-wide state, mamba_n_groups
 groups, a mamba_d_conv-tap conv (bias mamba_conv_bias), in/out projections with mamba_proj_bias, the gated
@@ -53,15 +60,19 @@ def mamba_mixer(f: Fields, eps: float, defaults: dict[str, Any]) -> dict[str, An
     if heads % groups:
         raise f.invalid("mamba_n_groups", groups, f"a divisor of mamba_n_heads = {heads}")
     f.int("mamba_chunk_size", 256)  # chunks the scan only: every chunking gives the same sums
-    limit = f.raw("time_step_limit", None)  # (low, ∞): Δ clamped below at low (block.mamba.dt_min)
+    return {"n_heads": heads, "head_dim": head_dim, "d_state": f.int("mamba_d_state", defaults["d_state"]),
+            "n_groups": groups, "conv_kernel": f.int("mamba_d_conv", 4), "conv_bias": f.bool("mamba_conv_bias", True),
+            "proj_bias": f.bool("mamba_proj_bias", False), "norm_eps": eps, **_dt_min(f)}
+
+
+def _dt_min(f: Fields) -> dict[str, Any]:
+    """time_step_limit (low, ∞): Δ clamped below at low (block.mamba.dt_min); a finite upper limit refused."""
+    limit = f.raw("time_step_limit", None)
     if limit is not None and (not isinstance(limit, list) or len(limit) != 2 or isinstance(limit[0], bool)
                               or not isinstance(limit[0], (int, float)) or not 0 <= limit[0] < 1e6
                               or not _infinite(limit[1])):
         raise f.unrepresentable("time_step_limit", limit, "blockcli clamps Δ below only: (low, inf), low >= 0")
-    return {"n_heads": heads, "head_dim": head_dim, "d_state": f.int("mamba_d_state", defaults["d_state"]),
-            "n_groups": groups, "conv_kernel": f.int("mamba_d_conv", 4), "conv_bias": f.bool("mamba_conv_bias", True),
-            "proj_bias": f.bool("mamba_proj_bias", False), "norm_eps": eps,
-            **({"dt_min": float(limit[0])} if limit is not None and limit[0] else {})}
+    return {"dt_min": float(limit[0])} if limit is not None and limit[0] else {}
 
 
 def _infinite(value: Any) -> bool:
@@ -141,6 +152,65 @@ def _bamba(f: Fields) -> tuple[dict, dict]:
         raise f.invalid("attn_layer_indices", attention, "an array of layer indices")
     mixer = mamba_mixer(f, block["norm_eps"], {"n_heads": 128, "expand": 2, "d_state": 256})
     mamba_layers(f, block, mixer, [i not in attention for i in range(n_layers)])
+    return block, model
+
+
+def _falcon_h1(f: Fields) -> tuple[dict, dict]:
+    """Falcon-H1: every layer one pre-norm mixer of attention and Mamba-2 side by side (block.parts hybrid), then
+    Llama's SwiGLU; µP multipliers on the embeddings, the logits, each mixer's input and output, K, the MLP's gate
+    and output, and W_in's five segments (z, x, B, C, dt: ssm_multipliers)."""
+    types = first_of(f, ("layers_block_type", "layer_types"), lambda key: f.raw(key), None)
+    if types is not None and (not isinstance(types, list) or any(t != "hybrid" for t in types)):
+        raise f.invalid("layers_block_type", types, "every layer \"hybrid\" (FalconH1Config's own value)")
+    block, model = gated_rms(f, silu_gate, kv_default=8, tie_default=False, eps_default=1e-5, mlp_bias=None)
+    f.ignore("num_logits_to_keep")  # which positions' logits generate() computes: the network is the same
+    d = block["d_model"]
+    expand = f.int("mamba_expand", 2)  # read only with mamba_d_ssm null
+    if f.has("mamba_d_ssm") and f.data["mamba_d_ssm"] is None:  # null: mamba_expand·hidden_size
+        f.ignore("mamba_d_ssm")
+        d_ssm = expand * d
+    else:
+        d_ssm = f.int("mamba_d_ssm", 1024)
+    heads = f.int("mamba_n_heads", 128)
+    head_dim = f.raw("mamba_d_head", "auto")
+    head_dim = d_ssm // heads if head_dim == "auto" else f.int("mamba_d_head")
+    if head_dim * heads != d_ssm:
+        raise f.unrepresentable("mamba_d_head", head_dim, f"mamba_d_head·mamba_n_heads = {head_dim * heads} must be "
+                                                          f"the SSM width mamba_d_ssm = {d_ssm}, as transformers "
+                                                          f"requires")
+    groups = f.int("mamba_n_groups", 1)
+    if heads % groups:
+        raise f.invalid("mamba_n_groups", groups, f"a divisor of mamba_n_heads = {heads}")
+    f.int("mamba_chunk_size", 256)  # chunks the scan only: every chunking gives the same sums
+    rms = f.bool("mamba_rms_norm", False)
+    before = f.bool("mamba_norm_before_gate", True)  # read only with mamba_rms_norm
+    ssm = f.raw("ssm_multipliers", None)
+    if ssm is not None and (not isinstance(ssm, list) or len(ssm) != 5):
+        raise f.invalid("ssm_multipliers", ssm, "a list of 5 numbers (z, x, B, C, dt)")
+    mlp = f.raw("mlp_multipliers", None)
+    if mlp is not None and (not isinstance(mlp, list) or len(mlp) != 2):
+        raise f.invalid("mlp_multipliers", mlp, "a list of 2 numbers (gate, down)")
+    mixer = {"n_heads": heads, "head_dim": head_dim, "d_state": f.int("mamba_d_state", 256), "n_groups": groups,
+             "conv_kernel": f.int("mamba_d_conv", 4), "conv_bias": f.bool("mamba_conv_bias", True),
+             "proj_bias": f.bool("mamba_proj_bias", False), "out_bias": f.bool("projectors_bias", False),
+             "norm_eps": block["norm_eps"], "norm": ("norm_gate" if before else "gated") if rms else "none",
+             "in_multiplier": f.float("ssm_in_multiplier", 1.0, high=1e6),
+             "out_multiplier": f.float("ssm_out_multiplier", 1.0, high=1e6), **_dt_min(f)}
+    if ssm is not None:
+        mixer["multipliers"] = ssm
+    if f.str("hidden_act", "silu") != "silu":
+        raise f.unrepresentable("hidden_act", f.data["hidden_act"], "the Mamba-2 mixer's conv runs hidden_act, which "
+                                                                    "blockcli runs as SiLU only")
+    key = f.float("key_multiplier", 1.0, high=1e6)  # K·m_k: the scores times m_k, RoPE being linear
+    if key != 1.0:
+        block["attention_scale"] = key / math.sqrt(block["head_dim"])
+    block.update(parts="hybrid", mamba=mixer,
+                 attention_in_multiplier=f.float("attention_in_multiplier", 1.0, high=1e6),
+                 attention_out_multiplier=f.float("attention_out_multiplier", 1.0, high=1e6))
+    if mlp is not None:
+        block["mlp_multipliers"] = mlp
+    model["embedding_multiplier"] = f.float("embedding_multiplier", 1.0, high=1e6)
+    model["logit_multiplier"] = f.float("lm_head_multiplier", 1.0, high=1e6)
     return block, model
 
 
@@ -355,6 +425,16 @@ FAMILIES = (
     Family("granitemoehybrid", "Granite 4.0-H (Granite MoE hybrid)", _granitemoehybrid, GRANITE_HYBRID,
            MOE_TRAINING_ONLY, aux_loss=True),
     Family("bamba", "Bamba", _bamba, BAMBA, TRAINING_ONLY),
+    # Falcon-H1: Bamba's names (mamba., self_attn., feed_forward., pre_ff_layernorm, final_layernorm)
+    Family("falcon_h1", "Falcon-H1", _falcon_h1, BAMBA, TRAINING_ONLY, unread={
+        # fields of the released configs (written by the original FalconH1Config) that transformers 5.24's
+        # configuration_falcon_h1.py and modeling_falcon_h1.py never read
+        "attn_layer_indices": "FalconH1Model builds attention beside the Mamba-2 mixer on every layer whatever it says",
+        "mamba_use_mlp": "every FalconH1DecoderLayer has its MLP whatever it says",
+        "mlp_expansion_factor": "the MLP is intermediate_size wide whatever it says",
+        "time_step_min": "Δ's initialisation range only (FalconH1Mixer clamps by time_step_limit)",
+        "time_step_max": "Δ's initialisation range only (FalconH1Mixer clamps by time_step_limit)",
+        "time_step_floor": "Δ's initialisation only"}),
     Family("nemotron_h", "Nemotron-H", _nemotron_h, NEMOTRON_H, TRAINING_ONLY | {"hidden_dropout"},
            unread={"attention_bias": "NemotronHAttention (Jamba's) builds q/k/v/o without biases whatever it says",
                    "tie_word_embeddings": "NemotronHForCausalLM ties nothing: its LM head is its own whatever it says"}),
