@@ -773,6 +773,8 @@ def test_falcon_h1_fields_blockcli_cannot_run_are_named(tmp_path: Path, fields: 
 
 @pytest.mark.parametrize("block, message", [
     ({"parts": "hybrid"}, "block.parts: hybrid"),  # no block.mamba beside the attention
+    ({"parts": "hybrid", "mamba": {"version": 1, "d_inner": 8, "d_state": 2, "dt_rank": 1}},
+     "block.parts: hybrid"),  # Falcon-H1's side-by-side layer is Mamba-2's
     ({"attention_in_multiplier": 2.0}, "block.attention_in_multiplier"),
     ({"mlp_multipliers": [2.0, 1.0], "activation": "gelu"}, "block.mlp_multipliers"),
     ({"mlp_multipliers": [2.0]}, "block.mlp_multipliers"),
