@@ -92,15 +92,16 @@ def test_the_draws_are_tiny_and_reach_past_the_defaults() -> None:
     activations, tied and untied heads, passes past max_position_embeddings."""
     acts, ties, past = set(), set(), 0
     for name in draws.DRAWS:
-        stored = json.loads((CASES / f"fuzz-{name}-0" / "config.json").read_text())
-        text = stored.get("text_config", stored)
-        layers = text.get("num_hidden_layers", text.get("n_layer", text.get("num_layers", text.get("n_layers"))))
-        layers = len(text["layers_block_type"]) if "layers_block_type" in text else layers  # Nemotron-H's
-        assert layers == 2 and text["vocab_size"] <= draws.VOCAB + 8
-        for key in ("hidden_act", "hidden_activation", "activation_function"):
-            acts.add(text.get(key))
-        ties.add(stored.get("tie_word_embeddings"))
-        past += text.get("max_position_embeddings", 64) < 9
+        for n in draws.draw_numbers(name):
+            stored = json.loads((CASES / f"fuzz-{name}-{n}" / "config.json").read_text())
+            text = stored.get("text_config", stored)
+            layers = text.get("num_hidden_layers", text.get("n_layer", text.get("num_layers", text.get("n_layers"))))
+            layers = len(text["layers_block_type"]) if "layers_block_type" in text else layers  # Nemotron-H's
+            assert layers == 2 and text["vocab_size"] <= draws.VOCAB + 8
+            for key in ("hidden_act", "hidden_activation", "activation_function"):
+                acts.add(text.get(key))
+            ties.add(stored.get("tie_word_embeddings"))
+            past += text.get("max_position_embeddings", 64) < 9
     assert len(acts - {None}) >= 5 and ties >= {True, False} and past >= 5
 
 
