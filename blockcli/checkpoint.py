@@ -34,8 +34,8 @@ from blockcli.families import COMPOSITES, FAMILIES
 from blockcli.quantized import SUPPORTED, pair_quantized, schemes_of, stored_bytes
 from blockcli.shapes import Shape, is_buffer, model_parameter_shapes
 from blockcli.tensor_names import (DEPTHWISE, EXPERTS, EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE, FUSED, GROUPED_HEADS,
-                                   GROUPED_KEY_HEADS, GROUPED_QKV, LINEAR, PER_HEAD, QVK_SHARDS, ROW, SAME, SCALAR,
-                                   SHARDED_QVK, SPLIT, Tensor, TensorMap, nested)
+                                   GROUPED_KEY_HEADS, GROUPED_QKV, HEAD_ROW, LINEAR, PER_HEAD, QVK_SHARDS, ROW, SAME,
+                                   SCALAR, SHARDED_QVK, SPLIT, Tensor, TensorMap, nested)
 
 if TYPE_CHECKING:
     import numpy as np  # imported where values are read: counting from headers needs no NumPy
@@ -256,9 +256,11 @@ def tensor_map_of(ckpt: Checkpoint) -> TensorMap:
     return nested(tmap, composite.bases, composite.heads, composite.aside) if composite is not None else tmap
 
 
-def _entries(tmap: TensorMap, n_layers: int, n_experts: int = 0) -> Iterator[Tensor]:
+def _entries(tmap: TensorMap, n_layers: int, n_experts: int = 0,
+             shapes: Mapping[str, Shape] | None = None) -> Iterator[Tensor]:
     """Every tensor of the map for these layers; `{e}` in a name: one per expert; `{e}` in the keys of a
-    name without it: one fused tensor holding every expert's keys, expert by expert."""
+    name without it: one fused tensor holding every expert's keys, expert by expert; `{h}` in a name (HEAD_ROW):
+    one per row of its key's shape in `shapes` (left as it is, never found, where the config has no such key)."""
     for entry in tmap.tensors:
         if "{e}" in entry.name:
             per = [Tensor(tuple(k.replace("{e}", str(e)) for k in entry.keys), entry.name.replace("{e}", str(e)),
@@ -271,9 +273,29 @@ def _entries(tmap: TensorMap, n_layers: int, n_experts: int = 0) -> Iterator[Ten
         for one in per:
             if "{i}" in one.name:
                 for i in range(n_layers):
-                    yield Tensor(tuple(k.format(i=i) for k in one.keys), one.name.format(i=i), one.layout, one.top)
+                    yield from _head_rows(Tensor(tuple(k.format(i=i) for k in one.keys),
+                                                 one.name.format(i=i, h="{h}"), one.layout, one.top), shapes)
             else:
-                yield one
+                yield from _head_rows(one, shapes)
+
+
+def _head_rows(entry: Tensor, shapes: Mapping[str, Shape] | None) -> Iterator[Tensor]:
+    """A `{h}` name's tensor per row of its one key's (heads, n) shape: head h's vector fills row h."""
+    if "{h}" not in entry.name or shapes is None or entry.keys[0] not in shapes:
+        yield entry
+        return
+    for h in range(shapes[entry.keys[0]][0]):
+        yield replace(entry, name=entry.name.replace("{h}", str(h)), row=h)
+
+
+def _slots(entry: Tensor) -> tuple[str, ...]:
+    """What a tensor fills: its keys, or one row of its key (`w[3]`) for a HEAD_ROW tensor."""
+    return entry.keys if entry.row < 0 else (f"{entry.keys[0]}[{entry.row}]",)
+
+
+def _parts(entry: Tensor, shapes: Mapping[str, Shape]) -> tuple[Shape, ...]:
+    """The shape of each blockcli array a stored tensor fills: its keys', or one row's (HEAD_ROW)."""
+    return tuple(shapes[k] if entry.row < 0 else shapes[k][1:] for k in entry.keys)
 
 
 @functools.lru_cache(maxsize=None)
@@ -286,8 +308,8 @@ def _buffer_names(patterns: tuple[str, ...]) -> re.Pattern[str]:
 
 def stored_shape(entry: Tensor, shapes: Mapping[str, Shape]) -> Shape:
     """The shape a tensor must have in the checkpoint for blockcli's expected `shapes` of its keys."""
-    parts = [shapes[k] for k in entry.keys]
-    if entry.layout == SAME:
+    parts = list(_parts(entry, shapes))
+    if entry.layout in (SAME, HEAD_ROW):  # HEAD_ROW: one row of the key
         return parts[0]
     if entry.layout == LINEAR:
         return parts[0][::-1]
@@ -345,7 +367,7 @@ def match_tensors(ckpt: Checkpoint, config: Config,
     notes: list[str] = []
     tied_copy: Stored | None = None
     filled: dict[str, str] = {}  # blockcli key → the stored tensor that fills it
-    for entry in _entries(tmap, n_layers, n_experts):
+    for entry in _entries(tmap, n_layers, n_experts, shapes):
         wanted = [k in shapes for k in entry.keys]
         name = find(entry)
         if not any(wanted):
@@ -356,7 +378,8 @@ def match_tensors(ckpt: Checkpoint, config: Config,
                 claimed.add(name)  # (GLM-4.5's shared expert with n_shared_experts 0): no parameter to load
             continue
         if name is None:
-            missing.append((" or ".join(a if entry.top else tmap.prefix + a for a in entry.name.split("|")), entry.keys))
+            missing.append((" or ".join(a if entry.top else tmap.prefix + a for a in entry.name.split("|")),
+                            _slots(entry)))
             continue
         if not all(wanted):  # a fused tensor with a part the config has no place for (gate | up, ungated)
             absent = ", ".join(k for k, w in zip(entry.keys, wanted) if not w)
@@ -371,11 +394,11 @@ def match_tensors(ckpt: Checkpoint, config: Config,
             implied = " or ".join(dict.fromkeys(str(stored_shape(e, shapes)) for e in fits))
             raise InputError(f"{stored.file}: tensor '{name}' has shape {stored.shape}; {config.name} implies "
                              f"{implied}")
-        for key in entry.keys:  # experts stored both per expert and fused would fill a key twice
+        for key in _slots(entry):  # experts stored both per expert and fused would fill a key twice
             if key in filled:
                 raise InputError(f"{stored.file}: tensor '{name}' holds {key}, which '{filled[key]}' holds too")
             filled[key] = name
-        matches.append(Match(entry, stored, tuple(shapes[k] for k in entry.keys)))
+        matches.append(Match(entry, stored, _parts(entry, shapes)))
     aside = sorted(n for n in names - claimed if n.startswith(tmap.aside)) if tmap.aside else []
     if aside:
         parts = [p for p in tmap.aside if any(n.startswith(p) for n in aside)]
@@ -408,8 +431,8 @@ def stored_sizes(matches: list[Match]) -> dict[str, int]:
     """blockcli key → number of parameters, from the stored shapes alone."""
     sizes: dict[str, int] = {}
     for m in matches:
-        for key, part in zip(m.entry.keys, m.parts):
-            sizes[key] = math.prod(part)  # the parts make up the stored tensor: its shape was checked
+        for key, part in zip(m.entry.keys, m.parts):  # a HEAD_ROW tensor's key: the sum of its rows
+            sizes[key] = math.prod(part) + (sizes.get(key, 0) if m.entry.row >= 0 else 0)
     return sizes
 
 
@@ -520,11 +543,20 @@ def load_weights(path: Path, config: Config | None, dtype: str, notes: list[str]
     if stored is not None:  # how each tensor was stored: what gradients keyed by stored name need
         stored.extend(matches)
     params = {}
+    rows: dict[str, dict[int, np.ndarray]] = {}  # HEAD_ROW keys: their rows by head, stacked below
     for m in matches:
         value = read_tensor(m.stored, dtype) if m.stored.quant is not None else read_tensor(m.stored)
         value = _in_run_dtype(value, dtype, m.stored)
         for key, part in zip(m.entry.keys, _unpack(value, m.entry.layout, groups_of(m.entry.layout, config), m.parts)):
-            params[key[len(prefix):]] = part
+            if m.entry.row >= 0:
+                rows.setdefault(key[len(prefix):], {})[m.entry.row] = part
+            else:
+                params[key[len(prefix):]] = part
+    if rows:
+        import numpy as np
+
+        for key, by_head in rows.items():  # every row is there: match_tensors found each head's tensor
+            params[key] = np.stack([by_head[h] for h in range(len(by_head))])  # (heads, n)
     if tied_copy is not None and not one_block:  # a "copy" the model would ignore must really be one
         import numpy as np
 
@@ -677,8 +709,8 @@ def to_stored(matches: list[Match], arrays: Mapping[str, np.ndarray], n_heads: i
     def groups(layout: str) -> int:  # a grouped layout's row groups (`config`: its linear-attention key heads)
         return groups_of(layout, config) if config is not None and layout == GROUPED_KEY_HEADS else n_heads
 
-    return {m.stored.name: _pack([arrays[k] for k in m.entry.keys], m.entry.layout, groups(m.entry.layout),
-                                 m.stored.shape)
+    return {m.stored.name: _pack([arrays[k] if m.entry.row < 0 else arrays[k][m.entry.row] for k in m.entry.keys],
+                                 m.entry.layout, groups(m.entry.layout), m.stored.shape)
             for m in matches if buffers or not all(map(is_buffer, m.entry.keys))}
 
 
@@ -690,13 +722,13 @@ def layout_of(config: Config, model_type: str) -> list[Match]:
     assert config.model is not None
     n_experts = config.block.moe.n_experts if config.block.moe is not None else 0
     matches = []
-    for entry in _entries(tmap, config.model.n_layers, n_experts):
+    for entry in _entries(tmap, config.model.n_layers, n_experts, shapes):
         if not all(k in shapes for k in entry.keys):  # a bias of a bias-free config, a tied model's head
             continue
         entry = replace(entry, layout=entry.layout.split("|")[0], name=entry.name.split("|")[0])
         name = entry.name if entry.top else tmap.prefix + entry.name
         shape = stored_shape(entry, shapes)
-        matches.append(Match(entry, Stored(name, shape, "F32", Path(SINGLE)), tuple(shapes[k] for k in entry.keys)))
+        matches.append(Match(entry, Stored(name, shape, "F32", Path(SINGLE)), _parts(entry, shapes)))
     return matches
 
 
@@ -729,7 +761,7 @@ def _pack(parts: list[np.ndarray], layout: str, n_heads: int, shape: Shape) -> n
 
 def _unpack(value: np.ndarray, layout: str, n_heads: int, parts: tuple[Shape, ...]) -> list[np.ndarray]:
     """A stored tensor → its blockcli arrays (shaped `parts`), (in, out) for matrices."""
-    if layout == SAME:
+    if layout in (SAME, HEAD_ROW):
         return [value]
     if layout == LINEAR:
         return [value.T]

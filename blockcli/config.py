@@ -30,7 +30,7 @@ PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sand
 ROPE_LAYOUTS = ("half", "interleaved")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
 DTYPES = ("float32", "float64")
-BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
+BIAS_GROUPS = ("qkv", "out", "mlp", "norm", "qk_norm")
 DELTANET_DECAYS = ("head", "channel")  # block.linear_attention.decay: per value head, or per key channel (KDA)
 QK_NORMS = ("none", "head", "projection", "each_head", "head_unscaled")
 ROUTER_SCORINGS = ("softmax", "sigmoid")
@@ -59,6 +59,13 @@ class Bias:
     out: bool = True
     mlp: bool = True
     norm: bool = True  # the LayerNorm shift beta (and an RMSNorm shift, if asked for)
+    # the q/k norms' shift (block.qk_norm); None: as `norm` says (StableLM 2's per-head LayerNorms have none
+    # where its other LayerNorms have one)
+    qk_norm: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.qk_norm is None:
+            object.__setattr__(self, "qk_norm", self.norm)
 
 
 ROPE_SCALINGS = ("linear", "dynamic", "llama3", "yarn", "longrope")
@@ -1089,10 +1096,11 @@ def _choice(data: Mapping[str, Any], key: str, path: str, default: str, allowed:
 
 def _parse_bias(value: Any) -> Bias:
     if isinstance(value, bool):
-        return Bias(value, value, value, value)
+        return Bias(value, value, value, value, value)
     if isinstance(value, Mapping):
         _check_keys(value, BIAS_GROUPS, "block.bias.")
-        return Bias(**{g: _bool(value, g, "block.bias", True) for g in BIAS_GROUPS})
+        groups = {g: _bool(value, g, "block.bias", True) for g in BIAS_GROUPS if g != "qk_norm"}
+        return Bias(**groups, qk_norm=_bool(value, "qk_norm", "block.bias", groups["norm"]))  # qk_norm: as norm
     raise ConfigError(f"block.bias: expected true, false or a mapping of {', '.join(BIAS_GROUPS)}, "
                       f"got {_kind(value)}")
 

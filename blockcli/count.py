@@ -224,7 +224,7 @@ def block_formula(b: BlockConfig) -> list[Row]:
         for letter, width in (("q", q_width), ("k", kv_width)):
             features = {"head": ("d_h",), "projection": width,
                         "each_head": ("h" if letter == "q" else "h_kv", "d_h")}[b.qk_norm]
-            shift = term(1, *features) if b.bias.norm else no
+            shift = term(1, *features) if b.bias.qk_norm else no  # (by default as bias.norm)
             label = f"{letter.upper()} norm " + {"head": "(per head)", "projection": "(all heads)",
                                                   "each_head": "(per head, weights of each head)"}[b.qk_norm]
             rows.append(Row(f"attn.{letter}_norm", label, term(1, *features) if b.norm_scale else no, shift,

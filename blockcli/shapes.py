@@ -34,9 +34,10 @@ def counted_buffer(key: str, config: Config) -> bool:
     return moe is not None and moe.selection_bias_frozen
 
 
-def norm_shapes(prefix: str, d: int, cfg: BlockConfig) -> dict[str, Shape]:
+def norm_shapes(prefix: str, d: int, cfg: BlockConfig, shift: bool | None = None) -> dict[str, Shape]:
+    """A norm's gamma (d,) (with norm_scale) and beta (d,) (with `shift`, by default bias.norm)."""
     shapes: dict[str, Shape] = {f"{prefix}_gamma": (d,)} if cfg.norm_scale else {}
-    if cfg.bias.norm:
+    if cfg.bias.norm if shift is None else shift:
         shapes[f"{prefix}_beta"] = (d,)
     return shapes
 
@@ -175,11 +176,11 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
         shapes["sinks"] = (cfg.n_heads,)
     if cfg.qk_norm in ("head", "projection"):  # over each head's d_h, or over the whole projection
         per_head = cfg.qk_norm == "head"
-        shapes.update(norm_shapes("q_norm", cfg.head_dim if per_head else q_width, cfg))
-        shapes.update(norm_shapes("k_norm", cfg.head_dim if per_head else kv_width, cfg))
+        shapes.update(norm_shapes("q_norm", cfg.head_dim if per_head else q_width, cfg, cfg.bias.qk_norm))
+        shapes.update(norm_shapes("k_norm", cfg.head_dim if per_head else kv_width, cfg, cfg.bias.qk_norm))
     elif cfg.qk_norm == "each_head":  # over each head's d_h, with weights of its own: (heads, d_h)
         for name, heads in (("q_norm", cfg.n_heads), ("k_norm", cfg.n_kv_heads)):
-            shapes.update({k: (heads,) + s for k, s in norm_shapes(name, cfg.head_dim, cfg).items()})
+            shapes.update({k: (heads,) + s for k, s in norm_shapes(name, cfg.head_dim, cfg, cfg.bias.qk_norm).items()})
     return shapes
 
 

@@ -32,6 +32,9 @@ stored tensor, the blockcli key (or keys, for a fused tensor) it fills and the l
               in_proj_ba, [b_i a_i]
     DEPTHWISE nn.Conv1d's depthwise (C, 1, K) weight, held as (C, K); with several keys, their channels one after
               another (transformers' in-memory Kimi-Linear conv1d: q | k | v)
+    HEAD_ROW  one row of a (heads, n) key, each head's row its own stored vector (n,): `{h}` in the name is the
+              head, one tensor per row of the key's shape; StableLM 2's per-head LayerNorms
+              `q_layernorm.norms.{h}.weight`, gathered into q_norm_gamma (h, d_h) and k_norm_gamma (h_kv, d_h)
 
 A name `a|b` is stored under either (Falcon's norms are named by its block layout); a layout `a|b`
 is either, the one the stored shape fits (the first when both do).
@@ -72,7 +75,7 @@ from dataclasses import dataclass
 
 SAME, LINEAR, SPLIT, FUSED, GROUPED_QKV = "same", "linear", "split", "fused", "grouped_qkv"
 GROUPED_HEADS, GROUPED_KEY_HEADS, DEPTHWISE = "grouped_heads", "grouped_key_heads", "depthwise"
-ROW, SCALAR, PER_HEAD = "row", "scalar", "per_head"
+ROW, SCALAR, PER_HEAD, HEAD_ROW = "row", "scalar", "per_head", "head_row"
 SHARDED_QVK, QVK_SHARDS = "sharded_qvk", 4
 EXPERTS, EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE = "experts", "experts_interleaved", "experts_side_by_side"
 
@@ -83,6 +86,7 @@ class Tensor:
     name: str  # the stored name, relative to the base model unless `top`
     layout: str = SAME
     top: bool = False
+    row: int = -1  # HEAD_ROW: the row of its key it fills (the head in its name); -1: the whole key
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,8 @@ def resolve_block(cfg):
     else:
         # The contract does not say what a missing group means; demand all four.
         bias = {g: bool(bias_cfg[g]) for g in BIAS_GROUPS}
+    # the q/k norms' shift: its own group when given (StableLM 2's per-head LayerNorms have none), else norm's
+    bias["qk_norm"] = bias_cfg if isinstance(bias_cfg, bool) else bool(bias_cfg.get("qk_norm", bias["norm"]))
 
     rope_cfg = cfg.get("rope", False)
     if isinstance(rope_cfg, bool):
@@ -202,8 +204,8 @@ def resolve_model(cfg):
     }
 
 
-def _has_norm_beta(b, rms_beta=False):
-    if not b["bias"]["norm"]:
+def _has_norm_beta(b, rms_beta=False, group="norm"):
+    if not b["bias"][group]:
         return False
     return b["norm"] == "layernorm" or rms_beta
 
@@ -306,7 +308,7 @@ def _qkv_param_shapes(b, rms_beta):
             width = {"head": (d_h,), "projection": (heads * d_h,), "each_head": (heads, d_h)}[b["qk_norm"]]
             if b["norm_scale"]:
                 shapes[name + "_gamma"] = width
-            if _has_norm_beta(b, rms_beta):
+            if _has_norm_beta(b, rms_beta, "qk_norm"):
                 shapes[name + "_beta"] = width
     return shapes
 
@@ -580,7 +582,8 @@ def _norm(b, weights, which, prefix, vec, rms_beta, row=None):
         gamma = np.array([1.0] * len(vec))
     if b["norm_unit_offset"] and b["norm_scale"]:  # Gemma: the stored weight is the scale's offset from 1
         gamma = np.array([1.0 + float(g) for g in gamma])
-    beta = _wopt(weights, which + "_beta", prefix, _has_norm_beta(b, rms_beta))
+    group = "qk_norm" if which in ("q_norm", "k_norm") else "norm"
+    beta = _wopt(weights, which + "_beta", prefix, _has_norm_beta(b, rms_beta, group))
     if beta is not None and row is not None:
         beta = beta[row]
     if b["norm"] == "layernorm":

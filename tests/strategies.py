@@ -23,7 +23,7 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
                                            "normed_residual"])),
         "rope": rope,
         "bias": draw(st.one_of(st.booleans(), st.fixed_dictionaries(
-            {g: st.booleans() for g in ("qkv", "out", "mlp", "norm")}))),
+            {g: st.booleans() for g in ("qkv", "out", "mlp", "norm", "qk_norm")}))),  # qk_norm: the q/k norms' shift
         "sliding_window": draw(st.sampled_from([0, 0, 1, 2, 3])),
         "norm_unit_offset": draw(st.booleans()),
         "qk_norm": draw(st.sampled_from(["none", "none", "head", "projection", "each_head"])),

@@ -81,6 +81,8 @@ FEATURES = {
     "attention scale": {"attention_scale": 0.3},
     "q/k norm per head": {"qk_norm": "head", "norm": "rmsnorm"},
     "q/k norm each head": {"qk_norm": "each_head"},
+    "q/k norm each head without shift": {"qk_norm": "each_head",  # StableLM 2 12B's
+                                         "bias": {"qkv": True, "out": True, "mlp": True, "norm": True, "qk_norm": False}},
     "q/k norm over the projection": {"qk_norm": "projection"},
     "clip qkv": {"clip_qkv": 0.4},
     "clip qkv after the q/k norms": {"clip_qkv": 0.4, "qk_norm": "projection", "clip_after_qk_norm": True},

@@ -203,6 +203,12 @@ BLOCK_CASES = {
                                                  query_scale=0.6, query_scale_length=2, query_scale_offset=1),
     # q/k norms per head with each head's own weights (Command R+), LayerNorm with a shift, GQA, RoPE
     "qk_norm_each_head_layernorm_gqa": block_dict(n_kv_heads=2, rope=True, qk_norm="each_head"),
+    # StableLM 2 12B: a shift-free LayerNorm per head of q and k (bias.qk_norm false) in a block whose other
+    # LayerNorms have their shift, GQA, partial RoPE, one shared norm
+    "qk_norm_each_head_no_shift_stablelm": block_dict(n_kv_heads=2, rope=0.5, qk_norm="each_head",
+                                                      placement="parallel_shared",
+                                                      bias={"qkv": True, "out": False, "mlp": False, "norm": True,
+                                                            "qk_norm": False}),
     "qk_norm_each_head_rms_unit_offset": block_dict(norm="rmsnorm", bias=False, qk_norm="each_head",
                                                     norm_unit_offset=True, placement="parallel_shared"),
     # ALiBi with 6 heads (not a power of two), with 8, and with GQA, a sliding window and a scale override
@@ -489,7 +495,7 @@ def test_model_last_token_change_leaves_prefix_bit_identical(name):
 CACHE_BLOCKS = ["base_gelu_tanh_pre_layernorm", "rope_full", "rope_half_dh8", "mqa_4_1",
                 "post_norm", "parallel", "combo_gqa_rope_swiglu_rms_parallel", "mla_q_latent_interleaved",
                 "mla_yarn_mscale_window", "olmo_parameter_free_norms_clip_qkv", "alibi_6_heads",
-                "alibi_gqa_window_scale", "qk_norm_each_head_layernorm_gqa"]
+                "alibi_gqa_window_scale", "qk_norm_each_head_layernorm_gqa", "qk_norm_each_head_no_shift_stablelm"]
 
 
 def _run_block_chunks(blk, x, chunk):

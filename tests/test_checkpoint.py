@@ -303,6 +303,7 @@ def test_an_mxfp4_pair_of_the_wrong_shapes_is_a_one_line_error(tmp_path: Path) -
     ("bloom", {"alibi": False}),  # ALiBi is its only position information
     ("opt-350m", {"placement": "pre"}),  # post-LN blocks, and no final norm
     ("cohere-qk-norm", {"qk_norm": "none"}),  # Command R+'s per-head q/k LayerNorms
+    ("stablelm-qk-layernorm", {"qk_norm": "none"}),  # StableLM 2 12B's per-head q/k LayerNorms (no shift)
 ])
 def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict) -> None:
     """Without the feature the logits are far from transformers': the fixture really exercises it."""
@@ -959,3 +960,55 @@ def test_weights_of_another_architecture_that_fit_the_shapes_are_noted() -> None
     assert any("describes another block than" in n and "attention_scale" in n for n in block.notes)
     same = DecoderBlock.from_config(load_config(FIXTURES / "llama"), weights=FIXTURES / "llama", layer=0)
     assert not any("describes another block" in n for n in same.notes)
+
+
+# ----------------------------------------------------------------------------- per-head tensors (HEAD_ROW)
+
+
+def test_stablelm_per_head_layernorms_are_gathered_into_one_parameter_per_projection() -> None:
+    """StableLM 2 12B's qk_layernorm stores one nn.LayerNorm per head (`q_layernorm.norms.{h}.weight`, (d_h,), no
+    bias): blockcli reads them as the rows of q_norm_gamma (h, d_h) and k_norm_gamma (h_kv, d_h), in head order, and
+    writes them back (train --save's layout) as the same tensors."""
+    from safetensors.numpy import load_file
+
+    from blockcli.checkpoint import layout_of, load_weights, to_stored
+
+    folder = FIXTURES / "stablelm-qk-layernorm"
+    config, stored = load_config(folder), load_file(folder / "model.safetensors")
+    params = load_weights(folder, config, "float32", [])
+    b = config.block
+    assert (b.qk_norm, b.bias.qk_norm, b.bias.norm) == ("each_head", False, True)
+    assert params["blocks.1.q_norm_gamma"].shape == (b.n_heads, b.head_dim)
+    assert params["blocks.1.k_norm_gamma"].shape == (b.n_kv_heads, b.head_dim)
+    assert not any(k.endswith(("q_norm_beta", "k_norm_beta")) for k in params)
+    for h in range(b.n_kv_heads):
+        assert np.array_equal(params["blocks.1.k_norm_gamma"][h], stored[f"model.layers.1.self_attn.k_layernorm.norms.{h}.weight"])
+    back = to_stored(layout_of(config, "stablelm"), params, b.n_heads)
+    assert set(back) == set(stored) and all(np.array_equal(back[n], stored[n]) for n in stored)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t.pop("model.layers.0.self_attn.q_layernorm.norms.3.weight"),
+     "missing tensor 'model.layers.0.self_attn.q_layernorm.norms.3.weight'"),
+    (lambda t: t.update({"model.layers.0.self_attn.k_layernorm.norms.2.weight": np.ones(4, np.float32)}),
+     "unexpected tensor 'model.layers.0.self_attn.k_layernorm.norms.2.weight'"),  # 2 K/V heads: norms 0 and 1
+    (lambda t: t.update({"model.layers.1.self_attn.q_layernorm.norms.0.weight": np.ones(5, np.float32)}),
+     "tensor 'model.layers.1.self_attn.q_layernorm.norms.0.weight' has shape (5,)"),
+    (lambda t: t.update({"model.layers.1.self_attn.q_layernorm.norms.0.bias": np.ones(4, np.float32)}),
+     "unexpected tensor 'model.layers.1.self_attn.q_layernorm.norms.0.bias'"),  # StableLmLayerNormPerHead: no bias
+])
+def test_stablelm_per_head_layernorms_missing_extra_or_misshapen(tmp_path: Path, change, message: str) -> None:
+    folder = fixture_copy(tmp_path, "stablelm-qk-layernorm")
+    rewrite(folder, change)
+    for command in ("count", "trace"):
+        proc = cli(command, folder)
+        assert proc.returncode == 2 and message in one_error_line(proc), proc.stderr
+
+
+def test_stablelm_per_head_layernorms_without_qk_layernorm_are_unexpected(tmp_path: Path) -> None:
+    folder = fixture_copy(tmp_path, "stablelm-qk-layernorm")
+    data = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**data, "qk_layernorm": False}))
+    proc = cli("count", folder)
+    assert proc.returncode == 2 and "unexpected tensor 'model.layers.0.self_attn.q_layernorm.norms.0.weight'" in \
+        one_error_line(proc)

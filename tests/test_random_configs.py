@@ -71,7 +71,7 @@ def test_every_family_and_composite_has_a_fuzz_draw_and_its_fixture() -> None:
 
     missing = sorted((set(FAMILIES) | set(COMPOSITES)) - _drawn())
     assert not missing, f"no fuzz draw in tests/fixtures/cases/draws.py for: {', '.join(missing)}"
-    unwritten = sorted(f"fuzz-{name}-{n}" for name in draws.DRAWS for n in range(draws.DRAWS_PER_FAMILY)
+    unwritten = sorted(f"fuzz-{name}-{n}" for name in draws.DRAWS for n in draws.draw_numbers(name)
                        if f"fuzz-{name}-{n}" not in FOLDERS)
     assert not unwritten, f"run tests/fixtures/cases/generate.py {' '.join(unwritten)}"
 
@@ -92,15 +92,16 @@ def test_the_draws_are_tiny_and_reach_past_the_defaults() -> None:
     activations, tied and untied heads, passes past max_position_embeddings."""
     acts, ties, past = set(), set(), 0
     for name in draws.DRAWS:
-        stored = json.loads((CASES / f"fuzz-{name}-0" / "config.json").read_text())
-        text = stored.get("text_config", stored)
-        layers = text.get("num_hidden_layers", text.get("n_layer", text.get("num_layers", text.get("n_layers"))))
-        layers = len(text["layers_block_type"]) if "layers_block_type" in text else layers  # Nemotron-H's
-        assert layers == 2 and text["vocab_size"] <= draws.VOCAB + 8
-        for key in ("hidden_act", "hidden_activation", "activation_function"):
-            acts.add(text.get(key))
-        ties.add(stored.get("tie_word_embeddings"))
-        past += text.get("max_position_embeddings", 64) < 9
+        for n in draws.draw_numbers(name):
+            stored = json.loads((CASES / f"fuzz-{name}-{n}" / "config.json").read_text())
+            text = stored.get("text_config", stored)
+            layers = text.get("num_hidden_layers", text.get("n_layer", text.get("num_layers", text.get("n_layers"))))
+            layers = len(text["layers_block_type"]) if "layers_block_type" in text else layers  # Nemotron-H's
+            assert layers == 2 and text["vocab_size"] <= draws.VOCAB + 8
+            for key in ("hidden_act", "hidden_activation", "activation_function"):
+                acts.add(text.get(key))
+            ties.add(stored.get("tie_word_embeddings"))
+            past += text.get("max_position_embeddings", 64) < 9
     assert len(acts - {None}) >= 5 and ties >= {True, False} and past >= 5
 
 
@@ -414,3 +415,25 @@ def test_qwen2_moe_with_every_layer_dense_is_a_dense_block(tmp_path: Path) -> No
         "mlp_only_layers": [1], "max_position_embeddings": 64}))
     cfg = load_config(tmp_path)
     assert all(cfg.layer_block(i).moe is None for i in range(2)) and cfg.block.d_ff == 8
+
+
+def test_the_narrowed_draws_stay_inside_what_transformers_builds_and_runs() -> None:
+    """Three draws are narrowed where transformers 5.24 cannot build or run what they drew, so that every seed (a
+    second draw, or a later one) is a fixture: InternLM3Config refuses qkv_bias ≠ bias; FalconDecoderLayer with
+    new_decoder_architecture and parallel_attn false builds input_layernorm but runs ln_attn; MixtralConfig's null
+    head_dim fails yarn's initialisation. And StableLM's draw sets qk_layernorm at random, its second draw on."""
+    import random
+    from collections import defaultdict
+
+    bases: dict = defaultdict(dict)  # the draws' fields alone, without the parity fixtures' bases (and torch)
+    seeds = range(60)
+    internlm3 = [draws.DRAWS["internlm3"](random.Random(f"fuzz-internlm3-{n}"), bases) for n in seeds]
+    assert all(d["qkv_bias"] == d["bias"] for d in internlm3) and {d["bias"] for d in internlm3} == {True, False}
+    falcon = [draws.DRAWS["falcon"](random.Random(f"fuzz-falcon-{n}"), bases) for n in seeds]
+    assert all(d["parallel_attn"] for d in falcon if d["new_decoder_architecture"])
+    assert {d["parallel_attn"] for d in falcon if not d["new_decoder_architecture"]} == {True, False}
+    mixtral = [draws.DRAWS["mixtral"](random.Random(f"fuzz-mixtral-{n}"), bases) for n in seeds]
+    assert all(d["head_dim"] * d["num_attention_heads"] == d["hidden_size"] for d in mixtral)
+    assert any(d["rope_parameters"]["rope_type"] == "yarn" for d in mixtral)
+    stablelm = [json.loads((CASES / f"fuzz-stablelm-{n}" / "config.json").read_text()) for n in (0, 1)]
+    assert [d["qk_layernorm"] for d in stablelm] == [False, True] and stablelm[1]["num_attention_heads"] == 2

@@ -6,15 +6,15 @@ from __future__ import annotations
 from blockcli.families.common import (Family, bias_groups, divides, kv_heads, model_section, rope_base, rotating,
                                       silu_gate)
 from blockcli.families.fields import Fields
-from blockcli.tensor_names import LINEAR, TensorMap, tensor
+from blockcli.tensor_names import HEAD_ROW, LINEAR, TensorMap, tensor
 
 
 def _stablelm(f: Fields) -> tuple[dict, dict]:
     """StableLM (2): LayerNorm with a shift, SwiGLU without biases, q/k/v biases if `use_qkv_bias`,
     rotate-half RoPE on int(head_dim · partial_rotary_factor) dims; `use_parallel_residual` runs
-    attention and the MLP side by side on the one input_layernorm (no second norm)."""
-    f.neutral("qk_layernorm", False, "StableLM 2 12B's LayerNorm per head of q and k, one weight (and bias) per "
-                                     "head, which blockcli does not model")
+    attention and the MLP side by side on the one input_layernorm (no second norm); `qk_layernorm` (StableLM 2
+    12B) a LayerNorm of each head of q and of k before RoPE, each head its own weight and no shift
+    (StableLmLayerNormPerHead: nn.LayerNorm(d_h, bias=False) per head, eps layer_norm_eps)."""
     d = f.int("hidden_size")
     heads = f.int("num_attention_heads")
     kv = kv_heads(f, heads, 32)  # StableLmConfig's default
@@ -37,6 +37,9 @@ def _stablelm(f: Fields) -> tuple[dict, dict]:
     }
     if scaling:
         block["rope_scaling"] = scaling
+    if f.bool("qk_layernorm", False):  # q_layernorm over the h query heads, k_layernorm over the h_kv key heads
+        block["qk_norm"] = "each_head"
+        block["bias"] = {"qkv": qkv_bias, "out": False, "mlp": False, "norm": True, "qk_norm": False}
     model = model_section(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", max_positions,
                           f.bool("tie_word_embeddings", False))
     return block, model
@@ -50,6 +53,9 @@ STABLELM = TensorMap("model.", (
     tensor("blocks.{i}.ln1_beta", "layers.{i}.input_layernorm.bias"),
     *(tensor(f"blocks.{{i}}.w_{x}", f"layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkvo"),
     *(tensor(f"blocks.{{i}}.b_{x}", f"layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkv"),
+    # qk_layernorm: one nn.LayerNorm per head, each (d_h,), gathered into the rows of (h, d_h) and (h_kv, d_h)
+    *(tensor(f"blocks.{{i}}.{x}_norm_gamma", f"layers.{{i}}.self_attn.{x}_layernorm.norms.{{h}}.weight", HEAD_ROW)
+      for x in "qk"),
     tensor("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
     tensor("blocks.{i}.ln2_beta", "layers.{i}.post_attention_layernorm.bias"),
     tensor("blocks.{i}.w_gate", "layers.{i}.mlp.gate_proj.weight", LINEAR),
