@@ -306,6 +306,9 @@ class BlockConfig:
     # mixer: the layer is LN1 + its mixer + residual only; mlp: LN2 + its MLP + residual only (Nemotron-H)
     parts: str = "both"
     clip_after_qk_norm: bool = False  # clip_qkv clamps the normalised Q and K (and V) of qk_norm projection (OLMoE)
+    # a norm of the block's kind on the heads' output before W_O (h·d_h wide) and on the MLP's hidden act before
+    # W_down (d_ff wide): BitNet's attn_sub_norm and ffn_sub_norm
+    sub_norms: bool = False
 
     def __post_init__(self) -> None:
         # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
@@ -1037,7 +1040,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "residual_multiplier", "moe", "mla", "attention_softcap", "norm_scale", "clip_qkv", "alibi",
               "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated", "query_scale", "query_scale_length",
               "qk_norm_after_rope", "linear_attention", "attention_gate", "query_scale_offset", "attention_chunk",
-              "mamba", "parts", "clip_after_qk_norm", "short_conv")
+              "mamba", "parts", "clip_after_qk_norm", "short_conv", "sub_norms")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1100,6 +1103,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         parts=_choice(data, "parts", p, "both", LAYER_PARTS),
         clip_after_qk_norm=_bool(data, "clip_after_qk_norm", p, False),
         short_conv=_parse_short_conv(data.get("short_conv")),
+        sub_norms=_bool(data, "sub_norms", p, False),
     )
     if block.linear_attention is not None:  # softmax attention's settings: a Gated DeltaNet layer has none of them
         for key, off in (("mla", None), ("qk_norm", "none"), ("attention_gate", False), ("attention_sinks", False),
@@ -1130,6 +1134,15 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         raise ConfigError("block.short_conv: a layer has one token mixer; block."
                           f"{'mamba' if block.mamba is not None else 'mla' if block.mla is not None else 'linear_attention'}"
                           " is set too")
+    if block.sub_norms:
+        other = next((key for key, off in (("mla", None), ("linear_attention", None), ("mamba", None),
+                                           ("short_conv", None), ("moe", None), ("attention_gate", False))
+                      if getattr(block, key) != off), None)
+        if other is not None:
+            raise ConfigError(f"block.sub_norms: the norms before W_O and W_down of softmax attention and a dense "
+                              f"MLP (BitNet's); not with block.{other}")
+        if block.parts != "both":
+            raise ConfigError(f"block.sub_norms: a layer of both parts (attention and MLP); parts is {block.parts}")
     if block.parts != "both" and block.placement != "pre":
         raise ConfigError(f"block.parts: a layer of one part ({block.parts}) is pre-norm (its norm, the part, the "
                           f"residual add); placement is {block.placement}")

@@ -1,0 +1,145 @@
+"""The long tail of issue #28, each a small diff of a block blockcli already has: BitNet (Llama's attention, Gemma's
+gated ReLU² MLP, RMSNorms before o_proj and down_proj).
+
+Every expected total is transformers 5.24's own (the *ForCausalLM on the meta device, sum of numel over
+parameters()), for the config class's defaults and a random config; the defaults' totals are derived by hand too.
+The fixtures (tests/fixtures/hf/generate.py) check logits, every layer, a decode step and the gradients against
+transformers (tests/test_checkpoint.py, tests/test_gradients.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from blockcli.config import ConfigError, parse_config
+from blockcli.count import count_parameters
+from test_dense_families import _sizes, assert_totals_are_transformers_own, mapped, total
+
+
+def _bitnet_by_hand() -> int:
+    """30 layers of q and o (2560² each), k and v (2560·640: 5 K/V heads of 128), gate, up, down (2560·6912
+    each), two norms (2560), attn_sub_norm (2560) and ffn_sub_norm (6912); embeddings and an untied head
+    (128256·2560 each); the final norm."""
+    d, f, kv = 2560, 6912, 640
+    layer = 2 * d * d + 2 * d * kv + 3 * d * f + 2 * d + d + f
+    return 30 * layer + 2 * 128256 * d + d
+
+
+# BitNetConfig's sizes (bitnet-b1.58-2B-4T)
+_BITNET_SIZES = _sizes(2560, 6912, 30, 20, 128256, 2048)
+# a random BitNet: 6 heads over 3 K/V heads, tied, q/k/v/o biases, a linear RoPE scaling
+_BITNET_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=3, intermediate_size=80,
+                      num_hidden_layers=3, vocab_size=300, max_position_embeddings=96, tie_word_embeddings=True,
+                      attention_bias=True, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
+                      rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})
+
+# model_type → (sizes, the config class's nulls blockcli needs, transformers' total for the defaults, by hand,
+# random config, transformers' total for it)
+CASES = {
+    "bitnet": (_BITNET_SIZES, (), 2_741_155_840, _bitnet_by_hand(), _BITNET_RANDOM, 70_848),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_counts_equal_transformers_totals(model_type: str) -> None:
+    sizes, _, defaults_total, by_hand, fields, random_total = CASES[model_type]
+    assert by_hand == defaults_total
+    assert total(model_type, sizes) == defaults_total
+    assert total(model_type, fields) == random_total
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_the_totals_and_sizes_here_are_transformers_own(model_type: str) -> None:
+    sizes, needed, defaults_total, _, fields, random_total = CASES[model_type]
+    assert_totals_are_transformers_own(model_type, sizes, needed, defaults_total, fields, random_total)
+
+
+# ----------------------------------------------------------------------------- BitNet
+
+
+def test_bitnet_reads_its_block() -> None:
+    block = mapped("bitnet", _BITNET_SIZES)["block"]
+    assert (block["activation"], block["gated"], block["norm"], block["sub_norms"]) == ("relu2", True, "rmsnorm", True)
+    assert (block["n_kv_heads"], block["rope_theta"], block["bias"]) == (5, 500_000.0, False)  # no biases at all
+    assert mapped("bitnet", {**_BITNET_SIZES, "attention_bias": True})["block"]["bias"]["mlp"] is False
+    assert mapped("bitnet", {**_BITNET_SIZES, "num_key_value_heads": None})["block"]["n_kv_heads"] == 20
+
+
+def test_bitnet_counts_its_sub_norms_as_rows_of_their_own() -> None:
+    result = count_parameters(parse_config(mapped("bitnet", _BITNET_SIZES)))
+    rows = {c.name: c for c in result.components}
+    assert (rows["attn.sub_norm"].count, rows["attn.sub_norm"].keys) == (2560, ("attn_sub_norm_gamma",
+                                                                              "attn_sub_norm_beta"))
+    assert (rows["mlp.sub_norm"].count, rows["mlp.sub_norm"].keys) == (6912, ("mlp_sub_norm_gamma",
+                                                                            "mlp_sub_norm_beta"))
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"head_dim": 64}, "hidden_size"),  # attn_sub_norm is hidden_size wide: 20 × 64 is not 2560
+    ({"mlp_bias": True}, "mlp_bias"),  # not BitNetConfig's: Gemma's MLP has no biases
+])
+def test_bitnet_refuses_what_transformers_cannot_build(fields: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        mapped("bitnet", {**_BITNET_SIZES, **fields})
+
+
+@pytest.mark.parametrize("other", [{"moe": {"n_experts": 2, "top_k": 1, "d_expert": 4}}, {"attention_gate": True},
+                                   {"short_conv": {}}, {"parts": "mlp"}])
+def test_sub_norms_are_refused_beside_a_part_they_do_not_fit(other: dict) -> None:
+    block = {"d_model": 16, "n_heads": 4, "d_ff": 8, "sub_norms": True, **other}
+    with pytest.raises(ConfigError, match="sub_norms"):
+        parse_config({"block": block})
+
+
+def test_a_packed_bitnet_checkpoint_is_refused_naming_its_quantization() -> None:
+    """The published bitnet-b1.58-2B-4T stores packed ternary weights: its quant_method is named, not misread."""
+    from blockcli.hf import hf_to_mapping
+
+    quantized = {"model_type": "bitnet", **_BITNET_SIZES, "quantization_config": {
+        "quant_method": "bitnet", "linear_class": "autobitlinear", "quantization_mode": "offline"}}
+    with pytest.raises(ConfigError, match="bitnet"):
+        parse_config(hf_to_mapping(quantized, "config.json"))
+
+
+@pytest.mark.parametrize("attention", ["full", "chunked"])
+@pytest.mark.parametrize("block", [
+    {"norm": "rmsnorm", "activation": "relu2", "gated": True, "bias": False},  # BitNet's
+    {"norm": "layernorm", "activation": "gelu_tanh", "placement": "post"},  # with the norms' shifts
+])
+def test_the_sub_norms_analytic_rows_equal_the_executed_ones(block: dict, attention: str) -> None:
+    from blockcli.trace import analytic_trace, run_trace
+
+    cfg = parse_config({"block": {"d_model": 16, "n_heads": 4, "n_kv_heads": 2, "d_ff": 12, "sub_norms": True,
+                                  **block}, "run": {"batch": 2, "seq_len": 5}})
+    executed = run_trace(cfg, attention=attention).rows
+    assert executed == analytic_trace(cfg, attention).rows
+    assert [r.key for r in executed].count("attn_sub_norm") == [r.key for r in executed].count("mlp_sub_norm") == 1
+
+
+def test_the_sub_norms_gradients_equal_central_differences() -> None:
+    """LayerNorm sub-norms with shifts (the fixture's are RMSNorms without): every parameter's gradient against
+    central differences of the loss in float64."""
+    import numpy as np
+
+    from blockcli.block import Model
+
+    cfg = parse_config({"block": {"d_model": 8, "n_heads": 2, "d_ff": 6, "norm": "layernorm", "sub_norms": True,
+                                  "activation": "gelu_tanh", "gated": True},
+                        "model": {"n_layers": 1, "vocab_size": 11, "max_positions": 8}, "run": {"dtype": "float64"}})
+    model = Model.from_config(cfg, seed=3)
+    ids = np.array([[1, 4, 2, 9, 3]])
+    _, grads = model.loss_and_grads(ids)
+    for key in ("blocks.0.attn_sub_norm_gamma", "blocks.0.attn_sub_norm_beta", "blocks.0.mlp_sub_norm_gamma",
+                "blocks.0.mlp_sub_norm_beta", "blocks.0.w_o", "blocks.0.w_gate", "blocks.0.w_up", "blocks.0.ln1_gamma"):
+        param = model.params[key]
+        flat, numeric = param.reshape(-1), np.empty(param.size)
+        for i in range(param.size):
+            keep = flat[i]
+            flat[i] = keep + 1e-6
+            up = model.loss(ids)
+            flat[i] = keep - 1e-6
+            down = model.loss(ids)
+            flat[i] = keep
+            numeric[i] = (up - down) / 2e-6
+        assert np.max(np.abs(grads[key].reshape(-1) - numeric)) <= 1e-7 * max(1.0, np.max(np.abs(numeric))), key
