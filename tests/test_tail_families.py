@@ -1,5 +1,6 @@
 """The long tail of issue #28, each a small diff of a block blockcli already has: BitNet (Llama's attention, Gemma's
-gated ReLU² MLP, RMSNorms before o_proj and down_proj).
+gated ReLU² MLP, RMSNorms before o_proj and down_proj), Persimmon (GPT-NeoX's fused QKV, pre-norm, per-head q/k
+LayerNorms, ReLU²).
 
 Every expected total is transformers 5.24's own (the *ForCausalLM on the meta device, sum of numel over
 parameters()), for the config class's defaults and a random config; the defaults' totals are derived by hand too.
@@ -33,10 +34,29 @@ _BITNET_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads
                       attention_bias=True, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
                       rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})
 
+def _persimmon_by_hand() -> int:
+    """36 layers of the fused QKV (3·4096² + 3·4096) and dense (4096² + 4096), the q/k LayerNorms (weight and bias
+    over each head's 64 dims: 4·64), two LayerNorms (4·4096), the MLP (2·4096·16384 + 16384 + 4096); embeddings and
+    an untied head (262144·4096 each); the final LayerNorm (2·4096)."""
+    d, f = 4096, 16384
+    layer = 3 * d * d + 3 * d + d * d + d + 4 * 64 + 4 * d + 2 * d * f + f + d
+    return 36 * layer + 2 * 262144 * d + 2 * d
+
+
+# PersimmonConfig's sizes (Persimmon-8B)
+_PERSIMMON_SIZES = _sizes(4096, 16384, 36, 64, 262144, 16384)
+# a random Persimmon: heads of 12 rotating 6, no q/k norms, GELU, untied, a linear RoPE scaling
+_PERSIMMON_RANDOM = dict(hidden_size=48, num_attention_heads=4, intermediate_size=80, num_hidden_layers=3,
+                         vocab_size=300, max_position_embeddings=96, tie_word_embeddings=False, qk_layernorm=False,
+                         layer_norm_eps=1e-6, hidden_act="gelu", bos_token_id=1, eos_token_id=2,
+                         rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0,
+                                          "partial_rotary_factor": 0.5})
+
 # model_type → (sizes, the config class's nulls blockcli needs, transformers' total for the defaults, by hand,
 # random config, transformers' total for it)
 CASES = {
     "bitnet": (_BITNET_SIZES, (), 2_741_155_840, _bitnet_by_hand(), _BITNET_RANDOM, 70_848),
+    "persimmon": (_PERSIMMON_SIZES, (), 9_397_175_296, _persimmon_by_hand(), _PERSIMMON_RANDOM, 81_120),
 }
 
 
@@ -143,3 +163,24 @@ def test_the_sub_norms_gradients_equal_central_differences() -> None:
             flat[i] = keep
             numeric[i] = (up - down) / 2e-6
         assert np.max(np.abs(grads[key].reshape(-1) - numeric)) <= 1e-7 * max(1.0, np.max(np.abs(numeric))), key
+
+
+# ----------------------------------------------------------------------------- Persimmon
+
+
+def test_persimmon_reads_its_block() -> None:
+    block = mapped("persimmon", _PERSIMMON_SIZES)["block"]
+    assert (block["placement"], block["norm"], block["qk_norm"], block["rope"], block["activation"]) == \
+        ("pre", "layernorm", "head", 0.5, "relu2")
+    assert block["bias"] is True and block["n_kv_heads"] == 64  # biases on every projection and norm; no GQA
+    assert "qk_norm" not in mapped("persimmon", {**_PERSIMMON_SIZES, "qk_layernorm": False})["block"]
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"num_key_value_heads": 8}, "num_key_value_heads"),  # not PersimmonConfig's: every head has its K and V
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.3}},
+     "partial_rotary_factor"),  # 19 of 64 dims: an odd number
+])
+def test_persimmon_refuses_what_it_has_not(fields: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        mapped("persimmon", {**_PERSIMMON_SIZES, **fields})
