@@ -304,7 +304,8 @@ def test_an_mxfp4_pair_of_the_wrong_shapes_is_a_one_line_error(tmp_path: Path) -
     ("opt-350m", {"placement": "pre"}),  # post-LN blocks, and no final norm
     ("cohere-qk-norm", {"qk_norm": "none"}),  # Command R+'s per-head q/k LayerNorms
     ("bitnet", {"sub_norms": False}),
-    ("persimmon", {"qk_norm": "none"}),  # LayerNorms with biases over each head's q and k  # RMSNorms of the heads' output and of the MLP's hidden
+    ("persimmon", {"qk_norm": "none"}),  # LayerNorms with biases over each head's q and k
+    ("openai-gpt", {"placement": "pre"}),  # post-norm blocks, and no final norm  # RMSNorms of the heads' output and of the MLP's hidden
 ])
 def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict) -> None:
     """Without the feature the logits are far from transformers': the fixture really exercises it."""

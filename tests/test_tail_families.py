@@ -1,6 +1,6 @@
 """The long tail of issue #28, each a small diff of a block blockcli already has: BitNet (Llama's attention, Gemma's
 gated ReLU² MLP, RMSNorms before o_proj and down_proj), Persimmon (GPT-NeoX's fused QKV, pre-norm, per-head q/k
-LayerNorms, ReLU²).
+LayerNorms, ReLU²), OpenAI GPT (GPT-2's layers, post-norm, no final norm).
 
 Every expected total is transformers 5.24's own (the *ForCausalLM on the meta device, sum of numel over
 parameters()), for the config class's defaults and a random config; the defaults' totals are derived by hand too.
@@ -52,11 +52,25 @@ _PERSIMMON_RANDOM = dict(hidden_size=48, num_attention_heads=4, intermediate_siz
                          rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0,
                                           "partial_rotary_factor": 0.5})
 
+def _openai_gpt_by_hand() -> int:
+    """12 layers of c_attn (3·768² + 3·768), c_proj (768² + 768), the MLP (2·4·768² + 4·768 + 768), two LayerNorms
+    (4·768); token and position embeddings (40478·768, 512·768), the head tied; no final norm."""
+    d = 768
+    return 12 * (12 * d * d + 13 * d) + 40478 * d + 512 * d
+
+
+# OpenAIGPTConfig's sizes (openai-gpt); its keys are GPT-2's
+_OPENAI_GPT_SIZES = dict(n_embd=768, n_head=12, n_layer=12, vocab_size=40478, n_positions=512)
+# a random OpenAI GPT: 6 heads of 8, ReLU, untied
+_OPENAI_GPT_RANDOM = dict(n_embd=48, n_head=6, n_layer=3, vocab_size=300, n_positions=40, afn="relu",
+                          tie_word_embeddings=False, layer_norm_epsilon=1e-6)
+
 # model_type → (sizes, the config class's nulls blockcli needs, transformers' total for the defaults, by hand,
 # random config, transformers' total for it)
 CASES = {
     "bitnet": (_BITNET_SIZES, (), 2_741_155_840, _bitnet_by_hand(), _BITNET_RANDOM, 70_848),
     "persimmon": (_PERSIMMON_SIZES, (), 9_397_175_296, _persimmon_by_hand(), _PERSIMMON_RANDOM, 81_120),
+    "openai-gpt": (_OPENAI_GPT_SIZES, (), 116_534_784, _openai_gpt_by_hand(), _OPENAI_GPT_RANDOM, 115_536),
 }
 
 
@@ -184,3 +198,19 @@ def test_persimmon_reads_its_block() -> None:
 def test_persimmon_refuses_what_it_has_not(fields: dict, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         mapped("persimmon", {**_PERSIMMON_SIZES, **fields})
+
+
+# ----------------------------------------------------------------------------- OpenAI GPT
+
+
+def test_openai_gpt_reads_its_block() -> None:
+    data = mapped("openai-gpt", _OPENAI_GPT_SIZES)
+    block, model = data["block"], data["model"]
+    assert (block["placement"], block["activation"], block["d_ff"], block["bias"]) == ("post", "gelu_tanh", 3072, True)
+    assert (model["positions"], model["final_norm"], model["tie_embeddings"]) == ("learned", False, True)
+    assert mapped("openai-gpt", {**_OPENAI_GPT_SIZES, "afn": "swish"})["block"]["activation"] == "silu"
+
+
+def test_openai_gpt_refuses_an_activation_outside_its_table() -> None:
+    with pytest.raises(ConfigError, match="afn"):
+        mapped("openai-gpt", {**_OPENAI_GPT_SIZES, "afn": "gelu_new"})  # ACT_FNS has gelu, relu, silu, swish only
