@@ -1,6 +1,6 @@
 """The long tail of issue #28, each a small diff of a block blockcli already has: BitNet (Llama's attention, Gemma's
 gated ReLU² MLP, RMSNorms before o_proj and down_proj), Persimmon (GPT-NeoX's fused QKV, pre-norm, per-head q/k
-LayerNorms, ReLU²), OpenAI GPT (GPT-2's layers, post-norm, no final norm).
+LayerNorms, ReLU²), OpenAI GPT (GPT-2's layers, post-norm, no final norm), BioGPT (OPT's block, √d embeddings).
 
 Every expected total is transformers 5.24's own (the *ForCausalLM on the meta device, sum of numel over
 parameters()), for the config class's defaults and a random config; the defaults' totals are derived by hand too.
@@ -65,12 +65,28 @@ _OPENAI_GPT_SIZES = dict(n_embd=768, n_head=12, n_layer=12, vocab_size=40478, n_
 _OPENAI_GPT_RANDOM = dict(n_embd=48, n_head=6, n_layer=3, vocab_size=300, n_positions=40, afn="relu",
                           tie_word_embeddings=False, layer_norm_epsilon=1e-6)
 
+def _biogpt_by_hand() -> int:
+    """24 layers of q, k, v, out_proj (4·1024² + 4·1024), fc1 and fc2 (2·1024·4096 + 4096 + 1024), two LayerNorms
+    (4·1024); token embeddings (42384·1024, the head tied), positions (1024 + 2 rows: the offset), the final
+    LayerNorm (2·1024)."""
+    d, f = 1024, 4096
+    return 24 * (4 * d * d + 4 * d + 2 * d * f + f + d + 4 * d) + 42384 * d + 1026 * d + 2 * d
+
+
+# BioGptConfig's sizes (microsoft/biogpt)
+_BIOGPT_SIZES = _sizes(1024, 4096, 24, 16, 42384, 1024)
+# a random BioGPT: 6 heads of 8, ReLU, untied, unscaled embeddings
+_BIOGPT_RANDOM = dict(hidden_size=48, num_attention_heads=6, intermediate_size=80, num_hidden_layers=3, vocab_size=300,
+                      max_position_embeddings=40, tie_word_embeddings=False, scale_embedding=False, hidden_act="relu",
+                      pad_token_id=1)
+
 # model_type → (sizes, the config class's nulls blockcli needs, transformers' total for the defaults, by hand,
 # random config, transformers' total for it)
 CASES = {
     "bitnet": (_BITNET_SIZES, (), 2_741_155_840, _bitnet_by_hand(), _BITNET_RANDOM, 70_848),
     "persimmon": (_PERSIMMON_SIZES, (), 9_397_175_296, _persimmon_by_hand(), _PERSIMMON_RANDOM, 81_120),
     "openai-gpt": (_OPENAI_GPT_SIZES, (), 116_534_784, _openai_gpt_by_hand(), _OPENAI_GPT_RANDOM, 115_536),
+    "biogpt": (_BIOGPT_SIZES, (), 346_763_264, _biogpt_by_hand(), _BIOGPT_RANDOM, 83_136),
 }
 
 
@@ -214,3 +230,16 @@ def test_openai_gpt_reads_its_block() -> None:
 def test_openai_gpt_refuses_an_activation_outside_its_table() -> None:
     with pytest.raises(ConfigError, match="afn"):
         mapped("openai-gpt", {**_OPENAI_GPT_SIZES, "afn": "gelu_new"})  # ACT_FNS has gelu, relu, silu, swish only
+
+
+# ----------------------------------------------------------------------------- BioGPT
+
+
+def test_biogpt_reads_its_block() -> None:
+    data = mapped("biogpt", _BIOGPT_SIZES)
+    block, model = data["block"], data["model"]
+    assert (block["placement"], block["activation"], block["norm_eps"], block["bias"]) == ("pre", "gelu", 1e-5, True)
+    assert (model["position_offset"], model["embedding_multiplier"], model["tie_embeddings"]) == (2, 32.0, True)
+    assert "embedding_multiplier" not in mapped("biogpt", {**_BIOGPT_SIZES, "scale_embedding": False})["model"]
+    # layer_norm_eps is never read by BioGPT's modelling code: any value, the LayerNorms' eps stays 1e-5
+    assert mapped("biogpt", {**_BIOGPT_SIZES, "layer_norm_eps": 1e-12})["block"]["norm_eps"] == 1e-5
