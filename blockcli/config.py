@@ -27,7 +27,7 @@ from blockcli.activations import GATED_NAMES, SPELLINGS, mlp_kind, spelling
 
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich", "normed_residual")
-ROPE_LAYOUTS = ("half", "interleaved")
+ROPE_LAYOUTS = ("half", "interleaved", "half_reversed")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
 DTYPES = ("float32", "float64")
 BIAS_GROUPS = ("qkv", "out", "mlp", "norm")
@@ -274,7 +274,8 @@ class BlockConfig:
     qk_norm: str = "none"  # normalise queries and keys: per head over d_h (Qwen3), or over the projection (OLMo2),
     # or per head over d_h with each head's own weights (each_head: Command R+, weights (h, d_h) and (h_kv, d_h))
     attention_dropout: float = 0.0  # on the attention probabilities, training-mode passes only
-    rope_layout: str = "half"  # rotated pairs (i, i + r/2) as GPT-NeoX/Llama, or (2i, 2i + 1) as GPT-J
+    # rotated pairs (i, i + r/2) as GPT-NeoX/Llama, or (2i, 2i + 1) as GPT-J; half_reversed: half's pairs by −θ (NanoChat)
+    rope_layout: str = "half"
     attention_scale: float = 0.0  # scores are Q·Kᵀ times this; 0 means 1/√d_h (Granite: attention_multiplier)
     residual_multiplier: float = 1.0  # each branch's output times this before its residual add (Granite)
     moe: MoE | None = None  # a mixture-of-experts MLP in place of the dense one (d_ff then unused)

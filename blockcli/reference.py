@@ -93,6 +93,8 @@ def _rotate(vec: np.ndarray, pos: int, cfg: BlockConfig, seq_len: int) -> np.nda
         first, second = (2 * i, 2 * i + 1) if cfg.rope_layout == "interleaved" else (i, i + r // 2)
         a, b = vec[first], vec[second]
         cos, sin = attention * math.cos(angle), attention * math.sin(angle)
+        if cfg.rope_layout == "half_reversed":  # NanoChat: each pair turned by −θ
+            sin = -sin
         out[first] = a * cos - b * sin
         out[second] = b * cos + a * sin
     return out

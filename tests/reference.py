@@ -41,7 +41,7 @@ GATED_NAMES = {"swiglu": "silu", "geglu": "gelu_tanh", "reglu": "relu", "clamped
 WITH_SCALARS = {"xielu": ("alpha_p", "alpha_n", "beta", "eps")}  # the last two stored constants (buffers)
 ACTIVATIONS = FUNCTIONS + tuple(GATED_NAMES) + tuple(WITH_SCALARS)
 PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich", "normed_residual")
-ROPE_LAYOUTS = ("half", "interleaved")
+ROPE_LAYOUTS = ("half", "interleaved", "half_reversed")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
 
 
@@ -524,6 +524,8 @@ def rope_vec(vec, pos, fraction, theta, scaling=None, seq_len=1, layout="half"):
         inv_freq, att = scaled_inv_freq(i, r, theta, scaling, seq_len)
         ang = pos * inv_freq
         c, s = att * math.cos(ang), att * math.sin(ang)
+        if layout == "half_reversed":  # the half layout's pairs turned by -ang (NanoChat)
+            s = -s
         a, b = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + half)
         x1 = float(vec[a])
         x2 = float(vec[b])

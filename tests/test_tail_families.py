@@ -1,6 +1,7 @@
 """The long tail of issue #28, each a small diff of a block blockcli already has: BitNet (Llama's attention, Gemma's
 gated ReLU² MLP, RMSNorms before o_proj and down_proj), Persimmon (GPT-NeoX's fused QKV, pre-norm, per-head q/k
-LayerNorms, ReLU²), OpenAI GPT (GPT-2's layers, post-norm, no final norm), BioGPT (OPT's block, √d embeddings).
+LayerNorms, ReLU²), OpenAI GPT (GPT-2's layers, post-norm, no final norm), BioGPT (OPT's block, √d embeddings), NanoChat
+(parameter-free RMSNorms, RoPE turned by −θ, ReLU², soft-capped logits).
 
 Every expected total is transformers 5.24's own (the *ForCausalLM on the meta device, sum of numel over
 parameters()), for the config class's defaults and a random config; the defaults' totals are derived by hand too.
@@ -80,6 +81,20 @@ _BIOGPT_RANDOM = dict(hidden_size=48, num_attention_heads=6, intermediate_size=8
                       max_position_embeddings=40, tie_word_embeddings=False, scale_embedding=False, hidden_act="relu",
                       pad_token_id=1)
 
+def _nanochat_by_hand() -> int:
+    """12 layers of q, k, v, o (768² each: 6 heads of 128, as many K/V heads) and fc1, fc2 (768·8192 each), no norm
+    weights at all; embeddings and an untied head (50304·768 each)."""
+    d, f = 768, 8192
+    return 12 * (4 * d * d + 2 * d * f) + 2 * 50304 * d
+
+
+# NanoChatConfig's sizes (nanochat d12)
+_NANOCHAT_SIZES = _sizes(768, 8192, 12, 6, 50304, 2048)
+# a random NanoChat: 6 heads over 2 K/V heads, q/k/v/o biases, tied, no soft-cap
+_NANOCHAT_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=2, intermediate_size=80,
+                        num_hidden_layers=3, vocab_size=300, max_position_embeddings=96, tie_word_embeddings=True,
+                        attention_bias=True, final_logit_softcapping=None, pad_token_id=1)
+
 # model_type → (sizes, the config class's nulls blockcli needs, transformers' total for the defaults, by hand,
 # random config, transformers' total for it)
 CASES = {
@@ -87,6 +102,7 @@ CASES = {
     "persimmon": (_PERSIMMON_SIZES, (), 9_397_175_296, _persimmon_by_hand(), _PERSIMMON_RANDOM, 81_120),
     "openai-gpt": (_OPENAI_GPT_SIZES, (), 116_534_784, _openai_gpt_by_hand(), _OPENAI_GPT_RANDOM, 115_536),
     "biogpt": (_BIOGPT_SIZES, (), 346_763_264, _biogpt_by_hand(), _BIOGPT_RANDOM, 83_136),
+    "nanochat": (_NANOCHAT_SIZES, (), 256_573_440, _nanochat_by_hand(), _NANOCHAT_RANDOM, 56_256),
 }
 
 
@@ -243,3 +259,30 @@ def test_biogpt_reads_its_block() -> None:
     assert "embedding_multiplier" not in mapped("biogpt", {**_BIOGPT_SIZES, "scale_embedding": False})["model"]
     # layer_norm_eps is never read by BioGPT's modelling code: any value, the LayerNorms' eps stays 1e-5
     assert mapped("biogpt", {**_BIOGPT_SIZES, "layer_norm_eps": 1e-12})["block"]["norm_eps"] == 1e-5
+
+
+# ----------------------------------------------------------------------------- NanoChat
+
+
+def test_nanochat_reads_its_block() -> None:
+    data = mapped("nanochat", _NANOCHAT_SIZES)
+    block, model = data["block"], data["model"]
+    assert (block["norm_scale"], block["qk_norm"], block["qk_norm_after_rope"], block["rope_layout"]) == \
+        (False, "head_unscaled", True, "half_reversed")
+    assert (block["activation"], block.get("gated", False), block["bias"]) == ("relu2", False, False)
+    assert (model["embedding_norm"], model["logit_softcap"], model["tie_embeddings"]) == (True, 15.0, False)
+    assert "logit_softcap" not in mapped("nanochat", {**_NANOCHAT_SIZES, "final_logit_softcapping": None})["model"]
+
+
+def test_half_reversed_rope_turns_each_pair_by_minus_theta() -> None:
+    """By hand, one pair (x1, x2) at angle θ: the half layout gives (x1·cos − x2·sin, x2·cos + x1·sin), NanoChat's
+    rotate_half cat(x2, −x1) gives (x1·cos + x2·sin, x2·cos − x1·sin)."""
+    import numpy as np
+
+    from blockcli.ops import ROPE_LAYOUTS
+
+    x = np.array([0.3, -1.2]).reshape(1, 1, 1, 2)
+    cos, sin = np.array([[np.cos(0.7)]]), np.array([[np.sin(0.7)]])
+    got = ROPE_LAYOUTS["half_reversed"](x, cos, sin).reshape(2)
+    want = [0.3 * np.cos(0.7) - 1.2 * np.sin(0.7), -1.2 * np.cos(0.7) - 0.3 * np.sin(0.7)]
+    assert np.allclose(got, want, rtol=0, atol=1e-15)
