@@ -41,7 +41,7 @@ UNCLAIMED = {
     "blt", "cohere_compass_text", "cpmant", "ctrl", "dbrx", "deepseek_v4", "diffllama", "doge", "dory",
     "dots3_note", "dots3_note_text", "emu3", "falcon_h1", "falcon_mamba", "flint", "fuyu", "gemma3n",
     "gemma3n_text", "gemma4", "gemma4_assistant", "gemma4_text", "gemma4_unified", "gemma4_unified_assistant",
-    "gemma4_unified_text", "git", "got_ocr2", "gpt_neox_japanese", "granitemoe_swa", "hrm_text", "hy_v3", "hy_v4",
+    "gemma4_unified_text", "git", "got_ocr2", "gpt_neox_japanese", "hrm_text", "hy_v3", "hy_v4",
     "inkling2_loop_text", "inkling2_text", "inkling_text", "jamba", "jetmoe", "kimi_linear", "kolibri1", "laguna",
     "lara_mini", "lfm2_moe", "lfm3", "longcat_flash", "mamba", "mamba2", "mellum", "mimo_v2_flash",
     "minicpm3", "minimax", "minimax_m3_vl_text", "mllama", "modernbert-decoder", "moshi", "olmo_hybrid",

@@ -1,7 +1,8 @@
 """The long tail of issue #28, each a small diff of a block blockcli already has: BitNet (Llama's attention, Gemma's
 gated ReLU² MLP, RMSNorms before o_proj and down_proj), Persimmon (GPT-NeoX's fused QKV, pre-norm, per-head q/k
 LayerNorms, ReLU²), OpenAI GPT (GPT-2's layers, post-norm, no final norm), BioGPT (OPT's block, √d embeddings), NanoChat
-(parameter-free RMSNorms, RoPE turned by −θ, ReLU², soft-capped logits).
+(parameter-free RMSNorms, RoPE turned by −θ, ReLU², soft-capped logits), Granite MoE SWA (Granite MoE with Granite
+SWA's attention).
 
 Every expected total is transformers 5.24's own (the *ForCausalLM on the meta device, sum of numel over
 parameters()), for the config class's defaults and a random config; the defaults' totals are derived by hand too.
@@ -95,6 +96,24 @@ _NANOCHAT_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_hea
                         num_hidden_layers=3, vocab_size=300, max_position_embeddings=96, tie_word_embeddings=True,
                         attention_bias=True, final_logit_softcapping=None, pad_token_id=1)
 
+def _granitemoe_swa_by_hand() -> int:
+    """32 layers of q, k, v, o (4096² each: 32 K/V heads of 128), the router (4096·8), 8 experts of gate, up, down
+    (3·4096·11008 each), two norms (2·4096), 32 sinks; embeddings and an untied head (32000·4096 each); the final
+    norm."""
+    d, f = 4096, 11008
+    return 32 * (4 * d * d + 8 * d + 8 * 3 * d * f + 2 * d + 32) + 2 * 32000 * d + d
+
+
+# GraniteMoeSWAConfig's sizes
+_GRANITEMOE_SWA_SIZES = _sizes(4096, 11008, 32, 32, 32000, 2048)
+# a random Granite MoE SWA: 5 experts of 20 top 2, a shared expert of 24, windowed layers 0 and 2, layer 1 NoPE
+_GRANITEMOE_SWA_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=3, intermediate_size=20,
+                              shared_intermediate_size=24, num_local_experts=5, num_experts_per_tok=2,
+                              num_hidden_layers=3, vocab_size=300, max_position_embeddings=96,
+                              tie_word_embeddings=False, sliding_window=16,
+                              layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                              layer_rope_theta=[1e4, 0, 5e5], pad_token_id=0)
+
 # model_type → (sizes, the config class's nulls blockcli needs, transformers' total for the defaults, by hand,
 # random config, transformers' total for it)
 CASES = {
@@ -103,6 +122,8 @@ CASES = {
     "openai-gpt": (_OPENAI_GPT_SIZES, (), 116_534_784, _openai_gpt_by_hand(), _OPENAI_GPT_RANDOM, 115_536),
     "biogpt": (_BIOGPT_SIZES, (), 346_763_264, _biogpt_by_hand(), _BIOGPT_RANDOM, 83_136),
     "nanochat": (_NANOCHAT_SIZES, (), 256_573_440, _nanochat_by_hand(), _NANOCHAT_RANDOM, 56_256),
+    "granitemoe_swa": (_GRANITEMOE_SWA_SIZES, (), 37_039_117_312, _granitemoe_swa_by_hand(), _GRANITEMOE_SWA_RANDOM,
+                       104_178),
 }
 
 
@@ -286,3 +307,14 @@ def test_half_reversed_rope_turns_each_pair_by_minus_theta() -> None:
     got = ROPE_LAYOUTS["half_reversed"](x, cos, sin).reshape(2)
     want = [0.3 * np.cos(0.7) - 1.2 * np.sin(0.7), -1.2 * np.cos(0.7) - 0.3 * np.sin(0.7)]
     assert np.allclose(got, want, rtol=0, atol=1e-15)
+
+
+# ----------------------------------------------------------------------------- Granite MoE SWA
+
+
+def test_granitemoe_swa_reads_sinks_windows_and_layer_bases() -> None:
+    data = mapped("granitemoe_swa", _GRANITEMOE_SWA_RANDOM)
+    block = data["block"]
+    assert block["attention_sinks"] is True and block["moe"]["d_shared"] == 24 and block["sliding_window"] == 16
+    assert data["layers"] == [{"indices": [1], "block": {"sliding_window": 0, "rope": False}},  # full, NoPE
+                              {"indices": [2], "block": {"rope_theta": 500000.0}}]  # its own base
