@@ -307,6 +307,7 @@ def test_an_mxfp4_pair_of_the_wrong_shapes_is_a_one_line_error(tmp_path: Path) -
     ("persimmon", {"qk_norm": "none"}),  # LayerNorms with biases over each head's q and k
     ("openai-gpt", {"placement": "pre"}),  # post-norm blocks, and no final norm
     ("nanochat", {"rope_layout": "half"}),  # its pairs turn by −θ
+    ("minicpm3", {"rope_layout": "interleaved"}),  # rotate-half, not DeepSeek-V2's complex rotation
 ])
 def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict) -> None:
     """Without the feature the logits are far from transformers': the fixture really exercises it."""

@@ -2,7 +2,7 @@
 gated ReLU² MLP, RMSNorms before o_proj and down_proj), Persimmon (GPT-NeoX's fused QKV, pre-norm, per-head q/k
 LayerNorms, ReLU²), OpenAI GPT (GPT-2's layers, post-norm, no final norm), BioGPT (OPT's block, √d embeddings), NanoChat
 (parameter-free RMSNorms, RoPE turned by −θ, ReLU², soft-capped logits), Granite MoE SWA (Granite MoE with Granite
-SWA's attention).
+SWA's attention), MiniCPM3 (DeepSeek-V2's latent attention with rotate-half RoPE and MiniCPM's scalars).
 
 Every expected total is transformers 5.24's own (the *ForCausalLM on the meta device, sum of numel over
 parameters()), for the config class's defaults and a random config; the defaults' totals are derived by hand too.
@@ -114,6 +114,23 @@ _GRANITEMOE_SWA_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_val
                               layer_types=["sliding_attention", "full_attention", "sliding_attention"],
                               layer_rope_theta=[1e4, 0, 5e5], pad_token_id=0)
 
+def _minicpm3_by_hand() -> int:
+    """62 layers of q_a (2560·768) and its norm (768), q_b (768·40·96), kv_a (2560·(256 + 32)) and its norm (256),
+    kv_b (256·40·(64 + 64)), o (40·64·2560), the MLP (3·2560·6400), two norms (2·2560); tied embeddings
+    (73448·2560); the final norm."""
+    d, f, h = 2560, 6400, 40
+    layer = d * 768 + 768 + 768 * h * 96 + d * 288 + 256 + 256 * h * 128 + h * 64 * d + 3 * d * f + 2 * d
+    return 62 * layer + 73448 * d + d
+
+
+# MiniCPM3Config's sizes (MiniCPM3-4B)
+_MINICPM3_SIZES = _sizes(2560, 6400, 62, 40, 73448, 32768)
+# a random MiniCPM3: queries through one q_proj (q_lora_rank null), its scalars null (no-ops), biases, untied
+_MINICPM3_RANDOM = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=4, intermediate_size=80,
+                        num_hidden_layers=3, vocab_size=300, max_position_embeddings=96, tie_word_embeddings=False,
+                        q_lora_rank=None, kv_lora_rank=10, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=8,
+                        scale_depth=None, dim_model_base=None, mlp_bias=True, attention_bias=True, pad_token_id=0)
+
 # model_type → (sizes, the config class's nulls blockcli needs, transformers' total for the defaults, by hand,
 # random config, transformers' total for it)
 CASES = {
@@ -124,6 +141,7 @@ CASES = {
     "nanochat": (_NANOCHAT_SIZES, (), 256_573_440, _nanochat_by_hand(), _NANOCHAT_RANDOM, 56_256),
     "granitemoe_swa": (_GRANITEMOE_SWA_SIZES, (), 37_039_117_312, _granitemoe_swa_by_hand(), _GRANITEMOE_SWA_RANDOM,
                        104_178),
+    "minicpm3": (_MINICPM3_SIZES, (), 4_073_875_968, _minicpm3_by_hand(), _MINICPM3_RANDOM, 78_600),
 }
 
 
@@ -318,3 +336,17 @@ def test_granitemoe_swa_reads_sinks_windows_and_layer_bases() -> None:
     assert block["attention_sinks"] is True and block["moe"]["d_shared"] == 24 and block["sliding_window"] == 16
     assert data["layers"] == [{"indices": [1], "block": {"sliding_window": 0, "rope": False}},  # full, NoPE
                               {"indices": [2], "block": {"rope_theta": 500000.0}}]  # its own base
+
+
+# ----------------------------------------------------------------------------- MiniCPM3
+
+
+def test_minicpm3_reads_its_latent_attention_and_scalars() -> None:
+    data = mapped("minicpm3", _MINICPM3_SIZES)
+    block, model = data["block"], data["model"]
+    assert block["mla"] == {"q_lora_rank": 768, "kv_lora_rank": 256, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32,
+                            "v_head_dim": 64} and block["rope_layout"] == "half"
+    assert block["residual_multiplier"] == 1.4 / 62 ** 0.5
+    assert (model["embedding_multiplier"], model["logit_multiplier"]) == (12.0, 256 / 2560)
+    plain = mapped("minicpm3", _MINICPM3_RANDOM)
+    assert "residual_multiplier" not in plain["block"] and "logit_multiplier" not in plain["model"]
