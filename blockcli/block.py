@@ -526,7 +526,10 @@ class MultiHeadAttention:
     previous: "MultiHeadAttention | None" = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        p = self.p
+        p, cfg = self.p, self.cfg
+        # BitNet's norm of the heads' output before W_O (None without block.sub_norms)
+        self.sub_norm = (Norm(cfg.norm, p.get("attn_sub_norm_gamma"), p.get("attn_sub_norm_beta"), cfg.norm_eps,
+                              self.ops, cfg.norm_unit_offset, name="attn_sub_norm") if cfg.sub_norms else None)
         self.w_qkv = np.concatenate([p["w_q"], p["w_k"], p["w_v"]], axis=1)  # (d, (h + 2·h_kv)·d_h)
         self.b_qkv = np.concatenate([p["b_q"], p["b_k"], p["b_v"]]) if "b_q" in p else None
         q_width, kv_width = p["w_q"].shape[1], p["w_k"].shape[1]
@@ -606,6 +609,11 @@ class MultiHeadAttention:
             rec("attn_gated", "heads × σ(gate)", gated, (concat, gate), kind="sigmoid_gate")
             concat = gated
             saved["gate"] = gate  # the backward reads σ(gate) and its derivative
+        if cfg.sub_norms:  # BitNet: the heads' output normalised over its h·d_h features before W_O
+            normed = self.sub_norm(concat, tape)  # (B, T, h·d_h); a tape keeps concat
+            rec("attn_sub_norm", "norm of the heads' output (attn_sub_norm)", normed, (concat,), kind=cfg.norm,
+                params=("attn_sub_norm_gamma", "attn_sub_norm_beta"))
+            concat = normed
         out = ops.project_out(concat, p["w_o"], p.get("b_o"))  # (B, T, d)
         rec("attn_out", "output projection", out, (concat, p["w_o"]), kind="linear", params=("w_o", "b_o"))
         if tape is not None:
@@ -622,6 +630,12 @@ class MultiHeadAttention:
         dx_gate = 0.0
         if cfg.attention_gate:  # out = (heads ⊙ σ(g))·W_O, g = x·W_gate + b_gate
             d_concat, dx_gate = self._gate_backward(d_out, saved, tape)  # (B, T, h·d_h), (B, T, d)
+        elif cfg.sub_norms:  # out = norm(heads)·W_O: W_O's gradients from the normed heads, recomputed
+            concat = ops.combine_heads(saved["heads"])  # (B, T, h·d_h)
+            tape.add("w_o", ops.weight_grad(self.sub_norm(concat), d_out))
+            if "b_o" in p:
+                tape.add("b_o", F.sum_rows(d_out))
+            d_concat = self.sub_norm.backward(d_out @ p["w_o"].T, tape)  # (B, T, h·d_h)
         else:
             d_concat = self._project_out_backward(d_out, saved["heads"], tape)  # (B, T, h·d_h)
         q_width, kv_width = p["w_q"].shape[1], p["w_k"].shape[1]
@@ -1175,6 +1189,16 @@ def mlp_branch_grads(cfg: BlockConfig, p: Mapping[str, Array] | None = None, sca
     return grad, lambda u, dy: dy
 
 
+def mlp_sub_norm(cfg: BlockConfig, p: Mapping[str, Array], name: str = "") -> Callable[[Array], Array] | None:
+    """BitNet's norm of the MLP's hidden before W_down, (…, d_ff) → (…, d_ff), row by row (None without
+    block.sub_norms)."""
+    if not cfg.sub_norms:
+        return None
+    fn = F.layer_norm if cfg.norm == "layernorm" else F.rms_norm
+    gamma, beta = p.get(name + "mlp_sub_norm_gamma"), p.get(name + "mlp_sub_norm_beta")
+    return lambda a: fn(a, norm_scale(gamma, cfg.norm_unit_offset), beta, cfg.norm_eps)
+
+
 def mlp_roles(cfg: BlockConfig) -> tuple[str, ...]:
     """The MLP's matrices by role: gate, up, down (gated), or up, down (plain)."""
     return ("gate", "up", "down") if cfg.gated else ("up", "down")
@@ -1220,6 +1244,7 @@ class MLP:
         biases, the activation and the gate applied in place a slab of rows at a time, so their
         passes over the (r, d_ff) activation stay in cache instead of streaming it through memory."""
         p, (act, partner), first = self.p, mlp_branches(self.cfg, self.p), activated(self.cfg)
+        sub_norm = mlp_sub_norm(self.cfg, p)
         b_first, b_up = p.get("b_" + first), p.get("b_up")
         pre = x @ p["w_" + first]  # (r, d_ff)
         up = x @ p["w_up"] if self.cfg.gated else None  # (r, d_ff)
@@ -1233,7 +1258,7 @@ class MLP:
                 if b_up is not None:
                     partner_rows += b_up
                 a *= partner(partner_rows)
-            z[...] = a
+            z[...] = a if sub_norm is None else sub_norm(a)  # BitNet: each row normalised before W_down
         np.matmul(pre, p["w_down"], out=out)  # (r, d)
         if "b_down" in p:
             out += p["b_down"]
@@ -1257,6 +1282,7 @@ def mlp_rows(cfg: BlockConfig, p: Mapping[str, Array], x: Array, name: str, key:
     parameters are `name` + w_gate …, its recorded rows `key` + pre …, named after `labels` (the MLP's, its
     activation's). `saved`, given, receives what its backward reads: x, the pre-activation, the up branch."""
     (activation, partner), first = mlp_branches(cfg, p), activated(cfg)
+    sub_norm = mlp_sub_norm(cfg, p, name)
 
     def linear(a: Array, role: str) -> Array:
         return F.linear(a, p[name + "w_" + role], p.get(name + "b_" + role))
@@ -1274,7 +1300,7 @@ def mlp_rows(cfg: BlockConfig, p: Mapping[str, Array], x: Array, name: str, key:
             act = activation(flat_pre[rows])  # (r, d_ff); the identity's is pre itself: never changed in place
             if flat_up is not None:
                 act = act * partner(flat_up[rows])
-            out[rows] = linear(act, "down")
+            out[rows] = linear(act if sub_norm is None else sub_norm(act), "down")
         return out.reshape(x.shape)
     act = activation(pre)  # (…, d_ff)
     inputs: tuple[Array, ...] = (pre,)
@@ -1287,6 +1313,11 @@ def mlp_rows(cfg: BlockConfig, p: Mapping[str, Array], x: Array, name: str, key:
         inputs = (pre, up)  # act(gate) ⊙ up reads both
     rec(key + "act", f"{labels[1]} ({cfg.mlp_kind})", act, inputs, kind=cfg.mlp_kind,
         params=tuple(name + f"act_{scalar}" for scalar in function_of(cfg.activation).params))
+    if sub_norm is not None:  # BitNet: the hidden normalised over its d_ff features before W_down
+        normed = sub_norm(act)  # (…, d_ff)
+        rec(key + "sub_norm", "norm of the MLP's hidden (ffn_sub_norm)", normed, (act,), kind=cfg.norm,
+            params=(name + "mlp_sub_norm_gamma", name + "mlp_sub_norm_beta"))
+        act = normed
     out = linear(act, "down")  # (…, d)
     rec(key + "out", f"{labels[0]} {mlp_stage(cfg, 'out')}", out, (act, p[name + "w_down"]), kind="linear",
         params=(name + "w_down", name + "b_down"))
@@ -1320,6 +1351,10 @@ def mlp_backward(cfg: BlockConfig, p: Mapping[str, Array], name: str, saved: Map
     biases = {role: np.zeros(p[name + "b_" + role].shape, dtype=dtype) for role in mlp_roles(cfg)
               if name + "b_" + role in p}
     dx = np.empty(x.shape, dtype=dtype)
+    sub_norm = mlp_sub_norm(cfg, p, name)  # BitNet's norm of the hidden before W_down, recomputed per chunk
+    sub_norm_grad = F.layer_norm_backward if cfg.norm == "layernorm" else F.rms_norm_backward
+    sub_scale = norm_scale(p.get(name + "mlp_sub_norm_gamma"), cfg.norm_unit_offset)
+    sub_grads = {part: np.zeros((pre.shape[-1],), dtype=dtype) for part in ("gamma", "beta")}
 
     def add_weight_grad(role: str, a: Array, d: Array) -> None:  # grads[role] += aᵀ·d
         np.matmul(a.T, d, out=scratch[role])
@@ -1329,8 +1364,15 @@ def mlp_backward(cfg: BlockConfig, p: Mapping[str, Array], name: str, saved: Map
         rows = slice(lo, lo + BACKWARD_ROWS)
         a = activation(pre[rows])  # (r, d_ff)
         u = partner(up[rows]) if up is not None else None
-        add_weight_grad("down", a * u if u is not None else a, dy[rows])  # the contraction's input
+        hidden = a * u if u is not None else a  # (r, d_ff)
+        add_weight_grad("down", hidden if sub_norm is None else sub_norm(hidden), dy[rows])  # the contraction's input
         d_h = dy[rows] @ w_down.T  # (r, d_ff)
+        if sub_norm is not None:  # back through BitNet's norm of the hidden: its scale's (and shift's) gradients
+            if name + "mlp_sub_norm_beta" in p:
+                sub_grads["beta"] += d_h.sum(axis=0)
+            d_h, d_scale = sub_norm_grad(hidden, sub_scale, cfg.norm_eps, d_h)  # (r, d_ff) each
+            if name + "mlp_sub_norm_gamma" in p:
+                sub_grads["gamma"] += d_scale.sum(axis=0)
         if "down" in biases:
             biases["down"] += dy[rows].sum(axis=0)
         if up is not None:
@@ -1355,6 +1397,9 @@ def mlp_backward(cfg: BlockConfig, p: Mapping[str, Array], name: str, saved: Map
         tape.add(name + "b_" + role, g)
     for key, g in scalars.items():
         tape.add(name + key, np.full((1,), g, dtype=dtype))
+    for part, g in sub_grads.items():
+        if sub_norm is not None and name + f"mlp_sub_norm_{part}" in p:
+            tape.add(name + f"mlp_sub_norm_{part}", g)
     return dx.reshape(shape)
 
 

@@ -27,7 +27,7 @@ from blockcli.activations import GATED_NAMES, SPELLINGS, mlp_kind, spelling
 
 NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich", "normed_residual")
-ROPE_LAYOUTS = ("half", "interleaved")
+ROPE_LAYOUTS = ("half", "interleaved", "half_reversed")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
 DTYPES = ("float32", "float64")
 BIAS_GROUPS = ("qkv", "out", "mlp", "norm", "qk_norm")
@@ -354,7 +354,8 @@ class BlockConfig:
     qk_norm: str = "none"  # normalise queries and keys: per head over d_h (Qwen3), or over the projection (OLMo2),
     # or per head over d_h with each head's own weights (each_head: Command R+, weights (h, d_h) and (h_kv, d_h))
     attention_dropout: float = 0.0  # on the attention probabilities, training-mode passes only
-    rope_layout: str = "half"  # rotated pairs (i, i + r/2) as GPT-NeoX/Llama, or (2i, 2i + 1) as GPT-J
+    # rotated pairs (i, i + r/2) as GPT-NeoX/Llama, or (2i, 2i + 1) as GPT-J; half_reversed: half's pairs by −θ (NanoChat)
+    rope_layout: str = "half"
     attention_scale: float = 0.0  # scores are Q·Kᵀ times this; 0 means 1/√d_h (Granite: attention_multiplier)
     residual_multiplier: float = 1.0  # each branch's output times this before its residual add (Granite)
     moe: MoE | None = None  # a mixture-of-experts MLP in place of the dense one (d_ff then unused)
@@ -393,6 +394,9 @@ class BlockConfig:
     # the MLP's gate pre-activation times the first, its output (after W_down) times the second (Falcon-H1's
     # mlp_multipliers): act(m_g·(x·W_gate + b))…, m_d·(…·W_down + b)
     mlp_multipliers: tuple[float, float] = (1.0, 1.0)
+    # a norm of the block's kind on the heads' output before W_O (h·d_h wide) and on the MLP's hidden act before
+    # W_down (d_ff wide): BitNet's attn_sub_norm and ffn_sub_norm
+    sub_norms: bool = False
 
     def __post_init__(self) -> None:
         # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
@@ -1131,7 +1135,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated", "query_scale", "query_scale_length",
               "qk_norm_after_rope", "linear_attention", "attention_gate", "query_scale_offset", "attention_chunk",
               "mamba", "parts", "clip_after_qk_norm", "short_conv", "attention_in_multiplier",
-              "attention_out_multiplier", "mlp_multipliers")
+              "attention_out_multiplier", "mlp_multipliers", "sub_norms")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1197,6 +1201,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         attention_in_multiplier=_float(data, "attention_in_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
         attention_out_multiplier=_float(data, "attention_out_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
         mlp_multipliers=_multipliers(data, "mlp_multipliers", p, 2),
+        sub_norms=_bool(data, "sub_norms", p, False),
     )
     if block.linear_attention is not None:  # softmax attention's settings: a Gated DeltaNet layer has none of them
         for key, off in (("mla", None), ("qk_norm", "none"), ("attention_gate", False), ("attention_sinks", False),
@@ -1227,6 +1232,15 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         raise ConfigError("block.short_conv: a layer has one token mixer; block."
                           f"{'mamba' if block.mamba is not None else 'mla' if block.mla is not None else 'linear_attention'}"
                           " is set too")
+    if block.sub_norms:
+        other = next((key for key, off in (("mla", None), ("linear_attention", None), ("mamba", None),
+                                           ("short_conv", None), ("moe", None), ("attention_gate", False))
+                      if getattr(block, key) != off), None)
+        if other is not None:
+            raise ConfigError(f"block.sub_norms: the norms before W_O and W_down of softmax attention and a dense "
+                              f"MLP (BitNet's); not with block.{other}")
+        if block.parts != "both":
+            raise ConfigError(f"block.sub_norms: a layer of both parts (attention and MLP); parts is {block.parts}")
     if block.parts == "hybrid" and (not isinstance(block.mamba, Mamba2) or block.mla is not None or block.linear_attention
                                     is not None or block.short_conv is not None or block.placement != "pre"):
         raise ConfigError("block.parts: hybrid is attention and a Mamba-2 mixer side by side in a pre-norm block: it "

@@ -184,6 +184,11 @@ def block_formula(b: BlockConfig) -> list[Row]:
         shift = term(1, "d") if b.bias.norm else no
         return Row(prefix, label, term(1, "d") if b.norm_scale else no, shift, (f"{prefix}_gamma", f"{prefix}_beta"))
 
+    def sub_norm(name: str, label: str, features: tuple[str, ...]) -> Row:  # a norm over `features`, not d
+        shift = term(1, *features) if b.bias.norm else no
+        key = name.replace(".", "_")
+        return Row(name, label, term(1, *features) if b.norm_scale else no, shift, (f"{key}_gamma", f"{key}_beta"))
+
     def proj(name: str, label: str, width: tuple[str, ...], bias: bool, out: bool = False) -> Row:
         matrix = term(1, *width, "d")
         bias_poly = (term(1, "d") if out else term(1, *width)) if bias else no
@@ -217,6 +222,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
         if b.attention_gate:  # σ(x·W_gate) times each head's output: as wide as Q
             rows.insert(-1, Row("attn.gate", "attention output gate (σ, per head)", term(1, *q_width, "d"),
                                 term(1, *q_width) if b.bias.qkv else no, ("w_attn_gate", "b_attn_gate")))
+        if b.sub_norms:  # BitNet: the heads' output normalised before W_O, h·d_h features
+            rows.insert(-1, sub_norm("attn.sub_norm", f"{_norm_name(b)} of the heads' output (before W_O)", q_width))
     attends = b.parts == "hybrid" or (b.mamba is None and b.short_conv is None)  # sinks and q/k norms: attention's
     if b.attention_sinks and attends:  # one logit per query head, joined to each row's softmax
         rows.append(Row("attn.sinks", "attention sinks (a logit per head)", term(1, "h"), no, ("sinks",)))
@@ -245,6 +252,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
                         term(1, "d_ff") if mlp_bias else no, ("w_gate", "b_gate")))
     rows.append(Row("mlp.up", "MLP up (w_up, the gate's partner)" if b.gated else "MLP up (w_up, expansion)",
                     term(1, "d", "d_ff"), term(1, "d_ff") if mlp_bias else no, ("w_up", "b_up")))
+    if b.sub_norms:  # BitNet: the MLP's hidden normalised before W_down, d_ff features
+        rows.append(sub_norm("mlp.sub_norm", f"{_norm_name(b)} of the MLP's hidden (before W_down)", ("d_ff",)))
     rows.append(Row("mlp.down", "MLP down (w_down, contraction)", term(1, "d", "d_ff"), term(1, "d") if mlp_bias else no,
                     ("w_down", "b_down")))
     act = function_of(b.activation)

@@ -581,8 +581,13 @@ def apply_rope_interleaved(x: Array, cos: Array, sin: Array) -> Array:
     return np.concatenate((rotated, x[..., 2 * half:]), axis=-1)
 
 
+def apply_rope_half_reversed(x: Array, cos: Array, sin: Array) -> Array:
+    """The half layout turned the other way, by −θ: NanoChat's rotate_half is cat(x2, −x1), not cat(−x2, x1)."""
+    return apply_rope(x, cos, -sin)
+
+
 ROPE_LAYOUTS: dict[str, Callable[[Array, Array, Array], Array]] = {
-    "half": apply_rope, "interleaved": apply_rope_interleaved,
+    "half": apply_rope, "interleaved": apply_rope_interleaved, "half_reversed": apply_rope_half_reversed,
 }
 
 

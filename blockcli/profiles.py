@@ -57,6 +57,9 @@ def check(attention: str, config: Config, recompute: str) -> None:
     if attention == "sdpa" and any(x.attention_softcap for x in blocks):
         raise InputError("--attention sdpa: transformers refuses SDPA under an attention soft-cap "
                          "(attn_logit_softcapping); use --attention eager")
+    if attention in ("eager", "sdpa") and any(x.sub_norms for x in blocks):
+        raise InputError(f"--attention {attention}: what transformers keeps for BitNet's norms before W_O and W_down "
+                         f"(block.sub_norms) is not modelled; use --attention megatron or blockcli")
     if attention == "blockcli":
         if recompute != "none":
             raise InputError("--attention blockcli: blockcli's backward keeps every layer's tensors; --recompute "

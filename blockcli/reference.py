@@ -93,6 +93,8 @@ def _rotate(vec: np.ndarray, pos: int, cfg: BlockConfig, seq_len: int) -> np.nda
         first, second = (2 * i, 2 * i + 1) if cfg.rope_layout == "interleaved" else (i, i + r // 2)
         a, b = vec[first], vec[second]
         cos, sin = attention * math.cos(angle), attention * math.sin(angle)
+        if cfg.rope_layout == "half_reversed":  # NanoChat: each pair turned by −θ
+            sin = -sin
         out[first] = a * cos - b * sin
         out[second] = b * cos + a * sin
     return out
@@ -328,6 +330,9 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
             e = [math.exp(a - top) for a in logits]
             z = sum(e) + sum(math.exp(a - top) for a in sink)
             concat[t, head * d_h:(head + 1) * d_h] = sum((e[i] / z) * vs[s] for i, s in enumerate(seen))
+    if cfg.sub_norms:  # BitNet: each token's heads, all h·d_h of them, normalised before W_O
+        gamma, beta = _scale(p, "attn_sub_norm", cfg), p.get("attn_sub_norm_beta")
+        concat = np.array([_norm(row, gamma, beta, cfg.norm, cfg.norm_eps) for row in concat])
     return concat @ p["w_o"] + p.get("b_o", 0.0)
 
 
@@ -360,6 +365,9 @@ def _expert(vec: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig, key:
         hidden = np.array([_gated(cfg, m_gate * float(g), float(u), p) for g, u in zip(gate, up)])
     else:
         hidden = np.array([_act(cfg, float(u), p) for u in up])
+    if cfg.sub_norms:  # BitNet: the token's d_ff hidden features normalised before W_down
+        hidden = _norm(hidden, _scale(p, key + "mlp_sub_norm", cfg), p.get(key + "mlp_sub_norm_beta"), cfg.norm,
+                       cfg.norm_eps)
     return m_down * (hidden @ p[key + "w_down"] + p.get(key + "b_down", 0.0))
 
 

@@ -54,6 +54,8 @@ def block_saved_bytes(b: BlockConfig, B: int, T: int, itemsize: int, blocked: bo
     total += act(q_width)  # attention's output (B, T, h·d_v), which W_O reads
     if b.attention_gate:  # and the gate's pre-activation
         total += act(q_width)
+    if b.sub_norms:  # BitNet's norm of the heads' output keeps its input, the heads combined (the MLP's recomputes)
+        total += act(q_width)
     if blocked:
         total += B * h * T * itemsize  # each row's log-sum-exp
     return total

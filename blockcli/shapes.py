@@ -169,6 +169,8 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
         shapes["w_attn_gate"] = (d, q_width)
         if cfg.bias.qkv:
             shapes["b_attn_gate"] = (q_width,)
+    if cfg.sub_norms:  # BitNet: a norm of the heads' output, before W_O
+        shapes.update(norm_shapes("attn_sub_norm", q_width, cfg))
     shapes["w_o"] = (q_width, d)
     if cfg.bias.out:
         shapes["b_o"] = (d,)
@@ -237,6 +239,8 @@ def block_parameter_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     d = cfg.d_model
     ln2 = {} if cfg.shared_norm else norm_shapes("ln2", d, cfg)
     mlp = moe_shapes(cfg) if cfg.moe is not None else {**mlp_shapes(cfg), **activation_shapes(cfg)}
+    if cfg.sub_norms:  # BitNet: a norm of the MLP's hidden act(gate) ⊙ up, before W_down
+        mlp.update(norm_shapes("mlp_sub_norm", cfg.d_ff, cfg))
     if cfg.parts == "mixer":  # a layer of its mixer alone (Nemotron-H): LN1 and the mixer
         return {**norm_shapes("ln1", d, cfg), **attention_shapes(cfg)}
     if cfg.parts == "mlp":  # a layer of its MLP alone: LN2 and the MLP

@@ -61,6 +61,7 @@ SYMBOLIC = {
     "scores": "(B, h, T, T)", "masked_scores": "(B, h, T, T)", "attn_weights": "(B, h, T, T)",
     "attn_heads": "(B, h, T, d_h)", "attn_concat": "(B, T, h·d_h)", "attn_out": "(B, T, d)",
     "mlp_pre": "(B, T, d_ff)", "mlp_up": "(B, T, d_ff)", "mlp_act": "(B, T, d_ff)", "mlp_out": "(B, T, d)",
+    "attn_sub_norm": "(B, T, h·d_h)", "mlp_sub_norm": "(B, T, d_ff)",
     "ln_f_out": "(B, T, d)", "logits": "(B, T, V)",
     "q_norm": "(B, h, T, d_h)", "k_norm": "(B, h_kv, T, d_h)",  # per head; over the projection, 3-D:
     "alibi_scores": "(B, h, T, T)", "embed_norm": "(B, T, d)", "tok_emb_e": "(B, T, e)", "proj_out": "(B, T, e)",
@@ -521,6 +522,11 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
                 params=("w_attn_gate", "b_attn_gate"))
             rec("attn_gated", "heads × σ(gate)", gated, (concat, gate), kind="sigmoid_gate")
             concat = gated
+        if b.sub_norms:  # as MultiHeadAttention: BitNet's norm of the heads' output
+            normed = S(B, T, h * d_v)
+            rec("attn_sub_norm", "norm of the heads' output (attn_sub_norm)", normed, (concat,), kind=b.norm,
+                params=("attn_sub_norm_gamma", "attn_sub_norm_beta"))
+            concat = normed
         rec("attn_out", "output projection", out, (concat, S(h * d_v, d)), kind="linear", params=("w_o", "b_o"))
         return out
 
@@ -773,6 +779,11 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             inputs = (pre, up)
         rec("mlp_act", f"activation ({b.mlp_kind})", act, inputs, kind=b.mlp_kind,
             params=tuple(f"act_{name}" for name in function_of(b.activation).params))
+        if b.sub_norms:  # as mlp_rows: BitNet's norm of the hidden
+            normed = S(B, T, d_ff)
+            rec("mlp_sub_norm", "norm of the MLP's hidden (ffn_sub_norm)", normed, (act,), kind=b.norm,
+                params=("mlp_sub_norm_gamma", "mlp_sub_norm_beta"))
+            act = normed
         rec("mlp_out", "MLP " + mlp_stage(b, "out"), out, (act, S(d_ff, d)), kind="linear", params=("w_down", "b_down"))
         return S(B, T, d) if b.mlp_multipliers[1] != 1.0 else out  # times the output multiplier: a new array
 

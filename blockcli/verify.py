@@ -17,7 +17,7 @@ import math
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -566,13 +566,25 @@ def check_concat(c: Context) -> tuple[bool, str, str]:
     wo = 0.0
     if "attn_out" in c.inter:
         p = c.subject.weights
-        wo = _diff(c.inter["attn_out"], concat @ p["w_o"] + p.get("b_o", 0.0)) if shape_ok else math.inf
-        measured += f"; max |out − concat·W_O − b_O| {_fmt(wo)}"
-        c.figure("max |out − concat·W_O − b_O|", wo, c.tolerance(EXACT * 100, concat))
+        what = "norm(concat)" if b.sub_norms else "concat"  # BitNet: the heads normalised before W_O
+        read = _sub_norm(concat, p, b) if b.sub_norms and shape_ok else concat
+        wo = _diff(c.inter["attn_out"], read @ p["w_o"] + p.get("b_o", 0.0)) if shape_ok else math.inf
+        measured += f"; max |out − {what}·W_O − b_O| {_fmt(wo)}"
+        c.figure(f"max |out − {what}·W_O − b_O|", wo, c.tolerance(EXACT * 100, concat))
     elif heads is None:
         raise Skip("needs attn_concat with attn_heads (or attn_weights and v_proj) or attn_out")
     tol = c.tolerance(EXACT * 100, concat)
     return shape_ok and _within(order, tol) and _within(wo, tol), measured, f"shape exact; {tol:.3g}"
+
+
+def _sub_norm(concat: np.ndarray, p: Mapping[str, Any], b: BlockConfig) -> np.ndarray:
+    """BitNet's attn_sub_norm of the combined heads (B, T, h·d_h), written out: (x − μ)/σ or x/rms, times its
+    scale (1 + γ with unit-offset norms), plus its shift."""
+    x = concat - concat.mean(axis=-1, keepdims=True) if b.norm == "layernorm" else concat
+    out = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + b.norm_eps)
+    if "attn_sub_norm_gamma" in p:
+        out = out * (p["attn_sub_norm_gamma"] + (1.0 if b.norm_unit_offset else 0.0))
+    return out + p.get("attn_sub_norm_beta", 0.0)
 
 
 def _heads(c: Context) -> tuple[np.ndarray | None, str]:

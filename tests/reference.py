@@ -41,7 +41,7 @@ GATED_NAMES = {"swiglu": "silu", "geglu": "gelu_tanh", "reglu": "relu", "clamped
 WITH_SCALARS = {"xielu": ("alpha_p", "alpha_n", "beta", "eps")}  # the last two stored constants (buffers)
 ACTIVATIONS = FUNCTIONS + tuple(GATED_NAMES) + tuple(WITH_SCALARS)
 PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich", "normed_residual")
-ROPE_LAYOUTS = ("half", "interleaved")
+ROPE_LAYOUTS = ("half", "interleaved", "half_reversed")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
 
 
@@ -139,6 +139,9 @@ def resolve_block(cfg):
         "query_scale_offset": int(cfg.get("query_scale_offset", 0)),
         # Llama 4's chunked layers: query t sees keys s <= t with s // C == t // C only; 0 = off
         "attention_chunk": int(cfg.get("attention_chunk", 0)),
+        # BitNet: a norm of the block's kind on the h*d_h concatenated heads before W_O, and on the d_ff hidden
+        # before W_down
+        "sub_norms": bool(cfg.get("sub_norms", False)),
     }
 
 
@@ -245,6 +248,12 @@ def block_param_shapes(block_cfg, rms_beta=False):
             if moe["shared_gate"]:
                 shapes["shared_gate"] = (d, 1)
         return shapes
+    if b["sub_norms"]:  # BitNet: the sub-norms' scales (and shifts) over h*d_h and d_ff features
+        for name, width in (("attn_sub_norm", b["n_heads"] * b["head_dim"]), ("mlp_sub_norm", d_ff)):
+            if b["norm_scale"]:
+                shapes[name + "_gamma"] = (width,)
+            if _has_norm_beta(b, rms_beta):
+                shapes[name + "_beta"] = (width,)
     for scalar in WITH_SCALARS.get(b["activation"], ()):  # xIELU: a_p, a_n, beta, eps, one number each
         shapes["act_" + scalar] = (1,)
     if b["gated"]:  # act(x W_gate + b_gate) * (x W_up + b_up), then W_down
@@ -518,6 +527,8 @@ def rope_vec(vec, pos, fraction, theta, scaling=None, seq_len=1, layout="half"):
         inv_freq, att = scaled_inv_freq(i, r, theta, scaling, seq_len)
         ang = pos * inv_freq
         c, s = att * math.cos(ang), att * math.sin(ang)
+        if layout == "half_reversed":  # the half layout's pairs turned by -ang (NanoChat)
+            s = -s
         a, b = (2 * i, 2 * i + 1) if layout == "interleaved" else (i, i + half)
         x1 = float(vec[a])
         x2 = float(vec[b])
@@ -746,6 +757,8 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
             for i, s in enumerate(keys):
                 head_out = head_out + p[i] * v_heads[s][g]
             concat[j * d_h:(j + 1) * d_h] = head_out
+        if b["sub_norms"]:  # BitNet's attn_sub_norm over the whole concatenation
+            concat = _norm(b, weights, "attn_sub_norm", prefix, concat, rms_beta)
         out.append(linear_vec(concat, w_o, b_o))
     return out
 
@@ -869,6 +882,8 @@ def _dense_mlp(b, weights, prefix, vec, name, has_bias):
                            for i in range(len(up))], dtype=np.float64)
     else:
         hidden = np.array([activate(b, weights, prefix, float(z)) for z in up], dtype=np.float64)
+    if b["sub_norms"]:  # BitNet's ffn_sub_norm over the d_ff hidden features
+        hidden = _norm(b, weights, name + "mlp_sub_norm", prefix, hidden, False)
     down = linear_vec(hidden, _w(weights, name + "w_down", prefix), _wopt(weights, name + "b_down", prefix, has_bias))
     return down * m_down if m_down != 1.0 else down  # and its output times m_d
 

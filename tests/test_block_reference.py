@@ -263,6 +263,13 @@ BLOCK_CASES = {
                                                        "beta_slow": 1.0},
                                          mla={"q_lora_rank": 4, "kv_lora_rank": 6, "qk_nope_head_dim": 4,
                                               "qk_rope_head_dim": 4, "v_head_dim": 4}),
+    # BitNet's sub-norms: the heads' output and the MLP's hidden normalised before W_O and W_down
+    "sub_norms_rms_gated_relu2": block_dict(norm="rmsnorm", bias=False, activation="relu2", gated=True, rope=True,
+                                            n_kv_heads=2, sub_norms=True),
+    "rope_half_reversed_gqa": block_dict(norm="rmsnorm", bias=False, rope=True, rope_layout="half_reversed",
+                                         n_kv_heads=2),
+    "sub_norms_layernorm_plain_post": block_dict(activation="gelu_tanh", placement="post", head_dim=3,
+                                                 sub_norms=True),
 }
 
 
@@ -492,7 +499,7 @@ def test_model_last_token_change_leaves_prefix_bit_identical(name):
 
 # ------------------------------------------------------------------------- K/V cache
 
-CACHE_BLOCKS = ["base_gelu_tanh_pre_layernorm", "rope_full", "rope_half_dh8", "mqa_4_1",
+CACHE_BLOCKS = ["sub_norms_rms_gated_relu2", "rope_half_reversed_gqa", "base_gelu_tanh_pre_layernorm", "rope_full", "rope_half_dh8", "mqa_4_1",
                 "post_norm", "parallel", "combo_gqa_rope_swiglu_rms_parallel", "mla_q_latent_interleaved",
                 "mla_yarn_mscale_window", "olmo_parameter_free_norms_clip_qkv", "alibi_6_heads",
                 "alibi_gqa_window_scale", "qk_norm_each_head_layernorm_gqa", "qk_norm_each_head_no_shift_stablelm"]

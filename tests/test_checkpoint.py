@@ -304,6 +304,11 @@ def test_an_mxfp4_pair_of_the_wrong_shapes_is_a_one_line_error(tmp_path: Path) -
     ("opt-350m", {"placement": "pre"}),  # post-LN blocks, and no final norm
     ("cohere-qk-norm", {"qk_norm": "none"}),  # Command R+'s per-head q/k LayerNorms
     ("stablelm-qk-layernorm", {"qk_norm": "none"}),  # StableLM 2 12B's per-head q/k LayerNorms (no shift)
+    ("bitnet", {"sub_norms": False}),
+    ("persimmon", {"qk_norm": "none"}),  # LayerNorms with biases over each head's q and k
+    ("openai-gpt", {"placement": "pre"}),  # post-norm blocks, and no final norm
+    ("nanochat", {"rope_layout": "half"}),  # its pairs turn by −θ
+    ("minicpm3", {"rope_layout": "interleaved"}),  # rotate-half, not DeepSeek-V2's complex rotation
 ])
 def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict) -> None:
     """Without the feature the logits are far from transformers': the fixture really exercises it."""
@@ -430,10 +435,11 @@ def test_bloom_embedding_norm_and_slopes_for_six_heads_matter() -> None:
 
 @pytest.mark.parametrize("name, field, value", [("granite", "embedding_multiplier", 1.3),
                                                 ("granite", "logit_multiplier", 1 / 1.3),
-                                                ("cohere", "logit_multiplier", 0.7)])
+                                                ("cohere", "logit_multiplier", 0.7),
+                                                ("biogpt", "embedding_multiplier", 4.0)])
 def test_model_multipliers_matter(name: str, field: str, value: float) -> None:
     """Granite's fixture has embedding_multiplier 1.3 and logits_scaling 1.3 (logits / 1.3), Cohere's
-    logit_scale 0.7: each counts."""
+    logit_scale 0.7, BioGPT's scale_embedding √16: each counts."""
     folder, want = FIXTURES / name, expected(name)
     config = load_config(folder)
     assert getattr(config.model, field) == value

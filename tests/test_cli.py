@@ -61,7 +61,7 @@ def test_every_activation_is_in_the_readmes_table():
 def test_every_family_and_preset_is_in_the_readme():
     from blockcli.families import COMPOSITES, FAMILIES
 
-    rows = set(re.findall(r"^\| `([a-z0-9_]+)`(?:, `([a-z0-9_]+)`)? \|", README, flags=re.M))
+    rows = set(re.findall(r"^\| `([a-z0-9_-]+)`(?:, `([a-z0-9_-]+)`)? \|", README, flags=re.M))
     documented = {name for row in rows for name in row if name}
     for model_type in [*FAMILIES, *COMPOSITES]:
         assert model_type in documented, f"README's families table has no row for model_type {model_type}"

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from blockcli.families.common import TRAINING_ONLY, Family, gated_rms, layer_types, silu_gate, sliding_layers
+from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, gated_rms, layer_types, silu_gate,
+                                      sliding_layers, with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, LLAMA_MLP
 from blockcli.families.moe import moe_tensors
@@ -163,6 +164,40 @@ def _deepseek(f: Fields, v3: bool) -> tuple[dict, dict]:
                     "qk_nope_head_dim": f.int("qk_nope_head_dim", 128),
                     "qk_rope_head_dim": f.int("qk_rope_head_dim", 64), "v_head_dim": f.int("v_head_dim", 128)}
     block["rope_layout"] = "interleaved" if not v3 or f.bool("rope_interleave", True) else "half"
+    return block, model
+
+
+def _minicpm3(f: Fields) -> tuple[dict, dict]:
+    """MiniCPM3: DeepSeek-V2's latent attention (q_a/q_b through `q_lora_rank` 768, kv_lora_rank 256, 64 + 32 query
+    dims, `v_head_dim` null: hidden_size / heads) with rotate-half RoPE on the 32, Llama's dense MLP (`mlp_bias`),
+    `attention_bias` on q_a, kv_a and o; the embeddings times `scale_emb` (12), each branch times scale_depth/√L
+    (1.4; null: √L, so 1), the logits times dim_model_base/hidden_size (256; null: hidden_size, so 1); tied."""
+    f.ignore("head_dim", "qk_head_dim", "pretraining_tp")  # MiniCPM3Config sets head_dim to qk_rope_head_dim
+    g = with_data(f, {k: v for k, v in f.data.items() if k != "head_dim"})
+    block, model = gated_rms(g, silu_gate, kv_default=None, tie_default=True, eps_default=1e-5)
+    heads, d, n = block["n_heads"], block["d_model"], model["n_layers"]
+    if block.pop("n_kv_heads") != heads:
+        raise f.unrepresentable("num_key_value_heads", f.data["num_key_value_heads"],
+                                f"latent attention expands one K and V per query head ({heads})")
+    block.pop("head_dim")
+    block["bias"] = bias_groups(f.bool("attention_bias", False), f.bool("attention_bias", False),
+                                f.bool("mlp_bias", False), False)
+    q_rank = 768 if not f.has("q_lora_rank") else 0 if f.raw("q_lora_rank", None) is None else f.int("q_lora_rank")
+    v_dim = f.raw("v_head_dim", None)
+    block["mla"] = {"q_lora_rank": q_rank, "kv_lora_rank": f.int("kv_lora_rank", 256),
+                    "qk_nope_head_dim": f.int("qk_nope_head_dim", 64), "qk_rope_head_dim": f.int("qk_rope_head_dim", 32),
+                    "v_head_dim": d // heads if v_dim is None else f.int("v_head_dim")}
+    f.ignore("v_head_dim")
+    block["rope_layout"] = "half"
+    model["embedding_multiplier"] = f.float("scale_emb", 12.0, low=0.0, high=1e6)
+    depth = f.data.get("scale_depth", 1.4)  # null: √L, a multiplier of 1
+    if depth is not None:
+        block["residual_multiplier"] = f.float("scale_depth", 1.4, low=0.0, high=1e6) / n ** 0.5
+    f.ignore("scale_depth")
+    base = f.data.get("dim_model_base", 256)  # null: hidden_size, a multiplier of 1
+    if base is not None:
+        model["logit_multiplier"] = f.float("dim_model_base", 256.0, low=0.0, high=1e9) / d
+    f.ignore("dim_model_base")
     return block, model
 
 
@@ -357,6 +392,7 @@ _DSA_UNREAD = {"rope_interleave": "DeepseekV32Config drops it and its attention 
 
 FAMILIES = (
     Family("deepseek_v2", "DeepSeek-V2", _deepseek_v2, DEEPSEEK, TRAINING_ONLY),
+    Family("minicpm3", "MiniCPM3", _minicpm3, DEEPSEEK, TRAINING_ONLY),
     Family("deepseek_v3", "DeepSeek-V3", _deepseek_v3, DEEPSEEK_V3, TRAINING_ONLY),
     Family("glm4_moe", "GLM-4.5", _glm4_moe, GLM4_MOE, TRAINING_ONLY),
     Family("dots1", "dots.llm1", _dots1, GLM4_MOE, TRAINING_ONLY | {"output_router_logits"}),

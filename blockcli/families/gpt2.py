@@ -1,10 +1,12 @@
 """GPT-2 and GPTBigCode (SantaCoder, StarCoder): learned positions, LayerNorm, a plain MLP; GPTBigCode
-stores nn.Linear layers and has multi-query attention.
+stores nn.Linear layers and has multi-query attention. OpenAI GPT (GPT-1): GPT-2's Conv1D layers, post-norm
+(each residual sum normalised), no final norm, `afn` from its own table of four.
 """
 
 from __future__ import annotations
 
 from blockcli.families.common import Family, divides, model_section, plain_activation
+from blockcli.config import ConfigError
 from blockcli.families.fields import Fields
 from blockcli.tensor_names import GROUPED_QKV, LINEAR, QKV, QKV_BIAS, SPLIT, TensorMap, tensor
 
@@ -44,6 +46,51 @@ def _gpt_bigcode(f: Fields) -> tuple[dict, dict]:
                                          f"{str(kv == 1).lower()}; it has no grouped-query attention")
     block["n_kv_heads"] = kv
     return block, model
+
+
+# OpenAIGPT's ACT_FNS: its "gelu" is GPT-2's gelu_new (the tanh form), "swish" SiLU
+_OPENAI_ACTIVATIONS = {"gelu": "gelu_tanh", "relu": "relu", "silu": "silu", "swish": "silu"}
+
+
+def _openai_gpt(f: Fields) -> tuple[dict, dict]:
+    """OpenAI GPT (GPT-1): learned positions, post-norm blocks, LN1(x + attention(x)) and LN2(h + MLP(h)), eps
+    `layer_norm_epsilon`, biases everywhere, a plain MLP 4·n_embd wide of `afn` (OpenAIGPT's table: gelu is the
+    tanh form), no final norm, the head tied to the token embedding."""
+    d = f.int("n_embd")
+    heads = f.int("n_head")
+    afn = f.str("afn", "gelu")
+    if afn not in _OPENAI_ACTIVATIONS:
+        raise ConfigError(f"{f.where}: field 'afn' = {afn!r}: OpenAI GPT's activations are "
+                          f"{', '.join(_OPENAI_ACTIVATIONS)}")
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": heads,
+        "head_dim": divides(f, "n_embd", d, "n_head", heads), "d_ff": 4 * d,
+        "norm": "layernorm", "norm_eps": f.float("layer_norm_epsilon", 1e-5),
+        "activation": _OPENAI_ACTIVATIONS[afn], "bias": True, "placement": "post", "rope": False,
+    }
+    model = model_section(f.int("n_layer"), f.int("vocab_size"), "learned", f.int("n_positions"),
+                          f.bool("tie_word_embeddings", True), final_norm=False)
+    return block, model
+
+
+# OpenAI GPT: GPT-2's Conv1D layers under its own names, no final norm
+OPENAI_GPT = TensorMap("transformer.", (
+    tensor("wte", "tokens_embed.weight"),
+    tensor("wpe", "positions_embed.weight"),
+    tensor(QKV, "h.{i}.attn.c_attn.weight", SPLIT),
+    tensor(QKV_BIAS, "h.{i}.attn.c_attn.bias", SPLIT),
+    tensor("blocks.{i}.w_o", "h.{i}.attn.c_proj.weight"),
+    tensor("blocks.{i}.b_o", "h.{i}.attn.c_proj.bias"),
+    tensor("blocks.{i}.ln1_gamma", "h.{i}.ln_1.weight"),
+    tensor("blocks.{i}.ln1_beta", "h.{i}.ln_1.bias"),
+    tensor("blocks.{i}.w_up", "h.{i}.mlp.c_fc.weight"),
+    tensor("blocks.{i}.b_up", "h.{i}.mlp.c_fc.bias"),
+    tensor("blocks.{i}.w_down", "h.{i}.mlp.c_proj.weight"),
+    tensor("blocks.{i}.b_down", "h.{i}.mlp.c_proj.bias"),
+    tensor("blocks.{i}.ln2_gamma", "h.{i}.ln_2.weight"),
+    tensor("blocks.{i}.ln2_beta", "h.{i}.ln_2.bias"),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+), buffers=("h.{i}.attn.bias", "position_ids"))
 
 
 GPT2 = TensorMap("transformer.", (
@@ -99,6 +146,14 @@ FAMILIES = (
         # OpenAI GPT's options, which gpt2-medium's published config still carries
         "n_special": "OpenAI GPT's count of special tokens",
         "predict_special_tokens": "OpenAI GPT's option to predict its special tokens",
+    }),
+    Family("openai-gpt", "OpenAI GPT", _openai_gpt, OPENAI_GPT, frozenset({
+        "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",  # training-only dropout
+        # OpenAIGPTDoubleHeadsModel's / sequence-classification heads, not part of the LM
+        "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+    }), padding_idx=False, unread={  # modeling_openai.py (transformers 5.24) reads none of these
+        "n_special": "the original release's count of special tokens (its vocabulary includes them)",
+        "predict_special_tokens": "the original release's option to predict its special tokens",
     }),
     Family("gpt_bigcode", "GPTBigCode", _gpt_bigcode, GPT_BIGCODE, frozenset({
         "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",  # training-only dropout

@@ -1,4 +1,8 @@
 """GPT-NeoX (Pythia): parallel attention and MLP on two norms, partial rotary, per-head fused QKV.
+
+Persimmon (Adept's Persimmon-8B): GPT-NeoX's per-head fused QKV and names of its MLP, pre-norm (not parallel), a
+LayerNorm with a bias over each head's q and k before RoPE (`qk_layernorm`, one weight for all heads), a plain
+ReLU² MLP, RoPE on half of each head.
 """
 
 from __future__ import annotations
@@ -60,7 +64,60 @@ GPT_NEOX = TensorMap("gpt_neox.", (
             "layers.{i}.attention.rotary_emb.inv_freq"))
 
 
+def _persimmon(f: Fields) -> tuple[dict, dict]:
+    """Persimmon: pre-norm LayerNorms (eps `layer_norm_eps`), biases on every projection and norm, the fused
+    query_key_value per head, `qk_layernorm` (true) a LayerNorm over each head's q and k before RoPE, RoPE on
+    `partial_rotary_factor` (0.5) of each head, a plain MLP of `hidden_act` (ReLU²), an untied head."""
+    d = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    head_dim = divides(f, "hidden_size", d, "num_attention_heads", heads)
+    theta, fraction, scaling = rope_base(f, ("rope_theta",), 10000.0, ("partial_rotary_factor",), 0.5,
+                                         f.int("max_position_embeddings"))
+    rotated = int(head_dim * fraction)
+    if rotated % 2 or not rotated:
+        raise f.unrepresentable("partial_rotary_factor", fraction, f"it rotates {rotated} of {head_dim} dimensions "
+                                                                   f"per head; expected an even number, at least 2")
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": heads, "head_dim": head_dim,
+        "d_ff": f.int("intermediate_size"), "norm": "layernorm", "norm_eps": f.float("layer_norm_eps", 1e-5),
+        "activation": plain_activation(f, "hidden_act", "relu2"), "bias": True, "placement": "pre",
+        "rope": fraction, "rope_theta": theta,
+    }
+    if scaling:
+        block["rope_scaling"] = scaling
+    if f.bool("qk_layernorm", True):  # q_layernorm, k_layernorm: one nn.LayerNorm(d_h) each, shared by the heads
+        block["qk_norm"] = "head"
+    model = model_section(f.int("num_hidden_layers"), f.int("vocab_size"), "rope", f.int("max_position_embeddings"),
+                          f.bool("tie_word_embeddings", False))
+    return block, model
+
+
+PERSIMMON = TensorMap("model.", (
+    tensor("wte", "embed_tokens.weight"),
+    tensor("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight"),
+    tensor("blocks.{i}.ln1_beta", "layers.{i}.input_layernorm.bias"),
+    tensor(QKV, "layers.{i}.self_attn.query_key_value.weight", GROUPED_QKV),  # [q | k | v] of each head in turn
+    tensor(QKV_BIAS, "layers.{i}.self_attn.query_key_value.bias", GROUPED_QKV),
+    *(tensor(f"blocks.{{i}}.{x}_norm_{p}", f"layers.{{i}}.self_attn.{x}_layernorm.{n}")
+      for x in "qk" for p, n in (("gamma", "weight"), ("beta", "bias"))),
+    tensor("blocks.{i}.w_o", "layers.{i}.self_attn.dense.weight", LINEAR),
+    tensor("blocks.{i}.b_o", "layers.{i}.self_attn.dense.bias"),
+    tensor("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
+    tensor("blocks.{i}.ln2_beta", "layers.{i}.post_attention_layernorm.bias"),
+    tensor("blocks.{i}.w_up", "layers.{i}.mlp.dense_h_to_4h.weight", LINEAR),
+    tensor("blocks.{i}.b_up", "layers.{i}.mlp.dense_h_to_4h.bias"),
+    tensor("blocks.{i}.w_down", "layers.{i}.mlp.dense_4h_to_h.weight", LINEAR),
+    tensor("blocks.{i}.b_down", "layers.{i}.mlp.dense_4h_to_h.bias"),
+    tensor("ln_f_gamma", "final_layernorm.weight"),
+    tensor("ln_f_beta", "final_layernorm.bias"),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+), buffers=("layers.{i}.self_attn.rotary_emb.inv_freq",))
+
+
 FAMILIES = (
+    Family("persimmon", "Persimmon", _persimmon, PERSIMMON, frozenset({
+        "attention_dropout", "hidden_dropout",  # training-only
+    })),
     Family("gpt_neox", "GPT-NeoX", _neox, GPT_NEOX, frozenset({
         "attention_dropout", "hidden_dropout", "classifier_dropout",  # training-only
         "use_memory_efficient_attention",

@@ -76,12 +76,20 @@ def _cwm(f: Fields) -> tuple[dict, dict]:
 def _granite_swa(f: Fields) -> tuple[dict, dict]:
     block, model = gated_rms(f, silu_gate, kv_default=4, tie_default=True, eps_default=1e-5)
     granite_scalars(f, block, model)
+    granite_swa_layers(f, block, model)
+    return block, model
+
+
+def granite_swa_layers(f: Fields, block: dict, model: dict) -> None:
+    """Granite SWA's attention (granite_swa, granitemoe_swa): a sink per head, the window (128) on the
+    `layer_types` sliding layers (by default all but every fourth), each layer's RoPE base from `layer_rope_theta`
+    (0: no RoPE on that layer)."""
     block["attention_sinks"] = True
     n = model["n_layers"]
     sliding_layers(f, block, layer_types(f, n) or [i % 4 != 0 for i in range(n)], default=128)
     thetas = f.raw("layer_rope_theta", None)  # null: every layer at the global base
     if thetas is None:
-        return block, model
+        return
     if not (isinstance(thetas, list) and len(thetas) == n and all(
             isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t <= 1e12 for t in thetas)):
         raise f.invalid("layer_rope_theta", thetas, f"a list of {n} RoPE bases ('num_hidden_layers'), 0 for none")
@@ -91,7 +99,6 @@ def _granite_swa(f: Fields) -> tuple[dict, dict]:
             override_layers(f, layers, {"rope": False})
         elif theta != block["rope_theta"]:
             override_layers(f, layers, {"rope_theta": float(theta)})
-    return block, model
 
 
 # Llama's names and a sink per head

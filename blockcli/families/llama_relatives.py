@@ -14,6 +14,13 @@ Helium (Kyutai), Arcee (AFM), EXAONE 3.0/3.5, InternLM3.
   parameters; its β and ε stored buffers), per-head q/k RMSNorms before RoPE (Qwen3's), its two norms
   named attention_layernorm and feedforward_layernorm, and llama3 RoPE on base 1.2e7 by default. Apertus 1.5's
   language model (apertus1p5_text) is Apertus with a larger vocabulary.
+- BitNet (b1.58 2B4T, in its unpacked float form): Llama's attention with Gemma's gated MLP (ReLU² by default)
+  and two more RMSNorms, attn_sub_norm over the heads' output before o_proj and ffn_sub_norm over the MLP's
+  hidden before down_proj (block.sub_norms); 5 K/V heads, RoPE base 500,000. Its published checkpoint's packed
+  ternary weights (quantization_config "bitnet") are refused by the quantization reader, naming the method.
+- NanoChat (Karpathy's nanochat): Llama's attention with parameter-free RMSNorms everywhere (the two of each
+  layer, q and k per head after RoPE, the embeddings before the first layer and the output), a plain ReLU² MLP
+  without biases (fc1, fc2), logits soft-capped at 15.
 - HunYuan (dense): Llama's block with per-head q/k RMSNorms after RoPE (`query_layernorm`, `key_layernorm`),
   and the checkpoints' "dynamic" RoPE with an `alpha`, which is a fixed, larger base θ·α^(d_h/(d_h − 2)).
 """
@@ -27,7 +34,7 @@ from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, gated_
                                       with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, theta_default
-from blockcli.tensor_names import SCALAR, TensorMap, tensor
+from blockcli.tensor_names import LINEAR, SCALAR, TensorMap, tensor
 
 
 def _helium(f: Fields) -> tuple[dict, dict]:
@@ -154,6 +161,38 @@ def _apertus1p5_text(f: Fields) -> tuple[dict, dict]:
     return _apertus(with_data(f, {"vocab_size": 266_752, **f.data}))
 
 
+def _bitnet(f: Fields) -> tuple[dict, dict]:
+    """BitNet: Llama's attention (`attention_bias` on q/k/v and o) with Gemma's gated MLP of `hidden_act` (ReLU²)
+    and no MLP biases, RMSNorms over the heads' output and the MLP's hidden before their projections out; 5 K/V
+    heads and RoPE base 500,000 by default. attn_sub_norm is hidden_size wide: h·d_h must be d."""
+    block, model = gated_rms(f, lambda g: mlp_activation(g, "hidden_act", "relu2", gated=True), kv_default=5,
+                             tie_default=False, mlp_bias=False, eps_default=1e-5)
+    if block["n_heads"] * block["head_dim"] != block["d_model"]:
+        raise ConfigError(f"{f.where}: fields 'num_attention_heads' × 'head_dim' = {block['n_heads']} × "
+                          f"{block['head_dim']} must equal 'hidden_size' = {block['d_model']} (BitNet's "
+                          f"attn_sub_norm normalises hidden_size features of the heads' output)")
+    theta_default(f, block, 500_000.0)
+    block["sub_norms"] = True
+    return block, model
+
+
+def _nanochat(f: Fields) -> tuple[dict, dict]:
+    """NanoChat: Llama's attention (`attention_bias` on q/k/v and o), CLIP's plain MLP of `hidden_act` (ReLU²)
+    without biases, every RMSNorm without a scale (Llama 4's L2 norm, eps `rms_norm_eps`): the layers' two, q and
+    k per head after RoPE, the embeddings' before the first layer, the final one; `final_logit_softcapping` (15;
+    null: none) on the logits."""
+    block, model = gated_rms(f, lambda g: mlp_activation(g, "hidden_act", "relu2", gated=False), kv_default=None,
+                             tie_default=False, mlp_bias=False, eps_default=1e-6)
+    # NanoChat's rotate_half is cat(x2, −x1): each pair turns by −θ
+    block.update(norm_scale=False, qk_norm="head_unscaled", qk_norm_after_rope=True, rope_layout="half_reversed")
+    model["embedding_norm"] = True
+    if f.has("final_logit_softcapping") and f.data["final_logit_softcapping"] is None:
+        f.ignore("final_logit_softcapping")  # null: no cap
+    else:
+        model["logit_softcap"] = f.float("final_logit_softcapping", 15.0, low=0.0, high=1e9)
+    return block, model
+
+
 def hunyuan_dense(f: Fields) -> tuple[dict, dict]:
     """HunYuan dense (Hunyuan-0.5B … 7B): Llama's block without MLP biases, q/k RMSNorm over each head after RoPE
     (`qk_norm_after_rope`), and NTK-alpha RoPE: a "dynamic" RoPE dict with `alpha` rotates with the fixed base
@@ -225,6 +264,22 @@ _HUNYUAN_QK = {"layers.{i}.self_attn.q_norm.weight": "layers.{i}.self_attn.query
 HUNYUAN = TensorMap("model.", tuple(tensor(" ".join(t.keys), _HUNYUAN_QK.get(t.name, t.name), t.layout, t.top)
                                     for t in LLAMA.tensors))
 
+# BitNet: Llama's names and the two sub-norms
+BITNET = TensorMap("model.", LLAMA.tensors + (
+    tensor("blocks.{i}.attn_sub_norm_gamma", "layers.{i}.self_attn.attn_sub_norm.weight"),
+    tensor("blocks.{i}.mlp_sub_norm_gamma", "layers.{i}.mlp.ffn_sub_norm.weight"),
+), buffers=LLAMA.buffers)
+
+# NanoChat: Llama's attention names, no norm weights, CLIP's fc1 and fc2
+NANOCHAT = TensorMap("model.", (
+    tensor("wte", "embed_tokens.weight"),
+    *(tensor(f"blocks.{{i}}.w_{x}", f"layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkvo"),
+    *(tensor(f"blocks.{{i}}.b_{x}", f"layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkvo"),
+    tensor("blocks.{i}.w_up", "layers.{i}.mlp.fc1.weight", LINEAR),
+    tensor("blocks.{i}.w_down", "layers.{i}.mlp.fc2.weight", LINEAR),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+), buffers=LLAMA.buffers)
+
 FAMILIES = (
     Family("helium", "Helium", _helium, LLAMA, TRAINING_ONLY),
     Family("arcee", "Arcee", _arcee, ARCEE, TRAINING_ONLY),
@@ -234,4 +289,6 @@ FAMILIES = (
     Family("apertus", "Apertus", _apertus, APERTUS, TRAINING_ONLY),
     Family("apertus1p5_text", "Apertus 1.5 (text)", _apertus1p5_text, APERTUS, TRAINING_ONLY),
     Family("hunyuan_v1_dense", "HunYuan (dense)", hunyuan_dense, HUNYUAN, TRAINING_ONLY),
+    Family("bitnet", "BitNet", _bitnet, BITNET, TRAINING_ONLY),
+    Family("nanochat", "NanoChat", _nanochat, NANOCHAT, TRAINING_ONLY),
 )

@@ -183,6 +183,16 @@ def _granitemoeshared(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _granitemoe_swa(f: Fields) -> tuple[dict, dict]:
+    """Granite MoE SWA (granite-swash): Granite MoE with its shared expert (GraniteMoeSWAConfig's default 0:
+    none) and Granite SWA's attention: a sink per head, sliding-window layers, per-layer RoPE bases."""
+    from blockcli.families.llama_aliases import granite_swa_layers
+
+    block, model = _granitemoeshared(f)
+    granite_swa_layers(f, block, model)
+    return block, model
+
+
 def _flex_olmo(f: Fields) -> tuple[dict, dict]:
     """FlexOlmo: OLMo 2's block (each branch's output normalised before its residual add, q/k RMSNorm over the
     whole projection) with OLMoE's mixture on every layer: softmax over `num_experts` (7 by default), the top
@@ -268,6 +278,10 @@ GRANITE_MOE_SHARED = TensorMap("model.", GRANITE_MOE.tensors + (
     tensor("blocks.{i}.shared_w_down", "layers.{i}.shared_mlp.output_linear.weight", LINEAR),
 ), buffers=LLAMA.buffers)
 
+# Granite MoE SWA: Granite MoE (shared)'s names and a sink per head
+GRANITE_MOE_SWA = TensorMap("model.", GRANITE_MOE_SHARED.tensors + (
+    tensor("blocks.{i}.sinks", "layers.{i}.self_attn.sinks"),), buffers=LLAMA.buffers)
+
 # FlexOlmo: OLMo 2's names (its norms after the branches) with Qwen-MoE's router and experts
 FLEX_OLMO = TensorMap("model.", tuple(t for t in OLMO2.tensors if ".mlp." not in t.name) + moe_tensors(
     "layers.{i}.mlp.gate", "layers.{i}.mlp.experts", ("gate_proj", "up_proj", "down_proj"), "layers.{i}.mlp.experts"))
@@ -286,6 +300,7 @@ FAMILIES = (
     Family("minimax_m2", "MiniMax-M2", _minimax_m2, MINIMAX_M2, MOE_TRAINING_ONLY | {"router_jitter_noise"},
            aux_loss=True),  # jitter: training only
     Family("granitemoe", "Granite MoE", _granitemoe, GRANITE_MOE, MOE_TRAINING_ONLY, aux_loss=True),
+    Family("granitemoe_swa", "Granite MoE SWA", _granitemoe_swa, GRANITE_MOE_SWA, MOE_TRAINING_ONLY, aux_loss=True),
     Family("granitemoeshared", "Granite MoE (shared expert)", _granitemoeshared, GRANITE_MOE_SHARED, MOE_TRAINING_ONLY,
            aux_loss=True),
     Family("flex_olmo", "FlexOlmo", _flex_olmo, FLEX_OLMO, MOE_TRAINING_ONLY, aux_loss=True),

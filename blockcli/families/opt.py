@@ -1,7 +1,12 @@
 """OPT: learned positions with an offset of 2, LayerNorm before (or, for OPT-350m, after) each branch.
+
+BioGPT (Microsoft): OPT's pre-norm block under its own names, the token embeddings times √d (`scale_embedding`),
+every LayerNorm torch's default eps (its `layer_norm_eps` is never read), `hidden_act` GELU.
 """
 
 from __future__ import annotations
+
+import math
 
 from blockcli.families.common import Family, bias_groups, divides, model_section, plain_activation
 from blockcli.families.fields import Fields
@@ -34,6 +39,47 @@ def _opt(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _biogpt(f: Fields) -> tuple[dict, dict]:
+    """BioGPT: pre-norm LayerNorms (nn.LayerNorm's eps 1e-5: BioGPT builds them without layer_norm_eps), biases
+    everywhere, a plain MLP of `hidden_act` (GELU), learned positions offset by 2, the token embeddings times
+    √hidden_size with `scale_embedding` (true), a final LayerNorm, the head tied to the embeddings."""
+    d = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": heads,
+        "head_dim": divides(f, "hidden_size", d, "num_attention_heads", heads), "d_ff": f.int("intermediate_size"),
+        "norm": "layernorm", "norm_eps": 1e-5, "activation": plain_activation(f, "hidden_act", "gelu"),
+        "bias": True, "placement": "pre", "rope": False,
+    }
+    model = model_section(f.int("num_hidden_layers"), f.int("vocab_size"), "learned", f.int("max_position_embeddings"),
+                          f.bool("tie_word_embeddings", True), position_offset=2)
+    if f.bool("scale_embedding", True):
+        model["embedding_multiplier"] = math.sqrt(d)
+    return block, model
+
+
+# BioGPT: OPT's names under biogpt. (no decoder.), its head called output_projection
+BIOGPT = TensorMap("biogpt.", (
+    tensor("wte", "embed_tokens.weight"),
+    tensor("wpe", "embed_positions.weight"),  # max_positions + 2 rows: the offset
+    tensor("blocks.{i}.ln1_gamma", "layers.{i}.self_attn_layer_norm.weight"),
+    tensor("blocks.{i}.ln1_beta", "layers.{i}.self_attn_layer_norm.bias"),
+    *(tensor(f"blocks.{{i}}.w_{x}", f"layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkv"),
+    *(tensor(f"blocks.{{i}}.b_{x}", f"layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkv"),
+    tensor("blocks.{i}.w_o", "layers.{i}.self_attn.out_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_o", "layers.{i}.self_attn.out_proj.bias"),
+    tensor("blocks.{i}.ln2_gamma", "layers.{i}.final_layer_norm.weight"),
+    tensor("blocks.{i}.ln2_beta", "layers.{i}.final_layer_norm.bias"),
+    tensor("blocks.{i}.w_up", "layers.{i}.fc1.weight", LINEAR),
+    tensor("blocks.{i}.b_up", "layers.{i}.fc1.bias"),
+    tensor("blocks.{i}.w_down", "layers.{i}.fc2.weight", LINEAR),
+    tensor("blocks.{i}.b_down", "layers.{i}.fc2.bias"),
+    tensor("ln_f_gamma", "layer_norm.weight"),
+    tensor("ln_f_beta", "layer_norm.bias"),
+    tensor("lm_head", "output_projection.weight", LINEAR, top=True),
+))
+
+
 OPT = TensorMap("model.", (
     tensor("wte", "decoder.embed_tokens.weight"),
     tensor("wpe", "decoder.embed_positions.weight"),  # max_positions + 2 rows: OPT's offset
@@ -62,4 +108,9 @@ FAMILIES = (
         "dropout", "attention_dropout", "activation_dropout", "layerdrop",  # training-only
         "init_std",
     })),
+    Family("biogpt", "BioGPT", _biogpt, BIOGPT, frozenset({
+        "hidden_dropout_prob", "attention_probs_dropout_prob", "activation_dropout", "layerdrop",  # training-only
+    }), unread={  # modeling_biogpt.py (transformers 5.24) never reads it
+        "layer_norm_eps": "BioGPT builds its LayerNorms with torch's default eps, 1e-5",
+    }),
 )

@@ -1,0 +1,352 @@
+"""The long tail of issue #28, each a small diff of a block blockcli already has: BitNet (Llama's attention, Gemma's
+gated ReLU² MLP, RMSNorms before o_proj and down_proj), Persimmon (GPT-NeoX's fused QKV, pre-norm, per-head q/k
+LayerNorms, ReLU²), OpenAI GPT (GPT-2's layers, post-norm, no final norm), BioGPT (OPT's block, √d embeddings), NanoChat
+(parameter-free RMSNorms, RoPE turned by −θ, ReLU², soft-capped logits), Granite MoE SWA (Granite MoE with Granite
+SWA's attention), MiniCPM3 (DeepSeek-V2's latent attention with rotate-half RoPE and MiniCPM's scalars).
+
+Every expected total is transformers 5.24's own (the *ForCausalLM on the meta device, sum of numel over
+parameters()), for the config class's defaults and a random config; the defaults' totals are derived by hand too.
+The fixtures (tests/fixtures/hf/generate.py) check logits, every layer, a decode step and the gradients against
+transformers (tests/test_checkpoint.py, tests/test_gradients.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from blockcli.config import ConfigError, parse_config
+from blockcli.count import count_parameters
+from test_dense_families import _sizes, assert_totals_are_transformers_own, mapped, total
+
+
+def _bitnet_by_hand() -> int:
+    """30 layers of q and o (2560² each), k and v (2560·640: 5 K/V heads of 128), gate, up, down (2560·6912
+    each), two norms (2560), attn_sub_norm (2560) and ffn_sub_norm (6912); embeddings and an untied head
+    (128256·2560 each); the final norm."""
+    d, f, kv = 2560, 6912, 640
+    layer = 2 * d * d + 2 * d * kv + 3 * d * f + 2 * d + d + f
+    return 30 * layer + 2 * 128256 * d + d
+
+
+# BitNetConfig's sizes (bitnet-b1.58-2B-4T)
+_BITNET_SIZES = _sizes(2560, 6912, 30, 20, 128256, 2048)
+# a random BitNet: 6 heads over 3 K/V heads, tied, q/k/v/o biases, a linear RoPE scaling
+_BITNET_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=3, intermediate_size=80,
+                      num_hidden_layers=3, vocab_size=300, max_position_embeddings=96, tie_word_embeddings=True,
+                      attention_bias=True, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
+                      rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0})
+
+def _persimmon_by_hand() -> int:
+    """36 layers of the fused QKV (3·4096² + 3·4096) and dense (4096² + 4096), the q/k LayerNorms (weight and bias
+    over each head's 64 dims: 4·64), two LayerNorms (4·4096), the MLP (2·4096·16384 + 16384 + 4096); embeddings and
+    an untied head (262144·4096 each); the final LayerNorm (2·4096)."""
+    d, f = 4096, 16384
+    layer = 3 * d * d + 3 * d + d * d + d + 4 * 64 + 4 * d + 2 * d * f + f + d
+    return 36 * layer + 2 * 262144 * d + 2 * d
+
+
+# PersimmonConfig's sizes (Persimmon-8B)
+_PERSIMMON_SIZES = _sizes(4096, 16384, 36, 64, 262144, 16384)
+# a random Persimmon: heads of 12 rotating 6, no q/k norms, GELU, untied, a linear RoPE scaling
+_PERSIMMON_RANDOM = dict(hidden_size=48, num_attention_heads=4, intermediate_size=80, num_hidden_layers=3,
+                         vocab_size=300, max_position_embeddings=96, tie_word_embeddings=False, qk_layernorm=False,
+                         layer_norm_eps=1e-6, hidden_act="gelu", bos_token_id=1, eos_token_id=2,
+                         rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0,
+                                          "partial_rotary_factor": 0.5})
+
+def _openai_gpt_by_hand() -> int:
+    """12 layers of c_attn (3·768² + 3·768), c_proj (768² + 768), the MLP (2·4·768² + 4·768 + 768), two LayerNorms
+    (4·768); token and position embeddings (40478·768, 512·768), the head tied; no final norm."""
+    d = 768
+    return 12 * (12 * d * d + 13 * d) + 40478 * d + 512 * d
+
+
+# OpenAIGPTConfig's sizes (openai-gpt); its keys are GPT-2's
+_OPENAI_GPT_SIZES = dict(n_embd=768, n_head=12, n_layer=12, vocab_size=40478, n_positions=512)
+# a random OpenAI GPT: 6 heads of 8, ReLU, untied
+_OPENAI_GPT_RANDOM = dict(n_embd=48, n_head=6, n_layer=3, vocab_size=300, n_positions=40, afn="relu",
+                          tie_word_embeddings=False, layer_norm_epsilon=1e-6)
+
+def _biogpt_by_hand() -> int:
+    """24 layers of q, k, v, out_proj (4·1024² + 4·1024), fc1 and fc2 (2·1024·4096 + 4096 + 1024), two LayerNorms
+    (4·1024); token embeddings (42384·1024, the head tied), positions (1024 + 2 rows: the offset), the final
+    LayerNorm (2·1024)."""
+    d, f = 1024, 4096
+    return 24 * (4 * d * d + 4 * d + 2 * d * f + f + d + 4 * d) + 42384 * d + 1026 * d + 2 * d
+
+
+# BioGptConfig's sizes (microsoft/biogpt)
+_BIOGPT_SIZES = _sizes(1024, 4096, 24, 16, 42384, 1024)
+# a random BioGPT: 6 heads of 8, ReLU, untied, unscaled embeddings
+_BIOGPT_RANDOM = dict(hidden_size=48, num_attention_heads=6, intermediate_size=80, num_hidden_layers=3, vocab_size=300,
+                      max_position_embeddings=40, tie_word_embeddings=False, scale_embedding=False, hidden_act="relu",
+                      pad_token_id=1)
+
+def _nanochat_by_hand() -> int:
+    """12 layers of q, k, v, o (768² each: 6 heads of 128, as many K/V heads) and fc1, fc2 (768·8192 each), no norm
+    weights at all; embeddings and an untied head (50304·768 each)."""
+    d, f = 768, 8192
+    return 12 * (4 * d * d + 2 * d * f) + 2 * 50304 * d
+
+
+# NanoChatConfig's sizes (nanochat d12)
+_NANOCHAT_SIZES = _sizes(768, 8192, 12, 6, 50304, 2048)
+# a random NanoChat: 6 heads over 2 K/V heads, q/k/v/o biases, tied, no soft-cap
+_NANOCHAT_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=2, intermediate_size=80,
+                        num_hidden_layers=3, vocab_size=300, max_position_embeddings=96, tie_word_embeddings=True,
+                        attention_bias=True, final_logit_softcapping=None, pad_token_id=1)
+
+def _granitemoe_swa_by_hand() -> int:
+    """32 layers of q, k, v, o (4096² each: 32 K/V heads of 128), the router (4096·8), 8 experts of gate, up, down
+    (3·4096·11008 each), two norms (2·4096), 32 sinks; embeddings and an untied head (32000·4096 each); the final
+    norm."""
+    d, f = 4096, 11008
+    return 32 * (4 * d * d + 8 * d + 8 * 3 * d * f + 2 * d + 32) + 2 * 32000 * d + d
+
+
+# GraniteMoeSWAConfig's sizes
+_GRANITEMOE_SWA_SIZES = _sizes(4096, 11008, 32, 32, 32000, 2048)
+# a random Granite MoE SWA: 5 experts of 20 top 2, a shared expert of 24, windowed layers 0 and 2, layer 1 NoPE
+_GRANITEMOE_SWA_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=3, intermediate_size=20,
+                              shared_intermediate_size=24, num_local_experts=5, num_experts_per_tok=2,
+                              num_hidden_layers=3, vocab_size=300, max_position_embeddings=96,
+                              tie_word_embeddings=False, sliding_window=16,
+                              layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                              layer_rope_theta=[1e4, 0, 5e5], pad_token_id=0)
+
+def _minicpm3_by_hand() -> int:
+    """62 layers of q_a (2560·768) and its norm (768), q_b (768·40·96), kv_a (2560·(256 + 32)) and its norm (256),
+    kv_b (256·40·(64 + 64)), o (40·64·2560), the MLP (3·2560·6400), two norms (2·2560); tied embeddings
+    (73448·2560); the final norm."""
+    d, f, h = 2560, 6400, 40
+    layer = d * 768 + 768 + 768 * h * 96 + d * 288 + 256 + 256 * h * 128 + h * 64 * d + 3 * d * f + 2 * d
+    return 62 * layer + 73448 * d + d
+
+
+# MiniCPM3Config's sizes (MiniCPM3-4B)
+_MINICPM3_SIZES = _sizes(2560, 6400, 62, 40, 73448, 32768)
+# a random MiniCPM3: queries through one q_proj (q_lora_rank null), its scalars null (no-ops), biases, untied
+_MINICPM3_RANDOM = dict(hidden_size=48, num_attention_heads=4, num_key_value_heads=4, intermediate_size=80,
+                        num_hidden_layers=3, vocab_size=300, max_position_embeddings=96, tie_word_embeddings=False,
+                        q_lora_rank=None, kv_lora_rank=10, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=8,
+                        scale_depth=None, dim_model_base=None, mlp_bias=True, attention_bias=True, pad_token_id=0)
+
+# model_type → (sizes, the config class's nulls blockcli needs, transformers' total for the defaults, by hand,
+# random config, transformers' total for it)
+CASES = {
+    "bitnet": (_BITNET_SIZES, (), 2_741_155_840, _bitnet_by_hand(), _BITNET_RANDOM, 70_848),
+    "persimmon": (_PERSIMMON_SIZES, (), 9_397_175_296, _persimmon_by_hand(), _PERSIMMON_RANDOM, 81_120),
+    "openai-gpt": (_OPENAI_GPT_SIZES, (), 116_534_784, _openai_gpt_by_hand(), _OPENAI_GPT_RANDOM, 115_536),
+    "biogpt": (_BIOGPT_SIZES, (), 346_763_264, _biogpt_by_hand(), _BIOGPT_RANDOM, 83_136),
+    "nanochat": (_NANOCHAT_SIZES, (), 256_573_440, _nanochat_by_hand(), _NANOCHAT_RANDOM, 56_256),
+    "granitemoe_swa": (_GRANITEMOE_SWA_SIZES, (), 37_039_117_312, _granitemoe_swa_by_hand(), _GRANITEMOE_SWA_RANDOM,
+                       104_178),
+    "minicpm3": (_MINICPM3_SIZES, (), 4_073_875_968, _minicpm3_by_hand(), _MINICPM3_RANDOM, 78_600),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_counts_equal_transformers_totals(model_type: str) -> None:
+    sizes, _, defaults_total, by_hand, fields, random_total = CASES[model_type]
+    assert by_hand == defaults_total
+    assert total(model_type, sizes) == defaults_total
+    assert total(model_type, fields) == random_total
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_the_totals_and_sizes_here_are_transformers_own(model_type: str) -> None:
+    sizes, needed, defaults_total, _, fields, random_total = CASES[model_type]
+    assert_totals_are_transformers_own(model_type, sizes, needed, defaults_total, fields, random_total)
+
+
+# ----------------------------------------------------------------------------- BitNet
+
+
+def test_bitnet_reads_its_block() -> None:
+    block = mapped("bitnet", _BITNET_SIZES)["block"]
+    assert (block["activation"], block["gated"], block["norm"], block["sub_norms"]) == ("relu2", True, "rmsnorm", True)
+    assert (block["n_kv_heads"], block["rope_theta"], block["bias"]) == (5, 500_000.0, False)  # no biases at all
+    assert mapped("bitnet", {**_BITNET_SIZES, "attention_bias": True})["block"]["bias"]["mlp"] is False
+    assert mapped("bitnet", {**_BITNET_SIZES, "num_key_value_heads": None})["block"]["n_kv_heads"] == 20
+
+
+def test_bitnet_counts_its_sub_norms_as_rows_of_their_own() -> None:
+    result = count_parameters(parse_config(mapped("bitnet", _BITNET_SIZES)))
+    rows = {c.name: c for c in result.components}
+    assert (rows["attn.sub_norm"].count, rows["attn.sub_norm"].keys) == (2560, ("attn_sub_norm_gamma",
+                                                                              "attn_sub_norm_beta"))
+    assert (rows["mlp.sub_norm"].count, rows["mlp.sub_norm"].keys) == (6912, ("mlp_sub_norm_gamma",
+                                                                            "mlp_sub_norm_beta"))
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"head_dim": 64}, "hidden_size"),  # attn_sub_norm is hidden_size wide: 20 × 64 is not 2560
+    ({"mlp_bias": True}, "mlp_bias"),  # not BitNetConfig's: Gemma's MLP has no biases
+])
+def test_bitnet_refuses_what_transformers_cannot_build(fields: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        mapped("bitnet", {**_BITNET_SIZES, **fields})
+
+
+@pytest.mark.parametrize("other", [{"moe": {"n_experts": 2, "top_k": 1, "d_expert": 4}}, {"attention_gate": True},
+                                   {"short_conv": {}}, {"parts": "mlp"}])
+def test_sub_norms_are_refused_beside_a_part_they_do_not_fit(other: dict) -> None:
+    block = {"d_model": 16, "n_heads": 4, "d_ff": 8, "sub_norms": True, **other}
+    with pytest.raises(ConfigError, match="sub_norms"):
+        parse_config({"block": block})
+
+
+def test_a_packed_bitnet_checkpoint_is_refused_naming_its_quantization() -> None:
+    """The published bitnet-b1.58-2B-4T stores packed ternary weights: its quant_method is named, not misread."""
+    from blockcli.hf import hf_to_mapping
+
+    quantized = {"model_type": "bitnet", **_BITNET_SIZES, "quantization_config": {
+        "quant_method": "bitnet", "linear_class": "autobitlinear", "quantization_mode": "offline"}}
+    with pytest.raises(ConfigError, match="bitnet"):
+        parse_config(hf_to_mapping(quantized, "config.json"))
+
+
+@pytest.mark.parametrize("attention", ["full", "chunked"])
+@pytest.mark.parametrize("block", [
+    {"norm": "rmsnorm", "activation": "relu2", "gated": True, "bias": False},  # BitNet's
+    {"norm": "layernorm", "activation": "gelu_tanh", "placement": "post"},  # with the norms' shifts
+])
+def test_the_sub_norms_analytic_rows_equal_the_executed_ones(block: dict, attention: str) -> None:
+    from blockcli.trace import analytic_trace, run_trace
+
+    cfg = parse_config({"block": {"d_model": 16, "n_heads": 4, "n_kv_heads": 2, "d_ff": 12, "sub_norms": True,
+                                  **block}, "run": {"batch": 2, "seq_len": 5}})
+    executed = run_trace(cfg, attention=attention).rows
+    assert executed == analytic_trace(cfg, attention).rows
+    assert [r.key for r in executed].count("attn_sub_norm") == [r.key for r in executed].count("mlp_sub_norm") == 1
+
+
+def test_the_sub_norms_gradients_equal_central_differences() -> None:
+    """LayerNorm sub-norms with shifts (the fixture's are RMSNorms without): every parameter's gradient against
+    central differences of the loss in float64."""
+    import numpy as np
+
+    from blockcli.block import Model
+
+    cfg = parse_config({"block": {"d_model": 8, "n_heads": 2, "d_ff": 6, "norm": "layernorm", "sub_norms": True,
+                                  "activation": "gelu_tanh", "gated": True},
+                        "model": {"n_layers": 1, "vocab_size": 11, "max_positions": 8}, "run": {"dtype": "float64"}})
+    model = Model.from_config(cfg, seed=3)
+    ids = np.array([[1, 4, 2, 9, 3]])
+    _, grads = model.loss_and_grads(ids)
+    for key in ("blocks.0.attn_sub_norm_gamma", "blocks.0.attn_sub_norm_beta", "blocks.0.mlp_sub_norm_gamma",
+                "blocks.0.mlp_sub_norm_beta", "blocks.0.w_o", "blocks.0.w_gate", "blocks.0.w_up", "blocks.0.ln1_gamma"):
+        param = model.params[key]
+        flat, numeric = param.reshape(-1), np.empty(param.size)
+        for i in range(param.size):
+            keep = flat[i]
+            flat[i] = keep + 1e-6
+            up = model.loss(ids)
+            flat[i] = keep - 1e-6
+            down = model.loss(ids)
+            flat[i] = keep
+            numeric[i] = (up - down) / 2e-6
+        assert np.max(np.abs(grads[key].reshape(-1) - numeric)) <= 1e-7 * max(1.0, np.max(np.abs(numeric))), key
+
+
+# ----------------------------------------------------------------------------- Persimmon
+
+
+def test_persimmon_reads_its_block() -> None:
+    block = mapped("persimmon", _PERSIMMON_SIZES)["block"]
+    assert (block["placement"], block["norm"], block["qk_norm"], block["rope"], block["activation"]) == \
+        ("pre", "layernorm", "head", 0.5, "relu2")
+    assert block["bias"] is True and block["n_kv_heads"] == 64  # biases on every projection and norm; no GQA
+    assert "qk_norm" not in mapped("persimmon", {**_PERSIMMON_SIZES, "qk_layernorm": False})["block"]
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"num_key_value_heads": 8}, "num_key_value_heads"),  # not PersimmonConfig's: every head has its K and V
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.3}},
+     "partial_rotary_factor"),  # 19 of 64 dims: an odd number
+])
+def test_persimmon_refuses_what_it_has_not(fields: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        mapped("persimmon", {**_PERSIMMON_SIZES, **fields})
+
+
+# ----------------------------------------------------------------------------- OpenAI GPT
+
+
+def test_openai_gpt_reads_its_block() -> None:
+    data = mapped("openai-gpt", _OPENAI_GPT_SIZES)
+    block, model = data["block"], data["model"]
+    assert (block["placement"], block["activation"], block["d_ff"], block["bias"]) == ("post", "gelu_tanh", 3072, True)
+    assert (model["positions"], model["final_norm"], model["tie_embeddings"]) == ("learned", False, True)
+    assert mapped("openai-gpt", {**_OPENAI_GPT_SIZES, "afn": "swish"})["block"]["activation"] == "silu"
+
+
+def test_openai_gpt_refuses_an_activation_outside_its_table() -> None:
+    with pytest.raises(ConfigError, match="afn"):
+        mapped("openai-gpt", {**_OPENAI_GPT_SIZES, "afn": "gelu_new"})  # ACT_FNS has gelu, relu, silu, swish only
+
+
+# ----------------------------------------------------------------------------- BioGPT
+
+
+def test_biogpt_reads_its_block() -> None:
+    data = mapped("biogpt", _BIOGPT_SIZES)
+    block, model = data["block"], data["model"]
+    assert (block["placement"], block["activation"], block["norm_eps"], block["bias"]) == ("pre", "gelu", 1e-5, True)
+    assert (model["position_offset"], model["embedding_multiplier"], model["tie_embeddings"]) == (2, 32.0, True)
+    assert "embedding_multiplier" not in mapped("biogpt", {**_BIOGPT_SIZES, "scale_embedding": False})["model"]
+    # layer_norm_eps is never read by BioGPT's modelling code: any value, the LayerNorms' eps stays 1e-5
+    assert mapped("biogpt", {**_BIOGPT_SIZES, "layer_norm_eps": 1e-12})["block"]["norm_eps"] == 1e-5
+
+
+# ----------------------------------------------------------------------------- NanoChat
+
+
+def test_nanochat_reads_its_block() -> None:
+    data = mapped("nanochat", _NANOCHAT_SIZES)
+    block, model = data["block"], data["model"]
+    assert (block["norm_scale"], block["qk_norm"], block["qk_norm_after_rope"], block["rope_layout"]) == \
+        (False, "head_unscaled", True, "half_reversed")
+    assert (block["activation"], block.get("gated", False), block["bias"]) == ("relu2", False, False)
+    assert (model["embedding_norm"], model["logit_softcap"], model["tie_embeddings"]) == (True, 15.0, False)
+    assert "logit_softcap" not in mapped("nanochat", {**_NANOCHAT_SIZES, "final_logit_softcapping": None})["model"]
+
+
+def test_half_reversed_rope_turns_each_pair_by_minus_theta() -> None:
+    """By hand, one pair (x1, x2) at angle θ: the half layout gives (x1·cos − x2·sin, x2·cos + x1·sin), NanoChat's
+    rotate_half cat(x2, −x1) gives (x1·cos + x2·sin, x2·cos − x1·sin)."""
+    import numpy as np
+
+    from blockcli.ops import ROPE_LAYOUTS
+
+    x = np.array([0.3, -1.2]).reshape(1, 1, 1, 2)
+    cos, sin = np.array([[np.cos(0.7)]]), np.array([[np.sin(0.7)]])
+    got = ROPE_LAYOUTS["half_reversed"](x, cos, sin).reshape(2)
+    want = [0.3 * np.cos(0.7) - 1.2 * np.sin(0.7), -1.2 * np.cos(0.7) - 0.3 * np.sin(0.7)]
+    assert np.allclose(got, want, rtol=0, atol=1e-15)
+
+
+# ----------------------------------------------------------------------------- Granite MoE SWA
+
+
+def test_granitemoe_swa_reads_sinks_windows_and_layer_bases() -> None:
+    data = mapped("granitemoe_swa", _GRANITEMOE_SWA_RANDOM)
+    block = data["block"]
+    assert block["attention_sinks"] is True and block["moe"]["d_shared"] == 24 and block["sliding_window"] == 16
+    assert data["layers"] == [{"indices": [1], "block": {"sliding_window": 0, "rope": False}},  # full, NoPE
+                              {"indices": [2], "block": {"rope_theta": 500000.0}}]  # its own base
+
+
+# ----------------------------------------------------------------------------- MiniCPM3
+
+
+def test_minicpm3_reads_its_latent_attention_and_scalars() -> None:
+    data = mapped("minicpm3", _MINICPM3_SIZES)
+    block, model = data["block"], data["model"]
+    assert block["mla"] == {"q_lora_rank": 768, "kv_lora_rank": 256, "qk_nope_head_dim": 64, "qk_rope_head_dim": 32,
+                            "v_head_dim": 64} and block["rope_layout"] == "half"
+    assert block["residual_multiplier"] == 1.4 / 62 ** 0.5
+    assert (model["embedding_multiplier"], model["logit_multiplier"]) == (12.0, 256 / 2560)
+    plain = mapped("minicpm3", _MINICPM3_RANDOM)
+    assert "residual_multiplier" not in plain["block"] and "logit_multiplier" not in plain["model"]
