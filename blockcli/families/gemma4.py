@@ -56,9 +56,6 @@ def _rope(f: Fields, kind: str, head_dim: int) -> dict[str, Any]:
     if rope_type == "proportional":
         fraction = inner.float("partial_rotary_factor", 1.0, low=0.0, high=1.0, low_open=False)
         factor = inner.float("factor", 1.0, low=0.0, high=1e6)
-        if int(fraction * head_dim // 2) == 0:
-            raise f.unrepresentable(f"{key}.partial_rotary_factor", fraction,
-                                    f"it turns no pair of a {head_dim}-wide head")
         out["rope_scaling"] = {"type": "proportional", "fraction": fraction, "factor": factor}
     elif rope_type != "default":
         raise f.unrepresentable(f"{key}.rope_type", rope_type, "Gemma 4's layers rotate by the default or the "
