@@ -61,7 +61,7 @@ def render(poly: Poly) -> str:
         symbols = "·".join(s + ("²" if counts[s] == 2 else "³" if counts[s] == 3 else "")
                            for s in sorted(counts, key=_ORDER.__getitem__))
         coef = poly[mono]
-        parts.append(symbols if coef == 1 else f"{coef}·{symbols}" if symbols else str(coef))
+        parts.append(symbols if coef == 1 and symbols else f"{coef}·{symbols}" if symbols else str(coef))
     return " + ".join(parts) or "0"
 
 
