@@ -198,3 +198,19 @@ def test_a_layer_alone_and_its_gradients_are_refused_in_one_line() -> None:
 def test_schema_checks(mapping: dict, field: str) -> None:
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         parse_config(mapping)
+
+
+@pytest.mark.parametrize("name", ["gemma4_text", "gemma4"])
+def test_token_by_token_decoding_gives_transformers_full_pass_logits(name: str) -> None:
+    """Decoding one token at a time after a 2-token prompt (the shared layers reading their source layer's growing
+    cache, the per-layer inputs of each new token, the window of 4 passed after 4 tokens) gives, at every position,
+    the logits of transformers' full pass (the fixture's)."""
+    folder = FIXTURES / name
+    with np.load(folder / "expected.npz") as data:
+        ids, want = data["input_ids"], data["logits_float64"]
+    model = Model.from_config(load_config(folder), weights=folder, dtype="float64")
+    caches = model.new_cache()
+    got = [model.step(ids[:, :2], caches)]
+    got += [model.step(ids[:, t:t + 1], caches) for t in range(2, ids.shape[1])]
+    logits = np.concatenate(got, axis=1)
+    assert np.max(np.abs(logits - want)) / np.max(np.abs(want)) <= 1e-9
