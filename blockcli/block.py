@@ -33,7 +33,7 @@ import numpy as np
 
 from blockcli import ops as F
 from blockcli.activations import BUFFER_VALUES, function_of
-from blockcli.config import BlockConfig, Config, InputError, ModelConfig
+from blockcli.config import GEMMA4_NO_BACKWARD, BlockConfig, Config, InputError, ModelConfig, gemma4_field
 from blockcli.inputs import check_in_range, check_token_ids, load_npz
 from blockcli.mamba import MambaCache, Mamba2Mixer, mixer_class
 from blockcli.short_conv import ConvCache, ShortConvMixer
@@ -41,7 +41,7 @@ from blockcli.checkpoint import is_checkpoint_path
 from blockcli import indexer
 from blockcli.ops import STANDARD_OPS, Array, Ops
 from blockcli.parallel import share_out
-from blockcli.shapes import Shape, block_parameter_shapes, is_buffer, model_parameter_shapes
+from blockcli.shapes import Shape, block_parameter_shapes, is_buffer, model_parameter_shapes, projections
 from blockcli.tape import Tape
 from blockcli.deltanet import DeltaNetState, GatedDeltaNetMixer
 
@@ -525,16 +525,24 @@ class MultiHeadAttention:
     # a layer reusing the indexer choice of the layer before (mla.index_shared): that layer's attention
     previous: "MultiHeadAttention | None" = field(default=None, init=False)
 
+    # Gemma 4's kv_from: the layer whose keys and values this one attends to (set by Model), and what each layer's
+    # last pass attended to: its K, V (B, h_kv, T_k, d_h) and the position its queries started at
+    source: "MultiHeadAttention | None" = field(default=None, init=False)
+    last_kv: tuple[Array, Array, int] | None = field(default=None, init=False)
+
     def __post_init__(self) -> None:
         p, cfg = self.p, self.cfg
         # BitNet's norm of the heads' output before W_O (None without block.sub_norms)
         self.sub_norm = (Norm(cfg.norm, p.get("attn_sub_norm_gamma"), p.get("attn_sub_norm_beta"), cfg.norm_eps,
                               self.ops, cfg.norm_unit_offset, name="attn_sub_norm") if cfg.sub_norms else None)
-        self.w_qkv = np.concatenate([p["w_q"], p["w_k"], p["w_v"]], axis=1)  # (d, (h + 2·h_kv)·d_h)
-        self.b_qkv = np.concatenate([p["b_q"], p["b_k"], p["b_v"]]) if "b_q" in p else None
-        q_width, kv_width = p["w_q"].shape[1], p["w_k"].shape[1]
+        names = "qkv"[:projections(cfg)]  # k_eq_v: no W_V; kv_from: W_Q alone
+        self.w_qkv = np.concatenate([p[f"w_{x}"] for x in names], axis=1)  # (d, (h + 2·h_kv)·d_h)
+        self.b_qkv = np.concatenate([p[f"b_{x}"] for x in names]) if "b_q" in p else None
+        q_width = p["w_q"].shape[1]
+        kv_width = p["w_k"].shape[1] if "w_k" in p else 0
         bounds = {"q": (0, q_width), "k": (q_width, q_width + kv_width), "v": (q_width + kv_width, None)}
-        for name, (lo, hi) in bounds.items():
+        for name in names:
+            lo, hi = bounds[name]
             p[f"w_{name}"] = self.w_qkv[:, lo:hi]
             if self.b_qkv is not None:
                 p[f"b_{name}"] = self.b_qkv[lo:hi]
@@ -551,6 +559,10 @@ class MultiHeadAttention:
         B, T, _ = x.shape
         start = cache.length if cache is not None else 0
 
+        if cfg.kv_from >= 0 or cfg.k_eq_v or cfg.v_norm:  # Gemma 4's attention
+            if tape is not None:
+                raise InputError(GEMMA4_NO_BACKWARD.format(field=gemma4_field(cfg)))
+            return self._shared_kv(x, rec, cache)
         qkv = F.linear(x, self.w_qkv, self.b_qkv)  # (B, T, (h + 2·h_kv)·d_h): one GEMM for Q, K and V
         q_width, kv_width = p["w_q"].shape[1], p["w_k"].shape[1]
         q_flat = qkv[..., :q_width]  # (B, T, h·d_h)
@@ -618,6 +630,75 @@ class MultiHeadAttention:
         rec("attn_out", "output projection", out, (concat, p["w_o"]), kind="linear", params=("w_o", "b_o"))
         if tape is not None:
             tape.keep("attn", **saved)
+        return out
+
+    def _shared_kv(self, x: Array, rec: Record, cache: KVCache | None) -> Array:
+        """Gemma 4's attention, x (B, T, d) → (B, T, d): queries through their per-head norm and RoPE; keys and
+        values of the layer's own (W_K; W_V, or the K projection itself with k_eq_v; the per-head k norm and RoPE
+        on K, an RMSNorm without scale on V with v_norm) or, with kv_from, those layer kv_from attended to in this
+        pass (its cache included); then attention as every layer's."""
+        cfg, p, ops = self.cfg, self.p, self.ops
+        h, h_kv = cfg.n_heads, cfg.n_kv_heads
+        T = x.shape[1]
+        qkv = F.linear(x, self.w_qkv, self.b_qkv)  # (B, T, (h + 2·h_kv)·d_h), or without V, or Q alone
+        q_width = p["w_q"].shape[1]
+        q_flat = qkv[..., :q_width]  # (B, T, h·d_h)
+        rec("q_proj", "Q projection", q_flat, (x, p["w_q"]), kind="linear", params=("w_q", "b_q"))
+        q = ops.split_heads(q_flat, h)  # (B, h, T, d_h)
+        rec("q", "split heads Q", q, (q_flat,), kind="reshape")
+        if cfg.kv_from >= 0:
+            if self.source is None or self.source.last_kv is None:
+                raise InputError(f"this layer attends to the keys and values of layer {cfg.kv_from} (block.kv_from): "
+                                 f"it runs only inside its model, after that layer")
+            k, v, start = self.source.last_kv  # (B, h_kv, T_k, d_h) each
+            if start + T != k.shape[2]:
+                raise InputError(f"block.kv_from: layer {cfg.kv_from}'s last pass was not this pass")
+        else:
+            start = cache.length if cache is not None else 0
+            k_flat = qkv[..., q_width:q_width + h_kv * cfg.head_dim]  # (B, T, h_kv·d_h)
+            rec("k_proj", "K projection", k_flat, (x, p["w_k"]), kind="linear", params=("w_k", "b_k"))
+            v_flat = k_flat if cfg.k_eq_v else qkv[..., q_width + h_kv * cfg.head_dim:]  # (B, T, h_kv·d_h)
+            if not cfg.k_eq_v:
+                rec("v_proj", "V projection", v_flat, (x, p["w_v"]), kind="linear", params=("w_v", "b_v"))
+            k = ops.split_heads(k_flat, h_kv)  # (B, h_kv, T, d_h)
+            rec("k", "split heads K", k, (k_flat,), kind="reshape")
+            v = ops.split_heads(v_flat, h_kv)  # (B, h_kv, T, d_h)
+            rec("v", "split heads V" + (" (the K projection: k_eq_v)" if cfg.k_eq_v else ""), v, (v_flat,),
+                kind="reshape")
+        if cfg.qk_norm == "head":  # q norm (and k norm, when the keys are the layer's own)
+            q_normed = Norm(cfg.norm, p.get("q_norm_gamma"), p.get("q_norm_beta"), cfg.norm_eps, ops,
+                            cfg.norm_unit_offset, name="q_norm")(q)  # (B, h, T, d_h)
+            rec("q_norm", qk_norm_label(cfg, "q"), q_normed, (q,), kind=cfg.norm, params=("q_norm_gamma", "q_norm_beta"))
+            q = q_normed
+            if cfg.kv_from < 0:
+                k_normed = Norm(cfg.norm, p.get("k_norm_gamma"), p.get("k_norm_beta"), cfg.norm_eps, ops,
+                                cfg.norm_unit_offset, name="k_norm")(k)  # (B, h_kv, T, d_h)
+                rec("k_norm", qk_norm_label(cfg, "k"), k_normed, (k,), kind=cfg.norm,
+                    params=("k_norm_gamma", "k_norm_beta"))
+                k = k_normed
+        if cfg.v_norm and cfg.kv_from < 0:  # Gemma 4: RMSNorm without scale over each value head's d_h
+            v_normed = ops.rms_norm(v, 1.0, None, cfg.norm_eps)  # (B, h_kv, T, d_h)
+            rec("v_norm", "V norm (per head, RMSNorm without scale)", v_normed, (v,), kind="rmsnorm")
+            v = v_normed
+        if cfg.rope:
+            cos, sin = F.rope_tables(np.arange(start, start + T), cfg.rope_dims, cfg.rope_theta, x.dtype,
+                                     cfg.rope_scaling)  # (T, r/2) each
+            q_rot = ops.rotate_pairs(q, cos, sin, cfg.rope_layout)  # (B, h, T, d_h)
+            rec("q_rope", "RoPE on Q", q_rot, (q,), kind="rope")
+            q = q_rot
+            if cfg.kv_from < 0:
+                k_rot = ops.rotate_pairs(k, cos, sin, cfg.rope_layout)  # (B, h_kv, T, d_h)
+                rec("k_rope", "RoPE on K", k_rot, (k,), kind="rope")
+                k = k_rot
+        if cfg.kv_from < 0:
+            if cache is not None:
+                k, v = cache.append(k, v)  # (B, h_kv, T_seen, d_h)
+            self.last_kv = (k, v, start)
+        heads = self._attend(q, k, v, start, rec)  # (B, h, T, d_h)
+        concat = ops.combine_heads(heads)  # (B, T, h·d_h)
+        rec("attn_concat", "combine heads", concat, (heads,), kind="reshape")
+        out = ops.project_out(concat, p["w_o"], p.get("b_o"))  # (B, T, d)
+        rec("attn_out", "output projection", out, (concat, p["w_o"]), kind="linear", params=("w_o", "b_o"))
         return out
 
     def backward(self, d_out: Array, tape: Tape) -> Array:
@@ -1456,6 +1537,14 @@ class MixtureOfExperts:
         assert moe is not None
         B, T, d = x.shape
         N, E, k = B * T, moe.n_experts, moe.top_k
+        if moe.router_norm:  # Gemma 4: x/rms(x) ⊙ s · d^−½, then the router
+            if saved is not None:
+                raise InputError(GEMMA4_NO_BACKWARD.format(field="moe.router_norm"))
+            normed = self.ops.rms_norm(x, p["router_scale"], None, self.cfg.norm_eps) * np.asarray(
+                d ** -0.5, dtype=x.dtype)  # (B, T, d)
+            rec("router_in", "router input: RMSNorm × scale × d^-1/2", normed, (x,), kind="rmsnorm",
+                params=("router_scale",))
+            x = normed
         logits = x.reshape(N, d) @ p["router"]  # (N, E)
         if moe.logit_bias:  # gpt-oss: the router is a linear layer with a bias
             logits += p["b_router"]
@@ -1491,6 +1580,8 @@ class MixtureOfExperts:
                 weights = ops.renormalize(weights)
         if moe.routed_scaling != 1.0:
             weights = weights * np.asarray(moe.routed_scaling, dtype=weights.dtype)
+        if moe.expert_scale:  # Gemma 4: each chosen expert's weight times its learned scale
+            weights = weights * p["expert_scale"][chosen]  # (N, k)
         chosen3, weights3 = chosen.reshape(B, T, -1), weights.reshape(B, T, -1)  # (B, T, k) each
         rec("router_choice", f"top-{k} experts per token", chosen3, (scores3,), kind="topk")
         rec("router_weights", routing_label(moe), weights3, (scores3,), kind="gather")
@@ -1529,15 +1620,17 @@ class MixtureOfExperts:
             tape.add("b_router", d_logits.sum(axis=0))
         return d_logits @ p["router"].T  # (N, d)
 
-    def __call__(self, x: Array, rec: Record = _ignore, tape: Tape | None = None) -> Array:
+    def __call__(self, x: Array, rec: Record = _ignore, tape: Tape | None = None, router_input: Array | None = None
+                 ) -> Array:
         """x (B, T, d) → (B, T, d). A tape keeps x, the routing, each expert's rows, saved MLP and output, and
-        the shared expert's."""
+        the shared expert's. `router_input` (B, T, d): what the router reads, when not x (Gemma 4: the residual
+        stream, the experts its LN2b)."""
         moe, p = self.cfg.moe, self.p
         assert moe is not None
         B, T, d = x.shape
         flat = x.reshape(B * T, d)  # (N, d)
         saved: dict[str, Any] | None = {"x": x, "experts": {}} if tape is not None else None
-        chosen3, weights3 = self.route(x, rec, saved)  # (B, T, k) each
+        chosen3, weights3 = self.route(x if router_input is None else router_input, rec, saved)  # (B, T, k) each
         chosen, weights = chosen3.reshape(B * T, -1), weights3.reshape(-1)  # (N, k), (N·k,)
         traced = rec is not _ignore
         order = np.argsort(chosen, axis=None, kind="stable")  # (N·k,): routed slots sorted by expert
@@ -1714,6 +1807,14 @@ class DecoderBlock:
                          name="ln2"))
         if cfg.parts != "mixer":
             self.mlp = MixtureOfExperts(cfg, p, self.ops) if cfg.moe is not None else MLP(cfg, p)
+        # Gemma 4: the experts beside a dense MLP (self.mlp then the dense one), and their three norms
+        self.experts = None
+        if cfg.moe is not None and cfg.moe.beside_dense:
+            self.experts, self.mlp = self.mlp, MLP(cfg, p)
+            self.ln2_post1, self.ln2b, self.ln2_post2 = (
+                Norm(cfg.norm, p.get(f"{w}_gamma"), p.get(f"{w}_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset,
+                     name=w) for w in ("ln2_post1", "ln2b", "ln2_post2"))
+        self.per_layer_in: Array | None = None  # Gemma 4: this layer's per-layer input (B, T, d_p), set by Model
         # sandwich: the norms of the two branch outputs (None otherwise)
         self.ln1_post, self.ln2_post = ((Norm(cfg.norm, p.get(f"{w}_gamma"), p.get(f"{w}_beta"), cfg.norm_eps, self.ops,
                                               cfg.norm_unit_offset, name=w) for w in ("ln1_post", "ln2_post"))
@@ -1803,6 +1904,8 @@ class DecoderBlock:
             n2 = self.ln2(h, tape)  # (B, T, d)
             rec("ln2_out", "LN2", n2, (h,), kind=norm, params=("ln2_gamma", "ln2_beta"))
             m = drop(self.mlp(n2, rec, tape))  # (B, T, d)
+            if self.experts is not None:  # Gemma 4: the experts beside the dense MLP
+                m = self._beside(h, m, rec)  # (B, T, d)
             p2 = self.ln2_post(m, tape)  # (B, T, d)
             rec("ln2_post_out", "LN2' (of the MLP output)", p2, (m,), kind=norm,
                 params=("ln2_post_gamma", "ln2_post_beta"))
@@ -1832,6 +1935,54 @@ class DecoderBlock:
             m = drop(self.mlp(n2, rec, tape))
             y = add(h, r(m))
             rec("y", "residual add (MLP)", y, (h, m), kind="add")
+        if self.cfg.per_layer_input or self.cfg.layer_scalar:
+            if tape is not None:
+                raise InputError(GEMMA4_NO_BACKWARD.format(field=gemma4_field(self.cfg)))
+            y = self._gemma4_tail(y, rec)
+        return y
+
+    def _beside(self, h: Array, dense: Array, rec: Record) -> Array:
+        """Gemma 4's MLP step: LN2a'(dense MLP(LN2(h))) + LN2b'(experts(LN2b(h)), routed by h itself) (B, T, d)."""
+        norm = self.cfg.norm
+        m1 = self.ln2_post1(dense)  # (B, T, d)
+        rec("ln2_post1_out", "norm of the dense MLP's output", m1, (dense,), kind=norm, params=("ln2_post1_gamma",))
+        xe = self.ln2b(h)  # (B, T, d)
+        rec("ln2b_out", "LN2b (the experts' input)", xe, (h,), kind=norm, params=("ln2b_gamma",))
+        assert self.experts is not None
+        e = self.experts(xe, _prefixed_experts(rec), router_input=h)  # (B, T, d)
+        m2 = self.ln2_post2(e)  # (B, T, d)
+        rec("ln2_post2_out", "norm of the experts' output", m2, (e,), kind=norm, params=("ln2_post2_gamma",))
+        both = m1 + m2  # (B, T, d)
+        rec("mlp_both", "dense MLP + experts (each normed)", both, (m1, m2), kind="add")
+        return both
+
+    def _gemma4_tail(self, y: Array, rec: Record) -> Array:
+        """Gemma 4 after the MLP: y + norm(act(y·W_pg) ⊙ e_l)·W_pp with this layer's per-layer input e_l (B, T, d_p),
+        then the output times the stored layer scalar."""
+        cfg, p = self.cfg, self.params
+        if cfg.per_layer_input:
+            e = self.per_layer_in
+            if e is None or e.shape[:2] != y.shape[:2]:
+                raise InputError("this layer reads its per-layer input (block.per_layer_input), which its model "
+                                 "computes from the token ids: it runs only inside its model")
+            gate = F.linear(y, p["ple_gate"], None)  # (B, T, d_p)
+            rec("ple_gate", "per-layer input gate", gate, (y, p["ple_gate"]), kind="linear", params=("ple_gate",))
+            act = F.ACTIVATION_KERNELS[cfg.activation][0](gate) * e  # (B, T, d_p)
+            rec("ple_act", f"{cfg.activation}(gate) × per-layer input", act, (gate, e), kind="gate")
+            proj = F.linear(act, p["ple_proj"], None)  # (B, T, d)
+            rec("ple_proj", "per-layer input projection", proj, (act, p["ple_proj"]), kind="linear",
+                params=("ple_proj",))
+            normed = Norm(cfg.norm, p.get("ple_norm_gamma"), p.get("ple_norm_beta"), cfg.norm_eps, self.ops,
+                          cfg.norm_unit_offset, name="ple_norm")(proj)  # (B, T, d)
+            rec("ple_norm", "norm of the per-layer branch", normed, (proj,), kind=cfg.norm,
+                params=("ple_norm_gamma", "ple_norm_beta"))
+            z = y + normed  # (B, T, d)
+            rec("y_ple", "residual add (per-layer input)", z, (y, normed), kind="add")
+            y = z
+        if cfg.layer_scalar:
+            scaled = y * p["layer_scalar"].astype(y.dtype)  # (B, T, d)
+            rec("y_scaled", "× layer scalar", scaled, (y,), kind="scale", params=("layer_scalar",))
+            y = scaled
         return y
 
     def backward(self, dy: Array, tape: Tape) -> Array:
@@ -1944,6 +2095,8 @@ class Model:
             self.params.update({prefix + k: v for k, v in block.params.items()})  # share, never copy
             if block.cfg.mla is not None and block.cfg.mla.index_shared:  # it reuses the indexer choice of the one before
                 block.attn.previous = self.blocks[-1].attn
+            if block.cfg.kv_from >= 0:  # Gemma 4: it attends to an earlier layer's keys and values
+                block.attn.source = self.blocks[block.cfg.kv_from].attn
             self.blocks.append(block)
         b = self.config.block
         self.emb_ln = (Norm(b.norm, self.params.get("emb_ln_gamma"), self.params.get("emb_ln_beta"), b.norm_eps,
@@ -2009,7 +2162,34 @@ class Model:
             rec("embed_norm", "embedding norm", normed, (x,), kind=self.config.block.norm,
                 params=("emb_ln_gamma", "emb_ln_beta"))
             x = normed
+        if m.per_layer_dim:
+            if tape is not None:
+                raise InputError(GEMMA4_NO_BACKWARD.format(field="per_layer_input"))
+            self._per_layer_inputs(ids, x, rec)
         return x
+
+    def _per_layer_inputs(self, ids: Array, x: Array, rec: Record) -> None:
+        """Gemma 4's per-layer embeddings: for each layer l, e_l = (norm(x_0·W_P / √d)_l + √d_p·E_P[ids]_l) / √2, its
+        d_p-wide slice of both (the table E_P (V_p, L·d_p), the projection W_P (d, L·d_p), the norm over d_p);
+        handed to each block (B, T, d_p)."""
+        m, b, p = self.model_config, self.config.block, self.params
+        B, T = ids.shape
+        L, d_p = m.n_layers, m.per_layer_dim
+        if int(ids.max(initial=0)) >= p["ple_wte"].shape[0]:
+            raise InputError(f"input: token id {int(ids.max())} is past the per-layer embeddings' "
+                             f"{p['ple_wte'].shape[0]} rows (model.per_layer_vocab)")
+        tokens = p["ple_wte"][ids] * np.asarray(math.sqrt(d_p), dtype=x.dtype)  # (B, T, L·d_p)
+        rec("ple_tokens", f"per-layer embeddings × √{d_p}", tokens, (ids, p["ple_wte"]), kind="gather",
+            params=("ple_wte",))
+        projected = F.linear(x, p["ple_proj"], None) * np.asarray(b.d_model ** -0.5, dtype=x.dtype)  # (B, T, L·d_p)
+        rec("ple_projected", "embeddings · W_P / √d", projected, (x, p["ple_proj"]), kind="linear", params=("ple_proj",))
+        normed = Norm(b.norm, p.get("ple_proj_norm_gamma"), p.get("ple_proj_norm_beta"), b.norm_eps, self.ops,
+                      b.norm_unit_offset, name="ple_proj_norm")(projected.reshape(B, T, L, d_p))  # (B, T, L, d_p)
+        both = (normed + tokens.reshape(B, T, L, d_p)) * np.asarray(2 ** -0.5, dtype=x.dtype)  # (B, T, L, d_p)
+        rec("ple_inputs", "per-layer inputs (norm(projection) + embeddings) / √2", both, (normed, tokens), kind="add",
+            params=("ple_proj_norm_gamma",))
+        for i, block in enumerate(self.blocks):
+            block.per_layer_in = both[:, :, i]  # (B, T, d_p)
 
     def embed_backward(self, dx: Array, tape: Tape) -> None:
         """The embeddings' gradients from dX_0 (B, T, d): through the embedding norm, the learned positions'
@@ -2264,5 +2444,16 @@ def _prefixed(rec: Record, layer: int) -> Record:
 
     def inner(key: str, *args: Any, **kwargs: Any) -> None:
         rec(f"blocks.{layer}.{key}", *args, layer=layer, **kwargs)
+
+    return inner
+
+
+def _prefixed_experts(rec: Record) -> Record:
+    """Gemma 4's experts beside the dense MLP: their recorded steps under `moe.`, apart from the dense MLP's."""
+    if rec is _ignore:
+        return rec
+
+    def inner(key: str, *args: Any, **kwargs: Any) -> None:
+        rec(f"moe.{key}", *args, **kwargs)
 
     return inner

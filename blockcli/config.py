@@ -68,7 +68,7 @@ class Bias:
             object.__setattr__(self, "qk_norm", self.norm)
 
 
-ROPE_SCALINGS = ("linear", "dynamic", "llama3", "yarn", "longrope")
+ROPE_SCALINGS = ("linear", "dynamic", "llama3", "yarn", "longrope", "proportional")
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,9 @@ class RopeScaling:
     truncate: bool = True
     short_factor: tuple[float, ...] = ()
     long_factor: tuple[float, ...] = ()
+    # proportional (Gemma 4's full layers): the first int(fraction·r/2) pairs turn by θ^(−2i/r) / factor, the
+    # others not at all (frequency 0), r the whole head
+    fraction: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,13 @@ class MoE:
     routed_bias: bool = True
     # the routing weight multiplies each chosen expert's input, not its output: expert(w·x) (Llama 4); no biases
     scale_input: bool = False
+    # Gemma 4: the experts run beside the dense MLP (block.d_ff), not in its place: the dense MLP reads LN2(h), the
+    # experts LN2b(h), each output has a norm of its own (ln2_post1, ln2_post2), their sum goes through LN2' (sandwich)
+    beside_dense: bool = False
+    # the router reads x/rms(x) ⊙ s · d^−½ (RMSNorm without scale, a learned (d,) scale `router_scale`; Gemma 4)
+    router_norm: bool = False
+    # each chosen expert's routing weight times a learned per-expert scale (`expert_scale` (E,); Gemma 4)
+    expert_scale: bool = False
 
 
 @dataclass(frozen=True)
@@ -397,6 +407,14 @@ class BlockConfig:
     # a norm of the block's kind on the heads' output before W_O (h·d_h wide) and on the MLP's hidden act before
     # W_down (d_ff wide): BitNet's attn_sub_norm and ffn_sub_norm
     sub_norms: bool = False
+    v_norm: bool = False  # values RMS-normalised over each head's d_h, without scale (Gemma 4)
+    k_eq_v: bool = False  # no W_V: the values are the K projection (before the k norm and RoPE; Gemma 4's full layers)
+    # N >= 0: no K/V projections of its own; the layer attends to layer N's keys and values (after their norms and
+    # RoPE, cached with that layer's cache): Gemma 4's num_kv_shared_layers. -1: its own
+    kv_from: int = -1
+    layer_scalar: bool = False  # the block's output times a stored scalar (buffer `layer_scalar` (1,); Gemma 4)
+    # d_p > 0: a per-layer input (model.per_layer_dim) joins after the MLP: y + norm(act(y·W_pg) ⊙ e_l)·W_pp (Gemma 4)
+    per_layer_input: int = 0
 
     def __post_init__(self) -> None:
         # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
@@ -470,6 +488,10 @@ class ModelConfig:
     embedding_norm: bool = False  # a norm of the block's kind on the embeddings before the first block (BLOOM)
     embedding_dim: int = 0  # e: token embeddings e wide, projected in to d and out again (OPT-350m); 0 is d_model
     padding_idx: int | None = None  # a token whose embedding row never gets a gradient (nn.Embedding's padding_idx)
+    # d_p > 0: per-layer embeddings (Gemma 4's PLE): a table (V_p, L·d_p) and a projection (d, L·d_p) give each
+    # layer its own d_p-wide input; per_layer_vocab V_p (0: vocab_size)
+    per_layer_dim: int = 0
+    per_layer_vocab: int = 0
 
 
 def projected_width(model: ModelConfig | None, d_model: int) -> int:
@@ -957,9 +979,50 @@ def parse_config(data: Any, name: str = "<mapping>") -> Config:
     if first.mla is not None and first.mla.index_shared:  # GLM-5: a shared layer reuses the layer before's choice
         raise ConfigError(("layers: layer 0" if layer_blocks and block is not first else "block.mla.index_shared: "
                            "the first layer") + " has no earlier layer whose indexer choice it could reuse")
+    _check_layer_links(block, model, layer_blocks)
     run = _parse_run(_section(data, "run"))
     about = _parse_about(_section(data, "about"))
     return Config(block=block, model=model, run=run, about=about, name=name, layer_blocks=layer_blocks)
+
+
+def gemma4_field(block: BlockConfig) -> str | None:
+    """The first of Gemma 4's block fields this block sets (None: none): their gradients, blockcli's independent
+    reference (verify) and its per-layer inputs and shared keys outside a model are not implemented."""
+    moe = block.moe
+    for name, on in (("per_layer_input", block.per_layer_input), ("kv_from", block.kv_from >= 0),
+                     ("k_eq_v", block.k_eq_v), ("v_norm", block.v_norm), ("layer_scalar", block.layer_scalar),
+                     ("moe.beside_dense", moe is not None and moe.beside_dense),
+                     ("moe.router_norm", moe is not None and moe.router_norm),
+                     ("moe.expert_scale", moe is not None and moe.expert_scale)):
+        if on:
+            return name
+    return None
+
+
+GEMMA4_NO_BACKWARD = ("gradients through Gemma 4's layers (block.{field} and the rest of its mechanisms) are not "
+                      "implemented: verify --grad, train and trace --backward refuse them")
+
+
+def _check_layer_links(block: BlockConfig, model: ModelConfig | None, layer_blocks: tuple[BlockConfig, ...]) -> None:
+    """Gemma 4's links between layers: a layer reusing another's keys and values (`kv_from`) names an earlier layer
+    with K/V of its own and of the same shape; every layer's `per_layer_input` is model.per_layer_dim."""
+    n = model.n_layers if model is not None else 1
+    blocks = layer_blocks or (block,) * n
+    where = (lambda i: f"layers (layer {i}): block") if layer_blocks else (lambda i: "block")
+    for i, b in enumerate(blocks):
+        if b.kv_from >= 0:
+            if model is None or b.kv_from >= i:
+                raise ConfigError(f"{where(i)}.kv_from: {b.kv_from} is not an earlier layer (a layer reuses the keys "
+                                  f"and values of a layer before it)")
+            src = blocks[b.kv_from]
+            if src.kv_from >= 0 or (src.n_kv_heads, src.head_dim) != (b.n_kv_heads, b.head_dim) \
+                    or src.sliding_window != b.sliding_window:
+                raise ConfigError(f"{where(i)}.kv_from: layer {b.kv_from} must have keys and values of its own with "
+                                  f"this layer's n_kv_heads, head_dim and sliding_window")
+        ple = model.per_layer_dim if model is not None else 0
+        if b.per_layer_input != ple:
+            raise ConfigError(f"{where(i)}.per_layer_input: {b.per_layer_input} differs from model.per_layer_dim "
+                              f"{ple} (each layer reads its own slice of the per-layer embeddings)")
 
 
 def _parse_layers(value: Any, block_data: Mapping[str, Any], base: BlockConfig,
@@ -1135,7 +1198,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated", "query_scale", "query_scale_length",
               "qk_norm_after_rope", "linear_attention", "attention_gate", "query_scale_offset", "attention_chunk",
               "mamba", "parts", "clip_after_qk_norm", "short_conv", "attention_in_multiplier",
-              "attention_out_multiplier", "mlp_multipliers", "sub_norms")
+              "attention_out_multiplier", "mlp_multipliers", "sub_norms", "v_norm", "k_eq_v", "kv_from",
+              "layer_scalar", "per_layer_input")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1202,7 +1266,31 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         attention_out_multiplier=_float(data, "attention_out_multiplier", p, 1.0, 0.0, 1e6, low_open=True),
         mlp_multipliers=_multipliers(data, "mlp_multipliers", p, 2),
         sub_norms=_bool(data, "sub_norms", p, False),
+        v_norm=_bool(data, "v_norm", p, False),
+        k_eq_v=_bool(data, "k_eq_v", p, False),
+        kv_from=_int(data, "kv_from", p, -1, minimum=-1, maximum=MAX_LAYERS),
+        layer_scalar=_bool(data, "layer_scalar", p, False),
+        per_layer_input=_int(data, "per_layer_input", p, 0, minimum=0),
     )
+    plain_attention = block.mla is None and block.linear_attention is None and block.mamba is None \
+        and block.short_conv is None and block.parts != "mlp"
+    for key, off in (("v_norm", False), ("k_eq_v", False), ("kv_from", -1)):
+        if getattr(block, key) != off and not plain_attention:
+            raise ConfigError(f"block.{key}: a setting of multi-head attention (Gemma 4); this layer has none")
+    if block.k_eq_v and block.kv_from >= 0:
+        raise ConfigError("block.k_eq_v: a layer reusing another layer's keys and values (block.kv_from) has no "
+                          "K projection of its own to reuse as values")
+    gemma4 = block.k_eq_v or block.kv_from >= 0 or block.v_norm
+    if gemma4 and (block.clip_qkv or block.qk_norm not in ("none", "head") or block.qk_norm_after_rope
+                   or block.attention_gate or block.query_scale or block.attention_sinks):
+        raise ConfigError(f"block.{'k_eq_v' if block.k_eq_v else 'kv_from' if block.kv_from >= 0 else 'v_norm'}: "
+                          f"Gemma 4's attention; not with clip_qkv, qk_norm other than head, qk_norm_after_rope, "
+                          f"attention_gate, query_scale or attention_sinks (no model has them together)")
+    if block.moe is not None and block.moe.beside_dense and not block.sandwich:
+        raise ConfigError("block.moe.beside_dense: Gemma 4's experts beside the dense MLP sit in a sandwich block "
+                          "(placement: sandwich)")
+    if block.per_layer_input and block.parts != "both":
+        raise ConfigError("block.per_layer_input: the per-layer input joins after the MLP of a layer of both parts")
     if block.linear_attention is not None:  # softmax attention's settings: a Gated DeltaNet layer has none of them
         for key, off in (("mla", None), ("qk_norm", "none"), ("attention_gate", False), ("attention_sinks", False),
                          ("sliding_window", 0), ("alibi", False), ("clip_qkv", 0.0), ("attention_softcap", 0.0),
@@ -1342,6 +1430,9 @@ def _parse_moe(value: Any) -> MoE | None:
         aux_loss_coef=_float(value, "aux_loss_coef", p, 0.0, 0.0, 1e6),
         routed_bias=_bool(value, "routed_bias", p, True),
         scale_input=_bool(value, "scale_input", p, False),
+        beside_dense=_bool(value, "beside_dense", p, False),
+        router_norm=_bool(value, "router_norm", p, False),
+        expert_scale=_bool(value, "expert_scale", p, False),
     )
     if moe.order == "topk_softmax" and (moe.scoring != "softmax" or moe.selection_bias or moe.n_groups > 1):
         raise ConfigError(f"{p}.order: topk_softmax softmaxes the k chosen logits; it takes scoring softmax, "
@@ -1532,6 +1623,11 @@ def _check_rope_scaling(block: BlockConfig) -> None:
         return
     if not block.rope:
         raise ConfigError("block.rope_scaling: rotary positions are off; set block.rope (or model.positions: rope)")
+    if scaling.type == "proportional" and block.rope != 1.0:
+        raise ConfigError("block.rope_scaling: proportional RoPE spreads its frequencies over the whole head "
+                          "(Gemma 4's partial_rotary_factor is rope_scaling.fraction); set block.rope: true")
+    if scaling.fraction != 1.0 and scaling.type != "proportional":
+        raise ConfigError("block.rope_scaling.fraction: a setting of type proportional")
     if scaling.type == "longrope":
         for key in ("short_factor", "long_factor"):
             if len(getattr(scaling, key)) != block.rope_dims // 2:
@@ -1542,7 +1638,8 @@ def _check_rope_scaling(block: BlockConfig) -> None:
 # what each kind needs besides its type (the rest have defaults)
 _ROPE_SCALING_NEEDS = {"linear": ("factor",), "dynamic": ("factor", "original_max_positions"),
                        "llama3": ("factor", "original_max_positions"), "yarn": ("factor", "original_max_positions"),
-                       "longrope": ("factor", "original_max_positions", "short_factor", "long_factor")}
+                       "longrope": ("factor", "original_max_positions", "short_factor", "long_factor"),
+                       "proportional": ("fraction",)}
 
 
 def _parse_rope_scaling(value: Any) -> RopeScaling | None:
@@ -1575,6 +1672,7 @@ def _parse_rope_scaling(value: Any) -> RopeScaling | None:
         mscale_all_dim=_float(value, "mscale_all_dim", p, 0.0, 0.0, 1e6),
         attention_factor=_float(value, "attention_factor", p, 0.0, 0.0, 1e6),
         truncate=_bool(value, "truncate", p, True),
+        fraction=_float(value, "fraction", p, 1.0, 0.0, 1.0),
         **factors,
     )
 
@@ -1582,7 +1680,8 @@ def _parse_rope_scaling(value: Any) -> RopeScaling | None:
 def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
     fields = ("n_layers", "vocab_size", "positions", "max_positions", "position_offset",
               "tie_embeddings", "final_norm", "lm_head_bias", "embedding_multiplier",
-              "logit_multiplier", "logit_softcap", "embedding_norm", "embedding_dim", "padding_idx")
+              "logit_multiplier", "logit_softcap", "embedding_norm", "embedding_dim", "padding_idx",
+              "per_layer_dim", "per_layer_vocab")
     _check_keys(data, fields, "model.")
     p = "model"
     vocab_size = _int(data, "vocab_size", p, 50257)
@@ -1603,6 +1702,8 @@ def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
         logit_softcap=_float(data, "logit_softcap", p, 0.0, 0.0, 1e6),
         embedding_norm=_bool(data, "embedding_norm", p, False),
         embedding_dim=_int(data, "embedding_dim", p, 0, minimum=0),
+        per_layer_dim=_int(data, "per_layer_dim", p, 0, minimum=0),
+        per_layer_vocab=_int(data, "per_layer_vocab", p, 0, minimum=0),
     )
 
 

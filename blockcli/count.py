@@ -50,7 +50,9 @@ _ORDER = {"L": 0, "V": 1, "P": 2, "E": 3, "k": 4, "d": 5, "h": 6, "h_kv": 7, "d_
           # DeepSeek Sparse Attention's indexer: its heads and their width
           "h_I": 25, "d_I": 26,
           # a Mamba-1 mixer: its channels and Δ's rank (N its state width, K its conv's kernel)
-          "d_in": 27, "R": 28}
+          "d_in": 27, "R": 28,
+          # Gemma 4's per-layer inputs: their width
+          "d_p": 29}
 
 
 def render(poly: Poly) -> str:
@@ -61,7 +63,7 @@ def render(poly: Poly) -> str:
         symbols = "·".join(s + ("²" if counts[s] == 2 else "³" if counts[s] == 3 else "")
                            for s in sorted(counts, key=_ORDER.__getitem__))
         coef = poly[mono]
-        parts.append(symbols if coef == 1 else f"{coef}·{symbols}" if symbols else str(coef))
+        parts.append(symbols if coef == 1 and symbols else f"{coef}·{symbols}" if symbols else str(coef))
     return " + ".join(parts) or "0"
 
 
@@ -138,7 +140,8 @@ class ParameterCount:
 def symbol_values(config: Config | BlockConfig) -> dict[str, int]:
     b = config.block if isinstance(config, Config) else config
     m = config.model if isinstance(config, Config) else None
-    values = {"d": b.d_model, "h": b.n_heads, "h_kv": b.n_kv_heads, "d_h": b.head_dim, "d_ff": b.d_ff}
+    values = {"d": b.d_model, "h": b.n_heads, "h_kv": b.n_kv_heads, "d_h": b.head_dim, "d_ff": b.d_ff,
+              "d_p": b.per_layer_input}
     if b.moe is not None:
         values.update(E=b.moe.n_experts, k=b.moe.top_k, d_e=b.moe.d_expert, d_s=b.moe.d_shared)
     if b.mla is not None:
@@ -184,11 +187,6 @@ def block_formula(b: BlockConfig) -> list[Row]:
         shift = term(1, "d") if b.bias.norm else no
         return Row(prefix, label, term(1, "d") if b.norm_scale else no, shift, (f"{prefix}_gamma", f"{prefix}_beta"))
 
-    def sub_norm(name: str, label: str, features: tuple[str, ...]) -> Row:  # a norm over `features`, not d
-        shift = term(1, *features) if b.bias.norm else no
-        key = name.replace(".", "_")
-        return Row(name, label, term(1, *features) if b.norm_scale else no, shift, (f"{key}_gamma", f"{key}_beta"))
-
     def proj(name: str, label: str, width: tuple[str, ...], bias: bool, out: bool = False) -> Row:
         matrix = term(1, *width, "d")
         bias_poly = (term(1, "d") if out else term(1, *width)) if bias else no
@@ -215,20 +213,21 @@ def block_formula(b: BlockConfig) -> list[Row]:
     else:
         rows.extend([
             proj("attn.q", "Q projection", q_width, b.bias.qkv),
-            proj("attn.k", "K projection", kv_width, b.bias.qkv),
-            proj("attn.v", "V projection", kv_width, b.bias.qkv),
+            *([] if b.kv_from >= 0 else [proj("attn.k", "K projection (its output the values too)" if b.k_eq_v
+                                              else "K projection", kv_width, b.bias.qkv)]),
+            *([] if b.kv_from >= 0 or b.k_eq_v else [proj("attn.v", "V projection", kv_width, b.bias.qkv)]),
             proj("attn.o", "output projection W_O", q_width, b.bias.out, out=True),
         ])
         if b.attention_gate:  # σ(x·W_gate) times each head's output: as wide as Q
             rows.insert(-1, Row("attn.gate", "attention output gate (σ, per head)", term(1, *q_width, "d"),
                                 term(1, *q_width) if b.bias.qkv else no, ("w_attn_gate", "b_attn_gate")))
         if b.sub_norms:  # BitNet: the heads' output normalised before W_O, h·d_h features
-            rows.insert(-1, sub_norm("attn.sub_norm", f"{_norm_name(b)} of the heads' output (before W_O)", q_width))
+            rows.insert(-1, _sub_norm(b, "attn.sub_norm", f"{_norm_name(b)} of the heads' output (before W_O)", q_width))
     attends = b.parts == "hybrid" or (b.mamba is None and b.short_conv is None)  # sinks and q/k norms: attention's
     if b.attention_sinks and attends:  # one logit per query head, joined to each row's softmax
         rows.append(Row("attn.sinks", "attention sinks (a logit per head)", term(1, "h"), no, ("sinks",)))
     if b.qk_norm not in ("none", "head_unscaled") and attends:  # a scale (and shift) per feature of each head, or of the whole projection
-        for letter, width in (("q", q_width), ("k", kv_width)):
+        for letter, width in (("q", q_width), ("k", kv_width))[:1 if b.kv_from >= 0 else 2]:
             features = {"head": ("d_h",), "projection": width,
                         "each_head": ("h" if letter == "q" else "h_kv", "d_h")}[b.qk_norm]
             shift = term(1, *features) if b.bias.qk_norm else no  # (by default as bias.norm)
@@ -245,7 +244,47 @@ def block_formula(b: BlockConfig) -> list[Row]:
     if b.sandwich:
         rows.append(norm("ln2_post", f"{_norm_name(b)} after the MLP"))
     if b.moe is not None:
-        return rows + moe_formula(b)
+        return rows + _dense_beside(b) + moe_formula(b) + _after_the_mlp(b)
+    return rows + _dense_mlp(b) + _after_the_mlp(b)
+
+
+def _after_the_mlp(b: BlockConfig) -> list[Row]:
+    """Gemma 4's per-layer input (its gate d·d_p, its projection d_p·d, its norm d) and the stored layer scalar."""
+    rows = []
+    if b.per_layer_input:
+        rows += [Row("ple.gate", "per-layer input gate (activated)", term(1, "d", "d_p"), Poly(), ("ple_gate",)),
+                 Row("ple.proj", "per-layer input projection", term(1, "d", "d_p"), Poly(), ("ple_proj",)),
+                 Row("ln_ple", f"{_norm_name(b)} after the per-layer input", term(1, "d") if b.norm_scale else Poly(),
+                     term(1, "d") if b.bias.norm else Poly(), ("ple_norm_gamma", "ple_norm_beta"))]
+    if b.layer_scalar:
+        rows.append(Row("layer_scalar", "layer scalar (buffer, not a parameter)", term(1), Poly(), ("layer_scalar",),
+                        buffer=True))
+    return rows
+
+
+def _sub_norm(b: BlockConfig, name: str, label: str, features: tuple[str, ...]) -> Row:
+    """BitNet's norm over `features` (the heads' output or the MLP's hidden), not d."""
+    shift = term(1, *features) if b.bias.norm else Poly()
+    key = name.replace(".", "_")
+    return Row(name, label, term(1, *features) if b.norm_scale else Poly(), shift, (f"{key}_gamma", f"{key}_beta"))
+
+
+def _dense_beside(b: BlockConfig) -> list[Row]:
+    """Gemma 4's dense MLP beside the experts, with the norm of its output, and the experts' two norms."""
+    if b.moe is None or not b.moe.beside_dense:
+        return []
+    name = _norm_name(b)
+
+    def norm(prefix: str, label: str) -> Row:
+        return Row(prefix, label, term(1, "d") if b.norm_scale else Poly(), term(1, "d") if b.bias.norm else Poly(),
+                   (f"{prefix}_gamma", f"{prefix}_beta"))
+
+    return _dense_mlp(b) + [norm("ln2_post1", f"{name} after the dense MLP"), norm("ln2b", f"{name} before the experts"),
+                            norm("ln2_post2", f"{name} after the experts")]
+
+
+def _dense_mlp(b: BlockConfig) -> list[Row]:
+    no, rows = Poly(), []
     mlp_bias = b.bias.mlp
     if b.gated:
         rows.append(Row("mlp.gate", "MLP gate (w_gate, activated)", term(1, "d", "d_ff"),
@@ -253,7 +292,7 @@ def block_formula(b: BlockConfig) -> list[Row]:
     rows.append(Row("mlp.up", "MLP up (w_up, the gate's partner)" if b.gated else "MLP up (w_up, expansion)",
                     term(1, "d", "d_ff"), term(1, "d_ff") if mlp_bias else no, ("w_up", "b_up")))
     if b.sub_norms:  # BitNet: the MLP's hidden normalised before W_down, d_ff features
-        rows.append(sub_norm("mlp.sub_norm", f"{_norm_name(b)} of the MLP's hidden (before W_down)", ("d_ff",)))
+        rows.append(_sub_norm(b, "mlp.sub_norm", f"{_norm_name(b)} of the MLP's hidden (before W_down)", ("d_ff",)))
     rows.append(Row("mlp.down", "MLP down (w_down, contraction)", term(1, "d", "d_ff"), term(1, "d") if mlp_bias else no,
                     ("w_down", "b_down")))
     act = function_of(b.activation)
@@ -286,6 +325,11 @@ def moe_formula(b: BlockConfig) -> list[Row]:
 
     rows = [Row("mlp.router", "router", term(1, "d", "E"), term(1, "E") if moe.logit_bias else Poly(),
                 ("router", "b_router"))]
+    if moe.router_norm:  # Gemma 4: the router input's learned scale
+        rows.append(Row("mlp.router_scale", "router input scale", term(1, "d"), Poly(), ("router_scale",)))
+    if moe.expert_scale:
+        rows.append(Row("mlp.expert_scale", "per-expert scale of the routing weights", term(1, "E"), Poly(),
+                        ("expert_scale",)))
     if moe.selection_bias_frozen:  # ERNIE 4.5's e_score_correction_bias: a parameter no gradient reaches
         rows.append(Row("mlp.router_bias", "router selection bias (a parameter, never trained)", term(1, "E"),
                         Poly(), ("router_bias",)))
@@ -516,7 +560,7 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
     shapes = block_parameter_shapes(config.block)
     arrays = {k: math.prod(s) for k, s in shapes.items()}
     components: list[Component] = []
-    groups = {"attn": (Poly(), Poly()), "mlp": (Poly(), Poly()), "ln": (Poly(), Poly())}
+    groups = {"attn": (Poly(), Poly()), "mlp": (Poly(), Poly()), "ln": (Poly(), Poly()), "ple": (Poly(), Poly())}
     block_w, block_b = Poly(), Poly()
     idle = buffers = 0
     for row in rows:
@@ -555,8 +599,11 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
         attention = (("linear attention (Kimi Delta Attention)" if config.block.linear_attention.per_channel else
                       "linear attention (Gated DeltaNet)") if config.block.linear_attention is not None else
                      "attention (Q, K, V, gate, O)")
+    ple = (("per_layer_input", "per-layer input (gate, projection)", groups["ple"]),) \
+        if config.block.per_layer_input else ()
+    mlp_label = "MLP and experts (beside it)" if config.block.moe is not None and config.block.moe.beside_dense else "MLP"
     for name, label, (w, bias) in (("attention", attention, groups["attn"]),
-                                   ("mlp", "MLP", groups["mlp"]),
+                                   ("mlp", mlp_label, groups["mlp"]), *ple,
                                    ("norms", _norms_label(sum(r.name.startswith("ln") for r in rows)),
                                     groups["ln"]),
                                    ("block", "block total", (block_w, block_b))):
@@ -626,6 +673,18 @@ def _model_rows(config: Config, groups: list[LayerGroup], polys: list[tuple[Poly
                               shapes=((P, d),)))
     if m.embedding_norm:  # BLOOM's word_embeddings_layernorm
         rows.append(_model_norm("embed.norm", "embedding", "emb_ln", b))
+    ple_table = 0
+    if m.per_layer_dim:  # Gemma 4's per-layer embeddings: a table, the projection of the embeddings, its norm
+        v_p, width = m.per_layer_vocab or m.vocab_size, m.n_layers * m.per_layer_dim
+        ple_table = v_p * width
+        rows += [Component("embed.per_layer", "per-layer embeddings (a d_p-wide slice per layer)", str((v_p, width)),
+                           ple_table, 0, "V_p·L·d_p", ("ple_wte",), shapes=((v_p, width),)),
+                 Component("embed.per_layer_projection", "per-layer projection of the embeddings", str((d, width)),
+                           d * width, 0, "d·L·d_p", ("ple_proj",), shapes=((d, width),)),
+                 Component("embed.per_layer_norm", f"per-layer projection's {_norm_name(b)}",
+                           str((m.per_layer_dim,)), m.per_layer_dim if b.norm_scale else 0,
+                           m.per_layer_dim if b.bias.norm else 0, "d_p", ("ple_proj_norm_gamma", "ple_proj_norm_beta"),
+                           shapes=((m.per_layer_dim,),))]
     shape = (f"{m.n_layers} × block" if len(groups) == 1 else
              " + ".join(f"{len(g.layers)} × block {i + 1}" for i, g in enumerate(groups)))
     idle = sum(n * len(g.layers) for n, g in zip(unused, groups))  # routed experts a token does not use
@@ -649,11 +708,12 @@ def _model_rows(config: Config, groups: list[LayerGroup], polys: list[tuple[Poly
     weights = sum(r.weights for r in rows)
     biases = sum(r.biases for r in rows)
     total = weights + biases
-    embeddings = m.vocab_size * (e or d) + pos
+    embeddings = m.vocab_size * (e or d) + pos + ple_table
     rows.append(Component("total", "model total", "", weights, biases, "", kind="total",
                           active=total - idle if idle else None))
     rows.append(Component("non_embedding", "non-embedding total", "", weights - embeddings, biases,
-                          "total − token − position embeddings", kind="total"))
+                          "total − token − position embeddings" + (" − per-layer embeddings" if ple_table else ""),
+                          kind="total"))
     return rows, total, total - embeddings
 
 

@@ -512,6 +512,9 @@ def rope_frequencies(rot_dims: int, theta: float, scaling: RopeScaling | None = 
     if scaling is None:
         return inv_freq, 1.0
     s, original = scaling, scaling.original_max_positions
+    if s.type == "proportional":  # Gemma 4: the first int(fraction·r/2) pairs turn (θ^(−2i/r) / factor), the rest not
+        turning = int(s.fraction * rot_dims // 2)
+        return np.where(np.arange(rot_dims // 2) < turning, inv_freq, 0.0) / s.factor, 1.0
     if s.type == "linear":
         return inv_freq / s.factor, 1.0
     if s.type == "dynamic":  # NTK-aware: the base grows once the pass is longer than the original context

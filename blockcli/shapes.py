@@ -16,7 +16,8 @@ Shape = tuple[int, ...]
 # Stored with the weights but not trained, so not parameters: transformers keeps DeepSeek-V3's
 # e_score_correction_bias (blockcli's router_bias) as a buffer, outside `parameters()`
 # as xIELU's β and ε (act_beta, act_eps: Apertus' XIELUActivation keeps them as buffers)
-BUFFERS = frozenset({"router_bias", "act_beta", "act_eps"})
+# and Gemma 4's layer_scalar (Gemma4TextDecoderLayer's nn.Buffer, stored in its checkpoints)
+BUFFERS = frozenset({"router_bias", "act_beta", "act_eps", "layer_scalar"})
 _IN_A_LAYER = tuple(f".{name}" for name in BUFFERS)
 
 
@@ -161,7 +162,7 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
         return deltanet_shapes(cfg)
     d, q_width, kv_width = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     shapes: dict[str, Shape] = {}
-    for name, width in (("q", q_width), ("k", kv_width), ("v", kv_width)):
+    for name, width in (("q", q_width), ("k", kv_width), ("v", kv_width))[:projections(cfg)]:
         shapes[f"w_{name}"] = (d, width)
         if cfg.bias.qkv:
             shapes[f"b_{name}"] = (width,)
@@ -179,11 +180,18 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     if cfg.qk_norm in ("head", "projection"):  # over each head's d_h, or over the whole projection
         per_head = cfg.qk_norm == "head"
         shapes.update(norm_shapes("q_norm", cfg.head_dim if per_head else q_width, cfg, cfg.bias.qk_norm))
-        shapes.update(norm_shapes("k_norm", cfg.head_dim if per_head else kv_width, cfg, cfg.bias.qk_norm))
+        if cfg.kv_from < 0:  # a layer reusing another's keys has no k norm
+            shapes.update(norm_shapes("k_norm", cfg.head_dim if per_head else kv_width, cfg, cfg.bias.qk_norm))
     elif cfg.qk_norm == "each_head":  # over each head's d_h, with weights of its own: (heads, d_h)
         for name, heads in (("q_norm", cfg.n_heads), ("k_norm", cfg.n_kv_heads)):
             shapes.update({k: (heads,) + s for k, s in norm_shapes(name, cfg.head_dim, cfg, cfg.bias.qk_norm).items()})
     return shapes
+
+
+def projections(cfg: BlockConfig) -> int:
+    """How many of W_Q, W_K, W_V a multi-head attention layer has: 3; 2 when its values are its keys (k_eq_v);
+    1 when it reuses another layer's keys and values (kv_from)."""
+    return 1 if cfg.kv_from >= 0 else 2 if cfg.k_eq_v else 3
 
 
 def mlp_matrices(cfg: BlockConfig) -> tuple[str, ...]:
@@ -218,7 +226,10 @@ def moe_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     moe = cfg.moe
     assert moe is not None
     d = cfg.d_model
-    shapes: dict[str, Shape] = {"router": (d, moe.n_experts)}
+    shapes: dict[str, Shape] = {"router_scale": (d,)} if moe.router_norm else {}
+    shapes["router"] = (d, moe.n_experts)
+    if moe.expert_scale:
+        shapes["expert_scale"] = (moe.n_experts,)
     if moe.logit_bias:
         shapes["b_router"] = (moe.n_experts,)
     if moe.selection_bias:
@@ -241,6 +252,20 @@ def block_parameter_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     mlp = moe_shapes(cfg) if cfg.moe is not None else {**mlp_shapes(cfg), **activation_shapes(cfg)}
     if cfg.sub_norms:  # BitNet: a norm of the MLP's hidden act(gate) ⊙ up, before W_down
         mlp.update(norm_shapes("mlp_sub_norm", cfg.d_ff, cfg))
+    if cfg.moe is not None and cfg.moe.beside_dense:  # Gemma 4: the dense MLP and its norm, the experts' two norms
+        mlp = {**mlp_shapes(cfg), **norm_shapes("ln2_post1", d, cfg), **norm_shapes("ln2b", d, cfg), **mlp,
+               **norm_shapes("ln2_post2", d, cfg)}
+    tail: dict[str, Shape] = {}
+    if cfg.per_layer_input:  # Gemma 4: the per-layer input's gate (d, d_p), projection (d_p, d) and norm
+        tail.update(ple_gate=(d, cfg.per_layer_input), ple_proj=(cfg.per_layer_input, d),
+                    **norm_shapes("ple_norm", d, cfg))
+    if cfg.layer_scalar:
+        tail["layer_scalar"] = (1,)
+    return {**_block_shapes(cfg, ln2, mlp), **tail}
+
+
+def _block_shapes(cfg: BlockConfig, ln2: dict[str, Shape], mlp: dict[str, Shape]) -> dict[str, Shape]:
+    d = cfg.d_model
     if cfg.parts == "mixer":  # a layer of its mixer alone (Nemotron-H): LN1 and the mixer
         return {**norm_shapes("ln1", d, cfg), **attention_shapes(cfg)}
     if cfg.parts == "mlp":  # a layer of its MLP alone: LN2 and the MLP
@@ -299,6 +324,10 @@ def outer_shapes(config: Config) -> tuple[dict[str, Shape], dict[str, Shape]]:
         before["wpe"] = (model.max_positions + model.position_offset, d)
     if model.embedding_norm:
         before.update(norm_shapes("emb_ln", d, block))
+    if model.per_layer_dim:  # Gemma 4's per-layer embeddings: the table, the projection of x_0 and its norm (d_p,)
+        width = model.n_layers * model.per_layer_dim
+        before.update(ple_wte=(model.per_layer_vocab or model.vocab_size, width), ple_proj=(d, width),
+                      **norm_shapes("ple_proj_norm", model.per_layer_dim, block))
     after: dict[str, Shape] = norm_shapes("ln_f", d, block) if model.final_norm else {}
     if e:  # and projected out to e after the final norm
         after["proj_out"] = (d, e)

@@ -131,6 +131,7 @@ class Dims:
     h_index: int = 0  # and its heads h_I
     R: int = 0  # a Mamba-1 mixer's Δ rank (0: none)
     hybrid: bool = False  # attention beside the Mamba-2 mixer in the same layer (block.parts hybrid: Falcon-H1)
+    shared_kv: bool = False  # Gemma 4's block.kv_from: the layer attends to another layer's cached K/V, caching none
 
     @classmethod
     def of(cls, config: Config) -> "Dims":
@@ -145,7 +146,7 @@ class Dims:
                    b.short_conv.kernel if b.short_conv else 0, b.parts != "mlp", b.parts != "mixer",
                    d_index=mla.index_head_dim if mla and mla.own_indexer else 0,
                    h_index=mla.index_heads if mla and mla.own_indexer else 0,
-                   R=ssm.dt_rank if isinstance(ssm, Mamba1) else 0, hybrid=b.parts == "hybrid")
+                   R=ssm.dt_rank if isinstance(ssm, Mamba1) else 0, hybrid=b.parts == "hybrid", shared_kv=b.kv_from >= 0)
 
     @property
     def mamba(self) -> bool:
@@ -383,8 +384,8 @@ def kv_cache_elements(dims: Dims) -> int:
     multi-query attention cache h_kv heads, not h). Latent attention (MLA) caches its compressed
     latent: r_kv + d_rope per layer (DeepSeek-V2 §2.1.2), what MLA-aware engines store. A Gated DeltaNet or
     Mamba-2 layer, or a layer of its MLP alone, caches none (their fixed state: `recurrent_elements`,
-    `Dims.ssm_state_elements`)."""
-    if not dims.attends:
+    `Dims.ssm_state_elements`). A layer reading another layer's keys and values (Gemma 4's kv_from) caches none."""
+    if not dims.attends or dims.shared_kv:
         return 0
     if dims.latent:  # and DeepSeek Sparse Attention's indexer key (d_I, 0 without), cached as transformers does
         return dims.L * (dims.r_kv + dims.d_rope + dims.d_index)

@@ -256,8 +256,9 @@ class Trace:
 def kv_cache_bytes(b: BlockConfig, layers: int, batch: int, seq_len: int, itemsize: int) -> int:
     """What blockcli's decode cache holds after the pass: K and V (h_kv·d_h each) per token and layer, or
     latent attention's compressed latent (r_kv + d_rope); a recurrent layer's state and its conv's last K − 1
-    inputs, whatever seq_len; nothing for a layer of its MLP alone."""
-    if b.parts == "mlp":
+    inputs, whatever seq_len; nothing for a layer of its MLP alone, or one reading another layer's keys and values
+    (Gemma 4's kv_from)."""
+    if b.parts == "mlp" or b.kv_from >= 0:
         return 0
     if b.linear_attention is not None:  # Gated DeltaNet: S (B, h_v, d_k, d_v) and the window (B, K − 1, C)
         return layers * state_bytes(b, batch, itemsize)

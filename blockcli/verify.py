@@ -23,7 +23,7 @@ import numpy as np
 
 from blockcli.block import DecoderBlock, block_parameter_shapes, norm_scale, resolve_weights
 from blockcli.checkpoint import is_checkpoint_path
-from blockcli.config import BlockConfig, Config, InputError, Mamba1, clipped, open_regular
+from blockcli.config import BlockConfig, Config, InputError, Mamba1, clipped, gemma4_field, open_regular
 from blockcli.count import Formula, block_formula, evaluate, symbol_values
 from blockcli.ops import STANDARD_OPS, Ops, apply_rope, rope_tables
 from blockcli.parallel import fit_blas_threads
@@ -1184,6 +1184,13 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
             raise InputError(f"{option}: expected a finite tolerance >= 0, got {tolerance}")
     layer_note, whole = [], config  # `whole`: the model the weights belong to
     shown, kind = None, ""
+    n_layers = config.model.n_layers if config.model is not None else 1
+    gemma4 = next((f for i in range(n_layers) if (f := gemma4_field(config.layer_block(i)))), None)
+    if gemma4 is not None:
+        raise InputError(f"{config.name}: verify runs one layer alone against blockcli's independent reference, "
+                         f"which has none of Gemma 4's mechanisms (block.{gemma4}: per-layer inputs, keys shared "
+                         f"across layers, experts beside the MLP); its forward is checked against transformers' "
+                         f"logits instead (tests/test_checkpoint.py)")
     if config.model is not None and config.layers_differ:
         shown = layer or 0
         if not 0 <= shown < config.model.n_layers:

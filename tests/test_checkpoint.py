@@ -91,8 +91,9 @@ def test_full_score_table_path_equals_transformers(name: str) -> None:
     assert relative(model(want["input_ids"]), want["logits_float64"]) <= 1e-9
 
 
-# GLM-5's layer 1 reuses layer 0's indexer choice: alone it is refused (tests/test_dsa.py)
-REUSES_THE_LAYER_BEFORE = ["glm_moe_dsa-shared"]
+# GLM-5's layer 1 reuses layer 0's indexer choice: alone it is refused (tests/test_dsa.py); Gemma 4's layers read
+# their per-layer inputs, which the model computes from the token ids (tests/test_gemma4.py)
+REUSES_THE_LAYER_BEFORE = ["glm_moe_dsa-shared", "gemma4_text", "gemma4"]
 
 
 @pytest.mark.parametrize("name", [name for name in FAMILIES if name not in REUSES_THE_LAYER_BEFORE])
@@ -501,7 +502,8 @@ def test_count_of_a_vision_language_folder_is_its_language_model_and_notes_the_r
     assert data["reconciled"]["method"] == "checkpoint" and data["reconciled"]["match"]
     aside = int(want["parameters"] - want["language_model_parameters"])  # transformers' vision tower + projector
     assert any(f"({aside:,} parameters) set aside" in note for note in data["checkpoint"]["notes"])
-    assert data["checkpoint"]["stored_dtypes"] == {"F32": int(want["parameters"])}
+    # stored: the parameters and the buffers (Gemma 4's layer scalars), not parameters
+    assert data["checkpoint"]["stored_dtypes"] == {"F32": int(want["parameters"]) + data["buffers"]}
     assert "vision tower and multimodal projector are not counted" in proc.stderr
 
 

@@ -174,7 +174,7 @@ def test_many_unexpected_tensors_are_refused_with_their_number(tmp_path: Path) -
     for i in range(extra):
         header[f"gpt_neox.layers.{i}.extra.weight"] = {"dtype": "F32", "shape": [1],
                                                       "data_offsets": [len(data) + 4 * i, len(data) + 4 * i + 4]}
-    header[f"gpt_neox.layers.0.attention.masked_bias"] = {"dtype": "F32", "shape": [1],  # a buffer: recognised
+    header["gpt_neox.layers.0.attention.masked_bias"] = {"dtype": "F32", "shape": [1],  # a buffer: recognised
                                                          "data_offsets": [len(data) + 4 * extra,
                                                                           len(data) + 4 * extra + 4]}
     write_header(path, header, data + b"\0" * (4 * extra + 4))
