@@ -44,7 +44,7 @@ UNCLAIMED = {
     "gemma4_unified_text", "git", "got_ocr2", "gpt_neox_japanese", "granitemoe_swa", "hrm_text", "hy_v3", "hy_v4",
     "inkling2_loop_text", "inkling2_text", "inkling_text", "jamba", "jetmoe", "kimi_linear", "kolibri1", "laguna",
     "lara_mini", "lfm2_moe", "lfm3", "longcat_flash", "mamba", "mamba2", "mellum", "mimo_v2_flash",
-    "minicpm3", "minimax", "minimax_m3_vl_text", "mllama", "modernbert-decoder", "moshi", "nanochat", "olmo_hybrid",
+    "minicpm3", "minimax_m3_vl_text", "mllama", "modernbert-decoder", "moshi", "nanochat", "olmo_hybrid",
     "openai-gpt", "persimmon", "phi4_multimodal", "qwen4_exp", "qwen4_exp_text", "recurrent_gemma", "rwkv",
     "sarvam_mla", "sarvam_moe", "xglm", "xlnet", "xlstm", "youtu", "zamba", "zamba2", "zaya",
 }
