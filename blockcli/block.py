@@ -1668,14 +1668,14 @@ class DecoderBlock:
             a = drop(self.attn(n1, rec, cache, drop_probs, tape))  # (B, T, d)
             base = n1 if normed else x  # (B, T, d)
             h = add(skip1(base), branch1(r(a)))  # (B, T, d)
-            rec("h", "residual add" + said[0] + _scales_said(c.attn_skip_scale, c.attn_branch_scale), h, (base, a),
+            rec("h", "residual add" + said[0] + scales_said(c.attn_skip_scale, c.attn_branch_scale), h, (base, a),
                 kind="add")
             n2 = self.ln2(h, tape)  # (B, T, d)
             rec("ln2_out", "LN2", n2, (h,), kind=norm, params=("ln2_gamma", "ln2_beta"))
             m = drop(self.mlp(n2, rec, tape))  # (B, T, d)
             base = n2 if normed else h  # (B, T, d)
             y = add(skip2(base), branch2(r(m)))  # (B, T, d)
-            rec("y", "residual add" + said[1] + _scales_said(c.mlp_skip_scale, c.mlp_branch_scale), y, (base, m),
+            rec("y", "residual add" + said[1] + scales_said(c.mlp_skip_scale, c.mlp_branch_scale), y, (base, m),
                 kind="add")
         elif self.cfg.placement == "post":
             a = drop(self.attn(x, rec, cache, drop_probs, tape))
@@ -1805,7 +1805,7 @@ def _scaled(scale: float, a: Array) -> Array:
     return a if scale == 1.0 else a * np.asarray(scale, dtype=a.dtype)
 
 
-def _scales_said(skip: float, branch: float) -> str:
+def scales_said(skip: float, branch: float) -> str:
     """How a residual add's record names its scales (MiniMax's α·skip + β·branch); '' when both are 1."""
     return "" if skip == branch == 1.0 else f" ({skip:g}·skip + {branch:g}·branch)"
 

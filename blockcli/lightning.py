@@ -28,12 +28,14 @@ Record = Callable[..., None]
 
 NO_BACKWARD = ("gradients through a lightning-attention layer are not implemented: verify --grad, train and trace "
                "--backward refuse models with block.lightning layers")
-QKV_LABEL, RECURRENCE_LABEL = "lightning: SiLU(x·W_qkv) → q | k | v per head", "lightning recurrence (state S: B, h, d_h, d_h)"
-GATE_LABEL, NORM_LABEL, OUT_LABEL = ("lightning: output gate σ(x·W_gate)", "RMSNorm(o) ⊙ gate",
+QKV_LABEL = "lightning: x·W_qkv → q | k | v per head"
+RECURRENCE_LABEL = "lightning recurrence S ← λ·S + kᵀv, o = q·S (state S: B, h, d_h, d_h)"
+GATE_LABEL, NORM_LABEL, OUT_LABEL = ("lightning: output gate x·W_gate", "RMSNorm(o) ⊙ σ(gate)",
                                      "lightning: output projection W_out")
 # the symbolic shapes of a lightning layer's rows
-SYMBOLIC = {"la_qkv": "(B, T, 3·h·d_h)", "la_recurrence": "(B, h, T, d_h)", "la_gate": "(B, T, h·d_h)",
-            "la_gated_norm": "(B, T, h·d_h)"}
+SYMBOLIC = {"la_qkv": "(B, T, 3·h·d_h)", "la_qkv_act": "(B, T, 3·h·d_h)", "la_recurrence": "(B, h, T, d_h)",
+            "la_gate": "(B, T, h·d_h)", "la_gate_act": "(B, T, h·d_h)", "la_gated_norm": "(B, T, h·d_h)",
+            "attn_out": "(B, T, d)"}
 
 
 def _ignore(*_args: Any, **_kwargs: Any) -> None:
@@ -106,8 +108,10 @@ class LightningMixer:
         B, T, _ = x.shape
         h, dh = cfg.n_heads, cfg.head_dim
         w_qkv = np.concatenate([p["la_q"], p["la_k"], p["la_v"]], axis=-1)  # (d, 3·h·d_h)
-        qkv = F.silu(F.linear(x, w_qkv, None))  # (B, T, 3·h·d_h)
-        rec("la_qkv", QKV_LABEL, qkv, (x, w_qkv), kind="linear", params=("la_q", "la_k", "la_v"))
+        projected = F.linear(x, w_qkv, None)  # (B, T, 3·h·d_h)
+        rec("la_qkv", QKV_LABEL, projected, (x, w_qkv), kind="linear", params=("la_q", "la_k", "la_v"))
+        qkv = F.silu(projected)  # (B, T, 3·h·d_h)
+        rec("la_qkv_act", "SiLU", qkv, (projected,), kind="silu")
         q, k, v = (part.reshape(B, T, h, dh).transpose(0, 2, 1, 3) for part in np.split(qkv, 3, axis=-1))  # (B, h, T, d_h)
         state = getattr(cache, "recurrent", None)
         if state is None:
@@ -117,8 +121,10 @@ class LightningMixer:
         if cache is not None:
             cache.recurrent, cache.length = new_state, cache.length + T
         flat = o.transpose(0, 2, 1, 3).reshape(B, T, h * dh)  # (B, T, h·d_h)
-        gate = F.sigmoid(F.linear(x, p["la_gate"], None))  # (B, T, h·d_h)
-        rec("la_gate", GATE_LABEL, gate, (x, p["la_gate"]), kind="linear", params=("la_gate",))
+        gate_in = F.linear(x, p["la_gate"], None)  # (B, T, h·d_h)
+        rec("la_gate", GATE_LABEL, gate_in, (x, p["la_gate"]), kind="linear", params=("la_gate",))
+        gate = F.sigmoid(gate_in)  # (B, T, h·d_h)
+        rec("la_gate_act", "σ", gate, (gate_in,), kind="sigmoid")
         gated = gate * F.rms_norm(flat, p["la_norm_gamma"], None, m.norm_eps)  # (B, T, h·d_h)
         rec("la_gated_norm", NORM_LABEL, gated, (flat, gate), kind="gated_norm", params=("la_norm_gamma",))
         out = F.linear(gated, p["la_out"], None)  # (B, T, d)
@@ -133,12 +139,14 @@ def analytic_rows(cfg: BlockConfig, rec: Record, S: Callable[..., Any], x: Any, 
     """The rows `LightningMixer.__call__` records, from shapes alone (stand-ins made by S)."""
     B, T, d, h, dh = batch, seq, cfg.d_model, cfg.n_heads, cfg.head_dim
     w = h * dh
-    qkv = S(B, T, 3 * w)
-    rec("la_qkv", QKV_LABEL, qkv, (x, S(d, 3 * w)), kind="linear", params=("la_q", "la_k", "la_v"))
+    projected, qkv = S(B, T, 3 * w), S(B, T, 3 * w)
+    rec("la_qkv", QKV_LABEL, projected, (x, S(d, 3 * w)), kind="linear", params=("la_q", "la_k", "la_v"))
+    rec("la_qkv_act", "SiLU", qkv, (projected,), kind="silu")
     q, k, v, o = S(B, h, T, dh), S(B, h, T, dh), S(B, h, T, dh), S(B, h, T, dh)
     rec("la_recurrence", RECURRENCE_LABEL, o, (q, k, v), kind="lightning")
-    gate = S(B, T, w)
-    rec("la_gate", GATE_LABEL, gate, (x, S(d, w)), kind="linear", params=("la_gate",))
+    gate_in, gate = S(B, T, w), S(B, T, w)
+    rec("la_gate", GATE_LABEL, gate_in, (x, S(d, w)), kind="linear", params=("la_gate",))
+    rec("la_gate_act", "σ", gate, (gate_in,), kind="sigmoid")
     flat, gated = S(B, T, w), S(B, T, w)
     rec("la_gated_norm", NORM_LABEL, gated, (flat, gate), kind="gated_norm", params=("la_norm_gamma",))
     out = S(B, T, d)

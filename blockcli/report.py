@@ -201,10 +201,14 @@ def attention_maps(config: Config, weights: Path | None) -> tuple[list[Attention
     if recurrent:
         notes.append(f"no maps of {layer_list(tuple(i for g in recurrent for i in g.layers))}: Gated DeltaNet layers "
                      f"mix tokens through a recurrent state, with no attention weights")
+    lightning = [g for g in groups if g.block.lightning is not None]  # MiniMax: no softmax to map either
+    if lightning:
+        notes.append(f"no maps of {layer_list(tuple(i for g in lightning for i in g.layers))}: lightning-attention "
+                     f"layers mix tokens through a decayed recurrent state, with no attention weights")
     if any(g.block.mamba is not None or g.block.short_conv is not None or g.block.parts == "mlp" for g in groups):
         notes.append("no maps of the layers without attention (Mamba-2 mixers, short convolutions, MLPs alone)")
     groups = [g for g in groups if g.block.linear_attention is None and g.block.mamba is None
-              and g.block.short_conv is None and g.block.parts != "mlp"]
+              and g.block.short_conv is None and g.block.lightning is None and g.block.parts != "mlp"]
     shown = groups[:MAP_LAYERS]
     if len(groups) > MAP_LAYERS:
         notes.append(f"maps of the first {MAP_LAYERS} of {len(groups)} layer groups")

@@ -127,6 +127,7 @@ class Dims:
     mlp: bool = True  # the layer has its MLP (block.parts both or mlp)
     d_index: int = 0  # DeepSeek Sparse Attention: the indexer's key width d_I, cached beside the latent (0: none)
     h_index: int = 0  # and its heads h_I
+    lightning: bool = False  # MiniMax's lightning attention in place of softmax attention: a state h·d_h·d_h, no K/V
 
     @classmethod
     def of(cls, config: Config) -> "Dims":
@@ -139,7 +140,7 @@ class Dims:
                    moe_active_weights(b), *latent, b.linear_attention, b.attention_gate, b.attention_chunk, *mamba,
                    b.short_conv.kernel if b.short_conv else 0, b.parts != "mlp", b.parts != "mixer",
                    d_index=mla.index_head_dim if mla and mla.own_indexer else 0,
-                   h_index=mla.index_heads if mla and mla.own_indexer else 0)
+                   h_index=mla.index_heads if mla and mla.own_indexer else 0, lightning=b.lightning is not None)
 
     @property
     def mamba(self) -> bool:
@@ -149,7 +150,7 @@ class Dims:
     @property
     def attends(self) -> bool:
         """The layer's mixer is softmax attention (it caches keys and values, and scores T keys per query)."""
-        return self.mixer and not self.mamba and not self.conv_K and self.linear is None
+        return self.mixer and not self.mamba and not self.conv_K and self.linear is None and not self.lightning
 
     def ssm_state_elements(self) -> int:
         """A Mamba-2 layer's decode state per sequence, whatever T (0 for any other layer): the SSM state h_s·p·N
@@ -222,6 +223,8 @@ def matmul_weights(dims: Dims) -> tuple[int, int]:
     if dims.mamba:  # in-projection to z, x, B, C, dt and out-projection; the conv's K taps per channel (depthwise)
         d_in, gN = dims.h_s * dims.p, dims.g * dims.N
         return dims.d * (2 * d_in + 2 * gN + dims.h_s) + d_in * dims.d + dims.K * (d_in + 2 * gN) + mlp, head
+    if dims.lightning:  # q | k | v and the output gate from x (h·d_h wide each), W_out
+        return 5 * dims.d * q + mlp, head
     if dims.linear is not None:  # q, k, v, z, b, a from x, W_O
         n = dims.linear
         return dims.d * (2 * n.key_width + 2 * n.value_width + 2 * n.value_heads) + n.value_width * dims.d + mlp, head
@@ -267,7 +270,7 @@ class ForwardFlops:
 def forward_flops(dims: Dims, T: int, B: int) -> ForwardFlops:
     per_layer, head = matmul_weights(dims)
     tokens = B * T
-    if dims.linear is not None:  # no score table: the conv and the recurrence, linear in T
+    if dims.linear is not None or dims.lightning:  # no score table: the recurrence (and conv), linear in T
         return ForwardFlops(tokens * (2 * dims.L * per_layer + recurrence_flops(dims)), 0, 0, 2 * tokens * head)
     if not dims.attends:  # a Mamba-2 layer's scan: each token's x ⊗ B into the state and the state times C
         return ForwardFlops(2 * tokens * dims.L * (per_layer + ssm_scan_macs(dims)), 0, 0, 2 * tokens * head)
@@ -302,7 +305,7 @@ def decode_flops(dims: Dims, T: int, B: int) -> int:
     are not expanded again (an expanded cache, or W_kv_b absorbed into the query and output as
     MLA-aware engines do; transformers re-expands its latent cache every step)."""
     per_layer, head = matmul_weights(dims)
-    if dims.linear is not None:  # from the carried state: the same work at every context
+    if dims.linear is not None or dims.lightning:  # from the carried state: the same work at every context
         attention = recurrence_flops(dims)
     elif not dims.attends:  # no keys: the scan's step costs the same at any context
         return B * 2 * (dims.L * (per_layer + ssm_scan_macs(dims)) + head)
@@ -335,7 +338,7 @@ class Inference:
     # the fixed decode state of the Gated DeltaNet, Mamba-2 and short-conv layers for B sequences, at the run's dtype (the
     # recurrent state and the short conv's window): constant in T, beside kv_bytes; 0 without such layers
     state_bytes: int = 0
-    state_of: str = ""  # whose state: "Gated DeltaNet", "Mamba-2", "short-conv" layers, joined by "and" ("" without)
+    state_of: str = ""  # whose state: "Gated DeltaNet", "lightning", "Mamba-2", "short-conv" layers, joined by "and"
     indexed: bool = False  # DeepSeek Sparse Attention: the latent cache holds the indexer's keys (d_I) too
 
     @property
@@ -380,6 +383,8 @@ def recurrent_elements(dims: Dims) -> int:
     (h_v, d_k, d_v) and the short conv's window of K inputs over its C channels, as transformers' cache keeps it
     (the conv reads K − 1 earlier ones), as `Dims.ssm_state_elements` counts a Mamba-2 layer's."""
     n = dims.linear
+    if dims.lightning and dims.mixer:  # lightning attention: S (h, d_h, d_h), nothing else
+        return dims.L * dims.h * dims.d_h * dims.d_h
     if n is None:
         return 0
     return dims.L * (n.value_heads * n.key_head_dim * n.value_head_dim + n.conv_kernel * n.conv_width)
@@ -389,6 +394,8 @@ def recurrence_flops(dims: Dims) -> int:
     """One token's FLOPs in the Gated DeltaNet layers beyond their projections: the short conv (2·K per channel)
     and the delta rule's three products per value head, Sᵀk, k δᵀ and Sᵀq (2·d_k·d_v each)."""
     n = dims.linear
+    if dims.lightning and dims.mixer:  # lightning: kᵀv into S and q·S (2·d_h² each per head), S's decay (d_h²)
+        return dims.L * 5 * dims.h * dims.d_h * dims.d_h
     if n is None:
         return 0
     return dims.L * (2 * n.conv_kernel * n.conv_width + 6 * n.value_heads * n.key_head_dim * n.value_head_dim)
@@ -415,6 +422,7 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
     fixed = nbytes(sum(recurrent_elements(dims) + dims.ssm_state_elements() for dims in groups) * batch, dtype)
     state_of = " and ".join(kind for kind, has in (
         ("Gated DeltaNet", any(d.linear is not None for d in groups)),
+        ("lightning", any(d.lightning and d.mixer for d in groups)),
         ("Mamba-2", any(d.mamba and d.mixer for d in groups)), ("short-conv", any(d.conv_K and d.mixer for d in groups)))
         if has)
     # latent attention: the keys and values it would cache expanded (0 without latent attention)
@@ -438,6 +446,8 @@ def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
     attention = q + 2 * kv + q
     if dims.linear is not None:  # q | k | v before and after the conv, z, the heads' output and its gated norm
         attention = 2 * dims.linear.conv_width + 3 * dims.linear.value_width
+    if dims.lightning:  # q | k | v before and after SiLU, the heads' output, the gate and the gated norm
+        attention = 9 * q
     if dims.latent:  # Q, K (h·d_h each), V and the attention output (h·d_v each), the latents
         attention = 2 * q + 2 * dims.h * dims.d_v + dims.r_q + dims.r_kv + dims.d_rope
     if dims.conv_K:  # the in-projection's b | c | x, b ⊙ x, the conv's output, c ⊙ it
@@ -693,6 +703,9 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
     (blockcli.profiles: megatron, Korthikanti et al.'s terms; eager or sdpa, transformers'; blockcli, its own
     backward's); `model_type`: the family whose transformers modules those profiles follow."""
     profiles.check(attention, config, recompute)
+    if any(dims.lightning for dims in Dims.per_group(config)):
+        raise InputError(f"{config.name}: the training step of lightning-attention layers is not modelled (their "
+                         f"backward is not implemented): --train sizes attention layers' activations and backward only")
     if any(dims.mamba or dims.conv_K for dims in Dims.per_group(config)):
         raise InputError(f"{config.name}: the training step of Mamba-2 (state-space) layers and short convolutions "
                          f"is not modelled: --train sizes attention layers' activations and backward only")

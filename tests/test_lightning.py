@@ -271,3 +271,55 @@ def test_the_published_configs_unread_fields_are_accepted_with_a_note(tmp_path: 
 def test_a_lightning_block_refuses_what_it_cannot_have(block: dict, key: str) -> None:
     with pytest.raises(ConfigError, match=key):
         parse_config({"block": block})
+
+
+# ----------------------------------------------------------------------------- trace and sizing
+
+
+def test_analytic_trace_rows_equal_the_executed_ones() -> None:
+    from blockcli.trace import analytic_trace, merge_expert_rows, run_trace, with_run
+
+    config = with_run(load_config(FIXTURE), batch=2, seq_len=5)
+    assert merge_expert_rows(run_trace(config).rows, config, 10) == analytic_trace(config).rows
+
+
+def test_the_trace_names_the_recurrence_and_counts_its_products_by_hand() -> None:
+    from blockcli.trace import run_trace, with_run
+
+    config = with_run(parse_config({"block": _BLOCK}), batch=2, seq_len=7)
+    traced = run_trace(config)
+    rows = {r.key: r for r in traced.rows}
+    rule = rows["la_recurrence"]
+    assert rule.output_shape == (2, 3, 7, 5) and rule.symbolic == "(B, h, T, d_h)" and "B, h, d_h, d_h" in rule.op
+    # per token and head: kᵀv into S and q·S, d_h·d_h multiply-adds each; the decay d_h·d_h multiplies
+    assert rule.matmul_flops == 2 * 2 * (2 * 7 * 3) * 5 * 5 and rule.flops == rule.matmul_flops + (2 * 7 * 3) * 5 * 5
+    assert rows["la_qkv"].params == 3 * 12 * 15 and rows["la_gate"].params == 12 * 15
+    assert traced.totals["kv_cache_bytes"] == 2 * 3 * 5 * 5 * 4  # S (B, h, d_h, d_h), float32, whatever T
+
+
+def test_the_state_bytes_are_what_decoding_holds_and_constant_in_t() -> None:
+    from blockcli.sizing import inference
+
+    config = load_config(FIXTURE)
+    model = Model.from_config(config, weights=FIXTURE, dtype="float32")
+    caches = model.new_cache()
+    model.step(expected()["input_ids"][:, :5], caches)
+    held = sum(c.recurrent.nbytes for c in caches if isinstance(c, LightningState))
+    short, long = (inference(config, 40_608, T, 2, "float32") for T in (5, 50))
+    assert short.state_bytes == long.state_bytes == held == 2 * 2 * 4 * 8 * 8 * 4  # 2 layers, B·h·d_h² float32
+    assert short.state_of == "lightning"
+    assert long.kv_bytes == 10 * short.kv_bytes == 2 * 50 * 2 * 2 * 8 * 4  # the one attention layer's K and V
+
+
+def test_the_decode_step_of_a_lightning_layer_costs_the_same_at_any_context() -> None:
+    from blockcli.sizing import inference
+
+    config = parse_config(hf_to_mapping({"model_type": "minimax", **_RANDOM,
+                                         "layer_types": ["linear_attention"] * 5}, "config.json"))
+    flops = [inference(config, 1, T, 1, "float32").decode for T in (10, 1000)]
+    assert flops[0] == flops[1]
+
+
+def test_count_train_refuses_the_lightning_layers_in_one_line() -> None:
+    proc = cli("count", FIXTURE, "--train")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "lightning" in proc.stderr
