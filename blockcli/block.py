@@ -15,6 +15,9 @@ Y = LN2(H) + MLP(LN2(H)): pre-norm whose residual is each norm's output.
 `block.attention_softcap` c (Gemma 2) turns the scores into c·tanh(scores/c) before the mask;
 `model.logit_softcap` does the same to the logits.
 `block.residual_multiplier` r (Granite) scales each branch's output before its add: H = X + r·MHA(LN1(X)).
+`block.attn_skip_scale` α and `attn_branch_scale` β (and mlp_*) make an add α·skip + β·branch (MiniMax:
+H = α₁·LN1(X) + β₁·mixer(LN1(X)) with placement normed_residual). `block.lightning` puts MiniMax's lightning
+attention in place of softmax attention (blockcli/lightning.py).
 
 Every layer declares its parameter shapes from the config alone (`blockcli.shapes`), so counts
 and memory estimates never need to allocate. The forward pass can report each operation to a
@@ -44,6 +47,7 @@ from blockcli.parallel import share_out
 from blockcli.shapes import Shape, block_parameter_shapes, is_buffer, model_parameter_shapes, projections
 from blockcli.tape import Tape
 from blockcli.deltanet import DeltaNetState, GatedDeltaNetMixer
+from blockcli.lightning import LightningMixer, LightningState
 
 Record = Callable[..., None]  # record(key, op, out, inputs, kind=..., params=...)
 
@@ -1800,7 +1804,8 @@ class DecoderBlock:
             if cfg.mamba or cfg.short_conv:
                 self.attn = (ShortConvMixer if cfg.short_conv else mixer_class(cfg))(cfg, p, self.ops)
             else:
-                mixer = GatedDeltaNetMixer if cfg.linear_attention else LatentAttention if cfg.mla else MultiHeadAttention
+                mixer = (LightningMixer if cfg.lightning else GatedDeltaNetMixer if cfg.linear_attention else
+                         LatentAttention if cfg.mla else MultiHeadAttention)
                 self.attn = mixer(cfg, p, self.ops, self.attention)
         self.ln2 = (None if cfg.shared_norm else
                     Norm(cfg.norm, p.get("ln2_gamma"), p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset,
@@ -1869,18 +1874,23 @@ class DecoderBlock:
         elif self.cfg.placement in ("pre", "normed_residual"):
             normed = self.cfg.placement == "normed_residual"  # BLOOM's switch: each norm's output is the residual
             said = (" (to LN1's output)", " (to LN2's output)") if normed else ("", "")
+            c = self.cfg  # MiniMax: each add α·skip + β·branch
+            skip1, branch1 = _residual_scale(c.attn_skip_scale), _residual_scale(c.attn_branch_scale)
+            skip2, branch2 = _residual_scale(c.mlp_skip_scale), _residual_scale(c.mlp_branch_scale)
             n1 = self.ln1(x, tape)  # (B, T, d)
             rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
             a = drop(self.attn(n1, rec, cache, drop_probs, tape))  # (B, T, d)
             base = n1 if normed else x  # (B, T, d)
-            h = add(base, r(a))  # (B, T, d)
-            rec("h", "residual add" + said[0], h, (base, a), kind="add")
+            h = add(skip1(base), branch1(r(a)))  # (B, T, d)
+            rec("h", "residual add" + said[0] + scales_said(c.attn_skip_scale, c.attn_branch_scale), h, (base, a),
+                kind="add")
             n2 = self.ln2(h, tape)  # (B, T, d)
             rec("ln2_out", "LN2", n2, (h,), kind=norm, params=("ln2_gamma", "ln2_beta"))
             m = drop(self.mlp(n2, rec, tape))  # (B, T, d)
             base = n2 if normed else h  # (B, T, d)
-            y = add(base, r(m))  # (B, T, d)
-            rec("y", "residual add" + said[1], y, (base, m), kind="add")
+            y = add(skip2(base), branch2(r(m)))  # (B, T, d)
+            rec("y", "residual add" + said[1] + scales_said(c.mlp_skip_scale, c.mlp_branch_scale), y, (base, m),
+                kind="add")
         elif self.cfg.placement == "post":
             a = drop(self.attn(x, rec, cache, drop_probs, tape))
             s1 = add(x, r(a))
@@ -1989,14 +1999,15 @@ class DecoderBlock:
         """dy (B, T, d) → dx (B, T, d): the forward of `__call__` read in reverse, placement by placement,
         each residual add passing its gradient to both of its inputs and each branch's multiplier r scaling
         what flows into the branch; the parameters' gradients added to the tape."""
-        r, place = self.cfg.residual_multiplier, self.cfg.placement
-        if place == "pre":  # y = h + r·MLP(LN2(h)), h = x + r·MHA(LN1(x))
-            dh = dy + self.ln2.backward(self.mlp.backward(r * dy, tape), tape)
-            return dh + self.ln1.backward(self.attn.backward(r * dh, tape), tape)
-        if place == "normed_residual":  # y = n2 + r·MLP(n2), n2 = LN2(h); h = n1 + r·MHA(n1), n1 = LN1(x)
-            d_n2 = dy + self.mlp.backward(r * dy, tape)
+        r, place, c = self.cfg.residual_multiplier, self.cfg.placement, self.cfg
+        a1, b1, a2, b2 = c.attn_skip_scale, c.attn_branch_scale * r, c.mlp_skip_scale, c.mlp_branch_scale * r
+        if place == "pre":  # y = α₂·h + β₂·r·MLP(LN2(h)), h = α₁·x + β₁·r·MHA(LN1(x))
+            dh = _scaled(a2, dy) + self.ln2.backward(self.mlp.backward(b2 * dy, tape), tape)
+            return _scaled(a1, dh) + self.ln1.backward(self.attn.backward(b1 * dh, tape), tape)
+        if place == "normed_residual":  # y = α₂·n2 + β₂·r·MLP(n2), n2 = LN2(h); h = α₁·n1 + β₁·r·MHA(n1), n1 = LN1(x)
+            d_n2 = _scaled(a2, dy) + self.mlp.backward(b2 * dy, tape)
             dh = self.ln2.backward(d_n2, tape)
-            return self.ln1.backward(dh + self.attn.backward(r * dh, tape), tape)
+            return self.ln1.backward(_scaled(a1, dh) + self.attn.backward(b1 * dh, tape), tape)
         if place == "post":  # y = LN2(h + r·MLP(h)), h = LN1(x + r·MHA(x))
             d_s2 = self.ln2.backward(dy, tape)
             d_s1 = self.ln1.backward(d_s2 + self.mlp.backward(r * d_s2, tape), tape)
@@ -2032,6 +2043,8 @@ class DecoderBlock:
             return KVCache()
         if self.cfg.parts == "hybrid":
             return ParallelCache()
+        if self.cfg.lightning is not None:
+            return LightningState()
         return (DeltaNetState() if self.cfg.linear_attention else MambaCache() if self.cfg.mamba is not None else
                 ConvCache() if self.cfg.short_conv else KVCache())
 
@@ -2052,6 +2065,15 @@ def _residual_scale(multiplier: float) -> Callable[[Array], Array]:
     if multiplier == 1.0:
         return lambda a: a
     return lambda a: a * np.asarray(multiplier, dtype=a.dtype)
+
+
+def _scaled(scale: float, a: Array) -> Array:
+    return a if scale == 1.0 else a * np.asarray(scale, dtype=a.dtype)
+
+
+def scales_said(skip: float, branch: float) -> str:
+    """How a residual add's record names its scales (MiniMax's α·skip + β·branch); '' when both are 1."""
+    return "" if skip == branch == 1.0 else f" ({skip:g}·skip + {branch:g}·branch)"
 
 
 def _dropout(rate: float, rng: np.random.Generator) -> Callable[[Array], Array]:

@@ -89,6 +89,7 @@ def refuse_mamba_backward(configs: list[Config]) -> None:
     """The gradients of a Mamba-1 or Mamba-2 layer are not implemented: the backward's commands say so in one line."""
     from blockcli.mamba import NO_BACKWARD
     from blockcli.short_conv import NO_BACKWARD as NO_CONV_BACKWARD
+    from blockcli.lightning import NO_BACKWARD as NO_LIGHTNING_BACKWARD
 
     for cfg in configs:
         n = cfg.model.n_layers if cfg.model else 1
@@ -96,6 +97,8 @@ def refuse_mamba_backward(configs: list[Config]) -> None:
             raise InputError(f"{cfg.name}: {NO_BACKWARD}")
         if any(cfg.layer_block(i).short_conv is not None for i in range(n)):
             raise InputError(f"{cfg.name}: {NO_CONV_BACKWARD}")
+        if any(cfg.layer_block(i).lightning is not None for i in range(n)):
+            raise InputError(f"{cfg.name}: {NO_LIGHTNING_BACKWARD}")
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:

@@ -337,6 +337,19 @@ class ShortConv:
     bias: bool = False  # the in-/out-projections and the conv have biases (LFM2's conv_bias)
 
 
+@dataclass(frozen=True)
+class Lightning:
+    """MiniMax's lightning attention in place of softmax attention: linear attention with a fixed exponential
+    decay per head, over the block's n_heads heads of head_dim. [q_i | k_i | v_i] = SiLU(x·W_qkv) per head;
+    per step S ← λ_i·S + kᵀv, o = q·S (S (d_h, d_h) per head, no 1/√d_h, no RoPE); λ_i = exp(−s_i),
+    s_i = 2^(−8(i+1)/h)·decay_scale; out = (σ(x·W_gate) ⊙ RMSNorm(o over h·d_h))·W_out. Its state is
+    (B, h, d_h, d_h), constant in T."""
+
+    decay_scale: float = 1.0  # MiniMax's per-layer factor 1 − l/(L − 1 + 1e-5) + 1e-5 on every head's rate
+    block_size: int = 256  # the prefill walks the tokens in blocks of this many (the result is the same for any)
+    norm_eps: float = 1e-6  # the output RMSNorm's eps (transformers builds it with its default)
+
+
 # what one layer holds: a mixer and an MLP, or one of them (Nemotron-H); hybrid: two mixers side by side, attention
 # and block.mamba both reading LN1's output, their outputs summed, then the MLP (Falcon-H1)
 LAYER_PARTS = ("both", "mixer", "mlp", "hybrid")
@@ -415,6 +428,12 @@ class BlockConfig:
     layer_scalar: bool = False  # the block's output times a stored scalar (buffer `layer_scalar` (1,); Gemma 4)
     # d_p > 0: a per-layer input (model.per_layer_dim) joins after the MLP: y + norm(act(y·W_pg) ⊙ e_l)·W_pp (Gemma 4)
     per_layer_input: int = 0
+    lightning: Lightning | None = None  # MiniMax's lightning attention in place of softmax attention (blockcli.lightning)
+    # each residual add as α·skip + β·branch (MiniMax's alpha/beta factors), for the attention and the MLP add
+    attn_skip_scale: float = 1.0
+    attn_branch_scale: float = 1.0
+    mlp_skip_scale: float = 1.0
+    mlp_branch_scale: float = 1.0
 
     def __post_init__(self) -> None:
         # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
@@ -1199,7 +1218,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "qk_norm_after_rope", "linear_attention", "attention_gate", "query_scale_offset", "attention_chunk",
               "mamba", "parts", "clip_after_qk_norm", "short_conv", "attention_in_multiplier",
               "attention_out_multiplier", "mlp_multipliers", "sub_norms", "v_norm", "k_eq_v", "kv_from",
-              "layer_scalar", "per_layer_input")
+              "layer_scalar", "per_layer_input", "lightning", "attn_skip_scale", "attn_branch_scale",
+              "mlp_skip_scale", "mlp_branch_scale")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1271,9 +1291,11 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         kv_from=_int(data, "kv_from", p, -1, minimum=-1, maximum=MAX_LAYERS),
         layer_scalar=_bool(data, "layer_scalar", p, False),
         per_layer_input=_int(data, "per_layer_input", p, 0, minimum=0),
+        lightning=_parse_lightning(data.get("lightning")),
+        **{key: _float(data, key, p, 1.0, -1e6, 1e6) for key in SCALE_KEYS},
     )
     plain_attention = block.mla is None and block.linear_attention is None and block.mamba is None \
-        and block.short_conv is None and block.parts != "mlp"
+        and block.short_conv is None and block.lightning is None and block.parts != "mlp"
     for key, off in (("v_norm", False), ("k_eq_v", False), ("kv_from", -1)):
         if getattr(block, key) != off and not plain_attention:
             raise ConfigError(f"block.{key}: a setting of multi-head attention (Gemma 4); this layer has none")
@@ -1291,6 +1313,22 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
                           "(placement: sandwich)")
     if block.per_layer_input and block.parts != "both":
         raise ConfigError("block.per_layer_input: the per-layer input joins after the MLP of a layer of both parts")
+    if any(getattr(block, key) != 1.0 for key in SCALE_KEYS) and (block.placement not in ("pre", "normed_residual")
+                                                                 or block.parts != "both"):
+        key = next(key for key in SCALE_KEYS if getattr(block, key) != 1.0)
+        raise ConfigError(f"block.{key}: the skip and branch scales are read by placement pre or normed_residual "
+                          f"with both parts (MiniMax's); placement is {block.placement}, parts {block.parts}")
+    if block.lightning is not None:  # softmax attention's settings: a lightning layer has none of them
+        mixers = ("mla", "linear_attention", "mamba", "short_conv")
+        other = next((key for key in mixers if getattr(block, key) is not None), None)
+        if other is not None:
+            raise ConfigError(f"block.lightning: a layer has one token mixer; block.{other} is set too")
+        for key, off in (("qk_norm", "none"), ("attention_gate", False), ("attention_sinks", False),
+                         ("sliding_window", 0), ("alibi", False), ("clip_qkv", 0.0), ("attention_softcap", 0.0),
+                         ("attention_chunk", 0)):
+            if getattr(block, key) != off:
+                raise ConfigError(f"block.{key}: a setting of softmax attention; this layer mixes tokens by "
+                                  f"lightning attention (block.lightning)")
     if block.linear_attention is not None:  # softmax attention's settings: a Gated DeltaNet layer has none of them
         for key, off in (("mla", None), ("qk_norm", "none"), ("attention_gate", False), ("attention_sinks", False),
                          ("sliding_window", 0), ("alibi", False), ("clip_qkv", 0.0), ("attention_softcap", 0.0),
@@ -1504,6 +1542,19 @@ def _parse_linear_attention(value: Any) -> GatedDeltaNet | None:
         raise ConfigError(f"{p}.value_heads: each key head is read by the same number of value heads; "
                           f"key_heads={mixer.key_heads} does not divide value_heads={mixer.value_heads}")
     return mixer
+SCALE_KEYS = ("attn_skip_scale", "attn_branch_scale", "mlp_skip_scale", "mlp_branch_scale")
+
+
+def _parse_lightning(value: Any) -> Lightning | None:
+    if value is None:
+        return None
+    p = "block.lightning"
+    _nested_section(value, Lightning, p, (), "lightning attention")
+    return Lightning(decay_scale=_float(value, "decay_scale", p, 1.0, 0.0, 1e6, low_open=True),
+                     block_size=_int(value, "block_size", p, 256),
+                     norm_eps=_float(value, "norm_eps", p, 1e-6, 0.0, 1.0, low_open=True))
+
+
 
 
 def _multipliers(data: Mapping[str, Any], key: str, p: str, n: int) -> tuple[float, ...]:

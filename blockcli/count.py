@@ -210,6 +210,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
         rows.extend(_latent_attention_rows(b))
     elif b.linear_attention is not None:
         rows.extend(_kda_rows() if b.linear_attention.per_channel else _deltanet_rows())
+    elif b.lightning is not None:
+        rows.extend(_lightning_rows(q_width))
     else:
         rows.extend([
             proj("attn.q", "Q projection", q_width, b.bias.qkv),
@@ -223,7 +225,7 @@ def block_formula(b: BlockConfig) -> list[Row]:
                                 term(1, *q_width) if b.bias.qkv else no, ("w_attn_gate", "b_attn_gate")))
         if b.sub_norms:  # BitNet: the heads' output normalised before W_O, h·d_h features
             rows.insert(-1, _sub_norm(b, "attn.sub_norm", f"{_norm_name(b)} of the heads' output (before W_O)", q_width))
-    attends = b.parts == "hybrid" or (b.mamba is None and b.short_conv is None)  # sinks and q/k norms: attention's
+    attends = b.parts == "hybrid" or (b.mamba is None and b.short_conv is None and b.lightning is None)  # sinks and q/k norms: attention's
     if b.attention_sinks and attends:  # one logit per query head, joined to each row's softmax
         rows.append(Row("attn.sinks", "attention sinks (a logit per head)", term(1, "h"), no, ("sinks",)))
     if b.qk_norm not in ("none", "head_unscaled") and attends:  # a scale (and shift) per feature of each head, or of the whole projection
@@ -389,6 +391,18 @@ def _latent_attention_rows(b: BlockConfig) -> list[Row]:
                  Row("attn.idx_weights", "indexer head weights (one per head and token)", term(1, "d", "h_I"), no,
                      ("idx_w_weights",))]
     return rows
+def _lightning_rows(width: tuple[str, ...]) -> list[Row]:
+    """Lightning attention (blockcli/lightning.py): q, k and v h·d_h wide each (one qkv_proj), the output gate as
+    wide, the output RMSNorm's γ over all h·d_h, W_out; no biases. Its decay rates are buffers recomputed from the
+    config (transformers' slope_rate and decay tables), not parameters."""
+    no = Poly()
+    return [Row("attn.la_qkv", "lightning: q | k | v projection (qkv_proj)", term(3, *width, "d"), no,
+                ("la_q", "la_k", "la_v")),
+            Row("attn.la_gate", "lightning: output gate", term(1, *width, "d"), no, ("la_gate",)),
+            Row("attn.la_norm", "lightning: output RMSNorm (over h·d_h)", term(1, *width), no, ("la_norm_gamma",)),
+            Row("attn.la_out", "lightning: output projection W_out", term(1, *width, "d"), no, ("la_out",))]
+
+
 def _deltanet_rows() -> list[Row]:
     """The Gated DeltaNet token mixer (blockcli/deltanet.py): q and k h_k·d_k wide, v and the output gate z
     h_v·d_v, the write strength b and the decay input a one per value head; the short conv's K taps on each of
@@ -595,6 +609,8 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
         attention = "Mamba-2 mixer (in, conv, SSM, norm, out)"
     elif config.block.short_conv is not None:
         attention = "short conv (in, conv, out)"
+    elif config.block.lightning is not None:
+        attention = "lightning attention (qkv, gate, norm, out)"
     elif config.block.linear_attention is not None or config.block.attention_gate:
         attention = (("linear attention (Kimi Delta Attention)" if config.block.linear_attention.per_channel else
                       "linear attention (Gated DeltaNet)") if config.block.linear_attention is not None else

@@ -41,7 +41,8 @@ def _one_head(cfg: BlockConfig) -> str | None:
 
 def _no_bias(cfg: BlockConfig) -> str | None:
     b = cfg.bias
-    attention = (b.qkv or b.out) and cfg.linear_attention is None  # a Gated DeltaNet layer's projections have none
+    # a Gated DeltaNet or lightning layer's projections have none
+    attention = (b.qkv or b.out) and cfg.linear_attention is None and cfg.lightning is None
     return None if (attention or b.mlp or b.norm) else "the config has no biases or shifts to forget"
 
 
@@ -338,6 +339,8 @@ def why_not(mutant: Mutant, config: Config, layer: int | None, grad: bool) -> st
         if block.linear_attention is not None:
             return (f"a {'Kimi Delta Attention' if block.linear_attention.per_channel else 'Gated DeltaNet'} layer "
                     f"runs none of softmax attention's operations, which this bug changes")
+        if block.lightning is not None:
+            return "a lightning-attention layer runs none of softmax attention's operations, which this bug changes"
         if (block.mamba is not None and block.parts != "hybrid") or block.short_conv is not None or block.parts == "mlp":
             mixer = "its MLP alone (parts: mlp)" if block.parts == "mlp" else \
                 f"a Mamba-{getattr(block.mamba, 'version', 2)} mixer" if block.mamba is not None else "a short convolution"

@@ -233,7 +233,7 @@ def _head_activations(config: Config, layout: Layout, T: int, B: int, precision:
 
 def _kv_cache(block: BlockConfig, config: Config, layout: Layout, T: int, B: int, kv_bits: int) -> int:
     """One layer's K/V cache bits on one rank: its K/V heads (latent attention: the whole latent); a recurrent
-    layer's (Gated DeltaNet, Mamba-2, short conv) state and conv window, whatever T, split evenly over the
+    layer's (Gated DeltaNet, Mamba-2, short conv, lightning) state and conv window, whatever T, split evenly over the
     tensor-parallel ranks (at the cache's width)."""
     whole = replace(Dims.of(replace(config, block=block, layer_blocks=())), L=1)
     if not whole.attends:

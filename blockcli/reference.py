@@ -440,6 +440,7 @@ def reference_block(x: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig
         return np.array([_norm(row, gamma, p.get(f"{which}_beta"), cfg.norm, cfg.norm_eps) for row in a])
 
     r = cfg.residual_multiplier  # each branch's output times r before it is added (Granite)
+    a1, b1, a2, b2 = cfg.attn_skip_scale, cfg.attn_branch_scale, cfg.mlp_skip_scale, cfg.mlp_branch_scale
 
     def attention(n: np.ndarray) -> np.ndarray:
         return r * _attention(n, p, cfg)
@@ -454,9 +455,9 @@ def reference_block(x: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig
             y[b] = xb + attention(norm("ln1", xb))
         elif cfg.parts == "mlp":
             y[b] = xb + mlp(norm("ln2", xb))
-        elif cfg.placement == "pre":
-            h = xb + attention(norm("ln1", xb))
-            y[b] = h + mlp(norm("ln2", h))
+        elif cfg.placement == "pre":  # each add α·skip + β·branch (MiniMax's scales; 1 and 1 elsewhere)
+            h = a1 * xb + b1 * attention(norm("ln1", xb))
+            y[b] = a2 * h + b2 * mlp(norm("ln2", h))
         elif cfg.placement == "sandwich":  # a norm before and after each branch (Gemma 2/3)
             h = xb + r * norm("ln1_post", _attention(norm("ln1", xb), p, cfg))
             y[b] = h + r * norm("ln2_post", _mlp(norm("ln2", h), p, cfg))
@@ -465,9 +466,9 @@ def reference_block(x: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig
             y[b] = h + norm("ln2", mlp(h))
         elif cfg.placement == "normed_residual":  # the residual is each norm's output (BLOOM's switch)
             n1 = norm("ln1", xb)
-            h = n1 + attention(n1)
+            h = a1 * n1 + b1 * attention(n1)
             n2 = norm("ln2", h)
-            y[b] = n2 + mlp(n2)
+            y[b] = a2 * n2 + b2 * mlp(n2)
         elif cfg.placement == "post":
             h = norm("ln1", xb + attention(xb))
             y[b] = norm("ln2", h + mlp(h))

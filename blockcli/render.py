@@ -362,7 +362,8 @@ KV_EXPANDED_LABEL = "expanded keys and values, as a plain K/V cache holds them"
 
 STATE_FORMULAS = {"Gated DeltaNet": "B·L_dn·(h_v·d_k·d_v + K·C)", "Mamba-1": "B·L_ssm·(d_in·N + K·d_in)",
                   "Mamba-2": "B·L_ssm·(h_s·p·N + K·(h_s·p + 2·g·N))",
-                  "short-conv": "B·L_conv·K·d", "Kimi Delta Attention": "B·L_kda·(h·d_k·d_v + K·C)"}
+                  "short-conv": "B·L_conv·K·d", "Kimi Delta Attention": "B·L_kda·(h·d_k·d_v + K·C)",
+                  "lightning": "B·L_la·h·d_h²"}
 
 
 def _state_formula(inf: Inference) -> str:
@@ -415,6 +416,7 @@ def _kv_line(label: str, per_token: int | float, formula: str, dtype: str, total
 
 def _kv_cache_lines(inf: Inference, B: int, T: int) -> list[str]:
     if inf.state_bytes:  # recurrent layers: K/V of the attention layers only, and a state that does not grow with T
+        held = "the state" if inf.state_of == "lightning" else "the state and the conv's window"  # lightning: no conv
         attention = ([_kv_line(f"K/V cache (attention layers only), {_latent_label(inf)}", inf.kv_bytes_per_token,
                                _latent_formula(inf, "L_attn"), inf.kv_dtype, inf.kv_bytes, B, T),
                       _kv_line(f"K/V cache (attention layers only), {KV_EXPANDED_LABEL}",
@@ -425,7 +427,7 @@ def _kv_cache_lines(inf: Inference, B: int, T: int) -> list[str]:
                                inf.kv_dtype, inf.kv_bytes, B, T)])
         return attention + [
                 f"recurrent state ({inf.state_of} layers, constant in T): {human_bytes(inf.state_bytes)} for {B} "
-                f"sequence{'s' if B > 1 else ''} ({_state_formula(inf)} × {inf.dtype}: the state and the conv's window)"]
+                f"sequence{'s' if B > 1 else ''} ({_state_formula(inf)} × {inf.dtype}: {held})"]
     if not inf.kv_expanded_bits_per_token:
         return [_kv_line("K/V cache", inf.kv_bytes_per_token, "2·L·h_kv·d_h", inf.kv_dtype, inf.kv_bytes, B, T)]
     return [_kv_line(f"K/V cache, {_latent_label(inf)}", inf.kv_bytes_per_token, _latent_formula(inf), inf.kv_dtype,

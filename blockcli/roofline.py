@@ -142,7 +142,7 @@ def inference_phases(config: Config, inf: Inference, total: int, active: int, gp
                      "activations": 2 * working_set(groups, T, B, dtype), "logits": LOSS_BYTES * B * V},
                     peak, bw, B * T)
     decode_weights, which = weights_read(config, total, active, B)
-    # a recurrent layer (Gated DeltaNet, Mamba-2) reads and writes its whole state every token
+    # a recurrent layer (Gated DeltaNet, Mamba-2, lightning) reads and writes its whole state every token
     new_token = nbytes(sum(kv_cache_elements(dims) for dims in groups) * B, inf.kv_dtype) + inf.state_bytes
     decode = Phase("decode", inf.decode,
                    {"weights": nbytes(decode_weights, dtype), "kv_cache_read": inf.kv_bytes + inf.state_bytes,

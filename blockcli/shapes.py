@@ -149,7 +149,18 @@ def short_conv_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     return {k: v for k, v in shapes.items() if c.bias or not k.startswith("b_")}
 
 
+def lightning_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    """A lightning-attention layer's mixer (blockcli/lightning.py), matrices (in, out): q, k and v (d, h·d_h) each
+    (one qkv_proj in the checkpoint, its rows grouped per head), the output gate (d, h·d_h), the output RMSNorm's γ
+    (h·d_h,), W_out (h·d_h, d)."""
+    d, w = cfg.d_model, cfg.n_heads * cfg.head_dim
+    return {"la_q": (d, w), "la_k": (d, w), "la_v": (d, w), "la_gate": (d, w), "la_norm_gamma": (w,),
+            "la_out": (w, d)}
+
+
 def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    if cfg.lightning is not None:
+        return lightning_shapes(cfg)
     if cfg.short_conv is not None:
         return short_conv_shapes(cfg)
     if cfg.mamba is not None and cfg.parts == "hybrid":  # Falcon-H1: the Mamba-2 mixer and attention beside it

@@ -132,6 +132,7 @@ class Dims:
     R: int = 0  # a Mamba-1 mixer's Δ rank (0: none)
     hybrid: bool = False  # attention beside the Mamba-2 mixer in the same layer (block.parts hybrid: Falcon-H1)
     shared_kv: bool = False  # Gemma 4's block.kv_from: the layer attends to another layer's cached K/V, caching none
+    lightning: bool = False  # MiniMax's lightning attention in place of softmax attention: a state h·d_h·d_h, no K/V
 
     @classmethod
     def of(cls, config: Config) -> "Dims":
@@ -146,7 +147,8 @@ class Dims:
                    b.short_conv.kernel if b.short_conv else 0, b.parts != "mlp", b.parts != "mixer",
                    d_index=mla.index_head_dim if mla and mla.own_indexer else 0,
                    h_index=mla.index_heads if mla and mla.own_indexer else 0,
-                   R=ssm.dt_rank if isinstance(ssm, Mamba1) else 0, hybrid=b.parts == "hybrid", shared_kv=b.kv_from >= 0)
+                   R=ssm.dt_rank if isinstance(ssm, Mamba1) else 0, hybrid=b.parts == "hybrid", shared_kv=b.kv_from >= 0,
+                   lightning=b.lightning is not None)
 
     @property
     def mamba(self) -> bool:
@@ -156,7 +158,8 @@ class Dims:
     @property
     def attends(self) -> bool:
         """The layer's mixer is softmax attention (it caches keys and values, and scores T keys per query)."""
-        return self.mixer and (self.hybrid or (not self.mamba and not self.conv_K and self.linear is None))
+        return self.mixer and (self.hybrid or (not self.mamba and not self.conv_K and self.linear is None
+                                               and not self.lightning))
 
     def ssm_state_elements(self) -> int:
         """A Mamba-2 layer's decode state per sequence, whatever T (0 for any other layer): the SSM state h_s·p·N
@@ -236,6 +239,8 @@ def matmul_weights(dims: Dims) -> tuple[int, int]:
         attention = dims.d * (q + 2 * kv) + q * dims.d if dims.hybrid else 0  # Falcon-H1: Q, K, V, O beside it
         return (dims.d * (2 * d_in + 2 * gN + dims.h_s) + d_in * dims.d + dims.K * (d_in + 2 * gN) + attention + mlp,
                 head)
+    if dims.lightning:  # q | k | v and the output gate from x (h·d_h wide each), W_out
+        return 5 * dims.d * q + mlp, head
     if dims.linear is not None:  # q, k, v, z, b, a from x, W_O
         n = dims.linear
         return dims.d * (2 * n.key_width + 2 * n.value_width + 2 * n.value_heads) + n.value_width * dims.d + mlp, head
@@ -281,7 +286,7 @@ class ForwardFlops:
 def forward_flops(dims: Dims, T: int, B: int) -> ForwardFlops:
     per_layer, head = matmul_weights(dims)
     tokens = B * T
-    if dims.linear is not None:  # no score table: the conv and the recurrence, linear in T
+    if dims.linear is not None or dims.lightning:  # no score table: the recurrence (and conv), linear in T
         return ForwardFlops(tokens * (2 * dims.L * per_layer + recurrence_flops(dims)), 0, 0, 2 * tokens * head)
     if not dims.attends:  # a Mamba-2 layer's scan: each token's x ⊗ B into the state and the state times C
         return ForwardFlops(2 * tokens * dims.L * (per_layer + ssm_scan_macs(dims)), 0, 0, 2 * tokens * head)
@@ -317,7 +322,7 @@ def decode_flops(dims: Dims, T: int, B: int) -> int:
     are not expanded again (an expanded cache, or W_kv_b absorbed into the query and output as
     MLA-aware engines do; transformers re-expands its latent cache every step)."""
     per_layer, head = matmul_weights(dims)
-    if dims.linear is not None:  # from the carried state: the same work at every context
+    if dims.linear is not None or dims.lightning:  # from the carried state: the same work at every context
         attention = recurrence_flops(dims)
     elif not dims.attends:  # no keys: the scan's step costs the same at any context
         return B * 2 * (dims.L * (per_layer + ssm_scan_macs(dims)) + head)
@@ -350,8 +355,8 @@ class Inference:
     # the fixed decode state of the Gated DeltaNet, Mamba-2 and short-conv layers for B sequences, at the run's dtype (the
     # recurrent state and the short conv's window): constant in T, beside kv_bytes; 0 without such layers
     state_bytes: int = 0
-    # whose state: "Gated DeltaNet", "Kimi Delta Attention", "Mamba-1", "Mamba-2", "short-conv" layers, joined by
-    # "and" ("" without)
+    # whose state: "Gated DeltaNet", "Kimi Delta Attention", "lightning", "Mamba-1", "Mamba-2", "short-conv" layers,
+    # joined by "and" ("" without)
     state_of: str = ""
     indexed: bool = False  # DeepSeek Sparse Attention: the latent cache holds the indexer's keys (d_I) too
 
@@ -397,6 +402,8 @@ def recurrent_elements(dims: Dims) -> int:
     (h_v, d_k, d_v) and the short conv's window of K inputs over its C channels, as transformers' cache keeps it
     (the conv reads K − 1 earlier ones), as `Dims.ssm_state_elements` counts a Mamba-2 layer's."""
     n = dims.linear
+    if dims.lightning and dims.mixer:  # lightning attention: S (h, d_h, d_h), nothing else
+        return dims.L * dims.h * dims.d_h * dims.d_h
     if n is None:
         return 0
     return dims.L * (n.value_heads * n.key_head_dim * n.value_head_dim + n.conv_kernel * n.conv_width)
@@ -406,6 +413,8 @@ def recurrence_flops(dims: Dims) -> int:
     """One token's FLOPs in the Gated DeltaNet layers beyond their projections: the short conv (2·K per channel)
     and the delta rule's three products per value head, Sᵀk, k δᵀ and Sᵀq (2·d_k·d_v each)."""
     n = dims.linear
+    if dims.lightning and dims.mixer:  # lightning: kᵀv into S and q·S (2·d_h² each per head), S's decay (d_h²)
+        return dims.L * 5 * dims.h * dims.d_h * dims.d_h
     if n is None:
         return 0
     return dims.L * (2 * n.conv_kernel * n.conv_width + 6 * n.value_heads * n.key_head_dim * n.value_head_dim)
@@ -433,6 +442,7 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
     state_of = " and ".join(kind for kind, has in (
         ("Gated DeltaNet", any(d.linear is not None and not d.linear.per_channel for d in groups)),
         ("Kimi Delta Attention", any(d.linear is not None and d.linear.per_channel for d in groups)),
+        ("lightning", any(d.lightning and d.mixer for d in groups)),
         ("Mamba-1", any(d.mamba and d.mixer and d.R for d in groups)),
         ("Mamba-2", any(d.mamba and d.mixer and not d.R for d in groups)), ("short-conv", any(d.conv_K and d.mixer for d in groups)))
         if has)
@@ -457,6 +467,8 @@ def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
     attention = q + 2 * kv + q
     if dims.linear is not None:  # q | k | v before and after the conv, z, the heads' output and its gated norm
         attention = 2 * dims.linear.conv_width + 3 * dims.linear.value_width
+    if dims.lightning:  # q | k | v before and after SiLU, the heads' output, the gate and the gated norm
+        attention = 9 * q
     if dims.latent:  # Q, K (h·d_h each), V and the attention output (h·d_v each), the latents
         attention = 2 * q + 2 * dims.h * dims.d_v + dims.r_q + dims.r_kv + dims.d_rope
     if dims.conv_K:  # the in-projection's b | c | x, b ⊙ x, the conv's output, c ⊙ it
@@ -720,6 +732,9 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
     (blockcli.profiles: megatron, Korthikanti et al.'s terms; eager or sdpa, transformers'; blockcli, its own
     backward's); `model_type`: the family whose transformers modules those profiles follow."""
     profiles.check(attention, config, recompute)
+    if any(dims.lightning for dims in Dims.per_group(config)):
+        raise InputError(f"{config.name}: the training step of lightning-attention layers is not modelled (their "
+                         f"backward is not implemented): --train sizes attention layers' activations and backward only")
     if any(dims.mamba or dims.conv_K for dims in Dims.per_group(config)):
         raise InputError(f"{config.name}: the training step of Mamba-1 and Mamba-2 (state-space) layers and short "
                          f"convolutions is not modelled: --train sizes attention layers' activations and backward only")

@@ -25,10 +25,11 @@ from blockcli import progress
 from blockcli.activations import MLP_KIND_FLOPS, function_of
 from blockcli.block import (MIXER_SUM_LABEL, DecoderBlock, Model, activated, mlp_stage, attention_tile, block_parameter_shapes, blocked_label, experts_label,
                             full_table, load_label, logits_label, mask_label, model_parameter_shapes, moe_sum_label,
-                            qk_norm_label, query_scale_label, routing_label, scores_label, softmax_label)
+                            qk_norm_label, query_scale_label, routing_label, scales_said, scores_label, softmax_label)
 from blockcli.config import BlockConfig, Config, InputError, Mamba1, clipped, projected_width, whole_number
 from blockcli.deltanet import SYMBOLIC_DELTANET, SYMBOLIC_KDA, state_bytes
 from blockcli.deltanet import analytic_rows as deltanet_analytic_rows
+from blockcli import lightning as LA
 from blockcli import mamba as M1
 from blockcli.mamba import DT_LABEL, IN_LABEL, OUT_LABEL, SKIP_LABEL, conv_label, norm_label, scan_label
 from blockcli.mamba import SYMBOLIC as MAMBA_SYMBOLIC
@@ -45,6 +46,7 @@ ELEMENT_FLOPS = {
     # Gated DeltaNet (blockcli/deltanet.py): the conv's and the delta rule's products are matmul FLOPs (see
     # _matmul_flops), the decay of the state d_k per output element (see Recorder)
     "conv": 0, "delta_rule": 0, "l2norm": 3, "decay": 5, "gated_norm": 8,
+    "lightning": 0,  # lightning attention: its products are matmul FLOPs, the state's decay d_h per output element
     # "combine" (the weighted sum of a token's k expert outputs) costs 2·k per output element: see Recorder
     "softplus": 4, "skip": 2, "gated_rmsnorm": 8,  # a Mamba-2 layer's Δ, its D·x skip, its y ⊙ silu(z) normalised
     # "conv" (K multiply-adds per output) and "ssd" (2·N for x ⊗ B into the state and 2·N for S·C per output, N for
@@ -161,7 +163,7 @@ class Recorder:
         element = ELEMENT_FLOPS.get(kind, 0) * out.size + (out.size if has_bias else 0)
         if kind == "combine":  # each output element: k multiply-adds of the weighted expert outputs
             element = 2 * inputs[0].shape[-1] * out.size
-        if kind == "delta_rule":  # each step decays the whole state: d_k per output element
+        if kind in ("delta_rule", "lightning"):  # each step decays the whole state: d_k (d_h) per output element
             element = inputs[0].shape[-1] * out.size
         elif kind == "ssd":  # each state entry decayed once per step: N per output element
             element = inputs[2].shape[-1] * out.size
@@ -199,6 +201,8 @@ def _matmul_flops(kind: str, out: Any, inputs: Sequence[Any]) -> tuple[int, int 
         return 2 * out.size * inputs[1].shape[-1], None
     if kind == "delta_rule":  # per token and value head: Sᵀk, k δᵀ, Sᵀq, d_k·d_v multiply-adds each
         return 6 * out.size * inputs[0].shape[-1], None
+    if kind == "lightning":  # per token and head: kᵀv into S and q·S out, d_h·d_h multiply-adds each
+        return 4 * out.size * inputs[0].shape[-1], None
     if kind == "attention":  # chunked: both products at once, 2·d_h for Q·Kᵀ and 2·d_v for weights·V
         q, k, v = inputs
         full = 2 * math.prod(q.shape[:-2]) * q.shape[-2] * k.shape[-2] * (q.shape[-1] + v.shape[-1])
@@ -262,6 +266,8 @@ def kv_cache_bytes(b: BlockConfig, layers: int, batch: int, seq_len: int, itemsi
         return 0
     if b.linear_attention is not None:  # Gated DeltaNet: S (B, h_v, d_k, d_v) and the window (B, K − 1, C)
         return layers * state_bytes(b, batch, itemsize)
+    if b.lightning is not None:  # lightning attention: S (B, h, d_h, d_h)
+        return layers * LA.state_bytes(b, batch, itemsize)
     if b.mamba is not None:  # Mamba-2: S (B, h, p, N) and the window (B, K − 1, d_in + 2·g·N); Mamba-1's (B, d_in, N), c = d_in
         m = b.mamba
         state = layers * batch * (m.d_inner * m.d_state + (m.conv_kernel - 1) * m.conv_dim) * itemsize
@@ -289,6 +295,8 @@ def symbolic_shapes(b: BlockConfig) -> dict[str, str]:
         return dict(SYMBOLIC_KDA if b.linear_attention.per_channel else SYMBOLIC_DELTANET)
     if isinstance(b.mamba, Mamba1):  # a Mamba-1 layer's: d_in channels, R Δ's rank, N the state
         return dict(M1.SYMBOLIC1)
+    if b.lightning is not None:
+        return dict(LA.SYMBOLIC)
     if b.mla is not None and b.mla.index_heads:
         return {**SYMBOLIC_LATENT, **SYMBOLIC_INDEXER}
     return dict(SYMBOLIC_LATENT) if b.mla is not None else {}
@@ -661,6 +669,8 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             return latent_attention(inp)
         if b.linear_attention is not None:  # a Gated DeltaNet layer: its own rows (blockcli/deltanet.py)
             return deltanet_analytic_rows(b, rec, S, inp, B, T)
+        if b.lightning is not None:  # a lightning-attention layer: its own rows (blockcli/lightning.py)
+            return LA.analytic_rows(b, rec, S, inp, B, T)
         flat, split = {}, {}
         for name, heads in (("q", h), ("k", h_kv), ("v", h_kv)):
             flat[name] = S(B, T, heads * d_h)
@@ -802,14 +812,15 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         return add("y", "residual add", x, attention(norm("ln1_out", "LN1", "ln1", x)))
     if b.parts == "mlp":
         return add("y", "residual add", x, mlp(norm("ln2_out", "LN2", "ln2", x)))
+    said = (scales_said(b.attn_skip_scale, b.attn_branch_scale), scales_said(b.mlp_skip_scale, b.mlp_branch_scale))
     if b.placement == "pre":
-        hid = add("h", "residual add", x, attention(norm("ln1_out", "LN1", "ln1", x)))
-        return add("y", "residual add", hid, mlp(norm("ln2_out", "LN2", "ln2", hid)))
+        hid = add("h", "residual add" + said[0], x, attention(norm("ln1_out", "LN1", "ln1", x)))
+        return add("y", "residual add" + said[1], hid, mlp(norm("ln2_out", "LN2", "ln2", hid)))
     if b.placement == "normed_residual":
         n1 = norm("ln1_out", "LN1", "ln1", x)
-        hid = add("h", "residual add (to LN1's output)", n1, attention(n1))
+        hid = add("h", "residual add (to LN1's output)" + said[0], n1, attention(n1))
         n2 = norm("ln2_out", "LN2", "ln2", hid)
-        return add("y", "residual add (to LN2's output)", n2, mlp(n2))
+        return add("y", "residual add (to LN2's output)" + said[1], n2, mlp(n2))
     if b.placement == "post":
         hid = norm("h", "LN1 (post)", "ln1", add("h_pre", "residual add", x, attention(x)))
         return norm("y", "LN2 (post)", "ln2", add("y_pre", "residual add", hid, mlp(hid)))

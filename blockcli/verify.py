@@ -241,6 +241,9 @@ class Context(Measuring):
         if missing and self.cfg.mamba is not None:
             raise Skip(f"a Mamba-{getattr(self.cfg.mamba, 'version', 2)} layer: no attention heads, scores or weights "
                        f"(its mixer is a state space)")
+        if missing and self.cfg.lightning is not None:
+            raise Skip("a lightning-attention layer: no attention heads, scores or weights (its mixer is a decayed "
+                       "linear recurrence)")
         if missing and self.cfg.short_conv is not None:
             raise Skip("a short-conv layer: no attention heads, scores or weights (its mixer is a convolution)")
         if missing:
@@ -323,6 +326,13 @@ def check_divisibility(c: Context) -> tuple[bool, str, str]:
     b, p = c.cfg, c.subject.weights
     if b.parts == "mlp":
         raise Skip("a layer of its MLP alone (parts: mlp): no heads to divide")
+    if b.lightning is not None:  # its projections' widths: h heads of d_h for q, k, v and the gate
+        widths = {f"{what} width": (p[key].shape[1], b.n_heads * b.head_dim)
+                  for key, what in (("la_q", "q"), ("la_k", "k"), ("la_v", "v"), ("la_gate", "gate"))}
+        for k, (got, want) in widths.items():
+            c.figure(f"{k} − expected", got - want, 0)
+        return (all(got == want for got, want in widths.values()),
+                "; ".join(f"{k} {got} (expected {want})" for k, (got, want) in widths.items()), "exact")
     if b.short_conv is not None:  # its projections' and conv's widths
         widths = {"in-projection (b, c, x)": (p["w_conv_in"].shape[1], 3 * b.d_model),
                   "conv channels": (p["short_conv"].shape[0], b.d_model)}
@@ -615,9 +625,11 @@ def check_residual(c: Context) -> tuple[bool, str, str]:
     mlp_out = mlp_out * c.cfg.mlp_multipliers[1]  # the MLP's output multiplier after W_down (Falcon-H1's; else 1)
     # what each add adds them to: the stream, or (normed_residual) each norm's output
     normed = c.cfg.placement == "normed_residual"
-    pairs = [(first, h, c.inter["ln1_out"] if normed else c.x, r * attn_out)]
+    b = c.cfg  # MiniMax: each add α·skip + β·branch (1 and 1 elsewhere)
+    pairs = [(first, h, b.attn_skip_scale * (c.inter["ln1_out"] if normed else c.x), b.attn_branch_scale * r * attn_out)]
     if second in c.inter:
-        pairs.append((second, c.inter[second], c.inter["ln2_out"] if normed else c.inter["h"], r * mlp_out))
+        pairs.append((second, c.inter[second], b.mlp_skip_scale * (c.inter["ln2_out"] if normed else c.inter["h"]),
+                      b.mlp_branch_scale * r * mlp_out))
     worst, ok, shapes = 0.0, True, []
     for key, result, left, right in pairs:
         operands = c.inputs.get(key, [left.shape, right.shape])
@@ -1295,11 +1307,16 @@ def run_checks(subject: Subject, cfg: BlockConfig, x: np.ndarray, formula: Formu
 
 
 def unmodelled(i: int, cfg: BlockConfig) -> str | None:
-    """Why check i does not apply to a Gated DeltaNet (or KDA) or gated-attention layer (None: it does)."""
+    """Why check i does not apply to a Gated DeltaNet (or KDA), lightning or gated-attention layer (None: it does)."""
     kda = cfg.linear_attention is not None and cfg.linear_attention.per_channel
     mixer = "Kimi Delta Attention" if kda else "Gated DeltaNet"
     if cfg.linear_attention is not None and i in (1, 2, 3, 4, 5, 9):
         return f"a {mixer} layer has no softmax attention heads"
+    if cfg.lightning is not None and i in (2, 3, 4, 5, 9):
+        return "a lightning-attention layer has no softmax attention heads"
+    if cfg.lightning is not None and i == 12:
+        return ("blockcli's slow reference has no lightning attention; tests/test_lightning.py holds it to "
+                "transformers and to a loop reference")
     if cfg.attention_gate and i == 5:
         return "the heads pass through the attention gate (σ(x·W_gate)) before W_O"
     if kda and i == 12:

@@ -1324,3 +1324,37 @@ def short_conv_mixer(kernel, weights, u):
                 y[ch] = bcx[t][d + ch] * total
             out[b, t] = linear_vec(y, weights["w_conv_out"], weights.get("b_conv_out"))
     return out
+
+
+# ----------------------------------------------------------------------------- lightning attention, a loop over time
+
+
+def lightning_mixer(n_heads, head_dim, decay_scale, weights, x, state=None, norm_eps=1e-6):
+    """MiniMax's lightning attention as the paper's recurrence (MiniMax-01, §2.2.1: linear attention with a fixed
+    decay per head), one token, one head, one number at a time; not blockcli's block-wise code. Head i decays at
+    λ_i = exp(−s_i), s_i = 2^(−8(i+1)/h)·decay_scale. `weights`: la_q, la_k, la_v, la_gate (d, h·d_h), la_norm_gamma
+    (h·d_h,), la_out (h·d_h, d). x (B, T, d); `state` (B, h, d_h, d_h) what came before (zeros when None). Per token:
+    q | k | v = SiLU(x·W), S_i ← λ_i·S_i + k_iᵀv_i, o_i = q_i·S_i; y = (σ(x·W_gate) ⊙ RMSNorm(o))·W_out. Returns
+    (y (B, T, d), the final state)."""
+    B, T, d = x.shape
+    h, dh = n_heads, head_dim
+    y = np.zeros((B, T, d))
+    states = np.zeros((B, h, dh, dh)) if state is None else np.array(state, dtype=np.float64)
+    lam = [math.exp(-((2.0 ** (-8.0 / h)) ** (i + 1)) * decay_scale) for i in range(h)]
+    for b in range(B):
+        for t in range(T):
+            vec = x[b, t]
+            q, k, v = (linear_vec(vec, weights[name], None) for name in ("la_q", "la_k", "la_v"))
+            q, k, v = ([silu(e) for e in part] for part in (q, k, v))
+            o = []
+            for i in range(h):
+                S = states[b, i]
+                for r in range(dh):
+                    for c in range(dh):
+                        S[r, c] = lam[i] * S[r, c] + k[i * dh + r] * v[i * dh + c]
+                o += [sum(q[i * dh + r] * S[r, c] for r in range(dh)) for c in range(dh)]
+            rms = math.sqrt(sum(e * e for e in o) / len(o) + norm_eps)
+            gate = linear_vec(vec, weights["la_gate"], None)
+            gated = [sigmoid(gate[j]) * o[j] / rms * weights["la_norm_gamma"][j] for j in range(len(o))]
+            y[b, t] = linear_vec(gated, weights["la_out"], None)
+    return y, states
