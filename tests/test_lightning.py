@@ -323,3 +323,43 @@ def test_the_decode_step_of_a_lightning_layer_costs_the_same_at_any_context() ->
 def test_count_train_refuses_the_lightning_layers_in_one_line() -> None:
     proc = cli("count", FIXTURE, "--train")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "lightning" in proc.stderr
+
+
+# ----------------------------------------------------------------------------- the preset
+
+
+# https://huggingface.co/MiniMaxAI/MiniMax-Text-01-hf/blob/main/config.json's fields: seven lightning layers, then one of
+# softmax attention, ten times
+TEXT_01 = dict(model_type="minimax", hidden_size=6144, intermediate_size=9216, num_hidden_layers=80,
+               num_attention_heads=64, num_key_value_heads=8, head_dim=128, vocab_size=200064,
+               max_position_embeddings=10240000, rms_norm_eps=1e-05, rope_theta=10000000, rotary_dim=64,
+               num_local_experts=32, num_experts_per_tok=2, tie_word_embeddings=False, postnorm=True,
+               shared_intermediate_size=0, shared_moe_mode="sigmoid", sliding_window=None,
+               layer_types=(["linear_attention"] * 7 + ["full_attention"]) * 10,
+               **{f"{kind}_{ab}_factor": 3.5565588200778455 if ab == "alpha" else 1.0
+                  for kind in ("full_attn", "linear_attn", "mlp") for ab in ("alpha", "beta")})
+TEXT_01_TOTAL = 456_089_655_296
+
+
+def test_the_preset_counts_as_transformers_by_hand_and_as_its_config_json() -> None:
+    import yaml
+
+    config = load_config("minimax-text-01")
+    counted = count_parameters(config)
+    assert counted.total == TEXT_01_TOTAL == _minimax_by_hand(6144, 80, 70, 200064, 64, 8, 128, 9216, 32)
+    path = Path(__file__).resolve().parents[1] / "blockcli" / "presets" / "minimax-text-01.yaml"
+    assert yaml.safe_load(path.read_text(encoding="utf-8"))["about"]["parameters"] == TEXT_01_TOTAL
+    converted = parse_config(hf_to_mapping(TEXT_01, "config.json"))
+    assert [converted.layer_block(i) for i in range(80)] == [config.layer_block(i) for i in range(80)]
+    assert converted.model == config.model
+    embeddings = 2 * 200064 * 6144  # the model card's 45.9B active: without the embeddings and the LM head
+    assert counted.active - embeddings == 45_944_920_064
+
+
+@pytest.mark.torch
+def test_the_preset_total_is_transformers_own() -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model(**TEXT_01))
+    assert sum(p.numel() for p in model.parameters()) == TEXT_01_TOTAL
