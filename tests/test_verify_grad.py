@@ -73,17 +73,24 @@ def test_every_backward_bug_shows_on_one_of_the_configs():
     assert all(any(why_not(m, c, None, grad=True) is None for c in configs[2:]) for m in BACKWARD)
 
 
-def _has_mamba(config) -> bool:
-    return any(config.layer_block(i).mamba is not None for i in range(config.model.n_layers))
+def _no_backward(config) -> str | None:
+    """What the CLI says of a preset whose layers have no backward: state-space (Mamba) or lightning layers."""
+    blocks = [config.layer_block(i) for i in range(config.model.n_layers)]
+    if any(b.mamba is not None for b in blocks):
+        return "gradients through a Mamba-1 or Mamba-2 (state-space) layer are not implemented"
+    if any(b.lightning is not None for b in blocks):
+        return "gradients through a lightning-attention layer are not implemented"
+    return None
 
 
 @pytest.mark.parametrize("name", preset_names())
 def test_gradient_checks_pass_on_every_preset(name):
     config = load_config(name)
-    if _has_mamba(config):  # state-space layers have no backward: verify --grad refuses the preset in one line
+    refused = _no_backward(config)
+    if refused:  # layers without a backward: verify --grad refuses the preset in one line
         result = runner.invoke(app, ["verify", "--grad", name])
         assert result.exit_code == 2 and result.stdout == ""
-        assert "gradients through a Mamba-1 or Mamba-2 (state-space) layer are not implemented" in result.stderr
+        assert refused in result.stderr
         assert result.stderr.count("\n") == 1
         return
     report = verify(config, only=GRAD)  # layer 0's block, scaled down where the preset is large
