@@ -168,14 +168,20 @@ def _write_npz(f: BinaryIO, arrays: Mapping[str, Any]) -> None:
     written: a signal inside ZipFile's bookkeeping would leave a member open, and the archive's
     finaliser would print a traceback after the run was cleaned up. So Ctrl-C, SIGTERM and SIGHUP are
     acted on between arrays (the largest intermediate here takes a fraction of a second). The archive is
-    opened with them held too: one landing inside ZipFile's constructor leaves a half-built object whose
-    finaliser fails on the missing attributes."""
-    with _signals_held():
-        archive = zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True)
-    with archive:
+    opened and closed with them held too: one landing inside ZipFile's constructor leaves a half-built
+    object whose finaliser fails on the missing attributes, and one acted on just after it must still
+    close the archive while `f` is open (else the finaliser seeks in a closed file)."""
+    archive = None
+    try:
+        with _signals_held():
+            archive = zipfile.ZipFile(f, "w", zipfile.ZIP_STORED, allowZip64=True)
         for key, value in arrays.items():
             with _signals_held(), archive.open(f"{key}.npy", "w", force_zip64=True) as member:
                 np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+    finally:
+        if archive is not None:
+            with _signals_held():
+                archive.close()
 
 
 def save_text(path: str | Path, text: str, force: bool = False) -> None:

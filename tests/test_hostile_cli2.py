@@ -10,6 +10,7 @@ test_hostile_cli's fork driver. Signals (SIGTERM, SIGHUP) and two concurrent wri
 
 from __future__ import annotations
 
+import gc
 import glob
 import hashlib
 import json
@@ -493,6 +494,45 @@ def test_signal_during_save_leaves_no_temporary_file(signum: int, code: int, mes
     assert proc.returncode == code, stderr
     assert stderr == f"blockcli: error: {message}\n"
     assert sorted(os.listdir(tmp_path)) == ["c.yaml"]  # no temporary file, no y.npz
+
+
+def test_a_signal_acted_on_as_the_archive_opens_still_closes_it(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SIGTERM-at-once case made certain: a signal held through ZipFile's constructor is acted on just
+    after it. The archive must be closed while its file is still open, or its finaliser prints
+    "Exception ignored ... seek of closed file" after the run's one-line error."""
+    import blockcli.inputs
+
+    class Stop(Exception):
+        pass
+
+    def stop(signum: int, frame: Any) -> None:
+        raise Stop
+
+    real = zipfile.ZipFile
+
+    def opening(*args: Any, **kwargs: Any) -> zipfile.ZipFile:
+        archive = real(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)  # lands while the signals are held
+        return archive
+
+    unraisable: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    monkeypatch.setattr(zipfile, "ZipFile", opening)
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        try:
+            blockcli.inputs.save_npz(tmp_path / "y.npz", {"x": np.arange(3.0)})
+        except Stop:
+            stopped = True
+        else:
+            stopped = False
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    gc.collect()
+    assert stopped, "the held signal was never acted on"
+    assert [str(u.exc_value) for u in unraisable] == []
+    assert list(tmp_path.iterdir()) == []  # neither the output nor the temporary file
 
 
 def test_two_concurrent_saves_exactly_one_wins(tmp_path: Path) -> None:
