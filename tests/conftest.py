@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -38,6 +39,20 @@ def config_error_message(load: Callable[[], Any], what: Any = "") -> str:
 
 
 SIGNALS_SENT = (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)  # what the tests send to blockcli
+
+
+def central_differences(loss: Callable[[], float], array: Any, eps: float = 1e-6) -> Any:
+    """d loss / d array, entry by entry: each entry of `array` (changed in place, then restored) moved by ±eps."""
+    out = array.astype(float, copy=True)
+    for idx in np.ndindex(array.shape):
+        old = array[idx]
+        array[idx] = old + eps
+        up = loss()
+        array[idx] = old - eps
+        down = loss()
+        array[idx] = old
+        out[idx] = (up - down) / (2 * eps)
+    return out
 
 
 def default_signals() -> None:

@@ -1254,9 +1254,10 @@ def test_stablelm_layernorm_qkv_bias_partial_rope_and_parallel_residual() -> Non
     assert block_of(with_fields(STABLELM_2_1_6B, layer_norm_eps=1e-6))["norm_eps"] == 1e-6
 
 
-# StableLM 2 12B's shape (its model card: d 5120, 40 layers, 32 heads, 8 K/V heads, 4096 positions; a single input
-# LayerNorm read by attention and MLP side by side; no biases in the MLP or attention), with qk_layernorm
-STABLELM_2_12B = with_fields(STABLELM_2_1_6B, hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
+# A StableLM-2-12B-like shape, not its published config.json (not at hand): the width, layers and heads of its model
+# card (d 5120, 40 layers, 32 heads, 8 K/V heads; one input LayerNorm read by attention and MLP side by side; no
+# biases in the MLP or attention), with qk_layernorm, and an ASSUMED intermediate_size of 13,824
+STABLELM_12B_LIKE = with_fields(STABLELM_2_1_6B, hidden_size=5120, intermediate_size=13824, num_hidden_layers=40,
                              num_key_value_heads=8, use_qkv_bias=False, use_parallel_residual=True,
                              qk_layernorm=True)
 
@@ -1264,17 +1265,17 @@ STABLELM_2_12B = with_fields(STABLELM_2_1_6B, hidden_size=5120, intermediate_siz
 def test_stablelm_qk_layernorm_is_a_shift_free_layernorm_per_head_with_weights_of_its_own(tmp_path: Path) -> None:
     """StableLmLayerNormPerHead: nn.LayerNorm(d_h, bias=False) for each of the h query heads and h_kv key heads,
     before RoPE: qk_norm each_head without the shift the block's other LayerNorms have."""
-    block = block_of(STABLELM_2_12B)
+    block = block_of(STABLELM_12B_LIKE)
     assert (block["qk_norm"], block["bias"], block["placement"]) == (
         "each_head", {"qkv": False, "out": False, "mlp": False, "norm": True, "qk_norm": False}, "parallel_shared")
-    plain = load_config(write_json(tmp_path, with_fields(STABLELM_2_12B, qk_layernorm=False)))
-    normed = load_config(write_json(tmp_path, STABLELM_2_12B, "12b.json"))
+    plain = load_config(write_json(tmp_path, with_fields(STABLELM_12B_LIKE, qk_layernorm=False)))
+    normed = load_config(write_json(tmp_path, STABLELM_12B_LIKE, "12b.json"))
     b = normed.block
     assert (b.bias.norm, b.bias.qk_norm) == (True, False)
     # a weight of d_h per head, q's h heads and k's h_kv, no bias, in each of the 40 layers
     assert count_parameters(normed).total - count_parameters(plain).total == 40 * (32 + 8) * 160
-    # transformers 5.24's StableLmForCausalLM built on the meta device from this config: 12,143,185,920 (the model
-    # card's table says 12,143,605,760, 10,496 more per layer; its config.json was not at hand to tell why)
+    # transformers 5.24's StableLmForCausalLM built on the meta device from this config: 12,143,185,920 (the real
+    # model's card says 12,143,605,760: this is a stand-in of its shape, the assumed intermediate_size included)
     assert count_parameters(normed).total == 12_143_185_920
 
 
