@@ -1,0 +1,136 @@
+"""AFMoE and its descendants (blockcli/families/afmoe.py). Their parameter counts against transformers 5.24's own
+totals (the causal LM built on the meta device from the config, sum of numel over parameters(), tied weights once) and
+a hand count, for the config class's defaults (its sizes written out, as blockcli asks for them) and for a random
+config with other switches set; the torch-marked test recomputes every total and reads the sizes from the config class
+itself. Their forward, every layer, the decode step and the gradients are held to transformers by
+tests/test_checkpoint.py and tests/test_gradients.py on the fixtures tests/fixtures/hf/generate.py writes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from blockcli import Model
+from blockcli.config import parse_config
+from blockcli.hf import hf_to_mapping
+from blockcli.shapes import model_parameter_shapes
+from conftest import ROOT, config_error_message
+from test_dense_families import _sizes, assert_totals_are_transformers_own, mapped, total
+
+
+def afmoe_by_hand(d: int, f: int, layers: int, q: int, kv: int, d_h: int, dense: int, d_e: int, experts: int,
+                  shared: int, vocab: int, tied: bool) -> int:
+    """Q, K, V, O and the gate (d·q each but K, V: d·kv), q_norm and k_norm (d_h each), four RMSNorms (d each); the
+    first `dense` layers a SwiGLU MLP (3·d·f), the others the router (E·d), E SwiGLU experts (3·d·d_e each), the
+    shared ones as one SwiGLU MLP of shared·d_e and the selection bias (E); embeddings, an untied head, the final
+    norm."""
+    attention = 3 * d * q + 2 * d * kv + 2 * d_h + 4 * d
+    expert_layer = experts * d + experts * 3 * d * d_e + 3 * d * shared * d_e + experts
+    return (layers * attention + dense * 3 * d * f + (layers - dense) * expert_layer
+            + vocab * d * (1 if tied else 2) + d)
+
+
+# AfmoeConfig's sizes (Trinity-Mini's shape)
+_AFMOE_SIZES = _sizes(2048, 6144, 32, 16, 200192, 16384)
+# a random AFMoE: 6 heads of 10 over 3 K/V heads, 2 dense layers, 5 experts of 12 top 3, 3 shared, every second
+# layer global, muP's embedding scale, tied
+_AFMOE_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=3, head_dim=10, num_hidden_layers=4,
+                     intermediate_size=40, moe_intermediate_size=12, num_experts=5, num_experts_per_tok=3,
+                     num_shared_experts=3, num_dense_layers=2, route_scale=2.0, global_attn_every_n_layers=2,
+                     sliding_window=16, vocab_size=300, tie_word_embeddings=True, mup_enabled=True,
+                     max_position_embeddings=96, rms_norm_eps=1e-6,
+                     rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+
+# model_type → (sizes, transformers' total for the defaults, by hand, random config, transformers' total, by hand)
+CASES: dict[str, tuple[dict, int, int, dict, int, int]] = {
+    "afmoe": (_AFMOE_SIZES, 19_232_600_000,
+              afmoe_by_hand(2048, 6144, 32, 2048, 2048, 128, 1, 1408, 64, 2, 200192, False),
+              _AFMOE_RANDOM, 101_034, afmoe_by_hand(48, 40, 4, 60, 30, 10, 2, 12, 5, 3, 300, True)),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_the_config_class_defaults_count_as_transformers_and_by_hand(model_type: str) -> None:
+    sizes, transformers_total, by_hand, _, _, _ = CASES[model_type]
+    assert total(model_type, sizes) == transformers_total == by_hand
+
+
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_a_random_config_counts_as_transformers_and_by_hand(model_type: str) -> None:
+    _, _, _, fields, transformers_total, by_hand = CASES[model_type]
+    assert total(model_type, fields) == transformers_total == by_hand
+
+
+def test_afmoe_reads_its_gate_sandwich_rope_on_sliding_layers_and_sigmoid_routing() -> None:
+    data = mapped("afmoe", _AFMOE_RANDOM)
+    block, model = data["block"], data["model"]
+    assert block["attention_gate"] is True and block["qk_norm"] == "head" and block["placement"] == "sandwich"
+    assert block["sliding_window"] == 16 and block["rope_theta"] == 500000.0
+    assert block["moe"] == {"n_experts": 5, "top_k": 3, "d_expert": 12, "scoring": "sigmoid", "selection_bias": True,
+                            "selection_bias_frozen": True, "renormalize": True, "routed_scaling": 2.0, "d_shared": 36}
+    assert model["embedding_multiplier"] == 48 ** 0.5
+    # layers 1 and 3 global (every second): no window, no RoPE; layers 0 and 1 dense
+    assert data["layers"] == [{"indices": [0], "block": {"moe": None}},
+                              {"indices": [1], "block": {"sliding_window": 0, "rope": False, "moe": None}},
+                              {"indices": [3], "block": {"sliding_window": 0, "rope": False}}]
+
+
+def test_afmoe_layer_types_decide_over_the_global_every_n() -> None:
+    types = ["full_attention", "sliding_attention", "sliding_attention", "sliding_attention"]
+    data = mapped("afmoe", {**_AFMOE_RANDOM, "layer_types": types})
+    assert "sliding_window" not in data["block"] and data["block"]["rope"] is True
+    assert data["layers"] == [{"indices": [0], "block": {"rope": False, "moe": None}},
+                              {"indices": [1], "block": {"sliding_window": 16, "moe": None}},
+                              {"indices": [2, 3], "block": {"sliding_window": 16}}]
+
+
+def test_afmoe_with_every_layer_dense_has_no_mixture() -> None:
+    data = mapped("afmoe", {**_AFMOE_RANDOM, "num_dense_layers": 4})
+    assert "moe" not in data["block"] and all("moe" not in entry["block"] for entry in data["layers"])
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"attention_bias": True}, "attention_bias"),  # q/k/v/o biased, the gate not: blockcli's gate follows q/k/v
+    ({"num_dense_layers": None}, "num_dense_layers"),
+    ({"route_scale": None}, "route_scale"),
+    ({"num_experts_per_tok": 6}, "num_experts_per_tok"),  # more than the 5 experts
+])
+def test_afmoe_what_blockcli_cannot_run_is_refused_naming_the_field(change: dict, field: str) -> None:
+    message = config_error_message(lambda: mapped("afmoe", {**_AFMOE_RANDOM, **change}), field)
+    assert f"field '{field}'" in message and "\n" not in message
+
+
+FIXTURES = ROOT / "tests" / "fixtures" / "hf"
+
+
+@pytest.mark.parametrize("name, switch_off, model_switch_off", [
+    ("afmoe", {"attention_gate": False}, {}),  # the heads' output times σ(x·W_gate)
+    ("afmoe", {"placement": "pre"}, {}),  # the norms after each branch
+    ("afmoe", {"qk_norm": "none"}, {}),
+    ("afmoe", {"rope": False}, {"positions": "none"}),  # on the sliding layers 0 and 1 (layer 2 has none anyway)
+    ("afmoe", {}, {"embedding_multiplier": 1.0}),  # muP's √d
+])
+def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict, model_switch_off: dict) -> None:
+    """Without the feature (switched off on the base block, which every layer's override inherits) the logits are far
+    from transformers': the fixture really exercises it. The fixture's own pass equals them (tests/test_checkpoint.py)."""
+    folder = FIXTURES / name
+    with np.load(folder / "expected.npz") as data:
+        ids, want = data["input_ids"], data["logits_float64"]
+    mapping = hf_to_mapping(json.loads((folder / "config.json").read_text()), "config.json")
+    mapping["block"].update(switch_off)
+    mapping["model"].update(model_switch_off)
+    changed = parse_config(mapping)
+    params = Model.from_config(parse_config(hf_to_mapping(json.loads((folder / "config.json").read_text()),
+                                                          "config.json")), weights=folder, dtype="float64").params
+    kept = {k: v for k, v in params.items() if k in model_parameter_shapes(changed)}
+    got = Model.from_config(changed, weights=kept, dtype="float64")(ids)
+    assert np.max(np.abs(got - want)) / np.max(np.abs(want)) > 1e-3
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_the_totals_and_sizes_here_are_transformers_own(model_type: str) -> None:
+    sizes, defaults_total, _, fields, random_total, _ = CASES[model_type]
+    assert_totals_are_transformers_own(model_type, sizes, (), defaults_total, fields, random_total)
