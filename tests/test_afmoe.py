@@ -43,11 +43,37 @@ _AFMOE_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=
                      max_position_embeddings=96, rms_norm_eps=1e-6,
                      rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
 
+def mellum_by_hand(d: int, f: int, layers: int, q: int, kv: int, d_h: int, kinds: str, d_e: int, experts: int,
+                   vocab: int, tied: bool, bias: bool) -> int:
+    """Q, K, V, O (biases with attention_bias), q_norm and k_norm (d_h each), two RMSNorms; a "dense" (d) layer a
+    SwiGLU MLP (3·d·f), a "sparse" (s) one the router (E·d) and E SwiGLU experts (3·d·d_e each); embeddings, an
+    untied head, the final norm. No multi-token-prediction layer: transformers builds none."""
+    attention = 2 * d * q + 2 * d * kv + (q + 2 * kv + d if bias else 0) + 2 * d_h + 2 * d
+    mlps = sum(3 * d * f if kind == "d" else experts * d + experts * 3 * d * d_e for kind in kinds)
+    return layers * attention + mlps + vocab * d * (1 if tied else 2) + d
+
+
+# MellumConfig's sizes (Mellum2-12B-A2.5B)
+_MELLUM_SIZES = _sizes(2304, 7168, 28, 32, 98304, 131072)
+# a random Mellum: 6 heads of 10 over 3, biases, layers 1 and 2 global, 0 and 2 dense, 5 experts of 12 top 3, tied,
+# one MTP layer (not built), a RoPE per layer type
+_MELLUM_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=3, head_dim=10, num_hidden_layers=4,
+                      intermediate_size=40, moe_intermediate_size=12, num_experts=5, num_experts_per_tok=3,
+                      attention_bias=True, tie_word_embeddings=True, mlp_layer_types=["dense", "sparse", "dense", "sparse"],
+                      layer_types=["sliding_attention", "full_attention", "full_attention", "sliding_attention"],
+                      sliding_window=16, vocab_size=300, max_position_embeddings=96, norm_topk_prob=False,
+                      num_mtp_layers=1, rope_parameters={
+                          "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                          "sliding_attention": {"rope_type": "default", "rope_theta": 5000.0}})
+
 # model_type → (sizes, transformers' total for the defaults, by hand, random config, transformers' total, by hand)
 CASES: dict[str, tuple[dict, int, int, dict, int, int]] = {
     "afmoe": (_AFMOE_SIZES, 19_232_600_000,
               afmoe_by_hand(2048, 6144, 32, 2048, 2048, 128, 1, 1408, 64, 2, 200192, False),
               _AFMOE_RANDOM, 101_034, afmoe_by_hand(48, 40, 4, 60, 30, 10, 2, 12, 5, 3, 300, True)),
+    "mellum": (_MELLUM_SIZES, 12_149_923_072,
+               mellum_by_hand(2304, 7168, 28, 4096, 512, 128, "s" * 28, 896, 64, 98304, False, False),
+               _MELLUM_RANDOM, 79_424, mellum_by_hand(48, 40, 4, 60, 30, 10, "dsds", 12, 5, 300, True, True)),
 }
 
 
@@ -102,6 +128,37 @@ def test_afmoe_what_blockcli_cannot_run_is_refused_naming_the_field(change: dict
     assert f"field '{field}'" in message and "\n" not in message
 
 
+def test_mellum_reads_qwen3_moe_attention_a_rope_per_layer_type_and_its_mlp_kinds() -> None:
+    data = mapped("mellum", _MELLUM_RANDOM)
+    block = data["block"]
+    assert block["qk_norm"] == "head" and block["bias"] == {"qkv": True, "out": True, "mlp": False, "norm": False}
+    assert block["sliding_window"] == 16
+    assert block["rope_theta"] == 5000.0 and "attention_gate" not in block and block["placement"] == "pre"
+    assert block["moe"] == {"n_experts": 5, "top_k": 3, "d_expert": 12, "renormalize": False}
+    assert data["layers"] == [{"indices": [0], "block": {"moe": None}},
+                              {"indices": [1], "block": {"sliding_window": 0, "rope_theta": 1000000.0}},
+                              {"indices": [2], "block": {"sliding_window": 0, "rope_theta": 1000000.0, "moe": None}}]
+
+
+def test_mellum_defaults_rotate_every_layer_with_the_full_attention_base() -> None:
+    data = mapped("mellum", {**_MELLUM_SIZES})
+    assert data["block"]["rope_theta"] == 500000.0 and "sliding_window" not in data["block"]
+    assert "layers" not in data and data["block"]["moe"]["renormalize"] is True
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5},
+                          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
+     "rope_parameters.full_attention.partial_rotary_factor"),  # Llama's rotation of the whole head
+    ({"mlp_layer_types": ["dense", "sparse"]}, "mlp_layer_types"),
+    ({"num_experts_per_tok": 6}, "num_experts_per_tok"),
+    ({"head_dim": None}, "head_dim"),
+])
+def test_mellum_what_blockcli_cannot_run_is_refused_naming_the_field(change: dict, field: str) -> None:
+    message = config_error_message(lambda: mapped("mellum", {**_MELLUM_RANDOM, **change}), field)
+    assert f"field '{field}'" in message
+
+
 FIXTURES = ROOT / "tests" / "fixtures" / "hf"
 
 
@@ -111,6 +168,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "hf"
     ("afmoe", {"qk_norm": "none"}, {}),
     ("afmoe", {"rope": False}, {"positions": "none"}),  # on the sliding layers 0 and 1 (layer 2 has none anyway)
     ("afmoe", {}, {"embedding_multiplier": 1.0}),  # muP's √d
+    ("mellum", {"rope_theta": 50.0}, {}),  # the sliding layers 0 and 2 rotate with their own base, 10000
+    ("mellum", {"qk_norm": "none"}, {}),
 ])
 def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict, model_switch_off: dict) -> None:
     """Without the feature (switched off on the base block, which every layer's override inherits) the logits are far

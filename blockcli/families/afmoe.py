@@ -8,15 +8,21 @@
   a selection bias (`expert_bias`, a parameter never trained) for the choice only, the top `num_experts_per_tok`
   renormalised, times `route_scale`, beside `num_shared_experts` shared experts as one ungated MLP
   (moe_intermediate_size · num_shared_experts wide); `mup_enabled` scales the embeddings by √hidden_size.
+- Mellum (Mellum2, JetBrains): Qwen3-MoE's pre-norm block (per-head q/k RMSNorm, `attention_bias` on q/k/v/o, softmax
+  routing renormalised per `norm_topk_prob`, default true, no shared expert) in Laguna's layer: windowed layers by
+  `layer_types` (none by default; window 1024), one RoPE per layer type (`rope_parameters.full_attention`, base
+  500,000, and `.sliding_attention`, 10,000), each layer a mixture or an MLP of intermediate_size by
+  `mlp_layer_types` (all "sparse" by default); the multi-token-prediction layers (`num_mtp_layers`, mtp.*) are not
+  built by transformers: set aside.
 """
 
 from __future__ import annotations
 
-from blockcli.families.common import (TRAINING_ONLY, Family, gated_rms, layer_types, override_layers, refuse_nulls,
-                                      silu_gate, sliding_layers)
+from blockcli.families.common import (TRAINING_ONLY, Family, first_of, gated_rms, layer_type_ropes, layer_types,
+                                      override_layers, refuse_nulls, silu_gate, sliding_layers, with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, LLAMA_MLP
-from blockcli.families.moe import moe_tensors
+from blockcli.families.moe import MOE_TRAINING_ONLY, QWEN_MOE, moe_tensors
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
 
 
@@ -60,6 +66,75 @@ def _afmoe(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def mlp_kinds(f: Fields, n: int, default: list[str]) -> list[bool]:
+    """Which layers are a mixture ("sparse") by `mlp_layer_types` (Laguna's, Mellum's; `default` when absent)."""
+    kinds = f.raw("mlp_layer_types", None)
+    if kinds is None:
+        kinds = default
+    elif not isinstance(kinds, list) or len(kinds) != n or any(k not in ("dense", "sparse") for k in kinds):
+        raise f.invalid("mlp_layer_types", kinds, f"an array of {n} layer kinds, dense or sparse")
+    return [k == "sparse" for k in kinds]
+
+
+def typed_rope_block(f: Fields, defaults: dict, title: str, **kwargs) -> tuple[dict, dict, Fields]:
+    """gated_rms on the config without its RoPE keys, then one RoPE per layer type from `rope_parameters` (the config
+    class's `defaults` when absent or null) by layer_types: the fields the caller reads on, with the defaults in."""
+    if f.raw("rope_parameters", None) is None:
+        f = with_data(f, {**f.data, "rope_parameters": defaults})
+    rest = with_data(f, {k: v for k, v in f.data.items() if k not in ("rope_parameters", "rope_theta", "rope_scaling")})
+    block, model = gated_rms(rest, silu_gate, **kwargs)
+    return block, model, f
+
+
+def _mellum(f: Fields) -> tuple[dict, dict]:
+    """Mellum: see the module's docstring."""
+    refuse_nulls(f, "head_dim", "num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size")
+    params = f.raw("rope_parameters", None)
+    for kind in ("full_attention", "sliding_attention"):  # MellumAttention's RoPE is Llama's: the whole head
+        own = params.get(kind) if isinstance(params, dict) else None
+        if isinstance(own, dict) and own.get("partial_rotary_factor", 1.0) != 1.0:
+            raise f.unrepresentable(f"rope_parameters.{kind}.partial_rotary_factor", own["partial_rotary_factor"],
+                                    "Mellum's attention rotates the whole head (transformers fails on a part)")
+        if isinstance(own, dict) and "partial_rotary_factor" in own:
+            params = {**params, kind: {k: v for k, v in own.items() if k != "partial_rotary_factor"}}
+    if params is not None:
+        f = with_data(f, {**f.data, "rope_parameters": params})
+    block, model, f = typed_rope_block(f, _MELLUM_ROPE, "Mellum", kv_default=4, tie_default=False,
+                                       head_dim_default=128, mlp_bias=False, eps_default=1e-6)
+    block["qk_norm"] = "head"
+    n = model["n_layers"]
+    sliding = layer_types(f, n) or [False] * n
+    sliding_layers(f, block, sliding, default=1024)
+    layer_type_ropes(f, block, model, sliding, (500000.0, "rope_theta", 10000.0), "Mellum")
+    sparse = mlp_kinds(f, n, ["sparse"] * n)
+    n_experts = first_of(f, ("num_experts", "num_local_experts"), lambda key: f.int(key), 64)
+    top_k = f.int("num_experts_per_tok", 8)
+    moe = {"n_experts": n_experts, "top_k": top_k, "d_expert": f.int("moe_intermediate_size", 896),
+           "renormalize": f.bool("norm_topk_prob", True)}
+    if not any(sparse):  # every layer dense: the expert settings are unused
+        return block, model
+    if top_k > n_experts:
+        raise f.invalid("num_experts_per_tok", top_k, f"at most num_experts ({n_experts})")
+    block["moe"] = moe
+    if not all(sparse):
+        override_layers(f, [i for i in range(n) if not sparse[i]], {"moe": None})
+    return block, model
+
+
+# MellumConfig.__post_init__'s RoPE when the config gives none
+_MELLUM_ROPE = {"full_attention": {"rope_type": "default", "rope_theta": 500000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+# the multi-token-prediction layers: transformers builds none of them (MellumPreTrainedModel ignores mtp.* on load)
+_MTP_UNREAD = {"num_nextn_predict_layers": "the multi-token-prediction layers (mtp.*), which transformers does not build",
+               "num_mtp_layers": "the multi-token-prediction layers (mtp.*), which transformers does not build",
+               "mtp_layer_types": "the multi-token-prediction layers' attention, which transformers does not build",
+               "mtp_mlp_layer_types": "the multi-token-prediction layers' MLPs, which transformers does not build"}
+
+# Mellum: Qwen-MoE's names (q_norm, k_norm, mlp.gate and the experts per expert or fused, Llama's MLP on the dense
+# layers); the multi-token-prediction layers (mtp.*) set aside
+MELLUM = TensorMap("model.", QWEN_MOE.tensors, buffers=LLAMA.buffers, aside=("mtp.",))
+
+
 # AFMoE: Llama's attention with its gate (self_attn.gate_proj) and q/k norms, four norms a layer, the router under
 # mlp.router.gate, the selection bias mlp.expert_bias (E,), the routed experts per expert (save_pretrained's layout)
 # or fused (transformers 5's), mlp.shared_experts the shared ones, and Llama's MLP on the dense layers
@@ -77,4 +152,5 @@ AFMOE = TensorMap("model.", tuple(t for t in LLAMA.tensors if t not in LLAMA_MLP
 FAMILIES = (
     # output_router_logits only returns the router's logits: AfmoeForCausalLM adds no load-balancing loss
     Family("afmoe", "AFMoE", _afmoe, AFMOE, TRAINING_ONLY | {"output_router_logits"}),
+    Family("mellum", "Mellum", _mellum, MELLUM, MOE_TRAINING_ONLY, unread=_MTP_UNREAD, aux_loss=True),
 )
