@@ -66,6 +66,32 @@ _MELLUM_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads
                           "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
                           "sliding_attention": {"rope_type": "default", "rope_theta": 5000.0}})
 
+def laguna_by_hand(d: int, f: int, layers: int, q: int, kv: int, d_h: int, gate: int, kinds: str, d_e: int,
+                   experts: int, shared: int, vocab: int, tied: bool) -> int:
+    """Q, K, V, O (d·q, d·kv, d·kv, q·d), the gate (d·gate: one column a head, or one a channel), q_norm and k_norm (d_h
+    each), two RMSNorms; a "dense" (d) layer a SwiGLU MLP (3·d·f), a "sparse" (s) one the router (E·d), its selection
+    bias (E), E SwiGLU experts (3·d·d_e each) and the shared expert (3·d·shared); embeddings, an untied head, the final
+    norm."""
+    attention = 2 * d * q + 2 * d * kv + d * gate + 2 * d_h + 2 * d
+    mlps = sum(3 * d * f if kind == "d" else experts * d + experts + experts * 3 * d * d_e + 3 * d * shared
+               for kind in kinds)
+    return layers * attention + mlps + vocab * d * (1 if tied else 2) + d
+
+
+# LagunaConfig's sizes (laguna-XS.2)
+_LAGUNA_SIZES = _sizes(2048, 8192, 40, 48, 100352, 131072)
+# a random Laguna: 6 heads of 10 over 3, a gate per channel, layers 1 and 2 global (RoPE on 4 of 10 dims, base 1e6),
+# 0 and 2 dense, 5 experts of 12 top 3 times 2, a shared expert of 20, tied
+_LAGUNA_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=3, head_dim=10, num_hidden_layers=4,
+                      intermediate_size=40, moe_intermediate_size=12, num_experts=5, num_experts_per_tok=3,
+                      shared_expert_intermediate_size=20, moe_routed_scaling_factor=2.0, tie_word_embeddings=True,
+                      gating="per-element", mlp_layer_types=["dense", "sparse", "dense", "sparse"],
+                      layer_types=["sliding_attention", "full_attention", "full_attention", "sliding_attention"],
+                      sliding_window=16, vocab_size=300, max_position_embeddings=96, rope_parameters={
+                          "full_attention": {"rope_type": "default", "rope_theta": 1000000.0,
+                                             "partial_rotary_factor": 0.4},
+                          "sliding_attention": {"rope_type": "default", "rope_theta": 5000.0}})
+
 # model_type → (sizes, transformers' total for the defaults, by hand, random config, transformers' total, by hand)
 CASES: dict[str, tuple[dict, int, int, dict, int, int]] = {
     "afmoe": (_AFMOE_SIZES, 19_232_600_000,
@@ -74,6 +100,9 @@ CASES: dict[str, tuple[dict, int, int, dict, int, int]] = {
     "mellum": (_MELLUM_SIZES, 12_149_923_072,
                mellum_by_hand(2304, 7168, 28, 4096, 512, 128, "s" * 28, 896, 64, 98304, False, False),
                _MELLUM_RANDOM, 79_424, mellum_by_hand(48, 40, 4, 60, 30, 10, "dsds", 12, 5, 300, True, True)),
+    "laguna": (_LAGUNA_SIZES, 33_189_975_808,
+               laguna_by_hand(2048, 8192, 40, 6144, 1024, 128, 48, "d" + "s" * 39, 512, 256, 512, 100352, False),
+               _LAGUNA_RANDOM, 96_042, laguna_by_hand(48, 40, 4, 60, 30, 10, 60, "dsds", 12, 5, 20, 300, True)),
 }
 
 
@@ -159,6 +188,90 @@ def test_mellum_what_blockcli_cannot_run_is_refused_naming_the_field(change: dic
     assert f"field '{field}'" in message
 
 
+def test_laguna_reads_a_softplus_gate_a_partial_rope_per_layer_type_and_sigmoid_routing() -> None:
+    data = mapped("laguna", _LAGUNA_RANDOM)
+    block = data["block"]
+    assert block["attention_gate"] is True and block["attention_gate_form"] == "softplus" and block["qk_norm"] == "head"
+    assert block["placement"] == "pre" and block["sliding_window"] == 16 and block["rope"] is True
+    assert block["rope_theta"] == 5000.0
+    assert block["moe"] == {"n_experts": 5, "top_k": 3, "d_expert": 12, "scoring": "sigmoid", "selection_bias": True,
+                            "selection_bias_frozen": True, "renormalize": True, "routed_scaling": 2.0, "d_shared": 20}
+    assert data["layers"] == [{"indices": [0], "block": {"moe": None}},
+                              {"indices": [1], "block": {"sliding_window": 0, "rope_theta": 1000000.0, "rope": 0.4}},
+                              {"indices": [2], "block": {"sliding_window": 0, "rope_theta": 1000000.0, "rope": 0.4,
+                                                         "moe": None}}]
+
+
+@pytest.mark.parametrize("gating, form", [(True, "softplus_head"), ("per-head", "softplus_head"),
+                                          ("per-element", "softplus"), (False, "softplus")])
+def test_laguna_gating_is_one_gate_per_head_unless_per_element(gating: object, form: str) -> None:
+    assert mapped("laguna", {**_LAGUNA_RANDOM, "gating": gating})["block"]["attention_gate_form"] == form
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"attention_bias": True}, "attention_bias"),
+    ({"moe_router_logit_softcapping": 30.0}, "moe_router_logit_softcapping"),
+    ({"moe_apply_router_weight_on_input": True}, "moe_apply_router_weight_on_input"),
+    ({"num_attention_heads_per_layer": [6, 3, 6, 6]}, "num_attention_heads_per_layer"),
+    ({"gating": "per-token"}, "gating"),
+    ({"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.3},
+                          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
+     "rope_parameters.full_attention.partial_rotary_factor"),  # 3 of 10 dims: an odd rotation
+])
+def test_laguna_what_blockcli_cannot_run_is_refused_naming_the_field(change: dict, field: str) -> None:
+    message = config_error_message(lambda: mapped("laguna", {**_LAGUNA_RANDOM, **change}), field)
+    assert f"field '{field}'" in message
+
+
+@pytest.mark.parametrize("form", ["softplus_head", "softplus", "sigmoid"])
+def test_the_attention_gates_gradients_equal_central_differences(form: str) -> None:
+    """Each gate form's backward (a gate per head summed over its d_h; softplus' slope σ): every attention parameter's
+    gradient against central differences of the loss in float64; the per-head gate's W_gate is (d, h)."""
+    from blockcli.block import Model
+
+    cfg = parse_config({"block": {"d_model": 8, "n_heads": 2, "n_kv_heads": 1, "head_dim": 4, "d_ff": 6,
+                                  "norm": "rmsnorm", "gated": True, "attention_gate": True, "attention_gate_form": form,
+                                  "qk_norm": "head", "rope": 0.5, "bias": {"qkv": True, "out": False, "mlp": False,
+                                                                           "norm": False}},
+                        "model": {"n_layers": 1, "vocab_size": 11, "max_positions": 8, "positions": "rope"},
+                        "run": {"dtype": "float64"}})
+    model = Model.from_config(cfg, seed=3)
+    assert model.params["blocks.0.w_attn_gate"].shape == ((8, 2) if form == "softplus_head" else (8, 8))
+    ids = np.array([[1, 4, 2, 9, 3]])
+    _, grads = model.loss_and_grads(ids)
+    # ln1 reaches the loss through Q, K, V and the gate: its gradient holds the gate's share of dx too
+    for key in ("blocks.0.w_attn_gate", "blocks.0.b_attn_gate", "blocks.0.w_o", "blocks.0.ln1_gamma"):
+        param = model.params[key]
+        flat, numeric = param.reshape(-1), np.empty(param.size)
+        for i in range(param.size):
+            keep = flat[i]
+            flat[i] = keep + 1e-6
+            up = model.loss(ids)
+            flat[i] = keep - 1e-6
+            down = model.loss(ids)
+            flat[i] = keep
+            numeric[i] = (up - down) / 2e-6
+        assert np.max(np.abs(grads[key].reshape(-1) - numeric)) <= 1e-7 * max(1.0, np.max(np.abs(numeric))), key
+
+
+def test_a_gate_per_head_counts_d_times_h() -> None:
+    """count's attn.gate row for one gate a head: d·h weights (and h biases with bias.qkv), by its own formula."""
+    from blockcli.count import count_parameters
+
+    def gate_params(form: str) -> int:
+        block = {"d_model": 8, "n_heads": 2, "n_kv_heads": 1, "head_dim": 4, "d_ff": 6, "norm": "rmsnorm",
+                 "attention_gate": True, "attention_gate_form": form, "bias": {"qkv": True, "out": False,
+                                                                              "mlp": False, "norm": False}}
+        return count_parameters(parse_config({"block": block})).per_block
+
+    assert gate_params("softplus") - gate_params("softplus_head") == (8 * 8 + 8) - (8 * 2 + 2)
+
+
+def test_a_gate_form_without_the_gate_is_refused() -> None:
+    message = config_error_message(lambda: parse_config({"block": {"attention_gate_form": "softplus"}}), "form")
+    assert message.startswith("block.attention_gate_form:")
+
+
 FIXTURES = ROOT / "tests" / "fixtures" / "hf"
 
 
@@ -170,6 +283,9 @@ FIXTURES = ROOT / "tests" / "fixtures" / "hf"
     ("afmoe", {}, {"embedding_multiplier": 1.0}),  # muP's √d
     ("mellum", {"rope_theta": 50.0}, {}),  # the sliding layers 0 and 2 rotate with their own base, 10000
     ("mellum", {"qk_norm": "none"}, {}),
+    ("laguna", {"attention_gate": False, "attention_gate_form": "sigmoid"}, {}),  # its softplus gate, one a head
+    ("laguna", {"rope_theta": 50.0}, {}),  # the sliding layers 0 and 2 rotate with their own base, 10000
+    ("laguna", {"rope": 0.5}, {}),  # the sliding layers rotate the whole head, the global one half of it
 ])
 def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict, model_switch_off: dict) -> None:
     """Without the feature (switched off on the base block, which every layer's override inherits) the logits are far

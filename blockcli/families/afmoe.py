@@ -14,6 +14,14 @@
   500,000, and `.sliding_attention`, 10,000), each layer a mixture or an MLP of intermediate_size by
   `mlp_layer_types` (all "sparse" by default); the multi-token-prediction layers (`num_mtp_layers`, mtp.*) are not
   built by transformers: set aside.
+- Laguna (poolside): AFMoE's attention in a pre-norm layer (Llama's two norms, GLM-4.7-Flash's layer), its gate a
+  softplus (`gating`: true or "per-head", one gate per head broadcast over d_h, `block.attention_gate_form:
+  softplus_head`; "per-element", or false, one per channel), RoPE on every layer, one per layer type
+  (`rope_parameters.full_attention`, base 500,000 on half of each head, `.sliding_attention`, 10,000 on all of it),
+  windows (512) on the `layer_types` sliding layers (none by default); `mlp_layer_types` (the first layer dense, by
+  default) and on the others a mixture: sigmoid scores, a selection bias (`e_score_correction_bias`, a parameter
+  never trained) for the choice, the top k renormalised, times `moe_routed_scaling_factor`, beside an ungated shared
+  expert of `shared_expert_intermediate_size`.
 """
 
 from __future__ import annotations
@@ -121,6 +129,85 @@ def _mellum(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _laguna(f: Fields) -> tuple[dict, dict]:
+    """Laguna: see the module's docstring."""
+    refuse_nulls(f, "head_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                 "shared_expert_intermediate_size", "moe_routed_scaling_factor", "moe_router_logit_softcapping")
+    if f.bool("attention_bias", False):  # q/k/v/o biased, but g_proj never is
+        raise f.unrepresentable("attention_bias", True, "Laguna's attention gate has no bias beside biased q/k/v; "
+                                "blockcli's gate takes the q/k/v bias setting")
+    if f.bool("moe_apply_router_weight_on_input", False):
+        raise f.invalid("moe_apply_router_weight_on_input", True, "false (LagunaConfig refuses true: not "
+                                                                  "implemented in transformers)")
+    cap = f.float("moe_router_logit_softcapping", 0.0, low=0.0, high=1e6, low_open=False)
+    if cap:
+        raise f.unrepresentable("moe_router_logit_softcapping", cap, "blockcli's router has no tanh soft-cap on its "
+                                                                     "logits")
+    gating = f.raw("gating", True)
+    if gating is True or gating == "per-head":
+        form = "softplus_head"
+    elif gating is False or gating == "per-element":  # LagunaAttention: anything but true or "per-head" is per element
+        form = "softplus"
+    else:
+        raise f.invalid("gating", gating, "true, false, \"per-head\" or \"per-element\"")
+    params = f.raw("rope_parameters", None)
+    params = _LAGUNA_ROPE if params is None else params
+    fractions: dict[str, float] = {}
+    if isinstance(params, dict):  # each layer type's rotated fraction (LagunaRotaryEmbedding: 1 when absent)
+        stripped = {}
+        for kind, own in params.items():
+            if isinstance(own, dict):
+                inner = Fields(own, f.where, f.family)
+                fractions[kind] = inner.float("partial_rotary_factor", 1.0, low=0.0, high=1.0)
+                own = {k: v for k, v in own.items() if k != "partial_rotary_factor"}
+            stripped[kind] = own
+        params = stripped
+    f = with_data(f, {**f.data, "rope_parameters": params})
+    block, model, f = typed_rope_block(f, params, "Laguna", kv_default=8, tie_default=False, head_dim_default=128,
+                                       out_bias=False, mlp_bias=False, eps_default=1e-6)
+    block.update(qk_norm="head", attention_gate=True, attention_gate_form=form)
+    n = model["n_layers"]
+    heads = f.raw("num_attention_heads_per_layer", None)
+    if heads is not None and (not isinstance(heads, list) or len(heads) != n or any(h != block["n_heads"]
+                                                                                    for h in heads)):
+        raise f.unrepresentable("num_attention_heads_per_layer", heads, f"blockcli's layers share one head count "
+                                                                        f"(num_attention_heads, {block['n_heads']})")
+    sliding = layer_types(f, n) or [False] * n
+    sliding_layers(f, block, sliding, default=512)
+    layer_type_ropes(f, block, model, sliding, (500000.0, "rope_theta", 10000.0), "Laguna")
+    d_h = block["head_dim"]
+    rope = {}
+    for kind, key in ((True, "sliding_attention"), (False, "full_attention")):
+        fraction = fractions.get(key, 1.0)
+        if int(d_h * fraction) % 2 or int(d_h * fraction) == 0:
+            raise f.unrepresentable(f"rope_parameters.{key}.partial_rotary_factor", fraction,
+                                    f"it rotates {int(d_h * fraction)} of {d_h} dimensions per head; rotary pairs need "
+                                    f"an even number above 0")
+        rope[kind] = True if fraction == 1.0 else fraction
+    block["rope"] = rope[sliding[0]]
+    if rope[True] != rope[False]:
+        override_layers(f, [i for i in range(n) if sliding[i] != sliding[0]], {"rope": rope[not sliding[0]]})
+    sparse = mlp_kinds(f, n, ["dense"] + ["sparse"] * (n - 1))
+    n_experts, top_k = f.int("num_experts", 256), f.int("num_experts_per_tok", 8)
+    d_expert = f.int("moe_intermediate_size", 512)
+    shared = f.int("shared_expert_intermediate_size", 512, minimum=0)
+    scaling = f.float("moe_routed_scaling_factor", 1.0, high=1e6)
+    if not any(sparse):  # every layer dense: the expert settings are unused
+        return block, model
+    if top_k > n_experts:
+        raise f.invalid("num_experts_per_tok", top_k, f"at most num_experts ({n_experts})")
+    block["moe"] = {"n_experts": n_experts, "top_k": top_k, "d_expert": d_expert, "scoring": "sigmoid",
+                    "selection_bias": True, "selection_bias_frozen": True, "renormalize": True,
+                    "routed_scaling": scaling, **({"d_shared": shared} if shared else {})}
+    if not all(sparse):
+        override_layers(f, [i for i in range(n) if not sparse[i]], {"moe": None})
+    return block, model
+
+
+# LagunaConfig.__post_init__'s RoPE when the config gives none: half of each head on the global layers
+_LAGUNA_ROPE = {"full_attention": {"rope_type": "default", "rope_theta": 500000.0, "partial_rotary_factor": 0.5},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}}
+
 # MellumConfig.__post_init__'s RoPE when the config gives none
 _MELLUM_ROPE = {"full_attention": {"rope_type": "default", "rope_theta": 500000.0},
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
@@ -149,8 +236,22 @@ AFMOE = TensorMap("model.", tuple(t for t in LLAMA.tensors if t not in LLAMA_MLP
     tensor(f"blocks.{{i}}.shared_w_{role}", f"layers.{{i}}.mlp.shared_experts.{role}_proj.weight", LINEAR)
     for role in ("gate", "up", "down")) + LLAMA_MLP, buffers=LLAMA.buffers)
 
+# Laguna: Llama's names with q/k norms and the gate (self_attn.g_proj), the router mlp.gate and its selection bias (under
+# the router as transformers 5 holds it, or under the experts as the published checkpoints do), the experts per expert
+# or fused, the shared expert (mlp.shared_experts., or mlp.shared_expert. as published), Llama's MLP on the dense layers
+LAGUNA = TensorMap("model.", tuple(t for t in LLAMA.tensors if t not in LLAMA_MLP) + (
+    tensor("blocks.{i}.w_attn_gate", "layers.{i}.self_attn.g_proj.weight", LINEAR),
+    tensor("blocks.{i}.router_bias", "layers.{i}.mlp.gate.e_score_correction_bias|"
+                                     "layers.{i}.mlp.experts.e_score_correction_bias"),
+) + moe_tensors("layers.{i}.mlp.gate", "layers.{i}.mlp.experts", ("gate_proj", "up_proj", "down_proj"),
+                "layers.{i}.mlp.experts") + tuple(
+    tensor(f"blocks.{{i}}.shared_w_{role}", f"layers.{{i}}.mlp.shared_experts.{role}_proj.weight|"
+                                            f"layers.{{i}}.mlp.shared_expert.{role}_proj.weight", LINEAR)
+    for role in ("gate", "up", "down")) + LLAMA_MLP, buffers=LLAMA.buffers)
+
 FAMILIES = (
     # output_router_logits only returns the router's logits: AfmoeForCausalLM adds no load-balancing loss
     Family("afmoe", "AFMoE", _afmoe, AFMOE, TRAINING_ONLY | {"output_router_logits"}),
     Family("mellum", "Mellum", _mellum, MELLUM, MOE_TRAINING_ONLY, unread=_MTP_UNREAD, aux_loss=True),
+    Family("laguna", "Laguna", _laguna, LAGUNA, MOE_TRAINING_ONLY, aux_loss=True),
 )
