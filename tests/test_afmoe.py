@@ -1,4 +1,5 @@
-"""AFMoE and its descendants (blockcli/families/afmoe.py). Their parameter counts against transformers 5.24's own
+"""AFMoE and its descendants (blockcli/families/afmoe.py: AFMoE, Mellum, Laguna), and Flint (a row of
+blockcli/families/moe.py: Qwen3-MoE with sinks and sigmoid routing). Their parameter counts against transformers 5.24's own
 totals (the causal LM built on the meta device from the config, sum of numel over parameters(), tied weights once) and
 a hand count, for the config class's defaults (its sizes written out, as blockcli asks for them) and for a random
 config with other switches set; the torch-marked test recomputes every total and reads the sizes from the config class
@@ -92,6 +93,27 @@ _LAGUNA_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads
                                              "partial_rotary_factor": 0.4},
                           "sliding_attention": {"rope_type": "default", "rope_theta": 5000.0}})
 
+def flint_by_hand(d: int, f: int, layers: int, q: int, kv: int, d_h: int, h: int, kinds: str, d_e: int,
+                  experts: int, shared: int, vocab: int, tied: bool, bias: bool) -> int:
+    """Q, K, V, O (biases with attention_bias), q_norm and k_norm (d_h each), a sink per head (h), two RMSNorms; a
+    "dense" (d) layer a SwiGLU MLP (3·d·f), a "sparse" (s) one the router (E·d), E SwiGLU experts (3·d·d_e each) and
+    the ungated shared expert (3·d·shared); embeddings, an untied head, the final norm."""
+    attention = 2 * d * q + 2 * d * kv + (q + 2 * kv + d if bias else 0) + 2 * d_h + h + 2 * d
+    mlps = sum(3 * d * f if kind == "d" else experts * d + experts * 3 * d * d_e + 3 * d * shared for kind in kinds)
+    return layers * attention + mlps + vocab * d * (1 if tied else 2) + d
+
+
+# FlintConfig's sizes
+_FLINT_SIZES = _sizes(2048, 6144, 49, 32, 150144, 262144)
+# a random Flint: 6 heads of 10 over 3, biases, the default layer types of 5 layers (0, 1 and 4 global), every second
+# layer sparse but layer 0 dense (layers 1 and 3 sparse), 5 experts of 12 top 3 not renormalised, a shared expert of
+# 20, tied
+_FLINT_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=3, head_dim=10, num_hidden_layers=5,
+                     intermediate_size=40, moe_intermediate_size=12, num_experts=5, num_experts_per_tok=3,
+                     shared_expert_intermediate_size=20, attention_bias=True, tie_word_embeddings=True,
+                     decoder_sparse_step=2, mlp_only_layers=[0], norm_topk_prob=False, sliding_window=16,
+                     vocab_size=300, max_position_embeddings=96)
+
 # model_type → (sizes, transformers' total for the defaults, by hand, random config, transformers' total, by hand)
 CASES: dict[str, tuple[dict, int, int, dict, int, int]] = {
     "afmoe": (_AFMOE_SIZES, 19_232_600_000,
@@ -103,6 +125,9 @@ CASES: dict[str, tuple[dict, int, int, dict, int, int]] = {
     "laguna": (_LAGUNA_SIZES, 33_189_975_808,
                laguna_by_hand(2048, 8192, 40, 6144, 1024, 128, 48, "d" + "s" * 39, 512, 256, 512, 100352, False),
                _LAGUNA_RANDOM, 96_042, laguna_by_hand(48, 40, 4, 60, 30, 10, 60, "dsds", 12, 5, 20, 300, True)),
+    "flint": (_FLINT_SIZES, 39_785_287_456,
+              flint_by_hand(2048, 6144, 49, 4096, 512, 128, 32, "dd" + "s" * 47, 512, 256, 1024, 150144, False, False),
+              _FLINT_RANDOM, 99_898, flint_by_hand(48, 40, 5, 60, 30, 10, 6, "dsdsd", 12, 5, 20, 300, True, True)),
 }
 
 
@@ -272,6 +297,34 @@ def test_a_gate_form_without_the_gate_is_refused() -> None:
     assert message.startswith("block.attention_gate_form:")
 
 
+def test_flint_reads_sinks_rope_on_sliding_layers_and_sigmoid_routing_with_a_shared_expert() -> None:
+    data = mapped("flint", _FLINT_RANDOM)
+    block = data["block"]
+    assert block["attention_sinks"] is True and block["qk_norm"] == "head" and "sliding_window" not in block
+    assert block["moe"] == {"n_experts": 5, "top_k": 3, "d_expert": 12, "scoring": "sigmoid", "renormalize": False,
+                            "d_shared": 20}
+    # layers 0, 1 and 4 global (no window, no RoPE), 2 and 3 sliding; 0, 2 and 4 dense
+    assert data["layers"] == [{"indices": [0, 4], "block": {"rope": False, "moe": None}},
+                              {"indices": [1], "block": {"rope": False}},
+                              {"indices": [2], "block": {"sliding_window": 16, "moe": None}},
+                              {"indices": [3], "block": {"sliding_window": 16}}]
+
+
+def test_flint_without_experts_is_dense() -> None:
+    data = mapped("flint", {**_FLINT_RANDOM, "num_experts": 0})
+    assert "moe" not in data["block"] and all("moe" not in entry["block"] for entry in data["layers"])
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"num_experts_per_tok": 6}, "num_experts_per_tok"),
+    ({"decoder_sparse_step": None}, "decoder_sparse_step"),
+    ({"layer_types": ["full_attention"] * 4}, "layer_types"),
+])
+def test_flint_what_blockcli_cannot_run_is_refused_naming_the_field(change: dict, field: str) -> None:
+    message = config_error_message(lambda: mapped("flint", {**_FLINT_RANDOM, **change}), field)
+    assert f"field '{field}'" in message
+
+
 FIXTURES = ROOT / "tests" / "fixtures" / "hf"
 
 
@@ -286,6 +339,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "hf"
     ("laguna", {"attention_gate": False, "attention_gate_form": "sigmoid"}, {}),  # its softplus gate, one a head
     ("laguna", {"rope_theta": 50.0}, {}),  # the sliding layers 0 and 2 rotate with their own base, 10000
     ("laguna", {"rope": 0.5}, {}),  # the sliding layers rotate the whole head, the global one half of it
+    ("flint", {"attention_sinks": False}, {}),
+    ("flint", {"rope": False}, {"positions": "none"}),  # on the sliding layer 0
 ])
 def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict, model_switch_off: dict) -> None:
     """Without the feature (switched off on the base block, which every layer's override inherits) the logits are far
