@@ -1,5 +1,6 @@
 """AFMoE and its descendants (blockcli/families/afmoe.py: AFMoE, Mellum, Laguna), and Flint (a row of
-blockcli/families/moe.py: Qwen3-MoE with sinks and sigmoid routing). Their parameter counts against transformers 5.24's own
+blockcli/families/moe.py: Qwen3-MoE with sinks and sigmoid routing) and HY V3 (a row of blockcli/families/moe_relatives.py:
+Apertus' attention with MiniMax-M2's mixture and biased shared experts). Their parameter counts against transformers 5.24's own
 totals (the causal LM built on the meta device from the config, sum of numel over parameters(), tied weights once) and
 a hand count, for the config class's defaults (its sizes written out, as blockcli asks for them) and for a random
 config with other switches set; the torch-marked test recomputes every total and reads the sizes from the config class
@@ -114,6 +115,31 @@ _FLINT_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=
                      decoder_sparse_step=2, mlp_only_layers=[0], norm_topk_prob=False, sliding_window=16,
                      vocab_size=300, max_position_embeddings=96)
 
+def hy_v3_by_hand(d: int, f: int, layers: int, q: int, kv: int, d_h: int, kinds: str, d_e: int, experts: int,
+                  shared: int, vocab: int, tied: bool, mlp_bias: bool) -> int:
+    """Q, K, V, O (no biases), q_norm and k_norm (d_h each), two RMSNorms; a "dense" (d) layer a SwiGLU MLP (3·d·f, and
+    2·f + d biases with mlp_bias), a "sparse" (s) one the router (E·d), E SwiGLU experts (3·d·d_e each, never biased)
+    and the shared experts, one SwiGLU MLP of shared·d_e (intermediate_size when shared is 0), biased with mlp_bias;
+    the selection bias a buffer, outside the total; embeddings, an untied head, the final norm."""
+    def mlp(width: int) -> int:
+        return 3 * d * width + (2 * width + d if mlp_bias else 0)
+
+    attention = 2 * d * q + 2 * d * kv + 2 * d_h + 2 * d
+    mlps = sum(mlp(f) if kind == "d" else experts * d + experts * 3 * d * d_e + mlp(shared * d_e or f)
+               for kind in kinds)
+    return layers * attention + mlps + vocab * d * (1 if tied else 2) + d
+
+
+# HYV3Config's sizes (Hy3-preview)
+_HY_V3_SIZES = _sizes(4096, 13312, 80, 64, 120832, 131072)
+# a random HY V3: 6 heads of 10 over 3, layer 1 dense, 5 experts of 12 top 3 times 1.5, no shared expert count (so one
+# of intermediate_size), mlp_bias, tied
+_HY_V3_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=3, head_dim=10, num_hidden_layers=4,
+                     intermediate_size=40, moe_intermediate_size=12, num_experts=5, num_experts_per_tok=3,
+                     num_shared_experts=0, mlp_bias=True, tie_word_embeddings=True,
+                     mlp_layer_types=["sparse", "dense", "sparse", "sparse"], router_scaling_factor=1.5,
+                     vocab_size=300, max_position_embeddings=96)
+
 # model_type → (sizes, transformers' total for the defaults, by hand, random config, transformers' total, by hand)
 CASES: dict[str, tuple[dict, int, int, dict, int, int]] = {
     "afmoe": (_AFMOE_SIZES, 19_232_600_000,
@@ -128,6 +154,9 @@ CASES: dict[str, tuple[dict, int, int, dict, int, int]] = {
     "flint": (_FLINT_SIZES, 39_785_287_456,
               flint_by_hand(2048, 6144, 49, 4096, 512, 128, 32, "dd" + "s" * 47, 512, 256, 1024, 150144, False, False),
               _FLINT_RANDOM, 99_898, flint_by_hand(48, 40, 5, 60, 30, 10, 6, "dsdsd", 12, 5, 20, 300, True, True)),
+    "hy_v3": (_HY_V3_SIZES, 295_033_528_320,
+              hy_v3_by_hand(4096, 13312, 80, 8192, 1024, 128, "d" + "s" * 79, 1536, 192, 1, 120832, False, False),
+              _HY_V3_RANDOM, 99_664, hy_v3_by_hand(48, 40, 4, 60, 30, 10, "sdss", 12, 5, 0, 300, True, True)),
 }
 
 
@@ -325,6 +354,28 @@ def test_flint_what_blockcli_cannot_run_is_refused_naming_the_field(change: dict
     assert f"field '{field}'" in message
 
 
+def test_hy_v3_reads_its_qk_norms_base_and_mixture_with_biased_shared_experts() -> None:
+    data = mapped("hy_v3", _HY_V3_RANDOM)
+    block = data["block"]
+    assert block["qk_norm"] == "head" and block["rope_theta"] == 11_158_840.0 and "sliding_window" not in block
+    assert block["bias"] == {"qkv": False, "out": False, "mlp": True, "norm": False}
+    assert block["moe"] == {"n_experts": 5, "top_k": 3, "d_expert": 12, "scoring": "sigmoid", "selection_bias": True,
+                            "renormalize": True, "routed_scaling": 1.5, "d_shared": 40, "routed_bias": False}
+    assert data["layers"] == [{"indices": [1], "block": {"moe": None}}]
+    defaults = mapped("hy_v3", _HY_V3_SIZES)
+    assert defaults["block"]["moe"]["d_shared"] == 1536 and defaults["layers"] == [{"indices": [0], "block": {"moe": None}}]
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"num_shared_experts": None}, "num_shared_experts"),
+    ({"mlp_layer_types": ["dense", "sparse"]}, "mlp_layer_types"),
+    ({"num_experts_per_tok": 6}, "num_experts_per_tok"),
+])
+def test_hy_v3_what_blockcli_cannot_run_is_refused_naming_the_field(change: dict, field: str) -> None:
+    message = config_error_message(lambda: mapped("hy_v3", {**_HY_V3_RANDOM, **change}), field)
+    assert f"field '{field}'" in message
+
+
 FIXTURES = ROOT / "tests" / "fixtures" / "hf"
 
 
@@ -341,6 +392,7 @@ FIXTURES = ROOT / "tests" / "fixtures" / "hf"
     ("laguna", {"rope": 0.5}, {}),  # the sliding layers rotate the whole head, the global one half of it
     ("flint", {"attention_sinks": False}, {}),
     ("flint", {"rope": False}, {"positions": "none"}),  # on the sliding layer 0
+    ("hy_v3", {"qk_norm": "none"}, {}),
 ])
 def test_the_modelled_feature_matters_for_the_fixture(name: str, switch_off: dict, model_switch_off: dict) -> None:
     """Without the feature (switched off on the base block, which every layer's override inherits) the logits are far
