@@ -146,6 +146,25 @@ def query_scales(cfg: BlockConfig, positions: Array, dtype: Any) -> Array:
     return (1.0 + cfg.query_scale * np.log1p(np.floor(shifted / cfg.query_scale_length))).astype(dtype)
 
 
+# the gated heads' trace label of each block.attention_gate_form
+GATE_LABELS = {"sigmoid": "heads × σ(gate)", "softplus": "heads × softplus(gate)",
+               "softplus_head": "heads × softplus(gate), one per head"}
+
+
+def gate_values(gate: Array, form: str) -> Array:
+    """The attention gate's values from its pre-activation (B, T, h·d_h) or (B, T, h): σ, or softplus."""
+    return F.sigmoid(gate) if form == "sigmoid" else F.softplus(gate)
+
+
+def gate_heads(concat: Array, values: Array, h: int) -> Array:
+    """The heads' output (B, T, h·d_h) times the gate's values, elementwise ((B, T, h·d_h)) or one per head ((B, T, h),
+    broadcast over each head's d_h)."""
+    if values.shape[-1] == concat.shape[-1]:
+        return concat * values
+    heads = concat.reshape(*concat.shape[:-1], h, -1)  # (B, T, h, d_h)
+    return (heads * values[..., None]).reshape(concat.shape)
+
+
 def _ignore(*_args: Any, **_kwargs: Any) -> None:
     """The record callback used when nobody is tracing."""
 
@@ -617,12 +636,13 @@ class MultiHeadAttention:
         heads = self._attend(q, k, v, start, rec, drop, saved if tape is not None else None)  # (B, h, T, d_h)
         concat = ops.combine_heads(heads)  # (B, T, h·d_h)
         rec("attn_concat", "combine heads", concat, (heads,), kind="reshape")
-        if cfg.attention_gate:  # Qwen3-Next: each head's output times σ(x·W_gate), elementwise
-            gate = F.linear(x, p["w_attn_gate"], p.get("b_attn_gate"))  # (B, T, h·d_h)
+        if cfg.attention_gate:  # Qwen3-Next, AFMoE: each head's output times σ(x·W_gate), elementwise (Laguna: softplus)
+            gate = F.linear(x, p["w_attn_gate"], p.get("b_attn_gate"))  # (B, T, h·d_h), or (B, T, h): one per head
             rec("attn_gate", "attention gate projection", gate, (x, p["w_attn_gate"]), kind="linear",
                 params=("w_attn_gate", "b_attn_gate"))
-            gated = concat * F.sigmoid(gate)  # (B, T, h·d_h)
-            rec("attn_gated", "heads × σ(gate)", gated, (concat, gate), kind="sigmoid_gate")
+            gated = gate_heads(concat, gate_values(gate, cfg.attention_gate_form), h)  # (B, T, h·d_h)
+            rec("attn_gated", GATE_LABELS[cfg.attention_gate_form], gated, (concat, gate),
+                kind="sigmoid_gate" if cfg.attention_gate_form == "sigmoid" else "softplus_gate")
             concat = gated
             saved["gate"] = gate  # the backward reads σ(gate) and its derivative
         if cfg.sub_norms:  # BitNet: the heads' output normalised over its h·d_h features before W_O
@@ -757,18 +777,24 @@ class MultiHeadAttention:
 
     def _gate_backward(self, d_out: Array, saved: Mapping[str, Any], tape: Tape) -> tuple[Array, Array]:
         """The attention gate's step in reverse: W_O's gradients from the gated heads, W_gate's (and b_gate's) from
-        d(gate) = d(gated)·heads·σ'(gate); returns d(heads) (B, T, h·d_h) and the gate's share of dx (B, T, d)."""
-        p, ops = self.p, self.ops
-        concat, s = ops.combine_heads(saved["heads"]), F.sigmoid(saved["gate"])  # (B, T, h·d_h) each
-        tape.add("w_o", ops.weight_grad(concat * s, d_out))
+        d(gate) = d(gated)·heads·a'(gate) (a = σ or softplus, whose derivative is σ; summed over each head's d_h
+        for a gate per head); returns d(heads) (B, T, h·d_h) and the gate's share of dx (B, T, d)."""
+        p, ops, form, h = self.p, self.ops, self.cfg.attention_gate_form, self.cfg.n_heads
+        concat, gate = ops.combine_heads(saved["heads"]), saved["gate"]  # (B, T, h·d_h); (B, T, h·d_h) or (B, T, h)
+        s = gate_values(gate, form)
+        tape.add("w_o", ops.weight_grad(gate_heads(concat, s, h), d_out))
         if "b_o" in p:
             tape.add("b_o", F.sum_rows(d_out))
         d_gated = d_out @ p["w_o"].T  # (B, T, h·d_h)
-        d_gate = d_gated * concat * s * (1.0 - s)  # (B, T, h·d_h)
+        slope = s * (1.0 - s) if form == "sigmoid" else F.sigmoid(gate)  # a'(gate), as wide as the gate
+        product = d_gated * concat  # (B, T, h·d_h)
+        if form == "softplus_head":  # each head's gate read by its d_h outputs: their products summed
+            product = product.reshape(*product.shape[:-1], h, -1).sum(axis=-1)  # (B, T, h)
+        d_gate = product * slope  # (B, T, h·d_h), or (B, T, h)
         tape.add("w_attn_gate", ops.weight_grad(saved["x"], d_gate))
         if "b_attn_gate" in p:
             tape.add("b_attn_gate", F.sum_rows(d_gate))
-        return d_gated * s, d_gate @ p["w_attn_gate"].T
+        return gate_heads(d_gated, s, h), d_gate @ p["w_attn_gate"].T
 
     def _project_out_backward(self, d_out: Array, heads: Array, tape: Tape) -> Array:
         """W_O's gradients from the attention output (B, h, T, d_v) and d_out (B, T, d); returns d_concat."""

@@ -353,6 +353,8 @@ class Lightning:
 # what one layer holds: a mixer and an MLP, or one of them (Nemotron-H); hybrid: two mixers side by side, attention
 # and block.mamba both reading LN1's output, their outputs summed, then the MLP (Falcon-H1)
 LAYER_PARTS = ("both", "mixer", "mlp", "hybrid")
+# block.attention_gate_form: σ per element, softplus per element, one softplus per head
+GATE_FORMS = ("sigmoid", "softplus", "softplus_head")
 MAMBA_NORMS = ("gated", "norm_gate", "none")
 
 
@@ -399,6 +401,9 @@ class BlockConfig:
     # the Gated DeltaNet token mixer in place of softmax attention (Qwen3-Next's and Qwen3.5's linear layers)
     linear_attention: GatedDeltaNet | None = None
     attention_gate: bool = False  # the attention output times σ(x·W_gate), per head (W_q twice as wide: Qwen3-Next)
+    # the gate's form: sigmoid (σ(g) per element: Qwen3-Next, AFMoE), softplus (softplus(g) per element) or
+    # softplus_head (one softplus(g) per head, broadcast over its d_h: W_gate is (d, h); Laguna)
+    attention_gate_form: str = "sigmoid"
     # the query scale's positions counted from this: 1 + β·ln(1 + ⌊(p + offset) / L⌋) (Llama 4's temperature
     # tuning: 1, (p + 1) / floor_scale; Ministral 3: 0)
     query_scale_offset: int = 0
@@ -1215,7 +1220,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "norm_unit_offset", "sliding_window", "qk_norm", "rope_layout", "attention_scale",
               "residual_multiplier", "moe", "mla", "attention_softcap", "norm_scale", "clip_qkv", "alibi",
               "attention_sinks", "swiglu_alpha", "swiglu_limit", "gated", "query_scale", "query_scale_length",
-              "qk_norm_after_rope", "linear_attention", "attention_gate", "query_scale_offset", "attention_chunk",
+              "qk_norm_after_rope", "linear_attention", "attention_gate", "attention_gate_form", "query_scale_offset", "attention_chunk",
               "mamba", "parts", "clip_after_qk_norm", "short_conv", "attention_in_multiplier",
               "attention_out_multiplier", "mlp_multipliers", "sub_norms", "v_norm", "k_eq_v", "kv_from",
               "layer_scalar", "per_layer_input", "lightning", "attn_skip_scale", "attn_branch_scale",
@@ -1276,6 +1281,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         qk_norm_after_rope=_bool(data, "qk_norm_after_rope", p, False),
         linear_attention=_parse_linear_attention(data.get("linear_attention")),
         attention_gate=_bool(data, "attention_gate", p, False),
+        attention_gate_form=_choice(data, "attention_gate_form", p, "sigmoid", GATE_FORMS),
         query_scale_offset=_int(data, "query_scale_offset", p, 0, minimum=0),
         attention_chunk=_int(data, "attention_chunk", p, 0, minimum=0),
         mamba=_parse_mamba(data.get("mamba")),
@@ -1339,6 +1345,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     if block.qk_norm_after_rope and block.qk_norm not in ("head", "head_unscaled"):
         raise ConfigError(f"block.qk_norm_after_rope: a setting of qk_norm head or head_unscaled (each head's d_h "
                           f"after RoPE, as HunYuan's and Llama 4's); qk_norm is {block.qk_norm}")
+    if block.attention_gate_form != "sigmoid" and not block.attention_gate:
+        raise ConfigError("block.attention_gate_form: a setting of block.attention_gate, which is off")
     if block.query_scale_offset and not block.query_scale:
         raise ConfigError("block.query_scale_offset: a setting of block.query_scale, which is off")
     if block.attention_chunk and block.sliding_window:

@@ -220,9 +220,14 @@ def block_formula(b: BlockConfig) -> list[Row]:
             *([] if b.kv_from >= 0 or b.k_eq_v else [proj("attn.v", "V projection", kv_width, b.bias.qkv)]),
             proj("attn.o", "output projection W_O", q_width, b.bias.out, out=True),
         ])
-        if b.attention_gate:  # σ(x·W_gate) times each head's output: as wide as Q
-            rows.insert(-1, Row("attn.gate", "attention output gate (σ, per head)", term(1, *q_width, "d"),
-                                term(1, *q_width) if b.bias.qkv else no, ("w_attn_gate", "b_attn_gate")))
+        if b.attention_gate and b.attention_gate_form == "softplus_head":  # one softplus gate a head: h wide
+            rows.insert(-1, Row("attn.gate", "attention output gate (softplus, one per head)", term(1, "h", "d"),
+                                term(1, "h") if b.bias.qkv else no, ("w_attn_gate", "b_attn_gate")))
+        elif b.attention_gate:  # σ(x·W_gate) (or its softplus) times each head's output: as wide as Q
+            rows.insert(-1, Row("attn.gate", f"attention output gate "
+                                             f"({'σ' if b.attention_gate_form == 'sigmoid' else 'softplus'}, per head)",
+                                term(1, *q_width, "d"), term(1, *q_width) if b.bias.qkv else no,
+                                ("w_attn_gate", "b_attn_gate")))
         if b.sub_norms:  # BitNet: the heads' output normalised before W_O, h·d_h features
             rows.insert(-1, _sub_norm(b, "attn.sub_norm", f"{_norm_name(b)} of the heads' output (before W_O)", q_width))
     attends = b.parts == "hybrid" or (b.mamba is None and b.short_conv is None and b.lightning is None)  # sinks and q/k norms: attention's

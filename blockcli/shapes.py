@@ -177,10 +177,11 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
         shapes[f"w_{name}"] = (d, width)
         if cfg.bias.qkv:
             shapes[f"b_{name}"] = (width,)
-    if cfg.attention_gate:  # Qwen3-Next: the attention output times σ(x·W_gate), h·d_h wide
-        shapes["w_attn_gate"] = (d, q_width)
+    if cfg.attention_gate:  # Qwen3-Next: the attention output times σ(x·W_gate), h·d_h wide (one per head: h)
+        gate_width = cfg.n_heads if cfg.attention_gate_form == "softplus_head" else q_width
+        shapes["w_attn_gate"] = (d, gate_width)
         if cfg.bias.qkv:
-            shapes["b_attn_gate"] = (q_width,)
+            shapes["b_attn_gate"] = (gate_width,)
     if cfg.sub_norms:  # BitNet: a norm of the heads' output, before W_O
         shapes.update(norm_shapes("attn_sub_norm", q_width, cfg))
     shapes["w_o"] = (q_width, d)

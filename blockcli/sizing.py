@@ -114,7 +114,7 @@ class Dims:
     d_rope: int = 0
     d_v: int = 0
     linear: GatedDeltaNet | None = None  # a Gated DeltaNet layer's mixer in place of attention (no K/V cache)
-    gate: bool = False  # gated attention: an h·d_h-wide gate projection beside Q
+    gate: int = 0  # gated attention: the width of its gate projection beside Q (h·d_h; one a head: h); 0: none
     chunk: int = 0  # chunked attention C: a query sees only its own chunk's keys (0: off)
     # a Mamba-2 mixer in place of attention (all 0 without): its heads h_s of width p, state N, groups g, kernel K.
     # A Mamba-1 mixer is d_in channels of its own state each: h_s = d_in, p = 1, g = 0 (its conv runs over x alone),
@@ -143,7 +143,9 @@ class Dims:
                  (ssm.n_heads, ssm.head_dim, ssm.d_state, ssm.n_groups, ssm.conv_kernel) if ssm else (0,) * 5)
         return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, mlp_width(b),
                    m.vocab_size if m else 0, b.gated, b.sliding_window, projected_width(m, b.d_model),
-                   moe_active_weights(b), *latent, b.linear_attention, b.attention_gate, b.attention_chunk, *mamba,
+                   moe_active_weights(b), *latent, b.linear_attention,
+                   (b.n_heads * (1 if b.attention_gate_form == "softplus_head" else b.head_dim)) if b.attention_gate else 0,
+                   b.attention_chunk, *mamba,
                    b.short_conv.kernel if b.short_conv else 0, b.parts != "mlp", b.parts != "mixer",
                    d_index=mla.index_head_dim if mla and mla.own_indexer else 0,
                    h_index=mla.index_heads if mla and mla.own_indexer else 0,
@@ -245,7 +247,7 @@ def matmul_weights(dims: Dims) -> tuple[int, int]:
         n = dims.linear
         return dims.d * (2 * n.key_width + 2 * n.value_width + 2 * n.value_heads) + n.value_width * dims.d + mlp, head
     if dims.gate:
-        mlp += dims.d * q  # the attention gate's projection, as wide as Q
+        mlp += dims.d * dims.gate  # the attention gate's projection, as wide as Q (or one column a head)
     if dims.latent:  # the low-rank products: Q (through r_q), down to r_kv + d_rope, up to h·(d_nope + d_v), O
         d_nope = dims.d_h - dims.d_rope
         query = dims.r_q * (dims.d + q) if dims.r_q else dims.d * q
@@ -600,8 +602,11 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
     else:
         terms += [Term("V, for weights·V", f"{unit}·h_kv·d_h", act(h_kv * d_h), "2"),
                   Term("output projection input", f"{unit}·h·d_h", act(h * d_h), "2")]
-        if block.attention_gate:  # the gate's pre-activation, beside the heads its backward reads
-            terms.append(Term("attention gate (pre-sigmoid)", f"{unit}·h·d_h", act(h * d_h)))
+        if block.attention_gate and block.attention_gate_form == "softplus_head":  # one pre-activation a head
+            terms.append(Term("attention gate (pre-softplus, one per head)", f"{unit}·h", act(h)))
+        elif block.attention_gate:  # the gate's pre-activation, beside the heads its backward reads
+            terms.append(Term(f"attention gate (pre-{'sigmoid' if block.attention_gate_form == 'sigmoid' else 'softplus'})",
+                              f"{unit}·h·d_h", act(h * d_h)))
     if block.dropout:
         terms.append(Term("attention-branch dropout mask", f"{MASK_BYTES}·s·b·d", mask(d), "1", sequence=True))
     if block.sandwich:  # the norm of the attention output reads it (Gemma 2/3)

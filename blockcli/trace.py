@@ -23,7 +23,7 @@ import numpy as np
 
 from blockcli import progress
 from blockcli.activations import MLP_KIND_FLOPS, function_of
-from blockcli.block import (MIXER_SUM_LABEL, DecoderBlock, Model, activated, mlp_stage, attention_tile, block_parameter_shapes, blocked_label, experts_label,
+from blockcli.block import (GATE_LABELS, MIXER_SUM_LABEL, DecoderBlock, Model, activated, mlp_stage, attention_tile, block_parameter_shapes, blocked_label, experts_label,
                             full_table, load_label, logits_label, mask_label, model_parameter_shapes, moe_sum_label,
                             qk_norm_label, query_scale_label, routing_label, scales_said, scores_label, softmax_label)
 from blockcli.config import BlockConfig, Config, InputError, Mamba1, clipped, projected_width, whole_number
@@ -43,6 +43,7 @@ ELEMENT_FLOPS = {
     "reshape": 0, "gather": 0, "clip": 1, "scale": 1,
     "sigmoid": 4, "topk": 0, "count": 0, "gate": 1,  # a mixture of experts' routing and shared gate
     "sigmoid_gate": 5,  # gated attention: σ(gate) times the heads' output
+    "softplus_gate": 5,  # Laguna's: softplus(gate) (log1p(e^g), as σ's exp and an add) times the heads' output
     # Gated DeltaNet (blockcli/deltanet.py): the conv's and the delta rule's products are matmul FLOPs (see
     # _matmul_flops), the decay of the state d_k per output element (see Recorder)
     "conv": 0, "delta_rule": 0, "l2norm": 3, "decay": 5, "gated_norm": 8,
@@ -526,10 +527,12 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         concat, out = S(B, T, h * d_v), S(B, T, d)
         rec("attn_concat", "combine heads", concat, (heads_out,), kind="reshape")
         if b.attention_gate and inp is not None:  # as MultiHeadAttention: the heads times σ(x·W_gate)
-            gate, gated = S(B, T, h * d_v), S(B, T, h * d_v)
-            rec("attn_gate", "attention gate projection", gate, (inp, S(d, h * d_v)), kind="linear",
+            width = h if b.attention_gate_form == "softplus_head" else h * d_v  # one gate a head, or one an element
+            gate, gated = S(B, T, width), S(B, T, h * d_v)
+            rec("attn_gate", "attention gate projection", gate, (inp, S(d, width)), kind="linear",
                 params=("w_attn_gate", "b_attn_gate"))
-            rec("attn_gated", "heads × σ(gate)", gated, (concat, gate), kind="sigmoid_gate")
+            rec("attn_gated", GATE_LABELS[b.attention_gate_form], gated, (concat, gate),
+                kind="sigmoid_gate" if b.attention_gate_form == "sigmoid" else "softplus_gate")
             concat = gated
         if b.sub_norms:  # as MultiHeadAttention: BitNet's norm of the heads' output
             normed = S(B, T, h * d_v)
@@ -921,7 +924,7 @@ def collapse_layers(rows: list[OpRow], n_layers: int, groups: list[tuple[int, ..
 BACKWARD_ELEMENT_FLOPS = {
     "add": 0, "layernorm": 8, "rmsnorm": 6, "softmax": 4, "mask": 0, "rope": 3, "reshape": 0, "gather": 1,
     "clip": 1, "scale": 1, "sigmoid": 3, "topk": 0, "count": 0, "gate": 2,
-    "sigmoid_gate": 5, "l2norm": 6, "decay": 5, "gated_norm": 12,  # gated attention, Gated DeltaNet
+    "sigmoid_gate": 5, "softplus_gate": 5, "l2norm": 6, "decay": 5, "gated_norm": 12,  # gated attention, DeltaNet
 }
 
 

@@ -17,7 +17,8 @@ Checkpoint tensors: per expert as `save_pretrained` writes them (Mixtral's
 from __future__ import annotations
 
 from blockcli.families.common import (TRAINING_ONLY, Composite, Family, apply_window, first_of, gated_rms, layer_types,
-                                      refuse_nulls, rotating, silu_gate, window_by_key, with_data)
+                                      override_layers, refuse_nulls, rotating, silu_gate, sliding_layers, window_by_key,
+                                      with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import (LLAMA, LLAMA_MLP, OLMO2, QWEN_VL_PATHS, QWEN_VL_TOP, granite_scalars,
                                      read_clip_qkv, text_only_mrope, theta_default)
@@ -97,6 +98,41 @@ def _qwen3_moe(f: Fields) -> tuple[dict, dict]:
     f.ignore("max_window_layers")  # Qwen3's field, written into Qwen3-MoE configs; Qwen3-MoE never reads it
     apply_window(f, block, f.bool("use_sliding_window", False), default=4096)
     _qwen_moe(f, block, model, 768, 8, 128)
+    return block, model
+
+
+def _flint(f: Fields) -> tuple[dict, dict]:
+    """Flint: Qwen3-MoE's attention (per-head q/k RMSNorm, `attention_bias` on q/k/v/o, GQA 32/4 of 128) with a learned
+    sink logit per head (`sinks`) on every layer, windows (513) on the `layer_types` sliding layers (by default all but
+    the first two, every fourth from layer 1 and the last), RoPE on the sliding layers only (the global ones have no
+    positions); the dense layers by `mlp_only_layers` ([0, 1]) and `decoder_sparse_step`, the others sigmoid scores
+    without a selection bias, the top k renormalised per `norm_topk_prob` (true), plus an ungated shared expert of
+    `shared_expert_intermediate_size` (1024)."""
+    refuse_nulls(f, "head_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                 "shared_expert_intermediate_size", "decoder_sparse_step")
+    block, model = gated_rms(f, silu_gate, kv_default=4, tie_default=False, head_dim_default=128, mlp_bias=False,
+                             eps_default=1e-6)
+    block.update(qk_norm="head", attention_sinks=True)
+    n = model["n_layers"]
+    sliding = layer_types(f, n) or [not (i < 2 or i % 4 == 1 or i == n - 1) for i in range(n)]
+    sliding_layers(f, block, sliding, default=513)
+    override_layers(f, [i for i in range(n) if not sliding[i]], {"rope": False})  # global layers: no RoPE
+    if f.data.get("mlp_only_layers") is None:  # FlintConfig.__post_init__'s [0, 1] for an absent or null list
+        f = with_data(f, {**f.data, "mlp_only_layers": [0, 1]})
+    n_experts, top_k = f.int("num_experts", 256, minimum=0), f.int("num_experts_per_tok", 6)
+    d_expert, shared = f.int("moe_intermediate_size", 512), f.int("shared_expert_intermediate_size", 1024, minimum=0)
+    renormalize = f.bool("norm_topk_prob", True)
+    dense = _dense_layers(f, n)
+    if not n_experts:  # Qwen3MoeDecoderLayer: without experts, no mixture
+        dense = list(range(n))
+    if len(dense) == n:
+        return block, model
+    if top_k > n_experts:
+        raise f.invalid("num_experts_per_tok", top_k, f"at most num_experts ({n_experts})")
+    block["moe"] = {"n_experts": n_experts, "top_k": top_k, "d_expert": d_expert, "scoring": "sigmoid",
+                    "renormalize": renormalize, **({"d_shared": shared} if shared else {})}
+    if dense:
+        override_layers(f, dense, {"moe": None})
     return block, model
 
 
@@ -253,6 +289,12 @@ QWEN3_VL_MOE = TensorMap("model.", _LLAMA_ATTENTION + (
     *LLAMA_MLP,  # the dense layers' MLP (mlp_only_layers, decoder_sparse_step)
 ), buffers=LLAMA.buffers)
 
+# Flint: Qwen-MoE's names (q_norm, k_norm, mlp.gate, the experts per expert or fused, mlp.shared_expert's ungated MLP,
+# Llama's MLP on the dense layers) and a sink per head (self_attn.sinks, or softmax_offset as published)
+FLINT = TensorMap("model.", QWEN_MOE.tensors + (
+    tensor("blocks.{i}.sinks", "layers.{i}.self_attn.sinks|layers.{i}.self_attn.softmax_offset"),),
+    buffers=LLAMA.buffers)
+
 # MiniMax-M2: Mixtral's names (block_sparse_moe as save_pretrained writes them, mlp in transformers 5), the q/k
 # norms, and the selection bias, a buffer of the mixture itself (not of its gate)
 MINIMAX_M2 = TensorMap("model.", MIXTRAL.tensors + (
@@ -297,6 +339,7 @@ FAMILIES = (
     Family("mixtral", "Mixtral", _mixtral, MIXTRAL, MOE_TRAINING_ONLY | {"router_jitter_noise"}, aux_loss=True),  # jitter: training
     Family("qwen2_moe", "Qwen2-MoE", _qwen2_moe, QWEN_MOE, MOE_TRAINING_ONLY, aux_loss=True),
     Family("qwen3_moe", "Qwen3-MoE", _qwen3_moe, QWEN_MOE, MOE_TRAINING_ONLY, aux_loss=True),
+    Family("flint", "Flint", _flint, FLINT, MOE_TRAINING_ONLY, aux_loss=True),
     Family("minimax_m2", "MiniMax-M2", _minimax_m2, MINIMAX_M2, MOE_TRAINING_ONLY | {"router_jitter_noise"},
            aux_loss=True),  # jitter: training only
     Family("granitemoe", "Granite MoE", _granitemoe, GRANITE_MOE, MOE_TRAINING_ONLY, aux_loss=True),

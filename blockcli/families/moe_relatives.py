@@ -17,6 +17,10 @@ writes them: HunYuan MoE (HunYuan dense's attention), ERNIE 4.5 MoE (ERNIE 4.5's
   training-time sampling and jitter are not modelled (blockcli's `train` routes as in eval).
 - Solar Open (Upstage): GLM-4.5's mixture (DeepSeek-V3's routing) on every layer behind Llama's attention (q/k/v
   biases by `attention_bias`, none on o_proj, no q/k norms, RoPE over the whole head), head width 128.
+- HY V3 (Hy3-preview, Tencent): Apertus' attention (Llama's with per-head q/k RMSNorm before RoPE) in DeepSeek-V3's
+  layer, MiniMax-M2's mixture on the "sparse" layers of `mlp_layer_types` (the first dense by default): sigmoid
+  scores, a selection bias (a buffer) for the choice, the top k renormalised, times `router_scaling_factor`, beside
+  `num_shared_experts` shared experts as one MLP of moe_intermediate_size · num_shared_experts.
 - EXAONE MoE: EXAONE 4.0's attention (per-head q/k RMSNorm, RoPE on the windowed layers only) in OLMoE's pre-norm
   layer, with DeepSeek-V3's mixture on the "sparse" layers of `mlp_layer_types`.
 """
@@ -28,7 +32,7 @@ from dataclasses import replace
 from blockcli.families.cohere import cohere_block
 from blockcli.families.deepseek import GLM4_MOE
 from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, first_of, gated_rms, layer_types,
-                                      override_layers, silu_gate, sliding_layers, window_by_key, with_data)
+                                      override_layers, refuse_nulls, silu_gate, sliding_layers, window_by_key, with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, LLAMA_MLP, theta_default
 from blockcli.families.llama_relatives import HUNYUAN, hunyuan_dense
@@ -227,6 +231,43 @@ def _solar_open(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _hy_v3(f: Fields) -> tuple[dict, dict]:
+    """HY V3: Llama's attention (GQA 64/8 of 128, `attention_bias` on q/k/v/o, RoPE base 11,158,840 by default) with
+    per-head q/k RMSNorm before RoPE; the "dense" layers of `mlp_layer_types` an MLP of intermediate_size (biased by
+    `mlp_bias`), the "sparse" ones `num_experts` (192) experts of `moe_intermediate_size` (1536, never biased), sigmoid
+    scores with the selection bias for the choice, the top `num_experts_per_tok` (8) renormalised, times
+    `router_scaling_factor` (2.826), plus the shared experts (biased by `mlp_bias`), one MLP of
+    moe_intermediate_size · `num_shared_experts` (1) — none of them, 0, falls back to intermediate_size, as HYV3MLP's
+    `intermediate_size or config.intermediate_size` does. `enable_moe_fp32_combine` only rounds the sum of the two in
+    float32 under a half-precision dtype: no number blockcli computes changes."""
+    refuse_nulls(f, "num_experts", "num_local_experts", "num_experts_per_tok", "num_shared_experts", "head_dim")
+    f.ignore("enable_moe_fp32_combine")  # the shared and routed outputs summed in float32: blockcli's dtype already is
+    block, model = gated_rms(f, silu_gate, kv_default=8, tie_default=False, head_dim_default=128, eps_default=1e-5)
+    theta_default(f, block, 11_158_840.0)  # HYV3Config.default_theta
+    block["qk_norm"] = "head"
+    n = model["n_layers"]
+    kinds = f.raw("mlp_layer_types", None)
+    if kinds is None:
+        kinds = ["dense"] * min(n, 1) + ["sparse"] * (n - 1)
+    elif not isinstance(kinds, list) or len(kinds) != n or any(k not in ("dense", "sparse") for k in kinds):
+        raise f.invalid("mlp_layer_types", kinds, f"an array of {n} layer kinds, dense or sparse")
+    n_experts = first_of(f, ("num_experts", "num_local_experts"), lambda key: f.int(key), 192)
+    top_k, d_expert = f.int("num_experts_per_tok", 8), f.int("moe_intermediate_size", 1536)
+    shared = f.int("num_shared_experts", 1, minimum=0)
+    scaling = f.float("router_scaling_factor", 2.826, high=1e6)
+    if all(kind == "dense" for kind in kinds):  # every layer dense: the expert settings are unused
+        return block, model
+    if top_k > n_experts:
+        raise f.invalid("num_experts_per_tok", top_k, f"at most num_experts ({n_experts})")
+    block["moe"] = {"n_experts": n_experts, "top_k": top_k, "d_expert": d_expert, "scoring": "sigmoid",
+                    "selection_bias": True, "renormalize": True, "routed_scaling": scaling,
+                    "d_shared": d_expert * shared or block["d_ff"], "routed_bias": False}
+    dense = [i for i in range(n) if kinds[i] == "dense"]
+    if dense:
+        override_layers(f, dense, {"moe": None})
+    return block, model
+
+
 def _exaone_moe(f: Fields) -> tuple[dict, dict]:
     """EXAONE MoE: Llama's pre-norm layer (OlmoeDecoderLayer; 32 heads, each its own K/V by default) with EXAONE 4.0's
     per-head q/k RMSNorm and hybrid attention: layers windowed (4,096) by `layer_types`, or all but every
@@ -322,8 +363,26 @@ EXAONE_MOE = TensorMap("model.", tuple(
     tensor(" ".join(t.keys), "layers.{i}.mlp.e_score_correction_bias|" + t.name, t.layout)
     if t.keys == ("blocks.{i}.router_bias",) else t for t in GLM4_MOE.tensors), buffers=GLM4_MOE.buffers)
 
+# HY V3: Llama's names with q/k norms (and biases), the router mlp.gate (published: mlp.router.gate), its selection bias
+# mlp.e_score_correction_bias (published: mlp.expert_bias; a buffer), the experts per expert or fused, the shared experts
+# mlp.shared_experts (published: mlp.shared_mlp) with their biases, Llama's MLP on the dense layers; the published
+# checkpoints' multi-token-prediction layer, stored past the last, set aside
+HY_V3 = TensorMap("model.", tuple(t for t in LLAMA.tensors if t not in LLAMA_MLP) + (
+    tensor("blocks.{i}.router", "layers.{i}.mlp.gate.weight|layers.{i}.mlp.router.gate.weight", LINEAR),
+    *moe_tensors("layers.{i}.mlp.gate", "layers.{i}.mlp.experts", ("gate_proj", "up_proj", "down_proj"),
+                 "layers.{i}.mlp.experts")[1:],
+    tensor("blocks.{i}.router_bias", "layers.{i}.mlp.e_score_correction_bias|layers.{i}.mlp.expert_bias"),
+    *(tensor(f"blocks.{{i}}.shared_{kind}_{role}", f"layers.{{i}}.mlp.shared_experts.{role}_proj.{name}|"
+                                                   f"layers.{{i}}.mlp.shared_mlp.{role}_proj.{name}", layout)
+      for role in ("gate", "up", "down") for kind, name, layout in (("w", "weight", LINEAR), ("b", "bias", "same"))),
+    *LLAMA_MLP,  # the dense layers' MLP
+), buffers=LLAMA.buffers + ("layers.{i}.mlp.e_score_correction_bias", "layers.{i}.mlp.expert_bias"),
+    extra_layers="multi-token-prediction")
+
 FAMILIES = (
     Family("exaone_moe", "EXAONE MoE", _exaone_moe, EXAONE_MOE, TRAINING_ONLY),
+    # output_router_logits only returns the router's logits: HYV3ForCausalLM adds no load-balancing loss
+    Family("hy_v3", "HY V3", _hy_v3, HY_V3, TRAINING_ONLY | {"output_router_logits"}),
     Family("solar_open", "Solar Open", _solar_open, SOLAR_OPEN, TRAINING_ONLY),
     Family("phimoe", "PhiMoE", _phimoe, PHIMOE, MOE_TRAINING_ONLY | {"input_jitter_noise"}, aux_loss=True),
     # output_router_logits only returns the router's logits: Cohere2MoeForCausalLM adds no load-balancing loss
