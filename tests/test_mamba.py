@@ -493,6 +493,57 @@ def test_lfm2_layers_and_the_mlp_width() -> None:
     assert legacy.block.d_ff == 512 and not legacy.model.tie_embeddings  # ⌊2·600/3⌋ = 400, up to 512; untied
 
 
+# ----------------------------------------------------------------------------- Mamba-2 alone (mamba2)
+
+
+# transformers 5.24's Mamba2ForCausalLM on the meta device (recomputed by the torch-marked test)
+MAMBA2_CASES = {
+    "defaults": ({}, 7_285_403_648),
+    "random": (dict(hidden_size=96, num_heads=12, head_dim=24, expand=3, state_size=7, n_groups=3, conv_kernel=2,
+                    use_conv_bias=False, use_bias=True, num_hidden_layers=5, vocab_size=300, tie_word_embeddings=True,
+                    time_step_rank=11), 478_566),
+}
+MAMBA2_DEFAULTS = dict(hidden_size=4096, num_heads=128, head_dim=64, expand=2, state_size=128, n_groups=8,
+                       conv_kernel=4, num_hidden_layers=64, vocab_size=32768, layer_norm_epsilon=1e-5, use_bias=False,
+                       use_conv_bias=True, tie_word_embeddings=False)
+
+
+def test_mamba2_totals_by_hand() -> None:
+    """Every layer a norm d and the Mamba-2 mixer; the embedding V·d (and the head, untied), the final norm d."""
+    d, V = 4096, 32768
+    assert 64 * (d + _mixer_by_hand(d, 128, 64, 128, 8, 4, True, False)) + 2 * V * d + d == 7_285_403_648
+    d, V = 96, 300  # tied; time_step_rank sizes nothing
+    assert 5 * (d + _mixer_by_hand(d, 12, 24, 7, 3, 2, False, True)) + V * d + d == 478_566
+
+
+@pytest.mark.parametrize("case", sorted(MAMBA2_CASES))
+def test_mamba2_counts_as_transformers(case: str) -> None:
+    fields, want = MAMBA2_CASES[case]
+    config = parse_config(hf_to_mapping({"model_type": "mamba2", **MAMBA2_DEFAULTS, **fields}, "x.json"))
+    assert count_parameters(config).total == want
+
+
+def test_the_mamba2_models_layers() -> None:
+    """The mixer alone on every layer, no positions, untied; its widths from num_heads, head_dim, state_size."""
+    config = parse_config(hf_to_mapping({"model_type": "mamba2", "num_hidden_layers": 2}, "x.json"))
+    assert config.block.parts == "mixer" and not config.layers_differ and config.model.positions == "none"
+    assert config.block.mamba == Mamba2(n_heads=128, head_dim=64, d_state=128, n_groups=8, norm_eps=1e-5)
+    assert not config.model.tie_embeddings
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"hidden_act": "gelu"}, "'hidden_act'"),
+    ({"num_heads": 64}, "'num_heads': expected num_heads·head_dim = 4096 equal to expand·hidden_size = 8192"),
+    ({"n_groups": 5}, "'n_groups': expected a divisor of num_heads = 128"),
+    ({"time_step_limit": [0.0, 10.0]}, "'time_step_limit'"),
+    ({"time_step_rank": "big"}, "'time_step_rank'"),
+])
+def test_mamba2_fields_blockcli_cannot_run_are_named(tmp_path: Path, fields: dict, message: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mamba2", **fields}))
+    assert message in one_error_line(cli("count", path))
+
+
 # ----------------------------------------------------------------------------- Mamba-1: the selective scan
 
 
@@ -858,7 +909,8 @@ def test_backward_through_a_mamba_or_conv_layer_is_refused_in_one_line(name: str
 
 TORCH_CASES = {"granitemoehybrid": (GRANITE_CASES, GRANITE_DEFAULTS), "bamba": (BAMBA_CASES, BAMBA_DEFAULTS),
                "nemotron_h": (NEMOTRON_CASES, NEMOTRON_DEFAULTS), "lfm2": (LFM2_CASES, LFM2_DEFAULTS),
-               "falcon_h1": (FALCON_H1_CASES, FALCON_H1_DEFAULTS), **MAMBA1_CASES}
+               "falcon_h1": (FALCON_H1_CASES, FALCON_H1_DEFAULTS), "mamba2": (MAMBA2_CASES, MAMBA2_DEFAULTS),
+               **MAMBA1_CASES}
 
 
 @pytest.mark.torch

@@ -17,6 +17,9 @@ mamba_norm_before_gate says), W_out's bias projectors_bias; and its µP multipli
 (attention_scale), attention's and the SSM's input and output, W_in's five segments (ssm_multipliers), the MLP's gate
 and output (mlp_multipliers).
 
+Mamba-2 (`mamba2`): attention-free, every layer an RMSNorm and the Mamba-2 mixer alone (block.parts mixer), under
+Mamba's names (`backbone.`, `norm_f`); its fields Mamba2Config's own (num_heads, head_dim, state_size, n_groups, ...).
+
 The Mamba-2 mixer's fields (transformers' BambaMixer, which Granite's reuses): mamba_n_heads heads of
 mamba_d_head ("auto": mamba_expand·hidden_size / mamba_n_heads), a mamba_d_state-wide state, mamba_n_groups
 groups, a mamba_d_conv-tap conv (bias mamba_conv_bias), in/out projections with mamba_proj_bias, the gated
@@ -344,6 +347,45 @@ def _lfm2(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _mamba2(f: Fields) -> tuple[dict, dict]:
+    """Mamba-2 (`mamba2`, state-spaces' mamba2-*, Mistral's Mamba-Codestral): attention-free, every layer an RMSNorm
+    and a Mamba-2 mixer (block.parts mixer, no MLP), the final norm `norm_f`, the head untied by default. The mixer
+    (transformers' Mamba2Mixer): num_heads heads of head_dim (num_heads·head_dim must be expand·hidden_size, as
+    Mamba2Config requires), a state_size-wide state, n_groups groups of B and C (the gated norm over each group),
+    a conv_kernel-tap conv (bias use_conv_bias), in/out projections with use_bias, the norms' eps layer_norm_epsilon.
+    time_step_rank sizes nothing (Mamba-2 has no Δ projection), chunk_size only chunks the scan, the time_step_*
+    fields but the limit are initialisation, residual_in_fp32 a precision choice."""
+    d = f.int("hidden_size", 4096)
+    eps = f.float("layer_norm_epsilon", 1e-5)
+    if f.str("hidden_act", "silu") != "silu":
+        raise f.unrepresentable("hidden_act", f.data["hidden_act"], "the Mamba-2 layers' conv runs hidden_act, which "
+                                                                    "blockcli runs as SiLU only")
+    heads, head_dim = f.int("num_heads", 128), f.int("head_dim", 64)
+    expand = f.int("expand", 2)
+    if heads * head_dim != expand * d:  # Mamba2Config.validate_architecture refuses it
+        raise f.invalid("num_heads", heads, f"num_heads·head_dim = {heads * head_dim} equal to expand·hidden_size = "
+                                            f"{expand * d}, as transformers requires")
+    groups = f.int("n_groups", 8)
+    if heads % groups:
+        raise f.invalid("n_groups", groups, f"a divisor of num_heads = {heads}")
+    rank = f.raw("time_step_rank", "auto")
+    if rank != "auto":
+        f.int("time_step_rank")  # an integer, which sizes nothing
+    f.int("chunk_size", 256)  # chunks the scan only: every chunking gives the same sums
+    f.ignore("residual_in_fp32", "time_step_min", "time_step_max", "time_step_floor", "rescale_prenorm_residual")
+    mixer = {"n_heads": heads, "head_dim": head_dim, "d_state": f.int("state_size", 128), "n_groups": groups,
+             "conv_kernel": f.int("conv_kernel", 4), "conv_bias": f.bool("use_conv_bias", True),
+             "proj_bias": f.bool("use_bias", False), "norm_eps": eps, **_dt_min(f)}
+    block = {"d_model": d, "n_heads": 1, "n_kv_heads": 1, "head_dim": d, "d_ff": d, "norm": "rmsnorm",
+             "norm_eps": eps, "activation": "silu", "bias": False, "placement": "pre", "rope": False,
+             "parts": "mixer", "mamba": mixer}
+    # no positions and no context limit of its own: max_positions only bounds blockcli's default sweeps
+    model = model_section(f.int("num_hidden_layers", 64), f.int("vocab_size", 32768), "none", 1 << 20,
+                          f.bool("tie_word_embeddings", False))
+    f.notes.append("attention-free: every layer a Mamba-2 (SSD) mixer, no MLP")
+    return block, model
+
+
 def _bamba_name(name: str) -> str:
     """Llama's tensor name as Bamba's modules call it."""
     if name == "norm.weight":
@@ -398,6 +440,16 @@ NEMOTRON_H = TensorMap("backbone.", (
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
 
+# Mamba-2: Mamba's names (`backbone.`, one `norm` per layer, the mixer under `mixer.`, the final `norm_f`;
+# `embedding.` is the name Mamba2Model's load hook renames to `embeddings.`)
+MAMBA2 = TensorMap("backbone.", (
+    tensor("wte", "embeddings.weight|embedding.weight"),
+    tensor("blocks.{i}.ln1_gamma", "layers.{i}.norm.weight"),
+    *mamba_tensors("layers.{i}.mixer"),
+    tensor("ln_f_gamma", "norm_f.weight"),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
 # LFM2: Llama's names with its own for the norms (operator_norm, ffn_norm, q_/k_layernorm, embedding_norm last), the
 # MLP's w1/w3/w2, attention's out_proj, and the short conv under `conv.`
 LFM2 = TensorMap("model.", (
@@ -439,4 +491,6 @@ FAMILIES = (
            unread={"attention_bias": "NemotronHAttention (Jamba's) builds q/k/v/o without biases whatever it says",
                    "tie_word_embeddings": "NemotronHForCausalLM ties nothing: its LM head is its own whatever it says"}),
     Family("lfm2", "LFM2", _lfm2, LFM2, TRAINING_ONLY),
+    # Mamba2Model's embedding has no padding_idx: every row of it would get its gradient
+    Family("mamba2", "Mamba-2", _mamba2, MAMBA2, frozenset(), padding_idx=False),
 )
