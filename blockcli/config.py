@@ -124,6 +124,8 @@ class MoE:
     scoring: str = "softmax"  # softmax | sigmoid (DeepSeek-V3)
     order: str = "softmax_topk"  # softmax_topk | topk_softmax
     renormalize: bool = False  # the k chosen weights divided by their sum (Mixtral; Qwen's norm_topk_prob)
+    # ε added to that sum: DeepSeek-V3's 1e-20 (sigmoid scores may all underflow to 0); LFM2-MoE's router adds 1e-6
+    renormalize_eps: float = 1e-20
     routed_scaling: float = 1.0  # the routed experts' weights times this (DeepSeek's routed_scaling_factor)
     n_groups: int = 1  # experts in this many equal groups for group-limited routing (DeepSeek's n_group)
     top_groups: int = 1  # the best groups whose experts may be chosen (DeepSeek's topk_group)
@@ -1457,6 +1459,7 @@ def _parse_moe(value: Any) -> MoE | None:
         scoring=_choice(value, "scoring", p, "softmax", ROUTER_SCORINGS),
         order=_choice(value, "order", p, "softmax_topk", ROUTER_ORDERS),
         renormalize=_bool(value, "renormalize", p, False),
+        renormalize_eps=_float(value, "renormalize_eps", p, 1e-20, 0.0, 1.0, low_open=False),
         routed_scaling=_float(value, "routed_scaling", p, 1.0, 0.0, 1e6, low_open=True),
         n_groups=n_groups, top_groups=top_groups, group_score=group_score,
         selection_bias=_bool(value, "selection_bias", p, False),

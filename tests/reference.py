@@ -154,6 +154,7 @@ def _resolve_moe(cfg):
         "n_experts": int(cfg["n_experts"]), "top_k": int(cfg["top_k"]), "d_expert": int(cfg["d_expert"]),
         "scoring": cfg.get("scoring", "softmax"), "order": cfg.get("order", "softmax_topk"),
         "renormalize": bool(cfg.get("renormalize", False)),
+        "renormalize_eps": float(cfg.get("renormalize_eps", 1e-20)),  # LFM2-MoE's router: 1e-6
         "routed_scaling": float(cfg.get("routed_scaling", 1.0)),
         "n_groups": groups, "top_groups": int(cfg.get("top_groups", groups)),
         "group_score": cfg.get("group_score", "max"),
@@ -827,7 +828,7 @@ def moe_routing(moe, weights, prefix, vec):
     chosen = _largest(choice, k)
     picked = [scores[e] for e in chosen]
     if moe["renormalize"]:
-        total = math.fsum(picked) + 1e-20  # DeepSeek-V3 adds 1e-20: sigmoid scores can all underflow to 0
+        total = math.fsum(picked) + moe["renormalize_eps"]  # DeepSeek-V3's 1e-20: sigmoid scores can all be 0
         picked = [w / total for w in picked]
     return chosen, [w * moe["routed_scaling"] for w in picked]
 

@@ -37,7 +37,7 @@ from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, first_
                                       model_section, override_layers, silu_gate, with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, granite_scalars, theta_default
-from blockcli.families.moe import GRANITE_MOE_SHARED, MOE_TRAINING_ONLY
+from blockcli.families.moe import GRANITE_MOE_SHARED, MOE_TRAINING_ONLY, moe_tensors
 from blockcli.tensor_names import DEPTHWISE, EXPERTS, FUSED, LINEAR, TensorMap, tensor
 
 _MAMBA_KINDS = {"mamba": True, "linear_attention": True, "attention": False, "full_attention": False}
@@ -334,16 +334,68 @@ def _lfm2(f: Fields) -> tuple[dict, dict]:
         conv = [i not in attention for i in range(n_layers)]
     else:
         f.ignore("full_attn_idxs")  # read only without layer_types
-        if not isinstance(types, list) or len(types) != n_layers or any(t not in ("conv", "full_attention")
-                                                                         for t in types):
-            raise f.invalid("layer_types", types, f"an array of {n_layers} of conv, full_attention")
-        conv = [t == "conv" for t in types]
+        conv = _lfm2_conv_layers(f, n_layers)
+    _lfm2_short_convs(f, block, conv)
+    return block, model
+
+
+def _lfm2_conv_layers(f: Fields, n_layers: int) -> list[bool]:
+    """Which layers `layer_types` marks "conv" (the others "full_attention")."""
+    types = f.raw("layer_types", why="each layer's mixer, conv or full_attention")
+    if not isinstance(types, list) or len(types) != n_layers or any(t not in ("conv", "full_attention")
+                                                                     for t in types):
+        raise f.invalid("layer_types", types, f"an array of {n_layers} of conv, full_attention")
+    return [t == "conv" for t in types]
+
+
+def _lfm2_short_convs(f: Fields, block: dict, conv: list[bool]) -> None:
+    """LFM2's gated short convolution (conv_L_cache taps, biases conv_bias) on the `conv` layers."""
     mixer = {"kernel": f.int("conv_L_cache", 3), "bias": f.bool("conv_bias", False)}
     if conv[0]:
         block["short_conv"] = mixer
     others = [i for i, kind in enumerate(conv) if kind != conv[0]]
     if others:
         override_layers(f, others, {"short_conv": None if conv[0] else mixer})
+
+
+def _lfm2_moe(f: Fields) -> tuple[dict, dict]:
+    """LFM2-MoE (Liquid AI's LFM2-8B-A1B): LFM2's layers (short convs and attention by `layer_types`, which it
+    needs: Lfm2MoeConfig derives none), its SwiGLU MLP intermediate_size wide as given (no width adjustment) on the
+    first num_dense_layers layers, and on the others num_experts SwiGLU experts of moe_intermediate_size: sigmoid
+    scores, the top num_experts_per_tok chosen by the scores plus the expert_bias buffer (use_expert_bias), the chosen
+    scores divided by their sum + 1e-6 (norm_topk_prob), times routed_scaling_factor; no shared expert. The MLP runs
+    SiLU (no hidden_act); tie_embedding is the legacy name transformers reads first."""
+    if f.has("rms_norm_eps"):
+        raise f.unrepresentable("rms_norm_eps", f.data["rms_norm_eps"], "LFM2-MoE's norms read norm_eps")
+    data = dict(f.data)
+    if "tie_embedding" in data:  # Lfm2MoeConfig pops the legacy name over the current one
+        data["tie_word_embeddings"] = data["tie_embedding"]
+    g = with_data(f, {"hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 8,
+                      "intermediate_size": 7168, "num_hidden_layers": 32, "vocab_size": 65536,
+                      "max_position_embeddings": 128000, **data})
+    f.ignore("tie_embedding")
+    block, model = gated_rms(g, lambda _: {"activation": "swiglu"}, kv_default=8, tie_default=True, qkv_bias=False,
+                             out_bias=False, mlp_bias=False)
+    theta_default(f, block, 1e6)
+    block.update(norm_eps=f.float("norm_eps", 1e-5), qk_norm="head")
+    n_layers = model["n_layers"]
+    _lfm2_short_convs(f, block, _lfm2_conv_layers(f, n_layers))
+    experts = f.int("num_experts", 32)
+    top_k = f.int("num_experts_per_tok", 4)
+    if top_k > experts:
+        raise f.invalid("num_experts_per_tok", top_k, f"at most num_experts = {experts}")
+    moe = {"n_experts": experts, "top_k": top_k, "d_expert": f.int("moe_intermediate_size", 1792),
+           "scoring": "sigmoid", "selection_bias": f.bool("use_expert_bias", True),
+           "renormalize": f.bool("norm_topk_prob", True), "renormalize_eps": 1e-6,
+           "routed_scaling": f.float("routed_scaling_factor", 1.0, high=1e6)}
+    f.ignore("output_router_logits")  # Lfm2MoeForCausalLM adds no auxiliary loss (DeepSeek-V2's causal LM)
+    dense = f.int("num_dense_layers", 2, minimum=0)
+    routed = [i for i in range(n_layers) if i >= dense]
+    if routed:
+        if dense == 0:
+            block["moe"] = moe
+        else:
+            override_layers(f, routed, {"moe": moe})
     return block, model
 
 
@@ -473,6 +525,14 @@ LFM2 = TensorMap("model.", (
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
 ), buffers=LLAMA.buffers)
 
+# LFM2-MoE: LFM2's names, the router feed_forward.gate and its expert_bias buffer, the experts one tensor each as
+# published (w1 gate, w3 up, w2 down) or transformers 5's fused gate_up_proj / down_proj
+_FF = "layers.{i}.feed_forward"
+LFM2_MOE = TensorMap("model.", LFM2.tensors + moe_tensors(f"{_FF}.gate", f"{_FF}.experts", ("w1", "w3", "w2"),
+                                                          f"{_FF}.experts") + (
+    tensor("blocks.{i}.router_bias", f"{_FF}.expert_bias"),
+), buffers=LLAMA.buffers)
+
 FAMILIES = (
     Family("granitemoehybrid", "Granite 4.0-H (Granite MoE hybrid)", _granitemoehybrid, GRANITE_HYBRID,
            MOE_TRAINING_ONLY, aux_loss=True),
@@ -493,4 +553,5 @@ FAMILIES = (
     Family("lfm2", "LFM2", _lfm2, LFM2, TRAINING_ONLY),
     # Mamba2Model's embedding has no padding_idx: every row of it would get its gradient
     Family("mamba2", "Mamba-2", _mamba2, MAMBA2, frozenset(), padding_idx=False),
+    Family("lfm2_moe", "LFM2-MoE", _lfm2_moe, LFM2_MOE),
 )
