@@ -1096,7 +1096,7 @@ def gated_deltanet(mixer, weights, x, state=None, conv_window=None):
                 k_len = math.sqrt(sum(e * e for e in k) + 1e-6)
                 q = [e / q_len / math.sqrt(d_k) for e in q]
                 k = [e / k_len for e in k]
-                beta = sigmoid(b_all[hv])
+                beta = mixer.get("beta_scale", 1.0) * sigmoid(b_all[hv])  # OLMo Hybrid: 2·σ
                 g = -math.exp(weights["dn_A_log"][hv]) * softplus(a_all[hv] + weights["dn_dt_bias"][hv])
                 S = states[b, hv]
                 S *= math.exp(g)

@@ -43,7 +43,7 @@ UNCLAIMED = {
     "gemma4_unified_text", "git", "got_ocr2", "gpt_neox_japanese", "hrm_text", "hy_v3", "hy_v4",
     "inkling2_loop_text", "inkling2_text", "inkling_text", "jetmoe", "kolibri1", "laguna", "lara_mini",
     "lfm3", "longcat_flash", "mellum", "mimo_v2_flash", "minimax_m3_vl_text", "mllama",
-    "modernbert-decoder", "moshi", "olmo_hybrid", "phi4_multimodal", "qwen4_exp", "qwen4_exp_text",
+    "modernbert-decoder", "moshi", "phi4_multimodal", "qwen4_exp", "qwen4_exp_text",
     "recurrent_gemma", "rwkv",
     "sarvam_mla", "sarvam_moe", "xglm", "xlnet", "xlstm", "youtu", "zamba", "zamba2", "zaya",
 }
