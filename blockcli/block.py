@@ -1607,7 +1607,7 @@ class MixtureOfExperts:
             weights = np.take_along_axis(scores, chosen, axis=-1)  # (N, k)
             probabilities = scores
             if moe.renormalize:
-                weights = ops.renormalize(weights)
+                weights = ops.renormalize(weights, moe.renormalize_eps)
         if moe.routed_scaling != 1.0:
             weights = weights * np.asarray(moe.routed_scaling, dtype=weights.dtype)
         if moe.expert_scale:  # Gemma 4: each chosen expert's weight times its learned scale
@@ -1636,7 +1636,7 @@ class MixtureOfExperts:
         else:
             if moe.renormalize:
                 raw = np.take_along_axis(probabilities, chosen, axis=-1)  # (N, k)
-                total = raw.sum(axis=-1, keepdims=True) + F.RENORMALIZE_EPS
+                total = raw.sum(axis=-1, keepdims=True) + moe.renormalize_eps
                 d_weights = (d_weights - np.sum(d_weights * raw / total, axis=-1, keepdims=True)) / total
             d_scores = np.zeros_like(probabilities)  # (N, E)
             np.put_along_axis(d_scores, chosen, d_weights, axis=-1)

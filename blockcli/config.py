@@ -124,6 +124,8 @@ class MoE:
     scoring: str = "softmax"  # softmax | sigmoid (DeepSeek-V3)
     order: str = "softmax_topk"  # softmax_topk | topk_softmax
     renormalize: bool = False  # the k chosen weights divided by their sum (Mixtral; Qwen's norm_topk_prob)
+    # ε added to that sum: DeepSeek-V3's 1e-20 (sigmoid scores may all underflow to 0); LFM2-MoE's router adds 1e-6
+    renormalize_eps: float = 1e-20
     routed_scaling: float = 1.0  # the routed experts' weights times this (DeepSeek's routed_scaling_factor)
     n_groups: int = 1  # experts in this many equal groups for group-limited routing (DeepSeek's n_group)
     top_groups: int = 1  # the best groups whose experts may be chosen (DeepSeek's topk_group)
@@ -198,7 +200,7 @@ class GatedDeltaNet:
     q, k (key_heads of key_head_dim) and v (value_heads of value_head_dim) from x, each through a causal
     depthwise conv of conv_kernel taps and SiLU; q and k L2-normalised, each key head read by
     value_heads / key_heads value heads; per value head a decay g = −exp(A_log)·softplus(x·W_a + dt_bias)
-    and a write strength β = σ(x·W_b); then per step S ← e^g·S, S ← S + k (β(v − Sᵀk))ᵀ,
+    and a write strength β = σ(x·W_b) (times beta_scale); then per step S ← e^g·S, S ← S + k (β(v − Sᵀk))ᵀ,
     o = Sᵀq/√d_k; o through an RMSNorm (its own scale, d_v wide) times SiLU(x·W_z), then W_O.
 
     decay "channel" is Kimi Delta Attention (Kimi-Linear's KDA): as many key as value heads, d_k = d_v, and the
@@ -213,12 +215,23 @@ class GatedDeltaNet:
     value_head_dim: int = 128
     conv_kernel: int = 4
     norm_eps: float = 1e-6  # the gated RMSNorm of the output
+    # β = beta_scale·σ(x·W_b): 2 lets the state's eigenvalues go negative, β in (0, 2) (OLMo Hybrid's
+    # linear_allow_neg_eigval); 1: β in (0, 1) (Qwen3-Next)
+    beta_scale: float = 1.0
+    # the short conv's taps as three parameters, one each for q, k and v (dn_q_conv, dn_k_conv, dn_v_conv), as OLMo
+    # Hybrid's checkpoints store them; false: one dn_conv over q | k | v (Qwen3-Next). The same sums either way
+    split_conv: bool = False
     decay: str = "head"  # head: one decay per value head (Gated DeltaNet); channel: per key channel (KDA)
 
     @property
     def per_channel(self) -> bool:
         """Kimi Delta Attention: the decay per key channel, the low-rank decay and output-gate projections."""
         return self.decay == "channel"
+
+    @property
+    def three_convs(self) -> bool:
+        """The conv's taps held as three parameters (q, k, v): Kimi Delta Attention's, or with split_conv."""
+        return self.per_channel or self.split_conv
 
     @property
     def key_width(self) -> int:
@@ -1465,6 +1478,7 @@ def _parse_moe(value: Any) -> MoE | None:
         scoring=_choice(value, "scoring", p, "softmax", ROUTER_SCORINGS),
         order=_choice(value, "order", p, "softmax_topk", ROUTER_ORDERS),
         renormalize=_bool(value, "renormalize", p, False),
+        renormalize_eps=_float(value, "renormalize_eps", p, 1e-20, 0.0, 1.0, low_open=False),
         routed_scaling=_float(value, "routed_scaling", p, 1.0, 0.0, 1e6, low_open=True),
         n_groups=n_groups, top_groups=top_groups, group_score=group_score,
         selection_bias=_bool(value, "selection_bias", p, False),
@@ -1541,6 +1555,8 @@ def _parse_linear_attention(value: Any) -> GatedDeltaNet | None:
         key_head_dim=_int(value, "key_head_dim", p, 128), value_head_dim=_int(value, "value_head_dim", p, 128),
         conv_kernel=_int(value, "conv_kernel", p, 4),
         norm_eps=_float(value, "norm_eps", p, 1e-6, 0.0, 1.0, low_open=True),
+        beta_scale=_float(value, "beta_scale", p, 1.0, 0.0, 2.0, low_open=True),
+        split_conv=_bool(value, "split_conv", p, False),
         decay=_choice(value, "decay", p, "head", DELTANET_DECAYS))
     if mixer.per_channel and (mixer.key_heads != mixer.value_heads or mixer.key_head_dim != mixer.value_head_dim):
         raise ConfigError(f"{p}.decay: channel (Kimi Delta Attention) has as many key as value heads, of one width; "

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from blockcli.activations import function_of
-from blockcli.config import BlockConfig, Config, LayerGroup, Mamba1, layer_list, projected_width
+from blockcli.config import BlockConfig, Config, GatedDeltaNet, LayerGroup, Mamba1, layer_list, projected_width
 from blockcli.shapes import Shape, block_parameter_shapes, counted_buffer, declared_sizes, is_buffer
 
 # A polynomial: monomial (sorted tuple of symbols) → integer coefficient.
@@ -209,7 +209,7 @@ def block_formula(b: BlockConfig) -> list[Row]:
     elif b.mla is not None:
         rows.extend(_latent_attention_rows(b))
     elif b.linear_attention is not None:
-        rows.extend(_kda_rows() if b.linear_attention.per_channel else _deltanet_rows())
+        rows.extend(_kda_rows() if b.linear_attention.per_channel else _deltanet_rows(b.linear_attention))
     elif b.lightning is not None:
         rows.extend(_lightning_rows(q_width))
     else:
@@ -408,7 +408,7 @@ def _lightning_rows(width: tuple[str, ...]) -> list[Row]:
             Row("attn.la_out", "lightning: output projection W_out", term(1, *width, "d"), no, ("la_out",))]
 
 
-def _deltanet_rows() -> list[Row]:
+def _deltanet_rows(m: GatedDeltaNet) -> list[Row]:
     """The Gated DeltaNet token mixer (blockcli/deltanet.py): q and k h_k·d_k wide, v and the output gate z
     h_v·d_v, the write strength b and the decay input a one per value head; the short conv's K taps on each of
     q | k | v's channels (no bias); dt_bias and A_log per value head; the output RMSNorm's γ over d_v; W_O."""
@@ -419,8 +419,10 @@ def _deltanet_rows() -> list[Row]:
             Row("attn.dn_z", "linear attention: output gate z", term(1, "d", "h_v", "d_v"), no, ("dn_z",)),
             Row("attn.dn_b", "linear attention: write strength β (b)", term(1, "d", "h_v"), no, ("dn_b",)),
             Row("attn.dn_a", "linear attention: decay input (a)", term(1, "d", "h_v"), no, ("dn_a",)),
-            Row("attn.dn_conv", "linear attention: short conv over q | k | v",
-                term(2, "K", "h_k", "d_k") + term(1, "K", "h_v", "d_v"), no, ("dn_conv",)),
+            Row("attn.dn_conv", "linear attention: short conv" + ("s of q, k and v" if m.split_conv else
+                                                                  " over q | k | v"),
+                term(2, "K", "h_k", "d_k") + term(1, "K", "h_v", "d_v"), no,
+                ("dn_q_conv", "dn_k_conv", "dn_v_conv") if m.split_conv else ("dn_conv",)),
             Row("attn.dn_decay", "linear attention: dt_bias and A_log", term(2, "h_v"), no, ("dn_dt_bias", "dn_A_log")),
             Row("attn.dn_norm", "linear attention: output RMSNorm (over d_v)", term(1, "d_v"), no, ("dn_norm_gamma",)),
             Row("attn.dn_out", "linear attention: output projection W_O", term(1, "h_v", "d_v", "d"), no, ("dn_out",))]

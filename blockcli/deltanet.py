@@ -75,10 +75,15 @@ class DeltaNetState:
     length: int = 0
 
 
+def beta_label(m: GatedDeltaNet) -> str:
+    """The trace's name of the write strength: β = σ(b), or s·σ(b) with beta_scale s."""
+    return "β = σ(b)" if m.beta_scale == 1.0 else f"β = {m.beta_scale:g}·σ(b)"
+
+
 def conv_taps(m: GatedDeltaNet, p: dict[str, Array]) -> tuple[Array, tuple[str, ...]]:
     """The short conv's taps (C, K) over q | k | v and their parameter keys: the Gated DeltaNet's one conv, or Kimi
-    Delta Attention's three (one each for q, k and v, stacked)."""
-    if m.per_channel:
+    Delta Attention's three (one each for q, k and v, stacked), or split_conv's (OLMo Hybrid's)."""
+    if m.three_convs:
         keys = ("dn_q_conv", "dn_k_conv", "dn_v_conv")
         return np.concatenate([p[k] for k in keys], axis=0), keys
     return p["dn_conv"], ("dn_conv",)
@@ -154,7 +159,9 @@ class GatedDeltaNetMixer:
         if h_v != h_k:  # key head i serves value heads r·i … r·i + r − 1
             q, k = np.repeat(q, h_v // h_k, axis=2), np.repeat(k, h_v // h_k, axis=2)  # (B, T, h_v, d_k)
         beta = F.sigmoid(made["dn_b"])  # (B, T, h_v)
-        rec("dn_beta", "β = σ(b)", beta, (made["dn_b"],), kind="sigmoid")
+        if m.beta_scale != 1.0:  # OLMo Hybrid's allow_neg_eigval: β in (0, 2)
+            beta = beta * np.asarray(m.beta_scale, dtype=beta.dtype)
+        rec("dn_beta", beta_label(m), beta, (made["dn_b"],), kind="sigmoid")
         if m.per_channel:  # (B, T, h, d_k): A_log per head, dt_bias per channel
             pre = (made["dn_f"] + p["dn_dt_bias"]).reshape(B, T, h_v, d_k)
             g = -np.exp(p["dn_A_log"])[:, None] * F.softplus(pre)
@@ -211,7 +218,7 @@ class GatedDeltaNetMixer:
         dq = dq.reshape(B, T, h_k, r, d_k).sum(axis=3) / math.sqrt(d_k)  # (B, T, h_k, d_k)
         dk = dk.reshape(B, T, h_k, r, d_k).sum(axis=3)
         dq, dk = l2_normalize_backward(sv["q_raw"], dq), l2_normalize_backward(sv["k_raw"], dk)
-        d_b = d_beta * sv["beta"] * (1.0 - sv["beta"])  # (B, T, h_v): σ'
+        d_b = d_beta * sv["beta"] * (1.0 - sv["beta"] / m.beta_scale)  # (B, T, h_v): β = s·σ, β' = β·(1 − β/s)
         # g = −exp(A_log)·softplus(a + dt_bias): ∂g/∂A_log = g, ∂g/∂a = −exp(A_log)·σ(a + dt_bias); KDA's per key
         # channel (B, T, h, d_k), A_log's gradient summed over a head's channels
         if m.per_channel:
@@ -227,7 +234,7 @@ class GatedDeltaNetMixer:
         taps, conv_keys = conv_taps(m, p)
         d_qkv, d_taps = causal_conv1d_backward(sv["qkv"], taps, d_conv)
         kw = m.key_width
-        if m.per_channel:  # the three convs' rows of the stacked taps
+        if m.three_convs:  # the three convs' rows of the stacked taps
             for key, rows in zip(conv_keys, (d_taps[:kw], d_taps[kw:2 * kw], d_taps[2 * kw:])):
                 tape.add(key, rows)
         else:
@@ -320,13 +327,13 @@ def analytic_rows(cfg: BlockConfig, rec: Record, S: Callable[..., Any], x: Any, 
     qkv, conv = S(B, T, m.conv_width), S(B, T, m.conv_width)
     rec("dn_conv", f"causal depthwise conv ({m.conv_kernel} taps) of q | k | v", conv,
         (qkv, S(m.conv_width, m.conv_kernel)), kind="conv",
-        params=("dn_q_conv", "dn_k_conv", "dn_v_conv") if m.per_channel else ("dn_conv",))
+        params=("dn_q_conv", "dn_k_conv", "dn_v_conv") if m.three_convs else ("dn_conv",))
     act = S(B, T, m.conv_width)
     rec("dn_conv_act", "SiLU", act, (conv,), kind="silu")
     q, k = S(B, T, m.key_heads, m.key_head_dim), S(B, T, m.key_heads, m.key_head_dim)
     rec("dn_qk_norm", "L2-normalise q and k (q / √d_k)", k, (q, k), kind="l2norm")
     beta = S(B, T, m.value_heads)
-    rec("dn_beta", "β = σ(b)", beta, (made["dn_b"],), kind="sigmoid")
+    rec("dn_beta", beta_label(m), beta, (made["dn_b"],), kind="sigmoid")
     g = S(B, T, m.value_heads, m.key_head_dim) if m.per_channel else S(B, T, m.value_heads)
     rec("dn_decay", DECAY_LABEL[m.per_channel], g, (made["dn_f" if m.per_channel else "dn_a"],), kind="decay",
         params=("dn_A_log", "dn_dt_bias"))

@@ -271,7 +271,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("router-wrong-k", "top-k picks k + 1 experts per token (k − 1 when k = E)", (12, 18),
            _ops(top_k=_top_k_off_by_one), inapplicable=_one_choice),
     Mutant("router-no-renormalize", "the k chosen routing weights are not divided by their sum", (12, 19),
-           _ops(renormalize=lambda w: w), inapplicable=_unnormalised_reference),
+           _ops(renormalize=lambda w, eps: w), inapplicable=_unnormalised_reference),
     Mutant("shared-expert-dropped", "the shared expert's output is never added", (12,),
            _ops(add_shared=lambda routed, shared: routed), inapplicable=_no_shared),
     # bugs of the backward alone: the forward is right, so only the gradient checks (--grad) see them

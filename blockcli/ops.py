@@ -699,9 +699,10 @@ def sparsemixer_backward(stages: Array, chosen: Array, d_weights: Array) -> Arra
 RENORMALIZE_EPS = 1e-20  # added to the sum, as DeepSeek-V3 does: sigmoid scores may all underflow to 0
 
 
-def renormalize(weights: Array) -> Array:
-    """The k chosen routing weights (N, k) divided by their sum (+ 1e-20), so each row sums to 1."""
-    return weights / (weights.sum(axis=-1, keepdims=True) + RENORMALIZE_EPS)
+def renormalize(weights: Array, eps: float = RENORMALIZE_EPS) -> Array:
+    """The k chosen routing weights (N, k) divided by their sum (+ eps, block.moe.renormalize_eps: 1e-20 by
+    default), so each row sums to 1 (to Σ/(Σ + eps))."""
+    return weights / (weights.sum(axis=-1, keepdims=True) + eps)
 
 
 def add_shared(routed: Array, shared: Array) -> Array:
@@ -728,7 +729,7 @@ class Ops:
     rotate_pairs: Callable[[Array, Array, Array, str], Array] = rotate_pairs
     router_probabilities: Callable[[Array, str], Array] = router_probabilities
     top_k: Callable[[Array, int], Array] = top_k
-    renormalize: Callable[[Array], Array] = renormalize
+    renormalize: Callable[[Array, float], Array] = renormalize
     add_shared: Callable[[Array, Array], Array] = add_shared
     split_rope_part: Callable[[Array, int], tuple[Array, Array]] = split_rope_part
     normalise_latent: Callable[[Array, Callable[[Array], Array]], Array] = normalise_latent

@@ -412,7 +412,7 @@ def _moe(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.nda
             chosen = _best(choice, moe.top_k)
             weights = [scores[i] for i in chosen]
             if moe.renormalize:
-                weights = [w / (sum(weights) + 1e-20) for w in weights]  # DeepSeek-V3's 1e-20
+                weights = [w / (sum(weights) + moe.renormalize_eps) for w in weights]  # DeepSeek-V3's 1e-20
         for i, w in zip(chosen, weights):
             if moe.scale_input:  # Llama 4: the weight scales what the expert reads
                 out[t] += _expert(w * moe.routed_scaling * vec, p, cfg, f"experts.{i}.")

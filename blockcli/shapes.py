@@ -87,9 +87,12 @@ def deltanet_shapes(cfg: BlockConfig) -> dict[str, Shape]:
                 "dn_q_conv": (m.key_width, m.conv_kernel), "dn_k_conv": (m.key_width, m.conv_kernel),
                 "dn_v_conv": (m.value_width, m.conv_kernel), "dn_dt_bias": (m.key_width,), "dn_A_log": (m.value_heads,),
                 "dn_norm_gamma": (m.value_head_dim,), "dn_out": (m.value_width, d)}
+    conv = ({"dn_q_conv": (m.key_width, m.conv_kernel), "dn_k_conv": (m.key_width, m.conv_kernel),
+             "dn_v_conv": (m.value_width, m.conv_kernel)} if m.split_conv else
+            {"dn_conv": (m.conv_width, m.conv_kernel)})  # OLMo Hybrid's three convs, or one over q | k | v
     return {"dn_q": (d, m.key_width), "dn_k": (d, m.key_width), "dn_v": (d, m.value_width),
             "dn_z": (d, m.value_width), "dn_b": (d, m.value_heads), "dn_a": (d, m.value_heads),
-            "dn_conv": (m.conv_width, m.conv_kernel), "dn_dt_bias": (m.value_heads,), "dn_A_log": (m.value_heads,),
+            **conv, "dn_dt_bias": (m.value_heads,), "dn_A_log": (m.value_heads,),
             "dn_norm_gamma": (m.value_head_dim,), "dn_out": (m.value_width, d)}
 
 

@@ -154,6 +154,7 @@ def _resolve_moe(cfg):
         "n_experts": int(cfg["n_experts"]), "top_k": int(cfg["top_k"]), "d_expert": int(cfg["d_expert"]),
         "scoring": cfg.get("scoring", "softmax"), "order": cfg.get("order", "softmax_topk"),
         "renormalize": bool(cfg.get("renormalize", False)),
+        "renormalize_eps": float(cfg.get("renormalize_eps", 1e-20)),  # LFM2-MoE's router: 1e-6
         "routed_scaling": float(cfg.get("routed_scaling", 1.0)),
         "n_groups": groups, "top_groups": int(cfg.get("top_groups", groups)),
         "group_score": cfg.get("group_score", "max"),
@@ -827,7 +828,7 @@ def moe_routing(moe, weights, prefix, vec):
     chosen = _largest(choice, k)
     picked = [scores[e] for e in chosen]
     if moe["renormalize"]:
-        total = math.fsum(picked) + 1e-20  # DeepSeek-V3 adds 1e-20: sigmoid scores can all underflow to 0
+        total = math.fsum(picked) + moe["renormalize_eps"]  # DeepSeek-V3's 1e-20: sigmoid scores can all be 0
         picked = [w / total for w in picked]
     return chosen, [w * moe["routed_scaling"] for w in picked]
 
@@ -1095,7 +1096,7 @@ def gated_deltanet(mixer, weights, x, state=None, conv_window=None):
                 k_len = math.sqrt(sum(e * e for e in k) + 1e-6)
                 q = [e / q_len / math.sqrt(d_k) for e in q]
                 k = [e / k_len for e in k]
-                beta = sigmoid(b_all[hv])
+                beta = mixer.get("beta_scale", 1.0) * sigmoid(b_all[hv])  # OLMo Hybrid: 2·σ
                 g = -math.exp(weights["dn_A_log"][hv]) * softplus(a_all[hv] + weights["dn_dt_bias"][hv])
                 S = states[b, hv]
                 S *= math.exp(g)

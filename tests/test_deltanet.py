@@ -32,7 +32,7 @@ from blockcli.ops import causal_conv1d
 from blockcli.sizing import inference
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "deltanet"
-NAMES = ["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"]
+NAMES = ["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "olmo_hybrid"]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
 
@@ -515,3 +515,150 @@ def test_what_the_backward_keeps_is_its_closed_form(block: dict) -> None:
     tape = Tape()
     layer(np.random.default_rng(0).standard_normal((3, 5, 12)).astype(np.float32), tape=tape)
     assert tape.saved_bytes() == block_saved_bytes(cfg, 3, 5, 4)
+
+
+# ----------------------------------------------------------------------------- OLMo Hybrid (olmo_hybrid)
+
+
+def _olmo_hybrid_by_hand(d: int, f: int, vocab: int, layers: int, full: int, h: int, kv: int, h_k: int, h_v: int,
+                         d_k: int, d_v: int, K: int, tied: bool, bias: bool) -> int:
+    """OLMo 3's attention layers (Q, K, V, O, biases with attention_bias, q/k norms over the whole projection: h·d_h
+    and h_kv·d_h) and Gated DeltaNet layers (q, k, v, the gate g, b, a, the three convs over q, k, v without bias,
+    dt_bias and A_log per value head, the output norm over d_v, W_O); a SwiGLU and two norms a layer."""
+    d_h = d // h
+    attention = 2 * d * h * d_h + 2 * d * kv * d_h + (h + kv) * d_h + bias * (h * d_h + 2 * kv * d_h + d)
+    deltanet = (d * (2 * h_k * d_k + 2 * h_v * d_v + 2 * h_v) + (2 * h_k * d_k + h_v * d_v) * K + 2 * h_v + d_v
+                + h_v * d_v * d)
+    return full * attention + (layers - full) * deltanet + layers * (3 * d * f + 2 * d) + d + (2 - tied) * vocab * d
+
+
+# transformers 5.24's OlmoHybridForCausalLM on the meta device (recomputed by the torch-marked test)
+OLMO_HYBRID_RANDOM = dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=2, intermediate_size=50,
+                          num_hidden_layers=5, vocab_size=300, linear_num_key_heads=3, linear_num_value_heads=3,
+                          linear_key_head_dim=10, linear_value_head_dim=14, linear_conv_kernel_dim=3,
+                          attention_bias=True, tie_word_embeddings=True, pad_token_id=0, eos_token_id=1,
+                          linear_allow_neg_eigval=False,
+                          layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention",
+                                       "full_attention"], rope_parameters={"rope_theta": None, "rope_type": "default"})
+OLMO_HYBRID_CASES = {
+    # OlmoHybridConfig: 32 layers, every fourth attention (30 heads of 128), DeltaNet 30 × 96 key, 30 × 192 value heads
+    "defaults": ({}, 7_430_870_688, _olmo_hybrid_by_hand(3840, 11008, 100352, 32, 8, 30, 30, 30, 30, 96, 192, 4,
+                                                          False, False)),
+    # NoPE (rope_theta null, as the released checkpoints), β = σ(b), biases, tied
+    "random": (OLMO_HYBRID_RANDOM, 208_050, _olmo_hybrid_by_hand(96, 50, 300, 5, 2, 6, 2, 3, 3, 10, 14, 3, True, True)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OLMO_HYBRID_CASES))
+def test_olmo_hybrid_counts_as_transformers_and_by_hand(case: str) -> None:
+    fields, want, by_hand = OLMO_HYBRID_CASES[case]
+    counted = count_parameters(parse_config(hf_to_mapping({"model_type": "olmo_hybrid", **fields}, "x.json")))
+    assert counted.total == want == by_hand and counted.reconciled.match
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("case", sorted(OLMO_HYBRID_CASES))
+def test_the_olmo_hybrid_totals_here_are_transformers_own(case: str) -> None:
+    transformers = pytest.importorskip("transformers")
+    fields, want, _ = OLMO_HYBRID_CASES[case]
+    config = transformers.AutoConfig.for_model("olmo_hybrid", **fields)
+    assert _on_meta(config) == want
+    data = {k: v for k, v in config.to_dict().items() if k != "transformers_version"}
+    assert count_parameters(parse_config(hf_to_mapping(data, "x.json"))).total == want
+
+
+def test_olmo_hybrid_layers() -> None:
+    """Every fourth layer OLMo 3's attention (norms after each branch, q/k norms over the projection), the others
+    pre-norm Gated DeltaNet layers with β = 2·σ(b) (linear_allow_neg_eigval), three convs, the output norm's eps 1e-5;
+    RoPE by default, none with a null rope_theta."""
+    config = parse_config(hf_to_mapping({"model_type": "olmo_hybrid", "num_hidden_layers": 4}, "x.json"))
+    kinds = [config.layer_block(i).linear_attention is not None for i in range(4)]
+    assert kinds == [True, True, True, False]
+    attention, linear = config.layer_block(3), config.layer_block(0)
+    assert (attention.placement, attention.qk_norm, linear.placement, linear.qk_norm) == (
+        "post_branch", "projection", "pre", "none")
+    m = linear.linear_attention
+    assert (m.key_heads, m.value_heads, m.key_head_dim, m.value_head_dim, m.beta_scale, m.split_conv, m.norm_eps) == (
+        30, 30, 96, 192, 2.0, True, 1e-5)
+    assert config.model.positions == "rope" and attention.rope_theta == 10000.0 and not config.model.tie_embeddings
+    nope = parse_config(hf_to_mapping({"model_type": "olmo_hybrid", "num_hidden_layers": 2,
+                                       "rope_parameters": {"rope_type": "default", "rope_theta": None}}, "x.json"))
+    assert nope.model.positions == "none" and not nope.layer_block(1).rope  # one layer: the last one attention
+    assert nope.layer_block(0).linear_attention is not None and nope.layer_block(1).linear_attention is None
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"layer_types": ["linear_attention", "linear_attention"]}, "'layer_types': expected linear_attention and "
+                                                                "full_attention layers both"),
+    ({"layer_types": ["linear_attention", "sliding_attention"]}, "'layer_types'"),
+    ({"hidden_act": "gelu"}, "'hidden_act'"),
+    ({"head_dim": 64}, "'head_dim'"),
+    ({"mlp_bias": True}, "'mlp_bias'"),
+    ({"sliding_window": 4096}, "'sliding_window'"),
+    ({"linear_num_key_heads": 4, "linear_num_value_heads": 6}, "'linear_num_value_heads'"),
+])
+def test_olmo_hybrid_fields_blockcli_cannot_run_are_named(fields: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        hf_to_mapping({"model_type": "olmo_hybrid", "num_hidden_layers": 2, **fields}, "x.json")
+
+
+def test_olmo_hybrid_reads_its_published_tensor_names(tmp_path: Path) -> None:
+    """The fixture (saved under transformers' own names) renamed as OLMo-core publishes it: attention_layer_norm and
+    feedforward_layer_norm, the conv as three tensors q_conv1d, k_conv1d, v_conv1d of their own widths; the same
+    logits as transformers' (the split of the conv is checked by them)."""
+    from safetensors.numpy import load_file, save_file
+
+    folder, want = FIXTURES / "olmo_hybrid", expected("olmo_hybrid")
+    stored = load_file(folder / "model.safetensors")
+    kw = 2 * 4
+    renamed = {}
+    for name, value in stored.items():
+        if name.endswith("linear_attn.conv1d.weight"):
+            base = name[:-len("conv1d.weight")]
+            renamed.update({f"{base}q_conv1d.weight": value[:kw], f"{base}k_conv1d.weight": value[kw:2 * kw],
+                            f"{base}v_conv1d.weight": value[2 * kw:]})
+            continue
+        name = name.replace("input_layernorm", "attention_layer_norm")
+        renamed[name.replace("post_attention_layernorm", "feedforward_layer_norm")] = value
+    assert any("q_conv1d" in n for n in renamed) and any("attention_layer_norm" in n for n in renamed)
+    save_file(renamed, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text((folder / "config.json").read_text())
+    model = Model.from_config(load_config(tmp_path), weights=tmp_path, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) <= TOLERANCE["float64"]
+
+
+def test_verify_with_gradients_passes_on_olmo_hybrid() -> None:
+    """verify --grad on both of its layer kinds: the pre-norm DeltaNet layer (β = 2·σ(b), three convs) and OLMo 3's
+    attention layer (norms after each branch), their backward against central differences."""
+    proc = cli("verify", FIXTURES / "olmo_hybrid", "--grad")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "one layer of each of its 2 kinds verified (layers 0, 1)" in proc.stdout
+
+
+def test_beta_scale_and_split_conv_equal_the_loop_reference_and_central_differences() -> None:
+    """OLMo Hybrid's options: β = 2·σ(b) and the conv as three parameters, against tests/reference.py's loop (its
+    one conv the three stacked); the backward through β = s·σ(b) against central differences of one weight."""
+    mixer = {**MIXER, "beta_scale": 2.0, "split_conv": True}
+    block = DecoderBlock.from_config(parse_config({"block": {**_BLOCK, "linear_attention": mixer}}), dtype="float64",
+                                     seed=5)
+    p = block.params
+    assert "dn_conv" not in p and p["dn_v_conv"].shape == (20, 3)
+    x = np.random.default_rng(2).standard_normal((2, 6, 12))
+    stacked = {**p, "dn_conv": np.concatenate([p["dn_q_conv"], p["dn_k_conv"], p["dn_v_conv"]], axis=0)}
+    want, _, _ = ref.gated_deltanet(mixer, stacked, x)
+    assert relative(block.attn(x), want) <= 1e-12
+    plain, _, _ = ref.gated_deltanet(MIXER, stacked, x)
+    assert relative(plain, want) > 1e-3  # the scale matters
+    model = Model.from_config(parse_config({"block": {**_BLOCK, "linear_attention": mixer},
+                                            "model": {"n_layers": 1, "vocab_size": 20, "positions": "none"}}),
+                              dtype="float64", seed=6)
+    ids = np.random.default_rng(3).integers(0, 20, (2, 5))
+    loss, grads = model.loss_and_grads(ids)
+    key, at, h = "blocks.0.dn_b", (3, 1), 1e-6
+    weights = model.params
+    weights[key][at] += h
+    up = model.loss_and_grads(ids)[0]
+    weights[key][at] -= 2 * h
+    down = model.loss_and_grads(ids)[0]
+    weights[key][at] += h
+    assert abs((up - down) / (2 * h) - grads[key][at]) <= 1e-7 * max(1.0, abs(grads[key][at]))

@@ -493,6 +493,127 @@ def test_lfm2_layers_and_the_mlp_width() -> None:
     assert legacy.block.d_ff == 512 and not legacy.model.tie_embeddings  # ⌊2·600/3⌋ = 400, up to 512; untied
 
 
+# transformers 5.24's Lfm2MoeForCausalLM on the meta device (recomputed by the torch-marked test); its config class
+# derives no layer_types (its default null fails in transformers: the census case), so each case gives them
+_LFM2_MOE_TYPES = ["conv", "conv", "full_attention"] + ["conv"] * 29
+LFM2_MOE_CASES = {
+    "defaults": (dict(layer_types=_LFM2_MOE_TYPES), 11_324_813_440),  # 2 dense layers, then 32 experts of 1,792
+    "random": (dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=2, intermediate_size=50,
+                    moe_intermediate_size=20, num_hidden_layers=5, vocab_size=300, num_experts=6, num_experts_per_tok=3,
+                    num_dense_layers=1, conv_bias=True, conv_L_cache=4, tie_word_embeddings=False,
+                    use_expert_bias=False, routed_scaling_factor=2.5, norm_topk_prob=False,
+                    layer_types=["conv", "full_attention", "conv", "conv", "full_attention"]), 376_000),
+}
+LFM2_MOE_DEFAULTS = dict(hidden_size=2048, intermediate_size=7168, moe_intermediate_size=1792, num_hidden_layers=32,
+                         num_attention_heads=32, num_key_value_heads=8, vocab_size=65536, norm_eps=1e-5,
+                         conv_L_cache=3, num_dense_layers=2, num_experts=32, num_experts_per_tok=4,
+                         max_position_embeddings=128_000)
+
+
+def test_lfm2_moe_totals_by_hand() -> None:
+    """LFM2's attention (per-head q/k norms) and short convs (4·d² + K·d, and 3·d + d + d biases); the SwiGLU of
+    intermediate_size as given on the first num_dense_layers layers, then the router d·E and E experts of 3·d·d_e
+    (the expert_bias buffer outside the total); two norms a layer."""
+    d, f, d_e, E, V = 2048, 7168, 1792, 32, 65536  # one attention layer (2), tied
+    attention, conv = 2 * d * 32 * 64 + 2 * d * 8 * 64 + 2 * 64, 4 * d * d + 3 * d
+    moe = d * E + E * 3 * d * d_e
+    assert 31 * conv + attention + 2 * 3 * d * f + 30 * moe + 32 * 2 * d + V * d + d == 11_324_813_440
+    d, f, d_e, E, V = 96, 50, 20, 6, 300  # attention on 1 and 4, one dense layer, untied
+    attention, conv = 2 * d * 6 * 16 + 2 * d * 2 * 16 + 2 * 16, 4 * d * d + 4 * d + 3 * d + d + d
+    moe = d * E + E * 3 * d * d_e
+    assert 3 * conv + 2 * attention + 3 * d * f + 4 * moe + 5 * 2 * d + 2 * V * d + d == 376_000
+
+
+@pytest.mark.parametrize("case", sorted(LFM2_MOE_CASES))
+def test_lfm2_moe_counts_as_transformers(case: str) -> None:
+    fields, want = LFM2_MOE_CASES[case]
+    config = parse_config(hf_to_mapping({"model_type": "lfm2_moe", **LFM2_MOE_DEFAULTS, **fields}, "x.json"))
+    assert count_parameters(config).total == want
+
+
+def test_lfm2_moe_layers_and_routing() -> None:
+    """The mixers by layer_types; experts from num_dense_layers on (sigmoid, the expert_bias for the choice,
+    renormalised with Lfm2MoeTopKRouter's + 1e-6, times routed_scaling_factor); the MLP width as given."""
+    data = {"model_type": "lfm2_moe", **LFM2_MOE_DEFAULTS, "num_hidden_layers": 4, "num_dense_layers": 1,
+            "routed_scaling_factor": 1.5, "layer_types": ["conv", "full_attention", "conv", "conv"]}
+    config = parse_config(hf_to_mapping(data, "x.json"))
+    assert [config.layer_block(i).short_conv is not None for i in range(4)] == [True, False, True, True]
+    assert config.block.moe is None and config.block.d_ff == 7168 and config.layer_block(1).qk_norm == "head"
+    moe = config.layer_block(2).moe
+    assert (moe.n_experts, moe.top_k, moe.d_expert, moe.scoring, moe.selection_bias, moe.renormalize,
+            moe.renormalize_eps, moe.routed_scaling) == (32, 4, 1792, "sigmoid", True, True, 1e-6, 1.5)
+    assert config.block.rope_theta == 1e6 and config.model.tie_embeddings
+    legacy = parse_config(hf_to_mapping({**data, "tie_embedding": False, "num_dense_layers": 0}, "x.json"))
+    assert not legacy.model.tie_embeddings and legacy.block.moe is not None
+    assert all(legacy.layer_block(i).moe is not None for i in range(4))
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"layer_types": None}, "field 'layer_types' is null"),
+    ({"layer_types": ["conv", "sliding_attention"]}, "'layer_types': expected an array of 2 of conv, full_attention"),
+    ({"rms_norm_eps": 1e-6}, "'rms_norm_eps'"),
+    ({"hidden_act": "gelu"}, "'hidden_act'"),  # Lfm2MoeConfig has none: its MLP and experts run SiLU
+    ({"block_auto_adjust_ff_dim": True}, "'block_auto_adjust_ff_dim'"),  # LFM2's, not LFM2-MoE's
+    ({"num_experts_per_tok": 40}, "'num_experts_per_tok': expected at most num_experts = 32"),
+])
+def test_lfm2_moe_fields_blockcli_cannot_run_are_named(tmp_path: Path, fields: dict, message: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "lfm2_moe", "num_hidden_layers": 2,
+                                "layer_types": ["conv", "full_attention"], **fields}))
+    assert message in one_error_line(cli("count", path))
+
+
+# ----------------------------------------------------------------------------- Mamba-2 alone (mamba2)
+
+
+# transformers 5.24's Mamba2ForCausalLM on the meta device (recomputed by the torch-marked test)
+MAMBA2_CASES = {
+    "defaults": ({}, 7_285_403_648),
+    "random": (dict(hidden_size=96, num_heads=12, head_dim=24, expand=3, state_size=7, n_groups=3, conv_kernel=2,
+                    use_conv_bias=False, use_bias=True, num_hidden_layers=5, vocab_size=300, tie_word_embeddings=True,
+                    time_step_rank=11), 478_566),
+}
+MAMBA2_DEFAULTS = dict(hidden_size=4096, num_heads=128, head_dim=64, expand=2, state_size=128, n_groups=8,
+                       conv_kernel=4, num_hidden_layers=64, vocab_size=32768, layer_norm_epsilon=1e-5, use_bias=False,
+                       use_conv_bias=True, tie_word_embeddings=False)
+
+
+def test_mamba2_totals_by_hand() -> None:
+    """Every layer a norm d and the Mamba-2 mixer; the embedding V·d (and the head, untied), the final norm d."""
+    d, V = 4096, 32768
+    assert 64 * (d + _mixer_by_hand(d, 128, 64, 128, 8, 4, True, False)) + 2 * V * d + d == 7_285_403_648
+    d, V = 96, 300  # tied; time_step_rank sizes nothing
+    assert 5 * (d + _mixer_by_hand(d, 12, 24, 7, 3, 2, False, True)) + V * d + d == 478_566
+
+
+@pytest.mark.parametrize("case", sorted(MAMBA2_CASES))
+def test_mamba2_counts_as_transformers(case: str) -> None:
+    fields, want = MAMBA2_CASES[case]
+    config = parse_config(hf_to_mapping({"model_type": "mamba2", **MAMBA2_DEFAULTS, **fields}, "x.json"))
+    assert count_parameters(config).total == want
+
+
+def test_the_mamba2_models_layers() -> None:
+    """The mixer alone on every layer, no positions, untied; its widths from num_heads, head_dim, state_size."""
+    config = parse_config(hf_to_mapping({"model_type": "mamba2", "num_hidden_layers": 2}, "x.json"))
+    assert config.block.parts == "mixer" and not config.layers_differ and config.model.positions == "none"
+    assert config.block.mamba == Mamba2(n_heads=128, head_dim=64, d_state=128, n_groups=8, norm_eps=1e-5)
+    assert not config.model.tie_embeddings
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"hidden_act": "gelu"}, "'hidden_act'"),
+    ({"num_heads": 64}, "'num_heads': expected num_heads·head_dim = 4096 equal to expand·hidden_size = 8192"),
+    ({"n_groups": 5}, "'n_groups': expected a divisor of num_heads = 128"),
+    ({"time_step_limit": [0.0, 10.0]}, "'time_step_limit'"),
+    ({"time_step_rank": "big"}, "'time_step_rank'"),
+])
+def test_mamba2_fields_blockcli_cannot_run_are_named(tmp_path: Path, fields: dict, message: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "mamba2", **fields}))
+    assert message in one_error_line(cli("count", path))
+
+
 # ----------------------------------------------------------------------------- Mamba-1: the selective scan
 
 
@@ -858,7 +979,9 @@ def test_backward_through_a_mamba_or_conv_layer_is_refused_in_one_line(name: str
 
 TORCH_CASES = {"granitemoehybrid": (GRANITE_CASES, GRANITE_DEFAULTS), "bamba": (BAMBA_CASES, BAMBA_DEFAULTS),
                "nemotron_h": (NEMOTRON_CASES, NEMOTRON_DEFAULTS), "lfm2": (LFM2_CASES, LFM2_DEFAULTS),
-               "falcon_h1": (FALCON_H1_CASES, FALCON_H1_DEFAULTS), **MAMBA1_CASES}
+               "falcon_h1": (FALCON_H1_CASES, FALCON_H1_DEFAULTS), "mamba2": (MAMBA2_CASES, MAMBA2_DEFAULTS),
+               "lfm2_moe": (LFM2_MOE_CASES, LFM2_MOE_DEFAULTS),
+               **MAMBA1_CASES}
 
 
 @pytest.mark.torch

@@ -306,10 +306,10 @@ _ACTIVATION_KEYS = ("hidden_act", "hidden_activation", "activation_function", "a
 # GemmaConfig replaces the legacy "gelu" of the original releases by the tanh approximation it meant
 _CONFIG_RENAMES = {("gemma", "gelu"): "gelu_pytorch_tanh"}
 # the Gated DeltaNet's and Kimi Delta Attention's short conv, Bamba's, Granite 4.0-H's and Falcon-H1's Mamba-2 conv,
-# Mamba's, Falcon-Mamba's and Jamba's Mamba-1 conv and MiniMax's lightning q | k | v run hidden_act too, and
+# Mamba-2's own, Mamba's, Falcon-Mamba's and Jamba's Mamba-1 conv and MiniMax's lightning q | k | v run hidden_act too, and
 # blockcli's SiLU alone: any other is refused
 _SILU_ONLY = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe", "bamba", "granitemoehybrid",
-              "kimi_linear", "mamba", "falcon_mamba", "jamba", "falcon_h1", "minimax"}
+              "kimi_linear", "mamba", "falcon_mamba", "jamba", "falcon_h1", "minimax", "mamba2", "olmo_hybrid"}
 
 
 @pytest.mark.parametrize("name", sorted(draws.DRAWS))

@@ -17,6 +17,9 @@ mamba_norm_before_gate says), W_out's bias projectors_bias; and its µP multipli
 (attention_scale), attention's and the SSM's input and output, W_in's five segments (ssm_multipliers), the MLP's gate
 and output (mlp_multipliers).
 
+Mamba-2 (`mamba2`): attention-free, every layer an RMSNorm and the Mamba-2 mixer alone (block.parts mixer), under
+Mamba's names (`backbone.`, `norm_f`); its fields Mamba2Config's own (num_heads, head_dim, state_size, n_groups, ...).
+
 The Mamba-2 mixer's fields (transformers' BambaMixer, which Granite's reuses): mamba_n_heads heads of
 mamba_d_head ("auto": mamba_expand·hidden_size / mamba_n_heads), a mamba_d_state-wide state, mamba_n_groups
 groups, a mamba_d_conv-tap conv (bias mamba_conv_bias), in/out projections with mamba_proj_bias, the gated
@@ -34,7 +37,7 @@ from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, first_
                                       model_section, override_layers, silu_gate, with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, granite_scalars, theta_default
-from blockcli.families.moe import GRANITE_MOE_SHARED, MOE_TRAINING_ONLY
+from blockcli.families.moe import GRANITE_MOE_SHARED, MOE_TRAINING_ONLY, moe_tensors
 from blockcli.tensor_names import DEPTHWISE, EXPERTS, FUSED, LINEAR, TensorMap, tensor
 
 _MAMBA_KINDS = {"mamba": True, "linear_attention": True, "attention": False, "full_attention": False}
@@ -331,16 +334,107 @@ def _lfm2(f: Fields) -> tuple[dict, dict]:
         conv = [i not in attention for i in range(n_layers)]
     else:
         f.ignore("full_attn_idxs")  # read only without layer_types
-        if not isinstance(types, list) or len(types) != n_layers or any(t not in ("conv", "full_attention")
-                                                                         for t in types):
-            raise f.invalid("layer_types", types, f"an array of {n_layers} of conv, full_attention")
-        conv = [t == "conv" for t in types]
+        conv = _lfm2_conv_layers(f, n_layers)
+    _lfm2_short_convs(f, block, conv)
+    return block, model
+
+
+def _lfm2_conv_layers(f: Fields, n_layers: int) -> list[bool]:
+    """Which layers `layer_types` marks "conv" (the others "full_attention")."""
+    types = f.raw("layer_types", why="each layer's mixer, conv or full_attention")
+    if not isinstance(types, list) or len(types) != n_layers or any(t not in ("conv", "full_attention")
+                                                                     for t in types):
+        raise f.invalid("layer_types", types, f"an array of {n_layers} of conv, full_attention")
+    return [t == "conv" for t in types]
+
+
+def _lfm2_short_convs(f: Fields, block: dict, conv: list[bool]) -> None:
+    """LFM2's gated short convolution (conv_L_cache taps, biases conv_bias) on the `conv` layers."""
     mixer = {"kernel": f.int("conv_L_cache", 3), "bias": f.bool("conv_bias", False)}
     if conv[0]:
         block["short_conv"] = mixer
     others = [i for i, kind in enumerate(conv) if kind != conv[0]]
     if others:
         override_layers(f, others, {"short_conv": None if conv[0] else mixer})
+
+
+def _lfm2_moe(f: Fields) -> tuple[dict, dict]:
+    """LFM2-MoE (Liquid AI's LFM2-8B-A1B): LFM2's layers (short convs and attention by `layer_types`, which it
+    needs: Lfm2MoeConfig derives none), its SwiGLU MLP intermediate_size wide as given (no width adjustment) on the
+    first num_dense_layers layers, and on the others num_experts SwiGLU experts of moe_intermediate_size: sigmoid
+    scores, the top num_experts_per_tok chosen by the scores plus the expert_bias buffer (use_expert_bias), the chosen
+    scores divided by their sum + 1e-6 (norm_topk_prob), times routed_scaling_factor; no shared expert. The MLP runs
+    SiLU (no hidden_act); tie_embedding is the legacy name transformers reads first."""
+    if f.has("rms_norm_eps"):
+        raise f.unrepresentable("rms_norm_eps", f.data["rms_norm_eps"], "LFM2-MoE's norms read norm_eps")
+    data = dict(f.data)
+    if "tie_embedding" in data:  # Lfm2MoeConfig pops the legacy name over the current one
+        data["tie_word_embeddings"] = data["tie_embedding"]
+    g = with_data(f, {"hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 8,
+                      "intermediate_size": 7168, "num_hidden_layers": 32, "vocab_size": 65536,
+                      "max_position_embeddings": 128000, **data})
+    f.ignore("tie_embedding")
+    block, model = gated_rms(g, lambda _: {"activation": "swiglu"}, kv_default=8, tie_default=True, qkv_bias=False,
+                             out_bias=False, mlp_bias=False)
+    theta_default(f, block, 1e6)
+    block.update(norm_eps=f.float("norm_eps", 1e-5), qk_norm="head")
+    n_layers = model["n_layers"]
+    _lfm2_short_convs(f, block, _lfm2_conv_layers(f, n_layers))
+    experts = f.int("num_experts", 32)
+    top_k = f.int("num_experts_per_tok", 4)
+    if top_k > experts:
+        raise f.invalid("num_experts_per_tok", top_k, f"at most num_experts = {experts}")
+    moe = {"n_experts": experts, "top_k": top_k, "d_expert": f.int("moe_intermediate_size", 1792),
+           "scoring": "sigmoid", "selection_bias": f.bool("use_expert_bias", True),
+           "renormalize": f.bool("norm_topk_prob", True), "renormalize_eps": 1e-6,
+           "routed_scaling": f.float("routed_scaling_factor", 1.0, high=1e6)}
+    f.ignore("output_router_logits")  # Lfm2MoeForCausalLM adds no auxiliary loss (DeepSeek-V2's causal LM)
+    dense = f.int("num_dense_layers", 2, minimum=0)
+    routed = [i for i in range(n_layers) if i >= dense]
+    if routed:
+        if dense == 0:
+            block["moe"] = moe
+        else:
+            override_layers(f, routed, {"moe": moe})
+    return block, model
+
+
+def _mamba2(f: Fields) -> tuple[dict, dict]:
+    """Mamba-2 (`mamba2`, state-spaces' mamba2-*, Mistral's Mamba-Codestral): attention-free, every layer an RMSNorm
+    and a Mamba-2 mixer (block.parts mixer, no MLP), the final norm `norm_f`, the head untied by default. The mixer
+    (transformers' Mamba2Mixer): num_heads heads of head_dim (num_heads·head_dim must be expand·hidden_size, as
+    Mamba2Config requires), a state_size-wide state, n_groups groups of B and C (the gated norm over each group),
+    a conv_kernel-tap conv (bias use_conv_bias), in/out projections with use_bias, the norms' eps layer_norm_epsilon.
+    time_step_rank sizes nothing (Mamba-2 has no Δ projection), chunk_size only chunks the scan, the time_step_*
+    fields but the limit are initialisation, residual_in_fp32 a precision choice."""
+    d = f.int("hidden_size", 4096)
+    eps = f.float("layer_norm_epsilon", 1e-5)
+    if f.str("hidden_act", "silu") != "silu":
+        raise f.unrepresentable("hidden_act", f.data["hidden_act"], "the Mamba-2 layers' conv runs hidden_act, which "
+                                                                    "blockcli runs as SiLU only")
+    heads, head_dim = f.int("num_heads", 128), f.int("head_dim", 64)
+    expand = f.int("expand", 2)
+    if heads * head_dim != expand * d:  # Mamba2Config.validate_architecture refuses it
+        raise f.invalid("num_heads", heads, f"num_heads·head_dim = {heads * head_dim} equal to expand·hidden_size = "
+                                            f"{expand * d}, as transformers requires")
+    groups = f.int("n_groups", 8)
+    if heads % groups:
+        raise f.invalid("n_groups", groups, f"a divisor of num_heads = {heads}")
+    rank = f.raw("time_step_rank", "auto")
+    if rank != "auto":
+        f.int("time_step_rank")  # an integer, which sizes nothing
+    f.int("chunk_size", 256)  # chunks the scan only: every chunking gives the same sums
+    f.ignore("residual_in_fp32", "time_step_min", "time_step_max", "time_step_floor", "rescale_prenorm_residual")
+    mixer = {"n_heads": heads, "head_dim": head_dim, "d_state": f.int("state_size", 128), "n_groups": groups,
+             "conv_kernel": f.int("conv_kernel", 4), "conv_bias": f.bool("use_conv_bias", True),
+             "proj_bias": f.bool("use_bias", False), "norm_eps": eps, **_dt_min(f)}
+    block = {"d_model": d, "n_heads": 1, "n_kv_heads": 1, "head_dim": d, "d_ff": d, "norm": "rmsnorm",
+             "norm_eps": eps, "activation": "silu", "bias": False, "placement": "pre", "rope": False,
+             "parts": "mixer", "mamba": mixer}
+    # no positions and no context limit of its own: max_positions only bounds blockcli's default sweeps
+    model = model_section(f.int("num_hidden_layers", 64), f.int("vocab_size", 32768), "none", 1 << 20,
+                          f.bool("tie_word_embeddings", False))
+    f.notes.append("attention-free: every layer a Mamba-2 (SSD) mixer, no MLP")
     return block, model
 
 
@@ -398,6 +492,16 @@ NEMOTRON_H = TensorMap("backbone.", (
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
 
+# Mamba-2: Mamba's names (`backbone.`, one `norm` per layer, the mixer under `mixer.`, the final `norm_f`;
+# `embedding.` is the name Mamba2Model's load hook renames to `embeddings.`)
+MAMBA2 = TensorMap("backbone.", (
+    tensor("wte", "embeddings.weight|embedding.weight"),
+    tensor("blocks.{i}.ln1_gamma", "layers.{i}.norm.weight"),
+    *mamba_tensors("layers.{i}.mixer"),
+    tensor("ln_f_gamma", "norm_f.weight"),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+))
+
 # LFM2: Llama's names with its own for the norms (operator_norm, ffn_norm, q_/k_layernorm, embedding_norm last), the
 # MLP's w1/w3/w2, attention's out_proj, and the short conv under `conv.`
 LFM2 = TensorMap("model.", (
@@ -421,6 +525,14 @@ LFM2 = TensorMap("model.", (
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
 ), buffers=LLAMA.buffers)
 
+# LFM2-MoE: LFM2's names, the router feed_forward.gate and its expert_bias buffer, the experts one tensor each as
+# published (w1 gate, w3 up, w2 down) or transformers 5's fused gate_up_proj / down_proj
+_FF = "layers.{i}.feed_forward"
+LFM2_MOE = TensorMap("model.", LFM2.tensors + moe_tensors(f"{_FF}.gate", f"{_FF}.experts", ("w1", "w3", "w2"),
+                                                          f"{_FF}.experts") + (
+    tensor("blocks.{i}.router_bias", f"{_FF}.expert_bias"),
+), buffers=LLAMA.buffers)
+
 FAMILIES = (
     Family("granitemoehybrid", "Granite 4.0-H (Granite MoE hybrid)", _granitemoehybrid, GRANITE_HYBRID,
            MOE_TRAINING_ONLY, aux_loss=True),
@@ -439,4 +551,7 @@ FAMILIES = (
            unread={"attention_bias": "NemotronHAttention (Jamba's) builds q/k/v/o without biases whatever it says",
                    "tie_word_embeddings": "NemotronHForCausalLM ties nothing: its LM head is its own whatever it says"}),
     Family("lfm2", "LFM2", _lfm2, LFM2, TRAINING_ONLY),
+    # Mamba2Model's embedding has no padding_idx: every row of it would get its gradient
+    Family("mamba2", "Mamba-2", _mamba2, MAMBA2, frozenset(), padding_idx=False),
+    Family("lfm2_moe", "LFM2-MoE", _lfm2_moe, LFM2_MOE),
 )

@@ -15,9 +15,10 @@ grouped by key head (GROUPED_KEY_HEADS); Qwen3.5 stores `in_proj_qkv` (q | k | v
 
 from __future__ import annotations
 
-from blockcli.families.common import Composite, Family, gated_rms, override_layers, silu_gate, with_data
+from blockcli.families.common import (TRAINING_ONLY, Composite, Family, gated_rms, override_layers, silu_gate,
+                                      with_data)
 from blockcli.families.fields import Fields
-from blockcli.families.llama import LLAMA, LLAMA_MLP, QWEN_VL_PATHS, QWEN_VL_TOP, text_only_mrope
+from blockcli.families.llama import LLAMA, LLAMA_MLP, OLMO2, QWEN_VL_PATHS, QWEN_VL_TOP, text_only_mrope
 from blockcli.families.moe import MOE_TRAINING_ONLY, QWEN_MOE, _dense_layers
 from blockcli.tensor_names import DEPTHWISE, FUSED, GROUPED_HEADS, GROUPED_KEY_HEADS, LINEAR, TensorMap, tensor
 
@@ -101,6 +102,60 @@ def _qwen3_5_moe_text(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _olmo_hybrid(f: Fields) -> tuple[dict, dict]:
+    """OLMo Hybrid (allenai's Olmo-Hybrid-7B): OLMo 3's attention layers (each branch's output normalised before its
+    residual add, q and k normalised over the whole projection, biases attention_bias, full attention always) and,
+    per `layer_types` (by default every fourth layer attention, the last one if none is), Llama's pre-norm layers
+    whose token mixer is the Gated DeltaNet with separate q/k/v/a/b/g projections: linear_num_key_heads (default
+    num_attention_heads) of linear_key_head_dim (default ⌊0.75·d / key heads⌋), linear_num_value_heads of
+    linear_value_head_dim (default twice the key's), a linear_conv_kernel_dim-tap conv without bias, β = 2·σ(b) with
+    linear_allow_neg_eigval (beta_scale 2), the output's gated RMSNorm at eps 1e-5 always (FLA's, not rms_norm_eps).
+    RoPE (rope_parameters) on the attention layers, none when its rope_theta is null (the released checkpoints)."""
+    rope = f.data.get("rope_parameters")
+    legacy = f.data.get("rope_theta", 0.0) if rope is None else 0.0
+    nope = (isinstance(rope, dict) and rope.get("rope_theta") is None) or (f.has("rope_theta") and legacy is None)
+    data = f.data
+    if nope:  # OlmoHybridModel builds no rotary embedding: the attention layers have no positions
+        f.ignore("rope_parameters", "rope_theta", "rope_scaling")
+        data = {k: v for k, v in f.data.items() if k not in ("rope_parameters", "rope_theta", "rope_scaling")}
+    if f.has("head_dim"):  # OlmoHybridConfig deletes the field: each head is hidden_size / num_attention_heads wide
+        raise f.unrepresentable("head_dim", f.data["head_dim"], "not a field of OlmoHybridConfig: its heads are "
+                                                                "hidden_size / num_attention_heads wide")
+    g = with_data(f, {"hidden_size": 3840, "intermediate_size": 11008, "num_hidden_layers": 32,
+                      "num_attention_heads": 30, "vocab_size": 100352, "max_position_embeddings": 65536, **data})
+    block, model = gated_rms(g, silu_gate, kv_default=None, tie_default=False, mlp_bias=False)
+    if f.str("hidden_act", "silu") != "silu":  # the DeltaNet's conv runs hidden_act too; blockcli's runs SiLU
+        raise f.unrepresentable("hidden_act", f.data["hidden_act"], "the linear-attention layers' short conv runs "
+                                                                    "hidden_act, which blockcli runs as SiLU only")
+    if nope:
+        block["rope"], model["positions"] = False, "none"
+        block.pop("rope_scaling", None)
+    n_layers, d, heads = model["n_layers"], block["d_model"], block["n_heads"]
+    key_heads = f.int("linear_num_key_heads", heads)
+    key_dim = f.int("linear_key_head_dim", int(0.75 * d / key_heads))
+    mixer = {"key_heads": key_heads, "value_heads": f.int("linear_num_value_heads", heads), "key_head_dim": key_dim,
+             "value_head_dim": f.int("linear_value_head_dim", 2 * key_dim),
+             "conv_kernel": f.int("linear_conv_kernel_dim", 4), "norm_eps": 1e-5,
+             "beta_scale": 2.0 if f.bool("linear_allow_neg_eigval", True) else 1.0, "split_conv": True}
+    if mixer["value_heads"] % key_heads:
+        raise f.unrepresentable("linear_num_value_heads", mixer["value_heads"],
+                                f"each of the {key_heads} key heads serves as many value heads")
+    f.ignore("linear_a_log_min", "linear_a_log_max", "linear_dt_min", "linear_dt_max", "linear_dt_init_floor")  # init
+    if f.raw("layer_types", None) is None:  # OlmoHybridConfig's default: every fourth layer attention
+        linear = [i % 4 != 3 for i in range(n_layers)]
+        if all(linear):
+            linear[-1] = False
+    else:
+        linear = _layer_kinds(f, n_layers)
+    if all(linear) or not any(linear):  # OlmoHybridConfig.validate_architecture refuses both
+        raise f.invalid("layer_types", f.data.get("layer_types"), "linear_attention and full_attention layers both")
+    attention = {"linear_attention": None, "placement": "post_branch", "qk_norm": "projection"}
+    delta = {"linear_attention": mixer, "placement": "pre", "qk_norm": "none"}
+    block.update(delta if linear[0] else attention)
+    override_layers(f, [i for i, lin in enumerate(linear) if lin != linear[0]], attention if linear[0] else delta)
+    return block, model
+
+
 _NORMS_AND_EMBEDDINGS = tuple(t for t in LLAMA.tensors if "self_attn" not in t.name and t not in LLAMA_MLP)
 _ATTENTION = (
     tensor("blocks.{i}.w_q blocks.{i}.w_attn_gate", "layers.{i}.self_attn.q_proj.weight", GROUPED_HEADS),
@@ -135,6 +190,28 @@ QWEN3_5 = TensorMap("model.", _NORMS_AND_EMBEDDINGS + _ATTENTION + _QWEN3_5_DELT
                     buffers=LLAMA.buffers, aside=_MTP_TENSORS)
 QWEN3_5_MOE = TensorMap("model.", _NORMS_AND_EMBEDDINGS + _ATTENTION + _QWEN3_5_DELTANET + _MOE,
                         buffers=LLAMA.buffers, aside=_MTP_TENSORS)
+# OLMo Hybrid: OLMo 2's attention names; its norms by layer kind as published (OLMo-core's attention_layer_norm
+# before the DeltaNet, feedforward_layer_norm before its MLP or after attention, post_feedforward_layernorm after an
+# attention layer's MLP) or as transformers holds them (input_layernorm, post_attention_layernorm); the DeltaNet's
+# separate projections (g_proj the output gate z) under linear_attn., its conv three tensors (q_, k_, v_conv1d) or
+# transformers' one conv1d over q | k | v
+_L = "layers.{i}.linear_attn"
+_NORM_1 = "attention_layer_norm|input_layernorm"  # before a DeltaNet layer's mixer
+_NORM_2 = "feedforward_layer_norm|post_attention_layernorm"  # before its MLP, or after an attention layer's attention
+OLMO_HYBRID = TensorMap("model.", tuple(t for t in OLMO2.tensors if "layernorm" not in t.name) + (
+    tensor("blocks.{i}.ln1_gamma", "|".join(f"layers.{{i}}.{n}.weight" for n in (_NORM_1 + "|" + _NORM_2).split("|"))),
+    tensor("blocks.{i}.ln2_gamma", "|".join(f"layers.{{i}}.{n}.weight" for n in
+                                            ("post_feedforward_layernorm|" + _NORM_2).split("|"))),
+    tensor("blocks.{i}.dn_q_conv", f"{_L}.q_conv1d.weight", DEPTHWISE),
+    tensor("blocks.{i}.dn_k_conv", f"{_L}.k_conv1d.weight", DEPTHWISE),
+    tensor("blocks.{i}.dn_v_conv", f"{_L}.v_conv1d.weight", DEPTHWISE),
+    tensor("blocks.{i}.dn_q_conv blocks.{i}.dn_k_conv blocks.{i}.dn_v_conv", f"{_L}.conv1d.weight", DEPTHWISE),
+    *(tensor(f"blocks.{{i}}.dn_{key}", f"{_L}.{name}_proj.weight", LINEAR)
+      for key, name in (("q", "q"), ("k", "k"), ("v", "v"), ("a", "a"), ("b", "b"), ("z", "g"), ("out", "o"))),
+    tensor("blocks.{i}.dn_dt_bias", f"{_L}.dt_bias"),
+    tensor("blocks.{i}.dn_A_log", f"{_L}.A_log"),
+    tensor("blocks.{i}.dn_norm_gamma", f"{_L}.o_norm.weight"),
+), buffers=LLAMA.buffers)
 _VL_PATHS = {**QWEN_VL_PATHS, "aside": QWEN_VL_PATHS["aside"] + _MTP_TENSORS}
 
 # fields of the published configs that transformers 5.24's Qwen3-Next / Qwen3.5 modelling code never reads
@@ -161,4 +238,5 @@ FAMILIES = (
     Family("qwen3_5_text", "Qwen3.5's language model", _qwen3_5_text, QWEN3_5, MOE_TRAINING_ONLY, unread=_UNREAD),
     Family("qwen3_5_moe_text", "Qwen3.5-MoE's language model", _qwen3_5_moe_text, QWEN3_5_MOE, MOE_TRAINING_ONLY,
            unread=_UNREAD, aux_loss=True),
+    Family("olmo_hybrid", "OLMo Hybrid", _olmo_hybrid, OLMO_HYBRID, TRAINING_ONLY),
 )
