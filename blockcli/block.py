@@ -1832,7 +1832,7 @@ class SharedTransformer:
         rec("ln_mlp_out", "RMSNorm", m, (a,), kind="rmsnorm", params=("ln_mlp_gamma",))
         t = self.mlp(m, rec)  # (B, T, d)
         out = F.linear(t, self.own["w_shared_out"], None)  # (B, T, d)
-        rec("out", "shared block's output projection W_s", out, (t, self.own["w_shared_out"]), kind="linear",
+        rec("ws_out", "shared block's output projection W_s", out, (t, self.own["w_shared_out"]), kind="linear",
             params=("w_shared_out",))
         return out
 

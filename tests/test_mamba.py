@@ -1091,3 +1091,16 @@ def test_tensor_parallelism_splits_a_hybrid_layers_kv_heads_and_its_state() -> N
     24 + 2·2·6 channels, float32)."""
     data = json.loads(cli("count", FIXTURES / "falcon_h1", "--tp", 2, "--batch", 1, "--seq", 8, "--json").stdout)
     assert data["parallel"]["stages"][0]["kv_cache_bytes"] == 2 * (8 * 2 * 4 * 4 + (4 * 6 * 6 + 3 * 48) // 2 * 4)
+
+
+def test_zamba2_tensor_parallelism_splits_the_shared_blocks_and_their_uses() -> None:
+    """--tp 2 on zamba2's fixture: each rank holds half of every shared block's heads and MLP (the norms whole), half
+    of each use's adapter outputs (r·h·d_h/2 …) and W_s whole, every Mamba-2 layer whole (as Bamba's), and 128 of the
+    padded 256 embedding rows. By hand, d = 16, r = 3, h = h_kv = 4 of 8, d_ff = 24."""
+    data = json.loads(cli("count", FIXTURES / "zamba2", "--tp", 2, "--batch", 1, "--seq", 8, "--json").stdout)
+    d, r, half, ff = 16, 3, 2 * 8, 12  # half: h/2·d_h; ff: d_ff/2
+    block = 2 * d + 3 * 2 * d * half + half * d + d + 3 * d * ff + 2 * ff + d  # norms, Q K V, O, norm, MLP and biases
+    use = 3 * (2 * d * r + r * half) + d * r + 2 * r * ff + d * d
+    mamba = _mixer_by_hand(d, 4, 8, 6, 2, 3, True, True) + d  # a Mamba-2 layer: 4 heads of 8, N 6, 2 groups, K 3
+    stage = data["parallel"]["stages"][0] if "parallel" in data else data["ranks"]["stages"][0]
+    assert stage["parameters"] == 128 * d + d + 4 * mamba + 3 * use + 2 * block == 18_904
