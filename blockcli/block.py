@@ -36,9 +36,9 @@ import numpy as np
 
 from blockcli import ops as F
 from blockcli.activations import BUFFER_VALUES, function_of
-from blockcli.config import GEMMA4_NO_BACKWARD, BlockConfig, Config, InputError, ModelConfig, gemma4_field
+from blockcli.config import GEMMA4_NO_BACKWARD, Bias, BlockConfig, Config, InputError, ModelConfig, gemma4_field
 from blockcli.inputs import check_in_range, check_token_ids, load_npz
-from blockcli.mamba import MambaCache, Mamba2Mixer, mixer_class
+from blockcli.mamba import NO_BACKWARD as MAMBA_NO_BACKWARD, MambaCache, Mamba2Mixer, mixer_class
 from blockcli.short_conv import ConvCache, ShortConvMixer
 from blockcli.checkpoint import is_checkpoint_path
 from blockcli import indexer
@@ -1794,6 +1794,75 @@ class ParallelMixer:
         return self.mamba.backward(dy, tape)
 
 
+# a shared transformer block runs only before a Mamba-2 mixer (config checks it): its layers' gradients are refused as
+# the mixer's are, in the same line
+SHARED_NO_BACKWARD = MAMBA_NO_BACKWARD
+
+
+def _prefixed_shared(rec: Record) -> Record:
+    """A shared block's recorded steps under `shared.`, apart from the layer's own (its mixer's)."""
+    if rec is _ignore:
+        return rec
+
+    def inner(key: str, *args: Any, **kwargs: Any) -> None:
+        rec(f"shared.{key}", *args, **kwargs)
+
+    return inner
+
+
+class SharedTransformer:
+    """A shared transformer block (config.SharedBlock, Zamba2's) as one layer uses it: the model's weights
+    `weights` (shared.{index}.*, the same arrays at every use) with this use's LoRA adapters `own` added to the
+    matrices they adapt (W + A·B: x·W + (x·A)·B, summed once per pass), and its output projection W_s.
+    (h, x_0) (B, T, d) each → t (B, T, d) = MLP(LN_m(W_O·attn(LN_a([h | x_0]))))·W_s, no residual add inside."""
+
+    def __init__(self, cfg: BlockConfig, weights: Mapping[str, Array], own: Mapping[str, Array],
+                 ops: Ops = STANDARD_OPS, attention: str = "auto") -> None:
+        s = cfg.shared
+        assert s is not None
+        self.cfg, self.own = cfg, own
+
+        def adapted(name: str, key: str, adapter: str) -> Array:  # W + A·B, or W where this use has no adapter
+            if f"adapter_{adapter}_b" not in own:
+                return weights[key]
+            a = own[f"adapter_{adapter}_a" if adapter in "qkv" else "adapter_mlp_a"]
+            return weights[key] + a @ own[f"adapter_{adapter}_b"]  # (in, out)
+
+        no_bias = Bias(qkv=False, out=False, mlp=s.bias, norm=False)
+        # attention over [h | x_0]: 2d in, d out; the scores times (d_h/2)^(-1/2), as Zamba's attention scales them
+        self.attn_cfg = BlockConfig(d_model=2 * cfg.d_model, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads,
+                                    head_dim=s.head_dim, d_ff=s.d_ff, norm="rmsnorm", norm_eps=cfg.norm_eps,
+                                    bias=no_bias, rope=1.0 if s.rope else 0.0, rope_theta=s.rope_theta,
+                                    attention_scale=(s.head_dim / 2) ** -0.5)
+        self.attention = MultiHeadAttention(self.attn_cfg, {"w_q": adapted("q", "w_q", "q"),
+                                                            "w_k": adapted("k", "w_k", "k"),
+                                                            "w_v": adapted("v", "w_v", "v"),
+                                                            "w_o": weights["w_o"]}, ops, attention)
+        self.mlp_cfg = BlockConfig(d_model=cfg.d_model, n_heads=1, d_ff=s.d_ff, norm="rmsnorm", norm_eps=cfg.norm_eps,
+                                   activation=s.activation, gated=True, bias=no_bias)
+        mlp_p = {"w_gate": adapted("gate", "w_gate", "gate"), "w_up": adapted("up", "w_up", "up"),
+                 "w_down": weights["w_down"]}
+        mlp_p.update({k: weights[k] for k in ("b_gate", "b_up", "b_down") if k in weights})
+        self.mlp = MLP(self.mlp_cfg, mlp_p)
+        self.ln_attn = Norm("rmsnorm", weights["ln_attn_gamma"], None, cfg.norm_eps, ops, name="shared_ln_attn")
+        self.ln_mlp = Norm("rmsnorm", weights["ln_mlp_gamma"], None, cfg.norm_eps, ops, name="shared_ln_mlp")
+
+    def __call__(self, h: Array, x0: Array, rec: Record = _ignore, cache: KVCache | None = None) -> Array:
+        rec = _prefixed_shared(rec)
+        u = np.concatenate([h, x0], axis=-1)  # (B, T, 2d)
+        rec("input", "[h | token embeddings]", u, (h, x0), kind="concat")
+        n = self.ln_attn(u)  # (B, T, 2d)
+        rec("ln_attn_out", "RMSNorm (2d)", n, (u,), kind="rmsnorm", params=("ln_attn_gamma",))
+        a = self.attention(n, rec, cache)  # (B, T, d)
+        m = self.ln_mlp(a)  # (B, T, d)
+        rec("ln_mlp_out", "RMSNorm", m, (a,), kind="rmsnorm", params=("ln_mlp_gamma",))
+        t = self.mlp(m, rec)  # (B, T, d)
+        out = F.linear(t, self.own["w_shared_out"], None)  # (B, T, d)
+        rec("ws_out", "shared block's output projection W_s", out, (t, self.own["w_shared_out"]), kind="linear",
+            params=("w_shared_out",))
+        return out
+
+
 MIXER_SUM_LABEL = "m_ssm·SSM out + m_attn·attention out"
 
 
@@ -1846,6 +1915,10 @@ class DecoderBlock:
                 Norm(cfg.norm, p.get(f"{w}_gamma"), p.get(f"{w}_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset,
                      name=w) for w in ("ln2_post1", "ln2b", "ln2_post2"))
         self.per_layer_in: Array | None = None  # Gemma 4: this layer's per-layer input (B, T, d_p), set by Model
+        # Zamba2: the shared block this layer runs before its mixer, and the token embeddings (B, T, d) it reads,
+        # both set by Model
+        self.shared: SharedTransformer | None = None
+        self.embeddings: Array | None = None
         # sandwich: the norms of the two branch outputs (None otherwise)
         self.ln1_post, self.ln2_post = ((Norm(cfg.norm, p.get(f"{w}_gamma"), p.get(f"{w}_beta"), cfg.norm_eps, self.ops,
                                               cfg.norm_unit_offset, name=w) for w in ("ln1_post", "ln2_post"))
@@ -1885,7 +1958,16 @@ class DecoderBlock:
         drop = _dropout(self.cfg.dropout, rng) if train and self.cfg.dropout else (lambda a: a)
         r = _residual_scale(self.cfg.residual_multiplier)  # r·branch; recorded steps read the branch itself
         drop_probs = _dropout(self.cfg.attention_dropout, rng) if train and self.cfg.attention_dropout else None
-        if self.cfg.parts == "mixer":  # a layer of its mixer alone: Y = X + r·mixer(LN1(X))
+        if self.cfg.parts == "mixer" and self.cfg.shared is not None:  # Zamba2: Y = X + mixer(LN1(X + shared(X, x_0)))
+            if tape is not None:
+                raise InputError(SHARED_NO_BACKWARD)
+            x_in = self._with_shared(x, rec, cache.kv if cache is not None else None)  # (B, T, d)
+            n1 = self.ln1(x_in)  # (B, T, d)
+            rec("ln1_out", "LN1", n1, (x_in,), kind=norm, params=("ln1_gamma", "ln1_beta"))
+            a = drop(self.attn(n1, rec, cache.ssm if cache is not None else None, drop_probs))  # (B, T, d)
+            y = add(x, r(a))  # (B, T, d)
+            rec("y", "residual add", y, (x, a), kind="add")
+        elif self.cfg.parts == "mixer":  # a layer of its mixer alone: Y = X + r·mixer(LN1(X))
             n1 = self.ln1(x, tape)  # (B, T, d)
             rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
             a = drop(self.attn(n1, rec, cache, drop_probs, tape))  # (B, T, d)
@@ -1977,6 +2059,16 @@ class DecoderBlock:
             y = self._gemma4_tail(y, rec)
         return y
 
+    def _with_shared(self, x: Array, rec: Record, cache: KVCache | None) -> Array:
+        """Zamba2's mixer input: x + the shared block's output on [x | x_0] (B, T, d)."""
+        if self.shared is None or self.embeddings is None or self.embeddings.shape != x.shape:
+            raise InputError("this layer runs a shared transformer block (block.shared), which reads the model's "
+                             "weights and token embeddings: it runs only inside its model")
+        t = self.shared(x, self.embeddings, rec, cache)  # (B, T, d)
+        x_in = x + t  # (B, T, d)
+        rec("shared_in", "h + shared block's output", x_in, (x, t), kind="add")
+        return x_in
+
     def _beside(self, h: Array, dense: Array, rec: Record) -> Array:
         """Gemma 4's MLP step: LN2a'(dense MLP(LN2(h))) + LN2b'(experts(LN2b(h)), routed by h itself) (B, T, d)."""
         norm = self.cfg.norm
@@ -2067,7 +2159,7 @@ class DecoderBlock:
         or (an MLP alone) only the length."""
         if self.cfg.parts == "mlp":
             return KVCache()
-        if self.cfg.parts == "hybrid":
+        if self.cfg.parts == "hybrid" or self.cfg.shared is not None:  # K/V of its attention beside the state
             return ParallelCache()
         if self.cfg.lightning is not None:
             return LightningState()
@@ -2145,7 +2237,12 @@ class Model:
                 block.attn.previous = self.blocks[-1].attn
             if block.cfg.kv_from >= 0:  # Gemma 4: it attends to an earlier layer's keys and values
                 block.attn.source = self.blocks[block.cfg.kv_from].attn
+            if block.cfg.shared is not None:  # Zamba2: the model's shared block, with this layer's adapters
+                head = f"shared.{block.cfg.shared.index}."
+                weights = {k[len(head):]: v for k, v in self.params.items() if k.startswith(head)}
+                block.shared = SharedTransformer(block.cfg, weights, block.params, self.ops, self.attention)
             self.blocks.append(block)
+        self.reads_embeddings = any(b.shared is not None for b in self.blocks)
         b = self.config.block
         self.emb_ln = (Norm(b.norm, self.params.get("emb_ln_gamma"), self.params.get("emb_ln_beta"), b.norm_eps,
                             self.ops, b.norm_unit_offset, name="emb_ln") if model.embedding_norm else None)
@@ -2214,6 +2311,11 @@ class Model:
             if tape is not None:
                 raise InputError(GEMMA4_NO_BACKWARD.format(field="per_layer_input"))
             self._per_layer_inputs(ids, x, rec)
+        if self.reads_embeddings:  # Zamba2: the shared blocks read the token embeddings beside each layer's input
+            if tape is not None:
+                raise InputError(SHARED_NO_BACKWARD)
+            for block in self.blocks:
+                block.embeddings = x
         return x
 
     def _per_layer_inputs(self, ids: Array, x: Array, rec: Record) -> None:

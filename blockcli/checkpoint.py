@@ -257,7 +257,7 @@ def tensor_map_of(ckpt: Checkpoint) -> TensorMap:
 
 
 def _entries(tmap: TensorMap, n_layers: int, n_experts: int = 0,
-             shapes: Mapping[str, Shape] | None = None) -> Iterator[Tensor]:
+             shapes: Mapping[str, Shape] | None = None, config: Config | None = None) -> Iterator[Tensor]:
     """Every tensor of the map for these layers; `{e}` in a name: one per expert; `{e}` in the keys of a
     name without it: one fused tensor holding every expert's keys, expert by expert; `{h}` in a name (HEAD_ROW):
     one per row of its key's shape in `shapes` (left as it is, never found, where the config has no such key)."""
@@ -271,12 +271,30 @@ def _entries(tmap: TensorMap, n_layers: int, n_experts: int = 0,
         else:
             per = [entry]
         for one in per:
-            if "{i}" in one.name:
+            uses = "{use}" in one.name or any("{block}" in k for k in one.keys)
+            if "{i}" in one.name or uses:
                 for i in range(n_layers):
-                    yield from _head_rows(Tensor(tuple(k.format(i=i) for k in one.keys),
-                                                 one.name.format(i=i, h="{h}"), one.layout, one.top), shapes)
+                    fields = shared_fields(config, i) if uses else {}
+                    if uses and not fields:  # a shared block's tensor: only in the layers that use one
+                        continue
+                    yield from _head_rows(Tensor(tuple(k.format(i=i, **fields) for k in one.keys),
+                                                 one.name.format(i=i, h="{h}", **fields), one.layout, one.top), shapes)
             else:
                 yield from _head_rows(one, shapes)
+
+
+def shared_fields(config: Config | None, layer: int) -> dict[str, str]:
+    """Where layer `layer`'s shared block (block.shared, Zamba2) is stored: {home} the first layer to use that block
+    (its checkpoint holds the block's weights and every use's adapters), {use} this layer's place among every use (its
+    adapters' index there), {block} the shared block's index if this layer is that first one, else a key no config
+    has; empty when the layer uses none."""
+    if config is None or config.model is None or config.layer_block(layer).shared is None:
+        return {}
+    blocks = [config.layer_block(i).shared for i in range(layer + 1)]
+    index = blocks[-1].index
+    first = next(i for i, b in enumerate(blocks) if b is not None and b.index == index)
+    return {"use": str(sum(b is not None for b in blocks[:-1])), "block": str(index) if first == layer else "-",
+            "home": str(first)}
 
 
 def _head_rows(entry: Tensor, shapes: Mapping[str, Shape] | None) -> Iterator[Tensor]:
@@ -367,7 +385,7 @@ def match_tensors(ckpt: Checkpoint, config: Config,
     notes: list[str] = []
     tied_copy: Stored | None = None
     filled: dict[str, str] = {}  # blockcli key → the stored tensor that fills it
-    for entry in _entries(tmap, n_layers, n_experts, shapes):
+    for entry in _entries(tmap, n_layers, n_experts, shapes, config):
         wanted = [k in shapes for k in entry.keys]
         name = find(entry)
         if not any(wanted):
@@ -722,7 +740,7 @@ def layout_of(config: Config, model_type: str) -> list[Match]:
     assert config.model is not None
     n_experts = config.block.moe.n_experts if config.block.moe is not None else 0
     matches = []
-    for entry in _entries(tmap, config.model.n_layers, n_experts, shapes):
+    for entry in _entries(tmap, config.model.n_layers, n_experts, shapes, config):
         if not all(k in shapes for k in entry.keys):  # a bias of a bias-free config, a tied model's head
             continue
         entry = replace(entry, layout=entry.layout.split("|")[0], name=entry.name.split("|")[0])

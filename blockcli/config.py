@@ -363,6 +363,29 @@ class Lightning:
     norm_eps: float = 1e-6  # the output RMSNorm's eps (transformers builds it with its default)
 
 
+@dataclass(frozen=True)
+class SharedBlock:
+    """Zamba2's shared transformer block, one of the model's few, run before this layer's Mamba-2 mixer. Its weights
+    (`shared.{index}.*`, counted once however many layers use it) are RMSNorm (2d) → attention → RMSNorm (d) → a gated
+    MLP, without residual adds: u = [h | x_0] (the layer's input beside the token embeddings, 2d wide), a = W_O·attn(
+    LN_a(u)) (queries, keys and values 2d → h·d_h; the scores times (d_h/2)^(-1/2); RoPE with `rope`), t = MLP(LN_m(a))
+    (d → d_ff → d). Each use has its own LoRA adapters: W_gate|W_up + A·B (rank `adapter_rank`), and, with
+    `attention_adapters`, W_q, W_k, W_v + A·B; and its own output projection W_s (d, d). The layer then runs its
+    mixer on LN1(h + t·W_s), its residual h: y = h + Mamba2(LN1(h + t·W_s))."""
+
+    index: int = 0  # which of the model's shared blocks (Zamba2: the use's order modulo num_mem_blocks)
+    n_heads: int = 8
+    n_kv_heads: int = 8
+    head_dim: int = 0  # 0: 2·d / n_heads
+    d_ff: int = 0  # 0: 4·d
+    activation: str = "gelu"  # the MLP's act(gate) ⊙ up
+    adapter_rank: int = 128
+    attention_adapters: bool = False  # LoRA adapters on W_q, W_k, W_v too (use_shared_attention_adapter)
+    rope: bool = False  # RoPE on the whole of each head (use_mem_rope)
+    rope_theta: float = 10000.0
+    bias: bool = False  # the MLP's biases (add_bias_linear)
+
+
 # what one layer holds: a mixer and an MLP, or one of them (Nemotron-H); hybrid: two mixers side by side, attention
 # and block.mamba both reading LN1's output, their outputs summed, then the MLP (Falcon-H1)
 LAYER_PARTS = ("both", "mixer", "mlp", "hybrid")
@@ -452,6 +475,8 @@ class BlockConfig:
     attn_branch_scale: float = 1.0
     mlp_skip_scale: float = 1.0
     mlp_branch_scale: float = 1.0
+    # a shared transformer block run before this layer's mixer, its output added to the mixer's input (Zamba2)
+    shared: SharedBlock | None = None
 
     def __post_init__(self) -> None:
         # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
@@ -1060,6 +1085,16 @@ def _check_layer_links(block: BlockConfig, model: ModelConfig | None, layer_bloc
         if b.per_layer_input != ple:
             raise ConfigError(f"{where(i)}.per_layer_input: {b.per_layer_input} differs from model.per_layer_dim "
                               f"{ple} (each layer reads its own slice of the per-layer embeddings)")
+    shared: dict[int, SharedBlock] = {}  # Zamba2: every use of shared block k has its shapes (one set of weights)
+    for i, b in enumerate(blocks):
+        if b.shared is None:
+            continue
+        if model is None:
+            raise ConfigError(f"{where(i)}.shared: a shared block is the model's; it needs a model section")
+        first = shared.setdefault(b.shared.index, b.shared)
+        if first != b.shared:
+            raise ConfigError(f"{where(i)}.shared: shared block {b.shared.index} is used with other settings by an "
+                              f"earlier layer (every use of one shared block has the same weights)")
 
 
 def _parse_layers(value: Any, block_data: Mapping[str, Any], base: BlockConfig,
@@ -1237,7 +1272,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "mamba", "parts", "clip_after_qk_norm", "short_conv", "attention_in_multiplier",
               "attention_out_multiplier", "mlp_multipliers", "sub_norms", "v_norm", "k_eq_v", "kv_from",
               "layer_scalar", "per_layer_input", "lightning", "attn_skip_scale", "attn_branch_scale",
-              "mlp_skip_scale", "mlp_branch_scale")
+              "mlp_skip_scale", "mlp_branch_scale", "shared")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1312,7 +1347,12 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         per_layer_input=_int(data, "per_layer_input", p, 0, minimum=0),
         lightning=_parse_lightning(data.get("lightning")),
         **{key: _float(data, key, p, 1.0, -1e6, 1e6) for key in SCALE_KEYS},
+        shared=_parse_shared(data.get("shared"), d_model),
     )
+    if block.shared is not None and (block.parts != "mixer" or not isinstance(block.mamba, Mamba2)
+                                     or block.norm != "rmsnorm"):
+        raise ConfigError("block.shared: a shared transformer block runs before a Mamba-2 layer of its mixer alone "
+                          "(Zamba2's): it needs block.mamba of version 2, parts mixer and norm rmsnorm")
     plain_attention = block.mla is None and block.linear_attention is None and block.mamba is None \
         and block.short_conv is None and block.lightning is None and block.parts != "mlp"
     for key, off in (("v_norm", False), ("k_eq_v", False), ("kv_from", -1)):
@@ -1654,6 +1694,39 @@ def _parse_indexer(value: Mapping[str, Any], p: str) -> dict[str, Any]:
             "index_head_dim": _int(value, "index_head_dim", p, 0, minimum=2),
             "index_topk": _int(value, "index_topk", p, 0, minimum=1), "index_rope_layout": layout,
             "index_shared": shared}
+
+
+# the shared MLP's act(gate) ⊙ up: any activation without learned scalars or a gated form of its own
+SHARED_ACTIVATIONS = tuple(name for name in SPELLINGS if name not in GATED_NAMES and name != "xielu")
+
+
+def _parse_shared(value: Any, d_model: int) -> SharedBlock | None:
+    if value is None:
+        return None
+    p = "block.shared"
+    _nested_section(value, SharedBlock, p, (), "a shared transformer block")
+    n_heads = _int(value, "n_heads", p, 8)
+    n_kv_heads = _int(value, "n_kv_heads", p, n_heads)
+    if n_heads % n_kv_heads:
+        raise ConfigError(f"{p}.n_kv_heads: n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}")
+    if "head_dim" not in value and 2 * d_model % n_heads:
+        raise ConfigError(f"{p}.n_heads: 2·d_model={2 * d_model} is not divisible by n_heads={n_heads} (or set "
+                          f"{p}.head_dim)")
+    shared = SharedBlock(index=_int(value, "index", p, 0, minimum=0, maximum=MAX_LAYERS),
+                         n_heads=n_heads, n_kv_heads=n_kv_heads,
+                         head_dim=_int(value, "head_dim", p, 2 * d_model // n_heads),
+                         d_ff=_int(value, "d_ff", p, 4 * d_model),
+                         activation=_choice(value, "activation", p, "gelu", SHARED_ACTIVATIONS),
+                         adapter_rank=_int(value, "adapter_rank", p, 128),
+                         attention_adapters=_bool(value, "attention_adapters", p, False),
+                         rope=_bool(value, "rope", p, False),
+                         rope_theta=_float(value, "rope_theta", p, 10000.0, 0.0, 1e12, low_open=True),
+                         bias=_bool(value, "bias", p, False))
+    if shared.attention_adapters and (shared.n_heads * shared.head_dim != 2 * d_model
+                                      or shared.n_kv_heads * shared.head_dim != 2 * d_model):
+        raise ConfigError(f"{p}.attention_adapters: the adapters add 2·d_model = {2 * d_model} features to each of Q, "
+                          f"K and V, which needs n_heads·head_dim = n_kv_heads·head_dim = {2 * d_model}")
+    return shared
 
 
 def _parse_short_conv(value: Any) -> ShortConv | None:

@@ -23,7 +23,8 @@ from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
 from blockcli.activations import function_of
-from blockcli.config import BlockConfig, Config, GatedDeltaNet, LayerGroup, Mamba1, layer_list, projected_width
+from blockcli.config import (BlockConfig, Config, GatedDeltaNet, LayerGroup, Mamba1, SharedBlock, layer_list,
+                             projected_width)
 from blockcli.shapes import Shape, block_parameter_shapes, counted_buffer, declared_sizes, is_buffer
 
 # A polynomial: monomial (sorted tuple of symbols) → integer coefficient.
@@ -52,7 +53,9 @@ _ORDER = {"L": 0, "V": 1, "P": 2, "E": 3, "k": 4, "d": 5, "h": 6, "h_kv": 7, "d_
           # a Mamba-1 mixer: its channels and Δ's rank (N its state width, K its conv's kernel)
           "d_in": 27, "R": 28,
           # Gemma 4's per-layer inputs: their width
-          "d_p": 29}
+          "d_p": 29,
+          # a shared transformer block (Zamba2): its heads, K/V heads, their width, its MLP's width, the adapters' rank
+          "h_a": 30, "h_akv": 31, "d_a": 32, "d_fa": 33, "r": 34}
 
 
 def render(poly: Poly) -> str:
@@ -159,9 +162,15 @@ def symbol_values(config: Config | BlockConfig) -> dict[str, int]:
     elif b.mamba is not None:
         values.update(h_s=b.mamba.n_heads, p=b.mamba.head_dim, N=b.mamba.d_state, g=b.mamba.n_groups,
                       K=b.mamba.conv_kernel)
+    if b.shared is not None:
+        values.update(_shared_values(b.shared))
     if m is not None:
         values.update(V=m.vocab_size, L=m.n_layers, P=m.max_positions + m.position_offset)
     return values
+
+
+def _shared_values(s: SharedBlock) -> dict[str, int]:
+    return {"h_a": s.n_heads, "h_akv": s.n_kv_heads, "d_a": s.head_dim, "d_fa": s.d_ff, "r": s.adapter_rank}
 
 
 @dataclass(frozen=True)
@@ -202,8 +211,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
     elif b.mamba is not None or b.short_conv is not None:
         rows.extend(_short_conv_rows(b) if b.mamba is None else
                     _mamba1_rows(b) if isinstance(b.mamba, Mamba1) else _mamba_rows(b))
-        if b.parts == "mixer":
-            return rows
+        if b.parts == "mixer":  # (Zamba2: and this layer's use of a shared block)
+            return rows + _shared_use_rows(b)
     if b.parts == "mlp" or (b.parts != "hybrid" and (b.mamba is not None or b.short_conv is not None)):
         pass  # no attention (hybrid: Falcon-H1's attention beside its Mamba-2 mixer, the rows below)
     elif b.mla is not None:
@@ -253,6 +262,25 @@ def block_formula(b: BlockConfig) -> list[Row]:
     if b.moe is not None:
         return rows + _dense_beside(b) + moe_formula(b) + _after_the_mlp(b)
     return rows + _dense_mlp(b) + _after_the_mlp(b)
+
+
+def _shared_use_rows(b: BlockConfig) -> list[Row]:
+    """What a layer using a shared block (Zamba2) holds of its own: each LoRA adapter A (in·r) and B (r·out), on Q,
+    K and V (their input [h | x_0], 2d) with attention_adapters and on the MLP's gate | up (one A, two B); and the
+    projection of the block's output (d²). The shared block's own weights are the model's (counted once there)."""
+    s, no = b.shared, Poly()
+    if s is None:
+        return []
+    rows = []
+    if s.attention_adapters:
+        for x, heads in (("q", "h_a"), ("k", "h_akv"), ("v", "h_akv")):
+            rows.append(Row(f"shared.adapter_{x}", f"{x.upper()} adapter of this use (2d → r → out)",
+                            term(2, "d", "r") + term(1, "r", heads, "d_a"), no, (f"adapter_{x}_a", f"adapter_{x}_b")))
+    rows += [Row("shared.adapter_mlp", "gate | up adapter of this use (d → r → 2·d_ff)",
+                 term(1, "d", "r") + term(2, "r", "d_fa"), no, ("adapter_mlp_a", "adapter_gate_b", "adapter_up_b")),
+             Row("shared.out", "projection of the shared block's output (this layer's own)", term(1, "d", "d"), no,
+                 ("w_shared_out",))]
+    return rows
 
 
 def _after_the_mlp(b: BlockConfig) -> list[Row]:
@@ -581,7 +609,8 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
     shapes = block_parameter_shapes(config.block)
     arrays = {k: math.prod(s) for k, s in shapes.items()}
     components: list[Component] = []
-    groups = {"attn": (Poly(), Poly()), "mlp": (Poly(), Poly()), "ln": (Poly(), Poly()), "ple": (Poly(), Poly())}
+    groups = {"attn": (Poly(), Poly()), "mlp": (Poly(), Poly()), "ln": (Poly(), Poly()), "ple": (Poly(), Poly()),
+              "shared": (Poly(), Poly())}
     block_w, block_b = Poly(), Poly()
     idle = buffers = 0
     for row in rows:
@@ -624,6 +653,9 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
                      "attention (Q, K, V, gate, O)")
     ple = (("per_layer_input", "per-layer input (gate, projection)", groups["ple"]),) \
         if config.block.per_layer_input else ()
+    if config.block.shared is not None:  # Zamba2: this use's adapters and projection, beside the mixer
+        ple = (("shared_use", f"its use of shared block {config.block.shared.index} (adapters, W_s)",
+                groups["shared"]),) + ple
     mlp_label = "MLP and experts (beside it)" if config.block.moe is not None and config.block.moe.beside_dense else "MLP"
     for name, label, (w, bias) in (("attention", attention, groups["attn"]),
                                    ("mlp", mlp_label, groups["mlp"]), *ple,
@@ -655,7 +687,7 @@ def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[s
             if found != expected:
                 mismatches.append(f"layer {i} {row.name}: formula {expected:,} vs checkpoint {found:,}")
     for c in result.components:
-        if c.name.startswith(("embed.", "final_norm", "lm_head")):  # lm_head.project_out too
+        if c.name.startswith(("embed.", "final_norm", "lm_head", "shared_block.")):  # lm_head.project_out too
             covered.update(c.keys)
             found = sum(stored.get(k, 0) for k in c.keys)
             if found != c.count:
@@ -708,6 +740,7 @@ def _model_rows(config: Config, groups: list[LayerGroup], polys: list[tuple[Poly
                            str((m.per_layer_dim,)), m.per_layer_dim if b.norm_scale else 0,
                            m.per_layer_dim if b.bias.norm else 0, "d_p", ("ple_proj_norm_gamma", "ple_proj_norm_beta"),
                            shapes=((m.per_layer_dim,),))]
+    rows += _shared_block_rows(config)
     shape = (f"{m.n_layers} × block" if len(groups) == 1 else
              " + ".join(f"{len(g.layers)} × block {i + 1}" for i, g in enumerate(groups)))
     idle = sum(n * len(g.layers) for n, g in zip(unused, groups))  # routed experts a token does not use
@@ -738,6 +771,36 @@ def _model_rows(config: Config, groups: list[LayerGroup], polys: list[tuple[Poly
                           "total − token − position embeddings" + (" − per-layer embeddings" if ple_table else ""),
                           kind="total"))
     return rows, total, total - embeddings
+
+
+def _shared_block_rows(config: Config) -> list[Component]:
+    """Each shared transformer block (Zamba2), counted once however many layers use it: its attention over
+    [h | x_0] (the norm's scale 2d; W_q 2d·h_a·d_a; W_k, W_v 2d·h_akv·d_a each; W_O h_a·d_a·d) and its MLP (the
+    norm's scale d; gate, up d·d_fa each; down d_fa·d; with bias 2·d_fa + d)."""
+    rows, d = [], config.block.d_model
+    found: dict[int, SharedBlock] = {}
+    for i in range(config.model.n_layers if config.model is not None else 0):
+        s = config.layer_block(i).shared
+        if s is not None:
+            found.setdefault(s.index, s)
+    for index, s in sorted(found.items()):
+        values = {"d": d, **_shared_values(s)}
+        attn = term(2, "d") + term(2, "d", "h_a", "d_a") + term(4, "d", "h_akv", "d_a") + term(1, "h_a", "d_a", "d")
+        mlp_w = term(1, "d") + term(3, "d", "d_fa")
+        mlp_b = term(2, "d_fa") + term(1, "d") if s.bias else Poly()
+        q, kv = s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim
+        head = f"shared.{index}."
+        rows += [Component(f"shared_block.{index}.attention", f"shared block {index}: RMSNorm (2d) and attention (Q, K, V, O)",
+                           f"{(2 * d,)} + {(2 * d, q)} + 2 × {(2 * d, kv)} + {(q, d)}", evaluate(attn, values), 0,
+                           render(attn), tuple(head + k for k in ("ln_attn_gamma", "w_q", "w_k", "w_v", "w_o")),
+                           shapes=((2 * d,), (2 * d, q), (2 * d, kv), (2 * d, kv), (q, d))),
+                 Component(f"shared_block.{index}.mlp", f"shared block {index}: RMSNorm and gated MLP",
+                           f"{(d,)} + 2 × {(d, s.d_ff)} + {(s.d_ff, d)}", evaluate(mlp_w, values),
+                           evaluate(mlp_b, values), render(mlp_w + mlp_b),
+                           tuple(head + k for k in ("ln_mlp_gamma", "w_gate", "w_up", "w_down", "b_gate", "b_up",
+                                                    "b_down")),
+                           shapes=((d,), (d, s.d_ff), (d, s.d_ff), (s.d_ff, d)))]
+    return rows
 
 
 def _model_norm(name: str, where: str, prefix: str, b: BlockConfig) -> Component:

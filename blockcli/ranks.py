@@ -24,8 +24,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from blockcli.config import BlockConfig, Config, InputError, Mamba1
-from blockcli.shapes import Shape, block_parameter_shapes, is_buffer, outer_shapes
+from blockcli.config import BlockConfig, Config, InputError, Mamba1, SharedBlock
+from blockcli.shapes import (Shape, block_parameter_shapes, is_buffer, outer_shapes, shared_block_shapes,
+                             shared_blocks)
 from blockcli.sizing import (Dims, StateBytes, activation_terms, head_terms, kv_cache_elements, nbytes,
                              recurrent_elements, states_per_device)
 
@@ -164,6 +165,8 @@ def rank_block(block: BlockConfig, tp: int) -> BlockConfig:
     channels (in_proj and dt_proj by columns, x_proj and out_proj by rows, the conv, A_log and D by channel), Δ's
     rank, the state width and the norms of δ, B, C whole; its attention fields are unused and left as they are."""
     moe, mamba = block.moe, block.mamba
+    if block.shared is not None:  # Zamba2: its shared block's heads, K/V heads and MLP split as attention's and the MLP's
+        block = replace(block, shared=rank_shared(block.shared, tp))
     if isinstance(mamba, Mamba1):
         return replace(block, mamba=replace(mamba, d_inner=mamba.d_inner // tp),
                        d_ff=block.d_ff if block.parts == "mixer" else block.d_ff // tp,
@@ -171,6 +174,20 @@ def rank_block(block: BlockConfig, tp: int) -> BlockConfig:
     return replace(block, n_heads=block.n_heads // tp, n_kv_heads=kv_heads_per_rank(block.n_kv_heads, tp),
                    head_dim=block.head_dim, d_ff=block.d_ff // tp,
                    moe=replace(moe, d_expert=moe.d_expert // tp, d_shared=moe.d_shared // tp) if moe else None)
+
+
+def rank_shared(shared: SharedBlock, tp: int) -> SharedBlock:
+    """A shared transformer block (Zamba2) as one tensor-parallel rank holds it: h / tp heads, its K/V heads, d_ff / tp
+    (the adapters' rank and the widths d, 2d whole)."""
+    return replace(shared, n_heads=shared.n_heads // tp, n_kv_heads=kv_heads_per_rank(shared.n_kv_heads, tp),
+                   d_ff=shared.d_ff // tp)
+
+
+def _shared_parameters(config: Config, tp: int) -> dict[int, int]:
+    """Each shared block's weights on one rank (Zamba2), by its index: every stage with a layer using it holds them."""
+    d = config.block.d_model
+    return {k: sum(math.prod(shape) for shape in shared_block_shapes(rank_shared(s, tp), d).values())
+            for k, s in shared_blocks(config).items()}
 
 
 def _layer_parameters(block: BlockConfig, layout: Layout) -> tuple[int, int]:
@@ -197,7 +214,7 @@ def _outer_parameters(config: Config, tp: int, vocab_padded: int) -> tuple[int, 
     def size(shape: Shape) -> int:  # a vocabulary-long axis: the padded vocabulary's tp-th part
         return math.prod(vocab_padded // tp if n == V else n for n in shape)
 
-    first = sum(size(s) for k, s in before.items() if not is_buffer(k))
+    first = sum(size(s) for k, s in before.items() if not is_buffer(k) and not k.startswith("shared."))
     last = sum(size(s) for k, s in after.items() if not is_buffer(k))
     tied_copy = size(before["wte"]) if config.model.tie_embeddings else 0
     return first, last, tied_copy
@@ -270,9 +287,12 @@ def plan(config: Config, layout: Layout, T: int, B: int, *, training: bool, per:
             cache[block] = (params, experts, kept, 0 if training else _kv_cache(block, config, layout, T, B, kv_bits))
         return cache[block]
 
+    shared = _shared_parameters(config, layout.tp) if config.model else {}
     stages = []
     for s, layers in enumerate(stage_layers(n_layers, layout)):
         params, experts, kept, kv = (sum(v) for v in zip(*(per_layer(i) for i in layers)))
+        used = {b.shared.index for i in layers if (b := config.layer_block(i)).shared is not None}
+        params += sum(shared[k] for k in used)  # Zamba2: a copy of each shared block its layers use
         is_first, is_last = s == 0, s == layout.pp - 1
         params += (first if is_first else 0) + (last if is_last else 0)
         params += tied_copy if is_last and layout.pp > 1 else 0  # the head's own copy of a tied table

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from blockcli.activations import function_of
-from blockcli.config import BlockConfig, Config, Mamba1, projected_width
+from blockcli.config import BlockConfig, Config, Mamba1, SharedBlock, projected_width
 
 Shape = tuple[int, ...]
 
@@ -276,7 +276,49 @@ def block_parameter_shapes(cfg: BlockConfig) -> dict[str, Shape]:
                     **norm_shapes("ple_norm", d, cfg))
     if cfg.layer_scalar:
         tail["layer_scalar"] = (1,)
-    return {**_block_shapes(cfg, ln2, mlp), **tail}
+    return {**shared_use_shapes(cfg), **_block_shapes(cfg, ln2, mlp), **tail}
+
+
+def shared_use_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    """What a layer using a shared block (config.SharedBlock, Zamba2) holds of its own: the LoRA adapters of this use,
+    A (in, r) and B (r, out) each, on W_q, W_k, W_v (with attention_adapters, their input 2d wide) and on the MLP's
+    gate | up (one A, a B for each), and the projection W_s (d, d) of the block's output."""
+    s = cfg.shared
+    if s is None:
+        return {}
+    d, r = cfg.d_model, s.adapter_rank
+    shapes: dict[str, Shape] = {}
+    if s.attention_adapters:
+        for name, width in (("q", s.n_heads * s.head_dim), ("k", s.n_kv_heads * s.head_dim),
+                            ("v", s.n_kv_heads * s.head_dim)):
+            shapes.update({f"adapter_{name}_a": (2 * d, r), f"adapter_{name}_b": (r, width)})
+    shapes.update(adapter_mlp_a=(d, r), adapter_gate_b=(r, s.d_ff), adapter_up_b=(r, s.d_ff), w_shared_out=(d, d))
+    return shapes
+
+
+def shared_block_shapes(shared: SharedBlock, d: int) -> dict[str, Shape]:
+    """One shared transformer block's weights (config.SharedBlock), its keys after `shared.{index}.`: the norm of
+    [h | x_0] (2d,), W_q (2d, h·d_h), W_k and W_v (2d, h_kv·d_h), W_O (h·d_h, d), the MLP's norm (d,), W_gate and
+    W_up (d, d_ff), W_down (d_ff, d), and the MLP's biases with `bias`."""
+    q, kv = shared.n_heads * shared.head_dim, shared.n_kv_heads * shared.head_dim
+    shapes: dict[str, Shape] = {"ln_attn_gamma": (2 * d,), "w_q": (2 * d, q), "w_k": (2 * d, kv), "w_v": (2 * d, kv),
+                                "w_o": (q, d), "ln_mlp_gamma": (d,), "w_gate": (d, shared.d_ff),
+                                "w_up": (d, shared.d_ff), "w_down": (shared.d_ff, d)}
+    if shared.bias:
+        shapes.update(b_gate=(shared.d_ff,), b_up=(shared.d_ff,), b_down=(d,))
+    return shapes
+
+
+def shared_blocks(config: Config) -> dict[int, SharedBlock]:
+    """The model's shared blocks by index, as the layers using them declare them (config checks they agree)."""
+    if config.model is None:
+        return {}
+    found: dict[int, SharedBlock] = {}
+    for i in range(config.model.n_layers):
+        s = config.layer_block(i).shared
+        if s is not None:
+            found.setdefault(s.index, s)
+    return dict(sorted(found.items()))
 
 
 def _block_shapes(cfg: BlockConfig, ln2: dict[str, Shape], mlp: dict[str, Shape]) -> dict[str, Shape]:
@@ -343,6 +385,8 @@ def outer_shapes(config: Config) -> tuple[dict[str, Shape], dict[str, Shape]]:
         width = model.n_layers * model.per_layer_dim
         before.update(ple_wte=(model.per_layer_vocab or model.vocab_size, width), ple_proj=(d, width),
                       **norm_shapes("ple_proj_norm", model.per_layer_dim, block))
+    for index, shared in shared_blocks(config).items():  # Zamba2: each shared block's weights, once
+        before.update({f"shared.{index}.{k}": s for k, s in shared_block_shapes(shared, d).items()})
     after: dict[str, Shape] = norm_shapes("ln_f", d, block) if model.final_norm else {}
     if e:  # and projected out to e after the final norm
         after["proj_out"] = (d, e)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Any, Callable
 
 from blockcli import profiles
 from blockcli.activations import function_of
@@ -133,6 +133,11 @@ class Dims:
     hybrid: bool = False  # attention beside the Mamba-2 mixer in the same layer (block.parts hybrid: Falcon-H1)
     shared_kv: bool = False  # Gemma 4's block.kv_from: the layer attends to another layer's cached K/V, caching none
     lightning: bool = False  # MiniMax's lightning attention in place of softmax attention: a state h·d_h·d_h, no K/V
+    # a shared transformer block before the Mamba-2 mixer (Zamba2's block.shared; hybrid set, h, h_kv, d_h its
+    # attention's): its MLP's width (0: none), its adapters' rank, and whether Q, K, V have adapters too
+    shared_ff: int = 0
+    shared_rank: int = 0
+    shared_qkv: bool = False
 
     @classmethod
     def of(cls, config: Config) -> "Dims":
@@ -141,7 +146,7 @@ class Dims:
         latent = (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim, mla.v_head_dim) if mla else (0, 0, 0, 0)
         mamba = ((ssm.d_inner, 1, ssm.d_state, 0, ssm.conv_kernel) if isinstance(ssm, Mamba1) else
                  (ssm.n_heads, ssm.head_dim, ssm.d_state, ssm.n_groups, ssm.conv_kernel) if ssm else (0,) * 5)
-        return cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, mlp_width(b),
+        return replace(cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, mlp_width(b),
                    m.vocab_size if m else 0, b.gated, b.sliding_window, projected_width(m, b.d_model),
                    moe_active_weights(b), *latent, b.linear_attention,
                    (b.n_heads * (1 if b.attention_gate_form == "softplus_head" else b.head_dim)) if b.attention_gate else 0,
@@ -150,7 +155,7 @@ class Dims:
                    d_index=mla.index_head_dim if mla and mla.own_indexer else 0,
                    h_index=mla.index_heads if mla and mla.own_indexer else 0,
                    R=ssm.dt_rank if isinstance(ssm, Mamba1) else 0, hybrid=b.parts == "hybrid", shared_kv=b.kv_from >= 0,
-                   lightning=b.lightning is not None)
+                   lightning=b.lightning is not None), **_shared_dims(b))
 
     @property
     def mamba(self) -> bool:
@@ -202,6 +207,16 @@ class Dims:
         return (T - 1) % self.chunk + 1 if self.chunk else self.keys_seen(T)
 
 
+def _shared_dims(b: BlockConfig) -> dict[str, Any]:
+    """A layer running a shared transformer block (Zamba2): attention beside its mixer (hybrid), of the shared
+    block's heads, and the shared MLP's and adapters' widths."""
+    s = b.shared
+    if s is None:
+        return {}
+    return {"hybrid": True, "h": s.n_heads, "h_kv": s.n_kv_heads, "d_h": s.head_dim, "shared_ff": s.d_ff,
+            "shared_rank": s.adapter_rank, "shared_qkv": s.attention_adapters}
+
+
 def mlp_width(block: BlockConfig) -> int:
     """The MLP intermediates' width per token: d_ff, or for a mixture of experts k·d_e + d_s (its k
     routed experts' and the shared expert's, side by side)."""
@@ -239,6 +254,11 @@ def matmul_weights(dims: Dims) -> tuple[int, int]:
     if dims.mamba:  # in-projection to z, x, B, C, dt and out-projection; the conv's K taps per channel (depthwise)
         d_in, gN = dims.h_s * dims.p, dims.g * dims.N
         attention = dims.d * (q + 2 * kv) + q * dims.d if dims.hybrid else 0  # Falcon-H1: Q, K, V, O beside it
+        if dims.shared_ff:  # Zamba2: the shared block's Q, K, V from [h | x_0] (2d), O, its gated MLP, the adapters
+            # (x·A then ·B: r per input feature and per output feature), the output projection d²
+            r = dims.shared_rank
+            adapters = r * (dims.d + 2 * dims.shared_ff) + (r * (6 * dims.d + q + 2 * kv) if dims.shared_qkv else 0)
+            attention = 2 * dims.d * (q + 2 * kv) + q * dims.d + 3 * dims.d * dims.shared_ff + adapters + dims.d ** 2
         return (dims.d * (2 * d_in + 2 * gN + dims.h_s) + d_in * dims.d + dims.K * (d_in + 2 * gN) + attention + mlp,
                 head)
     if dims.lightning:  # q | k | v and the output gate from x (h·d_h wide each), W_out

@@ -272,6 +272,9 @@ def kv_cache_bytes(b: BlockConfig, layers: int, batch: int, seq_len: int, itemsi
     if b.mamba is not None:  # Mamba-2: S (B, h, p, N) and the window (B, K − 1, d_in + 2·g·N); Mamba-1's (B, d_in, N), c = d_in
         m = b.mamba
         state = layers * batch * (m.d_inner * m.d_state + (m.conv_kernel - 1) * m.conv_dim) * itemsize
+        if b.shared is not None:  # Zamba2: and the shared block's attention's K/V (h_kv·d_h each, its own heads)
+            s = b.shared
+            return state + layers * batch * seq_len * 2 * s.n_kv_heads * s.head_dim * itemsize
         if b.parts != "hybrid":
             return state
         return state + kv_cache_bytes(b.attention_part, layers, batch, seq_len, itemsize)  # and attention's K/V

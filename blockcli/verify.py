@@ -23,7 +23,8 @@ import numpy as np
 
 from blockcli.block import DecoderBlock, block_parameter_shapes, norm_scale, resolve_weights
 from blockcli.checkpoint import is_checkpoint_path
-from blockcli.config import BlockConfig, Config, InputError, Mamba1, clipped, gemma4_field, open_regular
+from blockcli.config import (BlockConfig, Config, InputError, Mamba1, clipped, gemma4_field, layer_list,
+                             open_regular)
 from blockcli.count import Formula, block_formula, evaluate, symbol_values
 from blockcli.ops import STANDARD_OPS, Ops, apply_rope, rope_tables
 from blockcli.parallel import fit_blas_threads
@@ -1179,15 +1180,32 @@ def parse_selection(text: str | None, option: str = "checks") -> set[int] | None
     return ids
 
 
+def shared_layers_note(config: Config) -> str | None:
+    """Which layers `layers_to_verify` leaves out for running a shared transformer block (Zamba2), and why."""
+    if config.model is None:
+        return None
+    shared = [i for i in range(config.model.n_layers) if config.layer_block(i).shared is not None]
+    if not shared:
+        return None
+    return (f"{layer_list(shared)} run a shared transformer block (block.shared), which reads the model's weights and "
+            f"token embeddings, so they cannot run alone: not verified (their forward is checked against "
+            f"transformers' logits, tests/test_mamba.py)")
+
+
 def layers_to_verify(config: Config) -> list[int | None]:
     """One layer of each kind: the first layer of each group of identical blocks (dense and mixture of
     experts, sliding and global, with and without RoPE...); [None] for a block, or a model whose layers
     are all alike."""
     if config.model is None or not config.layers_differ:
         return [None]
-    # a layer reusing the previous layer's indexer choice (GLM-5's shared layers) cannot run alone
-    return [group.layers[0] for group in config.layer_groups()
-            if group.block.mla is None or not group.block.mla.index_shared]
+    # a layer reusing the previous layer's indexer choice (GLM-5's shared layers) cannot run alone, nor one running
+    # a shared transformer block (Zamba2's: it reads the model's weights and token embeddings)
+    chosen = [group.layers[0] for group in config.layer_groups()
+              if (group.block.mla is None or not group.block.mla.index_shared) and group.block.shared is None]
+    if not chosen:
+        raise InputError(f"{config.name}: every layer runs a shared transformer block (block.shared), which reads the "
+                         f"model's weights and token embeddings, so none can run alone: nothing to verify")
+    return chosen
 
 
 def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, formula: Formula = block_formula,
@@ -1215,6 +1233,10 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
             raise InputError(f"--layer {layer}: the model has layers 0..{config.model.n_layers - 1}")
         kind = config.group_of(shown).describe()
         mla = config.layer_block(shown).mla
+        if config.layer_block(shown).shared is not None:
+            raise InputError(f"--layer {shown}: it runs a shared transformer block (block.shared), which reads the "
+                             f"model's weights and token embeddings, so it cannot run alone; verify a layer without "
+                             f"one (its forward is checked against transformers' logits: tests/test_mamba.py)")
         if mla is not None and mla.index_shared:
             raise InputError(f"--layer {shown}: it reuses the previous layer's indexer choice (mla.index_shared), "
                              f"so it cannot run alone; verify another layer")

@@ -44,7 +44,7 @@ UNCLAIMED = {
     "inkling_text", "jetmoe", "kolibri1", "lara_mini", "lfm3", "longcat_flash", "mimo_v2_flash",
     "minimax_m3_vl_text", "mllama", "modernbert-decoder", "moshi", "phi4_multimodal", "qwen4_exp",
     "qwen4_exp_text", "recurrent_gemma", "rwkv", "sarvam_mla", "sarvam_moe", "xglm", "xlnet", "xlstm", "youtu",
-    "zamba", "zamba2", "zaya",
+    "zamba", "zaya",
 }
 
 # claimed types whose defaults blockcli refuses although transformers builds the class from them: the field, null

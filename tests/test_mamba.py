@@ -977,10 +977,102 @@ def test_backward_through_a_mamba_or_conv_layer_is_refused_in_one_line(name: str
 # ----------------------------------------------------------------------------- against transformers itself
 
 
+# transformers 5.24's Zamba2ForCausalLM on the meta device (recomputed by the torch-marked test)
+ZAMBA2_CASES = {
+    "defaults": ({}, 2_481_848_336),  # 54 Mamba-2 layers, 9 of them running the one shared block first, tied
+    "random": (dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=2, intermediate_size=40, adapter_rank=5,
+                    n_mamba_heads=6, mamba_d_state=7, mamba_ngroups=3, mamba_d_conv=5, mamba_expand=2,
+                    num_mem_blocks=3, add_bias_linear=True, vocab_size=300, use_mem_rope=True, num_hidden_layers=7,
+                    layers_block_type=["mamba", "hybrid", "hybrid", "mamba", "hybrid", "hybrid", "mamba"]), 226_066),
+    "adapters": (dict(hidden_size=40, num_attention_heads=5, intermediate_size=None, adapter_rank=4, n_mamba_heads=4,
+                      mamba_d_state=6, num_mem_blocks=2, use_shared_attention_adapter=True, vocab_size=200,
+                      num_hidden_layers=5, layers_block_type=["hybrid", "mamba", "hybrid", "hybrid", "mamba"]), 160_520),
+}
+ZAMBA2_DEFAULTS = dict(hidden_size=2560, num_hidden_layers=54, num_attention_heads=32, vocab_size=32000,
+                       mamba_d_state=64, mamba_d_conv=4, mamba_expand=2, mamba_ngroups=1, n_mamba_heads=8,
+                       adapter_rank=128, num_mem_blocks=1, rms_norm_eps=1e-5)
+
+
+def _zamba2_by_hand(d: int, V: int, types: list[str], h: int, h_kv: int, d_ff: int, r: int, m_heads: int, N: int,
+                    g: int, K: int, blocks: int, bias: bool, tied: bool, qkv_adapters: bool) -> int:
+    """Every layer a norm d and a Mamba-2 mixer (its in_proj and out_proj biased with add_bias_linear, its conv always);
+    each shared block once: the norm 2d, Q, K, V from 2d (head width 2d/h), O to d, the norm d, gate | up and down
+    (biased with add_bias_linear); each use its own linear d² and adapters: gate | up d·r + r·2·d_ff, and Q, K, V
+    2d·r + r·2d each with the attention adapters."""
+    d_h, uses = 2 * d // h, sum(t == "hybrid" for t in types)
+    mamba = _mixer_by_hand(d, m_heads, 2 * d // m_heads, N, g, K, True, bias) + d
+    shared = 2 * d + 2 * d * h * d_h + 2 * (2 * d * h_kv * d_h) + h * d_h * d + d + 3 * d * d_ff + bias * (2 * d_ff + d)
+    use = d * d + d * r + r * 2 * d_ff + qkv_adapters * 3 * (2 * d * r + r * 2 * d)
+    return len(types) * mamba + min(blocks, uses) * shared + uses * use + V * d * (1 if tied else 2) + d
+
+
+def test_zamba2_totals_by_hand() -> None:
+    defaults = ["mamba"] + (["mamba"] * 5 + ["hybrid"]) * 7 + ["mamba"] * 4 + ["hybrid"] + ["mamba"] * 3 + ["hybrid"] \
+        + ["mamba"] * 2
+    assert _zamba2_by_hand(2560, 32000, defaults, 32, 32, 10240, 128, 8, 64, 1, 4, 1, False, True, False) == 2_481_848_336
+    _, want = ZAMBA2_CASES["random"]
+    types = ZAMBA2_CASES["random"][0]["layers_block_type"]
+    assert _zamba2_by_hand(48, 300, types, 6, 2, 40, 5, 6, 7, 3, 5, 3, True, True, False) == want
+    types = ZAMBA2_CASES["adapters"][0]["layers_block_type"]
+    assert _zamba2_by_hand(40, 200, types, 5, 5, 160, 4, 4, 6, 1, 4, 2, False, True, True) == 160_520
+
+
+@pytest.mark.parametrize("case", sorted(ZAMBA2_CASES))
+def test_zamba2_counts_as_transformers(case: str) -> None:
+    fields, want = ZAMBA2_CASES[case]
+    config = parse_config(hf_to_mapping({"model_type": "zamba2", **ZAMBA2_DEFAULTS, **fields}, "x.json"))
+    assert count_parameters(config).total == want
+
+
+def test_zamba2_layers_use_the_shared_blocks_in_turn_and_count_them_once() -> None:
+    """num_mem_blocks 3 over 4 uses: blocks 0, 1, 2, 0; the model holds each block's weights once (shared.{k}.*), each
+    using layer its own adapters and projection; the layers without one are Mamba-2 alone."""
+    from blockcli.shapes import model_parameter_shapes
+
+    fields, _ = ZAMBA2_CASES["random"]
+    config = parse_config(hf_to_mapping({"model_type": "zamba2", **ZAMBA2_DEFAULTS, **fields}, "x.json"))
+    uses = [(i, config.layer_block(i).shared) for i in range(7)]
+    assert [(i, s.index) for i, s in uses if s is not None] == [(1, 0), (2, 1), (4, 2), (5, 0)]
+    assert all(config.layer_block(i).parts == "mixer" and config.layer_block(i).mamba is not None for i in range(7))
+    shapes = model_parameter_shapes(config)
+    assert sorted({k.split(".")[1] for k in shapes if k.startswith("shared.")}) == ["0", "1", "2"]
+    assert shapes["shared.0.w_q"] == (96, 6 * 16) and shapes["shared.0.w_k"] == (96, 2 * 16)
+    assert shapes["shared.0.w_o"] == (96, 48) and shapes["blocks.5.w_shared_out"] == (48, 48)
+    assert shapes["blocks.5.adapter_mlp_a"] == (48, 5) and shapes["blocks.5.adapter_gate_b"] == (5, 40)
+    assert not any(k.startswith("blocks.0.") and ("adapter" in k or "shared" in k) for k in shapes)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"num_hidden_layers": 5}, "num_hidden_layers"),  # the default layers_block_type has 54
+    ({"layers_block_type": ["mamba", "attention"], "num_hidden_layers": 2}, "layers_block_type"),
+    ({"use_shared_attention_adapter": True, "num_key_value_heads": 8}, "use_shared_attention_adapter"),
+    ({"n_mamba_heads": 7}, "n_mamba_heads"),
+    ({"num_attention_heads": 3}, "num_attention_heads"),
+    ({"hidden_act": "xielu"}, "hidden_act"),
+    # transformers 5.24 ties the shared blocks only with tied embeddings: untied, each use is a block of its own
+    ({"tie_word_embeddings": False}, "tie_word_embeddings"),
+    ({"use_mem_rope": True, "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}},
+     "rope_parameters"),
+])
+def test_zamba2_fields_blockcli_cannot_run_are_named(tmp_path: Path, fields: dict, message: str) -> None:
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "zamba2", **ZAMBA2_DEFAULTS, **fields}))
+    assert message in one_error_line(cli("count", tmp_path / "config.json"))
+
+
+def test_a_zamba2_layer_with_a_shared_block_runs_only_inside_its_model() -> None:
+    """Alone, such a layer has neither the shared block's weights nor the token embeddings: one line saying so, from
+    the block and from verify --layer."""
+    config = load_config(FIXTURES / "zamba2")
+    with pytest.raises(InputError, match="runs only inside its model"):
+        DecoderBlock.from_config(config, layer=1, weights=FIXTURES / "zamba2")(np.zeros((1, 2, 16)))
+    assert "--layer 1: it runs a shared transformer block" in one_error_line(cli("verify", FIXTURES / "zamba2",
+                                                                                 "--layer", "1"))
+
+
 TORCH_CASES = {"granitemoehybrid": (GRANITE_CASES, GRANITE_DEFAULTS), "bamba": (BAMBA_CASES, BAMBA_DEFAULTS),
                "nemotron_h": (NEMOTRON_CASES, NEMOTRON_DEFAULTS), "lfm2": (LFM2_CASES, LFM2_DEFAULTS),
                "falcon_h1": (FALCON_H1_CASES, FALCON_H1_DEFAULTS), "mamba2": (MAMBA2_CASES, MAMBA2_DEFAULTS),
-               "lfm2_moe": (LFM2_MOE_CASES, LFM2_MOE_DEFAULTS),
+               "lfm2_moe": (LFM2_MOE_CASES, LFM2_MOE_DEFAULTS), "zamba2": (ZAMBA2_CASES, ZAMBA2_DEFAULTS),
                **MAMBA1_CASES}
 
 
@@ -1008,7 +1100,10 @@ def test_verify_passes_one_layer_of_each_kind(name: str) -> None:
     attention layer and a layer of its MLP alone; the checks that need attention weights skip saying why."""
     proc = cli("verify", FIXTURES / name)
     assert proc.returncode == 0, proc.stdout[-2000:]
-    if load_config(FIXTURES / name).layers_differ:  # an attention-free Mamba's and Falcon-H1's layers are all one kind
+    config = load_config(FIXTURES / name)
+    if any(config.layer_block(i).shared is not None for i in range(config.model.n_layers)):  # Zamba2's cannot run alone
+        assert "layers 1-3 run a shared transformer block (block.shared)" in proc.stderr and "not verified" in proc.stderr
+    elif config.layers_differ:  # an attention-free Mamba's and Falcon-H1's layers are all one kind
         assert "one layer of each of its" in proc.stdout
 
 
@@ -1118,3 +1213,16 @@ def test_tensor_parallelism_splits_a_hybrid_layers_kv_heads_and_its_state() -> N
     24 + 2·2·6 channels, float32)."""
     data = json.loads(cli("count", FIXTURES / "falcon_h1", "--tp", 2, "--batch", 1, "--seq", 8, "--json").stdout)
     assert data["parallel"]["stages"][0]["kv_cache_bytes"] == 2 * (8 * 2 * 4 * 4 + (4 * 6 * 6 + 3 * 48) // 2 * 4)
+
+
+def test_zamba2_tensor_parallelism_splits_the_shared_blocks_and_their_uses() -> None:
+    """--tp 2 on zamba2's fixture: each rank holds half of every shared block's heads and MLP (the norms whole), half
+    of each use's adapter outputs (r·h·d_h/2 …) and W_s whole, every Mamba-2 layer whole (as Bamba's), and 128 of the
+    padded 256 embedding rows. By hand, d = 16, r = 3, h = h_kv = 4 of 8, d_ff = 24."""
+    data = json.loads(cli("count", FIXTURES / "zamba2", "--tp", 2, "--batch", 1, "--seq", 8, "--json").stdout)
+    d, r, half, ff = 16, 3, 2 * 8, 12  # half: h/2·d_h; ff: d_ff/2
+    block = 2 * d + 3 * 2 * d * half + half * d + d + 3 * d * ff + 2 * ff + d  # norms, Q K V, O, norm, MLP and biases
+    use = 3 * (2 * d * r + r * half) + d * r + 2 * r * ff + d * d
+    mamba = _mixer_by_hand(d, 4, 8, 6, 2, 3, True, True) + d  # a Mamba-2 layer: 4 heads of 8, N 6, 2 groups, K 3
+    stage = data["parallel"]["stages"][0] if "parallel" in data else data["ranks"]["stages"][0]
+    assert stage["parameters"] == 128 * d + d + 4 * mamba + 3 * use + 2 * block == 18_904

@@ -38,6 +38,7 @@ from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, first_
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, granite_scalars, theta_default
 from blockcli.families.moe import GRANITE_MOE_SHARED, MOE_TRAINING_ONLY, moe_tensors
+from blockcli.activations import FROM_TRANSFORMERS
 from blockcli.tensor_names import DEPTHWISE, EXPERTS, FUSED, LINEAR, TensorMap, tensor
 
 _MAMBA_KINDS = {"mamba": True, "linear_attention": True, "attention": False, "full_attention": False}
@@ -438,6 +439,105 @@ def _mamba2(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+_ZAMBA2_KINDS = {"linear_attention": False, "mamba": False, "hybrid": True}  # True: the shared block runs first
+
+
+def _zamba2_types() -> list[str]:
+    """Zamba2Config's layers_block_type when null (its Zamba2-2.7B's 54 layers)."""
+    return (["linear_attention"] + (["linear_attention"] * 5 + ["hybrid"]) * 7 + ["linear_attention"] * 4
+            + ["hybrid"] + ["linear_attention"] * 3 + ["hybrid"] + ["linear_attention"] * 2)
+
+
+def _zamba2(f: Fields) -> tuple[dict, dict]:
+    """Zamba2 (Zyphra): every layer a pre-norm Mamba-2 mixer alone (block.parts mixer); the layers
+    `layers_block_type` marks "hybrid" first run one of num_mem_blocks shared transformer blocks (block.shared, used
+    in turn) on [h | token embeddings], its output through the layer's own linear added to the mixer's input. The
+    shared blocks' attention has no biases and RoPE only with use_mem_rope; each use has its own LoRA adapters (rank
+    adapter_rank) on the MLP's gate | up, and on Q, K, V with use_shared_attention_adapter."""
+    types = first_of(f, ("layers_block_type", "layer_types"), lambda key: f.raw(key), None)
+    types = _zamba2_types() if types is None else types
+    if not isinstance(types, list) or not types or any(t not in _ZAMBA2_KINDS for t in types):
+        raise f.invalid("layers_block_type", types, "an array of " + ", ".join(_ZAMBA2_KINDS))
+    n_layers = f.int("num_hidden_layers", 54)
+    if n_layers != len(types):
+        raise f.unrepresentable("num_hidden_layers", n_layers, f"Zamba2Model builds one layer per layers_block_type "
+                                                               f"entry ({len(types)})")
+    d = f.int("hidden_size", 2560)
+    heads = f.int("num_attention_heads", 32)
+    kv = f.int("num_key_value_heads", heads) if f.data.get("num_key_value_heads") is not None else heads
+    f.ignore("num_key_value_heads")
+    if heads % kv:
+        raise f.invalid("num_key_value_heads", kv, f"a divisor of num_attention_heads = {heads}")
+    if 2 * d % heads:
+        raise f.unrepresentable("num_attention_heads", heads, f"a divisor of 2·hidden_size = {2 * d} (the shared "
+                                                              f"attention's heads split its 2·hidden_size input)")
+    d_ff = f.raw("intermediate_size", None)
+    d_ff = f.int("intermediate_size") if d_ff is not None else 4 * d
+    f.ignore("intermediate_size")
+    expand = f.int("mamba_expand", 2)
+    m_heads = f.int("n_mamba_heads", 8)
+    if expand * d % m_heads:
+        raise f.invalid("n_mamba_heads", m_heads, f"a divisor of mamba_expand·hidden_size = {expand * d}")
+    groups = f.int("mamba_ngroups", 1)
+    if m_heads % groups:
+        raise f.invalid("mamba_ngroups", groups, f"a divisor of n_mamba_heads = {m_heads}")
+    bias = f.bool("add_bias_linear", False)
+    # Zamba2MambaMixer: the conv always has its bias (use_conv_bias is stored, never read), Δ clamped below at
+    # time_step_min, the gated norm's eps 1e-5 whatever rms_norm_eps says, SiLU after the conv whatever hidden_act says
+    f.ignore("use_conv_bias", "time_step_max", "time_step_floor", "chunk_size", "use_mamba_kernels",
+             "use_mem_eff_path", "num_logits_to_keep")
+    # written into config.json by Zamba2Config, recomputed from the fields above whatever they say
+    f.ignore("attention_head_dim", "attention_hidden_size", "mamba_headdim", "hybrid_layer_ids", "kv_channels",
+             "num_query_groups")
+    mixer = {"n_heads": m_heads, "head_dim": expand * d // m_heads, "d_state": f.int("mamba_d_state", 64),
+             "n_groups": groups, "conv_kernel": f.int("mamba_d_conv", 4), "conv_bias": True, "proj_bias": bias,
+             "norm_eps": 1e-5, "dt_min": f.float("time_step_min", 0.001, low=0.0, low_open=False, high=1e6)}
+    act = f.str("hidden_act", "gelu")
+    activation = FROM_TRANSFORMERS.get(act)
+    if activation is None or activation == "xielu":
+        raise f.unrepresentable("hidden_act", act, "an activation of the shared MLP's act(gate) ⊙ up that blockcli "
+                                                   "knows: " + ", ".join(sorted(FROM_TRANSFORMERS)))
+    rope = f.bool("use_mem_rope", False)
+    theta = 10000.0
+    params = f.raw("rope_parameters", None)
+    if params is not None:
+        if not isinstance(params, dict) or params.get("rope_type", "default") != "default" \
+                or set(params) - {"rope_type", "rope_theta"}:
+            raise f.unrepresentable("rope_parameters", params, "Zamba2's shared attention rotates by rope_theta "
+                                                               "alone (rope_type default)")
+        theta = f.float("rope_theta", 10000.0, low=0.0, high=1e12) if f.has("rope_theta") else 10000.0
+        nested = params.get("rope_theta", theta)
+        if isinstance(nested, bool) or not isinstance(nested, (int, float)) or not 0 < nested <= 1e12:
+            raise f.invalid("rope_parameters.rope_theta", nested, "a positive number")
+        theta = float(nested)
+    f.ignore("rope_theta")
+    n_blocks = f.int("num_mem_blocks", 1)
+    shared = {"n_heads": heads, "n_kv_heads": kv, "head_dim": 2 * d // heads, "d_ff": d_ff, "activation": activation,
+              "adapter_rank": f.int("adapter_rank", 128),
+              "attention_adapters": f.bool("use_shared_attention_adapter", False), "rope": rope, "rope_theta": theta,
+              "bias": bias}
+    if shared["attention_adapters"] and kv != heads:
+        raise f.unrepresentable("use_shared_attention_adapter", True, "Zamba2's K and V adapters are 2·hidden_size "
+                                                                      "wide, which needs num_key_value_heads = "
+                                                                      "num_attention_heads")
+    max_positions = f.int("max_position_embeddings", 4096)
+    if f.bool("use_long_context", False):  # Zamba2Config sets max_position_embeddings to 16384 over it
+        max_positions = 16384
+    block = {"d_model": d, "n_heads": heads, "n_kv_heads": kv, "d_ff": d_ff, "norm": "rmsnorm",
+             "norm_eps": f.float("rms_norm_eps", 1e-5), "activation": activation, "gated": True,
+             "bias": bias_groups(False, False, bias, False), "placement": "pre", "rope": False, "parts": "mixer",
+             "mamba": mixer}
+    if not f.bool("tie_word_embeddings", True):  # PreTrainedModel ties none of _tied_weights_keys then
+        raise f.unrepresentable("tie_word_embeddings", False, "transformers ties Zamba2's shared blocks only when it "
+                                                              "is true (false gives every use a block of its own, with "
+                                                              "adapters it never runs); blockcli reads the tied model")
+    model = model_section(n_layers, f.int("vocab_size", 32000), "none", max_positions, True)
+    uses = [i for i, t in enumerate(types) if _ZAMBA2_KINDS[t]]
+    for use, i in enumerate(uses):  # the uses take the blocks in turn: use j runs block j mod num_mem_blocks
+        override_layers(f, [i], {"shared": {"index": use % n_blocks, **shared}})
+    return block, model
+
+
 def _bamba_name(name: str) -> str:
     """Llama's tensor name as Bamba's modules call it."""
     if name == "norm.weight":
@@ -532,6 +632,33 @@ LFM2_MOE = TensorMap("model.", LFM2.tensors + moe_tensors(f"{_FF}.gate", f"{_FF}
                                                           f"{_FF}.experts") + (
     tensor("blocks.{i}.router_bias", f"{_FF}.expert_bias"),
 ), buffers=LLAMA.buffers)
+# Zamba2: a Mamba-2 layer's mixer under `mamba.` (`mamba_decoder.mamba.` in a hybrid layer), its norm input_layernorm;
+# shared block k's weights under the first layer `{home}` that uses it (`shared_transformer.`: save_pretrained keeps
+# one copy of tied weights), each use's adapters there too, at its place `{use}` among all uses; the layer's own linear
+_Z = "layers.{home}.shared_transformer"
+_ZAMBA2_MAMBA = tuple(replace(t, name=f"{t.name}|{t.name.replace('.mamba.', '.mamba_decoder.mamba.')}")
+                      for t in mamba_tensors("layers.{i}.mamba"))
+ZAMBA2 = TensorMap("model.", (
+    tensor("wte", "embed_tokens.weight"),
+    tensor("shared.{block}.ln_attn_gamma", f"{_Z}.input_layernorm.weight"),
+    *(tensor(f"shared.{{block}}.w_{x}", f"{_Z}.self_attn.{x}_proj.weight", LINEAR) for x in "qkvo"),
+    *(t for x in "qkv" for t in (
+        tensor(f"blocks.{{i}}.adapter_{x}_a", f"{_Z}.self_attn.linear_{x}_adapter_list.{{use}}.0.weight", LINEAR),
+        tensor(f"blocks.{{i}}.adapter_{x}_b", f"{_Z}.self_attn.linear_{x}_adapter_list.{{use}}.1.weight", LINEAR))),
+    tensor("shared.{block}.ln_mlp_gamma", f"{_Z}.pre_ff_layernorm.weight"),
+    tensor("shared.{block}.w_gate shared.{block}.w_up", f"{_Z}.feed_forward.gate_up_proj.weight", FUSED),
+    tensor("shared.{block}.b_gate shared.{block}.b_up", f"{_Z}.feed_forward.gate_up_proj.bias", FUSED),
+    tensor("shared.{block}.w_down", f"{_Z}.feed_forward.down_proj.weight", LINEAR),
+    tensor("shared.{block}.b_down", f"{_Z}.feed_forward.down_proj.bias"),
+    tensor("blocks.{i}.adapter_mlp_a", f"{_Z}.feed_forward.gate_up_proj_adapter_list.{{use}}.0.weight", LINEAR),
+    tensor("blocks.{i}.adapter_gate_b blocks.{i}.adapter_up_b",
+           f"{_Z}.feed_forward.gate_up_proj_adapter_list.{{use}}.1.weight", FUSED),
+    tensor("blocks.{i}.w_shared_out", "layers.{i}.linear.weight", LINEAR),
+    tensor("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight|layers.{i}.mamba_decoder.input_layernorm.weight"),
+    *_ZAMBA2_MAMBA,
+    tensor("ln_f_gamma", "final_layernorm.weight"),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+))
 
 FAMILIES = (
     Family("granitemoehybrid", "Granite 4.0-H (Granite MoE hybrid)", _granitemoehybrid, GRANITE_HYBRID,
@@ -554,4 +681,5 @@ FAMILIES = (
     # Mamba2Model's embedding has no padding_idx: every row of it would get its gradient
     Family("mamba2", "Mamba-2", _mamba2, MAMBA2, frozenset(), padding_idx=False),
     Family("lfm2_moe", "LFM2-MoE", _lfm2_moe, LFM2_MOE),
+    Family("zamba2", "Zamba2", _zamba2, ZAMBA2, TRAINING_ONLY),
 )
