@@ -155,9 +155,9 @@ def _gemma3n_text(f: Fields) -> tuple[dict, dict]:
                           f.bool("tie_word_embeddings", True))
     model.update(embedding_multiplier=math.sqrt(d), per_layer_dim=ple, per_layer_vocab=ple_vocab,
                  per_layer_clamp=True)
-    cap = f.raw("final_logit_softcapping", 30.0)
-    if cap is not None:
-        model["logit_softcap"] = f.float("final_logit_softcapping", 30.0, low=0.0, high=1e9)
+    if f.has("final_logit_softcapping") and f.data["final_logit_softcapping"] is None:  # strict: a float
+        raise f.invalid("final_logit_softcapping", None, "a number (Gemma3nTextConfig takes no null soft cap)")
+    model["logit_softcap"] = f.float("final_logit_softcapping", 30.0, low=0.0, high=1e9)
     return block, model
 
 
@@ -213,5 +213,8 @@ COMPOSITES = (
         "vision_config", "audio_config", "audio_soft_tokens_per_image", "vision_soft_tokens_per_image",
         "boi_token_id", "eoi_token_id", "image_token_id", "boa_token_id", "eoa_token_id", "audio_token_id"}),
               {}, aside=("model.vision_tower.", "model.embed_vision.", "model.audio_tower.", "model.embed_audio.",
-                         "vision_tower.", "embed_vision.", "audio_tower.", "embed_audio.")),
+                         "vision_tower.", "embed_vision.", "audio_tower.", "embed_audio."),
+              remark="token ids at or past vision_config.vocab_offset (262,144 by default: the image and audio soft "
+                     "tokens) are embedded by its vision and audio embedders in transformers, which blockcli sets "
+                     "aside: it runs every id as a text token"),
 )
