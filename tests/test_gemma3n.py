@@ -251,3 +251,15 @@ def test_a_composite_folder_runs_its_language_model_as_transformers(tmp_path: Pa
         got, ref = model(want["input_ids"]), want["logits_float64"]
     assert float(np.max(np.abs(got - ref)) / np.max(np.abs(ref))) <= 1e-9
     assert "1 tensors of the vision side under model.vision_tower.* (6 parameters) set aside" in model.notes[0]
+
+
+def test_the_converted_yaml_with_the_folder_weights_gives_transformers_logits(tmp_path: Path) -> None:
+    folder = FIXTURES / "gemma3n_text"
+    done = subprocess.run([sys.executable, "-m", "blockcli", "convert", str(folder)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    (tmp_path / "gemma3n.yaml").write_text(done.stdout)
+    model = Model.from_config(load_config(tmp_path / "gemma3n.yaml"), weights=folder, dtype="float64")
+    with np.load(folder / "expected.npz") as want:
+        got, ref = model(want["input_ids"]), want["logits_float64"]
+    assert float(np.max(np.abs(got - ref)) / np.max(np.abs(ref))) <= 1e-9
