@@ -263,3 +263,34 @@ def test_the_converted_yaml_with_the_folder_weights_gives_transformers_logits(tm
     with np.load(folder / "expected.npz") as want:
         got, ref = model(want["input_ids"]), want["logits_float64"]
     assert float(np.max(np.abs(got - ref)) / np.max(np.abs(ref))) <= 1e-9
+
+
+@pytest.mark.parametrize("dtype, tolerance", [("float64", 1e-9), ("float32", 1e-4)])
+def test_token_by_token_decoding_gives_transformers_full_pass_logits(dtype: str, tolerance: float) -> None:
+    """Decoding one token at a time after a 2-token prompt (the AltUp streams rebuilt from each new token, the shared
+    layers reading their source layer's growing cache, the per-layer inputs of each new token, the window of 4 passed
+    after 4 tokens, the sparse gates' row statistics per token) gives, at every position, the logits of transformers'
+    full pass (the fixture's)."""
+    folder = FIXTURES / "gemma3n_text"
+    with np.load(folder / "expected.npz") as data:
+        ids, want = data["input_ids"], data[f"logits_{dtype}"]
+    model = Model.from_config(load_config(folder), weights=folder, dtype=dtype)
+    caches = model.new_cache()
+    got = [model.step(ids[:, :2], caches)]
+    got += [model.step(ids[:, t:t + 1], caches) for t in range(2, ids.shape[1])]
+    logits = np.concatenate(got, axis=1)
+    assert np.max(np.abs(logits - want)) / np.max(np.abs(want)) <= tolerance
+
+
+@pytest.mark.parametrize("change", [{"activation_sparsity": 0.0}, {"altup_correct_scale": False}, {"altup_active": 0}])
+def test_each_part_matters_for_the_fixture(change: dict) -> None:
+    """Switched off (or the active stream moved), the fixture's logits move far past the tolerance: the fixture
+    holds each part to transformers."""
+    folder = FIXTURES / "gemma3n_text"
+    config = load_config(folder)
+    blocks = tuple(replace(config.layer_block(i), **change) for i in range(config.model.n_layers))
+    changed = replace(config, block=replace(config.block, **change), layer_blocks=blocks)
+    with np.load(folder / "expected.npz") as data:
+        ids, want = data["input_ids"], data["logits_float64"]
+    got = Model.from_config(changed, weights=folder, dtype="float64")(ids)
+    assert np.max(np.abs(got - want)) / np.max(np.abs(want)) > 1e-3
