@@ -227,8 +227,9 @@ def test_a_composite_folder_runs_its_language_model_as_transformers(tmp_path: Pa
     and timm is not installed: the census records the failure), so no composite fixture is generated. Its text-only
     pass is Gemma3nTextModel's on the same ids below the towers' vocab_offset (modeling_gemma3n.Gemma3nModel.forward
     embeds with language_model.embed_tokens, the per-layer inputs from the ids, the same soft cap): the gemma3n_text
-    fixture's weights saved under the composite's names (model.language_model.*, a tower tensor beside them) must
-    give that fixture's transformers logits."""
+    fixture's weights saved under the composite's names (model.language_model.*, a tower tensor beside them, and
+    k/v projections in a layer reusing another's K/V, as Google's checkpoints store them and transformers ignores
+    them) must give that fixture's transformers logits."""
     from safetensors.numpy import load_file, save_file
 
     folder = FIXTURES / "gemma3n_text"
@@ -237,6 +238,8 @@ def test_a_composite_folder_runs_its_language_model_as_transformers(tmp_path: Pa
     tensors = {("model.language_model." + k[len("model."):] if k.startswith("model.") else k): v
                for k, v in load_file(folder / "model.safetensors").items()}
     tensors["model.vision_tower.timm_model.conv_stem.weight"] = np.ones((2, 3), dtype=np.float32)
+    for name in ("k_proj", "v_proj"):  # Google's checkpoints store them in the layers reusing K/V too: ignored
+        tensors[f"model.language_model.layers.3.self_attn.{name}.weight"] = np.ones((16, 16), dtype=np.float32)
     save_file(tensors, tmp_path / "model.safetensors")
     (tmp_path / "config.json").write_text(json.dumps({
         "model_type": "gemma3n", "architectures": ["Gemma3nForConditionalGeneration"], "text_config": text,

@@ -193,7 +193,10 @@ GEMMA3N = TensorMap("model.", (
     *(tensor(f"altup_out.{j}", f"altup_unembed_projections.{j}.weight", LINEAR) for j in range(_MAX_STREAMS - 1)),
     tensor("ln_f_gamma", "norm.weight"),
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
-))
+), buffers=(  # a layer reusing another's K/V (kv_from) has no k/v projections or k norm, but Google's checkpoints
+    # store them for every layer: transformers ignores them there (_keys_to_ignore_on_load_unexpected), so does blockcli
+    _L + "self_attn.k_proj.weight", _L + "self_attn.v_proj.weight", _L + "self_attn.k_proj.bias",
+    _L + "self_attn.v_proj.bias", _L + "self_attn.k_norm.weight"))
 
 # published gemma-3n config.json files carry these, which transformers 5.24's Gemma3nTextConfig does not declare
 # and modeling_gemma3n.py never reads
