@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import re
+from statistics import NormalDist
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -1337,6 +1338,8 @@ class MLP:
         """x (B, T, d) → (B, T, d). Untraced, the rows go through in tiles of ROW_TILE shared among
         the cores: the same arithmetic per row, without ever holding the (B, T, d_ff) activation; traced or
         taped, whole."""
+        if self.cfg.activation_sparsity:  # Gemma 3n's sparse gate: whole rows (each row's mean and σ)
+            return self._sparse(x, rec)
         down = self.cfg.mlp_multipliers[1]
         if down != 1.0:  # Falcon-H1: the MLP's output times m_d
             out = self._unscaled(x, rec, tape)
@@ -1349,6 +1352,27 @@ class MLP:
         d, d_ff = self.p["w_up"].shape
         return F.by_rows(self._fused_rows, x, d, np.result_type(x, self.p["w_up"], self.p["w_down"]),
                          work=x.size * d_ff * (3 if self.cfg.gated else 2))
+
+    def _sparse(self, x: Array, rec: Record = _ignore) -> Array:
+        """Gemma 3n's gated MLP with its gaussian top-k: the gate pre-activation g (…, d_ff) becomes
+        max(g − (mean(g) + σ(g)·Φ⁻¹(s)), 0) over each row (σ the population deviation, Φ⁻¹ the standard normal
+        quantile of the sparsity s), then act(·) ⊙ up, · W_down."""
+        cfg, p = self.cfg, self.p
+        act, partner = mlp_branches(cfg, p)
+        gate = F.linear(x, p["w_gate"], p.get("b_gate"))  # (…, d_ff)
+        rec("mlp_pre", "MLP gate projection", gate, (x, p["w_gate"]), kind="linear", params=("w_gate", "b_gate"))
+        z = np.asarray(NormalDist().inv_cdf(cfg.activation_sparsity), dtype=gate.dtype)
+        cutoff = gate.mean(axis=-1, keepdims=True) + gate.std(axis=-1, keepdims=True) * z  # (…, 1)
+        kept = np.maximum(gate - cutoff, 0)  # (…, d_ff)
+        rec("mlp_sparse", f"gaussian top-k: keep what exceeds mean + σ·Φ⁻¹({cfg.activation_sparsity:g})", kept,
+            (gate,), kind="clip")
+        up = F.linear(x, p["w_up"], p.get("b_up"))  # (…, d_ff)
+        rec("mlp_up", "MLP up projection", up, (x, p["w_up"]), kind="linear", params=("w_up", "b_up"))
+        hidden = act(kept) * partner(up)  # (…, d_ff)
+        rec("mlp_act", f"{cfg.activation}(gate) ⊙ up", hidden, (kept, up), kind=cfg.mlp_kind)
+        out = F.linear(hidden, p["w_down"], p.get("b_down"))  # (…, d)
+        rec("mlp_out", "MLP down projection", out, (hidden, p["w_down"]), kind="linear", params=("w_down", "b_down"))
+        return out
 
     def _fused_rows(self, x: Array, out: Array) -> None:
         """One row tile x (r, d) of the untraced pass into out (r, d): `_rows`' arithmetic, with the
@@ -1950,9 +1974,67 @@ class DecoderBlock:
                  train: bool = False, rng: np.random.Generator | None = None, tape: Tape | None = None) -> Array:
         """x (B, T, d) → y (B, T, d). `train` applies dropout to the attention probabilities
         (`attention_dropout`) and to the two branch outputs (`dropout`), all drawn from `rng`. A tape keeps
-        what `backward` reads (a pass for gradients runs without dropout and without a K/V cache)."""
+        what `backward` reads (a pass for gradients runs without dropout and without a K/V cache).
+        With AltUp (block.altup N), x and y are the N streams (N, B, T, d)."""
         assert tape is None or not train, "gradients are taken of the deterministic pass"
+        if self.cfg.altup:
+            if tape is not None:
+                raise InputError(GEMMA4_NO_BACKWARD.format(field="altup"))
+            return self._altup(x, rec, cache, train, rng)
+        return self._layer(x, rec, cache, train, rng, tape)
+
+    def _altup(self, x: Array, rec: Record, cache: KVCache | None, train: bool,
+               rng: np.random.Generator | None) -> Array:
+        """Gemma 3n's AltUp around the layer, on the N streams x (N, B, T, d): predict every stream from all of
+        them, x̂_i = x_i + Σ_j P_ij x_j (P (B, T, N, N) from the active stream's modalities); run the layer on the
+        active stream x̂_a; correct every stream, x̃_i = x̂_i + (1 + c_i)·(y − x̂_a) (c (B, T, N) from y's
+        modalities); then the per-layer input, read from x̃_a (times its learned scale), joins streams 1 … N−1."""
+        cfg, p = self.cfg, self.params
+        n, a, d = cfg.altup, cfg.altup_active, cfg.d_model
+        if not isinstance(x, np.ndarray) or x.ndim != 4 or x.shape[0] != n or x.shape[-1] != d or 0 in x.shape:
+            shape = getattr(x, "shape", type(x).__name__)
+            raise InputError(f"input: expected the {n} AltUp streams (N={n}, B, T, d={d}) with B, T >= 1, got {shape}")
+        P = self._modalities(x[a], rec, "predict") @ p["altup_predict"].astype(x.dtype)  # (B, T, N·N)
+        P = P.reshape(*P.shape[:-1], n, n)  # (B, T, N, N): row i mixes the streams into stream i's prediction
+        mixed = np.einsum("btij,jbtd->ibtd", P, x)  # (N, B, T, d)
+        predicted = x + mixed  # (N, B, T, d)
+        rec("altup_predicted", "AltUp: predicted streams x + P·x", predicted, (x, P), kind="add",
+            params=("altup_predict",))
+        active = predicted[a]  # (B, T, d)
+        y = self._layer(active, rec, cache, train, rng, None)  # (B, T, d)
+        c = self._modalities(y, rec, "correct") @ p["altup_correct"].astype(x.dtype) + 1.0  # (B, T, N)
+        innovation = y - active  # (B, T, d)
+        corrected = predicted + np.moveaxis(c, -1, 0)[..., None] * innovation  # (N, B, T, d)
+        rec("altup_corrected", "AltUp: corrected streams x̂ + (1 + c)·(y − x̂_a)", corrected, (predicted, y, c),
+            kind="add", params=("altup_correct",))
+        if cfg.per_layer_input:
+            first = corrected[a]  # (B, T, d)
+            if cfg.altup_correct_scale:
+                first = first * p["altup_scale"].astype(x.dtype)  # (B, T, d)
+                rec("altup_scaled", "AltUp: active stream × its learned scale", first, (corrected,), kind="scale",
+                    params=("altup_scale",))
+            extra = self._per_layer_branch(first, rec)  # (B, T, d)
+            corrected = corrected.copy()
+            corrected[1:] += extra  # streams 1 … N−1, whichever is active (Gemma3nTextDecoderLayer)
+            rec("y_streams", "streams 1 … N−1 + per-layer branch", corrected, (corrected, extra), kind="add")
+        return corrected
+
+    def _modalities(self, x: Array, rec: Record, step: str) -> Array:
+        """AltUp's router: tanh(norm(x)/d · W_r) (B, T, N), over the N streams."""
+        p, cfg = self.params, self.cfg
+        normed = Norm(cfg.norm, p.get("altup_router_norm_gamma"), p.get("altup_router_norm_beta"), cfg.norm_eps,
+                      self.ops, cfg.norm_unit_offset, name="altup_router_norm")(x)  # (B, T, d)
+        routed = F.linear(normed * np.asarray(1.0 / cfg.d_model, dtype=x.dtype), p["altup_router"], None)  # (B, T, N)
+        out = np.tanh(routed)  # (B, T, N)
+        rec(f"altup_{step}_modalities", f"AltUp router ({step}): tanh(norm(x)/d · W_r)", out, (x, p["altup_router"]),
+            kind="linear", params=("altup_router", "altup_router_norm_gamma"))
+        return out
+
+    def _layer(self, x: Array, rec: Record = _ignore, cache: KVCache | None = None,
+               train: bool = False, rng: np.random.Generator | None = None, tape: Tape | None = None) -> Array:
         check_block_input(x, self.cfg.d_model)
+        if tape is not None and (self.cfg.laurel_rank or self.cfg.activation_sparsity):
+            raise InputError(GEMMA4_NO_BACKWARD.format(field=gemma4_field(self.cfg)))
         add, norm = self.ops.residual_add, self.cfg.norm
         rng = rng or np.random.default_rng()
         drop = _dropout(self.cfg.dropout, rng) if train and self.cfg.dropout else (lambda a: a)
@@ -2019,6 +2101,8 @@ class DecoderBlock:
                 params=("ln1_post_gamma", "ln1_post_beta"))
             h = add(x, r(p1))  # (B, T, d)
             rec("h", "residual add", h, (x, p1), kind="add")
+            if self.cfg.laurel_rank:  # Gemma 3n: (x + LN1'(attn) + LAuReL(n1)) / √2
+                h = self._laurel(n1, h, rec)  # (B, T, d)
             n2 = self.ln2(h, tape)  # (B, T, d)
             rec("ln2_out", "LN2", n2, (h,), kind=norm, params=("ln2_gamma", "ln2_beta"))
             m = drop(self.mlp(n2, rec, tape))  # (B, T, d)
@@ -2053,7 +2137,7 @@ class DecoderBlock:
             m = drop(self.mlp(n2, rec, tape))
             y = add(h, r(m))
             rec("y", "residual add (MLP)", y, (h, m), kind="add")
-        if self.cfg.per_layer_input or self.cfg.layer_scalar:
+        if (self.cfg.per_layer_input and not self.cfg.altup) or self.cfg.layer_scalar:  # AltUp: its own tail
             if tape is not None:
                 raise InputError(GEMMA4_NO_BACKWARD.format(field=gemma4_field(self.cfg)))
             y = self._gemma4_tail(y, rec)
@@ -2068,6 +2152,20 @@ class DecoderBlock:
         x_in = x + t  # (B, T, d)
         rec("shared_in", "h + shared block's output", x_in, (x, t), kind="add")
         return x_in
+    def _laurel(self, n1: Array, h: Array, rec: Record) -> Array:
+        """Gemma 3n's LAuReL: (h + n1 + norm(n1·W_l·W_r)) / √2, a rank-r residual of LN1's output n1 (B, T, d)."""
+        cfg, p = self.cfg, self.params
+        narrow = F.linear(n1, p["laurel_left"], None)  # (B, T, r)
+        rec("laurel_left", f"LAuReL down: LN1 output · W_l (rank {cfg.laurel_rank})", narrow, (n1, p["laurel_left"]),
+            kind="linear", params=("laurel_left",))
+        low = F.linear(narrow, p["laurel_right"], None)  # (B, T, d)
+        rec("laurel_right", "LAuReL up: · W_r", low, (narrow, p["laurel_right"]), kind="linear", params=("laurel_right",))
+        normed = Norm(cfg.norm, p.get("laurel_norm_gamma"), p.get("laurel_norm_beta"), cfg.norm_eps, self.ops,
+                      cfg.norm_unit_offset, name="laurel_norm")(low)  # (B, T, d)
+        out = (h + (n1 + normed)) / np.asarray(math.sqrt(2.0), dtype=h.dtype)  # (B, T, d)
+        rec("h_laurel", "(residual add + LN1 output + norm(LAuReL)) / √2", out, (h, n1, normed), kind="add",
+            params=("laurel_norm_gamma", "laurel_norm_beta"))
+        return out
 
     def _beside(self, h: Array, dense: Array, rec: Record) -> Array:
         """Gemma 4's MLP step: LN2a'(dense MLP(LN2(h))) + LN2b'(experts(LN2b(h)), routed by h itself) (B, T, d)."""
@@ -2089,21 +2187,7 @@ class DecoderBlock:
         then the output times the stored layer scalar."""
         cfg, p = self.cfg, self.params
         if cfg.per_layer_input:
-            e = self.per_layer_in
-            if e is None or e.shape[:2] != y.shape[:2]:
-                raise InputError("this layer reads its per-layer input (block.per_layer_input), which its model "
-                                 "computes from the token ids: it runs only inside its model")
-            gate = F.linear(y, p["ple_gate"], None)  # (B, T, d_p)
-            rec("ple_gate", "per-layer input gate", gate, (y, p["ple_gate"]), kind="linear", params=("ple_gate",))
-            act = F.ACTIVATION_KERNELS[cfg.activation][0](gate) * e  # (B, T, d_p)
-            rec("ple_act", f"{cfg.activation}(gate) × per-layer input", act, (gate, e), kind="gate")
-            proj = F.linear(act, p["ple_proj"], None)  # (B, T, d)
-            rec("ple_proj", "per-layer input projection", proj, (act, p["ple_proj"]), kind="linear",
-                params=("ple_proj",))
-            normed = Norm(cfg.norm, p.get("ple_norm_gamma"), p.get("ple_norm_beta"), cfg.norm_eps, self.ops,
-                          cfg.norm_unit_offset, name="ple_norm")(proj)  # (B, T, d)
-            rec("ple_norm", "norm of the per-layer branch", normed, (proj,), kind=cfg.norm,
-                params=("ple_norm_gamma", "ple_norm_beta"))
+            normed = self._per_layer_branch(y, rec)  # (B, T, d)
             z = y + normed  # (B, T, d)
             rec("y_ple", "residual add (per-layer input)", z, (y, normed), kind="add")
             y = z
@@ -2112,6 +2196,26 @@ class DecoderBlock:
             rec("y_scaled", "× layer scalar", scaled, (y,), kind="scale", params=("layer_scalar",))
             y = scaled
         return y
+
+    def _per_layer_branch(self, y: Array, rec: Record) -> Array:
+        """norm(act(y·W_pg) ⊙ e_l)·W_pp (B, T, d), this layer's per-layer input e_l (B, T, d_p) gated by y."""
+        cfg, p = self.cfg, self.params
+        e = self.per_layer_in
+        if e is None or e.shape[:2] != y.shape[:2]:
+            raise InputError("this layer reads its per-layer input (block.per_layer_input), which its model "
+                             "computes from the token ids: it runs only inside its model")
+        gate = F.linear(y, p["ple_gate"], None)  # (B, T, d_p)
+        rec("ple_gate", "per-layer input gate", gate, (y, p["ple_gate"]), kind="linear", params=("ple_gate",))
+        act = F.ACTIVATION_KERNELS[cfg.activation][0](gate) * e  # (B, T, d_p)
+        rec("ple_act", f"{cfg.activation}(gate) × per-layer input", act, (gate, e), kind="gate")
+        proj = F.linear(act, p["ple_proj"], None)  # (B, T, d)
+        rec("ple_proj", "per-layer input projection", proj, (act, p["ple_proj"]), kind="linear",
+            params=("ple_proj",))
+        normed = Norm(cfg.norm, p.get("ple_norm_gamma"), p.get("ple_norm_beta"), cfg.norm_eps, self.ops,
+                      cfg.norm_unit_offset, name="ple_norm")(proj)  # (B, T, d)
+        rec("ple_norm", "norm of the per-layer branch", normed, (proj,), kind=cfg.norm,
+            params=("ple_norm_gamma", "ple_norm_beta"))
+        return normed
 
     def backward(self, dy: Array, tape: Tape) -> Array:
         """dy (B, T, d) → dx (B, T, d): the forward of `__call__` read in reverse, placement by placement,
@@ -2200,6 +2304,11 @@ def _dropout(rate: float, rng: np.random.Generator) -> Callable[[Array], Array]:
         return np.where(keep, a / (1.0 - rate), 0).astype(a.dtype)
 
     return drop
+
+
+def _rescaled(s: Array, target: Array) -> Array:
+    """s (B, T, d) scaled to the root-mean-square `target` (B, T, 1), its own floored at √1e-5 (Gemma 3n's AltUp)."""
+    return s * target / np.sqrt(np.maximum(np.mean(s ** 2, axis=-1, keepdims=True), 1e-5))
 
 
 def check_block_input(x: Any, d_model: int) -> None:
@@ -2316,7 +2425,40 @@ class Model:
                 raise InputError(SHARED_NO_BACKWARD)
             for block in self.blocks:
                 block.embeddings = x
+        if self.config.block.altup:
+            if tape is not None:
+                raise InputError(GEMMA4_NO_BACKWARD.format(field="altup"))
+            x = self._altup_streams(x, rec)  # (N, B, T, d)
         return x
+
+    def _altup_streams(self, x: Array, rec: Record) -> Array:
+        """Gemma 3n: x_0 (B, T, d) → the N AltUp streams (N, B, T, d): x_0 itself, then x_0·W_j for each of the
+        N − 1 projections `altup_in.{j}`, each rescaled to x_0's root-mean-square (its own floored at √1e-5)."""
+        target = np.sqrt(np.mean(x ** 2, axis=-1, keepdims=True))  # (B, T, 1)
+        streams = [x]
+        for j in range(self.config.block.altup - 1):
+            projected = F.linear(x, self.params[f"altup_in.{j}"], None)  # (B, T, d)
+            rec(f"altup_in_{j}", f"AltUp: x_0 · W_in{j + 1} (stream {j + 1})", projected,
+                (x, self.params[f"altup_in.{j}"]), kind="linear", params=(f"altup_in.{j}",))
+            streams.append(_rescaled(projected, target))
+        out = np.stack(streams)  # (N, B, T, d)
+        rec("altup_streams", "AltUp: x_0 and its projections, each at x_0's RMS", out, tuple(streams), kind="scale")
+        return out
+
+    def _altup_merge(self, x: Array, rec: Record) -> Array:
+        """Gemma 3n: the N streams (N, B, T, d) → their mean (B, T, d): stream 0 itself, stream j ≥ 1 through
+        `altup_out.{j−1}` rescaled to stream 0's root-mean-square."""
+        n = self.config.block.altup
+        target = np.sqrt(np.mean(x[0] ** 2, axis=-1, keepdims=True))  # (B, T, 1)
+        streams = [x[0]]
+        for j in range(1, n):
+            projected = F.linear(x[j], self.params[f"altup_out.{j - 1}"], None)  # (B, T, d)
+            rec(f"altup_out_{j - 1}", f"AltUp: stream {j} · W_out{j}", projected,
+                (x[j], self.params[f"altup_out.{j - 1}"]), kind="linear", params=(f"altup_out.{j - 1}",))
+            streams.append(_rescaled(projected, target))
+        out = np.mean(np.stack(streams), axis=0)  # (B, T, d)
+        rec("altup_merged", "AltUp: the mean of stream 0 and the others at its RMS", out, tuple(streams), kind="add")
+        return out
 
     def _per_layer_inputs(self, ids: Array, x: Array, rec: Record) -> None:
         """Gemma 4's per-layer embeddings: for each layer l, e_l = (norm(x_0·W_P / √d)_l + √d_p·E_P[ids]_l) / √2, its
@@ -2325,6 +2467,8 @@ class Model:
         m, b, p = self.model_config, self.config.block, self.params
         B, T = ids.shape
         L, d_p = m.n_layers, m.per_layer_dim
+        if m.per_layer_clamp:  # Gemma 3n: ids past the per-layer table read its row 0
+            ids = np.where(ids < p["ple_wte"].shape[0], ids, 0)
         if int(ids.max(initial=0)) >= p["ple_wte"].shape[0]:
             raise InputError(f"input: token id {int(ids.max())} is past the per-layer embeddings' "
                              f"{p['ple_wte'].shape[0]} rows (model.per_layer_vocab)")
@@ -2365,7 +2509,11 @@ class Model:
 
     def hidden(self, x: Array, rec: Record = _ignore, tape: Tape | None = None) -> Array:
         """The LM head's input: the final norm of the last block's output (B, T, d), projected out to e
-        (OPT-350m)."""
+        (OPT-350m); Gemma 3n's AltUp streams (N, B, T, d) merged first."""
+        if self.config.block.altup:
+            if tape is not None:
+                raise InputError(GEMMA4_NO_BACKWARD.format(field="altup"))
+            x = self._altup_merge(x, rec)  # (B, T, d)
         if self.ln_f is not None:
             normed = self.ln_f(x, tape)  # (B, T, d)
             rec("ln_f_out", "final norm", normed, (x,), kind=self.config.block.norm, params=("ln_f_gamma", "ln_f_beta"))

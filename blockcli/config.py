@@ -477,6 +477,18 @@ class BlockConfig:
     mlp_branch_scale: float = 1.0
     # a shared transformer block run before this layer's mixer, its output added to the mixer's input (Zamba2)
     shared: SharedBlock | None = None
+    # Gemma 3n's AltUp: N >= 1 residual streams (B, T, d) each, (N, B, T, d) in all; the block predicts every
+    # stream from all of them, runs its layer on stream `altup_active`, and corrects every stream by how far the
+    # layer's output fell from that stream's prediction (altup_num_inputs, altup_active_idx). 0: one stream
+    altup: int = 0
+    altup_active: int = 0
+    altup_correct_scale: bool = False  # the corrected active stream times a learned scale before the per-layer input
+    # r > 0: LAuReL, a low-rank residual n1 + norm(n1·W_l·W_r) of LN1's output joins the attention add, and the sum
+    # is divided by √2 (Gemma 3n's laurel_rank)
+    laurel_rank: int = 0
+    # s in (0, 1): the gated MLP's gate pre-activation keeps only what exceeds its row's mean + σ·Φ⁻¹(s), shifted
+    # down by that cut-off (Gemma 3n's gaussian top-k, activation_sparsity_pattern); 0: off
+    activation_sparsity: float = 0.0
 
     def __post_init__(self) -> None:
         # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
@@ -554,6 +566,8 @@ class ModelConfig:
     # layer its own d_p-wide input; per_layer_vocab V_p (0: vocab_size)
     per_layer_dim: int = 0
     per_layer_vocab: int = 0
+    # token ids at or past per_layer_vocab read the per-layer table's row 0 (Gemma 3n), instead of being refused
+    per_layer_clamp: bool = False
 
 
 def projected_width(model: ModelConfig | None, d_model: int) -> int:
@@ -1048,21 +1062,23 @@ def parse_config(data: Any, name: str = "<mapping>") -> Config:
 
 
 def gemma4_field(block: BlockConfig) -> str | None:
-    """The first of Gemma 4's block fields this block sets (None: none): their gradients, blockcli's independent
+    """The first of Gemma 4's (and Gemma 3n's) block fields this block sets (None: none): their gradients, blockcli's independent
     reference (verify) and its per-layer inputs and shared keys outside a model are not implemented."""
     moe = block.moe
     for name, on in (("per_layer_input", block.per_layer_input), ("kv_from", block.kv_from >= 0),
                      ("k_eq_v", block.k_eq_v), ("v_norm", block.v_norm), ("layer_scalar", block.layer_scalar),
                      ("moe.beside_dense", moe is not None and moe.beside_dense),
                      ("moe.router_norm", moe is not None and moe.router_norm),
-                     ("moe.expert_scale", moe is not None and moe.expert_scale)):
+                     ("moe.expert_scale", moe is not None and moe.expert_scale),
+                     ("altup", block.altup), ("laurel_rank", block.laurel_rank),  # Gemma 3n's
+                     ("activation_sparsity", block.activation_sparsity)):
         if on:
             return name
     return None
 
 
-GEMMA4_NO_BACKWARD = ("gradients through Gemma 4's layers (block.{field} and the rest of its mechanisms) are not "
-                      "implemented: verify --grad, train and trace --backward refuse them")
+GEMMA4_NO_BACKWARD = ("gradients through Gemma 4's and Gemma 3n's layers (block.{field} and the rest of their "
+                      "mechanisms) are not implemented: verify --grad, train and trace --backward refuse them")
 
 
 def _check_layer_links(block: BlockConfig, model: ModelConfig | None, layer_blocks: tuple[BlockConfig, ...]) -> None:
@@ -1085,6 +1101,12 @@ def _check_layer_links(block: BlockConfig, model: ModelConfig | None, layer_bloc
         if b.per_layer_input != ple:
             raise ConfigError(f"{where(i)}.per_layer_input: {b.per_layer_input} differs from model.per_layer_dim "
                               f"{ple} (each layer reads its own slice of the per-layer embeddings)")
+        if b.altup != blocks[0].altup:  # Gemma 3n: the model splits x_0 into the streams and merges them at the end
+            raise ConfigError(f"{where(i)}.altup: {b.altup} differs from layer 0's {blocks[0].altup} (every layer "
+                              f"carries the model's N residual streams)")
+    if model is not None and model.per_layer_clamp and not model.per_layer_dim:
+        raise ConfigError("model.per_layer_clamp: a setting of the per-layer embeddings, which are off "
+                          "(model.per_layer_dim 0)")
     shared: dict[int, SharedBlock] = {}  # Zamba2: every use of shared block k has its shapes (one set of weights)
     for i, b in enumerate(blocks):
         if b.shared is None:
@@ -1272,7 +1294,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "mamba", "parts", "clip_after_qk_norm", "short_conv", "attention_in_multiplier",
               "attention_out_multiplier", "mlp_multipliers", "sub_norms", "v_norm", "k_eq_v", "kv_from",
               "layer_scalar", "per_layer_input", "lightning", "attn_skip_scale", "attn_branch_scale",
-              "mlp_skip_scale", "mlp_branch_scale", "shared")
+              "mlp_skip_scale", "mlp_branch_scale", "shared", "altup", "altup_active", "altup_correct_scale",
+              "laurel_rank", "activation_sparsity")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1348,7 +1371,13 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         lightning=_parse_lightning(data.get("lightning")),
         **{key: _float(data, key, p, 1.0, -1e6, 1e6) for key in SCALE_KEYS},
         shared=_parse_shared(data.get("shared"), d_model),
+        altup=_int(data, "altup", p, 0, minimum=0, maximum=64),
+        altup_active=_int(data, "altup_active", p, 0, minimum=0, maximum=63),
+        altup_correct_scale=_bool(data, "altup_correct_scale", p, False),
+        laurel_rank=_int(data, "laurel_rank", p, 0, minimum=0),
+        activation_sparsity=_float(data, "activation_sparsity", p, 0.0, 0.0, 1.0, high_open=True),
     )
+    _check_gemma3n(block)
     if block.shared is not None and (block.parts != "mixer" or not isinstance(block.mamba, Mamba2)
                                      or block.norm != "rmsnorm"):
         raise ConfigError("block.shared: a shared transformer block runs before a Mamba-2 layer of its mixer alone "
@@ -1825,11 +1854,36 @@ def _parse_rope_scaling(value: Any) -> RopeScaling | None:
     )
 
 
+def _check_gemma3n(block: BlockConfig) -> None:
+    """Gemma 3n's parts sit where Gemma3nTextDecoderLayer puts them: AltUp around a sandwich block of both parts
+    (its active stream one of the N), LAuReL beside a sandwich block's attention, the sparse gate in a gated dense
+    MLP."""
+    if block.altup:
+        if not block.sandwich or block.parts != "both":
+            raise ConfigError("block.altup: Gemma 3n's AltUp wraps a sandwich block of both parts "
+                              "(placement: sandwich)")
+        if block.altup_active >= block.altup:
+            raise ConfigError(f"block.altup_active: {block.altup_active} is not one of the {block.altup} streams "
+                              f"(0 to {block.altup - 1})")
+        if block.layer_scalar or (block.moe is not None):
+            raise ConfigError("block.altup: not with layer_scalar or moe (Gemma 3n has neither)")
+    elif block.altup_active or block.altup_correct_scale:
+        raise ConfigError(f"block.{'altup_active' if block.altup_active else 'altup_correct_scale'}: a setting "
+                          f"of AltUp, which is off (block.altup 0)")
+    if block.laurel_rank and not (block.sandwich and block.parts == "both"):
+        raise ConfigError("block.laurel_rank: LAuReL joins the attention add of a sandwich block of both parts "
+                          "(placement: sandwich)")
+    if block.activation_sparsity and (not block.gated or block.moe is not None or block.parts not in ("both", "mlp")
+                                      or block.sub_norms or block.mlp_multipliers != (1.0, 1.0)):
+        raise ConfigError("block.activation_sparsity: Gemma 3n's sparse gate sits in a gated dense MLP (no experts, "
+                          "sub-norms or MLP multipliers)")
+
+
 def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
     fields = ("n_layers", "vocab_size", "positions", "max_positions", "position_offset",
               "tie_embeddings", "final_norm", "lm_head_bias", "embedding_multiplier",
               "logit_multiplier", "logit_softcap", "embedding_norm", "embedding_dim", "padding_idx",
-              "per_layer_dim", "per_layer_vocab")
+              "per_layer_dim", "per_layer_vocab", "per_layer_clamp")
     _check_keys(data, fields, "model.")
     p = "model"
     vocab_size = _int(data, "vocab_size", p, 50257)
@@ -1852,6 +1906,7 @@ def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
         embedding_dim=_int(data, "embedding_dim", p, 0, minimum=0),
         per_layer_dim=_int(data, "per_layer_dim", p, 0, minimum=0),
         per_layer_vocab=_int(data, "per_layer_vocab", p, 0, minimum=0),
+        per_layer_clamp=_bool(data, "per_layer_clamp", p, False),
     )
 
 

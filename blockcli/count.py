@@ -55,7 +55,9 @@ _ORDER = {"L": 0, "V": 1, "P": 2, "E": 3, "k": 4, "d": 5, "h": 6, "h_kv": 7, "d_
           # Gemma 4's per-layer inputs: their width
           "d_p": 29,
           # a shared transformer block (Zamba2): its heads, K/V heads, their width, its MLP's width, the adapters' rank
-          "h_a": 30, "h_akv": 31, "d_a": 32, "d_fa": 33, "r": 34}
+          "h_a": 30, "h_akv": 31, "d_a": 32, "d_fa": 33, "r": 34,
+          # Gemma 3n's AltUp streams and LAuReL rank
+          "A": 35, "r_L": 36}
 
 
 def render(poly: Poly) -> str:
@@ -145,6 +147,10 @@ def symbol_values(config: Config | BlockConfig) -> dict[str, int]:
     m = config.model if isinstance(config, Config) else None
     values = {"d": b.d_model, "h": b.n_heads, "h_kv": b.n_kv_heads, "d_h": b.head_dim, "d_ff": b.d_ff,
               "d_p": b.per_layer_input}
+    if b.altup:  # Gemma 3n's AltUp streams and its LAuReL rank
+        values["A"] = b.altup
+    if b.laurel_rank:
+        values["r_L"] = b.laurel_rank
     if b.moe is not None:
         values.update(E=b.moe.n_experts, k=b.moe.top_k, d_e=b.moe.d_expert, d_s=b.moe.d_shared)
     if b.mla is not None:
@@ -253,6 +259,10 @@ def block_formula(b: BlockConfig) -> list[Row]:
                             (f"{letter}_norm_gamma", f"{letter}_norm_beta")))
     if b.parts == "mixer":  # a layer of its attention alone
         return rows
+    if b.laurel_rank:  # Gemma 3n's LAuReL on LN1's output: d → r_L → d, then a norm of d
+        rows += [Row("laurel.left", "LAuReL down (d → r_L)", term(1, "d", "r_L"), no, ("laurel_left",)),
+                 Row("laurel.right", "LAuReL up (r_L → d)", term(1, "d", "r_L"), no, ("laurel_right",)),
+                 replace(norm("laurel_norm", f"{_norm_name(b)} after LAuReL"), name="laurel.norm")]
     if b.sandwich:  # Gemma 2/3: the branch outputs are normalised too (kept beside LN 2, before the MLP rows)
         rows.append(norm("ln1_post", f"{_norm_name(b)} after attention"))
     if b.placement != "parallel_shared":  # a shared norm: attention and MLP both read LN1's output
@@ -294,6 +304,16 @@ def _after_the_mlp(b: BlockConfig) -> list[Row]:
     if b.layer_scalar:
         rows.append(Row("layer_scalar", "layer scalar (buffer, not a parameter)", term(1), Poly(), ("layer_scalar",),
                         buffer=True))
+    if b.altup:  # Gemma 3n's AltUp over A streams: the router of A modalities and its norm, the A² prediction
+        # coefficients from them (A·A²), the A correction coefficients (A·A), the corrected output's scale d
+        rows += [Row("altup.router", "AltUp router (d → A modalities)", term(1, "d", "A"), Poly(), ("altup_router",)),
+                 Row("altup.router_norm", f"AltUp router's {_norm_name(b)}", term(1, "d") if b.norm_scale else Poly(),
+                     term(1, "d") if b.bias.norm else Poly(), ("altup_router_norm_gamma", "altup_router_norm_beta")),
+                 Row("altup.predict", "AltUp prediction coefficients (A → A²)", term(1, "A", "A", "A"), Poly(),
+                     ("altup_predict",)),
+                 Row("altup.correct", "AltUp correction coefficients (A → A)", term(1, "A", "A"), Poly(),
+                     ("altup_correct",)),
+                 Row("altup.scale", "AltUp corrected output's scale", term(1, "d"), Poly(), ("altup_scale",))]
     return rows
 
 
@@ -610,7 +630,8 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
     arrays = {k: math.prod(s) for k, s in shapes.items()}
     components: list[Component] = []
     groups = {"attn": (Poly(), Poly()), "mlp": (Poly(), Poly()), "ln": (Poly(), Poly()), "ple": (Poly(), Poly()),
-              "shared": (Poly(), Poly())}
+              "shared": (Poly(), Poly()),
+              "laurel": (Poly(), Poly()), "altup": (Poly(), Poly())}
     block_w, block_b = Poly(), Poly()
     idle = buffers = 0
     for row in rows:
@@ -656,6 +677,8 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
     if config.block.shared is not None:  # Zamba2: this use's adapters and projection, beside the mixer
         ple = (("shared_use", f"its use of shared block {config.block.shared.index} (adapters, W_s)",
                 groups["shared"]),) + ple
+    ple += (("laurel", "LAuReL (down, up, norm)", groups["laurel"]),) if config.block.laurel_rank else ()
+    ple += (("altup", "AltUp (router, its norm, coefficients, scale)", groups["altup"]),) if config.block.altup else ()
     mlp_label = "MLP and experts (beside it)" if config.block.moe is not None and config.block.moe.beside_dense else "MLP"
     for name, label, (w, bias) in (("attention", attention, groups["attn"]),
                                    ("mlp", mlp_label, groups["mlp"]), *ple,
@@ -687,7 +710,7 @@ def _with_checkpoint(result: ParameterCount, formula: Formula, stored: Mapping[s
             if found != expected:
                 mismatches.append(f"layer {i} {row.name}: formula {expected:,} vs checkpoint {found:,}")
     for c in result.components:
-        if c.name.startswith(("embed.", "final_norm", "lm_head", "shared_block.")):  # lm_head.project_out too
+        if c.name.startswith(("embed.", "final_norm", "lm_head", "shared_block.")) or c.name == "altup.out":  # lm_head.project_out too
             covered.update(c.keys)
             found = sum(stored.get(k, 0) for k in c.keys)
             if found != c.count:
@@ -741,11 +764,20 @@ def _model_rows(config: Config, groups: list[LayerGroup], polys: list[tuple[Poly
                            m.per_layer_dim if b.bias.norm else 0, "d_p", ("ple_proj_norm_gamma", "ple_proj_norm_beta"),
                            shapes=((m.per_layer_dim,),))]
     rows += _shared_block_rows(config)
+    streams = max(b.altup - 1, 0)  # Gemma 3n: x_0 projected into streams 1 … N−1, each (d, d)
+    if streams:
+        rows.append(Component("embed.altup", f"AltUp: x_0 into {streams} more streams", f"{streams} × {(d, d)}",
+                              streams * d * d, 0, "(A−1)·d·d", tuple(f"altup_in.{j}" for j in range(streams)),
+                              shapes=((d, d),) * streams))
     shape = (f"{m.n_layers} × block" if len(groups) == 1 else
              " + ".join(f"{len(g.layers)} × block {i + 1}" for i, g in enumerate(groups)))
     idle = sum(n * len(g.layers) for n, g in zip(unused, groups))  # routed experts a token does not use
     rows.append(Component("blocks", f"{m.n_layers} blocks", shape, block_w, block_b, expression, kind="subtotal",
                           active=block_w + block_b - idle if idle else None))
+    if streams:  # and each projected back out before their mean
+        rows.append(Component("altup.out", f"AltUp: {streams} streams projected back", f"{streams} × {(d, d)}",
+                              streams * d * d, 0, "(A−1)·d·d", tuple(f"altup_out.{j}" for j in range(streams)),
+                              shapes=((d, d),) * streams))
     if m.final_norm:
         rows.append(_model_norm("final_norm", "final", "ln_f", b))
     if e:

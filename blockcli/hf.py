@@ -153,6 +153,8 @@ def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
                           f"language model is expected to be {' or '.join(map(repr, sizes))}")
     note = (f"the language model of a {composite.title} model: its vision tower and multimodal projector "
             f"are not counted or run")
+    if composite.remark:
+        note += f"; {composite.remark}"
     for key, why in composite.unapplied.items():
         if text.get(key) is not None:
             note += f"; text_config's {key} {short(text[key])} is not applied: {why}"

@@ -276,7 +276,19 @@ def block_parameter_shapes(cfg: BlockConfig) -> dict[str, Shape]:
                     **norm_shapes("ple_norm", d, cfg))
     if cfg.layer_scalar:
         tail["layer_scalar"] = (1,)
-    return {**shared_use_shapes(cfg), **_block_shapes(cfg, ln2, mlp), **tail}
+    if cfg.altup:  # Gemma 3n's AltUp: the corrected output's scale, the correction and prediction coefficients'
+        # projections of the router's N modalities, the router (d, N) and its norm
+        n = cfg.altup
+        tail = {"altup_scale": (d,), "altup_correct": (n, n), "altup_predict": (n, n * n), "altup_router": (d, n),
+                **norm_shapes("altup_router_norm", d, cfg), **tail}
+    shapes = _block_shapes(cfg, ln2, mlp)
+    if cfg.laurel_rank:  # Gemma 3n's LAuReL, after LN1 (its norm of the block's kind)
+        at = list(shapes).index("ln1_post_gamma") if "ln1_post_gamma" in shapes else len(shapes)
+        items = list(shapes.items())
+        laurel = {"laurel_left": (d, cfg.laurel_rank), "laurel_right": (cfg.laurel_rank, d),
+                  **norm_shapes("laurel_norm", d, cfg)}
+        shapes = dict(items[:at] + list(laurel.items()) + items[at:])
+    return {**shared_use_shapes(cfg), **shapes, **tail}
 
 
 def shared_use_shapes(cfg: BlockConfig) -> dict[str, Shape]:
@@ -387,7 +399,10 @@ def outer_shapes(config: Config) -> tuple[dict[str, Shape], dict[str, Shape]]:
                       **norm_shapes("ple_proj_norm", model.per_layer_dim, block))
     for index, shared in shared_blocks(config).items():  # Zamba2: each shared block's weights, once
         before.update({f"shared.{index}.{k}": s for k, s in shared_block_shapes(shared, d).items()})
-    after: dict[str, Shape] = norm_shapes("ln_f", d, block) if model.final_norm else {}
+    for j in range(max(block.altup - 1, 0)):  # Gemma 3n: x_0 into streams 1 … N−1, and each back out (d, d)
+        before[f"altup_in.{j}"] = (d, d)
+    after: dict[str, Shape] = {f"altup_out.{j}": (d, d) for j in range(max(block.altup - 1, 0))}
+    after.update(norm_shapes("ln_f", d, block) if model.final_norm else {})
     if e:  # and projected out to e after the final norm
         after["proj_out"] = (d, e)
     if not model.tie_embeddings:

@@ -1224,8 +1224,9 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
     gemma4 = next((f for i in range(n_layers) if (f := gemma4_field(config.layer_block(i)))), None)
     if gemma4 is not None:
         raise InputError(f"{config.name}: verify runs one layer alone against blockcli's independent reference, "
-                         f"which has none of Gemma 4's mechanisms (block.{gemma4}: per-layer inputs, keys shared "
-                         f"across layers, experts beside the MLP); its forward is checked against transformers' "
+                         f"which has none of Gemma 4's and Gemma 3n's mechanisms (block.{gemma4}: per-layer "
+                         f"inputs, keys shared across layers, experts beside the MLP, AltUp's streams, LAuReL, the "
+                         f"sparse gate); its forward is checked against transformers' "
                          f"logits instead (tests/test_checkpoint.py)")
     if config.model is not None and config.layers_differ:
         shown = layer or 0

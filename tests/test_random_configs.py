@@ -64,12 +64,19 @@ def _drawn() -> set[str]:
     return drawn | {COMPOSITES[name].text_model_type for name in drawn if name in COMPOSITES}
 
 
+# composites transformers cannot build here, so that no draw of theirs can be generated: Gemma 3n's vision tower is
+# timm's MobileNet-v5 (timm is not installed beside torch; the census records Gemma3nForConditionalGeneration's
+# failure); its language model is drawn as gemma3n_text, and tests/test_gemma3n.py runs a composite folder
+UNBUILDABLE = {"gemma3n"}
+
+
 def test_every_family_and_composite_has_a_fuzz_draw_and_its_fixture() -> None:
     """The next family added must bring its draw (one entry in tests/fixtures/cases/draws.py) and the folder that
     generate.py writes from it."""
     from blockcli.families import COMPOSITES, FAMILIES
 
-    missing = sorted((set(FAMILIES) | set(COMPOSITES)) - _drawn())
+    assert all(COMPOSITES[name].text_model_type in draws.DRAWS for name in UNBUILDABLE)
+    missing = sorted((set(FAMILIES) | set(COMPOSITES)) - _drawn() - UNBUILDABLE)
     assert not missing, f"no fuzz draw in tests/fixtures/cases/draws.py for: {', '.join(missing)}"
     unwritten = sorted(f"fuzz-{name}-{n}" for name in draws.DRAWS for n in draws.draw_numbers(name)
                        if f"fuzz-{name}-{n}" not in FOLDERS)

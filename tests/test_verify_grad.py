@@ -19,9 +19,10 @@ from conftest import ROOT
 runner = CliRunner()
 GRAD = set(GRAD_CHECKS)
 FIXTURES = ROOT / "tests" / "fixtures" / "hf"
-# Gemma 4's layers have no reference in verify and no gradients (refused: tests/test_gemma4.py)
+# Gemma 4's and Gemma 3n's layers have no reference in verify and no gradients (refused: tests/test_gemma4.py,
+# tests/test_gemma3n.py)
 FOLDERS = sorted(p.name for p in FIXTURES.iterdir() if (p / "config.json").is_file()
-                 and p.name not in ("gemma4_text", "gemma4"))
+                 and p.name not in ("gemma4_text", "gemma4", "gemma3n_text", "gemma3n"))
 BACKWARD = [m for m in MUTANTS if m.backward]
 IMPLS = ROOT / "tests" / "impls" / "backward_blocks.py"
 EXAMPLE = f"{ROOT / 'examples' / 'my_block_backward.py'}:MyBlockWithBackward"

@@ -67,6 +67,7 @@ class Composite:
     # text_config fields the composite's model class never applies (its own forward, not the language model's
     # class, computes that step), each with the reason: read as absent, with a note when set
     unapplied: Mapping[str, str] = field(default_factory=dict, hash=False)
+    remark: str = ""  # said in the note too: what of the composite's text-only pass blockcli does not run
 
 
 def mlp_activation(f: Fields, key: str, default: str, *, gated: bool,
