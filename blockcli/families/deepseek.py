@@ -152,18 +152,43 @@ def _deepseek(f: Fields, v3: bool) -> tuple[dict, dict]:
             block["moe"]["routed_bias"] = False  # V2's mlp_bias: DeepseekV2MLP (dense, shared) biased, experts not
         if dense:  # layers 0..dense-1: the dense MLP, intermediate_size (block.d_ff) wide
             f.layers.append({"indices": list(range(dense)), "block": {"moe": None}})
+    f.ignore("pretraining_tp")  # the same matmuls in slices
+    _latent(f, block, v3)
+    return block, model
+
+
+def _latent(f: Fields, block: dict, v3: bool, q_rank_default: int | None = 1536) -> None:
+    """DeepSeek-V2/V3's latent attention on `block` (gated_rms's): one K and V per query head, the config's
+    head_dim and qk_head_dim derived by the config class (not read), `q_lora_rank` (absent: `q_rank_default`;
+    null: queries through one q_proj), V3's `rope_interleave` (false: rotate-half)."""
     heads = block["n_heads"]
     if block.pop("n_kv_heads") != heads:  # kv_b_proj makes one K and V per head; transformers would repeat them again
         raise f.unrepresentable("num_key_value_heads", f.data["num_key_value_heads"],
                                 f"latent attention expands one K and V per query head ({heads})")
     block.pop("head_dim")
-    f.ignore("qk_head_dim", "pretraining_tp")  # pretraining_tp: the same matmuls in slices
-    # absent: the config classes' 1536; null: queries through one q_proj (V2-Lite)
-    q_rank = 1536 if not f.has("q_lora_rank") else 0 if f.raw("q_lora_rank", None) is None else f.int("q_lora_rank")
+    f.ignore("qk_head_dim")
+    absent = 0 if q_rank_default is None else q_rank_default
+    q_rank = absent if not f.has("q_lora_rank") else 0 if f.raw("q_lora_rank", None) is None else f.int("q_lora_rank")
     block["mla"] = {"q_lora_rank": q_rank, "kv_lora_rank": f.int("kv_lora_rank", 512),
                     "qk_nope_head_dim": f.int("qk_nope_head_dim", 128),
                     "qk_rope_head_dim": f.int("qk_rope_head_dim", 64), "v_head_dim": f.int("v_head_dim", 128)}
     block["rope_layout"] = "interleaved" if not v3 or f.bool("rope_interleave", True) else "half"
+
+
+def _youtu(f: Fields) -> tuple[dict, dict]:
+    """Youtu-LLM (YoutuConfig: DeepseekV3Config without its experts): DeepSeek-V3's latent attention
+    (`q_lora_rank` 1536, null: one q_proj; `rope_interleave`; `attention_bias` on q_a, kv_a and o) in Llama's
+    pre-norm layer with Qwen3's dense SwiGLU MLP (no biases) on every layer; tied by default. Its
+    embedding_initializer_range only initialises."""
+    f.ignore("embedding_initializer_range")
+    # YoutuConfig sets head_dim to qk_rope_head_dim, whatever a config.json says (the heads need not divide)
+    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=True, mlp_bias=False,
+                             head_dim_default=f.int("qk_rope_head_dim", 64))
+    _latent(f, block, v3=True)
+    pad = f.data.get("pad_token_id")
+    if isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < model["vocab_size"]:
+        f.notes.append(f"transformers' YoutuForCausalLM zeroes embedding row {pad} (pad_token_id) whenever it loads a "
+                       f"checkpoint (its _init_weights writes through .data); blockcli keeps the stored row")
     return block, model
 
 
@@ -394,6 +419,7 @@ FAMILIES = (
     Family("deepseek_v2", "DeepSeek-V2", _deepseek_v2, DEEPSEEK, TRAINING_ONLY),
     Family("minicpm3", "MiniCPM3", _minicpm3, DEEPSEEK, TRAINING_ONLY),
     Family("deepseek_v3", "DeepSeek-V3", _deepseek_v3, DEEPSEEK_V3, TRAINING_ONLY),
+    Family("youtu", "Youtu-LLM", _youtu, DEEPSEEK, TRAINING_ONLY),
     Family("glm4_moe", "GLM-4.5", _glm4_moe, GLM4_MOE, TRAINING_ONLY),
     Family("dots1", "dots.llm1", _dots1, GLM4_MOE, TRAINING_ONLY | {"output_router_logits"}),
     Family("glm4_moe_lite", "GLM-4.7-Flash", _glm4_moe_lite, DEEPSEEK_V3, TRAINING_ONLY),
