@@ -1,5 +1,6 @@
 """Families built on DeepSeek-V3's latent attention (issue #28), each a diff of a family blockcli has: Youtu-LLM
-(DeepSeek-V3's attention on every layer with Qwen3's dense MLP).
+(DeepSeek-V3's attention on every layer with Qwen3's dense MLP), Sarvam-105B (DeepSeek-V3 with SarvamMLAConfig's defaults
+and its translation of the original config format).
 
 Every expected total is transformers 5.24's own (the *ForCausalLM on the meta device, sum of numel over
 parameters()), for the config class's defaults (as the census holds them) and a random config; the defaults' totals
@@ -43,10 +44,32 @@ _YOUTU_RANDOM = dict(hidden_size=48, num_attention_heads=5, num_key_value_heads=
                      q_lora_rank=None, kv_lora_rank=10, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=7,
                      attention_bias=True, rope_interleave=False)
 
+def _sarvam_mla_by_hand() -> int:
+    """32 layers of q (4096·64·192), kv_a (4096·(512 + 64)) and its norm (512), kv_b (512·64·(128 + 128)),
+    o (64·128·4096), two norms (2·4096); layer 0's dense MLP (3·4096·16384), the 31 others' router (128·4096), 128
+    experts and one shared expert (129·3·4096·2048); embeddings and an untied head (262144·4096 each); the final
+    norm."""
+    d, h = 4096, 64
+    attention = d * h * 192 + d * 576 + 512 + 512 * h * 256 + h * 128 * d + 2 * d
+    experts = 128 * d + 129 * 3 * d * 2048
+    return 32 * attention + 3 * d * 16384 + 31 * experts + 2 * 262144 * d + d
+
+
+# SarvamMLAConfig's sizes (Sarvam-105B)
+_SARVAM_MLA_SIZES = _sizes(4096, 16384, 32, 64, 262144, 4096)
+# a random Sarvam MLA: 5 heads (48 is not a multiple), the query latent on (q_lora_rank 12), two dense layers, 6
+# experts in 2 groups, 2 shared, attention biases, rotate-half RoPE, tied
+_SARVAM_MLA_RANDOM = dict(hidden_size=48, num_attention_heads=5, intermediate_size=80, moe_intermediate_size=12,
+                          num_hidden_layers=3, vocab_size=300, max_position_embeddings=96, tie_word_embeddings=True,
+                          q_lora_rank=12, kv_lora_rank=10, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=7,
+                          attention_bias=True, rope_interleave=False, first_k_dense_replace=2, n_routed_experts=6,
+                          n_group=2, topk_group=1, num_experts_per_tok=2, n_shared_experts=2)
+
 # model_type → (sizes, the config class's nulls blockcli needs, transformers' total for the defaults, by hand,
 # random config, transformers' total for it)
 CASES = {
     "youtu": (_YOUTU_SIZES, (), 1_961_560_064, _youtu_by_hand(), _YOUTU_RANDOM, 80_118),
+    "sarvam_mla": (_SARVAM_MLA_SIZES, (), 106_031_763_456, _sarvam_mla_by_hand(), _SARVAM_MLA_RANDOM, 64_710),
 }
 
 
@@ -113,3 +136,50 @@ def test_youtu_notes_that_transformers_zeroes_the_pad_row_on_loading() -> None:
 def test_the_youtu_fixture_exercises_its_attention_biases_and_interleaved_rope(tmp_path: Path) -> None:
     assert _far(_switched(tmp_path, "youtu", {}), "youtu") < 1e-9
     assert _far(_switched(tmp_path, "youtu", {"rope_layout": "half"}), "youtu") > 1e-3
+
+
+# ----------------------------------------------------------------------------- Sarvam-105B (sarvam_mla)
+
+
+def test_sarvam_mla_reads_deepseek_v3_with_its_config_class_defaults() -> None:
+    data = mapped("sarvam_mla", _SARVAM_MLA_SIZES)
+    block = data["block"]
+    assert block["mla"]["q_lora_rank"] == 0  # one q_proj
+    assert (block["moe"]["n_experts"], block["moe"]["n_groups"], block["moe"]["top_groups"]) == (128, 1, 1)
+    assert data["layers"] == [{"indices": [0], "block": {"moe": None}}]  # first_k_dense_replace 1
+
+
+# the original sarvam-105b format (for its remote code) beside the DeepSeek-V3 format SarvamMLAConfig converts it to
+_LEGACY = {**_SARVAM_MLA_RANDOM, "num_experts": 6, "num_shared_experts": 2, "head_dim": 10 + 4, "q_head_dim": 10,
+           "rope_theta": 50000.0, "rope_scaling": {"type": "deepseek_yarn", "factor": 4.0, "beta_fast": 32,
+                                                   "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0,
+                                                   "original_max_position_embeddings": 24}}
+_CONVERTED = {**_SARVAM_MLA_RANDOM, "rope_parameters": {
+    "rope_type": "yarn", "rope_theta": 50000.0, "factor": 4.0, "beta_fast": 32, "beta_slow": 1, "mscale": 1.0,
+    "mscale_all_dim": 1.0, "original_max_position_embeddings": 24}}
+for _key in ("n_routed_experts", "n_shared_experts"):
+    _LEGACY.pop(_key)
+
+
+def test_sarvam_mla_reads_the_original_format_as_its_config_class_converts_it() -> None:
+    legacy, converted = mapped("sarvam_mla", _LEGACY), mapped("sarvam_mla", _CONVERTED)
+    assert legacy["block"] == converted["block"] and legacy["model"] == converted["model"]
+    assert legacy["block"]["rope_scaling"]["type"] == "yarn" and legacy["block"]["moe"]["n_experts"] == 6
+
+
+@pytest.mark.torch
+def test_sarvam_mla_config_class_converts_the_original_format_so() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.AutoConfig.for_model("sarvam_mla", **_LEGACY).to_dict()
+    assert config["rope_parameters"] == _CONVERTED["rope_parameters"] and config["head_dim"] == 4
+    assert (config["n_routed_experts"], config["n_shared_experts"]) == (6, 2)
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"num_experts": 7, "n_routed_experts": 6}, "num_experts"),  # an alias and its field disagree
+    ({"num_key_value_heads": 1}, "num_key_value_heads"),  # latent attention: one K and V per query head
+    ({"rope_scaling": {"type": "longrope_ds", "factor": 2.0}}, "rope_scaling"),  # not the deepseek_yarn it converts
+])
+def test_sarvam_mla_refuses_naming_the_field(fields: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        parse_config(mapped("sarvam_mla", {**_SARVAM_MLA_RANDOM, **fields}))

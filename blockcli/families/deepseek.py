@@ -21,6 +21,7 @@ from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, gated_
                                       sliding_layers, with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, LLAMA_MLP
+from blockcli.families.llama_relatives import _renamed
 from blockcli.families.moe import moe_tensors
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
 
@@ -31,7 +32,13 @@ _MOE_FIELDS = ("n_routed_experts", "moe_intermediate_size", "n_shared_experts", 
                "moe_layer_freq", "scoring_func", "ep_size", "aux_loss_alpha", "seq_aux")
 
 
-def _moe(f: Fields, v3: bool) -> dict:
+# DeepseekV3Config's defaults that its descendants change: first_k_dense_replace, n_routed_experts, n_group,
+# topk_group, q_lora_rank (None: one q_proj)
+_V3_DEFAULTS = (3, 256, 8, 4, 1536)
+_SARVAM_MLA_DEFAULTS = (1, 128, 1, 1, None)
+
+
+def _moe(f: Fields, v3: bool, defaults: tuple = _V3_DEFAULTS) -> dict:
     """block.moe for DeepSeek's expert layers, as transformers' DeepseekV2/V3 routers compute it.
 
     V3: sigmoid scores, e_score_correction_bias for the choice only, group-limited by the sum of each
@@ -43,7 +50,7 @@ def _moe(f: Fields, v3: bool) -> dict:
     f.neutral("scoring_func", "sigmoid" if v3 else "softmax", "transformers' DeepSeek router scores that way")
     f.ignore("ep_size", "aux_loss_alpha", "seq_aux", "output_router_logits")  # parallelism, training losses
     d_expert = f.int("moe_intermediate_size", 2048 if v3 else 1407)
-    moe = {"n_experts": f.int("n_routed_experts", 256 if v3 else 64),
+    moe = {"n_experts": f.int("n_routed_experts", defaults[1] if v3 else 64),
            "top_k": f.int("num_experts_per_tok", 8) if v3 else f.int(
                "num_experts_per_tok", why="the experts' top k, from layer first_k_dense_replace up; transformers' "
                                           "router fails without it, and a dense model does not read it"),
@@ -53,8 +60,8 @@ def _moe(f: Fields, v3: bool) -> dict:
     if v3:
         f.neutral("topk_method", "noaux_tc", "transformers' DeepSeek-V3 router is the noaux_tc one")
         moe.update(scoring="sigmoid", selection_bias=True, group_score="top2_sum",
-                   renormalize=f.bool("norm_topk_prob", True), n_groups=f.int("n_group", 8),
-                   top_groups=f.int("topk_group", 4))
+                   renormalize=f.bool("norm_topk_prob", True), n_groups=f.int("n_group", defaults[2]),
+                   top_groups=f.int("topk_group", defaults[3]))
     else:
         method = f.str("topk_method", "greedy")
         f.ignore("norm_topk_prob")  # DeepseekV2TopkRouter never renormalises
@@ -137,23 +144,24 @@ def _dots1(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
-def _deepseek(f: Fields, v3: bool) -> tuple[dict, dict]:
+def _deepseek(f: Fields, v3: bool, defaults: tuple = _V3_DEFAULTS, head_dim_default: int | None = None
+              ) -> tuple[dict, dict]:
     n_layers = f.int("num_hidden_layers")
-    dense = f.int("first_k_dense_replace", 3 if v3 else 0, minimum=0)
-    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False,
+    dense = f.int("first_k_dense_replace", defaults[0] if v3 else 0, minimum=0)
+    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False, head_dim_default=head_dim_default,
                              mlp_bias=False if v3 else None)  # V3's MLP has no mlp_bias field
     if dense >= n_layers:
         f.ignore(*_MOE_FIELDS)
         f.notes.append(f"every layer dense (first_k_dense_replace {dense} >= {n_layers} layers): the expert "
                        f"settings are unused")
     else:
-        block["moe"] = _moe(f, v3)
+        block["moe"] = _moe(f, v3, defaults)
         if isinstance(block["bias"], dict) and block["bias"]["mlp"]:  # (RMSNorm: never all four true)
             block["moe"]["routed_bias"] = False  # V2's mlp_bias: DeepseekV2MLP (dense, shared) biased, experts not
         if dense:  # layers 0..dense-1: the dense MLP, intermediate_size (block.d_ff) wide
             f.layers.append({"indices": list(range(dense)), "block": {"moe": None}})
     f.ignore("pretraining_tp")  # the same matmuls in slices
-    _latent(f, block, v3)
+    _latent(f, block, v3, defaults[4])
     return block, model
 
 
@@ -234,6 +242,31 @@ def _deepseek_v3(f: Fields) -> tuple[dict, dict]:
     # the multi-token-prediction modules are not part of transformers' DeepseekV3ForCausalLM (it skips their tensors)
     f.ignore("num_nextn_predict_layers", "num_mtp_layers")
     return _deepseek(f, v3=True)
+
+
+# SarvamMLAConfig.attribute_map: the original sarvam-105b config's spellings → the fields they stand for
+_SARVAM_MLA_NAMES = {"num_local_experts": "n_routed_experts", "num_experts": "n_routed_experts",
+                     "num_shared_experts": "n_shared_experts", "num_mtp_layers": "num_nextn_predict_layers"}
+
+
+def _sarvam_mla(f: Fields) -> tuple[dict, dict]:
+    """Sarvam-105B (SarvamMLAConfig; transformers builds a DeepseekV3ForCausalLM): DeepSeek-V3's family with
+    SarvamMLAConfig's defaults (queries through one q_proj: `q_lora_rank` null; 128 experts in one group; layer 0
+    dense) and its translation of the original config format: the attribute_map's spellings (`num_experts`,
+    `num_local_experts`, `num_shared_experts`, `num_mtp_layers`), `q_head_dim` and `head_dim` dropped (head_dim is
+    qk_rope_head_dim; the original stored kv_lora_rank + qk_rope_head_dim for vLLM), `rope_scaling` of type
+    `deepseek_yarn` read as yarn."""
+    data = dict(f.data)
+    f.ignore("q_head_dim", "head_dim", "num_nextn_predict_layers")  # the MTP modules are not built (none released)
+    data.pop("q_head_dim", None), data.pop("head_dim", None)
+    scaling = data.get("rope_scaling")
+    if isinstance(scaling, dict) and "deepseek_yarn" in (scaling.get("type"), scaling.get("rope_type")):
+        f.ignore("rope_scaling")  # SarvamMLAConfig's conversion: standard yarn (the base stays rope_theta's)
+        data.pop("rope_scaling")
+        data["rope_parameters"] = {**{k: v for k, v in scaling.items() if k != "type"}, "rope_type": "yarn"}
+    g = _renamed(with_data(f, data), _SARVAM_MLA_NAMES)
+    g.ignore("num_nextn_predict_layers")
+    return _deepseek(g, v3=True, defaults=_SARVAM_MLA_DEFAULTS, head_dim_default=g.int("qk_rope_head_dim", 64))
 
 
 # Glm4MoeLiteConfig's and its descendants' defaults: (kind, eps, moe_intermediate_size, n_routed_experts,
@@ -420,6 +453,7 @@ FAMILIES = (
     Family("minicpm3", "MiniCPM3", _minicpm3, DEEPSEEK, TRAINING_ONLY),
     Family("deepseek_v3", "DeepSeek-V3", _deepseek_v3, DEEPSEEK_V3, TRAINING_ONLY),
     Family("youtu", "Youtu-LLM", _youtu, DEEPSEEK, TRAINING_ONLY),
+    Family("sarvam_mla", "Sarvam-105B", _sarvam_mla, DEEPSEEK_V3, TRAINING_ONLY),
     Family("glm4_moe", "GLM-4.5", _glm4_moe, GLM4_MOE, TRAINING_ONLY),
     Family("dots1", "dots.llm1", _dots1, GLM4_MOE, TRAINING_ONLY | {"output_router_logits"}),
     Family("glm4_moe_lite", "GLM-4.7-Flash", _glm4_moe_lite, DEEPSEEK_V3, TRAINING_ONLY),
