@@ -1,6 +1,7 @@
 """Families built on DeepSeek-V3's latent attention (issue #28), each a diff of a family blockcli has: Youtu-LLM
 (DeepSeek-V3's attention on every layer with Qwen3's dense MLP), Sarvam-105B (DeepSeek-V3 with SarvamMLAConfig's defaults
-and its translation of the original config format).
+and its translation of the original config format), Sarvam-30B (GLM-4.5's block with SarvamMoEConfig's defaults, its
+checkpoints' own tensor names).
 
 Every expected total is transformers 5.24's own (the *ForCausalLM on the meta device, sum of numel over
 parameters()), for the config class's defaults (as the census holds them) and a random config; the defaults' totals
@@ -65,10 +66,31 @@ _SARVAM_MLA_RANDOM = dict(hidden_size=48, num_attention_heads=5, intermediate_si
                           attention_bias=True, rope_interleave=False, first_k_dense_replace=2, n_routed_experts=6,
                           n_group=2, topk_group=1, num_experts_per_tok=2, n_shared_experts=2)
 
+def _sarvam_moe_by_hand() -> int:
+    """19 layers of q (4096·64·64), k and v (4096·4·64 each), o (64·64·4096), the q/k norms (2·64), two norms
+    (2·4096); layer 0's dense MLP (3·4096·8192), the 18 others' router (128·4096), 128 experts and one shared
+    expert (129·3·4096·1024); embeddings and an untied head (262144·4096 each); the final norm."""
+    d = 4096
+    attention = d * 4096 + 2 * d * 256 + 4096 * d + 2 * 64 + 2 * d
+    experts = 128 * d + 129 * 3 * d * 1024
+    return 19 * attention + 3 * d * 8192 + 18 * experts + 2 * 262144 * d + d
+
+
+# SarvamMoEConfig's sizes (Sarvam-30B)
+_SARVAM_MOE_SIZES = _sizes(4096, 8192, 19, 64, 262144, 131072)
+# a random Sarvam MoE: heads of 12 (not 48 / 6), 2 K/V heads, half of each head rotated, no q/k norms, q/k/v biases,
+# two dense layers, 6 experts (top 2), 2 shared, tied
+_SARVAM_MOE_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=2, head_dim=12,
+                          intermediate_size=80, moe_intermediate_size=12, num_hidden_layers=3, vocab_size=300,
+                          max_position_embeddings=96, tie_word_embeddings=True, first_k_dense_replace=2,
+                          n_routed_experts=6, num_experts_per_tok=2, n_shared_experts=2, partial_rotary_factor=0.5,
+                          use_qk_norm=False, attention_bias=True)
+
 # model_type → (sizes, the config class's nulls blockcli needs, transformers' total for the defaults, by hand,
 # random config, transformers' total for it)
 CASES = {
     "youtu": (_YOUTU_SIZES, (), 1_961_560_064, _youtu_by_hand(), _YOUTU_RANDOM, 80_118),
+    "sarvam_moe": (_SARVAM_MOE_SIZES, (), 32_152_648_064, _sarvam_moe_by_hand(), _SARVAM_MOE_RANDOM, 79_896),
     "sarvam_mla": (_SARVAM_MLA_SIZES, (), 106_031_763_456, _sarvam_mla_by_hand(), _SARVAM_MLA_RANDOM, 64_710),
 }
 
@@ -183,3 +205,65 @@ def test_sarvam_mla_config_class_converts_the_original_format_so() -> None:
 def test_sarvam_mla_refuses_naming_the_field(fields: dict, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         parse_config(mapped("sarvam_mla", {**_SARVAM_MLA_RANDOM, **fields}))
+
+
+# ----------------------------------------------------------------------------- Sarvam-30B (sarvam_moe)
+
+
+def test_sarvam_moe_reads_glm4_moe_with_its_config_class_defaults() -> None:
+    data = mapped("sarvam_moe", _SARVAM_MOE_SIZES)  # no RoPE given: SarvamMoEConfig's default_theta
+    block = data["block"]
+    assert (block["head_dim"], block["n_kv_heads"], block["rope"], block["rope_theta"]) == (64, 4, True, 8e6)
+    assert (block["qk_norm"], block["norm_eps"], block["bias"]) == ("head", 1e-6, False)
+    assert (block["moe"]["d_expert"], block["moe"]["top_k"], block["moe"]["routed_scaling"]) == (1024, 6, 2.5)
+    assert data["layers"] == [{"indices": [0], "block": {"moe": None}}]
+    given = mapped("sarvam_moe", {**_SARVAM_MOE_SIZES, "rope_parameters": {"rope_type": "default", "rope_theta": 1e4}})
+    assert given["block"]["rope_theta"] == 1e4
+
+
+def test_sarvam_moe_reads_its_original_spellings_as_the_fields_they_stand_for() -> None:
+    spelled = {k: v for k, v in _SARVAM_MOE_RANDOM.items() if k not in ("n_routed_experts", "n_shared_experts",
+                                                                         "attention_bias")}
+    spelled.update(num_experts=6, num_shared_experts=2, use_qkv_bias=True)
+    assert mapped("sarvam_moe", spelled)["block"] == mapped("sarvam_moe", _SARVAM_MOE_RANDOM)["block"]
+    with pytest.raises(ConfigError, match="use_qkv_bias"):
+        mapped("sarvam_moe", {**_SARVAM_MOE_RANDOM, "use_qkv_bias": False})  # disagrees with attention_bias
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"pretraining_tp": 1}, "pretraining_tp"),  # not a field of SarvamMoEConfig (nor of Glm4MoeConfig)
+    ({"mlp_bias": True}, "mlp_bias"),  # nor is this: Glm4MoeMLP has no biases
+    ({"num_key_value_heads": 4}, "num_key_value_heads"),  # does not divide the 6 heads
+])
+def test_sarvam_moe_refuses_naming_the_field(fields: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        parse_config(mapped("sarvam_moe", {**_SARVAM_MOE_RANDOM, **fields}))
+
+
+def test_sarvam_moe_reads_transformers_in_memory_names_as_its_stored_ones(tmp_path: Path) -> None:
+    """The fixture holds the published names (query_key_value fused, dense, query/key_layernorm, expert_bias,
+    word_embeddings: transformers saves them back so); the same tensors under GLM-4.5's names run the same."""
+    from safetensors.numpy import load_file, save_file
+
+    stored = load_file(FIXTURES / "sarvam_moe" / "model.safetensors")
+    config = json.loads((FIXTURES / "sarvam_moe" / "config.json").read_text())
+    q, kv = config["num_attention_heads"] * config["head_dim"], config["num_key_value_heads"] * config["head_dim"]
+    renamed = {}
+    for name, value in stored.items():
+        if "query_key_value" in name:
+            for part, rows in zip("qkv", np.split(value, [q, q + kv])):
+                renamed[name.replace("attention.query_key_value", f"self_attn.{part}_proj")] = rows
+            continue
+        for old, new in (("word_embeddings", "embed_tokens"), ("attention.dense", "self_attn.o_proj"),
+                         ("attention.query_layernorm", "self_attn.q_norm"),
+                         ("attention.key_layernorm", "self_attn.k_norm"), ("gate.expert_bias", "gate.e_score_correction_bias")):
+            name = name.replace(old, new)
+        renamed[name] = value
+    folder = tmp_path / "sarvam_moe"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file({k: np.ascontiguousarray(v) for k, v in renamed.items()}, folder / "model.safetensors")
+    model = Model.from_config(parse_config(hf_to_mapping(config, "config.json")), weights=folder, dtype="float64")
+    assert _far(model, "sarvam_moe") < 1e-9
+    # the fixture's RoPE base is SarvamMoEConfig's 8,000,000 (its config.json gives it): GLM-4.5's 10,000 is far off
+    assert _far(_switched(tmp_path, "sarvam_moe", {"rope_theta": 10000.0}), "sarvam_moe") > 1e-3

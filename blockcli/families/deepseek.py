@@ -16,6 +16,7 @@ expert or fused, and the stored selection bias as the buffer it is.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Mapping
 
 from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, gated_rms, layer_types, silu_gate,
                                       sliding_layers, with_data)
@@ -23,7 +24,7 @@ from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, LLAMA_MLP
 from blockcli.families.llama_relatives import _renamed
 from blockcli.families.moe import moe_tensors
-from blockcli.tensor_names import LINEAR, TensorMap, tensor
+from blockcli.tensor_names import FUSED, LINEAR, QKV, QKV_BIAS, TensorMap, tensor
 
 # The mixture-of-experts settings: they describe the MLPs of layers first_k_dense_replace and up (and the
 # original remote code's routing, parallelism and training losses), so they are unused when every layer is dense
@@ -75,21 +76,30 @@ def _moe(f: Fields, v3: bool, defaults: tuple = _V3_DEFAULTS) -> dict:
     return moe
 
 
-def _glm4_moe(f: Fields) -> tuple[dict, dict]:
+# Glm4MoeConfig's defaults and SarvamMoEConfig's: K/V heads, rms_norm_eps, partial_rotary_factor, head_dim (None:
+# hidden_size // heads), moe_intermediate_size, num_experts_per_tok, routed_scaling_factor, use_qk_norm
+_GLM4_MOE_DEFAULTS = (8, 1e-5, 0.5, None, 1408, 8, 1.0, False)
+_SARVAM_MOE_DEFAULTS = (4, 1e-6, 1.0, 64, 1024, 6, 2.5, True)
+
+
+def _glm4_moe(f: Fields, defaults: tuple = _GLM4_MOE_DEFAULTS) -> tuple[dict, dict]:
     """GLM-4.5 and 4.6: Llama's pre-norm block with biases on q, k and v (`attention_bias`; o_proj never
     has one), half of each head rotated (`partial_rotary_factor`, Glm4MoeConfig's default 0.5), an
     optional per-head q/k RMSNorm (`use_qk_norm`), and from layer `first_k_dense_replace` up
     DeepSeek-V3's mixture (its router, Glm4MoeTopkRouter, is DeepseekV3TopkRouter's arithmetic)."""
+    kv, eps, fraction, head_dim, d_expert_default, top_k, scaling, qk_norm = defaults
     # the multi-token-prediction layers are not part of transformers' Glm4MoeForCausalLM (it skips their tensors)
-    f.ignore("num_nextn_predict_layers", "num_mtp_layers", "output_router_logits", "pretraining_tp")
+    f.ignore("num_nextn_predict_layers", "num_mtp_layers", "output_router_logits")
+    if defaults == _GLM4_MOE_DEFAULTS:
+        f.ignore("pretraining_tp")
     n_layers = f.int("num_hidden_layers")
     # no head_dim: Glm4MoeAttention's hidden_size // num_attention_heads, which need not divide (the config class's
     # 96 heads on 4096: 42 each), as it never checks
     floor = f.int("hidden_size") // f.int("num_attention_heads")
-    block, model = gated_rms(f, silu_gate, kv_default=8, tie_default=False, out_bias=False, mlp_bias=False,
-                             eps_default=1e-5, fraction_keys=("partial_rotary_factor",), fraction_default=0.5,
-                             head_dim_default=floor, odd_rounds_up=True)
-    if f.bool("use_qk_norm", False):
+    block, model = gated_rms(f, silu_gate, kv_default=kv, tie_default=False, out_bias=False, mlp_bias=False,
+                             eps_default=eps, fraction_keys=("partial_rotary_factor",), fraction_default=fraction,
+                             head_dim_default=floor if head_dim is None else head_dim, odd_rounds_up=True)
+    if f.bool("use_qk_norm", qk_norm):
         block["qk_norm"] = "head"  # q_norm and k_norm: RMSNorm over each head's d_h, before RoPE
     dense = f.int("first_k_dense_replace", 1, minimum=0)
     expert_fields = ("n_routed_experts", "moe_intermediate_size", "n_shared_experts", "routed_scaling_factor",
@@ -99,15 +109,34 @@ def _glm4_moe(f: Fields) -> tuple[dict, dict]:
         f.notes.append(f"every layer dense (first_k_dense_replace {dense} >= {n_layers} layers): the expert "
                        f"settings are unused")
         return block, model
-    d_expert = f.int("moe_intermediate_size", 1408)
-    block["moe"] = {"n_experts": f.int("n_routed_experts", 128), "top_k": f.int("num_experts_per_tok", 8),
-                    "d_expert": d_expert, "routed_scaling": f.float("routed_scaling_factor", 1.0, high=1e6),
+    d_expert = f.int("moe_intermediate_size", d_expert_default)
+    block["moe"] = {"n_experts": f.int("n_routed_experts", 128), "top_k": f.int("num_experts_per_tok", top_k),
+                    "d_expert": d_expert, "routed_scaling": f.float("routed_scaling_factor", scaling, high=1e6),
                     "d_shared": d_expert * f.int("n_shared_experts", 1, minimum=0), "scoring": "sigmoid",
                     "selection_bias": True, "group_score": "top2_sum", "renormalize": f.bool("norm_topk_prob", True),
                     "n_groups": f.int("n_group", 1), "top_groups": f.int("topk_group", 1)}
     if dense:  # layers 0..dense-1: the dense MLP, intermediate_size (block.d_ff) wide
         f.layers.append({"indices": list(range(dense)), "block": {"moe": None}})
     return block, model
+
+
+# SarvamMoEConfig.attribute_map: the original sarvam-30b config's spellings → the fields they stand for
+_SARVAM_MOE_NAMES = {"num_local_experts": "n_routed_experts", "num_experts": "n_routed_experts",
+                     "num_shared_experts": "n_shared_experts", "use_qkv_bias": "attention_bias",
+                     "num_mtp_layers": "num_nextn_predict_layers"}
+
+
+def _sarvam_moe(f: Fields) -> tuple[dict, dict]:
+    """Sarvam-30B (SarvamMoEConfig, a Glm4MoeConfig; transformers builds a Glm4MoeForCausalLM): GLM-4.5's mapping
+    with SarvamMoEConfig's defaults: heads of `head_dim` 64 rotated whole (`partial_rotary_factor` 1.0), RoPE base
+    8,000,000, q/k RMSNorms on (`use_qk_norm`), 4 K/V heads, eps 1e-6, 128 experts of 1024, top 6, times 2.5; the
+    attribute_map's spellings (`num_experts`, `num_local_experts`, `num_shared_experts`, `use_qkv_bias`,
+    `num_mtp_layers`) read as the fields they stand for."""
+    g = _renamed(f, _SARVAM_MOE_NAMES)
+    params = g.data.get("rope_parameters") or g.data.get("rope_scaling")
+    if "rope_theta" not in g.data and not (isinstance(params, Mapping) and "rope_theta" in params):
+        g = with_data(g, {**g.data, "rope_theta": 8_000_000.0})  # SarvamMoEConfig's default_theta
+    return _glm4_moe(g, _SARVAM_MOE_DEFAULTS)
 
 
 def _dots1(f: Fields) -> tuple[dict, dict]:
@@ -434,6 +463,20 @@ DEEPSEEK_V3 = replace(DEEPSEEK, extra_layers="multi-token-prediction")
 GLM4_MOE = TensorMap("model.", LLAMA.tensors + _EXPERT_LAYERS, buffers=LLAMA.buffers,
                      extra_layers="multi-token-prediction")
 
+# Sarvam-30B as its checkpoints store it (and save_pretrained writes it back: transformers' conversion mapping):
+# word_embeddings, attention.query_key_value fused Q | K | V (with its bias), attention.dense, query_layernorm and
+# key_layernorm, the router's expert_bias; GLM-4.5's names (transformers' in-memory ones) beside
+_SARVAM_MOE_STORED = (
+    tensor("wte", "word_embeddings.weight"),
+    tensor(QKV, "layers.{i}.attention.query_key_value.weight", FUSED),
+    tensor(QKV_BIAS, "layers.{i}.attention.query_key_value.bias", FUSED),
+    tensor("blocks.{i}.w_o", "layers.{i}.attention.dense.weight", LINEAR),
+    tensor("blocks.{i}.q_norm_gamma", "layers.{i}.attention.query_layernorm.weight"),
+    tensor("blocks.{i}.k_norm_gamma", "layers.{i}.attention.key_layernorm.weight"),
+    tensor("blocks.{i}.router_bias", "layers.{i}.mlp.gate.expert_bias"),
+)
+SARVAM_MOE = replace(GLM4_MOE, tensors=_SARVAM_MOE_STORED + GLM4_MOE.tensors)
+
 # DeepSeek-V3.2 and GLM-5: DeepSeek-V3's names and the indexer's own projections and key norm
 _INDEXER = (
     tensor("blocks.{i}.idx_w_q", "layers.{i}.self_attn.indexer.wq_b.weight", LINEAR),
@@ -455,6 +498,7 @@ FAMILIES = (
     Family("youtu", "Youtu-LLM", _youtu, DEEPSEEK, TRAINING_ONLY),
     Family("sarvam_mla", "Sarvam-105B", _sarvam_mla, DEEPSEEK_V3, TRAINING_ONLY),
     Family("glm4_moe", "GLM-4.5", _glm4_moe, GLM4_MOE, TRAINING_ONLY),
+    Family("sarvam_moe", "Sarvam-30B", _sarvam_moe, SARVAM_MOE, TRAINING_ONLY),
     Family("dots1", "dots.llm1", _dots1, GLM4_MOE, TRAINING_ONLY | {"output_router_logits"}),
     Family("glm4_moe_lite", "GLM-4.7-Flash", _glm4_moe_lite, DEEPSEEK_V3, TRAINING_ONLY),
     Family("deepseek_v32", "DeepSeek-V3.2", _deepseek_v32, DEEPSEEK_V32, TRAINING_ONLY, unread=_DSA_UNREAD),
