@@ -1,7 +1,8 @@
 """Families built on DeepSeek-V3's latent attention (issue #28), each a diff of a family blockcli has: Youtu-LLM
 (DeepSeek-V3's attention on every layer with Qwen3's dense MLP), Sarvam-105B (DeepSeek-V3 with SarvamMLAConfig's defaults
 and its translation of the original config format), Sarvam-30B (GLM-4.5's block with SarvamMoEConfig's defaults, its
-checkpoints' own tensor names).
+checkpoints' own tensor names), Kolibri-1 (EXAONE 4.0's attention in GLM-4's sandwich with a mixture chosen by the logits
+plus the selection bias: `moe.selection_on: logits`).
 
 Every expected total is transformers 5.24's own (the *ForCausalLM on the meta device, sum of numel over
 parameters()), for the config class's defaults (as the census holds them) and a random config; the defaults' totals
@@ -86,11 +87,32 @@ _SARVAM_MOE_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_h
                           n_routed_experts=6, num_experts_per_tok=2, n_shared_experts=2, partial_rotary_factor=0.5,
                           use_qk_norm=False, attention_bias=True)
 
+def _kolibri1_by_hand() -> int:
+    """50 layers of q and o (2560·48·128 each), k and v (2560·4·128 each), the q/k norms (2·128), four norms
+    (4·2560), the router (384·2560), 384 experts and the shared expert (385·3·2560·512); embeddings and an untied
+    head (128000·2560 each); the final norm."""
+    d = 2560
+    layer = 2 * d * 6144 + 2 * d * 512 + 2 * 128 + 4 * d + 384 * d + 385 * 3 * d * 512
+    return 50 * layer + 2 * 128000 * d + d
+
+
+# Kolibri1Config's sizes (Kolibri-1): no intermediate_size (no dense MLP)
+_KOLIBRI1_SIZES = dict(hidden_size=2560, num_hidden_layers=50, num_attention_heads=48, vocab_size=128000,
+                       max_position_embeddings=262144)
+# a random Kolibri-1: heads of 10 (not 48 / 6), 3 K/V heads, 6 experts of 12 (top 2, renormalised), a shared expert of
+# 20, layer 1 windowed (7) and the others global without positions, tied
+_KOLIBRI1_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_heads=3, head_dim=10,
+                        moe_intermediate_size=12, shared_expert_intermediate_size=20, num_hidden_layers=3,
+                        vocab_size=300, max_position_embeddings=96, tie_word_embeddings=True, num_experts=6,
+                        num_experts_per_tok=2, norm_topk_prob=True, sliding_window=7,
+                        layer_types=["full_attention", "sliding_attention", "full_attention"])
+
 # model_type → (sizes, the config class's nulls blockcli needs, transformers' total for the defaults, by hand,
 # random config, transformers' total for it)
 CASES = {
     "youtu": (_YOUTU_SIZES, (), 1_961_560_064, _youtu_by_hand(), _YOUTU_RANDOM, 80_118),
     "sarvam_moe": (_SARVAM_MOE_SIZES, (), 32_152_648_064, _sarvam_moe_by_hand(), _SARVAM_MOE_RANDOM, 79_896),
+    "kolibri1": (_KOLIBRI1_SIZES, (), 78_103_055_360, _kolibri1_by_hand(), _KOLIBRI1_RANDOM, 81_612),
     "sarvam_mla": (_SARVAM_MLA_SIZES, (), 106_031_763_456, _sarvam_mla_by_hand(), _SARVAM_MLA_RANDOM, 64_710),
 }
 
@@ -267,3 +289,59 @@ def test_sarvam_moe_reads_transformers_in_memory_names_as_its_stored_ones(tmp_pa
     assert _far(model, "sarvam_moe") < 1e-9
     # the fixture's RoPE base is SarvamMoEConfig's 8,000,000 (its config.json gives it): GLM-4.5's 10,000 is far off
     assert _far(_switched(tmp_path, "sarvam_moe", {"rope_theta": 10000.0}), "sarvam_moe") > 1e-3
+
+
+# ----------------------------------------------------------------------------- Kolibri-1
+
+
+def test_kolibri1_reads_exaone4_attention_sandwich_norms_and_its_router() -> None:
+    data = mapped("kolibri1", _KOLIBRI1_SIZES)
+    block = data["block"]
+    assert (block["placement"], block["qk_norm"], block["sliding_window"], block["n_kv_heads"]) == (
+        "sandwich", "head", 513, 4)
+    assert block["moe"] == {"n_experts": 384, "top_k": 6, "d_expert": 512, "scoring": "sigmoid",
+                            "selection_bias": True, "selection_on": "logits", "renormalize": False, "d_shared": 512}
+    # every fifth layer global, without positions (Kolibri1Config's layer_types)
+    assert data["layers"] == [{"indices": list(range(4, 50, 5)), "block": {"sliding_window": 0, "rope": False}}]
+    every_full = mapped("kolibri1", {**_KOLIBRI1_RANDOM, "sliding_window": None,
+                                     "layer_types": ["full_attention"] * 3})
+    assert "layers" not in every_full and every_full["block"]["rope"] is True  # no window: every layer rotates
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"intermediate_size": 64}, "intermediate_size"),  # Kolibri1Config removes Qwen3-MoE's dense MLP width
+    ({"attention_bias": True}, "attention_bias"),  # and these of its fields
+    ({"mlp_only_layers": [0]}, "mlp_only_layers"),
+    ({"router_aux_loss_coef": 0.01}, "router_aux_loss_coef"),
+    ({"sliding_window": None}, "sliding_window"),  # sliding layers need a window (Kolibri1Config fails)
+    ({"num_experts": 8, "num_local_experts": 6}, "num_experts"),  # the two spellings disagree
+])
+def test_kolibri1_refuses_naming_the_field(fields: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        parse_config(mapped("kolibri1", {**_KOLIBRI1_RANDOM, **fields}))
+
+
+def test_the_kolibri1_fixture_exercises_its_router_and_nope_layers(tmp_path: Path) -> None:
+    assert _far(_switched(tmp_path, "kolibri1", {}), "kolibri1") < 1e-9
+    model = _switched(tmp_path, "kolibri1", {})
+    data = hf_to_mapping(json.loads((FIXTURES / "kolibri1" / "config.json").read_text()), "config.json")
+    data["block"]["moe"] = {**data["block"]["moe"], "selection_on": "scores"}  # DeepSeek-V3's choice instead
+    scores = Model.from_config(parse_config(data), weights=FIXTURES / "kolibri1", dtype="float64")
+    assert _far(scores, "kolibri1") > 1e-3
+    data["block"]["moe"]["selection_on"] = "logits"
+    data["layers"] = [{"indices": [1], "block": {"sliding_window": 0}}]  # the global layer with RoPE
+    assert _far(Model.from_config(parse_config(data), weights=FIXTURES / "kolibri1", dtype="float64"),
+                "kolibri1") > 1e-3
+    assert model.config.block.moe.selection_on == "logits"
+
+
+@pytest.mark.parametrize("moe, named", [
+    ({"selection_on": "logits"}, "selection_bias true"),  # no bias to add
+    ({"selection_on": "logits", "selection_bias": True, "n_experts": 4, "n_groups": 2}, "one group"),
+    ({"selection_on": "probabilities", "selection_bias": True}, "selection_on"),
+])
+def test_selection_on_logits_is_refused_where_it_cannot_apply(moe: dict, named: str) -> None:
+    block = {"d_model": 16, "n_heads": 2, "d_ff": 8, "moe": {"n_experts": 4, "top_k": 2, "d_expert": 4,
+                                                             "scoring": "sigmoid", **moe}}
+    with pytest.raises(ConfigError, match=named):
+        parse_config({"block": block})
