@@ -1619,7 +1619,8 @@ class MixtureOfExperts:
             rec("router_scores", f"router scores ({moe.scoring} over experts)", scores3, (logits3,), kind=moe.scoring)
             choice = scores
             if moe.selection_bias:  # for choosing only: the weights are the unbiased scores
-                choice = scores + p["router_bias"]  # (N, E)
+                # on the scores (DeepSeek-V3), or on the logits before the sigmoid (Kolibri-1)
+                choice = (logits if moe.selection_on == "logits" else scores) + p["router_bias"]  # (N, E)
             if moe.n_groups > 1:  # only the experts of the top_groups best groups may be chosen
                 grouped = choice.reshape(N, moe.n_groups, E // moe.n_groups)  # (N, G, E/G)
                 group_scores = (grouped.max(axis=-1) if moe.group_score == "max"

@@ -36,6 +36,7 @@ QK_NORMS = ("none", "head", "projection", "each_head", "head_unscaled")
 ROUTER_SCORINGS = ("softmax", "sigmoid")
 ROUTER_ORDERS = ("softmax_topk", "topk_softmax", "sparsemixer")
 GROUP_SCORES = ("max", "top2_sum")
+SELECTION_ON = ("scores", "logits")  # block.moe.selection_on: what the selection bias is added to
 MAX_SIZE = 10**12  # far beyond any real model; keeps arithmetic and messages sane
 # layers are counted, traced and checked one by one: a million would take minutes; the deepest published
 # models have a few hundred
@@ -131,6 +132,9 @@ class MoE:
     top_groups: int = 1  # the best groups whose experts may be chosen (DeepSeek's topk_group)
     group_score: str = "max"  # a group's score: max of its scores (DeepSeek-V2) or sum of its top two (V3)
     selection_bias: bool = False  # a learned (n_experts,) bias added to the scores for the choice only
+    # what the selection bias is added to for the choice: the scores (DeepSeek-V3), or the logits before the sigmoid
+    # (Kolibri-1: top-k of x·W + b, the weights the chosen logits' sigmoids); one group
+    selection_on: str = "scores"
     # the selection bias a parameter (ERNIE 4.5's moe_statics.e_score_correction_bias, an nn.Parameter built with
     # requires_grad false), counted in the totals; otherwise a buffer outside them (DeepSeek-V3). Either way only the
     # choice reads it: no gradient reaches it, and blockcli never trains it
@@ -1552,6 +1556,7 @@ def _parse_moe(value: Any) -> MoE | None:
         n_groups=n_groups, top_groups=top_groups, group_score=group_score,
         selection_bias=_bool(value, "selection_bias", p, False),
         selection_bias_frozen=_bool(value, "selection_bias_frozen", p, False),
+        selection_on=_choice(value, "selection_on", p, "scores", SELECTION_ON),
         sparsemixer_eps=_float(value, "sparsemixer_eps", p, 0.01, 0.0, 1e6, low_open=False),
         logit_bias=_bool(value, "logit_bias", p, False),
         d_shared=_int(value, "d_shared", p, 0, minimum=0),
@@ -1573,6 +1578,9 @@ def _parse_moe(value: Any) -> MoE | None:
     if moe.selection_bias_frozen and not moe.selection_bias:
         raise ConfigError(f"{p}.selection_bias_frozen: says how the selection bias is stored, but selection_bias "
                           f"is false (no selection bias)")
+    if moe.selection_on == "logits" and (not moe.selection_bias or moe.n_groups > 1 or moe.order != "softmax_topk"):
+        raise ConfigError(f"{p}.selection_on: logits adds the selection bias to the logits for the choice; it takes "
+                          f"selection_bias true, one group and order softmax_topk")
     if moe.shared_gate and not moe.d_shared:
         raise ConfigError(f"{p}.shared_gate: gates the shared expert, but d_shared is 0 (no shared expert)")
     return moe

@@ -403,7 +403,8 @@ def _moe(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.nda
                 scores = [a / sum(e) for a in e]
             else:
                 scores = [1 / (1 + math.exp(-z)) for z in logits]
-            choice = [s + float(p["router_bias"][i]) if moe.selection_bias else s for i, s in enumerate(scores)]
+            base = logits if moe.selection_on == "logits" else scores  # what the selection bias is added to
+            choice = [s + float(p["router_bias"][i]) if moe.selection_bias else s for i, s in enumerate(base)]
             if moe.n_groups > 1:
                 groups = [choice[g * size:(g + 1) * size] for g in range(moe.n_groups)]
                 rank = [max(g) if moe.group_score == "max" else sum(sorted(g)[-2:]) for g in groups]

@@ -159,6 +159,7 @@ def _resolve_moe(cfg):
         "n_groups": groups, "top_groups": int(cfg.get("top_groups", groups)),
         "group_score": cfg.get("group_score", "max"),
         "selection_bias": bool(cfg.get("selection_bias", False)),
+        "selection_on": cfg.get("selection_on", "scores"),  # the bias on the scores, or on the logits (Kolibri-1)
         "logit_bias": bool(cfg.get("logit_bias", False)),  # logits = vec . router + b_router
         "d_shared": int(cfg.get("d_shared", 0)), "shared_gate": bool(cfg.get("shared_gate", False)),
         # false: the routed experts have no biases, the shared expert still has bias.mlp's (DeepSeek-V2)
@@ -809,7 +810,7 @@ def moe_routing(moe, weights, prefix, vec):
     if moe["order"] == "sparsemixer":  # PhiMoE in eval mode (arXiv 2409.12136's SparseMixer, no sampling)
         return _sparsemixer(logits, moe["sparsemixer_eps"], moe["routed_scaling"])
     scores = softmax_list(logits) if moe["scoring"] == "softmax" else [sigmoid(z) for z in logits]
-    choice = list(scores)
+    choice = list(logits if moe["selection_on"] == "logits" else scores)
     if moe["selection_bias"]:
         bias = _w(weights, "router_bias", prefix)
         choice = [choice[e] + float(bias[e]) for e in range(E)]

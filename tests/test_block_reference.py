@@ -230,6 +230,11 @@ BLOCK_CASES = {
                                        "renormalize": True, "routed_scaling": 2.5, "n_groups": 4,
                                        "top_groups": 2, "group_score": "top2_sum", "selection_bias": True,
                                        "d_shared": 8}),
+    # Kolibri-1's router: top-k of the logits plus the selection bias, the weights the chosen logits' sigmoids
+    "moe_kolibri_bias_on_logits": block_dict(norm="rmsnorm", bias=False, activation="swiglu", placement="sandwich",
+                                             moe={"n_experts": 6, "top_k": 2, "d_expert": 4, "scoring": "sigmoid",
+                                                  "renormalize": True, "selection_bias": True,
+                                                  "selection_on": "logits", "d_shared": 5}),
     "moe_deepseek_v2_groups": block_dict(norm="rmsnorm", bias=False, activation="swiglu", placement="parallel",
                                          moe={"n_experts": 6, "top_k": 2, "d_expert": 4, "routed_scaling": 1.5,
                                               "n_groups": 3, "top_groups": 1, "d_shared": 4}),

@@ -41,9 +41,9 @@ UNCLAIMED = {
     "deepseek_v4", "diffllama", "doge", "dory", "dots3_note", "dots3_note_text", "emu3", "fuyu",
     "gemma4_assistant", "gemma4_unified", "gemma4_unified_assistant", "gemma4_unified_text", "git", "got_ocr2",
     "gpt_neox_japanese", "hrm_text", "hy_v4", "inkling2_loop_text", "inkling2_text", "inkling_text", "jetmoe",
-    "kolibri1", "lara_mini", "lfm3", "longcat_flash", "mimo_v2_flash", "minimax_m3_vl_text", "mllama",
-    "modernbert-decoder", "moshi", "phi4_multimodal", "qwen4_exp", "qwen4_exp_text", "recurrent_gemma", "rwkv",
-    "sarvam_mla", "sarvam_moe", "xglm", "xlnet", "xlstm", "youtu", "zamba", "zaya",
+    "lara_mini", "lfm3", "longcat_flash", "mimo_v2_flash", "minimax_m3_vl_text", "mllama", "modernbert-decoder",
+    "moshi", "phi4_multimodal", "qwen4_exp", "qwen4_exp_text", "recurrent_gemma", "rwkv", "xglm", "xlnet",
+    "xlstm", "zamba", "zaya",
 }
 
 # claimed types whose defaults blockcli refuses although transformers builds the class from them: the field, null

@@ -16,13 +16,15 @@ expert or fused, and the stored selection bias as the buffer it is.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Mapping
 
 from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, gated_rms, layer_types, silu_gate,
                                       sliding_layers, with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, LLAMA_MLP
+from blockcli.families.llama_relatives import _renamed
 from blockcli.families.moe import moe_tensors
-from blockcli.tensor_names import LINEAR, TensorMap, tensor
+from blockcli.tensor_names import FUSED, LINEAR, QKV, QKV_BIAS, TensorMap, tensor
 
 # The mixture-of-experts settings: they describe the MLPs of layers first_k_dense_replace and up (and the
 # original remote code's routing, parallelism and training losses), so they are unused when every layer is dense
@@ -31,7 +33,13 @@ _MOE_FIELDS = ("n_routed_experts", "moe_intermediate_size", "n_shared_experts", 
                "moe_layer_freq", "scoring_func", "ep_size", "aux_loss_alpha", "seq_aux")
 
 
-def _moe(f: Fields, v3: bool) -> dict:
+# DeepseekV3Config's defaults that its descendants change: first_k_dense_replace, n_routed_experts, n_group,
+# topk_group, q_lora_rank (None: one q_proj)
+_V3_DEFAULTS = (3, 256, 8, 4, 1536)
+_SARVAM_MLA_DEFAULTS = (1, 128, 1, 1, None)
+
+
+def _moe(f: Fields, v3: bool, defaults: tuple = _V3_DEFAULTS) -> dict:
     """block.moe for DeepSeek's expert layers, as transformers' DeepseekV2/V3 routers compute it.
 
     V3: sigmoid scores, e_score_correction_bias for the choice only, group-limited by the sum of each
@@ -43,7 +51,7 @@ def _moe(f: Fields, v3: bool) -> dict:
     f.neutral("scoring_func", "sigmoid" if v3 else "softmax", "transformers' DeepSeek router scores that way")
     f.ignore("ep_size", "aux_loss_alpha", "seq_aux", "output_router_logits")  # parallelism, training losses
     d_expert = f.int("moe_intermediate_size", 2048 if v3 else 1407)
-    moe = {"n_experts": f.int("n_routed_experts", 256 if v3 else 64),
+    moe = {"n_experts": f.int("n_routed_experts", defaults[1] if v3 else 64),
            "top_k": f.int("num_experts_per_tok", 8) if v3 else f.int(
                "num_experts_per_tok", why="the experts' top k, from layer first_k_dense_replace up; transformers' "
                                           "router fails without it, and a dense model does not read it"),
@@ -53,8 +61,8 @@ def _moe(f: Fields, v3: bool) -> dict:
     if v3:
         f.neutral("topk_method", "noaux_tc", "transformers' DeepSeek-V3 router is the noaux_tc one")
         moe.update(scoring="sigmoid", selection_bias=True, group_score="top2_sum",
-                   renormalize=f.bool("norm_topk_prob", True), n_groups=f.int("n_group", 8),
-                   top_groups=f.int("topk_group", 4))
+                   renormalize=f.bool("norm_topk_prob", True), n_groups=f.int("n_group", defaults[2]),
+                   top_groups=f.int("topk_group", defaults[3]))
     else:
         method = f.str("topk_method", "greedy")
         f.ignore("norm_topk_prob")  # DeepseekV2TopkRouter never renormalises
@@ -68,21 +76,30 @@ def _moe(f: Fields, v3: bool) -> dict:
     return moe
 
 
-def _glm4_moe(f: Fields) -> tuple[dict, dict]:
+# Glm4MoeConfig's defaults and SarvamMoEConfig's: K/V heads, rms_norm_eps, partial_rotary_factor, head_dim (None:
+# hidden_size // heads), moe_intermediate_size, num_experts_per_tok, routed_scaling_factor, use_qk_norm
+_GLM4_MOE_DEFAULTS = (8, 1e-5, 0.5, None, 1408, 8, 1.0, False)
+_SARVAM_MOE_DEFAULTS = (4, 1e-6, 1.0, 64, 1024, 6, 2.5, True)
+
+
+def _glm4_moe(f: Fields, defaults: tuple = _GLM4_MOE_DEFAULTS) -> tuple[dict, dict]:
     """GLM-4.5 and 4.6: Llama's pre-norm block with biases on q, k and v (`attention_bias`; o_proj never
     has one), half of each head rotated (`partial_rotary_factor`, Glm4MoeConfig's default 0.5), an
     optional per-head q/k RMSNorm (`use_qk_norm`), and from layer `first_k_dense_replace` up
     DeepSeek-V3's mixture (its router, Glm4MoeTopkRouter, is DeepseekV3TopkRouter's arithmetic)."""
+    kv, eps, fraction, head_dim, d_expert_default, top_k, scaling, qk_norm = defaults
     # the multi-token-prediction layers are not part of transformers' Glm4MoeForCausalLM (it skips their tensors)
-    f.ignore("num_nextn_predict_layers", "num_mtp_layers", "output_router_logits", "pretraining_tp")
+    f.ignore("num_nextn_predict_layers", "num_mtp_layers", "output_router_logits")
+    if defaults == _GLM4_MOE_DEFAULTS:
+        f.ignore("pretraining_tp")
     n_layers = f.int("num_hidden_layers")
     # no head_dim: Glm4MoeAttention's hidden_size // num_attention_heads, which need not divide (the config class's
     # 96 heads on 4096: 42 each), as it never checks
     floor = f.int("hidden_size") // f.int("num_attention_heads")
-    block, model = gated_rms(f, silu_gate, kv_default=8, tie_default=False, out_bias=False, mlp_bias=False,
-                             eps_default=1e-5, fraction_keys=("partial_rotary_factor",), fraction_default=0.5,
-                             head_dim_default=floor, odd_rounds_up=True)
-    if f.bool("use_qk_norm", False):
+    block, model = gated_rms(f, silu_gate, kv_default=kv, tie_default=False, out_bias=False, mlp_bias=False,
+                             eps_default=eps, fraction_keys=("partial_rotary_factor",), fraction_default=fraction,
+                             head_dim_default=floor if head_dim is None else head_dim, odd_rounds_up=True)
+    if f.bool("use_qk_norm", qk_norm):
         block["qk_norm"] = "head"  # q_norm and k_norm: RMSNorm over each head's d_h, before RoPE
     dense = f.int("first_k_dense_replace", 1, minimum=0)
     expert_fields = ("n_routed_experts", "moe_intermediate_size", "n_shared_experts", "routed_scaling_factor",
@@ -92,15 +109,34 @@ def _glm4_moe(f: Fields) -> tuple[dict, dict]:
         f.notes.append(f"every layer dense (first_k_dense_replace {dense} >= {n_layers} layers): the expert "
                        f"settings are unused")
         return block, model
-    d_expert = f.int("moe_intermediate_size", 1408)
-    block["moe"] = {"n_experts": f.int("n_routed_experts", 128), "top_k": f.int("num_experts_per_tok", 8),
-                    "d_expert": d_expert, "routed_scaling": f.float("routed_scaling_factor", 1.0, high=1e6),
+    d_expert = f.int("moe_intermediate_size", d_expert_default)
+    block["moe"] = {"n_experts": f.int("n_routed_experts", 128), "top_k": f.int("num_experts_per_tok", top_k),
+                    "d_expert": d_expert, "routed_scaling": f.float("routed_scaling_factor", scaling, high=1e6),
                     "d_shared": d_expert * f.int("n_shared_experts", 1, minimum=0), "scoring": "sigmoid",
                     "selection_bias": True, "group_score": "top2_sum", "renormalize": f.bool("norm_topk_prob", True),
                     "n_groups": f.int("n_group", 1), "top_groups": f.int("topk_group", 1)}
     if dense:  # layers 0..dense-1: the dense MLP, intermediate_size (block.d_ff) wide
         f.layers.append({"indices": list(range(dense)), "block": {"moe": None}})
     return block, model
+
+
+# SarvamMoEConfig.attribute_map: the original sarvam-30b config's spellings → the fields they stand for
+_SARVAM_MOE_NAMES = {"num_local_experts": "n_routed_experts", "num_experts": "n_routed_experts",
+                     "num_shared_experts": "n_shared_experts", "use_qkv_bias": "attention_bias",
+                     "num_mtp_layers": "num_nextn_predict_layers"}
+
+
+def _sarvam_moe(f: Fields) -> tuple[dict, dict]:
+    """Sarvam-30B (SarvamMoEConfig, a Glm4MoeConfig; transformers builds a Glm4MoeForCausalLM): GLM-4.5's mapping
+    with SarvamMoEConfig's defaults: heads of `head_dim` 64 rotated whole (`partial_rotary_factor` 1.0), RoPE base
+    8,000,000, q/k RMSNorms on (`use_qk_norm`), 4 K/V heads, eps 1e-6, 128 experts of 1024, top 6, times 2.5; the
+    attribute_map's spellings (`num_experts`, `num_local_experts`, `num_shared_experts`, `use_qkv_bias`,
+    `num_mtp_layers`) read as the fields they stand for."""
+    g = _renamed(f, _SARVAM_MOE_NAMES)
+    params = g.data.get("rope_parameters") or g.data.get("rope_scaling")
+    if "rope_theta" not in g.data and not (isinstance(params, Mapping) and "rope_theta" in params):
+        g = with_data(g, {**g.data, "rope_theta": 8_000_000.0})  # SarvamMoEConfig's default_theta
+    return _glm4_moe(g, _SARVAM_MOE_DEFAULTS)
 
 
 def _dots1(f: Fields) -> tuple[dict, dict]:
@@ -137,33 +173,59 @@ def _dots1(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
-def _deepseek(f: Fields, v3: bool) -> tuple[dict, dict]:
+def _deepseek(f: Fields, v3: bool, defaults: tuple = _V3_DEFAULTS, head_dim_default: int | None = None
+              ) -> tuple[dict, dict]:
     n_layers = f.int("num_hidden_layers")
-    dense = f.int("first_k_dense_replace", 3 if v3 else 0, minimum=0)
-    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False,
+    dense = f.int("first_k_dense_replace", defaults[0] if v3 else 0, minimum=0)
+    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False, head_dim_default=head_dim_default,
                              mlp_bias=False if v3 else None)  # V3's MLP has no mlp_bias field
     if dense >= n_layers:
         f.ignore(*_MOE_FIELDS)
         f.notes.append(f"every layer dense (first_k_dense_replace {dense} >= {n_layers} layers): the expert "
                        f"settings are unused")
     else:
-        block["moe"] = _moe(f, v3)
+        block["moe"] = _moe(f, v3, defaults)
         if isinstance(block["bias"], dict) and block["bias"]["mlp"]:  # (RMSNorm: never all four true)
             block["moe"]["routed_bias"] = False  # V2's mlp_bias: DeepseekV2MLP (dense, shared) biased, experts not
         if dense:  # layers 0..dense-1: the dense MLP, intermediate_size (block.d_ff) wide
             f.layers.append({"indices": list(range(dense)), "block": {"moe": None}})
+    f.ignore("pretraining_tp")  # the same matmuls in slices
+    _latent(f, block, v3, defaults[4])
+    return block, model
+
+
+def _latent(f: Fields, block: dict, v3: bool, q_rank_default: int | None = 1536) -> None:
+    """DeepSeek-V2/V3's latent attention on `block` (gated_rms's): one K and V per query head, the config's
+    head_dim and qk_head_dim derived by the config class (not read), `q_lora_rank` (absent: `q_rank_default`;
+    null: queries through one q_proj), V3's `rope_interleave` (false: rotate-half)."""
     heads = block["n_heads"]
     if block.pop("n_kv_heads") != heads:  # kv_b_proj makes one K and V per head; transformers would repeat them again
         raise f.unrepresentable("num_key_value_heads", f.data["num_key_value_heads"],
                                 f"latent attention expands one K and V per query head ({heads})")
     block.pop("head_dim")
-    f.ignore("qk_head_dim", "pretraining_tp")  # pretraining_tp: the same matmuls in slices
-    # absent: the config classes' 1536; null: queries through one q_proj (V2-Lite)
-    q_rank = 1536 if not f.has("q_lora_rank") else 0 if f.raw("q_lora_rank", None) is None else f.int("q_lora_rank")
+    f.ignore("qk_head_dim")
+    absent = 0 if q_rank_default is None else q_rank_default
+    q_rank = absent if not f.has("q_lora_rank") else 0 if f.raw("q_lora_rank", None) is None else f.int("q_lora_rank")
     block["mla"] = {"q_lora_rank": q_rank, "kv_lora_rank": f.int("kv_lora_rank", 512),
                     "qk_nope_head_dim": f.int("qk_nope_head_dim", 128),
                     "qk_rope_head_dim": f.int("qk_rope_head_dim", 64), "v_head_dim": f.int("v_head_dim", 128)}
     block["rope_layout"] = "interleaved" if not v3 or f.bool("rope_interleave", True) else "half"
+
+
+def _youtu(f: Fields) -> tuple[dict, dict]:
+    """Youtu-LLM (YoutuConfig: DeepseekV3Config without its experts): DeepSeek-V3's latent attention
+    (`q_lora_rank` 1536, null: one q_proj; `rope_interleave`; `attention_bias` on q_a, kv_a and o) in Llama's
+    pre-norm layer with Qwen3's dense SwiGLU MLP (no biases) on every layer; tied by default. Its
+    embedding_initializer_range only initialises."""
+    f.ignore("embedding_initializer_range")
+    # YoutuConfig sets head_dim to qk_rope_head_dim, whatever a config.json says (the heads need not divide)
+    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=True, mlp_bias=False,
+                             head_dim_default=f.int("qk_rope_head_dim", 64))
+    _latent(f, block, v3=True)
+    pad = f.data.get("pad_token_id")
+    if isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < model["vocab_size"]:
+        f.notes.append(f"transformers' YoutuForCausalLM zeroes embedding row {pad} (pad_token_id) whenever it loads a "
+                       f"checkpoint (its _init_weights writes through .data); blockcli keeps the stored row")
     return block, model
 
 
@@ -209,6 +271,31 @@ def _deepseek_v3(f: Fields) -> tuple[dict, dict]:
     # the multi-token-prediction modules are not part of transformers' DeepseekV3ForCausalLM (it skips their tensors)
     f.ignore("num_nextn_predict_layers", "num_mtp_layers")
     return _deepseek(f, v3=True)
+
+
+# SarvamMLAConfig.attribute_map: the original sarvam-105b config's spellings → the fields they stand for
+_SARVAM_MLA_NAMES = {"num_local_experts": "n_routed_experts", "num_experts": "n_routed_experts",
+                     "num_shared_experts": "n_shared_experts", "num_mtp_layers": "num_nextn_predict_layers"}
+
+
+def _sarvam_mla(f: Fields) -> tuple[dict, dict]:
+    """Sarvam-105B (SarvamMLAConfig; transformers builds a DeepseekV3ForCausalLM): DeepSeek-V3's family with
+    SarvamMLAConfig's defaults (queries through one q_proj: `q_lora_rank` null; 128 experts in one group; layer 0
+    dense) and its translation of the original config format: the attribute_map's spellings (`num_experts`,
+    `num_local_experts`, `num_shared_experts`, `num_mtp_layers`), `q_head_dim` and `head_dim` dropped (head_dim is
+    qk_rope_head_dim; the original stored kv_lora_rank + qk_rope_head_dim for vLLM), `rope_scaling` of type
+    `deepseek_yarn` read as yarn."""
+    data = dict(f.data)
+    f.ignore("q_head_dim", "head_dim", "num_nextn_predict_layers")  # the MTP modules are not built (none released)
+    data.pop("q_head_dim", None), data.pop("head_dim", None)
+    scaling = data.get("rope_scaling")
+    if isinstance(scaling, dict) and "deepseek_yarn" in (scaling.get("type"), scaling.get("rope_type")):
+        f.ignore("rope_scaling")  # SarvamMLAConfig's conversion: standard yarn (the base stays rope_theta's)
+        data.pop("rope_scaling")
+        data["rope_parameters"] = {**{k: v for k, v in scaling.items() if k != "type"}, "rope_type": "yarn"}
+    g = _renamed(with_data(f, data), _SARVAM_MLA_NAMES)
+    g.ignore("num_nextn_predict_layers")
+    return _deepseek(g, v3=True, defaults=_SARVAM_MLA_DEFAULTS, head_dim_default=g.int("qk_rope_head_dim", 64))
 
 
 # Glm4MoeLiteConfig's and its descendants' defaults: (kind, eps, moe_intermediate_size, n_routed_experts,
@@ -376,6 +463,20 @@ DEEPSEEK_V3 = replace(DEEPSEEK, extra_layers="multi-token-prediction")
 GLM4_MOE = TensorMap("model.", LLAMA.tensors + _EXPERT_LAYERS, buffers=LLAMA.buffers,
                      extra_layers="multi-token-prediction")
 
+# Sarvam-30B as its checkpoints store it (and save_pretrained writes it back: transformers' conversion mapping):
+# word_embeddings, attention.query_key_value fused Q | K | V (with its bias), attention.dense, query_layernorm and
+# key_layernorm, the router's expert_bias; GLM-4.5's names (transformers' in-memory ones) beside
+_SARVAM_MOE_STORED = (
+    tensor("wte", "word_embeddings.weight"),
+    tensor(QKV, "layers.{i}.attention.query_key_value.weight", FUSED),
+    tensor(QKV_BIAS, "layers.{i}.attention.query_key_value.bias", FUSED),
+    tensor("blocks.{i}.w_o", "layers.{i}.attention.dense.weight", LINEAR),
+    tensor("blocks.{i}.q_norm_gamma", "layers.{i}.attention.query_layernorm.weight"),
+    tensor("blocks.{i}.k_norm_gamma", "layers.{i}.attention.key_layernorm.weight"),
+    tensor("blocks.{i}.router_bias", "layers.{i}.mlp.gate.expert_bias"),
+)
+SARVAM_MOE = replace(GLM4_MOE, tensors=_SARVAM_MOE_STORED + GLM4_MOE.tensors)
+
 # DeepSeek-V3.2 and GLM-5: DeepSeek-V3's names and the indexer's own projections and key norm
 _INDEXER = (
     tensor("blocks.{i}.idx_w_q", "layers.{i}.self_attn.indexer.wq_b.weight", LINEAR),
@@ -394,7 +495,10 @@ FAMILIES = (
     Family("deepseek_v2", "DeepSeek-V2", _deepseek_v2, DEEPSEEK, TRAINING_ONLY),
     Family("minicpm3", "MiniCPM3", _minicpm3, DEEPSEEK, TRAINING_ONLY),
     Family("deepseek_v3", "DeepSeek-V3", _deepseek_v3, DEEPSEEK_V3, TRAINING_ONLY),
+    Family("youtu", "Youtu-LLM", _youtu, DEEPSEEK, TRAINING_ONLY),
+    Family("sarvam_mla", "Sarvam-105B", _sarvam_mla, DEEPSEEK_V3, TRAINING_ONLY),
     Family("glm4_moe", "GLM-4.5", _glm4_moe, GLM4_MOE, TRAINING_ONLY),
+    Family("sarvam_moe", "Sarvam-30B", _sarvam_moe, SARVAM_MOE, TRAINING_ONLY),
     Family("dots1", "dots.llm1", _dots1, GLM4_MOE, TRAINING_ONLY | {"output_router_logits"}),
     Family("glm4_moe_lite", "GLM-4.7-Flash", _glm4_moe_lite, DEEPSEEK_V3, TRAINING_ONLY),
     Family("deepseek_v32", "DeepSeek-V3.2", _deepseek_v32, DEEPSEEK_V32, TRAINING_ONLY, unread=_DSA_UNREAD),

@@ -35,7 +35,7 @@ from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, first_
                                       override_layers, refuse_nulls, silu_gate, sliding_layers, window_by_key, with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, LLAMA_MLP, theta_default
-from blockcli.families.llama_relatives import HUNYUAN, hunyuan_dense
+from blockcli.families.llama_relatives import HUNYUAN, _renamed, hunyuan_dense
 from blockcli.families.moe import MIXTRAL, MOE_TRAINING_ONLY, moe_tensors
 from blockcli.tensor_names import LINEAR, ROW, TensorMap, tensor
 
@@ -392,3 +392,59 @@ FAMILIES = (
     Family("hunyuan_v1_moe", "HunYuan MoE", _hunyuan_moe, HUNYUAN_MOE,
            TRAINING_ONLY | {"output_router_logits"}),
 )
+
+
+def _kolibri1(f: Fields) -> tuple[dict, dict]:
+    """Kolibri-1 (Kolibri1Config, a Qwen3MoeConfig): EXAONE 4.0's attention (per-head q/k RMSNorm; windowed layers
+    by `layer_types`, by default all but every fifth, window 513, the global ones without positions while a window
+    is set) in GLM-4's layer of four norms (`placement: sandwich`), and on every layer a mixture: top
+    `num_experts_per_tok` (6) of `num_experts` (384; its second spelling num_local_experts) by the logits plus the
+    selection bias (`moe.selection_on: logits`), the weights the chosen logits' sigmoids, renormalised per
+    `norm_topk_prob` (false), no routed scaling, beside a shared SwiGLU expert `shared_expert_intermediate_size`
+    (512) wide. Kolibri1Config has no intermediate_size (no dense MLP), attention_bias, use_sliding_window,
+    mlp_only_layers, decoder_sparse_step nor router_aux_loss_coef: each is refused as not its field."""
+    f.ignore("output_router_logits")  # Kolibri1ForCausalLM (DeepSeek-V3's) adds no load-balancing loss
+    if f.has("intermediate_size"):
+        raise f.unrepresentable("intermediate_size", f.data["intermediate_size"], "not a field of Kolibri1Config "
+                                "(it has no dense MLP: moe_intermediate_size and shared_expert_intermediate_size)")
+    g = _renamed(f, {"num_experts": "num_local_experts"})
+    d_expert = g.int("moe_intermediate_size", 512)
+    # no dense MLP anywhere: the block's d_ff is the experts' width, read by nothing
+    block, model = gated_rms(with_data(g, {**g.data, "intermediate_size": d_expert}), silu_gate, kv_default=4,
+                             tie_default=False, head_dim_default=128, qkv_bias=False, out_bias=False,
+                             mlp_bias=False, eps_default=1e-6)
+    block.update(placement="sandwich", qk_norm="head")
+    n = model["n_layers"]
+    window_set = g.data.get("sliding_window") is not None if g.has("sliding_window") else True  # default 513
+    sliding = layer_types(g, n)
+    if sliding is None:
+        sliding = [bool((i + 1) % 5) for i in range(n)]
+    if any(sliding) and not window_set:
+        raise g.invalid("sliding_window", None, "a window size: layer_types has sliding layers (Kolibri1Config "
+                                                "fails without one)")
+    sliding_layers(g, block, sliding, default=513)
+    if window_set:  # Kolibri1Attention rotates only without a window or in a sliding layer
+        override_layers(g, [i for i, kind in enumerate(sliding) if not kind], {"rope": False})
+    shared = g.int("shared_expert_intermediate_size", 512, minimum=0)
+    block["moe"] = {"n_experts": g.int("num_local_experts", 384), "top_k": g.int("num_experts_per_tok", 6),
+                    "d_expert": d_expert, "scoring": "sigmoid", "selection_bias": True, "selection_on": "logits",
+                    "renormalize": g.bool("norm_topk_prob", False), **({"d_shared": shared} if shared else {})}
+    return block, model
+
+
+def _either(published: str, loaded: str) -> str:
+    """A tensor under its published (and save_pretrained's) name or transformers' in-memory one."""
+    return f"layers.{{i}}.{published}|layers.{{i}}.{loaded}"
+
+
+# Kolibri-1: Qwen3's attention names, GLM-4's sandwich norms and DeepSeek's expert layers, its published names
+# (post_attn_norm, post_ffn_norm, moe.router.expert_bias; save_pretrained writes them back) beside transformers'
+KOLIBRI1 = TensorMap("model.", tuple(
+    t for t in GLM4_MOE.tensors if t.keys != ("blocks.{i}.router_bias",) and not t.keys[0].startswith(
+        ("blocks.{i}.w_gate", "blocks.{i}.w_up", "blocks.{i}.w_down", "blocks.{i}.b_"))) + (
+    tensor("blocks.{i}.ln1_post_gamma", _either("post_attn_norm.weight", "post_self_attn_layernorm.weight")),
+    tensor("blocks.{i}.ln2_post_gamma", _either("post_ffn_norm.weight", "post_mlp_layernorm.weight")),
+    tensor("blocks.{i}.router_bias", _either("moe.router.expert_bias", "mlp.gate.e_score_correction_bias")),
+), buffers=GLM4_MOE.buffers)
+
+FAMILIES += (Family("kolibri1", "Kolibri-1", _kolibri1, KOLIBRI1, TRAINING_ONLY),)
