@@ -45,7 +45,7 @@ UNCLAIMED = {
     "lfm2_moe", "lfm3", "longcat_flash", "mamba2", "mellum", "mimo_v2_flash", "minimax_m3_vl_text", "mllama",
     "modernbert-decoder", "moshi", "olmo_hybrid", "phi4_multimodal", "qwen4_exp", "qwen4_exp_text",
     "recurrent_gemma", "rwkv",
-    "sarvam_mla", "sarvam_moe", "xglm", "xlnet", "xlstm", "youtu", "zamba", "zamba2", "zaya",
+    "sarvam_mla", "sarvam_moe", "xlnet", "xlstm", "youtu", "zamba", "zamba2", "zaya",
 }
 
 # claimed types whose defaults blockcli refuses although transformers builds the class from them: the field, null

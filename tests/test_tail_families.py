@@ -2,7 +2,8 @@
 gated ReLU² MLP, RMSNorms before o_proj and down_proj), Persimmon (GPT-NeoX's fused QKV, pre-norm, per-head q/k
 LayerNorms, ReLU²), OpenAI GPT (GPT-2's layers, post-norm, no final norm), BioGPT (OPT's block, √d embeddings), NanoChat
 (parameter-free RMSNorms, RoPE turned by −θ, ReLU², soft-capped logits), Granite MoE SWA (Granite MoE with Granite
-SWA's attention), MiniCPM3 (DeepSeek-V2's latent attention with rotate-half RoPE and MiniCPM's scalars).
+SWA's attention), MiniCPM3 (DeepSeek-V2's latent attention with rotate-half RoPE and MiniCPM's scalars), XGLM
+(BioGPT's block with fairseq's sinusoidal positions).
 
 Every expected total is transformers 5.24's own (the *ForCausalLM on the meta device, sum of numel over
 parameters()), for the config class's defaults and a random config; the defaults' totals are derived by hand too.
@@ -12,11 +13,18 @@ transformers (tests/test_checkpoint.py, tests/test_gradients.py).
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
 import pytest
 
+from blockcli import Model, load_config
 from blockcli.config import ConfigError, parse_config
 from blockcli.count import count_parameters
 from test_dense_families import _sizes, assert_totals_are_transformers_own, mapped, total
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hf"
 
 
 def _bitnet_by_hand() -> int:
@@ -131,6 +139,22 @@ _MINICPM3_RANDOM = dict(hidden_size=48, num_attention_heads=4, num_key_value_hea
                         q_lora_rank=None, kv_lora_rank=10, qk_nope_head_dim=6, qk_rope_head_dim=4, v_head_dim=8,
                         scale_depth=None, dim_model_base=None, mlp_bias=True, attention_bias=True, pad_token_id=0)
 
+def _xglm_by_hand() -> int:
+    """24 layers of q, k, v, out_proj (4·1024² + 4·1024), fc1 and fc2 (2·1024·4096 + 4096 + 1024), two LayerNorms
+    (4·1024); token embeddings (256008·1024, the head tied); no position parameters (a buffer); the final LayerNorm
+    (2·1024)."""
+    d, f = 1024, 4096
+    return 24 * (4 * d * d + 4 * d + 2 * d * f + f + d + 4 * d) + 256008 * d + 2 * d
+
+
+# XGLMConfig's sizes (facebook/xglm-564M), under XGLM's own keys
+_XGLM_SIZES = dict(d_model=1024, ffn_dim=4096, num_layers=24, attention_heads=16, vocab_size=256008,
+                   max_position_embeddings=2048)
+# a random XGLM: 6 heads of 8, ReLU, untied, unscaled embeddings, pad 7
+_XGLM_RANDOM = dict(d_model=48, attention_heads=6, ffn_dim=80, num_layers=3, vocab_size=300,
+                    max_position_embeddings=40, tie_word_embeddings=False, scale_embedding=False,
+                    activation_function="relu", pad_token_id=7)
+
 # model_type → (sizes, the config class's nulls blockcli needs, transformers' total for the defaults, by hand,
 # random config, transformers' total for it)
 CASES = {
@@ -142,6 +166,7 @@ CASES = {
     "granitemoe_swa": (_GRANITEMOE_SWA_SIZES, (), 37_039_117_312, _granitemoe_swa_by_hand(), _GRANITEMOE_SWA_RANDOM,
                        104_178),
     "minicpm3": (_MINICPM3_SIZES, (), 4_073_875_968, _minicpm3_by_hand(), _MINICPM3_RANDOM, 78_600),
+    "xglm": (_XGLM_SIZES, (), 564_463_616, _xglm_by_hand(), _XGLM_RANDOM, 81_120),
 }
 
 
@@ -350,3 +375,43 @@ def test_minicpm3_reads_its_latent_attention_and_scalars() -> None:
     assert (model["embedding_multiplier"], model["logit_multiplier"]) == (12.0, 256 / 2560)
     plain = mapped("minicpm3", _MINICPM3_RANDOM)
     assert "residual_multiplier" not in plain["block"] and "logit_multiplier" not in plain["model"]
+
+
+# ----------------------------------------------------------------------------- XGLM
+
+
+def test_xglm_reads_its_block() -> None:
+    data = mapped("xglm", _XGLM_SIZES)
+    block, model = data["block"], data["model"]
+    assert (block["placement"], block["activation"], block["norm_eps"], block["bias"]) == ("pre", "gelu", 1e-5, True)
+    assert (model["positions"], model["sinusoidal_layout"], model["position_offset"]) == ("sinusoidal", "fairseq", 2)
+    assert (model["embedding_multiplier"], model["tie_embeddings"], model["max_positions"]) == (32.0, True, 2048)
+    assert "embedding_multiplier" not in mapped("xglm", {**_XGLM_SIZES, "scale_embedding": False})["model"]
+    assert mapped("xglm", {**_XGLM_SIZES, "pad_token_id": 5})["model"]["padding_idx"] == 5  # the table's zero row
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"add_cross_attention": True}, "add_cross_attention"),  # an encoder_attn per layer: not a decoder-only block
+    ({"pad_token_id": -1}, "pad_token_id"),  # a row counted from the end of a table that grows
+    ({"pad_token_id": 256008}, "pad_token_id"),  # nn.Embedding refuses a padding_idx past the vocabulary
+    ({"pad_token_id": 9, "max_position_embeddings": 6}, "pad_token_id"),  # past the 8 rows of the table
+    ({"attention_heads": 24}, "d_model"),  # 1024 is not 24 heads wide
+    ({"hidden_size": 1024}, "hidden_size"),  # an alias XGLM's config.json never holds
+])
+def test_xglm_refuses_what_it_does_not_model(fields: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        mapped("xglm", {**_XGLM_SIZES, **fields})
+
+
+@pytest.mark.parametrize("change", [{"sinusoidal_layout": "interleaved"}, {"position_offset": 0},
+                                    {"padding_idx": None}])
+def test_xglm_fixtures_positions_matter(change: dict) -> None:
+    """fairseq's layout, the offset of 2 and the pad row (pad_token_id 4: position 2 reads a zero row): each
+    changes the fixture's logits far past float64's agreement with transformers."""
+    folder = FIXTURES / "xglm"
+    config = load_config(folder)
+    assert (config.model.sinusoidal_layout, config.model.position_offset, config.model.padding_idx) == ("fairseq", 2, 4)
+    changed = replace(config, model=replace(config.model, **change))
+    with np.load(folder / "expected.npz") as want:
+        got = Model.from_config(changed, weights=folder, dtype="float64")(want["input_ids"])
+        assert np.max(np.abs(got - want["logits_float64"])) / np.max(np.abs(want["logits_float64"])) > 1e-3
