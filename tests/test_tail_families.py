@@ -3,7 +3,8 @@ gated ReLU² MLP, RMSNorms before o_proj and down_proj), Persimmon (GPT-NeoX's f
 LayerNorms, ReLU²), OpenAI GPT (GPT-2's layers, post-norm, no final norm), BioGPT (OPT's block, √d embeddings), NanoChat
 (parameter-free RMSNorms, RoPE turned by −θ, ReLU², soft-capped logits), Granite MoE SWA (Granite MoE with Granite
 SWA's attention), MiniCPM3 (DeepSeek-V2's latent attention with rotate-half RoPE and MiniCPM's scalars), XGLM
-(BioGPT's block with fairseq's sinusoidal positions).
+(BioGPT's block with fairseq's sinusoidal positions), CTRL (GPT-2's block with a ReLU MLP, CTRL's sinusoidal table,
+√d embeddings, a biased head).
 
 Every expected total is transformers 5.24's own (the *ForCausalLM on the meta device, sum of numel over
 parameters()), for the config class's defaults and a random config; the defaults' totals are derived by hand too.
@@ -155,6 +156,19 @@ _XGLM_RANDOM = dict(d_model=48, attention_heads=6, ffn_dim=80, num_layers=3, voc
                     max_position_embeddings=40, tie_word_embeddings=False, scale_embedding=False,
                     activation_function="relu", pad_token_id=7)
 
+def _ctrl_by_hand() -> int:
+    """48 layers of Wq, Wk, Wv, dense (4·1280² + 4·1280), the MLP (2·1280·8192 + 8192 + 1280), two LayerNorms
+    (4·1280); token embeddings (246534·1280, the head tied) and the head's own bias (246534); no position parameters
+    (a buffer); the final LayerNorm (2·1280)."""
+    d, f, v = 1280, 8192, 246534
+    return 48 * (4 * d * d + 4 * d + 2 * d * f + f + d + 4 * d) + v * d + v + 2 * d
+
+
+# CTRLConfig's sizes (Salesforce/ctrl), under CTRL's own keys
+_CTRL_SIZES = dict(n_embd=1280, dff=8192, n_layer=48, n_head=16, vocab_size=246534, n_positions=256)
+# a random CTRL: 6 heads of 8, untied (the head's weight and its bias both counted)
+_CTRL_RANDOM = dict(n_embd=48, n_head=6, dff=80, n_layer=3, vocab_size=300, n_positions=40, tie_word_embeddings=False)
+
 # model_type → (sizes, the config class's nulls blockcli needs, transformers' total for the defaults, by hand,
 # random config, transformers' total for it)
 CASES = {
@@ -167,6 +181,7 @@ CASES = {
                        104_178),
     "minicpm3": (_MINICPM3_SIZES, (), 4_073_875_968, _minicpm3_by_hand(), _MINICPM3_RANDOM, 78_600),
     "xglm": (_XGLM_SIZES, (), 564_463_616, _xglm_by_hand(), _XGLM_RANDOM, 81_120),
+    "ctrl": (_CTRL_SIZES, (), 1_637_964_550, _ctrl_by_hand(), _CTRL_RANDOM, 81_420),
 }
 
 
@@ -403,15 +418,60 @@ def test_xglm_refuses_what_it_does_not_model(fields: dict, named: str) -> None:
         mapped("xglm", {**_XGLM_SIZES, **fields})
 
 
+def _far_from_transformers(name: str, change: dict) -> bool:
+    """The fixture's float64 logits with a model field changed, against transformers': far apart?"""
+    folder = FIXTURES / name
+    config = load_config(folder)
+    changed = replace(config, model=replace(config.model, **change))
+    with np.load(folder / "expected.npz") as want:
+        got = Model.from_config(changed, weights=folder, dtype="float64")(want["input_ids"])
+        return bool(np.max(np.abs(got - want["logits_float64"])) / np.max(np.abs(want["logits_float64"])) > 1e-3)
+
+
 @pytest.mark.parametrize("change", [{"sinusoidal_layout": "interleaved"}, {"position_offset": 0},
                                     {"padding_idx": None}])
 def test_xglm_fixtures_positions_matter(change: dict) -> None:
     """fairseq's layout, the offset of 2 and the pad row (pad_token_id 4: position 2 reads a zero row): each
     changes the fixture's logits far past float64's agreement with transformers."""
-    folder = FIXTURES / "xglm"
-    config = load_config(folder)
-    assert (config.model.sinusoidal_layout, config.model.position_offset, config.model.padding_idx) == ("fairseq", 2, 4)
-    changed = replace(config, model=replace(config.model, **change))
-    with np.load(folder / "expected.npz") as want:
-        got = Model.from_config(changed, weights=folder, dtype="float64")(want["input_ids"])
-        assert np.max(np.abs(got - want["logits_float64"])) / np.max(np.abs(want["logits_float64"])) > 1e-3
+    model = load_config(FIXTURES / "xglm").model
+    assert (model.sinusoidal_layout, model.position_offset, model.padding_idx) == ("fairseq", 2, 4)
+    assert _far_from_transformers("xglm", change)
+
+
+# ----------------------------------------------------------------------------- CTRL
+
+
+def test_ctrl_reads_its_block() -> None:
+    data = mapped("ctrl", _CTRL_SIZES)
+    block, model = data["block"], data["model"]
+    assert (block["placement"], block["activation"], block["norm_eps"], block["bias"]) == ("pre", "relu", 1e-6, True)
+    assert (model["positions"], model["sinusoidal_layout"], model["max_positions"]) == ("sinusoidal", "halves", 256)
+    assert (model["embedding_multiplier"], model["tie_embeddings"], model["lm_head_bias"]) == (1280 ** 0.5, True, True)
+    assert "padding_idx" not in mapped("ctrl", {**_CTRL_SIZES, "pad_token_id": 3})["model"]  # nn.Embedding has none
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"layer_norm_epsilon": 1e-5}, "layer_norm_epsilon"),  # the final LayerNorm's alone: the layers' stay 1e-6
+    ({"n_head": 24}, "n_embd"),  # 1280 is not 24 heads wide
+    ({"hidden_size": 1280}, "hidden_size"),  # an alias CTRL's config.json never holds
+])
+def test_ctrl_refuses_what_it_does_not_model(fields: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        mapped("ctrl", {**_CTRL_SIZES, **fields})
+
+
+@pytest.mark.parametrize("change", [{"sinusoidal_layout": "interleaved"}, {"embedding_multiplier": 1.0},
+                                    {"lm_head_bias": False}])
+def test_ctrl_fixtures_positions_scale_and_head_bias_matter(change: dict) -> None:
+    """CTRL's halves layout, the √16 on the embeddings and the head's bias: each changes the fixture's logits."""
+    if "lm_head_bias" in change:  # without the bias the folder's lm_head.bias is an unexpected tensor: drop it
+        folder = FIXTURES / "ctrl"
+        config = load_config(folder)
+        params = {k: v for k, v in Model.from_config(config, weights=folder, dtype="float64").params.items()
+                  if k != "lm_head_bias"}
+        changed = replace(config, model=replace(config.model, **change))
+        with np.load(folder / "expected.npz") as want:
+            got = Model.from_config(changed, weights=params, dtype="float64")(want["input_ids"])
+            assert np.max(np.abs(got - want["logits_float64"])) > 1e-3 * np.max(np.abs(want["logits_float64"]))
+        return
+    assert _far_from_transformers("ctrl", change)
