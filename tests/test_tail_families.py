@@ -4,7 +4,8 @@ LayerNorms, ReLU²), OpenAI GPT (GPT-2's layers, post-norm, no final norm), BioG
 (parameter-free RMSNorms, RoPE turned by −θ, ReLU², soft-capped logits), Granite MoE SWA (Granite MoE with Granite
 SWA's attention), MiniCPM3 (DeepSeek-V2's latent attention with rotate-half RoPE and MiniCPM's scalars), XGLM
 (BioGPT's block with fairseq's sinusoidal positions), CTRL (GPT-2's block with a ReLU MLP, CTRL's sinusoidal table,
-√d embeddings, a biased head).
+√d embeddings, a biased head), GPT-NeoX Japanese (GPT-NeoX's fused QKV, sequential pre-norm, the last layer's
+dense_bias alone).
 
 Every expected total is transformers 5.24's own (the *ForCausalLM on the meta device, sum of numel over
 parameters()), for the config class's defaults and a random config; the defaults' totals are derived by hand too.
@@ -169,6 +170,23 @@ _CTRL_SIZES = dict(n_embd=1280, dff=8192, n_layer=48, n_head=16, vocab_size=2465
 # a random CTRL: 6 heads of 8, untied (the head's weight and its bias both counted)
 _CTRL_RANDOM = dict(n_embd=48, n_head=6, dff=80, n_layer=3, vocab_size=300, n_positions=40, tie_word_embeddings=False)
 
+def _neox_japanese_by_hand() -> int:
+    """32 layers of query_key_value (3·2560²) and dense (2560²), both bias-free, the MLP (2·2560·10240, no biases), two
+    LayerNorms (4·2560); the last layer's dense_bias (2560); token embeddings (32000·2560, the head tied); the final
+    LayerNorm (2·2560)."""
+    d, f = 2560, 10240
+    return 32 * (4 * d * d + 2 * d * f + 4 * d) + d + 32000 * d + 2 * d
+
+
+# GPTNeoXJapaneseConfig's sizes (abeja/gpt-neox-japanese-2.7b)
+_NEOX_JAPANESE_SIZES = dict(hidden_size=2560, intermediate_multiple_size=4, num_hidden_layers=32,
+                            num_attention_heads=32, vocab_size=32000, max_position_embeddings=2048)
+# a random GPT-NeoX Japanese: 6 heads of 8, an MLP 3·48 wide of ReLU, untied, RoPE on half of each head, scaled
+_NEOX_JAPANESE_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_hidden_layers=3, intermediate_multiple_size=3,
+                             vocab_size=300, max_position_embeddings=96, tie_word_embeddings=False, layer_norm_eps=1e-6,
+                             hidden_act="relu", rope_parameters={"rope_type": "linear", "rope_theta": 10000.0,
+                                                                 "factor": 2.0, "partial_rotary_factor": 0.5})
+
 # model_type → (sizes, the config class's nulls blockcli needs, transformers' total for the defaults, by hand,
 # random config, transformers' total for it)
 CASES = {
@@ -182,6 +200,8 @@ CASES = {
     "minicpm3": (_MINICPM3_SIZES, (), 4_073_875_968, _minicpm3_by_hand(), _MINICPM3_RANDOM, 78_600),
     "xglm": (_XGLM_SIZES, (), 564_463_616, _xglm_by_hand(), _XGLM_RANDOM, 81_120),
     "ctrl": (_CTRL_SIZES, (), 1_637_964_550, _ctrl_by_hand(), _CTRL_RANDOM, 81_420),
+    "gpt_neox_japanese": (_NEOX_JAPANESE_SIZES, (), 2_598_837_760, _neox_japanese_by_hand(), _NEOX_JAPANESE_RANDOM,
+                          98_640),
 }
 
 
@@ -475,3 +495,45 @@ def test_ctrl_fixtures_positions_scale_and_head_bias_matter(change: dict) -> Non
             assert np.max(np.abs(got - want["logits_float64"])) > 1e-3 * np.max(np.abs(want["logits_float64"]))
         return
     assert _far_from_transformers("ctrl", change)
+
+
+# ----------------------------------------------------------------------------- GPT-NeoX Japanese
+
+
+def test_gpt_neox_japanese_reads_its_block() -> None:
+    data = mapped("gpt_neox_japanese", _NEOX_JAPANESE_SIZES)
+    block = data["block"]
+    assert (block["placement"], block["activation"], block["d_ff"], block["rope"]) == ("pre", "gelu", 10240, 1.0)
+    assert block["bias"] == {"qkv": False, "out": False, "mlp": False, "norm": True}
+    # the last layer's attention alone adds dense_bias after its dense
+    assert data["layers"] == [{"indices": [31], "block": {"bias": {"qkv": False, "out": True, "mlp": False,
+                                                                    "norm": True}}}]
+    one = mapped("gpt_neox_japanese", {**_NEOX_JAPANESE_SIZES, "num_hidden_layers": 1})
+    assert one["block"]["bias"]["out"] is True and "layers" not in one
+    # the legacy keys GPTNeoXJapaneseConfig takes as rope_parameters' defaults
+    legacy = mapped("gpt_neox_japanese", {**_NEOX_JAPANESE_SIZES, "rotary_emb_base": 500, "rotary_pct": 0.5})["block"]
+    assert (legacy["rope_theta"], legacy["rope"]) == (500.0, 0.5)
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"rotary_pct": 0.0125}, "rotary_pct"),  # one dimension of 80: rotary pairs need an even number
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.0125}},
+     "rope_parameters"),
+    ({"num_attention_heads": 24}, "hidden_size"),  # 2560 is not 24 heads wide
+    ({"intermediate_size": 4096}, "intermediate_size"),  # not GPTNeoXJapaneseConfig's: its MLP is d · multiple
+])
+def test_gpt_neox_japanese_refuses_what_it_does_not_model(fields: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        mapped("gpt_neox_japanese", {**_NEOX_JAPANESE_SIZES, **fields})
+
+
+def test_gpt_neox_japanese_fixtures_last_layer_dense_bias_matters() -> None:
+    """The fixture's last layer (of 2) adds dense_bias: without it the logits are far from transformers'."""
+    folder = FIXTURES / "gpt_neox_japanese"
+    config = load_config(folder)
+    assert config.for_layer(1).block.bias.out and not config.for_layer(0).block.bias.out
+    params = dict(Model.from_config(config, weights=folder, dtype="float64").params)
+    params["blocks.1.b_o"] = np.zeros_like(params["blocks.1.b_o"])
+    with np.load(folder / "expected.npz") as want:
+        got = Model.from_config(config, weights=params, dtype="float64")(want["input_ids"])
+        assert np.max(np.abs(got - want["logits_float64"])) > 1e-3 * np.max(np.abs(want["logits_float64"]))
