@@ -5,7 +5,7 @@ LayerNorms, ReLU²), OpenAI GPT (GPT-2's layers, post-norm, no final norm), BioG
 SWA's attention), MiniCPM3 (DeepSeek-V2's latent attention with rotate-half RoPE and MiniCPM's scalars), XGLM
 (BioGPT's block with fairseq's sinusoidal positions), CTRL (GPT-2's block with a ReLU MLP, CTRL's sinusoidal table,
 √d embeddings, a biased head), GPT-NeoX Japanese (GPT-NeoX's fused QKV, sequential pre-norm, the last layer's
-dense_bias alone).
+dense_bias alone), DBRX (a mixture with clip_qkv, its fields nested in attn_config and ffn_config).
 
 Every expected total is transformers 5.24's own (the *ForCausalLM on the meta device, sum of numel over
 parameters()), for the config class's defaults and a random config; the defaults' totals are derived by hand too.
@@ -536,4 +536,86 @@ def test_gpt_neox_japanese_fixtures_last_layer_dense_bias_matters() -> None:
     params["blocks.1.b_o"] = np.zeros_like(params["blocks.1.b_o"])
     with np.load(folder / "expected.npz") as want:
         got = Model.from_config(config, weights=params, dtype="float64")(want["input_ids"])
+        assert np.max(np.abs(got - want["logits_float64"])) > 1e-3 * np.max(np.abs(want["logits_float64"]))
+
+
+# ----------------------------------------------------------------------------- DBRX
+
+# DbrxConfig's defaults do not build in transformers (DbrxAttention reads attn_config.rope_theta, which
+# DbrxAttentionConfig lacks) nor run (clip_qkv null: torch's clamp without a bound fails); these two make them do both
+_DBRX_SIZES = dict(d_model=2048, n_heads=16, n_layers=24, max_seq_len=2048, vocab_size=32000)
+_DBRX_BUILDS = {**_DBRX_SIZES, "attn_config": {"clip_qkv": 8, "rope_theta": 10000.0}}
+# a random DBRX: 6 heads over 2 K/V heads, 5 GELU GLU experts of 20, top 2, clip 2.5, RoPE base 5e5 in
+# attn_config (never applied: rope_parameters' 10000 is)
+_DBRX_RANDOM = dict(d_model=48, n_heads=6, n_layers=3, vocab_size=300, max_seq_len=96,
+                    attn_config={"rope_theta": 5e5, "clip_qkv": 2.5, "kv_n_heads": 2},
+                    ffn_config={"ffn_hidden_size": 20, "moe_num_experts": 5, "moe_top_k": 2, "ffn_act_fn": {"name": "gelu"}})
+
+
+def _dbrx_by_hand() -> int:
+    """24 layers of Wqkv (2048·(2048 + 2·128): one K/V head of 128), out_proj (2048²), the router (2048·4), 4 experts
+    of w1, v1, w2 (3·3584·2048 each), two LayerNorms without a bias (2·2048); token embeddings and an untied head
+    (32000·2048 each); the final LayerNorm (2048)."""
+    d, f = 2048, 3584
+    return 24 * (d * (d + 256) + d * d + 4 * d + 4 * 3 * f * d + 2 * d) + 2 * 32000 * d + d
+
+
+def test_dbrx_counts_equal_transformers_totals() -> None:
+    assert _dbrx_by_hand() == 2_459_207_680
+    assert total("dbrx", _DBRX_BUILDS) == 2_459_207_680  # the config class's sizes
+    assert total("dbrx", _DBRX_RANDOM) == 91_488
+
+
+@pytest.mark.torch
+def test_dbrx_totals_here_are_transformers_own() -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    with torch.device("meta"), pytest.raises(AttributeError, match="rope_theta"):
+        transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.for_model("dbrx"))
+    for fields, want in ((_DBRX_BUILDS, 2_459_207_680), (_DBRX_RANDOM, 91_488)):
+        config = transformers.AutoConfig.for_model("dbrx", **fields)
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(config)
+        assert sum(p.numel() for p in model.parameters()) == want
+        data = {k: v for k, v in config.to_dict().items() if k != "transformers_version"}
+        assert total("dbrx", data) == want  # the whole config.json transformers writes, nested dicts and all
+
+
+def test_dbrx_reads_its_block() -> None:
+    block = mapped("dbrx", _DBRX_RANDOM)["block"]
+    assert (block["n_kv_heads"], block["clip_qkv"], block["rope_theta"], block["norm"], block["bias"]) == (
+        2, 2.5, 10000.0, "layernorm", False)
+    assert block["moe"] == {"n_experts": 5, "top_k": 2, "d_expert": 20, "renormalize": True}
+    assert (block["activation"], block["gated"]) == ("gelu", True)
+    plain = {**_DBRX_RANDOM, "ffn_config": {**_DBRX_RANDOM["ffn_config"], "moe_normalize_expert_weights": None}}
+    assert mapped("dbrx", plain)["block"]["moe"]["renormalize"] is False
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"attn_config": {"rope_theta": 1e4}}, "attn_config.clip_qkv"),  # null: transformers' forward fails
+    ({"attn_config": {"clip_qkv": 8}}, "attn_config.rope_theta"),  # missing: transformers cannot build
+    ({"ffn_config": {"moe_normalize_expert_weights": 2.0}}, "moe_normalize_expert_weights"),  # an L2 norm
+    ({"ffn_config": {"ffn_act_fn": {"name": "silu", "alpha": 2}}}, "ffn_act_fn"),
+    ({"ffn_config": {"moe_top_k": 9}}, "moe_top_k"),
+    ({"attn_config": {**_DBRX_BUILDS["attn_config"], "kv_n_heads": 3}}, "kv_n_heads"),  # 16 heads
+    ({"attn_config": {**_DBRX_BUILDS["attn_config"], "alibi": True}}, "attn_config.alibi"),  # not DBRX's
+    ({"tie_word_embeddings": True}, "tie_word_embeddings"),  # DbrxConfig refuses it
+    ({"output_router_logits": True}, "output_router_logits"),  # its load-balancing loss is not checked here
+])
+def test_dbrx_refuses_what_it_does_not_model(change: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        mapped("dbrx", {**_DBRX_BUILDS, **change})
+
+
+@pytest.mark.parametrize("block_change", [{"clip_qkv": 0.0}, {"moe": "no renormalize"}])
+def test_dbrx_fixtures_clip_and_renormalisation_matter(block_change: dict) -> None:
+    """The fixture clamps Q, K, V to ±0.8 and renormalises its top 2: without either the logits are far off."""
+    folder = FIXTURES / "dbrx"
+    config = load_config(folder)
+    assert config.block.clip_qkv == 0.8 and config.block.moe.renormalize
+    if block_change.get("moe"):
+        block_change = {"moe": replace(config.block.moe, renormalize=False)}
+    changed = replace(config, block=replace(config.block, **block_change))
+    with np.load(folder / "expected.npz") as want:
+        got = Model.from_config(changed, weights=folder, dtype="float64")(want["input_ids"])
         assert np.max(np.abs(got - want["logits_float64"])) > 1e-3 * np.max(np.abs(want["logits_float64"]))
