@@ -2407,9 +2407,12 @@ class Model:
             x = tokens + table  # (B, T, d)
             rec("embed", "add learned positions", x, (tokens, table), kind="add", params=("wpe",))
         elif m.positions == "sinusoidal":
-            table = F.sinusoidal_positions(positions, d, tokens.dtype)  # (T, d)
+            # rows t + offset of the fixed table (XGLM's 2), laid out as model.sinusoidal_layout says
+            table = F.sinusoidal_positions(positions + m.position_offset, d, tokens.dtype, m.sinusoidal_layout,
+                                           m.padding_idx)  # (T, d)
             x = tokens + table  # (B, T, d)
-            rec("embed", "add sinusoidal positions", x, (tokens, table), kind="add")
+            rec("embed", "add sinusoidal positions" + ("" if m.sinusoidal_layout == "interleaved" else
+                                                       f" ({m.sinusoidal_layout})"), x, (tokens, table), kind="add")
         else:
             x = tokens  # rope rotates q and k inside attention, alibi biases the scores; none adds nothing
         if self.emb_ln is not None:  # BLOOM's word_embeddings_layernorm

@@ -35,7 +35,7 @@ from blockcli.quantized import SUPPORTED, pair_quantized, schemes_of, stored_byt
 from blockcli.shapes import Shape, is_buffer, model_parameter_shapes
 from blockcli.tensor_names import (DEPTHWISE, EXPERTS, EXPERTS_INTERLEAVED, EXPERTS_SIDE_BY_SIDE, FUSED, GROUPED_HEADS,
                                    GROUPED_KEY_HEADS, GROUPED_QKV, HEAD_ROW, LINEAR, PER_HEAD, QVK_SHARDS, ROW, SAME,
-                                   SCALAR, SHARDED_QVK, SPLIT, Tensor, TensorMap, nested)
+                                   SCALAR, SHARDED_QVK, SPLIT, STACKED, Tensor, TensorMap, nested)
 
 if TYPE_CHECKING:
     import numpy as np  # imported where values are read: counting from headers needs no NumPy
@@ -341,6 +341,8 @@ def stored_shape(entry: Tensor, shapes: Mapping[str, Shape]) -> Shape:
         return (1, 1) + parts[0] + (1,)
     if entry.layout == SPLIT:  # Q | K | V along the last axis
         return parts[0][:-1] + (sum(p[-1] for p in parts),)
+    if entry.layout == STACKED:  # the parts one after another along the first axis, in blockcli's layout
+        return (sum(p[0] for p in parts),) + parts[0][1:]
     if entry.layout == EXPERTS:  # (E, one expert's outputs, in)
         n = _parts_per_expert(entry.keys)
         return (len(parts) // n, sum(p[-1] for p in parts[:n]), parts[0][0])
@@ -794,6 +796,9 @@ def _unpack(value: np.ndarray, layout: str, n_heads: int, parts: tuple[Shape, ..
         groups = value.reshape(n_heads, sum(shares), *value.shape[1:])  # (groups, Σ shares[, d])
         ends = [sum(shares[:j + 1]) for j in range(len(shares))]
         return [groups[:, end - share:end].reshape(-1, *value.shape[1:]).T for end, share in zip(ends, shares)]
+    if layout == STACKED:  # consecutive blocks of rows, each part as blockcli holds it
+        ends = [sum(p[0] for p in parts[:j + 1]) for j in range(len(parts))]
+        return [value[end - p[0]:end] for end, p in zip(ends, parts)]
     if layout == ROW:
         return [value[0]]
     if layout == SCALAR:

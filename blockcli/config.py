@@ -29,6 +29,8 @@ NORMS = ("layernorm", "rmsnorm")
 PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich", "normed_residual")
 ROPE_LAYOUTS = ("half", "interleaved", "half_reversed")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
+# how a sinusoidal table lays out its sines and cosines (ops.sinusoidal_positions)
+SINUSOIDAL_LAYOUTS = ("interleaved", "halves", "fairseq")
 DTYPES = ("float32", "float64")
 BIAS_GROUPS = ("qkv", "out", "mlp", "norm", "qk_norm")
 DELTANET_DECAYS = ("head", "channel")  # block.linear_attention.decay: per value head, or per key channel (KDA)
@@ -556,7 +558,10 @@ class ModelConfig:
     vocab_size: int = 50257
     positions: str = "learned"
     max_positions: int = 1024
-    position_offset: int = 0  # extra rows at the start of a learned table (OPT: 2)
+    position_offset: int = 0  # extra rows at the start of a learned or sinusoidal table (OPT, XGLM: 2)
+    # interleaved: sin|cos pairs (Vaswani); halves: all sines, then all cosines (CTRL); fairseq: halves with
+    # fairseq's frequencies 10000^(−j/(⌊d/2⌋−1)), a zero column when d is odd, the padding_idx row zero (XGLM)
+    sinusoidal_layout: str = "interleaved"
     tie_embeddings: bool = True
     final_norm: bool = True
     lm_head_bias: bool = False
@@ -1052,6 +1057,9 @@ def parse_config(data: Any, name: str = "<mapping>") -> Config:
     model = None if model_data is None else _parse_model(_section(data, "model"))
     if model is not None:
         block = _reconcile_rope(block, model)
+        if model.positions == "sinusoidal" and model.sinusoidal_layout == "fairseq" and block.d_model < 4:
+            raise ConfigError(f"model.sinusoidal_layout: fairseq's frequencies 10000^(−j/(⌊d/2⌋−1)) need "
+                              f"block.d_model >= 4, got {block.d_model}")
     _check_rope_scaling(block)
     _check_mla(block)
     layer_blocks = _parse_layers(data.get("layers"), block_data, block, model)
@@ -1888,7 +1896,7 @@ def _check_gemma3n(block: BlockConfig) -> None:
 
 
 def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
-    fields = ("n_layers", "vocab_size", "positions", "max_positions", "position_offset",
+    fields = ("n_layers", "vocab_size", "positions", "max_positions", "position_offset", "sinusoidal_layout",
               "tie_embeddings", "final_norm", "lm_head_bias", "embedding_multiplier",
               "logit_multiplier", "logit_softcap", "embedding_norm", "embedding_dim", "padding_idx",
               "per_layer_dim", "per_layer_vocab", "per_layer_clamp")
@@ -1898,10 +1906,15 @@ def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
     padding_idx = data.get("padding_idx")
     if padding_idx is not None:
         padding_idx = _int(data, "padding_idx", p, 0, minimum=0, maximum=vocab_size - 1)
+    positions = _choice(data, "positions", p, "learned", POSITIONS)
+    layout = _choice(data, "sinusoidal_layout", p, "interleaved", SINUSOIDAL_LAYOUTS)
+    if layout != "interleaved" and positions != "sinusoidal":
+        raise ConfigError(f"model.sinusoidal_layout: {layout} lays out a sinusoidal table, but model.positions is "
+                          f"'{positions}'; set model.positions: sinusoidal")
     return ModelConfig(
         n_layers=_int(data, "n_layers", p, 12, maximum=MAX_LAYERS),
         vocab_size=vocab_size, padding_idx=padding_idx,
-        positions=_choice(data, "positions", p, "learned", POSITIONS),
+        positions=positions, sinusoidal_layout=layout,
         max_positions=_int(data, "max_positions", p, 1024),
         position_offset=_int(data, "position_offset", p, 0, minimum=0),
         tie_embeddings=_bool(data, "tie_embeddings", p, True),

@@ -621,13 +621,29 @@ def normalise_latent(latent: Array, norm: Callable[[Array], Array]) -> Array:
     return norm(latent)
 
 
-def sinusoidal_positions(positions: Array, d: int, dtype: np.dtype) -> Array:
-    """The fixed sin/cos table (T, d): PE[t, 2i] = sin(t/10000^(2i/d)), PE[t, 2i+1] = cos(…)."""
-    inv = 10000.0 ** (-np.arange(0, d, 2, dtype=np.float64) / d)  # (ceil(d/2),)
-    angles = positions.astype(np.float64)[:, None] * inv[None, :]  # (T, ceil(d/2))
-    table = np.empty((len(positions), d), dtype=np.float64)
-    table[:, 0::2] = np.sin(angles)
-    table[:, 1::2] = np.cos(angles[:, : d // 2])
+def sinusoidal_positions(positions: Array, d: int, dtype: np.dtype, layout: str = "interleaved",
+                         zero_row: int | None = None) -> Array:
+    """The fixed sin/cos table's rows `positions` (T, d), computed in float64 and cast to dtype.
+
+    interleaved (Vaswani): PE[t, 2i] = sin(t·ω_i), PE[t, 2i+1] = cos(t·ω_i), ω_i = 10000^(−2i/d).
+    halves (CTRL): the same sines, then the same cosines: [sin(t·ω_0 … t·ω_⌈d/2⌉−1) | cos(t·ω_0 … t·ω_⌊d/2⌋−1)].
+    fairseq (XGLM, tensor2tensor): h = ⌊d/2⌋, ω_j = 10000^(−j/(h−1)), [sin(t·ω) | cos(t·ω)] and a zero column when d
+    is odd; the row `zero_row` (fairseq's padding_idx) is all zeros."""
+    t = positions.astype(np.float64)[:, None]
+    table = np.zeros((len(positions), d), dtype=np.float64)
+    if layout == "fairseq":
+        h = d // 2
+        angles = t * np.exp(np.arange(h, dtype=np.float64) * -(math.log(10000.0) / (h - 1)))[None, :]  # (T, h)
+        table[:, :h], table[:, h:2 * h] = np.sin(angles), np.cos(angles)
+        if zero_row is not None:
+            table[positions == zero_row] = 0.0
+        return table.astype(dtype)
+    angles = t * (10000.0 ** (-np.arange(0, d, 2, dtype=np.float64) / d))[None, :]  # (T, ceil(d/2))
+    if layout == "halves":
+        table[:, :(d + 1) // 2], table[:, (d + 1) // 2:] = np.sin(angles), np.cos(angles[:, : d // 2])
+    else:
+        table[:, 0::2] = np.sin(angles)
+        table[:, 1::2] = np.cos(angles[:, : d // 2])
     return table.astype(dtype)
 
 

@@ -12,6 +12,9 @@ stored tensor, the blockcli key (or keys, for a fused tensor) it fills and the l
     FUSED     nn.Linear whose output rows are its keys' outputs one after another, each as wide as
               that key's output (so unequal widths are fine): Phi-3's `qkv_proj` Q | K | V with
               fewer K/V heads, its `gate_up_proj` gate | up
+    STACKED   its keys, each in blockcli's own layout, one after another along the first axis: DBRX's expert
+              `w2` (E·d_e, d), expert e's down projection (d_e, d) its rows e·d_e … (e + 1)·d_e − 1 (its `w1` and
+              `v1` are FUSED: nn.Linear's (out, in) blocks)
     ROW       a vector stored as a one-row matrix (1, n): ERNIE 4.5's e_score_correction_bias (1, E)
     SCALAR    a number stored as a 0-dimensional tensor, held as (1,): xIELU's β and ε buffers (Apertus)
     PER_HEAD  a vector of one number per head stored (1, 1, h, 1), broadcast over (B, T, h, d): Kimi Delta
@@ -74,6 +77,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SAME, LINEAR, SPLIT, FUSED, GROUPED_QKV = "same", "linear", "split", "fused", "grouped_qkv"
+STACKED = "stacked"
 GROUPED_HEADS, GROUPED_KEY_HEADS, DEPTHWISE = "grouped_heads", "grouped_key_heads", "depthwise"
 ROW, SCALAR, PER_HEAD, HEAD_ROW = "row", "scalar", "per_head", "head_row"
 SHARDED_QVK, QVK_SHARDS = "sharded_qvk", 4

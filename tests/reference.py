@@ -195,6 +195,8 @@ def resolve_model(cfg):
         "positions": positions,
         "max_positions": int(cfg["max_positions"]),
         "position_offset": int(cfg.get("position_offset", 0)),
+        "sinusoidal_layout": cfg.get("sinusoidal_layout", "interleaved"),
+        "padding_idx": cfg.get("padding_idx"),
         "tie_embeddings": bool(cfg["tie_embeddings"]),
         "final_norm": bool(cfg.get("final_norm", True)),
         "lm_head_bias": bool(cfg.get("lm_head_bias", False)),
@@ -539,11 +541,29 @@ def rope_vec(vec, pos, fraction, theta, scaling=None, seq_len=1, layout="half"):
     return out
 
 
-def sinusoidal_vec(t, d):
-    """PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(same)."""
+def sinusoidal_vec(t, d, layout="interleaved", zero_row=None):
+    """interleaved: PE[t, 2i] = sin(t / 10000^(2i/d)), PE[t, 2i+1] = cos(same). halves (CTRL): column c of
+    the first ceil(d/2) is sin(t / 10000^(2c/d)), column ceil(d/2) + c is cos(same). fairseq (XGLM): with
+    h = d // 2, column j < h is sin(t * exp(-j * ln(10000) / (h - 1))), column h + j its cos, a last column 0
+    when d is odd; the whole row is 0 when t is zero_row."""
     pe = np.zeros(d, dtype=np.float64)
-    for i in range((d + 1) // 2):
+    if layout == "fairseq":
+        if t == zero_row:
+            return pe
+        h = d // 2
+        for j in range(h):
+            ang = t * math.exp(-j * math.log(10000.0) / (h - 1))
+            pe[j] = math.sin(ang)
+            pe[h + j] = math.cos(ang)
+        return pe
+    first = (d + 1) // 2
+    for i in range(first):
         ang = t / (10000.0 ** (2.0 * i / d))
+        if layout == "halves":
+            pe[i] = math.sin(ang)
+            if first + i < d:
+                pe[first + i] = math.cos(ang)
+            continue
         pe[2 * i] = math.sin(ang)
         if 2 * i + 1 < d:
             pe[2 * i + 1] = math.cos(ang)
@@ -1021,7 +1041,7 @@ def model_forward(block_cfg, model_cfg, weights, ids, rms_beta=False, layers=Non
             if m["positions"] == "learned":
                 vec = vec + _w(weights, "wpe", "")[t + m["position_offset"]]
             elif m["positions"] == "sinusoidal":
-                vec = vec + sinusoidal_vec(t, d)
+                vec = vec + sinusoidal_vec(t + m["position_offset"], d, m["sinusoidal_layout"], m["padding_idx"])
             if m["embedding_norm"]:
                 vec = _norm(b, weights, "emb_ln", "", vec, rms_beta)
             hs.append(vec)

@@ -388,6 +388,14 @@ MODEL_CASES = {
         MODEL_BLOCK, dict(MODEL_BASE, positions="rope", tie_embeddings=True)),
     "sinusoidal_odd_d": (block_dict(d_model=15, n_heads=3, d_ff=20),
                          dict(MODEL_BASE, positions="sinusoidal", tie_embeddings=False)),
+    # CTRL's table: all sines, then all cosines (an odd width: one more sine than cosines)
+    "sinusoidal_halves_odd_d": (block_dict(d_model=15, n_heads=3, d_ff=20),
+                                dict(MODEL_BASE, positions="sinusoidal", sinusoidal_layout="halves",
+                                     tie_embeddings=False)),
+    # XGLM's: fairseq's frequencies, rows offset by 2, row 4 (padding_idx: position 2) zero, a zero column
+    "sinusoidal_fairseq_offset_padding_odd_d": (block_dict(d_model=15, n_heads=3, d_ff=20),
+                                                dict(MODEL_BASE, positions="sinusoidal", sinusoidal_layout="fairseq",
+                                                     position_offset=2, padding_idx=4, tie_embeddings=True)),
     "post_norm_learned": (block_dict(d_model=16, n_heads=4, d_ff=24, placement="post"),
                           dict(MODEL_BASE, positions="learned", tie_embeddings=False)),
     "gptj_like_untied_lmbias_interleaved_shared": (
@@ -538,7 +546,7 @@ def test_block_incremental_decoding_matches_full(name, chunk):
 
 
 @pytest.mark.parametrize("chunk", [1, 2])
-@pytest.mark.parametrize("name", ["learned_offset2_tied", "sinusoidal_untied",
+@pytest.mark.parametrize("name", ["learned_offset2_tied", "sinusoidal_untied", "sinusoidal_fairseq_offset_padding_odd_d",
                                   "rope_gqa_swiglu_rms_untied", "deepseek_like_mla_untied",
                                   "olmo_like_parameter_free_norms_clip", "bloom_like_alibi_embedding_norm",
                                   "opt_350m_like_projected_embeddings_post_norm"])

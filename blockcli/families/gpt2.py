@@ -1,9 +1,13 @@
 """GPT-2 and GPTBigCode (SantaCoder, StarCoder): learned positions, LayerNorm, a plain MLP; GPTBigCode
 stores nn.Linear layers and has multi-query attention. OpenAI GPT (GPT-1): GPT-2's Conv1D layers, post-norm
-(each residual sum normalised), no final norm, `afn` from its own table of four.
+(each residual sum normalised), no final norm, `afn` from its own table of four. CTRL (Salesforce): GPT-2's
+pre-norm block as nn.Linear layers with a ReLU MLP, a fixed sin|cos table for positions, √d-scaled embeddings and a
+biased LM head.
 """
 
 from __future__ import annotations
+
+import math
 
 from blockcli.families.common import Family, divides, model_section, plain_activation
 from blockcli.config import ConfigError
@@ -45,6 +49,27 @@ def _gpt_bigcode(f: Fields) -> tuple[dict, dict]:
     f.neutral("num_key_value_heads", kv, f"GPTBigCode has {kv} K/V head(s) when multi_query is "
                                          f"{str(kv == 1).lower()}; it has no grouped-query attention")
     block["n_kv_heads"] = kv
+    return block, model
+
+
+def _ctrl(f: Fields) -> tuple[dict, dict]:
+    """CTRL: pre-norm LayerNorms (the layers' eps fixed at 1e-6, the final one's `layer_norm_epsilon`), biases
+    everywhere, a plain ReLU MLP `dff` wide, the token embeddings times √n_embd (always), CTRL's sinusoidal table
+    (all sines, then all cosines: a buffer, no parameters), a final LayerNorm, the head tied with
+    `tie_word_embeddings` (true) and a bias of its own (lm_head has bias=True)."""
+    d = f.int("n_embd")
+    heads = f.int("n_head")
+    # EncoderLayer builds its LayerNorms with eps=1e-6 whatever the config says; only the final one reads it
+    f.neutral("layer_norm_epsilon", 1e-6, "CTRL's layer LayerNorms keep eps 1e-6 and only the final LayerNorm "
+                                          "reads this; blockcli gives every LayerNorm one eps")
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": heads, "head_dim": divides(f, "n_embd", d, "n_head", heads),
+        "d_ff": f.int("dff"), "norm": "layernorm", "norm_eps": 1e-6, "activation": "relu",
+        "bias": True, "placement": "pre", "rope": False,
+    }
+    model = model_section(f.int("n_layer"), f.int("vocab_size"), "sinusoidal", f.int("n_positions"),
+                          f.bool("tie_word_embeddings", True))
+    model.update(sinusoidal_layout="halves", embedding_multiplier=math.sqrt(d), lm_head_bias=True)
     return block, model
 
 
@@ -135,6 +160,29 @@ GPT_BIGCODE = TensorMap("transformer.", (
 ))
 
 
+# CTRL: nn.Linear layers Wq, Wk, Wv, dense; the MLP an nn.Sequential (ffn.0, ReLU, ffn.2); no position table (its
+# buffer is not saved)
+CTRL = TensorMap("transformer.", (
+    tensor("wte", "w.weight"),
+    tensor("blocks.{i}.ln1_gamma", "h.{i}.layernorm1.weight"),
+    tensor("blocks.{i}.ln1_beta", "h.{i}.layernorm1.bias"),
+    *(tensor(f"blocks.{{i}}.w_{x}", f"h.{{i}}.multi_head_attention.W{x}.weight", LINEAR) for x in "qkv"),
+    *(tensor(f"blocks.{{i}}.b_{x}", f"h.{{i}}.multi_head_attention.W{x}.bias") for x in "qkv"),
+    tensor("blocks.{i}.w_o", "h.{i}.multi_head_attention.dense.weight", LINEAR),
+    tensor("blocks.{i}.b_o", "h.{i}.multi_head_attention.dense.bias"),
+    tensor("blocks.{i}.ln2_gamma", "h.{i}.layernorm2.weight"),
+    tensor("blocks.{i}.ln2_beta", "h.{i}.layernorm2.bias"),
+    tensor("blocks.{i}.w_up", "h.{i}.ffn.0.weight", LINEAR),
+    tensor("blocks.{i}.b_up", "h.{i}.ffn.0.bias"),
+    tensor("blocks.{i}.w_down", "h.{i}.ffn.2.weight", LINEAR),
+    tensor("blocks.{i}.b_down", "h.{i}.ffn.2.bias"),
+    tensor("ln_f_gamma", "layernorm.weight"),
+    tensor("ln_f_beta", "layernorm.bias"),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+    tensor("lm_head_bias", "lm_head.bias", top=True),
+), buffers=("pos_encoding",))
+
+
 FAMILIES = (
     Family("gpt2", "GPT-2", _gpt2, GPT2, frozenset({
         "n_ctx",  # legacy duplicate of n_positions, unused by HF GPT-2 (said by every GPT-2 config: no note)
@@ -155,6 +203,9 @@ FAMILIES = (
         "n_special": "the original release's count of special tokens (its vocabulary includes them)",
         "predict_special_tokens": "the original release's option to predict its special tokens",
     }),
+    Family("ctrl", "CTRL", _ctrl, CTRL, frozenset({
+        "embd_pdrop", "resid_pdrop",  # training-only dropout
+    }), padding_idx=False),  # CTRLModel's nn.Embedding has no padding_idx
     Family("gpt_bigcode", "GPTBigCode", _gpt_bigcode, GPT_BIGCODE, frozenset({
         "attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout",  # training-only dropout
         # where the softmax runs in half-precision training; transformers' eager attention ignores both

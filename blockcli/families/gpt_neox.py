@@ -3,6 +3,9 @@
 Persimmon (Adept's Persimmon-8B): GPT-NeoX's per-head fused QKV and names of its MLP, pre-norm (not parallel), a
 LayerNorm with a bias over each head's q and k before RoPE (`qk_layernorm`, one weight for all heads), a plain
 ReLU² MLP, RoPE on half of each head.
+
+GPT-NeoX Japanese (ABEJA): GPT-NeoX's per-head fused QKV and names, but sequential pre-norm, no bias on any
+projection, and one bias added after the attention's dense of the last layer alone (`dense_bias`).
 """
 
 from __future__ import annotations
@@ -114,10 +117,63 @@ PERSIMMON = TensorMap("model.", (
 ), buffers=("layers.{i}.self_attn.rotary_emb.inv_freq",))
 
 
+def _neox_japanese(f: Fields) -> tuple[dict, dict]:
+    """GPT-NeoX Japanese: pre-norm LayerNorms (eps `layer_norm_eps`) with biases, the fused query_key_value per
+    head without a bias, dense without one, except the last layer's attention, which adds `dense_bias` (d) to its
+    output (GPTNeoXJapaneseAttention's use_bias = layer_number == num_hidden_layers − 1); a bias-free plain MLP
+    hidden_size · `intermediate_multiple_size` wide of `hidden_act` (GELU); RoPE (rotate-half) on rotary_pct /
+    partial_rotary_factor (1.0) of each head, base rotary_emb_base / rope_theta (10000); the head embed_out tied
+    with `tie_word_embeddings` (true)."""
+    d = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    head_dim = divides(f, "hidden_size", d, "num_attention_heads", heads)
+    n_layers, positions = f.int("num_hidden_layers"), f.int("max_position_embeddings")
+    # GPTNeoXJapaneseConfig reads the legacy rotary_emb_base / rotary_pct only as defaults of rope_parameters
+    theta, fraction, scaling = rope_base(f, ("rotary_emb_base",), 10000.0, ("rotary_pct",), 1.0, positions)
+    rotated = int(head_dim * fraction)
+    if rotated % 2 or not rotated:
+        raise f.unrepresentable("rotary_pct" if f.has("rotary_pct") else "rope_parameters", fraction,
+                                f"it rotates {rotated} of {head_dim} dimensions per head; expected an even number, "
+                                f"at least 2")
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": heads, "head_dim": head_dim,
+        "d_ff": d * f.int("intermediate_multiple_size", 4), "norm": "layernorm",
+        "norm_eps": f.float("layer_norm_eps", 1e-5), "activation": plain_activation(f, "hidden_act", "gelu"),
+        "bias": bias_groups(False, n_layers == 1, False, True), "placement": "pre",
+        "rope": fraction, "rope_theta": theta,
+    }
+    if scaling:
+        block["rope_scaling"] = scaling
+    if n_layers > 1:  # the last layer's attention alone adds dense_bias
+        f.layers.append({"indices": [n_layers - 1], "block": {"bias": bias_groups(False, True, False, True)}})
+    model = model_section(n_layers, f.int("vocab_size"), "rope", positions, f.bool("tie_word_embeddings", True))
+    return block, model
+
+
+GPT_NEOX_JAPANESE = TensorMap("gpt_neox_japanese.", (
+    tensor("wte", "embed_in.weight"),
+    tensor("blocks.{i}.ln1_gamma", "layers.{i}.input_layernorm.weight"),
+    tensor("blocks.{i}.ln1_beta", "layers.{i}.input_layernorm.bias"),
+    tensor(QKV, "layers.{i}.attention.query_key_value.weight", GROUPED_QKV),  # [q | k | v] of each head in turn
+    tensor("blocks.{i}.w_o", "layers.{i}.attention.dense.weight", LINEAR),
+    tensor("blocks.{i}.b_o", "layers.{i}.attention.dense_bias"),  # the last layer's alone
+    tensor("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
+    tensor("blocks.{i}.ln2_beta", "layers.{i}.post_attention_layernorm.bias"),
+    tensor("blocks.{i}.w_up", "layers.{i}.mlp.dense_h_to_4h.weight", LINEAR),
+    tensor("blocks.{i}.w_down", "layers.{i}.mlp.dense_4h_to_h.weight", LINEAR),
+    tensor("ln_f_gamma", "final_layer_norm.weight"),
+    tensor("ln_f_beta", "final_layer_norm.bias"),
+    tensor("lm_head", "embed_out.weight", LINEAR, top=True),
+), buffers=("rotary_emb.inv_freq", "layers.{i}.attention.rotary_emb.inv_freq"))
+
+
 FAMILIES = (
     Family("persimmon", "Persimmon", _persimmon, PERSIMMON, frozenset({
         "attention_dropout", "hidden_dropout",  # training-only
     })),
+    Family("gpt_neox_japanese", "GPT-NeoX Japanese", _neox_japanese, GPT_NEOX_JAPANESE, frozenset({
+        "attention_dropout", "hidden_dropout",  # training-only
+    }), padding_idx=False),  # its embed_in has no padding_idx
     Family("gpt_neox", "GPT-NeoX", _neox, GPT_NEOX, frozenset({
         "attention_dropout", "hidden_dropout", "classifier_dropout",  # training-only
         "use_memory_efficient_attention",

@@ -1,6 +1,7 @@
 """The mixture-of-experts families: Mixtral, Qwen2-MoE (Qwen1.5-MoE), Qwen3-MoE, Qwen3-VL-MoE's language model and
 OLMoE (Qwen-MoE's tensor names, OLMo 2's q/k norms over the whole projection), FlexOlmo (OLMo 2's block with
-OLMoE's mixture), MiniMax-M2, Granite MoE (and its shared-expert variant).
+OLMoE's mixture), MiniMax-M2, Granite MoE (and its shared-expert variant), DBRX (LayerNorms without a bias, a
+fused Wqkv clamped by clip_qkv, GQA, experts in 2-D stacks; its fields nested in attn_config and ffn_config).
 
 Each is a Llama-like `gated_rms` block whose MLP is `block.moe`: softmax router scores, top-k
 (`num_experts_per_tok` of `num_local_experts` / `num_experts`), renormalised always (Mixtral) or per
@@ -16,13 +17,14 @@ Checkpoint tensors: per expert as `save_pretrained` writes them (Mixtral's
 
 from __future__ import annotations
 
-from blockcli.families.common import (TRAINING_ONLY, Composite, Family, apply_window, first_of, gated_rms, layer_types,
-                                      override_layers, refuse_nulls, rotating, silu_gate, sliding_layers, window_by_key,
+from blockcli.families.common import (TRAINING_ONLY, Composite, Family, apply_window, bias_groups, divides, first_of,
+                                      gated_rms, layer_types, mlp_activation, model_section, override_layers,
+                                      refuse_nulls, rope_base, rotating, silu_gate, sliding_layers, window_by_key,
                                       with_data)
-from blockcli.families.fields import Fields
+from blockcli.families.fields import COMMON_IGNORED, COMMON_NEUTRAL, Fields
 from blockcli.families.llama import (LLAMA, LLAMA_MLP, OLMO2, QWEN_VL_PATHS, QWEN_VL_TOP, granite_scalars,
                                      read_clip_qkv, text_only_mrope, theta_default)
-from blockcli.tensor_names import EXPERTS, EXPERTS_SIDE_BY_SIDE, FUSED, LINEAR, Tensor, TensorMap, tensor
+from blockcli.tensor_names import EXPERTS, EXPERTS_SIDE_BY_SIDE, FUSED, LINEAR, STACKED, Tensor, TensorMap, tensor
 
 # the router's load-balancing loss (its coefficient, and whether the logits are returned for it): training only
 MOE_TRAINING_ONLY = TRAINING_ONLY | {"output_router_logits", "router_aux_loss_coef"}
@@ -241,6 +243,105 @@ def _flex_olmo(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _nested(f: Fields, key: str) -> Fields:
+    """A nested config dict (DBRX's attn_config, ffn_config) read as its own Fields, its keys named `key.name` in
+    messages; absent or null: the sub-config class's defaults."""
+    value = f.raw(key, {})
+    if not isinstance(value, dict):
+        raise f.invalid(key, value, "an object")
+    return Fields({f"{key}.{k}": v for k, v in value.items()}, f.where, f.family)
+
+
+def _nested_leftovers(g: Fields, ignored: frozenset[str]) -> None:
+    """Every key of a nested config read, neutral, ignored on purpose or one every config class carries."""
+    for name, value in g.data.items():
+        inner = name.split(".", 1)[1]
+        if inner in COMMON_NEUTRAL:
+            g.neutral(name, COMMON_NEUTRAL[inner][0], COMMON_NEUTRAL[inner][1])
+        elif name not in g.used and inner not in ignored | COMMON_IGNORED:
+            raise g.unrepresentable(name, value, f"not a field blockcli knows for a {g.family} config; it might "
+                                                 f"change the architecture, so it is not ignored")
+
+
+def _dbrx(f: Fields) -> tuple[dict, dict]:
+    """DBRX: pre-norm LayerNorms without a bias (nn.LayerNorm's eps 1e-5), a fused bias-free Wqkv [Q | K | V]
+    whose output is clamped to ±attn_config.clip_qkv, attn_config.kv_n_heads K/V heads (1), RoPE (rotate-half)
+    on whole heads from rope_parameters (base 10000: attn_config.rope_theta must be there, DbrxAttention reads it
+    when built, but never applies it); a mixture of ffn_config.moe_num_experts (4) GLU experts of
+    ffn_config.ffn_hidden_size (3584) and ffn_act_fn {name} (SiLU), softmax over them, the top moe_top_k (1), their
+    weights divided by their p-norm for moe_normalize_expert_weights p (1.0: their sum; null: as they are); an
+    untied head (DbrxConfig refuses tie_word_embeddings)."""
+    d = f.int("d_model")
+    heads = f.int("n_heads")
+    head_dim = divides(f, "d_model", d, "n_heads", heads)
+    positions = f.int("max_seq_len")
+    attn, ffn = _nested(f, "attn_config"), _nested(f, "ffn_config")
+    # torch's clamp with neither bound fails, so DBRX's forward needs clip_qkv (the config class's default is null)
+    attn.raw("attn_config.clip_qkv", why="DbrxAttention clamps Q, K, V to ±clip_qkv, and torch's clamp without a "
+                                         "bound fails")
+    clip = attn.float("attn_config.clip_qkv", low=0.0, high=1e6)
+    attn.raw("attn_config.rope_theta", why="DbrxAttention reads it when built (RoPE takes rope_parameters' base)")
+    kv = attn.int("attn_config.kv_n_heads", 1)
+    if heads % kv:
+        raise attn.unrepresentable("attn_config.kv_n_heads", kv, f"n_heads={heads} is not a multiple of it")
+    # DbrxConfig writes attn_config.kv_n_heads here too; DbrxAttention reads the nested one
+    f.neutral("num_key_value_heads", kv, f"DbrxConfig sets it to attn_config.kv_n_heads ({kv})")
+    attn.ignore("attn_config.attn_pdrop")  # training-only
+    theta, _, scaling = rope_base(f, (), 10000.0, (), 1.0, positions)
+    if float(attn.data["attn_config.rope_theta"]) != theta:
+        f.said.append(f"attn_config.rope_theta {attn.data['attn_config.rope_theta']:g} is not applied: transformers "
+                      f"5.24's DBRX rotates with rope_parameters' base {theta:g}, and so does blockcli")
+    act = ffn.raw("ffn_config.ffn_act_fn", {"name": "silu"})
+    if not isinstance(act, dict) or set(act) - {"name"}:
+        raise ffn.unrepresentable("ffn_config.ffn_act_fn", act, "blockcli reads its 'name' only (DbrxExpertGLU "
+                                                                "calls ACT2FN[name] with no arguments)")
+    activation = mlp_activation(Fields({"ffn_config.ffn_act_fn.name": act.get("name", "silu")}, f.where, f.family),
+                                "ffn_config.ffn_act_fn.name", "silu", gated=True)
+    p = ffn.raw("ffn_config.moe_normalize_expert_weights", None) if ffn.has("ffn_config.moe_normalize_expert_weights") \
+        else 1.0
+    if p not in (None, 1, 1.0) or isinstance(p, bool):
+        raise ffn.unrepresentable("ffn_config.moe_normalize_expert_weights", p, "blockcli renormalises the chosen "
+                                                                                "weights by their sum (p = 1) or not at all (null)")
+    d_expert = ffn.int("ffn_config.ffn_hidden_size", 3584)
+    moe = {"n_experts": ffn.int("ffn_config.moe_num_experts", 4), "top_k": ffn.int("ffn_config.moe_top_k", 1),
+           "d_expert": d_expert, "renormalize": p is not None}
+    if moe["top_k"] > moe["n_experts"]:
+        raise ffn.unrepresentable("ffn_config.moe_top_k", moe["top_k"], f"more than the {moe['n_experts']} experts")
+    # training only: the router's input jitter, the load-balancing loss's weight; hidden_size is set to d_model
+    ffn.ignore("ffn_config.moe_jitter_eps", "ffn_config.moe_loss_weight", "ffn_config.hidden_size")
+    f.neutral("output_router_logits", False, "DBRX's load-balancing loss (ffn_config.moe_loss_weight) is not "
+                                             "checked against blockcli's")
+    f.neutral("tie_word_embeddings", False, "DbrxConfig refuses a tied head")
+    _nested_leftovers(attn, frozenset())
+    _nested_leftovers(ffn, frozenset())
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": kv, "head_dim": head_dim, "d_ff": d_expert,
+        "norm": "layernorm", "norm_eps": 1e-5, **activation, "bias": bias_groups(False, False, False, False),
+        "placement": "pre", "rope": 1.0, "rope_theta": theta, "clip_qkv": clip, "moe": moe,
+    }
+    if scaling:
+        block["rope_scaling"] = scaling
+    model = model_section(f.int("n_layers"), f.int("vocab_size"), "rope", positions, False)
+    return block, model
+
+
+# DBRX: the fused Wqkv Q | K | V, out_proj; the router and the experts' w1 (gate), v1 (up) as nn.Linear blocks
+# stacked (E·d_e, d), w2 (down) stacked in blockcli's (d_e, d) layout
+DBRX = TensorMap("transformer.", (
+    tensor("wte", "wte.weight"),
+    tensor("blocks.{i}.ln1_gamma", "blocks.{i}.norm_attn_norm.norm_1.weight"),
+    tensor("blocks.{i}.w_q blocks.{i}.w_k blocks.{i}.w_v", "blocks.{i}.norm_attn_norm.attn.Wqkv.weight", FUSED),
+    tensor("blocks.{i}.w_o", "blocks.{i}.norm_attn_norm.attn.out_proj.weight", LINEAR),
+    tensor("blocks.{i}.ln2_gamma", "blocks.{i}.norm_attn_norm.norm_2.weight"),
+    tensor("blocks.{i}.router", "blocks.{i}.ffn.router.layer.weight", LINEAR),
+    tensor("blocks.{i}.experts.{e}.w_gate", "blocks.{i}.ffn.experts.mlp.w1", FUSED),
+    tensor("blocks.{i}.experts.{e}.w_up", "blocks.{i}.ffn.experts.mlp.v1", FUSED),
+    tensor("blocks.{i}.experts.{e}.w_down", "blocks.{i}.ffn.experts.mlp.w2", STACKED),
+    tensor("ln_f_gamma", "norm_f.weight"),
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+), buffers=("rotary_emb.inv_freq",))
+
+
 def moe_tensors(router: str, experts: str, names: tuple[str, str, str], fused: str | None) -> tuple[Tensor, ...]:
     """A mixture's router and experts under `experts` (per expert: `{experts}.{e}.<gate|up|down>.weight`;
     fused 3-D: `{fused}.gate_up_proj` and `{fused}.down_proj`)."""
@@ -336,6 +437,7 @@ COMPOSITES = (
 )
 
 FAMILIES = (
+    Family("dbrx", "DBRX", _dbrx, DBRX, TRAINING_ONLY | {"resid_pdrop", "emb_pdrop"}),
     Family("mixtral", "Mixtral", _mixtral, MIXTRAL, MOE_TRAINING_ONLY | {"router_jitter_noise"}, aux_loss=True),  # jitter: training
     Family("qwen2_moe", "Qwen2-MoE", _qwen2_moe, QWEN_MOE, MOE_TRAINING_ONLY, aux_loss=True),
     Family("qwen3_moe", "Qwen3-MoE", _qwen3_moe, QWEN_MOE, MOE_TRAINING_ONLY, aux_loss=True),

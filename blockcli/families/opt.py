@@ -2,6 +2,9 @@
 
 BioGPT (Microsoft): OPT's pre-norm block under its own names, the token embeddings times √d (`scale_embedding`),
 every LayerNorm torch's default eps (its `layer_norm_eps` is never read), `hidden_act` GELU.
+
+XGLM (Meta): BioGPT's block under model., fairseq's fixed sinusoidal positions in place of the learned table (rows
+offset by 2, the pad_token_id row zero, no parameters), `activation_function` GELU.
 """
 
 from __future__ import annotations
@@ -58,10 +61,36 @@ def _biogpt(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
-# BioGPT: OPT's names under biogpt. (no decoder.), its head called output_projection
-BIOGPT = TensorMap("biogpt.", (
-    tensor("wte", "embed_tokens.weight"),
-    tensor("wpe", "embed_positions.weight"),  # max_positions + 2 rows: the offset
+def _xglm(f: Fields) -> tuple[dict, dict]:
+    """XGLM: pre-norm LayerNorms (nn.LayerNorm's eps 1e-5: XGLM passes none), biases everywhere, a plain MLP of
+    `activation_function` (GELU), the token embeddings times √d_model with `scale_embedding` (true), fairseq's
+    sinusoidal table (XGLMSinusoidalPositionalEmbedding: a buffer, no parameters) read at row t + 2, its row
+    pad_token_id zero, a final LayerNorm, the head tied with `tie_word_embeddings` (true)."""
+    d = f.int("d_model")
+    heads = f.int("attention_heads")
+    vocab, positions = f.int("vocab_size"), f.int("max_position_embeddings")
+    # nn.Embedding's padding_idx, and the table's zero row (null: neither)
+    pad = None if f.raw("pad_token_id", None) is None else f.int("pad_token_id", minimum=0)
+    if pad is not None and pad >= vocab:
+        raise f.invalid("pad_token_id", pad, f"a token id below vocab_size {vocab} (nn.Embedding's padding_idx)")
+    if pad is not None and pad >= positions + 2:
+        raise f.invalid("pad_token_id", pad, f"an id below max_position_embeddings + 2 = {positions + 2} (the "
+                                              f"sinusoidal table's row XGLM sets to zero)")
+    block = {
+        "d_model": d, "n_heads": heads, "n_kv_heads": heads,
+        "head_dim": divides(f, "d_model", d, "attention_heads", heads), "d_ff": f.int("ffn_dim"),
+        "norm": "layernorm", "norm_eps": 1e-5, "activation": plain_activation(f, "activation_function", "gelu"),
+        "bias": True, "placement": "pre", "rope": False,
+    }
+    model = model_section(f.int("num_layers"), vocab, "sinusoidal", positions, f.bool("tie_word_embeddings", True))
+    model.update(sinusoidal_layout="fairseq", position_offset=2)
+    if f.bool("scale_embedding", True):
+        model["embedding_multiplier"] = math.sqrt(d)
+    return block, model
+
+
+# BioGPT's and XGLM's layers: OPT's names without decoder.
+_FAIRSEQ_LAYERS = (
     tensor("blocks.{i}.ln1_gamma", "layers.{i}.self_attn_layer_norm.weight"),
     tensor("blocks.{i}.ln1_beta", "layers.{i}.self_attn_layer_norm.bias"),
     *(tensor(f"blocks.{{i}}.w_{x}", f"layers.{{i}}.self_attn.{x}_proj.weight", LINEAR) for x in "qkv"),
@@ -76,8 +105,20 @@ BIOGPT = TensorMap("biogpt.", (
     tensor("blocks.{i}.b_down", "layers.{i}.fc2.bias"),
     tensor("ln_f_gamma", "layer_norm.weight"),
     tensor("ln_f_beta", "layer_norm.bias"),
+)
+# BioGPT: under biogpt., its learned positions, its head called output_projection
+BIOGPT = TensorMap("biogpt.", (
+    tensor("wte", "embed_tokens.weight"),
+    tensor("wpe", "embed_positions.weight"),  # max_positions + 2 rows: the offset
+    *_FAIRSEQ_LAYERS,
     tensor("lm_head", "output_projection.weight", LINEAR, top=True),
 ))
+# XGLM: under model., no position table (the sinusoidal buffer is not saved; older conversions may hold it)
+XGLM = TensorMap("model.", (
+    tensor("wte", "embed_tokens.weight"),
+    *_FAIRSEQ_LAYERS,
+    tensor("lm_head", "lm_head.weight", LINEAR, top=True),
+), buffers=("embed_positions.weights", "embed_positions._float_tensor"))
 
 
 OPT = TensorMap("model.", (
@@ -113,4 +154,8 @@ FAMILIES = (
     }), unread={  # modeling_biogpt.py (transformers 5.24) never reads it
         "layer_norm_eps": "BioGPT builds its LayerNorms with torch's default eps, 1e-5",
     }),
+    Family("xglm", "XGLM", _xglm, XGLM, frozenset({
+        "dropout", "attention_dropout", "activation_dropout", "layerdrop",  # training-only
+        "init_std",
+    })),
 )
