@@ -153,6 +153,8 @@ class MoE:
     router_norm: bool = False
     # each chosen expert's routing weight times a learned per-expert scale (`expert_scale` (E,); Gemma 4)
     expert_scale: bool = False
+    # a learned (d,) bias `moe_bias` added to the mixture's output, after the weighted sum (JetMoE's mlp.bias)
+    out_bias: bool = False
 
 
 @dataclass(frozen=True)
@@ -350,6 +352,19 @@ class Lightning:
     norm_eps: float = 1e-6  # the output RMSNorm's eps (transformers builds it with its default)
 
 
+@dataclass(frozen=True)
+class MixtureOfAttention:
+    """JetMoE's mixture of attention heads in place of W_Q and W_O: a router (d, E) picks `top_k` of `n_experts`
+    attention experts per token (the top-k logits, softmaxed over those k); each expert has its own query projection
+    (d, h_kv·d_h) and output projection (h_kv·d_h, d); K and V (h_kv heads of d_h, RoPE on K) are one projection
+    shared by every expert. Each chosen expert's h_kv query heads attend to the shared K/V (head i to K/V head i), its
+    heads' output goes through its own W_O, times its routing weight; the k outputs are summed, plus a (d,) bias.
+    The block's n_heads is top_k·n_kv_heads (transformers' num_attention_heads); the K/V cache is h_kv heads."""
+
+    n_experts: int
+    top_k: int
+
+
 # what one layer holds: a mixer and an MLP, or one of them (Nemotron-H); hybrid: two mixers side by side, attention
 # and block.mamba both reading LN1's output, their outputs summed, then the MLP (Falcon-H1)
 LAYER_PARTS = ("both", "mixer", "mlp", "hybrid")
@@ -429,6 +444,7 @@ class BlockConfig:
     # d_p > 0: a per-layer input (model.per_layer_dim) joins after the MLP: y + norm(act(y·W_pg) ⊙ e_l)·W_pp (Gemma 4)
     per_layer_input: int = 0
     lightning: Lightning | None = None  # MiniMax's lightning attention in place of softmax attention (blockcli.lightning)
+    moa: MixtureOfAttention | None = None  # JetMoE's mixture of attention heads in place of W_Q and W_O (blockcli.moa)
     # each residual add as α·skip + β·branch (MiniMax's alpha/beta factors), for the attention and the MLP add
     attn_skip_scale: float = 1.0
     attn_branch_scale: float = 1.0
@@ -1219,7 +1235,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "mamba", "parts", "clip_after_qk_norm", "short_conv", "attention_in_multiplier",
               "attention_out_multiplier", "mlp_multipliers", "sub_norms", "v_norm", "k_eq_v", "kv_from",
               "layer_scalar", "per_layer_input", "lightning", "attn_skip_scale", "attn_branch_scale",
-              "mlp_skip_scale", "mlp_branch_scale")
+              "mlp_skip_scale", "mlp_branch_scale", "moa")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1292,10 +1308,12 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         layer_scalar=_bool(data, "layer_scalar", p, False),
         per_layer_input=_int(data, "per_layer_input", p, 0, minimum=0),
         lightning=_parse_lightning(data.get("lightning")),
+        moa=_parse_moa(data.get("moa")),
         **{key: _float(data, key, p, 1.0, -1e6, 1e6) for key in SCALE_KEYS},
     )
+    _check_moa(block)
     plain_attention = block.mla is None and block.linear_attention is None and block.mamba is None \
-        and block.short_conv is None and block.lightning is None and block.parts != "mlp"
+        and block.short_conv is None and block.lightning is None and block.moa is None and block.parts != "mlp"
     for key, off in (("v_norm", False), ("k_eq_v", False), ("kv_from", -1)):
         if getattr(block, key) != off and not plain_attention:
             raise ConfigError(f"block.{key}: a setting of multi-head attention (Gemma 4); this layer has none")
@@ -1471,6 +1489,7 @@ def _parse_moe(value: Any) -> MoE | None:
         beside_dense=_bool(value, "beside_dense", p, False),
         router_norm=_bool(value, "router_norm", p, False),
         expert_scale=_bool(value, "expert_scale", p, False),
+        out_bias=_bool(value, "out_bias", p, False),
     )
     if moe.order == "topk_softmax" and (moe.scoring != "softmax" or moe.selection_bias or moe.n_groups > 1):
         raise ConfigError(f"{p}.order: topk_softmax softmaxes the k chosen logits; it takes scoring softmax, "
@@ -1482,6 +1501,9 @@ def _parse_moe(value: Any) -> MoE | None:
     if moe.selection_bias_frozen and not moe.selection_bias:
         raise ConfigError(f"{p}.selection_bias_frozen: says how the selection bias is stored, but selection_bias "
                           f"is false (no selection bias)")
+    if moe.out_bias and (moe.d_shared or moe.beside_dense):
+        raise ConfigError(f"{p}.out_bias: JetMoE's mixture bias sits on a mixture of routed experts alone (no shared "
+                          f"expert, not beside a dense MLP)")
     if moe.shared_gate and not moe.d_shared:
         raise ConfigError(f"{p}.shared_gate: gates the shared expert, but d_shared is 0 (no shared expert)")
     return moe
@@ -1555,6 +1577,39 @@ def _parse_lightning(value: Any) -> Lightning | None:
                      norm_eps=_float(value, "norm_eps", p, 1e-6, 0.0, 1.0, low_open=True))
 
 
+
+
+def _parse_moa(value: Any) -> MixtureOfAttention | None:
+    if value is None:
+        return None
+    p = "block.moa"
+    _nested_section(value, MixtureOfAttention, p, ("n_experts", "top_k"), "a mixture of attention heads")
+    n_experts = _int(value, "n_experts", p, 8, maximum=MAX_EXPERTS)
+    return MixtureOfAttention(n_experts=n_experts, top_k=_int(value, "top_k", p, 2, maximum=n_experts))
+
+
+def _check_moa(block: BlockConfig) -> None:
+    """A mixture of attention heads is JetMoE's plain attention with routed W_Q/W_O: its heads are top_k·n_kv_heads,
+    and none of the other mixers or attention variants go with it."""
+    m = block.moa
+    if m is None:
+        return
+    if block.n_heads != m.top_k * block.n_kv_heads:
+        raise ConfigError(f"block.n_heads: with block.moa it is moa.top_k · n_kv_heads = {m.top_k * block.n_kv_heads} "
+                          f"(each chosen expert's n_kv_heads query heads); got {block.n_heads}")
+    other = next((key for key in ("mla", "linear_attention", "mamba", "short_conv", "lightning")
+                  if getattr(block, key) is not None), None)
+    if other is not None:
+        raise ConfigError(f"block.moa: a layer has one token mixer; block.{other} is set too")
+    if block.parts != "both":
+        raise ConfigError(f"block.moa: a mixture of attention heads sits in a layer of both parts; parts is {block.parts}")
+    for key, off in (("qk_norm", "none"), ("attention_gate", False), ("attention_sinks", False), ("alibi", False),
+                     ("clip_qkv", 0.0), ("sub_norms", False), ("query_scale", 0.0)):
+        if getattr(block, key) != off:
+            raise ConfigError(f"block.{key}: not with block.moa (JetMoE's mixture of attention heads has no {key})")
+    if block.bias.qkv or block.bias.out:
+        raise ConfigError("block.bias: with block.moa the K/V projection and the experts' projections have no biases "
+                          "(the mixture's one bias is its own, moa_bias); set bias.qkv and bias.out false")
 
 
 def _multipliers(data: Mapping[str, Any], key: str, p: str, n: int) -> tuple[float, ...]:

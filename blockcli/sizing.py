@@ -133,6 +133,8 @@ class Dims:
     hybrid: bool = False  # attention beside the Mamba-2 mixer in the same layer (block.parts hybrid: Falcon-H1)
     shared_kv: bool = False  # Gemma 4's block.kv_from: the layer attends to another layer's cached K/V, caching none
     lightning: bool = False  # MiniMax's lightning attention in place of softmax attention: a state h·d_h·d_h, no K/V
+    moa_router: int = 0  # JetMoE's mixture of attention heads: its router's d·E_a weights (its k_a experts' W_q, W_o are
+    # as wide as Q and W_O of h = k_a·h_kv heads, the shared K/V as any h_kv heads')
 
     @classmethod
     def of(cls, config: Config) -> "Dims":
@@ -148,7 +150,7 @@ class Dims:
                    d_index=mla.index_head_dim if mla and mla.own_indexer else 0,
                    h_index=mla.index_heads if mla and mla.own_indexer else 0,
                    R=ssm.dt_rank if isinstance(ssm, Mamba1) else 0, hybrid=b.parts == "hybrid", shared_kv=b.kv_from >= 0,
-                   lightning=b.lightning is not None)
+                   lightning=b.lightning is not None, moa_router=b.d_model * b.moa.n_experts if b.moa else 0)
 
     @property
     def mamba(self) -> bool:
@@ -254,7 +256,8 @@ def matmul_weights(dims: Dims) -> tuple[int, int]:
         # DeepSeek Sparse Attention's indexer: its queries from the latent, its key and its head weights from x
         indexer = dims.h_index * dims.d_index * dims.r_q + dims.d * (dims.d_index + dims.h_index)
         return attention + indexer + mlp, head
-    return dims.d * (q + 2 * kv) + q * dims.d + mlp, head
+    # JetMoE: each token's k_a experts' queries (k_a·h_kv·d_h = h·d_h) and outputs, the shared K/V, the router
+    return dims.d * (q + 2 * kv) + q * dims.d + dims.moa_router + mlp, head
 
 
 def score_pairs(T: int, causal: bool, window: int = 0, chunk: int = 0) -> int:
@@ -828,6 +831,8 @@ def largest_module(config: Config) -> tuple[str, int]:
                 continue
             if key.startswith("experts."):
                 add(f"the routed experts of one of {where}", shape)
+            elif key.startswith("attn_experts."):
+                add(f"the attention experts of one of {where}", shape)
             else:  # w_q and b_q one linear layer; ln1_gamma and ln1_beta one norm
                 module = re.sub(r"^(shared_)?[wb]_|_(gamma|beta)$", lambda m: m.group(1) or "", key)
                 add(f"{module} of one of {where}", shape)

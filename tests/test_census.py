@@ -41,7 +41,7 @@ UNCLAIMED = {
     "ctrl", "dbrx", "deepseek_v4", "diffllama", "doge", "dory", "dots3_note", "dots3_note_text", "emu3", "flint",
     "fuyu", "gemma3n", "gemma3n_text", "gemma4_assistant", "gemma4_unified", "gemma4_unified_assistant",
     "gemma4_unified_text", "git", "got_ocr2", "gpt_neox_japanese", "hrm_text", "hy_v3", "hy_v4",
-    "inkling2_loop_text", "inkling2_text", "inkling_text", "jetmoe", "kolibri1", "laguna", "lara_mini",
+    "inkling2_loop_text", "inkling2_text", "inkling_text", "kolibri1", "laguna", "lara_mini",
     "lfm2_moe", "lfm3", "longcat_flash", "mamba2", "mellum", "mimo_v2_flash", "minimax_m3_vl_text", "mllama",
     "modernbert-decoder", "moshi", "olmo_hybrid", "phi4_multimodal", "qwen4_exp", "qwen4_exp_text",
     "recurrent_gemma", "rwkv",
