@@ -881,7 +881,10 @@ def check_large_inputs(c: Context) -> tuple[bool, str, str]:
     measured = f"output finite for inputs scaled by {LARGE:g}: {finite}"
     if c.subject.rebuild is not None:  # the pre-norm undoes an input scale; scaled W_Q, W_K make the scores huge
         p = dict(c.subject.weights)
-        for key in ("w_q", "b_q", "w_k", "b_k") if c.cfg.mla is None else ("w_q_b" if "w_q_b" in p else "w_q",):
+        keys = ("w_q", "b_q", "w_k", "b_k") if c.cfg.mla is None else ("w_q_b" if "w_q_b" in p else "w_q",)
+        if c.cfg.moa is not None:  # a mixture of attention heads: every attention expert's W_q, and the shared W_K
+            keys = tuple(f"attn_experts.{e}.w_q" for e in range(c.cfg.moa.n_experts)) + ("w_k",)
+        for key in keys:
             if key in p:  # latent attention: its keys come out of a normalised latent, so Q takes both scales
                 p[key] = p[key] * (QK_SCALE if c.cfg.mla is None else QK_SCALE ** 2)
         if c.cfg.qk_norm != "none":  # normalised queries and keys undo W_Q's scale: scale the norms' outputs
