@@ -224,3 +224,14 @@ def test_sizing_counts_the_shared_kv_cache_and_the_routed_projections() -> None:
     caches = model.new_cache()
     model.step(np.array([[1, 2, 3, 4, 5]]), caches)
     assert sum(c.k.nbytes + c.v.nbytes for c in caches) == sized.kv_bytes
+
+
+def test_verify_and_its_seeded_bugs_on_the_fixture() -> None:
+    """verify passes (its softmax and head-split items that need one W_Q or W_O skipped, saying why) and every seeded bug
+    that can show on a mixture of attention heads is caught, softmax-no-max through the experts' W_q too."""
+    from test_checkpoint import cli
+
+    proc = cli("verify", str(FIXTURE), "--grad")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = cli("verify", str(FIXTURE), "--mutants")
+    assert proc.returncode == 0 and "every seeded bug is caught" in proc.stdout, proc.stdout + proc.stderr
