@@ -50,6 +50,7 @@ from blockcli.tape import Tape
 from blockcli.deltanet import DeltaNetState, GatedDeltaNetMixer
 from blockcli.lightning import LightningMixer, LightningState
 from blockcli import moa as MOA
+from blockcli import differential as DIFF
 
 Record = Callable[..., None]  # record(key, op, out, inputs, kind=..., params=...)
 
@@ -569,6 +570,8 @@ class MultiHeadAttention:
             if tape is not None:
                 raise InputError(GEMMA4_NO_BACKWARD.format(field=gemma4_field(cfg)))
             return self._shared_kv(x, rec, cache)
+        if cfg.differential is not None and tape is not None:
+            raise InputError(DIFF.NO_BACKWARD)
         qkv = F.linear(x, self.w_qkv, self.b_qkv)  # (B, T, (h + 2·h_kv)·d_h): one GEMM for Q, K and V
         q_width, kv_width = p["w_q"].shape[1], p["w_k"].shape[1]
         q_flat = qkv[..., :q_width]  # (B, T, h·d_h)
@@ -616,6 +619,8 @@ class MultiHeadAttention:
 
         if cache is not None:
             k, v = cache.append(k, v)  # (B, h_kv, T_seen, d_h)
+        if cfg.differential is not None:  # DiffLlama: paired heads over both halves of the values
+            return self._differential(q, k, v, start, rec, drop)
         heads = self._attend(q, k, v, start, rec, drop, saved if tape is not None else None)  # (B, h, T, d_h)
         concat = ops.combine_heads(heads)  # (B, T, h·d_h)
         rec("attn_concat", "combine heads", concat, (heads,), kind="reshape")
@@ -636,6 +641,28 @@ class MultiHeadAttention:
         rec("attn_out", "output projection", out, (concat, p["w_o"]), kind="linear", params=("w_o", "b_o"))
         if tape is not None:
             tape.keep("attn", **saved)
+        return out
+
+    def _differential(self, q: Array, k: Array, v: Array, start: int, rec: Record,
+                      drop: Callable[[Array], Array] | None) -> Array:
+        """Differential attention (blockcli/differential.py) from the rotated q (B, h, T, d_h) and the K, V seen
+        (B, h_kv, T_k, d_h): one softmax per query head over the values of both halves (B, h_kv, T_k, 2·d_h), head i
+        minus λ·head i + h/2, RMS-normalised over its 2·d_h without a scale, × (1 − λ_init), then W_O → (B, T, d)."""
+        cfg, p, ops, m = self.cfg, self.p, self.ops, DIFF.mixer_of(self.cfg)
+        h = cfg.n_heads
+        both = DIFF.both_halves(v)  # (B, h_kv, T_k, 2·d_h)
+        rec("v_both", DIFF.VALUES_LABEL, both, (v,), kind="reshape")
+        heads = self._attend(q, k, both, start, rec, drop)  # (B, h, T, 2·d_h)
+        lam = DIFF.lambda_of(p, m.lambda_init, heads.dtype)  # ()
+        combined = heads[:, :h // 2] - lam * heads[:, h // 2:]  # (B, h/2, T, 2·d_h)
+        rec("diff_combine", DIFF.combine_label(m), combined, (heads,), kind="differential",
+            params=("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"))
+        normed = ops.rms_norm(combined, 1.0, None, cfg.norm_eps) * np.asarray(1 - m.lambda_init, dtype=heads.dtype)
+        rec("diff_norm", DIFF.norm_label(m), normed, (combined,), kind="rmsnorm")
+        concat = ops.combine_heads(normed)  # (B, T, h·d_h): pair i's 2·d_h at columns i·2·d_h …
+        rec("attn_concat", "combine heads", concat, (normed,), kind="reshape")
+        out = ops.project_out(concat, p["w_o"], p.get("b_o"))  # (B, T, d)
+        rec("attn_out", "output projection", out, (concat, p["w_o"]), kind="linear", params=("w_o", "b_o"))
         return out
 
     def _shared_kv(self, x: Array, rec: Record, cache: KVCache | None) -> Array:

@@ -365,6 +365,17 @@ class MixtureOfAttention:
     top_k: int
 
 
+@dataclass(frozen=True)
+class Differential:
+    """Differential attention (DiffLlama, the Differential Transformer): the block's softmax attention, each query head
+    reading the values of two K/V heads side by side, [V_j | V_(j + h_kv/2)] for its K/V head j < h_kv/2 (h_kv even);
+    query head i and head i + h/2 (i < h/2) are a pair: o_i = A_i·[V | V'] − λ·A_(i+h/2)·[V | V'] (2·d_h wide),
+    λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init (four learned (d_h,) vectors); each o_i is RMS-normalised over its
+    2·d_h without a scale (eps the block's norm_eps), times (1 − λ_init); the h/2 pairs (h·d_h) go through W_O."""
+
+    lambda_init: float = 0.2  # DiffLlama: 0.8 − 0.6·exp(−0.3·l) for layer l (layer 0's by default)
+
+
 # what one layer holds: a mixer and an MLP, or one of them (Nemotron-H); hybrid: two mixers side by side, attention
 # and block.mamba both reading LN1's output, their outputs summed, then the MLP (Falcon-H1)
 LAYER_PARTS = ("both", "mixer", "mlp", "hybrid")
@@ -445,6 +456,7 @@ class BlockConfig:
     per_layer_input: int = 0
     lightning: Lightning | None = None  # MiniMax's lightning attention in place of softmax attention (blockcli.lightning)
     moa: MixtureOfAttention | None = None  # JetMoE's mixture of attention heads in place of W_Q and W_O (blockcli.moa)
+    differential: Differential | None = None  # differential attention (DiffLlama; blockcli.differential)
     # each residual add as α·skip + β·branch (MiniMax's alpha/beta factors), for the attention and the MLP add
     attn_skip_scale: float = 1.0
     attn_branch_scale: float = 1.0
@@ -1235,7 +1247,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "mamba", "parts", "clip_after_qk_norm", "short_conv", "attention_in_multiplier",
               "attention_out_multiplier", "mlp_multipliers", "sub_norms", "v_norm", "k_eq_v", "kv_from",
               "layer_scalar", "per_layer_input", "lightning", "attn_skip_scale", "attn_branch_scale",
-              "mlp_skip_scale", "mlp_branch_scale", "moa")
+              "mlp_skip_scale", "mlp_branch_scale", "moa", "differential")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1309,9 +1321,11 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         per_layer_input=_int(data, "per_layer_input", p, 0, minimum=0),
         lightning=_parse_lightning(data.get("lightning")),
         moa=_parse_moa(data.get("moa")),
+        differential=_parse_differential(data.get("differential")),
         **{key: _float(data, key, p, 1.0, -1e6, 1e6) for key in SCALE_KEYS},
     )
     _check_moa(block)
+    _check_differential(block)
     plain_attention = block.mla is None and block.linear_attention is None and block.mamba is None \
         and block.short_conv is None and block.lightning is None and block.moa is None and block.parts != "mlp"
     for key, off in (("v_norm", False), ("k_eq_v", False), ("kv_from", -1)):
@@ -1586,6 +1600,37 @@ def _parse_moa(value: Any) -> MixtureOfAttention | None:
     _nested_section(value, MixtureOfAttention, p, ("n_experts", "top_k"), "a mixture of attention heads")
     n_experts = _int(value, "n_experts", p, 8, maximum=MAX_EXPERTS)
     return MixtureOfAttention(n_experts=n_experts, top_k=_int(value, "top_k", p, 2, maximum=n_experts))
+
+
+def _parse_differential(value: Any) -> Differential | None:
+    if value is None:
+        return None
+    p = "block.differential"
+    _nested_section(value, Differential, p, (), "differential attention")
+    return Differential(lambda_init=_float(value, "lambda_init", p, 0.2, -1e6, 1e6))
+
+
+def _check_differential(block: BlockConfig) -> None:
+    """Differential attention is DiffLlama's softmax attention with paired heads: an even number of K/V heads, and
+    none of the other mixers or attention variants."""
+    if block.differential is None:
+        return
+    if block.n_kv_heads % 2:
+        raise ConfigError(f"block.n_kv_heads: differential attention splits the values into two halves of K/V heads; "
+                          f"expected an even n_kv_heads, got {block.n_kv_heads}")
+    other = next((key for key in ("mla", "linear_attention", "mamba", "short_conv", "lightning", "moa")
+                  if getattr(block, key) is not None), None)
+    if other is not None:
+        raise ConfigError(f"block.differential: a layer has one token mixer; block.{other} is set too")
+    if block.parts != "both":
+        raise ConfigError(f"block.differential: differential attention sits in a layer of both parts; parts is "
+                          f"{block.parts}")
+    for key, off in (("qk_norm", "none"), ("attention_gate", False), ("attention_sinks", False), ("alibi", False),
+                     ("clip_qkv", 0.0), ("sub_norms", False), ("query_scale", 0.0), ("attention_softcap", 0.0),
+                     ("attention_dropout", 0.0), ("kv_from", -1), ("k_eq_v", False), ("v_norm", False)):
+        if getattr(block, key) != off:
+            raise ConfigError(f"block.{key}: not with block.differential (DiffLlama's differential attention has no "
+                              f"{key})")
 
 
 def _check_moa(block: BlockConfig) -> None:

@@ -231,6 +231,9 @@ def block_formula(b: BlockConfig) -> list[Row]:
                                 term(1, *q_width) if b.bias.qkv else no, ("w_attn_gate", "b_attn_gate")))
         if b.sub_norms:  # BitNet: the heads' output normalised before W_O, h·d_h features
             rows.insert(-1, _sub_norm(b, "attn.sub_norm", f"{_norm_name(b)} of the heads' output (before W_O)", q_width))
+        if b.differential is not None:  # DiffLlama: λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init, four d_h vectors
+            rows.append(Row("attn.lambda", "differential attention's λ_q1, λ_k1, λ_q2, λ_k2", term(4, "d_h"), no,
+                            ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")))
     attends = b.parts == "hybrid" or (b.mamba is None and b.short_conv is None and b.lightning is None)  # sinks and q/k norms: attention's
     if b.attention_sinks and attends:  # one logit per query head, joined to each row's softmax
         rows.append(Row("attn.sinks", "attention sinks (a logit per head)", term(1, "h"), no, ("sinks",)))
@@ -638,6 +641,8 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
         attention = "short conv (in, conv, out)"
     elif config.block.lightning is not None:
         attention = "lightning attention (qkv, gate, norm, out)"
+    elif config.block.differential is not None:
+        attention = "differential attention (Q, K, V, O, λ)"
     elif config.block.moa is not None:
         attention = "mixture of attention heads (router, experts' Q and O, shared K/V, bias)"
     elif config.block.linear_attention is not None or config.block.attention_gate:

@@ -213,6 +213,8 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     elif cfg.qk_norm == "each_head":  # over each head's d_h, with weights of its own: (heads, d_h)
         for name, heads in (("q_norm", cfg.n_heads), ("k_norm", cfg.n_kv_heads)):
             shapes.update({k: (heads,) + s for k, s in norm_shapes(name, cfg.head_dim, cfg, cfg.bias.qk_norm).items()})
+    if cfg.differential is not None:  # DiffLlama's four λ vectors, d_h each
+        shapes.update({f"lambda_{name}": (cfg.head_dim,) for name in ("q1", "k1", "q2", "k2")})
     return shapes
 
 

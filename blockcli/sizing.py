@@ -133,6 +133,7 @@ class Dims:
     hybrid: bool = False  # attention beside the Mamba-2 mixer in the same layer (block.parts hybrid: Falcon-H1)
     shared_kv: bool = False  # Gemma 4's block.kv_from: the layer attends to another layer's cached K/V, caching none
     lightning: bool = False  # MiniMax's lightning attention in place of softmax attention: a state h·d_h·d_h, no K/V
+    differential: bool = False  # DiffLlama's differential attention: each softmax reads both halves of V (2·d_h)
     moa_router: int = 0  # JetMoE's mixture of attention heads: its router's d·E_a weights (its k_a experts' W_q, W_o are
     # as wide as Q and W_O of h = k_a·h_kv heads, the shared K/V as any h_kv heads')
 
@@ -150,7 +151,8 @@ class Dims:
                    d_index=mla.index_head_dim if mla and mla.own_indexer else 0,
                    h_index=mla.index_heads if mla and mla.own_indexer else 0,
                    R=ssm.dt_rank if isinstance(ssm, Mamba1) else 0, hybrid=b.parts == "hybrid", shared_kv=b.kv_from >= 0,
-                   lightning=b.lightning is not None, moa_router=b.d_model * b.moa.n_experts if b.moa else 0)
+                   lightning=b.lightning is not None, moa_router=b.d_model * b.moa.n_experts if b.moa else 0,
+                   differential=b.differential is not None)
 
     @property
     def mamba(self) -> bool:
@@ -180,8 +182,8 @@ class Dims:
 
     @property
     def value_dim(self) -> int:
-        """Each head's value width: d_h, or latent attention's d_v."""
-        return self.d_v if self.latent else self.d_h
+        """Each head's value width: d_h, or latent attention's d_v, or differential attention's two halves 2·d_h."""
+        return self.d_v if self.latent else 2 * self.d_h if self.differential else self.d_h
 
     @classmethod
     def per_group(cls, config: Config) -> list["Dims"]:
@@ -737,6 +739,9 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
     profiles.check(attention, config, recompute)
     if any(dims.lightning for dims in Dims.per_group(config)):
         raise InputError(f"{config.name}: the training step of lightning-attention layers is not modelled (their "
+                         f"backward is not implemented): --train sizes attention layers' activations and backward only")
+    if any(dims.differential for dims in Dims.per_group(config)):
+        raise InputError(f"{config.name}: the training step of differential-attention layers is not modelled (their "
                          f"backward is not implemented): --train sizes attention layers' activations and backward only")
     if any(dims.mamba or dims.conv_K for dims in Dims.per_group(config)):
         raise InputError(f"{config.name}: the training step of Mamba-1 and Mamba-2 (state-space) layers and short "

@@ -31,6 +31,7 @@ from blockcli.deltanet import SYMBOLIC_DELTANET, SYMBOLIC_KDA, state_bytes
 from blockcli.deltanet import analytic_rows as deltanet_analytic_rows
 from blockcli import lightning as LA
 from blockcli import moa as MOA
+from blockcli import differential as DIFF
 from blockcli import mamba as M1
 from blockcli.mamba import DT_LABEL, IN_LABEL, OUT_LABEL, SKIP_LABEL, conv_label, norm_label, scan_label
 from blockcli.mamba import SYMBOLIC as MAMBA_SYMBOLIC
@@ -47,6 +48,7 @@ ELEMENT_FLOPS = {
     # Gated DeltaNet (blockcli/deltanet.py): the conv's and the delta rule's products are matmul FLOPs (see
     # _matmul_flops), the decay of the state d_k per output element (see Recorder)
     "conv": 0, "delta_rule": 0, "l2norm": 3, "decay": 5, "gated_norm": 8,
+    "differential": 2,  # differential attention: head i − λ·head i + h/2, a multiply and a subtract per element
     "lightning": 0,  # lightning attention: its products are matmul FLOPs, the state's decay d_h per output element
     # "combine" (the weighted sum of a token's k expert outputs) costs 2·k per output element: see Recorder
     "softplus": 4, "skip": 2, "gated_rmsnorm": 8,  # a Mamba-2 layer's Δ, its D·x skip, its y ⊙ silu(z) normalised
@@ -300,6 +302,8 @@ def symbolic_shapes(b: BlockConfig) -> dict[str, str]:
         return dict(LA.SYMBOLIC)
     if b.moa is not None:
         return dict(MOA.SYMBOLIC)
+    if b.differential is not None:
+        return dict(DIFF.SYMBOLIC)
     if b.mla is not None and b.mla.index_heads:
         return {**SYMBOLIC_LATENT, **SYMBOLIC_INDEXER}
     return dict(SYMBOLIC_LATENT) if b.mla is not None else {}
@@ -726,6 +730,10 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             q_scaled = S(B, h, T, d_h)
             rec("q_scale", query_scale_label(b), q_scaled, (q,), kind="scale")
             q = q_scaled
+        if b.differential is not None:  # DiffLlama: the softmax over both halves of the values, then its own rows
+            both = S(B, h_kv, T, 2 * d_h)
+            rec("v_both", DIFF.VALUES_LABEL, both, (v,), kind="reshape")
+            return DIFF.analytic_rows(b, rec, S, scores_and_heads(q, k, both, 2 * d_h, heads_only=True), B, T)
         return scores_and_heads(q, k, v, d_h, inp)
 
     def expert_mlp(inp: ShapeOnly, rows: tuple[int, ...], width: int, key: str, label: Any,

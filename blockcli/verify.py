@@ -1332,6 +1332,12 @@ def unmodelled(i: int, cfg: BlockConfig) -> str | None:
     if cfg.lightning is not None and i == 12:
         return ("blockcli's slow reference has no lightning attention; tests/test_lightning.py holds it to "
                 "transformers and to a loop reference")
+    if cfg.differential is not None and i == 5:
+        return ("differential attention combines head i with head i + h/2 and RMS-normalises each pair before W_O "
+                "(no concatenation of the heads as they are)")
+    if cfg.differential is not None and i == 12:
+        return ("blockcli's slow reference has no differential attention; tests/test_diffllama.py holds it to "
+                "transformers and to a loop reference")
     if cfg.moa is not None and i == 2:
         return "a mixture of attention heads takes each token's queries from its chosen experts (no one Q projection)"
     if cfg.moa is not None and i == 5:

@@ -1397,3 +1397,43 @@ def mixture_of_attention(n_experts, top_k, n_kv_heads, head_dim, rope_theta, wei
                 out = out + g * np.array(linear_vec(heads, weights["attn_experts.%d.w_o" % e], None))
             y[b, t] = out
     return y, kept
+
+
+def differential_attention(n_heads, n_kv_heads, head_dim, rope_theta, lambda_init, eps, weights, x):
+    """Differential attention as the Differential Transformer paper writes it (§2.1: the difference of two softmax
+    maps times the values, each head normalised, times 1 − λ_init), in DiffLlama's grouping, one query, one head, one
+    number at a time; not blockcli's code. `weights`: w_q (d, h·d_h), w_k, w_v (d, h_kv·d_h), b_q, b_k, b_v, w_o
+    (h·d_h, d), b_o (any may be absent: no bias), lambda_q1, lambda_k1, lambda_q2, lambda_k2 (d_h,). x (B, T, d). RoPE
+    (half layout, θ rope_theta) on Q and K; query head i reads K head i // (h/h_kv); pair p < h/2 is the query heads p
+    and p + h/2, reading the values [V_j | V_(j + h_kv/2)] of j = p // (h/h_kv); its output (A_p − λ·A_(p+h/2))·[V | V']
+    is RMS-normalised over its 2·d_h (eps, no scale), times 1 − λ_init; the pairs in order through W_O."""
+    B, T, d = x.shape
+    h, hk, dh = n_heads, n_kv_heads, head_dim
+    g = h // hk
+    lam = (math.exp(float(np.dot(weights["lambda_q1"], weights["lambda_k1"])))
+           - math.exp(float(np.dot(weights["lambda_q2"], weights["lambda_k2"]))) + lambda_init)
+    y = np.zeros((B, T, d))
+    for b in range(B):
+        q_rows, k_rows, v_rows = [], [], []
+        for t in range(T):
+            vec = x[b, t]
+            q = linear_vec(vec, weights["w_q"], weights.get("b_q"))
+            k = linear_vec(vec, weights["w_k"], weights.get("b_k"))
+            v = linear_vec(vec, weights["w_v"], weights.get("b_v"))
+            q_rows.append([rope_vec(q[i * dh:(i + 1) * dh], t, 1.0, rope_theta) for i in range(h)])
+            k_rows.append([rope_vec(k[j * dh:(j + 1) * dh], t, 1.0, rope_theta) for j in range(hk)])
+            v_rows.append([np.array(v[j * dh:(j + 1) * dh]) for j in range(hk)])
+        for t in range(T):
+            out = []
+            for p in range(h // 2):
+                j = p // g
+                both = [list(v_rows[s][j]) + list(v_rows[s][j + hk // 2]) for s in range(t + 1)]
+                maps = []
+                for i in (p, p + h // 2):
+                    scores = [float(np.dot(q_rows[t][i], k_rows[s][i // g])) / math.sqrt(dh) for s in range(t + 1)]
+                    maps.append(softmax_list(scores))
+                o = [sum((maps[0][s] - lam * maps[1][s]) * both[s][c] for s in range(t + 1)) for c in range(2 * dh)]
+                rms = math.sqrt(sum(e * e for e in o) / len(o) + eps)
+                out += [(1 - lambda_init) * e / rms for e in o]
+            y[b, t] = linear_vec(out, weights["w_o"], weights.get("b_o"))
+    return y

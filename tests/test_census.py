@@ -38,7 +38,7 @@ NOT_CAUSAL_LMS = {"mistral3", "qwen2_5_vl", "qwen2_5_vl_text", "qwen2_vl", "qwen
 # the decoder types blockcli does not read yet: each merge that adds a family takes its type out of this list
 UNCLAIMED = {
     "afmoe", "aria_text", "axk1", "axk2", "bailing_hybrid", "beam", "blt", "cohere_compass_text", "cpmant",
-    "ctrl", "dbrx", "deepseek_v4", "diffllama", "doge", "dory", "dots3_note", "dots3_note_text", "emu3", "flint",
+    "ctrl", "dbrx", "deepseek_v4", "doge", "dory", "dots3_note", "dots3_note_text", "emu3", "flint",
     "fuyu", "gemma3n", "gemma3n_text", "gemma4_assistant", "gemma4_unified", "gemma4_unified_assistant",
     "gemma4_unified_text", "git", "got_ocr2", "gpt_neox_japanese", "hrm_text", "hy_v3", "hy_v4",
     "inkling2_loop_text", "inkling2_text", "inkling_text", "kolibri1", "laguna", "lara_mini",
