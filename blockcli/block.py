@@ -570,8 +570,6 @@ class MultiHeadAttention:
             if tape is not None:
                 raise InputError(GEMMA4_NO_BACKWARD.format(field=gemma4_field(cfg)))
             return self._shared_kv(x, rec, cache)
-        if cfg.differential is not None and tape is not None:
-            raise InputError(DIFF.NO_BACKWARD)
         qkv = F.linear(x, self.w_qkv, self.b_qkv)  # (B, T, (h + 2·h_kv)·d_h): one GEMM for Q, K and V
         q_width, kv_width = p["w_q"].shape[1], p["w_k"].shape[1]
         q_flat = qkv[..., :q_width]  # (B, T, h·d_h)
@@ -620,7 +618,10 @@ class MultiHeadAttention:
         if cache is not None:
             k, v = cache.append(k, v)  # (B, h_kv, T_seen, d_h)
         if cfg.differential is not None:  # DiffLlama: paired heads over both halves of the values
-            return self._differential(q, k, v, start, rec, drop)
+            out = self._differential(q, k, v, start, rec, drop, saved if tape is not None else None)
+            if tape is not None:
+                tape.keep("attn", **saved)
+            return out
         heads = self._attend(q, k, v, start, rec, drop, saved if tape is not None else None)  # (B, h, T, d_h)
         concat = ops.combine_heads(heads)  # (B, T, h·d_h)
         rec("attn_concat", "combine heads", concat, (heads,), kind="reshape")
@@ -644,7 +645,7 @@ class MultiHeadAttention:
         return out
 
     def _differential(self, q: Array, k: Array, v: Array, start: int, rec: Record,
-                      drop: Callable[[Array], Array] | None) -> Array:
+                      drop: Callable[[Array], Array] | None, saved: dict[str, Any] | None = None) -> Array:
         """Differential attention (blockcli/differential.py) from the rotated q (B, h, T, d_h) and the K, V seen
         (B, h_kv, T_k, d_h): one softmax per query head over the values of both halves (B, h_kv, T_k, 2·d_h), head i
         minus λ·head i + h/2, RMS-normalised over its 2·d_h without a scale, × (1 − λ_init), then W_O → (B, T, d)."""
@@ -652,7 +653,7 @@ class MultiHeadAttention:
         h = cfg.n_heads
         both = DIFF.both_halves(v)  # (B, h_kv, T_k, 2·d_h)
         rec("v_both", DIFF.VALUES_LABEL, both, (v,), kind="reshape")
-        heads = self._attend(q, k, both, start, rec, drop)  # (B, h, T, 2·d_h)
+        heads = self._attend(q, k, both, start, rec, drop, saved)  # (B, h, T, 2·d_h)
         lam = DIFF.lambda_of(p, m.lambda_init, heads.dtype)  # ()
         combined = heads[:, :h // 2] - lam * heads[:, h // 2:]  # (B, h/2, T, 2·d_h)
         rec("diff_combine", DIFF.combine_label(m), combined, (heads,), kind="differential",
@@ -663,7 +664,49 @@ class MultiHeadAttention:
         rec("attn_concat", "combine heads", concat, (normed,), kind="reshape")
         out = ops.project_out(concat, p["w_o"], p.get("b_o"))  # (B, T, d)
         rec("attn_out", "output projection", out, (concat, p["w_o"]), kind="linear", params=("w_o", "b_o"))
+        if saved is not None:  # the backward reads the pairs before and after their norm
+            saved.update(combined=combined, normed=normed)
         return out
+
+    def _differential_backward(self, d_out: Array, tape: Tape) -> Array:
+        """d_out (B, T, d) → dx (B, T, d) through differential attention in reverse: W_O; the scale 1 − λ_init and the
+        RMSNorm without scale; the pairs H_i − λ·H_(i+h/2) (dλ = −Σ d·H_(i+h/2), to the four λ vectors through
+        exp(λ_q·λ_k)); attention over both halves of V (each half's gradient summed over the two K/V heads that
+        read it); RoPE rotated back; the Q/K/V projection (one GEMM)."""
+        cfg, p, ops, m = self.cfg, self.p, self.ops, DIFF.mixer_of(self.cfg)
+        h, h_kv, d_h = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        saved = tape.take("attn")
+        x, heads, combined = saved["x"], saved["heads"], saved["combined"]  # (B, T, d), (B, h, T, 2·d_h), (B, h/2, …)
+        d_concat = self._project_out_backward(d_out, saved["normed"], tape)  # (B, T, h·d_h)
+        d_normed = ops.split_heads(d_concat, h // 2) * (1 - m.lambda_init)  # (B, h/2, T, 2·d_h)
+        d_combined = F.rms_norm_backward(combined, 1.0, cfg.norm_eps, d_normed)[0]  # (B, h/2, T, 2·d_h)
+        lam = DIFF.lambda_of(p, m.lambda_init, heads.dtype)
+        d_lam = -float(np.sum(d_combined * heads[:, h // 2:]))
+        one = math.exp(float(np.sum(p["lambda_q1"].astype(np.float64) * p["lambda_k1"])))
+        two = math.exp(float(np.sum(p["lambda_q2"].astype(np.float64) * p["lambda_k2"])))
+        tape.add("lambda_q1", d_lam * one * p["lambda_k1"])
+        tape.add("lambda_k1", d_lam * one * p["lambda_q1"])
+        tape.add("lambda_q2", -d_lam * two * p["lambda_k2"])
+        tape.add("lambda_k2", -d_lam * two * p["lambda_q2"])
+        d_heads = np.concatenate([d_combined, -lam * d_combined], axis=1)  # (B, h, T, 2·d_h)
+        dq, dk, d_both = self._attend_backward(saved, d_heads, tape)  # (B, h, T, d_h), (B, h_kv, T, d_h / 2·d_h)
+        half = h_kv // 2
+        dv = np.concatenate([d_both[:, :half, :, :d_h] + d_both[:, half:, :, :d_h],
+                             d_both[:, :half, :, d_h:] + d_both[:, half:, :, d_h:]], axis=1)  # (B, h_kv, T, d_h)
+        if cfg.rope:
+            cos, sin = F.rope_tables(np.arange(x.shape[1]), cfg.rope_dims, cfg.rope_theta, x.dtype, cfg.rope_scaling)
+            dq = ops.rotate_pairs_backward(dq, cos, sin, cfg.rope_layout)  # (B, h, T, d_h)
+            dk = ops.rotate_pairs_backward(dk, cos, sin, cfg.rope_layout)  # (B, h_kv, T, d_h)
+        d_qkv = np.concatenate([ops.combine_heads(dq), ops.combine_heads(dk), ops.combine_heads(dv)], axis=-1)
+        dw = ops.weight_grad(x, d_qkv)  # (d, (h + 2·h_kv)·d_h)
+        q_width, kv_width = h * d_h, h_kv * d_h
+        bounds = {"q": (0, q_width), "k": (q_width, q_width + kv_width), "v": (q_width + kv_width, None)}
+        db = F.sum_rows(d_qkv) if self.b_qkv is not None else None
+        for name, (lo, hi) in bounds.items():
+            tape.add(f"w_{name}", dw[:, lo:hi])
+            if db is not None:
+                tape.add(f"b_{name}", db[lo:hi])
+        return d_qkv @ self.w_qkv.T  # (B, T, d)
 
     def _shared_kv(self, x: Array, rec: Record, cache: KVCache | None) -> Array:
         """Gemma 4's attention, x (B, T, d) → (B, T, d): queries through their per-head norm and RoPE; keys and
@@ -738,6 +781,8 @@ class MultiHeadAttention:
         """d_out (B, T, d) → dx (B, T, d), the forward in reverse: output projection, attention, RoPE
         (rotated back), the q/k norms, the clamp, the Q/K/V projection (one GEMM for all three)."""
         cfg, p, ops = self.cfg, self.p, self.ops
+        if cfg.differential is not None:
+            return self._differential_backward(d_out, tape)
         h, h_kv = cfg.n_heads, cfg.n_kv_heads
         saved = tape.take("attn")
         x = saved["x"]

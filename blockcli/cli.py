@@ -90,7 +90,6 @@ def refuse_mamba_backward(configs: list[Config]) -> None:
     from blockcli.mamba import NO_BACKWARD
     from blockcli.short_conv import NO_BACKWARD as NO_CONV_BACKWARD
     from blockcli.lightning import NO_BACKWARD as NO_LIGHTNING_BACKWARD
-    from blockcli.differential import NO_BACKWARD as NO_DIFF_BACKWARD
 
     for cfg in configs:
         n = cfg.model.n_layers if cfg.model else 1
@@ -100,8 +99,6 @@ def refuse_mamba_backward(configs: list[Config]) -> None:
             raise InputError(f"{cfg.name}: {NO_CONV_BACKWARD}")
         if any(cfg.layer_block(i).lightning is not None for i in range(n)):
             raise InputError(f"{cfg.name}: {NO_LIGHTNING_BACKWARD}")
-        if any(cfg.layer_block(i).differential is not None for i in range(n)):
-            raise InputError(f"{cfg.name}: {NO_DIFF_BACKWARD}")
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:

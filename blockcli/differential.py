@@ -11,7 +11,9 @@ Shapes: B batch, T tokens, h query heads over h_kv K/V heads (h_kv even; g = h/h
 
 As transformers' DiffLlamaAttention (its two attention calls over V's halves share one softmax: here it is computed
 once, over the doubled values). The RMSNorm has no scale, eps the block's norm_eps. The K/V cache holds K and V as
-any grouped-query attention's (h_kv heads of d_h).
+any grouped-query attention's (h_kv heads of d_h). The backward (MultiHeadAttention._differential_backward) runs it
+in reverse: W_O, the norm, the pairs (λ's gradient to the four vectors through exp(λ_q·λ_k)), attention over both
+halves (each half's gradient summed over the two K/V heads that read it), RoPE, the Q/K/V projection.
 """
 
 from __future__ import annotations
@@ -26,8 +28,6 @@ from blockcli.ops import Array
 
 Record = Callable[..., None]
 
-NO_BACKWARD = ("gradients through differential attention (block.differential, DiffLlama) are not implemented: "
-               "verify --grad, train and trace --backward refuse models with block.differential layers")
 # the symbolic shapes of a differential-attention layer's rows
 SYMBOLIC = {"attn_heads": "(B, h, T, 2·d_h)", "diff_combine": "(B, h/2, T, 2·d_h)", "diff_norm": "(B, h/2, T, 2·d_h)",
             "attn_concat": "(B, T, h·d_h)", "v_both": "(B, h_kv, T, 2·d_h)"}

@@ -741,8 +741,9 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
         raise InputError(f"{config.name}: the training step of lightning-attention layers is not modelled (their "
                          f"backward is not implemented): --train sizes attention layers' activations and backward only")
     if any(dims.differential for dims in Dims.per_group(config)):
-        raise InputError(f"{config.name}: the training step of differential-attention layers is not modelled (their "
-                         f"backward is not implemented): --train sizes attention layers' activations and backward only")
+        raise InputError(f"{config.name}: the training step of differential-attention layers is not modelled (what "
+                         f"their backward keeps: both halves of V, the pairs before their norm): --train sizes softmax "
+                         f"attention layers' activations and backward only")
     if any(dims.mamba or dims.conv_K for dims in Dims.per_group(config)):
         raise InputError(f"{config.name}: the training step of Mamba-1 and Mamba-2 (state-space) layers and short "
                          f"convolutions is not modelled: --train sizes attention layers' activations and backward only")

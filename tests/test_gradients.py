@@ -40,9 +40,8 @@ def fingerprint(name: str, grad: np.ndarray) -> np.ndarray:
 
 def test_every_checkpoint_fixture_has_gradients():
     folders = {p.name for p in FIXTURES.iterdir() if (p / "config.json").is_file()}
-    # MXFP4 weights are frozen; Gemma 4's and differential attention's gradients are refused (tests/test_gemma4.py,
-    # tests/test_diffllama.py hold the refusals)
-    assert set(WITH_GRADIENTS) == folders - {"gpt_oss-mxfp4", "gemma4_text", "gemma4", "diffllama"}
+    # MXFP4 weights are frozen; Gemma 4's gradients are refused (tests/test_gemma4.py holds the refusal)
+    assert set(WITH_GRADIENTS) == folders - {"gpt_oss-mxfp4", "gemma4_text", "gemma4"}
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
