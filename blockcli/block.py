@@ -17,7 +17,8 @@ Y = LN2(H) + MLP(LN2(H)): pre-norm whose residual is each norm's output.
 `block.residual_multiplier` r (Granite) scales each branch's output before its add: H = X + r·MHA(LN1(X)).
 `block.attn_skip_scale` α and `attn_branch_scale` β (and mlp_*) make an add α·skip + β·branch (MiniMax:
 H = α₁·LN1(X) + β₁·mixer(LN1(X)) with placement normed_residual). `block.lightning` puts MiniMax's lightning
-attention in place of softmax attention (blockcli/lightning.py).
+attention in place of softmax attention (blockcli/lightning.py); `block.moa` JetMoE's mixture of attention heads,
+routed W_Q and W_O around shared K/V (blockcli/moa.py, the class MixtureOfAttentionHeads here).
 
 Every layer declares its parameter shapes from the config alone (`blockcli.shapes`), so counts
 and memory estimates never need to allocate. The forward pass can report each operation to a
@@ -49,6 +50,8 @@ from blockcli.shapes import Shape, block_parameter_shapes, is_buffer, model_para
 from blockcli.tape import Tape
 from blockcli.deltanet import DeltaNetState, GatedDeltaNetMixer
 from blockcli.lightning import LightningMixer, LightningState
+from blockcli import moa as MOA
+from blockcli import differential as DIFF
 
 Record = Callable[..., None]  # record(key, op, out, inputs, kind=..., params=...)
 
@@ -634,6 +637,11 @@ class MultiHeadAttention:
 
         if cache is not None:
             k, v = cache.append(k, v)  # (B, h_kv, T_seen, d_h)
+        if cfg.differential is not None:  # DiffLlama: paired heads over both halves of the values
+            out = self._differential(q, k, v, start, rec, drop, saved if tape is not None else None)
+            if tape is not None:
+                tape.keep("attn", **saved)
+            return out
         heads = self._attend(q, k, v, start, rec, drop, saved if tape is not None else None)  # (B, h, T, d_h)
         concat = ops.combine_heads(heads)  # (B, T, h·d_h)
         rec("attn_concat", "combine heads", concat, (heads,), kind="reshape")
@@ -656,6 +664,70 @@ class MultiHeadAttention:
         if tape is not None:
             tape.keep("attn", **saved)
         return out
+
+    def _differential(self, q: Array, k: Array, v: Array, start: int, rec: Record,
+                      drop: Callable[[Array], Array] | None, saved: dict[str, Any] | None = None) -> Array:
+        """Differential attention (blockcli/differential.py) from the rotated q (B, h, T, d_h) and the K, V seen
+        (B, h_kv, T_k, d_h): one softmax per query head over the values of both halves (B, h_kv, T_k, 2·d_h), head i
+        minus λ·head i + h/2, RMS-normalised over its 2·d_h without a scale, × (1 − λ_init), then W_O → (B, T, d)."""
+        cfg, p, ops, m = self.cfg, self.p, self.ops, DIFF.mixer_of(self.cfg)
+        h = cfg.n_heads
+        both = DIFF.both_halves(v)  # (B, h_kv, T_k, 2·d_h)
+        rec("v_both", DIFF.VALUES_LABEL, both, (v,), kind="reshape")
+        heads = self._attend(q, k, both, start, rec, drop, saved)  # (B, h, T, 2·d_h)
+        lam = DIFF.lambda_of(p, m.lambda_init, heads.dtype)  # ()
+        combined = heads[:, :h // 2] - lam * heads[:, h // 2:]  # (B, h/2, T, 2·d_h)
+        rec("diff_combine", DIFF.combine_label(m), combined, (heads,), kind="differential",
+            params=("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"))
+        normed = ops.rms_norm(combined, 1.0, None, cfg.norm_eps) * np.asarray(1 - m.lambda_init, dtype=heads.dtype)
+        rec("diff_norm", DIFF.norm_label(m), normed, (combined,), kind="rmsnorm")
+        concat = ops.combine_heads(normed)  # (B, T, h·d_h): pair i's 2·d_h at columns i·2·d_h …
+        rec("attn_concat", "combine heads", concat, (normed,), kind="reshape")
+        out = ops.project_out(concat, p["w_o"], p.get("b_o"))  # (B, T, d)
+        rec("attn_out", "output projection", out, (concat, p["w_o"]), kind="linear", params=("w_o", "b_o"))
+        if saved is not None:  # the backward reads the pairs before and after their norm
+            saved.update(combined=combined, normed=normed)
+        return out
+
+    def _differential_backward(self, d_out: Array, tape: Tape) -> Array:
+        """d_out (B, T, d) → dx (B, T, d) through differential attention in reverse: W_O; the scale 1 − λ_init and the
+        RMSNorm without scale; the pairs H_i − λ·H_(i+h/2) (dλ = −Σ d·H_(i+h/2), to the four λ vectors through
+        exp(λ_q·λ_k)); attention over both halves of V (each half's gradient summed over the two K/V heads that
+        read it); RoPE rotated back; the Q/K/V projection (one GEMM)."""
+        cfg, p, ops, m = self.cfg, self.p, self.ops, DIFF.mixer_of(self.cfg)
+        h, h_kv, d_h = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        saved = tape.take("attn")
+        x, heads, combined = saved["x"], saved["heads"], saved["combined"]  # (B, T, d), (B, h, T, 2·d_h), (B, h/2, …)
+        d_concat = self._project_out_backward(d_out, saved["normed"], tape)  # (B, T, h·d_h)
+        d_normed = ops.split_heads(d_concat, h // 2) * (1 - m.lambda_init)  # (B, h/2, T, 2·d_h)
+        d_combined = F.rms_norm_backward(combined, 1.0, cfg.norm_eps, d_normed)[0]  # (B, h/2, T, 2·d_h)
+        lam = DIFF.lambda_of(p, m.lambda_init, heads.dtype)
+        d_lam = -float(np.sum(d_combined * heads[:, h // 2:]))
+        one = math.exp(float(np.sum(p["lambda_q1"].astype(np.float64) * p["lambda_k1"])))
+        two = math.exp(float(np.sum(p["lambda_q2"].astype(np.float64) * p["lambda_k2"])))
+        tape.add("lambda_q1", d_lam * one * p["lambda_k1"])
+        tape.add("lambda_k1", d_lam * one * p["lambda_q1"])
+        tape.add("lambda_q2", -d_lam * two * p["lambda_k2"])
+        tape.add("lambda_k2", -d_lam * two * p["lambda_q2"])
+        d_heads = np.concatenate([d_combined, -lam * d_combined], axis=1)  # (B, h, T, 2·d_h)
+        dq, dk, d_both = self._attend_backward(saved, d_heads, tape)  # (B, h, T, d_h), (B, h_kv, T, d_h / 2·d_h)
+        half = h_kv // 2
+        dv = np.concatenate([d_both[:, :half, :, :d_h] + d_both[:, half:, :, :d_h],
+                             d_both[:, :half, :, d_h:] + d_both[:, half:, :, d_h:]], axis=1)  # (B, h_kv, T, d_h)
+        if cfg.rope:
+            cos, sin = F.rope_tables(np.arange(x.shape[1]), cfg.rope_dims, cfg.rope_theta, x.dtype, cfg.rope_scaling)
+            dq = ops.rotate_pairs_backward(dq, cos, sin, cfg.rope_layout)  # (B, h, T, d_h)
+            dk = ops.rotate_pairs_backward(dk, cos, sin, cfg.rope_layout)  # (B, h_kv, T, d_h)
+        d_qkv = np.concatenate([ops.combine_heads(dq), ops.combine_heads(dk), ops.combine_heads(dv)], axis=-1)
+        dw = ops.weight_grad(x, d_qkv)  # (d, (h + 2·h_kv)·d_h)
+        q_width, kv_width = h * d_h, h_kv * d_h
+        bounds = {"q": (0, q_width), "k": (q_width, q_width + kv_width), "v": (q_width + kv_width, None)}
+        db = F.sum_rows(d_qkv) if self.b_qkv is not None else None
+        for name, (lo, hi) in bounds.items():
+            tape.add(f"w_{name}", dw[:, lo:hi])
+            if db is not None:
+                tape.add(f"b_{name}", db[lo:hi])
+        return d_qkv @ self.w_qkv.T  # (B, T, d)
 
     def _shared_kv(self, x: Array, rec: Record, cache: KVCache | None) -> Array:
         """Gemma 4's attention, x (B, T, d) → (B, T, d): queries through their per-head norm and RoPE; keys and
@@ -730,6 +802,8 @@ class MultiHeadAttention:
         """d_out (B, T, d) → dx (B, T, d), the forward in reverse: output projection, attention, RoPE
         (rotated back), the q/k norms, the clamp, the Q/K/V projection (one GEMM for all three)."""
         cfg, p, ops = self.cfg, self.p, self.ops
+        if cfg.differential is not None:
+            return self._differential_backward(d_out, tape)
         h, h_kv = cfg.n_heads, cfg.n_kv_heads
         saved = tape.take("attn")
         x = saved["x"]
@@ -1244,6 +1318,101 @@ class LatentAttention(MultiHeadAttention):
         return dx + d_kv_a @ p["w_kv_a"].T
 
 
+class MixtureOfAttentionHeads(MultiHeadAttention):
+    """JetMoE's mixture of attention heads (blockcli/moa.py has the formulas): a router picks k_a of E_a attention
+    experts per token; each chosen expert's W_q gives h_kv query heads that attend to the shared K/V (RoPE on Q and
+    K, the K/V cache of h_kv heads as any attention's), its heads' output goes through its own W_o, times its routing
+    weight; the k_a outputs are summed, plus the mixture's bias."""
+
+    def __post_init__(self) -> None:
+        pass  # no fused Q/K/V: the queries come from each token's own experts
+
+    def __call__(self, x: Array, rec: Record = _ignore, cache: KVCache | None = None,
+                 drop: Callable[[Array], Array] | None = None, tape: Tape | None = None) -> Array:
+        """x (B, T, d) → (B, T, d). A tape keeps x, the choice and its weights, attention's Q, K, V (after RoPE),
+        output and row log-sum-exps, and each slot's heads and expert output."""
+        assert tape is None or (cache is None and drop is None), "a backward runs on a whole pass, without dropout"
+        cfg, p, ops, m = self.cfg, self.p, self.ops, MOA.mixture_of(self.cfg)
+        h, h_kv, d_h, k_a = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, m.top_k
+        B, T, _ = x.shape
+        start = cache.length if cache is not None else 0
+        logits, chosen, weights = MOA.route(x, p["moa_router"], k_a, ops)  # (B, T, E_a), (B, T, k_a) twice
+        rec("moa_logits", MOA.logits_label(m), logits, (x, p["moa_router"]), kind="linear", params=("moa_router",))
+        rec("moa_choice", MOA.choice_label(m), chosen, (logits,), kind="topk")
+        rec("moa_weights", MOA.weights_label(m), weights, (chosen,), kind="softmax")
+        q_slots = MOA.expert_queries(x, chosen, p, m.n_experts)  # (B, T, k_a, h_kv·d_h)
+        q_flat = q_slots.reshape(B, T, k_a * h_kv * d_h)  # (B, T, k_a·h_kv·d_h)
+        rec("q_proj", MOA.query_label(cfg), q_flat, (x, p["attn_experts.0.w_q"]), kind="linear",
+            params=tuple(f"attn_experts.{e}.w_q" for e in range(m.n_experts)))
+        k_flat = F.linear(x, p["w_k"], None)  # (B, T, h_kv·d_h)
+        rec("k_proj", "K projection (shared by the experts)", k_flat, (x, p["w_k"]), kind="linear", params=("w_k",))
+        v_flat = F.linear(x, p["w_v"], None)  # (B, T, h_kv·d_h)
+        rec("v_proj", "V projection (shared by the experts)", v_flat, (x, p["w_v"]), kind="linear", params=("w_v",))
+        # query head i·k_a + j: expert slot j's head i, so grouped-query attention's head group i reads K/V head i
+        q = q_slots.reshape(B, T, k_a, h_kv, d_h).transpose(0, 3, 2, 1, 4).reshape(B, h, T, d_h)  # (B, h, T, d_h)
+        rec("q", MOA.split_label(cfg), q, (q_flat,), kind="reshape")
+        k = ops.split_heads(k_flat, h_kv)  # (B, h_kv, T, d_h)
+        rec("k", "split heads K", k, (k_flat,), kind="reshape")
+        v = ops.split_heads(v_flat, h_kv)  # (B, h_kv, T, d_h)
+        rec("v", "split heads V", v, (v_flat,), kind="reshape")
+        if cfg.rope:
+            cos, sin = F.rope_tables(np.arange(start, start + T), cfg.rope_dims, cfg.rope_theta, x.dtype,
+                                     cfg.rope_scaling)  # (T, r/2) each
+            q_rot = ops.rotate_pairs(q, cos, sin, cfg.rope_layout)  # (B, h, T, d_h)
+            rec("q_rope", "RoPE on Q", q_rot, (q,), kind="rope")
+            k_rot = ops.rotate_pairs(k, cos, sin, cfg.rope_layout)  # (B, h_kv, T, d_h)
+            rec("k_rope", "RoPE on K", k_rot, (k,), kind="rope")
+            q, k = q_rot, k_rot
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, h_kv, T_seen, d_h)
+        saved: dict[str, Any] | None = {"x": x, "chosen": chosen, "weights": weights} if tape is not None else None
+        heads = self._attend(q, k, v, start, rec, drop, saved)  # (B, h, T, d_h)
+        per_slot = heads.reshape(B, h_kv, k_a, T, d_h).transpose(0, 3, 2, 1, 4).reshape(B, T, k_a, h_kv * d_h)
+        rec("attn_concat", "combine heads per expert", per_slot, (heads,), kind="reshape")
+        outs = MOA.expert_outputs(per_slot, chosen, p, m.n_experts)  # (B, T, k_a, d)
+        rec("moa_experts_out", MOA.experts_out_label(cfg), outs, (per_slot, p["attn_experts.0.w_o"]), kind="linear",
+            params=tuple(f"attn_experts.{e}.w_o" for e in range(m.n_experts)))
+        summed = np.einsum("btk,btkd->btd", weights, outs)  # (B, T, d)
+        rec("moa_sum", MOA.sum_label(cfg), summed, (weights, outs), kind="combine")
+        out = summed + p["moa_bias"]  # (B, T, d)
+        rec("attn_out", MOA.OUT_LABEL, out, (summed,), kind="add", params=("moa_bias",))
+        if saved is not None:
+            tape.keep("attn", **saved, per_slot=per_slot, outs=outs)
+        return out
+
+    def backward(self, d_out: Array, tape: Tape) -> Array:
+        """d_out (B, T, d) → dx (B, T, d): the bias; each slot's routing weight (d_out · its expert's output) back
+        through the softmax of the k chosen logits to the router (none through the choice, as torch's top-k); each
+        slot's W_o; attention; RoPE rotated back; each slot's W_q and the shared W_k, W_v."""
+        cfg, p, ops, m = self.cfg, self.p, self.ops, MOA.mixture_of(self.cfg)
+        h, h_kv, d_h, k_a = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, m.top_k
+        saved = tape.take("attn")
+        x, chosen, weights, per_slot, outs = (saved[key] for key in ("x", "chosen", "weights", "per_slot", "outs"))
+        B, T, d = x.shape
+        tape.add("moa_bias", F.sum_rows(d_out))
+        d_weights = np.einsum("btd,btkd->btk", d_out, outs)  # (B, T, k_a)
+        d_outs = weights[..., None] * d_out[:, :, None, :]  # (B, T, k_a, d)
+        d_slot = MOA.experts_backward(per_slot, d_outs, chosen, p, "w_o", m.n_experts, tape)  # (B, T, k_a, h_kv·d_h)
+        d_heads = d_slot.reshape(B, T, k_a, h_kv, d_h).transpose(0, 3, 2, 1, 4).reshape(B, h, T, d_h)
+        dq, dk, dv = self._attend_backward(saved, d_heads, tape)  # (B, h, T, d_h), (B, h_kv, T, d_h) twice
+        if cfg.rope:
+            cos, sin = F.rope_tables(np.arange(T), cfg.rope_dims, cfg.rope_theta, x.dtype, cfg.rope_scaling)
+            dq = ops.rotate_pairs_backward(dq, cos, sin, cfg.rope_layout)  # (B, h, T, d_h)
+            dk = ops.rotate_pairs_backward(dk, cos, sin, cfg.rope_layout)  # (B, h_kv, T, d_h)
+        d_q_slots = dq.reshape(B, h_kv, k_a, T, d_h).transpose(0, 3, 2, 1, 4).reshape(B, T, k_a, h_kv * d_h)
+        x_slots = np.broadcast_to(x[:, :, None, :], (B, T, k_a, d))  # each slot's input: the token itself
+        dx = MOA.experts_backward(x_slots, d_q_slots, chosen, p, "w_q", m.n_experts, tape).sum(axis=2)  # (B, T, d)
+        dk_flat, dv_flat = ops.combine_heads(dk), ops.combine_heads(dv)  # (B, T, h_kv·d_h) each
+        tape.add("w_k", ops.weight_grad(x, dk_flat))
+        tape.add("w_v", ops.weight_grad(x, dv_flat))
+        dx = dx + dk_flat @ p["w_k"].T + dv_flat @ p["w_v"].T
+        d_chosen = ops.softmax_backward(weights, d_weights).reshape(B * T, k_a)  # (N, k_a)
+        d_logits = np.zeros((B * T, m.n_experts), dtype=d_chosen.dtype)  # (N, E_a)
+        np.put_along_axis(d_logits, chosen.reshape(B * T, k_a), d_chosen, axis=-1)
+        tape.add("moa_router", ops.weight_grad(x, d_logits))
+        return dx + (d_logits @ p["moa_router"].T).reshape(B, T, d)
+
+
 def _row_contiguous(a: Array) -> bool:
     """Whether each head's (T, d_h) rows of `a` lie in one run of memory (as in a K/V cache's buffer)."""
     return a.strides[-1] == a.itemsize and a.strides[-2] == a.shape[-1] * a.itemsize
@@ -1715,6 +1884,13 @@ class MixtureOfExperts:
             out[rows] += ye if moe.scale_input else weights[slots, None] * ye
         routed = out.reshape(B, T, d)
         label = moe_sum_label(moe)
+        if moe.out_bias:  # JetMoE: the mixture's one bias after the weighted sum (no shared expert beside it)
+            rec("moe_routed", label, routed, (weights3, *outs), kind="combine")
+            biased = routed + p["moe_bias"]  # (B, T, d)
+            rec("mlp_out", "+ the mixture's output bias (moe_bias)", biased, (routed,), kind="add", params=("moe_bias",))
+            if tape is not None:
+                tape.keep("mlp", **saved, weights=weights)
+            return biased
         if not moe.d_shared:
             rec("mlp_out", label, routed, (weights3, *outs), kind="combine")
             if tape is not None:
@@ -1751,6 +1927,8 @@ class MixtureOfExperts:
         x = saved["x"]
         B, T, d = x.shape
         d_flat = d_out.reshape(B * T, d)  # (N, d)
+        if moe.out_bias:  # out = routed + b: b's gradient is d_out summed over the tokens
+            tape.add("moe_bias", d_flat.sum(axis=0))
         weights = saved["weights"]  # (N·k,)
         d_weights = np.zeros_like(weights)
         dx = np.zeros((B * T, d), dtype=np.result_type(x, d_out))
@@ -1925,7 +2103,7 @@ class DecoderBlock:
                 self.attn = (ShortConvMixer if cfg.short_conv else mixer_class(cfg))(cfg, p, self.ops)
             else:
                 mixer = (LightningMixer if cfg.lightning else GatedDeltaNetMixer if cfg.linear_attention else
-                         LatentAttention if cfg.mla else MultiHeadAttention)
+                         LatentAttention if cfg.mla else MixtureOfAttentionHeads if cfg.moa else MultiHeadAttention)
                 self.attn = mixer(cfg, p, self.ops, self.attention)
         self.ln2 = (None if cfg.shared_norm else
                     Norm(cfg.norm, p.get("ln2_gamma"), p.get("ln2_beta"), cfg.norm_eps, self.ops, cfg.norm_unit_offset,

@@ -161,6 +161,8 @@ class MoE:
     router_norm: bool = False
     # each chosen expert's routing weight times a learned per-expert scale (`expert_scale` (E,); Gemma 4)
     expert_scale: bool = False
+    # a learned (d,) bias `moe_bias` added to the mixture's output, after the weighted sum (JetMoE's mlp.bias)
+    out_bias: bool = False
 
 
 @dataclass(frozen=True)
@@ -392,6 +394,30 @@ class SharedBlock:
     bias: bool = False  # the MLP's biases (add_bias_linear)
 
 
+@dataclass(frozen=True)
+class MixtureOfAttention:
+    """JetMoE's mixture of attention heads in place of W_Q and W_O: a router (d, E) picks `top_k` of `n_experts`
+    attention experts per token (the top-k logits, softmaxed over those k); each expert has its own query projection
+    (d, h_kv·d_h) and output projection (h_kv·d_h, d); K and V (h_kv heads of d_h, RoPE on K) are one projection
+    shared by every expert. Each chosen expert's h_kv query heads attend to the shared K/V (head i to K/V head i), its
+    heads' output goes through its own W_O, times its routing weight; the k outputs are summed, plus a (d,) bias.
+    The block's n_heads is top_k·n_kv_heads (transformers' num_attention_heads); the K/V cache is h_kv heads."""
+
+    n_experts: int
+    top_k: int
+
+
+@dataclass(frozen=True)
+class Differential:
+    """Differential attention (DiffLlama, the Differential Transformer): the block's softmax attention, each query head
+    reading the values of two K/V heads side by side, [V_j | V_(j + h_kv/2)] for its K/V head j < h_kv/2 (h_kv even);
+    query head i and head i + h/2 (i < h/2) are a pair: o_i = A_i·[V | V'] − λ·A_(i+h/2)·[V | V'] (2·d_h wide),
+    λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init (four learned (d_h,) vectors); each o_i is RMS-normalised over its
+    2·d_h without a scale (eps the block's norm_eps), times (1 − λ_init); the h/2 pairs (h·d_h) go through W_O."""
+
+    lambda_init: float = 0.2  # DiffLlama: 0.8 − 0.6·exp(−0.3·l) for layer l (layer 0's by default)
+
+
 # what one layer holds: a mixer and an MLP, or one of them (Nemotron-H); hybrid: two mixers side by side, attention
 # and block.mamba both reading LN1's output, their outputs summed, then the MLP (Falcon-H1)
 LAYER_PARTS = ("both", "mixer", "mlp", "hybrid")
@@ -476,6 +502,8 @@ class BlockConfig:
     # d_p > 0: a per-layer input (model.per_layer_dim) joins after the MLP: y + norm(act(y·W_pg) ⊙ e_l)·W_pp (Gemma 4)
     per_layer_input: int = 0
     lightning: Lightning | None = None  # MiniMax's lightning attention in place of softmax attention (blockcli.lightning)
+    moa: MixtureOfAttention | None = None  # JetMoE's mixture of attention heads in place of W_Q and W_O (blockcli.moa)
+    differential: Differential | None = None  # differential attention (DiffLlama; blockcli.differential)
     # each residual add as α·skip + β·branch (MiniMax's alpha/beta factors), for the attention and the MLP add
     attn_skip_scale: float = 1.0
     attn_branch_scale: float = 1.0
@@ -1307,7 +1335,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "attention_out_multiplier", "mlp_multipliers", "sub_norms", "v_norm", "k_eq_v", "kv_from",
               "layer_scalar", "per_layer_input", "lightning", "attn_skip_scale", "attn_branch_scale",
               "mlp_skip_scale", "mlp_branch_scale", "shared", "altup", "altup_active", "altup_correct_scale",
-              "laurel_rank", "activation_sparsity")
+              "laurel_rank", "activation_sparsity", "moa",
+              "differential")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1381,6 +1410,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         layer_scalar=_bool(data, "layer_scalar", p, False),
         per_layer_input=_int(data, "per_layer_input", p, 0, minimum=0),
         lightning=_parse_lightning(data.get("lightning")),
+        moa=_parse_moa(data.get("moa")),
+        differential=_parse_differential(data.get("differential")),
         **{key: _float(data, key, p, 1.0, -1e6, 1e6) for key in SCALE_KEYS},
         shared=_parse_shared(data.get("shared"), d_model),
         altup=_int(data, "altup", p, 0, minimum=0, maximum=64),
@@ -1394,8 +1425,10 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
                                      or block.norm != "rmsnorm"):
         raise ConfigError("block.shared: a shared transformer block runs before a Mamba-2 layer of its mixer alone "
                           "(Zamba2's): it needs block.mamba of version 2, parts mixer and norm rmsnorm")
+    _check_moa(block)
+    _check_differential(block)
     plain_attention = block.mla is None and block.linear_attention is None and block.mamba is None \
-        and block.short_conv is None and block.lightning is None and block.parts != "mlp"
+        and block.short_conv is None and block.lightning is None and block.moa is None and block.parts != "mlp"
     for key, off in (("v_norm", False), ("k_eq_v", False), ("kv_from", -1)):
         if getattr(block, key) != off and not plain_attention:
             raise ConfigError(f"block.{key}: a setting of multi-head attention (Gemma 4); this layer has none")
@@ -1575,6 +1608,7 @@ def _parse_moe(value: Any) -> MoE | None:
         beside_dense=_bool(value, "beside_dense", p, False),
         router_norm=_bool(value, "router_norm", p, False),
         expert_scale=_bool(value, "expert_scale", p, False),
+        out_bias=_bool(value, "out_bias", p, False),
     )
     if moe.order == "topk_softmax" and (moe.scoring != "softmax" or moe.selection_bias or moe.n_groups > 1):
         raise ConfigError(f"{p}.order: topk_softmax softmaxes the k chosen logits; it takes scoring softmax, "
@@ -1589,6 +1623,9 @@ def _parse_moe(value: Any) -> MoE | None:
     if moe.selection_on == "logits" and (not moe.selection_bias or moe.n_groups > 1 or moe.order != "softmax_topk"):
         raise ConfigError(f"{p}.selection_on: logits adds the selection bias to the logits for the choice; it takes "
                           f"selection_bias true, one group and order softmax_topk")
+    if moe.out_bias and (moe.d_shared or moe.beside_dense):
+        raise ConfigError(f"{p}.out_bias: JetMoE's mixture bias sits on a mixture of routed experts alone (no shared "
+                          f"expert, not beside a dense MLP)")
     if moe.shared_gate and not moe.d_shared:
         raise ConfigError(f"{p}.shared_gate: gates the shared expert, but d_shared is 0 (no shared expert)")
     return moe
@@ -1664,6 +1701,70 @@ def _parse_lightning(value: Any) -> Lightning | None:
                      norm_eps=_float(value, "norm_eps", p, 1e-6, 0.0, 1.0, low_open=True))
 
 
+
+
+def _parse_moa(value: Any) -> MixtureOfAttention | None:
+    if value is None:
+        return None
+    p = "block.moa"
+    _nested_section(value, MixtureOfAttention, p, ("n_experts", "top_k"), "a mixture of attention heads")
+    n_experts = _int(value, "n_experts", p, 8, maximum=MAX_EXPERTS)
+    return MixtureOfAttention(n_experts=n_experts, top_k=_int(value, "top_k", p, 2, maximum=n_experts))
+
+
+def _parse_differential(value: Any) -> Differential | None:
+    if value is None:
+        return None
+    p = "block.differential"
+    _nested_section(value, Differential, p, (), "differential attention")
+    return Differential(lambda_init=_float(value, "lambda_init", p, 0.2, -1e6, 1e6))
+
+
+def _check_differential(block: BlockConfig) -> None:
+    """Differential attention is DiffLlama's softmax attention with paired heads: an even number of K/V heads, and
+    none of the other mixers or attention variants."""
+    if block.differential is None:
+        return
+    if block.n_kv_heads % 2:
+        raise ConfigError(f"block.n_kv_heads: differential attention splits the values into two halves of K/V heads; "
+                          f"expected an even n_kv_heads, got {block.n_kv_heads}")
+    other = next((key for key in ("mla", "linear_attention", "mamba", "short_conv", "lightning", "moa")
+                  if getattr(block, key) is not None), None)
+    if other is not None:
+        raise ConfigError(f"block.differential: a layer has one token mixer; block.{other} is set too")
+    if block.parts != "both":
+        raise ConfigError(f"block.differential: differential attention sits in a layer of both parts; parts is "
+                          f"{block.parts}")
+    for key, off in (("qk_norm", "none"), ("attention_gate", False), ("attention_sinks", False), ("alibi", False),
+                     ("clip_qkv", 0.0), ("sub_norms", False), ("query_scale", 0.0), ("attention_softcap", 0.0),
+                     ("attention_dropout", 0.0), ("kv_from", -1), ("k_eq_v", False), ("v_norm", False)):
+        if getattr(block, key) != off:
+            raise ConfigError(f"block.{key}: not with block.differential (DiffLlama's differential attention has no "
+                              f"{key})")
+
+
+def _check_moa(block: BlockConfig) -> None:
+    """A mixture of attention heads is JetMoE's plain attention with routed W_Q/W_O: its heads are top_k·n_kv_heads,
+    and none of the other mixers or attention variants go with it."""
+    m = block.moa
+    if m is None:
+        return
+    if block.n_heads != m.top_k * block.n_kv_heads:
+        raise ConfigError(f"block.n_heads: with block.moa it is moa.top_k · n_kv_heads = {m.top_k * block.n_kv_heads} "
+                          f"(each chosen expert's n_kv_heads query heads); got {block.n_heads}")
+    other = next((key for key in ("mla", "linear_attention", "mamba", "short_conv", "lightning")
+                  if getattr(block, key) is not None), None)
+    if other is not None:
+        raise ConfigError(f"block.moa: a layer has one token mixer; block.{other} is set too")
+    if block.parts != "both":
+        raise ConfigError(f"block.moa: a mixture of attention heads sits in a layer of both parts; parts is {block.parts}")
+    for key, off in (("qk_norm", "none"), ("attention_gate", False), ("attention_sinks", False), ("alibi", False),
+                     ("clip_qkv", 0.0), ("sub_norms", False), ("query_scale", 0.0)):
+        if getattr(block, key) != off:
+            raise ConfigError(f"block.{key}: not with block.moa (JetMoE's mixture of attention heads has no {key})")
+    if block.bias.qkv or block.bias.out:
+        raise ConfigError("block.bias: with block.moa the K/V projection and the experts' projections have no biases "
+                          "(the mixture's one bias is its own, moa_bias); set bias.qkv and bias.out false")
 
 
 def _multipliers(data: Mapping[str, Any], key: str, p: str, n: int) -> tuple[float, ...]:

@@ -57,7 +57,9 @@ _ORDER = {"L": 0, "V": 1, "P": 2, "E": 3, "k": 4, "d": 5, "h": 6, "h_kv": 7, "d_
           # a shared transformer block (Zamba2): its heads, K/V heads, their width, its MLP's width, the adapters' rank
           "h_a": 30, "h_akv": 31, "d_a": 32, "d_fa": 33, "r": 34,
           # Gemma 3n's AltUp streams and LAuReL rank
-          "A": 35, "r_L": 36}
+          "A": 35, "r_L": 36,
+          # JetMoE's mixture of attention heads: its attention experts, and how many a token uses
+          "E_a": 37, "k_a": 38}
 
 
 def render(poly: Poly) -> str:
@@ -163,6 +165,8 @@ def symbol_values(config: Config | BlockConfig) -> dict[str, int]:
         values.update(h_k=n.key_heads, d_k=n.key_head_dim, h_v=n.value_heads, d_v=n.value_head_dim, K=n.conv_kernel)
     if b.short_conv is not None:
         values.update(K=b.short_conv.kernel)
+    if b.moa is not None:
+        values.update(E_a=b.moa.n_experts, k_a=b.moa.top_k)
     if isinstance(b.mamba, Mamba1):
         values.update(d_in=b.mamba.d_inner, R=b.mamba.dt_rank, N=b.mamba.d_state, K=b.mamba.conv_kernel)
     elif b.mamba is not None:
@@ -227,6 +231,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
         rows.extend(_kda_rows() if b.linear_attention.per_channel else _deltanet_rows(b.linear_attention))
     elif b.lightning is not None:
         rows.extend(_lightning_rows(q_width))
+    elif b.moa is not None:
+        rows.extend(_moa_rows(b))
     else:
         rows.extend([
             proj("attn.q", "Q projection", q_width, b.bias.qkv),
@@ -245,6 +251,9 @@ def block_formula(b: BlockConfig) -> list[Row]:
                                 ("w_attn_gate", "b_attn_gate")))
         if b.sub_norms:  # BitNet: the heads' output normalised before W_O, h·d_h features
             rows.insert(-1, _sub_norm(b, "attn.sub_norm", f"{_norm_name(b)} of the heads' output (before W_O)", q_width))
+        if b.differential is not None:  # DiffLlama: λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init, four d_h vectors
+            rows.append(Row("attn.lambda", "differential attention's λ_q1, λ_k1, λ_q2, λ_k2", term(4, "d_h"), no,
+                            ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")))
     attends = b.parts == "hybrid" or (b.mamba is None and b.short_conv is None and b.lightning is None)  # sinks and q/k norms: attention's
     if b.attention_sinks and attends:  # one logit per query head, joined to each row's softmax
         rows.append(Row("attn.sinks", "attention sinks (a logit per head)", term(1, "h"), no, ("sinks",)))
@@ -396,6 +405,8 @@ def moe_formula(b: BlockConfig) -> list[Row]:
                  tuple(f"experts.{e}.{n}" for e in range(moe.n_experts) for n in names
                        if moe.routed_bias or not n.startswith("b_")),
                  active=term(matrices, "k", "d", "d_e") + expert_biases("k", "d_e"))]
+    if moe.out_bias:  # JetMoE: one bias on the mixture's output
+        rows.append(Row("mlp.moe_bias", "the mixture's output bias", Poly(), term(1, "d"), ("moe_bias",)))
     if moe.d_shared:
         rows.append(Row("mlp.shared", "shared expert", term(matrices, "d", "d_s"), expert_biases(None, "d_s"),
                         tuple(f"shared_{n}" for n in names)))
@@ -444,6 +455,23 @@ def _latent_attention_rows(b: BlockConfig) -> list[Row]:
                  Row("attn.idx_weights", "indexer head weights (one per head and token)", term(1, "d", "h_I"), no,
                      ("idx_w_weights",))]
     return rows
+def _moa_rows(b: BlockConfig) -> list[Row]:
+    """JetMoE's mixture of attention heads (ModuleFormer §2, JetMoE §2.2): a router d·E_a; E_a attention experts,
+    each a query projection d → h_kv·d_h and an output projection h_kv·d_h → d, of which a token uses k_a; one K/V
+    projection d → 2·h_kv·d_h shared by all experts; a bias d on the mixture's output."""
+    no = Poly()
+    m = b.moa
+    assert m is not None
+    experts = tuple(f"attn_experts.{e}.{n}" for e in range(m.n_experts) for n in ("w_q", "w_o"))
+    return [Row("attn.moa_router", f"attention router (top-{m.top_k} of {m.n_experts} experts per token)",
+                term(1, "d", "E_a"), no, ("moa_router",)),
+            Row("attn.experts", f"{m.n_experts} attention experts: W_q and W_o each (top-{m.top_k} per token)",
+                term(2, "E_a", "d", "h_kv", "d_h"), no, experts, active=term(2, "k_a", "d", "h_kv", "d_h")),
+            Row("attn.kv", "K and V projection (shared by the experts)", term(2, "d", "h_kv", "d_h"), no,
+                ("w_k", "w_v")),
+            Row("attn.moa_bias", "the mixture's output bias", no, term(1, "d"), ("moa_bias",))]
+
+
 def _lightning_rows(width: tuple[str, ...]) -> list[Row]:
     """Lightning attention (blockcli/lightning.py): q, k and v h·d_h wide each (one qkv_proj), the output gate as
     wide, the output RMSNorm's γ over all h·d_h, W_out; no biases. Its decay rates are buffers recomputed from the
@@ -634,11 +662,13 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
               "laurel": (Poly(), Poly()), "altup": (Poly(), Poly())}
     block_w, block_b = Poly(), Poly()
     idle = buffers = 0
+    group_idle: dict[str, int] = {}  # what a token does not use, by group: the MLP's experts, attention's (JetMoE)
     for row in rows:
         w, bias = evaluate(row.weights, values), evaluate(row.biases, values)
         active = None if row.active is None else evaluate(row.active, values)
         if active is not None:
             idle += w + bias - active
+            group_idle[row.name.split(".")[0]] = group_idle.get(row.name.split(".")[0], 0) + w + bias - active
         measured = sum(arrays.get(k, 0) for k in row.keys)
         if measured != w + bias:
             mismatches.append(f"{tag}{row.name}: formula {w + bias:,} vs arrays {measured:,}")
@@ -668,6 +698,10 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
         attention = "short conv (in, conv, out)"
     elif config.block.lightning is not None:
         attention = "lightning attention (qkv, gate, norm, out)"
+    elif config.block.differential is not None:
+        attention = "differential attention (Q, K, V, O, λ)"
+    elif config.block.moa is not None:
+        attention = "mixture of attention heads (router, experts' Q and O, shared K/V, bias)"
     elif config.block.linear_attention is not None or config.block.attention_gate:
         attention = (("linear attention (Kimi Delta Attention)" if config.block.linear_attention.per_channel else
                       "linear attention (Gated DeltaNet)") if config.block.linear_attention is not None else
@@ -686,9 +720,11 @@ def _block_rows(config: Config, formula: Formula, mismatches: list[str],
                                     groups["ln"]),
                                    ("block", "block total", (block_w, block_b))):
         count = evaluate(w, values) + evaluate(bias, values)
+        short = {"attention": "attn"}.get(name, name)
         components.append(Component(name, label, "", evaluate(w, values), evaluate(bias, values),
                                     render(w + bias), kind="total" if name == "block" else "subtotal",
-                                    active=count - idle if idle and name in ("mlp", "block") else None))
+                                    active=(count - idle if idle and name == "block" else
+                                            count - group_idle.get(short, 0) if group_idle.get(short) else None)))
     return components, (block_w, block_b), idle, buffers
 
 
@@ -851,6 +887,9 @@ def _shapes_of(keys: tuple[str, ...], b: BlockConfig,
     if b.moe is not None and keys and keys[0].startswith("experts."):  # E experts of the same shapes
         first = tuple(tuple(shapes[k]) for k in keys if k.startswith("experts.0."))
         return f"{b.moe.n_experts} × (" + " + ".join(str(s) for s in first) + ")", first, b.moe.n_experts
+    if b.moa is not None and keys and keys[0].startswith("attn_experts."):  # E_a attention experts alike
+        first = tuple(tuple(shapes[k]) for k in keys if k.startswith("attn_experts.0."))
+        return f"{b.moa.n_experts} × (" + " + ".join(str(s) for s in first) + ")", first, b.moa.n_experts
     tensors = tuple(tuple(shapes[k]) for k in keys if k in shapes)
     return " + ".join(str(s) for s in tensors), tensors, 1
 

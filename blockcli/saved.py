@@ -10,8 +10,9 @@ output and each step's starting state. An array two operations keep (a parallel 
 norms) counts once. Korthikanti
 et al.'s figure (count --train) assumes Megatron's implementation; this one is blockcli's own.
 
-Latent attention and mixtures of experts keep more (per-expert rows, their indices), whose closed form is not
-written here: `block_saved_bytes` returns None for them, and only the measured figure is shown.
+Latent attention and mixtures of experts keep more (per-expert rows, their indices), and differential attention its
+values of both halves and the pairs before and after their norm, whose closed form is not written here:
+`block_saved_bytes` returns None for them, and only the measured figure is shown.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ INDEX_BYTES = 8  # int64 token ids
 def block_saved_bytes(b: BlockConfig, B: int, T: int, itemsize: int, blocked: bool = True) -> int | None:
     """Bytes one block keeps for its backward on B × T tokens, or None where no closed form is written.
     `blocked`: attention ran the blocked kernel (output and log-sum-exp) rather than the whole table."""
-    if b.moe is not None or b.mla is not None or (b.clip_qkv and b.qk_norm != "none"):
+    if b.moe is not None or b.mla is not None or b.differential is not None or (b.clip_qkv and b.qk_norm != "none"):
         return None  # (a clamp before a q/k norm: the norm keeps the clamped Q and K too)
     d, h, h_kv, d_h = b.d_model, b.n_heads, b.n_kv_heads, b.head_dim
     act = lambda n: B * T * n * itemsize  # noqa: E731  # a (B, T, n) array

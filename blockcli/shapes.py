@@ -161,7 +161,24 @@ def lightning_shapes(cfg: BlockConfig) -> dict[str, Shape]:
             "la_out": (w, d)}
 
 
+def moa_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    """A mixture of attention heads (config.MixtureOfAttention, blockcli/moa.py), matrices (in, out): the router
+    (d, E); each attention expert's W_Q `attn_experts.{e}.w_q` (d, h_kv·d_h); the shared W_K and W_V (d, h_kv·d_h)
+    each (one kv_proj in the checkpoint); each expert's W_O `attn_experts.{e}.w_o` (h_kv·d_h, d); the mixture's
+    output bias (d,)."""
+    m, d, w = cfg.moa, cfg.d_model, cfg.n_kv_heads * cfg.head_dim
+    assert m is not None
+    shapes: dict[str, Shape] = {"moa_router": (d, m.n_experts)}
+    shapes.update({f"attn_experts.{e}.w_q": (d, w) for e in range(m.n_experts)})
+    shapes.update(w_k=(d, w), w_v=(d, w))
+    shapes.update({f"attn_experts.{e}.w_o": (w, d) for e in range(m.n_experts)})
+    shapes["moa_bias"] = (d,)
+    return shapes
+
+
 def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
+    if cfg.moa is not None:
+        return moa_shapes(cfg)
     if cfg.lightning is not None:
         return lightning_shapes(cfg)
     if cfg.short_conv is not None:
@@ -200,6 +217,8 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     elif cfg.qk_norm == "each_head":  # over each head's d_h, with weights of its own: (heads, d_h)
         for name, heads in (("q_norm", cfg.n_heads), ("k_norm", cfg.n_kv_heads)):
             shapes.update({k: (heads,) + s for k, s in norm_shapes(name, cfg.head_dim, cfg, cfg.bias.qk_norm).items()})
+    if cfg.differential is not None:  # DiffLlama's four λ vectors, d_h each
+        shapes.update({f"lambda_{name}": (cfg.head_dim,) for name in ("q1", "k1", "q2", "k2")})
     return shapes
 
 
@@ -255,6 +274,8 @@ def moe_shapes(cfg: BlockConfig) -> dict[str, Shape]:
         shapes.update(mlp_shapes(cfg, "shared_", moe.d_shared))
         if moe.shared_gate:
             shapes["shared_gate"] = (d, 1)
+    if moe.out_bias:  # JetMoE: one bias on the mixture's output
+        shapes["moe_bias"] = (d,)
     return shapes
 
 

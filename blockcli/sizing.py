@@ -138,6 +138,9 @@ class Dims:
     shared_ff: int = 0
     shared_rank: int = 0
     shared_qkv: bool = False
+    differential: bool = False  # DiffLlama's differential attention: each softmax reads both halves of V (2·d_h)
+    moa_router: int = 0  # JetMoE's mixture of attention heads: its router's d·E_a weights (its k_a experts' W_q, W_o are
+    # as wide as Q and W_O of h = k_a·h_kv heads, the shared K/V as any h_kv heads')
 
     @classmethod
     def of(cls, config: Config) -> "Dims":
@@ -155,7 +158,8 @@ class Dims:
                    d_index=mla.index_head_dim if mla and mla.own_indexer else 0,
                    h_index=mla.index_heads if mla and mla.own_indexer else 0,
                    R=ssm.dt_rank if isinstance(ssm, Mamba1) else 0, hybrid=b.parts == "hybrid", shared_kv=b.kv_from >= 0,
-                   lightning=b.lightning is not None), **_shared_dims(b))
+                   lightning=b.lightning is not None, moa_router=b.d_model * b.moa.n_experts if b.moa else 0,
+                   differential=b.differential is not None, **_shared_dims(b))
 
     @property
     def mamba(self) -> bool:
@@ -185,8 +189,8 @@ class Dims:
 
     @property
     def value_dim(self) -> int:
-        """Each head's value width: d_h, or latent attention's d_v."""
-        return self.d_v if self.latent else self.d_h
+        """Each head's value width: d_h, or latent attention's d_v, or differential attention's two halves 2·d_h."""
+        return self.d_v if self.latent else 2 * self.d_h if self.differential else self.d_h
 
     @classmethod
     def per_group(cls, config: Config) -> list["Dims"]:
@@ -276,7 +280,8 @@ def matmul_weights(dims: Dims) -> tuple[int, int]:
         # DeepSeek Sparse Attention's indexer: its queries from the latent, its key and its head weights from x
         indexer = dims.h_index * dims.d_index * dims.r_q + dims.d * (dims.d_index + dims.h_index)
         return attention + indexer + mlp, head
-    return dims.d * (q + 2 * kv) + q * dims.d + mlp, head
+    # JetMoE: each token's k_a experts' queries (k_a·h_kv·d_h = h·d_h) and outputs, the shared K/V, the router
+    return dims.d * (q + 2 * kv) + q * dims.d + dims.moa_router + mlp, head
 
 
 def score_pairs(T: int, causal: bool, window: int = 0, chunk: int = 0) -> int:
@@ -760,6 +765,10 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
     if any(dims.lightning for dims in Dims.per_group(config)):
         raise InputError(f"{config.name}: the training step of lightning-attention layers is not modelled (their "
                          f"backward is not implemented): --train sizes attention layers' activations and backward only")
+    if any(dims.differential for dims in Dims.per_group(config)):
+        raise InputError(f"{config.name}: the training step of differential-attention layers is not modelled (what "
+                         f"their backward keeps: both halves of V, the pairs before their norm): --train sizes softmax "
+                         f"attention layers' activations and backward only")
     if any(dims.mamba or dims.conv_K for dims in Dims.per_group(config)):
         raise InputError(f"{config.name}: the training step of Mamba-1 and Mamba-2 (state-space) layers and short "
                          f"convolutions is not modelled: --train sizes attention layers' activations and backward only")
@@ -853,6 +862,8 @@ def largest_module(config: Config) -> tuple[str, int]:
                 continue
             if key.startswith("experts."):
                 add(f"the routed experts of one of {where}", shape)
+            elif key.startswith("attn_experts."):
+                add(f"the attention experts of one of {where}", shape)
             else:  # w_q and b_q one linear layer; ln1_gamma and ln1_beta one norm
                 module = re.sub(r"^(shared_)?[wb]_|_(gamma|beta)$", lambda m: m.group(1) or "", key)
                 add(f"{module} of one of {where}", shape)

@@ -30,6 +30,8 @@ from blockcli.config import BlockConfig, Config, InputError, Mamba1, clipped, pr
 from blockcli.deltanet import SYMBOLIC_DELTANET, SYMBOLIC_KDA, state_bytes
 from blockcli.deltanet import analytic_rows as deltanet_analytic_rows
 from blockcli import lightning as LA
+from blockcli import moa as MOA
+from blockcli import differential as DIFF
 from blockcli import mamba as M1
 from blockcli.mamba import DT_LABEL, IN_LABEL, OUT_LABEL, SKIP_LABEL, conv_label, norm_label, scan_label
 from blockcli.mamba import SYMBOLIC as MAMBA_SYMBOLIC
@@ -47,6 +49,7 @@ ELEMENT_FLOPS = {
     # Gated DeltaNet (blockcli/deltanet.py): the conv's and the delta rule's products are matmul FLOPs (see
     # _matmul_flops), the decay of the state d_k per output element (see Recorder)
     "conv": 0, "delta_rule": 0, "l2norm": 3, "decay": 5, "gated_norm": 8,
+    "differential": 2,  # differential attention: head i − λ·head i + h/2, a multiply and a subtract per element
     "lightning": 0,  # lightning attention: its products are matmul FLOPs, the state's decay d_h per output element
     # "combine" (the weighted sum of a token's k expert outputs) costs 2·k per output element: see Recorder
     "softplus": 4, "skip": 2, "gated_rmsnorm": 8,  # a Mamba-2 layer's Δ, its D·x skip, its y ⊙ silu(z) normalised
@@ -301,6 +304,10 @@ def symbolic_shapes(b: BlockConfig) -> dict[str, str]:
         return dict(M1.SYMBOLIC1)
     if b.lightning is not None:
         return dict(LA.SYMBOLIC)
+    if b.moa is not None:
+        return dict(MOA.SYMBOLIC)
+    if b.differential is not None:
+        return dict(DIFF.SYMBOLIC)
     if b.mla is not None and b.mla.index_heads:
         return {**SYMBOLIC_LATENT, **SYMBOLIC_INDEXER}
     return dict(SYMBOLIC_LATENT) if b.mla is not None else {}
@@ -513,7 +520,8 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
                                    b.head_dim, b.d_ff)
     chunked = chunked and not (b.mla is not None and b.mla.index_heads)  # the indexer's choice: the whole table
 
-    def scores_and_heads(q: ShapeOnly, k: ShapeOnly, v: ShapeOnly, d_v: int, inp: ShapeOnly | None = None) -> ShapeOnly:
+    def scores_and_heads(q: ShapeOnly, k: ShapeOnly, v: ShapeOnly, d_v: int, inp: ShapeOnly | None = None,
+                         heads_only: bool = False) -> ShapeOnly:
         heads_out = S(B, h, T, d_v)
         if chunked:
             rec("attn_heads", blocked_label(b), heads_out, (q, k, v), kind="attention", params=("sinks",))
@@ -527,6 +535,8 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             rec("masked_scores", mask_label(b), masked, (scores,), kind="mask")
             rec("attn_weights", softmax_label(b), weights, (masked,), kind="softmax", params=("sinks",))
             rec("attn_heads", "weights·V", heads_out, (weights, v), kind="matmul")
+        if heads_only:  # the mixture of attention heads combines them itself (blockcli/moa.py)
+            return heads_out
         concat, out = S(B, T, h * d_v), S(B, T, d)
         rec("attn_concat", "combine heads", concat, (heads_out,), kind="reshape")
         if b.attention_gate and inp is not None:  # as MultiHeadAttention: the heads times σ(x·W_gate)
@@ -677,6 +687,10 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             return deltanet_analytic_rows(b, rec, S, inp, B, T)
         if b.lightning is not None:  # a lightning-attention layer: its own rows (blockcli/lightning.py)
             return LA.analytic_rows(b, rec, S, inp, B, T)
+        if b.moa is not None:  # a mixture of attention heads: its own rows around attention's (blockcli/moa.py)
+            return MOA.analytic_rows(b, rec, S, inp, B, T,
+                                     lambda q, k, v: scores_and_heads(q, k, v, d_h, heads_only=True),
+                                     lambda *shape: ShapeOnly(shape, np.dtype(np.intp)))
         flat, split = {}, {}
         for name, heads in (("q", h), ("k", h_kv), ("v", h_kv)):
             flat[name] = S(B, T, heads * d_h)
@@ -722,6 +736,10 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             q_scaled = S(B, h, T, d_h)
             rec("q_scale", query_scale_label(b), q_scaled, (q,), kind="scale")
             q = q_scaled
+        if b.differential is not None:  # DiffLlama: the softmax over both halves of the values, then its own rows
+            both = S(B, h_kv, T, 2 * d_h)
+            rec("v_both", DIFF.VALUES_LABEL, both, (v,), kind="reshape")
+            return DIFF.analytic_rows(b, rec, S, scores_and_heads(q, k, both, 2 * d_h, heads_only=True), B, T)
         return scores_and_heads(q, k, v, d_h, inp)
 
     def expert_mlp(inp: ShapeOnly, rows: tuple[int, ...], width: int, key: str, label: Any,
@@ -767,6 +785,11 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
                           lambda w: tuple(f"experts.{e}.{w}" for e in range(E)))
         routed = S(B, T, d)
         label = moe_sum_label(spec)
+        if spec.out_bias:  # JetMoE: the mixture's output bias after the weighted sum
+            rec("moe_routed", label, routed, (weights, outs), kind="combine")
+            biased = S(B, T, d)
+            rec("mlp_out", "+ the mixture's output bias (moe_bias)", biased, (routed,), kind="add", params=("moe_bias",))
+            return biased
         if not spec.d_shared:
             rec("mlp_out", label, routed, (weights, outs), kind="combine")
             return routed
@@ -865,7 +888,9 @@ def merge_expert_rows(rows: list[OpRow], config: Config, tokens: int) -> list[Op
             new = replace(row, step=len(out) + 1, sources=[step_of.get(s, s) if s else s for s in row.sources])
             if row.kind == "count":  # the experts' load: its expectation, as analytic rows give it
                 new.op = load_label(moe, tokens)
-            if row.kind == "combine":  # its inputs: the weights, then every expert's output (now one row)
+            # its inputs: the weights, then every expert's output (now one row); the attention experts' sum (JetMoE's
+            # moa_sum) reads one (B, T, k_a, d) array already
+            if row.kind == "combine" and not row.key.endswith("moa_sum"):
                 new.input_shapes = [row.input_shapes[0], (sum(sh[0] for sh in row.input_shapes[1:]), config.block.d_model)]
                 new.sources = new.sources[:2]
             out.append(new)

@@ -334,6 +334,17 @@ def check_divisibility(c: Context) -> tuple[bool, str, str]:
             c.figure(f"{k} − expected", got - want, 0)
         return (all(got == want for got, want in widths.values()),
                 "; ".join(f"{k} {got} (expected {want})" for k, (got, want) in widths.items()), "exact")
+    if b.moa is not None:  # a mixture of attention heads: each expert's W_q and W_o, the shared K/V, the router
+        w, m = b.n_kv_heads * b.head_dim, b.moa
+        widths = {"each expert's W_q width (h_kv·d_h)": (max(p[f"attn_experts.{e}.w_q"].shape[1] for e in range(m.n_experts)), w),
+                  "each expert's W_o rows (h_kv·d_h)": (max(p[f"attn_experts.{e}.w_o"].shape[0] for e in range(m.n_experts)), w),
+                  "K width": (p["w_k"].shape[1], w), "V width": (p["w_v"].shape[1], w),
+                  "router width (E_a)": (p["moa_router"].shape[1], m.n_experts),
+                  "query heads (k_a·h_kv)": (b.n_heads, m.top_k * b.n_kv_heads)}
+        for k, (got, want) in widths.items():
+            c.figure(f"{k} − expected", got - want, 0)
+        return (all(got == want for got, want in widths.values()),
+                "; ".join(f"{k} {got} (expected {want})" for k, (got, want) in widths.items()), "exact")
     if b.short_conv is not None:  # its projections' and conv's widths
         widths = {"in-projection (b, c, x)": (p["w_conv_in"].shape[1], 3 * b.d_model),
                   "conv channels": (p["short_conv"].shape[0], b.d_model)}
@@ -871,7 +882,10 @@ def check_large_inputs(c: Context) -> tuple[bool, str, str]:
     measured = f"output finite for inputs scaled by {LARGE:g}: {finite}"
     if c.subject.rebuild is not None:  # the pre-norm undoes an input scale; scaled W_Q, W_K make the scores huge
         p = dict(c.subject.weights)
-        for key in ("w_q", "b_q", "w_k", "b_k") if c.cfg.mla is None else ("w_q_b" if "w_q_b" in p else "w_q",):
+        keys = ("w_q", "b_q", "w_k", "b_k") if c.cfg.mla is None else ("w_q_b" if "w_q_b" in p else "w_q",)
+        if c.cfg.moa is not None:  # a mixture of attention heads: every attention expert's W_q, and the shared W_K
+            keys = tuple(f"attn_experts.{e}.w_q" for e in range(c.cfg.moa.n_experts)) + ("w_k",)
+        for key in keys:
             if key in p:  # latent attention: its keys come out of a normalised latent, so Q takes both scales
                 p[key] = p[key] * (QK_SCALE if c.cfg.mla is None else QK_SCALE ** 2)
         if c.cfg.qk_norm != "none":  # normalised queries and keys undo W_Q's scale: scale the norms' outputs
@@ -1336,7 +1350,8 @@ def run_checks(subject: Subject, cfg: BlockConfig, x: np.ndarray, formula: Formu
 
 
 def unmodelled(i: int, cfg: BlockConfig) -> str | None:
-    """Why check i does not apply to a Gated DeltaNet (or KDA), lightning or gated-attention layer (None: it does)."""
+    """Why check i does not apply to a Gated DeltaNet (or KDA), lightning, gated-attention or mixture-of-attention layer
+    (None: it does)."""
     kda = cfg.linear_attention is not None and cfg.linear_attention.per_channel
     mixer = "Kimi Delta Attention" if kda else "Gated DeltaNet"
     if cfg.linear_attention is not None and i in (1, 2, 3, 4, 5, 9):
@@ -1345,6 +1360,19 @@ def unmodelled(i: int, cfg: BlockConfig) -> str | None:
         return "a lightning-attention layer has no softmax attention heads"
     if cfg.lightning is not None and i == 12:
         return ("blockcli's slow reference has no lightning attention; tests/test_lightning.py holds it to "
+                "transformers and to a loop reference")
+    if cfg.differential is not None and i == 5:
+        return ("differential attention combines head i with head i + h/2 and RMS-normalises each pair before W_O "
+                "(no concatenation of the heads as they are)")
+    if cfg.differential is not None and i == 12:
+        return ("blockcli's slow reference has no differential attention; tests/test_diffllama.py holds it to "
+                "transformers and to a loop reference")
+    if cfg.moa is not None and i == 2:
+        return "a mixture of attention heads takes each token's queries from its chosen experts (no one Q projection)"
+    if cfg.moa is not None and i == 5:
+        return "a mixture of attention heads sends each expert's heads through its own W_o, weighted (no one W_O)"
+    if cfg.moa is not None and i == 12:
+        return ("blockcli's slow reference has no mixture of attention heads; tests/test_jetmoe.py holds it to "
                 "transformers and to a loop reference")
     if cfg.attention_gate and i == 5:
         return "the heads pass through the attention gate (σ(x·W_gate)) before W_O"

@@ -1380,3 +1380,82 @@ def lightning_mixer(n_heads, head_dim, decay_scale, weights, x, state=None, norm
             gated = [sigmoid(gate[j]) * o[j] / rms * weights["la_norm_gamma"][j] for j in range(len(o))]
             y[b, t] = linear_vec(gated, weights["la_out"], None)
     return y, states
+
+
+def mixture_of_attention(n_experts, top_k, n_kv_heads, head_dim, rope_theta, weights, x, past=None):
+    """JetMoE's mixture of attention heads from ModuleFormer's description (§2: attention experts, each its own
+    query and output projection, sharing the keys and values), one token, one expert, one head at a time; not
+    blockcli's code. `weights`: moa_router (d, E), attn_experts.{e}.w_q (d, h_kv·d_h), w_k, w_v (d, h_kv·d_h),
+    attn_experts.{e}.w_o (h_kv·d_h, d), moa_bias (d,). x (B, T, d); `past` the (keys, values) lists per sequence of
+    the tokens before (None: none). Per token t: the top_k router logits softmaxed over those k give the experts
+    e_j and weights g_j; K, V per K/V head with RoPE (half layout, θ rope_theta) on K; for each chosen expert, each
+    of its heads i: q = RoPE(x·W_q[e_j] head i) attends causally (scale 1/√d_h) to K/V head i of the tokens ≤ t; its
+    heads' output o_j through W_o[e_j]; y = Σ_j g_j·(o_j·W_o[e_j]) + b. Returns (y (B, T, d), the keys and values
+    kept, for a later call)."""
+    B, T, d = x.shape
+    h, dh = n_kv_heads, head_dim
+    y = np.zeros((B, T, d))
+    kept = [([], []) if past is None else (list(past[b][0]), list(past[b][1])) for b in range(B)]
+    for b in range(B):
+        keys, values = kept[b]
+        start = len(keys)
+        for t in range(T):
+            vec, pos = x[b, t], start + t
+            logits = linear_vec(vec, weights["moa_router"], None)
+            chosen = _largest(list(logits), top_k)
+            gates = softmax_list([logits[e] for e in chosen])
+            k_all, v_all = linear_vec(vec, weights["w_k"], None), linear_vec(vec, weights["w_v"], None)
+            keys.append([rope_vec(k_all[i * dh:(i + 1) * dh], pos, 1.0, rope_theta) for i in range(h)])
+            values.append([np.array(v_all[i * dh:(i + 1) * dh]) for i in range(h)])
+            out = np.array(weights["moa_bias"], dtype=np.float64)
+            for e, g in zip(chosen, gates):
+                q_all = linear_vec(vec, weights["attn_experts.%d.w_q" % e], None)
+                heads = []
+                for i in range(h):
+                    q = rope_vec(q_all[i * dh:(i + 1) * dh], pos, 1.0, rope_theta)
+                    scores = [float(np.dot(q, keys[s][i])) / math.sqrt(dh) for s in range(len(keys))]
+                    p = softmax_list(scores)
+                    heads += [sum(p[s] * values[s][i][c] for s in range(len(keys))) for c in range(dh)]
+                out = out + g * np.array(linear_vec(heads, weights["attn_experts.%d.w_o" % e], None))
+            y[b, t] = out
+    return y, kept
+
+
+def differential_attention(n_heads, n_kv_heads, head_dim, rope_theta, lambda_init, eps, weights, x):
+    """Differential attention as the Differential Transformer paper writes it (§2.1: the difference of two softmax
+    maps times the values, each head normalised, times 1 − λ_init), in DiffLlama's grouping, one query, one head, one
+    number at a time; not blockcli's code. `weights`: w_q (d, h·d_h), w_k, w_v (d, h_kv·d_h), b_q, b_k, b_v, w_o
+    (h·d_h, d), b_o (any may be absent: no bias), lambda_q1, lambda_k1, lambda_q2, lambda_k2 (d_h,). x (B, T, d). RoPE
+    (half layout, θ rope_theta) on Q and K; query head i reads K head i // (h/h_kv); pair p < h/2 is the query heads p
+    and p + h/2, reading the values [V_j | V_(j + h_kv/2)] of j = p // (h/h_kv); its output (A_p − λ·A_(p+h/2))·[V | V']
+    is RMS-normalised over its 2·d_h (eps, no scale), times 1 − λ_init; the pairs in order through W_O."""
+    B, T, d = x.shape
+    h, hk, dh = n_heads, n_kv_heads, head_dim
+    g = h // hk
+    lam = (math.exp(float(np.dot(weights["lambda_q1"], weights["lambda_k1"])))
+           - math.exp(float(np.dot(weights["lambda_q2"], weights["lambda_k2"]))) + lambda_init)
+    y = np.zeros((B, T, d))
+    for b in range(B):
+        q_rows, k_rows, v_rows = [], [], []
+        for t in range(T):
+            vec = x[b, t]
+            q = linear_vec(vec, weights["w_q"], weights.get("b_q"))
+            k = linear_vec(vec, weights["w_k"], weights.get("b_k"))
+            v = linear_vec(vec, weights["w_v"], weights.get("b_v"))
+            q_rows.append([rope_vec(q[i * dh:(i + 1) * dh], t, 1.0, rope_theta) for i in range(h)])
+            k_rows.append([rope_vec(k[j * dh:(j + 1) * dh], t, 1.0, rope_theta) for j in range(hk)])
+            v_rows.append([np.array(v[j * dh:(j + 1) * dh]) for j in range(hk)])
+        for t in range(T):
+            out = []
+            for p in range(h // 2):
+                j = p // g
+                both = [list(v_rows[s][j]) + list(v_rows[s][j + hk // 2]) for s in range(t + 1)]
+                maps = []
+                for i in (p, p + h // 2):
+                    scores = [float(np.dot(q_rows[t][i], k_rows[s][i // g])) / math.sqrt(dh) for s in range(t + 1)]
+                    maps.append(softmax_list(scores))
+                o = [sum((maps[0][s] - lam * maps[1][s]) * both[s][c] for s in range(t + 1)) for c in range(2 * dh)]
+                rms = math.sqrt(sum(e * e for e in o) / len(o) + eps)
+                out += [(1 - lambda_init) * e / rms for e in o]
+            y[b, t] = linear_vec(out, weights["w_o"], weights.get("b_o"))
+    return y
