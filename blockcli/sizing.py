@@ -159,7 +159,7 @@ class Dims:
                    h_index=mla.index_heads if mla and mla.own_indexer else 0,
                    R=ssm.dt_rank if isinstance(ssm, Mamba1) else 0, hybrid=b.parts == "hybrid", shared_kv=b.kv_from >= 0,
                    lightning=b.lightning is not None, moa_router=b.d_model * b.moa.n_experts if b.moa else 0,
-                   differential=b.differential is not None, **_shared_dims(b))
+                   differential=b.differential is not None), **_shared_dims(b))
 
     @property
     def mamba(self) -> bool:
