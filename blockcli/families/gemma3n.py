@@ -28,6 +28,7 @@ from typing import Any, Mapping
 
 from blockcli.families.common import TRAINING_ONLY, Composite, Family, mlp_activation, model_section
 from blockcli.families.fields import Fields
+from blockcli.families.gemma4 import ATTENTION, DENSE_MLP, PER_LAYER_INPUT, PER_LAYER_TABLES
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
 
 _KINDS = ("full_attention", "sliding_attention")
@@ -164,32 +165,21 @@ def _gemma3n_text(f: Fields) -> tuple[dict, dict]:
 _L = "layers.{i}."
 GEMMA3N = TensorMap("model.", (
     tensor("wte", "embed_tokens.weight"),
-    tensor("ple_wte", "embed_tokens_per_layer.weight"),
-    tensor("ple_proj", "per_layer_model_projection.weight", LINEAR),
-    tensor("ple_proj_norm_gamma", "per_layer_projection_norm.weight"),
+    *PER_LAYER_TABLES,
     *(tensor(f"altup_in.{j}", f"altup_projections.{j}.weight", LINEAR) for j in range(_MAX_STREAMS - 1)),
     tensor("blocks.{i}.altup_scale", _L + "altup.correct_output_scale"),
     tensor("blocks.{i}.altup_correct", _L + "altup.correction_coefs.weight", LINEAR),
     tensor("blocks.{i}.altup_predict", _L + "altup.prediction_coefs.weight", LINEAR),
     tensor("blocks.{i}.altup_router", _L + "altup.modality_router.weight", LINEAR),
     tensor("blocks.{i}.altup_router_norm_gamma", _L + "altup.router_norm.weight"),
-    tensor("blocks.{i}.ln1_gamma", _L + "input_layernorm.weight"),
-    *(tensor(f"blocks.{{i}}.w_{x}", f"{_L}self_attn.{x}_proj.weight", LINEAR) for x in "qkvo"),
-    *(tensor(f"blocks.{{i}}.b_{x}", f"{_L}self_attn.{x}_proj.bias") for x in "qkvo"),
-    tensor("blocks.{i}.q_norm_gamma", _L + "self_attn.q_norm.weight"),
-    tensor("blocks.{i}.k_norm_gamma", _L + "self_attn.k_norm.weight"),
+    *ATTENTION,
     tensor("blocks.{i}.laurel_left", _L + "laurel.linear_left.weight", LINEAR),
     tensor("blocks.{i}.laurel_right", _L + "laurel.linear_right.weight", LINEAR),
     tensor("blocks.{i}.laurel_norm_gamma", _L + "laurel.post_laurel_norm.weight"),
     tensor("blocks.{i}.ln1_post_gamma", _L + "post_attention_layernorm.weight"),
-    tensor("blocks.{i}.ln2_gamma", _L + "pre_feedforward_layernorm.weight"),
-    tensor("blocks.{i}.w_gate", _L + "mlp.gate_proj.weight", LINEAR),
-    tensor("blocks.{i}.w_up", _L + "mlp.up_proj.weight", LINEAR),
-    tensor("blocks.{i}.w_down", _L + "mlp.down_proj.weight", LINEAR),
+    *DENSE_MLP,
     tensor("blocks.{i}.ln2_post_gamma", _L + "post_feedforward_layernorm.weight"),
-    tensor("blocks.{i}.ple_gate", _L + "per_layer_input_gate.weight", LINEAR),
-    tensor("blocks.{i}.ple_proj", _L + "per_layer_projection.weight", LINEAR),
-    tensor("blocks.{i}.ple_norm_gamma", _L + "post_per_layer_input_norm.weight"),
+    *PER_LAYER_INPUT,
     *(tensor(f"altup_out.{j}", f"altup_unembed_projections.{j}.weight", LINEAR) for j in range(_MAX_STREAMS - 1)),
     tensor("ln_f_gamma", "norm.weight"),
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),

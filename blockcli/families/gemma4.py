@@ -200,21 +200,37 @@ def _gemma4_text(f: Fields) -> tuple[dict, dict]:
 
 
 _L = "layers.{i}."
-GEMMA4 = TensorMap("model.", (
-    tensor("wte", "embed_tokens.weight"),
+# the parts of the map Gemma 3n's shares (families/gemma3n.py): the per-layer tables, the attention with its q/k
+# norms, the dense MLP with its pre-norm, a layer's per-layer input
+PER_LAYER_TABLES = (
     tensor("ple_wte", "embed_tokens_per_layer.weight"),
     tensor("ple_proj", "per_layer_model_projection.weight", LINEAR),
     tensor("ple_proj_norm_gamma", "per_layer_projection_norm.weight"),
+)
+ATTENTION = (
     tensor("blocks.{i}.ln1_gamma", _L + "input_layernorm.weight"),
     *(tensor(f"blocks.{{i}}.w_{x}", f"{_L}self_attn.{x}_proj.weight", LINEAR) for x in "qkvo"),
     *(tensor(f"blocks.{{i}}.b_{x}", f"{_L}self_attn.{x}_proj.bias") for x in "qkvo"),
     tensor("blocks.{i}.q_norm_gamma", _L + "self_attn.q_norm.weight"),
     tensor("blocks.{i}.k_norm_gamma", _L + "self_attn.k_norm.weight"),
-    tensor("blocks.{i}.ln1_post_gamma", _L + "post_attention_layernorm.weight"),
+)
+DENSE_MLP = (
     tensor("blocks.{i}.ln2_gamma", _L + "pre_feedforward_layernorm.weight"),
     tensor("blocks.{i}.w_gate", _L + "mlp.gate_proj.weight", LINEAR),
     tensor("blocks.{i}.w_up", _L + "mlp.up_proj.weight", LINEAR),
     tensor("blocks.{i}.w_down", _L + "mlp.down_proj.weight", LINEAR),
+)
+PER_LAYER_INPUT = (
+    tensor("blocks.{i}.ple_gate", _L + "per_layer_input_gate.weight", LINEAR),
+    tensor("blocks.{i}.ple_proj", _L + "per_layer_projection.weight", LINEAR),
+    tensor("blocks.{i}.ple_norm_gamma", _L + "post_per_layer_input_norm.weight"),
+)
+GEMMA4 = TensorMap("model.", (
+    tensor("wte", "embed_tokens.weight"),
+    *PER_LAYER_TABLES,
+    *ATTENTION,
+    tensor("blocks.{i}.ln1_post_gamma", _L + "post_attention_layernorm.weight"),
+    *DENSE_MLP,
     tensor("blocks.{i}.ln2_post1_gamma", _L + "post_feedforward_layernorm_1.weight"),
     tensor("blocks.{i}.ln2b_gamma", _L + "pre_feedforward_layernorm_2.weight"),
     tensor("blocks.{i}.router_scale", _L + "router.scale"),
@@ -224,9 +240,7 @@ GEMMA4 = TensorMap("model.", (
     tensor("blocks.{i}.experts.{e}.w_down", _L + "experts.down_proj", EXPERTS),
     tensor("blocks.{i}.ln2_post2_gamma", _L + "post_feedforward_layernorm_2.weight"),
     tensor("blocks.{i}.ln2_post_gamma", _L + "post_feedforward_layernorm.weight"),
-    tensor("blocks.{i}.ple_gate", _L + "per_layer_input_gate.weight", LINEAR),
-    tensor("blocks.{i}.ple_proj", _L + "per_layer_projection.weight", LINEAR),
-    tensor("blocks.{i}.ple_norm_gamma", _L + "post_per_layer_input_norm.weight"),
+    *PER_LAYER_INPUT,
     tensor("blocks.{i}.layer_scalar", _L + "layer_scalar"),
     tensor("ln_f_gamma", "norm.weight"),
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
