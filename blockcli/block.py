@@ -2002,17 +2002,6 @@ class ParallelMixer:
 SHARED_NO_BACKWARD = MAMBA_NO_BACKWARD
 
 
-def _prefixed_shared(rec: Record) -> Record:
-    """A shared block's recorded steps under `shared.`, apart from the layer's own (its mixer's)."""
-    if rec is _ignore:
-        return rec
-
-    def inner(key: str, *args: Any, **kwargs: Any) -> None:
-        rec(f"shared.{key}", *args, **kwargs)
-
-    return inner
-
-
 class SharedTransformer:
     """A shared transformer block (config.SharedBlock, Zamba2's) as one layer uses it: the model's weights
     `weights` (shared.{index}.*, the same arrays at every use) with this use's LoRA adapters `own` added to the
@@ -2051,7 +2040,7 @@ class SharedTransformer:
         self.ln_mlp = Norm("rmsnorm", weights["ln_mlp_gamma"], None, cfg.norm_eps, ops, name="shared_ln_mlp")
 
     def __call__(self, h: Array, x0: Array, rec: Record = _ignore, cache: KVCache | None = None) -> Array:
-        rec = _prefixed_shared(rec)
+        rec = _within(rec, "shared")
         u = np.concatenate([h, x0], axis=-1)  # (B, T, 2d)
         rec("input", "[h | token embeddings]", u, (h, x0), kind="concat")
         n = self.ln_attn(u)  # (B, T, 2d)
@@ -2354,7 +2343,7 @@ class DecoderBlock:
         xe = self.ln2b(h)  # (B, T, d)
         rec("ln2b_out", "LN2b (the experts' input)", xe, (h,), kind=norm, params=("ln2b_gamma",))
         assert self.experts is not None
-        e = self.experts(xe, _prefixed_experts(rec), router_input=h)  # (B, T, d)
+        e = self.experts(xe, _within(rec, "moe"), router_input=h)  # (B, T, d)
         m2 = self.ln2_post2(e)  # (B, T, d)
         rec("ln2_post2_out", "norm of the experts' output", m2, (e,), kind=norm, params=("ln2_post2_gamma",))
         both = m1 + m2  # (B, T, d)
@@ -2928,12 +2917,13 @@ def _prefixed(rec: Record, layer: int) -> Record:
     return inner
 
 
-def _prefixed_experts(rec: Record) -> Record:
-    """Gemma 4's experts beside the dense MLP: their recorded steps under `moe.`, apart from the dense MLP's."""
+def _within(rec: Record, part: str) -> Record:
+    """A part's recorded steps under `part.`, apart from the layer's own: Zamba2's shared block (`shared.`, beside
+    its mixer's) and Gemma 4's experts beside the dense MLP (`moe.`, beside the dense MLP's)."""
     if rec is _ignore:
         return rec
 
     def inner(key: str, *args: Any, **kwargs: Any) -> None:
-        rec(f"moe.{key}", *args, **kwargs)
+        rec(f"{part}.{key}", *args, **kwargs)
 
     return inner
