@@ -734,6 +734,11 @@ def test_lara_mini_layers() -> None:
     assert (m.key_heads, m.value_heads, m.key_head_dim, m.value_head_dim, m.conv_kernel, m.norm_eps) == (
         8, 16, 128, 128, 4, 1e-6)
     assert config.model.tie_embeddings and blocks[1].rope_theta == 10000.0
+    # a full layer 0 has no positions either (the base block is the sliding layers'; every other layer an override)
+    first = parse_config(hf_to_mapping({"model_type": "lara_mini", "num_hidden_layers": 2,
+                                        "layer_types": ["full_attention", "sliding_attention"]}, "x.json"))
+    assert [bool(first.layer_block(i).rope) for i in range(2)] == [False, True]
+    assert [first.layer_block(i).sliding_window for i in range(2)] == [0, 512]
 
 
 @pytest.mark.parametrize("fields, named", [

@@ -209,10 +209,11 @@ def _lara_mini(f: Fields) -> tuple[dict, dict]:
              "sliding_attention": {"linear_attention": None, "qk_norm": "head", "rope": block["rope"],
                                    "sliding_window": window},
              FULL_ATTENTION: {"linear_attention": None, "qk_norm": "head", "rope": False, "sliding_window": 0}}
-    block.update({k: v for k, v in kinds[types[0]].items() if k != "sliding_window" or v})
-    for kind, fields in kinds.items():
-        if kind != types[0]:
-            override_layers(f, [i for i, t in enumerate(types) if t == kind], fields)
+    # the base block is the sliding layers' (RoPE): every other layer, layer 0 too, an override without positions
+    # (a base block's rope: false would read as RoPE under positions: rope; an override's is NoPE)
+    block.update(kinds["sliding_attention"])
+    for kind in (LINEAR_ATTENTION, FULL_ATTENTION):
+        override_layers(f, [i for i, t in enumerate(types) if t == kind], kinds[kind])
     n_experts, top_k = f.int("num_experts", 128), f.int("num_experts_per_tok", 4)
     if top_k > n_experts:
         raise f.invalid("num_experts_per_tok", top_k, f"at most num_experts ({n_experts})")
