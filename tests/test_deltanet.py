@@ -32,7 +32,7 @@ from blockcli.ops import causal_conv1d
 from blockcli.sizing import inference
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "deltanet"
-NAMES = ["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "olmo_hybrid"]
+NAMES = ["qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "olmo_hybrid", "lara_mini"]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
 
 
@@ -278,7 +278,7 @@ def test_loss_and_gradients_equal_transformers_autograd(name: str, dtype: str) -
     compare(Model.from_config(load_config(folder), weights=folder, dtype=dtype), expected(name, "gradients.npz"), dtype, "")
 
 
-@pytest.mark.parametrize("name", ["qwen3_next", "qwen3_5_moe_text"])
+@pytest.mark.parametrize("name", ["qwen3_next", "qwen3_5_moe_text", "lara_mini"])
 def test_the_load_balancing_loss_and_its_gradients_equal_transformers(tmp_path: Path, name: str) -> None:
     """output_router_logits on (router_aux_loss_coef 0.37, as the generator ran it)."""
     for file in (FIXTURES / name).iterdir():
@@ -662,3 +662,144 @@ def test_beta_scale_and_split_conv_equal_the_loop_reference_and_central_differen
     down = model.loss_and_grads(ids)[0]
     weights[key][at] += h
     assert abs((up - down) / (2 * h) - grads[key][at]) <= 1e-7 * max(1.0, abs(grads[key][at]))
+
+
+# ----------------------------------------------------------------------------- Lara-4-Mini (lara_mini)
+
+
+def _lara_mini_by_hand(d: int, vocab: int, layers: int, linear: int, h: int, kv: int, d_h: int, h_k: int, h_v: int,
+                       d_k: int, d_v: int, K: int, E: int, d_e: int, d_s: int, tied: bool, bias: bool) -> int:
+    """Qwen3's attention layers (Q, K, V, O, their biases with attention_bias, q/k norms over d_h) and Qwen3.5's Gated
+    DeltaNet layers (q|k|v, z, b, a, the conv over q|k|v without bias, dt_bias and A_log per value head, the output
+    norm over d_v, W_O); on every layer the router (E·d), E SwiGLU experts of d_e, the ungated shared expert of d_s
+    and two norms; the final norm; the embedding (and an untied head)."""
+    attention = 2 * d * h * d_h + 2 * d * kv * d_h + 2 * d_h + bias * (h * d_h + 2 * kv * d_h + d)
+    deltanet = (d * (2 * h_k * d_k + 2 * h_v * d_v + 2 * h_v) + (2 * h_k * d_k + h_v * d_v) * K + 2 * h_v + d_v
+                + h_v * d_v * d)
+    mixture = E * d + 3 * E * d * d_e + 3 * d * d_s
+    return (linear * deltanet + (layers - linear) * attention + layers * (mixture + 2 * d) + d
+            + (2 - tied) * vocab * d)
+
+
+# transformers 5.24's LaraMiniForCausalLM on the meta device (recomputed by the torch-marked test); the default
+# period-5 pattern over 6 layers: DeltaNet at 0, 2, 5
+LARA_MINI_RANDOM = dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=2, head_dim=10, num_hidden_layers=6,
+                        vocab_size=300, linear_num_key_heads=3, linear_num_value_heads=6, linear_key_head_dim=12,
+                        linear_value_head_dim=14, linear_conv_kernel_dim=3, attention_bias=True,
+                        tie_word_embeddings=False, num_experts=5, num_experts_per_tok=3, moe_intermediate_size=20,
+                        shared_expert_intermediate_size=14, pad_token_id=0, eos_token_id=1, sliding_window=7)
+LARA_MINI_CASES = {
+    # LaraMiniConfig: 34 layers (14 DeltaNet: 8 × 128 key, 16 × 128 value heads), 16/4 heads of 128, 128 experts of
+    # 512 and a shared one of 512, tied
+    "defaults": ({}, 7_281_684_672, _lara_mini_by_hand(1024, 151936, 34, 14, 16, 4, 128, 8, 16, 128, 128, 4, 128, 512,
+                                                        512, True, False)),
+    "random": (LARA_MINI_RANDOM, 403_698, _lara_mini_by_hand(96, 300, 6, 3, 6, 2, 10, 3, 6, 12, 14, 3, 5, 20, 14,
+                                                              False, True)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LARA_MINI_CASES))
+def test_lara_mini_counts_as_transformers_and_by_hand(case: str) -> None:
+    fields, want, by_hand = LARA_MINI_CASES[case]
+    counted = count_parameters(parse_config(hf_to_mapping({"model_type": "lara_mini", **fields}, "x.json")))
+    assert counted.total == want == by_hand and counted.reconciled.match
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("case", sorted(LARA_MINI_CASES))
+def test_the_lara_mini_totals_here_are_transformers_own(case: str) -> None:
+    transformers = pytest.importorskip("transformers")
+    fields, want, _ = LARA_MINI_CASES[case]
+    config = transformers.AutoConfig.for_model("lara_mini", **fields)
+    assert _on_meta(config) == want
+    data = {k: v for k, v in config.to_dict().items() if k != "transformers_version"}
+    assert count_parameters(parse_config(hf_to_mapping(data, "x.json"))).total == want
+
+
+def test_lara_mini_layers() -> None:
+    """The period-5 pattern: DeltaNet, sliding attention (window 512, RoPE over the whole head), DeltaNet, full
+    attention without positions, sliding attention; plain norms; the mixture on every layer, softmax, renormalised,
+    an ungated shared expert; tied."""
+    config = parse_config(hf_to_mapping({"model_type": "lara_mini", "num_hidden_layers": 5}, "x.json"))
+    blocks = [config.layer_block(i) for i in range(5)]
+    assert [b.linear_attention is not None for b in blocks] == [True, False, True, False, False]
+    assert [b.sliding_window for b in blocks] == [0, 512, 0, 0, 512]  # 0: no window
+    assert [bool(blocks[i].rope) for i in (1, 3, 4)] == [True, False, True]  # the attention layers
+    assert [b.qk_norm for b in blocks] == ["none", "head", "none", "head", "head"]
+    assert not any(b.norm_unit_offset or b.attention_gate for b in blocks)
+    moe = blocks[0].moe
+    assert (moe.n_experts, moe.top_k, moe.d_expert, moe.d_shared, moe.renormalize, moe.shared_gate) == (
+        128, 4, 512, 512, True, False)
+    m = blocks[0].linear_attention
+    assert (m.key_heads, m.value_heads, m.key_head_dim, m.value_head_dim, m.conv_kernel, m.norm_eps) == (
+        8, 16, 128, 128, 4, 1e-6)
+    assert config.model.tie_embeddings and blocks[1].rope_theta == 10000.0
+    # a full layer 0 has no positions either (the base block is the sliding layers'; every other layer an override)
+    first = parse_config(hf_to_mapping({"model_type": "lara_mini", "num_hidden_layers": 2,
+                                        "layer_types": ["full_attention", "sliding_attention"]}, "x.json"))
+    assert [bool(first.layer_block(i).rope) for i in range(2)] == [False, True]
+    assert [first.layer_block(i).sliding_window for i in range(2)] == [0, 512]
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"intermediate_size": 64}, "'intermediate_size'"),
+    ({"mlp_only_layers": [0]}, "'mlp_only_layers'"),
+    ({"decoder_sparse_step": 2}, "'decoder_sparse_step'"),
+    ({"full_attention_interval": 4}, "'full_attention_interval'"),
+    ({"partial_rotary_factor": 0.5}, "'partial_rotary_factor'"),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.25}},
+     "'rope_parameters.partial_rotary_factor'"),
+    ({"layer_types": ["linear_attention", "chunked_attention"]}, "'layer_types'"),
+    ({"hidden_act": "gelu"}, "'hidden_act'"),
+    ({"num_experts_per_tok": 9, "num_experts": 8}, "'num_experts_per_tok'"),
+    ({"linear_num_key_heads": 4, "linear_num_value_heads": 6}, "'linear_num_value_heads'"),
+    ({"sliding_window": None}, "'sliding_window'"),
+])
+def test_lara_mini_fields_blockcli_cannot_run_are_named(fields: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        hf_to_mapping({"model_type": "lara_mini", "num_hidden_layers": 2, **fields}, "x.json")
+
+
+def test_lara_mini_window_and_nope_matter_on_the_fixture(tmp_path: Path) -> None:
+    """The fixture's sliding layer 0 (a window of 3 over 7 tokens, RoPE) and its NoPE full layer 2: a wider window, or
+    RoPE on layer 2, gives other logits than transformers'."""
+    folder, want = FIXTURES / "lara_mini", expected("lara_mini")
+    for file in folder.iterdir():
+        if file.name != "config.json":
+            (tmp_path / file.name).symlink_to(file)
+    config = json.loads((folder / "config.json").read_text())
+    for changed in ({"sliding_window": 64}, {"layer_types": ["sliding_attention", "linear_attention",
+                                                             "sliding_attention"], "sliding_window": 64}):
+        (tmp_path / "config.json").write_text(json.dumps({**config, **changed}))
+        model = Model.from_config(load_config(tmp_path), weights=tmp_path, dtype="float64")
+        assert relative(model(want["input_ids"]), want["logits_float64"]) > 1e-3
+
+
+def test_lara_mini_reads_transformers_in_memory_names(tmp_path: Path) -> None:
+    """The fixture is saved as the published checkpoints are (one in_proj, rows q | k | v | z | b | a; out_norm);
+    split into transformers' in-memory in_proj_qkv, in_proj_z, in_proj_b, in_proj_a and norm, the same logits."""
+    from safetensors.numpy import load_file, save_file
+
+    folder, want = FIXTURES / "lara_mini", expected("lara_mini")
+    stored, renamed = load_file(folder / "model.safetensors"), {}
+    qkv, z = 2 * 2 * 4 + 4 * 6, 4 * 6  # 2 key heads of 4 twice, 4 value heads of 6
+    for name, value in stored.items():
+        if name.endswith("linear_attn.in_proj.weight"):
+            base = name[:-len("in_proj.weight")]
+            renamed.update({f"{base}in_proj_qkv.weight": value[:qkv], f"{base}in_proj_z.weight": value[qkv:qkv + z],
+                            f"{base}in_proj_b.weight": value[qkv + z:qkv + z + 4],
+                            f"{base}in_proj_a.weight": value[qkv + z + 4:]})
+            continue
+        renamed[name.replace("out_norm", "norm")] = value
+    assert stored.keys() != renamed.keys() and renamed.keys() >= {"model.layers.1.linear_attn.in_proj_a.weight"}
+    save_file(renamed, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text((folder / "config.json").read_text())
+    model = Model.from_config(load_config(tmp_path), weights=tmp_path, dtype="float64")
+    assert relative(model(want["input_ids"]), want["logits_float64"]) <= TOLERANCE["float64"]
+
+
+def test_verify_with_gradients_passes_on_lara_mini() -> None:
+    """verify --grad on its three layer kinds: sliding attention with RoPE, the DeltaNet, NoPE full attention."""
+    proc = cli("verify", FIXTURES / "lara_mini", "--grad")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert "one layer of each of its 3 kinds verified (layers 0, 1, 2)" in proc.stdout

@@ -316,7 +316,8 @@ _CONFIG_RENAMES = {("gemma", "gelu"): "gelu_pytorch_tanh"}
 # Mamba-2's own, Mamba's, Falcon-Mamba's and Jamba's Mamba-1 conv and MiniMax's lightning q | k | v run hidden_act too, and
 # blockcli's SiLU alone: any other is refused
 _SILU_ONLY = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_5", "qwen3_5_moe", "bamba", "granitemoehybrid",
-              "kimi_linear", "mamba", "falcon_mamba", "jamba", "falcon_h1", "minimax", "mamba2", "olmo_hybrid"}
+              "kimi_linear", "mamba", "falcon_mamba", "jamba", "falcon_h1", "minimax", "mamba2", "olmo_hybrid",
+              "lara_mini"}
 
 
 @pytest.mark.parametrize("name", sorted(draws.DRAWS))

@@ -15,8 +15,8 @@ grouped by key head (GROUPED_KEY_HEADS); Qwen3.5 stores `in_proj_qkv` (q | k | v
 
 from __future__ import annotations
 
-from blockcli.families.common import (TRAINING_ONLY, Composite, Family, gated_rms, override_layers, silu_gate,
-                                      with_data)
+from blockcli.families.common import (TRAINING_ONLY, Composite, Family, gated_rms, override_layers, refuse_nulls,
+                                      silu_gate, window_width, with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, LLAMA_MLP, OLMO2, QWEN_VL_PATHS, QWEN_VL_TOP, text_only_mrope
 from blockcli.families.moe import MOE_TRAINING_ONLY, QWEN_MOE, _dense_layers
@@ -156,6 +156,73 @@ def _olmo_hybrid(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+_LARA_SIZES = {"vocab_size": 151936, "hidden_size": 1024, "num_hidden_layers": 34, "num_attention_heads": 16,
+               "max_position_embeddings": 131072}
+_LARA_KINDS = (LINEAR_ATTENTION, "sliding_attention", FULL_ATTENTION)
+
+
+def _lara_mini(f: Fields) -> tuple[dict, dict]:
+    """Lara-4-Mini (LaraMiniConfig, a diff of Qwen3-Next's): plain RMSNorms (a scale w, not 1 + w), Qwen3's attention
+    without the output gate (per-head q/k RMSNorm, `attention_bias` on q/k/v/o, GQA 16/4 of head_dim 128), Qwen3.5's
+    Gated DeltaNet (separate q|k|v, z, b, a projections; a conv of linear_conv_kernel_dim taps without bias; its
+    gated output norm at rms_norm_eps), by `layer_types` (by default the period-5 pattern linear, sliding, linear,
+    full, sliding): windows of `sliding_window` (512) with RoPE over the whole head on the sliding layers, NoPE on
+    the full ones; Flint's mixture on every layer (softmax router, top num_experts_per_tok renormalised per
+    norm_topk_prob, an ungated shared expert of shared_expert_intermediate_size); tied embeddings by default."""
+    for key in ("intermediate_size", "decoder_sparse_step", "mlp_only_layers", "full_attention_interval",
+                "partial_rotary_factor"):  # Qwen3-Next's fields LaraMiniConfig drops (AttributeError)
+        if f.has(key):
+            raise f.unrepresentable(key, f.data[key], "not a field of LaraMiniConfig (its layers are all mixtures; "
+                                                      "RoPE turns the whole head)")
+    refuse_nulls(f, "head_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                 "shared_expert_intermediate_size", "sliding_window", "num_key_value_heads")
+    rope = f.data.get("rope_parameters")
+    if isinstance(rope, dict) and "partial_rotary_factor" in rope:  # the default RoPE of LaraMini ignores it
+        raise f.unrepresentable("rope_parameters.partial_rotary_factor", rope["partial_rotary_factor"],
+                                "LaraMiniRotaryEmbedding turns the whole head (its default RoPE never reads it)")
+    g = with_data(f, {**_LARA_SIZES, **f.data, "intermediate_size": f.int("moe_intermediate_size", 512)})
+    block, model = gated_rms(g, silu_gate, kv_default=4, tie_default=True, head_dim_default=128, mlp_bias=False,
+                             eps_default=1e-6)
+    if f.str("hidden_act", "silu") != "silu":  # the DeltaNet's conv runs hidden_act too; blockcli's runs SiLU
+        raise f.unrepresentable("hidden_act", f.data["hidden_act"], "the linear-attention layers' short conv runs "
+                                                                    "hidden_act, which blockcli runs as SiLU only")
+    n = model["n_layers"]
+    mixer = {"key_heads": f.int("linear_num_key_heads", 8), "value_heads": f.int("linear_num_value_heads", 16),
+             "key_head_dim": f.int("linear_key_head_dim", 128), "value_head_dim": f.int("linear_value_head_dim", 128),
+             "conv_kernel": f.int("linear_conv_kernel_dim", 4), "norm_eps": block["norm_eps"]}
+    if mixer["value_heads"] % mixer["key_heads"]:
+        raise f.unrepresentable("linear_num_value_heads", mixer["value_heads"],
+                                f"each of the {mixer['key_heads']} key heads serves as many value heads")
+    types = f.raw("layer_types", None)
+    if types is None:  # LaraMiniConfig.__post_init__'s released pattern
+        pattern = (LINEAR_ATTENTION, "sliding_attention", LINEAR_ATTENTION, FULL_ATTENTION, "sliding_attention")
+        types = [pattern[i % 5] for i in range(n)]
+    if not isinstance(types, list) or len(types) != n:
+        raise f.invalid("layer_types", types, f"an array of {n} layer types")
+    for item in types:
+        if item not in _LARA_KINDS:
+            raise f.unrepresentable("layer_types", item, "these layers are " + ", ".join(_LARA_KINDS))
+    window = f.raw("sliding_window", 512)
+    f.ignore("sliding_window")
+    window = window_width(f, "sliding_window", window)
+    kinds = {LINEAR_ATTENTION: {"linear_attention": mixer, "qk_norm": "none", "rope": False, "sliding_window": 0},
+             "sliding_attention": {"linear_attention": None, "qk_norm": "head", "rope": block["rope"],
+                                   "sliding_window": window},
+             FULL_ATTENTION: {"linear_attention": None, "qk_norm": "head", "rope": False, "sliding_window": 0}}
+    # the base block is the sliding layers' (RoPE): every other layer, layer 0 too, an override without positions
+    # (a base block's rope: false would read as RoPE under positions: rope; an override's is NoPE)
+    block.update(kinds["sliding_attention"])
+    for kind in (LINEAR_ATTENTION, FULL_ATTENTION):
+        override_layers(f, [i for i, t in enumerate(types) if t == kind], kinds[kind])
+    n_experts, top_k = f.int("num_experts", 128), f.int("num_experts_per_tok", 4)
+    if top_k > n_experts:
+        raise f.invalid("num_experts_per_tok", top_k, f"at most num_experts ({n_experts})")
+    shared = f.int("shared_expert_intermediate_size", 512, minimum=0)
+    block["moe"] = {"n_experts": n_experts, "top_k": top_k, "d_expert": block["d_ff"],
+                    "renormalize": f.bool("norm_topk_prob", True), **({"d_shared": shared} if shared else {})}
+    return block, model
+
+
 _NORMS_AND_EMBEDDINGS = tuple(t for t in LLAMA.tensors if "self_attn" not in t.name and t not in LLAMA_MLP)
 _ATTENTION = (
     tensor("blocks.{i}.w_q blocks.{i}.w_attn_gate", "layers.{i}.self_attn.q_proj.weight", GROUPED_HEADS),
@@ -212,6 +279,19 @@ OLMO_HYBRID = TensorMap("model.", tuple(t for t in OLMO2.tensors if "layernorm" 
     tensor("blocks.{i}.dn_A_log", f"{_L}.A_log"),
     tensor("blocks.{i}.dn_norm_gamma", f"{_L}.o_norm.weight"),
 ), buffers=LLAMA.buffers)
+# Lara-4-Mini: Qwen3's attention names (q_norm, k_norm), the DeltaNet as the published checkpoints and save_pretrained
+# hold it (one in_proj, rows q | k | v | z | b | a; its gated norm out_norm) or as transformers holds it in memory
+# (Qwen3.5's in_proj_qkv, in_proj_z, in_proj_b, in_proj_a; norm), the router mlp.gate, the experts fused per layer
+# (E, 2·d_e, d) and (E, d, d_e) and the ungated shared expert
+LARA_MINI = TensorMap("model.", _NORMS_AND_EMBEDDINGS + tuple(t for t in LLAMA.tensors if "self_attn" in t.name) + (
+    tensor("blocks.{i}.dn_conv", "layers.{i}.linear_attn.conv1d.weight", DEPTHWISE),
+    tensor("blocks.{i}.dn_dt_bias", "layers.{i}.linear_attn.dt_bias"),
+    tensor("blocks.{i}.dn_A_log", "layers.{i}.linear_attn.A_log"),
+    tensor("blocks.{i}.dn_norm_gamma", "layers.{i}.linear_attn.out_norm.weight|layers.{i}.linear_attn.norm.weight"),
+    tensor("blocks.{i}.dn_out", "layers.{i}.linear_attn.out_proj.weight", LINEAR),
+    tensor("blocks.{i}.dn_q blocks.{i}.dn_k blocks.{i}.dn_v blocks.{i}.dn_z blocks.{i}.dn_b blocks.{i}.dn_a",
+           "layers.{i}.linear_attn.in_proj.weight", FUSED),
+) + _QWEN3_5_DELTANET[len(_DELTANET):] + _MOE, buffers=LLAMA.buffers)
 _VL_PATHS = {**QWEN_VL_PATHS, "aside": QWEN_VL_PATHS["aside"] + _MTP_TENSORS}
 
 # fields of the published configs that transformers 5.24's Qwen3-Next / Qwen3.5 modelling code never reads
@@ -239,4 +319,5 @@ FAMILIES = (
     Family("qwen3_5_moe_text", "Qwen3.5-MoE's language model", _qwen3_5_moe_text, QWEN3_5_MOE, MOE_TRAINING_ONLY,
            unread=_UNREAD, aux_loss=True),
     Family("olmo_hybrid", "OLMo Hybrid", _olmo_hybrid, OLMO_HYBRID, TRAINING_ONLY),
+    Family("lara_mini", "Lara-4-Mini", _lara_mini, LARA_MINI, MOE_TRAINING_ONLY, aux_loss=True),
 )
