@@ -241,8 +241,9 @@ def block_formula(b: BlockConfig) -> list[Row]:
             *([] if b.kv_from >= 0 or b.k_eq_v else [proj("attn.v", "V projection", kv_width, b.bias.qkv)]),
             proj("attn.o", "output projection W_O", q_width, b.bias.out, out=True),
         ])
-        if b.attention_gate and b.attention_gate_form == "softplus_head":  # one softplus gate a head: h wide
-            rows.insert(-1, Row("attn.gate", "attention output gate (softplus, one per head)", term(1, "h", "d"),
+        if b.attention_gate and b.gate_per_head:  # one softplus (or σ) gate a head: h wide
+            rows.insert(-1, Row("attn.gate", f"attention output gate ({'σ' if b.gate_sigmoid else 'softplus'}, one per "
+                                             f"head)", term(1, "h", "d"),
                                 term(1, "h") if b.bias.qkv else no, ("w_attn_gate", "b_attn_gate")))
         elif b.attention_gate:  # σ(x·W_gate) (or its softplus) times each head's output: as wide as Q
             rows.insert(-1, Row("attn.gate", f"attention output gate "

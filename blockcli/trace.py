@@ -540,12 +540,12 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         concat, out = S(B, T, h * d_v), S(B, T, d)
         rec("attn_concat", "combine heads", concat, (heads_out,), kind="reshape")
         if b.attention_gate and inp is not None:  # as MultiHeadAttention: the heads times σ(x·W_gate)
-            width = h if b.attention_gate_form == "softplus_head" else h * d_v  # one gate a head, or one an element
+            width = h if b.gate_per_head else h * d_v  # one gate a head, or one an element
             gate, gated = S(B, T, width), S(B, T, h * d_v)
             rec("attn_gate", "attention gate projection", gate, (inp, S(d, width)), kind="linear",
                 params=("w_attn_gate", "b_attn_gate"))
             rec("attn_gated", GATE_LABELS[b.attention_gate_form], gated, (concat, gate),
-                kind="sigmoid_gate" if b.attention_gate_form == "sigmoid" else "softplus_gate")
+                kind="sigmoid_gate" if b.gate_sigmoid else "softplus_gate")
             concat = gated
         if b.sub_norms:  # as MultiHeadAttention: BitNet's norm of the heads' output
             normed = S(B, T, h * d_v)
