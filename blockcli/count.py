@@ -274,7 +274,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
                  Row("laurel.right", "LAuReL up (r_L → d)", term(1, "d", "r_L"), no, ("laurel_right",)),
                  replace(norm("laurel_norm", f"{_norm_name(b)} after LAuReL"), name="laurel.norm")]
     if b.sandwich:  # Gemma 2/3: the branch outputs are normalised too (kept beside LN 2, before the MLP rows)
-        rows.append(norm("ln1_post", f"{_norm_name(b)} after attention"))
+        mixer = "the short conv" if b.short_conv is not None else "attention"  # LFM3's conv layers are sandwiched too
+        rows.append(norm("ln1_post", f"{_norm_name(b)} after {mixer}"))
     if b.placement != "parallel_shared":  # a shared norm: attention and MLP both read LN1's output
         rows.append(norm("ln2", f"{_norm_name(b)} 2"))
     if b.sandwich:
