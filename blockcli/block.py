@@ -2276,7 +2276,8 @@ class DecoderBlock:
             rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
             a = drop(self.attn(n1, rec, cache, drop_probs, tape))  # (B, T, d)
             p1 = self.ln1_post(a, tape)  # (B, T, d)
-            rec("ln1_post_out", "LN1' (of the attention output)", p1, (a,), kind=norm,
+            mixer = "short conv" if self.cfg.short_conv else "attention"  # LFM3's conv layers are sandwiched too
+            rec("ln1_post_out", f"LN1' (of the {mixer} output)", p1, (a,), kind=norm,
                 params=("ln1_post_gamma", "ln1_post_beta"))
             h = add(x, r(p1))  # (B, T, d)
             rec("h", "residual add", h, (x, p1), kind="add")

@@ -854,7 +854,8 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         hid = norm("h", "LN1 (post)", "ln1", add("h_pre", "residual add", x, attention(x)))
         return norm("y", "LN2 (post)", "ln2", add("y_pre", "residual add", hid, mlp(hid)))
     if b.placement == "sandwich":
-        attended = norm("ln1_post_out", "LN1' (of the attention output)", "ln1_post",
+        mixer = "short conv" if b.short_conv else "attention"  # LFM3's conv layers are sandwiched too
+        attended = norm("ln1_post_out", f"LN1' (of the {mixer} output)", "ln1_post",
                         attention(norm("ln1_out", "LN1", "ln1", x)))
         hid = add("h", "residual add", x, attended)
         mixed = norm("ln2_post_out", "LN2' (of the MLP output)", "ln2_post", mlp(norm("ln2_out", "LN2", "ln2", hid)))
