@@ -152,12 +152,12 @@ def query_scales(cfg: BlockConfig, positions: Array, dtype: Any) -> Array:
 
 # the gated heads' trace label of each block.attention_gate_form
 GATE_LABELS = {"sigmoid": "heads × σ(gate)", "softplus": "heads × softplus(gate)",
-               "softplus_head": "heads × softplus(gate), one per head"}
+               "softplus_head": "heads × softplus(gate), one per head", "sigmoid_head": "heads × σ(gate), one per head"}
 
 
 def gate_values(gate: Array, form: str) -> Array:
     """The attention gate's values from its pre-activation (B, T, h·d_h) or (B, T, h): σ, or softplus."""
-    return F.sigmoid(gate) if form == "sigmoid" else F.softplus(gate)
+    return F.sigmoid(gate) if form in ("sigmoid", "sigmoid_head") else F.softplus(gate)
 
 
 def gate_heads(concat: Array, values: Array, h: int) -> Array:
@@ -651,7 +651,7 @@ class MultiHeadAttention:
                 params=("w_attn_gate", "b_attn_gate"))
             gated = gate_heads(concat, gate_values(gate, cfg.attention_gate_form), h)  # (B, T, h·d_h)
             rec("attn_gated", GATE_LABELS[cfg.attention_gate_form], gated, (concat, gate),
-                kind="sigmoid_gate" if cfg.attention_gate_form == "sigmoid" else "softplus_gate")
+                kind="sigmoid_gate" if cfg.gate_sigmoid else "softplus_gate")
             concat = gated
             saved["gate"] = gate  # the backward reads σ(gate) and its derivative
         if cfg.sub_norms:  # BitNet: the heads' output normalised over its h·d_h features before W_O
@@ -861,9 +861,9 @@ class MultiHeadAttention:
         if "b_o" in p:
             tape.add("b_o", F.sum_rows(d_out))
         d_gated = d_out @ p["w_o"].T  # (B, T, h·d_h)
-        slope = s * (1.0 - s) if form == "sigmoid" else F.sigmoid(gate)  # a'(gate), as wide as the gate
+        slope = s * (1.0 - s) if self.cfg.gate_sigmoid else F.sigmoid(gate)  # a'(gate), as wide as the gate
         product = d_gated * concat  # (B, T, h·d_h)
-        if form == "softplus_head":  # each head's gate read by its d_h outputs: their products summed
+        if self.cfg.gate_per_head:  # each head's gate read by its d_h outputs: their products summed
             product = product.reshape(*product.shape[:-1], h, -1).sum(axis=-1)  # (B, T, h)
         d_gate = product * slope  # (B, T, h·d_h), or (B, T, h)
         tape.add("w_attn_gate", ops.weight_grad(saved["x"], d_gate))
@@ -2265,7 +2265,8 @@ class DecoderBlock:
             rec("ln1_out", "LN1", n1, (x,), kind=norm, params=("ln1_gamma", "ln1_beta"))
             a = drop(self.attn(n1, rec, cache, drop_probs, tape))  # (B, T, d)
             p1 = self.ln1_post(a, tape)  # (B, T, d)
-            rec("ln1_post_out", "LN1' (of the attention output)", p1, (a,), kind=norm,
+            mixer = "short conv" if self.cfg.short_conv else "attention"  # LFM3's conv layers are sandwiched too
+            rec("ln1_post_out", f"LN1' (of the {mixer} output)", p1, (a,), kind=norm,
                 params=("ln1_post_gamma", "ln1_post_beta"))
             h = add(x, r(p1))  # (B, T, d)
             rec("h", "residual add", h, (x, p1), kind="add")

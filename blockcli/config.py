@@ -421,8 +421,8 @@ class Differential:
 # what one layer holds: a mixer and an MLP, or one of them (Nemotron-H); hybrid: two mixers side by side, attention
 # and block.mamba both reading LN1's output, their outputs summed, then the MLP (Falcon-H1)
 LAYER_PARTS = ("both", "mixer", "mlp", "hybrid")
-# block.attention_gate_form: σ per element, softplus per element, one softplus per head
-GATE_FORMS = ("sigmoid", "softplus", "softplus_head")
+# block.attention_gate_form: σ per element, softplus per element, one softplus per head, one σ per head (LFM3)
+GATE_FORMS = ("sigmoid", "softplus", "softplus_head", "sigmoid_head")
 MAMBA_NORMS = ("gated", "norm_gate", "none")
 
 
@@ -470,7 +470,8 @@ class BlockConfig:
     linear_attention: GatedDeltaNet | None = None
     attention_gate: bool = False  # the attention output times σ(x·W_gate), per head (W_q twice as wide: Qwen3-Next)
     # the gate's form: sigmoid (σ(g) per element: Qwen3-Next, AFMoE), softplus (softplus(g) per element) or
-    # softplus_head (one softplus(g) per head, broadcast over its d_h: W_gate is (d, h); Laguna)
+    # softplus_head (one softplus(g) per head, broadcast over its d_h: W_gate is (d, h); Laguna), sigmoid_head (one
+    # σ(g) per head, W_gate (d, h): LFM3's g_proj)
     attention_gate_form: str = "sigmoid"
     # the query scale's positions counted from this: 1 + β·ln(1 + ⌊(p + offset) / L⌋) (Llama 4's temperature
     # tuning: 1, (p + 1) / floor_scale; Ministral 3: 0)
@@ -539,6 +540,16 @@ class BlockConfig:
     def attention_part(self) -> "BlockConfig":
         """parts hybrid: the attention beside the Mamba-2 mixer, as a block of attention alone would hold it."""
         return replace(self, mamba=None, parts="both")
+
+    @property
+    def gate_per_head(self) -> bool:
+        """The attention gate is one value per head (W_gate (d, h)), broadcast over its d_h: softplus_head, sigmoid_head."""
+        return self.attention_gate_form in ("softplus_head", "sigmoid_head")
+
+    @property
+    def gate_sigmoid(self) -> bool:
+        """The attention gate's function is σ (per element or per head); else softplus."""
+        return self.attention_gate_form in ("sigmoid", "sigmoid_head")
 
     @property
     def sandwich(self) -> bool:

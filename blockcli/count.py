@@ -241,8 +241,9 @@ def block_formula(b: BlockConfig) -> list[Row]:
             *([] if b.kv_from >= 0 or b.k_eq_v else [proj("attn.v", "V projection", kv_width, b.bias.qkv)]),
             proj("attn.o", "output projection W_O", q_width, b.bias.out, out=True),
         ])
-        if b.attention_gate and b.attention_gate_form == "softplus_head":  # one softplus gate a head: h wide
-            rows.insert(-1, Row("attn.gate", "attention output gate (softplus, one per head)", term(1, "h", "d"),
+        if b.attention_gate and b.gate_per_head:  # one softplus (or σ) gate a head: h wide
+            rows.insert(-1, Row("attn.gate", f"attention output gate ({'σ' if b.gate_sigmoid else 'softplus'}, one per "
+                                             f"head)", term(1, "h", "d"),
                                 term(1, "h") if b.bias.qkv else no, ("w_attn_gate", "b_attn_gate")))
         elif b.attention_gate:  # σ(x·W_gate) (or its softplus) times each head's output: as wide as Q
             rows.insert(-1, Row("attn.gate", f"attention output gate "
@@ -273,7 +274,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
                  Row("laurel.right", "LAuReL up (r_L → d)", term(1, "d", "r_L"), no, ("laurel_right",)),
                  replace(norm("laurel_norm", f"{_norm_name(b)} after LAuReL"), name="laurel.norm")]
     if b.sandwich:  # Gemma 2/3: the branch outputs are normalised too (kept beside LN 2, before the MLP rows)
-        rows.append(norm("ln1_post", f"{_norm_name(b)} after attention"))
+        mixer = "the short conv" if b.short_conv is not None else "attention"  # LFM3's conv layers are sandwiched too
+        rows.append(norm("ln1_post", f"{_norm_name(b)} after {mixer}"))
     if b.placement != "parallel_shared":  # a shared norm: attention and MLP both read LN1's output
         rows.append(norm("ln2", f"{_norm_name(b)} 2"))
     if b.sandwich:

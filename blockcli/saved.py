@@ -54,7 +54,7 @@ def block_saved_bytes(b: BlockConfig, B: int, T: int, itemsize: int, blocked: bo
         total += act(kv_width)
     total += act(q_width)  # attention's output (B, T, h·d_v), which W_O reads
     if b.attention_gate:  # and the gate's pre-activation (one a head: h)
-        total += act(b.n_heads if b.attention_gate_form == "softplus_head" else q_width)
+        total += act(b.n_heads if b.gate_per_head else q_width)
     if b.sub_norms:  # BitNet's norm of the heads' output keeps its input, the heads combined (the MLP's recomputes)
         total += act(q_width)
     if blocked:

@@ -198,7 +198,7 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
         if cfg.bias.qkv:
             shapes[f"b_{name}"] = (width,)
     if cfg.attention_gate:  # Qwen3-Next: the attention output times σ(x·W_gate), h·d_h wide (one per head: h)
-        gate_width = cfg.n_heads if cfg.attention_gate_form == "softplus_head" else q_width
+        gate_width = cfg.n_heads if cfg.gate_per_head else q_width
         shapes["w_attn_gate"] = (d, gate_width)
         if cfg.bias.qkv:
             shapes["b_attn_gate"] = (gate_width,)

@@ -152,7 +152,7 @@ class Dims:
         return replace(cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, mlp_width(b),
                    m.vocab_size if m else 0, b.gated, b.sliding_window, projected_width(m, b.d_model),
                    moe_active_weights(b), *latent, b.linear_attention,
-                   (b.n_heads * (1 if b.attention_gate_form == "softplus_head" else b.head_dim)) if b.attention_gate else 0,
+                   (b.n_heads * (1 if b.gate_per_head else b.head_dim)) if b.attention_gate else 0,
                    b.attention_chunk, *mamba,
                    b.short_conv.kernel if b.short_conv else 0, b.parts != "mlp", b.parts != "mixer",
                    d_index=mla.index_head_dim if mla and mla.own_indexer else 0,
@@ -627,8 +627,9 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
     else:
         terms += [Term("V, for weights·V", f"{unit}·h_kv·d_h", act(h_kv * d_h), "2"),
                   Term("output projection input", f"{unit}·h·d_h", act(h * d_h), "2")]
-        if block.attention_gate and block.attention_gate_form == "softplus_head":  # one pre-activation a head
-            terms.append(Term("attention gate (pre-softplus, one per head)", f"{unit}·h", act(h)))
+        if block.attention_gate and block.gate_per_head:  # one pre-activation a head
+            terms.append(Term(f"attention gate (pre-{'sigmoid' if block.gate_sigmoid else 'softplus'}, one per head)",
+                              f"{unit}·h", act(h)))
         elif block.attention_gate:  # the gate's pre-activation, beside the heads its backward reads
             terms.append(Term(f"attention gate (pre-{'sigmoid' if block.attention_gate_form == 'sigmoid' else 'softplus'})",
                               f"{unit}·h·d_h", act(h * d_h)))

@@ -540,12 +540,12 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         concat, out = S(B, T, h * d_v), S(B, T, d)
         rec("attn_concat", "combine heads", concat, (heads_out,), kind="reshape")
         if b.attention_gate and inp is not None:  # as MultiHeadAttention: the heads times σ(x·W_gate)
-            width = h if b.attention_gate_form == "softplus_head" else h * d_v  # one gate a head, or one an element
+            width = h if b.gate_per_head else h * d_v  # one gate a head, or one an element
             gate, gated = S(B, T, width), S(B, T, h * d_v)
             rec("attn_gate", "attention gate projection", gate, (inp, S(d, width)), kind="linear",
                 params=("w_attn_gate", "b_attn_gate"))
             rec("attn_gated", GATE_LABELS[b.attention_gate_form], gated, (concat, gate),
-                kind="sigmoid_gate" if b.attention_gate_form == "sigmoid" else "softplus_gate")
+                kind="sigmoid_gate" if b.gate_sigmoid else "softplus_gate")
             concat = gated
         if b.sub_norms:  # as MultiHeadAttention: BitNet's norm of the heads' output
             normed = S(B, T, h * d_v)
@@ -854,7 +854,8 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         hid = norm("h", "LN1 (post)", "ln1", add("h_pre", "residual add", x, attention(x)))
         return norm("y", "LN2 (post)", "ln2", add("y_pre", "residual add", hid, mlp(hid)))
     if b.placement == "sandwich":
-        attended = norm("ln1_post_out", "LN1' (of the attention output)", "ln1_post",
+        mixer = "short conv" if b.short_conv else "attention"  # LFM3's conv layers are sandwiched too
+        attended = norm("ln1_post_out", f"LN1' (of the {mixer} output)", "ln1_post",
                         attention(norm("ln1_out", "LN1", "ln1", x)))
         hid = add("h", "residual add", x, attended)
         mixed = norm("ln2_post_out", "LN2' (of the MLP output)", "ln2_post", mlp(norm("ln2_out", "LN2", "ln2", hid)))

@@ -40,9 +40,9 @@ UNCLAIMED = {
     "aria_text", "axk1", "axk2", "bailing_hybrid", "beam", "blt", "cohere_compass_text", "cpmant", "deepseek_v4",
     "doge", "dory", "dots3_note", "dots3_note_text", "emu3", "fuyu", "gemma4_assistant", "gemma4_unified",
     "gemma4_unified_assistant", "gemma4_unified_text", "git", "got_ocr2", "hrm_text", "hy_v4",
-    "inkling2_loop_text", "inkling2_text", "inkling_text", "lfm3", "longcat_flash", "mimo_v2_flash",
-    "minimax_m3_vl_text", "mllama", "modernbert-decoder", "moshi", "phi4_multimodal", "qwen4_exp",
-    "qwen4_exp_text", "recurrent_gemma", "rwkv", "xlnet", "xlstm", "zamba", "zaya",
+    "inkling2_loop_text", "inkling2_text", "inkling_text", "longcat_flash", "mimo_v2_flash", "minimax_m3_vl_text",
+    "mllama", "modernbert-decoder", "moshi", "phi4_multimodal", "qwen4_exp", "qwen4_exp_text", "recurrent_gemma",
+    "rwkv", "xlnet", "xlstm", "zamba", "zaya",
 }
 
 # claimed types whose defaults blockcli refuses although transformers builds the class from them: the field, null

@@ -73,14 +73,25 @@ def test_parameter_total_equals_transformers_and_the_checkpoint_reconciles(name:
 @pytest.mark.parametrize("name", FOLDERS)
 def test_cache_bytes_equal_what_transformers_cache_holds(name: str, dtype: str) -> None:
     """After a prompt of 3 tokens at batch 2: the attention layers' keys and values, and the Mamba layers' conv
-    and SSM states, as transformers' cache holds them; the state does not grow with T, the K/V does."""
+    and SSM states, as transformers' cache holds them; the state does not grow with T, the K/V does (a sliding
+    layer's up to its window W: LFM3's; every fixture's W exceeds the prompt)."""
     folder, want = FIXTURES / name, expected(name)
     config = load_config(folder)
     total = count_parameters(config).total
     inf = inference(config, total, PROMPT, 2, dtype)
     assert (inf.kv_bytes, inf.state_bytes) == (int(want[f"kv_bytes_{dtype}"]), int(want[f"state_bytes_{dtype}"]))
     longer = inference(config, total, 100 * PROMPT, 2, dtype)
-    assert (longer.kv_bytes, longer.state_bytes) == (100 * inf.kv_bytes, inf.state_bytes)
+    blocks = [config.layer_block(i) for i in range(config.model.n_layers)]
+    # by hand: 2·h_kv·d_h values a token at batch 2, each sliding layer holding its last W tokens only
+    windowed = [(b.sliding_window, 2 * 2 * b.n_kv_heads * b.head_dim * np.dtype(dtype).itemsize) for b in blocks
+                if b.sliding_window]
+    assert all(w > PROMPT for w, _ in windowed)
+    if windowed:
+        assert longer.kv_bytes == (100 * (inf.kv_bytes - sum(PROMPT * t for _, t in windowed))
+                                   + sum(w * t for w, t in windowed))
+        assert longer.state_bytes == inf.state_bytes
+    else:
+        assert (longer.kv_bytes, longer.state_bytes) == (100 * inf.kv_bytes, inf.state_bytes)
     assert longer.memory_bytes == longer.parameter_bytes + longer.kv_bytes + longer.state_bytes + longer.activation_bytes
 
 
@@ -563,6 +574,107 @@ def test_lfm2_moe_fields_blockcli_cannot_run_are_named(tmp_path: Path, fields: d
     assert message in one_error_line(cli("count", path))
 
 
+# ----------------------------------------------------------------------------- LFM3 (lfm3)
+
+
+# transformers 5.24's Lfm3ForCausalLM on the meta device (recomputed by the torch-marked test)
+_LFM3_RANDOM_TYPES = ["sliding_attention", "conv", "full_attention", "conv", "sliding_attention"]
+LFM3_CASES = {
+    "defaults": ({}, 1_728_801_536),  # 13 conv, 6 full, 5 sliding layers (Lfm3Config's pattern), tied
+    "random": (dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=2, head_dim=12, intermediate_size=50,
+                    num_hidden_layers=5, vocab_size=300, pad_token_id=0, conv_bias=True, conv_L_cache=4,
+                    tie_word_embeddings=False, layer_types=_LFM3_RANDOM_TYPES, sliding_window=8), 264_168),
+    "plain": (dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, head_dim=20, intermediate_size=72,
+                   num_hidden_layers=3, vocab_size=200, pad_token_id=0, use_sandwich_norm=False,
+                   use_attention_gate=False, attention_bias=True, layer_types=["conv", "full_attention", "conv"]),
+              109_208),
+}
+LFM3_DEFAULTS = dict(hidden_size=2048, intermediate_size=7680, num_hidden_layers=24, num_attention_heads=16,
+                     num_key_value_heads=4, head_dim=128, vocab_size=128_000, norm_eps=1e-5, conv_L_cache=7,
+                     sliding_window=256, max_position_embeddings=128_000)
+
+
+def test_lfm3_totals_by_hand() -> None:
+    """Attention: Q and W_O d·h·d_h each, K and V d·h_kv·d_h each, the per-head q/k norms 2·d_h, the gate d·h (and
+    q/k/v/o biases without it); the short conv 4·d² + K·d (biases 3·d + d + d); every layer a SwiGLU 3·d·d_ff and
+    four norms (two without the sandwich); the embedding (and the untied head), the final norm."""
+    d, h, kv, d_h, f, V = 2048, 16, 4, 128, 7680, 128_000
+    attention, conv = d * h * d_h * 2 + 2 * d * kv * d_h + 2 * d_h + d * h, 4 * d * d + 7 * d
+    assert 11 * attention + 13 * conv + 24 * (3 * d * f + 4 * d) + V * d + d == 1_728_801_536
+    d, h, kv, d_h, f, V = 96, 6, 2, 12, 50, 300
+    attention, conv = d * h * d_h * 2 + 2 * d * kv * d_h + 2 * d_h + d * h, 4 * d * d + 4 * d + 5 * d
+    assert 3 * attention + 2 * conv + 5 * (3 * d * f + 4 * d) + 2 * V * d + d == 264_168
+    d, h, kv, d_h, f, V = 64, 4, 4, 20, 72, 200
+    attention = d * h * d_h * 2 + 2 * d * kv * d_h + 2 * d_h + (h * d_h + 2 * kv * d_h + d)
+    assert attention + 2 * (4 * d * d + 7 * d) + 3 * (3 * d * f + 2 * d) + V * d + d == 109_208
+
+
+@pytest.mark.parametrize("case", sorted(LFM3_CASES))
+def test_lfm3_counts_as_transformers(case: str) -> None:
+    fields, want = LFM3_CASES[case]
+    config = parse_config(hf_to_mapping({"model_type": "lfm3", **LFM3_DEFAULTS, **fields}, "x.json"))
+    assert count_parameters(config).total == want
+
+
+def test_lfm3_layers_windows_ropes_gate_and_norms() -> None:
+    """Lfm3Config's default pattern (full where i % 4 == 2, sliding where i % 4 == 0 past 0, conv elsewhere), the
+    window on the sliding layers only, each attention kind's RoPE (full: proportional over half the pairs, base 10⁶;
+    sliding: default, base 10⁴), σ per head, the sandwich norms, the short convs' 7 taps."""
+    config = parse_config(hf_to_mapping({"model_type": "lfm3", "num_hidden_layers": 8}, "x.json"))
+    blocks = [config.layer_block(i) for i in range(8)]
+    assert [b.short_conv is not None for b in blocks] == [True, True, False, True, False, True, False, True]
+    assert [b.sliding_window for b in blocks] == [0, 0, 0, 0, 256, 0, 0, 0]
+    full, sliding = blocks[2], blocks[4]
+    assert (full.rope_theta, full.rope_scaling.type, full.rope_scaling.fraction) == (1e6, "proportional", 0.5)
+    assert (sliding.rope_theta, sliding.rope_scaling) == (1e4, None)
+    assert (full.attention_gate, full.attention_gate_form, full.placement, full.qk_norm) == (
+        True, "sigmoid_head", "sandwich", "head")
+    assert blocks[0].short_conv.kernel == 7 and not blocks[0].short_conv.bias and config.model.tie_embeddings
+    plain = parse_config(hf_to_mapping({"model_type": "lfm3", "num_hidden_layers": 3, "use_sandwich_norm": False,
+                                        "use_attention_gate": False, "layer_types": ["conv", "sliding_attention",
+                                                                                     "conv"],
+                                        "rope_parameters": {"sliding_attention": {"rope_type": "default"}}},
+                                       "x.json"))
+    b = plain.layer_block(1)
+    assert (b.placement, b.attention_gate, b.rope_theta) == ("pre", False, 1e6)  # default_theta when missing
+
+
+def test_lfm3s_attention_layer_alone_passes_the_gradient_checks() -> None:
+    """LFM3's attention layer alone (its σ gate one per head, the sandwich norms): the gradient checks pass (the whole
+    model is refused: its short convs have no backward)."""
+    from blockcli.verify import verify
+
+    block = {"d_model": 16, "n_heads": 4, "n_kv_heads": 2, "d_ff": 24, "norm": "rmsnorm", "activation": "swiglu",
+             "placement": "sandwich", "rope": 1.0, "qk_norm": "head", "attention_gate": True,
+             "attention_gate_form": "sigmoid_head"}
+    report = verify(parse_config({"block": block}), only={20, 21, 22})
+    assert report.passed and [c.status for c in report.checks] == ["PASS"] * 3
+    assert DecoderBlock.from_config(parse_config({"block": block})).params["w_attn_gate"].shape == (16, 4)
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"rms_norm_eps": 1e-6}, "'rms_norm_eps'"),
+    ({"attention_bias": True}, "'attention_bias'"),  # biased q/k/v/o beside the bias-free gate
+    ({"hidden_act": "gelu"}, "'hidden_act'"),  # Lfm3Config has none: its MLP runs SiLU
+    ({"block_multiple_of": 256}, "'block_multiple_of'"),  # LFM2's, not LFM3's
+    ({"layer_types": ["conv", "linear_attention"]}, "'layer_types': expected an array of 2 of conv, full_attention, "
+                                                    "sliding_attention"),
+    ({"sliding_window": None}, "'sliding_window'"),
+    ({"rope_parameters": {"sliding_attention": {"rope_type": "yarn", "factor": 2.0}}},
+     "'rope_parameters.sliding_attention.rope_type'"),
+    ({"rope_parameters": {"sliding_attention": {"rope_type": "default", "partial_rotary_factor": 0.5}}},
+     "'rope_parameters.sliding_attention.partial_rotary_factor'"),  # the default RoPE turns the whole head
+    ({"rope_parameters": {"full_attention": {"rope_type": "default"}}},
+     "'rope_parameters.sliding_attention': expected an object"),  # a kind of layer_types without its RoPE
+    ({"rope_parameters": {"chunked_attention": {}}}, "'rope_parameters.chunked_attention'"),
+])
+def test_lfm3_fields_blockcli_cannot_run_are_named(tmp_path: Path, fields: dict, message: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "lfm3", "num_hidden_layers": 2,
+                                "layer_types": ["conv", "sliding_attention"], **fields}))
+    assert message in one_error_line(cli("count", path))
+
+
 # ----------------------------------------------------------------------------- Mamba-2 alone (mamba2)
 
 
@@ -967,7 +1079,9 @@ def test_bad_mamba_sections_are_named(mamba: object, message: str) -> None:
 @pytest.mark.parametrize("name", FOLDERS)
 def test_backward_through_a_mamba_or_conv_layer_is_refused_in_one_line(name: str) -> None:
     folder = FIXTURES / name
-    mixer = "short-convolution" if load_config(folder).layer_block(0).short_conv is not None else "Mamba-1 or Mamba-2"
+    config = load_config(folder)
+    conv = any(config.layer_block(i).short_conv is not None for i in range(config.model.n_layers))
+    mixer = "short-convolution" if conv else "Mamba-1 or Mamba-2"
     for args in (("train", folder), ("trace", folder, "--backward"), ("verify", folder, "--grad"),
                  ("verify", folder, "--only", "20"), ("count", folder, "--train")):
         line = one_error_line(cli(*args))
@@ -1073,6 +1187,7 @@ TORCH_CASES = {"granitemoehybrid": (GRANITE_CASES, GRANITE_DEFAULTS), "bamba": (
                "nemotron_h": (NEMOTRON_CASES, NEMOTRON_DEFAULTS), "lfm2": (LFM2_CASES, LFM2_DEFAULTS),
                "falcon_h1": (FALCON_H1_CASES, FALCON_H1_DEFAULTS), "mamba2": (MAMBA2_CASES, MAMBA2_DEFAULTS),
                "lfm2_moe": (LFM2_MOE_CASES, LFM2_MOE_DEFAULTS), "zamba2": (ZAMBA2_CASES, ZAMBA2_DEFAULTS),
+               "lfm3": (LFM3_CASES, LFM3_DEFAULTS),
                **MAMBA1_CASES}
 
 

@@ -34,7 +34,7 @@ from dataclasses import replace
 from typing import Any
 
 from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, first_of, gated_rms, mlp_activation,
-                                      model_section, override_layers, silu_gate, with_data)
+                                      model_section, override_layers, silu_gate, sliding_layers, with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, granite_scalars, theta_default
 from blockcli.families.moe import GRANITE_MOE_SHARED, MOE_TRAINING_ONLY, moe_tensors
@@ -349,14 +349,112 @@ def _lfm2_conv_layers(f: Fields, n_layers: int) -> list[bool]:
     return [t == "conv" for t in types]
 
 
-def _lfm2_short_convs(f: Fields, block: dict, conv: list[bool]) -> None:
+def _lfm2_short_convs(f: Fields, block: dict, conv: list[bool], kernel_default: int = 3) -> None:
     """LFM2's gated short convolution (conv_L_cache taps, biases conv_bias) on the `conv` layers."""
-    mixer = {"kernel": f.int("conv_L_cache", 3), "bias": f.bool("conv_bias", False)}
+    mixer = {"kernel": f.int("conv_L_cache", kernel_default), "bias": f.bool("conv_bias", False)}
     if conv[0]:
         block["short_conv"] = mixer
     others = [i for i, kind in enumerate(conv) if kind != conv[0]]
     if others:
         override_layers(f, others, {"short_conv": None if conv[0] else mixer})
+
+
+_LFM3_KINDS = ("conv", "full_attention", "sliding_attention")
+_LFM3_ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+              "full_attention": {"rope_type": "proportional", "rope_theta": 1_000_000.0, "partial_rotary_factor": 0.5}}
+
+
+def _lfm3(f: Fields) -> tuple[dict, dict]:
+    """LFM3 (Liquid AI): LFM2's layers, as Lfm3Config and modeling_lfm3.py build them, with OLMo 3's parts: `layer_types`
+    of conv, full_attention and sliding_attention (by default layer i full when i % 4 == 2, sliding when i % 4 == 0 and
+    i > 0, else conv), the sliding layers' window `sliding_window` (256), one RoPE per attention kind from
+    `rope_parameters` (sliding: default, base 10⁴; full: proportional, base 10⁶, half of each head's pairs turning;
+    a missing rope_theta is Lfm3Config's default_theta 10⁶); Qwen3's attention (head_dim 128, per-head q/k RMSNorms,
+    attention_bias on q/k/v/o) whose heads are each scaled by σ(x·W_g) (use_attention_gate: g_proj, d → h, no bias:
+    block.attention_gate_form sigmoid_head); LFM2-MoE's SwiGLU MLP intermediate_size wide as given; a norm after each
+    branch too (use_sandwich_norm: placement sandwich); the short convs conv_L_cache (7) taps. Its norms' eps is
+    norm_eps."""
+    if f.has("rms_norm_eps"):
+        raise f.unrepresentable("rms_norm_eps", f.data["rms_norm_eps"], "LFM3's norms read norm_eps")
+    data = {k: v for k, v in f.data.items() if k != "rope_parameters"}
+    g = with_data(f, {"vocab_size": 128_000, "hidden_size": 2048, "intermediate_size": 7680, "num_hidden_layers": 24,
+                      "num_attention_heads": 16, "num_key_value_heads": 4, "max_position_embeddings": 128_000,
+                      "tie_word_embeddings": True, **data})
+    gate = f.bool("use_attention_gate", True)
+    if gate and f.bool("attention_bias", False):  # q/k/v/o biased, but g_proj never is
+        raise f.unrepresentable("attention_bias", True, "LFM3's g_proj has no bias beside biased q/k/v; blockcli's "
+                                                        "attention gate takes the q/k/v bias setting")
+    block, model = gated_rms(g, lambda _: {"activation": "swiglu"}, kv_default=4, tie_default=True,
+                             head_dim_default=128, mlp_bias=False)
+    f.used.discard("rope_parameters")
+    block.update(norm_eps=f.float("norm_eps", 1e-5), qk_norm="head")
+    if gate:
+        block.update(attention_gate=True, attention_gate_form="sigmoid_head")
+    if f.bool("use_sandwich_norm", True):
+        block["placement"] = "sandwich"
+    n_layers = model["n_layers"]
+    types = f.raw("layer_types", None)
+    if types is None:
+        types = ["full_attention" if i % 4 == 2 else "sliding_attention" if i % 4 == 0 and i > 0 else "conv"
+                 for i in range(n_layers)]
+    elif not isinstance(types, list) or len(types) != n_layers or any(t not in _LFM3_KINDS for t in types):
+        raise f.invalid("layer_types", types, f"an array of {n_layers} of {', '.join(_LFM3_KINDS)}")
+    f.ignore("layer_types")
+    sliding_layers(f, block, [t == "sliding_attention" for t in types], default=256)
+    _lfm3_ropes(f, block, types)
+    _lfm2_short_convs(f, block, [t == "conv" for t in types], kernel_default=7)
+    return block, model
+
+
+def _lfm3_ropes(f: Fields, block: dict, types: list[str]) -> None:
+    """Each attention kind's RoPE from `rope_parameters` (Lfm3Config's two when null): rope_theta (default_theta 10⁶
+    when missing) and rope_type default (over the whole head) or proportional (its partial_rotary_factor and factor);
+    any other rope_type or key is refused, named. The base block takes the first attention layer's; the layers of the
+    other kind an override."""
+    params = f.raw("rope_parameters", None)
+    params = _LFM3_ROPE if params is None else params
+    if not isinstance(params, dict):
+        raise f.invalid("rope_parameters", params, "an object with one RoPE object per attention layer type")
+    for name in params:
+        if name not in ("full_attention", "sliding_attention"):
+            raise f.unrepresentable(f"rope_parameters.{name}", params[name], "LFM3's RoPE is set per attention layer "
+                                                                             "type: full_attention, sliding_attention")
+    ropes: dict[str, dict[str, Any]] = {}
+    for kind in ("full_attention", "sliding_attention"):
+        if kind not in types:
+            continue
+        own, key = params.get(kind), f"rope_parameters.{kind}"
+        if not isinstance(own, dict):
+            raise f.invalid(key, own, f"an object: the RoPE of the {kind} layers")
+        inner = Fields(own, f.where, f.family)
+        rope_type = own.get("rope_type", "default")
+        inner.ignore("rope_type")
+        rope: dict[str, Any] = {"rope_theta": inner.float("rope_theta", 1_000_000.0, low=0.0, high=1e12),
+                                "rope_scaling": None}
+        if rope_type == "proportional":
+            rope["rope_scaling"] = {"type": "proportional",
+                                    "fraction": inner.float("partial_rotary_factor", 1.0, low=0.0, high=1.0,
+                                                            low_open=False),
+                                    "factor": inner.float("factor", 1.0, low=0.0, high=1e6)}
+        elif rope_type != "default":
+            raise f.unrepresentable(f"{key}.rope_type", rope_type, "LFM3's layers rotate by the default or the "
+                                                                   "proportional RoPE here")
+        for name, value in own.items():
+            if name not in inner.used:
+                raise f.unrepresentable(f"{key}.{name}", value, f"not a parameter of LFM3's {rope_type} RoPE")
+        ropes[kind] = rope
+    attention = [t for t in types if t != "conv"]
+    if not attention:
+        return
+    base = ropes[attention[0]]
+    block["rope_theta"] = base["rope_theta"]
+    if base["rope_scaling"]:
+        block["rope_scaling"] = base["rope_scaling"]
+    for kind, rope in ropes.items():
+        override = {name: value for name, value in rope.items() if value != base[name]}
+        layers = [i for i, t in enumerate(types) if t == kind]
+        if override and kind != attention[0]:
+            override_layers(f, layers, override)
 
 
 def _lfm2_moe(f: Fields) -> tuple[dict, dict]:
@@ -625,6 +723,20 @@ LFM2 = TensorMap("model.", (
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
 ), buffers=LLAMA.buffers)
 
+# LFM3: LFM2's names, with Qwen3's attention (o_proj, q_norm, k_norm; biases), the gate and the sandwich norms
+_LFM3_RENAMED = ("blocks.{i}.w_o", "blocks.{i}.q_norm_gamma", "blocks.{i}.k_norm_gamma")
+LFM3 = TensorMap("model.", tuple(t for t in LFM2.tensors if t.keys[0] not in _LFM3_RENAMED) + (
+    *(tensor(f"blocks.{{i}}.b_{x}", f"layers.{{i}}.self_attn.{x}_proj.bias") for x in "qkvo"),
+    tensor("blocks.{i}.w_o", "layers.{i}.self_attn.o_proj.weight", LINEAR),
+    tensor("blocks.{i}.q_norm_gamma", "layers.{i}.self_attn.q_norm.weight"),
+    tensor("blocks.{i}.k_norm_gamma", "layers.{i}.self_attn.k_norm.weight"),
+    # the checkpoint's name (transformers renames it g_proj on loading, back on saving), or the module's
+    tensor("blocks.{i}.w_attn_gate", "layers.{i}.self_attn.gate_proj.weight|layers.{i}.self_attn.g_proj.weight",
+           LINEAR),
+    tensor("blocks.{i}.ln1_post_gamma", "layers.{i}.post_operator_norm.weight"),
+    tensor("blocks.{i}.ln2_post_gamma", "layers.{i}.post_ffn_norm.weight"),
+), buffers=LLAMA.buffers)
+
 # LFM2-MoE: LFM2's names, the router feed_forward.gate and its expert_bias buffer, the experts one tensor each as
 # published (w1 gate, w3 up, w2 down) or transformers 5's fused gate_up_proj / down_proj
 _FF = "layers.{i}.feed_forward"
@@ -681,5 +793,6 @@ FAMILIES = (
     # Mamba2Model's embedding has no padding_idx: every row of it would get its gradient
     Family("mamba2", "Mamba-2", _mamba2, MAMBA2, frozenset(), padding_idx=False),
     Family("lfm2_moe", "LFM2-MoE", _lfm2_moe, LFM2_MOE),
+    Family("lfm3", "LFM3", _lfm3, LFM3, TRAINING_ONLY),
     Family("zamba2", "Zamba2", _zamba2, ZAMBA2, TRAINING_ONLY),
 )
