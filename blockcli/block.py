@@ -1844,11 +1844,28 @@ class MixtureOfExperts:
             tape.add("b_router", d_logits.sum(axis=0))
         return d_logits @ p["router"].T  # (N, d)
 
+    def out_norm(self) -> Norm:
+        """A.X-K1's norm of the mixture's output (block.moe.out_norm): the block's kind, eps and scale."""
+        cfg = self.cfg
+        return Norm(cfg.norm, self.p.get("moe_norm_gamma"), self.p.get("moe_norm_beta"), cfg.norm_eps, self.ops,
+                    cfg.norm_unit_offset, name="moe_norm")
+
     def __call__(self, x: Array, rec: Record = _ignore, tape: Tape | None = None, router_input: Array | None = None
                  ) -> Array:
         """x (B, T, d) → (B, T, d). A tape keeps x, the routing, each expert's rows, saved MLP and output, and
         the shared expert's. `router_input` (B, T, d): what the router reads, when not x (Gemma 4: the residual
-        stream, the experts its LN2b)."""
+        stream, the experts its LN2b). With moe.out_norm the sum goes through a norm (A.X-K1)."""
+        assert self.cfg.moe is not None
+        if not self.cfg.moe.out_norm:
+            return self._mixture(x, rec, tape, router_input, "mlp_out")
+        total = self._mixture(x, rec, tape, router_input, "moe_sum")  # (B, T, d)
+        normed = self.out_norm()(total, tape)  # (B, T, d); a tape keeps the sum
+        rec("mlp_out", f"{'LayerNorm' if self.cfg.norm == 'layernorm' else 'RMSNorm'} of the mixture's output "
+                       f"(moe_norm)", normed, (total,), kind=self.cfg.norm, params=("moe_norm_gamma", "moe_norm_beta"))
+        return normed
+
+    def _mixture(self, x: Array, rec: Record, tape: Tape | None, router_input: Array | None, last: str) -> Array:
+        """The routed (and shared) experts' sum (B, T, d), recorded as `last`."""
         moe, p = self.cfg.moe, self.p
         assert moe is not None
         B, T, d = x.shape
@@ -1892,7 +1909,7 @@ class MixtureOfExperts:
                 tape.keep("mlp", **saved, weights=weights)
             return biased
         if not moe.d_shared:
-            rec("mlp_out", label, routed, (weights3, *outs), kind="combine")
+            rec(last, label, routed, (weights3, *outs), kind="combine")
             if tape is not None:
                 tape.keep("mlp", **saved, weights=weights)
             return routed
@@ -1912,7 +1929,7 @@ class MixtureOfExperts:
                 saved["shared"]["gate"] = gate
             shared = gated
         total = self.ops.add_shared(routed, shared)  # (B, T, d)
-        rec("mlp_out", "routed + shared experts", total, (routed, shared), kind="add")
+        rec(last, "routed + shared experts", total, (routed, shared), kind="add")
         if tape is not None:
             tape.keep("mlp", **saved, weights=weights)
         return total
@@ -1923,6 +1940,8 @@ class MixtureOfExperts:
         shared expert (and its gate)."""
         moe, p = self.cfg.moe, self.p
         assert moe is not None
+        if moe.out_norm:  # A.X-K1: back through the norm of the sum first (its scale's gradient on the tape)
+            d_out = self.out_norm().backward(d_out, tape)  # (B, T, d)
         saved = tape.take("mlp")
         x = saved["x"]
         B, T, d = x.shape

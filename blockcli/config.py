@@ -163,6 +163,9 @@ class MoE:
     expert_scale: bool = False
     # a learned (d,) bias `moe_bias` added to the mixture's output, after the weighted sum (JetMoE's mlp.bias)
     out_bias: bool = False
+    # a norm of the block's kind (`moe_norm_gamma`, and `moe_norm_beta` with bias.norm) on the mixture's output, after
+    # the routed and shared experts are summed (A.X-K1's post_mlp_layernorm); the dense layers have none
+    out_norm: bool = False
 
 
 @dataclass(frozen=True)
@@ -1620,6 +1623,7 @@ def _parse_moe(value: Any) -> MoE | None:
         router_norm=_bool(value, "router_norm", p, False),
         expert_scale=_bool(value, "expert_scale", p, False),
         out_bias=_bool(value, "out_bias", p, False),
+        out_norm=_bool(value, "out_norm", p, False),
     )
     if moe.order == "topk_softmax" and (moe.scoring != "softmax" or moe.selection_bias or moe.n_groups > 1):
         raise ConfigError(f"{p}.order: topk_softmax softmaxes the k chosen logits; it takes scoring softmax, "
@@ -1637,6 +1641,9 @@ def _parse_moe(value: Any) -> MoE | None:
     if moe.out_bias and (moe.d_shared or moe.beside_dense):
         raise ConfigError(f"{p}.out_bias: JetMoE's mixture bias sits on a mixture of routed experts alone (no shared "
                           f"expert, not beside a dense MLP)")
+    if moe.out_norm and (moe.out_bias or moe.beside_dense):
+        raise ConfigError(f"{p}.out_norm: A.X-K1's norm of the mixture's output sits on routed (and shared) experts "
+                          f"alone (no out_bias, not beside a dense MLP)")
     if moe.shared_gate and not moe.d_shared:
         raise ConfigError(f"{p}.shared_gate: gates the shared expert, but d_shared is 0 (no shared expert)")
     return moe

@@ -414,6 +414,10 @@ def moe_formula(b: BlockConfig) -> list[Row]:
                         tuple(f"shared_{n}" for n in names)))
         if moe.shared_gate:
             rows.append(Row("mlp.shared_gate", "shared expert gate", term(1, "d"), Poly(), ("shared_gate",)))
+    if moe.out_norm:  # A.X-K1: a norm of the block's kind on the mixture's output, d wide
+        rows.append(Row("mlp.moe_norm", f"{_norm_name(b)} of the mixture's output",
+                        term(1, "d") if b.norm_scale else Poly(), term(1, "d") if b.bias.norm else Poly(),
+                        ("moe_norm_gamma", "moe_norm_beta")))
     return rows
 
 

@@ -422,6 +422,8 @@ def _moe(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> np.nda
         if moe.d_shared:
             gate = 1 / (1 + math.exp(-float(vec @ p["shared_gate"][:, 0]))) if moe.shared_gate else 1.0
             out[t] += gate * _expert(vec, p, cfg, "shared_")
+        if moe.out_norm:  # A.X-K1: the sum through a norm of the block's kind
+            out[t] = _norm(out[t], _scale(p, "moe_norm", cfg), p.get("moe_norm_beta"), cfg.norm, cfg.norm_eps)
     return out
 
 

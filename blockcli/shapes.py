@@ -276,6 +276,8 @@ def moe_shapes(cfg: BlockConfig) -> dict[str, Shape]:
             shapes["shared_gate"] = (d, 1)
     if moe.out_bias:  # JetMoE: one bias on the mixture's output
         shapes["moe_bias"] = (d,)
+    if moe.out_norm:  # A.X-K1: a norm of the block's kind on the mixture's output
+        shapes.update(norm_shapes("moe_norm", d, cfg))
     return shapes
 
 

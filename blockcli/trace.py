@@ -75,7 +75,7 @@ SYMBOLIC = {
     # a mixture of experts: E experts, k per token, n_e rows routed to expert e, d_e / d_s expert widths
     "router_logits": "(B, T, E)", "router_scores": "(B, T, E)", "router_choice": "(B, T, k)",
     "router_weights": "(B, T, k)", "expert_load": "(E,)", "in": "(n_e, d)", "pre": "(n_e, d_e)",
-    "up": "(n_e, d_e)", "act": "(n_e, d_e)", "out": "(n_e, d)", "moe_routed": "(B, T, d)",
+    "up": "(n_e, d_e)", "act": "(n_e, d_e)", "out": "(n_e, d)", "moe_routed": "(B, T, d)", "moe_sum": "(B, T, d)",
     "shared_pre": "(B, T, d_s)", "shared_up": "(B, T, d_s)", "shared_act": "(B, T, d_s)",
     "shared_out": "(B, T, d)", "shared_gate": "(B, T, 1)", "shared_gated": "(B, T, d)",
     **SC.SYMBOLIC,  # a short-conv layer's
@@ -790,9 +790,10 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             biased = S(B, T, d)
             rec("mlp_out", "+ the mixture's output bias (moe_bias)", biased, (routed,), kind="add", params=("moe_bias",))
             return biased
+        last = "moe_sum" if spec.out_norm else "mlp_out"  # A.X-K1: the sum, then its norm (as MixtureOfExperts)
         if not spec.d_shared:
-            rec("mlp_out", label, routed, (weights, outs), kind="combine")
-            return routed
+            rec(last, label, routed, (weights, outs), kind="combine")
+            return out_norm(routed)
         rec("moe_routed", label, routed, (weights, outs), kind="combine")
         shared = expert_mlp(inp, (B, T), spec.d_shared, "shared_", lambda st: f"shared expert {st}",
                             lambda w: ("shared_" + w,))
@@ -802,8 +803,16 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             rec("shared_gated", "shared expert × sigmoid(gate)", gated, (gate, shared), kind="gate")
             shared = gated
         total = S(B, T, d)
-        rec("mlp_out", "routed + shared experts", total, (routed, shared), kind="add")
-        return total
+        rec(last, "routed + shared experts", total, (routed, shared), kind="add")
+        return out_norm(total)
+
+    def out_norm(total: ShapeOnly) -> ShapeOnly:
+        if not b.moe.out_norm:
+            return total
+        normed = S(B, T, d)
+        rec("mlp_out", f"{'LayerNorm' if b.norm == 'layernorm' else 'RMSNorm'} of the mixture's output (moe_norm)",
+            normed, (total,), kind=b.norm, params=("moe_norm_gamma", "moe_norm_beta"))
+        return normed
 
     def mlp(inp: ShapeOnly) -> ShapeOnly:
         if b.moe is not None:

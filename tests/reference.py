@@ -167,6 +167,8 @@ def _resolve_moe(cfg):
         "sparsemixer_eps": float(cfg.get("sparsemixer_eps", 0.01)),
         # Llama 4: the routing weight multiplies the vector the expert reads, not what it returns
         "scale_input": bool(cfg.get("scale_input", False)),
+        # A.X-K1: a norm of the block's kind on the mixture's output (routed + shared)
+        "out_norm": bool(cfg.get("out_norm", False)),
     }
 
 
@@ -251,6 +253,11 @@ def block_param_shapes(block_cfg, rms_beta=False):
         if moe["d_shared"]:
             if moe["shared_gate"]:
                 shapes["shared_gate"] = (d, 1)
+        if moe["out_norm"]:
+            if b["norm_scale"]:
+                shapes["moe_norm_gamma"] = (d,)
+            if _has_norm_beta(b, rms_beta):
+                shapes["moe_norm_beta"] = (d,)
         return shapes
     if b["sub_norms"]:  # BitNet: the sub-norms' scales (and shifts) over h*d_h and d_ff features
         for name, width in (("attn_sub_norm", b["n_heads"] * b["head_dim"]), ("mlp_sub_norm", d_ff)):
@@ -883,6 +890,8 @@ def _moe(b, weights, prefix, vec):
         if moe["shared_gate"]:
             shared = sigmoid(float(np.dot(vec, _w(weights, "shared_gate", prefix)[:, 0]))) * shared
         out = out + shared
+    if moe["out_norm"]:  # A.X-K1's post_mlp_layernorm, on the sum
+        out = _norm(b, weights, "moe_norm", prefix, out, "moe_norm_beta" in weights)
     return out
 
 

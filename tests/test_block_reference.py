@@ -235,6 +235,12 @@ BLOCK_CASES = {
                                              moe={"n_experts": 6, "top_k": 2, "d_expert": 4, "scoring": "sigmoid",
                                                   "renormalize": True, "selection_bias": True,
                                                   "selection_on": "logits", "d_shared": 5}),
+    # A.X-K1: DeepSeek-V3's mixture with an RMSNorm on its output (routed + shared)
+    "moe_axk1_out_norm": block_dict(norm="rmsnorm", bias=False, activation="swiglu",
+                                    moe={"n_experts": 8, "top_k": 3, "d_expert": 4, "scoring": "sigmoid",
+                                         "renormalize": True, "routed_scaling": 2.5, "n_groups": 4, "top_groups": 2,
+                                         "group_score": "top2_sum", "selection_bias": True, "d_shared": 8,
+                                         "out_norm": True}),
     "moe_deepseek_v2_groups": block_dict(norm="rmsnorm", bias=False, activation="swiglu", placement="parallel",
                                          moe={"n_experts": 6, "top_k": 2, "d_expert": 4, "routed_scaling": 1.5,
                                               "n_groups": 3, "top_groups": 1, "d_shared": 4}),

@@ -107,6 +107,29 @@ _KOLIBRI1_RANDOM = dict(hidden_size=48, num_attention_heads=6, num_key_value_hea
                         num_experts_per_tok=2, norm_topk_prob=True, sliding_window=7,
                         layer_types=["full_attention", "sliding_attention", "full_attention"])
 
+def _axk1_by_hand() -> int:
+    """61 layers of q_a (7168·1536) and its norm (1536), q_b (1536·64·192), kv_a (7168·(512 + 64)) and its norm (512),
+    kv_b (512·64·(128 + 128)), o (64·128·7168), two norms (2·7168); layer 0's dense MLP (3·7168·18432), the 60 others'
+    router (192·7168), 192 experts and one shared expert (193·3·7168·2048) and the norm of their output (7168);
+    embeddings and an untied head (163840·7168 each); the final norm."""
+    d, h = 7168, 64
+    attention = d * 1536 + 1536 + 1536 * h * 192 + d * 576 + 512 + 512 * h * 256 + h * 128 * d + 2 * d
+    experts = 192 * d + 193 * 3 * d * 2048 + d
+    return 61 * attention + 3 * d * 18432 + 60 * experts + 2 * 163840 * d + d
+
+
+# AXK1Config's sizes (A.X-K1)
+_AXK1_SIZES = _sizes(7168, 18432, 61, 64, 163840, 32768)
+# a random A.X-K1: 5 heads (48 is not a multiple), the query latent 12, attention biases, rotate-half RoPE, its
+# legacy first_k_dense_replace 0 and moe_layer_freq 2 (layers 0 and 2 sparse, 1 dense), 6 experts in 2 groups, 2
+# shared, tied
+_AXK1_RANDOM = dict(hidden_size=48, num_attention_heads=5, num_key_value_heads=5, intermediate_size=80,
+                    moe_intermediate_size=12, num_hidden_layers=3, vocab_size=300, max_position_embeddings=96,
+                    tie_word_embeddings=True, q_lora_rank=12, kv_lora_rank=10, qk_nope_head_dim=6, qk_rope_head_dim=4,
+                    v_head_dim=7, attention_bias=True, rope_interleave=False, first_k_dense_replace=0,
+                    moe_layer_freq=2, n_routed_experts=6, n_group=2, topk_group=1, num_experts_per_tok=2,
+                    n_shared_experts=2, bos_token_id=1, eos_token_id=2)
+
 # model_type → (sizes, the config class's nulls blockcli needs, transformers' total for the defaults, by hand,
 # random config, transformers' total for it)
 CASES = {
@@ -114,6 +137,7 @@ CASES = {
     "sarvam_moe": (_SARVAM_MOE_SIZES, (), 32_152_648_064, _sarvam_moe_by_hand(), _SARVAM_MOE_RANDOM, 79_896),
     "kolibri1": (_KOLIBRI1_SIZES, (), 78_103_055_360, _kolibri1_by_hand(), _KOLIBRI1_RANDOM, 81_612),
     "sarvam_mla": (_SARVAM_MLA_SIZES, (), 106_031_763_456, _sarvam_mla_by_hand(), _SARVAM_MLA_RANDOM, 64_710),
+    "axk1": (_AXK1_SIZES, (), 518_983_052_288, _axk1_by_hand(), _AXK1_RANDOM, 67_398),
 }
 
 
@@ -345,3 +369,50 @@ def test_selection_on_logits_is_refused_where_it_cannot_apply(moe: dict, named: 
                                                              "scoring": "sigmoid", **moe}}
     with pytest.raises(ConfigError, match=named):
         parse_config({"block": block})
+
+
+# ----------------------------------------------------------------------------- A.X-K1
+
+
+def test_axk1_reads_deepseek_v3_with_the_norm_of_the_mixture_output() -> None:
+    data = mapped("axk1", _AXK1_SIZES)
+    block = data["block"]
+    assert block["moe"] == {"n_experts": 192, "top_k": 8, "d_expert": 2048, "routed_scaling": 2.5, "d_shared": 2048,
+                            "scoring": "sigmoid", "selection_bias": True, "group_score": "top2_sum",
+                            "renormalize": True, "n_groups": 8, "top_groups": 4, "out_norm": True}
+    assert block["mla"] == {"q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                            "qk_rope_head_dim": 64, "v_head_dim": 128}
+    assert (block["norm_eps"], block["rope_layout"]) == (1e-6, "interleaved")
+    assert data["layers"] == [{"indices": [0], "block": {"moe": None}}]  # the dense layer has no such norm
+    # the legacy fields as AXK1Config reads them: sparse where i >= first_k_dense_replace and moe_layer_freq divides i
+    assert mapped("axk1", _AXK1_RANDOM)["layers"] == [{"indices": [1], "block": {"moe": None}}]
+    given = mapped("axk1", {**_AXK1_RANDOM, "mlp_layer_types": ["sparse", "sparse", "dense"]})
+    assert given["layers"] == [{"indices": [2], "block": {"moe": None}}]
+
+
+@pytest.mark.parametrize("fields, named", [
+    ({"q_lora_rank": None}, "q_lora_rank"),  # AXK1Attention always has the query latent (transformers fails)
+    ({"num_key_value_heads": 1}, "num_key_value_heads"),  # one K and V per query head
+    ({"mlp_layer_types": ["dense", "moe", "dense"]}, "mlp_layer_types"),
+])
+def test_axk1_refuses_naming_the_field(fields: dict, named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        parse_config(mapped("axk1", {**_AXK1_RANDOM, **fields}))
+
+
+def test_the_axk1_fixture_exercises_the_norm_of_the_mixture_output(tmp_path: Path) -> None:
+    assert _far(_switched(tmp_path, "axk1", {}), "axk1") < 1e-9
+    from safetensors.numpy import load_file, save_file
+    stored = load_file(FIXTURES / "axk1" / "model.safetensors")
+    save_file({k: v for k, v in stored.items() if "post_mlp_layernorm" not in k}, tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text((FIXTURES / "axk1" / "config.json").read_text())  # its tensor names
+    data = hf_to_mapping(json.loads((FIXTURES / "axk1" / "config.json").read_text()), "config.json")
+    data["block"]["moe"] = {**data["block"]["moe"], "out_norm": False}  # the mixture's output not normalised
+    without = Model.from_config(parse_config(data), weights=tmp_path, dtype="float64")
+    assert _far(without, "axk1") > 1e-3
+
+
+def test_out_norm_is_refused_beside_an_output_bias() -> None:
+    with pytest.raises(ConfigError, match="out_norm"):
+        parse_config({"block": {"moe": {"n_experts": 2, "top_k": 1, "d_expert": 4, "out_bias": True,
+                                        "out_norm": True}}})

@@ -302,7 +302,8 @@ def _sarvam_mla(f: Fields) -> tuple[dict, dict]:
 # num_experts_per_tok, routed_scaling_factor, n_group, topk_group, q_lora_rank, qk_nope_head_dim, v_head_dim)
 _LITE = {"glm4_moe_lite": (1e-5, 1536, 64, 4, 1.8, 1, 1, 768, 192, 256),
          "deepseek_v32": (1e-6, 2048, 256, 8, 2.5, 8, 4, 1536, 128, 128),
-         "glm_moe_dsa": (1e-5, 2048, 256, 8, 2.5, 1, 1, 2048, 192, 256)}
+         "glm_moe_dsa": (1e-5, 2048, 256, 8, 2.5, 1, 1, 2048, 192, 256),
+         "axk1": (1e-6, 2048, 192, 8, 2.5, 8, 4, 1536, 128, 128)}
 
 
 def _glm4_moe_lite(f: Fields, kind: str = "glm4_moe_lite") -> tuple[dict, dict]:
@@ -321,7 +322,12 @@ def _glm4_moe_lite(f: Fields, kind: str = "glm4_moe_lite") -> tuple[dict, dict]:
                        "mlp_layer_types (by default layer 0 alone)")
     elif kind != "glm4_moe_lite" and kinds is not None:
         f.ignore("first_k_dense_replace")  # DeepseekV32Config reads it only to fill in a missing mlp_layer_types
-    if kinds is None:
+        if kind == "axk1":
+            f.ignore("moe_layer_freq")  # so does AXK1Config
+    if kinds is None and kind == "axk1":  # AXK1Config: sparse where i >= first_k_dense_replace and freq divides i
+        first, freq = f.int("first_k_dense_replace", 1, minimum=0), f.int("moe_layer_freq", 1)
+        kinds = ["sparse" if i >= first and i % freq == 0 else "dense" for i in range(n_layers)]
+    elif kinds is None:
         first = 1 if kind == "glm4_moe_lite" else min(f.int("first_k_dense_replace", 3, minimum=0), n_layers)
         kinds = ["dense"] * first + ["sparse"] * (n_layers - first)
     elif not isinstance(kinds, list) or len(kinds) != n_layers or any(k not in ("dense", "sparse") for k in kinds):
@@ -342,6 +348,8 @@ def _glm4_moe_lite(f: Fields, kind: str = "glm4_moe_lite") -> tuple[dict, dict]:
                         "selection_bias": True, "group_score": "top2_sum",
                         "renormalize": f.bool("norm_topk_prob", True), "n_groups": f.int("n_group", groups),
                         "top_groups": f.int("topk_group", top_groups)}
+        if kind == "axk1":  # AXK1MoE's post_mlp_layernorm: an RMSNorm (rms_norm_eps) on the mixture's output
+            block["moe"]["out_norm"] = True
     heads = block["n_heads"]
     if block.pop("n_kv_heads") != heads:  # kv_b_proj makes one K and V per head
         raise f.unrepresentable("num_key_value_heads", f.data["num_key_value_heads"],
@@ -350,13 +358,15 @@ def _glm4_moe_lite(f: Fields, kind: str = "glm4_moe_lite") -> tuple[dict, dict]:
     if kind == "glm4_moe_lite":
         q_rank = (q_rank_default if not f.has("q_lora_rank") else
                   0 if f.raw("q_lora_rank", None) is None else f.int("q_lora_rank"))
-    else:  # their attention always has the query latent (transformers' AXK1Attention): a null fails there
+    else:  # their attention always has the query latent: their config classes refuse a null (an int field)
+        if f.has("q_lora_rank") and f.raw("q_lora_rank", None) is None:
+            raise f.invalid("q_lora_rank", None, "an integer (the query latent's rank; this attention always has one)")
         q_rank = f.int("q_lora_rank", q_rank_default)
     block["mla"] = {"q_lora_rank": q_rank, "kv_lora_rank": f.int("kv_lora_rank", 512),
                     "qk_nope_head_dim": f.int("qk_nope_head_dim", nope),
                     "qk_rope_head_dim": f.int("qk_rope_head_dim", 64), "v_head_dim": f.int("v_head_dim", d_v)}
     shared: list[int] = []
-    if kind == "glm4_moe_lite":
+    if kind in ("glm4_moe_lite", "axk1"):
         block["rope_layout"] = "interleaved" if f.bool("rope_interleave", True) else "half"
     else:
         block["rope_layout"] = "interleaved"  # their attention always rotates interleaved pairs
@@ -370,6 +380,14 @@ def _glm4_moe_lite(f: Fields, kind: str = "glm4_moe_lite") -> tuple[dict, dict]:
             f.layers.append({"indices": indices, "block": {**({"moe": None} if is_dense else {}), **(
                 {"mla": {**block["mla"], "index_shared": True}} if is_shared else {})}})
     return block, model
+
+
+def _axk1(f: Fields) -> tuple[dict, dict]:
+    """A.X-K1 (AXK1Config, a DeepseekV3Config): GLM-4.7-Flash's mapping with AXK1Config's defaults (eps 1e-6, 192
+    experts of 2048 in 8 groups, top 4 groups, top 8, × 2.5, heads of 128 + 64 with values of 128, the query latent
+    1536 always) and one addition: an RMSNorm on the mixture's output (`block.moe.out_norm`; the dense layers have
+    none). Its dense layers: mlp_layer_types, or from first_k_dense_replace (1) and moe_layer_freq (1)."""
+    return _glm4_moe_lite(f, "axk1")
 
 
 def _indexer(f: Fields, kind: str, n_layers: int) -> tuple[dict, list[int]]:
@@ -425,6 +443,8 @@ _EXPERT_LAYERS = (
     tensor("blocks.{i}.shared_w_gate", "layers.{i}.mlp.shared_experts.gate_proj.weight", LINEAR),
     tensor("blocks.{i}.shared_w_up", "layers.{i}.mlp.shared_experts.up_proj.weight", LINEAR),
     tensor("blocks.{i}.shared_w_down", "layers.{i}.mlp.shared_experts.down_proj.weight", LINEAR),
+    # A.X-K1's norm of the mixture's output: transformers' name, or the published checkpoints' (decoder level)
+    tensor("blocks.{i}.moe_norm_gamma", "layers.{i}.mlp.post_mlp_layernorm.weight|layers.{i}.post_mlp_layernorm.weight"),
     *(tensor(f"blocks.{{i}}.shared_b_{x}", f"layers.{{i}}.mlp.shared_experts.{x}_proj.bias") for x in
       ("gate", "up", "down")),  # DeepSeek-V2's mlp_bias
 )
@@ -501,6 +521,7 @@ FAMILIES = (
     Family("sarvam_moe", "Sarvam-30B", _sarvam_moe, SARVAM_MOE, TRAINING_ONLY),
     Family("dots1", "dots.llm1", _dots1, GLM4_MOE, TRAINING_ONLY | {"output_router_logits"}),
     Family("glm4_moe_lite", "GLM-4.7-Flash", _glm4_moe_lite, DEEPSEEK_V3, TRAINING_ONLY),
+    Family("axk1", "A.X-K1", _axk1, DEEPSEEK_V3, TRAINING_ONLY),
     Family("deepseek_v32", "DeepSeek-V3.2", _deepseek_v32, DEEPSEEK_V32, TRAINING_ONLY, unread=_DSA_UNREAD),
     Family("glm_moe_dsa", "GLM-5", _glm_moe_dsa, DEEPSEEK_V32, TRAINING_ONLY, unread=_DSA_UNREAD),
 )
