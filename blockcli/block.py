@@ -2836,11 +2836,12 @@ class Model:
         targets = shifted_targets(ids, labels, self.model_config.vocab_size)
         tape = Tape() if self._aux_layers() else None  # the load-balancing loss reads every router's logits
         x = self.embed(ids, tape=tape)
-        if tape is None:
+        if tape is None:  # every layer pass (Dory's recurrent layers once a loop)
             for x in self.passes(x):
                 pass
-        for i, block in enumerate(self.blocks if tape is not None else ()):
-            x = block(x, tape=tape.within(f"blocks.{i}.") if tape is not None else None)
+        else:
+            for i, block in enumerate(self.blocks):
+                x = block(x, tape=tape.within(f"blocks.{i}."))
         loss, _ = self._cross_entropy(self.hidden(x), targets, None)
         return loss + (self.aux_loss(tape, grad=False) if tape is not None else 0.0)
 

@@ -146,3 +146,14 @@ def test_verify_passes_and_catches_every_seeded_bug_that_applies() -> None:
     proc = cli("verify", FIXTURE, "--mutants")
     assert proc.returncode == 0 and "every seeded bug is caught" in proc.stdout, proc.stdout[-2000:]
     assert "residual-broadcast (nGPT's residual is an interpolation" in proc.stdout + proc.stderr
+
+
+def test_the_loss_runs_every_loop() -> None:
+    """Model.loss (train's evaluation) is the cross-entropy of the logits the looped forward gives, by hand."""
+    with np.load(FIXTURE / "expected.npz") as data:
+        ids, logits = data["input_ids"], data["logits_float64"]
+    model = Model.from_config(load_config(FIXTURE), weights=FIXTURE, dtype="float64")
+    shifted = logits[:, :-1] - logits[:, :-1].max(axis=-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    want = -np.mean(np.take_along_axis(log_probs, ids[:, 1:, None], axis=-1))
+    assert abs(model.loss(ids) - want) <= 1e-10 * abs(want)
