@@ -1765,8 +1765,12 @@ def _parse_ngpt(value: Any) -> NGPT | None:
 
 def _check_ngpt(block: BlockConfig) -> None:
     """nGPT's block (Dory's) is a sandwich block of softmax attention with its sigmoid gate and a gated dense MLP,
-    its norms l2norm without scales, the heads' outputs and the MLP's hidden normalised too (sub_norms)."""
+    its norms l2norm without scales, the heads' outputs and the MLP's hidden normalised too (sub_norms); l2norm is
+    its norm only."""
     if block.ngpt is None:
+        if block.norm == "l2norm":
+            raise ConfigError("block.norm: l2norm is the norm of nGPT's block (block.ngpt, Dory's); other blocks take "
+                              "layernorm or rmsnorm")
         return
     for key, want in (("placement", "sandwich"), ("norm", "l2norm"), ("norm_scale", False), ("sub_norms", True),
                       ("attention_gate", True), ("attention_gate_form", "sigmoid"), ("gated", True),

@@ -157,3 +157,19 @@ def test_the_loss_runs_every_loop() -> None:
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
     want = -np.mean(np.take_along_axis(log_probs, ids[:, 1:, None], axis=-1))
     assert abs(model.loss(ids) - want) <= 1e-10 * abs(want)
+
+
+def test_the_report_names_the_ngpt_block(tmp_path) -> None:
+    from test_checkpoint import cli
+
+    out = tmp_path / "dory.html"
+    proc = cli("report", FIXTURE, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    page = out.read_text()
+    assert "L2 norm (onto the unit sphere)" in page and "nGPT: each residual add an interpolation" in page
+
+
+def test_l2norm_is_the_ngpt_blocks_norm_only() -> None:
+    message = config_error_message(lambda: parse_config({"block": {"d_model": 16, "n_heads": 2, "d_ff": 32,
+                                                                   "norm": "l2norm"}}))
+    assert message.startswith("block.norm: l2norm is the norm of nGPT's block")
