@@ -32,13 +32,14 @@ import re
 from statistics import NormalDist
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
 from blockcli import ops as F
 from blockcli.activations import BUFFER_VALUES, function_of
-from blockcli.config import GEMMA4_NO_BACKWARD, Bias, BlockConfig, Config, InputError, ModelConfig, gemma4_field
+from blockcli.config import (GEMMA4_NO_BACKWARD, Bias, BlockConfig, Config, InputError, ModelConfig, gemma4_field,
+                             layer_passes)
 from blockcli.inputs import check_in_range, check_token_ids, load_npz
 from blockcli.mamba import NO_BACKWARD as MAMBA_NO_BACKWARD, MambaCache, Mamba2Mixer, mixer_class
 from blockcli.short_conv import ConvCache, ShortConvMixer
@@ -361,6 +362,18 @@ def _one_block(weights: Mapping[str, Any], layer: int | None, source: str, notes
 # ----------------------------------------------------------------------------- layers
 
 
+NGPT_NO_BACKWARD = ("the backward of nGPT's normalized block (Dory: block.ngpt, its L2 norms and looped layers) is not "
+                    "implemented: gradients, verify --grad, train and trace --backward are refused")
+
+
+def l2_norm_of(rms_norm: Callable[..., Array]) -> Callable[..., Array]:
+    """nGPT's L2 norm x/√(Σx² + ε) (…, n) as an RMSNorm: x/√(mean(x²) + ε/n) · γ/√n is the same number."""
+    def l2_norm(x: Array, scale: Array | float, beta: Array | None, eps: float) -> Array:
+        n = x.shape[-1]
+        return rms_norm(x, scale * np.asarray(n ** -0.5, dtype=x.dtype), beta, eps / n)
+    return l2_norm
+
+
 def norm_scale(gamma: Array | None, unit_offset: bool) -> Array | float:
     """What a norm multiplies by: gamma, or 1 + gamma for a unit-offset norm (Gemma's RMSNorm), or 1
     for a norm without a scale (OLMo's)."""
@@ -387,6 +400,8 @@ class Norm:
         if tape is not None:
             tape.keep(self.name, x=x)  # its backward recomputes μ and σ from x
         fn = self.ops.layer_norm if self.kind == "layernorm" else self.ops.rms_norm
+        if self.kind == "l2norm":
+            fn = l2_norm_of(fn)
         scale = norm_scale(self.gamma, self.unit_offset)  # (d,), computed per call: edits of gamma count
         if self.ops is not STANDARD_OPS:
             return fn(x, scale, self.beta, self.eps)
@@ -401,6 +416,8 @@ class Norm:
         """dy (…, d) → dx (…, d); adds the gradients of its scale (of 1 + γ's γ, the same) and shift."""
         x = tape.take(self.name)["x"]
         fn = self.ops.layer_norm_backward if self.kind == "layernorm" else self.ops.rms_norm_backward
+        if self.kind == "l2norm":
+            raise InputError(NGPT_NO_BACKWARD)
         dx, d_scale = fn(x, norm_scale(self.gamma, self.unit_offset), self.eps, dy)  # (…, d) each
         if self.gamma is not None:
             tape.add(f"{self.name}_gamma", F.unbroadcast(d_scale, self.gamma.shape))
@@ -634,6 +651,12 @@ class MultiHeadAttention:
             q_scaled = q * query_scales(cfg, np.arange(start, start + T), q.dtype)[:, None]  # (B, h, T, d_h)
             rec("q_scale", query_scale_label(cfg), q_scaled, (q,), kind="scale")
             q = q_scaled
+        if cfg.ngpt is not None:  # nGPT: the rotated queries times (s_qk·f)², one scale a channel
+            if tape is not None:
+                raise InputError(NGPT_NO_BACKWARD)
+            q_scaled = q * np.square(p["s_qk"] * cfg.ngpt.qk).astype(q.dtype, copy=False).reshape(h, 1, -1)
+            rec("q_ngpt_scale", NGPT_Q_LABEL, q_scaled, (q,), kind="scale", params=("s_qk",))
+            q = q_scaled  # (B, h, T, d_h)
 
         if cache is not None:
             k, v = cache.append(k, v)  # (B, h_kv, T_seen, d_h)
@@ -649,6 +672,10 @@ class MultiHeadAttention:
             gate = F.linear(x, p["w_attn_gate"], p.get("b_attn_gate"))  # (B, T, h·d_h), or (B, T, h): one per head
             rec("attn_gate", "attention gate projection", gate, (x, p["w_attn_gate"]), kind="linear",
                 params=("w_attn_gate", "b_attn_gate"))
+            if cfg.ngpt is not None:  # nGPT: the gate's pre-activation times (s_gate·f)², per channel
+                scaled = gate * np.square(p["s_gate"] * cfg.ngpt.gate).astype(gate.dtype, copy=False)
+                rec("attn_gate_scale", NGPT_GATE_LABEL, scaled, (gate,), kind="scale", params=("s_gate",))
+                gate = scaled  # (B, T, h·d_h)
             gated = gate_heads(concat, gate_values(gate, cfg.attention_gate_form), h)  # (B, T, h·d_h)
             rec("attn_gated", GATE_LABELS[cfg.attention_gate_form], gated, (concat, gate),
                 kind="sigmoid_gate" if cfg.gate_sigmoid else "softplus_gate")
@@ -1438,6 +1465,11 @@ def mlp_branches(cfg: BlockConfig, p: Mapping[str, Array] | None = None
         alpha, limit = cfg.swiglu_alpha, cfg.swiglu_limit
         return (lambda g: F.clamped_swiglu_gate(g, alpha, limit)), (lambda u: F.clamped_swiglu_up(u, limit))
     act = F.ACTIVATION_KERNELS[cfg.activation][0]
+    if cfg.ngpt is not None:  # nGPT: act(gate ⊙ s_uv_gate·m) ⊙ (up ⊙ s_uv_up·m), per channel
+        assert p is not None
+        s_gate, s_up = p["s_uv_gate"] * cfg.ngpt.mlp, p["s_uv_up"] * cfg.ngpt.mlp  # (d_ff,) each
+        return (lambda x: act(x * s_gate.astype(x.dtype, copy=False))), \
+            (lambda u: u * s_up.astype(u.dtype, copy=False))
     g = cfg.mlp_multipliers[0]
     if g != 1.0:  # Falcon-H1: act(m_g·pre)
         return (lambda x: act(x * np.asarray(g, dtype=x.dtype))), lambda u: u
@@ -1475,7 +1507,7 @@ def mlp_sub_norm(cfg: BlockConfig, p: Mapping[str, Array], name: str = "") -> Ca
     block.sub_norms)."""
     if not cfg.sub_norms:
         return None
-    fn = F.layer_norm if cfg.norm == "layernorm" else F.rms_norm
+    fn = F.layer_norm if cfg.norm == "layernorm" else l2_norm_of(F.rms_norm) if cfg.norm == "l2norm" else F.rms_norm
     gamma, beta = p.get(name + "mlp_sub_norm_gamma"), p.get(name + "mlp_sub_norm_beta")
     return lambda a: fn(a, norm_scale(gamma, cfg.norm_unit_offset), beta, cfg.norm_eps)
 
@@ -2220,6 +2252,8 @@ class DecoderBlock:
     def _layer(self, x: Array, rec: Record = _ignore, cache: KVCache | None = None,
                train: bool = False, rng: np.random.Generator | None = None, tape: Tape | None = None) -> Array:
         check_block_input(x, self.cfg.d_model)
+        if tape is not None and self.cfg.ngpt is not None:
+            raise InputError(NGPT_NO_BACKWARD)
         if tape is not None and (self.cfg.laurel_rank or self.cfg.activation_sparsity):
             raise InputError(GEMMA4_NO_BACKWARD.format(field=gemma4_field(self.cfg)))
         add, norm = self.ops.residual_add, self.cfg.norm
@@ -2287,8 +2321,12 @@ class DecoderBlock:
             mixer = "short conv" if self.cfg.short_conv else "attention"  # LFM3's conv layers are sandwiched too
             rec("ln1_post_out", f"LN1' (of the {mixer} output)", p1, (a,), kind=norm,
                 params=("ln1_post_gamma", "ln1_post_beta"))
-            h = add(x, r(p1))  # (B, T, d)
-            rec("h", "residual add", h, (x, p1), kind="add")
+            if self.cfg.ngpt is not None:  # nGPT: from the normalised input towards the branch, h = n + |λ_1·α|⊙(p − n)
+                h = _interpolate(n1, p1, self.params["lambda_1"], self.cfg.ngpt.alpha)  # (B, T, d)
+                rec("h", NGPT_RESIDUAL.format(i="₁"), h, (n1, p1), kind="add")
+            else:
+                h = add(x, r(p1))  # (B, T, d)
+                rec("h", "residual add", h, (x, p1), kind="add")
             if self.cfg.laurel_rank:  # Gemma 3n: (x + LN1'(attn) + LAuReL(n1)) / √2
                 h = self._laurel(n1, h, rec)  # (B, T, d)
             n2 = self.ln2(h, tape)  # (B, T, d)
@@ -2299,8 +2337,12 @@ class DecoderBlock:
             p2 = self.ln2_post(m, tape)  # (B, T, d)
             rec("ln2_post_out", "LN2' (of the MLP output)", p2, (m,), kind=norm,
                 params=("ln2_post_gamma", "ln2_post_beta"))
-            y = add(h, r(p2))  # (B, T, d)
-            rec("y", "residual add", y, (h, p2), kind="add")
+            if self.cfg.ngpt is not None:
+                y = _interpolate(n2, p2, self.params["lambda_2"], self.cfg.ngpt.alpha)  # (B, T, d)
+                rec("y", NGPT_RESIDUAL.format(i="₂"), y, (n2, p2), kind="add")
+            else:
+                y = add(h, r(p2))  # (B, T, d)
+                rec("y", "residual add", y, (h, p2), kind="add")
         elif self.cfg.placement == "post_branch":  # OLMo2: each branch's output normalised, then added
             a = drop(self.attn(x, rec, cache, drop_probs, tape))  # (B, T, d)
             n1 = self.ln1(r(a), tape)  # (B, T, d)
@@ -2468,6 +2510,12 @@ def complete_grads(grads: Mapping[str, Array], params: Mapping[str, Array]) -> d
     expert no token chose); buffers (DeepSeek's selection bias) have none."""
     return {k: grads[k].reshape(v.shape).astype(v.dtype, copy=False) if k in grads else np.zeros_like(v)
             for k, v in params.items() if not is_buffer(k)}
+
+
+def _interpolate(n: Array, branch: Array, lam: Array, alpha: float) -> Array:
+    """nGPT's residual (B, T, d): n + |λ·α| ⊙ (branch − n), the rate per channel."""
+    rate = np.abs(lam * alpha).astype(n.dtype, copy=False)  # (d,)
+    return n + rate * (branch - n)
 
 
 def _residual_scale(multiplier: float) -> Callable[[Array], Array]:
@@ -2740,6 +2788,9 @@ class Model:
             logits *= np.asarray(multiplier, dtype=logits.dtype)
         if self.model_config.logit_softcap:  # Gemma 2's final_logit_softcapping
             logits = soft_cap(logits, self.model_config.logit_softcap)
+        if self.model_config.logit_scale:  # Dory: each token's logit times its learned scale times s
+            logits = logits * (self.params["logit_scale"] * self.model_config.logit_scale).astype(logits.dtype,
+                                                                                                   copy=False)
         return logits
 
     def head(self, x: Array, rec: Record = _ignore) -> Array:
@@ -2753,12 +2804,33 @@ class Model:
     def __call__(self, ids: Array, rec: Record = _ignore, caches: list[KVCache] | None = None) -> Array:
         start = max(c.length for c in caches) if caches else 0  # a layer of its MLP alone keeps no length
         x = self.embed(ids, start, rec)
-        for i, block in enumerate(self.blocks):
-            x = block(x, _prefixed(rec, i), caches[i] if caches else None)
+        for x in self.passes(x, rec, caches):
+            pass
         return self.head(x, rec)
 
+    def layer_passes(self) -> list[tuple[int, int, int]]:
+        return layer_passes(self.model_config)
+
+    def passes(self, x: Array, rec: Record = _ignore, caches: list[Any] | None = None) -> Iterator[Array]:
+        """The blocks on X_0 (B, T, d): each layer pass's output in turn (`layer_passes`). A loop of the recurrent
+        section starts from norm(h) + norm(x_in), x_in the output of the layers before it (the norm of the block's
+        kind, without a scale); its later loops' rows are not recorded (the first loop's are)."""
+        x_in: Array | None = None
+        for i, c, loop in self.layer_passes():
+            if loop >= 0 and i == self.model_config.recurrent_start:
+                b = self.config.block
+                norm = Norm(b.norm, None, None, b.norm_eps, self.ops, name="loop_norm")
+                if x_in is None:
+                    x_in = norm(x)  # (B, T, d)
+                x = norm(x) + x_in  # (B, T, d)
+                rec(f"loop_{loop}_in", LOOP_LABEL.format(loop=loop + 1), x, (x_in,), kind="add")
+            x = self.blocks[i](x, _prefixed(rec, i) if loop <= 0 else _looped(rec, i, loop),
+                               caches[c] if caches else None)
+            yield x
+
     def new_cache(self) -> list[KVCache | DeltaNetState | MambaCache]:
-        return [block.new_cache() for block in self.blocks]
+        own = [block.new_cache() for block in self.blocks]  # and one of each recurrent layer for each later loop
+        return own + [self.blocks[i].new_cache() for i, c, _ in self.layer_passes() if c >= len(own)]
 
     def step(self, ids_new: Array, caches: list[KVCache], rec: Record = _ignore) -> Array:
         """Incremental decoding: logits for tokens appended after those already in `caches`."""
@@ -2773,8 +2845,12 @@ class Model:
         targets = shifted_targets(ids, labels, self.model_config.vocab_size)
         tape = Tape() if self._aux_layers() else None  # the load-balancing loss reads every router's logits
         x = self.embed(ids, tape=tape)
-        for i, block in enumerate(self.blocks):
-            x = block(x, tape=tape.within(f"blocks.{i}.") if tape is not None else None)
+        if tape is None:  # every layer pass (Dory's recurrent layers once a loop)
+            for x in self.passes(x):
+                pass
+        else:
+            for i, block in enumerate(self.blocks):
+                x = block(x, tape=tape.within(f"blocks.{i}."))
         loss, _ = self._cross_entropy(self.hidden(x), targets, None)
         return loss + (self.aux_loss(tape, grad=False) if tape is not None else 0.0)
 
@@ -2801,6 +2877,8 @@ class Model:
                              + (f" and {len(frozen) - 1} more tensors" if len(frozen) > 1 else "")
                              + " are stored quantized; dequantize them to a float checkpoint first")
         targets = shifted_targets(ids, labels, self.model_config.vocab_size)
+        if self.config.block.ngpt is not None or self.model_config.recurrent_layers:
+            raise InputError(NGPT_NO_BACKWARD)
         tape = tape if tape is not None else Tape()
         x = self.embed(ids, tape=tape)
         for i, block in enumerate(self.blocks):
@@ -2933,6 +3011,25 @@ def _prefixed(rec: Record, layer: int) -> Record:
 
     def inner(key: str, *args: Any, **kwargs: Any) -> None:
         rec(f"blocks.{layer}.{key}", *args, layer=layer, **kwargs)
+
+    return inner
+
+
+LOOP_LABEL = "recurrent loop {loop}: norm(h) + norm(x_in)"
+NGPT_Q_LABEL = "queries × (s_qk·√d_h/σ)² per channel (nGPT)"
+NGPT_GATE_LABEL = "gate × (s_gate·d^¼/σ)² per channel (nGPT)"
+NGPT_RESIDUAL = "residual interpolation (nGPT: n + |λ{i}·α|⊙(branch − n))"
+
+
+def _looped(rec: Record, layer: int, loop: int) -> Record:
+    """A later loop's pass of a recurrent layer: its rows under `loop_<j>.blocks.<i>.`, its weights (the first loop's)
+    not counted again."""
+    if rec is _ignore:
+        return rec
+
+    def inner(key: str, *args: Any, **kwargs: Any) -> None:
+        kwargs.pop("params", None)
+        rec(f"loop_{loop}.blocks.{layer}.{key}", *args, layer=layer, **kwargs)
 
     return inner
 

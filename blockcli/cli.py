@@ -99,6 +99,10 @@ def refuse_mamba_backward(configs: list[Config]) -> None:
             raise InputError(f"{cfg.name}: {NO_CONV_BACKWARD}")
         if any(cfg.layer_block(i).lightning is not None for i in range(n)):
             raise InputError(f"{cfg.name}: {NO_LIGHTNING_BACKWARD}")
+        if any(cfg.layer_block(i).ngpt is not None for i in range(n)) or (cfg.model and cfg.model.recurrent_layers):
+            from blockcli.block import NGPT_NO_BACKWARD
+
+            raise InputError(f"{cfg.name}: {NGPT_NO_BACKWARD}")
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:

@@ -25,7 +25,7 @@ from typing import Any, Iterator, Mapping
 
 from blockcli.activations import GATED_NAMES, SPELLINGS, mlp_kind, spelling
 
-NORMS = ("layernorm", "rmsnorm")
+NORMS = ("layernorm", "rmsnorm", "l2norm")  # l2norm: x / √(Σx² + eps), nGPT's unit sphere (Dory)
 PLACEMENTS = ("pre", "post", "parallel", "post_branch", "parallel_shared", "sandwich", "normed_residual")
 ROPE_LAYOUTS = ("half", "interleaved", "half_reversed")
 POSITIONS = ("learned", "sinusoidal", "rope", "none", "alibi")
@@ -411,6 +411,20 @@ class MixtureOfAttention:
 
 
 @dataclass(frozen=True)
+class NGPT:
+    """nGPT's normalized transformer (Dory): a sandwich block whose norms are l2norm without scales; each residual add
+    an interpolation towards the branch, h = n + |λ·alpha|⊙(branch − n) from the normalised input n (learned λ_1, λ_2
+    (d,) a layer); the queries (after the per-head norm and RoPE) times (s_qk·qk)² per channel; the attention gate
+    σ(x·W_gate ⊙ (s_gate·gate)²); the gated MLP's gate and up projections times s_gate·mlp and s_up·mlp per channel
+    (learned s_qk, s_gate (h·d_h,), s_uv gate/up (d_ff,) each). The factors are the config's constant rescalings."""
+
+    alpha: float = 1.0  # DoryConfig: ngpt_alpha_init / initializer_range
+    qk: float = 1.0  # √d_h / initializer_range
+    gate: float = 1.0  # d^(1/4) / initializer_range
+    mlp: float = 1.0  # √d
+
+
+@dataclass(frozen=True)
 class Differential:
     """Differential attention (DiffLlama, the Differential Transformer): the block's softmax attention, each query head
     reading the values of two K/V heads side by side, [V_j | V_(j + h_kv/2)] for its K/V head j < h_kv/2 (h_kv even);
@@ -508,6 +522,7 @@ class BlockConfig:
     lightning: Lightning | None = None  # MiniMax's lightning attention in place of softmax attention (blockcli.lightning)
     moa: MixtureOfAttention | None = None  # JetMoE's mixture of attention heads in place of W_Q and W_O (blockcli.moa)
     differential: Differential | None = None  # differential attention (DiffLlama; blockcli.differential)
+    ngpt: NGPT | None = None  # nGPT's normalized block (Dory): interpolated residuals, learned per-channel scales
     # each residual add as α·skip + β·branch (MiniMax's alpha/beta factors), for the attention and the MLP add
     attn_skip_scale: float = 1.0
     attn_branch_scale: float = 1.0
@@ -619,6 +634,24 @@ class ModelConfig:
     per_layer_vocab: int = 0
     # token ids at or past per_layer_vocab read the per-layer table's row 0 (Gemma 3n), instead of being refused
     per_layer_clamp: bool = False
+    # a looped section (Dory): layers [recurrent_start, recurrent_start + recurrent_layers) run recurrent_loops times
+    # with the same weights, each pass from norm(h) + norm(x_in), x_in the output of the layers before (norm: the
+    # block's kind, without a scale); 0 layers: none
+    recurrent_start: int = 0
+    recurrent_layers: int = 0
+    recurrent_loops: int = 1
+    logit_scale: float = 0.0  # s > 0: the logits times a learned (V,) vector `logit_scale` times s (Dory); 0: off
+
+
+def layer_passes(m: ModelConfig) -> list[tuple[int, int, int]]:
+    """Each layer pass in order: (the block, its cache's index, its loop: -1 outside the recurrent section). One pass
+    a layer, but the recurrent section's layers (model.recurrent_*: Dory) once a loop, loop j > 0 with caches of its
+    own after the model's."""
+    start, n = m.recurrent_start, m.recurrent_layers
+    passes = [(i, i, -1) for i in range(start)]
+    for j in range(m.recurrent_loops if n else 0):
+        passes += [(i, i if j == 0 else m.n_layers + (j - 1) * n + i - start, j) for i in range(start, start + n)]
+    return passes + [(i, i, -1) for i in range(start + n, m.n_layers)]
 
 
 def projected_width(model: ModelConfig | None, d_model: int) -> int:
@@ -1350,7 +1383,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "layer_scalar", "per_layer_input", "lightning", "attn_skip_scale", "attn_branch_scale",
               "mlp_skip_scale", "mlp_branch_scale", "shared", "altup", "altup_active", "altup_correct_scale",
               "laurel_rank", "activation_sparsity", "moa",
-              "differential")
+              "differential", "ngpt")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1426,6 +1459,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         lightning=_parse_lightning(data.get("lightning")),
         moa=_parse_moa(data.get("moa")),
         differential=_parse_differential(data.get("differential")),
+        ngpt=_parse_ngpt(data.get("ngpt")),
         **{key: _float(data, key, p, 1.0, -1e6, 1e6) for key in SCALE_KEYS},
         shared=_parse_shared(data.get("shared"), d_model),
         altup=_int(data, "altup", p, 0, minimum=0, maximum=64),
@@ -1441,6 +1475,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
                           "(Zamba2's): it needs block.mamba of version 2, parts mixer and norm rmsnorm")
     _check_moa(block)
     _check_differential(block)
+    _check_ngpt(block)
     plain_attention = block.mla is None and block.linear_attention is None and block.mamba is None \
         and block.short_conv is None and block.lightning is None and block.moa is None and block.parts != "mlp"
     for key, off in (("v_norm", False), ("k_eq_v", False), ("kv_from", -1)):
@@ -1510,7 +1545,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     if block.sub_norms:
         other = next((key for key, off in (("mla", None), ("linear_attention", None), ("mamba", None),
                                            ("short_conv", None), ("moe", None), ("attention_gate", False))
-                      if getattr(block, key) != off), None)
+                      if getattr(block, key) != off and not (key == "attention_gate" and block.ngpt)), None)
         if other is not None:
             raise ConfigError(f"block.sub_norms: the norms before W_O and W_down of softmax attention and a dense "
                               f"MLP (BitNet's); not with block.{other}")
@@ -1736,6 +1771,37 @@ def _parse_differential(value: Any) -> Differential | None:
     p = "block.differential"
     _nested_section(value, Differential, p, (), "differential attention")
     return Differential(lambda_init=_float(value, "lambda_init", p, 0.2, -1e6, 1e6))
+
+
+def _parse_ngpt(value: Any) -> NGPT | None:
+    if value is None:
+        return None
+    p = "block.ngpt"
+    _nested_section(value, NGPT, p, (), "nGPT's normalized block")
+    return NGPT(**{key: _float(value, key, p, 1.0, 0.0, 1e9, low_open=True) for key in ("alpha", "qk", "gate", "mlp")})
+
+
+def _check_ngpt(block: BlockConfig) -> None:
+    """nGPT's block (Dory's) is a sandwich block of softmax attention with its sigmoid gate and a gated dense MLP,
+    its norms l2norm without scales, the heads' outputs and the MLP's hidden normalised too (sub_norms); l2norm is
+    its norm only."""
+    if block.ngpt is None:
+        if block.norm == "l2norm":
+            raise ConfigError("block.norm: l2norm is the norm of nGPT's block (block.ngpt, Dory's); other blocks take "
+                              "layernorm or rmsnorm")
+        return
+    for key, want in (("placement", "sandwich"), ("norm", "l2norm"), ("norm_scale", False), ("sub_norms", True),
+                      ("attention_gate", True), ("attention_gate_form", "sigmoid"), ("gated", True),
+                      ("parts", "both")):
+        if getattr(block, key) != want:
+            raise ConfigError(f"block.ngpt: nGPT's block needs block.{key} {want}, got {getattr(block, key)}")
+    other = next((key for key in ("mla", "linear_attention", "mamba", "short_conv", "lightning", "moa",
+                                  "differential", "moe") if getattr(block, key) is not None), None)
+    if other is not None:
+        raise ConfigError(f"block.ngpt: nGPT's block has softmax attention and a dense MLP; block.{other} is set")
+    if block.qk_norm not in ("none", "head_unscaled") or block.qk_norm_after_rope:
+        raise ConfigError("block.qk_norm: nGPT's queries and keys are normalised per head before RoPE, without a "
+                          "scale (head_unscaled), or not at all")
 
 
 def _check_differential(block: BlockConfig) -> None:
@@ -2018,7 +2084,8 @@ def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
     fields = ("n_layers", "vocab_size", "positions", "max_positions", "position_offset", "sinusoidal_layout",
               "tie_embeddings", "final_norm", "lm_head_bias", "embedding_multiplier",
               "logit_multiplier", "logit_softcap", "embedding_norm", "embedding_dim", "padding_idx",
-              "per_layer_dim", "per_layer_vocab", "per_layer_clamp")
+              "per_layer_dim", "per_layer_vocab", "per_layer_clamp", "recurrent_start", "recurrent_layers",
+              "recurrent_loops", "logit_scale")
     _check_keys(data, fields, "model.")
     p = "model"
     vocab_size = _int(data, "vocab_size", p, 50257)
@@ -2030,8 +2097,13 @@ def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
     if layout != "interleaved" and positions != "sinusoidal":
         raise ConfigError(f"model.sinusoidal_layout: {layout} lays out a sinusoidal table, but model.positions is "
                           f"'{positions}'; set model.positions: sinusoidal")
+    n_layers = _int(data, "n_layers", p, 12, maximum=MAX_LAYERS)
+    recurrent_start = _int(data, "recurrent_start", p, 0, minimum=0, maximum=n_layers)
+    recurrent_layers = _int(data, "recurrent_layers", p, 0, minimum=0, maximum=n_layers - recurrent_start)
     return ModelConfig(
-        n_layers=_int(data, "n_layers", p, 12, maximum=MAX_LAYERS),
+        n_layers=n_layers, recurrent_start=recurrent_start, recurrent_layers=recurrent_layers,
+        recurrent_loops=_int(data, "recurrent_loops", p, 1, minimum=1, maximum=64),
+        logit_scale=_float(data, "logit_scale", p, 0.0, 0.0, 1e9),
         vocab_size=vocab_size, padding_idx=padding_idx,
         positions=positions, sinusoidal_layout=layout,
         max_positions=_int(data, "max_positions", p, 1024),

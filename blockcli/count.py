@@ -252,6 +252,9 @@ def block_formula(b: BlockConfig) -> list[Row]:
                                 ("w_attn_gate", "b_attn_gate")))
         if b.sub_norms:  # BitNet: the heads' output normalised before W_O, h·d_h features
             rows.insert(-1, _sub_norm(b, "attn.sub_norm", f"{_norm_name(b)} of the heads' output (before W_O)", q_width))
+        if b.ngpt is not None:  # nGPT: the queries' s_qk and the gate's s_gate, one scale a channel each
+            rows.insert(-1, Row("attn.ngpt_scales", "nGPT query and gate scales (s_qk, s_gate)", term(2, *q_width), no,
+                                ("s_qk", "s_gate")))
         if b.differential is not None:  # DiffLlama: λ = exp(λ_q1·λ_k1) − exp(λ_q2·λ_k2) + λ_init, four d_h vectors
             rows.append(Row("attn.lambda", "differential attention's λ_q1, λ_k1, λ_q2, λ_k2", term(4, "d_h"), no,
                             ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")))
@@ -280,6 +283,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
         rows.append(norm("ln2", f"{_norm_name(b)} 2"))
     if b.sandwich:
         rows.append(norm("ln2_post", f"{_norm_name(b)} after the MLP"))
+    if b.ngpt is not None:  # nGPT: the two residual rates λ_1, λ_2 (d each)
+        rows.append(Row("ln_lambda", "nGPT residual rates (λ_1, λ_2, beside the norms)", term(2, "d"), no, ("lambda_1", "lambda_2")))
     if b.moe is not None:
         return rows + _dense_beside(b) + moe_formula(b) + _after_the_mlp(b)
     return rows + _dense_mlp(b) + _after_the_mlp(b)
@@ -359,6 +364,9 @@ def _dense_mlp(b: BlockConfig) -> list[Row]:
                     term(1, "d", "d_ff"), term(1, "d_ff") if mlp_bias else no, ("w_up", "b_up")))
     if b.sub_norms:  # BitNet: the MLP's hidden normalised before W_down, d_ff features
         rows.append(_sub_norm(b, "mlp.sub_norm", f"{_norm_name(b)} of the MLP's hidden (before W_down)", ("d_ff",)))
+    if b.ngpt is not None:  # nGPT: the gate's and the up projection's per-channel scales
+        rows.append(Row("mlp.ngpt_scales", "nGPT gate and up scales (s_uv)", term(2, "d_ff"), no,
+                        ("s_uv_gate", "s_uv_up")))
     rows.append(Row("mlp.down", "MLP down (w_down, contraction)", term(1, "d", "d_ff"), term(1, "d") if mlp_bias else no,
                     ("w_down", "b_down")))
     act = function_of(b.activation)
@@ -597,7 +605,7 @@ def _norms_label(n: int) -> str:
 
 
 def _norm_name(b: BlockConfig) -> str:
-    return ("LayerNorm" if b.norm == "layernorm" else "RMSNorm") + ("" if b.norm_scale or b.bias.norm else
+    return ({"layernorm": "LayerNorm", "l2norm": "L2 norm"}.get(b.norm, "RMSNorm")) + ("" if b.norm_scale or b.bias.norm else
                                                                    " (parameter-free)")
 
 
@@ -835,6 +843,9 @@ def _model_rows(config: Config, groups: list[LayerGroup], polys: list[tuple[Poly
         rows.append(Component("lm_head", "LM head", str((width, m.vocab_size)), width * m.vocab_size, head_bias,
                               f"{symbol}·V" + (" + V" if head_bias else ""), ("lm_head", "lm_head_bias"),
                               shapes=((width, m.vocab_size),) + (((m.vocab_size,),) if head_bias else ())))
+    if m.logit_scale:  # Dory: a learned scale per vocabulary entry on the logits
+        rows.append(Component("lm_head.logit_scale", "logit scale (one per token)", str((m.vocab_size,)),
+                              m.vocab_size, 0, "V", ("logit_scale",), shapes=((m.vocab_size,),)))
     weights = sum(r.weights for r in rows)
     biases = sum(r.biases for r in rows)
     total = weights + biases

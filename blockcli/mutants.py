@@ -159,6 +159,15 @@ def _top_k_off_by_one(values: Array, k: int) -> Array:
     return F.top_k(values, k + 1 if k < values.shape[-1] else k - 1)
 
 
+def _interpolated(cfg: BlockConfig) -> str | None:
+    return "nGPT's residual is an interpolation, not an addition (block.ngpt)" if cfg.ngpt is not None else None
+
+
+def _unit_sphere_scores(cfg: BlockConfig) -> str | None:
+    return ("nGPT's queries and keys are normalised to norm 1, so scaled W_Q and W_K never sharpen the scores "
+            "(block.ngpt)" if cfg.ngpt is not None else None)
+
+
 def _no_latent(cfg: BlockConfig) -> str | None:
     return None if cfg.mla is not None else "no latent attention (block.mla)"
 
@@ -242,7 +251,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("heads-wrong-order", "heads concatenated in reverse order", (5,), _ops(combine_heads=_combine_reversed),
            inapplicable=_one_head),
     Mutant("residual-broadcast", "residual adds the last token's update (B, 1, d) to every position",
-           (6, 8), _ops(residual_add=_residual_broadcast)),
+           (6, 8), _ops(residual_add=_residual_broadcast), inapplicable=_interpolated),
     Mutant("norm-time-axis", "LayerNorm statistics taken over the time axis", (7, 8),
            _ops(layer_norm=_norm_over(1, False), rms_norm=_norm_over(1, True))),
     Mutant("norm-batch-axis", "LayerNorm statistics taken over the batch axis", (7,),
@@ -250,7 +259,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("unscaled-scores", "scores not divided by √d_h", (12,), _ops(attention_scores=_unscaled_scores),
            inapplicable=_unit_head),
     Mutant("softmax-no-max", "softmax exponentiates the scores without subtracting the row maximum", (17,),
-           _ops(attention_weights=_softmax_without_max)),
+           _ops(attention_weights=_softmax_without_max), inapplicable=_unit_sphere_scores),
     Mutant("rope-wrong-layout", "RoPE pairs the wrong dims: rotate-half (i, i + r/2) on an interleaved-pair model "
            "(GPT-J), or interleaved pairs (2i, 2i + 1) on a rotate-half one", (12,),
            _ops(rotate_pairs=_other_rope_layout), inapplicable=_one_pair),

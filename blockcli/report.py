@@ -324,7 +324,7 @@ PLACEMENT_WORDS = {
     "normed_residual": "pre-norm with each norm's output as the residual: H = LN1(X) + MHA(LN1(X)), "
                        "Y = LN2(H) + MLP(LN2(H))",
 }
-NORM_WORDS = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}
+NORM_WORDS = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm", "l2norm": "L2 norm (onto the unit sphere)"}
 ACTIVATION_WORDS = {"gelu_tanh": "GELU (tanh)", "gelu": "GELU (exact)", "relu": "ReLU", "silu": "SiLU",
                     "swiglu": "SwiGLU", "geglu": "GeGLU", "reglu": "ReGLU", "clamped_swiglu": "clamped SwiGLU"}
 
@@ -388,6 +388,9 @@ def block_features(b: BlockConfig) -> list[str]:
     norm = NORM_WORDS[b.norm] + (" with scale 1 + γ" if b.norm_unit_offset else "") + ("" if b.norm_scale else
                                                                                        " without parameters")
     out.append(f"{norm}; {PLACEMENT_WORDS[b.placement]}")
+    if b.ngpt is not None:
+        out.append("nGPT: each residual add an interpolation n + |λ·α|⊙(branch − n) from the normalised input; the "
+                   "queries, the attention gate and the MLP's gate and up scaled per channel by learned vectors")
     if b.residual_multiplier != 1:
         out.append(f"each branch scaled by {b.residual_multiplier:g} before its residual add")
     act = activation_words(b)

@@ -204,6 +204,8 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
             shapes["b_attn_gate"] = (gate_width,)
     if cfg.sub_norms:  # BitNet: a norm of the heads' output, before W_O
         shapes.update(norm_shapes("attn_sub_norm", q_width, cfg))
+    if cfg.ngpt is not None:  # nGPT: the queries' and the gate's per-channel scales
+        shapes.update(s_qk=(q_width,), s_gate=(q_width,))
     shapes["w_o"] = (q_width, d)
     if cfg.bias.out:
         shapes["b_o"] = (d,)
@@ -290,6 +292,8 @@ def block_parameter_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     mlp = moe_shapes(cfg) if cfg.moe is not None else {**mlp_shapes(cfg), **activation_shapes(cfg)}
     if cfg.sub_norms:  # BitNet: a norm of the MLP's hidden act(gate) ⊙ up, before W_down
         mlp.update(norm_shapes("mlp_sub_norm", cfg.d_ff, cfg))
+    if cfg.ngpt is not None:  # nGPT: the gate's and the up projection's per-channel scales, and the residual rates
+        mlp.update(s_uv_gate=(cfg.d_ff,), s_uv_up=(cfg.d_ff,), lambda_1=(d,), lambda_2=(d,))
     if cfg.moe is not None and cfg.moe.beside_dense:  # Gemma 4: the dense MLP and its norm, the experts' two norms
         mlp = {**mlp_shapes(cfg), **norm_shapes("ln2_post1", d, cfg), **norm_shapes("ln2b", d, cfg), **mlp,
                **norm_shapes("ln2_post2", d, cfg)}
@@ -432,4 +436,6 @@ def outer_shapes(config: Config) -> tuple[dict[str, Shape], dict[str, Shape]]:
         after["lm_head"] = (e or d, model.vocab_size)
     if model.lm_head_bias:
         after["lm_head_bias"] = (model.vocab_size,)
+    if model.logit_scale:  # Dory: a learned scale per vocabulary entry
+        after["logit_scale"] = (model.vocab_size,)
     return before, after

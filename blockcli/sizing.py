@@ -32,7 +32,7 @@ from typing import Any, Callable
 from blockcli import profiles
 from blockcli.activations import function_of
 from blockcli.config import (BlockConfig, Config, GatedDeltaNet, InputError, Mamba1, clipped, layer_list,
-                             projected_width, whole_number)
+                             layer_passes, projected_width, whole_number)
 from blockcli.shapes import block_parameter_shapes, is_buffer, outer_shapes
 
 DTYPE_BITS = {"float64": 64, "float32": 32, "bfloat16": 16, "float16": 16, "float8": 8, "int8": 8, "int4": 4}
@@ -196,7 +196,10 @@ class Dims:
     def per_group(cls, config: Config) -> list["Dims"]:
         """One Dims per group of identical layers (L: the group's size), so that sums over the groups
         are sums over the layers: each layer's own heads, MLP and window."""
-        return [replace(cls.of(config.for_layer(g.layers[0])), L=len(g.layers) if config.model else 1)
+        if config.model is None:
+            return [replace(cls.of(config.for_layer(g.layers[0])), L=1) for g in config.layer_groups()]
+        passes = [i for i, _, _ in layer_passes(config.model)]  # Dory: a recurrent layer once a loop, a cache each
+        return [replace(cls.of(config.for_layer(g.layers[0])), L=sum(passes.count(i) for i in g.layers))
                 for g in config.layer_groups()]
 
     def keys_seen(self, T: int) -> int:
@@ -763,6 +766,9 @@ def training(config: Config, parameters: int, non_embedding: int, seq_len: int, 
     (blockcli.profiles: megatron, Korthikanti et al.'s terms; eager or sdpa, transformers'; blockcli, its own
     backward's); `model_type`: the family whose transformers modules those profiles follow."""
     profiles.check(attention, config, recompute)
+    if config.block.ngpt is not None or (config.model is not None and config.model.recurrent_layers):
+        raise InputError(f"{config.name}: the training step of nGPT's normalized block (Dory: block.ngpt, looped "
+                         f"layers) is not modelled (its backward is not implemented)")
     if any(dims.lightning for dims in Dims.per_group(config)):
         raise InputError(f"{config.name}: the training step of lightning-attention layers is not modelled (their "
                          f"backward is not implemented): --train sizes attention layers' activations and backward only")

@@ -25,8 +25,9 @@ from blockcli import progress
 from blockcli.activations import MLP_KIND_FLOPS, function_of
 from blockcli.block import (GATE_LABELS, MIXER_SUM_LABEL, DecoderBlock, Model, activated, mlp_stage, attention_tile, block_parameter_shapes, blocked_label, experts_label,
                             full_table, load_label, logits_label, mask_label, model_parameter_shapes, moe_sum_label,
-                            qk_norm_label, query_scale_label, routing_label, scales_said, scores_label, softmax_label)
-from blockcli.config import BlockConfig, Config, InputError, Mamba1, clipped, projected_width, whole_number
+                            LOOP_LABEL, NGPT_GATE_LABEL, NGPT_Q_LABEL, NGPT_RESIDUAL, qk_norm_label, query_scale_label, routing_label, scales_said, scores_label, softmax_label)
+from blockcli.config import (BlockConfig, Config, InputError, Mamba1, clipped, layer_passes, projected_width,
+                             whole_number)
 from blockcli.deltanet import SYMBOLIC_DELTANET, SYMBOLIC_KDA, state_bytes
 from blockcli.deltanet import analytic_rows as deltanet_analytic_rows
 from blockcli import lightning as LA
@@ -242,7 +243,6 @@ class Trace:
         cfg = self.config
         b = cfg.block
         itemsize = np.dtype(self.dtype).itemsize
-        layers = cfg.model.n_layers if cfg.model else 1
         shapes = model_parameter_shapes(cfg) if cfg.model else block_parameter_shapes(b)
         T = self.seq_len
         rows, heads = attention_tile(b.n_heads, b.n_kv_heads, T, T, itemsize)
@@ -257,7 +257,7 @@ class Trace:
             "largest_score_table_bytes": (self.batch * b.n_heads * T * T if self.attention == "full" else
                                           heads * b.n_heads // b.n_kv_heads * rows * T) * itemsize,
             "kv_cache_bytes": sum(kv_cache_bytes(cfg.layer_block(i), 1, self.batch, self.seq_len, itemsize)
-                                  for i in range(layers)),
+                                  for i, _, _ in (layer_passes(cfg.model) if cfg.model else [(0, 0, -1)])),
         }
 
 
@@ -493,9 +493,17 @@ def analytic_trace(config: Config, attention: str = "auto") -> Trace:
             normed = S(B, T, d)
             rec("embed_norm", "embedding norm", normed, (x,), kind=b.norm, params=("emb_ln_gamma", "emb_ln_beta"))
             x = normed
-        for layer in range(m.n_layers):
+        x_in = None
+        for layer, _, loop in layer_passes(m):  # Dory: the recurrent layers once a loop, their weights counted once
+            if loop >= 0 and layer == m.recurrent_start:
+                x_in = S(B, T, d) if x_in is None else x_in
+                x = S(B, T, d)
+                rec(f"loop_{loop}_in", LOOP_LABEL.format(loop=loop + 1), x, (x_in,), kind="add")
+            prefix = f"blocks.{layer}." if loop <= 0 else f"loop_{loop}.blocks.{layer}."
             x = _analytic_block(config.for_layer(layer),
-                                lambda key, *a, **k: rec(f"blocks.{layer}.{key}", *a, layer=layer, **k), S, chunked, x)
+                                lambda key, *a, prefix=prefix, layer=layer, loop=loop, **k: rec(
+                                    prefix + key, *a, layer=layer, **({key: v for key, v in k.items() if key != "params"}
+                                                                      if loop > 0 else k)), S, chunked, x)
         if m.final_norm:
             normed = S(B, T, d)
             rec("ln_f_out", "final norm", normed, (x,), kind=b.norm, params=("ln_f_gamma", "ln_f_beta"))
@@ -544,6 +552,10 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             gate, gated = S(B, T, width), S(B, T, h * d_v)
             rec("attn_gate", "attention gate projection", gate, (inp, S(d, width)), kind="linear",
                 params=("w_attn_gate", "b_attn_gate"))
+            if b.ngpt is not None:  # as MultiHeadAttention: nGPT's per-channel gate scales
+                scaled = S(B, T, width)
+                rec("attn_gate_scale", NGPT_GATE_LABEL, scaled, (gate,), kind="scale", params=("s_gate",))
+                gate = scaled
             rec("attn_gated", GATE_LABELS[b.attention_gate_form], gated, (concat, gate),
                 kind="sigmoid_gate" if b.gate_sigmoid else "softplus_gate")
             concat = gated
@@ -736,6 +748,10 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             q_scaled = S(B, h, T, d_h)
             rec("q_scale", query_scale_label(b), q_scaled, (q,), kind="scale")
             q = q_scaled
+        if b.ngpt is not None:  # as MultiHeadAttention: nGPT's per-channel query scales
+            q_scaled = S(B, h, T, d_h)
+            rec("q_ngpt_scale", NGPT_Q_LABEL, q_scaled, (q,), kind="scale", params=("s_qk",))
+            q = q_scaled
         if b.differential is not None:  # DiffLlama: the softmax over both halves of the values, then its own rows
             both = S(B, h_kv, T, 2 * d_h)
             rec("v_both", DIFF.VALUES_LABEL, both, (v,), kind="reshape")
@@ -862,6 +878,13 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
     if b.placement == "post":
         hid = norm("h", "LN1 (post)", "ln1", add("h_pre", "residual add", x, attention(x)))
         return norm("y", "LN2 (post)", "ln2", add("y_pre", "residual add", hid, mlp(hid)))
+    if b.placement == "sandwich" and b.ngpt is not None:  # as DecoderBlock: nGPT's interpolations from the norms
+        n1 = norm("ln1_out", "LN1", "ln1", x)
+        hid = add("h", NGPT_RESIDUAL.format(i="₁"), n1,
+                  norm("ln1_post_out", "LN1' (of the attention output)", "ln1_post", attention(n1)))
+        n2 = norm("ln2_out", "LN2", "ln2", hid)
+        return add("y", NGPT_RESIDUAL.format(i="₂"), n2,
+                   norm("ln2_post_out", "LN2' (of the MLP output)", "ln2_post", mlp(n2)))
     if b.placement == "sandwich":
         mixer = "short conv" if b.short_conv else "attention"  # LFM3's conv layers are sandwiched too
         attended = norm("ln1_post_out", f"LN1' (of the {mixer} output)", "ln1_post",

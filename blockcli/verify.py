@@ -1361,6 +1361,14 @@ def unmodelled(i: int, cfg: BlockConfig) -> str | None:
     if cfg.lightning is not None and i == 12:
         return ("blockcli's slow reference has no lightning attention; tests/test_lightning.py holds it to "
                 "transformers and to a loop reference")
+    if cfg.ngpt is not None and i == 6:
+        return ("nGPT's residual is an interpolation n + |λ·α|⊙(branch − n) from the normalised input, not an "
+                "addition")
+    if cfg.ngpt is not None and i == 7:
+        return "nGPT's norms project onto the unit sphere (L2 norm 1, not RMS 1)"
+    if cfg.ngpt is not None and i == 12:
+        return ("blockcli's slow reference has no nGPT block; tests/test_dory.py holds it to transformers "
+                "(tests/fixtures/hf/dory, tests/fixtures/cases/fuzz-dory-0)")
     if cfg.differential is not None and i == 5:
         return ("differential attention combines head i with head i + h/2 and RMS-normalises each pair before W_O "
                 "(no concatenation of the heads as they are)")

@@ -40,9 +40,10 @@ def fingerprint(name: str, grad: np.ndarray) -> np.ndarray:
 
 def test_every_checkpoint_fixture_has_gradients():
     folders = {p.name for p in FIXTURES.iterdir() if (p / "config.json").is_file()}
-    # MXFP4 weights are frozen; Gemma 4's and Gemma 3n's gradients are refused (tests/test_gemma4.py and
-    # tests/test_gemma3n.py hold the refusal)
-    assert set(WITH_GRADIENTS) == folders - {"gpt_oss-mxfp4", "gemma4_text", "gemma4", "gemma3n_text", "gemma3n"}
+    # MXFP4 weights are frozen; Gemma 4's, Gemma 3n's and Dory's gradients are refused (tests/test_gemma4.py,
+    # tests/test_gemma3n.py and tests/test_dory.py hold the refusal)
+    assert set(WITH_GRADIENTS) == folders - {"gpt_oss-mxfp4", "gemma4_text", "gemma4", "gemma3n_text", "gemma3n",
+                                             "dory"}
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

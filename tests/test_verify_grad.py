@@ -19,10 +19,10 @@ from conftest import ROOT
 runner = CliRunner()
 GRAD = set(GRAD_CHECKS)
 FIXTURES = ROOT / "tests" / "fixtures" / "hf"
-# Gemma 4's and Gemma 3n's layers have no reference in verify and no gradients (refused: tests/test_gemma4.py,
-# tests/test_gemma3n.py)
+# Gemma 4's, Gemma 3n's and Dory's layers have no reference in verify and no gradients (refused: tests/test_gemma4.py,
+# tests/test_gemma3n.py, test_verify_grad_on_ngpt_is_refused_in_one_line)
 FOLDERS = sorted(p.name for p in FIXTURES.iterdir() if (p / "config.json").is_file()
-                 and p.name not in ("gemma4_text", "gemma4", "gemma3n_text", "gemma3n"))
+                 and p.name not in ("gemma4_text", "gemma4", "gemma3n_text", "gemma3n", "dory"))
 BACKWARD = [m for m in MUTANTS if m.backward]
 IMPLS = ROOT / "tests" / "impls" / "backward_blocks.py"
 EXAMPLE = f"{ROOT / 'examples' / 'my_block_backward.py'}:MyBlockWithBackward"
@@ -197,3 +197,12 @@ def test_finite_differences_are_an_independent_derivation():
                                             attention="full")(x))) for s in (-2, -1, 1, 2)]
         numeric = (f[0] - 8 * f[1] + 8 * f[2] - f[3]) / (12 * 1e-3)
         assert abs(float(np.vdot(grads[key], u)) - numeric) <= 1e-6 * abs(numeric)
+
+
+def test_verify_grad_on_ngpt_is_refused_in_one_line():
+    """Dory's nGPT block (its L2 norms, interpolated residuals, looped layers) has no backward in blockcli: verify
+    --grad says so in one line, exit 2."""
+    from test_checkpoint import cli
+
+    proc = cli("verify", str(FIXTURES / "dory"), "--grad")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "nGPT" in proc.stderr, proc.stderr
