@@ -1,5 +1,5 @@
 """The newer mixture-of-experts families read from config.json (OLMoE, FlexOlmo, MiniMax-M2, GLM-4.7-Flash, dots1,
-Granite MoE and its shared-expert variant): their parameter counts against transformers 5.24's own totals (the
+Granite MoE and its shared-expert variant, Aria's language model): their parameter counts against transformers 5.24's own totals (the
 model built on the meta device from the config, sum of numel over parameters(), tied weights once) and a hand count,
 for the config class's defaults and for random configs with other switches set; and the fields each one refuses.
 Their forward, decode step and gradients are held to transformers by tests/test_checkpoint.py and
@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
+from safetensors.numpy import load_file, save_file
 
+from blockcli.block import Model
 from blockcli.config import parse_config
 from blockcli.count import count_parameters
 from blockcli.hf import hf_to_mapping
 from blockcli.sources import load_config
-from conftest import config_error_message
+from conftest import ROOT, config_error_message
 
 
 def total(data: dict) -> int:
@@ -246,3 +249,64 @@ def test_dots1_needs_the_expert_counts_its_config_class_leaves_unset() -> None:
             "num_key_value_heads": 2, "intermediate_size": 96, "vocab_size": 100, "max_position_embeddings": 64,
             "num_experts_per_tok": 2, "n_shared_experts": 1}
     assert "field 'n_routed_experts' is missing" in config_error_message(lambda: hf_to_mapping(data, "x.json"))
+
+
+def aria_text_by_hand(d: int, layers: int, heads: int, kv: int, d_h: int, d_ff: int, experts: int, shared: int,
+                      vocab: int, tied: bool, attention_bias: bool, mlp_bias: bool) -> int:
+    """Llama's attention (Q and O h·d_h wide, K and V kv·d_h), two RMSNorms, the router (E·d), E SiLU-gated experts
+    d_ff wide without biases, and one shared SwiGLU MLP d_ff·shared wide (biased by mlp_bias); the embedding, the
+    final norm and an untied head."""
+    attention = 2 * d * heads * d_h + 2 * d * kv * d_h + (heads * d_h + 2 * kv * d_h + d if attention_bias else 0)
+    shared_mlp = 3 * d * d_ff * shared + (2 * d_ff * shared + d if mlp_bias else 0)
+    layer = attention + 2 * d + experts * d + experts * 3 * d * d_ff + shared_mlp
+    return layers * layer + vocab * d * (1 if tied else 2) + d
+
+
+ARIA_TEXT_RANDOM = {"model_type": "aria_text", "hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 4,
+                    "head_dim": 96, "intermediate_size": 1536, "moe_num_experts": 16, "moe_topk": 4,
+                    "moe_num_shared_experts": 1, "vocab_size": 10000, "num_hidden_layers": 5, "attention_bias": True,
+                    "mlp_bias": True, "tie_word_embeddings": True, "max_position_embeddings": 4096}
+
+
+@pytest.mark.parametrize("data, transformers_total, by_hand", [
+    # AriaTextConfig's defaults (rhymes-ai/Aria's language model): 18,517,069,824, the census's meta-device total
+    ({"model_type": "aria_text", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+      "intermediate_size": 4096, "vocab_size": 32000, "max_position_embeddings": 2048}, 18_517_069_824,
+     aria_text_by_hand(4096, 32, 32, 32, 128, 4096, 8, 2, 32000, False, False, False)),
+    # every switch away from its default: AriaTextForCausalLM built from it on the meta device gives 431,111,424
+    (ARIA_TEXT_RANDOM, 431_111_424, aria_text_by_hand(1024, 5, 16, 4, 96, 1536, 16, 1, 10000, True, True, True)),
+])
+def test_aria_text_counts_as_transformers(data: dict, transformers_total: int, by_hand: int) -> None:
+    assert total(data) == transformers_total == by_hand
+
+
+def test_aria_text_softmaxes_the_top_k_logits_beside_its_shared_experts() -> None:
+    block = parse_config(hf_to_mapping(ARIA_TEXT_RANDOM, "x.json")).block
+    moe = block.moe
+    assert (moe.n_experts, moe.top_k, moe.d_expert, moe.d_shared) == (16, 4, 1536, 1536)
+    assert moe.order == "topk_softmax" and not moe.routed_bias and not moe.shared_gate
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"hidden_act": "gelu"}, "hidden_act"),  # AriaExperts is SiLU-gated whatever hidden_act says
+    ({"moe_num_shared_experts": 0}, "moe_num_shared_experts"),  # with mlp_bias: a down_proj bias and no MLP
+])
+def test_aria_text_refuses_what_its_experts_would_not_do(change: dict, field: str) -> None:
+    message = config_error_message(lambda: hf_to_mapping({**ARIA_TEXT_RANDOM, **change}, "x.json"), change)
+    assert f"field '{field}'" in message
+
+
+def test_aria_text_reads_transformers_in_memory_expert_names(tmp_path: Path) -> None:
+    """The fixture's experts saved as AriaExperts holds them (gate_up_proj, down_proj) instead of the published
+    fc1/fc2: the same model, transformers' logits."""
+    folder = ROOT / "tests" / "fixtures" / "hf" / "aria_text"
+    tensors = {k.replace("experts.fc1.weight", "experts.gate_up_proj").replace("experts.fc2.weight",
+                                                                              "experts.down_proj"): v
+               for k, v in load_file(folder / "model.safetensors").items()}
+    assert any(k.endswith("experts.gate_up_proj") for k in tensors)
+    (tmp_path / "config.json").write_bytes((folder / "config.json").read_bytes())
+    save_file(tensors, tmp_path / "model.safetensors")
+    expected = np.load(folder / "expected.npz")
+    model = Model.from_config(load_config(tmp_path), weights=tmp_path, dtype="float64")
+    logits, want = model(expected["input_ids"]), expected["logits_float64"]
+    assert np.abs(logits - want).max() <= 1e-9 * np.abs(want).max()

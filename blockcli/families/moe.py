@@ -177,6 +177,27 @@ def _olmoe(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _aria_text(f: Fields) -> tuple[dict, dict]:
+    """Aria's language model: Llama's block with a mixture on every layer — the top `moe_topk` of
+    `moe_num_experts` router logits, softmaxed over those k (AriaTextTopKRouter), experts intermediate_size wide and
+    always SiLU-gated, beside shared experts every token uses, one Llama MLP intermediate_size ·
+    moe_num_shared_experts wide of `hidden_act`; `mlp_bias` biases the shared MLP alone (AriaExperts has none)."""
+    f.ignore("pretraining_tp")  # the same matmuls in slices
+    block, model = gated_rms(f, silu_gate, kv_default=None, tie_default=False)
+    if block["activation"] != "swiglu":  # AriaExperts' act_fn is SiLU whatever hidden_act says
+        raise f.unrepresentable("hidden_act", f.data["hidden_act"], "Aria's routed experts are SiLU-gated whatever it "
+                                                                   "says, and blockcli's experts and shared experts "
+                                                                   "share one activation")
+    shared = f.int("moe_num_shared_experts", 2, minimum=0)
+    if shared == 0 and f.bool("mlp_bias", False):
+        raise f.unrepresentable("moe_num_shared_experts", 0, "with mlp_bias, Aria's empty shared MLP still adds its "
+                                                             "down_proj bias; blockcli's has no parameters at width 0")
+    block["moe"] = {"n_experts": f.int("moe_num_experts", 8), "top_k": f.int("moe_topk", 2),
+                    "d_expert": block["d_ff"], "order": "topk_softmax", "routed_bias": False,
+                    "d_shared": block["d_ff"] * shared}
+    return block, model
+
+
 def _minimax_m2(f: Fields) -> tuple[dict, dict]:
     """MiniMax-M2: Llama's pre-norm block (GQA 48/8 of 128 by default, RoPE base 5e6) with q/k RMSNorm over
     the whole projection and RoPE on part of each head (`partial_rotary_factor`, or the released configs'
@@ -396,6 +417,20 @@ FLINT = TensorMap("model.", QWEN_MOE.tensors + (
     tensor("blocks.{i}.sinks", "layers.{i}.self_attn.sinks|layers.{i}.self_attn.softmax_offset"),),
     buffers=LLAMA.buffers)
 
+# Aria's language model: Llama's attention, mlp.router, the experts fused as AriaExperts holds them ((E, d, 2·d_e) gate
+# | up and (E, d_e, d), each expert (in, out); the published checkpoints name them fc1 and fc2) and mlp.shared_experts
+ARIA_TEXT = TensorMap("model.", _LLAMA_ATTENTION + (
+    tensor("blocks.{i}.router", "layers.{i}.mlp.router.weight", LINEAR),
+    tensor("blocks.{i}.experts.{e}.w_gate blocks.{i}.experts.{e}.w_up",
+           "layers.{i}.mlp.experts.gate_up_proj|layers.{i}.mlp.experts.fc1.weight", EXPERTS_SIDE_BY_SIDE),
+    tensor("blocks.{i}.experts.{e}.w_down", "layers.{i}.mlp.experts.down_proj|layers.{i}.mlp.experts.fc2.weight",
+           EXPERTS_SIDE_BY_SIDE),
+    *(tensor(f"blocks.{{i}}.shared_w_{x}", f"layers.{{i}}.mlp.shared_experts.{x}_proj.weight", LINEAR)
+      for x in ("gate", "up", "down")),
+    *(tensor(f"blocks.{{i}}.shared_b_{x}", f"layers.{{i}}.mlp.shared_experts.{x}_proj.bias") for x in
+      ("gate", "up", "down")),  # mlp_bias
+), buffers=LLAMA.buffers)
+
 # MiniMax-M2: Mixtral's names (block_sparse_moe as save_pretrained writes them, mlp in transformers 5), the q/k
 # norms, and the selection bias, a buffer of the mixture itself (not of its gate)
 MINIMAX_M2 = TensorMap("model.", MIXTRAL.tensors + (
@@ -449,6 +484,7 @@ FAMILIES = (
     Family("granitemoeshared", "Granite MoE (shared expert)", _granitemoeshared, GRANITE_MOE_SHARED, MOE_TRAINING_ONLY,
            aux_loss=True),
     Family("flex_olmo", "FlexOlmo", _flex_olmo, FLEX_OLMO, MOE_TRAINING_ONLY, aux_loss=True),
+    Family("aria_text", "Aria's language model", _aria_text, ARIA_TEXT, TRAINING_ONLY),
     Family("olmoe", "OLMoE", _olmoe, QWEN_MOE, MOE_TRAINING_ONLY, aux_loss=True),
     Family("qwen3_vl_moe_text", "Qwen3-VL-MoE's language model", _qwen3_vl_moe_text, QWEN3_VL_MOE, MOE_TRAINING_ONLY, aux_loss=True),
 )
