@@ -120,15 +120,19 @@ def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
     at its top level) as a language model's own config.json: its model_type filled in, the head tied as
     the composite's `tie` rule says; where it is, and a note on what is set aside. The top level's own
     fields are checked like any family's; a quantization_config there is returned too."""
-    if composite.flat and "text_config" not in data:  # transformers 4's layout: the language model's fields at the top
-        flat = {k: v for k, v in data.items() if k not in composite.ignored and k != "model_type"}
-        data = {**{k: v for k, v in data.items() if k in composite.ignored}, "model_type": data["model_type"],
-                "text_config": {k: v for k, v in flat.items() if k != "tie_word_embeddings"},
-                **({"tie_word_embeddings": flat["tie_word_embeddings"]} if "tie_word_embeddings" in flat else {})}
+    flat_layout = composite.flat and "text_config" not in data
+    if flat_layout:  # transformers 4's layout: the language model's fields at the top
+        moved = (lambda k: k in composite.moves) if composite.moves else (lambda k: k not in composite.ignored)
+        data = {**{k: v for k, v in data.items() if not moved(k) or k in ("model_type", "tie_word_embeddings")},
+                "text_config": {k: v for k, v in data.items()
+                                if moved(k) and k not in ("model_type", "tie_word_embeddings")}}
         inner = where
     else:
         inner = f"{where}: text_config"
     top = Fields(data, where, composite.title)
+    if flat_layout:
+        for key, (value, why) in composite.flat_neutral.items():
+            top.neutral(key, value, why)
     text = top.raw("text_config", why="the language model's config, which is what blockcli reads")
     if not isinstance(text, Mapping):
         raise top.invalid("text_config", text, "an object (the language model's config)")

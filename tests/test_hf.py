@@ -2439,6 +2439,42 @@ def test_qwen_vl_flat_and_nested_layouts_read_alike(tmp_path: Path) -> None:
     assert not load_config(write_json(tmp_path, {**QWEN25_VL_7B, "tie_word_embeddings": False})).model.tie_embeddings
 
 
+# adept/fuyu-8b's config.json as transformers 4 wrote it: flat, the language model's fields beside the vision side's
+FUYU_8B = {"architectures": ["FuyuForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "relu2",
+           "hidden_dropout": 0.0, "hidden_size": 4096, "image_size": 300, "initializer_range": 0.02,
+           "intermediate_size": 16384, "layer_norm_eps": 1e-05, "max_position_embeddings": 16384, "model_type": "fuyu",
+           "num_attention_heads": 64, "num_channels": 3, "num_hidden_layers": 36, "partial_rotary_factor": 0.5,
+           "patch_size": 30, "qk_layernorm": True, "rope_scaling": None, "rope_theta": 25000.0,
+           "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.35.0.dev0",
+           "use_cache": True, "vocab_size": 262144}
+
+
+def test_fuyu_flat_and_nested_layouts_read_alike(tmp_path: Path) -> None:
+    """FuyuConfig hands a flat config's size fields (and rope_theta) to its Persimmon language model, which rotates
+    half of each head: the same model as its nested form. 9,397,175,296: FuyuForCausalLM's meta-device total for
+    these shapes (the census's, 9,408,238,592) less vision_embed_tokens, 30·30·3 · 4096 + 4096."""
+    moved = {k: v for k, v in FUYU_8B.items() if k in ("hidden_size", "num_attention_heads", "num_hidden_layers",
+                                                       "intermediate_size", "vocab_size", "max_position_embeddings",
+                                                       "hidden_act", "layer_norm_eps", "qk_layernorm")}
+    nested = {"model_type": "fuyu", "patch_size": 30, "num_channels": 3, "image_size": 300,
+              "tie_word_embeddings": False, "text_config": {**moved, "model_type": "persimmon", "rope_parameters": {
+                  "rope_type": "default", "rope_theta": 25000.0, "partial_rotary_factor": 0.5}}}
+    flat, inner = (load_config(write_json(tmp_path, data, name)) for data, name in ((FUYU_8B, "flat.json"),
+                                                                                  (nested, "nested.json")))
+    assert asdict(flat.block) == asdict(inner.block) and asdict(flat.model) == asdict(inner.model)
+    assert count_parameters(flat).total == 9_408_238_592 - (30 * 30 * 3 * 4096 + 4096) == 9_397_175_296
+    assert any("not counted or run" in note for note in flat.notes)
+    # a flat partial_rotary_factor stays at the top level, where FuyuConfig never reads it: refused unless 0.5
+    message = hf_error(write_json(tmp_path, {**FUYU_8B, "partial_rotary_factor": 0.25}, "a.json"))
+    assert "field 'partial_rotary_factor' = 0.25 cannot be represented" in message
+    # text_config's own is the language model's
+    quarter = {**nested, "text_config": {**nested["text_config"], "rope_parameters": {
+        "rope_type": "default", "rope_theta": 25000.0, "partial_rotary_factor": 0.25}}}
+    assert load_config(write_json(tmp_path, quarter, "b.json")).block.rope == 0.25
+    # a field of the language model FuyuConfig does not move is refused at the top level, naming it
+    assert "'num_key_value_heads'" in hf_error(write_json(tmp_path, {**FUYU_8B, "num_key_value_heads": 8}, "c.json"))
+
+
 def test_qwen3_vl_moe_counts_its_language_model(tmp_path: Path) -> None:
     """transformers 5.24 Qwen3VLMoeForConditionalGeneration on the meta device, outside model.visual:
     30,532,122,624, the shapes and count of Qwen3-30B-A3B (its preset), 3,353,032,704 of them active."""

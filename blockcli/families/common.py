@@ -68,6 +68,11 @@ class Composite:
     # class, computes that step), each with the reason: read as absent, with a note when set
     unapplied: Mapping[str, str] = field(default_factory=dict, hash=False)
     remark: str = ""  # said in the note too: what of the composite's text-only pass blockcli does not run
+    # a `flat` config's top-level keys the composite class hands its language model (empty: every one not `ignored`);
+    # the others stay at the top level, where `flat_neutral`'s are accepted at the value the language model takes
+    # whatever they say (key: (value, why)) and any other is refused (FuyuConfig moves only its size fields)
+    moves: frozenset[str] = frozenset()
+    flat_neutral: Mapping[str, tuple[Any, str]] = field(default_factory=dict, hash=False)
 
 
 def mlp_activation(f: Fields, key: str, default: str, *, gated: bool,

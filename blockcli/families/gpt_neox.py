@@ -10,7 +10,7 @@ projection, and one bias added after the attention's dense of the last layer alo
 
 from __future__ import annotations
 
-from blockcli.families.common import Family, bias_groups, divides, model_section, plain_activation, rope_base
+from blockcli.families.common import Composite, Family, bias_groups, divides, model_section, plain_activation, rope_base
 from blockcli.families.fields import Fields
 from blockcli.tensor_names import GROUPED_QKV, LINEAR, QKV, QKV_BIAS, TensorMap, tensor
 
@@ -166,6 +166,22 @@ GPT_NEOX_JAPANESE = TensorMap("gpt_neox_japanese.", (
     tensor("lm_head", "embed_out.weight", LINEAR, top=True),
 ), buffers=("rotary_emb.inv_freq", "layers.{i}.attention.rotary_emb.inv_freq"))
 
+
+# FuyuConfig's text_config defaults (the Persimmon-8B shape), and the keys a flat config (adept/fuyu-8b's, as
+# transformers 4 wrote it) hands its language model: these alone, with partial_rotary_factor 0.5 set by default
+_FUYU_TEXT = {"vocab_size": 262144, "max_position_embeddings": 16384, "hidden_size": 4096, "intermediate_size": 16384,
+              "num_hidden_layers": 36, "num_attention_heads": 64}
+_FUYU_MOVES = frozenset({*_FUYU_TEXT, "hidden_act", "initializer_range", "layer_norm_eps", "use_cache", "qk_layernorm",
+                         "hidden_dropout", "attention_dropout", "eos_token_id", "rope_scaling", "rope_theta"})
+
+# Fuyu: a Persimmon language model whose image patches enter through one linear layer, vision_embed_tokens (set aside)
+COMPOSITES = (
+    Composite("fuyu", "Fuyu (vision-language)", "persimmon", False, frozenset({
+        "image_size", "patch_size", "num_channels", "image_token_id"}), _FUYU_TEXT, flat=True, moves=_FUYU_MOVES,
+              flat_neutral={"partial_rotary_factor": (0.5, "FuyuConfig hands the language model only its size fields "
+                                                           "and rotates half of each head")},
+              aside=("model.vision_embed_tokens.", "vision_embed_tokens.")),
+)
 
 FAMILIES = (
     Family("persimmon", "Persimmon", _persimmon, PERSIMMON, frozenset({
