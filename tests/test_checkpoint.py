@@ -92,8 +92,9 @@ def test_full_score_table_path_equals_transformers(name: str) -> None:
 
 # GLM-5's layer 1 reuses layer 0's indexer choice: alone it is refused (tests/test_dsa.py); Gemma 4's layers read
 # their per-layer inputs, which the model computes from the token ids (tests/test_gemma4.py), and so do Gemma 3n's
-# (tests/test_gemma3n.py)
-REUSES_THE_LAYER_BEFORE = ["glm_moe_dsa-shared", "gemma4_text", "gemma4", "gemma3n_text", "gemma3n"]
+# (tests/test_gemma3n.py); Gemma 4 unified's fixture shares keys and values across layers
+REUSES_THE_LAYER_BEFORE = ["glm_moe_dsa-shared", "gemma4_text", "gemma4", "gemma3n_text", "gemma3n",
+                           "gemma4_unified_text"]
 
 
 @pytest.mark.parametrize("name", [name for name in FAMILIES if name not in REUSES_THE_LAYER_BEFORE])

@@ -214,3 +214,19 @@ def test_token_by_token_decoding_gives_transformers_full_pass_logits(name: str) 
     got += [model.step(ids[:, t:t + 1], caches) for t in range(2, ids.shape[1])]
     logits = np.concatenate(got, axis=1)
     assert np.max(np.abs(logits - want)) / np.max(np.abs(want)) <= 1e-9
+
+
+def test_gemma4_unified_text_is_gemma4s_block_without_per_layer_inputs_or_experts() -> None:
+    """Gemma4UnifiedTextConfig(): Gemma 4's 30 layers (512-wide heads on the full ones) with neither per-layer
+    embeddings nor experts, a window of 1024: 3,010,758,400 on transformers' meta device, and by hand."""
+    unified = {"model_type": "gemma4_unified_text"}
+    assert total(unified) == 3_010_758_400 == gemma4_by_hand(
+        2304, 30, 8, 4, 256, 9216, 262_144, DEFAULT_TYPES, global_d_h=512, global_kv=None, k_eq_v=False, shared=0,
+        double=False)
+    config = config_of(unified)
+    assert config.block.sliding_window == 1024 and config.model.max_positions == 262_144
+    assert not config.model.per_layer_dim and config.block.moe is None
+    assert 'use_bidirectional_attention "vision"' in config.about.description
+    for field, value in (("enable_moe_block", True), ("hidden_size_per_layer_input", 4)):
+        message = config_error_message(lambda: hf_to_mapping({**unified, field: value}, "x.json"), field)
+        assert f"'{field}'" in message

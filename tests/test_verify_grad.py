@@ -14,15 +14,12 @@ from blockcli.config import parse_config, preset_names
 from blockcli.mutants import MUTANTS, why_not
 from blockcli.sources import load_config
 from blockcli.verify import GRAD_CHECKS, verify
-from conftest import ROOT
+from conftest import NO_BACKWARD, ROOT
 
 runner = CliRunner()
 GRAD = set(GRAD_CHECKS)
 FIXTURES = ROOT / "tests" / "fixtures" / "hf"
-# Gemma 4's, Gemma 3n's and Dory's layers have no reference in verify and no gradients (refused: tests/test_gemma4.py,
-# tests/test_gemma3n.py, test_verify_grad_on_ngpt_is_refused_in_one_line)
-FOLDERS = sorted(p.name for p in FIXTURES.iterdir() if (p / "config.json").is_file()
-                 and p.name not in ("gemma4_text", "gemma4", "gemma3n_text", "gemma3n", "dory"))
+FOLDERS = sorted(p.name for p in FIXTURES.iterdir() if (p / "config.json").is_file() and p.name not in NO_BACKWARD)
 BACKWARD = [m for m in MUTANTS if m.backward]
 IMPLS = ROOT / "tests" / "impls" / "backward_blocks.py"
 EXAMPLE = f"{ROOT / 'examples' / 'my_block_backward.py'}:MyBlockWithBackward"

@@ -1,5 +1,6 @@
 """Gemma 4 (gemma4_text, and the gemma4 vision-language composite's language model), as transformers 5.24's
-Gemma4TextConfig and modeling_gemma4.py build it.
+Gemma4TextConfig and modeling_gemma4.py build it; Gemma 4 unified's language model (gemma4_unified_text, and the
+gemma4_unified composite's) is the same block without per-layer embeddings and experts.
 
 Gemma 3's sandwich block with plain RMSNorms (γ, not 1 + γ), q/k norms per head, scores Q·Kᵀ unscaled
 (`attention_scale` 1) and, new in Gemma 4:
@@ -99,14 +100,17 @@ def _per_layer_config(f: Fields, types: list[str]) -> list[dict[str, int]]:
     return overrides
 
 
-def _gemma4_text(f: Fields) -> tuple[dict, dict]:
-    """config.json → blockcli: one base block (layer 0's) and per-layer overrides for the layers that differ."""
+def _gemma4_text(f: Fields, unified: bool = False) -> tuple[dict, dict]:
+    """config.json → blockcli: one base block (layer 0's) and per-layer overrides for the layers that differ.
+    `unified` (Gemma 4 unified's language model, Gemma4UnifiedTextConfig): no per-layer embeddings and no experts
+    (the config class has none of their fields), a window of 1024, 262,144 positions, use_bidirectional_attention
+    "vision" by default."""
     d = f.int("hidden_size", 2304)
     n_layers = f.int("num_hidden_layers", 30)
     heads = f.int("num_attention_heads", 8)
     kv = f.int("num_key_value_heads", 4)
     head_dim = f.int("head_dim", 256)
-    bidirectional = f.raw("use_bidirectional_attention", None)
+    bidirectional = f.raw("use_bidirectional_attention", "vision" if unified else None)
     if bidirectional == "all":
         raise f.unrepresentable("use_bidirectional_attention", bidirectional, "blockcli's attention is causal")
     if bidirectional == "vision":  # causal for text; only the composite's image tokens see each other
@@ -136,7 +140,7 @@ def _gemma4_text(f: Fields) -> tuple[dict, dict]:
                                                                 "earlier layer of its kind with keys and values "
                                                                 "(transformers refuses it otherwise)")
     producer = {kind: max(i for i in range(first_shared) if types[i] == kind) for kind in set(types)} if shared else {}
-    window = f.int("sliding_window", 512)
+    window = f.int("sliding_window", 1024 if unified else 512)
     d_ff = f.int("intermediate_size", 9216)
     double_wide = f.bool("use_double_wide_mlp", False)
     theta = {kind: _rope(f, kind, next((per_layer[i].get("head_dim", head_dim) for i, t in enumerate(types)
@@ -149,18 +153,18 @@ def _gemma4_text(f: Fields) -> tuple[dict, dict]:
                                     f"its {kind} layers differ in head_dim or num_key_value_heads, but transformers "
                                     f"builds one RoPE per layer type")
     moe = None
-    if f.bool("enable_moe_block", False):
+    if not unified and f.bool("enable_moe_block", False):
         moe = {"n_experts": f.int("num_experts", why="enable_moe_block is true"),
                "top_k": f.int("top_k_experts", why="enable_moe_block is true"),
                "d_expert": f.int("moe_intermediate_size", why="enable_moe_block is true"),
                "renormalize": True, "beside_dense": True, "router_norm": True, "expert_scale": True}
         if moe["top_k"] > moe["n_experts"]:
             raise f.invalid("top_k_experts", moe["top_k"], f"at most num_experts = {moe['n_experts']}")
-    else:  # read only with enable_moe_block
+    elif not unified:  # read only with enable_moe_block
         f.ignore("num_experts", "top_k_experts", "moe_intermediate_size")
-    ple = f.int("hidden_size_per_layer_input", 256, minimum=0)
+    ple = 0 if unified else f.int("hidden_size_per_layer_input", 256, minimum=0)
     ple_vocab = f.int("vocab_size_per_layer_input", 262_144) if ple else 0
-    if not ple:
+    if not ple and not unified:
         f.ignore("vocab_size_per_layer_input")
     attention_bias = f.bool("attention_bias", False)
     common = {"d_model": d, "n_heads": heads, "norm": "rmsnorm", "norm_eps": f.float("rms_norm_eps", 1e-6),
@@ -187,7 +191,8 @@ def _gemma4_text(f: Fields) -> tuple[dict, dict]:
         if diff:
             groups.setdefault(repr(sorted(diff.items())), ([], diff))[0].append(i)
     f.layers.extend({"indices": layers, "block": diff} for layers, diff in groups.values())
-    model = model_section(n_layers, f.int("vocab_size", 262_144), "rope", f.int("max_position_embeddings", 131_072),
+    model = model_section(n_layers, f.int("vocab_size", 262_144), "rope",
+                          f.int("max_position_embeddings", 262_144 if unified else 131_072),
                           f.bool("tie_word_embeddings", True))
     model["embedding_multiplier"] = math.sqrt(d)
     if ple:
@@ -246,8 +251,13 @@ GEMMA4 = TensorMap("model.", (
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
 
+def _gemma4_unified_text(f: Fields) -> tuple[dict, dict]:
+    return _gemma4_text(f, unified=True)
+
+
 FAMILIES = (
     Family("gemma4_text", "Gemma 4", _gemma4_text, GEMMA4, TRAINING_ONLY),
+    Family("gemma4_unified_text", "Gemma 4 unified", _gemma4_unified_text, GEMMA4, TRAINING_ONLY),
 )
 
 # Gemma 4 (E2B, E4B, 26B-A4B, 31B as released): a vision tower (and, in E2B/E4B, an audio tower) with their
@@ -258,4 +268,11 @@ COMPOSITES = (
         "boa_token_id", "eoa_token_index", "eoa_token_id", "audio_token_id", "vision_soft_tokens_per_image"}),
               {}, aside=("model.vision_tower.", "model.embed_vision.", "model.audio_tower.", "model.embed_audio.",
                          "vision_tower.", "embed_vision.", "audio_tower.", "embed_audio.")),
+    # Gemma 4 unified: no vision or audio tower, only their embedders (raw patches and waveform frames projected onto
+    # the width) beside a gemma4_unified_text language model
+    Composite("gemma4_unified", "Gemma 4 unified (multimodal)", "gemma4_unified_text", True, frozenset({
+        "vision_config", "audio_config", "boi_token_id", "eoi_token_id", "image_token_id", "video_token_id",
+        "boa_token_id", "eoa_token_index", "eoa_token_id", "audio_token_id", "vision_soft_tokens_per_image"}),
+              {}, aside=("model.embed_vision.", "model.vision_embedder.", "model.embed_audio.", "embed_vision.",
+                         "vision_embedder.", "embed_audio.")),
 )
