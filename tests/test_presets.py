@@ -785,6 +785,15 @@ CASES.append(pytest.param(
     {"d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "d_ff": 14336, "n_layers": 32, "vocab_size": 65536},
     id="jamba-1.5-mini[transformers JambaForCausalLM on meta=51570323328]"))
 
+# MiniMaxAI/MiniMax-M2: Mixtral's block with q/k RMSNorms over the whole projections (h·d_h and h_kv·d_h) and the
+# router (E, d) beside 256 SwiGLU experts in every layer (its selection bias a buffer); transformers 5.24
+# MiniMaxM2ForCausalLM on the meta device from its config.json
+CASES.append(pytest.param(
+    "minimax-m2", 228_689_748_992,
+    moe_total(d=3072, L=62, V=200064, n_heads=48, n_kv=8, head_dim=128, experts=256, d_expert=1536) + 62 * (48 + 8) * 128,
+    {"d_model": 3072, "n_heads": 48, "n_kv_heads": 8, "n_layers": 62, "vocab_size": 200064},
+    id="minimax-m2[transformers MiniMaxM2ForCausalLM on meta=228689748992]"))
+
 PRESET_NAMES = [c.values[0] for c in CASES]
 
 
@@ -864,6 +873,10 @@ ACTIVE = [
      gpt_oss_total(d=2880, L=24, V=201088, h=64, kv=8, d_h=64, E=32, d_e=2880, used=4)),
     ("gpt-oss-120b", 5_711_982_912,
      gpt_oss_total(d=2880, L=36, V=201088, h=64, kv=8, d_h=64, E=128, d_e=2880, used=4)),
+    # MiniMax-M2: "10B active" on its model card, without the 1.23B of embeddings and head counted here
+    ("minimax-m2", 11_030_537_216,
+     moe_total(d=3072, L=62, V=200064, n_heads=48, n_kv=8, head_dim=128, experts=256, d_expert=1536, used=8)
+     + 62 * (48 + 8) * 128),
     # GLM-4.5-Air: "12B active" on its model card, without the 1.24B of embeddings and head counted here
     ("glm-4.5-air", 13_424_123_904,
      glm45_total(d=4096, L=46, V=151552, h=96, kv=8, d_h=128, ff=10944, E=128, d_e=1408, dense=1, used=8)),

@@ -1,11 +1,11 @@
 """Fields of published configs that the family's transformers modelling code never reads (`Family.unread`).
 
 Such a field is accepted at any value with one `blockcli: note:` line naming it, and changes no number;
-a field that no table lists is still refused, naming it and `--allow-field`. The five configs below are
+a field that no table lists is still refused, naming it and `--allow-field`. The six configs below are
 reconstructions of the published config.json files (the URL on each); each carries the field that
 blockcli refused before it was listed. Expected totals: transformers 5.24's *ForCausalLM built from the
 same config.json (with and without the field) on the meta device, sum of numel over parameters(); the
-tiny variants (widths <= 64, 2 layers) likewise, and GPT-2's tiny one by hand below.
+tiny variants (widths <= 64, 2 layers) likewise, and GPT-2's and MiniMax-M2's tiny ones by hand below.
 """
 
 from __future__ import annotations
@@ -81,6 +81,18 @@ GPTJ_6B = {  # https://huggingface.co/EleutherAI/gpt-j-6b/blob/main/config.json
     "use_cache": True, "vocab_size": 50400,
 }
 
+MINIMAX_M2 = {  # https://huggingface.co/MiniMaxAI/MiniMax-M2/blob/main/config.json (auto_map and the FP8
+    # quantization_config left out: the count is of the model's parameters, not of a checkpoint's scales)
+    "architectures": ["MiniMaxM2ForCausalLM"], "attn_type_list": [1] * 62, "head_dim": 128, "hidden_act": "silu",
+    "hidden_size": 3072, "intermediate_size": 1536, "max_position_embeddings": 196608, "model_type": "minimax_m2",
+    "mtp_transformer_layers": 1, "num_attention_heads": 48, "num_experts_per_tok": 8, "num_hidden_layers": 62,
+    "num_key_value_heads": 8, "num_local_experts": 256, "num_mtp_modules": 3, "output_router_logits": False,
+    "qk_norm_type": "per_layer", "rms_norm_eps": 1e-06, "rope_theta": 5000000, "rotary_dim": 64,
+    "router_aux_loss_coef": 0.001, "router_jitter_noise": 0.0, "scoring_func": "sigmoid",
+    "shared_intermediate_size": 0, "tie_word_embeddings": False, "transformers_version": "4.57.1", "use_cache": True,
+    "use_mtp": True, "use_qk_norm": True, "use_routing_bias": True, "vocab_size": 200064,
+}
+
 # (config, the field blockcli refused, transformers' total, tiny widths, transformers' total of the tiny one)
 CASES = [
     pytest.param(GPT2_MEDIUM, "predict_special_tokens", 354_823_168,
@@ -103,6 +115,11 @@ CASES = [
     pytest.param(GPTJ_6B, "rope_scaling", 6_050_882_784,
                  {"n_embd": 64, "n_head": 4, "n_layer": 2, "n_positions": 64, "rotary_dim": 8, "vocab_size": 100},
                  112_228, id="gpt-j-6b"),
+    pytest.param(MINIMAX_M2, "scoring_func", 228_689_748_992,
+                 {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+                  "num_hidden_layers": 2, "attn_type_list": [1, 1], "intermediate_size": 16, "num_local_experts": 4,
+                  "num_experts_per_tok": 2, "rotary_dim": 4, "vocab_size": 100, "max_position_embeddings": 64},
+                 25_344, id="minimax-m2"),
 ]
 
 
@@ -154,6 +171,13 @@ def test_gpt2_tiny_total_by_hand() -> None:
     assert V * d + P * d + L * per_layer + 2 * d == 30_720 == CASES[0].values[4]
 
 
+def test_minimax_m2_tiny_total_by_hand() -> None:
+    d, L, V, h, kv, d_h, E, d_e = 32, 2, 100, 4, 2, 8, 4, 16  # q/k norms over the projections, router, SwiGLU experts
+    attention = 2 * d * h * d_h + 2 * d * kv * d_h + h * d_h + kv * d_h
+    per_layer = attention + 2 * d + E * d + E * 3 * d * d_e
+    assert L * per_layer + 2 * V * d + d == 25_344 == CASES[-1].values[4]
+
+
 def _write(tmp_path: Path, data: dict, name: str = "config.json") -> Path:
     path = tmp_path / name
     path.write_text(json.dumps(data), encoding="utf-8")
@@ -170,6 +194,8 @@ def _write(tmp_path: Path, data: dict, name: str = "config.json") -> Path:
     (STARCODER2_7B, "layer_norm_epsilon", 0.5),  # ... and norm_epsilon
     (GPTJ_6B, "rope_scaling", {"rope_type": "linear", "factor": 4.0}),  # GPT-J's tables ignore it
     (GPTJ_6B, "rope_parameters", {"rope_type": "gptj"}),  # transformers 5's spelling of the same
+    (MINIMAX_M2, "use_qk_norm", False),  # MiniMaxM2Attention normalises q and k whatever this says
+    (MINIMAX_M2, "shared_intermediate_size", 4096),  # ... and builds no shared expert
 ])
 def test_an_unread_field_changes_no_number_at_any_value(tmp_path: Path, hf: dict, field: str, value: Any) -> None:
     plain = config_from_hf(_write(tmp_path, without(hf, field), "plain.json"))

@@ -221,6 +221,21 @@ def _minimax_m2(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+# the fields of MiniMax-M2's published config.json that its own remote code reads and transformers' MiniMaxM2 never
+# does (modeling_minimax_m2.py: sigmoid scores with a selection bias and q/k norms over the projection, always)
+_MINIMAX_M2_UNREAD = {
+    "scoring_func": "MiniMaxM2's router always scores by sigmoid",
+    "use_routing_bias": "MiniMaxM2's router always adds its e_score_correction_bias for the choice",
+    "use_qk_norm": "MiniMaxM2Attention always normalises q and k",
+    "qk_norm_type": "MiniMaxM2Attention's q/k norms are always over the whole projection",
+    "attn_type_list": "every MiniMaxM2 layer is softmax attention",
+    "shared_intermediate_size": "MiniMaxM2 has no shared expert",
+    "use_mtp": "the multi-token-prediction modules, which transformers does not build",
+    "num_mtp_modules": "the multi-token-prediction modules, which transformers does not build",
+    "mtp_transformer_layers": "the multi-token-prediction modules, which transformers does not build",
+}
+
+
 def _granitemoe(f: Fields) -> tuple[dict, dict]:
     """Granite MoE (granite-3.x-a*m/b): Granite's block and four scalars (embedding, residual, attention and
     logits multipliers) with a SwiGLU mixture on every layer routed as Mixtral's original code: the top
@@ -478,7 +493,7 @@ FAMILIES = (
     Family("qwen3_moe", "Qwen3-MoE", _qwen3_moe, QWEN_MOE, MOE_TRAINING_ONLY, aux_loss=True),
     Family("flint", "Flint", _flint, FLINT, MOE_TRAINING_ONLY, aux_loss=True),
     Family("minimax_m2", "MiniMax-M2", _minimax_m2, MINIMAX_M2, MOE_TRAINING_ONLY | {"router_jitter_noise"},
-           aux_loss=True),  # jitter: training only
+           unread=_MINIMAX_M2_UNREAD, aux_loss=True),  # jitter: training only
     Family("granitemoe", "Granite MoE", _granitemoe, GRANITE_MOE, MOE_TRAINING_ONLY, aux_loss=True),
     Family("granitemoe_swa", "Granite MoE SWA", _granitemoe_swa, GRANITE_MOE_SWA, MOE_TRAINING_ONLY, aux_loss=True),
     Family("granitemoeshared", "Granite MoE (shared expert)", _granitemoeshared, GRANITE_MOE_SHARED, MOE_TRAINING_ONLY,
