@@ -99,6 +99,10 @@ def softmax_label(cfg: BlockConfig) -> str:
         "softmax over keys"
 
 
+def value_scale_label(cfg: BlockConfig) -> str:
+    return f"V × {cfg.value_scale:g} (value_scale)"
+
+
 def query_scale_label(cfg: BlockConfig) -> str:
     t = f"(t + {cfg.query_scale_offset})" if cfg.query_scale_offset else "t"
     return f"query scale 1 + {cfg.query_scale:g}·ln(1 + ⌊{t} / {cfg.query_scale_length}⌋)"
@@ -630,8 +634,12 @@ class MultiHeadAttention:
         rec("q", "split heads Q", q, (q_flat,), kind="reshape")
         k = ops.split_heads(k_flat, h_kv)  # (B, h_kv, T, d_h)
         rec("k", "split heads K", k, (k_flat,), kind="reshape")
-        v = ops.split_heads(v_flat, h_kv)  # (B, h_kv, T, d_h)
+        v = ops.split_heads(v_flat, h_kv)  # (B, h_kv, T, d_v)
         rec("v", "split heads V", v, (v_flat,), kind="reshape")
+        if cfg.value_scale != 1.0:  # MiMo-V2-Flash: the values times a constant, cached so
+            v_scaled = v * np.asarray(cfg.value_scale, dtype=v.dtype)  # (B, h_kv, T, d_v)
+            rec("v_scale", value_scale_label(cfg), v_scaled, (v,), kind="scale")
+            v = v_scaled
         per_head = cfg.qk_norm in ("head", "each_head", "head_unscaled")
         if per_head and not cfg.qk_norm_after_rope:  # Qwen3, Gemma 3 (Command R+: each its own weights), before RoPE
             q, k = self._qk_norm(q, k, rec, tape)  # (B, h, T, d_h), (B, h_kv, T, d_h)
@@ -851,6 +859,8 @@ class MultiHeadAttention:
         d_flat = d_qkv[..., :q_width], d_qkv[..., q_width:q_width + kv_width], d_qkv[..., q_width + kv_width:]
         dq, dk, dv = (ops.split_heads(a, heads) for a, heads in zip(d_flat, (h, h_kv, h_kv)))  # views (B, n, T, d_h)
         self._attend_backward(saved, ops.split_heads(d_concat, h), tape, (dq, dk, dv))
+        if cfg.value_scale != 1.0:  # dV = dV_scaled · c
+            dv *= cfg.value_scale
         if cfg.query_scale:  # dQ_rot = dQ_scaled · scale(t)
             dq *= query_scales(cfg, np.arange(x.shape[1]), dq.dtype)[:, None]  # (B, h, T, d_h)
         per_head = cfg.qk_norm in ("head", "each_head", "head_unscaled")

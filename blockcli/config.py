@@ -542,6 +542,10 @@ class BlockConfig:
     # s in (0, 1): the gated MLP's gate pre-activation keeps only what exceeds its row's mean + σ·Φ⁻¹(s), shifted
     # down by that cut-off (Gemma 3n's gaussian top-k, activation_sparsity_pattern); 0: off
     activation_sparsity: float = 0.0
+    # d_v > 0: each head's value width when it differs from head_dim (W_V (d, h_kv·d_v), W_O (h·d_v, d)): MiMo-V2-Flash's
+    # v_head_dim, 128 beside queries and keys of 192; 0: head_dim
+    v_head_dim: int = 0
+    value_scale: float = 1.0  # the values times this constant, before attention and the cache (MiMo's attention_value_scale)
 
     def __post_init__(self) -> None:
         # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
@@ -589,8 +593,8 @@ class BlockConfig:
 
     @property
     def value_dim(self) -> int:
-        """Each head's value width d_v: head_dim, or latent attention's v_head_dim."""
-        return self.mla.v_head_dim if self.mla is not None else self.head_dim
+        """Each head's value width d_v: head_dim, v_head_dim where it differs, or latent attention's v_head_dim."""
+        return self.mla.v_head_dim if self.mla is not None else self.v_head_dim or self.head_dim
 
     @property
     def softmax_mscale(self) -> float:
@@ -1180,7 +1184,7 @@ def _check_layer_links(block: BlockConfig, model: ModelConfig | None, layer_bloc
                 raise ConfigError(f"{where(i)}.kv_from: {b.kv_from} is not an earlier layer (a layer reuses the keys "
                                   f"and values of a layer before it)")
             src = blocks[b.kv_from]
-            if src.kv_from >= 0 or (src.n_kv_heads, src.head_dim) != (b.n_kv_heads, b.head_dim) \
+            if src.kv_from >= 0 or (src.n_kv_heads, src.head_dim, src.value_dim) != (b.n_kv_heads, b.head_dim, b.value_dim) \
                     or src.sliding_window != b.sliding_window:
                 raise ConfigError(f"{where(i)}.kv_from: layer {b.kv_from} must have keys and values of its own with "
                                   f"this layer's n_kv_heads, head_dim and sliding_window")
@@ -1383,7 +1387,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "layer_scalar", "per_layer_input", "lightning", "attn_skip_scale", "attn_branch_scale",
               "mlp_skip_scale", "mlp_branch_scale", "shared", "altup", "altup_active", "altup_correct_scale",
               "laurel_rank", "activation_sparsity", "moa",
-              "differential", "ngpt")
+              "differential", "ngpt", "v_head_dim", "value_scale")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1467,6 +1471,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         altup_correct_scale=_bool(data, "altup_correct_scale", p, False),
         laurel_rank=_int(data, "laurel_rank", p, 0, minimum=0),
         activation_sparsity=_float(data, "activation_sparsity", p, 0.0, 0.0, 1.0, high_open=True),
+        v_head_dim=_int(data, "v_head_dim", p, 0, minimum=0),
+        value_scale=_float(data, "value_scale", p, 1.0, 0.0, 1e6, low_open=True),
     )
     _check_gemma3n(block)
     if block.shared is not None and (block.parts != "mixer" or not isinstance(block.mamba, Mamba2)
@@ -1478,6 +1484,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     _check_ngpt(block)
     plain_attention = block.mla is None and block.linear_attention is None and block.mamba is None \
         and block.short_conv is None and block.lightning is None and block.moa is None and block.parts != "mlp"
+    _check_values(block, plain_attention)
     for key, off in (("v_norm", False), ("k_eq_v", False), ("kv_from", -1)):
         if getattr(block, key) != off and not plain_attention:
             raise ConfigError(f"block.{key}: a setting of multi-head attention (Gemma 4); this layer has none")
@@ -1802,6 +1809,23 @@ def _check_ngpt(block: BlockConfig) -> None:
     if block.qk_norm not in ("none", "head_unscaled") or block.qk_norm_after_rope:
         raise ConfigError("block.qk_norm: nGPT's queries and keys are normalised per head before RoPE, without a "
                           "scale (head_unscaled), or not at all")
+
+
+def _check_values(block: BlockConfig, plain_attention: bool) -> None:
+    """v_head_dim and value_scale (MiMo-V2-Flash's values) are settings of plain multi-head attention, without the
+    variants that read each head's output as d_h wide (gates, sub-norms, differential pairs, nGPT, Gemma 4's)."""
+    for key, off in (("v_head_dim", 0), ("value_scale", 1.0)):
+        if getattr(block, key) == off:
+            continue
+        if not plain_attention or block.differential is not None or block.parts == "hybrid" \
+                or block.shared is not None:
+            raise ConfigError(f"block.{key}: a setting of plain multi-head attention (MiMo-V2-Flash's values); "
+                              f"this layer's token mixer is another")
+        other = next((name for name, on in (("attention_gate", block.attention_gate), ("sub_norms", block.sub_norms),
+                                            ("ngpt", block.ngpt is not None), ("v_norm", block.v_norm),
+                                            ("k_eq_v", block.k_eq_v), ("kv_from", block.kv_from >= 0)) if on), None)
+        if other is not None:
+            raise ConfigError(f"block.{key}: not with block.{other} (no model has them together)")
 
 
 def _check_differential(block: BlockConfig) -> None:

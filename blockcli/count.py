@@ -160,6 +160,8 @@ def symbol_values(config: Config | BlockConfig) -> dict[str, int]:
                       d_rope=b.mla.qk_rope_head_dim, d_v=b.mla.v_head_dim)
         if b.mla.index_heads:
             values.update(h_I=b.mla.index_heads, d_I=b.mla.index_head_dim)
+    elif b.value_dim != b.head_dim:  # plain attention's narrower values (MiMo-V2-Flash)
+        values["d_v"] = b.value_dim
     if b.linear_attention is not None:
         n = b.linear_attention
         values.update(h_k=n.key_heads, d_k=n.key_head_dim, h_v=n.value_heads, d_v=n.value_head_dim, K=n.conv_kernel)
@@ -200,6 +202,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
     """The hand count of one block, row by row in forward order."""
     q_width = ("d",) if b.n_heads * b.head_dim == b.d_model else ("h", "d_h")
     kv_width = ("d",) if b.n_kv_heads * b.head_dim == b.d_model else ("h_kv", "d_h")
+    narrow = b.mla is None and b.value_dim != b.head_dim  # MiMo-V2-Flash: values d_v wide, not d_h
+    v_width, heads_width = (("h_kv", "d_v"), ("h", "d_v")) if narrow else (kv_width, q_width)
     no = Poly()
 
     def norm(prefix: str, label: str) -> Row:  # a scale gamma (unless norm_scale is off) and a shift beta
@@ -238,8 +242,8 @@ def block_formula(b: BlockConfig) -> list[Row]:
             proj("attn.q", "Q projection", q_width, b.bias.qkv),
             *([] if b.kv_from >= 0 else [proj("attn.k", "K projection (its output the values too)" if b.k_eq_v
                                               else "K projection", kv_width, b.bias.qkv)]),
-            *([] if b.kv_from >= 0 or b.k_eq_v else [proj("attn.v", "V projection", kv_width, b.bias.qkv)]),
-            proj("attn.o", "output projection W_O", q_width, b.bias.out, out=True),
+            *([] if b.kv_from >= 0 or b.k_eq_v else [proj("attn.v", "V projection", v_width, b.bias.qkv)]),
+            proj("attn.o", "output projection W_O", heads_width, b.bias.out, out=True),
         ])
         if b.attention_gate and b.gate_per_head:  # one softplus (or σ) gate a head: h wide
             rows.insert(-1, Row("attn.gate", f"attention output gate ({'σ' if b.gate_sigmoid else 'softplus'}, one per "

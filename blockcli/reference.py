@@ -303,10 +303,12 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
         q, k = (_qk_norm(a, p, name, cfg, width) for a, name in ((q, "q"), (k, "k")))
     if cfg.clip_after_qk_norm:  # OLMoE: the normalised projections (and V)
         q, k, v = clamp(q, k, v)
-    concat = np.zeros((T, cfg.n_heads * d_h))
+    d_v = cfg.value_dim  # each head's value width (MiMo-V2-Flash: narrower than d_h)
+    concat = np.zeros((T, cfg.n_heads * d_v))
     for head in range(cfg.n_heads):
         kv = head // group
-        qs, ks, vs = (a[:, c * d_h:(c + 1) * d_h] for a, c in ((q, head), (k, kv), (v, kv)))
+        qs, ks = (a[:, c * d_h:(c + 1) * d_h] for a, c in ((q, head), (k, kv)))
+        vs = v[:, kv * d_v:(kv + 1) * d_v] * cfg.value_scale  # (MiMo's values times a constant)
         if cfg.rope:
             qs = np.array([_rotate(qs[t], t, cfg, T) for t in range(T)])
             ks = np.array([_rotate(ks[t], t, cfg, T) for t in range(T)])
@@ -329,7 +331,7 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
             top = max(logits + sink)
             e = [math.exp(a - top) for a in logits]
             z = sum(e) + sum(math.exp(a - top) for a in sink)
-            concat[t, head * d_h:(head + 1) * d_h] = sum((e[i] / z) * vs[s] for i, s in enumerate(seen))
+            concat[t, head * d_v:(head + 1) * d_v] = sum((e[i] / z) * vs[s] for i, s in enumerate(seen))
     if cfg.sub_norms:  # BitNet: each token's heads, all h·d_h of them, normalised before W_O
         gamma, beta = _scale(p, "attn_sub_norm", cfg), p.get("attn_sub_norm_beta")
         concat = np.array([_norm(row, gamma, beta, cfg.norm, cfg.norm_eps) for row in concat])

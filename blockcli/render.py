@@ -389,11 +389,16 @@ def _kv_cache_json(inf: Inference) -> dict[str, Any]:
             return {**_latent_json(inf, "L_attn"), "state": state}
         return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token,
                 "bits_per_token": inf.kv_bits_per_token, "bytes": inf.kv_bytes,
-                "formula": "2·L_attn·h_kv·d_h per token (attention layers only)", "state": state}
+                "formula": f"{_kv_formula(inf, 'L_attn')} per token (attention layers only)", "state": state}
     if not inf.kv_expanded_bits_per_token:
         return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token,
-                "bits_per_token": inf.kv_bits_per_token, "bytes": inf.kv_bytes, "formula": "2·L·h_kv·d_h per token"}
+                "bits_per_token": inf.kv_bits_per_token, "bytes": inf.kv_bytes, "formula": f"{_kv_formula(inf)} per token"}
     return _latent_json(inf)
+
+
+def _kv_formula(inf: Inference, layers: str = "L") -> str:
+    """A plain K/V cache's elements per token: K and V of h_kv heads in every layer (values d_v wide: MiMo-V2-Flash's)."""
+    return f"{layers}·h_kv·(d_h + d_v)" if inf.narrow_values else f"2·{layers}·h_kv·d_h"
 
 
 def _latent_json(inf: Inference, layers: str = "L") -> dict[str, Any]:
@@ -423,13 +428,13 @@ def _kv_cache_lines(inf: Inference, B: int, T: int) -> list[str]:
                                inf.kv_expanded_bytes_per_token, "L_attn·h·(d_h + d_v)", inf.kv_dtype,
                                inf.kv_expanded_bytes, B, T)]
                      if inf.kv_expanded_bits_per_token else  # latent attention beside them (Kimi-Linear)
-                     [_kv_line("K/V cache (attention layers only)", inf.kv_bytes_per_token, "2·L_attn·h_kv·d_h",
+                     [_kv_line("K/V cache (attention layers only)", inf.kv_bytes_per_token, _kv_formula(inf, "L_attn"),
                                inf.kv_dtype, inf.kv_bytes, B, T)])
         return attention + [
                 f"recurrent state ({inf.state_of} layers, constant in T): {human_bytes(inf.state_bytes)} for {B} "
                 f"sequence{'s' if B > 1 else ''} ({_state_formula(inf)} × {inf.dtype}: {held})"]
     if not inf.kv_expanded_bits_per_token:
-        return [_kv_line("K/V cache", inf.kv_bytes_per_token, "2·L·h_kv·d_h", inf.kv_dtype, inf.kv_bytes, B, T)]
+        return [_kv_line("K/V cache", inf.kv_bytes_per_token, _kv_formula(inf), inf.kv_dtype, inf.kv_bytes, B, T)]
     return [_kv_line(f"K/V cache, {_latent_label(inf)}", inf.kv_bytes_per_token, _latent_formula(inf), inf.kv_dtype,
                      inf.kv_bytes, B, T),
             _kv_line(f"K/V cache, {KV_EXPANDED_LABEL}", inf.kv_expanded_bytes_per_token, "L·h·(d_h + d_v)",

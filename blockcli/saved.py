@@ -30,6 +30,7 @@ def block_saved_bytes(b: BlockConfig, B: int, T: int, itemsize: int, blocked: bo
     d, h, h_kv, d_h = b.d_model, b.n_heads, b.n_kv_heads, b.head_dim
     act = lambda n: B * T * n * itemsize  # noqa: E731  # a (B, T, n) array
     q_width, kv_width = h * d_h, h_kv * d_h
+    v_width, heads_width = h_kv * b.value_dim, h * b.value_dim  # (d_v: d_h but for MiMo-V2-Flash)
     # the block's input, the norms' inputs and attention's and the MLP's: distinct arrays by placement
     distinct = {"pre": 4, "post": 4, "post_branch": 4, "parallel": 3, "parallel_shared": 2, "sandwich": 6,
                 "normed_residual": 4}
@@ -42,17 +43,19 @@ def block_saved_bytes(b: BlockConfig, B: int, T: int, itemsize: int, blocked: bo
             gates = 2 * n.value_heads + 2 * n.key_width + n.key_head_dim + n.value_head_dim
         return total + act(3 * n.conv_width + 2 * n.value_heads * n.key_head_dim + gates
                            + 3 * n.value_width + n.value_heads * n.key_head_dim * n.value_head_dim)
-    total += act(q_width + 2 * kv_width)  # the Q/K/V GEMM's output (and the clamp's input, when it clamps)
     new_qk = bool(b.rope or b.qk_norm != "none" or b.clip_qkv)
+    own_v = bool(b.clip_qkv or b.value_scale != 1.0)  # V clamped or scaled: an array of its own
+    if not (new_qk and own_v) or b.clip_qkv:  # the Q/K/V GEMM's output, while a view of it (or the clamp) keeps it
+        total += act(q_width + kv_width + v_width)
     if new_qk:  # Q and K as attention reads them: arrays of their own
         total += act(q_width + kv_width)
     elif b.query_scale:  # Q scaled by position: an array of its own (K stays a view of the GEMM's output)
         total += act(q_width)
     if b.qk_norm_after_rope and b.rope:  # the q/k norms keep their inputs, the rotated Q and K
         total += act(q_width + kv_width)
-    if b.clip_qkv:  # and V, clamped
-        total += act(kv_width)
-    total += act(q_width)  # attention's output (B, T, h·d_v), which W_O reads
+    if own_v:  # and V, clamped or scaled (MiMo-V2-Flash)
+        total += act(v_width)
+    total += act(heads_width)  # attention's output (B, T, h·d_v), which W_O reads
     if b.attention_gate:  # and the gate's pre-activation (one a head: h)
         total += act(b.n_heads if b.gate_per_head else q_width)
     if b.sub_norms:  # BitNet's norm of the heads' output keeps its input, the heads combined (the MLP's recomputes)

@@ -192,8 +192,9 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
     if cfg.linear_attention is not None:
         return deltanet_shapes(cfg)
     d, q_width, kv_width = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    v_width, heads_width = cfg.n_kv_heads * cfg.value_dim, cfg.n_heads * cfg.value_dim  # (MiMo: d_v ≠ d_h)
     shapes: dict[str, Shape] = {}
-    for name, width in (("q", q_width), ("k", kv_width), ("v", kv_width))[:projections(cfg)]:
+    for name, width in (("q", q_width), ("k", kv_width), ("v", v_width))[:projections(cfg)]:
         shapes[f"w_{name}"] = (d, width)
         if cfg.bias.qkv:
             shapes[f"b_{name}"] = (width,)
@@ -206,7 +207,7 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
         shapes.update(norm_shapes("attn_sub_norm", q_width, cfg))
     if cfg.ngpt is not None:  # nGPT: the queries' and the gate's per-channel scales
         shapes.update(s_qk=(q_width,), s_gate=(q_width,))
-    shapes["w_o"] = (q_width, d)
+    shapes["w_o"] = (heads_width, d)
     if cfg.bias.out:
         shapes["b_o"] = (d,)
     if cfg.attention_sinks:  # one learned logit per query head

@@ -59,11 +59,13 @@ def cache_bits(count: int, dtype: str) -> int:
 
 
 def cache_rows(dims: Dims) -> tuple[tuple[str, int], ...]:
-    """The widths of the rows a K/V cache stores per token and layer: K and V (h_kv·d_h each), or latent
-    attention's compressed latent (r_kv + d_rope)."""
+    """The widths of the rows a K/V cache stores per token and layer: K and V (h_kv·d_h each; V h_kv·d_v where its
+    heads are narrower), or latent attention's compressed latent (r_kv + d_rope)."""
     if dims.latent:
         return (("the latent r_kv + d_rope", dims.r_kv + dims.d_rope),
                 *((("the indexer's key d_I", dims.d_index),) if dims.d_index else ()))
+    if dims.d_v:
+        return (("K h_kv·d_h", dims.h_kv * dims.d_h), ("V h_kv·d_v", dims.h_kv * dims.d_v))
     return (("h_kv·d_h", dims.h_kv * dims.d_h),)
 
 
@@ -108,7 +110,8 @@ class Dims:
     window: int = 0  # sliding window W: a query sees at most W keys (0: all earlier ones)
     e: int = 0  # OPT-350m's embedding width when the head reads e, not d, features (0: d)
     moe_weights: int = 0  # a mixture of experts: the MLP matrix weights one token uses (0: a dense MLP)
-    # latent attention (0 without): query and K/V latent ranks, RoPE part of d_h, value width
+    # latent attention (0 without): query and K/V latent ranks, RoPE part of d_h, value width (d_v: also plain
+    # attention's when it differs from d_h)
     r_q: int = 0
     r_kv: int = 0
     d_rope: int = 0
@@ -146,7 +149,8 @@ class Dims:
     def of(cls, config: Config) -> "Dims":
         b, m = config.block, config.model
         mla, ssm = b.mla, b.mamba
-        latent = (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim, mla.v_head_dim) if mla else (0, 0, 0, 0)
+        latent = (mla.q_lora_rank, mla.kv_lora_rank, mla.qk_rope_head_dim, mla.v_head_dim) if mla else \
+            (0, 0, 0, b.v_head_dim if b.value_dim != b.head_dim else 0)  # plain attention's own d_v (MiMo-V2-Flash)
         mamba = ((ssm.d_inner, 1, ssm.d_state, 0, ssm.conv_kernel) if isinstance(ssm, Mamba1) else
                  (ssm.n_heads, ssm.head_dim, ssm.d_state, ssm.n_groups, ssm.conv_kernel) if ssm else (0,) * 5)
         return replace(cls(m.n_layers if m else 1, b.d_model, b.n_heads, b.n_kv_heads, b.head_dim, mlp_width(b),
@@ -189,8 +193,9 @@ class Dims:
 
     @property
     def value_dim(self) -> int:
-        """Each head's value width: d_h, or latent attention's d_v, or differential attention's two halves 2·d_h."""
-        return self.d_v if self.latent else 2 * self.d_h if self.differential else self.d_h
+        """Each head's value width: d_h, or d_v (latent attention's, MiMo-V2-Flash's), or differential attention's
+        two halves 2·d_h."""
+        return self.d_v or (2 * self.d_h if self.differential else self.d_h)
 
     @classmethod
     def per_group(cls, config: Config) -> list["Dims"]:
@@ -283,8 +288,10 @@ def matmul_weights(dims: Dims) -> tuple[int, int]:
         # DeepSeek Sparse Attention's indexer: its queries from the latent, its key and its head weights from x
         indexer = dims.h_index * dims.d_index * dims.r_q + dims.d * (dims.d_index + dims.h_index)
         return attention + indexer + mlp, head
-    # JetMoE: each token's k_a experts' queries (k_a·h_kv·d_h = h·d_h) and outputs, the shared K/V, the router
-    return dims.d * (q + 2 * kv) + q * dims.d + dims.moa_router + mlp, head
+    # JetMoE: each token's k_a experts' queries (k_a·h_kv·d_h = h·d_h) and outputs, the shared K/V, the router;
+    # values and outputs h_kv·d_v and h·d_v wide where the heads' values are narrower (MiMo-V2-Flash)
+    d_v = dims.d_v or dims.d_h
+    return dims.d * (q + kv + dims.h_kv * d_v) + dims.h * d_v * dims.d + dims.moa_router + mlp, head
 
 
 def score_pairs(T: int, causal: bool, window: int = 0, chunk: int = 0) -> int:
@@ -389,6 +396,7 @@ class Inference:
     # joined by "and" ("" without)
     state_of: str = ""
     indexed: bool = False  # DeepSeek Sparse Attention: the latent cache holds the indexer's keys (d_I) too
+    narrow_values: bool = False  # the cached values are d_v wide, not d_h (MiMo-V2-Flash): h_kv·(d_h + d_v) a layer
 
     @property
     def kv_bytes_per_token(self) -> int | float:
@@ -415,7 +423,7 @@ class Inference:
 
 
 def kv_cache_elements(dims: Dims) -> int:
-    """Cached elements per token: K and V, h_kv heads of d_h each, in every layer (grouped-query and
+    """Cached elements per token: K and V, h_kv heads of d_h each (V of d_v: MiMo-V2-Flash), in every layer (grouped-query and
     multi-query attention cache h_kv heads, not h). Latent attention (MLA) caches its compressed
     latent: r_kv + d_rope per layer (DeepSeek-V2 §2.1.2), what MLA-aware engines store. A Gated DeltaNet or
     Mamba-2 layer, or a layer of its MLP alone, caches none (their fixed state: `recurrent_elements`,
@@ -424,7 +432,7 @@ def kv_cache_elements(dims: Dims) -> int:
         return 0
     if dims.latent:  # and DeepSeek Sparse Attention's indexer key (d_I, 0 without), cached as transformers does
         return dims.L * (dims.r_kv + dims.d_rope + dims.d_index)
-    return 2 * dims.L * dims.h_kv * dims.d_h
+    return dims.L * dims.h_kv * (dims.d_h + (dims.d_v or dims.d_h))  # V d_v wide (MiMo), else d_h (DiffLlama too)
 
 
 def recurrent_elements(dims: Dims) -> int:
@@ -484,7 +492,8 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
                      max(inference_activation_bytes(dims, seq_len, batch, dtype) for dims in groups),
                      model_forward_flops(groups, seq_len, batch), model_decode_flops(groups, seq_len, batch),
                      expanded, expanded_bytes, stored_weight_bytes, fixed, state_of,
-                     indexed=any(dims.d_index for dims in groups))
+                     indexed=any(dims.d_index for dims in groups),
+                     narrow_values=any(dims.d_v and not dims.latent for dims in groups))
 
 
 def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
@@ -494,7 +503,7 @@ def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
     or gate, up and product); the score table is not held (a tiled kernel), and the logits are those
     of the last position, float32."""
     q, kv = dims.h * dims.d_h, dims.h_kv * dims.d_h
-    attention = q + 2 * kv + q
+    attention = q + kv + (dims.h_kv + dims.h) * (dims.d_v or dims.d_h)  # Q, K, V and the heads' output (d_v: MiMo's)
     if dims.linear is not None:  # q | k | v before and after the conv, z, the heads' output and its gated norm
         attention = 2 * dims.linear.conv_width + 3 * dims.linear.value_width
     if dims.lightning:  # q | k | v before and after SiLU, the heads' output, the gate and the gated norm
@@ -628,8 +637,9 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
                   Term("V, for weights·V", f"{unit}·h·d_v", act(h * d_v), "2"),
                   Term("output projection input", f"{unit}·h·d_v", act(h * d_v), "2")]
     else:
-        terms += [Term("V, for weights·V", f"{unit}·h_kv·d_h", act(h_kv * d_h), "2"),
-                  Term("output projection input", f"{unit}·h·d_h", act(h * d_h), "2")]
+        v = "d_v" if d_v != d_h else "d_h"  # MiMo-V2-Flash's values are narrower than its queries and keys
+        terms += [Term("V, for weights·V", f"{unit}·h_kv·{v}", act(h_kv * d_v), "2"),
+                  Term("output projection input", f"{unit}·h·{v}", act(h * d_v), "2")]
         if block.attention_gate and block.gate_per_head:  # one pre-activation a head
             terms.append(Term(f"attention gate (pre-{'sigmoid' if block.gate_sigmoid else 'softplus'}, one per head)",
                               f"{unit}·h", act(h)))

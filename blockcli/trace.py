@@ -25,7 +25,8 @@ from blockcli import progress
 from blockcli.activations import MLP_KIND_FLOPS, function_of
 from blockcli.block import (GATE_LABELS, MIXER_SUM_LABEL, DecoderBlock, Model, activated, mlp_stage, attention_tile, block_parameter_shapes, blocked_label, experts_label,
                             full_table, load_label, logits_label, mask_label, model_parameter_shapes, moe_sum_label,
-                            LOOP_LABEL, NGPT_GATE_LABEL, NGPT_Q_LABEL, NGPT_RESIDUAL, qk_norm_label, query_scale_label, routing_label, scales_said, scores_label, softmax_label)
+                            LOOP_LABEL, NGPT_GATE_LABEL, NGPT_Q_LABEL, NGPT_RESIDUAL, qk_norm_label, query_scale_label, routing_label, scales_said, scores_label, softmax_label,
+                            value_scale_label)
 from blockcli.config import (BlockConfig, Config, InputError, Mamba1, clipped, layer_passes, projected_width,
                              whole_number)
 from blockcli.deltanet import SYMBOLIC_DELTANET, SYMBOLIC_KDA, state_bytes
@@ -284,7 +285,7 @@ def kv_cache_bytes(b: BlockConfig, layers: int, batch: int, seq_len: int, itemsi
     if b.short_conv is not None:  # the window (B, K − 1, d)
         return layers * batch * (b.short_conv.kernel - 1) * b.d_model * itemsize
     per_token = (b.mla.kv_lora_rank + b.mla.qk_rope_head_dim + (b.mla.index_head_dim if b.mla.own_indexer else 0)
-                 if b.mla else 2 * b.n_kv_heads * b.head_dim)  # and the indexer's key (DeepSeek Sparse Attention)
+                 if b.mla else b.n_kv_heads * (b.head_dim + b.value_dim))  # and the indexer's key (DeepSeek Sparse Attention)
     return layers * batch * seq_len * per_token * itemsize
 
 
@@ -704,9 +705,11 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
                                      lambda q, k, v: scores_and_heads(q, k, v, d_h, heads_only=True),
                                      lambda *shape: ShapeOnly(shape, np.dtype(np.intp)))
         flat, split = {}, {}
-        for name, heads in (("q", h), ("k", h_kv), ("v", h_kv)):
-            flat[name] = S(B, T, heads * d_h)
-            rec(f"{name}_proj", f"{name.upper()} projection", flat[name], (inp, S(d, heads * d_h)),
+        d_v = b.value_dim  # each head's value width (MiMo-V2-Flash: not d_h)
+        widths = (("q", h, d_h), ("k", h_kv, d_h), ("v", h_kv, d_v))
+        for name, heads, width in widths:
+            flat[name] = S(B, T, heads * width)
+            rec(f"{name}_proj", f"{name.upper()} projection", flat[name], (inp, S(d, heads * width)),
                 kind="linear", params=(f"w_{name}", f"b_{name}"))
         def clip() -> None:  # as MultiHeadAttention._clip
             for name in ("q", "k", "v"):
@@ -728,9 +731,13 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             qk_norm(flat)
         if b.clip_after_qk_norm:  # OLMoE: the normalised projections clamped
             clip()
-        for name, heads in (("q", h), ("k", h_kv), ("v", h_kv)):
-            split[name] = S(B, heads, T, d_h)
+        for name, heads, width in widths:
+            split[name] = S(B, heads, T, width)
             rec(name, f"split heads {name.upper()}", split[name], (flat[name],), kind="reshape")
+        if b.value_scale != 1.0:  # as MultiHeadAttention: MiMo-V2-Flash's values times a constant
+            scaled = S(B, h_kv, T, d_v)
+            rec("v_scale", value_scale_label(b), scaled, (split["v"],), kind="scale")
+            split["v"] = scaled
         per_head = b.qk_norm in ("head", "each_head", "head_unscaled")
         if per_head and not b.qk_norm_after_rope:
             qk_norm(split)
@@ -756,7 +763,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             both = S(B, h_kv, T, 2 * d_h)
             rec("v_both", DIFF.VALUES_LABEL, both, (v,), kind="reshape")
             return DIFF.analytic_rows(b, rec, S, scores_and_heads(q, k, both, 2 * d_h, heads_only=True), B, T)
-        return scores_and_heads(q, k, v, d_h, inp)
+        return scores_and_heads(q, k, v, d_v, inp)
 
     def expert_mlp(inp: ShapeOnly, rows: tuple[int, ...], width: int, key: str, label: Any,
                    names: Any) -> ShapeOnly:

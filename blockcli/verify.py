@@ -437,24 +437,26 @@ def check_head_split(c: Context) -> tuple[bool, str, str]:
     if b.mla is not None:
         return _latent_head_split(c)
     heads = {"q": b.n_heads, "k": b.n_kv_heads, "v": b.n_kv_heads}
+    width = {"q": b.head_dim, "k": b.head_dim, "v": b.value_dim}  # (MiMo-V2-Flash's values are narrower)
     split = dict(zip(heads, c.need(*heads)))
     # the projections (B, T, n·d_h), or their clipped (clip_qkv) or normalised form (qk_norm over the projection)
     flat = dict(zip(heads, c.need(*(_flat_key(b, n) for n in heads))))
     worst, shapes_ok = 0.0, True
     for name, n in heads.items():
-        shapes_ok &= split[name].shape == (B, n, T, b.head_dim)
-        if split[name].shape != (B, n, T, b.head_dim) or flat[name].shape != (B, T, n * b.head_dim):
+        w = width[name]
+        shapes_ok &= split[name].shape == (B, n, T, w)
+        if split[name].shape != (B, n, T, w) or flat[name].shape != (B, T, n * w):
             worst = math.inf
             continue
         # head i must hold columns i·d_h … (i+1)·d_h − 1 of the projection (q and k may be returned rotated)
-        columns = np.stack([flat[name][..., i * b.head_dim:(i + 1) * b.head_dim] for i in range(n)], axis=1)
+        columns = np.stack([flat[name][..., i * w:(i + 1) * w] for i in range(n)], axis=1)
         error = _diff(split[name], columns)
         if name in "qk" and b.rope:
             cos, sin = rope_tables(np.arange(T), b.rope_dims, b.rope_theta, np.dtype(np.float64), b.rope_scaling)
             error = min(error, _diff(split[name], apply_rope(columns, cos, sin)))
         worst = max(worst, error)
-    shapes = "; ".join(f"{n.upper()} {split[n].shape}" + ("" if split[n].shape == (B, heads[n], T, b.head_dim)
-                                                          else f" (expected {(B, heads[n], T, b.head_dim)})")
+    shapes = "; ".join(f"{n.upper()} {split[n].shape}" + ("" if split[n].shape == (B, heads[n], T, width[n])
+                                                          else f" (expected {(B, heads[n], T, width[n])})")
                        for n in heads)
     tol = c.tolerance(EXACT * 100, flat["q"])
     c.figure("max |head − column slice|", worst, tol)
@@ -616,12 +618,12 @@ def _heads(c: Context) -> tuple[np.ndarray | None, str]:
     v_key = _flat_key(c.cfg, "v")  # V's projection, or its clipped form
     if "attn_weights" not in c.inter or v_key not in c.inter or c.cfg.mla is not None:
         return None, ""
-    b, w, v = c.cfg, c.inter["attn_weights"], c.inter[v_key]  # (B, h, T, T), (B, T, h_kv·d_h)
-    group = b.n_heads // b.n_kv_heads
-    if w.ndim != 4 or w.shape[1] != b.n_heads or v.shape[-1] != b.n_kv_heads * b.head_dim:
+    b, w, v = c.cfg, c.inter["attn_weights"], c.inter[v_key]  # (B, h, T, T), (B, T, h_kv·d_v)
+    group, d_v = b.n_heads // b.n_kv_heads, b.value_dim
+    if w.ndim != 4 or w.shape[1] != b.n_heads or v.shape[-1] != b.n_kv_heads * d_v:
         return None, ""
-    heads = np.stack([w[:, i] @ v[..., i // group * b.head_dim:(i // group + 1) * b.head_dim]
-                      for i in range(b.n_heads)], axis=1)
+    heads = np.stack([w[:, i] @ v[..., i // group * d_v:(i // group + 1) * d_v]
+                      for i in range(b.n_heads)], axis=1) * b.value_scale
     return heads, " (attn_weights · V columns)"
 
 

@@ -40,7 +40,7 @@ UNCLAIMED = {
     "axk2", "bailing_hybrid", "beam", "blt", "cohere_compass_text", "cpmant", "deepseek_v4", "doge",
     "dots3_note", "dots3_note_text", "emu3", "gemma4_assistant",
     "gemma4_unified_assistant", "git", "got_ocr2", "hrm_text", "hy_v4",
-    "inkling2_loop_text", "inkling2_text", "inkling_text", "longcat_flash", "mimo_v2_flash", "minimax_m3_vl_text",
+    "inkling2_loop_text", "inkling2_text", "inkling_text", "longcat_flash", "minimax_m3_vl_text",
     "mllama", "modernbert-decoder", "moshi", "phi4_multimodal", "qwen4_exp", "qwen4_exp_text", "recurrent_gemma",
     "rwkv", "xlnet", "xlstm", "zamba", "zaya",
 }

@@ -310,3 +310,68 @@ def test_aria_text_reads_transformers_in_memory_expert_names(tmp_path: Path) -> 
     model = Model.from_config(load_config(tmp_path), weights=tmp_path, dtype="float64")
     logits, want = model(expected["input_ids"]), expected["logits_float64"]
     assert np.abs(logits - want).max() <= 1e-9 * np.abs(want).max()
+
+
+def mimo_v2_flash_by_hand(d: int, h: int, kv: int, d_h: int, d_v: int, layers: int, d_ff: int, d_e: int, experts: int,
+                          vocab: int, bias: bool, tied: bool, full: set[int], dense: set[int]) -> int:
+    """Per layer: Q (d·h·d_h), K (d·h_kv·d_h) and V (d·h_kv·d_v) with biases under attention_bias, O (h·d_v·d, never
+    biased), twice the K/V heads and a sink logit per head on the sliding layers; two RMSNorms; the dense SwiGLU MLP
+    or the router (E·d; its selection bias a buffer) and E SwiGLU experts. The embedding, the final norm, the head."""
+    count = vocab * d * (1 if tied else 2) + d
+    for i in range(layers):
+        k = kv if i in full else 2 * kv
+        attention = d * h * d_h + d * k * d_h + d * k * d_v + h * d_v * d
+        attention += (h * d_h + k * d_h + k * d_v if bias else 0) + (0 if i in full else h)
+        count += attention + 2 * d + (3 * d * d_ff if i in dense else experts * d + experts * 3 * d * d_e)
+    return count
+
+
+# MiMoV2FlashConfig's defaults (XiaomiMiMo/MiMo-V2-Flash's shapes): global attention on layer 0 and every sixth
+MIMO_FULL = {0} | {i for i in range(48) if (i + 1) % 6 == 0}
+
+
+@pytest.mark.parametrize("data, transformers_total, by_hand", [
+    # MiMoV2FlashConfig() on the meta device: 309B ("309B total parameters" on the model card)
+    ({"model_type": "mimo_v2_flash", "hidden_size": 4096, "num_hidden_layers": 48, "num_attention_heads": 64,
+      "num_key_value_heads": 4, "intermediate_size": 16384, "vocab_size": 152576, "max_position_embeddings": 131072},
+     308_778_768_832, mimo_v2_flash_by_hand(4096, 64, 4, 192, 128, 48, 16384, 2048, 256, 152576, False, False,
+                                            MIMO_FULL, {0})),
+    # a random config: d_h 20 beside d_v 12 (neither hidden_size / heads), 3 groups of 2 experts, biased q/k/v, dense
+    # layers 0 and 2 by mlp_layer_types, tied; layers 0 and 5 global by the class's default pattern
+    ({"model_type": "mimo_v2_flash", "hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 3,
+      "head_dim": 20, "v_head_dim": 12, "num_hidden_layers": 7, "intermediate_size": 200, "moe_intermediate_size": 24,
+      "n_routed_experts": 6, "num_experts_per_tok": 2, "n_group": 3, "topk_group": 2, "attention_bias": True,
+      "vocab_size": 1000, "max_position_embeddings": 4096, "tie_word_embeddings": True,
+      "mlp_layer_types": ["dense", "sparse", "dense", "sparse", "sparse", "sparse", "sparse"]},
+     664_518, mimo_v2_flash_by_hand(96, 6, 3, 20, 12, 7, 200, 24, 6, 1000, True, True, {0, 5}, {0, 2})),
+])
+def test_mimo_v2_flash_counts_as_transformers(data: dict, transformers_total: int, by_hand: int) -> None:
+    assert total(data) == by_hand == transformers_total
+
+
+def test_mimo_v2_flash_reads_its_layer_kinds_values_and_windows() -> None:
+    config = parse_config(hf_to_mapping({"model_type": "mimo_v2_flash", "hidden_size": 64, "num_hidden_layers": 7,
+                                         "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 24,
+                                         "v_head_dim": 16, "intermediate_size": 64, "vocab_size": 100,
+                                         "max_position_embeddings": 256, "sliding_window_size": 128,
+                                         "attention_value_scale": None}, "x.json"))
+    full, sliding = config.layer_block(5), config.layer_block(1)
+    assert (full.n_kv_heads, full.attention_sinks, full.sliding_window) == (2, False, 0)
+    # sliding_window_size counts the keys before the query: transformers' window is one more
+    assert (sliding.n_kv_heads, sliding.attention_sinks, sliding.sliding_window) == (4, True, 129)
+    assert full.value_dim == sliding.value_dim == 16 and full.value_scale == 1.0  # a null scale: none
+    assert (full.rope_theta, sliding.rope_theta) == (5e6, 1e4) and full.rope_dims == sliding.rope_dims == 8  # int(24·0.334)
+    assert config.layer_block(0).moe is None and config.layer_block(1).moe.n_groups == 1
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.2},
+                          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}},
+     "rope_parameters.full_attention.partial_rotary_factor"),  # int(25 · 0.2) = 5 dims: rotary pairs need an even number
+    ({"head_dim": None}, "head_dim"),  # MiMoV2FlashConfig refuses null
+])
+def test_mimo_v2_flash_refuses_what_blockcli_cannot_represent(change: dict, field: str) -> None:
+    data = {"model_type": "mimo_v2_flash", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 8,
+            "num_key_value_heads": 2, "head_dim": 25, "v_head_dim": 16, "intermediate_size": 64, "vocab_size": 100,
+            "max_position_embeddings": 256, **change}
+    assert f"field '{field}'" in config_error_message(lambda: hf_to_mapping(data, "x.json"), "x.json")

@@ -794,6 +794,31 @@ CASES.append(pytest.param(
     {"d_model": 3072, "n_heads": 48, "n_kv_heads": 8, "n_layers": 62, "vocab_size": 200064},
     id="minimax-m2[transformers MiniMaxM2ForCausalLM on meta=228689748992]"))
 
+
+def mimo_v2_flash_total(*, used: int | None = None) -> int:
+    """MiMoV2FlashForCausalLM from MiMoV2FlashConfig's defaults: 48 layers, global on 0 and every sixth (4 K/V heads),
+    sliding on the rest (8 K/V heads and a sink logit per head); q and k 192 per head, v 128; o_proj h·128 → d; two
+    RMSNorms; layer 0 a dense SwiGLU of 16384, the others a router (256, d; its selection bias a buffer) and 256
+    SwiGLU experts of 2048 (`used`: only that many); the embedding, the final norm, an untied head."""
+    d, h, kv, d_h, d_v, V = 4096, 64, 4, 192, 128, 152576
+    total = 2 * V * d + d
+    for i in range(48):
+        full = i == 0 or (i + 1) % 6 == 0
+        k = kv if full else 2 * kv
+        attention = d * h * d_h + d * k * d_h + d * k * d_v + h * d_v * d + (0 if full else h)
+        mlp = 3 * d * 16384 if i == 0 else 256 * d + (used or 256) * 3 * d * 2048
+        total += attention + 2 * d + mlp
+    return total
+
+
+# XiaomiMiMo/MiMo-V2-Flash: "309B total"; transformers 5.24 MiMoV2FlashForCausalLM on the meta device from its config
+# class's defaults (which carry the published model's shapes)
+CASES.append(pytest.param(
+    "mimo-v2-flash", 308_778_768_832, mimo_v2_flash_total(),
+    {"d_model": 4096, "n_heads": 64, "n_kv_heads": 4, "head_dim": 192, "v_head_dim": 128, "n_layers": 48,
+     "vocab_size": 152576},
+    id="mimo-v2-flash[transformers MiMoV2FlashForCausalLM on meta=308778768832]"))
+
 PRESET_NAMES = [c.values[0] for c in CASES]
 
 
@@ -877,6 +902,8 @@ ACTIVE = [
     ("minimax-m2", 11_030_537_216,
      moe_total(d=3072, L=62, V=200064, n_heads=48, n_kv=8, head_dim=128, experts=256, d_expert=1536, used=8)
      + 62 * (48 + 8) * 128),
+    # MiMo-V2-Flash: "15B active" on its model card
+    ("mimo-v2-flash", 15_445_924_288, mimo_v2_flash_total(used=8)),
     # GLM-4.5-Air: "12B active" on its model card, without the 1.24B of embeddings and head counted here
     ("glm-4.5-air", 13_424_123_904,
      glm45_total(d=4096, L=46, V=151552, h=96, kv=8, d_h=128, ff=10944, E=128, d_e=1408, dense=1, used=8)),

@@ -22,12 +22,24 @@
   default) and on the others a mixture: sigmoid scores, a selection bias (`e_score_correction_bias`, a parameter
   never trained) for the choice, the top k renormalised, times `moe_routed_scaling_factor`, beside an ungated shared
   expert of `shared_expert_intermediate_size`.
+- MiMo-V2-Flash (Xiaomi; MiMoV2FlashConfig is GLM-4.5's, its model Laguna's): Laguna's pre-norm layer without q/k norms
+  or gate; global attention on layer 0 and every sixth (`layer_types`), on the others a window (129: the published
+  `sliding_window_size` 128 plus the query) with twice the K/V heads and a sink logit per head; queries and keys of
+  `head_dim` (192), values of `v_head_dim` (128) times `attention_value_scale` (0.707; `block.v_head_dim`,
+  `block.value_scale`); biased q/k/v under `attention_bias`, never o_proj; one RoPE per layer type (global: base 5·10⁶,
+  sliding: 10⁴), each on int(head_dim · partial_rotary_factor) dims (0.334 where a type gives none); `mlp_layer_types`
+  (the first layer dense by default) and on the others DeepSeek-V3's mixture without shared experts (sigmoid scores,
+  the selection bias a buffer, grouped choice, renormalised per `norm_topk_prob`, times `routed_scaling_factor`); the
+  multi-token-prediction layers (model.mtp.*) set aside, as transformers does.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from blockcli.families.common import (TRAINING_ONLY, Family, first_of, gated_rms, layer_type_ropes, layer_types,
                                       override_layers, refuse_nulls, silu_gate, sliding_layers, with_data)
+from blockcli.families.deepseek import DEEPSEEK_EXPERTS
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, LLAMA_MLP
 from blockcli.families.moe import MOE_TRAINING_ONLY, QWEN_MOE, moe_tensors
@@ -84,6 +96,18 @@ def mlp_kinds(f: Fields, n: int, default: list[str]) -> list[bool]:
     return [k == "sparse" for k in kinds]
 
 
+def place_mixture(f: Fields, block: dict, sparse: list[bool], moe: dict, experts_key: str) -> None:
+    """`moe` on the layers `sparse` marks, the others dense (`moe: null`); none when every layer is dense (the
+    expert settings are then unused). `experts_key`: the config's name for the expert count, for the message."""
+    if not any(sparse):
+        return
+    if moe["top_k"] > moe["n_experts"]:
+        raise f.invalid("num_experts_per_tok", moe["top_k"], f"at most {experts_key} ({moe['n_experts']})")
+    block["moe"] = moe
+    if not all(sparse):
+        override_layers(f, [i for i, kind in enumerate(sparse) if not kind], {"moe": None})
+
+
 def typed_rope_block(f: Fields, defaults: dict, title: str, **kwargs) -> tuple[dict, dict, Fields]:
     """gated_rms on the config without its RoPE keys, then one RoPE per layer type from `rope_parameters` (the config
     class's `defaults` when absent or null) by layer_types: the fields the caller reads on, with the defaults in."""
@@ -92,6 +116,40 @@ def typed_rope_block(f: Fields, defaults: dict, title: str, **kwargs) -> tuple[d
     rest = with_data(f, {k: v for k, v in f.data.items() if k not in ("rope_parameters", "rope_theta", "rope_scaling")})
     block, model = gated_rms(rest, silu_gate, **kwargs)
     return block, model, f
+
+
+def typed_fractions(f: Fields, defaults: dict, absent: float) -> tuple[Fields, Any, dict[str, float]]:
+    """Each layer type's rotated fraction out of `rope_parameters` (the config class's `defaults` when absent or
+    null; `absent` where a type gives none): the fields with the fractions taken out, the RoPE objects, the fractions."""
+    params = f.raw("rope_parameters", None)
+    params = defaults if params is None else params
+    fractions: dict[str, float] = {}
+    if isinstance(params, dict):
+        stripped = {}
+        for kind, own in params.items():
+            if isinstance(own, dict):
+                inner = Fields(own, f.where, f.family)
+                fractions[kind] = inner.float("partial_rotary_factor", absent, low=0.0, high=1.0)
+                own = {k: v for k, v in own.items() if k != "partial_rotary_factor"}
+            stripped[kind] = own
+        params = stripped
+    return with_data(f, {**f.data, "rope_parameters": params}), params, fractions
+
+
+def typed_rotation(f: Fields, block: dict, sliding: list[bool], fractions: dict[str, float]) -> None:
+    """block.rope of layer 0's type, the other type's layers an override where its fraction differs; the rotated
+    dimensions int(d_h · fraction) as the rotary tables take them, even and above 0."""
+    d_h, rope = block["head_dim"], {}
+    for kind, key in ((True, "sliding_attention"), (False, "full_attention")):
+        fraction = fractions.get(key, 1.0)
+        if int(d_h * fraction) % 2 or int(d_h * fraction) == 0:
+            raise f.unrepresentable(f"rope_parameters.{key}.partial_rotary_factor", fraction,
+                                    f"it rotates {int(d_h * fraction)} of {d_h} dimensions per head; rotary pairs need "
+                                    f"an even number above 0")
+        rope[kind] = True if fraction == 1.0 else fraction
+    block["rope"] = rope[sliding[0]]
+    if rope[True] != rope[False]:
+        override_layers(f, [i for i in range(len(sliding)) if sliding[i] != sliding[0]], {"rope": rope[not sliding[0]]})
 
 
 def _mellum(f: Fields) -> tuple[dict, dict]:
@@ -117,15 +175,8 @@ def _mellum(f: Fields) -> tuple[dict, dict]:
     sparse = mlp_kinds(f, n, ["sparse"] * n)
     n_experts = first_of(f, ("num_experts", "num_local_experts"), lambda key: f.int(key), 64)
     top_k = f.int("num_experts_per_tok", 8)
-    moe = {"n_experts": n_experts, "top_k": top_k, "d_expert": f.int("moe_intermediate_size", 896),
-           "renormalize": f.bool("norm_topk_prob", True)}
-    if not any(sparse):  # every layer dense: the expert settings are unused
-        return block, model
-    if top_k > n_experts:
-        raise f.invalid("num_experts_per_tok", top_k, f"at most num_experts ({n_experts})")
-    block["moe"] = moe
-    if not all(sparse):
-        override_layers(f, [i for i in range(n) if not sparse[i]], {"moe": None})
+    place_mixture(f, block, sparse, {"n_experts": n_experts, "top_k": top_k, "renormalize": f.bool("norm_topk_prob", True),
+                                     "d_expert": f.int("moe_intermediate_size", 896)}, "num_experts")
     return block, model
 
 
@@ -150,19 +201,7 @@ def _laguna(f: Fields) -> tuple[dict, dict]:
         form = "softplus"
     else:
         raise f.invalid("gating", gating, "true, false, \"per-head\" or \"per-element\"")
-    params = f.raw("rope_parameters", None)
-    params = _LAGUNA_ROPE if params is None else params
-    fractions: dict[str, float] = {}
-    if isinstance(params, dict):  # each layer type's rotated fraction (LagunaRotaryEmbedding: 1 when absent)
-        stripped = {}
-        for kind, own in params.items():
-            if isinstance(own, dict):
-                inner = Fields(own, f.where, f.family)
-                fractions[kind] = inner.float("partial_rotary_factor", 1.0, low=0.0, high=1.0)
-                own = {k: v for k, v in own.items() if k != "partial_rotary_factor"}
-            stripped[kind] = own
-        params = stripped
-    f = with_data(f, {**f.data, "rope_parameters": params})
+    f, params, fractions = typed_fractions(f, _LAGUNA_ROPE, 1.0)
     block, model, f = typed_rope_block(f, params, "Laguna", kv_default=8, tie_default=False, head_dim_default=128,
                                        out_bias=False, mlp_bias=False, eps_default=1e-6)
     block.update(qk_norm="head", attention_gate=True, attention_gate_form=form)
@@ -175,34 +214,61 @@ def _laguna(f: Fields) -> tuple[dict, dict]:
     sliding = layer_types(f, n) or [False] * n
     sliding_layers(f, block, sliding, default=512)
     layer_type_ropes(f, block, model, sliding, (500000.0, "rope_theta", 10000.0), "Laguna")
-    d_h = block["head_dim"]
-    rope = {}
-    for kind, key in ((True, "sliding_attention"), (False, "full_attention")):
-        fraction = fractions.get(key, 1.0)
-        if int(d_h * fraction) % 2 or int(d_h * fraction) == 0:
-            raise f.unrepresentable(f"rope_parameters.{key}.partial_rotary_factor", fraction,
-                                    f"it rotates {int(d_h * fraction)} of {d_h} dimensions per head; rotary pairs need "
-                                    f"an even number above 0")
-        rope[kind] = True if fraction == 1.0 else fraction
-    block["rope"] = rope[sliding[0]]
-    if rope[True] != rope[False]:
-        override_layers(f, [i for i in range(n) if sliding[i] != sliding[0]], {"rope": rope[not sliding[0]]})
+    typed_rotation(f, block, sliding, fractions)
     sparse = mlp_kinds(f, n, ["dense"] + ["sparse"] * (n - 1))
     n_experts, top_k = f.int("num_experts", 256), f.int("num_experts_per_tok", 8)
     d_expert = f.int("moe_intermediate_size", 512)
     shared = f.int("shared_expert_intermediate_size", 512, minimum=0)
     scaling = f.float("moe_routed_scaling_factor", 1.0, high=1e6)
-    if not any(sparse):  # every layer dense: the expert settings are unused
-        return block, model
-    if top_k > n_experts:
-        raise f.invalid("num_experts_per_tok", top_k, f"at most num_experts ({n_experts})")
-    block["moe"] = {"n_experts": n_experts, "top_k": top_k, "d_expert": d_expert, "scoring": "sigmoid",
-                    "selection_bias": True, "selection_bias_frozen": True, "renormalize": True,
-                    "routed_scaling": scaling, **({"d_shared": shared} if shared else {})}
-    if not all(sparse):
-        override_layers(f, [i for i in range(n) if not sparse[i]], {"moe": None})
+    place_mixture(f, block, sparse, {"n_experts": n_experts, "top_k": top_k, "d_expert": d_expert, "scoring": "sigmoid",
+                                     "selection_bias": True, "selection_bias_frozen": True, "renormalize": True,
+                                     "routed_scaling": scaling, **({"d_shared": shared} if shared else {})}, "num_experts")
     return block, model
 
+
+def _mimo_v2_flash(f: Fields) -> tuple[dict, dict]:
+    """MiMo-V2-Flash: see the module's docstring."""
+    refuse_nulls(f, "head_dim", "v_head_dim", "n_routed_experts", "num_local_experts", "num_experts_per_tok",
+                 "moe_intermediate_size", "n_group", "topk_group", "sliding_window")
+    f, params, fractions = typed_fractions(f, _MIMO_ROPE, 0.334)  # MiMoV2FlashRotaryEmbedding: 0.334 when absent
+    if f.raw("sliding_window_size", None) is not None:  # the published configs' window, the query not counted
+        f = with_data(f, {**f.data, "sliding_window": f.int("sliding_window_size", minimum=0) + 1})
+    f.ignore("sliding_window_size")
+    block, model, f = typed_rope_block(f, params, "MiMo-V2-Flash", kv_default=4, tie_default=False,
+                                       head_dim_default=192, out_bias=False, mlp_bias=False, eps_default=1e-5)
+    n, kv = model["n_layers"], block["n_kv_heads"]
+    sliding = layer_types(f, n) or [not (i == 0 or (i + 1) % 6 == 0) for i in range(n)]
+    sliding_layers(f, block, sliding, default=129)
+    layer_type_ropes(f, block, model, sliding, (5000000.0, "rope_theta", 10000.0), "MiMo-V2-Flash")
+    if block.get("rope_scaling"):
+        raise f.unrepresentable("rope_parameters", f.data["rope_parameters"], "MiMo-V2-Flash's RoPE of rope_type "
+                                                                              "default (blockcli reads no other here)")
+    typed_rotation(f, block, sliding, fractions)
+    unscaled = f.has("attention_value_scale") and f.data["attention_value_scale"] is None  # null: no scale
+    block.update(v_head_dim=f.int("v_head_dim", 128),
+                 value_scale=f.float("attention_value_scale", 1.0 if unscaled else 0.707, high=1e6))
+    # the sliding layers: twice the K/V heads, and a sink logit per head
+    window = {"n_kv_heads": 2 * kv, "attention_sinks": True}
+    if sliding[0]:
+        block.update(window)
+    override_layers(f, [i for i in range(n) if sliding[i] != sliding[0]],
+                    {"n_kv_heads": kv, "attention_sinks": False} if sliding[0] else window)
+    sparse = mlp_kinds(f, n, ["dense"] + ["sparse"] * (n - 1))
+    n_experts = first_of(f, ("n_routed_experts", "num_local_experts"), lambda key: f.int(key), 256)
+    top_k = f.int("num_experts_per_tok", 8)
+    moe = {"n_experts": n_experts, "top_k": top_k, "d_expert": f.int("moe_intermediate_size", 2048),
+           "scoring": "sigmoid", "selection_bias": True, "group_score": "top2_sum",
+           "renormalize": f.bool("norm_topk_prob", True), "n_groups": f.int("n_group", 1),
+           "top_groups": f.int("topk_group", 1)}
+    # null: 1 (MiMoV2FlashConfig, as the hub config.json stores it)
+    moe["routed_scaling"] = f.float("routed_scaling_factor", 1.0, high=1e6)
+    place_mixture(f, block, sparse, moe, "n_routed_experts")
+    return block, model
+
+
+# MiMoV2FlashConfig.__post_init__'s RoPE when the config gives none: a third of each head (int(d_h · 0.334) dims)
+_MIMO_ROPE = {"full_attention": {"rope_type": "default", "rope_theta": 5000000.0, "partial_rotary_factor": 0.334},
+              "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.334}}
 
 # LagunaConfig.__post_init__'s RoPE when the config gives none: half of each head on the global layers
 _LAGUNA_ROPE = {"full_attention": {"rope_type": "default", "rope_theta": 500000.0, "partial_rotary_factor": 0.5},
@@ -249,9 +315,19 @@ LAGUNA = TensorMap("model.", tuple(t for t in LLAMA.tensors if t not in LLAMA_ML
                                             f"layers.{{i}}.mlp.shared_expert.{role}_proj.weight", LINEAR)
     for role in ("gate", "up", "down")) + LLAMA_MLP, buffers=LLAMA.buffers)
 
+# MiMo-V2-Flash: Llama's names with a sink per head on the sliding layers (self_attn.sinks in memory, attention_sink_bias
+# as the published checkpoints and save_pretrained store it), DeepSeek-V3's experts (the
+# router mlp.gate and its selection bias, a buffer), Llama's MLP on the dense layers; the multi-token-prediction
+# layers (model.mtp.*) set aside as transformers ignores them
+MIMO_V2_FLASH = TensorMap("model.", LLAMA.tensors + DEEPSEEK_EXPERTS + (
+    tensor("blocks.{i}.sinks", "layers.{i}.self_attn.sinks|layers.{i}.self_attn.attention_sink_bias"),),
+    buffers=LLAMA.buffers, aside=("mtp.",))
+
 FAMILIES = (
     # output_router_logits only returns the router's logits: AfmoeForCausalLM adds no load-balancing loss
     Family("afmoe", "AFMoE", _afmoe, AFMOE, TRAINING_ONLY | {"output_router_logits"}),
     Family("mellum", "Mellum", _mellum, MELLUM, MOE_TRAINING_ONLY, unread=_MTP_UNREAD, aux_loss=True),
     Family("laguna", "Laguna", _laguna, LAGUNA, MOE_TRAINING_ONLY, aux_loss=True),
+    # output_router_logits only returns the router's logits: MiMoV2FlashForCausalLM adds no load-balancing loss
+    Family("mimo_v2_flash", "MiMo-V2-Flash", _mimo_v2_flash, MIMO_V2_FLASH, TRAINING_ONLY | {"output_router_logits"}),
 )

@@ -436,7 +436,7 @@ def _glm_moe_dsa(f: Fields) -> tuple[dict, dict]:
 
 # DeepSeek's expert layers: mlp.gate (its e_score_correction_bias a buffer), the routed experts per expert or
 # fused (E, …), the shared experts fused into one MLP
-_EXPERT_LAYERS = (
+DEEPSEEK_EXPERTS = (
     *moe_tensors("layers.{i}.mlp.gate", "layers.{i}.mlp.experts", ("gate_proj", "up_proj", "down_proj"),
                  "layers.{i}.mlp.experts"),
     tensor("blocks.{i}.router_bias", "layers.{i}.mlp.gate.e_score_correction_bias"),
@@ -468,7 +468,7 @@ DEEPSEEK = TensorMap("model.", (
     tensor("blocks.{i}.b_o", "layers.{i}.self_attn.o_proj.bias"),
     tensor("blocks.{i}.ln2_gamma", "layers.{i}.post_attention_layernorm.weight"),
     *LLAMA_MLP,  # the dense layers' MLP (gate_proj, up_proj, down_proj)
-    *_EXPERT_LAYERS,
+    *DEEPSEEK_EXPERTS,
     tensor("ln_f_gamma", "norm.weight"),
     tensor("lm_head", "lm_head.weight", LINEAR, top=True),
 ))
@@ -480,7 +480,7 @@ DEEPSEEK_V3 = replace(DEEPSEEK, extra_layers="multi-token-prediction")
 
 # GLM-4.5: Llama's attention (with q/k norms) and dense MLP, DeepSeek's expert layers, and like DeepSeek-V3 its
 # multi-token-prediction layers stored past the last
-GLM4_MOE = TensorMap("model.", LLAMA.tensors + _EXPERT_LAYERS, buffers=LLAMA.buffers,
+GLM4_MOE = TensorMap("model.", LLAMA.tensors + DEEPSEEK_EXPERTS, buffers=LLAMA.buffers,
                      extra_layers="multi-token-prediction")
 
 # Sarvam-30B as its checkpoints store it (and save_pretrained writes it back: transformers' conversion mapping):
