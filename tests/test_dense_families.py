@@ -339,3 +339,67 @@ def assert_totals_are_transformers_own(model_type: str, sizes: dict, needed_keys
         assert sum(p.numel() for p in model.parameters()) == want
         data = {k: v for k, v in config.to_dict().items() if k != "transformers_version"}
         assert count_parameters(parse_config(hf_to_mapping(data, "x.json"))).total == want
+
+
+# ----------------------------------------------------------------------------- Cohere Compass's language model
+
+# a random config (CohereCompassTextConfig's defaults hold no RoPE for their full_attention layers: transformers cannot
+# build them, tests/test_census.py): GQA 6/2 of 20, q/k/v/o biased, untied, windows on three layers with RoPE, the two
+# global ones without positions
+COHERE_COMPASS = {"hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 20,
+                  "num_hidden_layers": 5, "intermediate_size": 200, "attention_bias": True,
+                  "tie_word_embeddings": False, "vocab_size": 1000, "max_position_embeddings": 4096,
+                  "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention",
+                                  "full_attention"],
+                  "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                      "full_attention": None}}
+
+
+def test_cohere_compass_text_counts_as_transformers_and_by_hand() -> None:
+    d, h, kv, d_h, layers, d_ff, vocab = 96, 6, 2, 20, 5, 200, 1000
+    # Q, K, V with biases, O with its bias, the one shared LayerNorm (no shift), the SwiGLU MLP
+    layer = (d * h * d_h + h * d_h) + 2 * (d * kv * d_h + kv * d_h) + (h * d_h * d + d) + d + 3 * d * d_ff
+    assert total("cohere_compass_text", COHERE_COMPASS) == layers * layer + 2 * vocab * d + d == 635_656
+
+
+def test_cohere_compass_text_rotates_by_layer_type_in_the_half_layout() -> None:
+    config = parse_config(mapped("cohere_compass_text", {**COHERE_COMPASS, "logit_scale": None}))
+    sliding, full = config.layer_block(0), config.layer_block(1)
+    assert (sliding.rope, sliding.rope_theta, sliding.rope_layout, sliding.sliding_window) == (1.0, 1e4, "half", 4096)
+    assert (full.rope, full.sliding_window, full.placement) == (0.0, 0, "parallel_shared")
+    assert config.model.logit_multiplier == 1.0  # null, the config class's default: unscaled
+
+
+@pytest.mark.parametrize("rope_parameters", [
+    {"rope_type": "default", "rope_theta": 1e4},  # one RoPE for every layer: kept flat, so transformers fails
+    {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},  # none for the full_attention layers
+    {"sliding_attention": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0}, "full_attention": None},
+    {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4, "rope_scale": 2.0}, "full_attention": None},
+])
+def test_cohere_compass_text_refuses_a_rope_it_cannot_run_naming_the_field(rope_parameters: dict) -> None:
+    with pytest.raises(ConfigError, match="field 'rope_parameters"):
+        mapped("cohere_compass_text", {**COHERE_COMPASS, "rope_parameters": rope_parameters})
+
+
+def test_cohere_compass_text_rotates_the_whole_head_whatever_partial_rotary_factor_says() -> None:
+    # CohereCompassRotaryEmbedding's default RoPE takes head_dim frequencies' worth and never reads the factor
+    rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5},
+            "full_attention": None}
+    import json
+
+    from blockcli.hf import read_hf_text
+
+    data = {"model_type": "cohere_compass_text", **COHERE_COMPASS, "rope_parameters": rope}
+    config = read_hf_text(json.dumps(data), "x.json")[1]
+    assert config.layer_block(0).rope_dims == 20
+    assert any("partial_rotary_factor 0.5 is not applied" in note for note in config.notes)
+
+
+@pytest.mark.torch
+def test_cohere_compass_text_total_is_transformers_own() -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.AutoConfig.for_model("cohere_compass_text", **COHERE_COMPASS)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    assert sum(p.numel() for p in model.parameters()) == total("cohere_compass_text", COHERE_COMPASS)
