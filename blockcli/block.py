@@ -105,6 +105,8 @@ def value_scale_label(cfg: BlockConfig) -> str:
 
 def query_scale_label(cfg: BlockConfig) -> str:
     t = f"(t + {cfg.query_scale_offset})" if cfg.query_scale_offset else "t"
+    if cfg.query_scale_form == "power":
+        return f"query scale (1 + {t} / {cfg.query_scale_length})^{cfg.query_scale:g}"
     return f"query scale 1 + {cfg.query_scale:g}·ln(1 + ⌊{t} / {cfg.query_scale_length}⌋)"
 
 
@@ -150,8 +152,11 @@ def soft_cap(a: Array, cap: float) -> Array:
 def query_scales(cfg: BlockConfig, positions: Array, dtype: Any) -> Array:
     """The query scale of each position (T,): 1 + β·ln(1 + ⌊(t + o) / L⌋), β `query_scale`, L `query_scale_length`,
     o `query_scale_offset` (Ministral 3's get_llama_4_attn_scale, o = 0: 1 for the first L positions, then a step
-    up every L; Llama 4's attention temperature tuning, o = 1: a step at every t + 1 that L divides)."""
+    up every L; Llama 4's attention temperature tuning, o = 1: a step at every t + 1 that L divides); with
+    query_scale_form power, (1 + (t + o) / L)^β, smooth in t (Beam's scalable softmax, o = 1, L = 2048, β = 0.1)."""
     shifted = positions + cfg.query_scale_offset
+    if cfg.query_scale_form == "power":
+        return np.exp(cfg.query_scale * np.log1p(shifted / cfg.query_scale_length)).astype(dtype)
     return (1.0 + cfg.query_scale * np.log1p(np.floor(shifted / cfg.query_scale_length))).astype(dtype)
 
 
@@ -678,8 +683,10 @@ class MultiHeadAttention:
         rec("attn_concat", "combine heads", concat, (heads,), kind="reshape")
         if cfg.attention_gate:  # Qwen3-Next, AFMoE: each head's output times σ(x·W_gate), elementwise (Laguna: softplus)
             gate = F.linear(x, p["w_attn_gate"], p.get("b_attn_gate"))  # (B, T, h·d_h), or (B, T, h): one per head
+            if cfg.attention_gate_head_bias:  # Beam: each head's bias on its d_h pre-activations
+                gate = gate + np.repeat(p["b_attn_gate_head"], cfg.head_dim).astype(gate.dtype, copy=False)
             rec("attn_gate", "attention gate projection", gate, (x, p["w_attn_gate"]), kind="linear",
-                params=("w_attn_gate", "b_attn_gate"))
+                params=("w_attn_gate", "b_attn_gate", "b_attn_gate_head"))
             if cfg.ngpt is not None:  # nGPT: the gate's pre-activation times (s_gate·f)², per channel
                 scaled = gate * np.square(p["s_gate"] * cfg.ngpt.gate).astype(gate.dtype, copy=False)
                 rec("attn_gate_scale", NGPT_GATE_LABEL, scaled, (gate,), kind="scale", params=("s_gate",))
@@ -906,6 +913,8 @@ class MultiHeadAttention:
         tape.add("w_attn_gate", ops.weight_grad(saved["x"], d_gate))
         if "b_attn_gate" in p:
             tape.add("b_attn_gate", F.sum_rows(d_gate))
+        if "b_attn_gate_head" in p:  # each head's bias read by its d_h pre-activations
+            tape.add("b_attn_gate_head", F.sum_rows(d_gate).reshape(h, -1).sum(axis=-1))
         return gate_heads(d_gated, s, h), d_gate @ p["w_attn_gate"].T
 
     def _project_out_backward(self, d_out: Array, heads: Array, tape: Tape) -> Array:
@@ -2334,9 +2343,10 @@ class DecoderBlock:
             if self.cfg.ngpt is not None:  # nGPT: from the normalised input towards the branch, h = n + |λ_1·α|⊙(p − n)
                 h = _interpolate(n1, p1, self.params["lambda_1"], self.cfg.ngpt.alpha)  # (B, T, d)
                 rec("h", NGPT_RESIDUAL.format(i="₁"), h, (n1, p1), kind="add")
-            else:
-                h = add(x, r(p1))  # (B, T, d)
-                rec("h", "residual add", h, (x, p1), kind="add")
+            else:  # (Beam: each add α·skip + β·branch, α² + β² = 1 by depth)
+                c = self.cfg
+                h = add(_residual_scale(c.attn_skip_scale)(x), _residual_scale(c.attn_branch_scale)(r(p1)))  # (B, T, d)
+                rec("h", "residual add" + scales_said(c.attn_skip_scale, c.attn_branch_scale), h, (x, p1), kind="add")
             if self.cfg.laurel_rank:  # Gemma 3n: (x + LN1'(attn) + LAuReL(n1)) / √2
                 h = self._laurel(n1, h, rec)  # (B, T, d)
             n2 = self.ln2(h, tape)  # (B, T, d)
@@ -2351,8 +2361,9 @@ class DecoderBlock:
                 y = _interpolate(n2, p2, self.params["lambda_2"], self.cfg.ngpt.alpha)  # (B, T, d)
                 rec("y", NGPT_RESIDUAL.format(i="₂"), y, (n2, p2), kind="add")
             else:
-                y = add(h, r(p2))  # (B, T, d)
-                rec("y", "residual add", y, (h, p2), kind="add")
+                c = self.cfg
+                y = add(_residual_scale(c.mlp_skip_scale)(h), _residual_scale(c.mlp_branch_scale)(r(p2)))  # (B, T, d)
+                rec("y", "residual add" + scales_said(c.mlp_skip_scale, c.mlp_branch_scale), y, (h, p2), kind="add")
         elif self.cfg.placement == "post_branch":  # OLMo2: each branch's output normalised, then added
             a = drop(self.attn(x, rec, cache, drop_probs, tape))  # (B, T, d)
             n1 = self.ln1(r(a), tape)  # (B, T, d)
@@ -2474,9 +2485,11 @@ class DecoderBlock:
             d_s2 = self.ln2.backward(dy, tape)
             d_s1 = self.ln1.backward(d_s2 + self.mlp.backward(r * d_s2, tape), tape)
             return d_s1 + self.attn.backward(r * d_s1, tape)
-        if place == "sandwich":  # y = h + r·LN2'(MLP(LN2(h))), h = x + r·LN1'(MHA(LN1(x)))
-            dh = dy + self.ln2.backward(self.mlp.backward(self.ln2_post.backward(r * dy, tape), tape), tape)
-            return dh + self.ln1.backward(self.attn.backward(self.ln1_post.backward(r * dh, tape), tape), tape)
+        if place == "sandwich":  # y = α₂·h + β₂·r·LN2'(MLP(LN2(h))), h = α₁·x + β₁·r·LN1'(MHA(LN1(x)))
+            dh = _scaled(a2, dy) + self.ln2.backward(self.mlp.backward(self.ln2_post.backward(b2 * dy, tape), tape),
+                                                     tape)
+            return _scaled(a1, dh) + self.ln1.backward(self.attn.backward(self.ln1_post.backward(b1 * dh, tape), tape),
+                                                       tape)
         if place == "post_branch":  # y = h + LN2(r·MLP(h)), h = x + LN1(r·MHA(x))
             dh = dy + self.mlp.backward(r * self.ln2.backward(dy, tape), tape)
             return dh + self.attn.backward(r * self.ln1.backward(dh, tape), tape)

@@ -440,6 +440,7 @@ class Differential:
 LAYER_PARTS = ("both", "mixer", "mlp", "hybrid")
 # block.attention_gate_form: σ per element, softplus per element, one softplus per head, one σ per head (LFM3)
 GATE_FORMS = ("sigmoid", "softplus", "softplus_head", "sigmoid_head")
+QUERY_SCALE_FORMS = ("log", "power")  # block.query_scale_form
 MAMBA_NORMS = ("gated", "norm_gate", "none")
 
 
@@ -546,6 +547,10 @@ class BlockConfig:
     # v_head_dim, 128 beside queries and keys of 192; 0: head_dim
     v_head_dim: int = 0
     value_scale: float = 1.0  # the values times this constant, before attention and the cache (MiMo's attention_value_scale)
+    # the query scale's form: log, 1 + β·ln(1 + ⌊(p + o) / L⌋) (Ministral 3, Llama 4); power, (1 + (p + o) / L)^β (Beam's
+    # scalable softmax on its NoPE layers)
+    query_scale_form: str = "log"
+    attention_gate_head_bias: bool = False  # a learned bias per head in the gate's pre-activation (Beam's gate_bias (h,))
 
     def __post_init__(self) -> None:
         # one form per MLP, however it was built: `swiglu` is (activation silu, gated)
@@ -1387,7 +1392,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "layer_scalar", "per_layer_input", "lightning", "attn_skip_scale", "attn_branch_scale",
               "mlp_skip_scale", "mlp_branch_scale", "shared", "altup", "altup_active", "altup_correct_scale",
               "laurel_rank", "activation_sparsity", "moa",
-              "differential", "ngpt", "v_head_dim", "value_scale")
+              "differential", "ngpt", "v_head_dim", "value_scale", "query_scale_form", "attention_gate_head_bias")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1473,6 +1478,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         activation_sparsity=_float(data, "activation_sparsity", p, 0.0, 0.0, 1.0, high_open=True),
         v_head_dim=_int(data, "v_head_dim", p, 0, minimum=0),
         value_scale=_float(data, "value_scale", p, 1.0, 0.0, 1e6, low_open=True),
+        query_scale_form=_choice(data, "query_scale_form", p, "log", QUERY_SCALE_FORMS),
+        attention_gate_head_bias=_bool(data, "attention_gate_head_bias", p, False),
     )
     _check_gemma3n(block)
     if block.shared is not None and (block.parts != "mixer" or not isinstance(block.mamba, Mamba2)
@@ -1502,11 +1509,13 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
                           "(placement: sandwich)")
     if block.per_layer_input and block.parts != "both":
         raise ConfigError("block.per_layer_input: the per-layer input joins after the MLP of a layer of both parts")
-    if any(getattr(block, key) != 1.0 for key in SCALE_KEYS) and (block.placement not in ("pre", "normed_residual")
-                                                                 or block.parts != "both"):
+    plain_sandwich = block.placement == "sandwich" and block.ngpt is None and gemma4_field(block) is None
+    if any(getattr(block, key) != 1.0 for key in SCALE_KEYS) and (
+            not (block.placement in ("pre", "normed_residual") or plain_sandwich) or block.parts != "both"):
         key = next(key for key in SCALE_KEYS if getattr(block, key) != 1.0)
         raise ConfigError(f"block.{key}: the skip and branch scales are read by placement pre or normed_residual "
-                          f"with both parts (MiniMax's); placement is {block.placement}, parts {block.parts}")
+                          f"(MiniMax's) or sandwich (Beam's; not with nGPT's or Gemma 3n/4's mechanisms) with both "
+                          f"parts; placement is {block.placement}, parts {block.parts}")
     if block.lightning is not None:  # softmax attention's settings: a lightning layer has none of them
         mixers = ("mla", "linear_attention", "mamba", "short_conv")
         other = next((key for key in mixers if getattr(block, key) is not None), None)
@@ -1532,6 +1541,11 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         raise ConfigError("block.attention_gate_form: a setting of block.attention_gate, which is off")
     if block.query_scale_offset and not block.query_scale:
         raise ConfigError("block.query_scale_offset: a setting of block.query_scale, which is off")
+    if block.query_scale_form != "log" and not block.query_scale:
+        raise ConfigError("block.query_scale_form: a setting of block.query_scale, which is off")
+    if block.attention_gate_head_bias and (not block.attention_gate or block.gate_per_head):
+        raise ConfigError("block.attention_gate_head_bias: a bias per head inside a gate of one value per channel "
+                          "(attention_gate with attention_gate_form sigmoid or softplus)")
     if block.attention_chunk and block.sliding_window:
         raise ConfigError("block.attention_chunk: chunked attention and a sliding window both limit the keys; "
                           "no model has both; pick one")

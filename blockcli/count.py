@@ -252,8 +252,9 @@ def block_formula(b: BlockConfig) -> list[Row]:
         elif b.attention_gate:  # σ(x·W_gate) (or its softplus) times each head's output: as wide as Q
             rows.insert(-1, Row("attn.gate", f"attention output gate "
                                              f"({'σ' if b.attention_gate_form == 'sigmoid' else 'softplus'}, per head)",
-                                term(1, *q_width, "d"), term(1, *q_width) if b.bias.qkv else no,
-                                ("w_attn_gate", "b_attn_gate")))
+                                term(1, *q_width, "d"), (term(1, *q_width) if b.bias.qkv else no)
+                                + (term(1, "h") if b.attention_gate_head_bias else no),  # Beam: one bias a head
+                                ("w_attn_gate", "b_attn_gate", "b_attn_gate_head")))
         if b.sub_norms:  # BitNet: the heads' output normalised before W_O, h·d_h features
             rows.insert(-1, _sub_norm(b, "attn.sub_norm", f"{_norm_name(b)} of the heads' output (before W_O)", q_width))
         if b.ngpt is not None:  # nGPT: the queries' s_qk and the gate's s_gate, one scale a channel each

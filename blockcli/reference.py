@@ -314,7 +314,10 @@ def _attention(n: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig) -> 
             ks = np.array([_rotate(ks[t], t, cfg, T) for t in range(T)])
         if late:
             qs, ks = (_qk_norm(a, p, name, cfg, d_h) for a, name in ((qs, "q"), (ks, "k")))
-        if cfg.query_scale:  # Ministral 3: query t times 1 + β·ln(1 + ⌊t / L⌋); Llama 4: ⌊(t + 1) / L⌋
+        if cfg.query_scale and cfg.query_scale_form == "power":  # Beam: query t times (1 + (t + o) / L)^β
+            qs = np.array([qs[t] * (1.0 + (t + cfg.query_scale_offset) / cfg.query_scale_length) ** cfg.query_scale
+                           for t in range(T)])
+        elif cfg.query_scale:  # Ministral 3: query t times 1 + β·ln(1 + ⌊t / L⌋); Llama 4: ⌊(t + 1) / L⌋
             qs = np.array([qs[t] * (1.0 + cfg.query_scale * math.log(
                 1 + (t + cfg.query_scale_offset) // cfg.query_scale_length)) for t in range(T)])
         for t in range(T):
@@ -463,9 +466,9 @@ def reference_block(x: np.ndarray, p: Mapping[str, np.ndarray], cfg: BlockConfig
         elif cfg.placement == "pre":  # each add α·skip + β·branch (MiniMax's scales; 1 and 1 elsewhere)
             h = a1 * xb + b1 * attention(norm("ln1", xb))
             y[b] = a2 * h + b2 * mlp(norm("ln2", h))
-        elif cfg.placement == "sandwich":  # a norm before and after each branch (Gemma 2/3)
-            h = xb + r * norm("ln1_post", _attention(norm("ln1", xb), p, cfg))
-            y[b] = h + r * norm("ln2_post", _mlp(norm("ln2", h), p, cfg))
+        elif cfg.placement == "sandwich":  # a norm before and after each branch (Gemma 2/3; Beam's scales)
+            h = a1 * xb + b1 * r * norm("ln1_post", _attention(norm("ln1", xb), p, cfg))
+            y[b] = a2 * h + b2 * r * norm("ln2_post", _mlp(norm("ln2", h), p, cfg))
         elif cfg.placement == "post_branch":
             h = xb + norm("ln1", attention(xb))
             y[b] = h + norm("ln2", mlp(h))

@@ -203,6 +203,8 @@ def attention_shapes(cfg: BlockConfig) -> dict[str, Shape]:
         shapes["w_attn_gate"] = (d, gate_width)
         if cfg.bias.qkv:
             shapes["b_attn_gate"] = (gate_width,)
+        if cfg.attention_gate_head_bias:  # Beam: one bias a head, added to each of its d_h pre-activations
+            shapes["b_attn_gate_head"] = (cfg.n_heads,)
     if cfg.sub_norms:  # BitNet: a norm of the heads' output, before W_O
         shapes.update(norm_shapes("attn_sub_norm", q_width, cfg))
     if cfg.ngpt is not None:  # nGPT: the queries' and the gate's per-channel scales

@@ -552,7 +552,7 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
             width = h if b.gate_per_head else h * d_v  # one gate a head, or one an element
             gate, gated = S(B, T, width), S(B, T, h * d_v)
             rec("attn_gate", "attention gate projection", gate, (inp, S(d, width)), kind="linear",
-                params=("w_attn_gate", "b_attn_gate"))
+                params=("w_attn_gate", "b_attn_gate", "b_attn_gate_head"))
             if b.ngpt is not None:  # as MultiHeadAttention: nGPT's per-channel gate scales
                 scaled = S(B, T, width)
                 rec("attn_gate_scale", NGPT_GATE_LABEL, scaled, (gate,), kind="scale", params=("s_gate",))
@@ -896,9 +896,9 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         mixer = "short conv" if b.short_conv else "attention"  # LFM3's conv layers are sandwiched too
         attended = norm("ln1_post_out", f"LN1' (of the {mixer} output)", "ln1_post",
                         attention(norm("ln1_out", "LN1", "ln1", x)))
-        hid = add("h", "residual add", x, attended)
+        hid = add("h", "residual add" + said[0], x, attended)
         mixed = norm("ln2_post_out", "LN2' (of the MLP output)", "ln2_post", mlp(norm("ln2_out", "LN2", "ln2", hid)))
-        return add("y", "residual add", hid, mixed)
+        return add("y", "residual add" + said[1], hid, mixed)
     if b.placement == "post_branch":
         hid = add("h", "residual add", x, norm("ln1_out", "LN1 (of the attention output)", "ln1", attention(x)))
         return add("y", "residual add", hid, norm("ln2_out", "LN2 (of the MLP output)", "ln2", mlp(hid)))

@@ -37,7 +37,7 @@ NOT_CAUSAL_LMS = {"mistral3", "qwen2_5_vl", "qwen2_5_vl_text", "qwen2_vl", "qwen
 
 # the decoder types blockcli does not read yet: each merge that adds a family takes its type out of this list
 UNCLAIMED = {
-    "axk2", "bailing_hybrid", "beam", "blt", "cpmant", "deepseek_v4", "doge",
+    "axk2", "bailing_hybrid", "blt", "cpmant", "deepseek_v4", "doge",
     "dots3_note", "dots3_note_text", "emu3", "gemma4_assistant",
     "gemma4_unified_assistant", "git", "got_ocr2", "hrm_text", "hy_v4",
     "inkling2_loop_text", "inkling2_text", "inkling_text", "longcat_flash", "minimax_m3_vl_text",

@@ -375,3 +375,49 @@ def test_mimo_v2_flash_refuses_what_blockcli_cannot_represent(change: dict, fiel
             "num_key_value_heads": 2, "head_dim": 25, "v_head_dim": 16, "intermediate_size": 64, "vocab_size": 100,
             "max_position_embeddings": 256, **change}
     assert f"field '{field}'" in config_error_message(lambda: hf_to_mapping(data, "x.json"), "x.json")
+
+
+def beam_by_hand(d: int, h: int, kv: int, d_h: int, layers: int, d_ff: int, experts: int, d_e: int, vocab: int,
+                 dense: int, tied: bool) -> int:
+    """Per layer: Q, K, V, O (no biases), the gate's projection (d·h·d_h) and its bias per head (h), the q/k norms
+    (d_h each), four RMSNorms; the first `dense` layers a SwiGLU MLP, the others the router (E·d; its selection bias
+    a buffer) and E SwiGLU experts. The embedding, the final norm, the head."""
+    attention = d * h * d_h + 2 * d * kv * d_h + h * d_h * d + d * h * d_h + h + 2 * d_h
+    return vocab * d * (1 if tied else 2) + d + sum(
+        attention + 4 * d + (3 * d * d_ff if i < dense else experts * d + experts * 3 * d * d_e) for i in range(layers))
+
+
+@pytest.mark.parametrize("data, transformers_total, by_hand", [
+    # BeamConfig() on the meta device: 501B (reflection/Beam-1.0-501B-A23B)
+    ({"model_type": "beam", "hidden_size": 5120, "num_hidden_layers": 52, "num_attention_heads": 48,
+      "num_key_value_heads": 8, "intermediate_size": 20480, "vocab_size": 151936, "max_position_embeddings": 8192},
+     501_267_599_808, beam_by_hand(5120, 48, 8, 128, 52, 20480, 256, 2560, 151936, 3, False)),
+    # a random config: GQA 6/2 of 20, 3 groups of 2 experts, two dense layers, tied; layers 5 and 6 global by the
+    # class's pattern (every sixth, and the last)
+    ({"model_type": "beam", "hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 2, "head_dim": 20,
+      "num_hidden_layers": 7, "intermediate_size": 200, "moe_intermediate_size": 24, "num_experts": 6,
+      "num_experts_per_tok": 2, "n_group": 3, "topk_group": 2, "vocab_size": 1000, "max_position_embeddings": 4096,
+      "tie_word_embeddings": True,
+      "mlp_layer_types": ["dense", "dense", "sparse", "sparse", "sparse", "sparse", "sparse"]},
+     720_226, beam_by_hand(96, 6, 2, 20, 7, 200, 6, 24, 1000, 2, True)),
+])
+def test_beam_counts_as_transformers(data: dict, transformers_total: int, by_hand: int) -> None:
+    assert total(data) == by_hand == transformers_total
+
+
+def test_beam_scales_each_residual_add_by_depth_and_its_nope_queries_by_position() -> None:
+    config = parse_config(hf_to_mapping({"model_type": "beam", "hidden_size": 64, "num_hidden_layers": 7,
+                                         "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 64,
+                                         "vocab_size": 100, "max_position_embeddings": 256}, "x.json"))
+    for i in range(7):
+        b, k = config.layer_block(i), 2 * (i + 1)  # the model's k-th and (k + 1)-th residual adds
+        assert (b.attn_skip_scale ** 2, b.attn_branch_scale ** 2) == pytest.approx(((k - 1) / k, 1 / k), rel=1e-15)
+        assert (b.mlp_skip_scale ** 2, b.mlp_branch_scale ** 2) == pytest.approx((k / (k + 1), 1 / (k + 1)), rel=1e-15)
+        nope = i in (5, 6)  # global: every sixth layer and the last
+        assert (b.rope == 0, b.sliding_window == 0, b.query_scale) == (nope, nope, 0.1 if nope else 0.0)
+        assert b.placement == "sandwich" and b.attention_gate_head_bias and (b.moe is None) == (i < 3)
+    from blockcli.block import query_scales
+
+    scales = query_scales(config.layer_block(5), np.arange(4096), np.float64)
+    np.testing.assert_allclose(scales, [(1 + (t + 1) / 2048) ** 0.1 for t in range(4096)], rtol=1e-15)
+    assert config.model.logit_softcap == 30.0 and config.layer_block(6).moe.n_groups == 8

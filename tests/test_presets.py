@@ -819,6 +819,25 @@ CASES.append(pytest.param(
      "vocab_size": 152576},
     id="mimo-v2-flash[transformers MiMoV2FlashForCausalLM on meta=308778768832]"))
 
+
+def beam_total(*, used: int | None = None) -> int:
+    """BeamForCausalLM from BeamConfig's defaults: 52 layers of q/k/v/o without biases (48 heads, 8 K/V heads of 128),
+    the gate's projection (d → h·128) and its bias per head, q/k norms of 128, four RMSNorms; three dense SwiGLU MLPs
+    of 20480, then a router (256, d; its selection bias a buffer) and 256 SwiGLU experts of 2560 (`used`: only that
+    many); the embedding, the final norm, an untied head."""
+    d, h, kv, d_h, V = 5120, 48, 8, 128, 151936
+    attention = d * h * d_h + 2 * d * kv * d_h + h * d_h * d + d * h * d_h + h + 2 * d_h
+    return 2 * V * d + d + sum(attention + 4 * d + (3 * d * 20480 if i < 3 else 256 * d + (used or 256) * 3 * d * 2560)
+                               for i in range(52))
+
+
+# reflection/Beam-1.0-501B-A23B: "501B" in its name; transformers 5.24 BeamForCausalLM on the meta device from its config
+# class's defaults (which carry the named checkpoint's shapes)
+CASES.append(pytest.param(
+    "beam-1.0-501b-a23b", 501_267_599_808, beam_total(),
+    {"d_model": 5120, "n_heads": 48, "n_kv_heads": 8, "head_dim": 128, "n_layers": 52, "vocab_size": 151936},
+    id="beam-1.0-501b-a23b[transformers BeamForCausalLM on meta=501267599808]"))
+
 PRESET_NAMES = [c.values[0] for c in CASES]
 
 
@@ -902,6 +921,8 @@ ACTIVE = [
     ("minimax-m2", 11_030_537_216,
      moe_total(d=3072, L=62, V=200064, n_heads=48, n_kv=8, head_dim=128, experts=256, d_expert=1536, used=8)
      + 62 * (48 + 8) * 128),
+    # Beam-1.0-501B-A23B: "A23B" in its name
+    ("beam-1.0-501b-a23b", 23_431_516_608, beam_total(used=8)),
     # MiMo-V2-Flash: "15B active" on its model card
     ("mimo-v2-flash", 15_445_924_288, mimo_v2_flash_total(used=8)),
     # GLM-4.5-Air: "12B active" on its model card, without the 1.24B of embeddings and head counted here

@@ -31,16 +31,28 @@
   (the first layer dense by default) and on the others DeepSeek-V3's mixture without shared experts (sigmoid scores,
   the selection bias a buffer, grouped choice, renormalised per `norm_topk_prob`, times `routed_scaling_factor`); the
   multi-token-prediction layers (model.mtp.*) set aside, as transformers does.
+- Beam (Reflection; BeamConfig is Qwen3-MoE's): Qwen3-MoE's attention (per-head q/k RMSNorm before RoPE, GQA 48/8 of
+  128) with a sigmoid gate per channel whose pre-activation has a bias per head (`gate_proj`, `gate_bias`:
+  block.attention_gate_head_bias), in Gemma 2's sandwich of four RMSNorms; every residual add scaled by depth, the
+  k-th add of the model (k = 2·(i + 1) for layer i's attention, k + 1 for its MLP) √((k − 1)/k)·skip + (1/√k)·branch
+  (block.*_skip_scale, *_branch_scale per layer); windows (512) and RoPE (base 10,000) on the `layer_types` sliding
+  layers (five of six, the last layer global), the global ones without positions and their queries times
+  (1 + (t + 1)/2048)^0.1 (block.query_scale_form power); `mlp_layer_types` (three dense layers first by default), the
+  others DeepSeek-V3's grouped routing (sigmoid scores, a selection bias buffer, `n_group`/`topk_group`, renormalised
+  per `norm_topk_prob`, times `routed_scaling_factor`) without shared experts; logits soft-capped
+  (`final_logit_softcapping`, 30).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from blockcli.families.common import (TRAINING_ONLY, Family, first_of, gated_rms, layer_type_ropes, layer_types,
                                       override_layers, refuse_nulls, silu_gate, sliding_layers, with_data)
 from blockcli.families.deepseek import DEEPSEEK_EXPERTS
 from blockcli.families.fields import Fields
+from blockcli.families.gemma2 import GEMMA3
 from blockcli.families.llama import LLAMA, LLAMA_MLP
 from blockcli.families.moe import MOE_TRAINING_ONLY, QWEN_MOE, moe_tensors
 from blockcli.tensor_names import LINEAR, TensorMap, tensor
@@ -266,6 +278,73 @@ def _mimo_v2_flash(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _beam(f: Fields) -> tuple[dict, dict]:
+    """Beam: see the module's docstring."""
+    refuse_nulls(f, "head_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size", "n_group",
+                 "topk_group", "routed_scaling_factor", "sliding_window")
+    if f.bool("attention_bias", False):  # q/k/v/o biased, but gate_proj never is
+        raise f.unrepresentable("attention_bias", True, "Beam's attention gate has no bias beside biased q/k/v; "
+                                "blockcli's gate takes the q/k/v bias setting")
+    block, model, f = typed_rope_block(f, {"sliding_attention": _BEAM_ROPE, "full_attention": None}, "Beam",
+                                       kv_default=8, tie_default=False, head_dim_default=128, out_bias=False,
+                                       mlp_bias=False, eps_default=1e-6)
+    n = model["n_layers"]
+    sliding = layer_types(f, n) or [bool((i + 1) % 6) and i != n - 1 for i in range(n)]
+    sliding_layers(f, block, sliding, default=512)
+    params = f.raw("rope_parameters")
+    kinds = {"sliding_attention" if kind else "full_attention" for kind in sliding}
+    if not isinstance(params, dict) or not kinds <= set(params):
+        raise f.invalid("rope_parameters", params, f"an object with a RoPE object (or null) for each layer type the "
+                                                   f"layers use ({', '.join(sorted(kinds))})")
+    theta = {}
+    for kind in kinds:  # BeamRotaryEmbedding's default RoPE over the whole head, or none
+        own = params[kind]
+        if own is None:
+            theta[kind] = None
+            continue
+        inner = Fields(own, f"{f.where}: rope_parameters.{kind}", f.family) if isinstance(own, dict) else None
+        if inner is None or inner.raw("rope_type", "default") != "default" or set(own) - {"rope_type", "rope_theta"}:
+            raise f.unrepresentable(f"rope_parameters.{kind}", own, "a RoPE object of rope_type default with its "
+                                                                    "rope_theta, or null")
+        theta[kind] = inner.float("rope_theta", 10000.0, high=1e12)
+    bases = [theta["sliding_attention" if kind else "full_attention"] for kind in sliding]
+    rotating = [b for b in bases if b is not None]
+    block.update(qk_norm="head", attention_gate=True, attention_gate_head_bias=True, placement="sandwich",
+                 rope_theta=rotating[0] if rotating else 10000.0)
+    if not rotating:
+        model["positions"] = "none"
+    # the layers without positions: queries times (1 + (t + 1)/2048)^0.1 (compute_attention_scaling)
+    nope = {"rope": False, "query_scale": 0.1, "query_scale_length": 2048, "query_scale_offset": 1,
+            "query_scale_form": "power"}
+    if rotating:
+        override_layers(f, [i for i, b in enumerate(bases) if b is None], nope)
+        others = [i for i, b in enumerate(bases) if b is not None and b != rotating[0]]
+        if others:
+            override_layers(f, others, {"rope_theta": bases[others[0]]})
+    else:
+        block.update({k: v for k, v in nope.items() if k != "rope"}, rope=False)
+    for i in range(n):  # the model's k-th residual add: √((k − 1)/k)·skip + (1/√k)·branch
+        k = 2 * (i + 1)
+        override_layers(f, [i], {"attn_skip_scale": math.sqrt((k - 1) / k), "attn_branch_scale": 1 / math.sqrt(k),
+                                 "mlp_skip_scale": math.sqrt(k / (k + 1)), "mlp_branch_scale": 1 / math.sqrt(k + 1)})
+    if f.has("final_logit_softcapping") and f.data["final_logit_softcapping"] is None:  # null: no cap
+        f.ignore("final_logit_softcapping")
+    else:
+        model["logit_softcap"] = f.float("final_logit_softcapping", 30.0, low=0.0, high=1e9)
+    sparse = mlp_kinds(f, n, ["dense"] * min(3, n) + ["sparse"] * (n - min(3, n)))
+    n_experts, top_k = f.int("num_experts", 256), f.int("num_experts_per_tok", 8)
+    place_mixture(f, block, sparse, {"n_experts": n_experts, "top_k": top_k,
+                                     "d_expert": f.int("moe_intermediate_size", 2560), "scoring": "sigmoid",
+                                     "selection_bias": True, "group_score": "top2_sum",
+                                     "renormalize": f.bool("norm_topk_prob", True), "n_groups": f.int("n_group", 8),
+                                     "top_groups": f.int("topk_group", 4),
+                                     "routed_scaling": f.float("routed_scaling_factor", 2.5, high=1e6)}, "num_experts")
+    return block, model
+
+
+# BeamConfig.__post_init__'s RoPE of the sliding layers when the config gives none (its global layers: none)
+_BEAM_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
+
 # MiMoV2FlashConfig.__post_init__'s RoPE when the config gives none: a third of each head (int(d_h · 0.334) dims)
 _MIMO_ROPE = {"full_attention": {"rope_type": "default", "rope_theta": 5000000.0, "partial_rotary_factor": 0.334},
               "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.334}}
@@ -323,11 +402,20 @@ MIMO_V2_FLASH = TensorMap("model.", LLAMA.tensors + DEEPSEEK_EXPERTS + (
     tensor("blocks.{i}.sinks", "layers.{i}.self_attn.sinks|layers.{i}.self_attn.attention_sink_bias"),),
     buffers=LLAMA.buffers, aside=("mtp.",))
 
+# Beam: Gemma 2's four norms, Qwen3's q/k norms, the gate (self_attn.gate_proj) and its bias per head
+# (self_attn.gate_bias), DeepSeek-V3's experts (the router mlp.gate and its selection bias, a buffer), Gemma 2's MLP on
+# the dense layers
+BEAM = TensorMap("model.", GEMMA3.tensors + DEEPSEEK_EXPERTS + (
+    tensor("blocks.{i}.w_attn_gate", "layers.{i}.self_attn.gate_proj.weight", LINEAR),
+    tensor("blocks.{i}.b_attn_gate_head", "layers.{i}.self_attn.gate_bias"),), buffers=LLAMA.buffers)
+
 FAMILIES = (
     # output_router_logits only returns the router's logits: AfmoeForCausalLM adds no load-balancing loss
     Family("afmoe", "AFMoE", _afmoe, AFMOE, TRAINING_ONLY | {"output_router_logits"}),
     Family("mellum", "Mellum", _mellum, MELLUM, MOE_TRAINING_ONLY, unread=_MTP_UNREAD, aux_loss=True),
     Family("laguna", "Laguna", _laguna, LAGUNA, MOE_TRAINING_ONLY, aux_loss=True),
     # output_router_logits only returns the router's logits: MiMoV2FlashForCausalLM adds no load-balancing loss
+    # output_router_logits only returns the router's logits: BeamForCausalLM adds no load-balancing loss
+    Family("beam", "Beam", _beam, BEAM, TRAINING_ONLY | {"output_router_logits"}),
     Family("mimo_v2_flash", "MiMo-V2-Flash", _mimo_v2_flash, MIMO_V2_FLASH, TRAINING_ONLY | {"output_router_logits"}),
 )
