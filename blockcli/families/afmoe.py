@@ -48,8 +48,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from blockcli.families.common import (TRAINING_ONLY, Family, first_of, gated_rms, layer_type_ropes, layer_types,
-                                      override_layers, refuse_nulls, silu_gate, sliding_layers, with_data)
+from blockcli.families.common import (TRAINING_ONLY, Family, apply_bases, first_of, gated_rms, layer_type_bases,
+                                      layer_type_ropes, layer_types, override_layers, refuse_nulls, silu_gate,
+                                      sliding_layers, with_data)
 from blockcli.families.deepseek import DEEPSEEK_EXPERTS
 from blockcli.families.fields import Fields
 from blockcli.families.gemma2 import GEMMA3
@@ -291,38 +292,10 @@ def _beam(f: Fields) -> tuple[dict, dict]:
     n = model["n_layers"]
     sliding = layer_types(f, n) or [bool((i + 1) % 6) and i != n - 1 for i in range(n)]
     sliding_layers(f, block, sliding, default=512)
-    params = f.raw("rope_parameters")
-    kinds = {"sliding_attention" if kind else "full_attention" for kind in sliding}
-    if not isinstance(params, dict) or not kinds <= set(params):
-        raise f.invalid("rope_parameters", params, f"an object with a RoPE object (or null) for each layer type the "
-                                                   f"layers use ({', '.join(sorted(kinds))})")
-    theta = {}
-    for kind in kinds:  # BeamRotaryEmbedding's default RoPE over the whole head, or none
-        own = params[kind]
-        if own is None:
-            theta[kind] = None
-            continue
-        inner = Fields(own, f"{f.where}: rope_parameters.{kind}", f.family) if isinstance(own, dict) else None
-        if inner is None or inner.raw("rope_type", "default") != "default" or set(own) - {"rope_type", "rope_theta"}:
-            raise f.unrepresentable(f"rope_parameters.{kind}", own, "a RoPE object of rope_type default with its "
-                                                                    "rope_theta, or null")
-        theta[kind] = inner.float("rope_theta", 10000.0, high=1e12)
-    bases = [theta["sliding_attention" if kind else "full_attention"] for kind in sliding]
-    rotating = [b for b in bases if b is not None]
-    block.update(qk_norm="head", attention_gate=True, attention_gate_head_bias=True, placement="sandwich",
-                 rope_theta=rotating[0] if rotating else 10000.0)
-    if not rotating:
-        model["positions"] = "none"
+    block.update(qk_norm="head", attention_gate=True, attention_gate_head_bias=True, placement="sandwich")
     # the layers without positions: queries times (1 + (t + 1)/2048)^0.1 (compute_attention_scaling)
-    nope = {"rope": False, "query_scale": 0.1, "query_scale_length": 2048, "query_scale_offset": 1,
-            "query_scale_form": "power"}
-    if rotating:
-        override_layers(f, [i for i, b in enumerate(bases) if b is None], nope)
-        others = [i for i, b in enumerate(bases) if b is not None and b != rotating[0]]
-        if others:
-            override_layers(f, others, {"rope_theta": bases[others[0]]})
-    else:
-        block.update({k: v for k, v in nope.items() if k != "rope"}, rope=False)
+    apply_bases(f, block, model, layer_type_bases(f, sliding), {"query_scale": 0.1, "query_scale_length": 2048,
+                                                                 "query_scale_offset": 1, "query_scale_form": "power"})
     for i in range(n):  # the model's k-th residual add: √((k − 1)/k)·skip + (1/√k)·branch
         k = 2 * (i + 1)
         override_layers(f, [i], {"attn_skip_scale": math.sqrt((k - 1) / k), "attn_branch_scale": 1 / math.sqrt(k),

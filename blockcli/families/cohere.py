@@ -6,8 +6,9 @@ Qwen3's half layout, or none.
 
 from __future__ import annotations
 
-from blockcli.families.common import (TRAINING_ONLY, Family, bias_groups, divides, kv_heads, layer_types, model_section,
-                                      override_layers, rope_base, silu_gate, sliding_layers, with_data)
+from blockcli.families.common import (TRAINING_ONLY, Family, apply_bases, bias_groups, divides, kv_heads,
+                                      layer_type_bases, layer_types, model_section, override_layers, rope_base,
+                                      silu_gate, sliding_layers, with_data)
 from blockcli.families.fields import Fields, short
 from blockcli.families.llama import LLAMA
 
@@ -56,49 +57,21 @@ def _cohere_compass_text(f: Fields) -> tuple[dict, dict]:
     positions, so `mrope_section` changes nothing."""
     f.ignore("pooling")  # the sequence-classification head's, which the causal LM does not build
     f.ignore("sliding_window_pattern")  # read only without layer_types, which CohereCompassTextConfig always sets
-    params = f.raw("rope_parameters", None)
     plain = with_data(f, {**{k: v for k, v in f.data.items() if k not in ("rope_parameters", "rope_theta", "rope_scaling")},
                           "logit_scale": f.raw("logit_scale", 1.0)})
     block, model = cohere_block(plain, theta_default=10000.0)
     n = model["n_layers"]
     sliding = layer_types(f, n) or [False] * n
     sliding_layers(f, block, sliding, default=4096)
-    kinds = {"sliding_attention" if kind else "full_attention" for kind in sliding}
-    if not isinstance(params, dict) or not kinds <= set(params):
-        raise f.invalid("rope_parameters", params, f"an object with a RoPE object (or null) for each layer type the "
-                                                   f"layers use ({', '.join(sorted(kinds))}): transformers fails "
-                                                   f"without one")
-    theta: dict[str, float | None] = {}  # each layer type's base, None: no positions
-    for kind in kinds:
-        own = params[kind]
-        if own is None:
-            theta[kind] = None
-            continue
-        inner = Fields(own, f"{f.where}: rope_parameters.{kind}", f.family) if isinstance(own, dict) else None
-        if inner is None or inner.raw("rope_type", "default") != "default":
-            raise f.unrepresentable(f"rope_parameters.{kind}", own, "a RoPE object of rope_type default, or null")
-        inner.ignore("mrope_section", "mrope_interleaved")  # one position for every axis in a text pass
-        if own.get("partial_rotary_factor") not in (None, 1.0):  # CohereCompassRotaryEmbedding's default never reads it
+    params = f.raw("rope_parameters", None)
+    for kind, own in (params.items() if isinstance(params, dict) else ()):  # the rotary embedding never reads it
+        if isinstance(own, dict) and own.get("partial_rotary_factor") not in (None, 1.0):
             f.said.append(f"rope_parameters.{kind}.partial_rotary_factor {short(own['partial_rotary_factor'])} is not "
                           f"applied: Cohere Compass's default RoPE rotates the whole head")
-        inner.ignore("partial_rotary_factor")
-        theta[kind] = inner.float("rope_theta", high=1e12)
-        unknown = set(own) - inner.used
-        if unknown:
-            raise f.unrepresentable(f"rope_parameters.{kind}.{sorted(unknown)[0]}", own[sorted(unknown)[0]],
-                                    "not read by Cohere Compass's default RoPE")
-    of_layer = ["sliding_attention" if kind else "full_attention" for kind in sliding]
-    bases = [theta[kind] for kind in of_layer]
-    rotating = [b for b in bases if b is not None]
+    # one position for every M-RoPE axis in a text pass: mrope_section changes nothing
+    bases = layer_type_bases(f, sliding, unread=("mrope_section", "mrope_interleaved", "partial_rotary_factor"))
     block["rope_layout"] = "half"
-    if not rotating:  # no layer rotates: a model without positions
-        block["rope"], model["positions"] = False, "none"
-        return block, model
-    block["rope_theta"] = rotating[0]  # the base block rotates; the layers that do not, or by another base, override
-    override_layers(f, [i for i, b in enumerate(bases) if b is None], {"rope": False})
-    others = [i for i, b in enumerate(bases) if b is not None and b != rotating[0]]
-    if others:
-        override_layers(f, others, {"rope_theta": bases[others[0]]})
+    apply_bases(f, block, model, bases, {})
     return block, model
 
 

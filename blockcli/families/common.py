@@ -159,6 +159,47 @@ def with_data(f: Fields, data: Mapping[str, Any]) -> Fields:
     return g
 
 
+def layer_type_bases(f: Fields, sliding: list[bool], unread: tuple[str, ...] = ()) -> list[float | None]:
+    """Each layer's RoPE base from transformers 5's per-type `rope_parameters`, one entry for every layer type the
+    layers use (transformers fails without one): a RoPE object of rope_type default with its rope_theta (the keys
+    `unread` beside it are never read), or null: no positions (None). Cohere Compass's, Beam's."""
+    params = f.raw("rope_parameters", None)
+    kinds = {"sliding_attention" if kind else "full_attention" for kind in sliding}
+    if not isinstance(params, Mapping) or not kinds <= set(params):
+        raise f.invalid("rope_parameters", params, f"an object with a RoPE object (or null) for each layer type the "
+                                                   f"layers use ({', '.join(sorted(kinds))}): transformers fails "
+                                                   f"without one")
+    theta: dict[str, float | None] = {}
+    for kind in kinds:
+        own = params[kind]
+        if own is None:
+            theta[kind] = None
+            continue
+        inner = Fields(own, f"{f.where}: rope_parameters.{kind}", f.family) if isinstance(own, Mapping) else None
+        if inner is None or inner.raw("rope_type", "default") != "default" or set(own) - {"rope_type", "rope_theta",
+                                                                                          *unread}:
+            raise f.unrepresentable(f"rope_parameters.{kind}", own, "a RoPE object of rope_type default with its "
+                                                                    "rope_theta, or null")
+        theta[kind] = inner.float("rope_theta", high=1e12)
+    return [theta["sliding_attention" if kind else "full_attention"] for kind in sliding]
+
+
+def apply_bases(f: Fields, block: dict, model: dict, bases: list[float | None], nope: Mapping[str, Any]) -> None:
+    """Each layer's RoPE base (layer_type_bases): the base block rotates by the first base, the layers without
+    positions override `rope: false` and the fields `nope` (Beam's query scale), the layers of another base their
+    rope_theta; a model none of whose layers rotates has no positions."""
+    rotating = [b for b in bases if b is not None]
+    if not rotating:
+        block.update(nope, rope=False)
+        model["positions"] = "none"
+        return
+    block.update(rope=True, rope_theta=rotating[0])
+    override_layers(f, [i for i, b in enumerate(bases) if b is None], {"rope": False, **nope})
+    others = [i for i, b in enumerate(bases) if b is not None and b != rotating[0]]
+    if others:
+        override_layers(f, others, {"rope_theta": bases[others[0]]})
+
+
 def layer_type_ropes(f: Fields, block: dict, model: dict, sliding: list[bool], bases: tuple[float, str, float],
                      title: str) -> None:
     """The RoPE of each layer type of a family whose global and sliding layers rotate differently
