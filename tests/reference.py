@@ -142,6 +142,14 @@ def resolve_block(cfg):
         # BitNet: a norm of the block's kind on the h*d_h concatenated heads before W_O, and on the d_ff hidden
         # before W_down
         "sub_norms": bool(cfg.get("sub_norms", False)),
+        # MiMo-V2-Flash: each head's values d_v wide (0: d_h), times a constant before attention reads them
+        "v_head_dim": int(cfg.get("v_head_dim", 0)) or d_h,
+        "value_scale": float(cfg.get("value_scale", 1.0)),
+        # Beam: the query scale (1 + (t + offset) / L) ** beta ("power") instead of the log of whole lengths ("log")
+        "query_scale_form": cfg.get("query_scale_form", "log"),
+        # MiniMax, Beam: each residual add alpha * skip + beta * branch (attention's, then the MLP's)
+        "scales": tuple(float(cfg.get(k, 1.0)) for k in ("attn_skip_scale", "attn_branch_scale", "mlp_skip_scale",
+                                                         "mlp_branch_scale")),
     }
 
 
@@ -308,16 +316,16 @@ def _mla_param_shapes(b, rms_beta):
 
 
 def _qkv_param_shapes(b, rms_beta):
-    d, h, h_kv, d_h = b["d_model"], b["n_heads"], b["n_kv_heads"], b["head_dim"]
+    d, h, h_kv, d_h, d_v = b["d_model"], b["n_heads"], b["n_kv_heads"], b["head_dim"], b["v_head_dim"]
     shapes = {}
     shapes["w_q"] = (d, h * d_h)
     shapes["w_k"] = (d, h_kv * d_h)
-    shapes["w_v"] = (d, h_kv * d_h)
+    shapes["w_v"] = (d, h_kv * d_v)
     if b["bias"]["qkv"]:
         shapes["b_q"] = (h * d_h,)
         shapes["b_k"] = (h_kv * d_h,)
-        shapes["b_v"] = (h_kv * d_h,)
-    shapes["w_o"] = (h * d_h, d)
+        shapes["b_v"] = (h_kv * d_v,)
+    shapes["w_o"] = (h * d_v, d)
     if b["bias"]["out"]:
         shapes["b_o"] = (d,)
     if b["attention_sinks"]:
@@ -705,7 +713,7 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
     """
     if b["mla"]:
         return _latent_attention(b, weights, prefix, tokens, rms_beta)
-    h, h_kv, d_h = b["n_heads"], b["n_kv_heads"], b["head_dim"]
+    h, h_kv, d_h, d_v = b["n_heads"], b["n_kv_heads"], b["head_dim"], b["v_head_dim"]
     qkv_b = b["bias"]["qkv"]
     w_q, w_k, w_v = (_w(weights, n, prefix) for n in ("w_q", "w_k", "w_v"))
     b_q = _wopt(weights, "b_q", prefix, qkv_b)
@@ -742,7 +750,7 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
         if b["qk_norm"] == "each_head":  # Command R+: head i normalised with row i of the weights
             qh = [_norm(b, weights, "q_norm", prefix, x, rms_beta, row=i) for i, x in enumerate(qh)]
             kh = [_norm(b, weights, "k_norm", prefix, x, rms_beta, row=i) for i, x in enumerate(kh)]
-        vh = [v[i * d_h:(i + 1) * d_h] for i in range(h_kv)]
+        vh = [v[i * d_v:(i + 1) * d_v] * b["value_scale"] for i in range(h_kv)]
         if rope_fraction > 0.0:
             qh = [rope_vec(x, t, rope_fraction, b["rope_theta"], b["rope_scaling"], T, b["rope_layout"]) for x in qh]
             kh = [rope_vec(x, t, rope_fraction, b["rope_theta"], b["rope_scaling"], T, b["rope_layout"]) for x in kh]
@@ -753,7 +761,9 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
         elif b["qk_norm_after_rope"]:  # HunYuan: each rotated head normalised
             qh = [_norm(b, weights, "q_norm", prefix, x, rms_beta) for x in qh]
             kh = [_norm(b, weights, "k_norm", prefix, x, rms_beta) for x in kh]
-        if b["query_scale"]:
+        if b["query_scale"] and b["query_scale_form"] == "power":
+            qh = [x * (1.0 + (t + b["query_scale_offset"]) / b["query_scale_length"]) ** b["query_scale"] for x in qh]
+        elif b["query_scale"]:
             steps = (t + b["query_scale_offset"]) // b["query_scale_length"]  # whole lengths up to t + offset
             qh = [x * (1.0 + b["query_scale"] * math.log(1.0 + steps)) for x in qh]
         q_heads.append(qh)
@@ -764,7 +774,7 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
     window, chunk = b["sliding_window"], b["attention_chunk"]
     out = []
     for t in range(T):
-        concat = np.zeros(h * d_h, dtype=np.float64)
+        concat = np.zeros(h * d_v, dtype=np.float64)
         # causal: keys 0..t; with a sliding window W, only the last W of them (t-W+1..t); with chunks of C, only
         # those of t's own chunk
         keys = [s for s in range(t + 1) if (not window or t - s < window) and (not chunk or s // chunk == t // chunk)]
@@ -782,10 +792,10 @@ def _attention(b, weights, prefix, tokens, rope_fraction, rms_beta=False):
                 p = softmax_list(scores + [float(_w(weights, "sinks", prefix)[j])])[:-1]
             else:
                 p = softmax_list(scores)
-            head_out = np.zeros(d_h, dtype=np.float64)
+            head_out = np.zeros(d_v, dtype=np.float64)
             for i, s in enumerate(keys):
                 head_out = head_out + p[i] * v_heads[s][g]
-            concat[j * d_h:(j + 1) * d_h] = head_out
+            concat[j * d_v:(j + 1) * d_v] = head_out
         if b["sub_norms"]:  # BitNet's attn_sub_norm over the whole concatenation
             concat = _norm(b, weights, "attn_sub_norm", prefix, concat, rms_beta)
         out.append(linear_vec(concat, w_o, b_o))
@@ -930,22 +940,23 @@ def _block_sequence(b, weights, prefix, xs, rope_fraction, rms_beta):
         return r * _mlp(b, weights, prefix, vec)
 
     T = len(xs)
+    a1, b1, a2, b2 = b["scales"]  # each add a·skip + b·branch (1 and 1 but for MiniMax and Beam)
     if b["placement"] == "pre":
         n1 = [_norm(b, weights, "ln1", prefix, xs[t], rms_beta) for t in range(T)]
         a = attention(n1, rope_fraction, rms_beta)
-        hs = [xs[t] + a[t] for t in range(T)]
+        hs = [a1 * xs[t] + b1 * a[t] for t in range(T)]
         ys = []
         for t in range(T):
             n2 = _norm(b, weights, "ln2", prefix, hs[t], rms_beta)
-            ys.append(hs[t] + mlp(n2))
+            ys.append(a2 * hs[t] + b2 * mlp(n2))
         return ys
     if b["placement"] == "normed_residual":  # BLOOM's switch: the residual stream restarts at each norm's output
         n1 = [_norm(b, weights, "ln1", prefix, xs[t], rms_beta) for t in range(T)]
         a = attention(n1, rope_fraction, rms_beta)
         ys = []
         for t in range(T):
-            n2 = _norm(b, weights, "ln2", prefix, n1[t] + a[t], rms_beta)
-            ys.append(n2 + mlp(n2))
+            n2 = _norm(b, weights, "ln2", prefix, a1 * n1[t] + b1 * a[t], rms_beta)
+            ys.append(a2 * n2 + b2 * mlp(n2))
         return ys
     if b["placement"] == "post":
         a = attention(xs, rope_fraction, rms_beta)
@@ -958,11 +969,11 @@ def _block_sequence(b, weights, prefix, xs, rope_fraction, rms_beta):
     if b["placement"] == "sandwich":  # Gemma 2: norm before and after each branch
         n1 = [_norm(b, weights, "ln1", prefix, xs[t], rms_beta) for t in range(T)]
         a = _attention(b, weights, prefix, n1, rope_fraction, rms_beta)
-        hs = [xs[t] + r * _norm(b, weights, "ln1_post", prefix, a[t], rms_beta) for t in range(T)]
+        hs = [a1 * xs[t] + b1 * r * _norm(b, weights, "ln1_post", prefix, a[t], rms_beta) for t in range(T)]
         ys = []
         for t in range(T):
             m = _mlp(b, weights, prefix, _norm(b, weights, "ln2", prefix, hs[t], rms_beta))
-            ys.append(hs[t] + r * _norm(b, weights, "ln2_post", prefix, m, rms_beta))
+            ys.append(a2 * hs[t] + b2 * r * _norm(b, weights, "ln2_post", prefix, m, rms_beta))
         return ys
     if b["placement"] == "post_branch":  # OLMo2: norm each branch's output, then add it
         a = attention(xs, rope_fraction, rms_beta)

@@ -47,7 +47,13 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
     if block["clip_qkv"] and block["qk_norm"] == "projection":  # OLMoE: the clamp after the q/k norms
         block["clip_after_qk_norm"] = draw(st.booleans())
     if draw(st.integers(0, 3)) == 0:  # Ministral 3: query t times 1 + β·ln(1 + ⌊t / L⌋), for short L a step often
-        block.update(query_scale=draw(st.sampled_from([0.1, 0.7])), query_scale_length=draw(st.integers(1, 3)))
+        block.update(query_scale=draw(st.sampled_from([0.1, 0.7])), query_scale_length=draw(st.integers(1, 3)),
+                     query_scale_form=draw(st.sampled_from(["log", "log", "power"])))  # Beam: (1 + t / L)^β
+    if draw(st.integers(0, 3)) == 0:  # MiMo-V2-Flash: values of their own width, times a constant
+        block.update(v_head_dim=draw(st.integers(1, 5)), value_scale=draw(st.sampled_from([1.0, 0.6, 1.7])))
+    if block["placement"] in ("pre", "normed_residual", "sandwich") and draw(st.integers(0, 3)) == 0:
+        block.update({k: draw(st.sampled_from([1.0, 0.6, 1.3])) for k in  # MiniMax's and Beam's residual scales
+                      ("attn_skip_scale", "attn_branch_scale", "mlp_skip_scale", "mlp_branch_scale")})
     if block["activation"] in ACTIVATIONS and not ACTIVATIONS[block["activation"]].gated_only:
         block["gated"] = draw(st.booleans())  # any function in a gated MLP as well as in a plain one
     if block["activation"] == "clamped_swiglu":  # a limit that binds often, and one that rarely does
@@ -67,6 +73,7 @@ def block_mappings(draw, max_heads: int = 4, max_head_dim: int = 6):
         block.update(rope=True, n_kv_heads=n_heads, qk_norm="none", attention_scale=0.0, norm_scale=True, clip_qkv=0.0,
                      attention_softcap=0.0, attention_sinks=False, query_scale=0.0, query_scale_length=0,
                      qk_norm_after_rope=False, clip_after_qk_norm=False)
+        block.pop("query_scale_form", None), block.pop("v_head_dim", None), block.pop("value_scale", None)
         block.pop("head_dim", None)
         if not explicit:
             block["d_model"] = draw(st.integers(2, 24))

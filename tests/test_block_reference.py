@@ -281,6 +281,21 @@ BLOCK_CASES = {
                                          n_kv_heads=2),
     "sub_norms_layernorm_plain_post": block_dict(activation="gelu_tanh", placement="post", head_dim=3,
                                                  sub_norms=True),
+    # MiMo-V2-Flash's values: narrower than the queries and keys (d_v 3 beside d_h 4), times 0.6, with sinks and a window
+    "narrow_scaled_values_gqa": block_dict(norm="rmsnorm", bias={"qkv": True, "out": False, "mlp": False, "norm": False},
+                                           rope=0.5, n_kv_heads=2, v_head_dim=3, value_scale=0.6, attention_sinks=True,
+                                           sliding_window=3),
+    # Beam's sandwich: each add α·skip + β·branch, the queries times (1 + (t + 1)/L)^β without RoPE
+    "sandwich_scaled_adds_power_query_scale": block_dict(norm="rmsnorm", bias=False, placement="sandwich",
+                                                         attn_skip_scale=0.8, attn_branch_scale=0.6,
+                                                         mlp_skip_scale=0.9, mlp_branch_scale=0.45, query_scale=0.3,
+                                                         query_scale_length=2, query_scale_offset=1,
+                                                         query_scale_form="power"),
+    # MiniMax's scaled adds with placement pre and normed_residual
+    "pre_scaled_adds": block_dict(norm="rmsnorm", bias=False, rope=True, attn_skip_scale=1.3, attn_branch_scale=0.7,
+                                  mlp_skip_scale=0.5, mlp_branch_scale=1.2),
+    "normed_residual_scaled_adds": block_dict(placement="normed_residual", attn_skip_scale=0.6, attn_branch_scale=1.1,
+                                              mlp_skip_scale=1.4, mlp_branch_scale=0.8),
 }
 
 
