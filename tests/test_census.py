@@ -39,7 +39,7 @@ NOT_CAUSAL_LMS = {"mistral3", "qwen2_5_vl", "qwen2_5_vl_text", "qwen2_vl", "qwen
 UNCLAIMED = {
     "axk2", "bailing_hybrid", "blt", "cpmant", "deepseek_v4", "doge",
     "dots3_note", "dots3_note_text", "emu3", "gemma4_assistant",
-    "gemma4_unified_assistant", "git", "got_ocr2", "hrm_text", "hy_v4",
+    "gemma4_unified_assistant", "git", "hrm_text", "hy_v4",
     "inkling2_loop_text", "inkling2_text", "inkling_text", "longcat_flash", "minimax_m3_vl_text",
     "mllama", "modernbert-decoder", "moshi", "phi4_multimodal", "qwen4_exp", "qwen4_exp_text", "recurrent_gemma",
     "rwkv", "xlnet", "xlstm", "zamba", "zaya",

@@ -403,3 +403,20 @@ def test_cohere_compass_text_total_is_transformers_own() -> None:
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
     assert sum(p.numel() for p in model.parameters()) == total("cohere_compass_text", COHERE_COMPASS)
+
+
+# ----------------------------------------------------------------------------- GOT-OCR 2.0's language model
+
+
+@pytest.mark.parametrize("top, text, transformers_total", [
+    (True, False, 343_680), (False, True, 439_680), (True, True, 343_680),  # the top level's field ties the head
+])
+def test_got_ocr2_counts_its_qwen2_language_model_tied_by_the_top_level(top: bool, text: bool,
+                                                                        transformers_total: int) -> None:
+    """transformers' GotOcr2ForConditionalGeneration on the meta device, its vision tower and projector left out."""
+    data = {"tie_word_embeddings": top, "text_config": {
+        "model_type": "qwen2", "hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 2,
+        "num_hidden_layers": 3, "intermediate_size": 200, "vocab_size": 1000, "tie_word_embeddings": text}}
+    d, kv_width, layers, d_ff, vocab = 96, 32, 3, 200, 1000  # Qwen2: q/k/v biased, o not; two RMSNorms; SwiGLU
+    layer = (d * d + d) + 2 * (d * kv_width + kv_width) + d * d + 2 * d + 3 * d * d_ff
+    assert total("got_ocr2", data) == layers * layer + vocab * d * (1 if top else 2) + d == transformers_total

@@ -431,7 +431,15 @@ QWEN_VL_PATHS = {"bases": ("model.language_model.", "model."), "heads": ("",), "
 _QWEN2_VL_SIZES = {"vocab_size": 152064, "hidden_size": 8192, "intermediate_size": 29568, "num_hidden_layers": 80,
                    "num_attention_heads": 64, "max_position_embeddings": 32768}
 
+# Qwen2Config's sizes (its other defaults are _qwen2's): what a GOT-OCR 2.0 text_config leaves out
+_QWEN2_SIZES = {"vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 22016, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "max_position_embeddings": 32768}
+
 COMPOSITES = (
+    # GOT-OCR 2.0: a SAM-style vision encoder and a projector beside a Qwen2 language model (model.language_model.,
+    # the LM head tied by the top level's field, true by default)
+    Composite("got_ocr2", "GOT-OCR 2.0 (vision-language)", "qwen2", True,
+              frozenset({"vision_config", "image_token_index", "image_token_id", "image_seq_length"}), _QWEN2_SIZES),
     # Mistral Small 3.1/3.2, Magistral: a Pixtral vision tower and a projector beside a Mistral model
     Composite("mistral3", "Mistral 3 (vision-language)", "mistral", True, frozenset({
         "vision_config", "image_token_index", "image_token_id", "projector_hidden_act", "vision_feature_layer",
