@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import subprocess
 import sys
@@ -23,8 +24,11 @@ SECTIONS = ("overview", "architecture", "parameters", "shapes", "attention", "co
 
 
 def blockcli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """One command with the threads pinned: a report and the verify it is compared with then reduce their float32
+    sums in the same order (left to the machine's load, the two processes may choose different thread counts, and
+    item 13's figure differs in its last digits)."""
     return subprocess.run([sys.executable, "-m", "blockcli", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600)
+                          timeout=600, env={**os.environ, "BLOCKCLI_THREADS": "1"})
 
 
 def cli_json(*args: str):
