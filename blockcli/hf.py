@@ -50,7 +50,7 @@ from typing import Any, Mapping
 from blockcli.config import Config, ConfigError, Quantization, parse_config, parse_json, read_text_file
 from blockcli.families import COMPOSITES, FAMILIES
 from blockcli.families.common import Composite, refuse_nulls
-from blockcli.families.fields import COMMON_IGNORED, COMMON_NEUTRAL, Fields, json_kind, short
+from blockcli.families.fields import COMMON_IGNORED, COMMON_NEUTRAL, Fields, an, json_kind, short
 from blockcli.families.not_decoders import not_a_decoder
 
 RUN_DEFAULTS = {"batch": 1, "seq_len": 8, "dtype": "float32", "seed": 0}
@@ -153,9 +153,9 @@ def _language_model(data: Mapping[str, Any], where: str, composite: Composite,
     text_type = text.get("model_type", composite.text_model_type)
     sizes = {composite.text_model_type: composite.text_defaults, **composite.others}
     if not isinstance(text_type, str) or text_type not in sizes:
-        raise ConfigError(f"{inner}: field 'model_type' = {short(text_type)}: a {composite.title} config's "
+        raise ConfigError(f"{inner}: field 'model_type' = {short(text_type)}: {an(composite.title)} config's "
                           f"language model is expected to be {' or '.join(map(repr, sizes))}")
-    note = (f"the language model of a {composite.title} model: its vision tower and multimodal projector "
+    note = (f"the language model of {an(composite.title)} model: its vision tower and multimodal projector "
             f"are not counted or run")
     if composite.remark:
         note += f"; {composite.remark}"

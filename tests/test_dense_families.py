@@ -420,3 +420,33 @@ def test_got_ocr2_counts_its_qwen2_language_model_tied_by_the_top_level(top: boo
     d, kv_width, layers, d_ff, vocab = 96, 32, 3, 200, 1000  # Qwen2: q/k/v biased, o not; two RMSNorms; SwiGLU
     layer = (d * d + d) + 2 * (d * kv_width + kv_width) + d * d + 2 * d + 3 * d * d_ff
     assert total("got_ocr2", data) == layers * layer + vocab * d * (1 if top else 2) + d == transformers_total
+
+
+# ----------------------------------------------------------------------------- Emu3's language model
+
+
+@pytest.mark.parametrize("top, text, biased, transformers_total", [
+    (True, False, False, 343_200), (False, True, True, 441_456), (False, False, True, 441_456),
+])
+def test_emu3_counts_its_language_model_tied_by_the_top_level(top: bool, text: bool, biased: bool,
+                                                              transformers_total: int) -> None:
+    """transformers' Emu3ForConditionalGeneration on the meta device, its VQ-VAE left out; attention_bias and mlp_bias
+    are attributes Emu3TextConfig does not declare and Emu3Attention/Emu3MLP read."""
+    data = {"tie_word_embeddings": top, "vocabulary_map": {"<image>": 5}, "text_config": {
+        "model_type": "emu3_text_model", "hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 2,
+        "num_hidden_layers": 3, "intermediate_size": 200, "vocab_size": 1000, "tie_word_embeddings": text,
+        "attention_bias": biased, "mlp_bias": biased}}
+    d, kv_width, layers, d_ff, vocab = 96, 32, 3, 200, 1000  # Llama's block: two RMSNorms, SwiGLU
+    layer = 2 * d * d + 2 * d * kv_width + 2 * d + 3 * d * d_ff
+    if biased:
+        layer += 2 * d + 2 * kv_width + 2 * d_ff + d
+    assert total("emu3", data) == layers * layer + vocab * d * (1 if top else 2) + d == transformers_total
+
+
+def test_emu3_defaults_are_emu3_text_configs() -> None:
+    """Emu3TextConfig's defaults (8 K/V heads, eps 1e-5, RoPE base 1e6) where a text_config leaves them out."""
+    mapping = hf_to_mapping({"model_type": "emu3", "text_config": {
+        "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1, "intermediate_size": 96,
+        "vocab_size": 100, "num_key_value_heads": 2}}, "config.json")
+    block = mapping["block"]
+    assert (block["n_kv_heads"], block["norm_eps"], block["rope_theta"]) == (2, 1e-5, 1_000_000.0)

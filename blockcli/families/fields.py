@@ -125,6 +125,11 @@ def json_kind(value: Any) -> str:
     return type(value).__name__
 
 
+def an(title: str) -> str:
+    """The title with its indefinite article ("a Qwen2", "an OLMo", "an Emu3")."""
+    return f"{'an' if title[:1] in 'AEIOU' else 'a'} {title}"
+
+
 def short(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -162,7 +167,7 @@ class Fields:
         if value is None:
             if default is MISSING:
                 what = "missing" if key not in self.data else "null"
-                raise ConfigError(f"{self.where}: field '{key}' is {what}; a {self.family} config.json "
+                raise ConfigError(f"{self.where}: field '{key}' is {what}; {an(self.family)} config.json "
                                   f"needs it{f' ({why})' if why else ''}")
             return default
         return value
@@ -228,6 +233,6 @@ class Fields:
         for key, value in self.data.items():
             if key not in self.used and key not in ignored and key not in COMMON_IGNORED:
                 raise self.unrepresentable(
-                    key, value, f"not a field blockcli knows for a {self.family} config; it might change "
+                    key, value, f"not a field blockcli knows for {an(self.family)} config; it might change "
                                 f"the architecture, so it is not ignored; --allow-field {key} accepts it at your "
                                 f"own risk")

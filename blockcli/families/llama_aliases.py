@@ -14,11 +14,15 @@
 - Granite SWA (GraniteSWAConfig, a GraniteConfig): Granite's block and scalars, a learned sink per head (the
   output times sigmoid(logsumexp − sink): gpt-oss's sinks), a window of 128 on three layers of four
   (`layer_types`), and a RoPE base per layer (`layer_rope_theta`, 0 for none: NoPE) as `layers:`.
+- Emu3 (Emu3Config, vision-language): its `text_config` (Emu3TextConfig) is Llama's block with 8 K/V heads,
+  RMSNorm eps 1e-5 and a RoPE base of 1e6; the branches' dropout at `attention_dropout` acts in training only. The
+  VQ-VAE image tokenizer (`vq_config`, `model.vqmodel.`) is set aside: images reach the language model as tokens
+  of its own vocabulary, so a text-only pass is the whole language model's.
 """
 
 from __future__ import annotations
 
-from blockcli.families.common import (TRAINING_ONLY, Family, gated_rms, layer_types, override_layers, refuse_nulls,
+from blockcli.families.common import (TRAINING_ONLY, Composite, Family, gated_rms, layer_types, override_layers, refuse_nulls,
                                       silu_gate, sliding_layers, with_data)
 from blockcli.families.fields import Fields
 from blockcli.families.llama import LLAMA, granite_scalars, theta_default
@@ -80,6 +84,13 @@ def _granite_swa(f: Fields) -> tuple[dict, dict]:
     return block, model
 
 
+def _emu3_text(f: Fields) -> tuple[dict, dict]:
+    refuse_nulls(f, "head_dim", "num_key_value_heads")  # Emu3Attention divides by both
+    block, model = gated_rms(f, silu_gate, kv_default=8, tie_default=False, eps_default=1e-5)
+    theta_default(f, block, 1_000_000.0)
+    return block, model
+
+
 def granite_swa_layers(f: Fields, block: dict, model: dict) -> None:
     """Granite SWA's attention (granite_swa, granitemoe_swa): a sink per head, the window (128) on the
     `layer_types` sliding layers (by default all but every fourth), each layer's RoPE base from `layer_rope_theta`
@@ -119,4 +130,18 @@ FAMILIES = (
     Family("cwm", "CWM", _cwm, LLAMA, TRAINING_ONLY),
     Family("granite_swa", "Granite SWA", _granite_swa, GRANITE_SWA, TRAINING_ONLY),
     Family("jais2", "Jais 2", _jais2, NEMOTRON, TRAINING_ONLY),  # Nemotron's names: LayerNorms with biases
+    Family("emu3_text_model", "Emu3 language model", _emu3_text, LLAMA, TRAINING_ONLY),
+)
+
+COMPOSITES = (
+    # Emu3: a VQ-VAE image tokenizer beside a Llama-like language model (transformers 5: model.text_model. and
+    # lm_head; the original checkpoints: text_model.model. and text_model.lm_head), tied by the top level's field
+    Composite("emu3", "Emu3 (vision-language)", "emu3_text_model", False,
+              frozenset({"vq_config", "vocabulary_map", "image_token_id"}),
+              # Emu3TextConfig's sizes (its other defaults are _emu3_text's)
+              {"vocab_size": 184622, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+               "num_attention_heads": 32, "max_position_embeddings": 9216}, bases=("model.text_model.",
+              "text_model.model."), heads=("", "text_model."), aside=("model.vqmodel.", "vqmodel."),
+              remark="its vision side is the VQ-VAE image tokenizer (vq_config), whose codes are tokens of the "
+                     "language model's vocabulary"),
 )
