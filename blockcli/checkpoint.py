@@ -244,7 +244,7 @@ def tensor_map_of(ckpt: Checkpoint) -> TensorMap:
     model_type = data.get("model_type")
     composite = COMPOSITES.get(model_type) if isinstance(model_type, str) else None
     if composite is not None:
-        text_config = data.get("text_config", data if composite.flat else None)  # flat: the top level is it
+        text_config = data.get("text_config", {} if composite.flat else None)  # flat: the top level is it
         if not isinstance(text_config, dict):
             raise InputError(f"{ckpt.config_file}: field 'text_config': expected an object (the language model's "
                              f"config), so the tensor names cannot be mapped")

@@ -41,7 +41,7 @@ UNCLAIMED = {
     "dots3_note", "dots3_note_text", "gemma4_assistant",
     "gemma4_unified_assistant", "git", "hrm_text", "hy_v4",
     "inkling2_loop_text", "inkling2_text", "inkling_text", "longcat_flash", "minimax_m3_vl_text",
-    "mllama", "modernbert-decoder", "moshi", "phi4_multimodal", "qwen4_exp", "qwen4_exp_text", "recurrent_gemma",
+    "mllama", "modernbert-decoder", "moshi", "qwen4_exp", "qwen4_exp_text", "recurrent_gemma",
     "rwkv", "xlnet", "xlstm", "zamba", "zaya",
 }
 

@@ -35,7 +35,7 @@ ROPE_SCALED = [name for name in FOLDERS if name.startswith("llama-rope-")]
 VISION_LANGUAGE = [name for name in FOLDERS
                    if json.loads((FIXTURES / name / "config.json").read_text())["model_type"] in COMPOSITES]
 # saved with the first tensor alone of their set-aside image side (tests/fixtures/hf/generate.py's THINNED_ASIDE)
-THINNED_ASIDE = {"emu3"}
+THINNED_ASIDE = {"emu3", "phi4_multimodal"}
 STORED_NARROW = ["llama-bf16", "gpt_oss-mxfp4"]  # bfloat16 and MXFP4 weights: tested on their own below
 FAMILIES = [name for name in FOLDERS if name not in ROPE_SCALED + VISION_LANGUAGE + STORED_NARROW]
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4}  # relative to the reference's largest magnitude
@@ -504,10 +504,11 @@ def test_count_of_a_vision_language_folder_is_its_language_model_and_notes_the_r
     assert data["total"] == int(want["language_model_parameters"])
     assert data["reconciled"]["method"] == "checkpoint" and data["reconciled"]["match"]
     aside = int(want["parameters"] - want["language_model_parameters"])  # transformers' vision tower + projector
-    if json.loads((FIXTURES / name / "config.json").read_text())["model_type"] in THINNED_ASIDE:  # the file holds one tensor of it: that one's size
+    model_type = json.loads((FIXTURES / name / "config.json").read_text())["model_type"]
+    if model_type in THINNED_ASIDE:  # the file holds one tensor of it: that one's size
         from safetensors.numpy import load_file
         aside = sum(t.size for n, t in load_file(FIXTURES / name / "model.safetensors").items()
-                    if n.startswith(("model.vqmodel.", "vqmodel.")))
+                    if n.startswith(COMPOSITES[model_type].aside))
     assert any(f"({aside:,} parameters) set aside" in note for note in data["checkpoint"]["notes"])
     # stored: the parameters and the buffers (Gemma 4's layer scalars), not parameters
     stored = int(want["language_model_parameters"]) + aside
@@ -1028,3 +1029,18 @@ def test_stablelm_per_head_layernorms_without_qk_layernorm_are_unexpected(tmp_pa
     proc = cli("count", folder)
     assert proc.returncode == 2 and "unexpected tensor 'model.layers.0.self_attn.q_layernorm.norms.0.weight'" in \
         one_error_line(proc)
+
+
+def test_a_flat_vision_language_folder_maps_its_tensors_as_its_language_models(tmp_path: Path) -> None:
+    """transformers 4's Qwen2.5-VL config.json: the language model's fields at the top level, no text_config, whose
+    tensor names are still qwen2_5_vl_text's (its model_type is the composite's, not a family's)."""
+    folder = tmp_path / "qwen2_5_vl"
+    shutil.copytree(FIXTURES / "qwen2_5_vl", folder)
+    config = json.loads((folder / "config.json").read_text())
+    text = config.pop("text_config")
+    text.pop("model_type")
+    (folder / "config.json").write_text(json.dumps({**config, **text}))
+    proc = cli("count", folder, "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["total"] == int(expected("qwen2_5_vl")["language_model_parameters"]) and data["reconciled"]["match"]

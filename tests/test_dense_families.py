@@ -450,3 +450,21 @@ def test_emu3_defaults_are_emu3_text_configs() -> None:
         "vocab_size": 100, "num_key_value_heads": 2}}, "config.json")
     block = mapping["block"]
     assert (block["n_kv_heads"], block["norm_eps"], block["rope_theta"]) == (2, 1e-5, 1_000_000.0)
+
+
+# ----------------------------------------------------------------------------- Phi-4-multimodal's language model
+
+
+@pytest.mark.parametrize("extra, transformers_total", [({}, 508_544), ({"num_key_value_heads": 2,
+                                                                          "tie_word_embeddings": True}, 355_968)])
+def test_phi4_multimodal_counts_its_phi3_language_model_at_the_top_level(extra: dict, transformers_total: int) -> None:
+    """transformers' Phi4MultimodalForCausalLM on the meta device without model.embed_tokens_extend. (its image and
+    audio encoders); 8 K/V heads when the config gives none (Phi4MultimodalConfig's default; Phi3Config's is every
+    head)."""
+    data = {"hidden_size": 128, "num_attention_heads": 16, "num_hidden_layers": 2, "intermediate_size": 200,
+            "vocab_size": 1000, "max_position_embeddings": 4096, "vision_config": {}, "audio_config": {}, **extra}
+    d, layers, d_ff, vocab = 128, 2, 200, 1000
+    kv_width = 8 * extra.get("num_key_value_heads", 8)  # heads of 128 / 16
+    layer = d * (d + 2 * kv_width) + d * d + 2 * d + 3 * d * d_ff  # fused Q | K | V, o, two RMSNorms, gate | up, down
+    tied = extra.get("tie_word_embeddings", False)
+    assert total("phi4_multimodal", data) == layers * layer + vocab * d * (1 if tied else 2) + d == transformers_total

@@ -1,11 +1,16 @@
 """Phi-3/3.5 (and Phi-4-mini): Llama's block stored with fused Q | K | V and gate | up projections.
+
+Phi-4-multimodal (Phi4MultimodalConfig, vision-language and speech): a Phi-3 language model whose fields sit at the
+top level beside `vision_config` and `audio_config`, with Phi4MultimodalConfig's defaults (8 K/V heads, a vocabulary
+of 200,064, 131,072 positions); its image and audio encoders and their projections (`model.embed_tokens_extend.`)
+are set aside: without images or audio they return the token embeddings unchanged.
 """
 
 from __future__ import annotations
 
 from typing import Mapping
 
-from blockcli.families.common import Family, gated_rms, silu_gate, window_by_key
+from blockcli.families.common import Composite, Family, gated_rms, silu_gate, window_by_key
 from blockcli.families.fields import Fields
 from blockcli.tensor_names import FUSED, LINEAR, QKV, TensorMap, tensor
 
@@ -61,4 +66,14 @@ FAMILIES = (
         "lm_head_bias": "transformers' Phi-3 builds its LM head without a bias",
         "mlp_bias": "transformers' Phi-3 builds its MLP without biases",
     }),
+)
+
+COMPOSITES = (
+    Composite("phi4_multimodal", "Phi-4-multimodal", "phi3", False, frozenset({"vision_config", "audio_config"}),
+              # Phi4MultimodalConfig's defaults where they are not Phi3Config's
+              {"vocab_size": 200064, "num_key_value_heads": 8, "max_position_embeddings": 131072,
+               "bos_token_id": 199999, "pad_token_id": 199999}, flat=True, bases=("model.",), heads=("",),
+              aside=("model.embed_tokens_extend.",),
+              remark="nor is its audio encoder (audio_config): both feed the token embeddings under "
+                     "model.embed_tokens_extend., which without images or audio returns them unchanged"),
 )
