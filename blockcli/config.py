@@ -755,12 +755,18 @@ class LayerGroup:
     layers: tuple[int, ...]
     block: BlockConfig
     overrides: dict[str, Any]
+    # count's groups of layers alike in their parameters: the fields whose values differ among these layers
+    # (their blocks are not identical, their parameter rows are; `block` is the first layer's, `overrides` the shared)
+    varies: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """'layers 0, 2, 4 (3 layers): sliding_window 0' — for tables and notes."""
-        return (f"{layer_list(self.layers)} ({len(self.layers)} layer{'s' if len(self.layers) > 1 else ''})"
-                + (": " + ", ".join(f"{k} {_show(v)}" for k, v in self.overrides.items()) if self.overrides
-                   else ": the base block"))
+        said = ", ".join(f"{k} {_show(v)}" for k, v in self.overrides.items())
+        text = (f"{layer_list(self.layers)} ({len(self.layers)} layer{'s' if len(self.layers) > 1 else ''})"
+                + (f": {said}" if said else "" if self.varies else ": the base block"))
+        if self.varies:
+            text += f"{'; ' if said else ': '}alike in parameters, differing in {', '.join(self.varies)}"
+        return text
 
 
 def layer_list(layers: tuple[int, ...] | list[int]) -> str:

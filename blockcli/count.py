@@ -124,7 +124,9 @@ class ParameterCount:
     reconciled: Reconciliation
     checkpoint: dict | None = None  # the checkpoint's files, when reconciled with one
     active: int = 0  # parameters one token uses: all but the routed experts it is not sent to (0: `total`)
-    groups: tuple[LayerGroup, ...] = ()  # the layers grouped by identical blocks (one group when all alike)
+    # the layers grouped by identical parameter rows (one group when all alike): blocks that differ only in what has
+    # no parameter of its own (a RoPE base, a window, a residual scale) are one group, its `varies` saying what differs
+    groups: tuple[LayerGroup, ...] = ()
     group_counts: tuple[int, ...] = ()  # one block of each group
     buffers: int = 0  # values stored beside the parameters but not counted in any total (router selection bias)
 
@@ -633,23 +635,28 @@ def count_parameters(config: Config, formula: Formula = block_formula, checkpoin
     """
     if checkpoint is not None:
         return _with_checkpoint(count_parameters(config, formula), formula, checkpoint, checkpoint_info or {})
-    groups = config.layer_groups()
-    components: list[Component] = []
     mismatches: list[str] = []
-    polys: list[tuple[Poly, Poly]] = []
-    per_group: list[int] = []
-    unused: list[int] = []  # per group: one block's parameters a token does not use (routed experts)
-    buffers: list[int] = []  # per group: one block's buffers (stored, not parameters)
-    for index, group in enumerate(groups):
+    config_groups = config.layer_groups()
+    alike: dict[tuple, list[int]] = {}  # one block's rows → the config groups that have exactly these rows
+    blocks: list[tuple[list[Component], tuple[Poly, Poly], int, int, int]] = []
+    for index, group in enumerate(config_groups):
         one = config.for_layer(group.layers[0])
-        tag = f"{layer_list(group.layers)}: " if len(groups) > 1 else ""
+        tag = f"{layer_list(group.layers)}: " if len(config_groups) > 1 else ""
         rows_, (block_w, block_b), idle, stored_only = _block_rows(one, formula, mismatches, tag)
-        polys.append((block_w, block_b))
-        per_group.append(evaluate(block_w + block_b, symbol_values(one)))
-        unused.append(idle)
-        buffers.append(stored_only)
-        grouped = index if len(groups) > 1 else None
-        components.extend(replace(c, group=grouped) for c in rows_)
+        n = evaluate(block_w + block_b, symbol_values(one))
+        key = (n, idle, stored_only, tuple((c.name, c.label, c.shape, c.weights, c.biases, c.expression, c.kind,
+                                            c.active) for c in rows_))
+        if key not in alike:
+            blocks.append((rows_, (block_w, block_b), n, idle, stored_only))
+        alike.setdefault(key, []).append(index)
+    groups = [_merged([config_groups[i] for i in members]) for members in alike.values()]
+    components: list[Component] = []
+    polys = [b[1] for b in blocks]
+    per_group = [b[2] for b in blocks]
+    unused = [b[3] for b in blocks]  # per group: one block's parameters a token does not use (routed experts)
+    buffers = [b[4] for b in blocks]  # per group: one block's buffers (stored, not parameters)
+    for index, (rows_, *_) in enumerate(blocks):
+        components.extend(replace(c, group=index if len(groups) > 1 else None) for c in rows_)
     per_block = per_group[0]
 
     total, non_embedding, idle_total, buffer_total = per_block, per_block, unused[0], buffers[0]
@@ -664,6 +671,20 @@ def count_parameters(config: Config, formula: Formula = block_formula, checkpoin
     return ParameterCount(config, tuple(components), per_block, total, non_embedding, reconciled,
                           active=total - idle_total if idle_total else 0, groups=tuple(groups),
                           group_counts=tuple(per_group), buffers=buffer_total)
+
+
+def _merged(members: list[LayerGroup]) -> LayerGroup:
+    """Config groups whose blocks differ only in what has no parameter of its own (a RoPE base, a residual scale),
+    as one group of count's: every member's layers, the first's block, the overrides they share, the fields that
+    differ among them."""
+    if len(members) == 1:
+        return members[0]
+    first = members[0]
+    shared = {k: v for k, v in first.overrides.items() if all(k in m.overrides and m.overrides[k] == v
+                                                               for m in members)}
+    varies = tuple(dict.fromkeys(k for m in members for k in m.overrides if k not in shared))
+    layers = tuple(sorted(i for m in members for i in m.layers))
+    return LayerGroup(layers, first.block, shared, varies)
 
 
 def _block_rows(config: Config, formula: Formula, mismatches: list[str],

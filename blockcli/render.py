@@ -334,7 +334,7 @@ def count_json(result: ParameterCount, inference: Inference, training: Training 
             for c in result.components
         ],
         "layer_groups": [{"layers": list(g.layers), "n_layers": len(g.layers), "overrides": g.overrides,
-                          "per_block": n} for g, n in zip(result.groups, result.group_counts)],
+                          "varies": list(g.varies), "per_block": n} for g, n in zip(result.groups, result.group_counts)],
         "reconciled": {"formula": rec.formula, "arrays": rec.arrays, "match": rec.match, "method": rec.method,
                        "mismatches": list(rec.mismatches), "buffers_formula": rec.buffers_formula,
                        "buffers_arrays": rec.buffers_arrays},

@@ -143,6 +143,24 @@ def test_count_cli_shows_each_group_with_its_layers(tmp_path):
                        "block 2": "layers 1, 3 (2 layers): d_ff 40, n_kv_heads 4, rope_theta 1e+06, sliding_window 0"}
 
 
+def test_count_shows_layers_alike_in_parameters_as_one_group():
+    """Layer 1 differs only in its RoPE base and window (no parameters of their own), layer 3 in its MLP width too:
+    count has two groups, the first layers 0-2 with what differs among them named; the blocks stay three."""
+    layers = [{"indices": [1], "block": {"rope_theta": 1e6, "sliding_window": 0}},
+              {"indices": [3], "block": {"d_ff": 40}}]
+    cfg = parse_config(dict(mapping(), layers=layers))
+    assert len(cfg.layer_groups()) == 3
+    result = count_parameters(cfg)
+    assert [(g.layers, g.overrides, g.varies) for g in result.groups] == [
+        ((0, 1, 2), {}, ("rope_theta", "sliding_window")), ((3,), {"d_ff": 40}, ())]
+    narrow, wide = block_params(16, 4, 2, 4, 24), block_params(16, 4, 2, 4, 40)
+    assert result.group_counts == (narrow, wide) and result.total == 19 * 16 + 16 + 3 * narrow + wide
+    assert result.groups[0].describe() == ("layers 0-2 (3 layers): alike in parameters, differing in rope_theta, "
+                                           "sliding_window")
+    blocks = next(c for c in result.components if c.name == "blocks")
+    assert blocks.expression == f"3·{narrow:,} + 1·{wide:,}"
+
+
 def test_kv_cache_and_flops_are_summed_per_layer():
     cfg = parse_config(mapping())
     T, B = 10, 2
