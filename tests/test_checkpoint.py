@@ -293,7 +293,7 @@ def test_an_mxfp4_pair_of_the_wrong_shapes_is_a_one_line_error(tmp_path: Path) -
     ("granite", {"residual_multiplier": 1.0}),  # 0.7
     ("cohere", {"rope_layout": "half"}),  # Cohere's rotate_half pairs (2i, 2i + 1)
     ("cohere", {"norm": "rmsnorm"}),  # CohereLayerNorm centres on the mean (without a shift)
-    ("stablelm", {"rope": 1.0}),  # partial: 4 of each head's 16 dims
+    ("stablelm", {"rope": 1.0}),  # partial: 2 of each head's 8 dims
     ("stablelm-parallel", {"rope": 1.0}),
     ("falcon-new", {"placement": "parallel_shared"}),  # its two norms, ln_attn and ln_mlp, differ
     ("phi3", {"sliding_window": 0}),  # its window (5) is shorter than the 7 tokens
