@@ -2215,6 +2215,10 @@ class DecoderBlock:
         what `backward` reads (a pass for gradients runs without dropout and without a K/V cache).
         With AltUp (block.altup N), x and y are the N streams (N, B, T, d)."""
         assert tape is None or not train, "gradients are taken of the deterministic pass"
+        if self.cfg.cross_attention:  # Mllama: no image states in a text-only pass, so transformers skips the layer
+            check_block_input(x, self.cfg.d_model)
+            rec("y", CROSS_ATTENTION_SKIPPED, x, (x,), kind="reshape")
+            return x
         if self.cfg.altup:
             if tape is not None:
                 raise InputError(GEMMA4_NO_BACKWARD.format(field="altup"))
@@ -2472,6 +2476,8 @@ class DecoderBlock:
         """dy (B, T, d) → dx (B, T, d): the forward of `__call__` read in reverse, placement by placement,
         each residual add passing its gradient to both of its inputs and each branch's multiplier r scaling
         what flows into the branch; the parameters' gradients added to the tape."""
+        if self.cfg.cross_attention:  # the identity: no parameter gets a gradient
+            return dy
         r, place, c = self.cfg.residual_multiplier, self.cfg.placement, self.cfg
         a1, b1, a2, b2 = c.attn_skip_scale, c.attn_branch_scale * r, c.mlp_skip_scale, c.mlp_branch_scale * r
         if place == "pre":  # y = α₂·h + β₂·r·MLP(LN2(h)), h = α₁·x + β₁·r·MHA(LN1(x))
@@ -2555,6 +2561,9 @@ def _scaled(scale: float, a: Array) -> Array:
 def scales_said(skip: float, branch: float) -> str:
     """How a residual add's record names its scales (MiniMax's α·skip + β·branch); '' when both are 1."""
     return "" if skip == branch == 1.0 else f" ({skip:g}·skip + {branch:g}·branch)"
+
+
+CROSS_ATTENTION_SKIPPED = "cross-attention layer skipped (no image states in a text-only pass): y = x"
 
 
 def _dropout(rate: float, rng: np.random.Generator) -> Callable[[Array], Array]:

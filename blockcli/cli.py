@@ -1036,7 +1036,7 @@ def verify(
     def body() -> int:
         from blockcli import render
         from blockcli.mutants import MUTANTS, find_mutant, run_mutants
-        from blockcli.verify import CHECKS, GRAD_CHECKS, layers_to_verify, parse_selection, shared_layers_note
+        from blockcli.verify import CHECKS, GRAD_CHECKS, layers_to_verify, parse_selection, unverified_layers_note
         from blockcli.verify import verify as run_checks
 
         if list_mutants:
@@ -1090,7 +1090,7 @@ def verify(
                 layers = [0 if implicit else None]
             else:  # one layer of each kind, with its own weights when the model folder has them
                 layers = [0 if implicit and k is None else k for k in layers_to_verify(cfg)]
-                if (aside := shared_layers_note(cfg)) is not None:
+                if (aside := unverified_layers_note(cfg)) is not None:
                     _config_notes.append(aside)
             plans.append((cfg, chosen, layers))
         if grad or (chosen_only and chosen_only & set(GRAD_CHECKS)):

@@ -518,6 +518,10 @@ class BlockConfig:
     # RoPE, cached with that layer's cache): Gemma 4's num_kv_shared_layers. -1: its own
     kv_from: int = -1
     layer_scalar: bool = False  # the block's output times a stored scalar (buffer `layer_scalar` (1,); Gemma 4)
+    # Mllama's tanh-gated cross-attention layer (to the image's states), which a text-only pass skips: its parameters
+    # (attention's Q, K, V and O, per-head q/k norms, both norms, the MLP, and a tanh gate (1,) on each branch,
+    # `cross_attn_gate` and `cross_mlp_gate`) are counted and loaded; the layer is the identity
+    cross_attention: bool = False
     # d_p > 0: a per-layer input (model.per_layer_dim) joins after the MLP: y + norm(act(y·W_pg) ⊙ e_l)·W_pp (Gemma 4)
     per_layer_input: int = 0
     lightning: Lightning | None = None  # MiniMax's lightning attention in place of softmax attention (blockcli.lightning)
@@ -650,6 +654,8 @@ class ModelConfig:
     recurrent_layers: int = 0
     recurrent_loops: int = 1
     logit_scale: float = 0.0  # s > 0: the logits times a learned (V,) vector `logit_scale` times s (Dory); 0: off
+    # rows of the token embedding past vocab_size, which the LM head never outputs (Mllama's 8); untied only
+    extra_token_rows: int = 0
 
 
 def layer_passes(m: ModelConfig) -> list[tuple[int, int, int]]:
@@ -1398,7 +1404,8 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
               "layer_scalar", "per_layer_input", "lightning", "attn_skip_scale", "attn_branch_scale",
               "mlp_skip_scale", "mlp_branch_scale", "shared", "altup", "altup_active", "altup_correct_scale",
               "laurel_rank", "activation_sparsity", "moa",
-              "differential", "ngpt", "v_head_dim", "value_scale", "query_scale_form", "attention_gate_head_bias")
+              "differential", "ngpt", "v_head_dim", "value_scale", "query_scale_form", "attention_gate_head_bias",
+              "cross_attention")
     _check_keys(data, fields, "block.")
     p = "block"
     d_model = _int(data, "d_model", p, 512)
@@ -1470,6 +1477,7 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
         k_eq_v=_bool(data, "k_eq_v", p, False),
         kv_from=_int(data, "kv_from", p, -1, minimum=-1, maximum=MAX_LAYERS),
         layer_scalar=_bool(data, "layer_scalar", p, False),
+        cross_attention=_bool(data, "cross_attention", p, False),
         per_layer_input=_int(data, "per_layer_input", p, 0, minimum=0),
         lightning=_parse_lightning(data.get("lightning")),
         moa=_parse_moa(data.get("moa")),
@@ -1596,6 +1604,11 @@ def _parse_block(data: Mapping[str, Any]) -> BlockConfig:
     if block.parts not in ("both", "hybrid") and block.placement != "pre":
         raise ConfigError(f"block.parts: a layer of one part ({block.parts}) is pre-norm (its norm, the part, the "
                           f"residual add); placement is {block.placement}")
+    if block.cross_attention and (block.parts != "both" or block.placement != "pre" or block.qk_norm != "head" or any(
+            (block.mla, block.mamba, block.short_conv, block.linear_attention, block.lightning, block.moa, block.moe,
+             block.differential, block.ngpt, block.shared, block.altup, block.kv_from >= 0))):
+        raise ConfigError("block.cross_attention: Mllama's cross-attention layer is a pre-norm layer of both parts "
+                          "with plain attention, qk_norm head and a dense MLP")
     if block.clip_after_qk_norm and (block.qk_norm != "projection" or not block.clip_qkv):
         raise ConfigError(f"block.clip_after_qk_norm: a setting of clip_qkv with qk_norm projection (OLMoE clamps "
                           f"the normalised projections); clip_qkv is {block.clip_qkv:g}, qk_norm {block.qk_norm}")
@@ -2129,7 +2142,7 @@ def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
               "tie_embeddings", "final_norm", "lm_head_bias", "embedding_multiplier",
               "logit_multiplier", "logit_softcap", "embedding_norm", "embedding_dim", "padding_idx",
               "per_layer_dim", "per_layer_vocab", "per_layer_clamp", "recurrent_start", "recurrent_layers",
-              "recurrent_loops", "logit_scale")
+              "recurrent_loops", "logit_scale", "extra_token_rows")
     _check_keys(data, fields, "model.")
     p = "model"
     vocab_size = _int(data, "vocab_size", p, 50257)
@@ -2163,7 +2176,16 @@ def _parse_model(data: Mapping[str, Any]) -> ModelConfig:
         per_layer_dim=_int(data, "per_layer_dim", p, 0, minimum=0),
         per_layer_vocab=_int(data, "per_layer_vocab", p, 0, minimum=0),
         per_layer_clamp=_bool(data, "per_layer_clamp", p, False),
+        extra_token_rows=_extra_token_rows(data, p),
     )
+
+
+def _extra_token_rows(data: Mapping[str, Any], p: str) -> int:
+    rows = _int(data, "extra_token_rows", p, 0, minimum=0)
+    if rows and _bool(data, "tie_embeddings", p, True):
+        raise ConfigError(f"model.extra_token_rows: {rows} rows past the vocabulary make the token embedding taller "
+                          f"than the LM head; set model.tie_embeddings: false")
+    return rows
 
 
 def _reconcile_rope(block: BlockConfig, model: ModelConfig, nope: bool = False) -> BlockConfig:

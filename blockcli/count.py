@@ -277,6 +277,9 @@ def block_formula(b: BlockConfig) -> list[Row]:
                                                   "each_head": "(per head, weights of each head)"}[b.qk_norm]
             rows.append(Row(f"attn.{letter}_norm", label, term(1, *features) if b.norm_scale else no, shift,
                             (f"{letter}_norm_gamma", f"{letter}_norm_beta")))
+    if b.cross_attention:  # Mllama: a tanh gate on the attention branch (the layer skipped without images)
+        rows.append(Row("attn.cross_gate", "attention branch's tanh gate (cross-attention layer, skipped in a "
+                                           "text-only pass)", term(1), no, ("cross_attn_gate",)))
     if b.parts == "mixer":  # a layer of its attention alone
         return rows
     if b.laurel_rank:  # Gemma 3n's LAuReL on LN1's output: d → r_L → d, then a norm of d
@@ -324,6 +327,9 @@ def _after_the_mlp(b: BlockConfig) -> list[Row]:
                  Row("ple.proj", "per-layer input projection", term(1, "d", "d_p"), Poly(), ("ple_proj",)),
                  Row("ln_ple", f"{_norm_name(b)} after the per-layer input", term(1, "d") if b.norm_scale else Poly(),
                      term(1, "d") if b.bias.norm else Poly(), ("ple_norm_gamma", "ple_norm_beta"))]
+    if b.cross_attention:  # Mllama: the MLP branch's tanh gate
+        rows.append(Row("mlp.cross_gate", "MLP branch's tanh gate (cross-attention layer)", term(1), Poly(),
+                        ("cross_mlp_gate",)))
     if b.layer_scalar:
         rows.append(Row("layer_scalar", "layer scalar (buffer, not a parameter)", term(1), Poly(), ("layer_scalar",),
                         buffer=True))
@@ -813,8 +819,9 @@ def _model_rows(config: Config, groups: list[LayerGroup], polys: list[tuple[Poly
                   " + ".join(f"{len(g.layers)}·{n:,}" for g, n in zip(groups, per_group)))
     d = b.d_model
     e = projected_width(m, d)  # OPT-350m: embeddings e wide, with project_in (e, d) and project_out (d, e)
-    rows = [Component("embed.tokens", "token embedding", str((m.vocab_size, e or d)),
-                      m.vocab_size * (e or d), 0, "V·e" if e else "V·d", ("wte",), shapes=((m.vocab_size, e or d),))]
+    v_rows, x = m.vocab_size + m.extra_token_rows, m.extra_token_rows  # Mllama: 8 rows past the vocabulary
+    rows = [Component("embed.tokens", "token embedding", str((v_rows, e or d)), v_rows * (e or d), 0,
+                      (f"(V + {x})" if x else "V") + ("·e" if e else "·d"), ("wte",), shapes=((v_rows, e or d),))]
     if e:
         rows.append(Component("embed.project_in", f"project in (e = {e:,} → d)", str((e, d)), e * d, 0, "e·d",
                               ("proj_in",), shapes=((e, d),)))

@@ -391,8 +391,10 @@ def _kv_cache_json(inf: Inference) -> dict[str, Any]:
                 "bits_per_token": inf.kv_bits_per_token, "bytes": inf.kv_bytes,
                 "formula": f"{_kv_formula(inf, 'L_attn')} per token (attention layers only)", "state": state}
     if not inf.kv_expanded_bits_per_token:
+        only = " per token (attention layers only)" if inf.attention_only else " per token"
         return {"dtype": inf.kv_dtype, "bytes_per_token": inf.kv_bytes_per_token,
-                "bits_per_token": inf.kv_bits_per_token, "bytes": inf.kv_bytes, "formula": f"{_kv_formula(inf)} per token"}
+                "bits_per_token": inf.kv_bits_per_token, "bytes": inf.kv_bytes,
+                "formula": _kv_formula(inf, "L_attn" if inf.attention_only else "L") + only}
     return _latent_json(inf)
 
 
@@ -434,6 +436,9 @@ def _kv_cache_lines(inf: Inference, B: int, T: int) -> list[str]:
                 f"recurrent state ({inf.state_of} layers, constant in T): {human_bytes(inf.state_bytes)} for {B} "
                 f"sequence{'s' if B > 1 else ''} ({_state_formula(inf)} × {inf.dtype}: {held})"]
     if not inf.kv_expanded_bits_per_token:
+        if inf.attention_only:  # layers with neither attention nor a state beside the attention layers
+            return [_kv_line("K/V cache (attention layers only)", inf.kv_bytes_per_token, _kv_formula(inf, "L_attn"),
+                             inf.kv_dtype, inf.kv_bytes, B, T)]
         return [_kv_line("K/V cache", inf.kv_bytes_per_token, _kv_formula(inf), inf.kv_dtype, inf.kv_bytes, B, T)]
     return [_kv_line(f"K/V cache, {_latent_label(inf)}", inf.kv_bytes_per_token, _latent_formula(inf), inf.kv_dtype,
                      inf.kv_bytes, B, T),
@@ -1429,8 +1434,10 @@ def backward_lines(rep: Any) -> list[str]:
                                  if rep.unrouted else "")
                      + (f"; the {len(rep.indexer)} of the sparse-attention indexer got none: it runs without gradients"
                         if rep.indexer else "")
-                     + ("" if rep.gradients + len(rep.unrouted) + len(rep.indexer) == rep.parameters else
-                        "; some others got none"))
+                     + (f"; the {len(rep.skipped)} of the skipped cross-attention layers got none" if rep.skipped
+                        else "")
+                     + ("" if rep.gradients + len(rep.unrouted) + len(rep.indexer) + len(rep.skipped) == rep.parameters
+                        else "; some others got none"))
         closed = ("" if rep.closed_form_bytes is None else
                   f"; closed form (blockcli.saved) {rep.closed_form_bytes:,} bytes: "
                   + ("match" if rep.closed_form_bytes == rep.saved_bytes else
@@ -1460,7 +1467,7 @@ def backward_json(rep: Any) -> dict[str, Any]:
             "ratio": rep.flops / rep.forward_flops if rep.forward_flops else None,
             "saved_bytes": rep.saved_bytes, "closed_form_saved_bytes": rep.closed_form_bytes,
             "saved_by_operation": rep.saved_by_operation, "gradients": rep.gradients, "parameters": rep.parameters,
-            "unrouted": rep.unrouted,
+            "unrouted": rep.unrouted, "indexer": rep.indexer, "skipped": rep.skipped,
             "korthikanti_activation_bytes": rep.korthikanti_bytes}
 
 

@@ -205,7 +205,7 @@ def attention_maps(config: Config, weights: Path | None) -> tuple[list[Attention
                      f"mix tokens through a recurrent state, with no attention weights")
     def attends(b: BlockConfig) -> bool:  # a hybrid layer (Falcon-H1's) has attention beside its Mamba-2 mixer
         return b.parts == "hybrid" or (b.linear_attention is None and b.mamba is None and b.short_conv is None
-                                       and b.lightning is None and b.parts != "mlp")
+                                       and b.lightning is None and b.parts != "mlp" and not b.cross_attention)
 
     lightning = [g for g in groups if g.block.lightning is not None]  # MiniMax: no softmax to map either
     if lightning:
@@ -213,7 +213,7 @@ def attention_maps(config: Config, weights: Path | None) -> tuple[list[Attention
                      f"layers mix tokens through a decayed recurrent state, with no attention weights")
     if any(not attends(g.block) and g.block.linear_attention is None and g.block.lightning is None for g in groups):
         notes.append("no maps of the layers without attention (Mamba-1 and Mamba-2 mixers, short convolutions, MLPs "
-                     "alone)")
+                     "alone, cross-attention layers a text-only pass skips)")
     groups = [g for g in groups if attends(g.block)]
     shown = groups[:MAP_LAYERS]
     if len(groups) > MAP_LAYERS:

@@ -25,6 +25,8 @@ INDEX_BYTES = 8  # int64 token ids
 def block_saved_bytes(b: BlockConfig, B: int, T: int, itemsize: int, blocked: bool = True) -> int | None:
     """Bytes one block keeps for its backward on B × T tokens, or None where no closed form is written.
     `blocked`: attention ran the blocked kernel (output and log-sum-exp) rather than the whole table."""
+    if b.cross_attention:  # Mllama's, skipped by a text-only pass: the identity keeps nothing
+        return 0
     if b.moe is not None or b.mla is not None or b.differential is not None or (b.clip_qkv and b.qk_norm != "none"):
         return None  # (a clamp before a q/k norm: the norm keeps the clamped Q and K too)
     d, h, h_kv, d_h = b.d_model, b.n_heads, b.n_kv_heads, b.head_dim

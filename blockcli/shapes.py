@@ -306,6 +306,8 @@ def block_parameter_shapes(cfg: BlockConfig) -> dict[str, Shape]:
                     **norm_shapes("ple_norm", d, cfg))
     if cfg.layer_scalar:
         tail["layer_scalar"] = (1,)
+    if cfg.cross_attention:  # Mllama: the tanh gates of the attention branch and the MLP branch
+        tail.update(cross_attn_gate=(1,), cross_mlp_gate=(1,))
     if cfg.altup:  # Gemma 3n's AltUp: the corrected output's scale, the correction and prediction coefficients'
         # projections of the router's N modalities, the router (d, N) and its norm
         n = cfg.altup
@@ -416,7 +418,7 @@ def outer_shapes(config: Config) -> tuple[dict[str, Shape], dict[str, Shape]]:
     model, block = config.model, config.block
     assert model is not None
     d, e = block.d_model, projected_width(model, block.d_model)
-    before: dict[str, Shape] = {"wte": (model.vocab_size, e or d)}
+    before: dict[str, Shape] = {"wte": (model.vocab_size + model.extra_token_rows, e or d)}
     if e:  # OPT-350m: embeddings e wide, projected in to d before the positions are added
         before["proj_in"] = (e, d)
     if model.positions == "learned":

@@ -158,7 +158,8 @@ class Dims:
                    moe_active_weights(b), *latent, b.linear_attention,
                    (b.n_heads * (1 if b.gate_per_head else b.head_dim)) if b.attention_gate else 0,
                    b.attention_chunk, *mamba,
-                   b.short_conv.kernel if b.short_conv else 0, b.parts != "mlp", b.parts != "mixer",
+                   b.short_conv.kernel if b.short_conv else 0,  # Mllama's skipped cross-attention: neither part
+                   b.parts != "mlp" and not b.cross_attention, b.parts != "mixer" and not b.cross_attention,
                    d_index=mla.index_head_dim if mla and mla.own_indexer else 0,
                    h_index=mla.index_heads if mla and mla.own_indexer else 0,
                    R=ssm.dt_rank if isinstance(ssm, Mamba1) else 0, hybrid=b.parts == "hybrid", shared_kv=b.kv_from >= 0,
@@ -397,6 +398,9 @@ class Inference:
     state_of: str = ""
     indexed: bool = False  # DeepSeek Sparse Attention: the latent cache holds the indexer's keys (d_I) too
     narrow_values: bool = False  # the cached values are d_v wide, not d_h (MiMo-V2-Flash): h_kv·(d_h + d_v) a layer
+    # some layers have no attention of their own and no state (an MLP alone, Mllama's skipped cross-attention
+    # layers): the K/V cache is the attention layers' (L_attn)
+    attention_only: bool = False
 
     @property
     def kv_bytes_per_token(self) -> int | float:
@@ -493,7 +497,8 @@ def inference(config: Config, parameters: int, seq_len: int, batch: int, dtype: 
                      model_forward_flops(groups, seq_len, batch), model_decode_flops(groups, seq_len, batch),
                      expanded, expanded_bytes, stored_weight_bytes, fixed, state_of,
                      indexed=any(dims.d_index for dims in groups),
-                     narrow_values=any(dims.d_v and not dims.latent for dims in groups))
+                     narrow_values=any(dims.d_v and not dims.latent for dims in groups),
+                     attention_only=any(not dims.attends for dims in groups))
 
 
 def inference_activation_bytes(dims: Dims, T: int, B: int, dtype: str) -> int:
@@ -591,6 +596,8 @@ def activation_terms(block: BlockConfig, T: int, B: int, precision: str, recompu
     act = lambda n: beta * b * s * n  # noqa: E731  # bytes of a (b, s, n) activation
     mask = lambda n: MASK_BYTES * b * s * n  # noqa: E731
     unit = f"{beta}·s·b"
+    if block.cross_attention:  # Mllama's, skipped by a text-only pass: the identity keeps nothing
+        return []
     if recompute == "full":
         return [Term("layer input (everything else recomputed)", f"{unit}·d", act(d), "2", sequence=True)]
     post = block.placement == "post"  # H = LN1(X + MHA(X)): attention reads x, the norms read the sums

@@ -23,7 +23,7 @@ import numpy as np
 
 from blockcli import progress
 from blockcli.activations import MLP_KIND_FLOPS, function_of
-from blockcli.block import (GATE_LABELS, MIXER_SUM_LABEL, DecoderBlock, Model, activated, mlp_stage, attention_tile, block_parameter_shapes, blocked_label, experts_label,
+from blockcli.block import (CROSS_ATTENTION_SKIPPED, GATE_LABELS, MIXER_SUM_LABEL, DecoderBlock, Model, activated, mlp_stage, attention_tile, block_parameter_shapes, blocked_label, experts_label,
                             full_table, load_label, logits_label, mask_label, model_parameter_shapes, moe_sum_label,
                             LOOP_LABEL, NGPT_GATE_LABEL, NGPT_Q_LABEL, NGPT_RESIDUAL, qk_norm_label, query_scale_label, routing_label, scales_said, scores_label, softmax_label,
                             value_scale_label)
@@ -265,9 +265,9 @@ class Trace:
 def kv_cache_bytes(b: BlockConfig, layers: int, batch: int, seq_len: int, itemsize: int) -> int:
     """What blockcli's decode cache holds after the pass: K and V (h_kv·d_h each) per token and layer, or
     latent attention's compressed latent (r_kv + d_rope); a recurrent layer's state and its conv's last K − 1
-    inputs, whatever seq_len; nothing for a layer of its MLP alone, or one reading another layer's keys and values
-    (Gemma 4's kv_from)."""
-    if b.parts == "mlp" or b.kv_from >= 0:
+    inputs, whatever seq_len; nothing for a layer of its MLP alone, one reading another layer's keys and values
+    (Gemma 4's kv_from), or a skipped cross-attention layer (Mllama's)."""
+    if b.parts == "mlp" or b.kv_from >= 0 or b.cross_attention:
         return 0
     if b.linear_attention is not None:  # Gated DeltaNet: S (B, h_v, d_k, d_v) and the window (B, K − 1, C)
         return layers * state_bytes(b, batch, itemsize)
@@ -479,7 +479,8 @@ def analytic_trace(config: Config, attention: str = "auto") -> Trace:
     if m:
         e = projected_width(m, d)
         tokens = S(B, T, e or d)
-        rec("tok_emb_e" if e else "tok_emb", "token embedding", tokens, (x, S(m.vocab_size, e or d)), kind="gather",
+        rows = m.vocab_size + m.extra_token_rows  # Mllama: 8 rows past the vocabulary
+        rec("tok_emb_e" if e else "tok_emb", "token embedding", tokens, (x, S(rows, e or d)), kind="gather",
             params=("wte",))
         if e:
             wide = S(B, T, d)
@@ -869,6 +870,10 @@ def _analytic_block(config: Config, rec: Any, S: Any, chunked: bool, x: ShapeOnl
         rec(key, op, out, (left, right), kind="add")
         return out
 
+    if b.cross_attention:  # as DecoderBlock: Mllama's cross-attention layer, skipped by a text-only pass
+        out = S(B, T, d)
+        rec("y", CROSS_ATTENTION_SKIPPED, out, (x,), kind="reshape")
+        return out
     if b.parts == "mixer":  # as DecoderBlock: a layer of one part
         return add("y", "residual add", x, attention(norm("ln1_out", "LN1", "ln1", x)))
     if b.parts == "mlp":
@@ -1073,6 +1078,8 @@ class BackwardReport:
     korthikanti_bytes: int | None  # count --train's activation figure for the same workload, precision fp32
     # DeepSeek Sparse Attention's indexer parameters: no gradient by design (it runs under no_grad, as in transformers)
     indexer: list[str] = field(default_factory=list)
+    # the parameters of layers the pass skips (Mllama's cross-attention layers without image states): no gradient
+    skipped: list[str] = field(default_factory=list)
 
 
 def backward_report(trace: Trace, rows: list[OpRow], weights: Any = None, x: np.ndarray | None = None) -> BackwardReport:
@@ -1093,7 +1100,7 @@ def backward_report(trace: Trace, rows: list[OpRow], weights: Any = None, x: np.
     n_params = sum(1 for k in shapes if not is_buffer(k))
     saved = None
     by_op: dict[str, int] = {}
-    got, unrouted, indexer = 0, [], []
+    got, unrouted, indexer, skipped = 0, [], [], []
     if trace.mode == "executed":
         tape = Tape()
         if cfg.model:
@@ -1112,9 +1119,12 @@ def backward_report(trace: Trace, rows: list[OpRow], weights: Any = None, x: np.
         got = sum(1 for k, v in params.items() if not is_buffer(k) and k in grads and grads[k].size == v.size)
         unrouted = [k for k in params if not is_buffer(k) and k not in grads and ".experts." in "." + k]
         indexer = [k for k in params if k not in grads and k.rsplit(".", 1)[-1].startswith("idx_")]
+        skipped_layers = {f"blocks.{i}." for i in range(cfg.model.n_layers if cfg.model else 0)
+                          if cfg.layer_block(i).cross_attention}
+        skipped = [k for k in params if k not in grads and k.startswith(tuple(skipped_layers))]
     korthikanti = sum(t.bytes for t in activation_terms(cfg.block, trace.seq_len, trace.batch, "fp32", "none")) * \
         (cfg.model.n_layers if cfg.model else 1)
     return BackwardReport(b_rows, sum(r.flops * r.repeat for r in rows), flops, matmul, saved, closed, by_op, got,
-                          n_params, unrouted, korthikanti, indexer)
+                          n_params, unrouted, korthikanti, indexer, skipped)
 
 

@@ -1196,16 +1196,25 @@ def parse_selection(text: str | None, option: str = "checks") -> set[int] | None
     return ids
 
 
-def shared_layers_note(config: Config) -> str | None:
-    """Which layers `layers_to_verify` leaves out for running a shared transformer block (Zamba2), and why."""
+def unverified_layers_note(config: Config) -> str | None:
+    """Which layers `layers_to_verify` leaves out, and why: those running a shared transformer block (Zamba2), and
+    the cross-attention layers a text-only pass skips (Mllama)."""
     if config.model is None:
         return None
     shared = [i for i in range(config.model.n_layers) if config.layer_block(i).shared is not None]
-    if not shared:
-        return None
-    return (f"{layer_list(shared)} run a shared transformer block (block.shared), which reads the model's weights and "
-            f"token embeddings, so they cannot run alone: not verified (their forward is checked against "
-            f"transformers' logits, tests/test_mamba.py)")
+    cross = [i for i in range(config.model.n_layers) if config.layer_block(i).cross_attention]
+    said = []
+    if shared:
+        said.append(f"{layer_list(shared)} run a shared transformer block (block.shared), which reads the model's "
+                    f"weights and token embeddings, so they cannot run alone: not verified (their forward is checked "
+                    f"against transformers' logits, tests/test_mamba.py)")
+    if cross:
+        said.append(f"{layer_list(cross)}: cross-attention, {CROSS_UNVERIFIED}")
+    return "; ".join(said) or None
+
+
+# why verify leaves out a cross-attention layer (block.cross_attention)
+CROSS_UNVERIFIED = "which a text-only pass skips (the identity): nothing to verify"
 
 
 def layers_to_verify(config: Config) -> list[int | None]:
@@ -1217,7 +1226,8 @@ def layers_to_verify(config: Config) -> list[int | None]:
     # a layer reusing the previous layer's indexer choice (GLM-5's shared layers) cannot run alone, nor one running
     # a shared transformer block (Zamba2's: it reads the model's weights and token embeddings)
     chosen = [group.layers[0] for group in config.layer_groups()
-              if (group.block.mla is None or not group.block.mla.index_shared) and group.block.shared is None]
+              if (group.block.mla is None or not group.block.mla.index_shared) and group.block.shared is None
+              and not group.block.cross_attention]
     if not chosen:
         raise InputError(f"{config.name}: every layer runs a shared transformer block (block.shared), which reads the "
                          f"model's weights and token embeddings, so none can run alone: nothing to verify")
@@ -1254,6 +1264,8 @@ def verify(config: Config, *, weights: Any = None, ops: Ops = STANDARD_OPS, form
             raise InputError(f"--layer {shown}: it runs a shared transformer block (block.shared), which reads the "
                              f"model's weights and token embeddings, so it cannot run alone; verify a layer without "
                              f"one (its forward is checked against transformers' logits: tests/test_mamba.py)")
+        if config.layer_block(shown).cross_attention:
+            raise InputError(f"--layer {shown}: a cross-attention layer, {CROSS_UNVERIFIED}; verify another layer")
         if mla is not None and mla.index_shared:
             raise InputError(f"--layer {shown}: it reuses the previous layer's indexer choice (mla.index_shared), "
                              f"so it cannot run alone; verify another layer")

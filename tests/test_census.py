@@ -32,8 +32,8 @@ CLAIMED = {*FAMILIES, *COMPOSITES}
 
 # claimed, but not in the causal-LM mapping: vision-language models transformers maps to image-text-to-text, and
 # their language models, which it builds only inside them
-NOT_CAUSAL_LMS = {"emu3_text_model", "mistral3", "qwen2_5_vl", "qwen2_5_vl_text", "qwen2_vl", "qwen2_vl_text", "qwen3_vl",
-                  "qwen3_vl_moe", "qwen3_vl_moe_text", "qwen3_vl_text"}
+NOT_CAUSAL_LMS = {"emu3_text_model", "mistral3", "mllama_text_model", "qwen2_5_vl", "qwen2_5_vl_text", "qwen2_vl",
+                  "qwen2_vl_text", "qwen3_vl", "qwen3_vl_moe", "qwen3_vl_moe_text", "qwen3_vl_text"}
 
 # the decoder types blockcli does not read yet: each merge that adds a family takes its type out of this list
 UNCLAIMED = {
@@ -41,7 +41,7 @@ UNCLAIMED = {
     "dots3_note", "dots3_note_text", "gemma4_assistant",
     "gemma4_unified_assistant", "git", "hrm_text", "hy_v4",
     "inkling2_loop_text", "inkling2_text", "inkling_text", "longcat_flash", "minimax_m3_vl_text",
-    "mllama", "modernbert-decoder", "moshi", "qwen4_exp", "qwen4_exp_text", "recurrent_gemma",
+    "modernbert-decoder", "moshi", "qwen4_exp", "qwen4_exp_text", "recurrent_gemma",
     "rwkv", "xlnet", "xlstm", "zamba", "zaya",
 }
 

@@ -1044,3 +1044,13 @@ def test_a_flat_vision_language_folder_maps_its_tensors_as_its_language_models(t
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["total"] == int(expected("qwen2_5_vl")["language_model_parameters"]) and data["reconciled"]["match"]
+
+
+def test_verify_leaves_out_the_cross_attention_layers_a_text_only_pass_skips() -> None:
+    whole = cli("verify", FIXTURES / "mllama")
+    assert whole.returncode == 0, whole.stderr
+    assert "layer 1: cross-attention, which a text-only pass skips (the identity): nothing to verify" in whole.stderr
+    one = cli("verify", FIXTURES / "mllama", "--layer", "1")
+    assert one.returncode == 2 and one.stdout == ""
+    assert one_error_line(one).endswith("--layer 1: a cross-attention layer, which a text-only pass skips (the "
+                                        "identity): nothing to verify; verify another layer")

@@ -468,3 +468,31 @@ def test_phi4_multimodal_counts_its_phi3_language_model_at_the_top_level(extra: 
     layer = d * (d + 2 * kv_width) + d * d + 2 * d + 3 * d * d_ff  # fused Q | K | V, o, two RMSNorms, gate | up, down
     tied = extra.get("tie_word_embeddings", False)
     assert total("phi4_multimodal", data) == layers * layer + vocab * d * (1 if tied else 2) + d == transformers_total
+
+
+# ----------------------------------------------------------------------------- Llama 3.2 Vision's language model
+
+
+@pytest.mark.parametrize("cross", [[1, 4], [0, 2, 9]])  # 9: past the last layer, which transformers never meets
+def test_mllama_counts_its_cross_attention_layers_and_the_8_extra_embedding_rows(cross: list[int]) -> None:
+    """transformers' MllamaForConditionalGeneration on the meta device without its vision model and projector: 604,772
+    for both (two cross-attention layers of five)."""
+    data = {"text_config": {"hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 2,
+                            "num_hidden_layers": 5, "intermediate_size": 200, "vocab_size": 1000,
+                            "cross_attention_layers": cross}}
+    d, d_h, kv_width, d_ff, vocab = 96, 16, 32, 200, 1000
+    self_layer = 2 * d * d + 2 * d * kv_width + 2 * d + 3 * d * d_ff  # Llama's: Q, K, V, O, two RMSNorms, SwiGLU
+    cross_layer = self_layer + 2 * d_h + 2  # and per-head q/k norms, a tanh gate on each branch
+    by_hand = 3 * self_layer + 2 * cross_layer + (vocab + 8) * d + vocab * d + d
+    assert total("mllama", data) == by_hand == 604_772
+
+
+def test_mllama_refuses_a_tied_head_and_cross_attention_on_every_layer() -> None:
+    text = {"hidden_size": 32, "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 2,
+            "intermediate_size": 64, "vocab_size": 100}
+    with pytest.raises(ConfigError, match="tie_word_embeddings.*8 rows more"):
+        mapped("mllama", {"text_config": {**text, "tie_word_embeddings": True}})
+    with pytest.raises(ConfigError, match="cross_attention_layers' names every layer"):
+        mapped("mllama", {"text_config": {**text, "cross_attention_layers": [0, 1]}})
+    with pytest.raises(ConfigError, match="head_dim"):
+        mapped("mllama", {"text_config": {**text, "head_dim": 8}})

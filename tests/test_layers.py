@@ -270,3 +270,31 @@ def test_a_layers_entry_can_leave_its_layers_without_positions():
         reference = DecoderBlock.from_config(plain.block, weights=weights, dtype="float64")
         assert plain.block.rope == 0.0
         assert np.array_equal(model.blocks[i](x), reference(x)) != differs
+
+
+def test_a_cross_attention_layer_is_counted_and_runs_as_the_identity():
+    """Mllama's cross-attention layer (block.cross_attention): its parameters counted by hand (the base block's, per-head
+    q/k norms of d_h, two tanh gates), its output its input, no gradient into its parameters, no K/V cache; the model's
+    extra token rows sit in the embedding only."""
+    layers = [{"indices": [1], "block": {"cross_attention": True, "qk_norm": "head", "rope": False}}]
+    model = dict(MODEL, tie_embeddings=False, extra_token_rows=8)
+    cfg = parse_config(dict(mapping(), model=model, layers=layers))
+    plain = block_params(16, 4, 2, 4, 24)
+    result = count_parameters(cfg)
+    assert result.total == (19 + 8) * 16 + 19 * 16 + 16 + 3 * plain + plain + 2 * 4 + 2
+    block = DecoderBlock.from_config(cfg.layer_block(1), seed=3)
+    x = np.random.default_rng(0).standard_normal((2, 5, 16))
+    assert np.array_equal(block(x), x)
+    dx, grads = block.vjp(x, np.ones_like(x))
+    assert np.array_equal(dx, np.ones_like(x)) and all(not g.any() for g in grads.values())
+    assert inference(cfg, 0, 10, 2, "float32").kv_bytes_per_token == 4 * 2 * 3 * 2 * 4  # three attention layers
+    assert Model.from_config(cfg, seed=1).params["wte"].shape == (27, 16)
+
+
+@pytest.mark.parametrize("block, model, message", [
+    ({"cross_attention": True}, {}, "block.cross_attention: Mllama's cross-attention layer"),
+    ({}, {"extra_token_rows": 8}, "model.extra_token_rows: 8 rows past the vocabulary"),
+])
+def test_cross_attention_and_extra_token_rows_refuse_what_they_are_not(block, model, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config(dict(mapping(), block={**BLOCK, **block}, model={**MODEL, **model}, layers=[]))

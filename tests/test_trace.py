@@ -351,8 +351,10 @@ def test_backward_gives_every_parameter_a_gradient_of_its_shape(name):
     result = run_trace(cfg, weights=FIXTURES / name)
     rows = collapse_layers(result.rows, cfg.model.n_layers, [g.layers for g in cfg.layer_groups()])
     rep = backward_report(result, rows, FIXTURES / name)
-    # an expert no token chose has none, nor has the sparse-attention indexer (no_grad, as in transformers)
-    assert rep.gradients + len(rep.unrouted) + len(rep.indexer) == rep.parameters > 0
+    # an expert no token chose has none, nor has the sparse-attention indexer (no_grad, as in transformers), nor a layer
+    # the pass skips (Mllama's cross-attention layers)
+    assert rep.gradients + len(rep.unrouted) + len(rep.indexer) + len(rep.skipped) == rep.parameters > 0
+    assert all(cfg.layer_block(int(k.split(".")[1])).cross_attention for k in rep.skipped)
     assert rep.saved_bytes > 0 and rep.closed_form_bytes in (None, rep.saved_bytes)
     assert rep.rows[0].key == "d:logits" and rep.rows[-1].key.startswith("d:tok_emb")  # the forward reversed
 
