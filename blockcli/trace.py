@@ -39,6 +39,7 @@ from blockcli.mamba import DT_LABEL, IN_LABEL, OUT_LABEL, SKIP_LABEL, conv_label
 from blockcli.mamba import SYMBOLIC as MAMBA_SYMBOLIC
 from blockcli import short_conv as SC
 from blockcli.parallel import fit_blas_threads, worker_count
+from blockcli.shapes import declared_sizes
 
 # Per-element FLOPs of the elementwise operations (a convention, stated in the README).
 ELEMENT_FLOPS = {
@@ -244,7 +245,6 @@ class Trace:
         cfg = self.config
         b = cfg.block
         itemsize = np.dtype(self.dtype).itemsize
-        shapes = model_parameter_shapes(cfg) if cfg.model else block_parameter_shapes(b)
         T = self.seq_len
         rows, heads = attention_tile(b.n_heads, b.n_kv_heads, T, T, itemsize)
         return {
@@ -252,7 +252,7 @@ class Trace:
             "matmul_flops": sum(r.matmul_flops for r in self.rows),
             "causal_matmul_flops": sum(int(r.causal_flops) if r.causal_flops is not None else r.matmul_flops
                                        for r in self.rows),
-            "parameters": sum(math.prod(s) for s in shapes.values()),
+            "parameters": declared_sizes(cfg)[0],  # as count's total: the buffers stored beside them not among them
             "peak_activation_bytes": self.peak_bytes,
             "peak_measured": self.peak_measured,
             "largest_score_table_bytes": (self.batch * b.n_heads * T * T if self.attention == "full" else

@@ -420,3 +420,14 @@ def test_backward_matmul_flops_equal_torchs_flop_counter():
             y.backward(torch.ones_like(y))
     recompute = 2 * 2 * h * 5 * 5 * d_h  # Q·Kᵀ once more: 2·B·h·T·T·d_h
     assert counter.get_total_flops() + recompute == ours
+
+
+@pytest.mark.parametrize("name", ["deepseek_v3-moe", "apertus"])
+def test_the_parameters_line_leaves_out_the_buffers_stored_beside_them(name: str) -> None:
+    """DeepSeek-V3's selection bias and Apertus' xIELU β and ε are buffers: transformers' sum over parameters() (the
+    fixture's figure, a vision-language model's language share aside) leaves them out, and so does trace."""
+    folder = ROOT / "tests" / "fixtures" / "hf" / name
+    cfg = with_run(load_config(folder), 1, 4)
+    want = int(np.load(folder / "expected.npz")["parameters"])
+    assert run_trace(cfg, weights=folder).totals["parameters"] == want
+    assert analytic_trace(cfg).totals["parameters"] == want
