@@ -929,11 +929,11 @@ def test_a_folder_without_weights_says_its_weights_are_seeded(tmp_path: Path) ->
 
 
 def test_fused_tensor_of_the_wrong_widths_is_named(tmp_path: Path) -> None:
-    """Phi-3's qkv_proj saved for MHA (3 × 32 rows) against a config with 2 K/V heads (32 + 2 × 16 rows)."""
+    """Phi-3's qkv_proj saved for MHA (3 × 16 rows) against a config with 1 K/V head (16 + 2 × 8 rows)."""
     folder = fixture_copy(tmp_path, "phi3")
-    rewrite(folder, lambda t: t.update({"model.layers.0.self_attn.qkv_proj.weight": np.ones((96, 32), np.float32)}))
+    rewrite(folder, lambda t: t.update({"model.layers.0.self_attn.qkv_proj.weight": np.ones((48, 16), np.float32)}))
     line = one_error_line(cli("count", folder))
-    assert "'model.layers.0.self_attn.qkv_proj.weight' has shape (96, 32)" in line and "implies (64, 32)" in line
+    assert "'model.layers.0.self_attn.qkv_proj.weight' has shape (48, 16)" in line and "implies (32, 16)" in line
 
 
 def test_a_norm_stored_under_either_name_is_missing_under_both(tmp_path: Path) -> None:
