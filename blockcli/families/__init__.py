@@ -19,7 +19,10 @@ language model's family (`COMPOSITES`): its `text_config` is read as that family
 checkpoint's language-model tensors under the nested names tensor_names.nested gives them.
 
 Adding a family: write its `read` (defaults are the transformers config class's), its TensorMap
-(or reuse a sibling's), add the row, and list the module below if it is new.
+(or reuse a sibling's), add the row, and list the module below if it is new. Then its tiny fixture (a spec in
+tests/fixtures/hf/generate.py's FAMILIES; a vision side too large for the fixture budget saved with one tensor:
+THINNED_ASIDE), its fuzz draw (tests/fixtures/cases/draws.py), its counts by hand beside transformers' meta-device
+total, its README row, and its type out of tests/test_census.py's UNCLAIMED.
 """
 
 from __future__ import annotations
