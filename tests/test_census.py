@@ -39,7 +39,7 @@ NOT_CAUSAL_LMS = {"emu3_text_model", "mistral3", "mllama_text_model", "qwen2_5_v
 UNCLAIMED = {
     "axk2", "bailing_hybrid", "blt", "cpmant", "deepseek_v4", "doge",
     "dots3_note", "dots3_note_text", "gemma4_assistant",
-    "gemma4_unified_assistant", "git", "hrm_text", "hy_v4",
+    "gemma4_unified_assistant", "hrm_text", "hy_v4",
     "inkling2_loop_text", "inkling2_text", "inkling_text", "longcat_flash", "minimax_m3_vl_text",
     "modernbert-decoder", "moshi", "qwen4_exp", "qwen4_exp_text", "recurrent_gemma",
     "rwkv", "xlnet", "xlstm", "zamba", "zaya",

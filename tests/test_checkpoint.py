@@ -32,8 +32,10 @@ ROPE_SCALED = [name for name in FOLDERS if name.startswith("llama-rope-")]
 # Vision-language models, their language model run alone: Gemma 3 saved with transformers 4's names
 # (language_model.model.*, an untied language_model.lm_head) and with transformers 5's (model.language_model.*),
 # Mistral 3 (a Pixtral tower beside a windowed Mistral), the Qwen-VL models
+# (and GIT, a family whose flat config sets its image side aside): every folder transformers counts a language share of
 VISION_LANGUAGE = [name for name in FOLDERS
-                   if json.loads((FIXTURES / name / "config.json").read_text())["model_type"] in COMPOSITES]
+                   if json.loads((FIXTURES / name / "config.json").read_text())["model_type"] in COMPOSITES
+                   or "language_model_parameters" in np.load(FIXTURES / name / "expected.npz").files]
 # saved with the first tensor alone of their set-aside image side (tests/fixtures/hf/generate.py's THINNED_ASIDE)
 THINNED_ASIDE = {"emu3", "phi4_multimodal"}
 STORED_NARROW = ["llama-bf16", "gpt_oss-mxfp4"]  # bfloat16 and MXFP4 weights: tested on their own below

@@ -496,3 +496,18 @@ def test_mllama_refuses_a_tied_head_and_cross_attention_on_every_layer() -> None
         mapped("mllama", {"text_config": {**text, "cross_attention_layers": [0, 1]}})
     with pytest.raises(ConfigError, match="head_dim"):
         mapped("mllama", {"text_config": {**text, "head_dim": 8}})
+
+
+# ----------------------------------------------------------------------------- GIT's text decoder
+
+
+@pytest.mark.parametrize("tied, transformers_total", [(False, 434_464), (True, 338_464)])
+def test_git_counts_its_post_norm_text_decoder(tied: bool, transformers_total: int) -> None:
+    """transformers' GitForCausalLM on the meta device without its image encoder and visual projection."""
+    data = {"hidden_size": 96, "num_attention_heads": 6, "num_hidden_layers": 3, "intermediate_size": 200,
+            "vocab_size": 1000, "max_position_embeddings": 128, "tie_word_embeddings": tied, "vision_config": {}}
+    d, d_ff, vocab, positions = 96, 200, 1000, 128
+    layer = 4 * (d * d + d) + 2 * 2 * d + (d * d_ff + d_ff) + (d_ff * d + d)  # biased Q, K, V, O; two LayerNorms; MLP
+    embeddings = vocab * d + positions * d + 2 * d  # tokens, positions, their LayerNorm
+    head = vocab + (0 if tied else vocab * d)  # the head's bias stays its own when its weight is tied
+    assert total("git", data) == 3 * layer + embeddings + head == transformers_total

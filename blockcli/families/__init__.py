@@ -28,7 +28,7 @@ total, its README row, and its type out of tests/test_census.py's UNCLAIMED.
 from __future__ import annotations
 
 from blockcli.families import (afmoe, bloom, codegen, cohere, deepseek, diffllama, dory, falcon, gemma2, gemma3n, gemma4,
-                               glm, gpt2, gpt_neo, gpt_neox, gpt_oss, gptj, hybrid, jetmoe, kimi, llama, llama4,
+                               git, glm, gpt2, gpt_neo, gpt_neox, gpt_oss, gptj, hybrid, jetmoe, kimi, llama, llama4,
                                llama_aliases, llama_relatives, mamba1, minimax, mllama, moe, moe_relatives, mpt, opt,
                                phi, phi3, qwen3_next, stablelm, starcoder2)
 from blockcli.families.common import Composite, Family
@@ -36,7 +36,7 @@ from blockcli.families.common import Composite, Family
 _MODULES = (gpt2, opt, gpt_neox, llama, gemma2, starcoder2, gptj, phi, phi3, cohere, stablelm, falcon, bloom, moe,
             deepseek, gpt_oss, glm, llama_relatives, qwen3_next, gpt_neo, mpt, moe_relatives, codegen,
             llama_aliases, llama4, hybrid, kimi, mamba1, gemma4, minimax, afmoe, gemma3n, jetmoe, diffllama, dory,
-            mllama)
+            mllama, git)
 
 FAMILIES: dict[str, Family] = {family.model_type: family for module in _MODULES for family in module.FAMILIES}
 # vision-language model_types whose `text_config` is one of the families above
