@@ -194,8 +194,11 @@ def _mapped(data: Any, where: str, allow_fields: tuple[str, ...], tensors_beside
     if "model_type" not in data:
         raise ConfigError(f"{where}: field 'model_type' is missing; expected one of: {supported}")
     model_type, source, set_aside, quant = data["model_type"], where, [], None
+    title = None  # whose config.json the messages name: the family's, or a flat composite's own (Phi-4-multimodal)
     if isinstance(model_type, str) and model_type in COMPOSITES:
-        data, where, note, quant = _language_model(data, where, COMPOSITES[model_type], allow_fields)
+        composite = COMPOSITES[model_type]
+        title = composite.title if composite.flat and "text_config" not in data else None
+        data, where, note, quant = _language_model(data, where, composite, allow_fields)
         set_aside.append(note)
     if not isinstance(model_type, str) or model_type not in FAMILIES and model_type not in COMPOSITES:
         if (why := not_a_decoder(model_type)) is not None:
@@ -205,7 +208,7 @@ def _mapped(data: Any, where: str, allow_fields: tuple[str, ...], tensors_beside
         raise ConfigError(f"{where}: field 'model_type' = {short(model_type)} is not a supported model family "
                           f"(supported: {supported}){hint}")
     family = FAMILIES[data["model_type"]]
-    fields = Fields(data, where, family.title)
+    fields = Fields(data, where, title or family.title)
     block, model = family.read(fields)
     set_aside.extend(fields.said)
     unread = [key for key in family.unread if key in data and key not in fields.used]

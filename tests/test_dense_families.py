@@ -511,3 +511,9 @@ def test_git_counts_its_post_norm_text_decoder(tied: bool, transformers_total: i
     embeddings = vocab * d + positions * d + 2 * d  # tokens, positions, their LayerNorm
     head = vocab + (0 if tied else vocab * d)  # the head's bias stays its own when its weight is tied
     assert total("git", data) == 3 * layer + embeddings + head == transformers_total
+
+
+def test_a_flat_phi4_multimodal_config_is_named_in_its_messages() -> None:
+    """Its fields sit at the top level: a message names the config the user gave, not the Phi-3 read from it."""
+    with pytest.raises(ConfigError, match="field 'hidden_size' is missing; a Phi-4-multimodal config.json needs it"):
+        mapped("phi4_multimodal", {"num_attention_heads": 4})
